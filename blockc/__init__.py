@@ -1,0 +1,10 @@
+"""blockc: transformer-block kernels in C, wrapped with cffi.
+
+- ``blockc.book``: the chapter's listings at the book's fixed sizes, exact.
+- ``blockc.reference``: the pure-NumPy oracle.
+- ``blockc.rng``: the portable C-runtime ``rand()`` generators.
+"""
+from ._native import BlockcError
+from .rng import CRand
+
+__version__ = "0.1.0"

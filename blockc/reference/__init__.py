@@ -1,0 +1,2 @@
+"""blockc.reference: the pure-NumPy oracle (no C). Same generators, same
+initialisation order, same computations as the C library."""

@@ -1,0 +1,118 @@
+"""cffi builder (out-of-line API mode): compiles csrc/ into ``blockc._blockc``.
+
+The cdef is derived from the public header ``csrc/blockc.h`` and the part
+headers it includes, so the C declarations and the Python binding never drift.
+Preprocessor lines are dropped, except ``#define NAME <integer>`` constants,
+which cffi exposes as ``lib.NAME`` and which are substituted into array sizes.
+
+Build switches (environment variables):
+  BLOCKC_SANITIZE=1   build with -fsanitize=address,undefined
+  BLOCKC_NO_OPENMP=1  build without OpenMP (serial kernels)
+  BLOCKC_DEBUG=1      -O0 -g
+"""
+import os
+import re
+import sys
+import tempfile
+import subprocess
+import sysconfig
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CSRC = os.path.join("csrc")  # relative: setuptools wants relative source paths
+UMBRELLA = "blockc.h"
+
+_DEFINE = re.compile(r"^\s*#\s*define\s+([A-Z_][A-Z0-9_]*)\s+\(?\s*(-?\d+)\s*\)?\s*(?:/[/*].*)?$")
+
+
+def _part_headers():
+    text = open(os.path.join(HERE, CSRC, UMBRELLA)).read()
+    return re.findall(r'^\s*#\s*include\s+"([^"]+)"', text, flags=re.M)
+
+
+def cdef_source():
+    """The text handed to ffi.cdef(): the part headers, preprocessor-free."""
+    defines = {}
+    body = []
+    for name in _part_headers():
+        text = open(os.path.join(HERE, CSRC, name)).read()
+        text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+        skip = 0
+        for line in text.splitlines():
+            stripped = line.strip()
+            if stripped.startswith("#"):
+                m = _DEFINE.match(stripped)
+                if m:
+                    defines[m.group(1)] = m.group(2)
+                # '#ifdef __cplusplus ... #endif' blocks are skipped whole
+                if re.match(r"#\s*ifdef\s+__cplusplus", stripped):
+                    skip += 1
+                elif skip and re.match(r"#\s*endif", stripped):
+                    skip -= 1
+                continue
+            if skip:
+                continue
+            body.append(re.sub(r"//.*", "", line))
+    text = "\n".join(body)
+    for name, value in defines.items():
+        text = re.sub(r"\b%s\b" % name, value, text)
+    head = "\n".join("#define %s %s" % kv for kv in defines.items())
+    return head + "\n" + text
+
+
+def _compiler_accepts(flags):
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    cc = cc.split()
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "t.c")
+        with open(src, "w") as f:
+            f.write("#include <omp.h>\nint main(void){return omp_get_max_threads() < 0;}\n")
+        try:
+            r = subprocess.run(cc + flags + [src, "-o", os.path.join(tmp, "t")],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except OSError:
+            return False
+        return r.returncode == 0
+
+
+def _flags():
+    cflags, ldflags = [], []
+    if sys.platform == "win32":
+        return ["/O2", "/fp:precise"], []
+    debug = os.environ.get("BLOCKC_DEBUG") == "1"
+    cflags += ["-O0", "-g"] if debug else ["-O2"]
+    # Book mode is exact: no FMA contraction, no fast-math, anywhere.
+    cflags += ["-std=c11", "-ffp-contract=off", "-fno-fast-math", "-fno-strict-aliasing",
+               "-Wall", "-Wextra", "-Wno-unused-parameter"]
+    if os.environ.get("BLOCKC_NO_OPENMP") != "1" and _compiler_accepts(["-fopenmp"]):
+        cflags.append("-fopenmp")
+        ldflags.append("-fopenmp")
+    if os.environ.get("BLOCKC_SANITIZE") == "1":
+        san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",
+               "-fno-sanitize-recover=undefined"]
+        cflags += san + ["-g"]
+        ldflags += san
+    return cflags, ldflags
+
+
+def sources():
+    return sorted(os.path.join(CSRC, f) for f in os.listdir(os.path.join(HERE, CSRC))
+                  if f.endswith(".c"))
+
+
+ffibuilder = FFI()
+ffibuilder.cdef(cdef_source())
+_cflags, _ldflags = _flags()
+ffibuilder.set_source(
+    "blockc._blockc",
+    '#include "blockc.h"',
+    sources=sources(),
+    include_dirs=[CSRC],
+    extra_compile_args=_cflags,
+    extra_link_args=_ldflags,
+    libraries=[] if sys.platform == "win32" else ["m"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)
