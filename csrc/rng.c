@@ -71,6 +71,8 @@ int bc_rng_rand_max(uint32_t *out, const bc_rng *g)
 {
     if (!out || !g)
         return BC_ENULL;
+    if (g->kind != BC_RAND_MSVC && g->kind != BC_RAND_GLIBC)
+        return BC_EOPTION;
     *out = g->kind == BC_RAND_GLIBC ? 2147483647u : 32767u;
     return BC_OK;
 }
@@ -79,6 +81,8 @@ int bc_rng_rand(uint32_t *out, bc_rng *g, size_t n)
 {
     if (!g || (!out && n))
         return BC_ENULL;
+    if (n > BC_MAX_ELEMENTS)
+        return BC_EOVERFLOW;
     if (g->kind != BC_RAND_MSVC && g->kind != BC_RAND_GLIBC)
         return BC_EOPTION;
     for (size_t i = 0; i < n; i++)
@@ -90,6 +94,8 @@ int bc_rng_uniform(float *out, bc_rng *g, size_t n, float scale)
 {
     if (!g || (!out && n))
         return BC_ENULL;
+    if (n > BC_MAX_ELEMENTS)
+        return BC_EOVERFLOW;
     if (g->kind != BC_RAND_MSVC && g->kind != BC_RAND_GLIBC)
         return BC_EOPTION;
     /* (float)RAND_MAX, as the listings' int-to-float conversion rounds it */
