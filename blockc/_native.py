@@ -28,6 +28,7 @@ _EXC = {
     lib.BC_ERANGE: ValueError,
     lib.BC_ECONTEXT: ValueError,
     lib.BC_EWORKSPACE: BlockcError,
+    lib.BC_EALIAS: ValueError,
 }
 
 

@@ -14,5 +14,6 @@
 #define BLOCKC_H
 
 #include "bc_core.h"
+#include "bc_engine.h"
 
 #endif

@@ -14,6 +14,7 @@ const char *bc_strerror(int status)
     case BC_ERANGE: return "index out of range";
     case BC_ECONTEXT: return "sequence longer than the context";
     case BC_EWORKSPACE: return "workspace too small";
+    case BC_EALIAS: return "an output overlaps an input";
     default: return "unknown status";
     }
 }

@@ -1,2 +1,3 @@
 """blockc.reference: the pure-NumPy oracle (no C). Same generators, same
 initialisation order, same computations as the C library."""
+from . import block

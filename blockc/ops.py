@@ -1,0 +1,217 @@
+"""blockc.ops: each kernel of the block, callable on its own from NumPy.
+
+The chapter's point is that a transformer block is a handful of small pieces;
+these functions hand you each piece, computed by the C library.
+
+Conventions (NumPy's):
+
+- inputs are array-likes of a floating dtype (float16/32/64); they are
+  computed in float32 (float64 is rounded to float32 first) and the result is
+  a new float32 array. Integer, bool, complex, object and string dtypes raise
+  ``TypeError``; wrong shapes raise ``ValueError`` naming the argument.
+- inputs are never modified; non-contiguous, Fortran-order and read-only
+  arrays are accepted (copied to C order only when they are not already
+  float32 C-contiguous).
+- PyTorch tensors are accepted too (read through ``.detach().cpu().numpy()``);
+  blockc never imports torch.
+- empty batches give empty results.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from ._native import check, cptr, ffi, fptr, lib
+
+__all__ = [
+    "linear", "rmsnorm", "layernorm", "attention", "gelu_tanh", "gelu", "relu",
+    "silu", "swiglu", "residual_add",
+]
+
+F32 = np.dtype(np.float32)
+
+
+def as_f32(a: Any, name: str) -> np.ndarray:
+    """``a`` as a C-contiguous float32 ndarray, without a copy when it already is one.
+
+    Raises TypeError for non-floating dtypes, naming the argument."""
+    if type(a) is np.ndarray and a.dtype == F32 and a.flags.c_contiguous:
+        return a
+    if not isinstance(a, np.ndarray):
+        if hasattr(a, "detach") and hasattr(a, "numpy"):  # a torch tensor, duck-typed
+            a = a.detach().cpu().numpy()
+        try:
+            a = np.asarray(a)
+        except (ValueError, TypeError) as e:
+            raise TypeError(f"{name} must be an array of floats: {e}") from None
+    if a.dtype.kind != "f":
+        raise TypeError(f"{name} must have a floating dtype (float16/32/64), got {a.dtype}")
+    return np.asarray(a, dtype=F32, order="C")
+
+
+def check_eps(eps: Any, name: str = "eps") -> float:
+    """A norm epsilon: a finite real number >= 0."""
+    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {type(eps).__name__}")
+    e = float(eps)
+    if not math.isfinite(e) or e < 0 or not math.isfinite(float(np.float32(e))):
+        raise ValueError(f"{name} must be finite and >= 0, got {eps!r}")
+    return e
+
+
+def _vector(a: Any, n: int, name: str, what: str) -> Optional[np.ndarray]:
+    if a is None:
+        return None
+    a = as_f32(a, name)
+    if a.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},) ({what}), got {a.shape}")
+    return a
+
+
+def linear(x: Any, w: Any, b: Any = None) -> np.ndarray:
+    """``x @ w.T + b``: x (..., in), w (out, in), b (out,) or None -> (..., out)."""
+    x = as_f32(x, "x")
+    w = as_f32(w, "w")
+    if w.ndim != 2:
+        raise ValueError(f"w must have shape (out, in), got {w.shape}")
+    oc, c = w.shape
+    if x.ndim < 1 or x.shape[-1] != c:
+        raise ValueError(f"x must have shape (..., {c}) to match w of shape {w.shape}, got {x.shape}")
+    b = _vector(b, oc, "b", "one bias per output row of w")
+    n = x.size // c if c else int(np.prod(x.shape[:-1]))
+    y = np.empty(x.shape[:-1] + (oc,), F32)
+    if n == 0 or oc == 0:
+        return y
+    if c == 0:
+        y[...] = 0.0 if b is None else b
+        return y
+    check(lib.bc_linear(fptr(y), cptr(x), cptr(w), cptr(b) if b is not None else ffi.NULL,
+                        n, c, oc), "linear")
+    return y
+
+
+def _rows(x: np.ndarray, name: str) -> Tuple[int, int]:
+    if x.ndim < 1 or x.shape[-1] == 0:
+        raise ValueError(f"{name} must have shape (..., D) with D >= 1, got {x.shape}")
+    c = x.shape[-1]
+    return x.size // c, c
+
+
+def rmsnorm(x: Any, weight: Any = None, eps: float = 1e-5) -> np.ndarray:
+    """RMSNorm over the last axis: ``x / sqrt(mean(x**2) + eps) * weight``.
+
+    x (..., D), weight (D,) or None (unit gain) -> (..., D)."""
+    x = as_f32(x, "x")
+    n, c = _rows(x, "x")
+    g = _vector(weight, c, "weight", "one gain per feature")
+    e = check_eps(eps)
+    y = np.empty_like(x)
+    if n:
+        check(lib.bc_rmsnorm(fptr(y), cptr(x), cptr(g) if g is not None else ffi.NULL, n, c, e),
+              "rmsnorm")
+    return y
+
+
+def layernorm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> np.ndarray:
+    """LayerNorm over the last axis: ``(x - mean) / sqrt(var + eps) * weight + bias``.
+
+    The variance divides by D, not D-1. x (..., D), weight (D,) or None,
+    bias (D,) or None -> (..., D)."""
+    x = as_f32(x, "x")
+    n, c = _rows(x, "x")
+    g = _vector(weight, c, "weight", "one gain per feature")
+    b = _vector(bias, c, "bias", "one shift per feature")
+    e = check_eps(eps)
+    y = np.empty_like(x)
+    if n:
+        check(lib.bc_layernorm(fptr(y), cptr(x), cptr(g) if g is not None else ffi.NULL,
+                               cptr(b) if b is not None else ffi.NULL, n, c, e), "layernorm")
+    return y
+
+
+def attention(q: Any, k: Any, v: Any, causal: bool = False) -> np.ndarray:
+    """Scaled dot-product attention ``softmax(q @ k.T / sqrt(Dh)) @ v``.
+
+    q (B, H, Tq, Dh), k (B, H, Tk, Dh), v (B, H, Tk, Dh) -> (B, H, Tq, Dh).
+    Any number of leading axes is accepted (they must agree between q, k and
+    v; no broadcasting). With ``causal=True`` query i sees keys 0..i
+    (top-left aligned, as ``torch``'s ``is_causal``)."""
+    q = as_f32(q, "q")
+    k = as_f32(k, "k")
+    v = as_f32(v, "v")
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if q.ndim < 2:
+        raise ValueError(f"q must have shape (B, H, Tq, Dh), got {q.shape}")
+    lead, (tq, dh) = q.shape[:-2], q.shape[-2:]
+    if k.ndim != q.ndim or k.shape[:-2] != lead or k.shape[-1] != dh:
+        raise ValueError(f"k must have shape {lead + ('Tk', dh)} to match q {q.shape}, got {k.shape}")
+    tk = k.shape[-2]
+    if v.shape != k.shape:
+        raise ValueError(f"v must have the shape of k {k.shape}, got {v.shape}")
+    y = np.empty(q.shape, F32)
+    bh = int(np.prod(lead, dtype=np.int64))
+    if bh == 0 or tq == 0:
+        return y
+    if tk == 0 or dh == 0:
+        raise ValueError(f"k and v need at least one key and Dh >= 1, got k {k.shape}")
+    check(lib.bc_attention(fptr(y), cptr(q), cptr(k), cptr(v), bh, 1, tq, tk, dh, bool(causal)),
+          "attention")
+    return y
+
+
+def _act(x: Any, kind: int, where: str) -> np.ndarray:
+    x = as_f32(x, "x")
+    y = np.empty_like(x)
+    if x.size:
+        check(lib.bc_activation(fptr(y), cptr(x), x.size, kind), where)
+    return y
+
+
+def gelu_tanh(x: Any) -> np.ndarray:
+    """GELU, tanh approximation (GPT-2, the chapter's listings):
+    ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3)))``. Any shape."""
+    return _act(x, lib.BC_ACT_GELU_TANH, "gelu_tanh")
+
+
+def gelu(x: Any) -> np.ndarray:
+    """GELU, exact: ``0.5 x (1 + erf(x / sqrt(2)))``. Any shape."""
+    return _act(x, lib.BC_ACT_GELU, "gelu")
+
+
+def relu(x: Any) -> np.ndarray:
+    """``max(x, 0)`` (NaN stays NaN). Any shape."""
+    return _act(x, lib.BC_ACT_RELU, "relu")
+
+
+def silu(x: Any) -> np.ndarray:
+    """``x * sigmoid(x)``, also called swish. Any shape."""
+    return _act(x, lib.BC_ACT_SILU, "silu")
+
+
+def _same(a: Any, b: Any, na: str, nb: str) -> Tuple[np.ndarray, np.ndarray]:
+    a = as_f32(a, na)
+    b = as_f32(b, nb)
+    if a.shape != b.shape:
+        raise ValueError(f"{nb} must have the shape of {na} {a.shape}, got {b.shape}")
+    return a, b
+
+
+def swiglu(gate: Any, up: Any) -> np.ndarray:
+    """``silu(gate) * up``, elementwise, the gated hidden layer of a SwiGLU FFN."""
+    gate, up = _same(gate, up, "gate", "up")
+    y = np.empty_like(gate)
+    if y.size:
+        check(lib.bc_swiglu(fptr(y), cptr(gate), cptr(up), y.size), "swiglu")
+    return y
+
+
+def residual_add(x: Any, sub: Any) -> np.ndarray:
+    """``x + sub`` (127_Residual): the residual connection. Same shapes, no broadcasting."""
+    x, sub = _same(x, sub, "x", "sub")
+    y = np.empty_like(x)
+    if y.size:
+        check(lib.bc_residual_add(fptr(y), cptr(x), cptr(sub), y.size), "residual_add")
+    return y

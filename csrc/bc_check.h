@@ -1,0 +1,47 @@
+/* bc_check.h: INTERNAL helpers the public entry points use to validate sizes
+ * and pointers before any work (not part of the public API). */
+#ifndef BC_CHECK_H
+#define BC_CHECK_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include "bc_core.h"
+
+/* *out = a * b, or BC_EOVERFLOW if the product exceeds BC_MAX_ELEMENTS. */
+static inline int bc_mul(size_t *out, size_t a, size_t b)
+{
+    const size_t max = (size_t)BC_MAX_ELEMENTS;
+    if (a > max || b > max || (a && b > max / a))
+        return BC_EOVERFLOW;
+    *out = a * b;
+    return BC_OK;
+}
+
+/* *out = a + b, or BC_EOVERFLOW past BC_MAX_ELEMENTS. */
+static inline int bc_add(size_t *out, size_t a, size_t b)
+{
+    const size_t max = (size_t)BC_MAX_ELEMENTS;
+    if (a > max || b > max - a)
+        return BC_EOVERFLOW;
+    *out = a + b;
+    return BC_OK;
+}
+
+/* 1 if float ranges [a, a+na) and [b, b+nb) share any element. */
+static inline int bc_overlap(const float *a, size_t na, const float *b, size_t nb)
+{
+    if (!a || !b || !na || !nb)
+        return 0;
+    const uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+    const uintptr_t ea = pa + na * sizeof(float), eb = pb + nb * sizeof(float);
+    return pa < eb && pb < ea;
+}
+
+/* A norm epsilon must be a finite, non-negative number. */
+static inline int bc_eps_ok(float eps)
+{
+    return isfinite(eps) && eps >= 0.0f;
+}
+
+#endif
