@@ -96,6 +96,7 @@ void h_free_all(void)
 int main(void)
 {
     test_core();
+    test_engine();
     h_free_all();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

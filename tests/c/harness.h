@@ -44,5 +44,6 @@ void h_free_all(void);
 
 /* the sections, one per part header */
 void test_core(void);
+void test_engine(void);
 
 #endif
