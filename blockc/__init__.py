@@ -6,5 +6,6 @@
 """
 from ._native import BlockcError
 from .rng import CRand
+from . import book
 
 __version__ = "0.1.0"

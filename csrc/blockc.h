@@ -15,5 +15,6 @@
 
 #include "bc_core.h"
 #include "bc_engine.h"
+#include "bc_book.h"
 
 #endif

@@ -1,3 +1,4 @@
 """blockc.reference: the pure-NumPy oracle (no C). Same generators, same
 initialisation order, same computations as the C library."""
 from . import block
+from . import book

@@ -1,0 +1,286 @@
+"""Book mode: chapter 24's listings at the book's fixed sizes, computed in C.
+
+Each function runs the C library's fixed-size entry point (``csrc/book.c``),
+which computes exactly what the listing computes, in the listing's float32
+operation order, so the book's printed figures come out digit for digit.
+
+Weights are dicts of float32 arrays, shaped like the listings' structs:
+
+- 126_Ffn (:data:`FFN_SHAPES`): ``w1 (12, 6)``, ``b1 (12,)``, ``w2 (6, 12)``, ``b2 (6,)``.
+- 128_Block / 129_Stack (:data:`BLOCK_SHAPES`): ``w_q``, ``w_k``, ``w_v (2, 4, 8)``
+  (heads, d_head, d_model), ``w_o (8, 8)``, ``w1 (32, 8)``, ``w2 (8, 32)``.
+
+Other sizes are a ``ValueError`` naming the argument and the shape it must have;
+the dynamic engine is the place for other sizes. Inputs are array-likes; float64
+(or integer) input is converted to float32 and computed in float32. Nothing is
+modified in place: every function returns new arrays.
+
+Example::
+
+    >>> from blockc import book
+    >>> w = book.block_init(seed=42, rand="msvc")
+    >>> y = book.block_forward(book.BLOCK_INPUT, w)
+    >>> [f"{v:+.2f}" for v in y[0]][:4]
+    ['+0.97', '+0.16', '-0.29', '+0.54']
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Sequence, Tuple
+
+import numpy as np
+
+from ._native import check, cptr, ffi, fptr, lib
+from .rng import generator_id
+
+__all__ = [
+    "FFN_D_MODEL", "FFN_D_FF", "RESIDUAL_DIM", "SEQ_LEN", "D_MODEL", "N_HEADS",
+    "D_HEAD", "D_FF", "N_BLOCKS", "FFN_SHAPES", "BLOCK_SHAPES",
+    "FFN_INPUT", "RESIDUAL_INPUT", "RESIDUAL_SUBLAYER", "BLOCK_INPUT", "WORDS", "REAL_MODELS",
+    "ffn_init", "ffn_forward", "ffn_params", "residual_add", "block_init", "block_forward",
+    "stack_init", "stack_forward", "avg_norm", "block_params", "real_params",
+]
+
+# --- the book's sizes (compile-time constants of the C library) -----------------
+FFN_D_MODEL: int = lib.BC_BOOK_FFN_D_MODEL   # 6
+FFN_D_FF: int = lib.BC_BOOK_FFN_D_FF         # 12
+RESIDUAL_DIM: int = lib.BC_BOOK_RESIDUAL_DIM  # 4
+SEQ_LEN: int = lib.BC_BOOK_SEQ_LEN           # 4
+D_MODEL: int = lib.BC_BOOK_D_MODEL           # 8
+N_HEADS: int = lib.BC_BOOK_N_HEADS           # 2
+D_HEAD: int = lib.BC_BOOK_D_HEAD             # 4
+D_FF: int = lib.BC_BOOK_D_FF                 # 32
+N_BLOCKS: int = lib.BC_BOOK_N_BLOCKS         # 4
+
+#: 126_Ffn's weights, in the struct's memory order.
+FFN_SHAPES: Dict[str, Tuple[int, ...]] = {
+    "w1": (FFN_D_FF, FFN_D_MODEL),
+    "b1": (FFN_D_FF,),
+    "w2": (FFN_D_MODEL, FFN_D_FF),
+    "b2": (FFN_D_MODEL,),
+}
+
+#: One block of 128_Block / 129_Stack, in the struct's memory order.
+BLOCK_SHAPES: Dict[str, Tuple[int, ...]] = {
+    "w_q": (N_HEADS, D_HEAD, D_MODEL),
+    "w_k": (N_HEADS, D_HEAD, D_MODEL),
+    "w_v": (N_HEADS, D_HEAD, D_MODEL),
+    "w_o": (D_MODEL, D_MODEL),
+    "w1": (D_FF, D_MODEL),
+    "w2": (D_MODEL, D_FF),
+}
+
+# --- the listings' inputs (read-only float32, as the C literals round them) -----
+def _const(values) -> np.ndarray:
+    a = np.array(values, dtype=np.float32)
+    a.setflags(write=False)
+    return a
+
+
+#: 126_Ffn's input position (6,).
+FFN_INPUT = _const([0.5, -0.2, 0.8, 0.1, -0.3, 0.6])
+#: 127_Residual's input and sublayer output (4,).
+RESIDUAL_INPUT = _const([1.0, 2.0, 3.0, 4.0])
+RESIDUAL_SUBLAYER = _const([0.1, -0.2, 0.3, -0.1])
+#: 128_Block's and 129_Stack's input (4, 8): the words of :data:`WORDS`.
+BLOCK_INPUT = _const([
+    [1.0, 0.2, -0.3, 0.5, -0.1, 0.8, 0.3, -0.2],
+    [0.3, 0.9, 0.1, -0.2, 0.6, 0.4, -0.1, 0.5],
+    [-0.1, 0.4, 0.8, 0.2, -0.5, 0.3, 0.7, 0.1],
+    [0.6, -0.2, 0.5, 0.7, 0.3, -0.4, 0.2, 0.8],
+])
+WORDS: Tuple[str, ...] = ("The", "cat", "sat", "down")
+
+#: 130_Real_Params' models: (name, d_model, n_heads, d_ff, n_layers, published count).
+REAL_MODELS: Tuple[Tuple[str, int, int, int, int, int], ...] = (
+    ("GPT-2 Small", 768, 12, 3072, 12, 124_000_000),
+    ("GPT-2 Medium", 1024, 16, 4096, 24, 355_000_000),
+    ("GPT-2 Large", 1280, 20, 5120, 36, 774_000_000),
+    ("LLaMA-7B", 4096, 32, 11008, 32, 6_700_000_000),
+    ("DeepSeek-V3", 7168, 128, 18432, 61, 671_000_000_000),
+)
+
+
+# --- validation and marshalling --------------------------------------------------
+def _f32(a, name: str, shape: Tuple[int, ...]) -> np.ndarray:
+    """``a`` as a C-contiguous float32 array of exactly ``shape`` (a copy when needed)."""
+    arr = np.asarray(a)
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
+    if arr.shape != shape:
+        raise ValueError(f"{name} must have shape {shape} (the book's size), got {arr.shape}")
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+def _check_keys(weights: Mapping[str, object], name: str, shapes: Mapping[str, tuple]) -> None:
+    if not isinstance(weights, Mapping):
+        raise TypeError(f"{name} must be a dict of arrays with keys {list(shapes)}, "
+                        f"got {type(weights).__name__}")
+    missing = [k for k in shapes if k not in weights]
+    extra = [k for k in weights if k not in shapes]
+    if missing or extra:
+        raise ValueError(f"{name} must have exactly the keys {list(shapes)}"
+                         + (f"; missing {missing}" if missing else "")
+                         + (f"; unknown {extra}" if extra else ""))
+
+
+def _to_struct(weights: Mapping[str, object], name: str, ctype: str,
+               shapes: Mapping[str, tuple], out=None):
+    """Copy a weight dict into a new C struct (or into ``out``) after validating it."""
+    _check_keys(weights, name, shapes)
+    arrays = {k: _f32(weights[k], f"{name}[{k!r}]", shape) for k, shape in shapes.items()}
+    s = ffi.new(f"{ctype} *") if out is None else out
+    for k, arr in arrays.items():
+        ffi.memmove(getattr(s, k), arr, arr.nbytes)
+    return s
+
+
+def _from_struct(s, shapes: Mapping[str, tuple]) -> Dict[str, np.ndarray]:
+    return {k: np.frombuffer(ffi.buffer(getattr(s, k)), dtype=np.float32).reshape(shape).copy()
+            for k, shape in shapes.items()}
+
+
+def _rng(seed: int, rand: str):
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an integer, got {type(seed).__name__}")
+    if not 0 <= int(seed) < 2**32:
+        raise ValueError(f"seed must be in [0, 2**32), got {seed}")
+    g = ffi.new("bc_rng *")
+    check(lib.bc_rng_init(g, generator_id(rand), int(seed)), "bc_rng_init")
+    return g
+
+
+# --- 126_Ffn ---------------------------------------------------------------------
+def ffn_init(seed: int = 42, rand: str = "msvc") -> Dict[str, np.ndarray]:
+    """126_Ffn's weights after ``srand(seed)`` with the named ``rand()`` (``msvc`` or ``glibc``).
+
+    Returns ``{"w1": (12, 6), "b1": (12,), "w2": (6, 12), "b2": (6,)}`` float32; the
+    biases are zero and the weights are ``(rand()/RAND_MAX * 2 - 1) * 0.1`` in the
+    listing's order (W1 row by row, then W2).
+    """
+    g = _rng(seed, rand)
+    s = ffi.new("bc_book_ffn *")
+    check(lib.bc_book_ffn_init(s, g), "bc_book_ffn_init")
+    return _from_struct(s, FFN_SHAPES)
+
+
+def ffn_forward(x, weights: Mapping[str, object]) -> np.ndarray:
+    """126_Ffn's forward pass for one position: ``w2 @ gelu(w1 @ x + b1) + b2``.
+
+    ``x`` (6,), ``weights`` as :func:`ffn_init` returns them; returns (6,) float32.
+    GELU is the tanh approximation, as the listing writes it.
+    """
+    xa = _f32(x, "x", (FFN_D_MODEL,))
+    s = _to_struct(weights, "weights", "bc_book_ffn", FFN_SHAPES)
+    out = np.empty(FFN_D_MODEL, np.float32)
+    check(lib.bc_book_ffn_forward(fptr(out), s, cptr(xa)), "bc_book_ffn_forward")
+    return out
+
+
+def ffn_params(d_model: int = FFN_D_MODEL, d_ff: int = FFN_D_FF) -> int:
+    """Parameters of a biased FFN, ``2 * d_model * d_ff + d_ff + d_model`` (126_Ffn: 162)."""
+    out = ffi.new("int64_t *")
+    check(lib.bc_book_ffn_params(out, _int(d_model, "d_model"), _int(d_ff, "d_ff")),
+          "bc_book_ffn_params")
+    return int(out[0])
+
+
+# --- 127_Residual ----------------------------------------------------------------
+def residual_add(x, sublayer) -> np.ndarray:
+    """127_Residual: ``x + sublayer``, both (4,); returns (4,) float32."""
+    xa = _f32(x, "x", (RESIDUAL_DIM,))
+    sa = _f32(sublayer, "sublayer", (RESIDUAL_DIM,))
+    out = np.empty(RESIDUAL_DIM, np.float32)
+    check(lib.bc_book_residual_add(fptr(out), cptr(xa), cptr(sa)), "bc_book_residual_add")
+    return out
+
+
+# --- 128_Block -------------------------------------------------------------------
+def block_init(seed: int = 42, rand: str = "msvc") -> Dict[str, np.ndarray]:
+    """128_Block's weights after ``srand(seed)``: 768 draws in memory order
+    (:data:`BLOCK_SHAPES`), each ``(rand()/RAND_MAX * 2 - 1) * 0.1`` in float32."""
+    g = _rng(seed, rand)
+    s = ffi.new("bc_book_block *")
+    check(lib.bc_book_block_init(s, g), "bc_book_block_init")
+    return _from_struct(s, BLOCK_SHAPES)
+
+
+def block_forward(x, weights: Mapping[str, object]) -> np.ndarray:
+    """One pre-norm transformer block, as 128_Block computes it.
+
+    ``x + attn(rmsnorm(x))``, then ``+ ffn(rmsnorm(.))``: RMSNorm without gain
+    (eps 1e-5), 2-head self-attention without mask, FFN ``w2 @ gelu(w1 @ .)``.
+    ``x`` (4, 8), ``weights`` as :func:`block_init` returns them; returns (4, 8) float32.
+    """
+    xa = _f32(x, "x", (SEQ_LEN, D_MODEL))
+    s = _to_struct(weights, "weights", "bc_book_block", BLOCK_SHAPES)
+    y = np.empty((SEQ_LEN, D_MODEL), np.float32)
+    check(lib.bc_book_block_forward(fptr(y), s, cptr(xa)), "bc_book_block_forward")
+    return y
+
+
+# --- 129_Stack -------------------------------------------------------------------
+def stack_init(seed: int = 42, rand: str = "msvc") -> List[Dict[str, np.ndarray]]:
+    """129_Stack's 4 blocks after one ``srand(seed)``, drawn one after the other."""
+    g = _rng(seed, rand)
+    s = ffi.new(f"bc_book_block[{N_BLOCKS}]")
+    check(lib.bc_book_stack_init(s, g), "bc_book_stack_init")
+    return [_from_struct(s[i], BLOCK_SHAPES) for i in range(N_BLOCKS)]
+
+
+def stack_forward(x, blocks: Sequence[Mapping[str, object]]) -> Tuple[np.ndarray, np.ndarray]:
+    """129_Stack: the 4 blocks in a row.
+
+    ``x`` (4, 8), ``blocks`` a sequence of 4 weight dicts. Returns ``(y, norms)``:
+    the final representations (4, 8) and the average row norm (5,) at the input
+    and after each block, float32.
+    """
+    xa = _f32(x, "x", (SEQ_LEN, D_MODEL))
+    if isinstance(blocks, Mapping) or len(blocks) != N_BLOCKS:
+        raise ValueError(f"blocks must be a sequence of {N_BLOCKS} weight dicts (the book's "
+                         f"stack), got {len(blocks) if not isinstance(blocks, Mapping) else 'a dict'}")
+    s = ffi.new(f"bc_book_block[{N_BLOCKS}]")
+    for i, w in enumerate(blocks):
+        _to_struct(w, f"blocks[{i}]", "bc_book_block", BLOCK_SHAPES, out=s[i])
+    y = np.empty((SEQ_LEN, D_MODEL), np.float32)
+    norms = np.empty(N_BLOCKS + 1, np.float32)
+    check(lib.bc_book_stack_forward(fptr(y), fptr(norms), s, cptr(xa)), "bc_book_stack_forward")
+    return y, norms
+
+
+def avg_norm(x) -> np.float32:
+    """129_Stack's measure: the mean over the 4 rows of ``x`` (4, 8) of each row's L2 norm."""
+    xa = _f32(x, "x", (SEQ_LEN, D_MODEL))
+    out = ffi.new("float *")
+    check(lib.bc_book_avg_norm(out, cptr(xa)), "bc_book_avg_norm")
+    return np.float32(out[0])
+
+
+# --- 128_Block's and 130_Real_Params' counts --------------------------------------
+def _int(v, name: str) -> int:
+    if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+        raise TypeError(f"{name} must be an integer, got {type(v).__name__}")
+    if not 0 < int(v) < 2**63:
+        raise ValueError(f"{name} must be a positive int64, got {v}")
+    return int(v)
+
+
+def block_params(d_model: int = D_MODEL, d_ff: int = D_FF, n_layers: int = 1) -> Dict[str, int]:
+    """Parameters of ``n_layers`` pre-norm blocks: ``attn = 4 d^2``, ``ffn = 2 d d_ff``,
+    ``norms = 2 d`` (two RMSNorm gains), ``per_block``, ``all_blocks``.
+    128_Block: 256 + 512 + 16 = 784. ``ValueError`` if the count overflows int64."""
+    p = ffi.new("bc_book_params *")
+    check(lib.bc_book_block_params(p, _int(d_model, "d_model"), _int(d_ff, "d_ff"),
+                                   _int(n_layers, "n_layers")), "bc_book_block_params")
+    return {k: int(getattr(p, k)) for k in ("attn", "ffn", "norms", "per_block", "all_blocks")}
+
+
+def real_params() -> List[Dict[str, object]]:
+    """130_Real_Params' table: for each of :data:`REAL_MODELS`, its name, sizes,
+    published count and the block counts :func:`block_params` computes."""
+    rows = []
+    for name, d_model, n_heads, d_ff, n_layers, published in REAL_MODELS:
+        row = {"name": name, "d_model": d_model, "n_heads": n_heads, "d_ff": d_ff,
+               "n_layers": n_layers, "published": published}
+        row.update(block_params(d_model, d_ff, n_layers))
+        rows.append(row)
+    return rows
