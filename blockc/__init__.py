@@ -7,5 +7,6 @@
 from ._native import BlockcError
 from .rng import CRand
 from . import book
+from .gpt import GPT, GPTConfig, KVCache, gpt_parameter_count, gpt_parameter_formula
 
 __version__ = "0.1.0"

@@ -16,5 +16,6 @@
 #include "bc_core.h"
 #include "bc_engine.h"
 #include "bc_book.h"
+#include "bc_gpt.h"
 
 #endif

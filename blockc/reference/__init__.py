@@ -2,3 +2,4 @@
 initialisation order, same computations as the C library."""
 from . import block
 from . import book
+from .gpt import gpt_forward

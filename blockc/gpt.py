@@ -1,0 +1,439 @@
+"""The whole GPT of chapter 6 (GPT-2 architecture), running in C.
+
+::
+
+    cfg = blockc.GPTConfig(vocab=50257, context=1024, width=768, heads=12, layers=12)
+    m = blockc.GPT.random(cfg, seed=0)        # N(0, 0.02) weights, zero biases, unit gains
+    m = blockc.GPT.from_state_dict(sd, cfg)   # NumPy arrays or torch tensors
+    logits = m(ids)                           # ids (B, T) ints -> (B, T, vocab) float32
+    out = m.generate(ids, max_new_tokens=20)  # greedy; temperature/top_k/seed to sample
+
+All parameters live in one contiguous float32 buffer whose layout (size and the
+offset of every tensor) the C library computes; :meth:`GPT.state_dict` returns
+NumPy views into it, keyed as the chapter's PyTorch ``GPT.state_dict()``.
+
+Tied head and ``head.weight``: PyTorch's ``state_dict()`` of the tied chapter
+model lists ``head.weight`` too (the same tensor as ``token.weight`` under a
+second name). :meth:`GPT.from_state_dict` therefore accepts ``head.weight`` for
+a tied config when it equals ``token.weight`` exactly (anything else is a
+``ValueError``), and :meth:`GPT.state_dict` of a tied model lists only
+``token.weight`` (pass ``keep_tied=True`` to also get ``head.weight``, a view of
+the same memory, e.g. for ``torch``'s ``load_state_dict(strict=True)``).
+
+Computation is float32 throughout; float64 parameters are converted to float32.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
+
+import numpy as np
+
+from ._native import check, cptr, ffi, fptr, lib
+
+__all__ = ["GPTConfig", "GPT", "KVCache", "gpt_parameter_count", "gpt_parameter_formula",
+           "GPT_PRESETS"]
+
+# GPT-2 sizes (Radford et al., 2019): vocab 50,257, context 1,024.
+GPT_PRESETS: Dict[str, Dict[str, int]] = {
+    "gpt2": dict(width=768, heads=12, layers=12),
+    "gpt2-medium": dict(width=1024, heads=16, layers=24),
+    "gpt2-large": dict(width=1280, heads=20, layers=36),
+    "gpt2-xl": dict(width=1600, heads=25, layers=48),
+}
+
+
+def _positive_int(label: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{label} must be an integer, got {type(v).__name__}")
+    if v <= 0:
+        raise ValueError(f"{label} must be positive, got {v}")
+    return int(v)
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """The chapter's GPT configuration (dropout is a training concern and absent).
+
+    vocab V, context C (longest sequence, rows of the position table), width D,
+    heads H (D % H == 0), layers L, LayerNorm eps, tie_weights (head = token.weight).
+    """
+
+    vocab: int = 50257
+    context: int = 1024
+    width: int = 768
+    heads: int = 12
+    layers: int = 12
+    eps: float = 1e-5
+    tie_weights: bool = True
+
+    def __post_init__(self):
+        for name in ("vocab", "context", "width", "heads", "layers"):
+            object.__setattr__(self, name, _positive_int(f"GPTConfig.{name}", getattr(self, name)))
+        if self.width % self.heads:
+            raise ValueError(f"GPTConfig: width {self.width} is not divisible by heads {self.heads}")
+        eps = float(self.eps)
+        if not (math.isfinite(eps) and eps >= 0.0):
+            raise ValueError(f"GPTConfig.eps must be finite and >= 0, got {self.eps}")
+        object.__setattr__(self, "eps", eps)
+        object.__setattr__(self, "tie_weights", bool(self.tie_weights))
+        check(lib.bc_gpt_config_check(self._c()), "GPTConfig")
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> "GPTConfig":
+        """A GPT-2 size by name: 'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl'."""
+        if name not in GPT_PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose from {sorted(GPT_PRESETS)}")
+        kw = dict(vocab=50257, context=1024, **GPT_PRESETS[name])
+        kw.update(overrides)
+        return cls(**kw)
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.heads
+
+    def _c(self):
+        """A fresh ``bc_gpt_config *`` for the C library."""
+        return ffi.new("bc_gpt_config *", dict(
+            vocab=self.vocab, context=self.context, width=self.width, heads=self.heads,
+            layers=self.layers, eps=self.eps, tie_weights=int(self.tie_weights)))
+
+
+def _as_config(cfg: Any) -> GPTConfig:
+    if not isinstance(cfg, GPTConfig):
+        raise TypeError(f"cfg must be a blockc.GPTConfig, got {type(cfg).__name__}")
+    return cfg
+
+
+def gpt_parameter_count(cfg: GPTConfig) -> int:
+    """Parameters of an actual model built in C: the size of its parameter buffer.
+
+    A tied head is counted once. GPT-2 small: 124,439,808.
+    """
+    n = ffi.new("size_t *")
+    check(lib.bc_gpt_param_count(n, _as_config(cfg)._c()), "gpt_parameter_count")
+    return int(n[0])
+
+
+def gpt_parameter_formula(cfg: GPTConfig) -> int:
+    """The chapter's closed form N = VD + CD + L(12D^2 + 13D) + 2D (+ VD untied)."""
+    cfg = _as_config(cfg)
+    v, c, d, layers = cfg.vocab, cfg.context, cfg.width, cfg.layers
+    n = v * d + c * d + layers * (12 * d * d + 13 * d) + 2 * d
+    return n if cfg.tie_weights else n + v * d
+
+
+def _layout(cfg: GPTConfig) -> Dict[str, Tuple[int, Tuple[int, ...]]]:
+    """name -> (offset, shape) for every tensor of the buffer, from C, in order."""
+    c = cfg._c()
+    count = ffi.new("size_t *")
+    check(lib.bc_gpt_tensor_count(count, c), "layout")
+    name = ffi.new("char[]", lib.BC_GPT_NAME_MAX)
+    off, ndim, shape = ffi.new("size_t *"), ffi.new("size_t *"), ffi.new("size_t[2]")
+    out: Dict[str, Tuple[int, Tuple[int, ...]]] = {}
+    for i in range(int(count[0])):
+        check(lib.bc_gpt_tensor_info(name, lib.BC_GPT_NAME_MAX, off, ndim, shape, c, i), "layout")
+        shp = (int(shape[0]), int(shape[1])) if ndim[0] == 2 else (int(shape[0]),)
+        out[ffi.string(name).decode()] = (int(off[0]), shp)
+    return out
+
+
+_NUMPY_FLOATS = ("torch.float16", "torch.float32", "torch.float64")
+
+
+def _to_numpy(name: str, value: Any) -> np.ndarray:
+    """A NumPy view or copy of a state-dict entry (NumPy array-like or torch tensor)."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without importing torch
+        t = value.detach().cpu()
+        if t.is_floating_point() and str(t.dtype) not in _NUMPY_FLOATS:
+            t = t.float()  # bfloat16 and the float8s have no NumPy dtype
+        value = t.numpy()
+    a = np.asarray(value)
+    if a.dtype.kind not in "fiu":
+        raise ValueError(f"state dict entry {name!r} must hold real numbers, got dtype {a.dtype}")
+    return a
+
+
+def _check_ids(ids: Any, cfg: GPTConfig, start: int) -> np.ndarray:
+    """ids as a C-contiguous int64 (B, T) array, validated against the model."""
+    a = np.asarray(ids)
+    if a.dtype.kind not in "iu" or a.dtype == np.bool_:
+        raise ValueError(f"ids must be integers, got dtype {a.dtype}")
+    if a.ndim != 2:
+        raise ValueError(f"ids must have shape (B, T), got shape {a.shape}")
+    if a.shape[0] == 0 or a.shape[1] == 0:
+        raise ValueError(f"ids must have B >= 1 and T >= 1, got shape {a.shape}")
+    if a.size:
+        lo, hi = int(a.min()), int(a.max())
+        if lo < 0 or hi >= cfg.vocab:
+            raise ValueError(f"ids must lie in [0, {cfg.vocab}), got values in [{lo}, {hi}]")
+    if start + a.shape[1] > cfg.context:
+        raise ValueError(f"Sequence exceeds the model's context of {cfg.context} "
+                         f"(positions {start}..{start + a.shape[1] - 1})")
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+class KVCache:
+    """Keys and values of every layer for ``batch`` sequences of up to ``capacity`` tokens.
+
+    k, v: (layers, batch, capacity, width) float32; ``length`` positions are filled.
+    Made by :meth:`GPT.new_cache`; ``m(ids, cache=cache)`` appends to it.
+    """
+
+    def __init__(self, cfg: GPTConfig, batch: int, capacity: int):
+        batch = _positive_int("batch", batch)
+        capacity = _positive_int("capacity", capacity)
+        if capacity > cfg.context:
+            raise ValueError("Requested cache exceeds the context limit "
+                             f"({capacity} > {cfg.context})")
+        n = ffi.new("size_t *")
+        check(lib.bc_gpt_cache_size(n, cfg._c(), batch, capacity), "new_cache")
+        shape = (cfg.layers, batch, capacity, cfg.width)
+        self.k = np.zeros(shape, dtype=np.float32)
+        self.v = np.zeros(shape, dtype=np.float32)
+        self.cfg, self.batch, self.capacity, self.length = cfg, batch, capacity, 0
+
+    def reset(self) -> None:
+        """Forget every stored position (length 0)."""
+        self.length = 0
+
+    def __repr__(self):
+        return f"KVCache(batch={self.batch}, capacity={self.capacity}, length={self.length})"
+
+
+class GPT:
+    """The chapter's GPT, its parameters in one contiguous float32 buffer, computed in C."""
+
+    def __init__(self, cfg: GPTConfig, params: Optional[np.ndarray] = None):
+        """A model of config ``cfg`` on ``params`` (1-D float32 buffer, adopted without copy
+        when it is already C-contiguous float32 of the right size); zeros when None."""
+        self._cfg = _as_config(cfg)
+        self._layout = _layout(self._cfg)
+        n = gpt_parameter_count(self._cfg)
+        if params is None:
+            params = np.zeros(n, dtype=np.float32)
+        else:
+            params = np.ascontiguousarray(params, dtype=np.float32)
+            if params.shape != (n,):
+                raise ValueError(f"params must have shape ({n},), got {params.shape}")
+        self._params = params
+
+    # ---- construction -------------------------------------------------------
+
+    @classmethod
+    def random(cls, cfg: GPTConfig, seed: Optional[int] = 0) -> "GPT":
+        """GPT-2 initialisation: weights N(0, 0.02), biases 0, LayerNorm gains 1, shifts 0.
+
+        Drawn from ``numpy.random.default_rng(seed)`` tensor by tensor in state-dict order.
+        """
+        m = cls(cfg)
+        rng = np.random.default_rng(seed)
+        for name, (off, shape) in m._layout.items():
+            view = m._params[off:off + int(np.prod(shape))]
+            if name.endswith(".weight") and len(shape) == 2:  # Linear and Embedding weights
+                view[:] = rng.standard_normal(view.size, dtype=np.float32) * np.float32(0.02)
+            elif name.endswith(".weight"):  # the 1-D weights are LayerNorm gains
+                view[:] = 1.0
+            # biases stay zero
+        return m
+
+    @classmethod
+    def from_state_dict(cls, sd: Mapping[str, Any], cfg: GPTConfig) -> "GPT":
+        """Load a state dict keyed as the chapter's PyTorch ``GPT.state_dict()``.
+
+        Values may be NumPy arrays, array-likes or torch tensors (any real dtype; stored
+        as float32). Every key and shape is checked against ``cfg``: a missing, unexpected
+        or mis-shaped tensor is a ``ValueError`` naming it. For a tied config,
+        ``head.weight`` may be present (PyTorch lists it) and must equal ``token.weight``.
+        """
+        cfg = _as_config(cfg)
+        if not isinstance(sd, Mapping):
+            raise TypeError(f"state dict must be a mapping, got {type(sd).__name__}")
+        m = cls(cfg)
+        expected = m._layout
+        keys = set(sd.keys())
+        missing = [k for k in expected if k not in keys]
+        tied_head = cfg.tie_weights and "head.weight" in keys
+        unexpected = sorted(str(k) for k in keys
+                            if k not in expected and not (tied_head and k == "head.weight"))
+        if missing:
+            raise ValueError(f"state dict is missing {missing}")
+        if unexpected:
+            raise ValueError(f"state dict has unexpected keys {unexpected}")
+        arrays = {}
+        for name, (off, shape) in expected.items():
+            a = _to_numpy(name, sd[name])
+            if a.shape != shape:
+                raise ValueError(f"state dict entry {name!r} has shape {a.shape}, expected {shape}")
+            arrays[name] = a
+        if tied_head:
+            head = _to_numpy("head.weight", sd["head.weight"])
+            if head.shape != expected["token.weight"][1]:
+                raise ValueError(f"state dict entry 'head.weight' has shape {head.shape}, "
+                                 f"expected {expected['token.weight'][1]}")
+            if not np.array_equal(head.astype(np.float32), arrays["token.weight"].astype(np.float32)):
+                raise ValueError("state dict entry 'head.weight' differs from 'token.weight' "
+                                 "but the config ties them (tie_weights=True)")
+        for name, (off, shape) in expected.items():
+            m._params[off:off + arrays[name].size] = arrays[name].reshape(-1)
+        return m
+
+    # ---- access -------------------------------------------------------------
+
+    @property
+    def config(self) -> GPTConfig:
+        return self._cfg
+
+    @property
+    def params(self) -> np.ndarray:
+        """The whole parameter buffer (1-D float32, writable, shared with the model)."""
+        return self._params
+
+    def num_parameters(self) -> int:
+        """Size of the parameter buffer: a tied head counted once."""
+        return int(self._params.size)
+
+    def state_dict(self, keep_tied: bool = False) -> Dict[str, np.ndarray]:
+        """Writable NumPy views into the parameter buffer, in the chapter's order and names.
+
+        A tied model lists ``token.weight`` only, unless ``keep_tied`` adds ``head.weight``
+        (a view of the same memory), as PyTorch's ``state_dict()`` does.
+        """
+        out = {name: self._params[off:off + int(np.prod(shape))].reshape(shape)
+               for name, (off, shape) in self._layout.items()}
+        if keep_tied and self._cfg.tie_weights:
+            out["head.weight"] = out["token.weight"]
+        return out
+
+    def new_cache(self, batch: int, capacity: int) -> KVCache:
+        """An empty KV cache for ``batch`` sequences of up to ``capacity`` (<= context) tokens."""
+        return KVCache(self._cfg, batch, capacity)
+
+    # ---- forward ------------------------------------------------------------
+
+    def _forward(self, ids: Any, cache: Optional[KVCache], last_only: bool,
+                 return_hidden: bool, want_logits: bool = True):
+        cfg = self._cfg
+        if cache is not None:
+            if not isinstance(cache, KVCache):
+                raise TypeError(f"cache must be a blockc.KVCache, got {type(cache).__name__}")
+            if cache.cfg != cfg:
+                raise ValueError("cache was made for a different model config")
+        start = cache.length if cache is not None else 0
+        a = _check_ids(ids, cfg, start)
+        b, t = a.shape
+        if cache is not None:
+            if cache.batch != b:
+                raise ValueError(f"ids have batch {b} but the cache holds {cache.batch} rows")
+            if start + t > cache.capacity:
+                raise ValueError(f"Sequence exceeds the cache's capacity of {cache.capacity} "
+                                 f"(length {start} + {t} tokens)")
+        c_cfg = cfg._c()
+        c_cache = ffi.NULL
+        if cache is not None:
+            c_cache = ffi.new("bc_gpt_cache *", dict(
+                k=fptr(cache.k), v=fptr(cache.v), batch=cache.batch,
+                capacity=cache.capacity, length=cache.length))
+        n = ffi.new("size_t *")
+        check(lib.bc_gpt_workspace_size(n, c_cfg, b, t, c_cache), "GPT forward")
+        work = np.empty(int(n[0]), dtype=np.float32)
+        logits = None
+        if want_logits:
+            logits = np.empty((b, 1 if last_only else t, cfg.vocab), dtype=np.float32)
+        hidden = np.empty((cfg.layers, b, t, cfg.width), dtype=np.float32) if return_hidden else None
+        ids_ptr = ffi.from_buffer("int64_t[]", a, require_writable=False)
+        check(lib.bc_gpt_forward(fptr(logits) if logits is not None else ffi.NULL,
+                                 fptr(hidden) if hidden is not None else ffi.NULL,
+                                 c_cache, cptr(self._params), c_cfg, ids_ptr,
+                                 lib.BC_IDS_INT64, b, t, int(last_only), fptr(work), work.size),
+              "GPT forward")
+        if cache is not None:
+            cache.length = int(c_cache.length)
+        return logits, hidden
+
+    def __call__(self, ids: Any, cache: Optional[KVCache] = None, return_hidden: bool = False
+                 ) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
+        """ids (B, T) integers in [0, vocab) -> logits (B, T, vocab) float32.
+
+        Positions are 0..T-1, or continue after ``cache.length`` (the cache is appended to).
+        With ``return_hidden``, returns ``(logits, hidden)``, hidden (layers, B, T, width):
+        the residual stream after every block.
+        """
+        logits, hidden = self._forward(ids, cache, False, return_hidden)
+        return (logits, hidden) if return_hidden else logits
+
+    forward = __call__
+
+    # ---- generation ---------------------------------------------------------
+
+    def generate(self, ids: Any, max_new_tokens: int, temperature: float = 0.0,
+                 top_k: Optional[int] = None, seed: Optional[int] = None,
+                 use_cache: bool = True) -> np.ndarray:
+        """Extend ids (B, T) by ``max_new_tokens`` tokens -> (B, T + max_new_tokens) int64.
+
+        Greedy (argmax, first maximum on ties) when ``temperature == 0``; otherwise samples
+        from softmax(logits / temperature), restricted to the ``top_k`` largest logits when
+        given, with ``numpy.random.default_rng(seed)`` (reproducible for a given seed).
+        With ``use_cache`` (the default) the prompt is run once and each new token is fed
+        alone through a KV cache; ``use_cache=False`` recomputes the whole sequence for every
+        token (same tokens, slower). T + max_new_tokens - 1 must not exceed the context.
+        """
+        cfg = self._cfg
+        a = _check_ids(ids, cfg, 0)
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
+            raise TypeError("max_new_tokens must be an integer")
+        max_new_tokens = int(max_new_tokens)
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        temperature = float(temperature)
+        if not (math.isfinite(temperature) and temperature >= 0.0):
+            raise ValueError(f"temperature must be finite and >= 0, got {temperature}")
+        if top_k is not None:
+            if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+                raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+            top_k = min(int(top_k), cfg.vocab)
+        b, t = a.shape
+        if max_new_tokens == 0:
+            return a.copy()
+        if t + max_new_tokens - 1 > cfg.context:
+            raise ValueError(f"Sequence exceeds the model's context of {cfg.context} "
+                             f"({t} prompt + {max_new_tokens} new tokens)")
+        rng = np.random.default_rng(seed)
+        out = np.empty((b, t + max_new_tokens), dtype=np.int64)
+        out[:, :t] = a
+        cache = self.new_cache(b, t + max_new_tokens - 1) if use_cache else None
+        feed = a
+        for i in range(max_new_tokens):
+            if use_cache:
+                logits, _ = self._forward(feed, cache, True, False)
+            else:
+                logits, _ = self._forward(out[:, :t + i], None, True, False)
+            nxt = self._pick(logits[:, 0, :], temperature, top_k, rng)
+            out[:, t + i] = nxt
+            feed = nxt[:, None]
+        return out
+
+    @staticmethod
+    def _pick(logits: np.ndarray, temperature: float, top_k: Optional[int],
+              rng: np.random.Generator) -> np.ndarray:
+        """Next token per row of logits (B, V): argmax, or a temperature/top-k sample."""
+        if temperature == 0.0:
+            return np.argmax(logits, axis=-1).astype(np.int64)
+        z = logits.astype(np.float64) / temperature
+        if top_k is not None and top_k < z.shape[-1]:
+            kth = np.partition(z, -top_k, axis=-1)[:, -top_k][:, None]
+            z = np.where(z < kth, -np.inf, z)
+        z = z - z.max(axis=-1, keepdims=True)
+        p = np.exp(z)
+        p /= p.sum(axis=-1, keepdims=True)
+        u = rng.random(z.shape[0])
+        cdf = np.cumsum(p, axis=-1)
+        idx = (cdf <= u[:, None] * cdf[:, -1:]).sum(axis=-1)  # first cdf > u: never a p=0 token
+        return np.minimum(idx, z.shape[-1] - 1).astype(np.int64)
+
+    def __repr__(self):
+        c = self._cfg
+        return (f"GPT(vocab={c.vocab}, context={c.context}, width={c.width}, heads={c.heads}, "
+                f"layers={c.layers}, tie_weights={c.tie_weights}, "
+                f"parameters={self.num_parameters():,})")

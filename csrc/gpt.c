@@ -1,0 +1,380 @@
+/* gpt.c: the whole GPT of chapter 6, on the shared kernels (kernels.h).
+ *
+ * All heavy compute goes through bc_k_linear, bc_k_attention, bc_k_layernorm,
+ * bc_k_act and bc_k_add; this file only validates, lays out and sequences.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bc_gpt.h"
+#include "kernels.h"
+
+/* ---- overflow-safe size arithmetic, capped at BC_MAX_ELEMENTS ---------- */
+
+static int mul2(size_t *r, size_t a, size_t b)
+{
+    if (a != 0 && b > (size_t)BC_MAX_ELEMENTS / a)
+        return BC_EOVERFLOW;
+    *r = a * b;
+    return BC_OK;
+}
+
+static int mul3(size_t *r, size_t a, size_t b, size_t c)
+{
+    size_t t;
+    int s = mul2(&t, a, b);
+    return s ? s : mul2(r, t, c);
+}
+
+static int add2(size_t *r, size_t a, size_t b)
+{
+    if (a > (size_t)BC_MAX_ELEMENTS || b > (size_t)BC_MAX_ELEMENTS - a)
+        return BC_EOVERFLOW;
+    *r = a + b;
+    return BC_OK;
+}
+
+/* ---- parameter layout --------------------------------------------------- */
+
+/* The twelve tensors of a block, in state_dict order: rows and cols as
+ * multiples of D (cols 0: a vector of rows*D). */
+enum { BLK_LN1_W, BLK_LN1_B, BLK_QKV_W, BLK_QKV_B, BLK_PROJ_W, BLK_PROJ_B,
+       BLK_LN2_W, BLK_LN2_B, BLK_UP_W, BLK_UP_B, BLK_DOWN_W, BLK_DOWN_B, BLK_N };
+
+static const struct { const char *name; size_t rows, cols; } BLOCK_TENSORS[BLK_N] = {
+    {"ln1.weight", 1, 0},       {"ln1.bias", 1, 0},
+    {"attn.qkv.weight", 3, 1},  {"attn.qkv.bias", 3, 0},
+    {"attn.proj.weight", 1, 1}, {"attn.proj.bias", 1, 0},
+    {"ln2.weight", 1, 0},       {"ln2.bias", 1, 0},
+    {"up.weight", 4, 1},        {"up.bias", 4, 0},
+    {"down.weight", 1, 4},      {"down.bias", 1, 0},
+};
+
+/* Every offset, in floats, computed once per call from the config. */
+typedef struct {
+    size_t token, position, blocks, block_size, norm_w, norm_b, head, total;
+    size_t blk[BLK_N];  /* offsets inside a block */
+} layout;
+
+static int make_layout(layout *lo, const bc_gpt_config *cfg)
+{
+    const size_t d = cfg->width;
+    size_t vd, cd, dd, bs = 0, blocks, off;
+    int s;
+    if ((s = mul2(&vd, cfg->vocab, d)) || (s = mul2(&cd, cfg->context, d)) ||
+        (s = mul2(&dd, d, d)))
+        return s;
+    for (int j = 0; j < BLK_N; j++) {
+        size_t n;
+        /* a matrix is (rows*D, cols*D); a vector has rows*D elements */
+        if (BLOCK_TENSORS[j].cols)
+            s = mul3(&n, dd, BLOCK_TENSORS[j].rows, BLOCK_TENSORS[j].cols);
+        else
+            s = mul2(&n, d, BLOCK_TENSORS[j].rows);
+        if (s)
+            return s;
+        lo->blk[j] = bs;
+        if ((s = add2(&bs, bs, n)))
+            return s;
+    }
+    lo->block_size = bs; /* 12 D^2 + 13 D */
+    if ((s = mul2(&blocks, bs, cfg->layers)))
+        return s;
+    lo->token = 0;
+    lo->position = vd;
+    if ((s = add2(&lo->blocks, vd, cd)) || (s = add2(&off, lo->blocks, blocks)))
+        return s;
+    lo->norm_w = off;
+    lo->norm_b = off + d; /* d <= vd: safe after the checks above */
+    if ((s = add2(&off, off, 2 * d)))
+        return s;
+    if (cfg->tie_weights) {
+        lo->head = lo->token;
+        lo->total = off;
+    } else {
+        lo->head = off;
+        if ((s = add2(&lo->total, off, vd)))
+            return s;
+    }
+    return BC_OK;
+}
+
+int bc_gpt_config_check(const bc_gpt_config *cfg)
+{
+    layout lo;
+    if (!cfg)
+        return BC_ENULL;
+    if (!cfg->vocab || !cfg->context || !cfg->width || !cfg->heads || !cfg->layers)
+        return BC_ESIZE;
+    if (!(cfg->eps >= 0.0f) || !isfinite(cfg->eps))
+        return BC_ESIZE;
+    if (cfg->width % cfg->heads)
+        return BC_EHEADS;
+    return make_layout(&lo, cfg);
+}
+
+int bc_gpt_param_count(size_t *n, const bc_gpt_config *cfg)
+{
+    layout lo;
+    int s;
+    if (!n)
+        return BC_ENULL;
+    if ((s = bc_gpt_config_check(cfg)) || (s = make_layout(&lo, cfg)))
+        return s;
+    *n = lo.total;
+    return BC_OK;
+}
+
+int bc_gpt_tensor_count(size_t *n, const bc_gpt_config *cfg)
+{
+    int s;
+    if (!n)
+        return BC_ENULL;
+    if ((s = bc_gpt_config_check(cfg)))
+        return s;
+    *n = 4 + (size_t)BLK_N * cfg->layers + (cfg->tie_weights ? 0 : 1);
+    return BC_OK;
+}
+
+int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *ndim,
+                       size_t shape[2], const bc_gpt_config *cfg, size_t index)
+{
+    layout lo;
+    size_t count, off, rows, cols;
+    char buf[BC_GPT_NAME_MAX];
+    int s;
+    if (!offset || !ndim || !shape)
+        return BC_ENULL;
+    if ((s = bc_gpt_tensor_count(&count, cfg)) || (s = make_layout(&lo, cfg)))
+        return s;
+    if (index >= count)
+        return BC_ERANGE;
+    const size_t d = cfg->width, nblk = (size_t)BLK_N * cfg->layers;
+    if (index == 0) {
+        snprintf(buf, sizeof buf, "token.weight");
+        off = lo.token, rows = cfg->vocab, cols = d;
+    } else if (index == 1) {
+        snprintf(buf, sizeof buf, "position.weight");
+        off = lo.position, rows = cfg->context, cols = d;
+    } else if (index < 2 + nblk) {
+        const size_t i = (index - 2) / BLK_N, j = (index - 2) % BLK_N;
+        snprintf(buf, sizeof buf, "blocks.%zu.%s", i, BLOCK_TENSORS[j].name);
+        off = lo.blocks + i * lo.block_size + lo.blk[j];
+        rows = BLOCK_TENSORS[j].rows * d;
+        cols = BLOCK_TENSORS[j].cols * d; /* 0 for a vector */
+    } else if (index == 2 + nblk) {
+        snprintf(buf, sizeof buf, "norm.weight");
+        off = lo.norm_w, rows = d, cols = 0;
+    } else if (index == 3 + nblk) {
+        snprintf(buf, sizeof buf, "norm.bias");
+        off = lo.norm_b, rows = d, cols = 0;
+    } else {
+        snprintf(buf, sizeof buf, "head.weight");
+        off = lo.head, rows = cfg->vocab, cols = d;
+    }
+    const size_t len = strlen(buf);
+    if (name && name_cap <= len)
+        return BC_ESIZE;
+    if (name)
+        memcpy(name, buf, len + 1);
+    *offset = off;
+    *ndim = cols ? 2 : 1;
+    shape[0] = rows;
+    shape[1] = cols ? cols : 1;
+    return BC_OK;
+}
+
+/* ---- cache and workspace ------------------------------------------------ */
+
+int bc_gpt_cache_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t capacity)
+{
+    size_t t, r;
+    int s;
+    if (!n)
+        return BC_ENULL;
+    if ((s = bc_gpt_config_check(cfg)))
+        return s;
+    if (!batch || !capacity)
+        return BC_ESIZE;
+    if (capacity > cfg->context)
+        return BC_ECONTEXT;
+    if ((s = mul3(&t, cfg->layers, batch, capacity)) || (s = mul2(&r, t, cfg->width)))
+        return s;
+    *n = r;
+    return BC_OK;
+}
+
+/* The workspace, carved in this order (floats):
+ *   x (N,D) residual, xn (N,D) normed / branch output, att (N,D) attention
+ *   output, buf (N,4D) qkv (N,3D) then the MLP hidden (N,4D), then the
+ *   attention kernel's scratch. N = B*T. */
+static int work_parts(size_t *nd, size_t *total, const bc_gpt_config *cfg,
+                      size_t batch, size_t seq, size_t keys)
+{
+    size_t n, big, aw;
+    int s;
+    if ((s = mul2(&n, batch, seq)) || (s = mul2(nd, n, cfg->width)) ||
+        (s = mul2(&big, *nd, 7)))
+        return s;
+    aw = bc_k_attention_work(seq, keys, cfg->heads, cfg->width / cfg->heads);
+    return add2(total, big, aw);
+}
+
+int bc_gpt_workspace_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t seq,
+                          const bc_gpt_cache *cache)
+{
+    size_t nd;
+    int s;
+    if (!n)
+        return BC_ENULL;
+    if ((s = bc_gpt_config_check(cfg)))
+        return s;
+    if (!batch || !seq)
+        return BC_ESIZE;
+    if (cache && cache->capacity > cfg->context)
+        return BC_ECONTEXT;
+    const size_t keys = cache ? cache->capacity : seq;
+    if (seq > keys)
+        return BC_ECONTEXT;
+    return work_parts(&nd, n, cfg, batch, seq, keys);
+}
+
+/* ---- forward ------------------------------------------------------------ */
+
+static int check_ids(const void *ids, int ids_type, size_t n, size_t vocab)
+{
+    if (ids_type == BC_IDS_INT32) {
+        const int32_t *p = (const int32_t *)ids;
+        for (size_t i = 0; i < n; i++)
+            if (p[i] < 0 || (uint64_t)p[i] >= (uint64_t)vocab)
+                return BC_ERANGE;
+    } else {
+        const int64_t *p = (const int64_t *)ids;
+        for (size_t i = 0; i < n; i++)
+            if (p[i] < 0 || (uint64_t)p[i] >= (uint64_t)vocab)
+                return BC_ERANGE;
+    }
+    return BC_OK;
+}
+
+static size_t id_at(const void *ids, int ids_type, size_t i)
+{
+    return ids_type == BC_IDS_INT32 ? (size_t)((const int32_t *)ids)[i]
+                                    : (size_t)((const int64_t *)ids)[i];
+}
+
+// x (N,D) = wte[ids] + wpe[pos0 + t], N = B*T, row b*T+t
+static void embed(float *x, const float *wte, const float *wpe, const void *ids, int ids_type,
+                  size_t batch, size_t seq, size_t pos0, size_t d)
+{
+    for (size_t b = 0; b < batch; b++)
+        for (size_t t = 0; t < seq; t++) {
+            const size_t r = b * seq + t;
+            bc_k_add(x + r * d, wte + id_at(ids, ids_type, r) * d, wpe + (pos0 + t) * d, d);
+        }
+}
+
+// cache rows (T,D) at position pos0 of layer l, row b <- src (T,.) row stride lds
+static void cache_store(float *dst, const float *src, size_t lds, size_t seq, size_t d)
+{
+    for (size_t t = 0; t < seq; t++)
+        memcpy(dst + t * d, src + t * lds, d * sizeof(float));
+}
+
+int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
+                   const float *params, const bc_gpt_config *cfg,
+                   const void *ids, int ids_type, size_t batch, size_t seq, int last_only,
+                   float *work, size_t work_size)
+{
+    layout lo;
+    size_t n, nd, need, tmp;
+    int s;
+
+    /* -- validate everything before writing anything -- */
+    if (!params || !ids || !work)
+        return BC_ENULL;
+    if ((s = bc_gpt_config_check(cfg)) || (s = make_layout(&lo, cfg)))
+        return s;
+    if (ids_type != BC_IDS_INT32 && ids_type != BC_IDS_INT64)
+        return BC_EOPTION;
+    if (!batch || !seq)
+        return BC_ESIZE;
+    size_t pos0 = 0, keys = seq;
+    if (cache) {
+        if (!cache->k || !cache->v)
+            return BC_ENULL;
+        if (cache->batch != batch || !cache->capacity || cache->length > cache->capacity)
+            return BC_ESIZE;
+        if (cache->capacity > cfg->context || seq > cache->capacity - cache->length)
+            return BC_ECONTEXT;
+        if ((s = bc_gpt_cache_size(&tmp, cfg, batch, cache->capacity)))
+            return s;
+        pos0 = cache->length;
+        keys = cache->capacity;
+    } else if (seq > cfg->context) {
+        return BC_ECONTEXT;
+    }
+    if ((s = mul2(&n, batch, seq)) || (s = work_parts(&nd, &need, cfg, batch, seq, keys)))
+        return s;
+    if (work_size < need)
+        return BC_EWORKSPACE;
+    if (logits && (s = mul2(&tmp, last_only ? batch : n, cfg->vocab)))
+        return s;
+    if (hidden && (s = mul2(&tmp, nd, cfg->layers)))
+        return s;
+    if ((s = check_ids(ids, ids_type, n, cfg->vocab)))
+        return s;
+
+    /* -- compute -- */
+    const size_t d = cfg->width, h = cfg->heads, dh = d / h, cap = keys;
+    float *x = work, *xn = x + nd, *att = xn + nd, *buf = att + nd, *awork = buf + 4 * nd;
+
+    embed(x, params + lo.token, params + lo.position, ids, ids_type, batch, seq, pos0, d);
+    for (size_t l = 0; l < cfg->layers; l++) {
+        const float *p = params + lo.blocks + l * lo.block_size;
+        // attention branch: x += proj(attn(qkv(ln1(x))))
+        bc_k_layernorm(xn, x, p + lo.blk[BLK_LN1_W], p + lo.blk[BLK_LN1_B], n, d, cfg->eps);
+        bc_k_linear(buf, xn, p + lo.blk[BLK_QKV_W], p + lo.blk[BLK_QKV_B], n, d, 3 * d);
+        for (size_t b = 0; b < batch; b++) {
+            const float *q = buf + b * seq * 3 * d;
+            const float *k = q + d, *v = q + 2 * d;
+            size_t ldk = 3 * d, tk = seq;
+            if (cache) {
+                const size_t row = (l * batch + b) * cap * d;
+                cache_store(cache->k + row + pos0 * d, k, 3 * d, seq, d);
+                cache_store(cache->v + row + pos0 * d, v, 3 * d, seq, d);
+                k = cache->k + row;
+                v = cache->v + row;
+                ldk = d;
+                tk = pos0 + seq;
+            }
+            bc_k_attention(att + b * seq * d, d, q, 3 * d, k, ldk, v, ldk,
+                           seq, tk, h, dh, pos0, 1, awork);
+        }
+        bc_k_linear(xn, att, p + lo.blk[BLK_PROJ_W], p + lo.blk[BLK_PROJ_B], n, d, d);
+        bc_k_add(x, x, xn, nd);
+        // MLP branch: x += down(gelu_tanh(up(ln2(x))))
+        bc_k_layernorm(xn, x, p + lo.blk[BLK_LN2_W], p + lo.blk[BLK_LN2_B], n, d, cfg->eps);
+        bc_k_linear(buf, xn, p + lo.blk[BLK_UP_W], p + lo.blk[BLK_UP_B], n, d, 4 * d);
+        bc_k_act(buf, buf, 4 * nd, BC_ACT_GELU_TANH);
+        bc_k_linear(xn, buf, p + lo.blk[BLK_DOWN_W], p + lo.blk[BLK_DOWN_B], n, 4 * d, d);
+        bc_k_add(x, x, xn, nd);
+        if (hidden)
+            memcpy(hidden + l * nd, x, nd * sizeof(float));
+    }
+    if (logits) {
+        const float *g = params + lo.norm_w, *bb = params + lo.norm_b;
+        if (last_only) {
+            for (size_t b = 0; b < batch; b++)
+                bc_k_layernorm(xn + b * d, x + (b * seq + seq - 1) * d, g, bb, 1, d, cfg->eps);
+            bc_k_linear(logits, xn, params + lo.head, NULL, batch, d, cfg->vocab);
+        } else {
+            bc_k_layernorm(xn, x, g, bb, n, d, cfg->eps);
+            bc_k_linear(logits, xn, params + lo.head, NULL, n, d, cfg->vocab);
+        }
+    }
+    if (cache)
+        cache->length += seq;
+    return BC_OK;
+}
