@@ -37,7 +37,7 @@ __all__ = [
     "D_HEAD", "D_FF", "N_BLOCKS", "FFN_SHAPES", "BLOCK_SHAPES",
     "FFN_INPUT", "RESIDUAL_INPUT", "RESIDUAL_SUBLAYER", "BLOCK_INPUT", "WORDS", "REAL_MODELS",
     "ffn_init", "ffn_forward", "ffn_params", "residual_add", "block_init", "block_forward",
-    "stack_init", "stack_forward", "avg_norm", "block_params", "real_params",
+    "stack_init", "stack_forward", "stack_norms", "avg_norm", "block_params", "real_params",
 ]
 
 # --- the book's sizes (compile-time constants of the C library) -----------------
@@ -245,6 +245,12 @@ def stack_forward(x, blocks: Sequence[Mapping[str, object]]) -> Tuple[np.ndarray
     norms = np.empty(N_BLOCKS + 1, np.float32)
     check(lib.bc_book_stack_forward(fptr(y), fptr(norms), s, cptr(xa)), "bc_book_stack_forward")
     return y, norms
+
+
+def stack_norms(x, blocks: Sequence[Mapping[str, object]]) -> np.ndarray:
+    """129_Stack's printed measure: the average row norm (5,) at the input and after
+    each of the 4 blocks; :func:`stack_forward` returns it with the final ``x``."""
+    return stack_forward(x, blocks)[1]
 
 
 def avg_norm(x) -> np.float32:

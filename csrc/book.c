@@ -20,10 +20,11 @@
 #define DF BC_BOOK_D_FF
 #define NB BC_BOOK_N_BLOCKS
 
-_Static_assert(NH * DH == DM, "d_head must be d_model / n_heads");
-_Static_assert(DF == 4 * DM, "d_ff must be 4 * d_model");
-_Static_assert(sizeof(bc_book_block) == (3 * NH * DH * DM + DM * DM + 2 * DF * DM) * sizeof(float),
-               "bc_book_block must be a plain run of floats");
+/* compile-time checks, in a form every C compiler accepts */
+typedef char bc_book_check_heads[NH * DH == DM ? 1 : -1];        /* d_head = d_model / n_heads */
+typedef char bc_book_check_ffn[DF == 4 * DM ? 1 : -1];           /* d_ff = 4 d_model */
+typedef char bc_book_check_layout[sizeof(bc_book_block) ==       /* a plain run of floats */
+    (3 * NH * DH * DM + DM * DM + 2 * DF * DM) * sizeof(float) ? 1 : -1];
 
 static const float INIT_SCALE = 0.1f;  /* (rand()/RAND_MAX * 2 - 1) * 0.1f */
 static const float RMS_EPS = 1e-5f;

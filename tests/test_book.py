@@ -45,6 +45,8 @@ def test_block_figures(backend):
 def test_stack_figures(backend, rand, want):
     _, norms = backend.stack_forward(book.BLOCK_INPUT, backend.stack_init(42, rand))
     assert " ".join("%.4f" % v for v in norms) == want
+    np.testing.assert_array_equal(backend.stack_norms(book.BLOCK_INPUT, backend.stack_init(42, rand)),
+                                  norms)
 
 
 @pytest.mark.parametrize("backend", [book, ref], ids=["C", "oracle"])
@@ -220,6 +222,21 @@ def test_c_block_forward_in_place():
     p = ffi.from_buffer("float[]", x)
     assert lib.bc_book_stack_forward(p, ffi.NULL, blocks, p) == lib.BC_OK  # norms optional
     np.testing.assert_array_equal(x, book.stack_forward(book.BLOCK_INPUT, book.stack_init())[0])
+
+
+def test_c_ffn_forward_in_place():
+    g = ffi.new("bc_rng *")
+    lib.bc_rng_init(g, lib.BC_RAND_GLIBC, 3)
+    f = ffi.new("bc_book_ffn *")
+    assert lib.bc_book_ffn_init(f, g) == lib.BC_OK
+    f.b1 = list(np.linspace(-0.5, 0.5, 12))
+    x = book.FFN_INPUT.copy()
+    p = ffi.from_buffer("float[]", x)
+    assert lib.bc_book_ffn_forward(p, f, p) == lib.BC_OK
+    w = {k: np.frombuffer(ffi.buffer(getattr(f, k)), np.float32).reshape(s)
+         for k, s in book.FFN_SHAPES.items()}
+    np.testing.assert_array_equal(x, book.ffn_forward(book.FFN_INPUT, w))
+    np.testing.assert_allclose(x, ref.ffn_forward(book.FFN_INPUT, w), **TOL)
 
 
 def test_c_null_and_bad_generator_write_nothing():

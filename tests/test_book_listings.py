@@ -187,3 +187,14 @@ def test_listing_names():
     assert listings.listing_name("127_Residual.c") == "127_Residual"
     with pytest.raises(ValueError, match="choose one of 126_Ffn"):
         listings.listing_name("12")
+
+
+def test_figures_disagreement_is_reported(monkeypatch, capsys):
+    import blockc._cli_book as cli_book
+    good = listings.figures("msvc")
+    bad = [listings.Figure("129_Stack", "avg norms", "1.3809", "1.3810")] + good[1:]
+    monkeypatch.setattr(cli_book, "figures", lambda rand: bad)
+    assert main(["figures"]) == 1
+    out = capsys.readouterr().out
+    assert "11 of 12 figures agree." in out
+    assert [l for l in out.splitlines() if l.startswith("129_Stack")][0].endswith("NO")

@@ -18,7 +18,7 @@ from ..rng import CRand
 
 __all__ = [
     "ffn_init", "ffn_forward", "ffn_params", "residual_add", "block_init", "block_forward",
-    "stack_init", "stack_forward", "avg_norm", "block_params", "real_params",
+    "stack_init", "stack_forward", "stack_norms", "avg_norm", "block_params", "real_params",
     "FFN_SHAPES", "BLOCK_SHAPES", "REAL_MODELS",
 ]
 
@@ -194,6 +194,11 @@ def stack_forward(x, blocks: Sequence[Mapping[str, object]]) -> Tuple[np.ndarray
         x = _block(x, _weights(w, f"blocks[{i}]", BLOCK_SHAPES))
         norms.append(avg_norm(x))
     return x, np.array(norms, F32)
+
+
+def stack_norms(x, blocks: Sequence[Mapping[str, object]]) -> np.ndarray:
+    """129_Stack: the average norms (5,) only."""
+    return stack_forward(x, blocks)[1]
 
 
 def block_params(d_model: int = D_MODEL, d_ff: int = D_FF, n_layers: int = 1) -> Dict[str, int]:
