@@ -97,6 +97,7 @@ int main(void)
 {
     test_core();
     test_engine();
+    test_book();
     h_free_all();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

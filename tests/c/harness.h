@@ -45,5 +45,6 @@ void h_free_all(void);
 /* the sections, one per part header */
 void test_core(void);
 void test_engine(void);
+void test_book(void);
 
 #endif
