@@ -9,4 +9,7 @@ from .rng import CRand
 from . import book
 from .gpt import GPT, GPTConfig, KVCache, gpt_parameter_count, gpt_parameter_formula
 
+from . import ops
+from .engine import BlockConfig, BlockWeights, block_forward, count_parameters, init_block, init_blocks, stack_forward
+
 __version__ = "0.1.0"

@@ -9,7 +9,7 @@ import sys
 from typing import List, Optional
 
 # subcommand modules, in the order their commands are listed in --help
-_COMMANDS = ["_cli_book", "_cli_gpt"]
+_COMMANDS = ["_cli_book", "_cli_gpt", "_cli_depth"]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -56,7 +56,7 @@ def check_eps(eps: Any, name: str = "eps") -> float:
     if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a real number, got {type(eps).__name__}")
     e = float(eps)
-    if not math.isfinite(e) or e < 0 or not math.isfinite(float(np.float32(e))):
+    if not math.isfinite(e) or e < 0 or e > float(np.finfo(np.float32).max):
         raise ValueError(f"{name} must be finite and >= 0, got {eps!r}")
     return e
 

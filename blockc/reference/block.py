@@ -74,7 +74,8 @@ def relu(x):
 
 
 def silu(x):
-    return x / (1 + np.exp(-x))
+    with np.errstate(over="ignore"):  # exp(-x) = inf for very negative x: silu -> -0
+        return x / (1 + np.exp(-x))
 
 
 def swiglu(gate, up):

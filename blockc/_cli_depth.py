@@ -1,0 +1,127 @@
+"""``blockc depth``: chapter 24's stacking experiment (129_Stack) at any depth.
+
+Stacks N random blocks (the chapter-24 draw: one generator, uniform +-0.1, no
+biases or gains) on the 128_Block input ("The cat sat down", 4 x 8) when
+d_model is 8, or on a seeded random input otherwise, and prints the average
+norm (the mean over positions of each position's L2 norm) after each block.
+``--plot FILE`` also runs the other placement and draws pre- and post-norm
+curves in one figure (needs matplotlib: ``pip install 'blockc[plot]'``).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List
+
+import numpy as np
+
+from .engine import ACTIVATIONS, NORMS, PLACEMENTS, BlockConfig, avg_norm, init_blocks, stack_forward
+
+# 128_Block / 129_Stack: the four positions "The", "cat", "sat", "down" (data from the chapter)
+BOOK_INPUT = np.array([
+    [1.0, 0.2, -0.3, 0.5, -0.1, 0.8, 0.3, -0.2],
+    [0.3, 0.9, 0.1, -0.2, 0.6, 0.4, -0.1, 0.5],
+    [-0.1, 0.4, 0.8, 0.2, -0.5, 0.3, 0.7, 0.1],
+    [0.6, -0.2, 0.5, 0.7, 0.3, -0.4, 0.2, 0.8],
+], dtype=np.float32)
+BOOK_WORDS = ("The", "cat", "sat", "down")
+
+
+def depth_input(d_model: int, seq_len: int, seed: int) -> np.ndarray:
+    """The 128_Block input for d_model=8 and seq_len=4; otherwise (seq_len,
+    d_model) uniform in [-1, 1) from numpy's default_rng(seed)."""
+    if d_model == 8 and seq_len == 4:
+        return BOOK_INPUT.copy()
+    return np.random.default_rng(seed).uniform(-1.0, 1.0, (seq_len, d_model)).astype(np.float32)
+
+
+def depth_norms(cfg: BlockConfig, n_blocks: int, seed: int = 42, rand: str = "msvc",
+                x: np.ndarray = None, seq_len: int = 4) -> List[float]:
+    """The average norm of the input and after each of n_blocks blocks."""
+    if x is None:
+        x = depth_input(cfg.d_model, seq_len, seed)
+    hs = stack_forward(x, init_blocks(cfg, n_blocks, seed, rand), cfg, return_hidden=True)
+    return [avg_norm(h) for h in hs]
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if not 1 <= v <= 100000:
+        raise argparse.ArgumentTypeError(f"expected an integer in [1, 100000], got {v}")
+    return v
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "depth", help="stack N random blocks and print the average norm after each",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--blocks", type=_positive, default=32, help="number of blocks (default 32)")
+    p.add_argument("--d-model", type=_positive, default=8, help="width D (default 8)")
+    p.add_argument("--heads", type=_positive, default=2, help="attention heads (default 2)")
+    p.add_argument("--d-ff", type=_positive, default=None, help="FFN width (default 4*D)")
+    p.add_argument("--seq-len", type=_positive, default=4, help="positions (default 4)")
+    p.add_argument("--norm", choices=NORMS, default="rms")
+    p.add_argument("--placement", choices=PLACEMENTS, default="pre")
+    p.add_argument("--activation", choices=ACTIVATIONS, default="gelu_tanh")
+    p.add_argument("--causal", action="store_true", help="mask keys after each query")
+    p.add_argument("--no-residual", action="store_true", help="drop the residual additions")
+    p.add_argument("--eps", type=float, default=1e-5)
+    p.add_argument("--seed", type=int, default=42, help="srand seed (default 42)")
+    p.add_argument("--rand", choices=("msvc", "glibc", "normal"), default="msvc",
+                   help="weight draw: the book's msvc rand() (default), glibc, or GPT-2 normal")
+    p.add_argument("--plot", metavar="FILE", help="draw pre- and post-norm curves to FILE")
+    p.set_defaults(func=run)
+
+
+def _cfg(args, placement: str) -> BlockConfig:
+    return BlockConfig(d_model=args.d_model, n_heads=args.heads,
+                       d_ff=args.d_ff if args.d_ff is not None else 4 * args.d_model,
+                       norm=args.norm, placement=placement, activation=args.activation,
+                       causal=args.causal, residual=not args.no_residual, eps=args.eps)
+
+
+def run(args) -> int:
+    cfg = _cfg(args, args.placement)
+    plt = None
+    if args.plot:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            sys.stderr.write("blockc depth: error: --plot needs matplotlib "
+                             "(pip install 'blockc[plot]')\n")
+            return 2
+    x = depth_input(cfg.d_model, args.seq_len, args.seed)
+    curves = {args.placement: depth_norms(cfg, args.blocks, args.seed, args.rand, x)}
+    if plt is not None:
+        other = "post" if args.placement == "pre" else "pre"
+        curves[other] = depth_norms(_cfg(args, other), args.blocks, args.seed, args.rand, x)
+    src = "128_Block input" if cfg.d_model == 8 and args.seq_len == 4 else \
+        f"random input {args.seq_len}x{cfg.d_model}"
+    print(f"Stacking {args.blocks} transformer blocks (d_model={cfg.d_model}, heads={cfg.n_heads}, "
+          f"d_ff={cfg.d_ff}, norm={cfg.norm}, {cfg.activation}, "
+          f"{'causal' if cfg.causal else 'bidirectional'}, "
+          f"{'residual' if cfg.residual else 'no residual'}; seed {args.seed}, {args.rand}; {src}):\n")
+    names = list(curves)
+    print("  " + " " * 16 + "".join(f"{n + '-norm':>12}" for n in names))
+    for i in range(args.blocks + 1):
+        label = "input" if i == 0 else f"after block {i}"
+        print(f"  {label:<16}" + "".join(f"{curves[n][i]:12.4f}" for n in names))
+    if plt is not None:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for n in ("pre", "post"):
+            ax.plot(range(args.blocks + 1), curves[n], marker="o", ms=3, label=f"{n}-norm")
+        ax.set_xlabel("blocks")
+        ax.set_ylabel("average norm over positions")
+        ax.set_title(f"{args.blocks} random blocks, d_model={cfg.d_model}, norm={cfg.norm}, "
+                     f"{cfg.activation}")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(args.plot)
+        plt.close(fig)
+        print(f"\nwrote {args.plot}")
+    return 0
