@@ -1,0 +1,183 @@
+"""Benchmark: the chapter-6 GPT in C (blockc) against PyTorch eager, same weights, one run.
+
+Two measurements, each the median of --repeats runs after one warm-up:
+  forward     logits for one sequence of --seq tokens (default 1024, GPT-2 small's context);
+  generation  greedy decoding of --new tokens after a --prompt-token prompt, both with a
+              KV cache (blockc: m.generate; PyTorch: the same loop over a preallocated
+              K/V cache, attention by F.scaled_dot_product_attention), in tokens/s.
+GPT-2 small widths (D=768, 12 heads, V=50,257, C=1,024), random N(0, 0.02) weights.
+--layers defaults to 12 (the real GPT-2 small); a smaller count is reported in the header.
+The speedup column is PyTorch time / blockc time (> 1: blockc is faster).
+
+    python benches/bench_gpt.py                      # GPT-2 small, T=1024, 32 new tokens
+    python benches/bench_gpt.py --layers 4 --repeats 3
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import blockc
+
+
+def median_time(fn, repeats):
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def torch_gpt(torch, cfg, state_dict):
+    """The chapter's GPT in PyTorch eager (module names as the chapter), with a KV cache."""
+    nn, F = torch.nn, torch.nn.functional
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(cfg.width, 3 * cfg.width)
+            self.proj = nn.Linear(cfg.width, cfg.width)
+
+        def forward(self, x, cache, layer, start):
+            b, t, d = x.shape
+            h = cfg.heads
+            q, k, v = (z.view(b, t, h, d // h).transpose(1, 2)
+                       for z in self.qkv(x).chunk(3, dim=-1))
+            if cache is not None:
+                cache[0][layer][:, :, start:start + t] = k
+                cache[1][layer][:, :, start:start + t] = v
+                k = cache[0][layer][:, :, :start + t]
+                v = cache[1][layer][:, :, :start + t]
+            # a single new query attends to every cached key: no mask needed
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=(t > 1 and start == 0))
+            return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(cfg.width, eps=cfg.eps)
+            self.attn = Attention()
+            self.ln2 = nn.LayerNorm(cfg.width, eps=cfg.eps)
+            self.up = nn.Linear(cfg.width, 4 * cfg.width)
+            self.down = nn.Linear(4 * cfg.width, cfg.width)
+
+        def forward(self, x, cache, layer, start):
+            x = x + self.attn(self.ln1(x), cache, layer, start)
+            return x + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.token = nn.Embedding(cfg.vocab, cfg.width)
+            self.position = nn.Embedding(cfg.context, cfg.width)
+            self.blocks = nn.ModuleList(Block() for _ in range(cfg.layers))
+            self.norm = nn.LayerNorm(cfg.width, eps=cfg.eps)
+            self.head = nn.Linear(cfg.width, cfg.vocab, bias=False)
+            self.head.weight = self.token.weight
+
+        def forward(self, ids, cache=None, start=0, last_only=False):
+            t = ids.shape[1]
+            x = self.token(ids) + self.position(torch.arange(start, start + t))
+            for i, block in enumerate(self.blocks):
+                x = block(x, cache, i, start)
+            if last_only:
+                x = x[:, -1:]
+            return self.head(self.norm(x))
+
+        def generate(self, ids, n):
+            b, t = ids.shape
+            shape = (cfg.layers, b, cfg.heads, t + n - 1, cfg.width // cfg.heads)
+            cache = (torch.zeros(shape), torch.zeros(shape))
+            out, feed, start = [ids], ids, 0
+            for _ in range(n):
+                nxt = self(feed, cache, start, last_only=True)[:, -1].argmax(-1, keepdim=True)
+                start += feed.shape[1]
+                out.append(nxt)
+                feed = nxt
+            return torch.cat(out, dim=1)
+
+    m = GPT().eval()
+    m.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in state_dict.items()}, strict=True)
+    return m
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--seq", type=int, default=1024, help="forward sequence length (1024)")
+    ap.add_argument("--prompt", type=int, default=16, help="generation prompt tokens (16)")
+    ap.add_argument("--new", type=int, default=32, help="generated tokens (32)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip-forward", action="store_true")
+    ap.add_argument("--skip-generate", action="store_true")
+    args = ap.parse_args(argv)
+
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    cfg = blockc.GPTConfig.preset("gpt2", layers=args.layers)
+    m = blockc.GPT.random(cfg, seed=args.seed)
+    tm = torch_gpt(torch, cfg, m.state_dict(keep_tied=True)) if torch is not None else None
+    rng = np.random.default_rng(args.seed)
+
+    threads = os.environ.get("OMP_NUM_THREADS", "default")
+    print(f"GPT-2 small widths: V={cfg.vocab} C={cfg.context} D={cfg.width} H={cfg.heads} "
+          f"L={cfg.layers}{'' if cfg.layers == 12 else ' (reduced from 12)'}, "
+          f"{blockc.gpt_parameter_count(cfg):,} parameters, random weights")
+    print(f"blockc OMP_NUM_THREADS={threads}; "
+          + (f"torch {torch.__version__}, {torch.get_num_threads()} threads" if torch else
+             "torch not installed: blockc only")
+          + f"; median of {args.repeats} after 1 warm-up")
+    rows = []
+
+    if not args.skip_forward:
+        ids = rng.integers(0, cfg.vocab, size=(1, args.seq))
+        t_c = median_time(lambda: m(ids), args.repeats)
+        t_t = None
+        if tm is not None:
+            tids = torch.as_tensor(ids)
+            with torch.no_grad():
+                t_t = median_time(lambda: tm(tids), args.repeats)
+                diff = float(np.abs(tm(tids).numpy() - m(ids)).max())
+            print(f"forward max |blockc - torch| logit difference: {diff:.2e}")
+        rows.append((f"forward, B=1 T={args.seq}", "s", t_c, t_t, False))
+
+    if not args.skip_generate:
+        prompt = rng.integers(0, cfg.vocab, size=(1, args.prompt))
+        t_c = median_time(lambda: m.generate(prompt, args.new), args.repeats)
+        t_t = None
+        if tm is not None:
+            tp = torch.as_tensor(prompt)
+            with torch.no_grad():
+                t_t = median_time(lambda: tm.generate(tp, args.new), args.repeats)
+                same = np.array_equal(tm.generate(tp, args.new).numpy(),
+                                      m.generate(prompt, args.new))
+            print(f"greedy generation, blockc tokens == torch tokens: {same}")
+        rows.append((f"generate, prompt {args.prompt} + {args.new} new (KV cache)",
+                     "tokens/s", args.new / t_c, None if t_t is None else args.new / t_t, True))
+
+    print()
+    print(f"| {'measurement':<44} | {'blockc':>14} | {'PyTorch eager':>14} | {'blockc speedup':>14} |")
+    print(f"|{'-' * 46}|{'-' * 16}|{'-' * 16}|{'-' * 16}|")
+    for name, unit, c, t, higher_better in rows:
+        fmt = (lambda v: f"{v:.1f} {unit}") if higher_better else (lambda v: f"{v:.3f} {unit}")
+        speedup = "n/a" if t is None else f"{(c / t) if higher_better else (t / c):.2f}x"
+        print(f"| {name:<44} | {fmt(c):>14} | {('n/a' if t is None else fmt(t)):>14} | "
+              f"{speedup:>14} |")
+    print("speedup: PyTorch time / blockc time (forward), blockc tokens/s / PyTorch tokens/s"
+          " (generation); > 1 means blockc is faster")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
