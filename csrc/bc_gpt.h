@@ -60,8 +60,9 @@ typedef struct {
     size_t length;    /* <= capacity */
 } bc_gpt_cache;
 
-/* Check a configuration: BC_OK, BC_ENULL, BC_ESIZE (a zero size or a bad eps),
- * BC_EHEADS (D % H != 0) or BC_EOVERFLOW (the model is too large to address). */
+/* Check a configuration: BC_OK, BC_ENULL, BC_ESIZE (a zero size), BC_EOPTION (eps
+ * negative or not finite), BC_EHEADS (D % H != 0) or BC_EOVERFLOW (the model is
+ * too large to address). */
 int bc_gpt_config_check(const bc_gpt_config *cfg);
 
 /* n: floats in the parameter buffer, i.e. the model's parameter count. */
@@ -100,7 +101,8 @@ int bc_gpt_workspace_size(size_t *n, const bc_gpt_config *cfg, size_t batch, siz
  * Errors (nothing written): BC_ENULL, BC_ESIZE (B or T zero, cache batch mismatch,
  * cache length > capacity), BC_EOPTION (ids_type), BC_ERANGE (an id outside [0,V)),
  * BC_ECONTEXT (start + T beyond the context or the cache's capacity, or capacity
- * beyond the context), BC_EOVERFLOW, BC_EWORKSPACE. */
+ * beyond the context), BC_EOVERFLOW, BC_EWORKSPACE, BC_EALIAS (logits, hidden, work
+ * and the cache's k and v overlap each other, the parameters or the ids). */
 int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
                    const float *params, const bc_gpt_config *cfg,
                    const void *ids, int ids_type, size_t batch, size_t seq, int last_only,

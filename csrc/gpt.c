@@ -7,32 +7,20 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bc_check.h"
 #include "bc_gpt.h"
 #include "kernels.h"
 
 /* ---- overflow-safe size arithmetic, capped at BC_MAX_ELEMENTS ---------- */
 
-static int mul2(size_t *r, size_t a, size_t b)
-{
-    if (a != 0 && b > (size_t)BC_MAX_ELEMENTS / a)
-        return BC_EOVERFLOW;
-    *r = a * b;
-    return BC_OK;
-}
+static int mul2(size_t *r, size_t a, size_t b) { return bc_mul(r, a, b); }
+static int add2(size_t *r, size_t a, size_t b) { return bc_add(r, a, b); }
 
 static int mul3(size_t *r, size_t a, size_t b, size_t c)
 {
     size_t t;
-    int s = mul2(&t, a, b);
-    return s ? s : mul2(r, t, c);
-}
-
-static int add2(size_t *r, size_t a, size_t b)
-{
-    if (a > (size_t)BC_MAX_ELEMENTS || b > (size_t)BC_MAX_ELEMENTS - a)
-        return BC_EOVERFLOW;
-    *r = a + b;
-    return BC_OK;
+    int s = bc_mul(&t, a, b);
+    return s ? s : bc_mul(r, t, c);
 }
 
 /* ---- parameter layout --------------------------------------------------- */
@@ -107,8 +95,8 @@ int bc_gpt_config_check(const bc_gpt_config *cfg)
         return BC_ENULL;
     if (!cfg->vocab || !cfg->context || !cfg->width || !cfg->heads || !cfg->layers)
         return BC_ESIZE;
-    if (!(cfg->eps >= 0.0f) || !isfinite(cfg->eps))
-        return BC_ESIZE;
+    if (!bc_eps_ok(cfg->eps))
+        return BC_EOPTION;
     if (cfg->width % cfg->heads)
         return BC_EHEADS;
     return make_layout(&lo, cfg);
@@ -288,7 +276,7 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
                    float *work, size_t work_size)
 {
     layout lo;
-    size_t n, nd, need, tmp;
+    size_t n, nd, need, tmp_cache = 0, logits_n = 0, hidden_n = 0;
     int s;
 
     /* -- validate everything before writing anything -- */
@@ -308,7 +296,7 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
             return BC_ESIZE;
         if (cache->capacity > cfg->context || seq > cache->capacity - cache->length)
             return BC_ECONTEXT;
-        if ((s = bc_gpt_cache_size(&tmp, cfg, batch, cache->capacity)))
+        if ((s = bc_gpt_cache_size(&tmp_cache, cfg, batch, cache->capacity)))
             return s;
         pos0 = cache->length;
         keys = cache->capacity;
@@ -319,10 +307,26 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
         return s;
     if (work_size < need)
         return BC_EWORKSPACE;
-    if (logits && (s = mul2(&tmp, last_only ? batch : n, cfg->vocab)))
+    if (logits && (s = mul2(&logits_n, last_only ? batch : n, cfg->vocab)))
         return s;
-    if (hidden && (s = mul2(&tmp, nd, cfg->layers)))
+    if (hidden && (s = mul2(&hidden_n, nd, cfg->layers)))
         return s;
+    /* outputs may not overlap each other, the parameters or the ids */
+    {
+        size_t cache_n = cache ? tmp_cache : 0, ids_n = ids_type == BC_IDS_INT64 ? 2 * n : n;
+        const float *in[2] = {params, (const float *)ids};
+        const size_t in_n[2] = {lo.total, ids_n};
+        float *out[5] = {logits, hidden, work, cache ? cache->k : NULL, cache ? cache->v : NULL};
+        const size_t out_n[5] = {logits_n, hidden_n, need, cache_n, cache_n};
+        for (int i = 0; i < 5; i++) {
+            for (int j = 0; j < 2; j++)
+                if (bc_overlap(out[i], out_n[i], in[j], in_n[j]))
+                    return BC_EALIAS;
+            for (int j = i + 1; j < 5; j++)
+                if (bc_overlap(out[i], out_n[i], out[j], out_n[j]))
+                    return BC_EALIAS;
+        }
+    }
     if ((s = check_ids(ids, ids_type, n, cfg->vocab)))
         return s;
 

@@ -355,6 +355,24 @@ def test_c_forward_status_codes_and_no_write_on_error():
     np.testing.assert_array_equal(c.logits, c.m(ids))
 
 
+def test_c_forward_refuses_overlapping_buffers():
+    c = _C(SMALL, 1, 4)
+    ids = rand_ids(SMALL, 1, 4)
+    f = lambda a: ffi.from_buffer("float[]", a)  # noqa: E731
+    params = f(c.m.params)
+    keep = c.m.params.copy()
+    run = lambda logits, work, wsize=c.work.size: lib.bc_gpt_forward(  # noqa: E731
+        logits, ffi.NULL, ffi.NULL, params, c.cfg, ffi.from_buffer(ids), lib.BC_IDS_INT64,
+        1, 4, 0, work, wsize)
+    # logits written over the parameters, or the workspace over the logits
+    assert run(params + 5, f(c.work)) == lib.BC_EALIAS
+    big = np.zeros(c.logits.size + c.work.size, np.float32)
+    assert run(f(big), f(big) + c.logits.size - 1) == lib.BC_EALIAS
+    assert run(f(big), f(big) + c.logits.size) == lib.BC_OK  # adjacent is fine
+    np.testing.assert_array_equal(big[:c.logits.size].reshape(c.logits.shape), c.m(ids))
+    np.testing.assert_array_equal(c.m.params, keep)
+
+
 def test_c_layout_queries():
     cfg = SMALL._c()
     n = ffi.new("size_t *")
@@ -380,7 +398,7 @@ def test_c_layout_queries():
     assert lib.bc_gpt_param_count(n, huge) == lib.BC_EOVERFLOW
     nan = ffi.new("bc_gpt_config *", dict(vocab=10, context=4, width=4, heads=1, layers=1,
                                           eps=float("inf")))
-    assert lib.bc_gpt_config_check(nan) == lib.BC_ESIZE
+    assert lib.bc_gpt_config_check(nan) == lib.BC_EOPTION
 
 
 # ---- KV cache ---------------------------------------------------------------------
