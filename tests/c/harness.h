@@ -46,5 +46,6 @@ void h_free_all(void);
 void test_core(void);
 void test_engine(void);
 void test_book(void);
+void test_gpt(void);
 
 #endif

@@ -1,0 +1,335 @@
+/* t_gpt.c: the GPT's entry points (csrc/bc_gpt.h). */
+#include <math.h>
+#include <string.h>
+
+#include "harness.h"
+
+#define NB(n) ((n) * sizeof(float))
+
+static bc_gpt_config tiny(int tied)
+{
+    bc_gpt_config c;
+    memset(&c, 0, sizeof c);
+    c.vocab = 11;
+    c.context = 6;
+    c.width = 8;
+    c.heads = 2;
+    c.layers = 2;
+    c.eps = 1e-5f;
+    c.tie_weights = tied;
+    return c;
+}
+
+static size_t formula(size_t v, size_t ctx, size_t d, size_t l, int tied)
+{
+    return v * d + ctx * d + l * (12 * d * d + 13 * d) + 2 * d + (tied ? 0 : v * d);
+}
+
+static void config_checks(void)
+{
+    size_t *n = h_alloc_bytes(sizeof *n);
+    const bc_gpt_config good = tiny(1);
+    bc_gpt_config c;
+
+    EXPECT_STATUS(BC_ENULL, bc_gpt_config_check(NULL));
+    EXPECT_STATUS(BC_OK, bc_gpt_config_check(&good));
+    c = good; c.vocab = 0;
+    EXPECT_STATUS(BC_ESIZE, bc_gpt_config_check(&c));
+    c = good; c.context = 0;
+    EXPECT_STATUS(BC_ESIZE, bc_gpt_config_check(&c));
+    c = good; c.width = 0;
+    EXPECT_STATUS(BC_ESIZE, bc_gpt_config_check(&c));
+    c = good; c.heads = 0;
+    EXPECT_STATUS(BC_ESIZE, bc_gpt_config_check(&c));
+    c = good; c.layers = 0;
+    EXPECT_STATUS(BC_ESIZE, bc_gpt_config_check(&c));
+    const float bad_eps[] = {-1e-5f, NAN, INFINITY, -INFINITY};
+    for (int i = 0; i < 4; i++) {
+        c = good; c.eps = bad_eps[i];
+        EXPECT_STATUS(BC_ESIZE, bc_gpt_config_check(&c));
+    }
+    c = good; c.heads = 3;
+    EXPECT_STATUS(BC_EHEADS, bc_gpt_config_check(&c));
+    c = good; c.heads = 16;
+    EXPECT_STATUS(BC_EHEADS, bc_gpt_config_check(&c));
+    const size_t huge[] = {H_NEG, H_HALF, (size_t)BC_MAX_ELEMENTS, (size_t)1 << 37};
+    for (int i = 0; i < 4; i++) {
+        c = good; c.vocab = huge[i];
+        EXPECT_STATUS(BC_EOVERFLOW, bc_gpt_config_check(&c));
+        c = good; c.context = huge[i];
+        EXPECT_STATUS(BC_EOVERFLOW, bc_gpt_config_check(&c));
+        c = good; c.layers = huge[i];
+        EXPECT_STATUS(BC_EOVERFLOW, bc_gpt_config_check(&c));
+        c = good; c.width = huge[i] & ~(size_t)1; c.heads = 2;  /* even: heads divide */
+        EXPECT_STATUS(BC_EOVERFLOW, bc_gpt_config_check(&c));
+    }
+    /* 2^20 wide: 12 D^2 = 12 * 2^40 */
+    c = good; c.width = (size_t)1 << 20;
+    EXPECT_STATUS(BC_EOVERFLOW, bc_gpt_config_check(&c));
+
+    /* every query refuses a bad config the same way, writing nothing */
+    c = good; c.heads = 3;
+    EXPECT_STATUS(BC_ENULL, bc_gpt_param_count(NULL, &good));
+    EXPECT_STATUS(BC_ENULL, bc_gpt_param_count(n, NULL));
+    EXPECT_STATUS(BC_EHEADS, bc_gpt_param_count(n, &c));
+    EXPECT_STATUS(BC_ENULL, bc_gpt_tensor_count(NULL, &good));
+    EXPECT_STATUS(BC_EHEADS, bc_gpt_tensor_count(n, &c));
+    EXPECT_STATUS(BC_EHEADS, bc_gpt_cache_size(n, &c, 1, 4));
+    EXPECT_STATUS(BC_EHEADS, bc_gpt_workspace_size(n, &c, 1, 4, NULL));
+    EXPECT(h_untouched(n, sizeof *n));
+
+    /* the chapter's counts: N = VD + CD + L(12 D^2 + 13 D) + 2D */
+    EXPECT_STATUS(BC_OK, bc_gpt_param_count(n, &good));
+    EXPECT(*n == formula(11, 6, 8, 2, 1));
+    c = good; c.tie_weights = 1000;  /* any nonzero value ties */
+    EXPECT_STATUS(BC_OK, bc_gpt_param_count(n, &c));
+    EXPECT(*n == formula(11, 6, 8, 2, 1));
+    c = good; c.tie_weights = 0;
+    EXPECT_STATUS(BC_OK, bc_gpt_param_count(n, &c));
+    EXPECT(*n == formula(11, 6, 8, 2, 0));
+    bc_gpt_config g2 = {50257, 1024, 768, 12, 12, 1e-5f, 1};
+    EXPECT_STATUS(BC_OK, bc_gpt_param_count(n, &g2));
+    EXPECT(*n == 124439808u);
+    bc_gpt_config g2m = {50257, 1024, 1024, 16, 24, 1e-5f, 1};
+    EXPECT_STATUS(BC_OK, bc_gpt_param_count(n, &g2m));
+    EXPECT(*n == 354823168u);
+    EXPECT_STATUS(BC_OK, bc_gpt_tensor_count(n, &good));
+    EXPECT(*n == 4 + 12 * 2);
+    EXPECT_STATUS(BC_OK, bc_gpt_tensor_count(n, &c));
+    EXPECT(*n == 5 + 12 * 2);
+}
+
+static void tensor_info_checks(int tied)
+{
+    bc_gpt_config c = tiny(tied);
+    size_t count = 0, total = 0;
+    EXPECT_STATUS(BC_OK, bc_gpt_tensor_count(&count, &c));
+    EXPECT_STATUS(BC_OK, bc_gpt_param_count(&total, &c));
+    char *name = h_alloc_bytes(BC_GPT_NAME_MAX);
+    size_t *off = h_alloc_bytes(sizeof *off), *nd = h_alloc_bytes(sizeof *nd);
+    size_t *shape = h_alloc_bytes(2 * sizeof *shape);
+
+    EXPECT_STATUS(BC_ENULL, bc_gpt_tensor_info(name, BC_GPT_NAME_MAX, NULL, nd, shape, &c, 0));
+    EXPECT_STATUS(BC_ENULL, bc_gpt_tensor_info(name, BC_GPT_NAME_MAX, off, NULL, shape, &c, 0));
+    EXPECT_STATUS(BC_ENULL, bc_gpt_tensor_info(name, BC_GPT_NAME_MAX, off, nd, NULL, &c, 0));
+    EXPECT_STATUS(BC_ENULL, bc_gpt_tensor_info(name, BC_GPT_NAME_MAX, off, nd, shape, NULL, 0));
+    EXPECT_STATUS(BC_ERANGE, bc_gpt_tensor_info(name, BC_GPT_NAME_MAX, off, nd, shape, &c, count));
+    EXPECT_STATUS(BC_ERANGE, bc_gpt_tensor_info(name, BC_GPT_NAME_MAX, off, nd, shape, &c, H_NEG));
+    /* "token.weight" needs 13 bytes */
+    EXPECT_STATUS(BC_ESIZE, bc_gpt_tensor_info(name, 12, off, nd, shape, &c, 0));
+    EXPECT_STATUS(BC_ESIZE, bc_gpt_tensor_info(name, 0, off, nd, shape, &c, 0));
+    EXPECT(h_untouched(name, BC_GPT_NAME_MAX) && h_untouched(off, sizeof *off));
+    EXPECT(h_untouched(nd, sizeof *nd) && h_untouched(shape, 2 * sizeof *shape));
+
+    /* the tensors tile the buffer exactly, in state_dict order */
+    size_t next = 0;
+    for (size_t i = 0; i < count; i++) {
+        h_refill(name, BC_GPT_NAME_MAX);
+        EXPECT_STATUS(BC_OK, bc_gpt_tensor_info(name, BC_GPT_NAME_MAX, off, nd, shape, &c, i));
+        EXPECT(memchr(name, '\0', BC_GPT_NAME_MAX) != NULL);
+        EXPECT(*nd == 1 || *nd == 2);
+        if (*nd == 1)
+            EXPECT(shape[1] == 1);
+        EXPECT(*off == next);
+        next = *off + shape[0] * shape[1];
+        EXPECT(h_guard_ok(name, BC_GPT_NAME_MAX));
+        EXPECT_STATUS(BC_OK, bc_gpt_tensor_info(NULL, 0, off, nd, shape, &c, i)); /* no name */
+    }
+    EXPECT(next == total);
+    EXPECT_STATUS(BC_OK, bc_gpt_tensor_info(name, 13, off, nd, shape, &c, 0));
+    EXPECT(strcmp(name, "token.weight") == 0 && *off == 0 && shape[0] == 11 && shape[1] == 8);
+    EXPECT_STATUS(BC_OK, bc_gpt_tensor_info(name, BC_GPT_NAME_MAX, off, nd, shape, &c, 4));
+    EXPECT(strcmp(name, "blocks.0.attn.qkv.weight") == 0 && shape[0] == 24 && shape[1] == 8);
+    EXPECT_STATUS(BC_OK, bc_gpt_tensor_info(name, BC_GPT_NAME_MAX, off, nd, shape, &c, count - 1));
+    EXPECT(strcmp(name, tied ? "norm.bias" : "head.weight") == 0);
+    /* the longest name a big model has still fits BC_GPT_NAME_MAX */
+    bc_gpt_config big = tiny(1);
+    big.layers = 1000000;
+    big.width = 2;
+    big.heads = 1;
+    EXPECT_STATUS(BC_OK, bc_gpt_tensor_info(name, BC_GPT_NAME_MAX, off, nd, shape, &big,
+                                            2 + 12 * 999999 + 4));
+    EXPECT(strcmp(name, "blocks.999999.attn.proj.weight") == 0);
+}
+
+static void sizes_checks(void)
+{
+    bc_gpt_config c = tiny(1);
+    size_t *n = h_alloc_bytes(sizeof *n);
+    bc_gpt_cache cache = {NULL, NULL, 1, 6, 0};
+
+    EXPECT_STATUS(BC_ENULL, bc_gpt_cache_size(NULL, &c, 1, 4));
+    EXPECT_STATUS(BC_ENULL, bc_gpt_cache_size(n, NULL, 1, 4));
+    EXPECT_STATUS(BC_ESIZE, bc_gpt_cache_size(n, &c, 0, 4));
+    EXPECT_STATUS(BC_ESIZE, bc_gpt_cache_size(n, &c, 1, 0));
+    EXPECT_STATUS(BC_ECONTEXT, bc_gpt_cache_size(n, &c, 1, 7));
+    EXPECT_STATUS(BC_ECONTEXT, bc_gpt_cache_size(n, &c, 1, H_NEG));
+    EXPECT_STATUS(BC_EOVERFLOW, bc_gpt_cache_size(n, &c, H_NEG, 4));
+    EXPECT_STATUS(BC_EOVERFLOW, bc_gpt_cache_size(n, &c, H_HALF, 2));
+    EXPECT_STATUS(BC_ENULL, bc_gpt_workspace_size(NULL, &c, 1, 4, NULL));
+    EXPECT_STATUS(BC_ENULL, bc_gpt_workspace_size(n, NULL, 1, 4, NULL));
+    EXPECT_STATUS(BC_ESIZE, bc_gpt_workspace_size(n, &c, 0, 4, NULL));
+    EXPECT_STATUS(BC_ESIZE, bc_gpt_workspace_size(n, &c, 1, 0, NULL));
+    EXPECT_STATUS(BC_EOVERFLOW, bc_gpt_workspace_size(n, &c, H_NEG, 4, NULL));
+    EXPECT_STATUS(BC_EOVERFLOW, bc_gpt_workspace_size(n, &c, (size_t)1 << 32, (size_t)1 << 32, NULL));
+    cache.capacity = 7;
+    EXPECT_STATUS(BC_ECONTEXT, bc_gpt_workspace_size(n, &c, 1, 4, &cache));
+    cache.capacity = 3;
+    EXPECT_STATUS(BC_ECONTEXT, bc_gpt_workspace_size(n, &c, 1, 4, &cache));
+    EXPECT(h_untouched(n, sizeof *n));
+
+    EXPECT_STATUS(BC_OK, bc_gpt_cache_size(n, &c, 3, 5));
+    EXPECT(*n == 2 * 3 * 5 * 8);
+    EXPECT_STATUS(BC_OK, bc_gpt_workspace_size(n, &c, 2, 3, NULL));
+    EXPECT(*n >= 2 * 3 * 8 * 7);
+    /* large but addressable: refused or not wrapped */
+    bc_gpt_config w = tiny(1);
+    w.context = (size_t)1 << 34;
+    w.width = 4;
+    for (size_t t = (size_t)1 << 20; t <= ((size_t)1 << 34); t <<= 7) {
+        int st = bc_gpt_workspace_size(n, &w, 1, t, NULL);
+        EXPECT(st == BC_OK || st == BC_EOVERFLOW);
+        if (st == BC_OK)
+            EXPECT(*n >= t * 4 * 7);
+    }
+}
+
+static void forward_checks(int tied)
+{
+    enum { B = 2, T = 4, V = 11, D = 8, L = 2 };
+    bc_gpt_config c = tiny(tied);
+    size_t np = 0, nw = 0, nwc = 0, nc = 0;
+    EXPECT_STATUS(BC_OK, bc_gpt_param_count(&np, &c));
+    EXPECT_STATUS(BC_OK, bc_gpt_cache_size(&nc, &c, B, 6));
+    bc_gpt_cache cache = {h_alloc(nc), h_alloc(nc), B, 6, 0};
+    EXPECT_STATUS(BC_OK, bc_gpt_workspace_size(&nw, &c, B, T, NULL));
+    EXPECT_STATUS(BC_OK, bc_gpt_workspace_size(&nwc, &c, B, T, &cache));
+    float *p = h_alloc(np), *work = h_alloc(nwc > nw ? nwc : nw);
+    float *logits = h_alloc(B * T * V), *hidden = h_alloc(L * B * T * D);
+    h_fill(p, np, 50, 0.2f);
+    int32_t *ids = h_alloc_bytes(B * T * sizeof(int32_t));
+    int64_t *ids64 = h_alloc_bytes(B * T * sizeof(int64_t));
+    for (int i = 0; i < B * T; i++)
+        ids64[i] = ids[i] = (i * 7 + 3) % V;
+    const size_t nl = NB(B * T * V), nh = NB(L * B * T * D);
+#define UNTOUCHED() EXPECT(h_untouched(logits, nl) && h_untouched(hidden, nh))
+#define FWD(lg, hd, ca, pp, cc, ii, it, b, t, lo, wk, wn) \
+    bc_gpt_forward(lg, hd, ca, pp, cc, ii, it, b, t, lo, wk, wn)
+
+    EXPECT_STATUS(BC_ENULL, FWD(logits, hidden, NULL, NULL, &c, ids, BC_IDS_INT32, B, T, 0, work, nw));
+    EXPECT_STATUS(BC_ENULL, FWD(logits, hidden, NULL, p, NULL, ids, BC_IDS_INT32, B, T, 0, work, nw));
+    EXPECT_STATUS(BC_ENULL, FWD(logits, hidden, NULL, p, &c, NULL, BC_IDS_INT32, B, T, 0, work, nw));
+    EXPECT_STATUS(BC_ENULL, FWD(logits, hidden, NULL, p, &c, ids, BC_IDS_INT32, B, T, 0, NULL, nw));
+    const int bad_types[] = {0, 8, 16, 33, -32, 1};
+    for (int i = 0; i < 6; i++)
+        EXPECT_STATUS(BC_EOPTION, FWD(logits, hidden, NULL, p, &c, ids, bad_types[i], B, T, 0, work, nw));
+    EXPECT_STATUS(BC_ESIZE, FWD(logits, hidden, NULL, p, &c, ids, BC_IDS_INT32, 0, T, 0, work, nw));
+    EXPECT_STATUS(BC_ESIZE, FWD(logits, hidden, NULL, p, &c, ids, BC_IDS_INT32, B, 0, 0, work, nw));
+    EXPECT_STATUS(BC_ECONTEXT, FWD(logits, hidden, NULL, p, &c, ids, BC_IDS_INT32, 1, 7, 0, work, nw));
+    EXPECT_STATUS(BC_ECONTEXT, FWD(logits, hidden, NULL, p, &c, ids, BC_IDS_INT32, 1, H_NEG, 0, work, nw));
+    EXPECT_STATUS(BC_EOVERFLOW, FWD(logits, hidden, NULL, p, &c, ids, BC_IDS_INT32, H_NEG, T, 0, work, nw));
+    EXPECT_STATUS(BC_EOVERFLOW, FWD(logits, hidden, NULL, p, &c, ids, BC_IDS_INT32, H_HALF, 2, 0, work, nw));
+    EXPECT_STATUS(BC_EWORKSPACE, FWD(logits, hidden, NULL, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nw - 1));
+    EXPECT_STATUS(BC_EWORKSPACE, FWD(logits, hidden, NULL, p, &c, ids, BC_IDS_INT32, B, T, 0, work, 0));
+    bc_gpt_config bad = c;
+    bad.heads = 3;
+    EXPECT_STATUS(BC_EHEADS, FWD(logits, hidden, NULL, p, &bad, ids, BC_IDS_INT32, B, T, 0, work, nw));
+    UNTOUCHED();
+    EXPECT(h_untouched(work, NB(nw)));
+
+    /* token ids: the last one bad, so every other id is read first */
+    const int64_t bad_ids[] = {V, -1, (int64_t)1 << 32, INT64_MIN, INT64_MAX, (int64_t)V + ((int64_t)1 << 32)};
+    for (int i = 0; i < 6; i++) {
+        ids64[B * T - 1] = bad_ids[i];
+        EXPECT_STATUS(BC_ERANGE, FWD(logits, hidden, NULL, p, &c, ids64, BC_IDS_INT64, B, T, 0, work, nw));
+        if (bad_ids[i] == (int32_t)bad_ids[i]) {
+            ids[B * T - 1] = (int32_t)bad_ids[i];
+            EXPECT_STATUS(BC_ERANGE, FWD(logits, hidden, NULL, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nw));
+        }
+    }
+    ids[B * T - 1] = INT32_MIN;
+    EXPECT_STATUS(BC_ERANGE, FWD(logits, hidden, NULL, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nw));
+    ids[B * T - 1] = INT32_MAX;
+    EXPECT_STATUS(BC_ERANGE, FWD(logits, hidden, NULL, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nw));
+    ids64[B * T - 1] = ids[B * T - 1] = 2;
+    UNTOUCHED();
+
+    /* cache misuse: nothing written, the cache does not move */
+    bc_gpt_cache k = cache;
+    k.k = NULL;
+    EXPECT_STATUS(BC_ENULL, FWD(logits, hidden, &k, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nwc));
+    k = cache; k.v = NULL;
+    EXPECT_STATUS(BC_ENULL, FWD(logits, hidden, &k, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nwc));
+    k = cache; k.batch = B + 1;
+    EXPECT_STATUS(BC_ESIZE, FWD(logits, hidden, &k, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nwc));
+    k = cache; k.length = 7;
+    EXPECT_STATUS(BC_ESIZE, FWD(logits, hidden, &k, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nwc));
+    k = cache; k.capacity = 0;
+    EXPECT_STATUS(BC_ESIZE, FWD(logits, hidden, &k, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nwc));
+    k = cache; k.capacity = 7; /* beyond the context */
+    EXPECT_STATUS(BC_ECONTEXT, FWD(logits, hidden, &k, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nwc));
+    k = cache; k.length = 3;   /* 3 + 4 > 6 */
+    EXPECT_STATUS(BC_ECONTEXT, FWD(logits, hidden, &k, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nwc));
+    EXPECT(k.length == 3);
+    k = cache; k.length = H_NEG;
+    EXPECT_STATUS(BC_ESIZE, FWD(logits, hidden, &k, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nwc));
+    k = cache;
+    EXPECT_STATUS(BC_EWORKSPACE, FWD(logits, hidden, &k, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nwc - 1));
+    ids[0] = V;
+    EXPECT_STATUS(BC_ERANGE, FWD(logits, hidden, &k, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nwc));
+    ids[0] = (int32_t)ids64[0];
+    EXPECT(k.length == 0 && h_untouched(cache.k, NB(nc)) && h_untouched(cache.v, NB(nc)));
+    UNTOUCHED();
+
+    /* good: finite, in bounds; int32 and int64 ids agree bit for bit */
+    EXPECT_STATUS(BC_OK, FWD(logits, hidden, NULL, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nw));
+    EXPECT(h_finite(logits, B * T * V) && h_finite(hidden, L * B * T * D));
+    EXPECT(h_guard_ok(logits, nl) && h_guard_ok(hidden, nh) && h_guard_ok(work, NB(nwc > nw ? nwc : nw)));
+    float *l2 = h_alloc(B * T * V), *last = h_alloc(B * V);
+    EXPECT_STATUS(BC_OK, FWD(l2, NULL, NULL, p, &c, ids64, BC_IDS_INT64, B, T, 0, work, nw));
+    EXPECT(memcmp(l2, logits, nl) == 0);
+    /* no outputs at all is a valid (if useless) call */
+    EXPECT_STATUS(BC_OK, FWD(NULL, NULL, NULL, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nw));
+    /* last_only: the last position of each row */
+    EXPECT_STATUS(BC_OK, FWD(last, NULL, NULL, p, &c, ids, BC_IDS_INT32, B, T, 1, work, nw));
+    EXPECT(h_guard_ok(last, NB(B * V)));
+    for (int b = 0; b < B; b++)
+        for (int v = 0; v < V; v++)
+            EXPECT(fabsf(last[b * V + v] - logits[(b * T + T - 1) * V + v]) <= 1e-5f);
+    /* causality: a new last token leaves the earlier positions' logits as they were */
+    ids[T - 1] = (ids[T - 1] + 1) % V;
+    EXPECT_STATUS(BC_OK, FWD(l2, NULL, NULL, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nw));
+    EXPECT(memcmp(l2, logits, NB((T - 1) * V)) == 0);
+    EXPECT(memcmp(l2 + (T - 1) * V, logits + (T - 1) * V, NB(V)) != 0);
+    ids[T - 1] = (int32_t)ids64[T - 1];
+    /* the cache: T-1 tokens then one gives the full pass's last logits */
+    int32_t *head = h_alloc_bytes(B * (T - 1) * sizeof(int32_t)), *tail = h_alloc_bytes(B * sizeof(int32_t));
+    for (int b = 0; b < B; b++) {
+        memcpy(head + b * (T - 1), ids + b * T, (T - 1) * sizeof(int32_t));
+        tail[b] = ids[b * T + T - 1];
+    }
+    k = cache;
+    EXPECT_STATUS(BC_OK, FWD(NULL, NULL, &k, p, &c, head, BC_IDS_INT32, B, T - 1, 0, work, nwc));
+    EXPECT(k.length == T - 1);
+    EXPECT_STATUS(BC_OK, FWD(last, NULL, &k, p, &c, tail, BC_IDS_INT32, B, 1, 1, work, nwc));
+    EXPECT(k.length == T);
+    for (int b = 0; b < B; b++)
+        for (int v = 0; v < V; v++)
+            EXPECT(fabsf(last[b * V + v] - logits[(b * T + T - 1) * V + v]) <= 1e-5f);
+    EXPECT(h_guard_ok(cache.k, NB(nc)) && h_guard_ok(cache.v, NB(nc)));
+    /* full: 4 + 3 > 6 */
+    EXPECT_STATUS(BC_ECONTEXT, FWD(last, NULL, &k, p, &c, head, BC_IDS_INT32, B, T - 1, 0, work, nwc));
+    EXPECT(k.length == T);
+#undef UNTOUCHED
+#undef FWD
+}
+
+void test_gpt(void)
+{
+    config_checks();
+    tensor_info_checks(1);
+    tensor_info_checks(0);
+    sizes_checks();
+    forward_checks(1);
+    forward_checks(0);
+}
