@@ -46,7 +46,7 @@ static void config_checks(void)
     const float bad_eps[] = {-1e-5f, NAN, INFINITY, -INFINITY};
     for (int i = 0; i < 4; i++) {
         c = good; c.eps = bad_eps[i];
-        EXPECT_STATUS(BC_ESIZE, bc_gpt_config_check(&c));
+        EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
     }
     c = good; c.heads = 3;
     EXPECT_STATUS(BC_EHEADS, bc_gpt_config_check(&c));
@@ -236,6 +236,21 @@ static void forward_checks(int tied)
     EXPECT_STATUS(BC_EHEADS, FWD(logits, hidden, NULL, p, &bad, ids, BC_IDS_INT32, B, T, 0, work, nw));
     UNTOUCHED();
     EXPECT(h_untouched(work, NB(nw)));
+
+    /* overlapping buffers */
+    EXPECT_STATUS(BC_EALIAS, FWD(logits, logits + 3, NULL, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nw));
+    EXPECT_STATUS(BC_EALIAS, FWD(work + 1, NULL, NULL, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nw));
+    EXPECT_STATUS(BC_EALIAS, FWD(logits, hidden, NULL, p, &c, ids, BC_IDS_INT32, B, T, 0, p + 5, nw));
+    EXPECT_STATUS(BC_EALIAS, FWD(p + np - 1, NULL, NULL, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nw));
+    EXPECT_STATUS(BC_EALIAS, FWD((float *)ids, NULL, NULL, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nw));
+    bc_gpt_cache ov = cache;
+    ov.v = cache.k + 1;
+    EXPECT_STATUS(BC_EALIAS, FWD(logits, hidden, &ov, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nwc));
+    ov = cache;
+    ov.k = hidden;
+    EXPECT_STATUS(BC_EALIAS, FWD(logits, hidden, &ov, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nwc));
+    UNTOUCHED();
+    EXPECT(h_untouched(work, NB(nw)) && h_untouched(cache.k, NB(nc)) && h_untouched(cache.v, NB(nc)));
 
     /* token ids: the last one bad, so every other id is read first */
     const int64_t bad_ids[] = {V, -1, (int64_t)1 << 32, INT64_MIN, INT64_MAX, (int64_t)V + ((int64_t)1 << 32)};
