@@ -99,9 +99,13 @@ def _norms(args) -> int:
     norms = residual_norms(cfg, args.seq, args.seed)
     print(f"residual-stream norm (mean over {args.seq} tokens), random {args.preset}-shaped model "
           f"D={cfg.width} L={cfg.layers}, seed {args.seed}")
-    print(f"  {'after':<10} {'norm':>10} {'x embed':>9}")
+    print(f"  {'after':<10} {'norm':>10} {'x embed':>9} {'norm^2 gain':>12}")
     for i, n in enumerate(norms):
-        print(f"  {'embedding' if i == 0 else f'block {i}':<10} {n:>10.4f} {n / norms[0]:>9.2f}")
+        gain = "" if i == 0 else f"{n * n - norms[i - 1] ** 2:12.2f}"
+        print(f"  {'embedding' if i == 0 else f'block {i}':<10} {n:>10.4f} {n / norms[0]:>9.2f} "
+              f"{gain:>12}")
+    print("  (a steady norm^2 gain per block is growth like sqrt(depth): each block adds a "
+          "roughly independent update to the stream)")
     if args.plot:
         try:
             import matplotlib

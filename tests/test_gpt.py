@@ -533,7 +533,7 @@ def test_cli_norms(capsys):
     assert cli_main(args) == 0
     lines = [ln.split() for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith(
         ("embedding", "block"))]
-    printed = [float(ln[-2]) for ln in lines]
+    printed = [float(ln[1] if ln[0] == "embedding" else ln[2]) for ln in lines]
     cfg = GPTConfig(vocab=300, context=1024, width=64, heads=4, layers=3)
     m = GPT.random(cfg, seed=2)
     ids = np.random.default_rng(3).integers(0, 300, size=(1, 8))
@@ -544,3 +544,12 @@ def test_cli_norms(capsys):
         [np.linalg.norm(h[0], axis=-1).mean() for h in ref_hidden]
     np.testing.assert_allclose(printed, expect, atol=1e-4)
     assert cli_main(["gpt", "--norms", "--seq", "0", "--layers", "1", "--vocab", "10"]) == 2
+
+
+def test_cli_norms_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "norms.png"
+    assert cli_main(["gpt", "--norms", "--vocab", "50", "--width", "32", "--heads", "2",
+                     "--layers", "2", "--seq", "4", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"wrote {png}" in capsys.readouterr().out
