@@ -198,6 +198,21 @@ class KVCache:
         """Forget every stored position (length 0)."""
         self.length = 0
 
+    def _check(self) -> None:
+        """The attributes are public: refuse a cache whose arrays or length no longer
+        match what C will index (it writes up to layers*batch*capacity*width floats)."""
+        shape = (self.cfg.layers, self.batch, self.capacity, self.cfg.width)
+        for name in ("k", "v"):
+            a = getattr(self, name)
+            if not (isinstance(a, np.ndarray) and a.dtype == np.float32 and a.shape == shape
+                    and a.flags.c_contiguous and a.flags.writeable):
+                got = (f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__)
+                raise ValueError(f"cache.{name} must be a writable C-contiguous float32 array "
+                                 f"of shape {shape}, got {got}")
+        n = self.length
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n <= self.capacity:
+            raise ValueError(f"cache.length must be an integer in [0, {self.capacity}], got {n!r}")
+
     def __repr__(self):
         return f"KVCache(batch={self.batch}, capacity={self.capacity}, length={self.length})"
 
@@ -320,6 +335,7 @@ class GPT:
                 raise TypeError(f"cache must be a blockc.KVCache, got {type(cache).__name__}")
             if cache.cfg != cfg:
                 raise ValueError("cache was made for a different model config")
+            cache._check()
         start = cache.length if cache is not None else 0
         a = _check_ids(ids, cfg, start)
         b, t = a.shape
