@@ -46,4 +46,4 @@ def fptr(a: np.ndarray):
 
 def cptr(a: np.ndarray):
     """A ``const float *`` into a C-contiguous float32 array, read-only ones included."""
-    return ffi.from_buffer("float[]", a, require_writable=False)
+    return ffi.from_buffer("float[]", a, False)  # require_writable=False (positional: faster)

@@ -85,6 +85,7 @@ _C_PLACE = {"pre": lib.BC_PLACE_PRE, "post": lib.BC_PLACE_POST}
 _C_ACT = {"gelu_tanh": lib.BC_ACT_GELU_TANH, "gelu": lib.BC_ACT_GELU,
           "relu": lib.BC_ACT_RELU, "swiglu": lib.BC_ACT_SWIGLU}
 _MAX = int(lib.BC_MAX_ELEMENTS)
+_EWORKSPACE = lib.BC_EWORKSPACE
 
 # (state-dict key, bc_block_weights field)
 _FIELDS = (
@@ -324,18 +325,25 @@ _tls = threading.local()
 
 def _workspace(cfg: BlockConfig, b: int, t: int):
     """(pointer, length) of this thread's scratch, grown when needed."""
-    key = (cfg._c, b, t)
-    if getattr(_tls, "key", None) == key:
-        return _tls.ptr, _tls.n
+    tls = _tls
+    if getattr(tls, "cfg", None) is cfg and tls.b == b and tls.t == t:
+        return tls.ptr, tls.n
     n = ffi.new("size_t *")
     check(lib.bc_block_workspace_size(n, cfg._c, b, t), "block workspace")
     need = n[0]
-    buf = getattr(_tls, "buf", None)
+    buf = getattr(tls, "buf", None)
     if buf is None or buf.size < need:
         buf = np.empty(max(need, 1), F32)
-        _tls.buf, _tls.ptr = buf, fptr(buf)
-    _tls.key, _tls.n = key, buf.size
-    return _tls.ptr, _tls.n
+        tls.buf, tls.ptr = buf, fptr(buf)
+    # holding cfg keeps its id from being reused by another config
+    tls.cfg, tls.b, tls.t, tls.n = cfg, b, t, buf.size
+    return tls.ptr, tls.n
+
+
+def _forget_workspace() -> None:
+    """Make the next call re-query the size (the kernels' scratch needs may change,
+    e.g. with the thread count)."""
+    _tls.cfg = None
 
 
 def _input(x: Any, cfg: BlockConfig):
@@ -362,14 +370,44 @@ def block_forward(x: Any, W: Mapping[str, Any], cfg: BlockConfig) -> np.ndarray:
 
     x (T, D) or (B, T, D) -> a new float32 array of the same shape.
     W: the block's weights (see the module docstring), cfg: its BlockConfig."""
-    _check_cfg(cfg)
-    p = _prepare(W, cfg)
-    x, b, t = _input(x, cfg)
-    y = np.empty(x.shape, F32)
+    # the lean path: a BlockWeights already prepared for this config, a float32
+    # C-contiguous x; everything else falls through to the full checks
+    if type(cfg) is not BlockConfig:
+        _check_cfg(cfg)
+    p = W._prep if type(W) is BlockWeights else None
+    if p is None or p.cfg is not cfg:
+        p = _prepare(W, cfg)
+    if not (type(x) is np.ndarray and x.dtype is F32 and x.flags.c_contiguous):
+        x = as_f32(x, "x")
+    shape = x.shape
+    if len(shape) == 3 and shape[2] == cfg.d_model:
+        b, t = shape[0], shape[1]
+    elif len(shape) == 2 and shape[1] == cfg.d_model:
+        b, t = 1, shape[0]
+    else:
+        x, b, t = _input(x, cfg)  # raises the shape error
+    y = np.empty(shape, F32)
     if b and t:
         work, n = _workspace(cfg, b, t)
-        check(lib.bc_block_forward(fptr(y), cptr(x), cfg._c, p.c, b, t, work, n), "block_forward")
+        st = lib.bc_block_forward(fptr(y), cptr(x), cfg._c, p.c, b, t, work, n)
+        if st == _EWORKSPACE:
+            _forget_workspace()
+            work, n = _workspace(cfg, b, t)
+            st = lib.bc_block_forward(fptr(y), cptr(x), cfg._c, p.c, b, t, work, n)
+        if st:
+            check(st, "block_forward")
     return y
+
+
+def _stack_call(y, hidden, x, cfg, ws, n, b, t) -> None:
+    hp = ffi.NULL if hidden is None else fptr(hidden)
+    for attempt in (0, 1):
+        work, wn = _workspace(cfg, b, t)
+        st = lib.bc_stack_forward(fptr(y), hp, cptr(x), cfg._c, ws, n, b, t, work, wn)
+        if st != _EWORKSPACE:
+            break
+        _forget_workspace()
+    check(st, "stack_forward")
 
 
 def stack_forward(x: Any, Ws: Sequence[Mapping[str, Any]], cfg: BlockConfig,
@@ -393,19 +431,15 @@ def stack_forward(x: Any, Ws: Sequence[Mapping[str, Any]], cfg: BlockConfig,
             ws = ffi.new("bc_block_weights[]", n)
             for i, p in enumerate(preps):
                 ws[i] = p.c[0]
-            work, wn = _workspace(cfg, b, t)
             y = np.empty(x.shape, F32)
-            check(lib.bc_stack_forward(fptr(y), fptr(hid[1:]), cptr(x), cfg._c, ws, n, b, t,
-                                       work, wn), "stack_forward")
+            _stack_call(y, hid[1:], x, cfg, ws, n, b, t)
         return hid
     y = np.array(x, dtype=F32, copy=True) if n == 0 else np.empty(x.shape, F32)
     if n and b and t:
         ws = ffi.new("bc_block_weights[]", n)
         for i, p in enumerate(preps):
             ws[i] = p.c[0]
-        work, wn = _workspace(cfg, b, t)
-        check(lib.bc_stack_forward(fptr(y), ffi.NULL, cptr(x), cfg._c, ws, n, b, t, work, wn),
-              "stack_forward")
+        _stack_call(y, None, x, cfg, ws, n, b, t)
     return y
 
 

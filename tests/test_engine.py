@@ -128,13 +128,27 @@ def test_normal_init_is_gpt2_style():
 def test_every_option_combination_matches_oracle(norm, placement, activation, causal, residual):
     cfg = BlockConfig(d_model=12, n_heads=3, d_ff=20, norm=norm, placement=placement,
                       activation=activation, causal=causal, residual=residual, eps=1e-4)
-    rng = np.random.default_rng(hash((norm, placement, activation, causal, residual)) % 2**32)
+    rng = np.random.default_rng(COMBOS.index((norm, placement, activation, causal, residual)))
     Ws = [random_weights(cfg, rng) for _ in range(3)]
     x = rng.standard_normal((2, 5, 12)).astype(np.float32)
-    close(block_forward(x, Ws[0], cfg), ref.block_forward(x, Ws[0], cfg))
+    close(block_forward(x, Ws[0], cfg), ref.block_forward(x, Ws[0], cfg), 5e-5)
+    check_stack(x, Ws, cfg)
+
+
+def check_stack(x, Ws, cfg, tol=5e-5):
+    """Every block of the C stack against the oracle on the same input, and the
+    whole stack against the oracle's. Without norms the activations grow (and
+    cancel) freely, so float32 rounding relative to the result grows too: those
+    get a 4x looser bound, and the end-to-end comparison a looser one still."""
+    if cfg.norm == "none":
+        tol = 4 * tol
     hs = stack_forward(x, Ws, cfg, return_hidden=True)
-    for got, want in zip(hs, ref.stack_forward(x, Ws, cfg)):
-        close(got, want, 5e-5)
+    assert hs.shape == (len(Ws) + 1,) + np.shape(x)
+    np.testing.assert_array_equal(hs[0], x)
+    for i, W in enumerate(Ws):
+        close(hs[i + 1], ref.block_forward(hs[i], W, cfg), tol)
+    close(hs[-1], ref.stack_forward(x, Ws, cfg)[-1], 2e-3)
+    np.testing.assert_array_equal(stack_forward(x, Ws, cfg), hs[-1])
 
 
 @st.composite
@@ -163,12 +177,10 @@ def test_property_c_equals_oracle(case):
     y = block_forward(x, Ws[0], cfg)
     assert y.shape == x.shape and y.dtype == np.float32
     # layer norm of width 1 or 2 amplifies rounding: compare those in float32 terms
-    tol = 2e-4 if cfg.norm == "layer" and cfg.d_model <= 2 else 5e-5
+    tol = 2e-4 if cfg.d_model <= 2 or cfg.norm == "none" else 5e-5
     close(y, ref.block_forward(x, Ws[0], cfg), tol)
-    hs = stack_forward(x, Ws, cfg, return_hidden=True)
-    assert hs.shape == (n_blocks + 1,) + shape
-    np.testing.assert_array_equal(hs[1], y)
-    close(hs[-1], ref.stack_forward(x, Ws, cfg)[-1], tol * 4)
+    np.testing.assert_array_equal(stack_forward(x, Ws, cfg, return_hidden=True)[1], y)
+    check_stack(x, Ws, cfg, tol if cfg.d_model <= 2 else 5e-5)
 
 
 def test_batch_is_independent_sequences():
