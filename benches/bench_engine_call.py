@@ -1,0 +1,120 @@
+"""Benchmark: the cost of one ``blockc.block_forward`` call, Python path included.
+
+At the book's toy size (128_Block: 4 positions, D=8, 2 heads, F=32) the work is
+tiny, so this measures the call path: validation, the cached C view of the
+weights, the per-thread workspace, the output allocation. Peers measured in the
+same run, same weights, same input:
+
+  C floor        the bare cffi call to bc_block_forward (no Python checks)
+  blockc         block_forward with the BlockWeights init_block returns (cached)
+  blockc dict    block_forward with a plain dict (validated on every call)
+  numpy oracle   blockc.reference.block.block_forward in float32
+  torch          the same pre-norm RMS block in PyTorch eager (if installed)
+
+Each figure is the median of --repeats timings of --number calls, per call.
+Ratios are peer time / blockc time (> 1: blockc is faster).
+
+    python benches/bench_engine_call.py
+    python benches/bench_engine_call.py --d-model 768 --heads 12 --seq 128 --number 20
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import timeit
+
+import numpy as np
+
+import blockc
+from blockc import engine
+from blockc._native import cptr, fptr, lib
+from blockc.reference import block as ref
+
+
+def per_call(fn, number, repeats):
+    fn()
+    return statistics.median(timeit.repeat(fn, number=number, repeat=repeats)) / number
+
+
+def torch_block(torch, cfg, W):
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            d = cfg.d_model
+            self.qkv = nn.Linear(d, 3 * d, bias=False)
+            self.proj = nn.Linear(d, d, bias=False)
+            self.up = nn.Linear(d, cfg.d_ff, bias=False)
+            self.down = nn.Linear(cfg.d_ff, d, bias=False)
+            self.n1 = nn.RMSNorm(d, eps=cfg.eps, elementwise_affine=False)
+            self.n2 = nn.RMSNorm(d, eps=cfg.eps, elementwise_affine=False)
+
+        def forward(self, x):
+            b, t, d = x.shape
+            h = cfg.n_heads
+            q, k, v = (z.view(b, t, h, d // h).transpose(1, 2) for z in self.qkv(self.n1(x)).chunk(3, -1))
+            a = nn.functional.scaled_dot_product_attention(q, k, v)
+            x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+            return x + self.down(nn.functional.gelu(self.up(self.n2(x)), approximate="tanh"))
+
+    m = Block()
+    with torch.no_grad():
+        for name, key in (("qkv", "attn.qkv.weight"), ("proj", "attn.proj.weight"),
+                          ("up", "up.weight"), ("down", "down.weight")):
+            getattr(m, name).weight.copy_(torch.from_numpy(np.array(W[key])))
+    return m
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--d-model", type=int, default=8)
+    ap.add_argument("--heads", type=int, default=2)
+    ap.add_argument("--seq", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--number", type=int, default=5000)
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args()
+
+    cfg = blockc.BlockConfig(d_model=args.d_model, n_heads=args.heads, d_ff=4 * args.d_model)
+    W = blockc.init_block(cfg, 42, "msvc")
+    plain = dict(W)
+    x = np.random.default_rng(0).uniform(-1, 1, (args.batch, args.seq, args.d_model)).astype(np.float32)
+    y = np.empty_like(x)
+    p = engine._prepare(W, cfg)
+    work, n = engine._workspace(cfg, args.batch, args.seq)
+    yp, xp = fptr(y), cptr(x)
+    np.testing.assert_allclose(blockc.block_forward(x, W, cfg), ref.block_forward(x, W, cfg), rtol=1e-4, atol=1e-5)
+
+    rows = [
+        ("C floor", lambda: lib.bc_block_forward(yp, xp, cfg._c, p.c, args.batch, args.seq, work, n)),
+        ("blockc", lambda: blockc.block_forward(x, W, cfg)),
+        ("blockc dict", lambda: blockc.block_forward(x, plain, cfg)),
+        ("numpy oracle", lambda: ref.block_forward(x, W, cfg, np.float32)),
+    ]
+    try:
+        import torch
+        torch.set_num_threads(1)
+        m = torch_block(torch, cfg, W)
+        xt = torch.from_numpy(x)
+        np.testing.assert_allclose(m(xt).detach().numpy(), blockc.block_forward(x, W, cfg), rtol=1e-4, atol=1e-5)
+
+        def run_torch():
+            with torch.no_grad():
+                return m(xt).numpy()
+        rows.append(("torch eager", run_torch))
+    except ImportError:
+        pass
+
+    print(f"block_forward per call: B={args.batch} T={args.seq} D={cfg.d_model} H={cfg.n_heads} "
+          f"F={cfg.d_ff}; median of {args.repeats} x {args.number} calls")
+    times = {name: per_call(fn, args.number, args.repeats) for name, fn in rows}
+    base = times["blockc"]
+    print(f"  {'':14} {'per call':>12} {'vs blockc':>10}")
+    for name, t in times.items():
+        print(f"  {name:14} {t * 1e6:10.2f} us {t / base:9.2f}x")
+    print(f"  Python path overhead: {(base - times['C floor']) * 1e6:.2f} us per call")
+
+
+if __name__ == "__main__":
+    main()
