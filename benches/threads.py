@@ -1,0 +1,99 @@
+"""Benchmark: the GIL is released. Two Python threads on two cores against one
+thread doing both calls, for block_forward and the GPT, in one run.
+
+The kernels' own OpenMP threads are pinned to one (OMP_NUM_THREADS=1, set
+before blockc loads) so that the two Python threads are the only parallelism:
+with the GIL released they overlap, and two calls in two threads take about
+the time of one call; with the GIL held they would take the time of two.
+
+Peers in the same run calibrate the machine: a NumPy matmul (releases the GIL,
+the best a shared machine allows right now) and a pure-Python loop (holds it: 1.0).
+
+Each figure is the median of --repeats wall-clock timings of the pair of calls.
+speed-up = one thread / two threads (2.0 ideal on two free cores, 1.0 = no overlap).
+
+    python benches/threads.py
+    python benches/threads.py --repeats 21 --seq 256
+"""
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"  # before blockc (OpenMP) and numpy (BLAS) load
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import blockc  # noqa: E402
+
+
+def one_thread(f, g):
+    t0 = time.perf_counter()
+    f()
+    g()
+    return time.perf_counter() - t0
+
+
+def two_threads(f, g):
+    ready = threading.Barrier(3)
+
+    def run(fn):
+        ready.wait()
+        fn()
+
+    ts = [threading.Thread(target=run, args=(fn,)) for fn in (f, g)]
+    for t in ts:
+        t.start()
+    ready.wait()
+    t0 = time.perf_counter()
+    for t in ts:
+        t.join()
+    return time.perf_counter() - t0
+
+
+def measure(name, f, g, repeats):
+    f(), g()  # warm-up: workspaces, caches
+    serial, parallel = [], []
+    for _ in range(repeats):  # interleaved, so a noisy neighbour hits both alike
+        serial.append(one_thread(f, g))
+        parallel.append(two_threads(f, g))
+    s, p = statistics.median(serial), statistics.median(parallel)
+    print(f"{name:<16} {s * 1e3:10.1f} {p * 1e3:12.1f} {s / p:9.2f}")
+    return s / p
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=11)
+    ap.add_argument("--seq", type=int, default=128, help="positions per call")
+    a = ap.parse_args(argv)
+    print(f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, cores: {os.cpu_count()}, "
+          f"median of {a.repeats}")
+    print(f"{'call pair':<16} {'1 thread ms':>10} {'2 threads ms':>12} {'speed-up':>9}")
+
+    a1, a2 = (np.random.default_rng(i).standard_normal((384, 384)) for i in range(2))
+    measure("numpy matmul", lambda: [a1 @ a1 for _ in range(8)], lambda: [a2 @ a2 for _ in range(8)],
+            a.repeats)
+    measure("python loop", lambda: sum(i * i for i in range(300_000)),
+            lambda: sum(i * i for i in range(300_000)), a.repeats)
+
+    cfg = blockc.BlockConfig(d_model=256, n_heads=4, d_ff=1024)
+    W = blockc.init_block(cfg, seed=0, rand="normal")
+    rng = np.random.default_rng(0)
+    x1, x2 = (rng.standard_normal((1, a.seq, 256)).astype(np.float32) for _ in range(2))
+    measure("block_forward", lambda: blockc.block_forward(x1, W, cfg),
+            lambda: blockc.block_forward(x2, W, cfg), a.repeats)
+
+    gcfg = blockc.GPTConfig(vocab=2048, context=max(a.seq, 1), width=256, heads=4, layers=2)
+    m = blockc.GPT.random(gcfg, seed=0)
+    i1, i2 = (rng.integers(0, 2048, size=(1, a.seq)) for _ in range(2))
+    measure("GPT forward", lambda: m(i1), lambda: m(i2), a.repeats)
+
+
+if __name__ == "__main__":
+    main()
