@@ -13,3 +13,4 @@ from . import ops
 from .engine import BlockConfig, BlockWeights, block_forward, count_parameters, init_block, init_blocks, stack_forward
 
 __version__ = "0.1.0"
+from .runtime import set_num_threads, get_num_threads, get_isa, set_isa, best_isa

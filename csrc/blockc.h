@@ -14,6 +14,7 @@
 #define BLOCKC_H
 
 #include "bc_core.h"
+#include "bc_runtime.h"
 #include "bc_engine.h"
 #include "bc_book.h"
 #include "bc_gpt.h"

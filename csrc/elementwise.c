@@ -1,19 +1,72 @@
-/* elementwise.c: norms, activations and the residual addition. */
+/* elementwise.c: norms, activations and the residual addition.
+ * Rows (norms) and chunks (the rest) are spread over threads when large;
+ * each element's result is the same whichever thread computes it. */
 #include <math.h>
 #include "kernels.h"
+#include "bc_fast.h"
+#include "bc_rt.h"
+
+typedef struct {
+    void (*act)(float *, const float *, size_t, int);
+    void (*swiglu)(float *, const float *, const float *, size_t);
+    void (*add)(float *, const float *, const float *, size_t);
+} ew_impl;
+
+static ew_impl pick(void)
+{
+    ew_impl e = {bc_act_generic, bc_swiglu_generic, bc_add_generic};
+#ifdef BC_HAVE_X86_KERNELS
+    switch (bc_rt_isa()) {
+    case BC_ISA_AVX512: e.act = bc_act_avx512; e.swiglu = bc_swiglu_avx512; e.add = bc_add_avx512; break;
+    case BC_ISA_AVX2: e.act = bc_act_avx2; e.swiglu = bc_swiglu_avx2; e.add = bc_add_avx2; break;
+    default: break;
+    }
+#endif
+    return e;
+}
+
+/* elements per parallel chunk (a multiple of every vector width) */
+#define EW_CHUNK 16384
+
+static void rmsnorm_row(float *yi, const float *xi, const float *g, size_t c, float eps)
+{
+    double ss = 0.0;
+    for (size_t j = 0; j < c; j++)
+        ss += (double)xi[j] * xi[j];
+    const float inv = 1.0f / sqrtf((float)(ss / (double)c) + eps);
+    for (size_t j = 0; j < c; j++)
+        yi[j] = g ? xi[j] * inv * g[j] : xi[j] * inv;
+}
 
 // y (N,C), x (N,C), g (C) or NULL
 void bc_k_rmsnorm(float *y, const float *x, const float *g, size_t n, size_t c, float eps)
 {
-    for (size_t i = 0; i < n; i++) {
-        const float *xi = x + i * c;
-        float *yi = y + i * c;
-        double ss = 0.0;
-        for (size_t j = 0; j < c; j++)
-            ss += (double)xi[j] * xi[j];
-        const float inv = 1.0f / sqrtf((float)(ss / (double)c) + eps);
-        for (size_t j = 0; j < c; j++)
-            yi[j] = g ? xi[j] * inv * g[j] : xi[j] * inv;
+    const int nt = bc_rt_threads(4.0 * (double)n * (double)c);
+    const long long nn = (long long)n;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (long long i = 0; i < nn; i++)
+        rmsnorm_row(y + (size_t)i * c, x + (size_t)i * c, g, c, eps);
+}
+
+static void layernorm_row(float *yi, const float *xi, const float *g, const float *b,
+                          size_t c, float eps)
+{
+    double s = 0.0;
+    for (size_t j = 0; j < c; j++)
+        s += xi[j];
+    const double mean = s / (double)c;
+    double var = 0.0;
+    for (size_t j = 0; j < c; j++) {
+        const double d = xi[j] - mean;
+        var += d * d;
+    }
+    const float m = (float)mean;
+    const float inv = (float)(1.0 / sqrt(var / (double)c + (double)eps));
+    for (size_t j = 0; j < c; j++) {
+        float t = (xi[j] - m) * inv;
+        if (g) t *= g[j];
+        if (b) t += b[j];
+        yi[j] = t;
     }
 }
 
@@ -21,62 +74,48 @@ void bc_k_rmsnorm(float *y, const float *x, const float *g, size_t n, size_t c, 
 void bc_k_layernorm(float *y, const float *x, const float *g, const float *b,
                     size_t n, size_t c, float eps)
 {
-    for (size_t i = 0; i < n; i++) {
-        const float *xi = x + i * c;
-        float *yi = y + i * c;
-        double s = 0.0;
-        for (size_t j = 0; j < c; j++)
-            s += xi[j];
-        const double mean = s / (double)c;
-        double var = 0.0;
-        for (size_t j = 0; j < c; j++) {
-            const double d = xi[j] - mean;
-            var += d * d;
-        }
-        const float m = (float)mean;
-        const float inv = (float)(1.0 / sqrt(var / (double)c + (double)eps));
-        for (size_t j = 0; j < c; j++) {
-            float t = (xi[j] - m) * inv;
-            if (g) t *= g[j];
-            if (b) t += b[j];
-            yi[j] = t;
-        }
-    }
+    const int nt = bc_rt_threads(6.0 * (double)n * (double)c);
+    const long long nn = (long long)n;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (long long i = 0; i < nn; i++)
+        layernorm_row(y + (size_t)i * c, x + (size_t)i * c, g, b, c, eps);
 }
-
-static float gelu_tanh(float x)
-{
-    const float c = 0.7978845608f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
-}
-
-static float silu(float x) { return x / (1.0f + expf(-x)); }
 
 // y (n), x (n)
 void bc_k_act(float *y, const float *x, size_t n, int kind)
 {
-    for (size_t i = 0; i < n; i++) {
-        const float v = x[i];
-        switch (kind) {
-        case BC_ACT_GELU_TANH: y[i] = gelu_tanh(v); break;
-        case BC_ACT_GELU: y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); break;
-        case BC_ACT_RELU: y[i] = v > 0.0f ? v : (v == v ? 0.0f : v); break;
-        case BC_ACT_SILU: y[i] = silu(v); break;
-        default: y[i] = v; break;
-        }
+    const ew_impl e = pick();
+    const int nt = bc_rt_threads(20.0 * (double)n);
+    const long long nc = (long long)((n + EW_CHUNK - 1) / EW_CHUNK);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (long long ch = 0; ch < nc; ch++) {
+        const size_t i = (size_t)ch * EW_CHUNK;
+        e.act(y + i, x + i, n - i < EW_CHUNK ? n - i : EW_CHUNK, kind);
     }
 }
 
 // y (n), gate (n), up (n)
 void bc_k_swiglu(float *y, const float *gate, const float *up, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        y[i] = silu(gate[i]) * up[i];
+    const ew_impl e = pick();
+    const int nt = bc_rt_threads(20.0 * (double)n);
+    const long long nc = (long long)((n + EW_CHUNK - 1) / EW_CHUNK);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (long long ch = 0; ch < nc; ch++) {
+        const size_t i = (size_t)ch * EW_CHUNK;
+        e.swiglu(y + i, gate + i, up + i, n - i < EW_CHUNK ? n - i : EW_CHUNK);
+    }
 }
 
 // y (n), a (n), b (n)
 void bc_k_add(float *y, const float *a, const float *b, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        y[i] = a[i] + b[i];
+    const ew_impl e = pick();
+    const int nt = bc_rt_threads(2.0 * (double)n);
+    const long long nc = (long long)((n + EW_CHUNK - 1) / EW_CHUNK);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+    for (long long ch = 0; ch < nc; ch++) {
+        const size_t i = (size_t)ch * EW_CHUNK;
+        e.add(y + i, a + i, b + i, n - i < EW_CHUNK ? n - i : EW_CHUNK);
+    }
 }

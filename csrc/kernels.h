@@ -13,12 +13,21 @@
 void bc_k_linear(float *y, const float *x, const float *w, const float *b,
                  size_t n, size_t c, size_t oc);
 
+/* The linear with its epilogue fused: y (N,OC) = act(r (N,OC) + x @ w^T + b).
+ * r may be NULL, or exactly y (an in-place residual); b may be NULL;
+ * act is BC_ACT_GELU_TANH, BC_ACT_GELU, BC_ACT_RELU, BC_ACT_SILU or BC_ACT_NONE.
+ * y must not alias x or w. */
+void bc_k_linear_ex(float *y, const float *x, const float *w, const float *b,
+                    const float *r, size_t n, size_t c, size_t oc, int act);
+
 /* Multi-head scaled dot-product attention for one sequence.
  * out (Tq, H*Dh), row stride ldo; q (Tq, .) row stride ldq, head h at column h*Dh;
  * k (Tk, .) row stride ldk; v (Tk, .) row stride ldv.
  * Query i sits at position q_pos0 + i and key j at position j; with causal != 0,
  * keys at positions after the query's are masked. Scores are q.k / sqrt(Dh).
- * work: bc_k_attention_work(tq, tk, n_heads, d_head) floats of scratch. */
+ * work: bc_k_attention_work(tq, tk, n_heads, d_head) floats of scratch (it
+ * may be 0, and work NULL: the kernel keeps its own small per-thread tiles).
+ * Never holds more than a tile of scores: no (Tq, Tk) matrix, for any head. */
 size_t bc_k_attention_work(size_t tq, size_t tk, size_t n_heads, size_t d_head);
 void bc_k_attention(float *out, size_t ldo,
                     const float *q, size_t ldq,
@@ -35,6 +44,7 @@ void bc_k_layernorm(float *y, const float *x, const float *g, const float *b,
                     size_t n, size_t c, float eps);
 
 /* Elementwise activations, y (n) = act(x (n)); y may alias x. */
+#define BC_ACT_NONE (-1)  /* the identity (for the fused linear epilogue) */
 #define BC_ACT_GELU_TANH 0
 #define BC_ACT_GELU 1
 #define BC_ACT_RELU 2

@@ -1,19 +1,120 @@
-/* linear.c: y = x @ w^T + b. */
+/* linear.c: y = act(r + x @ w^T + b), packed and register-blocked, spread
+ * over threads by output blocks (every element is computed by one thread, in
+ * one fixed order: the result does not depend on the thread count). */
+#include <stddef.h>
 #include "kernels.h"
+#include "bc_fast.h"
+#include "bc_rt.h"
+#include "bc_simd_scalar.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef void (*gemm_part_fn)(const bc_gemm *, size_t, size_t, size_t, size_t, float *);
+
+typedef struct {
+    gemm_part_fn part;
+    size_t mr, nr;
+} gemm_impl;
+
+static gemm_impl pick(void)
+{
+    gemm_impl g = {bc_gemm_part_generic, bc_gemm_mr_generic(), bc_gemm_nr_generic()};
+#ifdef BC_HAVE_X86_KERNELS
+    switch (bc_rt_isa()) {
+    case BC_ISA_AVX512:
+        g.part = bc_gemm_part_avx512; g.mr = bc_gemm_mr_avx512(); g.nr = bc_gemm_nr_avx512();
+        break;
+    case BC_ISA_AVX2:
+        g.part = bc_gemm_part_avx2; g.mr = bc_gemm_mr_avx2(); g.nr = bc_gemm_nr_avx2();
+        break;
+    default: break;
+    }
+#endif
+    return g;
+}
+
+/* The plain loop, used only when no scratch could be had (out of memory). */
+static void linear_plain(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t o1)
+{
+    for (size_t i = n0; i < n1; i++) {
+        const float *xi = g->x + i * g->c;
+        for (size_t o = o0; o < o1; o++) {
+            const float *wo = g->w + o * g->c;
+            float s = g->r ? g->r[i * g->oc + o] : 0.0f;
+            for (size_t j = 0; j < g->c; j++)
+                s += xi[j] * wo[j];
+            if (g->b)
+                s += g->b[o];
+            g->y[i * g->oc + o] = bc_act_scalar(s, g->act);
+        }
+    }
+}
+
+static void run_part(const gemm_impl *im, const bc_gemm *g, size_t n0, size_t n1,
+                     size_t o0, size_t o1)
+{
+    if (n0 >= n1 || o0 >= o1)
+        return;
+    float *scratch = bc_rt_scratch(0, BC_GEMM_SCRATCH);
+    if (scratch)
+        im->part(g, n0, n1, o0, o1, scratch);
+    else
+        linear_plain(g, n0, n1, o0, o1);
+}
+
+/* Thread tid of nt: a block of rows and a block of whole NR-column panels. */
+static void run_thread(const gemm_impl *im, const bc_gemm *g, int tid, int nt)
+{
+    const size_t np = (g->oc + im->nr - 1) / im->nr;
+    size_t to = (size_t)nt < np ? (size_t)nt : np;   /* column groups */
+    size_t tn = (size_t)nt / to;                      /* row groups */
+    if ((size_t)tid >= to * tn)
+        return;
+    const size_t jo = (size_t)tid % to, jn = (size_t)tid / to;
+    const size_t p0 = np * jo / to, p1 = np * (jo + 1) / to;
+    const size_t o0 = p0 * im->nr, o1 = p1 * im->nr < g->oc ? p1 * im->nr : g->oc;
+    const size_t nb = (g->n + im->mr - 1) / im->mr;  /* row blocks of MR */
+    const size_t b0 = nb * jn / tn, b1 = nb * (jn + 1) / tn;
+    const size_t n0 = b0 * im->mr, n1 = b1 * im->mr < g->n ? b1 * im->mr : g->n;
+    run_part(im, g, n0, n1, o0, o1);
+}
+
+// y (N,OC), x (N,C), w (OC,C), b (OC) or NULL, r (N,OC) or NULL
+void bc_k_linear_ex(float *y, const float *x, const float *w, const float *b,
+                    const float *r, size_t n, size_t c, size_t oc, int act)
+{
+    if (n == 0 || oc == 0)
+        return;
+    if (c == 0) {
+        for (size_t i = 0; i < n; i++)
+            for (size_t o = 0; o < oc; o++) {
+                float s = r ? r[i * oc + o] : 0.0f;
+                if (b)
+                    s += b[o];
+                y[i * oc + o] = bc_act_scalar(s, act);
+            }
+        return;
+    }
+    const bc_gemm g = {y, x, w, b, r, n, c, oc, act};
+    const gemm_impl im = pick();
+    const int nt = bc_rt_threads(2.0 * (double)n * (double)c * (double)oc);
+    if (nt <= 1) {
+        run_part(&im, &g, 0, n, 0, oc);
+        return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt)
+    run_thread(&im, &g, omp_get_thread_num(), omp_get_num_threads());
+#else
+    run_part(&im, &g, 0, n, 0, oc);
+#endif
+}
 
 // y (N,OC), x (N,C), w (OC,C), b (OC) or NULL
 void bc_k_linear(float *y, const float *x, const float *w, const float *b,
                  size_t n, size_t c, size_t oc)
 {
-    for (size_t i = 0; i < n; i++) {
-        const float *xi = x + i * c;
-        float *yi = y + i * oc;
-        for (size_t o = 0; o < oc; o++) {
-            const float *wo = w + o * c;
-            float s = 0.0f;
-            for (size_t j = 0; j < c; j++)
-                s += xi[j] * wo[j];
-            yi[o] = b ? s + b[o] : s;
-        }
-    }
+    bc_k_linear_ex(y, x, w, b, NULL, n, c, oc, BC_ACT_NONE);
 }

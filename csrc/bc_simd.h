@@ -1,0 +1,194 @@
+/* bc_simd.h: a tiny vector layer, one section per instruction set.
+ *
+ * Included once per translation unit by fast_avx512.c (BC_SIMD == 512),
+ * fast_avx2.c (256) and fast_generic.c (0), each of which compiles the
+ * kernel template fast_tmpl.h for its instruction set. Every operation keeps
+ * IEEE semantics: no fast-math, FMA only where written (bc_fma).
+ *   V      the vector type, VL float lanes
+ *   MR     rows of the GEMM micro-tile (the register budget: 2*MR accumulators)
+ */
+#ifndef BC_SIMD_H
+#define BC_SIMD_H
+
+#include <stddef.h>
+#include <math.h>
+#include "kernels.h"
+
+#define BC_LN2_HI 0.693359375f
+#define BC_LN2_LO -2.12194440e-4f
+#define BC_LOG2E 1.44269504088896341f
+
+#if BC_SIMD == 512
+#include <immintrin.h>
+typedef __m512 V;
+#define VL 16
+#define MR 14
+static inline V vzero(void) { return _mm512_setzero_ps(); }
+static inline V vset1(float x) { return _mm512_set1_ps(x); }
+static inline V vload(const float *p) { return _mm512_loadu_ps(p); }
+static inline void vstore(float *p, V v) { _mm512_storeu_ps(p, v); }
+static inline __mmask16 vmask_(size_t n) { return (__mmask16)((1u << n) - 1u); }
+static inline V vloadn(const float *p, size_t n) { return _mm512_maskz_loadu_ps(vmask_(n), p); }
+static inline void vstoren(float *p, V v, size_t n) { _mm512_mask_storeu_ps(p, vmask_(n), v); }
+static inline V vfma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+static inline V vadd(V a, V b) { return _mm512_add_ps(a, b); }
+static inline V vsub(V a, V b) { return _mm512_sub_ps(a, b); }
+static inline V vmul(V a, V b) { return _mm512_mul_ps(a, b); }
+static inline V vdiv(V a, V b) { return _mm512_div_ps(a, b); }
+/* max(a, b); a NaN in b is kept (the second operand wins on NaN) */
+static inline V vmax(V a, V b) { return _mm512_max_ps(a, b); }
+static inline V vmin(V a, V b) { return _mm512_min_ps(a, b); }
+/* lanes [0, n) of v replaced by f */
+static inline V vfill_lo(V v, size_t n, float f) { return _mm512_mask_mov_ps(v, vmask_(n), _mm512_set1_ps(f)); }
+/* lanes [0, n) from old, the rest from v */
+static inline V vkeep_lo(V v, V old, size_t n) { return _mm512_mask_mov_ps(v, vmask_(n), old); }
+/* v > 0 ? v : (NaN ? v : 0) */
+static inline V vrelu(V v)
+{
+    __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ)
+                   | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_maskz_mov_ps(keep, v);
+}
+static inline V vexp(V x)
+{
+    x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);  /* NaN stays NaN */
+    x = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
+    V n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(BC_LOG2E)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    V r = _mm512_fnmadd_ps(n, _mm512_set1_ps(BC_LN2_HI), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(BC_LN2_LO), r);
+    V p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+static inline float vhsum(V v) { return _mm512_reduce_add_ps(v); }
+
+#elif BC_SIMD == 256
+#include <immintrin.h>
+typedef __m256 V;
+#define VL 8
+#define MR 6
+static inline V vzero(void) { return _mm256_setzero_ps(); }
+static inline V vset1(float x) { return _mm256_set1_ps(x); }
+static inline V vload(const float *p) { return _mm256_loadu_ps(p); }
+static inline void vstore(float *p, V v) { _mm256_storeu_ps(p, v); }
+static inline __m256i vmask_(size_t n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+static inline V vloadn(const float *p, size_t n) { return _mm256_maskload_ps(p, vmask_(n)); }
+static inline void vstoren(float *p, V v, size_t n) { _mm256_maskstore_ps(p, vmask_(n), v); }
+static inline V vfma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+static inline V vadd(V a, V b) { return _mm256_add_ps(a, b); }
+static inline V vsub(V a, V b) { return _mm256_sub_ps(a, b); }
+static inline V vmul(V a, V b) { return _mm256_mul_ps(a, b); }
+static inline V vdiv(V a, V b) { return _mm256_div_ps(a, b); }
+static inline V vmax(V a, V b) { return _mm256_max_ps(a, b); }
+static inline V vmin(V a, V b) { return _mm256_min_ps(a, b); }
+static inline V vfill_lo(V v, size_t n, float f)
+{
+    return _mm256_blendv_ps(v, _mm256_set1_ps(f), _mm256_castsi256_ps(vmask_(n)));
+}
+static inline V vkeep_lo(V v, V old, size_t n)
+{
+    return _mm256_blendv_ps(v, old, _mm256_castsi256_ps(vmask_(n)));
+}
+static inline V vrelu(V v)
+{
+    V keep = _mm256_or_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_GT_OQ),
+                          _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    return _mm256_and_ps(keep, v);
+}
+static inline V vexp(V x)
+{
+    x = _mm256_max_ps(_mm256_set1_ps(-104.0f), x);
+    x = _mm256_min_ps(_mm256_set1_ps(89.0f), x);
+    V n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(BC_LOG2E)),
+                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    V r = _mm256_fnmadd_ps(n, _mm256_set1_ps(BC_LN2_HI), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(BC_LN2_LO), r);
+    V p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    /* 2^n as two factors 2^(n/2) 2^(n - n/2), each a normal float, so that
+     * underflow and overflow come out as 0 and inf. n is NaN only for NaN x,
+     * and then p is NaN too. */
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i n1 = _mm256_srai_epi32(ni, 1);
+    __m256i n2 = _mm256_sub_epi32(ni, n1);
+    V s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+    V s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+static inline float vhsum(V v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+#else /* portable C: a "vector" of 4 floats, plain IEEE operations (no FMA) */
+typedef struct { float f[4]; } V;
+#define VL 4
+#define MR 4
+static inline V vzero(void) { V r = {{0.0f, 0.0f, 0.0f, 0.0f}}; return r; }
+static inline V vset1(float x) { V r = {{x, x, x, x}}; return r; }
+static inline V vload(const float *p) { V r; for (int i = 0; i < 4; i++) r.f[i] = p[i]; return r; }
+static inline void vstore(float *p, V v) { for (int i = 0; i < 4; i++) p[i] = v.f[i]; }
+static inline V vloadn(const float *p, size_t n) { V r = vzero(); for (size_t i = 0; i < n; i++) r.f[i] = p[i]; return r; }
+static inline void vstoren(float *p, V v, size_t n) { for (size_t i = 0; i < n; i++) p[i] = v.f[i]; }
+static inline V vfma(V a, V b, V c) { for (int i = 0; i < 4; i++) c.f[i] = a.f[i] * b.f[i] + c.f[i]; return c; }
+static inline V vadd(V a, V b) { for (int i = 0; i < 4; i++) a.f[i] += b.f[i]; return a; }
+static inline V vsub(V a, V b) { for (int i = 0; i < 4; i++) a.f[i] -= b.f[i]; return a; }
+static inline V vmul(V a, V b) { for (int i = 0; i < 4; i++) a.f[i] *= b.f[i]; return a; }
+static inline V vdiv(V a, V b) { for (int i = 0; i < 4; i++) a.f[i] /= b.f[i]; return a; }
+static inline V vmax(V a, V b) { for (int i = 0; i < 4; i++) a.f[i] = a.f[i] > b.f[i] ? a.f[i] : b.f[i]; return a; }
+static inline V vmin(V a, V b) { for (int i = 0; i < 4; i++) a.f[i] = a.f[i] < b.f[i] ? a.f[i] : b.f[i]; return a; }
+static inline V vfill_lo(V v, size_t n, float f) { for (size_t i = 0; i < n && i < 4; i++) v.f[i] = f; return v; }
+static inline V vkeep_lo(V v, V old, size_t n) { for (size_t i = 0; i < n && i < 4; i++) v.f[i] = old.f[i]; return v; }
+static inline V vrelu(V v) { for (int i = 0; i < 4; i++) v.f[i] = v.f[i] > 0.0f ? v.f[i] : (v.f[i] == v.f[i] ? 0.0f : v.f[i]); return v; }
+static inline V vexp(V x) { for (int i = 0; i < 4; i++) x.f[i] = expf(x.f[i]); return x; }
+static inline float vhsum(V v) { return (v.f[0] + v.f[1]) + (v.f[2] + v.f[3]); }
+#endif
+
+#define NR (2 * VL)
+
+/* Activations on a vector (BC_ACT_*; anything else is the identity). */
+static inline V vgelu_tanh(V x)
+{
+    /* 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3) */
+    V x3 = vmul(vmul(x, x), x);
+    V u = vmul(vset1(0.7978845608f), vadd(x, vmul(vset1(0.044715f), x3)));
+    return vdiv(x, vadd(vset1(1.0f), vexp(vmul(vset1(-2.0f), u))));
+}
+static inline V vsilu(V x) { return vdiv(x, vadd(vset1(1.0f), vexp(vsub(vzero(), x)))); }
+static inline V vgelu_erf(V x)
+{
+    float t[VL];
+    vstore(t, x);
+    for (int i = 0; i < VL; i++)
+        t[i] = 0.5f * t[i] * (1.0f + erff(t[i] * 0.70710678118654752f));
+    return vload(t);
+}
+static inline V vact(V x, int kind)
+{
+    switch (kind) {
+    case BC_ACT_GELU_TANH: return vgelu_tanh(x);
+    case BC_ACT_GELU: return vgelu_erf(x);
+    case BC_ACT_RELU: return vrelu(x);
+    case BC_ACT_SILU: return vsilu(x);
+    default: return x;
+    }
+}
+
+#endif

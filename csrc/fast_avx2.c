@@ -1,0 +1,16 @@
+/* fast_avx2.c: the fast kernels for AVX2 + FMA (chosen at run time). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
+#pragma GCC target("avx2,fma")
+#endif
+#define BC_SIMD 256
+#define SUF avx2
+#include "fast_tmpl.h"
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
+#else
+typedef int bc_fast_avx2_unused;  /* not x86-64: nothing to compile */
+#endif

@@ -1,0 +1,16 @@
+/* fast_avx512.c: the fast kernels for AVX-512F (chosen at run time). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx2,fma"))), apply_to = function)
+#else
+#pragma GCC target("avx512f,avx2,fma")
+#endif
+#define BC_SIMD 512
+#define SUF avx512
+#include "fast_tmpl.h"
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
+#else
+typedef int bc_fast_avx512_unused;
+#endif

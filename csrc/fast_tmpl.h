@@ -1,0 +1,406 @@
+/* fast_tmpl.h: the fast kernels, written once over the vector layer of
+ * bc_simd.h and compiled once per instruction set (SUF names the copy).
+ * Every output element is computed by one fixed sequence of operations that
+ * does not depend on how the work is split between threads. */
+#include <string.h>
+#include "bc_simd.h"
+#include "bc_fast.h"
+
+#define BC_CAT_(a, b) a##_##b
+#define BC_CAT(a, b) BC_CAT_(a, b)
+#define FN(name) BC_CAT(name, SUF)
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define BC_UNROLL _Pragma("GCC unroll 16")
+#elif defined(__clang__)
+#define BC_UNROLL _Pragma("unroll")
+#else
+#define BC_UNROLL
+#endif
+
+#define BC_INLINE static inline __attribute__((always_inline))
+
+static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+
+/* ======================================================================== */
+/* GEMM: y (N,OC) = act(r + x (N,C) @ w (OC,C)^T + b)                        */
+/* ======================================================================== */
+
+size_t FN(bc_gemm_mr)(void) { return MR; }
+size_t FN(bc_gemm_nr)(void) { return NR; }
+
+/* bp (nc/NR panels, kc, NR) <- w rows o0.., columns p0..p0+kc; zero past nc */
+static void FN(pack_b)(float *restrict bp, const float *restrict w, size_t c,
+                       size_t o0, size_t nc, size_t p0, size_t kc)
+{
+    for (size_t jp = 0; jp < nc; jp += NR) {
+        const size_t nv = min_sz(NR, nc - jp);
+        float *dst = bp + jp * kc;
+        const float *src = w + (o0 + jp) * c + p0;
+        if (nv == NR) {
+            for (size_t k = 0; k < kc; k++)
+                for (size_t j = 0; j < NR; j++)
+                    dst[k * NR + j] = src[j * c + k];
+        } else {
+            for (size_t k = 0; k < kc; k++)
+                for (size_t j = 0; j < NR; j++)
+                    dst[k * NR + j] = j < nv ? src[j * c + k] : 0.0f;
+        }
+    }
+}
+
+/* ap (kc, mr) <- x rows i0..i0+mr, columns p0..p0+kc */
+static void FN(pack_a)(float *restrict ap, const float *restrict x, size_t c,
+                       size_t i0, size_t mr, size_t p0, size_t kc)
+{
+    const float *src = x + i0 * c + p0;
+    for (size_t k = 0; k < kc; k++)
+        for (size_t r = 0; r < mr; r++)
+            ap[k * mr + r] = src[r * c + k];
+}
+
+typedef struct {
+    float *y;
+    size_t ldy;
+    const float *b;   /* bias at this tile's first column, or NULL */
+    const float *r;   /* residual at this tile's corner, or NULL */
+    size_t ldr;
+    size_t nv;        /* valid columns, 1..NR */
+    int first, last, act;
+} FN(tile_io);
+
+/* One MR x NR tile over kc: acc = sum_k a[k][i] b[k][j], then stored as
+ * y = (first ? r : y) + acc, and on the last K block y = act(y + b). */
+BC_INLINE void FN(tile)(const int mr, size_t kc, const float *restrict a,
+                        const float *restrict b, const FN(tile_io) *io)
+{
+    V c0[MR], c1[MR];
+    BC_UNROLL
+    for (int i = 0; i < mr; i++) {
+        c0[i] = vzero();
+        c1[i] = vzero();
+    }
+    for (size_t k = 0; k < kc; k++) {
+        const V b0 = vload(b + k * NR), b1 = vload(b + k * NR + VL);
+        BC_UNROLL
+        for (int i = 0; i < mr; i++) {
+            const V av = vset1(a[k * mr + i]);
+            c0[i] = vfma(av, b0, c0[i]);
+            c1[i] = vfma(av, b1, c1[i]);
+        }
+    }
+    const size_t n0 = min_sz(io->nv, VL), n1 = io->nv - n0;
+    V bb0 = vzero(), bb1 = vzero();
+    if (io->last && io->b) {
+        bb0 = vloadn(io->b, n0);
+        bb1 = vloadn(io->b + VL, n1);
+    }
+    for (int i = 0; i < mr; i++) {
+        float *yi = io->y + i * io->ldy;
+        V v0 = c0[i], v1 = c1[i];
+        if (!io->first) {
+            v0 = vadd(vloadn(yi, n0), v0);
+            v1 = vadd(vloadn(yi + VL, n1), v1);
+        } else if (io->r) {
+            const float *ri = io->r + i * io->ldr;
+            v0 = vadd(vloadn(ri, n0), v0);
+            v1 = vadd(vloadn(ri + VL, n1), v1);
+        }
+        if (io->last) {
+            if (io->b) {
+                v0 = vadd(v0, bb0);
+                v1 = vadd(v1, bb1);
+            }
+            if (io->act != BC_ACT_NONE) {
+                v0 = vact(v0, io->act);
+                v1 = vact(v1, io->act);
+            }
+        }
+        if (io->nv == NR) {
+            vstore(yi, v0);
+            vstore(yi + VL, v1);
+        } else {
+            vstoren(yi, v0, n0);
+            vstoren(yi + VL, v1, n1);
+        }
+    }
+}
+
+static void FN(tile_any)(int mr, size_t kc, const float *a, const float *b, const FN(tile_io) *io)
+{
+    switch (mr) {
+#define BC_T(m) case m: FN(tile)(m, kc, a, b, io); break;
+    BC_T(1) BC_T(2) BC_T(3) BC_T(4)
+#if MR >= 6
+    BC_T(5) BC_T(6)
+#endif
+#if MR >= 14
+    BC_T(7) BC_T(8) BC_T(9) BC_T(10) BC_T(11) BC_T(12) BC_T(13) BC_T(14)
+#endif
+#undef BC_T
+    default: break;
+    }
+}
+
+/* The rows [n0,n1) x columns [o0,o1) of y; o0 and o1 - o0 (unless o1 == oc)
+ * are multiples of NR. scratch: BC_GEMM_SCRATCH floats. */
+void FN(bc_gemm_part)(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t o1,
+                      float *scratch)
+{
+    float *bp = scratch;                   /* BC_KC x BC_NC */
+    float *ap = scratch + BC_KC * BC_NC;   /* BC_KC x MR */
+    for (size_t jc = o0; jc < o1; jc += BC_NC) {
+        const size_t nc = min_sz(BC_NC, o1 - jc);
+        for (size_t pc = 0; pc < g->c; pc += BC_KC) {
+            const size_t kc = min_sz(BC_KC, g->c - pc);
+            FN(pack_b)(bp, g->w, g->c, jc, nc, pc, kc);
+            for (size_t ic = n0; ic < n1; ic += MR) {
+                const int mr = (int)min_sz(MR, n1 - ic);
+                FN(pack_a)(ap, g->x, g->c, ic, (size_t)mr, pc, kc);
+                for (size_t jr = 0; jr < nc; jr += NR) {
+                    FN(tile_io) io;
+                    io.y = g->y + ic * g->oc + jc + jr;
+                    io.ldy = g->oc;
+                    io.b = g->b ? g->b + jc + jr : NULL;
+                    io.r = g->r ? g->r + ic * g->oc + jc + jr : NULL;
+                    io.ldr = g->oc;
+                    io.nv = min_sz(NR, nc - jr);
+                    io.first = pc == 0;
+                    io.last = pc + kc == g->c;
+                    io.act = g->act;
+                    FN(tile_any)(mr, kc, ap, bp + jr * kc, &io);
+                }
+            }
+        }
+    }
+}
+
+/* ======================================================================== */
+/* Attention: one head, one tile of BQ queries, online softmax over key     */
+/* tiles; scores live transposed (key, query lane) so the softmax is        */
+/* lane-wise. Never more than BC_ATT_BK x BQ scores at once.                */
+/* ======================================================================== */
+
+#define BQ NR
+
+size_t FN(bc_attn_bq)(void) { return BQ; }
+
+/* Qt (Dh, BQ), Ot (Dh, BQ), St (BK, BQ), m (BQ), l (BQ) */
+size_t FN(bc_attn_scratch)(size_t d_head) { return (2 * d_head + BC_ATT_BK + 2) * BQ; }
+
+/* dst[i] (rb rows of BQ lanes) = (accumulate ? alpha * dst[i] : 0)
+ *                                 + sum_t a[i*sa + t*st] * bv[t] (bv rows of BQ lanes).
+ * masked: for term t, lanes [0, lim[t]) are left as they are (causal keys
+ * those queries must not see: not even a NaN or inf in them may leak). */
+BC_INLINE void FN(mk)(const int rb, const int masked, size_t nt, const float *restrict a,
+                      size_t sa, size_t st, const float *restrict bv, float *restrict dst,
+                      const float *restrict alpha, int accumulate, const size_t *lim)
+{
+    V c0[MR], c1[MR];
+    if (accumulate) {
+        const V al0 = vload(alpha), al1 = vload(alpha + VL);
+        BC_UNROLL
+        for (int i = 0; i < rb; i++) {
+            c0[i] = vmul(vload(dst + i * BQ), al0);
+            c1[i] = vmul(vload(dst + i * BQ + VL), al1);
+        }
+    } else {
+        BC_UNROLL
+        for (int i = 0; i < rb; i++) {
+            c0[i] = vzero();
+            c1[i] = vzero();
+        }
+    }
+    for (size_t t = 0; t < nt; t++) {
+        const V b0 = vload(bv + t * BQ), b1 = vload(bv + t * BQ + VL);
+        const float *at = a + t * st;
+        if (masked) {
+            const size_t l0 = min_sz(lim[t], VL), l1 = lim[t] > VL ? min_sz(lim[t] - VL, VL) : 0;
+            BC_UNROLL
+            for (int i = 0; i < rb; i++) {
+                const V av = vset1(at[i * sa]);
+                c0[i] = vkeep_lo(vfma(av, b0, c0[i]), c0[i], l0);
+                c1[i] = vkeep_lo(vfma(av, b1, c1[i]), c1[i], l1);
+            }
+        } else {
+            BC_UNROLL
+            for (int i = 0; i < rb; i++) {
+                const V av = vset1(at[i * sa]);
+                c0[i] = vfma(av, b0, c0[i]);
+                c1[i] = vfma(av, b1, c1[i]);
+            }
+        }
+    }
+    BC_UNROLL
+    for (int i = 0; i < rb; i++) {
+        vstore(dst + i * BQ, c0[i]);
+        vstore(dst + i * BQ + VL, c1[i]);
+    }
+}
+
+static void FN(mk_any)(int rb, size_t nt, const float *a, size_t sa, size_t st,
+                       const float *bv, float *dst, const float *alpha, int accumulate,
+                       const size_t *lim)
+{
+    if (lim) {
+        switch (rb) {
+#define BC_T(m) case m: FN(mk)(m, 1, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+        BC_T(1) BC_T(2) BC_T(3) BC_T(4)
+#if MR >= 6
+        BC_T(5) BC_T(6)
+#endif
+#if MR >= 14
+        BC_T(7) BC_T(8) BC_T(9) BC_T(10) BC_T(11) BC_T(12) BC_T(13) BC_T(14)
+#endif
+#undef BC_T
+        default: break;
+        }
+        return;
+    }
+    switch (rb) {
+#define BC_T(m) case m: FN(mk)(m, 0, nt, a, sa, st, bv, dst, alpha, accumulate, NULL); break;
+    BC_T(1) BC_T(2) BC_T(3) BC_T(4)
+#if MR >= 6
+    BC_T(5) BC_T(6)
+#endif
+#if MR >= 14
+    BC_T(7) BC_T(8) BC_T(9) BC_T(10) BC_T(11) BC_T(12) BC_T(13) BC_T(14)
+#endif
+#undef BC_T
+    default: break;
+    }
+}
+
+/* dst rows (n, BQ), in blocks of MR rows */
+static void FN(mk_rows)(size_t n, size_t nt, const float *a, size_t sa, size_t st,
+                        const float *bv, float *dst, const float *alpha, int accumulate,
+                        const size_t *lim)
+{
+    for (size_t i = 0; i < n; i += MR) {
+        const int rb = (int)min_sz(MR, n - i);
+        FN(mk_any)(rb, nt, a + i * sa, sa, st, bv, dst + i * BQ, alpha, accumulate, lim);
+    }
+}
+
+void FN(bc_attn_unit)(const bc_attn *A, size_t h, size_t i0, float *scratch)
+{
+    const size_t dh = A->d_head, off = h * dh;
+    const size_t nq = min_sz(BQ, A->tq - i0);
+    float *qt = scratch;                 /* (Dh, BQ) scaled queries, transposed */
+    float *ot = qt + dh * BQ;            /* (Dh, BQ) unnormalised output, transposed */
+    float *st = ot + dh * BQ;            /* (BK, BQ) scores, then probabilities */
+    float *mx = st + BC_ATT_BK * BQ;     /* (BQ) running max */
+    float *sum = mx + BQ;                /* (BQ) running sum */
+    const float scale = 1.0f / sqrtf((float)dh);
+
+    /* keys visible to the last query of the tile */
+    size_t kend = A->tk;
+    if (A->causal) {
+        const size_t last = A->q_pos0 + i0 + nq;  /* keys < last */
+        kend = min_sz(kend, last);
+    }
+    if (kend == 0) {
+        for (size_t i = 0; i < nq; i++)
+            memset(A->out + (i0 + i) * A->ldo + off, 0, dh * sizeof(float));
+        return;
+    }
+    for (size_t d = 0; d < dh; d++) {
+        float *row = qt + d * BQ;
+        for (size_t i = 0; i < BQ; i++)
+            row[i] = i < nq ? A->q[(i0 + i) * A->ldq + off + d] * scale : 0.0f;
+    }
+    for (size_t i = 0; i < BQ; i++) {
+        mx[i] = -INFINITY;
+        sum[i] = 0.0f;
+    }
+    float alpha[BQ];
+    size_t lim[BC_ATT_BK];
+    for (size_t j0 = 0; j0 < kend; j0 += BC_ATT_BK) {
+        const size_t nk = min_sz(BC_ATT_BK, kend - j0);
+        /* St (nk, BQ) = K[j0:j0+nk] . Qt */
+        FN(mk_rows)(nk, dh, A->k + j0 * A->ldk + off, A->ldk, 1, qt, st, NULL, 0, NULL);
+        /* causal: lanes i with q_pos0 + i0 + i < j do not see key j */
+        int any_masked = 0;
+        for (size_t j = 0; j < nk; j++) {
+            const size_t key = j0 + j, pos0 = A->q_pos0 + i0;
+            lim[j] = A->causal && key > pos0 ? key - pos0 : 0;
+            if (lim[j]) {
+                any_masked = 1;
+                float *row = st + j * BQ;
+                vstore(row, vfill_lo(vload(row), min_sz(lim[j], VL), -INFINITY));
+                if (lim[j] > VL)
+                    vstore(row + VL, vfill_lo(vload(row + VL), min_sz(lim[j] - VL, VL), -INFINITY));
+            }
+        }
+        /* online softmax, lane-wise */
+        V m0 = vload(mx), m1 = vload(mx + VL);
+        V t0 = m0, t1 = m1;
+        for (size_t j = 0; j < nk; j++) {
+            t0 = vmax(t0, vload(st + j * BQ));
+            t1 = vmax(t1, vload(st + j * BQ + VL));
+        }
+        /* a lane whose every score so far is masked keeps max -inf; use 0 so
+         * that exp(-inf - 0) gives 0 and not NaN */
+        V s0 = vexp(vsub(m0, t0)), s1 = vexp(vsub(m1, t1));
+        V l0 = vmul(vload(sum), s0), l1 = vmul(vload(sum + VL), s1);
+        for (size_t j = 0; j < nk; j++) {
+            float *row = st + j * BQ;
+            V p0 = vexp(vsub(vload(row), t0)), p1 = vexp(vsub(vload(row + VL), t1));
+            if (lim[j]) {  /* exactly 0, not exp(-inf) rounded */
+                p0 = vfill_lo(p0, min_sz(lim[j], VL), 0.0f);
+                if (lim[j] > VL)
+                    p1 = vfill_lo(p1, min_sz(lim[j] - VL, VL), 0.0f);
+            }
+            vstore(row, p0);
+            vstore(row + VL, p1);
+            l0 = vadd(l0, p0);
+            l1 = vadd(l1, p1);
+        }
+        vstore(mx, t0);
+        vstore(mx + VL, t1);
+        vstore(sum, l0);
+        vstore(sum + VL, l1);
+        vstore(alpha, s0);
+        vstore(alpha + VL, s1);
+        /* Ot (Dh, BQ) = alpha * Ot + V[j0:j0+nk]^T . P */
+        FN(mk_rows)(dh, nk, A->v + j0 * A->ldv + off, 1, A->ldv, st, ot, alpha, j0 > 0,
+                     any_masked ? lim : NULL);
+    }
+    for (size_t i = 0; i < nq; i++) {
+        float *oi = A->out + (i0 + i) * A->ldo + off;
+        const float inv = 1.0f / sum[i];
+        for (size_t d = 0; d < dh; d++)
+            oi[d] = ot[d * BQ + i] * inv;
+    }
+}
+
+/* ======================================================================== */
+/* Elementwise                                                               */
+/* ======================================================================== */
+
+void FN(bc_act)(float *y, const float *x, size_t n, int kind)
+{
+    size_t i = 0;
+    for (; i + VL <= n; i += VL)
+        vstore(y + i, vact(vload(x + i), kind));
+    if (i < n)
+        vstoren(y + i, vact(vloadn(x + i, n - i), kind), n - i);
+}
+
+void FN(bc_swiglu)(float *y, const float *gate, const float *up, size_t n)
+{
+    size_t i = 0;
+    for (; i + VL <= n; i += VL)
+        vstore(y + i, vmul(vsilu(vload(gate + i)), vload(up + i)));
+    if (i < n)
+        vstoren(y + i, vmul(vsilu(vloadn(gate + i, n - i)), vloadn(up + i, n - i)), n - i);
+}
+
+void FN(bc_add)(float *y, const float *a, const float *b, size_t n)
+{
+    size_t i = 0;
+    for (; i + VL <= n; i += VL)
+        vstore(y + i, vadd(vload(a + i), vload(b + i)));
+    if (i < n)
+        vstoren(y + i, vadd(vloadn(a + i, n - i), vloadn(b + i, n - i)), n - i);
+}

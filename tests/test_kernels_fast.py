@@ -1,0 +1,192 @@
+"""The fast kernels against the NumPy oracle, on every instruction set this
+CPU has, at sizes that cross every tile edge; and the same bits whatever the
+thread count.
+
+Tile edges: the GEMM micro-tile is MR x NR (14 x 32 AVX-512, 6 x 16 AVX2,
+4 x 8 generic), K blocks of 256, column blocks of 512; attention takes query
+tiles of NR and key tiles of 64.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import blockc
+from blockc import reference as ref
+from blockc.runtime import ISAS
+
+ops = pytest.importorskip("blockc.ops")
+
+SUPPORTED = ISAS[: ISAS.index(blockc.best_isa()) + 1]
+EDGES = [1, 7, 13, 14, 15, 16, 17, 31, 32, 33, 63, 64, 65]
+
+
+@pytest.fixture(params=SUPPORTED)
+def isa(request):
+    before = blockc.get_isa()
+    blockc.set_isa(request.param)
+    yield request.param
+    blockc.set_isa(before)
+
+
+@pytest.fixture
+def threads():
+    """Restores the default thread count after the test."""
+    yield blockc.set_num_threads
+    blockc.set_num_threads(0)
+
+
+def rnd(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def close(got, want, k):
+    """float32 tolerance for sums of k products of unit-size numbers."""
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6 * np.sqrt(k) + 1e-6)
+
+
+def oracle_linear(x, w, b=None):
+    return ref.linear(x.astype(np.float64), w.astype(np.float64),
+                      None if b is None else b.astype(np.float64))
+
+
+# ---------------------------------------------------------------- linear
+
+LINEAR_SHAPES = sorted(
+    {(n, 37, 45) for n in EDGES + [127, 129]}
+    | {(9, c, 33) for c in [1, 7, 15, 16, 17, 255, 256, 257, 511, 512, 513, 777]}
+    | {(17, 20, oc) for oc in EDGES + [511, 512, 513, 530, 1025]}
+    | {(65, 257, 513), (29, 300, 97), (1, 1, 1)}
+)
+
+
+@pytest.mark.parametrize("n,c,oc", LINEAR_SHAPES)
+def test_linear_matches_oracle_at_tile_edges(isa, n, c, oc):
+    x, w, b = rnd((n, c), n), rnd((oc, c), c + 1), rnd(oc, oc + 2)
+    close(ops.linear(x, w, b), oracle_linear(x, w, b), c)
+    close(ops.linear(x, w), oracle_linear(x, w), c)
+
+
+def test_linear_batched_leading_axes(isa):
+    x, w, b = rnd((2, 3, 19, 40), 1), rnd((70, 40), 2), rnd(70, 3)
+    got = ops.linear(x, w, b)
+    assert got.shape == (2, 3, 19, 70)
+    close(got, oracle_linear(x, w, b), 40)
+
+
+def test_linear_nan_and_inf_stay_in_their_rows(isa):
+    x, w = rnd((40, 50), 4), rnd((70, 50), 5)
+    x[3, 7] = np.nan
+    x[20, 0] = np.inf
+    y = ops.linear(x, w)
+    assert np.isnan(y[3]).all()
+    assert not np.isfinite(y[20]).any()
+    ok = np.ones(40, bool)
+    ok[[3, 20]] = False
+    close(y[ok], oracle_linear(x[ok], w), 50)
+
+
+# ---------------------------------------------------------------- attention
+
+ATTN_SHAPES = sorted(
+    {(1, 2, t, t, 8) for t in EDGES + [127, 129, 200]}
+    | {(1, 1, 40, 40, dh) for dh in [1, 2, 5, 13, 14, 15, 16, 17, 64, 65, 100]}
+    | {(2, 3, 33, 70, 16), (1, 2, 70, 33, 16), (1, 1, 1, 150, 64), (2, 1, 150, 1, 4)}
+)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b,h,tq,tk,dh", ATTN_SHAPES)
+def test_attention_matches_oracle_at_tile_edges(isa, b, h, tq, tk, dh, causal):
+    if causal and tk < tq:
+        pytest.skip("causal attention with fewer keys than queries leaves rows empty")
+    q, k, v = rnd((b, h, tq, dh), 1), rnd((b, h, tk, dh), 2), rnd((b, h, tk, dh), 3)
+    want = ref.attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
+                         causal=causal)
+    close(ops.attention(q, k, v, causal=causal), want, tk)
+
+
+def test_causal_attention_never_reads_future_keys(isa):
+    # NaN and inf in later keys and values must not reach earlier queries
+    q, k, v = rnd((1, 2, 100, 16), 7), rnd((1, 2, 100, 16), 8), rnd((1, 2, 100, 16), 9)
+    k2, v2 = k.copy(), v.copy()
+    k2[..., 70:, :] = np.nan
+    v2[..., 50:, 3] = np.inf
+    got = ops.attention(q, k2, v2, causal=True)
+    want = ref.attention(q[..., :50, :].astype(np.float64), k[..., :50, :].astype(np.float64),
+                         v[..., :50, :].astype(np.float64), causal=True)
+    close(got[..., :50, :], want, 50)
+    assert np.isnan(got[..., 70:, :]).all()
+
+
+def test_attention_large_scores_do_not_overflow(isa):
+    q, k, v = rnd((1, 1, 80, 8), 1) * 60, rnd((1, 1, 80, 8), 2) * 60, rnd((1, 1, 80, 8), 3)
+    want = ref.attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
+                         causal=True)
+    got = ops.attention(q, k, v, causal=True)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+# ---------------------------------------------------------------- elementwise
+
+SPECIAL = np.array([0.0, -0.0, 1e-30, -1e-30, 0.5, -0.5, 3.0, -3.0, 9.0, -9.0, 20.0, -20.0,
+                    88.0, -88.0, 100.0, -100.0, 1e30, -1e30, np.inf, -np.inf, np.nan],
+                   dtype=np.float32)
+
+
+@pytest.mark.parametrize("name", ["gelu_tanh", "gelu", "relu", "silu"])
+@pytest.mark.parametrize("n", [1, 3, 15, 16, 17, 33, 1000])
+def test_activations_match_oracle(isa, name, n):
+    x = np.concatenate([SPECIAL, rnd(n, n) * 4])[: max(n, 1)] if n < len(SPECIAL) \
+        else np.concatenate([SPECIAL, rnd(n, n) * 4])
+    with np.errstate(all="ignore"):
+        want = getattr(ref, name)(x.astype(np.float64))
+    got = getattr(ops, name)(x)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-7)
+
+
+def test_swiglu_and_residual_add(isa):
+    g, u = rnd(1001, 1) * 5, rnd(1001, 2)
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(ops.swiglu(g, u), ref.swiglu(g.astype(np.float64), u),
+                                   rtol=2e-6, atol=2e-7)
+    np.testing.assert_array_equal(ops.residual_add(g, u), g + u)
+
+
+# ---------------------------------------------------------------- threads
+
+def test_results_do_not_depend_on_the_thread_count(isa, threads):
+    x, w, b = rnd((300, 333), 1), rnd((530, 333), 2), rnd(530, 3)
+    q, k, v = rnd((1, 3, 250, 40), 4), rnd((1, 3, 250, 40), 5), rnd((1, 3, 250, 40), 6)
+    h = rnd((200, 999), 7)
+    outs = []
+    for n in (1, 2, 3):
+        threads(n)
+        outs.append((ops.linear(x, w, b), ops.attention(q, k, v, causal=True),
+                     ops.attention(q, k, v), ops.gelu_tanh(h), ops.rmsnorm(h)))
+    for other in outs[1:]:
+        for a, b_ in zip(outs[0], other):
+            np.testing.assert_array_equal(a, b_)  # bitwise
+
+
+def test_generic_path_forced_from_the_environment():
+    code = (
+        "import numpy as np, blockc, blockc.ops as ops\n"
+        "assert blockc.get_isa() == 'generic', blockc.get_isa()\n"
+        "r = np.random.default_rng(0)\n"
+        "x = r.standard_normal((37, 300)).astype(np.float32)\n"
+        "w = r.standard_normal((45, 300)).astype(np.float32)\n"
+        "y = ops.linear(x, w)\n"
+        "d = np.abs(y - x.astype(np.float64) @ w.T.astype(np.float64)).max()\n"
+        "assert d < 1e-3, d\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, BLOCKC_ISA="generic")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
