@@ -1,0 +1,258 @@
+"""Benchmark: one transformer block, blockc against the NumPy oracle and PyTorch eager.
+
+One run, one table. Every row times the three implementations interleaved
+(round-robin, so a noisy neighbour hurts all of them alike) and reports the
+median of --repeats rounds after a warm-up; the ratio columns are
+peer time / blockc time (> 1: blockc is faster).
+
+Rows:
+  toy       the book's block (T=4, D=8, 2 heads, d_ff=32; RMSNorm, no biases), per call
+  gpt2-256  GPT-2 style (LayerNorm, biases, GELU-tanh), causal, T=256, D=512, 8 heads, d_ff=2048
+  gpt2-1024 GPT-2 small block, causal, T=1024, D=768, 12 heads, d_ff=3072
+  linear    blockc.ops.linear, x (1024, 768) @ w (3072, 768)^T, in GFLOP/s, vs NumPy's matmul
+then the memory check: one GPT-2 style causal block at T=8192, D=768, 12 heads
+(in a child process) must stay under 16*T*D floats of extra memory, output included,
+and the peak RSS of this process.
+
+    python benches/bench_block.py                 # everything (about a minute)
+    python benches/bench_block.py --repeats 5 --no-memory
+
+NumPy's OpenBLAS: this machine's environment may set OPENBLAS_CORETYPE, which
+slows current NumPy; for the comparison run with it unset, e.g.
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benches/bench_block.py
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import blockc
+from blockc import ops
+from blockc.reference import block as ref
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def interleaved(fns, repeats, inner=1):
+    """Median seconds per call of each fn, timed round-robin."""
+    for f in fns:
+        f()
+    times = [[] for _ in fns]
+    for _ in range(repeats):
+        for i, f in enumerate(fns):
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                f()
+            times[i].append((time.perf_counter() - t0) / inner)
+    return [statistics.median(t) for t in times]
+
+
+def torch_block(torch, cfg, W):
+    """The same block in PyTorch eager, fed the same weights (chapter 6's GPTBlock shape)."""
+    nn, F = torch.nn, torch.nn.functional
+    d, h, f = cfg.d_model, cfg.n_heads, cfg.d_ff
+    bias = "attn.qkv.bias" in W
+
+    class Norm(nn.Module):
+        def __init__(self, i):
+            super().__init__()
+            self.g = W.get(f"ln{i}.weight")
+            self.b = W.get(f"ln{i}.bias")
+            self.g = None if self.g is None else torch.from_numpy(np.asarray(self.g))
+            self.b = None if self.b is None else torch.from_numpy(np.asarray(self.b))
+
+        def forward(self, x):
+            if cfg.norm == "layer":
+                return F.layer_norm(x, (d,), self.g, self.b, cfg.eps)
+            return F.rms_norm(x, (d,), self.g, cfg.eps)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = Norm(1), Norm(2)
+            self.qkv = nn.Linear(d, 3 * d, bias=bias)
+            self.proj = nn.Linear(d, d, bias=bias)
+            self.up = nn.Linear(d, f, bias=bias)
+            self.down = nn.Linear(f, d, bias=bias)
+
+        def forward(self, x):
+            t = x.shape[0]
+            q, k, v = (z.view(t, h, d // h).transpose(0, 1)
+                       for z in self.qkv(self.ln1(x)).chunk(3, dim=-1))
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal)
+            x = x + self.proj(a.transpose(0, 1).reshape(t, d))
+            return x + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh"))
+
+    m = Block()
+    with torch.no_grad():
+        for name in ("qkv", "proj", "up", "down"):
+            getattr(m, name).weight.copy_(torch.from_numpy(np.asarray(W[f"attn.{name}.weight" if name in ("qkv", "proj") else f"{name}.weight"])))
+            if bias:
+                getattr(m, name).bias.copy_(torch.from_numpy(np.asarray(W[f"attn.{name}.bias" if name in ("qkv", "proj") else f"{name}.bias"])))
+    return m.eval()
+
+
+SHAPES = [
+    ("toy (T=4, D=8, 2 heads, d_ff=32)", dict(d_model=8, n_heads=2, d_ff=32), 4, "msvc"),
+    ("T=256, D=512, 8 heads, d_ff=2048, causal",
+     dict(d_model=512, n_heads=8, d_ff=2048, norm="layer", causal=True), 256, "normal"),
+    ("GPT-2 small block, T=1024, causal",
+     dict(d_model=768, n_heads=12, d_ff=3072, norm="layer", causal=True), 1024, "normal"),
+]
+
+
+def with_biases(W, cfg, rng):
+    """GPT-2 style: biases on every linear (init_block's 'normal' may leave them out)."""
+    W = dict(W)
+    d, f = cfg.d_model, cfg.d_ff
+    for key, n in (("attn.qkv.bias", 3 * d), ("attn.proj.bias", d), ("up.bias", f), ("down.bias", d)):
+        W.setdefault(key, (rng.standard_normal(n) * 0.02).astype(np.float32))
+    for key in ("ln1.weight", "ln2.weight", "ln1.bias", "ln2.bias"):
+        if cfg.norm == "layer":
+            W.setdefault(key, (1.0 + 0.1 * rng.standard_normal(d) if key.endswith("weight")
+                               else 0.1 * rng.standard_normal(d)).astype(np.float32))
+    return blockc.BlockWeights(W)
+
+
+def bench_blocks(args, torch, rows):
+    rng = np.random.default_rng(0)
+    for label, kw, t, rand in SHAPES:
+        cfg = blockc.BlockConfig(**kw)
+        W = blockc.init_block(cfg, seed=42, rand=rand)
+        if rand == "normal":
+            W = with_biases(W, cfg, rng)
+        x = rng.standard_normal((t, cfg.d_model)).astype(np.float32)
+        W64 = {k: np.asarray(v, np.float32) for k, v in W.items()}
+        fns = [lambda: blockc.block_forward(x, W, cfg),
+               lambda: ref.block_forward(x, W64, cfg, dtype=np.float32)]
+        if torch is not None:
+            m = torch_block(torch, cfg, W)
+            xt = torch.from_numpy(x)
+
+            def run_torch():
+                with torch.no_grad():
+                    return m(xt)
+            fns.append(run_torch)
+            want = run_torch().numpy()
+            got = blockc.block_forward(x, W, cfg)
+            err = float(np.abs(got - want).max())
+        else:
+            err = float("nan")
+        small = t * cfg.d_model < 10_000
+        inner = 200 if small else 1
+        reps = args.repeats * (3 if small else 1)
+        times = interleaved(fns, reps, inner)
+        rows.append((label, times, err))
+
+
+def bench_linear(args, rows):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1024, 768)).astype(np.float32)
+    w = rng.standard_normal((3072, 768)).astype(np.float32)
+    flop = 2 * 1024 * 768 * 3072
+    tb, tn = interleaved([lambda: ops.linear(x, w), lambda: x @ w.T], args.repeats * 2)
+    return flop / tb / 1e9, flop / tn / 1e9
+
+
+MEMORY_CHILD = r"""
+import sys, gc, numpy as np, blockc
+T, D, H = 8192, 768, 12
+cfg = blockc.BlockConfig(d_model=D, n_heads=H, d_ff=4 * D, norm="layer", causal=True)
+W = blockc.init_block(cfg, seed=1, rand="normal")
+x = np.random.default_rng(0).standard_normal((T, D)).astype(np.float32)
+gc.collect()
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # reset the peak (VmHWM) to the current RSS
+base = status("VmRSS:")
+y = blockc.block_forward(x, W, cfg)
+peak = status("VmHWM:")
+assert np.isfinite(y).all()
+print(base, peak)
+"""
+
+
+def memory_check():
+    env = dict(os.environ)
+    r = subprocess.run([sys.executable, "-c", MEMORY_CHILD], capture_output=True, text=True,
+                       env=env, timeout=600)
+    if r.returncode != 0:
+        return None, r.stderr.strip().splitlines()[-1:]
+    base, peak = map(int, r.stdout.split())
+    return peak - base, None
+
+
+def fmt_t(s):
+    return f"{s * 1e6:.1f} µs" if s < 1e-3 else f"{s * 1e3:.2f} ms"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=11)
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--no-memory", action="store_true")
+    args = ap.parse_args(argv)
+    torch = None
+    if not args.no_torch:
+        try:
+            import torch  # noqa: F811
+        except ImportError:
+            torch = None
+    try:
+        from threadpoolctl import threadpool_info
+        blas = ", ".join(f"{i['internal_api']} {i.get('architecture', '')} x{i['num_threads']}"
+                         for i in threadpool_info() if i["user_api"] == "blas")
+    except ImportError:
+        blas = "numpy BLAS (threadpoolctl not installed)"
+    print(f"machine: {cpu_name()}, {os.cpu_count()} cores; blockc {blockc.get_isa()} "
+          f"x{blockc.get_num_threads()} threads; NumPy {np.__version__} ({blas})"
+          + (f"; PyTorch {torch.__version__} x{torch.get_num_threads()}" if torch else "; PyTorch absent"))
+    rows = []
+    bench_blocks(args, torch, rows)
+    gf_b, gf_n = bench_linear(args, rows)
+    print()
+    print("| shape | blockc | NumPy | PyTorch eager | NumPy / blockc | PyTorch / blockc | max abs diff vs PyTorch |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for label, times, err in rows:
+        tb, tn = times[0], times[1]
+        tt = times[2] if len(times) > 2 else None
+        print(f"| {label} | {fmt_t(tb)} | {fmt_t(tn)} | {fmt_t(tt) if tt else '-'} | "
+              f"{tn / tb:.2f}x | {(f'{tt / tb:.2f}x') if tt else '-'} | {err:.1e} |")
+    print(f"| linear 1024x768 -> 3072 | {gf_b:.0f} GFLOP/s | {gf_n:.0f} GFLOP/s | - | "
+          f"blockc at {100 * gf_b / gf_n:.0f}% of NumPy | - | - |")
+    if not args.no_memory:
+        extra, err = memory_check()
+        limit = 16 * 8192 * 768 * 4
+        if extra is None:
+            print(f"\nmemory check failed: {err}")
+        else:
+            print(f"\nT=8192, D=768, 12 heads, causal block: peak extra memory {extra / 2**20:.0f} MiB "
+                  f"(output included) vs limit 16*T*D floats = {limit / 2**20:.0f} MiB: "
+                  f"{'OK' if extra < limit else 'OVER'} "
+                  f"(one head's T x T scores alone would be {8192 * 8192 * 4 / 2**20:.0f} MiB)")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS of this benchmark process: {peak:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
