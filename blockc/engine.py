@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -139,8 +139,8 @@ class BlockConfig:
     causal: bool = False
     residual: bool = True
     eps: float = 1e-5
-    _c: Any = field(default=None, init=False, repr=False, compare=False)
-    _shapes: Any = field(default=None, init=False, repr=False, compare=False)
+    # also set on construction, outside the dataclass fields: ``_c`` (the C
+    # struct, built once) and ``_shapes`` (the weight shapes this config expects)
 
     def __post_init__(self):
         d = _size(self.d_model, "d_model")
@@ -164,6 +164,9 @@ class BlockConfig:
             "placement": _C_PLACE[self.placement], "activation": _C_ACT[self.activation],
             "causal": int(causal), "residual": int(residual), "eps": eps}))
         object.__setattr__(self, "_shapes", _expected_shapes(self))
+
+    def __reduce__(self):  # pickle / copy by the fields; the C struct is rebuilt
+        return (type(self), tuple(getattr(self, f.name) for f in fields(self)))
 
     @property
     def d_head(self) -> int:

@@ -378,6 +378,26 @@ def test_threads_share_nothing_mutable():
     assert not bad
 
 
+def test_config_is_a_plain_value():
+    import copy
+    import pickle
+    cfg = BlockConfig(d_model=12, n_heads=3, norm="layer", causal=True)
+    for c in (pickle.loads(pickle.dumps(cfg)), copy.deepcopy(cfg), copy.copy(cfg)):
+        assert c == cfg and hash(c) == hash(cfg) and c is not cfg
+        W = init_block(c)
+        np.testing.assert_array_equal(block_forward(np.ones((2, 12), np.float32), W, c),
+                                      block_forward(np.ones((2, 12), np.float32), W, cfg))
+    assert dataclasses.asdict(cfg) == dict(d_model=12, n_heads=3, d_ff=32, norm="layer",
+                                           placement="pre", activation="gelu_tanh", causal=True,
+                                           residual=True, eps=1e-5)
+    assert dataclasses.replace(cfg, norm="rms").norm == "rms"
+    with pytest.raises(ValueError, match="norm"):
+        dataclasses.replace(cfg, norm="rsm")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.d_model = 16
+    assert "BlockConfig(d_model=12, n_heads=3, d_ff=32" in repr(cfg)
+
+
 def test_empty_batch_and_empty_stack():
     x = np.zeros((0, 4, 8), np.float32)
     assert block_forward(x, init_block(BOOK), BOOK).shape == (0, 4, 8)

@@ -28,7 +28,8 @@ def linear(x, w, b=None):
 
 def rmsnorm(x, g=None, eps=1e-5):
     """x / sqrt(mean(x^2) + eps) * g over the last axis."""
-    y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + x.dtype.type(eps))
+    with np.errstate(divide="ignore", invalid="ignore"):  # eps 0 on a zero row: NaN, as C
+        y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + x.dtype.type(eps))
     return y if g is None else y * g
 
 
@@ -36,7 +37,8 @@ def layernorm(x, g=None, b=None, eps=1e-5):
     """(x - mean) / sqrt(var + eps) * g + b over the last axis, var over D."""
     mu = np.mean(x, axis=-1, keepdims=True)
     var = np.mean((x - mu) ** 2, axis=-1, keepdims=True)
-    y = (x - mu) / np.sqrt(var + x.dtype.type(eps))
+    with np.errstate(divide="ignore", invalid="ignore"):  # eps 0 on a constant row: NaN, as C
+        y = (x - mu) / np.sqrt(var + x.dtype.type(eps))
     if g is not None:
         y = y * g
     return y if b is None else y + b
