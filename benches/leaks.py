@@ -99,6 +99,33 @@ def _cases():
         return alternate(lambda: lib.bc_rng_uniform(out, g, 64, 0.1),
                          lambda: lib.bc_rng_uniform(ffi.NULL, g, 64, 0.1))
 
+    # -- runtime (thread count, instruction set)
+    @case("bc_set_num_threads")
+    def _():
+        return alternate(lambda: lib.bc_set_num_threads(0), lambda: lib.bc_set_num_threads(-1))
+
+    @case("bc_get_num_threads")
+    def _():
+        out = ffi.new("int *")
+        return alternate(lambda: lib.bc_get_num_threads(out), lambda: lib.bc_get_num_threads(ffi.NULL))
+
+    @case("bc_get_isa")
+    def _():
+        out = ffi.new("int *")
+        return alternate(lambda: lib.bc_get_isa(out), lambda: lib.bc_get_isa(ffi.NULL))
+
+    @case("bc_best_isa")
+    def _():
+        out = ffi.new("int *")
+        return alternate(lambda: lib.bc_best_isa(out), lambda: lib.bc_best_isa(ffi.NULL))
+
+    @case("bc_set_isa")
+    def _():
+        out = ffi.new("int *")
+        lib.bc_get_isa(out)
+        isa = out[0]
+        return alternate(lambda: lib.bc_set_isa(isa), lambda: lib.bc_set_isa(99))
+
     # -- engine kernels
     x, w, b, y = f32(16, 32), f32(24, 32), f32(24), np.empty((16, 24), np.float32)
 
