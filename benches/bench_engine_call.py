@@ -9,7 +9,9 @@ same run, same weights, same input:
   blockc         block_forward with the BlockWeights init_block returns (cached)
   blockc dict    block_forward with a plain dict (validated on every call)
   numpy oracle   blockc.reference.block.block_forward in float32
-  torch          the same pre-norm RMS block in PyTorch eager (if installed)
+  torch          the same pre-norm RMS block in PyTorch eager (if installed), on
+                 --torch-threads threads (default 1: at the toy size more threads
+                 only add overhead, and they fight blockc's OpenMP threads for 2 cores)
 
 Each figure is the median of --repeats timings of --number calls, per call.
 Ratios are peer time / blockc time (> 1: blockc is faster).
@@ -74,6 +76,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--number", type=int, default=5000)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--torch-threads", type=int, default=1)
     args = ap.parse_args()
 
     cfg = blockc.BlockConfig(d_model=args.d_model, n_heads=args.heads, d_ff=4 * args.d_model)
@@ -95,6 +98,7 @@ def main() -> None:
     ]
     try:
         import torch
+        torch.set_num_threads(args.torch_threads)
         m = torch_block(torch, cfg, W)
         xt = torch.from_numpy(x)
         np.testing.assert_allclose(m(xt).detach().numpy(), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
