@@ -115,8 +115,9 @@ static void norm(float *y, const float *x, const float *g, const float *b,
         memcpy(y, x, s->nd * sizeof(float));
 }
 
-// out (N,D) = proj(attention(qkv(a (N,D)))); scratch qkv (N,3D), att (N,D)
-static void attn_sublayer(float *out, const float *a, const bc_block_config *cfg,
+// out (N,D) = r + proj(attention(qkv(a (N,D)))); r (N,D) or NULL, may be out;
+// scratch qkv (N,3D), att (N,D)
+static void attn_sublayer(float *out, const float *a, const float *r, const bc_block_config *cfg,
                           const bc_block_weights *w, const dims *s,
                           float *qkv, float *att, float *awork)
 {
@@ -127,21 +128,23 @@ static void attn_sublayer(float *out, const float *a, const bc_block_config *cfg
         bc_k_attention(att + bi * s->t * d, d, q, d3, q + d, d3, q + 2 * d, d3,
                        s->t, s->t, s->h, s->dh, 0, cfg->causal != 0, awork);
     }
-    bc_k_linear(out, att, w->proj_w, w->proj_b, s->n, d, d);
+    bc_k_linear_ex(out, att, w->proj_w, w->proj_b, r, s->n, d, d, BC_ACT_NONE);
 }
 
-// out (N,D) = down(act(up(a))) or down(silu(gate(a)) * up(a)); scratch hid, gat (N,F)
-static void ffn_sublayer(float *out, const float *a, const bc_block_config *cfg,
+// out (N,D) = r + down(act(up(a))) or r + down(silu(gate(a)) * up(a));
+// r (N,D) or NULL, may be out; scratch hid, gat (N,F)
+static void ffn_sublayer(float *out, const float *a, const float *r, const bc_block_config *cfg,
                          const bc_block_weights *w, const dims *s, float *hid, float *gat)
 {
-    bc_k_linear(hid, a, w->up_w, w->up_b, s->n, s->d, s->f);
     if (cfg->activation == BC_ACT_SWIGLU) {
+        bc_k_linear(hid, a, w->up_w, w->up_b, s->n, s->d, s->f);
         bc_k_linear(gat, a, w->gate_w, w->gate_b, s->n, s->d, s->f);
         bc_k_swiglu(hid, gat, hid, s->nf);
     } else {
-        bc_k_act(hid, hid, s->nf, cfg->activation);
+        /* the activation fused into the up projection's epilogue */
+        bc_k_linear_ex(hid, a, w->up_w, w->up_b, NULL, s->n, s->d, s->f, cfg->activation);
     }
-    bc_k_linear(out, hid, w->down_w, w->down_b, s->n, s->f, s->d);
+    bc_k_linear_ex(out, hid, w->down_w, w->down_b, r, s->n, s->f, s->d, BC_ACT_NONE);
 }
 
 /* One block, already validated. y may be x. */
@@ -153,33 +156,24 @@ static void block(float *y, const float *x, const bc_block_config *cfg,
     float *awork = gat + (cfg->activation == BC_ACT_SWIGLU ? s->nf : 0);
     const int res = cfg->residual != 0;
 
+    /* the residual additions are fused into the proj and down epilogues */
     if (cfg->placement == BC_PLACE_PRE) {
         const float *a = x;
         if (cfg->norm != BC_NORM_NONE) {
             norm(xn, x, w->ln1_w, w->ln1_b, cfg, s);
             a = xn;
         }
-        attn_sublayer(res ? sub : y, a, cfg, w, s, qkv, att, awork);
-        if (res)
-            bc_k_add(y, x, sub, s->nd);          /* x is dead from here on */
+        attn_sublayer(y, a, res ? x : NULL, cfg, w, s, qkv, att, awork);  /* x dead now */
         a = y;
         if (cfg->norm != BC_NORM_NONE) {
             norm(xn, y, w->ln2_w, w->ln2_b, cfg, s);
             a = xn;
         }
-        ffn_sublayer(sub, a, cfg, w, s, hid, gat);
-        if (res)
-            bc_k_add(y, y, sub, s->nd);
-        else
-            memcpy(y, sub, s->nd * sizeof(float));
+        ffn_sublayer(y, a, res ? y : NULL, cfg, w, s, hid, gat);
     } else {
-        attn_sublayer(sub, x, cfg, w, s, qkv, att, awork);
-        if (res)
-            bc_k_add(sub, x, sub, s->nd);
+        attn_sublayer(sub, x, res ? x : NULL, cfg, w, s, qkv, att, awork);
         norm(y, sub, w->ln1_w, w->ln1_b, cfg, s);
-        ffn_sublayer(sub, y, cfg, w, s, hid, gat);
-        if (res)
-            bc_k_add(sub, y, sub, s->nd);
+        ffn_sublayer(sub, y, res ? y : NULL, cfg, w, s, hid, gat);
         norm(y, sub, w->ln2_w, w->ln2_b, cfg, s);
     }
 }

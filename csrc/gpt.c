@@ -356,14 +356,14 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
             bc_k_attention(att + b * seq * d, d, q, 3 * d, k, ldk, v, ldk,
                            seq, tk, h, dh, pos0, 1, awork);
         }
-        bc_k_linear(xn, att, p + lo.blk[BLK_PROJ_W], p + lo.blk[BLK_PROJ_B], n, d, d);
-        bc_k_add(x, x, xn, nd);
+        bc_k_linear_ex(x, att, p + lo.blk[BLK_PROJ_W], p + lo.blk[BLK_PROJ_B], x, n, d, d,
+                       BC_ACT_NONE);  /* the residual add fused into the epilogue */
         // MLP branch: x += down(gelu_tanh(up(ln2(x))))
         bc_k_layernorm(xn, x, p + lo.blk[BLK_LN2_W], p + lo.blk[BLK_LN2_B], n, d, cfg->eps);
-        bc_k_linear(buf, xn, p + lo.blk[BLK_UP_W], p + lo.blk[BLK_UP_B], n, d, 4 * d);
-        bc_k_act(buf, buf, 4 * nd, BC_ACT_GELU_TANH);
-        bc_k_linear(xn, buf, p + lo.blk[BLK_DOWN_W], p + lo.blk[BLK_DOWN_B], n, 4 * d, d);
-        bc_k_add(x, x, xn, nd);
+        bc_k_linear_ex(buf, xn, p + lo.blk[BLK_UP_W], p + lo.blk[BLK_UP_B], NULL, n, d, 4 * d,
+                       BC_ACT_GELU_TANH);
+        bc_k_linear_ex(x, buf, p + lo.blk[BLK_DOWN_W], p + lo.blk[BLK_DOWN_B], x, n, 4 * d, d,
+                       BC_ACT_NONE);
         if (hidden)
             memcpy(hidden + l * nd, x, nd * sizeof(float));
     }
