@@ -11,6 +11,8 @@ the best a shared machine allows right now) and a pure-Python loop (holds it: 1.
 
 Each figure is the median of --repeats wall-clock timings of the pair of calls.
 speed-up = one thread / two threads (2.0 ideal on two free cores, 1.0 = no overlap).
+Then, timing-free: the longest pause of a spinning Python thread while another
+thread is inside one call (the GIL held: the whole call; released: noise).
 
     python benches/threads.py
     python benches/threads.py --repeats 21 --seq 256
@@ -56,6 +58,34 @@ def two_threads(f, g):
     return time.perf_counter() - t0
 
 
+def largest_stall(call):
+    """Run call() in a thread while this thread spins: (call seconds, the longest
+    time this thread could not run during the call). With the GIL held through the
+    C call the stall is the whole call; released, it is scheduling noise."""
+    inside, span, stamps = threading.Event(), {}, []
+
+    def worker():
+        inside.set()
+        t0 = time.perf_counter()
+        call()
+        span["t"] = (t0, time.perf_counter())
+
+    th = threading.Thread(target=worker)
+    th.start()
+    inside.wait()
+    while th.is_alive():
+        stamps.append(time.perf_counter())
+    th.join()
+    t0, t1 = span["t"]
+    edges = [t0] + [s for s in stamps if t0 <= s <= t1] + [t1]
+    return t1 - t0, max(b - a for a, b in zip(edges, edges[1:]))
+
+
+def stall(name, call, repeats):
+    ratios = [s / d for d, s in (largest_stall(call) for _ in range(repeats))]
+    print(f"{name:<16} {statistics.median(ratios):>14.1%} {max(ratios):>10.1%}")
+
+
 def measure(name, f, g, repeats):
     f(), g()  # warm-up: workspaces, caches
     serial, parallel = [], []
@@ -93,6 +123,12 @@ def main(argv=None):
     m = blockc.GPT.random(gcfg, seed=0)
     i1, i2 = (rng.integers(0, 2048, size=(1, a.seq)) for _ in range(2))
     measure("GPT forward", lambda: m(i1), lambda: m(i2), a.repeats)
+
+    print(f"\nlongest pause of a spinning Python thread during one call, as a share of the call")
+    print(f"{'call':<16} {'median':>14} {'worst':>10}")
+    stall("python loop", lambda: sum(range(10_000_000)), a.repeats)  # holds the GIL: ~100%
+    stall("block_forward", lambda: blockc.block_forward(x1, W, cfg), a.repeats)
+    stall("GPT forward", lambda: m(i1), a.repeats)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ extern "C" {
 #define BC_ISA_AVX512 2
 
 /* Threads the kernels use from now on (n >= 1), or n == 0 to go back to the
- * default: BLOCKC_NUM_THREADS if set, else OpenMP's default. BC_ESIZE if n < 0. */
+ * default: BLOCKC_NUM_THREADS if set, else OpenMP's default. BC_ESIZE if n < 0
+ * or n > 4096. */
 int bc_set_num_threads(int n);
 
 /* *n = the number of threads the next kernel call may use (1 without OpenMP). */

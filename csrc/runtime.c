@@ -136,7 +136,7 @@ static int threads_now(void)
 
 int bc_set_num_threads(int n)
 {
-    if (n < 0)
+    if (n < 0 || n > 4096)  /* as BLOCKC_NUM_THREADS: OpenMP cannot start ~10^5 threads */
         return BC_ESIZE;
     threads_setting();  /* read the environment first, so it cannot override n later */
     if (n == 0) {

@@ -47,5 +47,6 @@ void test_core(void);
 void test_engine(void);
 void test_book(void);
 void test_gpt(void);
+void test_runtime(void);
 
 #endif

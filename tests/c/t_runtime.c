@@ -1,0 +1,151 @@
+/* t_runtime.c: thread count and instruction set (csrc/bc_runtime.h), and the
+ * promise that results do not depend on the thread count. */
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "harness.h"
+
+#define NB(n) ((n) * sizeof(float))
+
+static void settings_checks(void)
+{
+    int *n = h_alloc_bytes(sizeof *n), before = 0, best = -1, isa = -1;
+    EXPECT_STATUS(BC_ENULL, bc_get_num_threads(NULL));
+    EXPECT_STATUS(BC_ENULL, bc_get_isa(NULL));
+    EXPECT_STATUS(BC_ENULL, bc_best_isa(NULL));
+    EXPECT_STATUS(BC_OK, bc_get_num_threads(&before));
+    const int bad_n[] = {-1, INT_MIN, 4097, 100000, INT_MAX};
+    for (int i = 0; i < 5; i++)
+        EXPECT_STATUS(BC_ESIZE, bc_set_num_threads(bad_n[i]));
+    EXPECT_STATUS(BC_OK, bc_get_num_threads(n));
+    EXPECT(*n == before);  /* a refused setting changes nothing */
+    EXPECT_STATUS(BC_OK, bc_set_num_threads(3));
+    EXPECT_STATUS(BC_OK, bc_get_num_threads(n));
+    EXPECT(*n == 3 || *n == 1);  /* 1 in a build without OpenMP */
+    EXPECT_STATUS(BC_OK, bc_set_num_threads(0));
+    EXPECT_STATUS(BC_OK, bc_get_num_threads(n));
+    EXPECT(*n >= 1);
+
+    EXPECT_STATUS(BC_OK, bc_best_isa(&best));
+    EXPECT(best >= BC_ISA_GENERIC && best <= BC_ISA_AVX512);
+    const int bad_isa[] = {-1, 3, 99, INT_MIN, INT_MAX};
+    for (int i = 0; i < 5; i++)
+        EXPECT_STATUS(BC_EOPTION, bc_set_isa(bad_isa[i]));
+    if (best < BC_ISA_AVX512)
+        EXPECT_STATUS(BC_EOPTION, bc_set_isa(best + 1));  /* more than the CPU has */
+    for (int i = BC_ISA_GENERIC; i <= best; i++) {
+        EXPECT_STATUS(BC_OK, bc_set_isa(i));
+        EXPECT_STATUS(BC_OK, bc_get_isa(&isa));
+        EXPECT(isa == i);
+    }
+}
+
+/* One block and one GPT pass at the current settings, sized past the
+ * kernels' parallel threshold. */
+enum { D = 64, H = 4, F = 96, B = 2, T = 33, ND = B * T * D, V = 50 };
+
+typedef struct {
+    bc_block_config cfg;
+    bc_block_weights w;
+    float *x, *work;
+    size_t need;
+    bc_gpt_config gcfg;
+    float *params, *gwork;
+    size_t gneed;
+    int32_t ids[B * T];
+} fixture;
+
+static void setup(fixture *f)
+{
+    memset(f, 0, sizeof *f);
+    f->cfg.d_model = D;
+    f->cfg.n_heads = H;
+    f->cfg.d_ff = F;
+    f->cfg.norm = BC_NORM_LAYER;
+    f->cfg.placement = BC_PLACE_PRE;
+    f->cfg.activation = BC_ACT_SWIGLU;
+    f->cfg.causal = 1;
+    f->cfg.residual = 1;
+    f->cfg.eps = 1e-5f;
+    float *p;
+    uint32_t seed = 300;
+#define PART(field, n) (p = h_alloc(n), h_fill(p, (n), seed++, 0.2f), f->w.field = p)
+    PART(qkv_w, 3 * D * D); PART(qkv_b, 3 * D); PART(proj_w, D * D);
+    PART(up_w, F * D); PART(gate_w, F * D); PART(down_w, D * F); PART(down_b, D);
+    PART(ln1_w, D); PART(ln1_b, D); PART(ln2_w, D);
+#undef PART
+    f->x = h_alloc(ND);
+    h_fill(f->x, ND, 7, 1.0f);
+    EXPECT_STATUS(BC_OK, bc_block_workspace_size(&f->need, &f->cfg, B, T));
+    f->work = h_alloc(f->need);
+
+    f->gcfg.vocab = V;
+    f->gcfg.context = T;
+    f->gcfg.width = D;
+    f->gcfg.heads = H;
+    f->gcfg.layers = 2;
+    f->gcfg.eps = 1e-5f;
+    f->gcfg.tie_weights = 1;
+    size_t np = 0;
+    EXPECT_STATUS(BC_OK, bc_gpt_param_count(&np, &f->gcfg));
+    f->params = h_alloc(np);
+    h_fill(f->params, np, 8, 0.1f);
+    EXPECT_STATUS(BC_OK, bc_gpt_workspace_size(&f->gneed, &f->gcfg, B, T, NULL));
+    f->gwork = h_alloc(f->gneed);
+    for (int i = 0; i < B * T; i++)
+        f->ids[i] = (i * 13 + 5) % V;
+}
+
+static void run(fixture *f, float *y, float *logits)
+{
+    EXPECT_STATUS(BC_OK, bc_block_forward(y, f->x, &f->cfg, &f->w, B, T, f->work, f->need));
+    EXPECT_STATUS(BC_OK, bc_gpt_forward(logits, NULL, NULL, f->params, &f->gcfg, f->ids,
+                                        BC_IDS_INT32, B, T, 0, f->gwork, f->gneed));
+}
+
+static void determinism_checks(void)
+{
+    fixture f;
+    setup(&f);
+    int best = 0;
+    EXPECT_STATUS(BC_OK, bc_best_isa(&best));
+    float *y0 = h_alloc(ND), *l0 = h_alloc(B * T * V);
+    float *y = h_alloc(ND), *l = h_alloc(B * T * V);
+    float *yg = h_alloc(ND), *lg = h_alloc(B * T * V);
+    const int threads[] = {1, 2, 3, 5};
+    for (int isa = BC_ISA_GENERIC; isa <= best; isa++) {
+        EXPECT_STATUS(BC_OK, bc_set_isa(isa));
+        EXPECT_STATUS(BC_OK, bc_set_num_threads(1));
+        run(&f, y0, l0);
+        EXPECT(h_finite(y0, ND) && h_finite(l0, B * T * V));
+        if (isa == BC_ISA_GENERIC) {
+            memcpy(yg, y0, NB(ND));
+            memcpy(lg, l0, NB(B * T * V));
+        } else {  /* other instruction sets: within float32 tolerance */
+            int ok = 1;
+            for (int i = 0; i < ND; i++)
+                ok &= fabsf(y0[i] - yg[i]) <= 1e-4f * (1.0f + fabsf(yg[i]));
+            for (int i = 0; i < B * T * V; i++)
+                ok &= fabsf(l0[i] - lg[i]) <= 1e-4f * (1.0f + fabsf(lg[i]));
+            EXPECT(ok);
+        }
+        /* any thread count: the same bits */
+        for (int k = 1; k < 4; k++) {
+            EXPECT_STATUS(BC_OK, bc_set_num_threads(threads[k]));
+            h_refill(y, NB(ND));
+            h_refill(l, NB(B * T * V));
+            run(&f, y, l);
+            EXPECT(memcmp(y, y0, NB(ND)) == 0);
+            EXPECT(memcmp(l, l0, NB(B * T * V)) == 0);
+        }
+    }
+    EXPECT_STATUS(BC_OK, bc_set_num_threads(0));
+    EXPECT_STATUS(BC_OK, bc_set_isa(best));
+}
+
+void test_runtime(void)
+{
+    settings_checks();
+    determinism_checks();
+}
