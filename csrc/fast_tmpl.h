@@ -29,6 +29,59 @@ static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 size_t FN(bc_gemm_mr)(void) { return MR; }
 size_t FN(bc_gemm_nr)(void) { return NR; }
 
+#if BC_SIMD == 512
+/* o[k] lane j = r[j] lane k: a 16 x 16 transpose in registers */
+static inline void FN(tr16)(const __m512 r[16], __m512 o[16])
+{
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 4; g++) {
+        const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 2]);
+        const __m512d c = _mm512_castps_pd(t[4 * g + 1]), d = _mm512_castps_pd(t[4 * g + 3]);
+        u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+    }
+    for (int m = 0; m < 4; m++) {
+        const __m512 p0 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x44);
+        const __m512 p1 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xEE);
+        const __m512 p2 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0x44);
+        const __m512 p3 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0xEE);
+        o[m] = _mm512_shuffle_f32x4(p0, p2, 0x88);
+        o[4 + m] = _mm512_shuffle_f32x4(p0, p2, 0xDD);
+        o[8 + m] = _mm512_shuffle_f32x4(p1, p3, 0x88);
+        o[12 + m] = _mm512_shuffle_f32x4(p1, p3, 0xDD);
+    }
+}
+
+/* bp (nc/NR panels, kc, NR) <- w rows o0.., columns p0..p0+kc; zero past nc.
+ * 16 x 16 blocks: 16 row loads, a register transpose, 16 stores. */
+static void FN(pack_b)(float *restrict bp, const float *restrict w, size_t c,
+                       size_t o0, size_t nc, size_t p0, size_t kc)
+{
+    for (size_t jp = 0; jp < nc; jp += NR) {
+        const size_t nv = min_sz(NR, nc - jp);
+        float *dst = bp + jp * kc;
+        const float *src = w + (o0 + jp) * c + p0;
+        for (size_t h = 0; h < NR; h += VL) {
+            const size_t rows = nv > h ? min_sz(VL, nv - h) : 0;
+            for (size_t k = 0; k < kc; k += VL) {
+                const size_t nk = min_sz(VL, kc - k);
+                __m512 r[16], o[16];
+                for (size_t j = 0; j < 16; j++)
+                    r[j] = j < rows ? vloadn(src + (h + j) * c + k, nk) : vzero();
+                FN(tr16)(r, o);
+                for (size_t kk = 0; kk < nk; kk++)
+                    vstore(dst + (k + kk) * NR + h, o[kk]);
+            }
+        }
+    }
+}
+#else
 /* bp (nc/NR panels, kc, NR) <- w rows o0.., columns p0..p0+kc; zero past nc */
 static void FN(pack_b)(float *restrict bp, const float *restrict w, size_t c,
                        size_t o0, size_t nc, size_t p0, size_t kc)
@@ -49,15 +102,7 @@ static void FN(pack_b)(float *restrict bp, const float *restrict w, size_t c,
     }
 }
 
-/* ap (kc, mr) <- x rows i0..i0+mr, columns p0..p0+kc */
-static void FN(pack_a)(float *restrict ap, const float *restrict x, size_t c,
-                       size_t i0, size_t mr, size_t p0, size_t kc)
-{
-    const float *src = x + i0 * c + p0;
-    for (size_t k = 0; k < kc; k++)
-        for (size_t r = 0; r < mr; r++)
-            ap[k * mr + r] = src[r * c + k];
-}
+#endif
 
 typedef struct {
     float *y;
@@ -69,9 +114,10 @@ typedef struct {
     int first, last, act;
 } FN(tile_io);
 
-/* One MR x NR tile over kc: acc = sum_k a[k][i] b[k][j], then stored as
+/* One MR x NR tile over kc: acc = sum_k a[i*lda + k] b[k][j] (a: rows of x,
+ * read in place: each row's kc floats stay in L1 across the column panels), then stored as
  * y = (first ? r : y) + acc, and on the last K block y = act(y + b). */
-BC_INLINE void FN(tile)(const int mr, size_t kc, const float *restrict a,
+BC_INLINE void FN(tile)(const int mr, size_t kc, const float *restrict a, size_t lda,
                         const float *restrict b, const FN(tile_io) *io)
 {
     V c0[MR], c1[MR];
@@ -84,7 +130,7 @@ BC_INLINE void FN(tile)(const int mr, size_t kc, const float *restrict a,
         const V b0 = vload(b + k * NR), b1 = vload(b + k * NR + VL);
         BC_UNROLL
         for (int i = 0; i < mr; i++) {
-            const V av = vset1(a[k * mr + i]);
+            const V av = vset1(a[i * lda + k]);
             c0[i] = vfma(av, b0, c0[i]);
             c1[i] = vfma(av, b1, c1[i]);
         }
@@ -126,10 +172,11 @@ BC_INLINE void FN(tile)(const int mr, size_t kc, const float *restrict a,
     }
 }
 
-static void FN(tile_any)(int mr, size_t kc, const float *a, const float *b, const FN(tile_io) *io)
+static void FN(tile_any)(int mr, size_t kc, const float *a, size_t lda, const float *b,
+                         const FN(tile_io) *io)
 {
     switch (mr) {
-#define BC_T(m) case m: FN(tile)(m, kc, a, b, io); break;
+#define BC_T(m) case m: FN(tile)(m, kc, a, lda, b, io); break;
     BC_T(1) BC_T(2) BC_T(3) BC_T(4)
 #if MR >= 6
     BC_T(5) BC_T(6)
@@ -148,7 +195,6 @@ void FN(bc_gemm_part)(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t 
                       float *scratch)
 {
     float *bp = scratch;                   /* BC_KC x BC_NC */
-    float *ap = scratch + BC_KC * BC_NC;   /* BC_KC x MR */
     for (size_t jc = o0; jc < o1; jc += BC_NC) {
         const size_t nc = min_sz(BC_NC, o1 - jc);
         for (size_t pc = 0; pc < g->c; pc += BC_KC) {
@@ -156,7 +202,6 @@ void FN(bc_gemm_part)(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t 
             FN(pack_b)(bp, g->w, g->c, jc, nc, pc, kc);
             for (size_t ic = n0; ic < n1; ic += MR) {
                 const int mr = (int)min_sz(MR, n1 - ic);
-                FN(pack_a)(ap, g->x, g->c, ic, (size_t)mr, pc, kc);
                 for (size_t jr = 0; jr < nc; jr += NR) {
                     FN(tile_io) io;
                     io.y = g->y + ic * g->oc + jc + jr;
@@ -168,7 +213,7 @@ void FN(bc_gemm_part)(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t 
                     io.first = pc == 0;
                     io.last = pc + kc == g->c;
                     io.act = g->act;
-                    FN(tile_any)(mr, kc, ap, bp + jr * kc, &io);
+                    FN(tile_any)(mr, kc, g->x + ic * g->c + pc, g->c, bp + jr * kc, &io);
                 }
             }
         }

@@ -7,9 +7,6 @@
 #include "bc_rt.h"
 #include "bc_simd_scalar.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 typedef void (*gemm_part_fn)(const bc_gemm *, size_t, size_t, size_t, size_t, float *);
 
@@ -64,21 +61,24 @@ static void run_part(const gemm_impl *im, const bc_gemm *g, size_t n0, size_t n1
         linear_plain(g, n0, n1, o0, o1);
 }
 
-/* Thread tid of nt: a block of rows and a block of whole NR-column panels. */
-static void run_thread(const gemm_impl *im, const bc_gemm *g, int tid, int nt)
+/* Work units for nt threads: blocks of rh rows by cw columns (whole MR rows,
+ * whole NR panels), at least about 4 per thread so that a thread slowed down by
+ * a busy neighbour is balanced by the others (dynamic scheduling). Which thread
+ * computes a unit does not change its bits. */
+static void plan(const gemm_impl *im, size_t n, size_t oc, int nt, size_t *rh, size_t *cw)
 {
-    const size_t np = (g->oc + im->nr - 1) / im->nr;
-    size_t to = (size_t)nt < np ? (size_t)nt : np;   /* column groups */
-    size_t tn = (size_t)nt / to;                      /* row groups */
-    if ((size_t)tid >= to * tn)
-        return;
-    const size_t jo = (size_t)tid % to, jn = (size_t)tid / to;
-    const size_t p0 = np * jo / to, p1 = np * (jo + 1) / to;
-    const size_t o0 = p0 * im->nr, o1 = p1 * im->nr < g->oc ? p1 * im->nr : g->oc;
-    const size_t nb = (g->n + im->mr - 1) / im->mr;  /* row blocks of MR */
-    const size_t b0 = nb * jn / tn, b1 = nb * (jn + 1) / tn;
-    const size_t n0 = b0 * im->mr, n1 = b1 * im->mr < g->n ? b1 * im->mr : g->n;
-    run_part(im, g, n0, n1, o0, o1);
+    const size_t np = (oc + im->nr - 1) / im->nr, nb = (n + im->mr - 1) / im->mr;
+    const size_t want = 4 * (size_t)nt;
+    size_t cpan = BC_NC / im->nr, rb = nb;
+    size_t ncu = (np + cpan - 1) / cpan;
+    while (ncu * ((nb + rb - 1) / rb) < want && rb * im->mr >= 128)
+        rb = (rb + 1) / 2;
+    while (ncu * ((nb + rb - 1) / rb) < want && cpan > 2) {
+        cpan = (cpan + 1) / 2;
+        ncu = (np + cpan - 1) / cpan;
+    }
+    *rh = rb * im->mr;
+    *cw = cpan * im->nr;
 }
 
 // y (N,OC), x (N,C), w (OC,C), b (OC) or NULL, r (N,OC) or NULL
@@ -104,12 +104,16 @@ void bc_k_linear_ex(float *y, const float *x, const float *w, const float *b,
         run_part(&im, &g, 0, n, 0, oc);
         return;
     }
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nt)
-    run_thread(&im, &g, omp_get_thread_num(), omp_get_num_threads());
-#else
-    run_part(&im, &g, 0, n, 0, oc);
-#endif
+    size_t rh, cw;
+    plan(&im, n, oc, nt, &rh, &cw);
+    const size_t ncu = (oc + cw - 1) / cw, nru = (n + rh - 1) / rh;
+    const long long nu = (long long)(ncu * nru);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (long long u = 0; u < nu; u++) {
+        const size_t ci = (size_t)u % ncu, ri = (size_t)u / ncu;
+        const size_t o0 = ci * cw, n0 = ri * rh;
+        run_part(&im, &g, n0, n0 + rh < n ? n0 + rh : n, o0, o0 + cw < oc ? o0 + cw : oc);
+    }
 }
 
 // y (N,OC), x (N,C), w (OC,C), b (OC) or NULL

@@ -163,7 +163,7 @@ int bc_get_num_threads(int *n)
 }
 
 /* Below this many flops a parallel region costs more than it saves. */
-#define BC_PAR_MIN_FLOPS 2.0e5
+#define BC_PAR_MIN_FLOPS 2.0e6
 
 int bc_rt_threads(double flops)
 {
