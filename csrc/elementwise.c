@@ -42,8 +42,13 @@ static void rmsnorm_row(float *yi, const float *xi, const float *g, size_t c, fl
 void bc_k_rmsnorm(float *y, const float *x, const float *g, size_t n, size_t c, float eps)
 {
     const int nt = bc_rt_threads(4.0 * (double)n * (double)c);
+    if (nt <= 1) {  /* no parallel region at all: even an if(0) one costs a microsecond */
+        for (size_t i = 0; i < n; i++)
+            rmsnorm_row(y + i * c, x + i * c, g, c, eps);
+        return;
+    }
     const long long nn = (long long)n;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#pragma omp parallel for schedule(static) num_threads(nt)
     for (long long i = 0; i < nn; i++)
         rmsnorm_row(y + (size_t)i * c, x + (size_t)i * c, g, c, eps);
 }
@@ -75,8 +80,13 @@ void bc_k_layernorm(float *y, const float *x, const float *g, const float *b,
                     size_t n, size_t c, float eps)
 {
     const int nt = bc_rt_threads(6.0 * (double)n * (double)c);
+    if (nt <= 1) {
+        for (size_t i = 0; i < n; i++)
+            layernorm_row(y + i * c, x + i * c, g, b, c, eps);
+        return;
+    }
     const long long nn = (long long)n;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#pragma omp parallel for schedule(static) num_threads(nt)
     for (long long i = 0; i < nn; i++)
         layernorm_row(y + (size_t)i * c, x + (size_t)i * c, g, b, c, eps);
 }
@@ -86,8 +96,12 @@ void bc_k_act(float *y, const float *x, size_t n, int kind)
 {
     const ew_impl e = pick();
     const int nt = bc_rt_threads(20.0 * (double)n);
+    if (nt <= 1) {
+        e.act(y, x, n, kind);
+        return;
+    }
     const long long nc = (long long)((n + EW_CHUNK - 1) / EW_CHUNK);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#pragma omp parallel for schedule(static) num_threads(nt)
     for (long long ch = 0; ch < nc; ch++) {
         const size_t i = (size_t)ch * EW_CHUNK;
         e.act(y + i, x + i, n - i < EW_CHUNK ? n - i : EW_CHUNK, kind);
@@ -99,8 +113,12 @@ void bc_k_swiglu(float *y, const float *gate, const float *up, size_t n)
 {
     const ew_impl e = pick();
     const int nt = bc_rt_threads(20.0 * (double)n);
+    if (nt <= 1) {
+        e.swiglu(y, gate, up, n);
+        return;
+    }
     const long long nc = (long long)((n + EW_CHUNK - 1) / EW_CHUNK);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#pragma omp parallel for schedule(static) num_threads(nt)
     for (long long ch = 0; ch < nc; ch++) {
         const size_t i = (size_t)ch * EW_CHUNK;
         e.swiglu(y + i, gate + i, up + i, n - i < EW_CHUNK ? n - i : EW_CHUNK);
@@ -112,8 +130,12 @@ void bc_k_add(float *y, const float *a, const float *b, size_t n)
 {
     const ew_impl e = pick();
     const int nt = bc_rt_threads(2.0 * (double)n);
+    if (nt <= 1) {
+        e.add(y, a, b, n);
+        return;
+    }
     const long long nc = (long long)((n + EW_CHUNK - 1) / EW_CHUNK);
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#pragma omp parallel for schedule(static) num_threads(nt)
     for (long long ch = 0; ch < nc; ch++) {
         const size_t i = (size_t)ch * EW_CHUNK;
         e.add(y + i, a + i, b + i, n - i < EW_CHUNK ? n - i : EW_CHUNK);
