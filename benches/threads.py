@@ -34,6 +34,18 @@ import numpy as np  # noqa: E402
 import blockc  # noqa: E402
 
 
+def sized(call, ms):
+    """The batch (a power of two, up to 256) at which one call takes about ms milliseconds."""
+    b = 1
+    while b < 256:
+        t0 = time.perf_counter()
+        call(b)
+        if (time.perf_counter() - t0) * 1e3 >= ms:
+            break
+        b *= 2
+    return b
+
+
 def one_thread(f, g):
     t0 = time.perf_counter()
     f()
@@ -83,7 +95,7 @@ def largest_stall(call):
 
 def stall(name, call, repeats):
     ratios = [s / d for d, s in (largest_stall(call) for _ in range(repeats))]
-    print(f"{name:<16} {statistics.median(ratios):>14.1%} {max(ratios):>10.1%}")
+    print(f"{name:<22} {statistics.median(ratios):>14.1%} {max(ratios):>10.1%}")
 
 
 def measure(name, f, g, repeats):
@@ -93,7 +105,7 @@ def measure(name, f, g, repeats):
         serial.append(one_thread(f, g))
         parallel.append(two_threads(f, g))
     s, p = statistics.median(serial), statistics.median(parallel)
-    print(f"{name:<16} {s * 1e3:10.1f} {p * 1e3:12.1f} {s / p:9.2f}")
+    print(f"{name:<22} {s * 1e3:10.1f} {p * 1e3:12.1f} {s / p:9.2f}")
     return s / p
 
 
@@ -101,10 +113,12 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=11)
     ap.add_argument("--seq", type=int, default=128, help="positions per call")
+    ap.add_argument("--ms", type=float, default=100.0,
+                    help="batch calls up to about this long (short calls measure scheduling noise)")
     a = ap.parse_args(argv)
     print(f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, cores: {os.cpu_count()}, "
           f"median of {a.repeats}")
-    print(f"{'call pair':<16} {'1 thread ms':>10} {'2 threads ms':>12} {'speed-up':>9}")
+    print(f"{'call pair':<22} {'1 thread ms':>10} {'2 threads ms':>12} {'speed-up':>9}")
 
     a1, a2 = (np.random.default_rng(i).standard_normal((384, 384)) for i in range(2))
     measure("numpy matmul", lambda: [a1 @ a1 for _ in range(8)], lambda: [a2 @ a2 for _ in range(8)],
@@ -115,17 +129,19 @@ def main(argv=None):
     cfg = blockc.BlockConfig(d_model=256, n_heads=4, d_ff=1024)
     W = blockc.init_block(cfg, seed=0, rand="normal")
     rng = np.random.default_rng(0)
-    x1, x2 = (rng.standard_normal((1, a.seq, 256)).astype(np.float32) for _ in range(2))
-    measure("block_forward", lambda: blockc.block_forward(x1, W, cfg),
+    b = sized(lambda b: blockc.block_forward(np.zeros((b, a.seq, 256), np.float32), W, cfg), a.ms)
+    x1, x2 = (rng.standard_normal((b, a.seq, 256)).astype(np.float32) for _ in range(2))
+    measure(f"block_forward B={b}", lambda: blockc.block_forward(x1, W, cfg),
             lambda: blockc.block_forward(x2, W, cfg), a.repeats)
 
     gcfg = blockc.GPTConfig(vocab=2048, context=max(a.seq, 1), width=256, heads=4, layers=2)
     m = blockc.GPT.random(gcfg, seed=0)
-    i1, i2 = (rng.integers(0, 2048, size=(1, a.seq)) for _ in range(2))
-    measure("GPT forward", lambda: m(i1), lambda: m(i2), a.repeats)
+    gb = sized(lambda b: m(np.zeros((b, a.seq), np.int64)), a.ms)
+    i1, i2 = (rng.integers(0, 2048, size=(gb, a.seq)) for _ in range(2))
+    measure(f"GPT forward B={gb}", lambda: m(i1), lambda: m(i2), a.repeats)
 
     print(f"\nlongest pause of a spinning Python thread during one call, as a share of the call")
-    print(f"{'call':<16} {'median':>14} {'worst':>10}")
+    print(f"{'call':<22} {'median':>14} {'worst':>10}")
     stall("python loop", lambda: sum(range(10_000_000)), a.repeats)  # holds the GIL: ~100%
     stall("block_forward", lambda: blockc.block_forward(x1, W, cfg), a.repeats)
     stall("GPT forward", lambda: m(i1), a.repeats)

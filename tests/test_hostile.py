@@ -581,3 +581,43 @@ def test_gpt_b1_t1_and_full_context():
     assert out.shape == (1, 8)
     np.testing.assert_array_equal(out, m.generate(np.array([[1, 2]]), max_new_tokens=6, use_cache=False))
     np.testing.assert_array_equal(m.generate(np.array([[1, 2]]), max_new_tokens=0), [[1, 2]])
+
+
+# ================================================================ the runtime knobs
+
+@pytest.mark.parametrize("n, exc, match", [
+    (-1, ValueError, r"n must be in \[0, 4096\] \(0 = the default\), got -1"),
+    (4097, ValueError, r"n must be in \[0, 4096\]"),
+    (2**31, ValueError, r"n must be in \[0, 4096\]"),
+    (2.0, TypeError, r"n must be an integer, got float"),
+    (True, TypeError, r"n must be an integer, got bool"),
+    ("4", TypeError, r"n must be an integer, got str"),
+], ids=["neg", "4097", "2^31", "float", "bool", "str"])
+def test_bad_thread_count(n, exc, match):
+    before = blockc.get_num_threads()
+    with pytest.raises(exc, match=match):
+        blockc.set_num_threads(n)
+    assert blockc.get_num_threads() == before
+
+
+@pytest.mark.parametrize("name", ["sse", "AVX2", "", None, 1], ids=repr)
+def test_bad_isa_name(name):
+    before = blockc.get_isa()
+    with pytest.raises(ValueError, match=r"name must be one of \('generic', 'avx2', 'avx512'\)"):
+        blockc.set_isa(name)
+    assert blockc.get_isa() == before
+
+
+def test_block_result_is_the_same_at_any_thread_count():
+    x, W = rnd(2, 33, 8), weights()
+    before = blockc.get_num_threads()
+    try:
+        outs = []
+        for n in (1, 2, 3, 7):
+            blockc.set_num_threads(n)
+            outs.append(blockc.block_forward(x, W, CFG))
+    finally:
+        blockc.set_num_threads(0)
+    for y in outs[1:]:
+        np.testing.assert_array_equal(y, outs[0])
+    assert blockc.get_num_threads() == before
