@@ -148,3 +148,37 @@ def test_nan_in_attention_scores_does_not_hang():
     k[0, 0, 1, 0] = np.inf
     y = ops.attention(q, k, rnd(1, 1, 4, 4))
     assert y.shape == (1, 1, 4, 4) and np.isnan(y[0, 0, 2]).all()
+
+
+# ---------------------------------------------------------------- the GPT
+
+def _gpt(tie_weights=True):
+    cfg = blockc.GPTConfig(vocab=17, context=6, width=8, heads=2, layers=2, tie_weights=tie_weights)
+    return cfg, blockc.GPT.random(cfg, seed=2)
+
+
+@pytest.mark.parametrize("scale", [1e4, 1e-30], ids=["1e4", "1e-30"])
+def test_gpt_extreme_embeddings_stay_finite(scale):
+    from blockc.reference import gpt_forward
+    cfg, m = _gpt()
+    sd = m.state_dict()
+    sd["token.weight"][...] *= np.float32(scale)
+    sd["position.weight"][...] *= np.float32(scale)
+    ids = np.arange(12).reshape(2, 6) % 17
+    y = m(ids)
+    assert np.isfinite(y).all()
+    want = gpt_forward(sd, cfg, ids)
+    np.testing.assert_allclose(y, want, rtol=1e-3, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf], ids=["nan", "inf"])
+def test_gpt_bad_embedding_row_propagates_causally(bad):
+    cfg, m = _gpt(tie_weights=False)  # untied: the head does not read token 4's row
+    ids = np.array([[1, 2, 3, 4, 5, 6]])
+    clean = m(ids)
+    m.state_dict()["token.weight"][4, 0] = bad   # only position 3 reads token 4
+    y = m(ids)
+    np.testing.assert_array_equal(y[0, :3], clean[0, :3])
+    assert (~np.isfinite(y[0, 3:])).any(axis=-1).all()
+    out = m.generate(ids[:, :4], max_new_tokens=2)  # argmax over NaN logits: no hang, valid ids
+    assert out.shape == (1, 6) and ((0 <= out) & (out < 17)).all()
