@@ -677,3 +677,40 @@ def test_book_odd_inputs_keep_the_bits():
     np.testing.assert_array_equal(book.block_forward(xf, W), want)
     np.testing.assert_array_equal(book.block_forward(np.repeat(x, 2, axis=1)[:, ::2], W), want)
     np.testing.assert_array_equal(x, xf)
+
+
+# ================================================================ the command line
+
+@pytest.mark.parametrize("argv, match", [
+    (["depth", "--blocks", "-1"], r"blockc depth: error: argument --blocks: expected an integer in \[1, 100000\], got -1"),
+    (["depth", "--blocks", "x"], r"blockc depth: error: argument --blocks: expected a positive integer, got 'x'"),
+    (["depth", "--norm", "batch"], r"blockc depth: error: argument --norm: invalid choice: 'batch'"),
+    (["depth", "--d-model", "8", "--heads", "3"], r"blockc depth: error: n_heads must divide d_model"),
+    (["gpt", "--preset", "gpt9"], r"blockc gpt: error: argument --preset: invalid choice: 'gpt9'"),
+    (["gpt", "--params", "--layers", "-2"], r"blockc gpt: error: GPTConfig.layers must be positive, got -2"),
+    (["figures", "--rand", "posix"], r"blockc figures: error: argument --rand: invalid choice: 'posix'"),
+    (["nosuch"], r"blockc: error: argument COMMAND: invalid choice: 'nosuch'"),
+], ids=["blocks-neg", "blocks-str", "norm", "heads", "preset", "layers", "rand", "command"])
+def test_bad_command_line(argv, match, capsys):
+    from blockc.cli import main
+    with _exit_or_status() as st:
+        status = main(argv)
+        st.status = status
+    err = capsys.readouterr().err
+    assert st.status == 2, err
+    assert __import__("re").search(match, err), err
+    assert err.count("\n") == 1  # one clear line, no traceback, no usage dump
+
+
+class _exit_or_status:
+    """argparse errors exit(2); errors found after parsing return 2: accept both."""
+    status = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, exc, tb):
+        if typ is SystemExit:
+            self.status = exc.code
+            return True
+        return False
