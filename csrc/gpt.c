@@ -263,6 +263,20 @@ static void embed(float *x, const float *wte, const float *wpe, const void *ids,
         }
 }
 
+/* Rows at which the packed GEMM starts to pay; fewer (decoding) stream the weights
+ * once (bc_k_linear_rows). Both give the same bits, so this is only about speed. */
+#define GPT_FEW_ROWS 4
+
+// y (N,OC) = act(r + x (N,C) @ w (OC,C)^T + b), r NULL or y
+static void linear(float *y, const float *x, const float *w, const float *b, const float *r,
+                   size_t n, size_t c, size_t oc, int act)
+{
+    if (n <= GPT_FEW_ROWS)
+        bc_k_linear_rows(y, x, w, b, r, n, c, oc, act);
+    else
+        bc_k_linear_ex(y, x, w, b, r, n, c, oc, act);
+}
+
 // cache rows (T,D) at position pos0 of layer l, row b <- src (T,.) row stride lds
 static void cache_store(float *dst, const float *src, size_t lds, size_t seq, size_t d)
 {
@@ -339,7 +353,8 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
         const float *p = params + lo.blocks + l * lo.block_size;
         // attention branch: x += proj(attn(qkv(ln1(x))))
         bc_k_layernorm(xn, x, p + lo.blk[BLK_LN1_W], p + lo.blk[BLK_LN1_B], n, d, cfg->eps);
-        bc_k_linear(buf, xn, p + lo.blk[BLK_QKV_W], p + lo.blk[BLK_QKV_B], n, d, 3 * d);
+        linear(buf, xn, p + lo.blk[BLK_QKV_W], p + lo.blk[BLK_QKV_B], NULL, n, d, 3 * d,
+               BC_ACT_NONE);
         for (size_t b = 0; b < batch; b++) {
             const float *q = buf + b * seq * 3 * d;
             const float *k = q + d, *v = q + 2 * d;
@@ -356,14 +371,14 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
             bc_k_attention(att + b * seq * d, d, q, 3 * d, k, ldk, v, ldk,
                            seq, tk, h, dh, pos0, 1, awork);
         }
-        bc_k_linear_ex(x, att, p + lo.blk[BLK_PROJ_W], p + lo.blk[BLK_PROJ_B], x, n, d, d,
-                       BC_ACT_NONE);  /* the residual add fused into the epilogue */
+        linear(x, att, p + lo.blk[BLK_PROJ_W], p + lo.blk[BLK_PROJ_B], x, n, d, d,
+               BC_ACT_NONE);  /* the residual add fused into the epilogue */
         // MLP branch: x += down(gelu_tanh(up(ln2(x))))
         bc_k_layernorm(xn, x, p + lo.blk[BLK_LN2_W], p + lo.blk[BLK_LN2_B], n, d, cfg->eps);
-        bc_k_linear_ex(buf, xn, p + lo.blk[BLK_UP_W], p + lo.blk[BLK_UP_B], NULL, n, d, 4 * d,
-                       BC_ACT_GELU_TANH);
-        bc_k_linear_ex(x, buf, p + lo.blk[BLK_DOWN_W], p + lo.blk[BLK_DOWN_B], x, n, 4 * d, d,
-                       BC_ACT_NONE);
+        linear(buf, xn, p + lo.blk[BLK_UP_W], p + lo.blk[BLK_UP_B], NULL, n, d, 4 * d,
+               BC_ACT_GELU_TANH);
+        linear(x, buf, p + lo.blk[BLK_DOWN_W], p + lo.blk[BLK_DOWN_B], x, n, 4 * d, d,
+               BC_ACT_NONE);
         if (hidden)
             memcpy(hidden + l * nd, x, nd * sizeof(float));
     }
@@ -372,10 +387,10 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
         if (last_only) {
             for (size_t b = 0; b < batch; b++)
                 bc_k_layernorm(xn + b * d, x + (b * seq + seq - 1) * d, g, bb, 1, d, cfg->eps);
-            bc_k_linear(logits, xn, params + lo.head, NULL, batch, d, cfg->vocab);
+            linear(logits, xn, params + lo.head, NULL, NULL, batch, d, cfg->vocab, BC_ACT_NONE);
         } else {
             bc_k_layernorm(xn, x, g, bb, n, d, cfg->eps);
-            bc_k_linear(logits, xn, params + lo.head, NULL, n, d, cfg->vocab);
+            linear(logits, xn, params + lo.head, NULL, NULL, n, d, cfg->vocab, BC_ACT_NONE);
         }
     }
     if (cache)

@@ -20,6 +20,12 @@ void bc_k_linear(float *y, const float *x, const float *w, const float *b,
 void bc_k_linear_ex(float *y, const float *x, const float *w, const float *b,
                     const float *r, size_t n, size_t c, size_t oc, int act);
 
+/* bc_k_linear_ex for a few rows (decoding one token per sequence): streams w once
+ * for all n rows instead of packing it; bit for bit the result of bc_k_linear_ex
+ * (it falls back to it for n > 4 or without AVX2). Same contract otherwise. */
+void bc_k_linear_rows(float *y, const float *x, const float *w, const float *b,
+                      const float *r, size_t n, size_t c, size_t oc, int act);
+
 /* Multi-head scaled dot-product attention for one sequence.
  * out (Tq, H*Dh), row stride ldo; q (Tq, .) row stride ldq, head h at column h*Dh;
  * k (Tk, .) row stride ldk; v (Tk, .) row stride ldv.

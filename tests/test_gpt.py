@@ -413,7 +413,9 @@ def test_cache_chunks_equal_full_forward():
         parts.append(m(ids[:, start:start + size], cache=cache))
         start += size
         assert cache.length == start
-    np.testing.assert_allclose(np.concatenate(parts, axis=1), full, rtol=0, atol=1e-5)
+    # bit for bit: a step of 1 or 2 rows runs bc_k_linear_rows, the full pass the packed
+    # GEMM; both run the same chain of sums, and attention is per query
+    np.testing.assert_array_equal(np.concatenate(parts, axis=1), full)
     # the cache is full now: positions would pass the context
     with pytest.raises(ValueError, match="context"):
         m(ids[:, :1], cache=cache)
