@@ -5,6 +5,9 @@ One run, one table. Every row times the three implementations interleaved
 median of --repeats rounds after a warm-up; the ratio columns are
 peer time / blockc time (> 1: blockc is faster).
 
+PyTorch runs on its default thread count, except on the toy row where it is
+fastest on one thread.
+
 Rows:
   toy       the book's block (T=4, D=8, 2 heads, d_ff=32; RMSNorm, no biases), per call
   gpt2-256  GPT-2 style (LayerNorm, biases, GELU-tanh), causal, T=256, D=512, 8 heads, d_ff=2048
@@ -14,7 +17,7 @@ then the memory check: one GPT-2 style causal block at T=8192, D=768, 12 heads
 (in a child process) must stay under 16*T*D floats of extra memory, output included,
 and the peak RSS of this process.
 
-    python benches/bench_block.py                 # everything (about a minute)
+    python benches/bench_block.py                 # everything (a minute or two)
     python benches/bench_block.py --repeats 5 --no-memory
 
 NumPy's OpenBLAS: this machine's environment may set OPENBLAS_CORETYPE, which
@@ -50,17 +53,21 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def interleaved(fns, repeats, inner=1):
-    """Median seconds per call of each fn, timed round-robin."""
-    for f in fns:
-        f()
+def interleaved(fns, repeats, inner=1, rounds=3):
+    """Median seconds per call of each fn: `rounds` rounds, each timing every fn
+    `repeats` times in a row after one untimed call (so one library's idle
+    threads, still spinning after its last call, do not land in the other's
+    timings), the medians taken over all rounds."""
     times = [[] for _ in fns]
-    for _ in range(repeats):
+    per = max(1, repeats // rounds)
+    for _ in range(rounds):
         for i, f in enumerate(fns):
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                f()
-            times[i].append((time.perf_counter() - t0) / inner)
+            f()
+            for _ in range(per):
+                t0 = time.perf_counter()
+                for _ in range(inner):
+                    f()
+                times[i].append((time.perf_counter() - t0) / inner)
     return [statistics.median(t) for t in times]
 
 
@@ -143,6 +150,8 @@ def bench_blocks(args, torch, rows):
         fns = [lambda: blockc.block_forward(x, W, cfg),
                lambda: ref.block_forward(x, W64, cfg, dtype=np.float32)]
         if torch is not None:
+            # at the toy size PyTorch is fastest on one thread (more only add overhead)
+            torch.set_num_threads(1 if t * cfg.d_model < 10_000 else args.torch_threads)
             m = torch_block(torch, cfg, W)
             xt = torch.from_numpy(x)
 
@@ -160,6 +169,8 @@ def bench_blocks(args, torch, rows):
         reps = args.repeats * (3 if small else 1)
         times = interleaved(fns, reps, inner)
         rows.append((label, times, err))
+        if torch is not None:
+            torch.set_num_threads(args.torch_threads)
 
 
 def bench_linear(args, rows):
@@ -212,10 +223,12 @@ def main(argv=None):
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-memory", action="store_true")
     args = ap.parse_args(argv)
+    args.torch_threads = 0
     torch = None
     if not args.no_torch:
         try:
             import torch  # noqa: F811
+            args.torch_threads = torch.get_num_threads()
         except ImportError:
             torch = None
     try:
@@ -224,9 +237,12 @@ def main(argv=None):
                          for i in threadpool_info() if i["user_api"] == "blas")
     except ImportError:
         blas = "numpy BLAS (threadpoolctl not installed)"
-    print(f"machine: {cpu_name()}, {os.cpu_count()} cores; blockc {blockc.get_isa()} "
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"machine: {cpu_name()}, {os.cpu_count()} cores, load average {load:.2f} at the start; "
+          f"blockc {blockc.get_isa()} "
           f"x{blockc.get_num_threads()} threads; NumPy {np.__version__} ({blas})"
-          + (f"; PyTorch {torch.__version__} x{torch.get_num_threads()}" if torch else "; PyTorch absent"))
+          + (f"; PyTorch {torch.__version__} x{torch.get_num_threads()} threads (x1 for the toy row)"
+             if torch else "; PyTorch absent"))
     rows = []
     bench_blocks(args, torch, rows)
     gf_b, gf_n = bench_linear(args, rows)

@@ -63,20 +63,22 @@ static void run_part(const gemm_impl *im, const bc_gemm *g, size_t n0, size_t n1
 
 /* Work units for nt threads: blocks of rh rows by cw columns (whole MR rows,
  * whole NR panels), at least about 4 per thread so that a thread slowed down by
- * a busy neighbour is balanced by the others (dynamic scheduling). Which thread
- * computes a unit does not change its bits. */
+ * a busy neighbour is balanced by the others (dynamic scheduling). Columns are
+ * split first: every unit packs its own slice of w, so splitting rows would
+ * pack the same columns twice. Which thread computes a unit does not change
+ * its bits. */
 static void plan(const gemm_impl *im, size_t n, size_t oc, int nt, size_t *rh, size_t *cw)
 {
     const size_t np = (oc + im->nr - 1) / im->nr, nb = (n + im->mr - 1) / im->mr;
     const size_t want = 4 * (size_t)nt;
     size_t cpan = BC_NC / im->nr, rb = nb;
     size_t ncu = (np + cpan - 1) / cpan;
-    while (ncu * ((nb + rb - 1) / rb) < want && rb * im->mr >= 128)
-        rb = (rb + 1) / 2;
-    while (ncu * ((nb + rb - 1) / rb) < want && cpan > 2) {
+    while (ncu < want && cpan > 2) {
         cpan = (cpan + 1) / 2;
         ncu = (np + cpan - 1) / cpan;
     }
+    while (ncu * ((nb + rb - 1) / rb) < want && rb * im->mr >= 128)
+        rb = (rb + 1) / 2;
     *rh = rb * im->mr;
     *cw = cpan * im->nr;
 }
