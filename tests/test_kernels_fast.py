@@ -194,3 +194,30 @@ def test_generic_path_forced_from_the_environment():
                        timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
+@pytest.mark.skipif(os.environ.get("BLOCKC_UNDER_SANITIZER") == "1",
+                    reason="ASan's shadow memory distorts the resident set")
+def test_attention_never_holds_a_score_matrix():
+    # one head at T=4096: its T x T scores alone would be 64 MiB; the kernel's
+    # peak extra memory, output included, must stay far below that
+    code = (
+        "import numpy as np, blockc.ops as ops\n"
+        "T, dh = 4096, 64\n"
+        "r = np.random.default_rng(0)\n"
+        "q, k, v = (r.standard_normal((1, 1, T, dh)).astype(np.float32) for _ in range(3))\n"
+        "ops.attention(q[..., :64, :], k[..., :64, :], v[..., :64, :], causal=True)\n"
+        "def st(key):\n"
+        "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith(key))\n"
+        "open('/proc/self/clear_refs', 'w').write('5')\n"
+        "base = st('VmRSS:')\n"
+        "for causal in (False, True):\n"
+        "    y = ops.attention(q, k, v, causal=causal)\n"
+        "print((st('VmHWM:') - base) * 1024)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    extra = int(r.stdout.split()[-1])
+    scores = 4096 * 4096 * 4
+    assert extra < scores / 8, f"peak extra {extra / 2**20:.1f} MiB"
