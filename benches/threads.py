@@ -70,10 +70,11 @@ def two_threads(f, g):
     return time.perf_counter() - t0
 
 
-def largest_stall(call):
-    """Run call() in a thread while this thread spins: (call seconds, the longest
-    time this thread could not run during the call). With the GIL held through the
-    C call the stall is the whole call; released, it is scheduling noise."""
+def pauses(call, bins=20):
+    """Run call() in a thread while this thread spins. Returns (the longest time this
+    thread could not run, as a share of the call; the share of the call, cut in
+    `bins` slices, in which it ran at least once). With the GIL held through the C
+    call: about (100%, 10%); released: scheduling noise and about (0%, 100%)."""
     inside, span, stamps = threading.Event(), {}, []
 
     def worker():
@@ -89,13 +90,18 @@ def largest_stall(call):
         stamps.append(time.perf_counter())
     th.join()
     t0, t1 = span["t"]
-    edges = [t0] + [s for s in stamps if t0 <= s <= t1] + [t1]
-    return t1 - t0, max(b - a for a, b in zip(edges, edges[1:]))
+    during = [s for s in stamps if t0 <= s <= t1]
+    edges = [t0] + during + [t1]
+    gap = max(b - a for a, b in zip(edges, edges[1:])) / (t1 - t0)
+    hit = {min(int((s - t0) / (t1 - t0) * bins), bins - 1) for s in during}
+    return gap, len(hit) / bins
 
 
 def stall(name, call, repeats):
-    ratios = [s / d for d, s in (largest_stall(call) for _ in range(repeats))]
-    print(f"{name:<22} {statistics.median(ratios):>14.1%} {max(ratios):>10.1%}")
+    res = [pauses(call) for _ in range(repeats)]
+    gaps, cover = [r[0] for r in res], [r[1] for r in res]
+    print(f"{name:<22} {statistics.median(gaps):>14.1%} {max(gaps):>10.1%} "
+          f"{statistics.median(cover):>12.0%}")
 
 
 def measure(name, f, g, repeats):
@@ -116,7 +122,7 @@ def main(argv=None):
     ap.add_argument("--ms", type=float, default=100.0,
                     help="batch calls up to about this long (short calls measure scheduling noise)")
     a = ap.parse_args(argv)
-    print(f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, cores: {os.cpu_count()}, "
+    print(f"kernel threads per call: {blockc.get_num_threads()}, cores: {os.cpu_count()}, "
           f"median of {a.repeats}")
     print(f"{'call pair':<22} {'1 thread ms':>10} {'2 threads ms':>12} {'speed-up':>9}")
 
@@ -140,8 +146,9 @@ def main(argv=None):
     i1, i2 = (rng.integers(0, 2048, size=(gb, a.seq)) for _ in range(2))
     measure(f"GPT forward B={gb}", lambda: m(i1), lambda: m(i2), a.repeats)
 
-    print(f"\nlongest pause of a spinning Python thread during one call, as a share of the call")
-    print(f"{'call':<22} {'median':>14} {'worst':>10}")
+    print("\na spinning Python thread while another thread is inside one call:")
+    print("its longest pause (share of the call) and the share of the call it ran in")
+    print(f"{'call':<22} {'pause median':>14} {'worst':>10} {'ran in':>12}")
     stall("python loop", lambda: sum(range(10_000_000)), a.repeats)  # holds the GIL: ~100%
     stall("block_forward", lambda: blockc.block_forward(x1, W, cfg), a.repeats)
     stall("GPT forward", lambda: m(i1), a.repeats)
