@@ -81,6 +81,50 @@ static void FN(pack_b)(float *restrict bp, const float *restrict w, size_t c,
         }
     }
 }
+#elif BC_SIMD == 256
+/* o[k] lane j = r[j] lane k: an 8 x 8 transpose in registers */
+static inline void FN(tr8)(const __m256 r[8], __m256 o[8])
+{
+    __m256 a[8], b[8];
+    for (int i = 0; i < 4; i++) {
+        a[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 2; g++) {
+        b[4 * g + 0] = _mm256_shuffle_ps(a[4 * g], a[4 * g + 2], 0x44);
+        b[4 * g + 1] = _mm256_shuffle_ps(a[4 * g], a[4 * g + 2], 0xEE);
+        b[4 * g + 2] = _mm256_shuffle_ps(a[4 * g + 1], a[4 * g + 3], 0x44);
+        b[4 * g + 3] = _mm256_shuffle_ps(a[4 * g + 1], a[4 * g + 3], 0xEE);
+    }
+    for (int m = 0; m < 4; m++) {
+        o[m] = _mm256_permute2f128_ps(b[m], b[4 + m], 0x20);
+        o[4 + m] = _mm256_permute2f128_ps(b[m], b[4 + m], 0x31);
+    }
+}
+
+/* bp (nc/NR panels, kc, NR) <- w rows o0.., columns p0..p0+kc; zero past nc.
+ * 8 x 8 blocks: 8 row loads, a register transpose, 8 stores. */
+static void FN(pack_b)(float *restrict bp, const float *restrict w, size_t c,
+                       size_t o0, size_t nc, size_t p0, size_t kc)
+{
+    for (size_t jp = 0; jp < nc; jp += NR) {
+        const size_t nv = min_sz(NR, nc - jp);
+        float *dst = bp + jp * kc;
+        const float *src = w + (o0 + jp) * c + p0;
+        for (size_t h = 0; h < NR; h += VL) {
+            const size_t rows = nv > h ? min_sz(VL, nv - h) : 0;
+            for (size_t k = 0; k < kc; k += VL) {
+                const size_t nk = min_sz(VL, kc - k);
+                __m256 r[8], o[8];
+                for (size_t j = 0; j < 8; j++)
+                    r[j] = j < rows ? vloadn(src + (h + j) * c + k, nk) : vzero();
+                FN(tr8)(r, o);
+                for (size_t kk = 0; kk < nk; kk++)
+                    vstore(dst + (k + kk) * NR + h, o[kk]);
+            }
+        }
+    }
+}
 #else
 /* bp (nc/NR panels, kc, NR) <- w rows o0.., columns p0..p0+kc; zero past nc */
 static void FN(pack_b)(float *restrict bp, const float *restrict w, size_t c,
