@@ -43,7 +43,7 @@ static void settings_checks(void)
 
 /* One block and one GPT pass at the current settings, sized past the
  * kernels' parallel threshold. */
-enum { D = 64, H = 4, F = 96, B = 2, T = 33, ND = B * T * D, V = 50 };
+enum { D = 128, H = 4, F = 256, B = 2, T = 65, ND = B * T * D, V = 300 };
 
 typedef struct {
     bc_block_config cfg;
