@@ -1,6 +1,7 @@
 """Benchmark: the chapter-6 GPT in C (blockc) against PyTorch eager, same weights, one run.
 
-Two measurements, each the median of --repeats runs after one warm-up:
+Two measurements, each the median of --repeats runs after one warm-up, blockc and PyTorch
+runs alternating (a busy neighbour slows both alike):
   forward     logits for one sequence of --seq tokens (default 1024, GPT-2 small's context);
   generation  greedy decoding of --new tokens after a --prompt-token prompt, both with a
               KV cache (blockc: m.generate; PyTorch: the same loop over a preallocated
@@ -11,12 +12,12 @@ The speedup column is PyTorch time / blockc time (> 1: blockc is faster).
 
     python benches/bench_gpt.py                      # GPT-2 small, T=1024, 32 new tokens
     python benches/bench_gpt.py --layers 4 --repeats 3
+    python benches/bench_gpt.py --threads 1         # both libraries on one thread
 """
 from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import sys
 import time
@@ -26,14 +27,27 @@ import numpy as np
 import blockc
 
 
-def median_time(fn, repeats):
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def _once(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def median_times(fc, ft, repeats):
+    """Medians of blockc's fc and torch's ft (None: blockc only), after one warm-up each.
+
+    The runs alternate (blockc then torch, then torch then blockc, ...), so that a busy
+    neighbour on a shared machine slows both sides alike instead of only one of them."""
+    fc()
+    if ft is not None:
+        ft()
+    tc, tt = [], []
+    for i in range(repeats):
+        order = [(fc, tc), (ft, tt)] if i % 2 == 0 else [(ft, tt), (fc, tc)]
+        for fn, acc in order:
+            if fn is not None:
+                acc.append(_once(fn))
+    return statistics.median(tc), (statistics.median(tt) if tt else None)
 
 
 def torch_gpt(torch, cfg, state_dict):
@@ -117,6 +131,8 @@ def main(argv=None) -> int:
     ap.add_argument("--new", type=int, default=32, help="generated tokens (32)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads for both blockc and torch (default: each library's own)")
     ap.add_argument("--skip-forward", action="store_true")
     ap.add_argument("--skip-generate", action="store_true")
     args = ap.parse_args(argv)
@@ -125,44 +141,48 @@ def main(argv=None) -> int:
         import torch
     except ImportError:
         torch = None
+    if args.threads is not None:
+        blockc.set_num_threads(args.threads)
+        if torch is not None:
+            torch.set_num_threads(args.threads)
     cfg = blockc.GPTConfig.preset("gpt2", layers=args.layers)
     m = blockc.GPT.random(cfg, seed=args.seed)
     tm = torch_gpt(torch, cfg, m.state_dict(keep_tied=True)) if torch is not None else None
     rng = np.random.default_rng(args.seed)
 
-    threads = os.environ.get("OMP_NUM_THREADS", "default")
     print(f"GPT-2 small widths: V={cfg.vocab} C={cfg.context} D={cfg.width} H={cfg.heads} "
           f"L={cfg.layers}{'' if cfg.layers == 12 else ' (reduced from 12)'}, "
           f"{blockc.gpt_parameter_count(cfg):,} parameters, random weights")
-    print(f"blockc OMP_NUM_THREADS={threads}; "
+    print(f"blockc {blockc.get_num_threads()} threads, ISA {blockc.get_isa()}; "
           + (f"torch {torch.__version__}, {torch.get_num_threads()} threads" if torch else
              "torch not installed: blockc only")
-          + f"; median of {args.repeats} after 1 warm-up")
+          + f"; median of {args.repeats} alternating runs after 1 warm-up")
     rows = []
 
     if not args.skip_forward:
         ids = rng.integers(0, cfg.vocab, size=(1, args.seq))
-        t_c = median_time(lambda: m(ids), args.repeats)
-        t_t = None
         if tm is not None:
             tids = torch.as_tensor(ids)
             with torch.no_grad():
-                t_t = median_time(lambda: tm(tids), args.repeats)
+                t_c, t_t = median_times(lambda: m(ids), lambda: tm(tids), args.repeats)
                 diff = float(np.abs(tm(tids).numpy() - m(ids)).max())
             print(f"forward max |blockc - torch| logit difference: {diff:.2e}")
+        else:
+            t_c, t_t = median_times(lambda: m(ids), None, args.repeats)
         rows.append((f"forward, B=1 T={args.seq}", "s", t_c, t_t, False))
 
     if not args.skip_generate:
         prompt = rng.integers(0, cfg.vocab, size=(1, args.prompt))
-        t_c = median_time(lambda: m.generate(prompt, args.new), args.repeats)
-        t_t = None
         if tm is not None:
             tp = torch.as_tensor(prompt)
             with torch.no_grad():
-                t_t = median_time(lambda: tm.generate(tp, args.new), args.repeats)
+                t_c, t_t = median_times(lambda: m.generate(prompt, args.new),
+                                        lambda: tm.generate(tp, args.new), args.repeats)
                 same = np.array_equal(tm.generate(tp, args.new).numpy(),
                                       m.generate(prompt, args.new))
             print(f"greedy generation, blockc tokens == torch tokens: {same}")
+        else:
+            t_c, t_t = median_times(lambda: m.generate(prompt, args.new), None, args.repeats)
         rows.append((f"generate, prompt {args.prompt} + {args.new} new (KV cache)",
                      "tokens/s", args.new / t_c, None if t_t is None else args.new / t_t, True))
 

@@ -263,9 +263,9 @@ static void embed(float *x, const float *wte, const float *wpe, const void *ids,
         }
 }
 
-/* Rows at which the packed GEMM starts to pay; fewer (decoding) stream the weights
- * once (bc_k_linear_rows). Both give the same bits, so this is only about speed. */
-#define GPT_FEW_ROWS 4
+/* Up to this many rows (decoding) the weights are streamed once (bc_k_linear_rows);
+ * from 4 rows on the packed GEMM is as fast. Both give the same bits: speed only. */
+#define GPT_FEW_ROWS 3
 
 // y (N,OC) = act(r + x (N,C) @ w (OC,C)^T + b), r NULL or y
 static void linear(float *y, const float *x, const float *w, const float *b, const float *r,

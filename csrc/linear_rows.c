@@ -62,7 +62,7 @@ static void group8(float *y, const float *x, const float *w, const float *b, con
         wr[j] = w + (o0 + (j < nv ? j : nv - 1)) * c;
     const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)nv),
                                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    __m256 v[ROWS_MAX];
+    __m256 v[ROWS_MAX] = {_mm256_setzero_ps()};
     for (size_t pc = 0; pc < c; pc += BC_KC) {
         const size_t kc = c - pc < BC_KC ? c - pc : BC_KC;
         __m256 acc[ROWS_MAX];
