@@ -17,7 +17,7 @@ The speedup column is PyTorch time / blockc time (> 1: blockc is faster).
 from __future__ import annotations
 
 import argparse
-import math
+import os
 import statistics
 import sys
 import time
@@ -150,7 +150,11 @@ def main(argv=None) -> int:
     tm = torch_gpt(torch, cfg, m.state_dict(keep_tied=True)) if torch is not None else None
     rng = np.random.default_rng(args.seed)
 
-    print(f"GPT-2 small widths: V={cfg.vocab} C={cfg.context} D={cfg.width} H={cfg.heads} "
+    try:
+        load = f"load average {os.getloadavg()[0]:.2f} at the start; "
+    except (AttributeError, OSError):
+        load = ""
+    print(f"{load}GPT-2 small widths: V={cfg.vocab} C={cfg.context} D={cfg.width} H={cfg.heads} "
           f"L={cfg.layers}{'' if cfg.layers == 12 else ' (reduced from 12)'}, "
           f"{blockc.gpt_parameter_count(cfg):,} parameters, random weights")
     print(f"blockc {blockc.get_num_threads()} threads, ISA {blockc.get_isa()}; "
