@@ -270,28 +270,31 @@ void FN(bc_gemm_part)(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t 
 /* lane-wise. Never more than BC_ATT_BK x BQ scores at once.                */
 /* ======================================================================== */
 
-#define BQ NR
+#define BQ NR  /* queries per unit; a unit of at most VL queries runs on one vector */
 
 size_t FN(bc_attn_bq)(void) { return BQ; }
 
 /* Qt (Dh, BQ), Ot (Dh, BQ), St (BK, BQ), m (BQ), l (BQ) */
 size_t FN(bc_attn_scratch)(size_t d_head) { return (2 * d_head + BC_ATT_BK + 2) * BQ; }
 
-/* dst[i] (rb rows of BQ lanes) = (accumulate ? alpha * dst[i] : 0)
- *                                 + sum_t a[i*sa + t*st] * bv[t] (bv rows of BQ lanes).
+/* dst[i] (rb rows of nv*VL lanes) = (accumulate ? alpha * dst[i] : 0)
+ *                                   + sum_t a[i*sa + t*st] * bv[t] (bv rows of nv*VL lanes).
  * masked: for term t, lanes [0, lim[t]) are left as they are (causal keys
- * those queries must not see: not even a NaN or inf in them may leak). */
-BC_INLINE void FN(mk)(const int rb, const int masked, size_t nt, const float *restrict a,
-                      size_t sa, size_t st, const float *restrict bv, float *restrict dst,
-                      const float *restrict alpha, int accumulate, const size_t *lim)
+ * those queries must not see: not even a NaN or inf in them may leak).
+ * Each lane's chain is the same for nv = 1 and nv = 2. */
+BC_INLINE void FN(mk)(const int rb, const int masked, const int nv, size_t nt,
+                      const float *restrict a, size_t sa, size_t st, const float *restrict bv,
+                      float *restrict dst, const float *restrict alpha, int accumulate,
+                      const size_t *lim)
 {
+    const size_t bq = (size_t)nv * VL;
     V c0[MR], c1[MR];
     if (accumulate) {
-        const V al0 = vload(alpha), al1 = vload(alpha + VL);
+        const V al0 = vload(alpha), al1 = nv == 2 ? vload(alpha + VL) : vzero();
         BC_UNROLL
         for (int i = 0; i < rb; i++) {
-            c0[i] = vmul(vload(dst + i * BQ), al0);
-            c1[i] = vmul(vload(dst + i * BQ + VL), al1);
+            c0[i] = vmul(vload(dst + i * bq), al0);
+            c1[i] = nv == 2 ? vmul(vload(dst + i * bq + VL), al1) : vzero();
         }
     } else {
         BC_UNROLL
@@ -301,7 +304,7 @@ BC_INLINE void FN(mk)(const int rb, const int masked, size_t nt, const float *re
         }
     }
     for (size_t t = 0; t < nt; t++) {
-        const V b0 = vload(bv + t * BQ), b1 = vload(bv + t * BQ + VL);
+        const V b0 = vload(bv + t * bq), b1 = nv == 2 ? vload(bv + t * bq + VL) : vzero();
         const float *at = a + t * st;
         if (masked) {
             const size_t l0 = min_sz(lim[t], VL), l1 = lim[t] > VL ? min_sz(lim[t] - VL, VL) : 0;
@@ -309,77 +312,93 @@ BC_INLINE void FN(mk)(const int rb, const int masked, size_t nt, const float *re
             for (int i = 0; i < rb; i++) {
                 const V av = vset1(at[i * sa]);
                 c0[i] = vkeep_lo(vfma(av, b0, c0[i]), c0[i], l0);
-                c1[i] = vkeep_lo(vfma(av, b1, c1[i]), c1[i], l1);
+                if (nv == 2)
+                    c1[i] = vkeep_lo(vfma(av, b1, c1[i]), c1[i], l1);
             }
         } else {
             BC_UNROLL
             for (int i = 0; i < rb; i++) {
                 const V av = vset1(at[i * sa]);
                 c0[i] = vfma(av, b0, c0[i]);
-                c1[i] = vfma(av, b1, c1[i]);
+                if (nv == 2)
+                    c1[i] = vfma(av, b1, c1[i]);
             }
         }
     }
     BC_UNROLL
     for (int i = 0; i < rb; i++) {
-        vstore(dst + i * BQ, c0[i]);
-        vstore(dst + i * BQ + VL, c1[i]);
+        vstore(dst + i * bq, c0[i]);
+        if (nv == 2)
+            vstore(dst + i * bq + VL, c1[i]);
     }
 }
 
-static void FN(mk_any)(int rb, size_t nt, const float *a, size_t sa, size_t st,
+#define BC_MK_CASES(MASKED, NV)                                                          \
+    switch (rb) {                                                                        \
+    BC_T(1, MASKED, NV) BC_T(2, MASKED, NV) BC_T(3, MASKED, NV) BC_T(4, MASKED, NV)      \
+    BC_T5(MASKED, NV)                                                                    \
+    BC_T14(MASKED, NV)                                                                   \
+    default: break;                                                                      \
+    }
+#define BC_T(m, MASKED, NV) \
+    case m: FN(mk)(m, MASKED, NV, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+#if MR >= 6
+#define BC_T5(MASKED, NV) BC_T(5, MASKED, NV) BC_T(6, MASKED, NV)
+#else
+#define BC_T5(MASKED, NV)
+#endif
+#if MR >= 14
+#define BC_T14(MASKED, NV) BC_T(7, MASKED, NV) BC_T(8, MASKED, NV) BC_T(9, MASKED, NV) \
+    BC_T(10, MASKED, NV) BC_T(11, MASKED, NV) BC_T(12, MASKED, NV) BC_T(13, MASKED, NV) \
+    BC_T(14, MASKED, NV)
+#else
+#define BC_T14(MASKED, NV)
+#endif
+
+static void FN(mk_any)(int rb, int nv, size_t nt, const float *a, size_t sa, size_t st,
                        const float *bv, float *dst, const float *alpha, int accumulate,
                        const size_t *lim)
 {
-    if (lim) {
-        switch (rb) {
-#define BC_T(m) case m: FN(mk)(m, 1, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
-        BC_T(1) BC_T(2) BC_T(3) BC_T(4)
-#if MR >= 6
-        BC_T(5) BC_T(6)
-#endif
-#if MR >= 14
-        BC_T(7) BC_T(8) BC_T(9) BC_T(10) BC_T(11) BC_T(12) BC_T(13) BC_T(14)
-#endif
-#undef BC_T
-        default: break;
-        }
-        return;
-    }
-    switch (rb) {
-#define BC_T(m) case m: FN(mk)(m, 0, nt, a, sa, st, bv, dst, alpha, accumulate, NULL); break;
-    BC_T(1) BC_T(2) BC_T(3) BC_T(4)
-#if MR >= 6
-    BC_T(5) BC_T(6)
-#endif
-#if MR >= 14
-    BC_T(7) BC_T(8) BC_T(9) BC_T(10) BC_T(11) BC_T(12) BC_T(13) BC_T(14)
-#endif
-#undef BC_T
-    default: break;
+    if (nv == 1) {
+        if (lim)
+            BC_MK_CASES(1, 1)
+        else
+            BC_MK_CASES(0, 1)
+    } else {
+        if (lim)
+            BC_MK_CASES(1, 2)
+        else
+            BC_MK_CASES(0, 2)
     }
 }
+#undef BC_T
+#undef BC_T5
+#undef BC_T14
+#undef BC_MK_CASES
 
-/* dst rows (n, BQ), in blocks of MR rows */
-static void FN(mk_rows)(size_t n, size_t nt, const float *a, size_t sa, size_t st,
+/* dst rows (n, nv*VL), in blocks of MR rows */
+static void FN(mk_rows)(size_t n, int nv, size_t nt, const float *a, size_t sa, size_t st,
                         const float *bv, float *dst, const float *alpha, int accumulate,
                         const size_t *lim)
 {
     for (size_t i = 0; i < n; i += MR) {
         const int rb = (int)min_sz(MR, n - i);
-        FN(mk_any)(rb, nt, a + i * sa, sa, st, bv, dst + i * BQ, alpha, accumulate, lim);
+        FN(mk_any)(rb, nv, nt, a + i * sa, sa, st, bv, dst + i * (size_t)nv * VL, alpha,
+                   accumulate, lim);
     }
 }
 
-void FN(bc_attn_unit)(const bc_attn *A, size_t h, size_t i0, float *scratch)
+/* One unit on nv vectors of lanes (nq <= nv*VL queries). */
+BC_INLINE void FN(attn_unit)(const int nv, const bc_attn *A, size_t h, size_t i0, size_t nq,
+                             float *scratch)
 {
+    const size_t bq = (size_t)nv * VL;
     const size_t dh = A->d_head, off = h * dh;
-    const size_t nq = min_sz(BQ, A->tq - i0);
-    float *qt = scratch;                 /* (Dh, BQ) scaled queries, transposed */
-    float *ot = qt + dh * BQ;            /* (Dh, BQ) unnormalised output, transposed */
-    float *st = ot + dh * BQ;            /* (BK, BQ) scores, then probabilities */
-    float *mx = st + BC_ATT_BK * BQ;     /* (BQ) running max */
-    float *sum = mx + BQ;                /* (BQ) running sum */
+    float *qt = scratch;                 /* (Dh, bq) scaled queries, transposed */
+    float *ot = qt + dh * bq;            /* (Dh, bq) unnormalised output, transposed */
+    float *st = ot + dh * bq;            /* (BK, bq) scores, then probabilities */
+    float *mx = st + BC_ATT_BK * bq;     /* (bq) running max */
+    float *sum = mx + bq;                /* (bq) running sum */
     const float scale = 1.0f / sqrtf((float)dh);
 
     /* keys visible to the last query of the tile */
@@ -394,11 +413,11 @@ void FN(bc_attn_unit)(const bc_attn *A, size_t h, size_t i0, float *scratch)
         return;
     }
     for (size_t d = 0; d < dh; d++) {
-        float *row = qt + d * BQ;
-        for (size_t i = 0; i < BQ; i++)
+        float *row = qt + d * bq;
+        for (size_t i = 0; i < bq; i++)
             row[i] = i < nq ? A->q[(i0 + i) * A->ldq + off + d] * scale : 0.0f;
     }
-    for (size_t i = 0; i < BQ; i++) {
+    for (size_t i = 0; i < bq; i++) {
         mx[i] = -INFINITY;
         sum[i] = 0.0f;
     }
@@ -406,8 +425,8 @@ void FN(bc_attn_unit)(const bc_attn *A, size_t h, size_t i0, float *scratch)
     size_t lim[BC_ATT_BK];
     for (size_t j0 = 0; j0 < kend; j0 += BC_ATT_BK) {
         const size_t nk = min_sz(BC_ATT_BK, kend - j0);
-        /* St (nk, BQ) = K[j0:j0+nk] . Qt */
-        FN(mk_rows)(nk, dh, A->k + j0 * A->ldk + off, A->ldk, 1, qt, st, NULL, 0, NULL);
+        /* St (nk, bq) = K[j0:j0+nk] . Qt */
+        FN(mk_rows)(nk, nv, dh, A->k + j0 * A->ldk + off, A->ldk, 1, qt, st, NULL, 0, NULL);
         /* causal: lanes i with q_pos0 + i0 + i < j do not see key j */
         int any_masked = 0;
         for (size_t j = 0; j < nk; j++) {
@@ -415,52 +434,66 @@ void FN(bc_attn_unit)(const bc_attn *A, size_t h, size_t i0, float *scratch)
             lim[j] = A->causal && key > pos0 ? key - pos0 : 0;
             if (lim[j]) {
                 any_masked = 1;
-                float *row = st + j * BQ;
+                float *row = st + j * bq;
                 vstore(row, vfill_lo(vload(row), min_sz(lim[j], VL), -INFINITY));
-                if (lim[j] > VL)
+                if (nv == 2 && lim[j] > VL)
                     vstore(row + VL, vfill_lo(vload(row + VL), min_sz(lim[j] - VL, VL), -INFINITY));
             }
         }
-        /* online softmax, lane-wise */
-        V m0 = vload(mx), m1 = vload(mx + VL);
+        /* online softmax, lane-wise: new max t, rescale s = exp(m - t) */
+        const V m0 = vload(mx), m1 = nv == 2 ? vload(mx + VL) : vzero();
         V t0 = m0, t1 = m1;
         for (size_t j = 0; j < nk; j++) {
-            t0 = vmax(t0, vload(st + j * BQ));
-            t1 = vmax(t1, vload(st + j * BQ + VL));
+            t0 = vmax(t0, vload(st + j * bq));
+            if (nv == 2)
+                t1 = vmax(t1, vload(st + j * bq + VL));
         }
-        /* a lane whose every score so far is masked keeps max -inf; use 0 so
-         * that exp(-inf - 0) gives 0 and not NaN */
-        V s0 = vexp(vsub(m0, t0)), s1 = vexp(vsub(m1, t1));
-        V l0 = vmul(vload(sum), s0), l1 = vmul(vload(sum + VL), s1);
+        const V s0 = vexp(vsub(m0, t0)), s1 = nv == 2 ? vexp(vsub(m1, t1)) : vzero();
+        V l0 = vmul(vload(sum), s0), l1 = nv == 2 ? vmul(vload(sum + VL), s1) : vzero();
         for (size_t j = 0; j < nk; j++) {
-            float *row = st + j * BQ;
-            V p0 = vexp(vsub(vload(row), t0)), p1 = vexp(vsub(vload(row + VL), t1));
-            if (lim[j]) {  /* exactly 0, not exp(-inf) rounded */
+            float *row = st + j * bq;
+            V p0 = vexp(vsub(vload(row), t0));
+            if (lim[j])  /* exactly 0, not exp(-inf) rounded */
                 p0 = vfill_lo(p0, min_sz(lim[j], VL), 0.0f);
+            vstore(row, p0);
+            l0 = vadd(l0, p0);
+            if (nv == 2) {
+                V p1 = vexp(vsub(vload(row + VL), t1));
                 if (lim[j] > VL)
                     p1 = vfill_lo(p1, min_sz(lim[j] - VL, VL), 0.0f);
+                vstore(row + VL, p1);
+                l1 = vadd(l1, p1);
             }
-            vstore(row, p0);
-            vstore(row + VL, p1);
-            l0 = vadd(l0, p0);
-            l1 = vadd(l1, p1);
         }
         vstore(mx, t0);
-        vstore(mx + VL, t1);
         vstore(sum, l0);
-        vstore(sum + VL, l1);
         vstore(alpha, s0);
-        vstore(alpha + VL, s1);
-        /* Ot (Dh, BQ) = alpha * Ot + V[j0:j0+nk]^T . P */
-        FN(mk_rows)(dh, nk, A->v + j0 * A->ldv + off, 1, A->ldv, st, ot, alpha, j0 > 0,
-                     any_masked ? lim : NULL);
+        if (nv == 2) {
+            vstore(mx + VL, t1);
+            vstore(sum + VL, l1);
+            vstore(alpha + VL, s1);
+        }
+        /* Ot (Dh, bq) = alpha * Ot + V[j0:j0+nk]^T . P */
+        FN(mk_rows)(dh, nv, nk, A->v + j0 * A->ldv + off, 1, A->ldv, st, ot, alpha, j0 > 0,
+                    any_masked ? lim : NULL);
     }
     for (size_t i = 0; i < nq; i++) {
         float *oi = A->out + (i0 + i) * A->ldo + off;
         const float inv = 1.0f / sum[i];
         for (size_t d = 0; d < dh; d++)
-            oi[d] = ot[d * BQ + i] * inv;
+            oi[d] = ot[d * bq + i] * inv;
     }
+}
+
+/* The unit of queries i0..i0+BQ (fewer at the end): on one vector of lanes when
+ * they fit (decoding: one query), else on two; the same bits either way. */
+void FN(bc_attn_unit)(const bc_attn *A, size_t h, size_t i0, float *scratch)
+{
+    const size_t nq = min_sz(BQ, A->tq - i0);
+    if (nq <= VL)
+        FN(attn_unit)(1, A, h, i0, nq, scratch);
+    else
+        FN(attn_unit)(2, A, h, i0, nq, scratch);
 }
 
 /* ======================================================================== */
