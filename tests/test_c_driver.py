@@ -31,7 +31,7 @@ def driver(tmp_path_factory):
 
 
 @pytest.mark.skipif(not _have_compiler(), reason="no C compiler")
-@pytest.mark.parametrize("isa", [None, "generic"], ids=["best-isa", "generic-isa"])
+@pytest.mark.parametrize("isa", [None, "avx2", "generic"], ids=["best-isa", "avx2-isa", "generic-isa"])
 def test_c_driver(driver, isa):
     env = dict(os.environ)
     env.pop("BLOCKC_ISA", None)
