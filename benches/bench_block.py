@@ -13,7 +13,9 @@ Rows:
   gpt2-256  GPT-2 style (LayerNorm, biases, GELU-tanh), causal, T=256, D=512, 8 heads, d_ff=2048
   gpt2-1024 GPT-2 small block, causal, T=1024, D=768, 12 heads, d_ff=3072
   linear    blockc.ops.linear, x (1024, 768) @ w (3072, 768)^T, in GFLOP/s, vs NumPy's matmul
-then the memory check: one GPT-2 style causal block at T=8192, D=768, 12 heads
+then the same three blocks on one thread each, in CPU time (needs threadpoolctl to
+hold NumPy's BLAS to one thread), which a busy machine distorts far less; then the
+memory check: one GPT-2 style causal block at T=8192, D=768, 12 heads
 (in a child process) must stay under 16*T*D floats of extra memory, output included,
 and the peak RSS of this process.
 
@@ -53,7 +55,7 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def interleaved(fns, repeats, inner=1, rounds=3):
+def interleaved(fns, repeats, inner=1, rounds=3, clock=time.perf_counter):
     """Median seconds per call of each fn: `rounds` rounds, each timing every fn
     `repeats` times in a row after one untimed call (so one library's idle
     threads, still spinning after its last call, do not land in the other's
@@ -64,10 +66,10 @@ def interleaved(fns, repeats, inner=1, rounds=3):
         for i, f in enumerate(fns):
             f()
             for _ in range(per):
-                t0 = time.perf_counter()
+                t0 = clock()
                 for _ in range(inner):
                     f()
-                times[i].append((time.perf_counter() - t0) / inner)
+                times[i].append((clock() - t0) / inner)
     return [statistics.median(t) for t in times]
 
 
@@ -138,7 +140,7 @@ def with_biases(W, cfg, rng):
     return blockc.BlockWeights(W)
 
 
-def bench_blocks(args, torch, rows):
+def bench_blocks(args, torch, rows, clock=time.perf_counter, single=False):
     rng = np.random.default_rng(0)
     for label, kw, t, rand in SHAPES:
         cfg = blockc.BlockConfig(**kw)
@@ -151,7 +153,7 @@ def bench_blocks(args, torch, rows):
                lambda: ref.block_forward(x, W64, cfg, dtype=np.float32)]
         if torch is not None:
             # at the toy size PyTorch is fastest on one thread (more only add overhead)
-            torch.set_num_threads(1 if t * cfg.d_model < 10_000 else args.torch_threads)
+            torch.set_num_threads(1 if single or t * cfg.d_model < 10_000 else args.torch_threads)
             m = torch_block(torch, cfg, W)
             xt = torch.from_numpy(x)
 
@@ -167,7 +169,7 @@ def bench_blocks(args, torch, rows):
         small = t * cfg.d_model < 10_000
         inner = 200 if small else 1
         reps = args.repeats * (3 if small else 1)
-        times = interleaved(fns, reps, inner)
+        times = interleaved(fns, reps, inner, clock=clock)
         rows.append((label, times, err))
         if torch is not None:
             torch.set_num_threads(args.torch_threads)
@@ -222,6 +224,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=11)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--no-single", action="store_true",
+                    help="skip the one-thread CPU-time table (needs threadpoolctl for NumPy)")
     args = ap.parse_args(argv)
     args.torch_threads = 0
     torch = None
@@ -246,6 +250,18 @@ def main(argv=None):
     rows = []
     bench_blocks(args, torch, rows)
     gf_b, gf_n = bench_linear(args, rows)
+    single = []
+    if not args.no_single:
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            threadpool_limits = None
+        if threadpool_limits is not None:
+            before = blockc.get_num_threads()
+            blockc.set_num_threads(1)
+            with threadpool_limits(1):
+                bench_blocks(args, torch, single, clock=time.process_time, single=True)
+            blockc.set_num_threads(before)
     print()
     print("| shape | blockc | NumPy | PyTorch eager | NumPy / blockc | PyTorch / blockc | max abs diff vs PyTorch |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -256,6 +272,18 @@ def main(argv=None):
               f"{tn / tb:.2f}x | {(f'{tt / tb:.2f}x') if tt else '-'} | {err:.1e} |")
     print(f"| linear 1024x768 -> 3072 | {gf_b:.0f} GFLOP/s | {gf_n:.0f} GFLOP/s | - | "
           f"blockc at {100 * gf_b / gf_n:.0f}% of NumPy | - | - |")
+    if single:
+        print()
+        print("One thread each, CPU time per call (process time: what a busy neighbour "
+              "cannot inflate much):")
+        print()
+        print("| shape | blockc | NumPy | PyTorch eager | NumPy / blockc | PyTorch / blockc |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for label, times, _ in single:
+            tb, tn = times[0], times[1]
+            tt = times[2] if len(times) > 2 else None
+            print(f"| {label} | {fmt_t(tb)} | {fmt_t(tn)} | {fmt_t(tt) if tt else '-'} | "
+                  f"{tn / tb:.2f}x | {(f'{tt / tb:.2f}x') if tt else '-'} |")
     if not args.no_memory:
         extra, err = memory_check()
         limit = 16 * 8192 * 768 * 4
