@@ -156,7 +156,8 @@ def _to_numpy(name: str, value: Any) -> np.ndarray:
 
 
 def _check_ids(ids: Any, cfg: GPTConfig, start: int) -> np.ndarray:
-    """ids as a C-contiguous int64 (B, T) array, validated against the model."""
+    """ids as a C-contiguous int32 or int64 (B, T) array (the two types C reads; int32
+    stays int32, no copy when already contiguous), validated against the model."""
     a = np.asarray(ids)
     if a.dtype.kind not in "iu" or a.dtype == np.bool_:
         raise ValueError(f"ids must be integers, got dtype {a.dtype}")
@@ -171,7 +172,7 @@ def _check_ids(ids: Any, cfg: GPTConfig, start: int) -> np.ndarray:
     if start + a.shape[1] > cfg.context:
         raise ValueError(f"Sequence exceeds the model's context of {cfg.context} "
                          f"(positions {start}..{start + a.shape[1] - 1})")
-    return np.ascontiguousarray(a, dtype=np.int64)
+    return np.ascontiguousarray(a, dtype=np.int32 if a.dtype == np.int32 else np.int64)
 
 
 class KVCache:
@@ -358,11 +359,13 @@ class GPT:
         if want_logits:
             logits = np.empty((b, 1 if last_only else t, cfg.vocab), dtype=np.float32)
         hidden = np.empty((cfg.layers, b, t, cfg.width), dtype=np.float32) if return_hidden else None
-        ids_ptr = ffi.from_buffer("int64_t[]", a, require_writable=False)
+        wide = a.dtype == np.int64
+        ids_ptr = ffi.from_buffer("int64_t[]" if wide else "int32_t[]", a, require_writable=False)
         check(lib.bc_gpt_forward(fptr(logits) if logits is not None else ffi.NULL,
                                  fptr(hidden) if hidden is not None else ffi.NULL,
                                  c_cache, cptr(self._params), c_cfg, ids_ptr,
-                                 lib.BC_IDS_INT64, b, t, int(last_only), fptr(work), work.size),
+                                 lib.BC_IDS_INT64 if wide else lib.BC_IDS_INT32, b, t,
+                                 int(last_only), fptr(work), work.size),
               "GPT forward")
         if cache is not None:
             cache.length = int(c_cache.length)
@@ -411,7 +414,7 @@ class GPT:
             top_k = min(int(top_k), cfg.vocab)
         b, t = a.shape
         if max_new_tokens == 0:
-            return a.copy()
+            return a.astype(np.int64)  # a new array
         if t + max_new_tokens - 1 > cfg.context:
             raise ValueError(f"Sequence exceeds the model's context of {cfg.context} "
                              f"({t} prompt + {max_new_tokens} new tokens)")

@@ -288,7 +288,10 @@ def test_ids_int32_uint8_and_lists_agree():
     m = perturbed(SMALL, seed=10)
     ids = rand_ids(SMALL, 2, 6, seed=10)
     ref = m(ids)
-    np.testing.assert_array_equal(m(ids.astype(np.int32)), ref)
+    np.testing.assert_array_equal(m(ids.astype(np.int32)), ref)  # handed to C as int32
+    np.testing.assert_array_equal(m(ids.astype(np.int32)[:, ::-1].T.T[:, ::-1]), ref)
+    assert m.generate(ids.astype(np.int32), 0).dtype == np.int64
+    np.testing.assert_array_equal(m.generate(ids.astype(np.int32), 3), m.generate(ids, 3))
     np.testing.assert_array_equal(m(ids.tolist()), ref)
     np.testing.assert_array_equal(m(np.asfortranarray(ids)), ref)
     small = np.array([[1, 2, 3]], dtype=np.uint8)
