@@ -26,7 +26,7 @@ typedef struct {
 } bc_gemm;
 
 /* Scratch floats one thread needs for gemm_part. */
-#define BC_GEMM_SCRATCH (BC_KC * BC_NC + 64)
+#define BC_GEMM_SCRATCH (BC_KC * BC_NC + 16 * BC_KC + 64)
 
 typedef struct {
     float *out;

@@ -239,6 +239,11 @@ void FN(bc_gemm_part)(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t 
                       float *scratch)
 {
     float *bp = scratch;                   /* BC_KC x BC_NC */
+    float *ap = scratch + BC_KC * BC_NC;   /* MR x BC_KC: rows of x, when copied */
+    /* Rows of x 4 KiB apart (C a multiple of 1024) all fall in one L1 set and
+     * evict each other; then each tile's rows are first copied side by side.
+     * The values and their order are the same either way. */
+    const int copy_a = g->c % 1024 == 0;
     for (size_t jc = o0; jc < o1; jc += BC_NC) {
         const size_t nc = min_sz(BC_NC, o1 - jc);
         for (size_t pc = 0; pc < g->c; pc += BC_KC) {
@@ -246,6 +251,14 @@ void FN(bc_gemm_part)(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t 
             FN(pack_b)(bp, g->w, g->c, jc, nc, pc, kc);
             for (size_t ic = n0; ic < n1; ic += MR) {
                 const int mr = (int)min_sz(MR, n1 - ic);
+                const float *a = g->x + ic * g->c + pc;
+                size_t lda = g->c;
+                if (copy_a) {
+                    for (int i = 0; i < mr; i++)
+                        memcpy(ap + (size_t)i * kc, a + (size_t)i * g->c, kc * sizeof(float));
+                    a = ap;
+                    lda = kc;
+                }
                 for (size_t jr = 0; jr < nc; jr += NR) {
                     FN(tile_io) io;
                     io.y = g->y + ic * g->oc + jc + jr;
@@ -257,7 +270,7 @@ void FN(bc_gemm_part)(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t 
                     io.first = pc == 0;
                     io.last = pc + kc == g->c;
                     io.act = g->act;
-                    FN(tile_any)(mr, kc, g->x + ic * g->c + pc, g->c, bp + jr * kc, &io);
+                    FN(tile_any)(mr, kc, a, lda, bp + jr * kc, &io);
                 }
             }
         }
