@@ -130,7 +130,8 @@ def test_block_forward_never_crashes(case):
     assert y.shape == x.shape and y.dtype == np.float32
     if y.size == 0:  # an empty batch or sequence: an empty result, by design
         return
-    want = ref.block_forward(x.astype(np.float32).astype(np.float64), W, cfg)
+    with np.errstate(all="ignore"):
+        want = ref.block_forward(x.astype(np.float32).astype(np.float64), W, cfg)
     np.testing.assert_allclose(y, want, rtol=2e-4, atol=2e-5)
 
 
@@ -204,4 +205,6 @@ def test_gpt_never_crashes(case):
     assert valid, "an invalid input went through"
     event("valid: checked against the oracle" + (" (cached, in chunks)" if case["chunks"] else ""))
     assert y.shape == (b, t, cfg.vocab) and y.dtype == np.float32
-    np.testing.assert_allclose(y, gpt_forward(sd, cfg, np.asarray(ids, np.int64)), rtol=2e-4, atol=2e-5)
+    with np.errstate(all="ignore"):  # eps 0 on a constant row: NaN in the oracle too
+        want = gpt_forward(sd, cfg, np.asarray(ids, np.int64))
+    np.testing.assert_allclose(y, want, rtol=2e-4, atol=2e-5)
