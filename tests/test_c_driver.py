@@ -42,3 +42,17 @@ def test_c_driver(driver, isa):
     assert run.returncode == 0 and m, run.stdout + run.stderr
     assert int(m.group(2)) == 0, run.stderr
     assert int(m.group(1)) >= 1900, run.stdout  # the checks really ran
+
+
+def test_the_driver_calls_every_public_entry_point():
+    # a new function in a part header needs its hostile calls in tests/c/ too
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "benches"))
+    try:
+        import leaks
+        names = leaks.c_entry_points()
+    finally:
+        sys.path.pop(0)
+    src = "".join(open(os.path.join(HERE, "c", f)).read()
+                  for f in os.listdir(os.path.join(HERE, "c")) if f.endswith(".c"))
+    missing = [n for n in names if not re.search(r"\b%s\s*\(" % n, src)]
+    assert len(names) >= 30 and not missing, f"not called by tests/c/: {missing}"
