@@ -110,7 +110,9 @@ void bc_k_attention(float *out, size_t ldo,
     }
     /* the last query tiles (most keys under causal) first, for balance */
     const long long nu = (long long)units;
+#ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt < nu ? nt : (int)nu)
+#endif
     for (long long u = 0; u < nu; u++)
         run_unit(&im, &A, (size_t)u % n_heads, nqt - 1 - (size_t)u / n_heads);
 }

@@ -48,7 +48,9 @@ void bc_k_rmsnorm(float *y, const float *x, const float *g, size_t n, size_t c, 
         return;
     }
     const long long nn = (long long)n;
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt < nn ? nt : (int)nn)
+#endif
     for (long long i = 0; i < nn; i++)
         rmsnorm_row(y + (size_t)i * c, x + (size_t)i * c, g, c, eps);
 }
@@ -86,7 +88,9 @@ void bc_k_layernorm(float *y, const float *x, const float *g, const float *b,
         return;
     }
     const long long nn = (long long)n;
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt < nn ? nt : (int)nn)
+#endif
     for (long long i = 0; i < nn; i++)
         layernorm_row(y + (size_t)i * c, x + (size_t)i * c, g, b, c, eps);
 }
@@ -101,7 +105,9 @@ void bc_k_act(float *y, const float *x, size_t n, int kind)
         return;
     }
     const long long nc = (long long)((n + EW_CHUNK - 1) / EW_CHUNK);
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt < nc ? nt : (int)nc)
+#endif
     for (long long ch = 0; ch < nc; ch++) {
         const size_t i = (size_t)ch * EW_CHUNK;
         e.act(y + i, x + i, n - i < EW_CHUNK ? n - i : EW_CHUNK, kind);
@@ -118,7 +124,9 @@ void bc_k_swiglu(float *y, const float *gate, const float *up, size_t n)
         return;
     }
     const long long nc = (long long)((n + EW_CHUNK - 1) / EW_CHUNK);
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt < nc ? nt : (int)nc)
+#endif
     for (long long ch = 0; ch < nc; ch++) {
         const size_t i = (size_t)ch * EW_CHUNK;
         e.swiglu(y + i, gate + i, up + i, n - i < EW_CHUNK ? n - i : EW_CHUNK);
@@ -135,7 +143,9 @@ void bc_k_add(float *y, const float *a, const float *b, size_t n)
         return;
     }
     const long long nc = (long long)((n + EW_CHUNK - 1) / EW_CHUNK);
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nt < nc ? nt : (int)nc)
+#endif
     for (long long ch = 0; ch < nc; ch++) {
         const size_t i = (size_t)ch * EW_CHUNK;
         e.add(y + i, a + i, b + i, n - i < EW_CHUNK ? n - i : EW_CHUNK);

@@ -18,7 +18,13 @@
 #define BC_UNROLL
 #endif
 
+#if defined(__GNUC__) || defined(__clang__)
 #define BC_INLINE static inline __attribute__((always_inline))
+#elif defined(_MSC_VER)
+#define BC_INLINE static __forceinline
+#else
+#define BC_INLINE static inline
+#endif
 
 static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 

@@ -110,7 +110,9 @@ void bc_k_linear_ex(float *y, const float *x, const float *w, const float *b,
     plan(&im, n, oc, nt, &rh, &cw);
     const size_t ncu = (oc + cw - 1) / cw, nru = (n + rh - 1) / rh;
     const long long nu = (long long)(ncu * nru);
+#ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt < nu ? nt : (int)nu)
+#endif
     for (long long u = 0; u < nu; u++) {
         const size_t ci = (size_t)u % ncu, ri = (size_t)u / ncu;
         const size_t o0 = ci * cw, n0 = ri * rh;

@@ -19,6 +19,29 @@
 #define BC_X86 1
 #endif
 
+/* Atomic int accesses: GCC/clang builtins; elsewhere (MSVC) aligned int
+ * accesses are atomic already, and the only race (two threads reading the
+ * environment at once) stores the same value twice. */
+#if defined(__GNUC__) || defined(__clang__)
+#define BC_LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define BC_STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define BC_INIT_ONCE(p, v)                                                               \
+    do {                                                                                 \
+        int unset_ = -1;                                                                 \
+        __atomic_compare_exchange_n((p), &unset_, (v), 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE); \
+    } while (0)
+#define BC_TLS _Thread_local
+#else
+#define BC_LOAD(p) (*(volatile int *)(p))
+#define BC_STORE(p, v) (*(volatile int *)(p) = (v))
+#define BC_INIT_ONCE(p, v)          \
+    do {                            \
+        if (BC_LOAD(p) < 0)         \
+            BC_STORE((p), (v));     \
+    } while (0)
+#define BC_TLS __declspec(thread)
+#endif
+
 /* ---- instruction set ---------------------------------------------------- */
 
 static int g_isa = -1;      /* forced or detected; -1 until the first call */
@@ -51,22 +74,20 @@ static int isa_from_env(int best)
 
 static void isa_init(void)
 {
-    int best = __atomic_load_n(&g_best, __ATOMIC_ACQUIRE);
+    int best = BC_LOAD(&g_best);
     if (best < 0) {
         best = detect_best();
-        __atomic_store_n(&g_best, best, __ATOMIC_RELEASE);
+        BC_STORE(&g_best, best);
     }
-    int unset = -1;
-    __atomic_compare_exchange_n(&g_isa, &unset, isa_from_env(best), 0,
-                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    BC_INIT_ONCE(&g_isa, isa_from_env(best));
 }
 
 int bc_rt_isa(void)
 {
-    int isa = __atomic_load_n(&g_isa, __ATOMIC_ACQUIRE);
+    int isa = BC_LOAD(&g_isa);
     if (isa < 0) {
         isa_init();
-        isa = __atomic_load_n(&g_isa, __ATOMIC_ACQUIRE);
+        isa = BC_LOAD(&g_isa);
     }
     return isa;
 }
@@ -76,7 +97,7 @@ int bc_best_isa(int *isa)
     if (!isa)
         return BC_ENULL;
     bc_rt_isa();
-    *isa = __atomic_load_n(&g_best, __ATOMIC_ACQUIRE);
+    *isa = BC_LOAD(&g_best);
     return BC_OK;
 }
 
@@ -92,9 +113,9 @@ int bc_set_isa(int isa)
 {
     bc_rt_isa();
     if (isa < BC_ISA_GENERIC || isa > BC_ISA_AVX512
-        || isa > __atomic_load_n(&g_best, __ATOMIC_ACQUIRE))
+        || isa > BC_LOAD(&g_best))
         return BC_EOPTION;
-    __atomic_store_n(&g_isa, isa, __ATOMIC_RELEASE);
+    BC_STORE(&g_isa, isa);
     return BC_OK;
 }
 
@@ -104,7 +125,7 @@ static int g_threads = -1;  /* -1: not read yet; 0: OpenMP default; n: forced */
 
 static int threads_setting(void)
 {
-    int t = __atomic_load_n(&g_threads, __ATOMIC_ACQUIRE);
+    int t = BC_LOAD(&g_threads);
     if (t < 0) {
         const char *s = getenv("BLOCKC_NUM_THREADS");
         int v = 0;
@@ -114,10 +135,8 @@ static int threads_setting(void)
             if (*end == '\0' && l > 0 && l <= 4096)
                 v = (int)l;
         }
-        int unset = -1;
-        __atomic_compare_exchange_n(&g_threads, &unset, v, 0,
-                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-        t = __atomic_load_n(&g_threads, __ATOMIC_ACQUIRE);
+        BC_INIT_ONCE(&g_threads, v);
+        t = BC_LOAD(&g_threads);
     }
     return t;
 }
@@ -150,7 +169,7 @@ int bc_set_num_threads(int n)
         }
         n = (int)l;
     }
-    __atomic_store_n(&g_threads, n, __ATOMIC_RELEASE);
+    BC_STORE(&g_threads, n);
     return BC_OK;
 }
 
@@ -185,7 +204,7 @@ typedef struct {
     size_t n[BC_SLOTS];
 } scratch_t;
 
-static _Thread_local scratch_t t_scratch;
+static BC_TLS scratch_t t_scratch;
 
 #ifdef BC_HAVE_PTHREAD
 static pthread_key_t g_key;
