@@ -28,16 +28,20 @@ import blockc
 
 
 def _once(fn):
-    t0 = time.perf_counter()
+    """(wall seconds, process CPU seconds) of one call."""
+    w0, c0 = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - t0
+    return time.perf_counter() - w0, time.process_time() - c0
 
 
 def median_times(fc, ft, repeats):
-    """Medians of blockc's fc and torch's ft (None: blockc only), after one warm-up each.
+    """Medians (wall, CPU) of blockc's fc and torch's ft (None: blockc only), after one
+    warm-up each.
 
     The runs alternate (blockc then torch, then torch then blockc, ...), so that a busy
-    neighbour on a shared machine slows both sides alike instead of only one of them."""
+    neighbour on a shared machine slows both sides alike instead of only one of them.
+    With one thread each, process CPU time is the steadier measure on a busy machine:
+    it leaves out the time a preempted process waits for a core."""
     fc()
     if ft is not None:
         ft()
@@ -47,7 +51,13 @@ def median_times(fc, ft, repeats):
         for fn, acc in order:
             if fn is not None:
                 acc.append(_once(fn))
-    return statistics.median(tc), (statistics.median(tt) if tt else None)
+
+    def med(acc):
+        if not acc:
+            return None, None
+        return statistics.median(a[0] for a in acc), statistics.median(a[1] for a in acc)
+
+    return med(tc), med(tt)
 
 
 def torch_gpt(torch, cfg, state_dict):
@@ -162,6 +172,17 @@ def main(argv=None) -> int:
              "torch not installed: blockc only")
           + f"; median of {args.repeats} alternating runs after 1 warm-up")
     rows = []
+    one_thread = blockc.get_num_threads() == 1 and (torch is None or torch.get_num_threads() == 1)
+
+    def add(name, unit, tc, tt, scale=None):
+        """Rows of the table from (wall, cpu) medians; scale: tokens for a rate."""
+        for k, kind in enumerate(("wall", "CPU")):
+            if kind == "CPU" and not one_thread:
+                continue
+            c, t = tc[k], tt[k]
+            if scale is not None:
+                c, t = scale / c, (None if t is None else scale / t)
+            rows.append((f"{name}, {kind}", unit, c, t, scale is not None))
 
     if not args.skip_forward:
         ids = rng.integers(0, cfg.vocab, size=(1, args.seq))
@@ -173,7 +194,7 @@ def main(argv=None) -> int:
             print(f"forward max |blockc - torch| logit difference: {diff:.2e}")
         else:
             t_c, t_t = median_times(lambda: m(ids), None, args.repeats)
-        rows.append((f"forward, B=1 T={args.seq}", "s", t_c, t_t, False))
+        add(f"forward, B=1 T={args.seq}", "s", t_c, t_t)
 
     if not args.skip_generate:
         prompt = rng.integers(0, cfg.vocab, size=(1, args.prompt))
@@ -187,8 +208,7 @@ def main(argv=None) -> int:
             print(f"greedy generation, blockc tokens == torch tokens: {same}")
         else:
             t_c, t_t = median_times(lambda: m.generate(prompt, args.new), None, args.repeats)
-        rows.append((f"generate, prompt {args.prompt} + {args.new} new (KV cache)",
-                     "tokens/s", args.new / t_c, None if t_t is None else args.new / t_t, True))
+        add(f"generate {args.prompt}+{args.new} (KV cache)", "tokens/s", t_c, t_t, args.new)
 
     print()
     print(f"| {'measurement':<44} | {'blockc':>14} | {'PyTorch eager':>14} | {'blockc speedup':>14} |")
