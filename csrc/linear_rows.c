@@ -17,10 +17,6 @@
 #include "bc_fast.h"
 #include "bc_rt.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #ifdef BC_HAVE_X86_KERNELS
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
@@ -110,7 +106,9 @@ static void rows_avx2(float *y, const float *x, const float *w, const float *b,
     const long long ng = (long long)((oc + 7) / 8);
     const int nt = bc_rt_threads(2.0 * (double)n * (double)c * (double)oc);
     (void)nt;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt < ng ? nt : (int)ng) if (nt > 1)
+#endif
     for (long long g = 0; g < ng; g++) {
         const size_t o0 = (size_t)g * 8;
         group8(y, x, w, b, r, n, c, oc, o0, oc - o0 < 8 ? oc - o0 : 8);
