@@ -112,8 +112,9 @@ def _norms(args) -> int:
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
         except ImportError:
-            sys.stderr.write("blockc gpt: --plot needs matplotlib (pip install 'blockc[plot]')\n")
-            return 1
+            sys.stderr.write("blockc gpt: error: --plot needs matplotlib "
+                             "(pip install 'blockc[plot]')\n")
+            return 2
         fig, ax = plt.subplots(figsize=(6, 4))
         ax.plot(range(len(norms)), norms, marker="o")
         ax.set_xlabel("block (0 = embedding)")

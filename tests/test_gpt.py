@@ -1,5 +1,8 @@
 """The chapter-6 GPT in C: the chapter's milestone tests, the NumPy oracle, the KV cache,
 generation, the CLI and hostile input. PyTorch parity lives in test_gpt_torch.py."""
+import os
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -551,6 +554,8 @@ def test_cli_norms(capsys):
     assert cli_main(["gpt", "--norms", "--seq", "0", "--layers", "1", "--vocab", "10"]) == 2
 
 
+@pytest.mark.skipif(bool(os.environ.get("BLOCKC_UNDER_SANITIZER")),
+                    reason="matplotlib's C++ extension aborts under an LD_PRELOADed ASan")
 def test_cli_norms_plot(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     png = tmp_path / "norms.png"
@@ -558,3 +563,12 @@ def test_cli_norms_plot(tmp_path, capsys):
                      "--layers", "2", "--seq", "4", "--plot", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"wrote {png}" in capsys.readouterr().out
+
+
+def test_cli_norms_plot_without_matplotlib(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    png = tmp_path / "norms.png"
+    assert cli_main(["gpt", "--norms", "--vocab", "50", "--width", "32", "--heads", "2",
+                     "--layers", "1", "--seq", "4", "--plot", str(png)]) == 2
+    assert "needs matplotlib" in capsys.readouterr().err
+    assert not png.exists()
