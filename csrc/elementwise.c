@@ -95,13 +95,34 @@ void bc_k_layernorm(float *y, const float *x, const float *g, const float *b,
         layernorm_row(y + (size_t)i * c, x + (size_t)i * c, g, b, c, eps);
 }
 
-// y (n), x (n)
-void bc_k_act(float *y, const float *x, size_t n, int kind)
+/* One elementwise kernel call: which of the three, its operands and its
+ * implementation. */
+typedef enum { EW_ACT, EW_SWIGLU, EW_ADD } ew_kind;
+typedef struct {
+    ew_kind op;
+    int act;                /* BC_ACT_* for EW_ACT */
+    float *y;
+    const float *a, *b;     /* x (act); gate, up (swiglu); a, b (add) */
+    ew_impl e;
+} ew_op;
+
+/* elements [i, i+m) of the op */
+static void ew_span(const ew_op *o, size_t i, size_t m)
 {
-    const ew_impl e = pick();
-    const int nt = bc_rt_threads(20.0 * (double)n);
+    switch (o->op) {
+    case EW_ACT: o->e.act(o->y + i, o->a + i, m, o->act); break;
+    case EW_SWIGLU: o->e.swiglu(o->y + i, o->a + i, o->b + i, m); break;
+    case EW_ADD: o->e.add(o->y + i, o->a + i, o->b + i, m); break;
+    }
+}
+
+/* The op over n elements: in one call when one thread does it (no parallel
+ * region at all), else in EW_CHUNK chunks spread over the threads. */
+static void ew_run(const ew_op *o, size_t n, double flops_per_elem)
+{
+    const int nt = bc_rt_threads(flops_per_elem * (double)n);
     if (nt <= 1) {
-        e.act(y, x, n, kind);
+        ew_span(o, 0, n);
         return;
     }
     const long long nc = (long long)((n + EW_CHUNK - 1) / EW_CHUNK);
@@ -110,44 +131,27 @@ void bc_k_act(float *y, const float *x, size_t n, int kind)
 #endif
     for (long long ch = 0; ch < nc; ch++) {
         const size_t i = (size_t)ch * EW_CHUNK;
-        e.act(y + i, x + i, n - i < EW_CHUNK ? n - i : EW_CHUNK, kind);
+        ew_span(o, i, n - i < EW_CHUNK ? n - i : EW_CHUNK);
     }
+}
+
+// y (n), x (n)
+void bc_k_act(float *y, const float *x, size_t n, int kind)
+{
+    const ew_op o = {EW_ACT, kind, y, x, NULL, pick()};
+    ew_run(&o, n, 20.0);
 }
 
 // y (n), gate (n), up (n)
 void bc_k_swiglu(float *y, const float *gate, const float *up, size_t n)
 {
-    const ew_impl e = pick();
-    const int nt = bc_rt_threads(20.0 * (double)n);
-    if (nt <= 1) {
-        e.swiglu(y, gate, up, n);
-        return;
-    }
-    const long long nc = (long long)((n + EW_CHUNK - 1) / EW_CHUNK);
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt < nc ? nt : (int)nc)
-#endif
-    for (long long ch = 0; ch < nc; ch++) {
-        const size_t i = (size_t)ch * EW_CHUNK;
-        e.swiglu(y + i, gate + i, up + i, n - i < EW_CHUNK ? n - i : EW_CHUNK);
-    }
+    const ew_op o = {EW_SWIGLU, 0, y, gate, up, pick()};
+    ew_run(&o, n, 20.0);
 }
 
 // y (n), a (n), b (n)
 void bc_k_add(float *y, const float *a, const float *b, size_t n)
 {
-    const ew_impl e = pick();
-    const int nt = bc_rt_threads(2.0 * (double)n);
-    if (nt <= 1) {
-        e.add(y, a, b, n);
-        return;
-    }
-    const long long nc = (long long)((n + EW_CHUNK - 1) / EW_CHUNK);
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt < nc ? nt : (int)nc)
-#endif
-    for (long long ch = 0; ch < nc; ch++) {
-        const size_t i = (size_t)ch * EW_CHUNK;
-        e.add(y + i, a + i, b + i, n - i < EW_CHUNK ? n - i : EW_CHUNK);
-    }
+    const ew_op o = {EW_ADD, 0, y, a, b, pick()};
+    ew_run(&o, n, 2.0);
 }
