@@ -37,7 +37,7 @@ size_t FN(bc_gemm_nr)(void) { return NR; }
 
 #if BC_SIMD == 512
 /* o[k] lane j = r[j] lane k: a 16 x 16 transpose in registers */
-static inline void FN(tr16)(const __m512 r[16], __m512 o[16])
+static inline void FN(vtr)(const V r[VL], V o[VL])
 {
     __m512 t[16], u[16];
     for (int i = 0; i < 8; i++) {
@@ -64,32 +64,9 @@ static inline void FN(tr16)(const __m512 r[16], __m512 o[16])
     }
 }
 
-/* bp (nc/NR panels, kc, NR) <- w rows o0.., columns p0..p0+kc; zero past nc.
- * 16 x 16 blocks: 16 row loads, a register transpose, 16 stores. */
-static void FN(pack_b)(float *restrict bp, const float *restrict w, size_t c,
-                       size_t o0, size_t nc, size_t p0, size_t kc)
-{
-    for (size_t jp = 0; jp < nc; jp += NR) {
-        const size_t nv = min_sz(NR, nc - jp);
-        float *dst = bp + jp * kc;
-        const float *src = w + (o0 + jp) * c + p0;
-        for (size_t h = 0; h < NR; h += VL) {
-            const size_t rows = nv > h ? min_sz(VL, nv - h) : 0;
-            for (size_t k = 0; k < kc; k += VL) {
-                const size_t nk = min_sz(VL, kc - k);
-                __m512 r[16], o[16];
-                for (size_t j = 0; j < 16; j++)
-                    r[j] = j < rows ? vloadn(src + (h + j) * c + k, nk) : vzero();
-                FN(tr16)(r, o);
-                for (size_t kk = 0; kk < nk; kk++)
-                    vstore(dst + (k + kk) * NR + h, o[kk]);
-            }
-        }
-    }
-}
 #elif BC_SIMD == 256
 /* o[k] lane j = r[j] lane k: an 8 x 8 transpose in registers */
-static inline void FN(tr8)(const __m256 r[8], __m256 o[8])
+static inline void FN(vtr)(const V r[VL], V o[VL])
 {
     __m256 a[8], b[8];
     for (int i = 0; i < 4; i++) {
@@ -108,8 +85,12 @@ static inline void FN(tr8)(const __m256 r[8], __m256 o[8])
     }
 }
 
+#endif
+
+#if BC_SIMD == 512 || BC_SIMD == 256
+
 /* bp (nc/NR panels, kc, NR) <- w rows o0.., columns p0..p0+kc; zero past nc.
- * 8 x 8 blocks: 8 row loads, a register transpose, 8 stores. */
+ * VL x VL blocks: VL row loads, a register transpose, VL stores. */
 static void FN(pack_b)(float *restrict bp, const float *restrict w, size_t c,
                        size_t o0, size_t nc, size_t p0, size_t kc)
 {
@@ -121,10 +102,10 @@ static void FN(pack_b)(float *restrict bp, const float *restrict w, size_t c,
             const size_t rows = nv > h ? min_sz(VL, nv - h) : 0;
             for (size_t k = 0; k < kc; k += VL) {
                 const size_t nk = min_sz(VL, kc - k);
-                __m256 r[8], o[8];
-                for (size_t j = 0; j < 8; j++)
+                V r[VL], o[VL];
+                for (size_t j = 0; j < VL; j++)
                     r[j] = j < rows ? vloadn(src + (h + j) * c + k, nk) : vzero();
-                FN(tr8)(r, o);
+                FN(vtr)(r, o);
                 for (size_t kk = 0; kk < nk; kk++)
                     vstore(dst + (k + kk) * NR + h, o[kk]);
             }
