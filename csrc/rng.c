@@ -78,7 +78,9 @@ int bc_rng_rand_max(uint32_t *out, const bc_rng *g)
     return BC_OK;
 }
 
-int bc_rng_rand(uint32_t *out, bc_rng *g, size_t n)
+/* The checks shared by the draws: a generator, n outputs (out may be NULL
+ * only for n = 0), a known kind. */
+static int draw_check(const void *out, const bc_rng *g, size_t n)
 {
     if (!g || (!out && n))
         return BC_ENULL;
@@ -86,6 +88,14 @@ int bc_rng_rand(uint32_t *out, bc_rng *g, size_t n)
         return BC_EOVERFLOW;
     if (g->kind != BC_RAND_MSVC && g->kind != BC_RAND_GLIBC)
         return BC_EOPTION;
+    return BC_OK;
+}
+
+int bc_rng_rand(uint32_t *out, bc_rng *g, size_t n)
+{
+    const int st = draw_check(out, g, n);
+    if (st)
+        return st;
     for (size_t i = 0; i < n; i++)
         out[i] = next(g);
     return BC_OK;
@@ -93,12 +103,9 @@ int bc_rng_rand(uint32_t *out, bc_rng *g, size_t n)
 
 int bc_rng_uniform(float *out, bc_rng *g, size_t n, float scale)
 {
-    if (!g || (!out && n))
-        return BC_ENULL;
-    if (n > BC_MAX_ELEMENTS)
-        return BC_EOVERFLOW;
-    if (g->kind != BC_RAND_MSVC && g->kind != BC_RAND_GLIBC)
-        return BC_EOPTION;
+    const int st = draw_check(out, g, n);
+    if (st)
+        return st;
     /* (float)RAND_MAX, as the listings' int-to-float conversion rounds it */
     const float rmax = g->kind == BC_RAND_GLIBC ? (float)2147483647 : (float)32767;
     for (size_t i = 0; i < n; i++) {
