@@ -109,23 +109,9 @@ int bc_activation(float *y, const float *x, size_t n, int kind)
     return BC_OK;
 }
 
-// y (n), gate (n), up (n)
-int bc_swiglu(float *y, const float *gate, const float *up, size_t n)
-{
-    if (!y || !gate || !up)
-        return BC_ENULL;
-    if (!n)
-        return BC_ESIZE;
-    if (n > (size_t)BC_MAX_ELEMENTS)
-        return BC_EOVERFLOW;
-    if ((y != gate && bc_overlap(y, n, gate, n)) || (y != up && bc_overlap(y, n, up, n)))
-        return BC_EALIAS;
-    bc_k_swiglu(y, gate, up, n);
-    return BC_OK;
-}
-
-// y (n), a (n), b (n)
-int bc_residual_add(float *y, const float *a, const float *b, size_t n)
+/* Shared checks of the two-input elementwise ops: y either is an input or
+ * does not touch it. */
+static int pair_check(const float *y, const float *a, const float *b, size_t n)
 {
     if (!y || !a || !b)
         return BC_ENULL;
@@ -135,6 +121,25 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n)
         return BC_EOVERFLOW;
     if ((y != a && bc_overlap(y, n, a, n)) || (y != b && bc_overlap(y, n, b, n)))
         return BC_EALIAS;
+    return BC_OK;
+}
+
+// y (n), gate (n), up (n)
+int bc_swiglu(float *y, const float *gate, const float *up, size_t n)
+{
+    const int st = pair_check(y, gate, up, n);
+    if (st)
+        return st;
+    bc_k_swiglu(y, gate, up, n);
+    return BC_OK;
+}
+
+// y (n), a (n), b (n)
+int bc_residual_add(float *y, const float *a, const float *b, size_t n)
+{
+    const int st = pair_check(y, a, b, n);
+    if (st)
+        return st;
     bc_k_add(y, a, b, n);
     return BC_OK;
 }
