@@ -68,7 +68,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from ._native import check, cptr, ffi, fptr, lib
-from .ops import F32, as_f32, check_eps
+from ._arrays import F32, as_f32, check_eps
 
 __all__ = [
     "BlockConfig", "BlockWeights", "init_block", "init_blocks", "block_forward",
