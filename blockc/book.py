@@ -29,6 +29,7 @@ from typing import Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
+from ._book_common import REAL_MODELS, book_array, check_keys
 from ._native import check, cptr, ffi, fptr, lib
 from .rng import generator_id
 
@@ -90,44 +91,12 @@ BLOCK_INPUT = _const([
 ])
 WORDS: Tuple[str, ...] = ("The", "cat", "sat", "down")
 
-#: 130_Real_Params' models: (name, d_model, n_heads, d_ff, n_layers, published count).
-REAL_MODELS: Tuple[Tuple[str, int, int, int, int, int], ...] = (
-    ("GPT-2 Small", 768, 12, 3072, 12, 124_000_000),
-    ("GPT-2 Medium", 1024, 16, 4096, 24, 355_000_000),
-    ("GPT-2 Large", 1280, 20, 5120, 36, 774_000_000),
-    ("LLaMA-7B", 4096, 32, 11008, 32, 6_700_000_000),
-    ("DeepSeek-V3", 7168, 128, 18432, 61, 671_000_000_000),
-)
-
-
 # --- validation and marshalling --------------------------------------------------
-def _f32(a, name: str, shape: Tuple[int, ...]) -> np.ndarray:
-    """``a`` as a C-contiguous float32 array of exactly ``shape`` (a copy when needed)."""
-    arr = np.asarray(a)
-    if arr.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
-    if arr.shape != shape:
-        raise ValueError(f"{name} must have shape {shape} (the book's size), got {arr.shape}")
-    return np.ascontiguousarray(arr, dtype=np.float32)
-
-
-def _check_keys(weights: Mapping[str, object], name: str, shapes: Mapping[str, tuple]) -> None:
-    if not isinstance(weights, Mapping):
-        raise TypeError(f"{name} must be a dict of arrays with keys {list(shapes)}, "
-                        f"got {type(weights).__name__}")
-    missing = [k for k in shapes if k not in weights]
-    extra = [k for k in weights if k not in shapes]
-    if missing or extra:
-        raise ValueError(f"{name} must have exactly the keys {list(shapes)}"
-                         + (f"; missing {missing}" if missing else "")
-                         + (f"; unknown {extra}" if extra else ""))
-
-
 def _to_struct(weights: Mapping[str, object], name: str, ctype: str,
                shapes: Mapping[str, tuple], out=None):
     """Copy a weight dict into a new C struct (or into ``out``) after validating it."""
-    _check_keys(weights, name, shapes)
-    arrays = {k: _f32(weights[k], f"{name}[{k!r}]", shape) for k, shape in shapes.items()}
+    check_keys(weights, name, shapes)
+    arrays = {k: book_array(weights[k], f"{name}[{k!r}]", shape) for k, shape in shapes.items()}
     s = ffi.new(f"{ctype} *") if out is None else out
     for k, arr in arrays.items():
         ffi.memmove(getattr(s, k), arr, arr.nbytes)
@@ -169,7 +138,7 @@ def ffn_forward(x, weights: Mapping[str, object]) -> np.ndarray:
     ``x`` (6,), ``weights`` as :func:`ffn_init` returns them; returns (6,) float32.
     GELU is the tanh approximation, as the listing writes it.
     """
-    xa = _f32(x, "x", (FFN_D_MODEL,))
+    xa = book_array(x, "x", (FFN_D_MODEL,))
     s = _to_struct(weights, "weights", "bc_book_ffn", FFN_SHAPES)
     out = np.empty(FFN_D_MODEL, np.float32)
     check(lib.bc_book_ffn_forward(fptr(out), s, cptr(xa)), "bc_book_ffn_forward")
@@ -187,8 +156,8 @@ def ffn_params(d_model: int = FFN_D_MODEL, d_ff: int = FFN_D_FF) -> int:
 # --- 127_Residual ----------------------------------------------------------------
 def residual_add(x, sublayer) -> np.ndarray:
     """127_Residual: ``x + sublayer``, both (4,); returns (4,) float32."""
-    xa = _f32(x, "x", (RESIDUAL_DIM,))
-    sa = _f32(sublayer, "sublayer", (RESIDUAL_DIM,))
+    xa = book_array(x, "x", (RESIDUAL_DIM,))
+    sa = book_array(sublayer, "sublayer", (RESIDUAL_DIM,))
     out = np.empty(RESIDUAL_DIM, np.float32)
     check(lib.bc_book_residual_add(fptr(out), cptr(xa), cptr(sa)), "bc_book_residual_add")
     return out
@@ -211,7 +180,7 @@ def block_forward(x, weights: Mapping[str, object]) -> np.ndarray:
     (eps 1e-5), 2-head self-attention without mask, FFN ``w2 @ gelu(w1 @ .)``.
     ``x`` (4, 8), ``weights`` as :func:`block_init` returns them; returns (4, 8) float32.
     """
-    xa = _f32(x, "x", (SEQ_LEN, D_MODEL))
+    xa = book_array(x, "x", (SEQ_LEN, D_MODEL))
     s = _to_struct(weights, "weights", "bc_book_block", BLOCK_SHAPES)
     y = np.empty((SEQ_LEN, D_MODEL), np.float32)
     check(lib.bc_book_block_forward(fptr(y), s, cptr(xa)), "bc_book_block_forward")
@@ -234,7 +203,7 @@ def stack_forward(x, blocks: Sequence[Mapping[str, object]]) -> Tuple[np.ndarray
     the final representations (4, 8) and the average row norm (5,) at the input
     and after each block, float32.
     """
-    xa = _f32(x, "x", (SEQ_LEN, D_MODEL))
+    xa = book_array(x, "x", (SEQ_LEN, D_MODEL))
     if isinstance(blocks, Mapping) or len(blocks) != N_BLOCKS:
         raise ValueError(f"blocks must be a sequence of {N_BLOCKS} weight dicts (the book's "
                          f"stack), got {len(blocks) if not isinstance(blocks, Mapping) else 'a dict'}")
@@ -255,7 +224,7 @@ def stack_norms(x, blocks: Sequence[Mapping[str, object]]) -> np.ndarray:
 
 def avg_norm(x) -> np.float32:
     """129_Stack's measure: the mean over the 4 rows of ``x`` (4, 8) of each row's L2 norm."""
-    xa = _f32(x, "x", (SEQ_LEN, D_MODEL))
+    xa = book_array(x, "x", (SEQ_LEN, D_MODEL))
     out = ffi.new("float *")
     check(lib.bc_book_avg_norm(out, cptr(xa)), "bc_book_avg_norm")
     return np.float32(out[0])

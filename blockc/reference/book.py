@@ -14,6 +14,7 @@ from typing import Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
+from .._book_common import REAL_MODELS, book_array, check_keys
 from ..rng import CRand
 
 __all__ = [
@@ -39,28 +40,10 @@ BLOCK_SHAPES: Dict[str, Tuple[int, ...]] = {
     "w_v": (N_HEADS, D_HEAD, D_MODEL), "w_o": (D_MODEL, D_MODEL),
     "w1": (D_FF, D_MODEL), "w2": (D_MODEL, D_FF),
 }
-REAL_MODELS: Tuple[Tuple[str, int, int, int, int, int], ...] = (
-    ("GPT-2 Small", 768, 12, 3072, 12, 124_000_000),
-    ("GPT-2 Medium", 1024, 16, 4096, 24, 355_000_000),
-    ("GPT-2 Large", 1280, 20, 5120, 36, 774_000_000),
-    ("LLaMA-7B", 4096, 32, 11008, 32, 6_700_000_000),
-    ("DeepSeek-V3", 7168, 128, 18432, 61, 671_000_000_000),
-)
-
-
-def _f32(a, name: str, shape: Tuple[int, ...]) -> np.ndarray:
-    arr = np.asarray(a)
-    if arr.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
-    if arr.shape != shape:
-        raise ValueError(f"{name} must have shape {shape} (the book's size), got {arr.shape}")
-    return arr.astype(F32)
-
 
 def _weights(w: Mapping[str, object], name: str, shapes) -> Dict[str, np.ndarray]:
-    if set(w) != set(shapes):
-        raise ValueError(f"{name} must have exactly the keys {list(shapes)}")
-    return {k: _f32(w[k], f"{name}[{k!r}]", s) for k, s in shapes.items()}
+    check_keys(w, name, shapes)
+    return {k: book_array(w[k], f"{name}[{k!r}]", s) for k, s in shapes.items()}
 
 
 # --- kernels: float32, sums in index order ---------------------------------------
@@ -141,7 +124,7 @@ def ffn_init(seed: int = 42, rand: str = "msvc") -> Dict[str, np.ndarray]:
 def ffn_forward(x, weights) -> np.ndarray:
     """126_Ffn's forward: x (6,) -> (6,)."""
     w = _weights(weights, "weights", FFN_SHAPES)
-    x = _f32(x, "x", (FFN_D_MODEL,))[None, :]
+    x = book_array(x, "x", (FFN_D_MODEL,))[None, :]
     return _linear(_gelu(_linear(x, w["w1"], w["b1"])), w["w2"], w["b2"])[0]
 
 
@@ -151,7 +134,7 @@ def ffn_params(d_model: int = FFN_D_MODEL, d_ff: int = FFN_D_FF) -> int:
 
 def residual_add(x, sublayer) -> np.ndarray:
     """127_Residual: x (4,) + sublayer (4,)."""
-    return _f32(x, "x", (RESIDUAL_DIM,)) + _f32(sublayer, "sublayer", (RESIDUAL_DIM,))
+    return book_array(x, "x", (RESIDUAL_DIM,)) + book_array(sublayer, "sublayer", (RESIDUAL_DIM,))
 
 
 def block_init(seed: int = 42, rand: str = "msvc") -> Dict[str, np.ndarray]:
@@ -162,7 +145,7 @@ def block_init(seed: int = 42, rand: str = "msvc") -> Dict[str, np.ndarray]:
 
 def block_forward(x, weights) -> np.ndarray:
     """128_Block: one pre-norm block, x (4, 8) -> (4, 8)."""
-    return _block(_f32(x, "x", (SEQ_LEN, D_MODEL)), _weights(weights, "weights", BLOCK_SHAPES))
+    return _block(book_array(x, "x", (SEQ_LEN, D_MODEL)), _weights(weights, "weights", BLOCK_SHAPES))
 
 
 def stack_init(seed: int = 42, rand: str = "msvc") -> List[Dict[str, np.ndarray]]:
@@ -174,7 +157,7 @@ def stack_init(seed: int = 42, rand: str = "msvc") -> List[Dict[str, np.ndarray]
 
 def avg_norm(x) -> np.float32:
     """129_Stack's measure: mean over rows of the row L2 norms of x (4, 8), in float32."""
-    x = _f32(x, "x", (SEQ_LEN, D_MODEL))
+    x = book_array(x, "x", (SEQ_LEN, D_MODEL))
     total = F32(0)
     for row in x:
         ss = F32(0)
@@ -186,7 +169,7 @@ def avg_norm(x) -> np.float32:
 
 def stack_forward(x, blocks: Sequence[Mapping[str, object]]) -> Tuple[np.ndarray, np.ndarray]:
     """129_Stack: returns (final x (4, 8), average norms (5,))."""
-    x = _f32(x, "x", (SEQ_LEN, D_MODEL))
+    x = book_array(x, "x", (SEQ_LEN, D_MODEL))
     if len(blocks) != N_BLOCKS:
         raise ValueError(f"blocks must be a sequence of {N_BLOCKS} weight dicts")
     norms = [avg_norm(x)]

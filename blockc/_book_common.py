@@ -1,0 +1,45 @@
+"""What book mode (:mod:`blockc.book`, in C) and its NumPy oracle
+(:mod:`blockc.reference.book`) share: 130_Real_Params' model table and the
+checks of the listings' fixed-size arguments.
+
+Pure Python and NumPy (no C): the oracle imports it.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Tuple
+
+import numpy as np
+
+__all__ = ["REAL_MODELS", "book_array", "check_keys"]
+
+#: 130_Real_Params' models: (name, d_model, n_heads, d_ff, n_layers, published count).
+REAL_MODELS: Tuple[Tuple[str, int, int, int, int, int], ...] = (
+    ("GPT-2 Small", 768, 12, 3072, 12, 124_000_000),
+    ("GPT-2 Medium", 1024, 16, 4096, 24, 355_000_000),
+    ("GPT-2 Large", 1280, 20, 5120, 36, 774_000_000),
+    ("LLaMA-7B", 4096, 32, 11008, 32, 6_700_000_000),
+    ("DeepSeek-V3", 7168, 128, 18432, 61, 671_000_000_000),
+)
+
+
+def book_array(a, name: str, shape: Tuple[int, ...]) -> np.ndarray:
+    """``a`` as a C-contiguous float32 array of exactly ``shape`` (a copy when needed)."""
+    arr = np.asarray(a)
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
+    if arr.shape != shape:
+        raise ValueError(f"{name} must have shape {shape} (the book's size), got {arr.shape}")
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+def check_keys(weights: Mapping[str, object], name: str, shapes: Mapping[str, tuple]) -> None:
+    """``weights`` is a mapping with exactly the keys of ``shapes``."""
+    if not isinstance(weights, Mapping):
+        raise TypeError(f"{name} must be a dict of arrays with keys {list(shapes)}, "
+                        f"got {type(weights).__name__}")
+    missing = [k for k in shapes if k not in weights]
+    extra = [k for k in weights if k not in shapes]
+    if missing or extra:
+        raise ValueError(f"{name} must have exactly the keys {list(shapes)}"
+                         + (f"; missing {missing}" if missing else "")
+                         + (f"; unknown {extra}" if extra else ""))
