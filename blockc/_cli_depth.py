@@ -10,11 +10,11 @@ curves in one figure (needs matplotlib: ``pip install 'blockc[plot]'``).
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import List
 
 import numpy as np
 
+from .cli import pyplot
 from .engine import ACTIVATIONS, NORMS, PLACEMENTS, BlockConfig, avg_norm, init_blocks, stack_forward
 
 # 128_Block / 129_Stack: the four positions "The", "cat", "sat", "down" (data from the chapter)
@@ -87,13 +87,8 @@ def run(args) -> int:
     cfg = _cfg(args, args.placement)
     plt = None
     if args.plot:
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            sys.stderr.write("blockc depth: error: --plot needs matplotlib "
-                             "(pip install 'blockc[plot]')\n")
+        plt = pyplot("depth")
+        if plt is None:
             return 2
     x = depth_input(cfg.d_model, args.seq_len, args.seed)
     curves = {args.placement: depth_norms(cfg, args.blocks, args.seed, args.rand, x)}

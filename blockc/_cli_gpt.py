@@ -6,11 +6,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import List, Tuple
 
 import numpy as np
 
+from .cli import pyplot
 from .gpt import GPT_PRESETS, GPT, GPTConfig, gpt_parameter_count, gpt_parameter_formula
 
 _NAMES = {"gpt2": "GPT-2 small", "gpt2-medium": "GPT-2 medium",
@@ -107,13 +107,8 @@ def _norms(args) -> int:
     print("  (a steady norm^2 gain per block is growth like sqrt(depth): each block adds a "
           "roughly independent update to the stream)")
     if args.plot:
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            sys.stderr.write("blockc gpt: error: --plot needs matplotlib "
-                             "(pip install 'blockc[plot]')\n")
+        plt = pyplot("gpt")
+        if plt is None:
             return 2
         fig, ax = plt.subplots(figsize=(6, 4))
         ax.plot(range(len(norms)), norms, marker="o")

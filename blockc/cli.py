@@ -18,6 +18,20 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def pyplot(command: str):
+    """matplotlib.pyplot on the Agg backend for ``blockc COMMAND --plot``; without
+    matplotlib, None after one error line on stderr (the caller exits with 2)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.stderr.write(f"blockc {command}: error: --plot needs matplotlib "
+                         "(pip install 'blockc[plot]')\n")
+        return None
+    return plt
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="blockc", description="Transformer-block kernels in C.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
