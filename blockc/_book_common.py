@@ -10,6 +10,8 @@ from typing import Mapping, Tuple
 
 import numpy as np
 
+from ._arrays import as_f32
+
 __all__ = ["REAL_MODELS", "book_array", "check_keys"]
 
 #: 130_Real_Params' models: (name, d_model, n_heads, d_ff, n_layers, published count).
@@ -23,13 +25,14 @@ REAL_MODELS: Tuple[Tuple[str, int, int, int, int, int], ...] = (
 
 
 def book_array(a, name: str, shape: Tuple[int, ...]) -> np.ndarray:
-    """``a`` as a C-contiguous float32 array of exactly ``shape`` (a copy when needed)."""
-    arr = np.asarray(a)
-    if arr.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
+    """``a`` as a C-contiguous float32 array of exactly ``shape`` (a copy when needed).
+
+    The dtype rule and message are :func:`blockc.ops`'s (``as_f32``): floating
+    dtypes only, anything else is a TypeError naming the argument."""
+    arr = as_f32(a, name)
     if arr.shape != shape:
         raise ValueError(f"{name} must have shape {shape} (the book's size), got {arr.shape}")
-    return np.ascontiguousarray(arr, dtype=np.float32)
+    return arr
 
 
 def check_keys(weights: Mapping[str, object], name: str, shapes: Mapping[str, tuple]) -> None:

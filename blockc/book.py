@@ -11,9 +11,10 @@ Weights are dicts of float32 arrays, shaped like the listings' structs:
   (heads, d_head, d_model), ``w_o (8, 8)``, ``w1 (32, 8)``, ``w2 (8, 32)``.
 
 Other sizes are a ``ValueError`` naming the argument and the shape it must have;
-the dynamic engine is the place for other sizes. Inputs are array-likes; float64
-(or integer) input is converted to float32 and computed in float32. Nothing is
-modified in place: every function returns new arrays.
+the dynamic engine is the place for other sizes. Inputs are array-likes of a
+floating dtype (as in :mod:`blockc.ops`: integer, bool and complex arrays are a
+``TypeError``); float64 input is converted to float32 and computed in float32.
+Nothing is modified in place: every function returns new arrays.
 
 Example::
 

@@ -156,11 +156,27 @@ def test_float64_input_is_computed_in_float32_and_inputs_are_not_modified():
     for k in w:
         np.testing.assert_array_equal(w[k], before[k])
     # a list of lists works too
-    np.testing.assert_array_equal(book.residual_add([1, 2, 3, 4], [0.5, 0.5, 0.5, 0.5]),
+    np.testing.assert_array_equal(book.residual_add([1.0, 2.0, 3.0, 4.0], [0.5, 0.5, 0.5, 0.5]),
                                   np.array([1.5, 2.5, 3.5, 4.5], np.float32))
 
 
 # --- shapes, names and the C entry points' contract -----------------------------------
+@pytest.mark.parametrize("backend", [book, ref], ids=["C", "oracle"])
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8, bool, complex])
+def test_non_float_dtypes_are_type_errors_like_ops(backend, dtype):
+    # the rule and the message of blockc.ops (and the engine and GPT): floating dtypes only
+    x = np.ones(4, dtype)
+    with pytest.raises(TypeError, match=r"^x must have a floating dtype \(float16/32/64\), got "):
+        backend.residual_add(x, np.zeros(4))
+    with pytest.raises(TypeError, match=r"^sublayer must have a floating dtype"):
+        backend.residual_add(np.zeros(4), x)
+    w = dict(book.ffn_init(), b2=np.ones(6, dtype))
+    with pytest.raises(TypeError, match=r"^weights\['b2'\] must have a floating dtype"):
+        backend.ffn_forward(book.FFN_INPUT, w)
+    with pytest.raises(TypeError, match=r"^x must have a floating dtype"):
+        backend.avg_norm(np.ones((4, 8), dtype))
+
+
 def test_wrong_shapes_are_clear_errors():
     w = book.block_init()
     with pytest.raises(ValueError, match=r"x must have shape \(4, 8\).*got \(4, 9\)"):
@@ -182,7 +198,7 @@ def test_wrong_shapes_are_clear_errors():
         blocks = book.stack_init()
         blocks[2] = dict(blocks[2], w1=np.zeros((8, 32)))
         book.stack_forward(book.BLOCK_INPUT, blocks)
-    with pytest.raises(TypeError, match="real numeric"):
+    with pytest.raises(TypeError, match="x must have a floating dtype"):
         book.ffn_forward(np.array(["a"] * 6), book.ffn_init())
     with pytest.raises(ValueError, match="rand must be one of"):
         book.block_init(1, "posix")

@@ -629,14 +629,15 @@ from blockc import book  # noqa: E402
 
 
 @pytest.mark.parametrize("x, exc, match", [
-    (np.ones((4, 8), bool), TypeError, r"x must be a real numeric array, got dtype bool"),
-    (np.ones((4, 8), complex), TypeError, r"x must be a real numeric array, got dtype complex128"),
-    (np.full((4, 8), "a"), TypeError, r"x must be a real numeric array, got dtype <U1"),
-    (np.full((4, 8), None), TypeError, r"x must be a real numeric array, got dtype object"),
+    (np.ones((4, 8), int), TypeError, r"x must have a floating dtype \(float16/32/64\), got int64"),
+    (np.ones((4, 8), bool), TypeError, r"x must have a floating dtype \(float16/32/64\), got bool"),
+    (np.ones((4, 8), complex), TypeError, r"x must have a floating dtype \(float16/32/64\), got complex128"),
+    (np.full((4, 8), "a"), TypeError, r"x must have a floating dtype \(float16/32/64\), got <U1"),
+    (np.full((4, 8), None), TypeError, r"x must have a floating dtype \(float16/32/64\), got object"),
     (np.ones((4, 7)), ValueError, r"x must have shape \(4, 8\) \(the book's size\), got \(4, 7\)"),
     (np.ones((8, 4)), ValueError, r"x must have shape \(4, 8\) \(the book's size\), got \(8, 4\)"),
     (np.ones((1, 4, 8)), ValueError, r"x must have shape \(4, 8\)"),
-], ids=["bool", "complex", "str", "object", "last-dim", "transposed", "ndim"])
+], ids=["int", "bool", "complex", "str", "object", "last-dim", "transposed", "ndim"])
 def test_bad_book_input(x, exc, match):
     with pytest.raises(exc, match=match):
         book.block_forward(x, book.block_init())
