@@ -30,6 +30,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
+from ._arrays import check_eps
 from ._native import check, cptr, ffi, fptr, lib
 
 __all__ = ["GPTConfig", "GPT", "KVCache", "gpt_parameter_count", "gpt_parameter_formula",
@@ -73,10 +74,7 @@ class GPTConfig:
             object.__setattr__(self, name, _positive_int(f"GPTConfig.{name}", getattr(self, name)))
         if self.width % self.heads:
             raise ValueError(f"GPTConfig: width {self.width} is not divisible by heads {self.heads}")
-        eps = float(self.eps)
-        if not (math.isfinite(eps) and eps >= 0.0):
-            raise ValueError(f"GPTConfig.eps must be finite and >= 0, got {self.eps}")
-        object.__setattr__(self, "eps", eps)
+        object.__setattr__(self, "eps", check_eps(self.eps, "GPTConfig.eps"))
         object.__setattr__(self, "tie_weights", bool(self.tie_weights))
         check(lib.bc_gpt_config_check(self._c()), "GPTConfig")
 

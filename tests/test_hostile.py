@@ -400,6 +400,11 @@ def gpt_sd(cfg=GCFG):
     (dict(heads=True), TypeError, r"GPTConfig.heads must be an integer, got bool"),
     (dict(eps=-1e-5), ValueError, r"GPTConfig.eps must be finite and >= 0"),
     (dict(eps=float("inf")), ValueError, r"GPTConfig.eps must be finite and >= 0"),
+    # the engine's eps rule (BlockConfig), named GPTConfig.eps
+    (dict(eps="abc"), TypeError, r"GPTConfig.eps must be a real number, got str"),
+    (dict(eps=None), TypeError, r"GPTConfig.eps must be a real number, got NoneType"),
+    (dict(eps=True), TypeError, r"GPTConfig.eps must be a real number, got bool"),
+    (dict(eps=1e39), ValueError, r"GPTConfig.eps must be finite and >= 0"),
     (dict(n_layer=2), TypeError, r"unexpected keyword argument 'n_layer'"),
     (dict(dropout=0.1), TypeError, r"unexpected keyword argument 'dropout'"),
 ], ids=lambda v: repr(v) if isinstance(v, dict) else "")
