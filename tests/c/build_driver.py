@@ -26,8 +26,10 @@ def compiler():
     return shlex.split(cc)
 
 
-def command(out, sanitize=False, debug=False):
-    """The compiler command line that builds the driver into ``out``."""
+def command(out, sanitize=False, debug=False, tests=None, ldflags_extra=()):
+    """The compiler command line that builds the driver into ``out``: the
+    library's sources with ``tests`` (default: tests/c/*.c) and any extra
+    linker flags."""
     saved = {k: os.environ.get(k) for k in ("BLOCKC_SANITIZE", "BLOCKC_DEBUG")}
     os.environ["BLOCKC_SANITIZE"] = "1" if sanitize else "0"
     os.environ["BLOCKC_DEBUG"] = "1" if debug else "0"
@@ -43,9 +45,9 @@ def command(out, sanitize=False, debug=False):
             else:
                 os.environ[k] = v
     srcs = sorted(glob.glob(os.path.join(ROOT, "csrc", "*.c")))
-    srcs += sorted(glob.glob(os.path.join(HERE, "*.c")))
+    srcs += sorted(glob.glob(os.path.join(HERE, "*.c"))) if tests is None else list(tests)
     return (compiler() + cflags + ["-g", "-I", os.path.join(ROOT, "csrc"), "-I", HERE]
-            + srcs + ["-o", out] + ldflags + ["-lm"])
+            + srcs + ["-o", out] + ldflags + list(ldflags_extra) + ["-lm"])
 
 
 def main(argv=None):
