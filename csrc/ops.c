@@ -78,9 +78,12 @@ int bc_attention(float *out, const float *q, const float *k, const float *v,
         return st;
     if (bc_overlap(out, nq, q, nq) || bc_overlap(out, nq, k, nk) || bc_overlap(out, nq, v, nk))
         return BC_EALIAS;
+    /* caller scratch only if the kernel asks for some: the fast kernel keeps
+     * its tiles in the runtime's per-thread scratch (wn is 0), so a call
+     * allocates nothing */
+    float *work = NULL;
     wn = bc_k_attention_work(tq, tk, 1, dh);
-    float *work = malloc((wn ? wn : 1) * sizeof(float));
-    if (!work)
+    if (wn && !(work = malloc(wn * sizeof(float))))
         return BC_ENOMEM;
     /* each (batch, head) pair is one single-head sequence of row stride Dh */
     for (size_t s = 0; s < bh; s++)

@@ -1,0 +1,98 @@
+"""The public single-kernel entry points allocate nothing per call: the only heap
+memory the library takes is the runtime's per-thread scratch, grown once and kept.
+
+A small C program linked with the library's sources counts every malloc, calloc,
+realloc and posix_memalign the library makes (GNU ld's --wrap: calls from inside
+libc or the OpenMP runtime are not counted), warms up, then repeats calls."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "c"))
+import build_driver  # noqa: E402
+
+sys.path.pop(0)
+
+WRAPPED = ("malloc", "calloc", "realloc", "posix_memalign")
+
+PROGRAM = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "blockc.h"
+
+static long n_alloc;
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t k, size_t n);
+void *__real_realloc(void *p, size_t n);
+int __real_posix_memalign(void **p, size_t a, size_t n);
+void *__wrap_malloc(size_t n) { n_alloc++; return __real_malloc(n); }
+void *__wrap_calloc(size_t k, size_t n) { n_alloc++; return __real_calloc(k, n); }
+void *__wrap_realloc(void *p, size_t n) { n_alloc++; return __real_realloc(p, n); }
+int __wrap_posix_memalign(void **p, size_t a, size_t n) { n_alloc++; return __real_posix_memalign(p, a, n); }
+
+#define B 2
+#define H 3
+#define T 37
+#define D 16
+#define N (B * H * T * D)
+static float q[N], k[N], v[N], o[N], g[N], y[N];
+
+/* allocations made by `calls` repetitions of every single-kernel entry point */
+static long round_of(int calls)
+{
+    const long before = n_alloc;
+    for (int r = 0; r < calls; r++) {
+        if (bc_attention(o, q, k, v, B, H, T, T, D, r & 1)
+            || bc_linear(y, q, k, NULL, B * H * T, D, D)
+            || bc_rmsnorm(y, q, g, B * H * T, D, 1e-5f)
+            || bc_layernorm(y, q, g, g, B * H * T, D, 1e-5f)
+            || bc_activation(y, q, N, BC_ACT_GELU) || bc_swiglu(y, q, k, N)
+            || bc_residual_add(y, q, k, N)) {
+            printf("call failed\n");
+            exit(1);
+        }
+    }
+    return n_alloc - before;
+}
+
+int main(void)
+{
+    for (int i = 0; i < N; i++) {
+        q[i] = (float)(i % 7) * 0.1f - 0.3f;
+        k[i] = (float)(i % 5) * 0.2f - 0.4f;
+        v[i] = (float)(i % 3) * 0.3f;
+        g[i] = 1.0f;
+    }
+    if (bc_set_num_threads(1))
+        return 1;
+    const long warm = round_of(2);
+    printf("warm-up %ld, per-call %ld\n", warm, round_of(50));
+    return 0;
+}
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="GNU ld's --wrap")
+@pytest.mark.skipif(shutil.which(build_driver.compiler()[0]) is None, reason="no C compiler")
+def test_single_kernel_calls_allocate_nothing(tmp_path):
+    src = tmp_path / "count_alloc.c"
+    src.write_text(PROGRAM)
+    exe = str(tmp_path / "count_alloc")
+    wrap = ["-Wl," + ",".join(f"--wrap={f}" for f in WRAPPED)]
+    # the compiler and the program must not inherit a preloaded sanitizer runtime
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "BLOCKC_ISA")}
+    build = subprocess.run(build_driver.command(exe, tests=[str(src)], ldflags_extra=wrap),
+                           env=env, capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([exe], env=env, capture_output=True, text=True, timeout=120)
+    m = re.search(r"^warm-up (\d+), per-call (\d+)$", run.stdout, flags=re.M)
+    assert run.returncode == 0 and m, run.stdout + run.stderr
+    # the counter works: the warm-up grows the runtime's scratch at least once
+    assert int(m.group(1)) >= 1, run.stdout
+    # 50 rounds of the seven entry points: not one allocation
+    assert int(m.group(2)) == 0, run.stdout
