@@ -49,23 +49,10 @@ static inline V vrelu(V v)
                    | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
     return _mm512_maskz_mov_ps(keep, v);
 }
-static inline V vexp(V x)
-{
-    x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);  /* NaN stays NaN */
-    x = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
-    V n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(BC_LOG2E)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    V r = _mm512_fnmadd_ps(n, _mm512_set1_ps(BC_LN2_HI), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(BC_LN2_LO), r);
-    V p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
-}
+/* round to nearest even; c - a b (one rounding); p 2^n for integral n */
+static inline V vround(V x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+static inline V vfnma(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
+static inline V vscale2(V p, V n) { return _mm512_scalef_ps(p, n); }
 static inline float vhsum(V v) { return _mm512_reduce_add_ps(v); }
 
 #elif BC_SIMD == 256
@@ -104,24 +91,13 @@ static inline V vrelu(V v)
                           _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
     return _mm256_and_ps(keep, v);
 }
-static inline V vexp(V x)
+static inline V vround(V x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+static inline V vfnma(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
+/* p 2^n as two factors 2^(n/2) 2^(n - n/2), each a normal float, so that
+ * underflow and overflow come out as 0 and inf. n is NaN only for NaN x in
+ * vexp, and then p is NaN too. */
+static inline V vscale2(V p, V n)
 {
-    x = _mm256_max_ps(_mm256_set1_ps(-104.0f), x);
-    x = _mm256_min_ps(_mm256_set1_ps(89.0f), x);
-    V n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(BC_LOG2E)),
-                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    V r = _mm256_fnmadd_ps(n, _mm256_set1_ps(BC_LN2_HI), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(BC_LN2_LO), r);
-    V p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    /* 2^n as two factors 2^(n/2) 2^(n - n/2), each a normal float, so that
-     * underflow and overflow come out as 0 and inf. n is NaN only for NaN x,
-     * and then p is NaN too. */
     __m256i ni = _mm256_cvtps_epi32(n);
     __m256i n1 = _mm256_srai_epi32(ni, 1);
     __m256i n2 = _mm256_sub_epi32(ni, n1);
@@ -159,6 +135,27 @@ static inline V vkeep_lo(V v, V old, size_t n) { for (size_t i = 0; i < n && i <
 static inline V vrelu(V v) { for (int i = 0; i < 4; i++) v.f[i] = v.f[i] > 0.0f ? v.f[i] : (v.f[i] == v.f[i] ? 0.0f : v.f[i]); return v; }
 static inline V vexp(V x) { for (int i = 0; i < 4; i++) x.f[i] = expf(x.f[i]); return x; }
 static inline float vhsum(V v) { return (v.f[0] + v.f[1]) + (v.f[2] + v.f[3]); }
+#endif
+
+#if BC_SIMD == 512 || BC_SIMD == 256
+/* exp(x): x = n ln2 + r (Cody-Waite, |r| <= ln2/2), a degree-6 polynomial in r,
+ * then 2^n. Clamped to [-104, 89]; NaN stays NaN (vmax/vmin keep their second operand). */
+static inline V vexp(V x)
+{
+    x = vmax(vset1(-104.0f), x);
+    x = vmin(vset1(89.0f), x);
+    V n = vround(vmul(x, vset1(BC_LOG2E)));
+    V r = vfnma(n, vset1(BC_LN2_HI), x);
+    r = vfnma(n, vset1(BC_LN2_LO), r);
+    V p = vset1(1.9875691500e-4f);
+    p = vfma(p, r, vset1(1.3981999507e-3f));
+    p = vfma(p, r, vset1(8.3334519073e-3f));
+    p = vfma(p, r, vset1(4.1665795894e-2f));
+    p = vfma(p, r, vset1(1.6666665459e-1f));
+    p = vfma(p, r, vset1(5.0000001201e-1f));
+    p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
+    return vscale2(p, n);
+}
 #endif
 
 #define NR (2 * VL)
