@@ -219,6 +219,22 @@ def fmt_t(s):
     return f"{s * 1e6:.1f} µs" if s < 1e-3 else f"{s * 1e3:.2f} ms"
 
 
+def print_table(rows, with_err):
+    """The markdown table of (label, (blockc, NumPy[, PyTorch]) times, max abs diff) rows;
+    with_err adds the max-abs-diff column."""
+    cols = ["shape", "blockc", "NumPy", "PyTorch eager", "NumPy / blockc", "PyTorch / blockc"]
+    if with_err:
+        cols.append("max abs diff vs PyTorch")
+    print("| " + " | ".join(cols) + " |")
+    print("|" + " --- |" * len(cols))
+    for label, times, err in rows:
+        tb, tn = times[0], times[1]
+        tt = times[2] if len(times) > 2 else None
+        print(f"| {label} | {fmt_t(tb)} | {fmt_t(tn)} | {fmt_t(tt) if tt else '-'} | "
+              f"{tn / tb:.2f}x | {(f'{tt / tb:.2f}x') if tt else '-'} |"
+              + (f" {err:.1e} |" if with_err else ""))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=11)
@@ -263,13 +279,7 @@ def main(argv=None):
                 bench_blocks(args, torch, single, clock=time.process_time, single=True)
             blockc.set_num_threads(before)
     print()
-    print("| shape | blockc | NumPy | PyTorch eager | NumPy / blockc | PyTorch / blockc | max abs diff vs PyTorch |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for label, times, err in rows:
-        tb, tn = times[0], times[1]
-        tt = times[2] if len(times) > 2 else None
-        print(f"| {label} | {fmt_t(tb)} | {fmt_t(tn)} | {fmt_t(tt) if tt else '-'} | "
-              f"{tn / tb:.2f}x | {(f'{tt / tb:.2f}x') if tt else '-'} | {err:.1e} |")
+    print_table(rows, with_err=True)
     print(f"| linear 1024x768 -> 3072 | {gf_b:.0f} GFLOP/s | {gf_n:.0f} GFLOP/s | - | "
           f"blockc at {100 * gf_b / gf_n:.0f}% of NumPy | - | - |")
     if single:
@@ -277,13 +287,7 @@ def main(argv=None):
         print("One thread each, CPU time per call (process time: what a busy neighbour "
               "cannot inflate much):")
         print()
-        print("| shape | blockc | NumPy | PyTorch eager | NumPy / blockc | PyTorch / blockc |")
-        print("| --- | --- | --- | --- | --- | --- |")
-        for label, times, _ in single:
-            tb, tn = times[0], times[1]
-            tt = times[2] if len(times) > 2 else None
-            print(f"| {label} | {fmt_t(tb)} | {fmt_t(tn)} | {fmt_t(tt) if tt else '-'} | "
-                  f"{tn / tb:.2f}x | {(f'{tt / tb:.2f}x') if tt else '-'} |")
+        print_table(single, with_err=False)
     if not args.no_memory:
         extra, err = memory_check()
         limit = 16 * 8192 * 768 * 4
