@@ -38,23 +38,6 @@ static void rmsnorm_row(float *yi, const float *xi, const float *g, size_t c, fl
         yi[j] = g ? xi[j] * inv * g[j] : xi[j] * inv;
 }
 
-// y (N,C), x (N,C), g (C) or NULL
-void bc_k_rmsnorm(float *y, const float *x, const float *g, size_t n, size_t c, float eps)
-{
-    const int nt = bc_rt_threads(4.0 * (double)n * (double)c);
-    if (nt <= 1) {  /* no parallel region at all: even an if(0) one costs a microsecond */
-        for (size_t i = 0; i < n; i++)
-            rmsnorm_row(y + i * c, x + i * c, g, c, eps);
-        return;
-    }
-    const long long nn = (long long)n;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt < nn ? nt : (int)nn)
-#endif
-    for (long long i = 0; i < nn; i++)
-        rmsnorm_row(y + (size_t)i * c, x + (size_t)i * c, g, c, eps);
-}
-
 static void layernorm_row(float *yi, const float *xi, const float *g, const float *b,
                           size_t c, float eps)
 {
@@ -77,14 +60,32 @@ static void layernorm_row(float *yi, const float *xi, const float *g, const floa
     }
 }
 
-// y (N,C), x (N,C), g (C) or NULL, b (C) or NULL
-void bc_k_layernorm(float *y, const float *x, const float *g, const float *b,
-                    size_t n, size_t c, float eps)
+/* One norm call: RMSNorm or LayerNorm rows of C, gain g and shift b or NULL. */
+typedef struct {
+    int layer;              /* 0: RMSNorm (b unused), 1: LayerNorm */
+    float *y;
+    const float *x, *g, *b;
+    size_t c;
+    float eps;
+} norm_op;
+
+static void norm_row(const norm_op *o, size_t i)
 {
-    const int nt = bc_rt_threads(6.0 * (double)n * (double)c);
+    if (o->layer)
+        layernorm_row(o->y + i * o->c, o->x + i * o->c, o->g, o->b, o->c, o->eps);
+    else
+        rmsnorm_row(o->y + i * o->c, o->x + i * o->c, o->g, o->c, o->eps);
+}
+
+/* The op over n rows: in a plain loop when one thread does it (no parallel
+ * region at all: even an if(0) one costs a microsecond), else rows spread
+ * over the threads. */
+static void norm_run(const norm_op *o, size_t n, double flops_per_elem)
+{
+    const int nt = bc_rt_threads(flops_per_elem * (double)n * (double)o->c);
     if (nt <= 1) {
         for (size_t i = 0; i < n; i++)
-            layernorm_row(y + i * c, x + i * c, g, b, c, eps);
+            norm_row(o, i);
         return;
     }
     const long long nn = (long long)n;
@@ -92,7 +93,22 @@ void bc_k_layernorm(float *y, const float *x, const float *g, const float *b,
 #pragma omp parallel for schedule(static) num_threads(nt < nn ? nt : (int)nn)
 #endif
     for (long long i = 0; i < nn; i++)
-        layernorm_row(y + (size_t)i * c, x + (size_t)i * c, g, b, c, eps);
+        norm_row(o, (size_t)i);
+}
+
+// y (N,C), x (N,C), g (C) or NULL
+void bc_k_rmsnorm(float *y, const float *x, const float *g, size_t n, size_t c, float eps)
+{
+    const norm_op o = {0, y, x, g, NULL, c, eps};
+    norm_run(&o, n, 4.0);
+}
+
+// y (N,C), x (N,C), g (C) or NULL, b (C) or NULL
+void bc_k_layernorm(float *y, const float *x, const float *g, const float *b,
+                    size_t n, size_t c, float eps)
+{
+    const norm_op o = {1, y, x, g, b, c, eps};
+    norm_run(&o, n, 6.0);
 }
 
 /* One elementwise kernel call: which of the three, its operands and its
