@@ -6,13 +6,13 @@ Pure Python and NumPy (no C): the oracle imports it.
 """
 from __future__ import annotations
 
-from typing import Mapping, Tuple
+from typing import Callable, Dict, List, Mapping, Tuple
 
 import numpy as np
 
 from ._arrays import as_f32
 
-__all__ = ["REAL_MODELS", "book_array", "check_keys"]
+__all__ = ["REAL_MODELS", "book_array", "check_keys", "real_params_rows"]
 
 #: 130_Real_Params' models: (name, d_model, n_heads, d_ff, n_layers, published count).
 REAL_MODELS: Tuple[Tuple[str, int, int, int, int, int], ...] = (
@@ -46,3 +46,17 @@ def check_keys(weights: Mapping[str, object], name: str, shapes: Mapping[str, tu
         raise ValueError(f"{name} must have exactly the keys {list(shapes)}"
                          + (f"; missing {missing}" if missing else "")
                          + (f"; unknown {extra}" if extra else ""))
+
+
+def real_params_rows(block_params: Callable[[int, int, int], Dict[str, int]]
+                     ) -> List[Dict[str, object]]:
+    """130_Real_Params' table: for each of :data:`REAL_MODELS`, its name, sizes,
+    published count and the counts ``block_params(d_model, d_ff, n_layers)`` gives
+    (the C library's or the oracle's)."""
+    rows = []
+    for name, d_model, n_heads, d_ff, n_layers, published in REAL_MODELS:
+        row = {"name": name, "d_model": d_model, "n_heads": n_heads, "d_ff": d_ff,
+               "n_layers": n_layers, "published": published}
+        row.update(block_params(d_model, d_ff, n_layers))
+        rows.append(row)
+    return rows

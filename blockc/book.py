@@ -30,7 +30,7 @@ from typing import Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
-from ._book_common import REAL_MODELS, book_array, check_keys
+from ._book_common import REAL_MODELS, book_array, check_keys, real_params_rows
 from ._native import check, cptr, ffi, fptr, lib
 from .rng import generator_id
 
@@ -253,10 +253,4 @@ def block_params(d_model: int = D_MODEL, d_ff: int = D_FF, n_layers: int = 1) ->
 def real_params() -> List[Dict[str, object]]:
     """130_Real_Params' table: for each of :data:`REAL_MODELS`, its name, sizes,
     published count and the block counts :func:`block_params` computes."""
-    rows = []
-    for name, d_model, n_heads, d_ff, n_layers, published in REAL_MODELS:
-        row = {"name": name, "d_model": d_model, "n_heads": n_heads, "d_ff": d_ff,
-               "n_layers": n_layers, "published": published}
-        row.update(block_params(d_model, d_ff, n_layers))
-        rows.append(row)
-    return rows
+    return real_params_rows(block_params)
