@@ -32,6 +32,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 import blockc  # noqa: E402
+from gilprobe import pauses  # noqa: E402  (benches/ is on sys.path when run as a script)
 
 
 def sized(call, ms):
@@ -68,33 +69,6 @@ def two_threads(f, g):
     for t in ts:
         t.join()
     return time.perf_counter() - t0
-
-
-def pauses(call, bins=20):
-    """Run call() in a thread while this thread spins. Returns (the longest time this
-    thread could not run, as a share of the call; the share of the call, cut in
-    `bins` slices, in which it ran at least once). With the GIL held through the C
-    call: about (100%, 10%); released: scheduling noise and about (0%, 100%)."""
-    inside, span, stamps = threading.Event(), {}, []
-
-    def worker():
-        inside.set()
-        t0 = time.perf_counter()
-        call()
-        span["t"] = (t0, time.perf_counter())
-
-    th = threading.Thread(target=worker)
-    th.start()
-    inside.wait()
-    while th.is_alive():
-        stamps.append(time.perf_counter())
-    th.join()
-    t0, t1 = span["t"]
-    during = [s for s in stamps if t0 <= s <= t1]
-    edges = [t0] + during + [t1]
-    gap = max(b - a for a, b in zip(edges, edges[1:])) / (t1 - t0)
-    hit = {min(int((s - t0) / (t1 - t0) * bins), bins - 1) for s in during}
-    return gap, len(hit) / bins
 
 
 def stall(name, call, repeats):

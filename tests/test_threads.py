@@ -7,12 +7,18 @@ without timing thresholds that a noisy shared machine could break: while one
 thread is inside a long C call, another thread keeps running Python code all
 along (and the same measure does catch a call that holds the GIL).
 """
+import os
+import sys
 import threading
 import time
 
 import numpy as np
 
 import blockc
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benches"))
+import gilprobe  # noqa: E402
+sys.path.pop(0)
 
 N_THREADS = 8
 
@@ -93,31 +99,9 @@ def _long_call(min_seconds=0.3):
         t *= 2
 
 
-def _coverage(call, bins=20):
-    """Run call() in a thread while this thread spins, recording when it runs.
-    Returns the share of the call's duration, cut into `bins` equal slices, in which
-    this thread ran at least once. With the GIL held through the C call this thread
-    can only run in the first and last slices (while the worker runs Python code);
-    released, it runs all along, even on a busy machine that deschedules it now and then."""
-    inside = threading.Event()
-    span = {}
-
-    def worker():
-        inside.set()
-        t0 = time.perf_counter()
-        call()
-        span["t"] = (t0, time.perf_counter())
-
-    th = threading.Thread(target=worker)
-    stamps = []
-    th.start()
-    inside.wait()
-    while th.is_alive():
-        stamps.append(time.perf_counter())
-    th.join()
-    t0, t1 = span["t"]
-    hit = {min(int((s - t0) / (t1 - t0) * bins), bins - 1) for s in stamps if t0 <= s <= t1}
-    return len(hit) / bins
+def _coverage(call):
+    """The share of a call in which another thread ran (benches/gilprobe.py)."""
+    return gilprobe.pauses(call)[1]
 
 
 def _assert_released(call, what):
