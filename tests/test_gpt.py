@@ -168,8 +168,8 @@ def test_return_hidden_last_block_feeds_the_head():
     assert hidden.shape == (SMALL.layers, 2, 5, SMALL.width)
     np.testing.assert_array_equal(logits, m(ids))
     sd = m.state_dict()
-    ln = blockc.reference.gpt.layer_norm(hidden[-1].astype(np.float64), sd["norm.weight"],
-                                         sd["norm.bias"], SMALL.eps)
+    ln = blockc.reference.block.layernorm(hidden[-1].astype(np.float64), sd["norm.weight"],
+                                          sd["norm.bias"], SMALL.eps)
     np.testing.assert_allclose(logits, ln @ sd["token.weight"].T.astype(np.float64), atol=2e-5)
 
 
