@@ -1,7 +1,10 @@
 """cffi builder (out-of-line API mode): compiles csrc/ into ``blockc._blockc``.
 
-The cdef is derived from the public header ``csrc/blockc.h`` and the part
-headers it includes, so the C declarations and the Python binding never drift.
+csrc/ is grouped by layer: ``include/`` holds the public headers (and only
+those), ``core/``, ``runtime/``, ``kernels/``, ``engine/``, ``book/`` and
+``gpt/`` the sources and their internal headers. The cdef is derived from the
+public header ``csrc/include/blockc.h`` and the part headers it includes, so
+the C declarations and the Python binding never drift.
 Preprocessor lines are dropped, except ``#define NAME <integer>`` constants,
 which cffi exposes as ``lib.NAME`` and which are substituted into array sizes.
 
@@ -20,14 +23,17 @@ import sysconfig
 from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CSRC = os.path.join("csrc")  # relative: setuptools wants relative source paths
+CSRC = "csrc"  # relative: setuptools wants relative source paths
+PUBLIC = os.path.join(CSRC, "include")
+# the layers, lowest first; each directory is on the include path
+LAYERS = ("include", "core", "runtime", "kernels", "engine", "book", "gpt")
 UMBRELLA = "blockc.h"
 
 _DEFINE = re.compile(r"^\s*#\s*define\s+([A-Z_][A-Z0-9_]*)\s+\(?\s*(-?\d+)\s*\)?\s*(?:/[/*].*)?$")
 
 
 def _part_headers():
-    text = open(os.path.join(HERE, CSRC, UMBRELLA)).read()
+    text = open(os.path.join(HERE, PUBLIC, UMBRELLA)).read()
     return re.findall(r'^\s*#\s*include\s+"([^"]+)"', text, flags=re.M)
 
 
@@ -36,7 +42,7 @@ def cdef_source():
     defines = {}
     body = []
     for name in _part_headers():
-        text = open(os.path.join(HERE, CSRC, name)).read()
+        text = open(os.path.join(HERE, PUBLIC, name)).read()
         text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
         skip = 0
         for line in text.splitlines():
@@ -96,9 +102,18 @@ def _flags():
     return cflags, ldflags
 
 
+def include_dirs():
+    """The layer directories, relative to the repository root."""
+    return [os.path.join(CSRC, layer) for layer in LAYERS]
+
+
 def sources():
-    return sorted(os.path.join(CSRC, f) for f in os.listdir(os.path.join(HERE, CSRC))
-                  if f.endswith(".c"))
+    """Every .c file of every layer, relative to the repository root."""
+    out = []
+    for d in include_dirs():
+        out += sorted(os.path.join(d, f) for f in os.listdir(os.path.join(HERE, d))
+                      if f.endswith(".c"))
+    return out
 
 
 ffibuilder = FFI()
@@ -108,7 +123,7 @@ ffibuilder.set_source(
     "blockc._blockc",
     '#include "blockc.h"',
     sources=sources(),
-    include_dirs=[CSRC],
+    include_dirs=include_dirs(),
     extra_compile_args=_cflags,
     extra_link_args=_ldflags,
     libraries=[] if sys.platform == "win32" else ["m"],

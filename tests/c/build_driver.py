@@ -1,4 +1,4 @@
-"""Build the C-level test driver (tests/c/*.c linked with csrc/*.c).
+"""Build the C-level test driver (tests/c/*.c linked with the library's sources).
 
     python tests/c/build_driver.py OUT [--sanitize] [--debug]
 
@@ -37,6 +37,8 @@ def command(out, sanitize=False, debug=False, tests=None, ldflags_extra=()):
         sys.path.insert(0, ROOT)
         import build_ffi  # noqa: E402  (the extension's own flag logic)
         cflags, ldflags = build_ffi._flags()
+        srcs = [os.path.join(ROOT, f) for f in build_ffi.sources()]
+        incs = [a for d in build_ffi.include_dirs() for a in ("-I", os.path.join(ROOT, d))]
     finally:
         sys.path.remove(ROOT)
         for k, v in saved.items():
@@ -44,9 +46,8 @@ def command(out, sanitize=False, debug=False, tests=None, ldflags_extra=()):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    srcs = sorted(glob.glob(os.path.join(ROOT, "csrc", "*.c")))
     srcs += sorted(glob.glob(os.path.join(HERE, "*.c"))) if tests is None else list(tests)
-    return (compiler() + cflags + ["-g", "-I", os.path.join(ROOT, "csrc"), "-I", HERE]
+    return (compiler() + cflags + ["-g"] + incs + ["-I", HERE]
             + srcs + ["-o", out] + ldflags + list(ldflags_extra) + ["-lm"])
 
 
