@@ -27,9 +27,13 @@ def linear(x, w, b=None):
 
 
 def rmsnorm(x, g=None, eps=1e-5):
-    """x / sqrt(mean(x^2) + eps) * g over the last axis."""
+    """x / sqrt(mean(x^2) + eps) * g over the last axis.
+
+    The mean square is taken in float64 (as C does), so that rows beyond 1.8e19,
+    whose squares overflow float32, normalise too."""
+    x64 = x.astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):  # eps 0 on a zero row: NaN, as C
-        y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + x.dtype.type(eps))
+        y = (x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + float(eps))).astype(x.dtype)
     return y if g is None else y * g
 
 

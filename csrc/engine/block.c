@@ -6,7 +6,9 @@
  * projected once), multi-head attention per sequence, then proj.
  * ffn: down(act(up(x))), or down(silu(gate(x)) * up(x)) for swiglu.
  *
- * Everything is computed in a caller-provided workspace: no allocation here.
+ * Everything is computed in a caller-provided workspace; the kernels' own
+ * tiles live in the call's context (bc_rt_ctx), taken before anything is
+ * written.
  */
 #include <string.h>
 #include "bc_engine.h"
@@ -18,7 +20,6 @@ typedef struct {
     size_t d, h, dh, f, b, t, n;  /* n = B*T rows */
     size_t nd, n3d, nf;           /* N*D, N*3D, N*F */
     size_t dd, fd;                /* D*D, F*D */
-    size_t awork;                 /* attention scratch */
     size_t total;                 /* workspace floats */
 } dims;
 
@@ -57,15 +58,11 @@ static int get_dims(dims *s, const bc_block_config *cfg, size_t b, size_t t)
         || (st = bc_mul(&s->fd, s->f, s->d)))
         return st;
     s->dd /= 3;  /* D*D, checked through the larger 3D*D */
-    /* attention scratch: the kernel's own figure, bounded so sums stay small */
-    s->awork = bc_k_attention_work(t, t, s->h, s->dh);
-    if (s->awork > (size_t)BC_MAX_ELEMENTS)
-        return BC_EOVERFLOW;
     /* xn, att, sub (N,D); qkv (N,3D); hidden (N,F) and gate (N,F) for swiglu */
     ff = cfg->activation == BC_ACT_SWIGLU ? 2 : 1;
     if ((st = bc_mul(&ff, ff, s->nf)) || (st = bc_add(&tot, s->n3d, ff))
         || (st = bc_add(&tot, tot, s->nd)) || (st = bc_add(&tot, tot, s->nd))
-        || (st = bc_add(&tot, tot, s->nd)) || (st = bc_add(&tot, tot, s->awork)))
+        || (st = bc_add(&tot, tot, s->nd)))
         return st;
     s->total = tot;
     return BC_OK;
@@ -105,12 +102,12 @@ static int weights_ok(const bc_block_weights *w, const bc_block_config *cfg, con
 
 // y (N,D), x (N,D), g (D) or NULL, b (D) or NULL; y may be x
 static void norm(float *y, const float *x, const float *g, const float *b,
-                 const bc_block_config *cfg, const dims *s)
+                 const bc_block_config *cfg, const dims *s, const bc_ctx *cx)
 {
     if (cfg->norm == BC_NORM_RMS)
-        bc_k_rmsnorm(y, x, g, s->n, s->d, cfg->eps);
+        bc_k_rmsnorm(y, x, g, s->n, s->d, cfg->eps, cx);
     else if (cfg->norm == BC_NORM_LAYER)
-        bc_k_layernorm(y, x, g, b, s->n, s->d, cfg->eps);
+        bc_k_layernorm(y, x, g, b, s->n, s->d, cfg->eps, cx);
     else if (y != x)
         memcpy(y, x, s->nd * sizeof(float));
 }
@@ -119,62 +116,62 @@ static void norm(float *y, const float *x, const float *g, const float *b,
 // scratch qkv (N,3D), att (N,D)
 static void attn_sublayer(float *out, const float *a, const float *r, const bc_block_config *cfg,
                           const bc_block_weights *w, const dims *s,
-                          float *qkv, float *att, float *awork)
+                          float *qkv, float *att, const bc_ctx *cx)
 {
     const size_t d = s->d, d3 = 3 * s->d;
-    bc_k_linear(qkv, a, w->qkv_w, w->qkv_b, s->n, d, d3);
+    bc_k_linear(qkv, a, w->qkv_w, w->qkv_b, NULL, s->n, d, d3, BC_ACT_NONE, cx);
     for (size_t bi = 0; bi < s->b; bi++) {
         const float *q = qkv + bi * s->t * d3;
         bc_k_attention(att + bi * s->t * d, d, q, d3, q + d, d3, q + 2 * d, d3,
-                       s->t, s->t, s->h, s->dh, 0, cfg->causal != 0, awork);
+                       s->t, s->t, s->h, s->dh, 0, cfg->causal != 0, cx);
     }
-    bc_k_linear_ex(out, att, w->proj_w, w->proj_b, r, s->n, d, d, BC_ACT_NONE);
+    bc_k_linear(out, att, w->proj_w, w->proj_b, r, s->n, d, d, BC_ACT_NONE, cx);
 }
 
 // out (N,D) = r + down(act(up(a))) or r + down(silu(gate(a)) * up(a));
 // r (N,D) or NULL, may be out; scratch hid, gat (N,F)
 static void ffn_sublayer(float *out, const float *a, const float *r, const bc_block_config *cfg,
-                         const bc_block_weights *w, const dims *s, float *hid, float *gat)
+                         const bc_block_weights *w, const dims *s, float *hid, float *gat,
+                         const bc_ctx *cx)
 {
     if (cfg->activation == BC_ACT_SWIGLU) {
-        bc_k_linear(hid, a, w->up_w, w->up_b, s->n, s->d, s->f);
-        bc_k_linear(gat, a, w->gate_w, w->gate_b, s->n, s->d, s->f);
-        bc_k_swiglu(hid, gat, hid, s->nf);
+        bc_k_linear(hid, a, w->up_w, w->up_b, NULL, s->n, s->d, s->f, BC_ACT_NONE, cx);
+        bc_k_linear(gat, a, w->gate_w, w->gate_b, NULL, s->n, s->d, s->f, BC_ACT_NONE, cx);
+        bc_k_swiglu(hid, gat, hid, s->nf, cx);
     } else {
         /* the activation fused into the up projection's epilogue */
-        bc_k_linear_ex(hid, a, w->up_w, w->up_b, NULL, s->n, s->d, s->f, cfg->activation);
+        bc_k_linear(hid, a, w->up_w, w->up_b, NULL, s->n, s->d, s->f, cfg->activation, cx);
     }
-    bc_k_linear_ex(out, hid, w->down_w, w->down_b, r, s->n, s->f, s->d, BC_ACT_NONE);
+    bc_k_linear(out, hid, w->down_w, w->down_b, r, s->n, s->f, s->d, BC_ACT_NONE, cx);
 }
 
 /* One block, already validated. y may be x. */
 static void block(float *y, const float *x, const bc_block_config *cfg,
-                  const bc_block_weights *w, const dims *s, float *work)
+                  const bc_block_weights *w, const dims *s, float *work, const bc_ctx *cx)
 {
     float *xn = work, *att = xn + s->nd, *sub = att + s->nd, *qkv = sub + s->nd;
     float *hid = qkv + s->n3d, *gat = hid + s->nf;
-    float *awork = gat + (cfg->activation == BC_ACT_SWIGLU ? s->nf : 0);
     const int res = cfg->residual != 0;
 
     /* the residual additions are fused into the proj and down epilogues */
     if (cfg->placement == BC_PLACE_PRE) {
         const float *a = x;
         if (cfg->norm != BC_NORM_NONE) {
-            norm(xn, x, w->ln1_w, w->ln1_b, cfg, s);
+            norm(xn, x, w->ln1_w, w->ln1_b, cfg, s, cx);
             a = xn;
         }
-        attn_sublayer(y, a, res ? x : NULL, cfg, w, s, qkv, att, awork);  /* x dead now */
+        attn_sublayer(y, a, res ? x : NULL, cfg, w, s, qkv, att, cx);  /* x dead now */
         a = y;
         if (cfg->norm != BC_NORM_NONE) {
-            norm(xn, y, w->ln2_w, w->ln2_b, cfg, s);
+            norm(xn, y, w->ln2_w, w->ln2_b, cfg, s, cx);
             a = xn;
         }
-        ffn_sublayer(y, a, res ? y : NULL, cfg, w, s, hid, gat);
+        ffn_sublayer(y, a, res ? y : NULL, cfg, w, s, hid, gat, cx);
     } else {
-        attn_sublayer(sub, x, res ? x : NULL, cfg, w, s, qkv, att, awork);
-        norm(y, sub, w->ln1_w, w->ln1_b, cfg, s);
-        ffn_sublayer(sub, y, res ? y : NULL, cfg, w, s, hid, gat);
-        norm(y, sub, w->ln2_w, w->ln2_b, cfg, s);
+        attn_sublayer(sub, x, res ? x : NULL, cfg, w, s, qkv, att, cx);
+        norm(y, sub, w->ln1_w, w->ln1_b, cfg, s, cx);
+        ffn_sublayer(sub, y, res ? y : NULL, cfg, w, s, hid, gat, cx);
+        norm(y, sub, w->ln2_w, w->ln2_b, cfg, s, cx);
     }
 }
 
@@ -209,10 +206,13 @@ int bc_stack_forward(float *y, float *hidden, const float *x, const bc_block_con
             if ((st = weights_ok(&w[i], cfg, &s, hidden, nh, NULL, 0)))
                 return st;
     }
+    bc_ctx cx;
+    if ((st = bc_rt_ctx(&cx, s.dh)))
+        return st;
     const float *in = x;
     for (size_t i = 0; i < n_blocks; i++) {
         float *out = hidden ? hidden + i * s.nd : y;
-        block(out, in, cfg, &w[i], &s, work);
+        block(out, in, cfg, &w[i], &s, work, &cx);
         in = out;
     }
     if (hidden)

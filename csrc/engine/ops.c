@@ -1,6 +1,5 @@
 /* ops.c: the public, validated entry points of the single kernels. Each one
  * checks pointers, sizes and overlaps, then calls the internal kernel. */
-#include <stdlib.h>
 #include "bc_engine.h"
 #include "bc_check.h"
 #include "kernels.h"
@@ -19,7 +18,10 @@ int bc_linear(float *y, const float *x, const float *w, const float *b,
         return st;
     if (bc_overlap(y, ny, x, nx) || bc_overlap(y, ny, w, nw) || bc_overlap(y, ny, b, oc))
         return BC_EALIAS;
-    bc_k_linear(y, x, w, b, n, c, oc);
+    bc_ctx cx;
+    if ((st = bc_rt_ctx(&cx, 0)))
+        return st;
+    bc_k_linear(y, x, w, b, NULL, n, c, oc, BC_ACT_NONE, &cx);
     return BC_OK;
 }
 
@@ -45,10 +47,11 @@ static int norm_check(const float *y, const float *x, const float *g, const floa
 // y (N,C), x (N,C), g (C) or NULL
 int bc_rmsnorm(float *y, const float *x, const float *g, size_t n, size_t c, float eps)
 {
+    bc_ctx cx;
     int st = norm_check(y, x, g, NULL, n, c, eps);
-    if (st)
+    if (st || (st = bc_rt_ctx(&cx, 0)))
         return st;
-    bc_k_rmsnorm(y, x, g, n, c, eps);
+    bc_k_rmsnorm(y, x, g, n, c, eps, &cx);
     return BC_OK;
 }
 
@@ -56,10 +59,11 @@ int bc_rmsnorm(float *y, const float *x, const float *g, size_t n, size_t c, flo
 int bc_layernorm(float *y, const float *x, const float *g, const float *b,
                  size_t n, size_t c, float eps)
 {
+    bc_ctx cx;
     int st = norm_check(y, x, g, b, n, c, eps);
-    if (st)
+    if (st || (st = bc_rt_ctx(&cx, 0)))
         return st;
-    bc_k_layernorm(y, x, g, b, n, c, eps);
+    bc_k_layernorm(y, x, g, b, n, c, eps, &cx);
     return BC_OK;
 }
 
@@ -67,7 +71,7 @@ int bc_layernorm(float *y, const float *x, const float *g, const float *b,
 int bc_attention(float *out, const float *q, const float *k, const float *v,
                  size_t b, size_t h, size_t tq, size_t tk, size_t dh, int causal)
 {
-    size_t bh, nq, nk, wn;
+    size_t bh, nq, nk;
     int st;
     if (!out || !q || !k || !v)
         return BC_ENULL;
@@ -78,19 +82,14 @@ int bc_attention(float *out, const float *q, const float *k, const float *v,
         return st;
     if (bc_overlap(out, nq, q, nq) || bc_overlap(out, nq, k, nk) || bc_overlap(out, nq, v, nk))
         return BC_EALIAS;
-    /* caller scratch only if the kernel asks for some: the fast kernel keeps
-     * its tiles in the runtime's per-thread scratch (wn is 0), so a call
-     * allocates nothing */
-    float *work = NULL;
-    wn = bc_k_attention_work(tq, tk, 1, dh);
-    if (wn && !(work = malloc(wn * sizeof(float))))
-        return BC_ENOMEM;
+    bc_ctx cx;
+    if ((st = bc_rt_ctx(&cx, dh)))
+        return st;
     /* each (batch, head) pair is one single-head sequence of row stride Dh */
     for (size_t s = 0; s < bh; s++)
         bc_k_attention(out + s * tq * dh, dh, q + s * tq * dh, dh,
                        k + s * tk * dh, dh, v + s * tk * dh, dh,
-                       tq, tk, 1, dh, 0, causal != 0, work);
-    free(work);
+                       tq, tk, 1, dh, 0, causal != 0, &cx);
     return BC_OK;
 }
 
@@ -108,13 +107,17 @@ int bc_activation(float *y, const float *x, size_t n, int kind)
         return BC_EOPTION;
     if (y != x && bc_overlap(y, n, x, n))
         return BC_EALIAS;
-    bc_k_act(y, x, n, kind);
+    bc_ctx cx;
+    const int st = bc_rt_ctx(&cx, 0);
+    if (st)
+        return st;
+    bc_k_act(y, x, n, kind, &cx);
     return BC_OK;
 }
 
-/* Shared checks of the two-input elementwise ops: y either is an input or
- * does not touch it. */
-static int pair_check(const float *y, const float *a, const float *b, size_t n)
+/* Shared checks of the two-input elementwise ops (y either is an input or
+ * does not touch it), then the call's context. */
+static int pair_check(bc_ctx *cx, const float *y, const float *a, const float *b, size_t n)
 {
     if (!y || !a || !b)
         return BC_ENULL;
@@ -124,25 +127,27 @@ static int pair_check(const float *y, const float *a, const float *b, size_t n)
         return BC_EOVERFLOW;
     if ((y != a && bc_overlap(y, n, a, n)) || (y != b && bc_overlap(y, n, b, n)))
         return BC_EALIAS;
-    return BC_OK;
+    return bc_rt_ctx(cx, 0);
 }
 
 // y (n), gate (n), up (n)
 int bc_swiglu(float *y, const float *gate, const float *up, size_t n)
 {
-    const int st = pair_check(y, gate, up, n);
+    bc_ctx cx;
+    const int st = pair_check(&cx, y, gate, up, n);
     if (st)
         return st;
-    bc_k_swiglu(y, gate, up, n);
+    bc_k_swiglu(y, gate, up, n, &cx);
     return BC_OK;
 }
 
 // y (n), a (n), b (n)
 int bc_residual_add(float *y, const float *a, const float *b, size_t n)
 {
-    const int st = pair_check(y, a, b, n);
+    bc_ctx cx;
+    const int st = pair_check(&cx, y, a, b, n);
     if (st)
         return st;
-    bc_k_add(y, a, b, n);
+    bc_k_add(y, a, b, n, &cx);
     return BC_OK;
 }

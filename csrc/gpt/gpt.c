@@ -1,7 +1,7 @@
 /* gpt.c: the whole GPT of chapter 6, on the shared kernels (kernels.h).
  *
- * All heavy compute goes through bc_k_linear, bc_k_attention, bc_k_layernorm,
- * bc_k_act and bc_k_add; this file only validates, lays out and sequences.
+ * All heavy compute goes through bc_k_linear, bc_k_attention, bc_k_layernorm
+ * and bc_k_add; this file only validates, lays out and sequences.
  */
 #include <math.h>
 #include <stdio.h>
@@ -12,9 +12,6 @@
 #include "kernels.h"
 
 /* ---- overflow-safe size arithmetic, capped at BC_MAX_ELEMENTS ---------- */
-
-static int mul2(size_t *r, size_t a, size_t b) { return bc_mul(r, a, b); }
-static int add2(size_t *r, size_t a, size_t b) { return bc_add(r, a, b); }
 
 static int mul3(size_t *r, size_t a, size_t b, size_t c)
 {
@@ -50,8 +47,8 @@ static int make_layout(layout *lo, const bc_gpt_config *cfg)
     const size_t d = cfg->width;
     size_t vd, cd, dd, bs = 0, blocks, off;
     int s;
-    if ((s = mul2(&vd, cfg->vocab, d)) || (s = mul2(&cd, cfg->context, d)) ||
-        (s = mul2(&dd, d, d)))
+    if ((s = bc_mul(&vd, cfg->vocab, d)) || (s = bc_mul(&cd, cfg->context, d)) ||
+        (s = bc_mul(&dd, d, d)))
         return s;
     for (int j = 0; j < BLK_N; j++) {
         size_t n;
@@ -59,30 +56,30 @@ static int make_layout(layout *lo, const bc_gpt_config *cfg)
         if (BLOCK_TENSORS[j].cols)
             s = mul3(&n, dd, BLOCK_TENSORS[j].rows, BLOCK_TENSORS[j].cols);
         else
-            s = mul2(&n, d, BLOCK_TENSORS[j].rows);
+            s = bc_mul(&n, d, BLOCK_TENSORS[j].rows);
         if (s)
             return s;
         lo->blk[j] = bs;
-        if ((s = add2(&bs, bs, n)))
+        if ((s = bc_add(&bs, bs, n)))
             return s;
     }
     lo->block_size = bs; /* 12 D^2 + 13 D */
-    if ((s = mul2(&blocks, bs, cfg->layers)))
+    if ((s = bc_mul(&blocks, bs, cfg->layers)))
         return s;
     lo->token = 0;
     lo->position = vd;
-    if ((s = add2(&lo->blocks, vd, cd)) || (s = add2(&off, lo->blocks, blocks)))
+    if ((s = bc_add(&lo->blocks, vd, cd)) || (s = bc_add(&off, lo->blocks, blocks)))
         return s;
     lo->norm_w = off;
     lo->norm_b = off + d; /* d <= vd: safe after the checks above */
-    if ((s = add2(&off, off, 2 * d)))
+    if ((s = bc_add(&off, off, 2 * d)))
         return s;
     if (cfg->tie_weights) {
         lo->head = lo->token;
         lo->total = off;
     } else {
         lo->head = off;
-        if ((s = add2(&lo->total, off, vd)))
+        if ((s = bc_add(&lo->total, off, vd)))
             return s;
     }
     return BC_OK;
@@ -187,7 +184,7 @@ int bc_gpt_cache_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t 
         return BC_ESIZE;
     if (capacity > cfg->context)
         return BC_ECONTEXT;
-    if ((s = mul3(&t, cfg->layers, batch, capacity)) || (s = mul2(&r, t, cfg->width)))
+    if ((s = mul3(&t, cfg->layers, batch, capacity)) || (s = bc_mul(&r, t, cfg->width)))
         return s;
     *n = r;
     return BC_OK;
@@ -195,18 +192,15 @@ int bc_gpt_cache_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t 
 
 /* The workspace, carved in this order (floats):
  *   x (N,D) residual, xn (N,D) normed / branch output, att (N,D) attention
- *   output, buf (N,4D) qkv (N,3D) then the MLP hidden (N,4D), then the
- *   attention kernel's scratch. N = B*T. */
+ *   output, buf (N,4D) qkv (N,3D) then the MLP hidden (N,4D). N = B*T. */
 static int work_parts(size_t *nd, size_t *total, const bc_gpt_config *cfg,
-                      size_t batch, size_t seq, size_t keys)
+                      size_t batch, size_t seq)
 {
-    size_t n, big, aw;
+    size_t n;
     int s;
-    if ((s = mul2(&n, batch, seq)) || (s = mul2(nd, n, cfg->width)) ||
-        (s = mul2(&big, *nd, 7)))
+    if ((s = bc_mul(&n, batch, seq)) || (s = bc_mul(nd, n, cfg->width)))
         return s;
-    aw = bc_k_attention_work(seq, keys, cfg->heads, cfg->width / cfg->heads);
-    return add2(total, big, aw);
+    return bc_mul(total, *nd, 7);
 }
 
 int bc_gpt_workspace_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t seq,
@@ -222,59 +216,40 @@ int bc_gpt_workspace_size(size_t *n, const bc_gpt_config *cfg, size_t batch, siz
         return BC_ESIZE;
     if (cache && cache->capacity > cfg->context)
         return BC_ECONTEXT;
-    const size_t keys = cache ? cache->capacity : seq;
-    if (seq > keys)
+    if (cache && seq > cache->capacity)
         return BC_ECONTEXT;
-    return work_parts(&nd, n, cfg, batch, seq, keys);
+    return work_parts(&nd, n, cfg, batch, seq);
 }
 
 /* ---- forward ------------------------------------------------------------ */
 
-static int check_ids(const void *ids, int ids_type, size_t n, size_t vocab)
+/* The id at row i, or BC_ERANGE outside [0, vocab). Each id is read once,
+ * checked and used as read: ids another thread changes meanwhile can give
+ * wrong tokens but never an index outside the table. */
+static int id_at(size_t *id, const void *ids, int ids_type, size_t i, size_t vocab)
 {
-    if (ids_type == BC_IDS_INT32) {
-        const int32_t *p = (const int32_t *)ids;
-        for (size_t i = 0; i < n; i++)
-            if (p[i] < 0 || (uint64_t)p[i] >= (uint64_t)vocab)
-                return BC_ERANGE;
-    } else {
-        const int64_t *p = (const int64_t *)ids;
-        for (size_t i = 0; i < n; i++)
-            if (p[i] < 0 || (uint64_t)p[i] >= (uint64_t)vocab)
-                return BC_ERANGE;
-    }
+    const int64_t v = ids_type == BC_IDS_INT32 ? (int64_t)((const int32_t *)ids)[i]
+                                               : ((const int64_t *)ids)[i];
+    if (v < 0 || (uint64_t)v >= (uint64_t)vocab)
+        return BC_ERANGE;
+    *id = (size_t)v;
     return BC_OK;
 }
 
-static size_t id_at(const void *ids, int ids_type, size_t i)
-{
-    return ids_type == BC_IDS_INT32 ? (size_t)((const int32_t *)ids)[i]
-                                    : (size_t)((const int64_t *)ids)[i];
-}
-
-// x (N,D) = wte[ids] + wpe[pos0 + t], N = B*T, row b*T+t
-static void embed(float *x, const float *wte, const float *wpe, const void *ids, int ids_type,
-                  size_t batch, size_t seq, size_t pos0, size_t d)
+// x (N,D) = wte[ids] + wpe[pos0 + t], N = B*T, row b*T+t; BC_ERANGE for a bad id
+static int embed(float *x, const float *wte, const float *wpe, const void *ids, int ids_type,
+                 size_t batch, size_t seq, size_t pos0, size_t d, size_t vocab, const bc_ctx *cx)
 {
     for (size_t b = 0; b < batch; b++)
         for (size_t t = 0; t < seq; t++) {
             const size_t r = b * seq + t;
-            bc_k_add(x + r * d, wte + id_at(ids, ids_type, r) * d, wpe + (pos0 + t) * d, d);
+            size_t id;
+            const int s = id_at(&id, ids, ids_type, r, vocab);
+            if (s)
+                return s;
+            bc_k_add(x + r * d, wte + id * d, wpe + (pos0 + t) * d, d, cx);
         }
-}
-
-/* Up to this many rows (decoding) the weights are streamed once (bc_k_linear_rows);
- * from 4 rows on the packed GEMM is as fast. Both give the same bits: speed only. */
-#define GPT_FEW_ROWS 3
-
-// y (N,OC) = act(r + x (N,C) @ w (OC,C)^T + b), r NULL or y
-static void linear(float *y, const float *x, const float *w, const float *b, const float *r,
-                   size_t n, size_t c, size_t oc, int act)
-{
-    if (n <= GPT_FEW_ROWS)
-        bc_k_linear_rows(y, x, w, b, r, n, c, oc, act);
-    else
-        bc_k_linear_ex(y, x, w, b, r, n, c, oc, act);
+    return BC_OK;
 }
 
 // cache rows (T,D) at position pos0 of layer l, row b <- src (T,.) row stride lds
@@ -317,13 +292,13 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
     } else if (seq > cfg->context) {
         return BC_ECONTEXT;
     }
-    if ((s = mul2(&n, batch, seq)) || (s = work_parts(&nd, &need, cfg, batch, seq, keys)))
+    if ((s = bc_mul(&n, batch, seq)) || (s = work_parts(&nd, &need, cfg, batch, seq)))
         return s;
     if (work_size < need)
         return BC_EWORKSPACE;
-    if (logits && (s = mul2(&logits_n, last_only ? batch : n, cfg->vocab)))
+    if (logits && (s = bc_mul(&logits_n, last_only ? batch : n, cfg->vocab)))
         return s;
-    if (hidden && (s = mul2(&hidden_n, nd, cfg->layers)))
+    if (hidden && (s = bc_mul(&hidden_n, nd, cfg->layers)))
         return s;
     /* outputs may not overlap each other, the parameters or the ids */
     {
@@ -341,20 +316,23 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
                     return BC_EALIAS;
         }
     }
-    if ((s = check_ids(ids, ids_type, n, cfg->vocab)))
+    const size_t d = cfg->width, h = cfg->heads, dh = d / h, cap = keys;
+    bc_ctx cx;
+    if ((s = bc_rt_ctx(&cx, dh)))
         return s;
 
-    /* -- compute -- */
-    const size_t d = cfg->width, h = cfg->heads, dh = d / h, cap = keys;
-    float *x = work, *xn = x + nd, *att = xn + nd, *buf = att + nd, *awork = buf + 4 * nd;
-
-    embed(x, params + lo.token, params + lo.position, ids, ids_type, batch, seq, pos0, d);
+    /* -- compute: the embedding checks each id as it reads it, and writes only
+     * the workspace, so a bad id still leaves every output untouched -- */
+    float *x = work, *xn = x + nd, *att = xn + nd, *buf = att + nd;
+    if ((s = embed(x, params + lo.token, params + lo.position, ids, ids_type, batch, seq, pos0,
+                   d, cfg->vocab, &cx)))
+        return s;
     for (size_t l = 0; l < cfg->layers; l++) {
         const float *p = params + lo.blocks + l * lo.block_size;
         // attention branch: x += proj(attn(qkv(ln1(x))))
-        bc_k_layernorm(xn, x, p + lo.blk[BLK_LN1_W], p + lo.blk[BLK_LN1_B], n, d, cfg->eps);
-        linear(buf, xn, p + lo.blk[BLK_QKV_W], p + lo.blk[BLK_QKV_B], NULL, n, d, 3 * d,
-               BC_ACT_NONE);
+        bc_k_layernorm(xn, x, p + lo.blk[BLK_LN1_W], p + lo.blk[BLK_LN1_B], n, d, cfg->eps, &cx);
+        bc_k_linear(buf, xn, p + lo.blk[BLK_QKV_W], p + lo.blk[BLK_QKV_B], NULL, n, d, 3 * d,
+                    BC_ACT_NONE, &cx);
         for (size_t b = 0; b < batch; b++) {
             const float *q = buf + b * seq * 3 * d;
             const float *k = q + d, *v = q + 2 * d;
@@ -369,16 +347,16 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
                 tk = pos0 + seq;
             }
             bc_k_attention(att + b * seq * d, d, q, 3 * d, k, ldk, v, ldk,
-                           seq, tk, h, dh, pos0, 1, awork);
+                           seq, tk, h, dh, pos0, 1, &cx);
         }
-        linear(x, att, p + lo.blk[BLK_PROJ_W], p + lo.blk[BLK_PROJ_B], x, n, d, d,
-               BC_ACT_NONE);  /* the residual add fused into the epilogue */
+        bc_k_linear(x, att, p + lo.blk[BLK_PROJ_W], p + lo.blk[BLK_PROJ_B], x, n, d, d,
+                    BC_ACT_NONE, &cx);  /* the residual add fused into the epilogue */
         // MLP branch: x += down(gelu_tanh(up(ln2(x))))
-        bc_k_layernorm(xn, x, p + lo.blk[BLK_LN2_W], p + lo.blk[BLK_LN2_B], n, d, cfg->eps);
-        linear(buf, xn, p + lo.blk[BLK_UP_W], p + lo.blk[BLK_UP_B], NULL, n, d, 4 * d,
-               BC_ACT_GELU_TANH);
-        linear(x, buf, p + lo.blk[BLK_DOWN_W], p + lo.blk[BLK_DOWN_B], x, n, 4 * d, d,
-               BC_ACT_NONE);
+        bc_k_layernorm(xn, x, p + lo.blk[BLK_LN2_W], p + lo.blk[BLK_LN2_B], n, d, cfg->eps, &cx);
+        bc_k_linear(buf, xn, p + lo.blk[BLK_UP_W], p + lo.blk[BLK_UP_B], NULL, n, d, 4 * d,
+                    BC_ACT_GELU_TANH, &cx);
+        bc_k_linear(x, buf, p + lo.blk[BLK_DOWN_W], p + lo.blk[BLK_DOWN_B], x, n, 4 * d, d,
+                    BC_ACT_NONE, &cx);
         if (hidden)
             memcpy(hidden + l * nd, x, nd * sizeof(float));
     }
@@ -386,14 +364,16 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
         const float *g = params + lo.norm_w, *bb = params + lo.norm_b;
         if (last_only) {
             for (size_t b = 0; b < batch; b++)
-                bc_k_layernorm(xn + b * d, x + (b * seq + seq - 1) * d, g, bb, 1, d, cfg->eps);
-            linear(logits, xn, params + lo.head, NULL, NULL, batch, d, cfg->vocab, BC_ACT_NONE);
+                bc_k_layernorm(xn + b * d, x + (b * seq + seq - 1) * d, g, bb, 1, d, cfg->eps, &cx);
+            bc_k_linear(logits, xn, params + lo.head, NULL, NULL, batch, d, cfg->vocab,
+                        BC_ACT_NONE, &cx);
         } else {
-            bc_k_layernorm(xn, x, g, bb, n, d, cfg->eps);
-            linear(logits, xn, params + lo.head, NULL, NULL, n, d, cfg->vocab, BC_ACT_NONE);
+            bc_k_layernorm(xn, x, g, bb, n, d, cfg->eps, &cx);
+            bc_k_linear(logits, xn, params + lo.head, NULL, NULL, n, d, cfg->vocab,
+                        BC_ACT_NONE, &cx);
         }
     }
     if (cache)
-        cache->length += seq;
+        cache->length = pos0 + seq;  /* from the length checked, not a second read */
     return BC_OK;
 }

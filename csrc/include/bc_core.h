@@ -16,7 +16,7 @@ extern "C" {
 #define BC_EOVERFLOW 3    /* a size product overflows, or exceeds BC_MAX_ELEMENTS */
 #define BC_EHEADS 4       /* d_model is not divisible by n_heads */
 #define BC_EOPTION 5      /* an option (norm, activation, generator...) is unknown */
-#define BC_ENOMEM 6       /* an allocation failed */
+#define BC_ENOMEM 6       /* the kernels' scratch could not be allocated */
 #define BC_ERANGE 7       /* an index (token id) is out of range */
 #define BC_ECONTEXT 8     /* a sequence is longer than the context or the cache */
 #define BC_EWORKSPACE 9   /* a caller-provided workspace is too small */

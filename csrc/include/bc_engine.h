@@ -4,6 +4,9 @@
  * Every entry point returns BC_OK or a BC_E* status (bc_core.h), checks its
  * pointers and sizes first (size products are overflow-checked against
  * BC_MAX_ELEMENTS) and writes nothing when it fails. Row-major float32.
+ * The only memory the library allocates is the kernels' per-thread scratch,
+ * taken (grown once and kept) before anything is written: BC_ENOMEM when it
+ * cannot be had.
  */
 #ifndef BC_ENGINE_H
 #define BC_ENGINE_H

@@ -83,8 +83,8 @@ int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *ndim
 int bc_gpt_cache_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t capacity);
 
 /* n: floats of workspace bc_gpt_forward needs for batch x seq tokens, with
- * cache (NULL: no cache). The size depends on the cache's capacity only, not on
- * its length, so one query serves a whole generation. */
+ * cache (NULL: no cache; BC_ECONTEXT when seq exceeds its capacity). The size
+ * does not depend on the cache's length, so one query serves a whole generation. */
 int bc_gpt_workspace_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t seq,
                           const bc_gpt_cache *cache);
 
@@ -97,8 +97,10 @@ int bc_gpt_workspace_size(size_t *n, const bc_gpt_config *cfg, size_t batch, siz
  *           Without a cache, positions are 0..T-1.
  *   params  the parameter buffer (bc_gpt_param_count floats).
  *   ids     (B,T) token ids, int32 (ids_type BC_IDS_INT32) or int64 (BC_IDS_INT64).
+ *           Each id is read once and checked as it is used: ids changed by
+ *           another thread during the call never index outside the table.
  *   work    work_size floats, at least bc_gpt_workspace_size(...).
- * Errors (nothing written): BC_ENULL, BC_ESIZE (B or T zero, cache batch mismatch,
+ * Errors (nothing written): BC_ENOMEM (the kernels' scratch), BC_ENULL, BC_ESIZE (B or T zero, cache batch mismatch,
  * cache length > capacity), BC_EOPTION (ids_type), BC_ERANGE (an id outside [0,V)),
  * BC_ECONTEXT (start + T beyond the context or the cache's capacity, or capacity
  * beyond the context), BC_EOVERFLOW, BC_EWORKSPACE, BC_EALIAS (logits, hidden, work

@@ -1,4 +1,7 @@
 /* bc_simd.h: a tiny vector layer, one section per instruction set.
+ * Loads, stores (whole and the first n lanes), arithmetic, masks (vfill_lo,
+ * vkeep_lo), the VL x VL register transpose (vtranspose), exp and the
+ * activations: the kernels in fast_tmpl.h use nothing else.
  *
  * Included once per translation unit by fast_avx512.c (BC_SIMD == 512),
  * fast_avx2.c (256) and fast_generic.c (0), each of which compiles the
@@ -54,6 +57,33 @@ static inline V vround(V x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEARE
 static inline V vfnma(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
 static inline V vscale2(V p, V n) { return _mm512_scalef_ps(p, n); }
 static inline float vhsum(V v) { return _mm512_reduce_add_ps(v); }
+/* o[k] lane j = r[j] lane k: a 16 x 16 transpose in registers */
+static inline void vtranspose(V o[VL], const V r[VL])
+{
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 4; g++) {
+        const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 2]);
+        const __m512d c = _mm512_castps_pd(t[4 * g + 1]), d = _mm512_castps_pd(t[4 * g + 3]);
+        u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+    }
+    for (int m = 0; m < 4; m++) {
+        const __m512 p0 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x44);
+        const __m512 p1 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xEE);
+        const __m512 p2 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0x44);
+        const __m512 p3 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0xEE);
+        o[m] = _mm512_shuffle_f32x4(p0, p2, 0x88);
+        o[4 + m] = _mm512_shuffle_f32x4(p0, p2, 0xDD);
+        o[8 + m] = _mm512_shuffle_f32x4(p1, p3, 0x88);
+        o[12 + m] = _mm512_shuffle_f32x4(p1, p3, 0xDD);
+    }
+}
 
 #elif BC_SIMD == 256
 #include <immintrin.h>
@@ -112,6 +142,25 @@ static inline float vhsum(V v)
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
+/* o[k] lane j = r[j] lane k: an 8 x 8 transpose in registers */
+static inline void vtranspose(V o[VL], const V r[VL])
+{
+    __m256 a[8], b[8];
+    for (int i = 0; i < 4; i++) {
+        a[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 2; g++) {
+        b[4 * g + 0] = _mm256_shuffle_ps(a[4 * g], a[4 * g + 2], 0x44);
+        b[4 * g + 1] = _mm256_shuffle_ps(a[4 * g], a[4 * g + 2], 0xEE);
+        b[4 * g + 2] = _mm256_shuffle_ps(a[4 * g + 1], a[4 * g + 3], 0x44);
+        b[4 * g + 3] = _mm256_shuffle_ps(a[4 * g + 1], a[4 * g + 3], 0xEE);
+    }
+    for (int m = 0; m < 4; m++) {
+        o[m] = _mm256_permute2f128_ps(b[m], b[4 + m], 0x20);
+        o[4 + m] = _mm256_permute2f128_ps(b[m], b[4 + m], 0x31);
+    }
+}
 
 #else /* portable C: a "vector" of 4 floats, plain IEEE operations (no FMA) */
 typedef struct { float f[4]; } V;
@@ -135,6 +184,13 @@ static inline V vkeep_lo(V v, V old, size_t n) { for (size_t i = 0; i < n && i <
 static inline V vrelu(V v) { for (int i = 0; i < 4; i++) v.f[i] = v.f[i] > 0.0f ? v.f[i] : (v.f[i] == v.f[i] ? 0.0f : v.f[i]); return v; }
 static inline V vexp(V x) { for (int i = 0; i < 4; i++) x.f[i] = expf(x.f[i]); return x; }
 static inline float vhsum(V v) { return (v.f[0] + v.f[1]) + (v.f[2] + v.f[3]); }
+/* o[k] lane j = r[j] lane k */
+static inline void vtranspose(V o[VL], const V r[VL])
+{
+    for (int k = 0; k < VL; k++)
+        for (int j = 0; j < VL; j++)
+            o[k].f[j] = r[j].f[k];
+}
 #endif
 
 #if BC_SIMD == 512 || BC_SIMD == 256

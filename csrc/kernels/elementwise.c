@@ -1,41 +1,37 @@
 /* elementwise.c: norms, activations and the residual addition.
  * Rows (norms) and chunks (the rest) are spread over threads when large;
  * each element's result is the same whichever thread computes it. */
+#include <float.h>
 #include <math.h>
 #include "kernels.h"
-#include "bc_fast.h"
-#include "bc_rt.h"
-
-typedef struct {
-    void (*act)(float *, const float *, size_t, int);
-    void (*swiglu)(float *, const float *, const float *, size_t);
-    void (*add)(float *, const float *, const float *, size_t);
-} ew_impl;
-
-static ew_impl pick(void)
-{
-    ew_impl e = {bc_act_generic, bc_swiglu_generic, bc_add_generic};
-#ifdef BC_HAVE_X86_KERNELS
-    switch (bc_rt_isa()) {
-    case BC_ISA_AVX512: e.act = bc_act_avx512; e.swiglu = bc_swiglu_avx512; e.add = bc_add_avx512; break;
-    case BC_ISA_AVX2: e.act = bc_act_avx2; e.swiglu = bc_swiglu_avx2; e.add = bc_add_avx2; break;
-    default: break;
-    }
-#endif
-    return e;
-}
 
 /* elements per parallel chunk (a multiple of every vector width) */
 #define EW_CHUNK 16384
 
+/* The squares are summed in double, where no finite float32 row overflows
+ * (|x| < 2^128, so x^2 < 2^256) or underflows (x^2 >= 2^-298). When the mean
+ * square is a normal float32 the scale is taken in float32 as always; when it
+ * is not (rows beyond about 1.8e19, where it overflows float32, or below about
+ * 1e-19, where it underflows), the row is scaled in double, so that every
+ * finite row normalises (RMS 1 up to rounding, for eps small beside it). */
 static void rmsnorm_row(float *yi, const float *xi, const float *g, size_t c, float eps)
 {
     double ss = 0.0;
     for (size_t j = 0; j < c; j++)
         ss += (double)xi[j] * xi[j];
-    const float inv = 1.0f / sqrtf((float)(ss / (double)c) + eps);
-    for (size_t j = 0; j < c; j++)
-        yi[j] = g ? xi[j] * inv * g[j] : xi[j] * inv;
+    const double ms = ss / (double)c;
+    const float den = (float)ms + eps;
+    if (den >= FLT_MIN && isfinite(den)) {
+        const float inv = 1.0f / sqrtf(den);
+        for (size_t j = 0; j < c; j++)
+            yi[j] = g ? xi[j] * inv * g[j] : xi[j] * inv;
+        return;
+    }
+    const double inv = 1.0 / sqrt(ms + (double)eps);
+    for (size_t j = 0; j < c; j++) {
+        const float t = (float)(xi[j] * inv);
+        yi[j] = g ? t * g[j] : t;
+    }
 }
 
 static void layernorm_row(float *yi, const float *xi, const float *g, const float *b,
@@ -80,9 +76,9 @@ static void norm_row(const norm_op *o, size_t i)
 /* The op over n rows: in a plain loop when one thread does it (no parallel
  * region at all: even an if(0) one costs a microsecond), else rows spread
  * over the threads. */
-static void norm_run(const norm_op *o, size_t n, double flops_per_elem)
+static void norm_run(const norm_op *o, size_t n, double flops_per_elem, const bc_ctx *cx)
 {
-    const int nt = bc_rt_threads(flops_per_elem * (double)n * (double)o->c);
+    const int nt = bc_rt_threads(cx, flops_per_elem * (double)n * (double)o->c);
     if (nt <= 1) {
         for (size_t i = 0; i < n; i++)
             norm_row(o, i);
@@ -97,18 +93,19 @@ static void norm_run(const norm_op *o, size_t n, double flops_per_elem)
 }
 
 // y (N,C), x (N,C), g (C) or NULL
-void bc_k_rmsnorm(float *y, const float *x, const float *g, size_t n, size_t c, float eps)
+void bc_k_rmsnorm(float *y, const float *x, const float *g, size_t n, size_t c, float eps,
+                  const bc_ctx *cx)
 {
     const norm_op o = {0, y, x, g, NULL, c, eps};
-    norm_run(&o, n, 4.0);
+    norm_run(&o, n, 4.0, cx);
 }
 
 // y (N,C), x (N,C), g (C) or NULL, b (C) or NULL
 void bc_k_layernorm(float *y, const float *x, const float *g, const float *b,
-                    size_t n, size_t c, float eps)
+                    size_t n, size_t c, float eps, const bc_ctx *cx)
 {
     const norm_op o = {1, y, x, g, b, c, eps};
-    norm_run(&o, n, 6.0);
+    norm_run(&o, n, 6.0, cx);
 }
 
 /* One elementwise kernel call: which of the three, its operands and its
@@ -119,24 +116,24 @@ typedef struct {
     int act;                /* BC_ACT_* for EW_ACT */
     float *y;
     const float *a, *b;     /* x (act); gate, up (swiglu); a, b (add) */
-    ew_impl e;
+    const bc_kernel_table *kt;
 } ew_op;
 
 /* elements [i, i+m) of the op */
 static void ew_span(const ew_op *o, size_t i, size_t m)
 {
     switch (o->op) {
-    case EW_ACT: o->e.act(o->y + i, o->a + i, m, o->act); break;
-    case EW_SWIGLU: o->e.swiglu(o->y + i, o->a + i, o->b + i, m); break;
-    case EW_ADD: o->e.add(o->y + i, o->a + i, o->b + i, m); break;
+    case EW_ACT: o->kt->act(o->y + i, o->a + i, m, o->act); break;
+    case EW_SWIGLU: o->kt->swiglu(o->y + i, o->a + i, o->b + i, m); break;
+    case EW_ADD: o->kt->add(o->y + i, o->a + i, o->b + i, m); break;
     }
 }
 
 /* The op over n elements: in one call when one thread does it (no parallel
  * region at all), else in EW_CHUNK chunks spread over the threads. */
-static void ew_run(const ew_op *o, size_t n, double flops_per_elem)
+static void ew_run(const ew_op *o, size_t n, double flops_per_elem, const bc_ctx *cx)
 {
-    const int nt = bc_rt_threads(flops_per_elem * (double)n);
+    const int nt = bc_rt_threads(cx, flops_per_elem * (double)n);
     if (nt <= 1) {
         ew_span(o, 0, n);
         return;
@@ -152,22 +149,22 @@ static void ew_run(const ew_op *o, size_t n, double flops_per_elem)
 }
 
 // y (n), x (n)
-void bc_k_act(float *y, const float *x, size_t n, int kind)
+void bc_k_act(float *y, const float *x, size_t n, int kind, const bc_ctx *cx)
 {
-    const ew_op o = {EW_ACT, kind, y, x, NULL, pick()};
-    ew_run(&o, n, 20.0);
+    const ew_op o = {EW_ACT, kind, y, x, NULL, cx->kt};
+    ew_run(&o, n, 20.0, cx);
 }
 
 // y (n), gate (n), up (n)
-void bc_k_swiglu(float *y, const float *gate, const float *up, size_t n)
+void bc_k_swiglu(float *y, const float *gate, const float *up, size_t n, const bc_ctx *cx)
 {
-    const ew_op o = {EW_SWIGLU, 0, y, gate, up, pick()};
-    ew_run(&o, n, 20.0);
+    const ew_op o = {EW_SWIGLU, 0, y, gate, up, cx->kt};
+    ew_run(&o, n, 20.0, cx);
 }
 
 // y (n), a (n), b (n)
-void bc_k_add(float *y, const float *a, const float *b, size_t n)
+void bc_k_add(float *y, const float *a, const float *b, size_t n, const bc_ctx *cx)
 {
-    const ew_op o = {EW_ADD, 0, y, a, b, pick()};
-    ew_run(&o, n, 2.0);
+    const ew_op o = {EW_ADD, 0, y, a, b, cx->kt};
+    ew_run(&o, n, 2.0, cx);
 }

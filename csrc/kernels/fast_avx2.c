@@ -6,7 +6,8 @@
 #pragma GCC target("avx2,fma")
 #endif
 #define BC_SIMD 256
-#define SUF avx2
+#define BC_KERNEL_TABLE bc_kernels_avx2
+#define BC_KERNEL_NAME "avx2"
 #include "fast_tmpl.h"
 #if defined(__clang__)
 #pragma clang attribute pop

@@ -6,7 +6,8 @@
 #pragma GCC target("avx512f,avx2,fma")
 #endif
 #define BC_SIMD 512
-#define SUF avx512
+#define BC_KERNEL_TABLE bc_kernels_avx512
+#define BC_KERNEL_NAME "avx512"
 #include "fast_tmpl.h"
 #if defined(__clang__)
 #pragma clang attribute pop

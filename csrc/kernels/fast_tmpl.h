@@ -1,14 +1,18 @@
 /* fast_tmpl.h: the fast kernels, written once over the vector layer of
- * bc_simd.h and compiled once per instruction set (SUF names the copy).
+ * bc_simd.h and compiled once per instruction set: fast_generic.c,
+ * fast_avx2.c and fast_avx512.c each define BC_SIMD and BC_KERNEL_TABLE (the
+ * name of the one symbol the copy exports) and include this file. Every
+ * function here is static, so the copies' names never collide and read as
+ * written (gemm_part, rows_part, attn_unit, ...).
  * Every output element is computed by one fixed sequence of operations that
  * does not depend on how the work is split between threads. */
 #include <string.h>
 #include "bc_simd.h"
-#include "bc_fast.h"
+#include "bc_dispatch.h"
 
-#define BC_CAT_(a, b) a##_##b
-#define BC_CAT(a, b) BC_CAT_(a, b)
-#define FN(name) BC_CAT(name, SUF)
+#ifndef BC_KERNEL_TABLE
+#error "define BC_KERNEL_TABLE (the table's name) before including fast_tmpl.h"
+#endif
 
 #if defined(__GNUC__) && !defined(__clang__)
 #define BC_UNROLL _Pragma("GCC unroll 16")
@@ -32,67 +36,10 @@ static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 /* GEMM: y (N,OC) = act(r + x (N,C) @ w (OC,C)^T + b)                        */
 /* ======================================================================== */
 
-size_t FN(bc_gemm_mr)(void) { return MR; }
-size_t FN(bc_gemm_nr)(void) { return NR; }
-
-#if BC_SIMD == 512
-/* o[k] lane j = r[j] lane k: a 16 x 16 transpose in registers */
-static inline void FN(vtr)(const V r[VL], V o[VL])
-{
-    __m512 t[16], u[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int g = 0; g < 4; g++) {
-        const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 2]);
-        const __m512d c = _mm512_castps_pd(t[4 * g + 1]), d = _mm512_castps_pd(t[4 * g + 3]);
-        u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
-    }
-    for (int m = 0; m < 4; m++) {
-        const __m512 p0 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x44);
-        const __m512 p1 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xEE);
-        const __m512 p2 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0x44);
-        const __m512 p3 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0xEE);
-        o[m] = _mm512_shuffle_f32x4(p0, p2, 0x88);
-        o[4 + m] = _mm512_shuffle_f32x4(p0, p2, 0xDD);
-        o[8 + m] = _mm512_shuffle_f32x4(p1, p3, 0x88);
-        o[12 + m] = _mm512_shuffle_f32x4(p1, p3, 0xDD);
-    }
-}
-
-#elif BC_SIMD == 256
-/* o[k] lane j = r[j] lane k: an 8 x 8 transpose in registers */
-static inline void FN(vtr)(const V r[VL], V o[VL])
-{
-    __m256 a[8], b[8];
-    for (int i = 0; i < 4; i++) {
-        a[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        a[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int g = 0; g < 2; g++) {
-        b[4 * g + 0] = _mm256_shuffle_ps(a[4 * g], a[4 * g + 2], 0x44);
-        b[4 * g + 1] = _mm256_shuffle_ps(a[4 * g], a[4 * g + 2], 0xEE);
-        b[4 * g + 2] = _mm256_shuffle_ps(a[4 * g + 1], a[4 * g + 3], 0x44);
-        b[4 * g + 3] = _mm256_shuffle_ps(a[4 * g + 1], a[4 * g + 3], 0xEE);
-    }
-    for (int m = 0; m < 4; m++) {
-        o[m] = _mm256_permute2f128_ps(b[m], b[4 + m], 0x20);
-        o[4 + m] = _mm256_permute2f128_ps(b[m], b[4 + m], 0x31);
-    }
-}
-
-#endif
-
-#if BC_SIMD == 512 || BC_SIMD == 256
-
 /* bp (nc/NR panels, kc, NR) <- w rows o0.., columns p0..p0+kc; zero past nc.
  * VL x VL blocks: VL row loads, a register transpose, VL stores. */
-static void FN(pack_b)(float *restrict bp, const float *restrict w, size_t c,
-                       size_t o0, size_t nc, size_t p0, size_t kc)
+static void pack_b(float *restrict bp, const float *restrict w, size_t c,
+                   size_t o0, size_t nc, size_t p0, size_t kc)
 {
     for (size_t jp = 0; jp < nc; jp += NR) {
         const size_t nv = min_sz(NR, nc - jp);
@@ -105,35 +52,13 @@ static void FN(pack_b)(float *restrict bp, const float *restrict w, size_t c,
                 V r[VL], o[VL];
                 for (size_t j = 0; j < VL; j++)
                     r[j] = j < rows ? vloadn(src + (h + j) * c + k, nk) : vzero();
-                FN(vtr)(r, o);
+                vtranspose(o, r);
                 for (size_t kk = 0; kk < nk; kk++)
                     vstore(dst + (k + kk) * NR + h, o[kk]);
             }
         }
     }
 }
-#else
-/* bp (nc/NR panels, kc, NR) <- w rows o0.., columns p0..p0+kc; zero past nc */
-static void FN(pack_b)(float *restrict bp, const float *restrict w, size_t c,
-                       size_t o0, size_t nc, size_t p0, size_t kc)
-{
-    for (size_t jp = 0; jp < nc; jp += NR) {
-        const size_t nv = min_sz(NR, nc - jp);
-        float *dst = bp + jp * kc;
-        const float *src = w + (o0 + jp) * c + p0;
-        if (nv == NR) {
-            for (size_t k = 0; k < kc; k++)
-                for (size_t j = 0; j < NR; j++)
-                    dst[k * NR + j] = src[j * c + k];
-        } else {
-            for (size_t k = 0; k < kc; k++)
-                for (size_t j = 0; j < NR; j++)
-                    dst[k * NR + j] = j < nv ? src[j * c + k] : 0.0f;
-        }
-    }
-}
-
-#endif
 
 typedef struct {
     float *y;
@@ -143,13 +68,13 @@ typedef struct {
     size_t ldr;
     size_t nv;        /* valid columns, 1..NR */
     int first, last, act;
-} FN(tile_io);
+} tile_io;
 
 /* One MR x NR tile over kc: acc = sum_k a[i*lda + k] b[k][j] (a: rows of x,
  * read in place: each row's kc floats stay in L1 across the column panels), then stored as
  * y = (first ? r : y) + acc, and on the last K block y = act(y + b). */
-BC_INLINE void FN(tile)(const int mr, size_t kc, const float *restrict a, size_t lda,
-                        const float *restrict b, const FN(tile_io) *io)
+BC_INLINE void tile(const int mr, size_t kc, const float *restrict a, size_t lda,
+                        const float *restrict b, const tile_io *io)
 {
     V c0[MR], c1[MR];
     BC_UNROLL
@@ -203,26 +128,36 @@ BC_INLINE void FN(tile)(const int mr, size_t kc, const float *restrict a, size_t
     }
 }
 
-static void FN(tile_any)(int mr, size_t kc, const float *a, size_t lda, const float *b,
-                         const FN(tile_io) *io)
+/* tile() with its row count a compile-time constant (1..MR) */
+static void tile_any(int mr, size_t kc, const float *a, size_t lda, const float *b,
+                     const tile_io *io)
 {
     switch (mr) {
-#define BC_T(m) case m: FN(tile)(m, kc, a, lda, b, io); break;
-    BC_T(1) BC_T(2) BC_T(3) BC_T(4)
+    case 1: tile(1, kc, a, lda, b, io); break;
+    case 2: tile(2, kc, a, lda, b, io); break;
+    case 3: tile(3, kc, a, lda, b, io); break;
+    case 4: tile(4, kc, a, lda, b, io); break;
 #if MR >= 6
-    BC_T(5) BC_T(6)
+    case 5: tile(5, kc, a, lda, b, io); break;
+    case 6: tile(6, kc, a, lda, b, io); break;
 #endif
 #if MR >= 14
-    BC_T(7) BC_T(8) BC_T(9) BC_T(10) BC_T(11) BC_T(12) BC_T(13) BC_T(14)
+    case 7: tile(7, kc, a, lda, b, io); break;
+    case 8: tile(8, kc, a, lda, b, io); break;
+    case 9: tile(9, kc, a, lda, b, io); break;
+    case 10: tile(10, kc, a, lda, b, io); break;
+    case 11: tile(11, kc, a, lda, b, io); break;
+    case 12: tile(12, kc, a, lda, b, io); break;
+    case 13: tile(13, kc, a, lda, b, io); break;
+    case 14: tile(14, kc, a, lda, b, io); break;
 #endif
-#undef BC_T
     default: break;
     }
 }
 
 /* The rows [n0,n1) x columns [o0,o1) of y; o0 and o1 - o0 (unless o1 == oc)
  * are multiples of NR. scratch: BC_GEMM_SCRATCH floats. */
-void FN(bc_gemm_part)(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t o1,
+static void gemm_part(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t o1,
                       float *scratch)
 {
     float *bp = scratch;                   /* BC_KC x BC_NC */
@@ -235,7 +170,7 @@ void FN(bc_gemm_part)(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t 
         const size_t nc = min_sz(BC_NC, o1 - jc);
         for (size_t pc = 0; pc < g->c; pc += BC_KC) {
             const size_t kc = min_sz(BC_KC, g->c - pc);
-            FN(pack_b)(bp, g->w, g->c, jc, nc, pc, kc);
+            pack_b(bp, g->w, g->c, jc, nc, pc, kc);
             for (size_t ic = n0; ic < n1; ic += MR) {
                 const int mr = (int)min_sz(MR, n1 - ic);
                 const float *a = g->x + ic * g->c + pc;
@@ -247,7 +182,7 @@ void FN(bc_gemm_part)(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t 
                     lda = kc;
                 }
                 for (size_t jr = 0; jr < nc; jr += NR) {
-                    FN(tile_io) io;
+                    tile_io io;
                     io.y = g->y + ic * g->oc + jc + jr;
                     io.ldy = g->oc;
                     io.b = g->b ? g->b + jc + jr : NULL;
@@ -257,11 +192,81 @@ void FN(bc_gemm_part)(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t 
                     io.first = pc == 0;
                     io.last = pc + kc == g->c;
                     io.act = g->act;
-                    FN(tile_any)(mr, kc, a, lda, bp + jr * kc, &io);
+                    tile_any(mr, kc, a, lda, bp + jr * kc, &io);
                 }
             }
         }
     }
+}
+
+/* ======================================================================== */
+/* Few rows (decoding): the same result as gemm_part, streaming w once       */
+/* ======================================================================== */
+
+/* Outputs o0..o0+nv-1 (nv <= VL) of every row (g->n <= BC_ROWS_MAX). VL weight
+ * rows are loaded VL columns at a time and transposed in registers, so each
+ * lane runs the chain of gemm_part's tiles: acc = fma(x[k], w[o][k], acc) over
+ * each BC_KC block of k from 0; y = r + acc (first block, or acc without r),
+ * y + acc (later blocks); then + b and act. */
+static void rows_group(const bc_gemm *g, size_t o0, size_t nv)
+{
+    const size_t c = g->c, n = g->n;
+    const float *wr[VL];
+    for (size_t j = 0; j < VL; j++)  /* lanes past nv repeat the last row: computed, not stored */
+        wr[j] = g->w + (o0 + (j < nv ? j : nv - 1)) * c;
+    V v[BC_ROWS_MAX];
+    for (size_t pc = 0; pc < c; pc += BC_KC) {
+        const size_t kc = min_sz(BC_KC, c - pc);
+        V acc[BC_ROWS_MAX];
+        for (size_t i = 0; i < n; i++)
+            acc[i] = vzero();
+        size_t k = 0;
+        for (; k + VL <= kc; k += VL) {
+            V s[VL], t[VL];
+            for (size_t j = 0; j < VL; j++)
+                s[j] = vload(wr[j] + pc + k);
+            vtranspose(t, s);
+            for (size_t i = 0; i < n; i++) {
+                const float *xi = g->x + i * c + pc + k;
+                BC_UNROLL
+                for (size_t m = 0; m < VL; m++)
+                    acc[i] = vfma(vset1(xi[m]), t[m], acc[i]);
+            }
+        }
+        for (; k < kc; k++) {
+            float col[VL];
+            for (size_t j = 0; j < VL; j++)
+                col[j] = wr[j][pc + k];
+            const V t = vload(col);
+            for (size_t i = 0; i < n; i++)
+                acc[i] = vfma(vset1(g->x[i * c + pc + k]), t, acc[i]);
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (pc)
+                v[i] = vadd(v[i], acc[i]);
+            else if (g->r)
+                v[i] = vadd(vloadn(g->r + i * g->oc + o0, nv), acc[i]);
+            else
+                v[i] = acc[i];
+        }
+    }
+    const V bb = g->b ? vloadn(g->b + o0, nv) : vzero();
+    for (size_t i = 0; i < n; i++) {
+        V out = g->b ? vadd(v[i], bb) : v[i];
+        if (g->act != BC_ACT_NONE)
+            out = vact(out, g->act);
+        if (nv == VL)
+            vstore(g->y + i * g->oc + o0, out);
+        else
+            vstoren(g->y + i * g->oc + o0, out, nv);
+    }
+}
+
+/* Columns [o0, o1) of every row, o0 a multiple of VL. */
+static void rows_part(const bc_gemm *g, size_t o0, size_t o1)
+{
+    for (size_t o = o0; o < o1; o += VL)
+        rows_group(g, o, min_sz(VL, o1 - o));
 }
 
 /* ======================================================================== */
@@ -272,17 +277,15 @@ void FN(bc_gemm_part)(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t 
 
 #define BQ NR  /* queries per unit; a unit of at most VL queries runs on one vector */
 
-size_t FN(bc_attn_bq)(void) { return BQ; }
-
 /* Qt (Dh, BQ), Ot (Dh, BQ), St (BK, BQ), m (BQ), l (BQ) */
-size_t FN(bc_attn_scratch)(size_t d_head) { return (2 * d_head + BC_ATT_BK + 2) * BQ; }
+static size_t attn_scratch(size_t d_head) { return (2 * d_head + BC_ATT_BK + 2) * BQ; }
 
 /* dst[i] (rb rows of nv*VL lanes) = (accumulate ? alpha * dst[i] : 0)
  *                                   + sum_t a[i*sa + t*st] * bv[t] (bv rows of nv*VL lanes).
  * masked: for term t, lanes [0, lim[t]) are left as they are (causal keys
  * those queries must not see: not even a NaN or inf in them may leak).
  * Each lane's chain is the same for nv = 1 and nv = 2. */
-BC_INLINE void FN(mk)(const int rb, const int masked, const int nv, size_t nt,
+BC_INLINE void mk(const int rb, const int masked, const int nv, size_t nt,
                       const float *restrict a, size_t sa, size_t st, const float *restrict bv,
                       float *restrict dst, const float *restrict alpha, int accumulate,
                       const size_t *lim)
@@ -333,63 +336,67 @@ BC_INLINE void FN(mk)(const int rb, const int masked, const int nv, size_t nt,
     }
 }
 
-#define BC_MK_CASES(MASKED, NV)                                                          \
-    switch (rb) {                                                                        \
-    BC_T(1, MASKED, NV) BC_T(2, MASKED, NV) BC_T(3, MASKED, NV) BC_T(4, MASKED, NV)      \
-    BC_T5(MASKED, NV)                                                                    \
-    BC_T14(MASKED, NV)                                                                   \
-    default: break;                                                                      \
-    }
-#define BC_T(m, MASKED, NV) \
-    case m: FN(mk)(m, MASKED, NV, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+/* mk() with its row count rb a compile-time constant (1..MR); always inlined
+ * into mk_any, so masked and nv are constants in each of its four copies */
+BC_INLINE void mk_rb(const int masked, const int nv, int rb, size_t nt, const float *a,
+                     size_t sa, size_t st, const float *bv, float *dst, const float *alpha,
+                     int accumulate, const size_t *lim)
+{
+    switch (rb) {
+    case 1: mk(1, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 2: mk(2, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 3: mk(3, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 4: mk(4, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
 #if MR >= 6
-#define BC_T5(MASKED, NV) BC_T(5, MASKED, NV) BC_T(6, MASKED, NV)
-#else
-#define BC_T5(MASKED, NV)
+    case 5: mk(5, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 6: mk(6, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
 #endif
 #if MR >= 14
-#define BC_T14(MASKED, NV) BC_T(7, MASKED, NV) BC_T(8, MASKED, NV) BC_T(9, MASKED, NV) \
-    BC_T(10, MASKED, NV) BC_T(11, MASKED, NV) BC_T(12, MASKED, NV) BC_T(13, MASKED, NV) \
-    BC_T(14, MASKED, NV)
-#else
-#define BC_T14(MASKED, NV)
+    case 7: mk(7, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 8: mk(8, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 9: mk(9, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 10: mk(10, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 11: mk(11, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 12: mk(12, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 13: mk(13, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 14: mk(14, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
 #endif
+    default: break;
+    }
+}
 
-static void FN(mk_any)(int rb, int nv, size_t nt, const float *a, size_t sa, size_t st,
-                       const float *bv, float *dst, const float *alpha, int accumulate,
-                       const size_t *lim)
+/* mk() for rb rows, masked when lim is given, on nv (1 or 2) vectors of lanes */
+static void mk_any(int rb, int nv, size_t nt, const float *a, size_t sa, size_t st,
+                   const float *bv, float *dst, const float *alpha, int accumulate,
+                   const size_t *lim)
 {
     if (nv == 1) {
         if (lim)
-            BC_MK_CASES(1, 1)
+            mk_rb(1, 1, rb, nt, a, sa, st, bv, dst, alpha, accumulate, lim);
         else
-            BC_MK_CASES(0, 1)
+            mk_rb(0, 1, rb, nt, a, sa, st, bv, dst, alpha, accumulate, lim);
     } else {
         if (lim)
-            BC_MK_CASES(1, 2)
+            mk_rb(1, 2, rb, nt, a, sa, st, bv, dst, alpha, accumulate, lim);
         else
-            BC_MK_CASES(0, 2)
+            mk_rb(0, 2, rb, nt, a, sa, st, bv, dst, alpha, accumulate, lim);
     }
 }
-#undef BC_T
-#undef BC_T5
-#undef BC_T14
-#undef BC_MK_CASES
 
 /* dst rows (n, nv*VL), in blocks of MR rows */
-static void FN(mk_rows)(size_t n, int nv, size_t nt, const float *a, size_t sa, size_t st,
+static void mk_rows(size_t n, int nv, size_t nt, const float *a, size_t sa, size_t st,
                         const float *bv, float *dst, const float *alpha, int accumulate,
                         const size_t *lim)
 {
     for (size_t i = 0; i < n; i += MR) {
         const int rb = (int)min_sz(MR, n - i);
-        FN(mk_any)(rb, nv, nt, a + i * sa, sa, st, bv, dst + i * (size_t)nv * VL, alpha,
+        mk_any(rb, nv, nt, a + i * sa, sa, st, bv, dst + i * (size_t)nv * VL, alpha,
                    accumulate, lim);
     }
 }
 
 /* One unit on nv vectors of lanes (nq <= nv*VL queries). */
-BC_INLINE void FN(attn_unit)(const int nv, const bc_attn *A, size_t h, size_t i0, size_t nq,
+BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0, size_t nq,
                              float *scratch)
 {
     const size_t bq = (size_t)nv * VL;
@@ -426,7 +433,7 @@ BC_INLINE void FN(attn_unit)(const int nv, const bc_attn *A, size_t h, size_t i0
     for (size_t j0 = 0; j0 < kend; j0 += BC_ATT_BK) {
         const size_t nk = min_sz(BC_ATT_BK, kend - j0);
         /* St (nk, bq) = K[j0:j0+nk] . Qt */
-        FN(mk_rows)(nk, nv, dh, A->k + j0 * A->ldk + off, A->ldk, 1, qt, st, NULL, 0, NULL);
+        mk_rows(nk, nv, dh, A->k + j0 * A->ldk + off, A->ldk, 1, qt, st, NULL, 0, NULL);
         /* causal: lanes i with q_pos0 + i0 + i < j do not see key j */
         int any_masked = 0;
         for (size_t j = 0; j < nk; j++) {
@@ -474,7 +481,7 @@ BC_INLINE void FN(attn_unit)(const int nv, const bc_attn *A, size_t h, size_t i0
             vstore(alpha + VL, s1);
         }
         /* Ot (Dh, bq) = alpha * Ot + V[j0:j0+nk]^T . P */
-        FN(mk_rows)(dh, nv, nk, A->v + j0 * A->ldv + off, 1, A->ldv, st, ot, alpha, j0 > 0,
+        mk_rows(dh, nv, nk, A->v + j0 * A->ldv + off, 1, A->ldv, st, ot, alpha, j0 > 0,
                     any_masked ? lim : NULL);
     }
     for (size_t i = 0; i < nq; i++) {
@@ -487,20 +494,20 @@ BC_INLINE void FN(attn_unit)(const int nv, const bc_attn *A, size_t h, size_t i0
 
 /* The unit of queries i0..i0+BQ (fewer at the end): on one vector of lanes when
  * they fit (decoding: one query), else on two; the same bits either way. */
-void FN(bc_attn_unit)(const bc_attn *A, size_t h, size_t i0, float *scratch)
+static void attn_unit(const bc_attn *A, size_t h, size_t i0, float *scratch)
 {
     const size_t nq = min_sz(BQ, A->tq - i0);
     if (nq <= VL)
-        FN(attn_unit)(1, A, h, i0, nq, scratch);
+        attn_unit_nv(1, A, h, i0, nq, scratch);
     else
-        FN(attn_unit)(2, A, h, i0, nq, scratch);
+        attn_unit_nv(2, A, h, i0, nq, scratch);
 }
 
 /* ======================================================================== */
 /* Elementwise                                                               */
 /* ======================================================================== */
 
-void FN(bc_act)(float *y, const float *x, size_t n, int kind)
+static void act(float *y, const float *x, size_t n, int kind)
 {
     size_t i = 0;
     for (; i + VL <= n; i += VL)
@@ -509,7 +516,7 @@ void FN(bc_act)(float *y, const float *x, size_t n, int kind)
         vstoren(y + i, vact(vloadn(x + i, n - i), kind), n - i);
 }
 
-void FN(bc_swiglu)(float *y, const float *gate, const float *up, size_t n)
+static void swiglu(float *y, const float *gate, const float *up, size_t n)
 {
     size_t i = 0;
     for (; i + VL <= n; i += VL)
@@ -518,7 +525,7 @@ void FN(bc_swiglu)(float *y, const float *gate, const float *up, size_t n)
         vstoren(y + i, vmul(vsilu(vloadn(gate + i, n - i)), vloadn(up + i, n - i)), n - i);
 }
 
-void FN(bc_add)(float *y, const float *a, const float *b, size_t n)
+static void add(float *y, const float *a, const float *b, size_t n)
 {
     size_t i = 0;
     for (; i + VL <= n; i += VL)
@@ -526,3 +533,22 @@ void FN(bc_add)(float *y, const float *a, const float *b, size_t n)
     if (i < n)
         vstoren(y + i, vadd(vloadn(a + i, n - i), vloadn(b + i, n - i)), n - i);
 }
+
+/* ======================================================================== */
+/* The table: the one symbol this copy exports                              */
+/* ======================================================================== */
+
+const bc_kernel_table BC_KERNEL_TABLE = {
+    .name = BC_KERNEL_NAME,
+    .gemm_mr = MR,
+    .gemm_nr = NR,
+    .gemm_part = gemm_part,
+    .rows_group = VL,
+    .rows_part = rows_part,
+    .attn_bq = BQ,
+    .attn_scratch = attn_scratch,
+    .attn_unit = attn_unit,
+    .act = act,
+    .swiglu = swiglu,
+    .add = add,
+};

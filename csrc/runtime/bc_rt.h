@@ -1,21 +1,44 @@
-/* bc_rt.h: internal runtime services for the kernels (not public). */
+/* bc_rt.h: internal runtime services for the kernels (not public).
+ *
+ * Every entry point that runs fast kernels first takes a context: the kernel
+ * table (instruction set) and the thread cap in force at that moment, and
+ * scratch for every thread it may use. All of one call then runs on what the
+ * context holds, whatever another thread sets meanwhile (bc_set_isa,
+ * bc_set_num_threads), and the only allocation the library makes, the
+ * scratch, fails before anything is written: as BC_ENOMEM from the entry point.
+ */
 #ifndef BC_RT_H
 #define BC_RT_H
 
 #include <stddef.h>
 #include "bc_runtime.h"
+#include "bc_dispatch.h"
 
-/* The instruction set to use now (BC_ISA_*). */
-int bc_rt_isa(void);
+typedef struct {
+    const bc_kernel_table *kt;  /* the instruction set of this call */
+    int threads;                /* the most threads a kernel of this call may use, >= 1 */
+    float *scratch;             /* threads slices of per_thread floats, 64-byte aligned */
+    size_t per_thread;
+} bc_ctx;
 
-/* Threads to use for a job of `flops` floating-point operations: 1 when the
- * job is too small to pay for waking a team, else the configured count. */
-int bc_rt_threads(double flops);
+/* A context for one call on the calling thread, with scratch for the GEMM and
+ * for attention over heads of up to d_head floats (0: no attention). The
+ * scratch belongs to the calling thread, is grown when needed and kept (freed
+ * when the thread exits). BC_OK, or BC_ENOMEM when it cannot be had. */
+int bc_rt_ctx(bc_ctx *cx, size_t d_head);
 
-/* A 64-byte-aligned scratch buffer of at least n floats owned by the calling
- * thread, kept and reused across calls (grown when needed, freed when the
- * thread exits). Its content is undefined. NULL if the allocation fails.
- * slot 0 and 1 are independent buffers. */
-float *bc_rt_scratch(int slot, size_t n);
+/* Threads for a job of `flops` floating-point operations: 1 when the job is
+ * too small to pay for waking a team, or when called inside a parallel
+ * region; else the context's count. */
+int bc_rt_threads(const bc_ctx *cx, double flops);
+
+/* Thread t's scratch (t < cx->threads). */
+static inline float *bc_rt_slice(const bc_ctx *cx, int t)
+{
+    return cx->scratch + (size_t)t * cx->per_thread;
+}
+
+/* The calling OpenMP thread's number in its team (0 outside a parallel region). */
+int bc_rt_thread_num(void);
 
 #endif

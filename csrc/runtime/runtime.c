@@ -1,4 +1,4 @@
-/* runtime.c: thread count, instruction-set dispatch and per-thread scratch. */
+/* runtime.c: thread count, instruction-set dispatch and per-call contexts. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -13,10 +13,6 @@
 #if !defined(_WIN32)
 #include <pthread.h>
 #define BC_HAVE_PTHREAD 1
-#endif
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define BC_X86 1
 #endif
 
 /* Atomic int accesses: GCC/clang builtins; elsewhere (MSVC) aligned int
@@ -49,7 +45,7 @@ static int g_best = -1;
 
 static int detect_best(void)
 {
-#ifdef BC_X86
+#ifdef BC_HAVE_X86_KERNELS
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2")
         && __builtin_cpu_supports("fma"))
@@ -72,31 +68,39 @@ static int isa_from_env(int best)
     return want <= best ? want : best;  /* never more than the CPU has */
 }
 
-static void isa_init(void)
-{
-    int best = BC_LOAD(&g_best);
-    if (best < 0) {
-        best = detect_best();
-        BC_STORE(&g_best, best);
-    }
-    BC_INIT_ONCE(&g_isa, isa_from_env(best));
-}
-
-int bc_rt_isa(void)
+static int isa_now(void)
 {
     int isa = BC_LOAD(&g_isa);
     if (isa < 0) {
-        isa_init();
+        int best = BC_LOAD(&g_best);
+        if (best < 0) {
+            best = detect_best();
+            BC_STORE(&g_best, best);
+        }
+        BC_INIT_ONCE(&g_isa, isa_from_env(best));
         isa = BC_LOAD(&g_isa);
     }
     return isa;
+}
+
+/* The one place an instruction set becomes a table of kernels. */
+static const bc_kernel_table *table_of(int isa)
+{
+#ifdef BC_HAVE_X86_KERNELS
+    if (isa == BC_ISA_AVX512)
+        return &bc_kernels_avx512;
+    if (isa == BC_ISA_AVX2)
+        return &bc_kernels_avx2;
+#endif
+    (void)isa;
+    return &bc_kernels_generic;
 }
 
 int bc_best_isa(int *isa)
 {
     if (!isa)
         return BC_ENULL;
-    bc_rt_isa();
+    isa_now();
     *isa = BC_LOAD(&g_best);
     return BC_OK;
 }
@@ -105,15 +109,14 @@ int bc_get_isa(int *isa)
 {
     if (!isa)
         return BC_ENULL;
-    *isa = bc_rt_isa();
+    *isa = isa_now();
     return BC_OK;
 }
 
 int bc_set_isa(int isa)
 {
-    bc_rt_isa();
-    if (isa < BC_ISA_GENERIC || isa > BC_ISA_AVX512
-        || isa > BC_LOAD(&g_best))
+    isa_now();
+    if (isa < BC_ISA_GENERIC || isa > BC_ISA_AVX512 || isa > BC_LOAD(&g_best))
         return BC_EOPTION;
     BC_STORE(&g_isa, isa);
     return BC_OK;
@@ -121,55 +124,76 @@ int bc_set_isa(int isa)
 
 /* ---- threads ------------------------------------------------------------ */
 
-static int g_threads = -1;  /* -1: not read yet; 0: OpenMP default; n: forced */
+/* The most threads anyone may ask for (BLOCKC_NUM_THREADS, bc_set_num_threads):
+ * OpenMP cannot start ~10^5 threads and would abort the process. */
+#define BC_MAX_THREADS 4096
+
+static int g_threads = -1;  /* -1: not read yet; 0: the default; n: forced */
+static int g_forked = 0;    /* 1 in a child forked after the parent used blockc */
+
+/* BLOCKC_NUM_THREADS as a count in [1, BC_MAX_THREADS], or 0 (unset or invalid). */
+static int env_threads(void)
+{
+    const char *s = getenv("BLOCKC_NUM_THREADS");
+    if (!s || !*s)
+        return 0;
+    char *end;
+    const long l = strtol(s, &end, 10);
+    return *end == '\0' && l > 0 && l <= BC_MAX_THREADS ? (int)l : 0;
+}
 
 static int threads_setting(void)
 {
     int t = BC_LOAD(&g_threads);
     if (t < 0) {
-        const char *s = getenv("BLOCKC_NUM_THREADS");
-        int v = 0;
-        if (s && *s) {
-            char *end;
-            long l = strtol(s, &end, 10);
-            if (*end == '\0' && l > 0 && l <= 4096)
-                v = (int)l;
-        }
-        BC_INIT_ONCE(&g_threads, v);
+        BC_INIT_ONCE(&g_threads, env_threads());
         t = BC_LOAD(&g_threads);
     }
     return t;
 }
 
-static int threads_now(void)
+/* The default without BLOCKC_NUM_THREADS: OpenMP's (OMP_NUM_THREADS or the
+ * processors), capped at the processors this process may run on, so that a
+ * huge OMP_NUM_THREADS cannot make the OpenMP runtime abort. */
+static int default_threads(void)
 {
 #ifdef _OPENMP
-    int t = threads_setting();
-    if (t == 0)
-        t = omp_get_max_threads();
-    return t > 0 ? t : 1;
+    int t = omp_get_max_threads(), procs = omp_get_num_procs();
+    if (procs < 1)
+        procs = 1;
+    return t < 1 ? 1 : t > procs ? procs : t;
 #else
     return 1;
 #endif
 }
 
+static int threads_now(void)
+{
+#ifdef _OPENMP
+    if (BC_LOAD(&g_forked))
+        return 1;
+    const int t = threads_setting();
+    return t > 0 ? t : default_threads();
+#else
+    return 1;
+#endif
+}
+
+#ifdef BC_HAVE_PTHREAD
+/* A child forked after the parent ran OpenMP threads has none of them, and the
+ * OpenMP runtime would wait forever for them: the child runs blockc on one
+ * thread (the calling one) and never opens a parallel region. */
+static void at_fork_child(void) { BC_STORE(&g_forked, 1); }
+static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
+static void fork_init(void) { (void)pthread_atfork(NULL, NULL, at_fork_child); }
+#endif
+
 int bc_set_num_threads(int n)
 {
-    if (n < 0 || n > 4096)  /* as BLOCKC_NUM_THREADS: OpenMP cannot start ~10^5 threads */
+    if (n < 0 || n > BC_MAX_THREADS)
         return BC_ESIZE;
     threads_setting();  /* read the environment first, so it cannot override n later */
-    if (n == 0) {
-        const char *s = getenv("BLOCKC_NUM_THREADS");
-        long l = 0;
-        if (s && *s) {
-            char *end;
-            l = strtol(s, &end, 10);
-            if (*end != '\0' || l <= 0 || l > 4096)
-                l = 0;
-        }
-        n = (int)l;
-    }
-    BC_STORE(&g_threads, n);
+    BC_STORE(&g_threads, n ? n : env_threads());
     return BC_OK;
 }
 
@@ -184,24 +208,31 @@ int bc_get_num_threads(int *n)
 /* Below this many flops a parallel region costs more than it saves. */
 #define BC_PAR_MIN_FLOPS 2.0e6
 
-int bc_rt_threads(double flops)
+int bc_rt_threads(const bc_ctx *cx, double flops)
 {
-    if (flops < BC_PAR_MIN_FLOPS)
+    if (flops < BC_PAR_MIN_FLOPS || cx->threads <= 1)
         return 1;
 #ifdef _OPENMP
     if (omp_in_parallel())
         return 1;  /* called from inside someone's parallel region: stay serial */
 #endif
-    return threads_now();
+    return cx->threads;
+}
+
+int bc_rt_thread_num(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
 }
 
 /* ---- per-thread scratch ------------------------------------------------- */
 
-#define BC_SLOTS 2
-
 typedef struct {
-    float *p[BC_SLOTS];
-    size_t n[BC_SLOTS];
+    float *p;
+    size_t n;
 } scratch_t;
 
 static BC_TLS scratch_t t_scratch;
@@ -213,11 +244,9 @@ static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 static void scratch_free(void *arg)
 {
     scratch_t *s = arg;
-    for (int i = 0; i < BC_SLOTS; i++) {
-        free(s->p[i]);
-        s->p[i] = NULL;
-        s->n[i] = 0;
-    }
+    free(s->p);
+    s->p = NULL;
+    s->n = 0;
 }
 
 static void key_init(void) { (void)pthread_key_create(&g_key, scratch_free); }
@@ -233,29 +262,61 @@ static void *alloc64(size_t bytes)
 #endif
 }
 
-float *bc_rt_scratch(int slot, size_t n)
+static void free64(void *p)
+{
+#if defined(_WIN32)
+    _aligned_free(p);
+#else
+    free(p);
+#endif
+}
+
+/* The calling thread's scratch, at least n floats, or NULL. */
+static float *scratch_get(size_t n)
 {
     scratch_t *s = &t_scratch;
-    if (slot < 0 || slot >= BC_SLOTS)
+    if (s->n >= n && s->p)
+        return s->p;
+    if (n > SIZE_MAX / sizeof(float) / 2)
         return NULL;
-    if (s->n[slot] >= n && s->p[slot])
-        return s->p[slot];
-    if (n > SIZE_MAX / sizeof(float) - 16)
-        return NULL;
-    size_t want = n + n / 4 + 16;  /* some headroom against regrowing */
+    const size_t want = n + n / 4 + 16;  /* some headroom against regrowing */
     float *p = alloc64(want * sizeof(float));
     if (!p)
         return NULL;
-#if defined(_WIN32)
-    _aligned_free(s->p[slot]);
-#else
-    free(s->p[slot]);
-#endif
-    s->p[slot] = p;
-    s->n[slot] = want;
+    free64(s->p);
+    s->p = p;
+    s->n = want;
 #ifdef BC_HAVE_PTHREAD
     pthread_once(&g_key_once, key_init);
-    pthread_setspecific(g_key, s);  /* frees the buffers at thread exit */
+    pthread_setspecific(g_key, s);  /* frees the buffer at thread exit */
 #endif
     return p;
+}
+
+int bc_rt_ctx(bc_ctx *cx, size_t d_head)
+{
+#ifdef BC_HAVE_PTHREAD
+    pthread_once(&g_fork_once, fork_init);
+#endif
+    const bc_kernel_table *kt = table_of(isa_now());
+    const int threads = threads_now();
+    size_t per = BC_GEMM_SCRATCH;
+    if (d_head) {
+        if (d_head > (size_t)BC_MAX_ELEMENTS)
+            return BC_EOVERFLOW;
+        const size_t a = kt->attn_scratch(d_head);
+        if (a > per)
+            per = a;
+    }
+    per = (per + 15) & ~(size_t)15;  /* every slice 64-byte aligned */
+    if (per > SIZE_MAX / sizeof(float) / 4 / (size_t)threads)
+        return BC_ENOMEM;
+    float *p = scratch_get(per * (size_t)threads);
+    if (!p)
+        return BC_ENOMEM;
+    cx->kt = kt;
+    cx->threads = threads;
+    cx->scratch = p;
+    cx->per_thread = per;
+    return BC_OK;
 }
