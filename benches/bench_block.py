@@ -137,7 +137,7 @@ def with_biases(W, cfg, rng):
         if cfg.norm == "layer":
             W.setdefault(key, (1.0 + 0.1 * rng.standard_normal(d) if key.endswith("weight")
                                else 0.1 * rng.standard_normal(d)).astype(np.float32))
-    return blockc.BlockWeights(W)
+    return blockc.prepare(W, cfg)
 
 
 def bench_blocks(args, torch, rows, clock=time.perf_counter, single=False):

@@ -6,7 +6,7 @@ weights, the per-thread workspace, the output allocation. Peers measured in the
 same run, same weights, same input:
 
   C floor        the bare cffi call to bc_block_forward (no Python checks)
-  blockc         block_forward with the BlockWeights init_block returns (cached)
+  blockc         block_forward with the PreparedBlock blockc.prepare returns
   blockc dict    block_forward with a plain dict (validated on every call)
   numpy oracle   blockc.reference.block.block_forward in float32
   torch          the same pre-norm RMS block in PyTorch eager (if installed), on
@@ -84,15 +84,15 @@ def main() -> None:
     plain = dict(W)
     x = np.random.default_rng(0).uniform(-1, 1, (args.batch, args.seq, args.d_model)).astype(np.float32)
     y = np.empty_like(x)
-    p = engine._prepare(W, cfg)
+    p = blockc.prepare(W, cfg)
     work, n = engine._workspace(cfg, args.batch, args.seq)
     yp, xp = fptr(y), cptr(x)
     want = ref.block_forward(x, W, cfg)
     np.testing.assert_allclose(blockc.block_forward(x, W, cfg), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
 
     rows = [
-        ("C floor", lambda: lib.bc_block_forward(yp, xp, cfg._c, p.c, args.batch, args.seq, work, n)),
-        ("blockc", lambda: blockc.block_forward(x, W, cfg)),
+        ("C floor", lambda: lib.bc_block_forward(yp, xp, cfg._c, p._c, args.batch, args.seq, work, n)),
+        ("blockc", lambda: blockc.block_forward(x, p, cfg)),
         ("blockc dict", lambda: blockc.block_forward(x, plain, cfg)),
         ("numpy oracle", lambda: ref.block_forward(x, W, cfg, np.float32)),
     ]

@@ -174,11 +174,10 @@ def _cases():
     xb = f32(2, 5, 16)
 
     def c_block():
-        from blockc.engine import _prepare
-        ps = [_prepare(W, cfg) for W in Ws]
+        ps = [blockc.prepare(W, cfg) for W in Ws]
         arr = ffi.new("bc_block_weights[]", 2)
         for i, p in enumerate(ps):
-            arr[i] = p.c[0]
+            arr[i] = p._c[0]
         n = ffi.new("size_t *")
         lib.bc_block_workspace_size(n, cfg._c, 2, 5)
         work = np.empty(n[0], np.float32)
@@ -196,8 +195,8 @@ def _cases():
     def _():
         ps, arr, n, work, out, hid = c_block()
         return alternate(
-            lambda: lib.bc_block_forward(fptr(out), cptr(xb), cfg._c, ps[0].c, 2, 5, fptr(work), work.size),
-            lambda: lib.bc_block_forward(fptr(out), cptr(xb), cfg._c, ps[0].c, 2, 5, fptr(work), 1))
+            lambda: lib.bc_block_forward(fptr(out), cptr(xb), cfg._c, ps[0]._c, 2, 5, fptr(work), work.size),
+            lambda: lib.bc_block_forward(fptr(out), cptr(xb), cfg._c, ps[0]._c, 2, 5, fptr(work), 1))
 
     @case("bc_stack_forward")
     def _():

@@ -1,16 +1,46 @@
 """blockc: transformer-block kernels in C, wrapped with cffi.
 
-- ``blockc.book``: the chapter's listings at the book's fixed sizes, exact.
-- ``blockc.reference``: the pure-NumPy oracle.
-- ``blockc.rng``: the portable C-runtime ``rand()`` generators.
+- :mod:`blockc.book`: the chapter's listings at the book's fixed sizes, exact.
+- :func:`block_forward`, :func:`stack_forward`, :mod:`blockc.ops`: the dynamic
+  engine, every variant the chapters discuss, at any size.
+- :class:`GPT`: chapter 6's whole model with a KV cache.
+- :mod:`blockc.reference`: the pure-NumPy oracle.
+- :mod:`blockc.rng`: the portable C-runtime ``rand()`` generators.
+
+Every exception blockc raises derives from :class:`BlockcError` (and from
+``ValueError``, ``TypeError`` or ``MemoryError`` as fits).
 """
-from ._native import BlockcError
-from .rng import CRand
-from . import book
+from __future__ import annotations
+
+from ._errors import BlockcError, BlockcMemoryError, BlockcTypeError, BlockcValueError
+from . import book, ops
+from .engine import (BlockConfig, PreparedBlock, block_forward, count_parameters, init_block,
+                     init_blocks, prepare, stack_forward)
 from .gpt import GPT, GPTConfig, KVCache, gpt_parameter_count, gpt_parameter_formula
+from .rng import CRand
+from .runtime import best_isa, get_isa, get_num_threads, set_isa, set_num_threads
 
-from . import ops
-from .engine import BlockConfig, BlockWeights, block_forward, count_parameters, init_block, init_blocks, stack_forward
 
-__version__ = "0.1.0"
-from .runtime import set_num_threads, get_num_threads, get_isa, set_isa, best_isa
+def _version() -> str:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:  # pragma: no cover - Python < 3.8
+        return "unknown"
+    try:
+        return version("blockc")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "unknown"
+
+
+__version__ = _version()
+
+__all__ = [
+    "BlockcError", "BlockcValueError", "BlockcTypeError", "BlockcMemoryError",
+    "book", "ops",
+    "BlockConfig", "PreparedBlock", "prepare", "block_forward", "stack_forward",
+    "init_block", "init_blocks", "count_parameters",
+    "GPT", "GPTConfig", "KVCache", "gpt_parameter_count", "gpt_parameter_formula",
+    "CRand",
+    "set_num_threads", "get_num_threads", "get_isa", "set_isa", "best_isa",
+    "__version__",
+]

@@ -10,7 +10,8 @@ from typing import Callable, Dict, List, Mapping, Tuple
 
 import numpy as np
 
-from ._arrays import as_f32
+from ._args import as_f32
+from ._errors import BlockcTypeError, BlockcValueError
 
 __all__ = ["REAL_MODELS", "book_array", "check_keys", "real_params_rows"]
 
@@ -31,19 +32,19 @@ def book_array(a, name: str, shape: Tuple[int, ...]) -> np.ndarray:
     dtypes only, anything else is a TypeError naming the argument."""
     arr = as_f32(a, name)
     if arr.shape != shape:
-        raise ValueError(f"{name} must have shape {shape} (the book's size), got {arr.shape}")
+        raise BlockcValueError(f"{name} must have shape {shape} (the book's size), got {arr.shape}")
     return arr
 
 
 def check_keys(weights: Mapping[str, object], name: str, shapes: Mapping[str, tuple]) -> None:
     """``weights`` is a mapping with exactly the keys of ``shapes``."""
     if not isinstance(weights, Mapping):
-        raise TypeError(f"{name} must be a dict of arrays with keys {list(shapes)}, "
+        raise BlockcTypeError(f"{name} must be a dict of arrays with keys {list(shapes)}, "
                         f"got {type(weights).__name__}")
     missing = [k for k in shapes if k not in weights]
     extra = [k for k in weights if k not in shapes]
     if missing or extra:
-        raise ValueError(f"{name} must have exactly the keys {list(shapes)}"
+        raise BlockcValueError(f"{name} must have exactly the keys {list(shapes)}"
                          + (f"; missing {missing}" if missing else "")
                          + (f"; unknown {extra}" if extra else ""))
 

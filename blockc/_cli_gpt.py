@@ -12,6 +12,7 @@ import numpy as np
 
 from .cli import pyplot
 from .gpt import GPT_PRESETS, GPT, GPTConfig, gpt_parameter_count, gpt_parameter_formula
+from ._errors import BlockcValueError
 
 _NAMES = {"gpt2": "GPT-2 small", "gpt2-medium": "GPT-2 medium",
           "gpt2-large": "GPT-2 large", "gpt2-xl": "GPT-2 XL"}
@@ -95,7 +96,7 @@ def residual_norms(cfg: GPTConfig, seq: int, seed: int) -> np.ndarray:
 def _norms(args) -> int:
     cfg = _config(args)
     if args.seq < 1 or args.seq > cfg.context:
-        raise ValueError(f"--seq must be in [1, {cfg.context}], got {args.seq}")
+        raise BlockcValueError(f"--seq must be in [1, {cfg.context}], got {args.seq}")
     norms = residual_norms(cfg, args.seq, args.seed)
     print(f"residual-stream norm (mean over {args.seq} tokens), random {args.preset}-shaped model "
           f"D={cfg.width} L={cfg.layers}, seed {args.seed}")

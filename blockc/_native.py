@@ -1,34 +1,65 @@
 """The one thin layer between Python and the C library.
 
 Everything that calls ``lib`` goes through :func:`check`, which maps the C
-status codes to Python exceptions; and through :func:`fptr` / :func:`cptr`,
+status codes to blockc's exceptions; and through :func:`fptr` / :func:`cptr`,
 which hand NumPy buffers to C without copying.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ._blockc import ffi, lib
-
-__all__ = ["ffi", "lib", "check", "BlockcError", "fptr", "cptr"]
+from ._errors import BlockcError, BlockcMemoryError, BlockcValueError
 
 
-class BlockcError(RuntimeError):
-    """A C entry point reported a failure the Python layer did not anticipate."""
 
+def _installed_extension():
+    """The extension module of a blockc installed elsewhere on sys.path, for when
+    this package is the source tree (``pip install .`` then ``python -m blockc``
+    from the repository root: the source folder shadows the installed package,
+    and has no compiled extension of its own). None when there is none."""
+    import importlib.machinery
+    import importlib.util
+    import os
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    for entry in sys.path:
+        pkg = os.path.join(os.path.abspath(entry or os.curdir), "blockc")
+        if os.path.abspath(pkg) == here or not os.path.isdir(pkg):
+            continue
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = os.path.join(pkg, "_blockc" + suffix)
+            if os.path.exists(path):
+                spec = importlib.util.spec_from_file_location("blockc._blockc", path)
+                mod = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(mod)
+                sys.modules["blockc._blockc"] = mod
+                return mod
+    return None
+
+
+try:
+    from ._blockc import ffi, lib
+except ImportError:  # the source tree without a build: use an installed blockc's
+    _ext = _installed_extension()
+    if _ext is None:
+        raise ImportError(
+            "blockc's C extension is not built: install blockc (`pip install .`) or build it "
+            "in place (`pip install -e .`)") from None
+    ffi, lib = _ext.ffi, _ext.lib
+
+__all__ = ["ffi", "lib", "check", "fptr", "cptr"]
 
 # status -> exception type; messages come from bc_strerror
 _EXC = {
-    lib.BC_ENULL: ValueError,
-    lib.BC_ESIZE: ValueError,
-    lib.BC_EOVERFLOW: ValueError,
-    lib.BC_EHEADS: ValueError,
-    lib.BC_EOPTION: ValueError,
-    lib.BC_ENOMEM: MemoryError,
-    lib.BC_ERANGE: ValueError,
-    lib.BC_ECONTEXT: ValueError,
-    lib.BC_EWORKSPACE: BlockcError,
-    lib.BC_EALIAS: ValueError,
+    lib.BC_ENULL: BlockcValueError,
+    lib.BC_ESIZE: BlockcValueError,
+    lib.BC_EOVERFLOW: BlockcValueError,
+    lib.BC_EHEADS: BlockcValueError,
+    lib.BC_EOPTION: BlockcValueError,
+    lib.BC_ENOMEM: BlockcMemoryError,
+    lib.BC_ERANGE: BlockcValueError,
+    lib.BC_ECONTEXT: BlockcValueError,
+    lib.BC_EALIAS: BlockcValueError,
 }
 
 

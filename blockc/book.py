@@ -33,6 +33,8 @@ import numpy as np
 from ._book_common import REAL_MODELS, book_array, check_keys, real_params_rows
 from ._native import check, cptr, ffi, fptr, lib
 from .rng import generator_id
+from ._args import as_int, as_seed
+from ._errors import BlockcValueError
 
 __all__ = [
     "FFN_D_MODEL", "FFN_D_FF", "RESIDUAL_DIM", "SEQ_LEN", "D_MODEL", "N_HEADS",
@@ -110,12 +112,9 @@ def _from_struct(s, shapes: Mapping[str, tuple]) -> Dict[str, np.ndarray]:
 
 
 def _rng(seed: int, rand: str):
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-        raise TypeError(f"seed must be an integer, got {type(seed).__name__}")
-    if not 0 <= int(seed) < 2**32:
-        raise ValueError(f"seed must be in [0, 2**32), got {seed}")
+    seed = as_seed(seed)
     g = ffi.new("bc_rng *")
-    check(lib.bc_rng_init(g, generator_id(rand), int(seed)), "bc_rng_init")
+    check(lib.bc_rng_init(g, generator_id(rand), seed), "bc_rng_init")
     return g
 
 
@@ -206,7 +205,7 @@ def stack_forward(x, blocks: Sequence[Mapping[str, object]]) -> Tuple[np.ndarray
     """
     xa = book_array(x, "x", (SEQ_LEN, D_MODEL))
     if isinstance(blocks, Mapping) or len(blocks) != N_BLOCKS:
-        raise ValueError(f"blocks must be a sequence of {N_BLOCKS} weight dicts (the book's "
+        raise BlockcValueError(f"blocks must be a sequence of {N_BLOCKS} weight dicts (the book's "
                          f"stack), got {len(blocks) if not isinstance(blocks, Mapping) else 'a dict'}")
     s = ffi.new(f"bc_book_block[{N_BLOCKS}]")
     for i, w in enumerate(blocks):
@@ -233,11 +232,7 @@ def avg_norm(x) -> np.float32:
 
 # --- 128_Block's and 130_Real_Params' counts --------------------------------------
 def _int(v, name: str) -> int:
-    if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
-        raise TypeError(f"{name} must be an integer, got {type(v).__name__}")
-    if not 0 < int(v) < 2**63:
-        raise ValueError(f"{name} must be a positive int64, got {v}")
-    return int(v)
+    return as_int(v, name, 1, 2 ** 63 - 1)
 
 
 def block_params(d_model: int = D_MODEL, d_ff: int = D_FF, n_layers: int = 1) -> Dict[str, int]:

@@ -52,26 +52,32 @@ Inputs are computed in float32: float64 (and float16) inputs and weights are
 rounded to float32 first; results are new float32 arrays and inputs are never
 modified.
 
-Speed: ``init_block`` returns a :class:`BlockWeights`, a dict that keeps the
-validated C view of its arrays and reuses it on every call (until the dict
-is modified); wrap any other mapping as ``BlockWeights(state_dict)`` to get the
-same. Plain dicts are validated on every call. Scratch memory is a per-thread
-workspace reused across calls, so a call allocates only its output.
+Speed: a plain mapping is validated on every call (its entries are read
+once, and the call uses what it checked). :func:`prepare` validates once and
+returns a :class:`PreparedBlock`, an immutable copy of the weights with its C
+view built, which ``block_forward`` and ``stack_forward`` accept in place of
+the mapping: the toy block then costs a few microseconds a call. Scratch
+memory is a per-thread workspace reused across calls, so a call allocates only
+its output.
 """
 from __future__ import annotations
 
-import math
 import threading
+import types
 from dataclasses import dataclass, fields
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Mapping, Sequence, Union
+
+import numpy.typing as npt
 
 import numpy as np
 
 from ._native import check, cptr, ffi, fptr, lib
-from ._arrays import F32, as_f32, check_eps
+from ._args import (F32, MAX_ELEMENTS, as_choice, as_f32, as_flag, as_int, as_seed, as_size,
+                    check_eps)
+from ._errors import BlockcTypeError, BlockcValueError
 
 __all__ = [
-    "BlockConfig", "BlockWeights", "init_block", "init_blocks", "block_forward",
+    "BlockConfig", "PreparedBlock", "prepare", "init_block", "init_blocks", "block_forward",
     "stack_forward", "count_parameters", "avg_norm", "NORMS", "PLACEMENTS", "ACTIVATIONS",
 ]
 
@@ -84,8 +90,8 @@ _C_NORM = {"rms": lib.BC_NORM_RMS, "layer": lib.BC_NORM_LAYER, "none": lib.BC_NO
 _C_PLACE = {"pre": lib.BC_PLACE_PRE, "post": lib.BC_PLACE_POST}
 _C_ACT = {"gelu_tanh": lib.BC_ACT_GELU_TANH, "gelu": lib.BC_ACT_GELU,
           "relu": lib.BC_ACT_RELU, "swiglu": lib.BC_ACT_SWIGLU}
-_MAX = int(lib.BC_MAX_ELEMENTS)
-_EWORKSPACE = lib.BC_EWORKSPACE
+_MAX = MAX_ELEMENTS
+assert _MAX == int(lib.BC_MAX_ELEMENTS)
 
 # (state-dict key, bc_block_weights field)
 _FIELDS = (
@@ -97,29 +103,6 @@ _FIELDS = (
     ("ln1.weight", "ln1_w"), ("ln1.bias", "ln1_b"),
     ("ln2.weight", "ln2_w"), ("ln2.bias", "ln2_b"),
 )
-
-
-def _choice(value: Any, name: str, allowed: Sequence[str]) -> str:
-    if not isinstance(value, str) or value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
-    return value
-
-
-def _size(value: Any, name: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
-    v = int(value)
-    if v < 1:
-        raise ValueError(f"{name} must be >= 1, got {v}")
-    if v > _MAX:
-        raise ValueError(f"{name} must be <= 2**40, got {v}")
-    return v
-
-
-def _flag(value: Any, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    return bool(value)
 
 
 @dataclass(frozen=True)
@@ -143,18 +126,18 @@ class BlockConfig:
     # struct, built once) and ``_shapes`` (the weight shapes this config expects)
 
     def __post_init__(self):
-        d = _size(self.d_model, "d_model")
-        h = _size(self.n_heads, "n_heads")
-        f = _size(self.d_ff, "d_ff")
+        d = as_size(self.d_model, "d_model")
+        h = as_size(self.n_heads, "n_heads")
+        f = as_size(self.d_ff, "d_ff")
         if d % h:
-            raise ValueError(f"n_heads must divide d_model: d_model={d}, n_heads={h}")
+            raise BlockcValueError(f"n_heads must divide d_model: d_model={d}, n_heads={h}")
         if 3 * d * d > _MAX or f * d > _MAX:
-            raise ValueError(f"d_model={d}, d_ff={f}: a weight matrix would exceed 2**40 elements")
-        _choice(self.norm, "norm", NORMS)
-        _choice(self.placement, "placement", PLACEMENTS)
-        _choice(self.activation, "activation", ACTIVATIONS)
-        causal = _flag(self.causal, "causal")
-        residual = _flag(self.residual, "residual")
+            raise BlockcValueError(f"d_model={d}, d_ff={f}: a weight matrix would exceed 2**40 elements")
+        as_choice(self.norm, "norm", NORMS)
+        as_choice(self.placement, "placement", PLACEMENTS)
+        as_choice(self.activation, "activation", ACTIVATIONS)
+        causal = as_flag(self.causal, "causal")
+        residual = as_flag(self.residual, "residual")
         eps = check_eps(self.eps)
         for k, v in (("d_model", d), ("n_heads", h), ("d_ff", f), ("causal", causal),
                      ("residual", residual), ("eps", eps)):
@@ -208,20 +191,30 @@ def _why_not(key: str, cfg: BlockConfig) -> str:
     return f"unknown weight {key!r}"
 
 
-class _Prepared:
-    """Validated float32 C-contiguous arrays and the C struct pointing into them."""
-    __slots__ = ("cfg", "arrays", "c")
+class PreparedBlock(Mapping):
+    """One block's weights, validated for one :class:`BlockConfig` and frozen.
 
-    def __init__(self, W: Mapping[str, Any], cfg: BlockConfig, name: str = "W"):
+    Made by :func:`prepare`. The arrays are float32 copies, read-only, so
+    nothing the caller does to the mapping or its arrays afterwards reaches
+    this object: prepare again to use new weights. ``block_forward`` and
+    ``stack_forward`` accept it in place of the mapping and skip every check
+    but the config's. It is itself a read-only mapping of its arrays.
+    """
+    __slots__ = ("_cfg", "_arrays", "_c")
+
+    def __init__(self, W: Mapping[str, Any], cfg: "BlockConfig", name: str = "W",
+                 copy: bool = True):
+        _check_cfg(cfg)
         if not isinstance(W, Mapping):
-            raise TypeError(f"{name} must be a mapping of weight name -> array "
-                            f"(a dict or a state_dict), got {type(W).__name__}")
+            raise BlockcTypeError(f"{name} must be a mapping of weight name -> array "
+                                  f"(a dict or a state_dict), got {type(W).__name__}")
+        items = dict(W)  # read each entry once: the checks and the call use the same arrays
         shapes = cfg._shapes
-        for key in W:
+        for key in items:
             if key not in shapes:
                 allowed = ", ".join(shapes)
-                raise ValueError(f"{name}: {_why_not(key, cfg)}; accepted keys: {allowed}")
-        arrays = {}
+                raise BlockcValueError(f"{name}: {_why_not(key, cfg)}; accepted keys: {allowed}")
+        arrays: Dict[str, np.ndarray] = {}
         c = ffi.new("bc_block_weights *")
         bufs = []
         for key, fld in _FIELDS:
@@ -229,95 +222,101 @@ class _Prepared:
             if spec is None:
                 continue
             shape, desc, required = spec
-            if key not in W:
+            if key not in items:
                 if required:
-                    raise ValueError(f"{name} is missing {key!r}, expected shape {desc} = {shape}")
+                    raise BlockcValueError(f"{name} is missing {key!r}, expected shape {desc} = {shape}")
                 continue
-            a = as_f32(W[key], f"{name}[{key!r}]")
+            a = as_f32(items[key], f"{name}[{key!r}]")
             if a.shape != shape:
                 hint = " (transposed?)" if a.shape == shape[::-1] and len(shape) == 2 else ""
-                raise ValueError(f"{name}[{key!r}] must have shape {desc} = {shape}, "
-                                 f"got {a.shape}{hint}")
+                raise BlockcValueError(f"{name}[{key!r}] must have shape {desc} = {shape}, "
+                                       f"got {a.shape}{hint}")
+            if copy:
+                a = a.copy()
+                a.setflags(write=False)
             arrays[key] = a
             p = cptr(a)
             bufs.append(p)
             setattr(c, fld, p)
-        self.cfg = cfg
-        self.arrays = (arrays, bufs)  # keeps the buffers alive as long as c
-        self.c = c
+        object.__setattr__(self, "_cfg", cfg)
+        object.__setattr__(self, "_arrays", (types.MappingProxyType(arrays), bufs))
+        object.__setattr__(self, "_c", c)
+
+    @property
+    def cfg(self) -> "BlockConfig":
+        """The config the weights were checked against."""
+        return self._cfg
+
+    @property
+    def arrays(self) -> Mapping[str, np.ndarray]:
+        """The weights (a read-only mapping of read-only float32 arrays)."""
+        return self._arrays[0]
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self._arrays[0][key]
+
+    def __iter__(self):
+        return iter(self._arrays[0])
+
+    def __len__(self) -> int:
+        return len(self._arrays[0])
+
+    def __setattr__(self, name, value):
+        raise AttributeError("PreparedBlock is immutable: prepare() new weights instead")
+
+    def __reduce__(self):  # pickle / copy: prepared again from its arrays
+        return (prepare, ({k: np.array(v) for k, v in self.arrays.items()}, self._cfg))
+
+    def __repr__(self) -> str:
+        return f"PreparedBlock({sorted(self.arrays)}, {self._cfg!r})"
 
 
-class BlockWeights(dict):
-    """A dict of block weights that caches its validated C view per config.
+def prepare(W: Mapping[str, Any], cfg: "BlockConfig") -> PreparedBlock:
+    """Validate a block's weights once, for repeated calls.
 
-    Values are stored as given; the cache is dropped whenever the dict is
-    modified, so swapping an array is always seen. Changing an array's
-    values in place is seen too when the array is float32 and C-contiguous
-    (the C view points into it); other arrays are converted on validation,
-    so reassign them (``W[k] = new``) after changing them.
+    Parameters
+    ----------
+    W : mapping of str to array_like
+        The block's weights, keyed as in the module docstring (a PyTorch
+        ``GPTBlock.state_dict()`` works as is).
+    cfg : BlockConfig
+        The block's configuration.
+
+    Returns
+    -------
+    PreparedBlock
+        Immutable float32 copies of the weights with their C view built.
+
+    Raises
+    ------
+    TypeError
+        ``W`` is not a mapping, ``cfg`` not a BlockConfig, an array not floating.
+    ValueError
+        A key is unknown for ``cfg``, a required key is missing, a shape is wrong.
+
+    Examples
+    --------
+    >>> cfg = BlockConfig()
+    >>> P = prepare(init_block(cfg), cfg)
+    >>> block_forward(np.zeros((4, 8), np.float32), P, cfg).shape
+    (4, 8)
     """
-    __slots__ = ("_prep",)
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._prep = None
-
-    def _dirty(self):
-        self._prep = None
-
-    def __setitem__(self, k, v):
-        self._prep = None
-        super().__setitem__(k, v)
-
-    def __delitem__(self, k):
-        self._prep = None
-        super().__delitem__(k)
-
-    def update(self, *a, **kw):
-        self._prep = None
-        super().update(*a, **kw)
-
-    def pop(self, *a):
-        self._prep = None
-        return super().pop(*a)
-
-    def popitem(self):
-        self._prep = None
-        return super().popitem()
-
-    def clear(self):
-        self._prep = None
-        super().clear()
-
-    def setdefault(self, *a):
-        self._prep = None
-        return super().setdefault(*a)
-
-    def __ior__(self, other):
-        self._prep = None
-        return super().__ior__(other)
-
-    def copy(self):
-        return BlockWeights(self)
-
-    def __reduce__(self):
-        return (BlockWeights, (dict(self),))
+    return PreparedBlock(W, cfg, "W")
 
 
-def _prepare(W: Any, cfg: BlockConfig, name: str = "W") -> _Prepared:
-    if type(W) is BlockWeights:
-        p = W._prep
-        if p is not None and (p.cfg is cfg or p.cfg == cfg):
-            return p
-        p = _Prepared(W, cfg, name)
-        W._prep = p
-        return p
-    return _Prepared(W, cfg, name)
+def _prepare(W: Any, cfg: "BlockConfig", name: str = "W") -> PreparedBlock:
+    """A PreparedBlock for cfg: W itself when it is one (for this config), else a
+    per-call view of the mapping (checked, not copied)."""
+    if type(W) is PreparedBlock:
+        if W._cfg is not cfg and W._cfg != cfg:
+            raise BlockcValueError(f"{name} was prepared for {W._cfg!r}, not {cfg!r}")
+        return W
+    return PreparedBlock(W, cfg, name, copy=False)
 
 
-def _check_cfg(cfg: Any) -> BlockConfig:
+def _check_cfg(cfg: Any) -> "BlockConfig":
     if type(cfg) is not BlockConfig:
-        raise TypeError(f"cfg must be a blockc.BlockConfig, got {type(cfg).__name__}")
+        raise BlockcTypeError(f"cfg must be a blockc.BlockConfig, got {type(cfg).__name__}")
     return cfg
 
 
@@ -343,12 +342,6 @@ def _workspace(cfg: BlockConfig, b: int, t: int):
     return tls.ptr, tls.n
 
 
-def _forget_workspace() -> None:
-    """Make the next call re-query the size (the kernels' scratch needs may change,
-    e.g. with the thread count)."""
-    _tls.cfg = None
-
-
 def _input(x: Any, cfg: BlockConfig):
     """x as float32 (B,T,D)-compatible C array plus (B, T)."""
     x = as_f32(x, "x")
@@ -358,28 +351,52 @@ def _input(x: Any, cfg: BlockConfig):
     elif len(shape) == 2:
         (t, d), b = shape, 1
     else:
-        raise ValueError(f"x must have shape (T, d_model) or (B, T, d_model) with "
+        raise BlockcValueError(f"x must have shape (T, d_model) or (B, T, d_model) with "
                          f"d_model={cfg.d_model}, got {shape}")
     if d != cfg.d_model:
-        raise ValueError(f"x must have shape (T, {cfg.d_model}) or (B, T, {cfg.d_model}) "
+        raise BlockcValueError(f"x must have shape (T, {cfg.d_model}) or (B, T, {cfg.d_model}) "
                          f"(last axis d_model={cfg.d_model}), got {shape}")
     return x, b, t
 
 
 # ---- forward ----------------------------------------------------------------
 
-def block_forward(x: Any, W: Mapping[str, Any], cfg: BlockConfig) -> np.ndarray:
+def block_forward(x: npt.ArrayLike, W: Union[Mapping[str, Any], PreparedBlock],
+                  cfg: BlockConfig) -> np.ndarray:
     """One transformer block.
 
-    x (T, D) or (B, T, D) -> a new float32 array of the same shape.
-    W: the block's weights (see the module docstring), cfg: its BlockConfig."""
-    # the lean path: a BlockWeights already prepared for this config, a float32
-    # C-contiguous x; everything else falls through to the full checks
+    Parameters
+    ----------
+    x : array_like, shape (T, D) or (B, T, D)
+        The input, floating (computed in float32).
+    W : mapping of str to array_like, or PreparedBlock
+        The block's weights (see the module docstring), or :func:`prepare`'s result.
+    cfg : BlockConfig
+        The block's shape and options.
+
+    Returns
+    -------
+    numpy.ndarray
+        A new float32 array shaped like ``x``.
+
+    Raises
+    ------
+    TypeError
+        A wrong type: ``cfg``, ``W`` or a floating array expected.
+    ValueError
+        A wrong shape or key, or weights prepared for another config.
+
+    Examples
+    --------
+    >>> cfg = BlockConfig()
+    >>> y = block_forward(np.full((4, 8), 0.1, np.float32), init_block(cfg), cfg)
+    >>> y.shape, y.dtype
+    ((4, 8), dtype('float32'))
+    """
+    # the lean path: prepared weights, a float32 C-contiguous x
     if type(cfg) is not BlockConfig:
         _check_cfg(cfg)
-    p = W._prep if type(W) is BlockWeights else None
-    if p is None or p.cfg is not cfg:
-        p = _prepare(W, cfg)
+    p = _prepare(W, cfg)
     if not (type(x) is np.ndarray and x.dtype is F32 and x.flags.c_contiguous):
         x = as_f32(x, "x")
     shape = x.shape
@@ -392,71 +409,75 @@ def block_forward(x: Any, W: Mapping[str, Any], cfg: BlockConfig) -> np.ndarray:
     y = np.empty(shape, F32)
     if b and t:
         work, n = _workspace(cfg, b, t)
-        st = lib.bc_block_forward(fptr(y), cptr(x), cfg._c, p.c, b, t, work, n)
-        if st == _EWORKSPACE:
-            _forget_workspace()
-            work, n = _workspace(cfg, b, t)
-            st = lib.bc_block_forward(fptr(y), cptr(x), cfg._c, p.c, b, t, work, n)
+        st = lib.bc_block_forward(fptr(y), cptr(x), cfg._c, p._c, b, t, work, n)
         if st:
             check(st, "block_forward")
     return y
 
 
-def _stack_call(y, hidden, x, cfg, ws, n, b, t) -> None:
-    hp = ffi.NULL if hidden is None else fptr(hidden)
-    for attempt in (0, 1):
-        work, wn = _workspace(cfg, b, t)
-        st = lib.bc_stack_forward(fptr(y), hp, cptr(x), cfg._c, ws, n, b, t, work, wn)
-        if st != _EWORKSPACE:
-            break
-        _forget_workspace()
-    check(st, "stack_forward")
-
-
-def stack_forward(x: Any, Ws: Sequence[Mapping[str, Any]], cfg: BlockConfig,
-                  return_hidden: bool = False) -> np.ndarray:
+def stack_forward(x: npt.ArrayLike, Ws: Sequence[Union[Mapping[str, Any], PreparedBlock]],
+                  cfg: BlockConfig, return_hidden: bool = False) -> np.ndarray:
     """The blocks ``Ws`` applied in order, in one C call.
 
-    x (T, D) or (B, T, D) -> the final state, same shape; with
-    ``return_hidden=True``, an array (n+1, *x.shape): the input (as float32)
-    followed by the state after every block (chapter 6, exercise 2)."""
+    Parameters
+    ----------
+    x : array_like, shape (T, D) or (B, T, D)
+        The input.
+    Ws : sequence of mappings or PreparedBlocks
+        One block's weights per entry.
+    cfg : BlockConfig
+        The configuration every block shares.
+    return_hidden : bool, optional
+        Also return the input and every block's output (chapter 6, exercise 2).
+
+    Returns
+    -------
+    numpy.ndarray
+        The final state, shaped like ``x``; with ``return_hidden``, an array
+        ``(len(Ws) + 1, *x.shape)``: the input (as float32), then the state after
+        every block.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`block_forward`, naming ``Ws[i]``.
+
+    Examples
+    --------
+    >>> cfg = BlockConfig()
+    >>> hs = stack_forward(np.full((4, 8), 0.1, np.float32), init_blocks(cfg, 4), cfg,
+    ...                    return_hidden=True)
+    >>> hs.shape
+    (5, 4, 8)
+    """
     _check_cfg(cfg)
-    _flag(return_hidden, "return_hidden")
+    as_flag(return_hidden, "return_hidden")
     if isinstance(Ws, Mapping) or not isinstance(Ws, Iterable):
-        raise TypeError("Ws must be a sequence of weight mappings, one per block")
+        raise BlockcTypeError("Ws must be a sequence of weight mappings, one per block")
     preps = [_prepare(W, cfg, f"Ws[{i}]") for i, W in enumerate(Ws)]
     x, b, t = _input(x, cfg)
     n = len(preps)
     if return_hidden:
-        hid = np.empty((n + 1,) + x.shape, F32)
-        hid[0] = x
-        if n and b and t:
-            ws = ffi.new("bc_block_weights[]", n)
-            for i, p in enumerate(preps):
-                ws[i] = p.c[0]
-            y = np.empty(x.shape, F32)
-            _stack_call(y, hid[1:], x, cfg, ws, n, b, t)
-        return hid
-    y = np.array(x, dtype=F32, copy=True) if n == 0 else np.empty(x.shape, F32)
+        out = np.empty((n + 1,) + x.shape, F32)
+        out[0] = x
+        y, hidden = np.empty(x.shape, F32), out[1:]
+    else:
+        out = y = np.array(x, dtype=F32, copy=True) if n == 0 else np.empty(x.shape, F32)
+        hidden = None
     if n and b and t:
         ws = ffi.new("bc_block_weights[]", n)
         for i, p in enumerate(preps):
-            ws[i] = p.c[0]
-        _stack_call(y, None, x, cfg, ws, n, b, t)
-    return y
+            ws[i] = p._c[0]
+        work, wn = _workspace(cfg, b, t)
+        check(lib.bc_stack_forward(fptr(y), ffi.NULL if hidden is None else fptr(hidden),
+                                   cptr(x), cfg._c, ws, n, b, t, work, wn), "stack_forward")
+    return out
 
 
 # ---- initialisation -----------------------------------------------------------
 
-def _seed(seed: Any) -> int:
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an integer, got {type(seed).__name__}")
-    if not 0 <= int(seed) < 2 ** 32:
-        raise ValueError(f"seed must be in [0, 2**32), got {seed}")
-    return int(seed)
-
-
-def init_blocks(cfg: BlockConfig, n: int, seed: int = 42, rand: str = "msvc") -> List[BlockWeights]:
+def init_blocks(cfg: BlockConfig, n: int, seed: int = 42,
+                rand: str = "msvc") -> List[Dict[str, np.ndarray]]:
     """n blocks of weights drawn in sequence from one generator.
 
     ``rand="msvc"`` (the book's figures) or ``"glibc"``: the chapter-24 draw,
@@ -473,23 +494,20 @@ def init_blocks(cfg: BlockConfig, n: int, seed: int = 42, rand: str = "msvc") ->
     and LayerNorm shifts zero (for the norms the config has).
     """
     _check_cfg(cfg)
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
-        raise TypeError(f"n must be an integer, got {type(n).__name__}")
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    seed = _seed(seed)
-    _choice(rand, "rand", RANDS)
+    n = as_int(n, "n", 0, _MAX)
+    seed = as_seed(seed)
+    as_choice(rand, "rand", RANDS)
     d, f = cfg.d_model, cfg.d_ff
     swiglu = cfg.activation == "swiglu"
     per = 4 * d * d + 2 * f * d + (f * d if swiglu else 0)
     if n * per > _MAX:
-        raise ValueError(f"n={n} blocks of {per} weights exceed 2**40 elements")
-    out: List[BlockWeights] = []
+        raise BlockcValueError(f"n={n} blocks of {per} weights exceed 2**40 elements")
+    out: List[Dict[str, np.ndarray]] = []
     if rand == "normal":
         g = np.random.default_rng(seed)
         draw = lambda *shape: g.normal(0.0, 0.02, size=shape).astype(np.float32)
         for _ in range(n):
-            W = BlockWeights()
+            W: Dict[str, np.ndarray] = {}
             W["attn.qkv.weight"] = draw(3 * d, d)
             W["attn.proj.weight"] = draw(d, d)
             W["up.weight"] = draw(f, d)
@@ -513,7 +531,7 @@ def init_blocks(cfg: BlockConfig, n: int, seed: int = 42, rand: str = "msvc") ->
         flat = np.empty(per, np.float32)
         check(lib.bc_rng_uniform(fptr(flat), g, per, 0.1), "init_blocks")
         dd, fd = d * d, f * d
-        W = BlockWeights()
+        W = {}
         W["attn.qkv.weight"] = flat[:3 * dd].reshape(3 * d, d)
         W["attn.proj.weight"] = flat[3 * dd:4 * dd].reshape(d, d)
         W["up.weight"] = flat[4 * dd:4 * dd + fd].reshape(f, d)
@@ -524,7 +542,7 @@ def init_blocks(cfg: BlockConfig, n: int, seed: int = 42, rand: str = "msvc") ->
     return out
 
 
-def init_block(cfg: BlockConfig, seed: int = 42, rand: str = "msvc") -> BlockWeights:
+def init_block(cfg: BlockConfig, seed: int = 42, rand: str = "msvc") -> Dict[str, np.ndarray]:
     """One block's weights: ``init_blocks(cfg, 1, seed, rand)[0]`` (128_Block's draw)."""
     return init_blocks(cfg, 1, seed, rand)[0]
 
@@ -552,17 +570,15 @@ def count_parameters(cfg: BlockConfig, bias: bool = False, n_blocks: int = 1) ->
     - Chapter 6, GPT-2 block (layer norm, biases, F=4D): 12*D**2 + 13*D.
     """
     _check_cfg(cfg)
-    _flag(bias, "bias")
-    if isinstance(n_blocks, (bool, np.bool_)) or not isinstance(n_blocks, (int, np.integer)) \
-            or n_blocks < 0:
-        raise ValueError(f"n_blocks must be an integer >= 0, got {n_blocks!r}")
+    as_flag(bias, "bias")
+    n_blocks = as_int(n_blocks, "n_blocks", 0, _MAX)
     d, f = cfg.d_model, cfg.d_ff
     swiglu = cfg.activation == "swiglu"
     per = 4 * d * d + 2 * d * f + (d * f if swiglu else 0)
     per += {"rms": 2 * d, "layer": 4 * d, "none": 0}[cfg.norm]
     if bias:
         per += 3 * d + d + f + d + (f if swiglu else 0)
-    return per * int(n_blocks)
+    return per * n_blocks
 
 
 def avg_norm(x: Any) -> float:
@@ -572,7 +588,7 @@ def avg_norm(x: Any) -> float:
     x (..., D); every leading position counts."""
     x = as_f32(x, "x")
     if x.ndim < 1 or x.size == 0:
-        raise ValueError(f"x must have shape (..., D) with at least one position, got {x.shape}")
+        raise BlockcValueError(f"x must have shape (..., D) with at least one position, got {x.shape}")
     rows = x.reshape(-1, x.shape[-1])
     ss = np.cumsum(rows * rows, axis=1, dtype=np.float32)[:, -1]  # cumsum: sequential float adds
     total = np.cumsum(np.sqrt(ss), dtype=np.float32)[-1]

@@ -24,14 +24,16 @@ Computation is float32 throughout; float64 parameters are converted to float32.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, fields
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
+import numpy.typing as npt
 
-from ._arrays import check_eps
+from ._args import as_choice, as_flag, as_int, as_real, as_size, check_eps, to_numpy
 from ._native import check, cptr, ffi, fptr, lib
+from ._errors import BlockcTypeError, BlockcValueError
 
 __all__ = ["GPTConfig", "GPT", "KVCache", "gpt_parameter_count", "gpt_parameter_formula",
            "GPT_PRESETS"]
@@ -43,14 +45,6 @@ GPT_PRESETS: Dict[str, Dict[str, int]] = {
     "gpt2-large": dict(width=1280, heads=20, layers=36),
     "gpt2-xl": dict(width=1600, heads=25, layers=48),
 }
-
-
-def _positive_int(label: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{label} must be an integer, got {type(v).__name__}")
-    if v <= 0:
-        raise ValueError(f"{label} must be positive, got {v}")
-    return int(v)
 
 
 @dataclass(frozen=True)
@@ -71,18 +65,48 @@ class GPTConfig:
 
     def __post_init__(self):
         for name in ("vocab", "context", "width", "heads", "layers"):
-            object.__setattr__(self, name, _positive_int(f"GPTConfig.{name}", getattr(self, name)))
+            object.__setattr__(self, name, as_size(getattr(self, name), f"GPTConfig.{name}"))
         if self.width % self.heads:
-            raise ValueError(f"GPTConfig: width {self.width} is not divisible by heads {self.heads}")
+            raise BlockcValueError(f"GPTConfig: width {self.width} is not divisible by heads {self.heads}")
         object.__setattr__(self, "eps", check_eps(self.eps, "GPTConfig.eps"))
-        object.__setattr__(self, "tie_weights", bool(self.tie_weights))
-        check(lib.bc_gpt_config_check(self._c()), "GPTConfig")
+        object.__setattr__(self, "tie_weights", as_flag(self.tie_weights, "GPTConfig.tie_weights"))
+        # the C struct, built once from the checked fields (the config is frozen)
+        object.__setattr__(self, "_cs", ffi.new("bc_gpt_config *", dict(
+            vocab=self.vocab, context=self.context, width=self.width, heads=self.heads,
+            layers=self.layers, eps=self.eps, tie_weights=int(self.tie_weights))))
+        st = lib.bc_gpt_config_check(self._cs)
+        if st == lib.BC_EOVERFLOW:
+            raise BlockcValueError(f"GPTConfig: a model of vocab={self.vocab}, context={self.context}, "
+                                   f"width={self.width}, layers={self.layers} exceeds 2**40 parameters")
+        check(st, "GPTConfig")
+
+    def __reduce__(self):  # pickle / copy by the fields; the C struct is rebuilt
+        return (type(self), tuple(getattr(self, f.name) for f in fields(self)))
 
     @classmethod
-    def preset(cls, name: str, **overrides) -> "GPTConfig":
-        """A GPT-2 size by name: 'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl'."""
-        if name not in GPT_PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose from {sorted(GPT_PRESETS)}")
+    def preset(cls, name: str, **overrides: Any) -> "GPTConfig":
+        """A GPT-2 size by name: 'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl'.
+
+        Parameters
+        ----------
+        name : str
+            The preset.
+        **overrides
+            Fields to change (``layers=2``, ``tie_weights=False``, ...).
+
+        Returns
+        -------
+        GPTConfig
+
+        Examples
+        --------
+        >>> GPTConfig.preset("gpt2", layers=2).layers
+        2
+        """
+        as_choice(name, "preset", sorted(GPT_PRESETS))
+        unknown = sorted(set(overrides) - {f.name for f in fields(cls)})
+        if unknown:
+            raise BlockcTypeError(f"GPTConfig has no field {unknown[0]!r}")
         kw = dict(vocab=50257, context=1024, **GPT_PRESETS[name])
         kw.update(overrides)
         return cls(**kw)
@@ -92,15 +116,13 @@ class GPTConfig:
         return self.width // self.heads
 
     def _c(self):
-        """A fresh ``bc_gpt_config *`` for the C library."""
-        return ffi.new("bc_gpt_config *", dict(
-            vocab=self.vocab, context=self.context, width=self.width, heads=self.heads,
-            layers=self.layers, eps=self.eps, tie_weights=int(self.tie_weights)))
+        """The ``bc_gpt_config *`` for the C library (built once)."""
+        return self._cs
 
 
 def _as_config(cfg: Any) -> GPTConfig:
-    if not isinstance(cfg, GPTConfig):
-        raise TypeError(f"cfg must be a blockc.GPTConfig, got {type(cfg).__name__}")
+    if type(cfg) is not GPTConfig:
+        raise BlockcTypeError(f"cfg must be a blockc.GPTConfig, got {type(cfg).__name__}")
     return cfg
 
 
@@ -137,38 +159,32 @@ def _layout(cfg: GPTConfig) -> Dict[str, Tuple[int, Tuple[int, ...]]]:
     return out
 
 
-_NUMPY_FLOATS = ("torch.float16", "torch.float32", "torch.float64")
-
-
 def _to_numpy(name: str, value: Any) -> np.ndarray:
-    """A NumPy view or copy of a state-dict entry (NumPy array-like or torch tensor)."""
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without importing torch
-        t = value.detach().cpu()
-        if t.is_floating_point() and str(t.dtype) not in _NUMPY_FLOATS:
-            t = t.float()  # bfloat16 and the float8s have no NumPy dtype
-        value = t.numpy()
-    a = np.asarray(value)
+    """A state-dict entry (NumPy array-like or torch tensor) as a NumPy array of reals."""
+    a = to_numpy(value, f"state dict entry {name!r}")
     if a.dtype.kind not in "fiu":
-        raise ValueError(f"state dict entry {name!r} must hold real numbers, got dtype {a.dtype}")
+        raise BlockcValueError(f"state dict entry {name!r} must hold real numbers, got dtype {a.dtype}")
     return a
 
 
 def _check_ids(ids: Any, cfg: GPTConfig, start: int) -> np.ndarray:
-    """ids as a C-contiguous int32 or int64 (B, T) array (the two types C reads; int32
-    stays int32, no copy when already contiguous), validated against the model."""
-    a = np.asarray(ids)
+    """ids as a new C-contiguous int32 or int64 (B, T) array (the two types C reads;
+    int32 stays int32), validated against the model. Always a copy: the ids are
+    small, and the copy is what was checked, whatever another thread does to the
+    caller's array meanwhile."""
+    a = np.array(to_numpy(ids, "ids"), copy=True)  # checked below, then used: this copy
     if a.dtype.kind not in "iu" or a.dtype == np.bool_:
-        raise ValueError(f"ids must be integers, got dtype {a.dtype}")
+        raise BlockcValueError(f"ids must be integers, got dtype {a.dtype}")
     if a.ndim != 2:
-        raise ValueError(f"ids must have shape (B, T), got shape {a.shape}")
+        raise BlockcValueError(f"ids must have shape (B, T), got shape {a.shape}")
     if a.shape[0] == 0 or a.shape[1] == 0:
-        raise ValueError(f"ids must have B >= 1 and T >= 1, got shape {a.shape}")
+        raise BlockcValueError(f"ids must have B >= 1 and T >= 1, got shape {a.shape}")
     if a.size:
         lo, hi = int(a.min()), int(a.max())
         if lo < 0 or hi >= cfg.vocab:
-            raise ValueError(f"ids must lie in [0, {cfg.vocab}), got values in [{lo}, {hi}]")
+            raise BlockcValueError(f"ids must lie in [0, {cfg.vocab}), got values in [{lo}, {hi}]")
     if start + a.shape[1] > cfg.context:
-        raise ValueError(f"Sequence exceeds the model's context of {cfg.context} "
+        raise BlockcValueError(f"Sequence exceeds the model's context of {cfg.context} "
                          f"(positions {start}..{start + a.shape[1] - 1})")
     return np.ascontiguousarray(a, dtype=np.int32 if a.dtype == np.int32 else np.int64)
 
@@ -176,50 +192,78 @@ def _check_ids(ids: Any, cfg: GPTConfig, start: int) -> np.ndarray:
 class KVCache:
     """Keys and values of every layer for ``batch`` sequences of up to ``capacity`` tokens.
 
-    k, v: (layers, batch, capacity, width) float32; ``length`` positions are filled.
-    Made by :meth:`GPT.new_cache`; ``m(ids, cache=cache)`` appends to it.
+    Made by :meth:`GPT.new_cache`; ``m(ids, cache=cache)`` appends to it. A cache
+    belongs to the model that made it (another model, even of the same config,
+    refuses it) and its state cannot be replaced from Python: ``k`` and ``v``
+    (layers, batch, capacity, width) are read-only views, ``length`` (positions
+    filled), ``batch`` and ``capacity`` read-only properties; :meth:`reset`
+    empties it. Calls that share one cache take turns (a lock), so two threads
+    appending to it never write the same positions.
     """
+    __slots__ = ("_cfg", "_owner", "_k", "_v", "_batch", "_capacity", "_length", "_lock")
 
-    def __init__(self, cfg: GPTConfig, batch: int, capacity: int):
-        batch = _positive_int("batch", batch)
-        capacity = _positive_int("capacity", capacity)
+    def __init__(self, cfg: GPTConfig, batch: int, capacity: int, _owner: object = None):
+        cfg = _as_config(cfg)
+        batch = as_size(batch, "batch")
+        capacity = as_size(capacity, "capacity")
         if capacity > cfg.context:
-            raise ValueError("Requested cache exceeds the context limit "
-                             f"({capacity} > {cfg.context})")
+            raise BlockcValueError("Requested cache exceeds the context limit "
+                                   f"({capacity} > {cfg.context})")
         n = ffi.new("size_t *")
         check(lib.bc_gpt_cache_size(n, cfg._c(), batch, capacity), "new_cache")
         shape = (cfg.layers, batch, capacity, cfg.width)
-        self.k = np.zeros(shape, dtype=np.float32)
-        self.v = np.zeros(shape, dtype=np.float32)
-        self.cfg, self.batch, self.capacity, self.length = cfg, batch, capacity, 0
+        self._cfg, self._owner = cfg, _owner
+        self._k = np.zeros(shape, dtype=np.float32)
+        self._v = np.zeros(shape, dtype=np.float32)
+        self._batch, self._capacity, self._length = batch, capacity, 0
+        self._lock = threading.Lock()
+
+    @property
+    def k(self) -> np.ndarray:
+        """The keys (layers, batch, capacity, width), a read-only view."""
+        return _readonly(self._k)
+
+    @property
+    def v(self) -> np.ndarray:
+        """The values (layers, batch, capacity, width), a read-only view."""
+        return _readonly(self._v)
+
+    @property
+    def batch(self) -> int:
+        return self._batch
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def length(self) -> int:
+        """Positions filled (the same for every row)."""
+        return self._length
+
+    @property
+    def cfg(self) -> GPTConfig:
+        return self._cfg
 
     def reset(self) -> None:
         """Forget every stored position (length 0)."""
-        self.length = 0
-
-    def _check(self) -> None:
-        """The attributes are public: refuse a cache whose arrays or length no longer
-        match what C will index (it writes up to layers*batch*capacity*width floats)."""
-        shape = (self.cfg.layers, self.batch, self.capacity, self.cfg.width)
-        for name in ("k", "v"):
-            a = getattr(self, name)
-            if not (isinstance(a, np.ndarray) and a.dtype == np.float32 and a.shape == shape
-                    and a.flags.c_contiguous and a.flags.writeable):
-                got = (f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__)
-                raise ValueError(f"cache.{name} must be a writable C-contiguous float32 array "
-                                 f"of shape {shape}, got {got}")
-        n = self.length
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n <= self.capacity:
-            raise ValueError(f"cache.length must be an integer in [0, {self.capacity}], got {n!r}")
+        with self._lock:
+            self._length = 0
 
     def __repr__(self):
-        return f"KVCache(batch={self.batch}, capacity={self.capacity}, length={self.length})"
+        return f"KVCache(batch={self._batch}, capacity={self._capacity}, length={self._length})"
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    v = a.view()
+    v.setflags(write=False)
+    return v
 
 
 class GPT:
     """The chapter's GPT, its parameters in one contiguous float32 buffer, computed in C."""
 
-    def __init__(self, cfg: GPTConfig, params: Optional[np.ndarray] = None):
+    def __init__(self, cfg: GPTConfig, params: Optional[npt.ArrayLike] = None):
         """A model of config ``cfg`` on ``params`` (1-D float32 buffer, adopted without copy
         when it is already C-contiguous float32 of the right size); zeros when None."""
         self._cfg = _as_config(cfg)
@@ -228,10 +272,12 @@ class GPT:
         if params is None:
             params = np.zeros(n, dtype=np.float32)
         else:
-            params = np.ascontiguousarray(params, dtype=np.float32)
+            params = np.ascontiguousarray(to_numpy(params, "params"), dtype=np.float32)
             if params.shape != (n,):
-                raise ValueError(f"params must have shape ({n},), got {params.shape}")
+                raise BlockcValueError(f"params must have shape ({n},), got {params.shape}")
         self._params = params
+        self._cptr = cptr(params)     # the C view, made once (params is never replaced)
+        self._tls = threading.local()  # each thread's workspace
 
     # ---- construction -------------------------------------------------------
 
@@ -239,8 +285,24 @@ class GPT:
     def random(cls, cfg: GPTConfig, seed: Optional[int] = 0) -> "GPT":
         """GPT-2 initialisation: weights N(0, 0.02), biases 0, LayerNorm gains 1, shifts 0.
 
-        Drawn from ``numpy.random.default_rng(seed)`` tensor by tensor in state-dict order.
+        Parameters
+        ----------
+        cfg : GPTConfig
+        seed : int >= 0 or None, optional
+            Seed of ``numpy.random.default_rng``, drawn from tensor by tensor in
+            state-dict order (None: fresh entropy).
+
+        Returns
+        -------
+        GPT
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> m(np.array([[1, 2, 3]])).shape
+        (1, 3, 16)
         """
+        seed = None if seed is None else as_int(seed, "seed", 0)
         m = cls(cfg)
         rng = np.random.default_rng(seed)
         for name, (off, shape) in m._layout.items():
@@ -263,7 +325,8 @@ class GPT:
         """
         cfg = _as_config(cfg)
         if not isinstance(sd, Mapping):
-            raise TypeError(f"state dict must be a mapping, got {type(sd).__name__}")
+            raise BlockcTypeError(f"state dict must be a mapping, got {type(sd).__name__}")
+        sd = dict(sd)  # each entry read once: what is checked is what is loaded
         m = cls(cfg)
         expected = m._layout
         keys = set(sd.keys())
@@ -272,22 +335,22 @@ class GPT:
         unexpected = sorted(str(k) for k in keys
                             if k not in expected and not (tied_head and k == "head.weight"))
         if missing:
-            raise ValueError(f"state dict is missing {missing}")
+            raise BlockcValueError(f"state dict is missing {missing}")
         if unexpected:
-            raise ValueError(f"state dict has unexpected keys {unexpected}")
+            raise BlockcValueError(f"state dict has unexpected keys {unexpected}")
         arrays = {}
         for name, (off, shape) in expected.items():
             a = _to_numpy(name, sd[name])
             if a.shape != shape:
-                raise ValueError(f"state dict entry {name!r} has shape {a.shape}, expected {shape}")
+                raise BlockcValueError(f"state dict entry {name!r} has shape {a.shape}, expected {shape}")
             arrays[name] = a
         if tied_head:
             head = _to_numpy("head.weight", sd["head.weight"])
             if head.shape != expected["token.weight"][1]:
-                raise ValueError(f"state dict entry 'head.weight' has shape {head.shape}, "
+                raise BlockcValueError(f"state dict entry 'head.weight' has shape {head.shape}, "
                                  f"expected {expected['token.weight'][1]}")
-            if not np.array_equal(head.astype(np.float32), arrays["token.weight"].astype(np.float32)):
-                raise ValueError("state dict entry 'head.weight' differs from 'token.weight' "
+            if not _same_bits(head, arrays["token.weight"]):
+                raise BlockcValueError("state dict entry 'head.weight' differs from 'token.weight' "
                                  "but the config ties them (tie_weights=True)")
         for name, (off, shape) in expected.items():
             m._params[off:off + arrays[name].size] = arrays[name].reshape(-1)
@@ -321,53 +384,81 @@ class GPT:
         return out
 
     def new_cache(self, batch: int, capacity: int) -> KVCache:
-        """An empty KV cache for ``batch`` sequences of up to ``capacity`` (<= context) tokens."""
-        return KVCache(self._cfg, batch, capacity)
+        """An empty KV cache for ``batch`` sequences of up to ``capacity`` (<= context)
+        tokens, owned by this model."""
+        return KVCache(self._cfg, batch, capacity, _owner=self)
 
     # ---- forward ------------------------------------------------------------
 
+    def _workspace(self, n: int):
+        """(pointer, array) of this thread's workspace of at least n floats."""
+        tls = self._tls
+        buf = getattr(tls, "buf", None)
+        if buf is None or buf.size < n:
+            buf = np.empty(max(n, 1), dtype=np.float32)
+            tls.buf, tls.ptr = buf, fptr(buf)
+        return tls.ptr, buf
+
     def _forward(self, ids: Any, cache: Optional[KVCache], last_only: bool,
-                 return_hidden: bool, want_logits: bool = True):
+                 want_hidden: bool, want_logits: bool = True):
+        if cache is None:
+            return self._run(ids, None, 0, last_only, want_hidden, want_logits)[:2]
+        if not isinstance(cache, KVCache):
+            raise BlockcTypeError(f"cache must be a blockc.KVCache, got {type(cache).__name__}")
+        if cache._owner is not self:
+            raise BlockcValueError("cache belongs to another model: make it with this "
+                                   "model's new_cache()")
+        with cache._lock:  # one call at a time per cache; the length read once, here
+            start = cache._length
+            out = self._run(ids, cache, start, last_only, want_hidden, want_logits)
+            cache._length = out[2]
+        return out[0], out[1]
+
+    def _run(self, ids: Any, cache: Optional[KVCache], start: int, last_only: bool,
+             want_hidden: bool, want_logits: bool):
         cfg = self._cfg
-        if cache is not None:
-            if not isinstance(cache, KVCache):
-                raise TypeError(f"cache must be a blockc.KVCache, got {type(cache).__name__}")
-            if cache.cfg != cfg:
-                raise ValueError("cache was made for a different model config")
-            cache._check()
-        start = cache.length if cache is not None else 0
         a = _check_ids(ids, cfg, start)
         b, t = a.shape
-        if cache is not None:
-            if cache.batch != b:
-                raise ValueError(f"ids have batch {b} but the cache holds {cache.batch} rows")
-            if start + t > cache.capacity:
-                raise ValueError(f"Sequence exceeds the cache's capacity of {cache.capacity} "
-                                 f"(length {start} + {t} tokens)")
-        c_cfg = cfg._c()
         c_cache = ffi.NULL
         if cache is not None:
+            if cache._batch != b:
+                raise BlockcValueError(f"ids have batch {b} but the cache holds {cache._batch} rows")
+            if start + t > cache._capacity:
+                raise BlockcValueError(f"Sequence exceeds the cache's capacity of {cache._capacity} "
+                                       f"(length {start} + {t} tokens)")
             c_cache = ffi.new("bc_gpt_cache *", dict(
-                k=fptr(cache.k), v=fptr(cache.v), batch=cache.batch,
-                capacity=cache.capacity, length=cache.length))
+                k=fptr(cache._k), v=fptr(cache._v), batch=cache._batch,
+                capacity=cache._capacity, length=start))
         n = ffi.new("size_t *")
-        check(lib.bc_gpt_workspace_size(n, c_cfg, b, t, c_cache), "GPT forward")
-        work = np.empty(int(n[0]), dtype=np.float32)
+        check(lib.bc_gpt_workspace_size(n, cfg._c(), b, t, c_cache), "GPT forward")
+        work, buf = self._workspace(int(n[0]))
         logits = None
         if want_logits:
             logits = np.empty((b, 1 if last_only else t, cfg.vocab), dtype=np.float32)
-        hidden = np.empty((cfg.layers, b, t, cfg.width), dtype=np.float32) if return_hidden else None
+        hidden = np.empty((cfg.layers, b, t, cfg.width), dtype=np.float32) if want_hidden else None
         wide = a.dtype == np.int64
         ids_ptr = ffi.from_buffer("int64_t[]" if wide else "int32_t[]", a, require_writable=False)
         check(lib.bc_gpt_forward(fptr(logits) if logits is not None else ffi.NULL,
                                  fptr(hidden) if hidden is not None else ffi.NULL,
-                                 c_cache, cptr(self._params), c_cfg, ids_ptr,
+                                 c_cache, self._cptr, cfg._c(), ids_ptr,
                                  lib.BC_IDS_INT64 if wide else lib.BC_IDS_INT32, b, t,
-                                 int(last_only), fptr(work), work.size),
+                                 int(last_only), work, buf.size),
               "GPT forward")
-        if cache is not None:
-            cache.length = int(c_cache.length)
-        return logits, hidden
+        return logits, hidden, start + t
+
+    def hidden_states(self, ids: npt.ArrayLike) -> np.ndarray:
+        """The residual stream after every block, without the head.
+
+        Parameters
+        ----------
+        ids : array_like of int, shape (B, T)
+
+        Returns
+        -------
+        numpy.ndarray
+            (layers, B, T, width) float32.
+        """
+        return self._forward(ids, None, False, True, want_logits=False)[1]
 
     def __call__(self, ids: Any, cache: Optional[KVCache] = None, return_hidden: bool = False
                  ) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
@@ -377,6 +468,7 @@ class GPT:
         With ``return_hidden``, returns ``(logits, hidden)``, hidden (layers, B, T, width):
         the residual stream after every block.
         """
+        return_hidden = as_flag(return_hidden, "return_hidden")
         logits, hidden = self._forward(ids, cache, False, return_hidden)
         return (logits, hidden) if return_hidden else logits
 
@@ -398,23 +490,18 @@ class GPT:
         """
         cfg = self._cfg
         a = _check_ids(ids, cfg, 0)
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
-            raise TypeError("max_new_tokens must be an integer")
-        max_new_tokens = int(max_new_tokens)
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        temperature = float(temperature)
-        if not (math.isfinite(temperature) and temperature >= 0.0):
-            raise ValueError(f"temperature must be finite and >= 0, got {temperature}")
+        max_new_tokens = as_int(max_new_tokens, "max_new_tokens", 0)
+        temperature = as_real(temperature, "temperature", 0.0)
         if top_k is not None:
-            if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
-                raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
-            top_k = min(int(top_k), cfg.vocab)
+            top_k = min(as_int(top_k, "top_k", 1), cfg.vocab)
+        if seed is not None:
+            seed = as_int(seed, "seed", 0)
+        use_cache = as_flag(use_cache, "use_cache")
         b, t = a.shape
         if max_new_tokens == 0:
             return a.astype(np.int64)  # a new array
         if t + max_new_tokens - 1 > cfg.context:
-            raise ValueError(f"Sequence exceeds the model's context of {cfg.context} "
+            raise BlockcValueError(f"Sequence exceeds the model's context of {cfg.context} "
                              f"({t} prompt + {max_new_tokens} new tokens)")
         rng = np.random.default_rng(seed)
         out = np.empty((b, t + max_new_tokens), dtype=np.int64)
@@ -437,11 +524,18 @@ class GPT:
         """Next token per row of logits (B, V): argmax, or a temperature/top-k sample."""
         if temperature == 0.0:
             return np.argmax(logits, axis=-1).astype(np.int64)
-        z = logits.astype(np.float64) / temperature
+        if not np.isfinite(logits).all():
+            raise BlockcValueError("cannot sample: the logits hold inf or NaN (the model's "
+                                   "weights do?); temperature=0 takes the argmax")
+        z = logits.astype(np.float64)
         if top_k is not None and top_k < z.shape[-1]:
             kth = np.partition(z, -top_k, axis=-1)[:, -top_k][:, None]
             z = np.where(z < kth, -np.inf, z)
-        z = z - z.max(axis=-1, keepdims=True)
+        # shifted first, so z <= 0 and the largest is exactly 0: dividing by any
+        # positive temperature, however small, gives no NaN (the ties of the
+        # maximum keep probability, the rest go to 0: the greedy limit)
+        with np.errstate(over="ignore"):
+            z = (z - z.max(axis=-1, keepdims=True)) / temperature
         p = np.exp(z)
         p /= p.sum(axis=-1, keepdims=True)
         u = rng.random(z.shape[0])
@@ -454,3 +548,10 @@ class GPT:
         return (f"GPT(vocab={c.vocab}, context={c.context}, width={c.width}, heads={c.heads}, "
                 f"layers={c.layers}, tie_weights={c.tie_weights}, "
                 f"parameters={self.num_parameters():,})")
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """The two tensors hold the same float32 values bit for bit (NaN equals itself)."""
+    a32 = np.ascontiguousarray(a, dtype=np.float32)
+    b32 = np.ascontiguousarray(b, dtype=np.float32)
+    return a32.shape == b32.shape and np.array_equal(a32.view(np.uint32), b32.view(np.uint32))

@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Iterable, List, Optional
 
 from . import book
+from ._errors import BlockcValueError
 
 __all__ = ["LISTINGS", "listing_name", "render", "Figure", "figures", "BOOK_FIGURES",
            "GLIBC_FIGURES", "format_figures"]
@@ -28,7 +29,7 @@ def listing_name(name: str) -> str:
     for full in LISTINGS:
         if key == full[:3] or key.lower() == full.lower():
             return full
-    raise ValueError(f"unknown listing {name!r}; choose one of {', '.join(LISTINGS)} "
+    raise BlockcValueError(f"unknown listing {name!r}; choose one of {', '.join(LISTINGS)} "
                      f"(or just the number, 126..130)")
 
 

@@ -22,8 +22,9 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from ._arrays import F32, as_f32, check_eps
+from ._args import F32, as_f32, check_eps
 from ._native import check, cptr, ffi, fptr, lib
+from ._errors import BlockcTypeError, BlockcValueError
 
 __all__ = [
     "linear", "rmsnorm", "layernorm", "attention", "gelu_tanh", "gelu", "relu",
@@ -35,7 +36,7 @@ def _vector(a: Any, n: int, name: str, what: str) -> Optional[np.ndarray]:
         return None
     a = as_f32(a, name)
     if a.shape != (n,):
-        raise ValueError(f"{name} must have shape ({n},) ({what}), got {a.shape}")
+        raise BlockcValueError(f"{name} must have shape ({n},) ({what}), got {a.shape}")
     return a
 
 
@@ -44,10 +45,10 @@ def linear(x: Any, w: Any, b: Any = None) -> np.ndarray:
     x = as_f32(x, "x")
     w = as_f32(w, "w")
     if w.ndim != 2:
-        raise ValueError(f"w must have shape (out, in), got {w.shape}")
+        raise BlockcValueError(f"w must have shape (out, in), got {w.shape}")
     oc, c = w.shape
     if x.ndim < 1 or x.shape[-1] != c:
-        raise ValueError(f"x must have shape (..., {c}) to match w of shape {w.shape}, got {x.shape}")
+        raise BlockcValueError(f"x must have shape (..., {c}) to match w of shape {w.shape}, got {x.shape}")
     b = _vector(b, oc, "b", "one bias per output row of w")
     n = x.size // c if c else int(np.prod(x.shape[:-1]))
     y = np.empty(x.shape[:-1] + (oc,), F32)
@@ -63,7 +64,7 @@ def linear(x: Any, w: Any, b: Any = None) -> np.ndarray:
 
 def _rows(x: np.ndarray, name: str) -> Tuple[int, int]:
     if x.ndim < 1 or x.shape[-1] == 0:
-        raise ValueError(f"{name} must have shape (..., D) with D >= 1, got {x.shape}")
+        raise BlockcValueError(f"{name} must have shape (..., D) with D >= 1, got {x.shape}")
     c = x.shape[-1]
     return x.size // c, c
 
@@ -111,21 +112,21 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False) -> np.ndarray:
     k = as_f32(k, "k")
     v = as_f32(v, "v")
     if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+        raise BlockcTypeError(f"causal must be a bool, got {type(causal).__name__}")
     if q.ndim < 2:
-        raise ValueError(f"q must have shape (B, H, Tq, Dh), got {q.shape}")
+        raise BlockcValueError(f"q must have shape (B, H, Tq, Dh), got {q.shape}")
     lead, (tq, dh) = q.shape[:-2], q.shape[-2:]
     if k.ndim != q.ndim or k.shape[:-2] != lead or k.shape[-1] != dh:
-        raise ValueError(f"k must have shape {lead + ('Tk', dh)} to match q {q.shape}, got {k.shape}")
+        raise BlockcValueError(f"k must have shape {lead + ('Tk', dh)} to match q {q.shape}, got {k.shape}")
     tk = k.shape[-2]
     if v.shape != k.shape:
-        raise ValueError(f"v must have the shape of k {k.shape}, got {v.shape}")
+        raise BlockcValueError(f"v must have the shape of k {k.shape}, got {v.shape}")
     y = np.empty(q.shape, F32)
     bh = int(np.prod(lead, dtype=np.int64))
     if bh == 0 or tq == 0:
         return y
     if tk == 0 or dh == 0:
-        raise ValueError(f"k and v need at least one key and Dh >= 1, got k {k.shape}")
+        raise BlockcValueError(f"k and v need at least one key and Dh >= 1, got k {k.shape}")
     check(lib.bc_attention(fptr(y), cptr(q), cptr(k), cptr(v), bh, 1, tq, tk, dh, bool(causal)),
           "attention")
     return y
@@ -164,7 +165,7 @@ def _same(a: Any, b: Any, na: str, nb: str) -> Tuple[np.ndarray, np.ndarray]:
     a = as_f32(a, na)
     b = as_f32(b, nb)
     if a.shape != b.shape:
-        raise ValueError(f"{nb} must have the shape of {na} {a.shape}, got {b.shape}")
+        raise BlockcValueError(f"{nb} must have the shape of {na} {a.shape}, got {b.shape}")
     return a, b
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._args import as_choice, as_seed
+
 __all__ = ["CRand", "GENERATORS", "generator_id"]
 
 GENERATORS = ("msvc", "glibc")
@@ -21,9 +23,7 @@ _M32 = 0xFFFFFFFF
 
 def generator_id(rand: str) -> int:
     """The C constant (0 msvc, 1 glibc) for a generator name; ValueError otherwise."""
-    if not isinstance(rand, str) or rand not in GENERATORS:
-        raise ValueError(f"rand must be one of {GENERATORS}, got {rand!r}")
-    return GENERATORS.index(rand)
+    return GENERATORS.index(as_choice(rand, "rand", GENERATORS))
 
 
 class CRand:
@@ -31,12 +31,8 @@ class CRand:
 
     def __init__(self, seed: int = 1, rand: str = "msvc"):
         generator_id(rand)
-        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-            raise TypeError(f"seed must be an integer, got {type(seed).__name__}")
-        if not 0 <= int(seed) <= _M32:
-            raise ValueError(f"seed must be in [0, 2**32), got {seed}")
+        seed = as_seed(seed)
         self.kind = rand
-        seed = int(seed)
         self.rand_max = 32767 if rand == "msvc" else 2147483647
         self._lcg = seed
         if rand == "glibc":

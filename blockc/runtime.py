@@ -17,6 +17,7 @@ from __future__ import annotations
 import numbers
 
 from ._native import check, ffi, lib
+from ._errors import BlockcTypeError, BlockcValueError
 
 __all__ = ["set_num_threads", "get_num_threads", "get_isa", "set_isa", "best_isa", "ISAS"]
 
@@ -26,9 +27,9 @@ ISAS = ("generic", "avx2", "avx512")
 def set_num_threads(n: int) -> None:
     """Use ``n`` threads (n >= 1) in the kernels from now on; ``n = 0`` restores the default."""
     if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-        raise TypeError(f"n must be an integer, got {type(n).__name__}")
+        raise BlockcTypeError(f"n must be an integer, got {type(n).__name__}")
     if not 0 <= int(n) <= 4096:
-        raise ValueError(f"n must be in [0, 4096] (0 = the default), got {n}")
+        raise BlockcValueError(f"n must be in [0, 4096] (0 = the default), got {n}")
     check(lib.bc_set_num_threads(int(n)), "set_num_threads")
 
 
@@ -56,7 +57,7 @@ def best_isa() -> str:
 def set_isa(name: str) -> None:
     """Force the kernels' instruction set; ValueError if unknown or not supported here."""
     if not isinstance(name, str) or name not in ISAS:
-        raise ValueError(f"name must be one of {ISAS}, got {name!r}")
+        raise BlockcValueError(f"name must be one of {ISAS}, got {name!r}")
     if ISAS.index(name) > ISAS.index(best_isa()):
-        raise ValueError(f"this CPU supports at most {best_isa()!r}, not {name!r}")
+        raise BlockcValueError(f"this CPU supports at most {best_isa()!r}, not {name!r}")
     check(lib.bc_set_isa(ISAS.index(name)), "set_isa")

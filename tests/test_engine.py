@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 import blockc
 from blockc import BlockConfig, block_forward, count_parameters, init_block, init_blocks, stack_forward
-from blockc.engine import BlockWeights, avg_norm
+from blockc.engine import PreparedBlock, avg_norm, prepare
 from blockc.reference import block as ref
 from blockc._cli_depth import BOOK_INPUT as X_BOOK
 
@@ -339,23 +339,41 @@ def test_inputs_never_modified_and_every_layout_works():
     assert y is not x and not np.shares_memory(y, x)
 
 
-def test_block_weights_cache_sees_changes():
+def test_plain_dict_sees_every_change():
     W = init_block(BOOK)
-    assert isinstance(W, BlockWeights)
     y1 = block_forward(X_BOOK, W, BOOK)
     W["up.weight"] = W["up.weight"] * 2          # a new array
     y2 = block_forward(X_BOOK, W, BOOK)
-    np.testing.assert_array_equal(y2, block_forward(X_BOOK, dict(W), BOOK))
     assert not np.array_equal(y1, y2)
-    W["down.weight"][:] = 0                      # in place, float32 C-contiguous
+    np.testing.assert_allclose(y2, ref.block_forward(X_BOOK, W, BOOK), rtol=1e-5, atol=1e-6)
+    W["down.weight"][:] = 0                      # in place
     y3 = block_forward(X_BOOK, W, BOOK)
-    np.testing.assert_array_equal(y3, block_forward(X_BOOK, dict(W), BOOK))
-    W["ln1.weight"] = np.full(8, 2.0, np.float32)
-    np.testing.assert_array_equal(block_forward(X_BOOK, W, BOOK), block_forward(X_BOOK, dict(W), BOOK))
-    del W["ln1.weight"]
-    np.testing.assert_array_equal(block_forward(X_BOOK, W, BOOK), y3)
-    with pytest.raises(ValueError, match="gate.weight"):
-        block_forward(X_BOOK, W, BlockConfig(activation="swiglu"))   # cache is per config
+    np.testing.assert_allclose(y3, ref.block_forward(X_BOOK, W, BOOK), rtol=1e-5, atol=1e-6)
+
+
+def test_prepared_block_is_a_frozen_copy():
+    W = init_block(BOOK)
+    P = prepare(W, BOOK)
+    assert isinstance(P, PreparedBlock) and P.cfg is BOOK
+    y = block_forward(X_BOOK, P, BOOK)
+    np.testing.assert_array_equal(y, block_forward(X_BOOK, W, BOOK))
+    # nothing done to the dict or its arrays afterwards reaches the prepared block
+    W["up.weight"] = W["up.weight"] * 2
+    W["down.weight"][:] = 0
+    np.testing.assert_array_equal(block_forward(X_BOOK, P, BOOK), y)
+    with pytest.raises(ValueError, match="read-only"):
+        P.arrays["up.weight"][0, 0] = 1.0
+    with pytest.raises(TypeError):
+        P.arrays["up.weight"] = np.zeros((32, 8), np.float32)
+    with pytest.raises(AttributeError, match="immutable"):
+        P._c = None
+    with pytest.raises(ValueError, match=r"W was prepared for BlockConfig\(d_model=8.*activation='relu'"):
+        block_forward(X_BOOK, P, BlockConfig(activation="relu"))
+    # stack_forward takes prepared blocks too, and they pickle by their arrays
+    import pickle
+    Ws = init_blocks(BOOK, 4)
+    Ps = [pickle.loads(pickle.dumps(prepare(w, BOOK))) for w in Ws]
+    np.testing.assert_array_equal(stack_forward(X_BOOK, Ps, BOOK), stack_forward(X_BOOK, Ws, BOOK))
 
 
 def test_threads_share_nothing_mutable():
@@ -409,14 +427,14 @@ def test_empty_batch_and_empty_stack():
 
 @pytest.mark.parametrize("kwargs, exc, match", [
     (dict(d_model=10, n_heads=3), ValueError, "n_heads must divide d_model"),
-    (dict(d_model=0), ValueError, "d_model must be >= 1"),
+    (dict(d_model=0), ValueError, r"d_model must be in \[1, 2\*\*40\], got 0"),
     (dict(n_heads=-2), ValueError, "n_heads"),
     (dict(d_ff=2.5), TypeError, "d_ff must be an integer"),
     (dict(d_model=True), TypeError, "d_model"),
     (dict(d_model=2**41), ValueError, "d_model"),
     (dict(d_model=2**20, n_heads=1), ValueError, "exceed"),
     (dict(norm="batch"), ValueError, "norm must be one of 'rms', 'layer', 'none'"),
-    (dict(norm=None), ValueError, "norm"),
+    (dict(norm=None), TypeError, "norm must be a str"),
     (dict(placement="middle"), ValueError, "placement"),
     (dict(activation="tanh"), ValueError, "activation must be one of"),
     (dict(activation="GELU"), ValueError, "activation"),
@@ -483,7 +501,7 @@ def test_bad_shapes_and_arguments():
         init_blocks(BOOK, 2, seed=-1)
     with pytest.raises(TypeError, match="seed"):
         init_block(BOOK, seed=1.5)
-    with pytest.raises(ValueError, match="n must be >= 0"):
+    with pytest.raises(ValueError, match=r"n must be in \[0, 2\*\*40\], got -1"):
         init_blocks(BOOK, -1)
     with pytest.raises(ValueError, match="exceed"):
         init_blocks(BlockConfig(d_model=4096, n_heads=32, d_ff=16384), 10**6)

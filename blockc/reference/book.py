@@ -16,6 +16,7 @@ import numpy as np
 
 from .._book_common import REAL_MODELS, book_array, check_keys, real_params_rows
 from ..rng import CRand
+from .._errors import BlockcValueError
 
 __all__ = [
     "ffn_init", "ffn_forward", "ffn_params", "residual_add", "block_init", "block_forward",
@@ -171,7 +172,7 @@ def stack_forward(x, blocks: Sequence[Mapping[str, object]]) -> Tuple[np.ndarray
     """129_Stack: returns (final x (4, 8), average norms (5,))."""
     x = book_array(x, "x", (SEQ_LEN, D_MODEL))
     if len(blocks) != N_BLOCKS:
-        raise ValueError(f"blocks must be a sequence of {N_BLOCKS} weight dicts")
+        raise BlockcValueError(f"blocks must be a sequence of {N_BLOCKS} weight dicts")
     norms = [avg_norm(x)]
     for i, w in enumerate(blocks):
         x = _block(x, _weights(w, f"blocks[{i}]", BLOCK_SHAPES))

@@ -23,6 +23,7 @@ from typing import Any, List, Mapping
 import numpy as np
 
 from . import block
+from .._errors import BlockcValueError
 
 __all__ = ["gpt_forward"]
 
@@ -40,7 +41,7 @@ def gpt_forward(sd: Mapping[str, Any], cfg: Any, ids: Any, return_hidden: bool =
     ids = np.asarray(ids)
     b, t = ids.shape
     if t > cfg.context:
-        raise ValueError(f"Sequence exceeds the model's context of {cfg.context}")
+        raise BlockcValueError(f"Sequence exceeds the model's context of {cfg.context}")
     p = {k: np.asarray(v, dtype=dtype) for k, v in sd.items()}
     x = p["token.weight"][ids] + p["position.weight"][np.arange(t)][None]
     bcfg = _block_cfg(cfg)
