@@ -4,18 +4,21 @@ Stacks N random blocks (the chapter-24 draw: one generator, uniform +-0.1, no
 biases or gains) on the 128_Block input ("The cat sat down", 4 x 8) when
 d_model is 8, or on a seeded random input otherwise, and prints the average
 norm (the mean over positions of each position's L2 norm) after each block.
-``--plot FILE`` also runs the other placement and draws pre- and post-norm
-curves in one figure (needs matplotlib: ``pip install 'blockc[plot]'``).
+The blocks are streamed (drawn, applied, dropped), so any depth runs in the
+memory of one block. ``--plot FILE`` also runs the other placement and draws
+pre- and post-norm curves in one figure (needs matplotlib:
+``pip install 'blockc[plot]'``).
 """
 from __future__ import annotations
 
 import argparse
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 
-from .cli import pyplot
-from .engine import ACTIVATIONS, NORMS, PLACEMENTS, BlockConfig, avg_norm, init_blocks, stack_forward
+from ._plot import plot_path, pyplot
+from ._progress import Progress
+from .engine import ACTIVATIONS, NORMS, PLACEMENTS, BlockConfig, avg_norm, block_forward, iter_blocks
 
 # 128_Block / 129_Stack: the four positions "The", "cat", "sat", "down" (data from the chapter)
 BOOK_INPUT = np.array([
@@ -36,12 +39,20 @@ def depth_input(d_model: int, seq_len: int, seed: int) -> np.ndarray:
 
 
 def depth_norms(cfg: BlockConfig, n_blocks: int, seed: int = 42, rand: str = "msvc",
-                x: np.ndarray = None, seq_len: int = 4) -> List[float]:
-    """The average norm of the input and after each of n_blocks blocks."""
+                x: Optional[np.ndarray] = None, seq_len: int = 4,
+                progress: Optional[Progress] = None) -> List[float]:
+    """The average norm of the input and after each of n_blocks blocks, the blocks
+    drawn, applied and dropped one at a time (the bits of stack_forward over
+    init_blocks: the same kernels in the same order)."""
     if x is None:
         x = depth_input(cfg.d_model, seq_len, seed)
-    hs = stack_forward(x, init_blocks(cfg, n_blocks, seed, rand), cfg, return_hidden=True)
-    return [avg_norm(h) for h in hs]
+    norms = [avg_norm(x)]
+    for W in iter_blocks(cfg, n_blocks, seed, rand):
+        x = block_forward(x, W, cfg)
+        norms.append(avg_norm(x))
+        if progress is not None:
+            progress.step()
+    return norms
 
 
 def _positive(text: str) -> int:
@@ -85,16 +96,17 @@ def _cfg(args, placement: str) -> BlockConfig:
 
 def run(args) -> int:
     cfg = _cfg(args, args.placement)
-    plt = None
-    if args.plot:
-        plt = pyplot("depth")
-        if plt is None:
-            return 2
+    plt = path = None
+    if args.plot:  # checked before any work
+        path = plot_path(args.plot)
+        plt = pyplot()
     x = depth_input(cfg.d_model, args.seq_len, args.seed)
-    curves = {args.placement: depth_norms(cfg, args.blocks, args.seed, args.rand, x)}
-    if plt is not None:
-        other = "post" if args.placement == "pre" else "pre"
-        curves[other] = depth_norms(_cfg(args, other), args.blocks, args.seed, args.rand, x)
+    placements = [args.placement] + (["post" if args.placement == "pre" else "pre"] if plt else [])
+    curves = {}
+    with Progress(args.blocks * len(placements), "blocks") as progress:
+        for placement in placements:
+            curves[placement] = depth_norms(_cfg(args, placement), args.blocks, args.seed,
+                                            args.rand, x, progress=progress)
     src = "128_Block input" if cfg.d_model == 8 and args.seq_len == 4 else \
         f"random input {args.seq_len}x{cfg.d_model}"
     print(f"Stacking {args.blocks} transformer blocks (d_model={cfg.d_model}, heads={cfg.n_heads}, "
@@ -116,7 +128,7 @@ def run(args) -> int:
                      f"{cfg.activation}")
         ax.legend()
         fig.tight_layout()
-        fig.savefig(args.plot)
+        fig.savefig(path)
         plt.close(fig)
-        print(f"\nwrote {args.plot}")
+        print(f"\nwrote {path}")
     return 0

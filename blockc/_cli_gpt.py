@@ -10,7 +10,7 @@ from typing import List, Tuple
 
 import numpy as np
 
-from .cli import pyplot
+from ._plot import plot_path, pyplot
 from .gpt import GPT_PRESETS, GPT, GPTConfig, gpt_parameter_count, gpt_parameter_formula
 from ._errors import BlockcValueError
 
@@ -85,7 +85,7 @@ def residual_norms(cfg: GPTConfig, seq: int, seed: int) -> np.ndarray:
     then after every block (entries 1..L), for a random model on a random input."""
     m = GPT.random(cfg, seed=seed)
     ids = np.random.default_rng(seed + 1).integers(0, cfg.vocab, size=(1, seq))
-    _, hidden = m._forward(ids, None, False, True, want_logits=False)
+    hidden = m.hidden_states(ids)
     sd = m.state_dict()
     x0 = sd["token.weight"][ids[0]] + sd["position.weight"][:seq]
     norms = [np.linalg.norm(x0, axis=-1).mean()]
@@ -97,6 +97,12 @@ def _norms(args) -> int:
     cfg = _config(args)
     if args.seq < 1 or args.seq > cfg.context:
         raise BlockcValueError(f"--seq must be in [1, {cfg.context}], got {args.seq}")
+    if args.seed < 0:
+        raise BlockcValueError(f"--seed must be >= 0, got {args.seed}")
+    plt = path = None
+    if args.plot:  # checked before any work
+        path = plot_path(args.plot)
+        plt = pyplot()
     norms = residual_norms(cfg, args.seq, args.seed)
     print(f"residual-stream norm (mean over {args.seq} tokens), random {args.preset}-shaped model "
           f"D={cfg.width} L={cfg.layers}, seed {args.seed}")
@@ -107,10 +113,7 @@ def _norms(args) -> int:
               f"{gain:>12}")
     print("  (a steady norm^2 gain per block is growth like sqrt(depth): each block adds a "
           "roughly independent update to the stream)")
-    if args.plot:
-        plt = pyplot("gpt")
-        if plt is None:
-            return 2
+    if plt is not None:
         fig, ax = plt.subplots(figsize=(6, 4))
         ax.plot(range(len(norms)), norms, marker="o")
         ax.set_xlabel("block (0 = embedding)")
@@ -118,8 +121,9 @@ def _norms(args) -> int:
         ax.set_title(f"Residual stream norm by depth (random {args.preset}, D={cfg.width})")
         ax.grid(True, alpha=0.3)
         fig.tight_layout()
-        fig.savefig(args.plot, dpi=120)
-        print(f"wrote {args.plot}")
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        print(f"wrote {path}")
     return 0
 
 

@@ -1,6 +1,10 @@
 """The ``blockc`` command. Each subcommand lives in its own module, which
 exposes ``register(subparsers)``; the module adds its parser and sets
-``func=handler`` where ``handler(args) -> int`` is the exit status."""
+``func=handler`` where ``handler(args) -> int`` is the exit status.
+
+No traceback reaches the user: every failure is one line on stderr,
+``blockc COMMAND: error: ...``, and the exit status says what kind it was.
+"""
 from __future__ import annotations
 
 import argparse
@@ -8,8 +12,18 @@ import importlib
 import sys
 from typing import List, Optional
 
+from ._errors import BlockcError
+
 # subcommand modules, in the order their commands are listed in --help
 _COMMANDS = ["_cli_book", "_cli_gpt", "_cli_depth"]
+
+EPILOG = """exit status:
+  0  success
+  1  a runtime failure (out of memory, a file that cannot be written, a figure
+     that disagrees with the book)
+  2  a usage error (an unknown option, a value out of range, a size the model
+     cannot have)
+  130  interrupted (Ctrl-C)"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -18,33 +32,45 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def pyplot(command: str):
-    """matplotlib.pyplot on the Agg backend for ``blockc COMMAND --plot``; without
-    matplotlib, None after one error line on stderr (the caller exits with 2)."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        sys.stderr.write(f"blockc {command}: error: --plot needs matplotlib "
-                         "(pip install 'blockc[plot]')\n")
-        return None
-    return plt
+def _version() -> str:
+    from . import __version__
+    return f"blockc {__version__}"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="blockc", description="Transformer-block kernels in C.")
+    parser = _Parser(prog="blockc", description="Transformer-block kernels in C.",
+                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
     for name in _COMMANDS:
         importlib.import_module(f"blockc.{name}").register(sub)
+    for p in sub.choices.values():
+        p.epilog = EPILOG
+        p.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # bare `blockc`: the usage, as a usage error
+        parser.print_help(sys.stderr)
+        return 2
+    where = f"blockc {args.command}"
     try:
         return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{where}: interrupted\n")
+        return 130
+    except MemoryError as e:
+        sys.stderr.write(f"{where}: error: out of memory{': ' + str(e) if str(e) else ''}\n")
+        return 1
     except (ValueError, TypeError) as e:
-        sys.stderr.write(f"blockc {args.command}: error: {e}\n")
+        sys.stderr.write(f"{where}: error: {e}\n")
         return 2
+    except (OSError, BlockcError) as e:
+        sys.stderr.write(f"{where}: error: {e}\n")
+        return 1
+    except Exception as e:  # a bug of ours: still one line, and the kind of failure
+        sys.stderr.write(f"{where}: internal error: {type(e).__name__}: {e}\n")
+        return 1

@@ -65,7 +65,7 @@ from __future__ import annotations
 import threading
 import types
 from dataclasses import dataclass, fields
-from typing import Any, Dict, Iterable, List, Mapping, Sequence, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Sequence, Union
 
 import numpy.typing as npt
 
@@ -77,7 +77,8 @@ from ._args import (F32, MAX_ELEMENTS, as_choice, as_f32, as_flag, as_int, as_se
 from ._errors import BlockcTypeError, BlockcValueError
 
 __all__ = [
-    "BlockConfig", "PreparedBlock", "prepare", "init_block", "init_blocks", "block_forward",
+    "BlockConfig", "PreparedBlock", "prepare", "init_block", "init_blocks", "iter_blocks",
+    "block_forward",
     "stack_forward", "count_parameters", "avg_norm", "NORMS", "PLACEMENTS", "ACTIVATIONS",
 ]
 
@@ -492,7 +493,34 @@ def init_blocks(cfg: BlockConfig, n: int, seed: int = 42,
     N(0, 0.02) drawn from ``numpy.random.default_rng(seed)`` in the same
     order (qkv, proj, up, down, gate), every linear bias zero, norm gains one
     and LayerNorm shifts zero (for the norms the config has).
+
+    Parameters
+    ----------
+    cfg : BlockConfig
+    n : int >= 0
+        Number of blocks.
+    seed : int in [0, 2**32)
+    rand : {"msvc", "glibc", "normal"}
+
+    Returns
+    -------
+    list of dict
+        One weight dict per block (see :func:`iter_blocks` to draw them one at a time).
+
+    Examples
+    --------
+    >>> Ws = init_blocks(BlockConfig(), 4, seed=42)   # 129_Stack's four blocks
+    >>> len(Ws), Ws[0]["attn.qkv.weight"].shape
+    (4, (24, 8))
     """
+    return list(iter_blocks(cfg, n, seed, rand))
+
+
+def iter_blocks(cfg: BlockConfig, n: int, seed: int = 42,
+                rand: str = "msvc") -> Iterator[Dict[str, np.ndarray]]:
+    """The blocks of :func:`init_blocks`, drawn one at a time (the same draws):
+    a deep stack can be streamed (draw, apply, drop) in the memory of one block.
+    The arguments are checked when this is called, before the first draw."""
     _check_cfg(cfg)
     n = as_int(n, "n", 0, _MAX)
     seed = as_seed(seed)
@@ -502,44 +530,51 @@ def init_blocks(cfg: BlockConfig, n: int, seed: int = 42,
     per = 4 * d * d + 2 * f * d + (f * d if swiglu else 0)
     if n * per > _MAX:
         raise BlockcValueError(f"n={n} blocks of {per} weights exceed 2**40 elements")
-    out: List[Dict[str, np.ndarray]] = []
     if rand == "normal":
-        g = np.random.default_rng(seed)
-        draw = lambda *shape: g.normal(0.0, 0.02, size=shape).astype(np.float32)
-        for _ in range(n):
-            W: Dict[str, np.ndarray] = {}
-            W["attn.qkv.weight"] = draw(3 * d, d)
-            W["attn.proj.weight"] = draw(d, d)
-            W["up.weight"] = draw(f, d)
-            W["down.weight"] = draw(d, f)
-            if swiglu:
-                W["gate.weight"] = draw(f, d)
-            for key in ("attn.qkv", "attn.proj", "up", "down") + (("gate",) if swiglu else ()):
-                W[key + ".bias"] = np.zeros(W[key + ".weight"].shape[0], np.float32)
-            if cfg.norm != "none":
-                for i in (1, 2):
-                    W[f"ln{i}.weight"] = np.ones(d, np.float32)
-            if cfg.norm == "layer":
-                for i in (1, 2):
-                    W[f"ln{i}.bias"] = np.zeros(d, np.float32)
-            out.append(W)
-        return out
+        return _normal_blocks(cfg, n, seed)
     g = ffi.new("bc_rng *")
     check(lib.bc_rng_init(g, lib.BC_RAND_MSVC if rand == "msvc" else lib.BC_RAND_GLIBC, seed),
           "init_blocks")
+    return _uniform_blocks(cfg, n, g, per)
+
+
+def _normal_blocks(cfg: BlockConfig, n: int, seed: int) -> Iterator[Dict[str, np.ndarray]]:
+    d, f = cfg.d_model, cfg.d_ff
+    swiglu = cfg.activation == "swiglu"
+    g = np.random.default_rng(seed)
+    draw = lambda *shape: g.normal(0.0, 0.02, size=shape).astype(np.float32)
+    for _ in range(n):
+        W: Dict[str, np.ndarray] = {}
+        W["attn.qkv.weight"] = draw(3 * d, d)
+        W["attn.proj.weight"] = draw(d, d)
+        W["up.weight"] = draw(f, d)
+        W["down.weight"] = draw(d, f)
+        if swiglu:
+            W["gate.weight"] = draw(f, d)
+        for key in ("attn.qkv", "attn.proj", "up", "down") + (("gate",) if swiglu else ()):
+            W[key + ".bias"] = np.zeros(W[key + ".weight"].shape[0], np.float32)
+        if cfg.norm != "none":
+            for i in (1, 2):
+                W[f"ln{i}.weight"] = np.ones(d, np.float32)
+        if cfg.norm == "layer":
+            for i in (1, 2):
+                W[f"ln{i}.bias"] = np.zeros(d, np.float32)
+        yield W
+
+
+def _uniform_blocks(cfg: BlockConfig, n: int, g, per: int) -> Iterator[Dict[str, np.ndarray]]:
+    d, f = cfg.d_model, cfg.d_ff
+    dd, fd = d * d, f * d
     for _ in range(n):
         flat = np.empty(per, np.float32)
         check(lib.bc_rng_uniform(fptr(flat), g, per, 0.1), "init_blocks")
-        dd, fd = d * d, f * d
-        W = {}
-        W["attn.qkv.weight"] = flat[:3 * dd].reshape(3 * d, d)
-        W["attn.proj.weight"] = flat[3 * dd:4 * dd].reshape(d, d)
-        W["up.weight"] = flat[4 * dd:4 * dd + fd].reshape(f, d)
-        W["down.weight"] = flat[4 * dd + fd:4 * dd + 2 * fd].reshape(d, f)
-        if swiglu:
+        W = {"attn.qkv.weight": flat[:3 * dd].reshape(3 * d, d),
+             "attn.proj.weight": flat[3 * dd:4 * dd].reshape(d, d),
+             "up.weight": flat[4 * dd:4 * dd + fd].reshape(f, d),
+             "down.weight": flat[4 * dd + fd:4 * dd + 2 * fd].reshape(d, f)}
+        if cfg.activation == "swiglu":
             W["gate.weight"] = flat[4 * dd + 2 * fd:].reshape(f, d)
-        out.append(W)
-    return out
+        yield W
 
 
 def init_block(cfg: BlockConfig, seed: int = 42, rand: str = "msvc") -> Dict[str, np.ndarray]:

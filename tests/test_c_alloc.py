@@ -96,3 +96,77 @@ def test_single_kernel_calls_allocate_nothing(tmp_path):
     assert int(m.group(1)) >= 1, run.stdout
     # 50 rounds of the seven entry points: not one allocation
     assert int(m.group(2)) == 0, run.stdout
+
+
+FAILING = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "blockc.h"
+
+/* posix_memalign fails from the start: the runtime can never get its scratch */
+int __real_posix_memalign(void **p, size_t a, size_t n);
+int __wrap_posix_memalign(void **p, size_t a, size_t n) { (void)p; (void)a; (void)n; return 12; }
+
+#define N 64
+static float x[N * N], w[N * N], y[N * N], g[N];
+
+static int untouched(void)
+{
+    for (int i = 0; i < N * N; i++)
+        if (y[i] != -7.0f)
+            return 0;
+    return 1;
+}
+
+int main(void)
+{
+    for (int i = 0; i < N * N; i++) { x[i] = 0.01f * (float)(i % 13); w[i] = 0.02f * (float)(i % 7); }
+    for (int i = 0; i < N; i++) g[i] = 1.0f;
+    bc_block_config c = {16, 2, 32, BC_NORM_RMS, BC_PLACE_PRE, BC_ACT_GELU_TANH, 1, 1, 1e-5f};
+    bc_block_weights bw;
+    memset(&bw, 0, sizeof bw);
+    bw.qkv_w = w; bw.proj_w = w; bw.up_w = w; bw.down_w = w;
+    size_t nwork = 0;
+    if (bc_block_workspace_size(&nwork, &c, 1, 4)) return 2;
+    float *work = malloc(nwork * sizeof(float));
+    struct { const char *name; int st; } r[8];
+    int k = 0;
+#define CALL(e) do { for (int i = 0; i < N * N; i++) y[i] = -7.0f; \
+                     r[k].name = #e; r[k].st = (e); \
+                     printf("%s %d %d\n", r[k].name, r[k].st, untouched()); k++; } while (0)
+    CALL(bc_linear(y, x, w, NULL, N, N, N));
+    CALL(bc_rmsnorm(y, x, g, N, N, 1e-5f));
+    CALL(bc_layernorm(y, x, g, g, N, N, 1e-5f));
+    CALL(bc_attention(y, x, x, x, 1, 1, N, N, N, 1));
+    CALL(bc_activation(y, x, N * N, BC_ACT_GELU));
+    CALL(bc_swiglu(y, x, w, N * N));
+    CALL(bc_residual_add(y, x, w, N * N));
+    CALL(bc_block_forward(y, x, &c, &bw, 1, 4, work, nwork));
+    free(work);
+    return 0;
+}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="GNU ld's --wrap")
+@pytest.mark.skipif(shutil.which(build_driver.compiler()[0]) is None, reason="no C compiler")
+def test_scratch_allocation_failure_is_a_status_and_writes_nothing(tmp_path):
+    # the only memory the library allocates is its scratch, taken before any output
+    # is written: when it cannot be had, every entry point returns BC_ENOMEM (6)
+    # and leaves its output as it was (no fallback arithmetic, no partial result)
+    src = tmp_path / "failing_alloc.c"
+    src.write_text(FAILING)
+    exe = str(tmp_path / "failing_alloc")
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "BLOCKC_ISA")}
+    build = subprocess.run(build_driver.command(exe, tests=[str(src)],
+                                                ldflags_extra=["-Wl,--wrap=posix_memalign"]),
+                           env=env, capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([exe], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = [line.rsplit(" ", 2) for line in run.stdout.splitlines()]
+    assert len(rows) == 8, run.stdout
+    for name, status, untouched in rows:
+        assert (status, untouched) == ("6", "1"), name
