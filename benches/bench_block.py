@@ -40,6 +40,7 @@ import time
 import numpy as np
 
 import blockc
+import support_path  # noqa: F401  (tests/support: the PyTorch reference)
 from blockc import ops
 from blockc.reference import block as ref
 
@@ -74,48 +75,9 @@ def interleaved(fns, repeats, inner=1, rounds=3, clock=time.perf_counter):
 
 
 def torch_block(torch, cfg, W):
-    """The same block in PyTorch eager, fed the same weights (chapter 6's GPTBlock shape)."""
-    nn, F = torch.nn, torch.nn.functional
-    d, h, f = cfg.d_model, cfg.n_heads, cfg.d_ff
-    bias = "attn.qkv.bias" in W
-
-    class Norm(nn.Module):
-        def __init__(self, i):
-            super().__init__()
-            self.g = W.get(f"ln{i}.weight")
-            self.b = W.get(f"ln{i}.bias")
-            self.g = None if self.g is None else torch.from_numpy(np.asarray(self.g))
-            self.b = None if self.b is None else torch.from_numpy(np.asarray(self.b))
-
-        def forward(self, x):
-            if cfg.norm == "layer":
-                return F.layer_norm(x, (d,), self.g, self.b, cfg.eps)
-            return F.rms_norm(x, (d,), self.g, cfg.eps)
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1, self.ln2 = Norm(1), Norm(2)
-            self.qkv = nn.Linear(d, 3 * d, bias=bias)
-            self.proj = nn.Linear(d, d, bias=bias)
-            self.up = nn.Linear(d, f, bias=bias)
-            self.down = nn.Linear(f, d, bias=bias)
-
-        def forward(self, x):
-            t = x.shape[0]
-            q, k, v = (z.view(t, h, d // h).transpose(0, 1)
-                       for z in self.qkv(self.ln1(x)).chunk(3, dim=-1))
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal)
-            x = x + self.proj(a.transpose(0, 1).reshape(t, d))
-            return x + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh"))
-
-    m = Block()
-    with torch.no_grad():
-        for name in ("qkv", "proj", "up", "down"):
-            getattr(m, name).weight.copy_(torch.from_numpy(np.asarray(W[f"attn.{name}.weight" if name in ("qkv", "proj") else f"{name}.weight"])))
-            if bias:
-                getattr(m, name).bias.copy_(torch.from_numpy(np.asarray(W[f"attn.{name}.bias" if name in ("qkv", "proj") else f"{name}.bias"])))
-    return m.eval()
+    """The same block in PyTorch eager (tests/support/torch_ref.py), fed the same weights."""
+    from torch_ref import Block
+    return Block.like(cfg, W)
 
 
 SHAPES = [
@@ -155,13 +117,13 @@ def bench_blocks(args, torch, rows, clock=time.perf_counter, single=False):
             # at the toy size PyTorch is fastest on one thread (more only add overhead)
             torch.set_num_threads(1 if single or t * cfg.d_model < 10_000 else args.torch_threads)
             m = torch_block(torch, cfg, W)
-            xt = torch.from_numpy(x)
+            xt = torch.from_numpy(x)[None]  # (1, T, D)
 
             def run_torch():
                 with torch.no_grad():
                     return m(xt)
             fns.append(run_torch)
-            want = run_torch().numpy()
+            want = run_torch().numpy()[0]
             got = blockc.block_forward(x, W, cfg)
             err = float(np.abs(got - want).max())
         else:

@@ -28,6 +28,7 @@ import timeit
 import numpy as np
 
 import blockc
+import support_path  # noqa: F401  (tests/support: the PyTorch reference)
 from blockc import engine
 from blockc._native import cptr, fptr, lib
 from blockc.reference import block as ref
@@ -39,33 +40,9 @@ def per_call(fn, number, repeats):
 
 
 def torch_block(torch, cfg, W):
-    nn = torch.nn
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            d = cfg.d_model
-            self.qkv = nn.Linear(d, 3 * d, bias=False)
-            self.proj = nn.Linear(d, d, bias=False)
-            self.up = nn.Linear(d, cfg.d_ff, bias=False)
-            self.down = nn.Linear(cfg.d_ff, d, bias=False)
-            self.n1 = nn.RMSNorm(d, eps=cfg.eps, elementwise_affine=False)
-            self.n2 = nn.RMSNorm(d, eps=cfg.eps, elementwise_affine=False)
-
-        def forward(self, x):
-            b, t, d = x.shape
-            h = cfg.n_heads
-            q, k, v = (z.view(b, t, h, d // h).transpose(1, 2) for z in self.qkv(self.n1(x)).chunk(3, -1))
-            a = nn.functional.scaled_dot_product_attention(q, k, v)
-            x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
-            return x + self.down(nn.functional.gelu(self.up(self.n2(x)), approximate="tanh"))
-
-    m = Block()
-    with torch.no_grad():
-        for name, key in (("qkv", "attn.qkv.weight"), ("proj", "attn.proj.weight"),
-                          ("up", "up.weight"), ("down", "down.weight")):
-            getattr(m, name).weight.copy_(torch.from_numpy(np.array(W[key])))
-    return m
+    """The same block in PyTorch eager (tests/support/torch_ref.py)."""
+    from torch_ref import Block
+    return Block.like(cfg, W)
 
 
 def main() -> None:

@@ -25,6 +25,7 @@ import time
 import numpy as np
 
 import blockc
+import support_path  # noqa: F401  (tests/support: the PyTorch reference)
 
 
 def _once(fn):
@@ -61,76 +62,9 @@ def median_times(fc, ft, repeats):
 
 
 def torch_gpt(torch, cfg, state_dict):
-    """The chapter's GPT in PyTorch eager (module names as the chapter), with a KV cache."""
-    nn, F = torch.nn, torch.nn.functional
-
-    class Attention(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.qkv = nn.Linear(cfg.width, 3 * cfg.width)
-            self.proj = nn.Linear(cfg.width, cfg.width)
-
-        def forward(self, x, cache, layer, start):
-            b, t, d = x.shape
-            h = cfg.heads
-            q, k, v = (z.view(b, t, h, d // h).transpose(1, 2)
-                       for z in self.qkv(x).chunk(3, dim=-1))
-            if cache is not None:
-                cache[0][layer][:, :, start:start + t] = k
-                cache[1][layer][:, :, start:start + t] = v
-                k = cache[0][layer][:, :, :start + t]
-                v = cache[1][layer][:, :, :start + t]
-            # a single new query attends to every cached key: no mask needed
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=(t > 1 and start == 0))
-            return self.proj(y.transpose(1, 2).reshape(b, t, d))
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1 = nn.LayerNorm(cfg.width, eps=cfg.eps)
-            self.attn = Attention()
-            self.ln2 = nn.LayerNorm(cfg.width, eps=cfg.eps)
-            self.up = nn.Linear(cfg.width, 4 * cfg.width)
-            self.down = nn.Linear(4 * cfg.width, cfg.width)
-
-        def forward(self, x, cache, layer, start):
-            x = x + self.attn(self.ln1(x), cache, layer, start)
-            return x + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh"))
-
-    class GPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.token = nn.Embedding(cfg.vocab, cfg.width)
-            self.position = nn.Embedding(cfg.context, cfg.width)
-            self.blocks = nn.ModuleList(Block() for _ in range(cfg.layers))
-            self.norm = nn.LayerNorm(cfg.width, eps=cfg.eps)
-            self.head = nn.Linear(cfg.width, cfg.vocab, bias=False)
-            self.head.weight = self.token.weight
-
-        def forward(self, ids, cache=None, start=0, last_only=False):
-            t = ids.shape[1]
-            x = self.token(ids) + self.position(torch.arange(start, start + t))
-            for i, block in enumerate(self.blocks):
-                x = block(x, cache, i, start)
-            if last_only:
-                x = x[:, -1:]
-            return self.head(self.norm(x))
-
-        def generate(self, ids, n):
-            b, t = ids.shape
-            shape = (cfg.layers, b, cfg.heads, t + n - 1, cfg.width // cfg.heads)
-            cache = (torch.zeros(shape), torch.zeros(shape))
-            out, feed, start = [ids], ids, 0
-            for _ in range(n):
-                nxt = self(feed, cache, start, last_only=True)[:, -1].argmax(-1, keepdim=True)
-                start += feed.shape[1]
-                out.append(nxt)
-                feed = nxt
-            return torch.cat(out, dim=1)
-
-    m = GPT().eval()
-    m.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in state_dict.items()}, strict=True)
-    return m
+    """The chapter's GPT in PyTorch eager (tests/support/torch_ref.py), with a KV cache."""
+    from torch_ref import GPT
+    return GPT.like(cfg, state_dict)
 
 
 def main(argv=None) -> int:

@@ -32,7 +32,8 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 import blockc  # noqa: E402
-from gilprobe import pauses  # noqa: E402  (benches/ is on sys.path when run as a script)
+import support_path  # noqa: E402,F401  (tests/support on sys.path)
+from gilprobe import pauses  # noqa: E402
 
 
 def sized(call, ms):

@@ -114,6 +114,7 @@ def run(exe, seed):
     return subprocess.run([str(exe)], capture_output=True, env=env, check=True).stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rand", ["msvc", "glibc"])
 @pytest.mark.parametrize("name", listings.LISTINGS)
 def test_listing_matches_compiled_listing(build, name, rand):
@@ -123,6 +124,7 @@ def test_listing_matches_compiled_listing(build, name, rand):
         assert listings.render(name, seed, rand).encode() == want, (name, rand, seed)
 
 
+@pytest.mark.slow
 def test_book_figures_come_from_msvc_not_glibc(build):
     # the rand() finding: the same listing prints the book's numbers only with MSVC's rand()
     book_line = b"  Output: [+0.000, +0.006, -0.006, +0.004, -0.007, -0.002]"
@@ -132,6 +134,7 @@ def test_book_figures_come_from_msvc_not_glibc(build):
     assert b"after block 4   avg norm = 1.4008" in run(build("129_Stack", "glibc"), 42)
 
 
+@pytest.mark.slow
 def test_cli_prints_the_compiled_listing(build, capsys):
     for argv, name, rand, seed in [(["listing", "128"], "128_Block", "msvc", 42),
                                    (["listing", "129_Stack", "--rand", "glibc", "--seed", "7"],
@@ -142,6 +145,7 @@ def test_cli_prints_the_compiled_listing(build, capsys):
         assert capsys.readouterr().out.encode() == run(build(name, rand), seed)
 
 
+@pytest.mark.slow
 def test_python_dash_m_blockc():
     r = subprocess.run([sys.executable, "-m", "blockc", "listing", "130"],
                        capture_output=True, text=True)

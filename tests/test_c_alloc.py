@@ -77,6 +77,7 @@ int main(void)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="GNU ld's --wrap")
 @pytest.mark.skipif(shutil.which(build_driver.compiler()[0]) is None, reason="no C compiler")
 def test_single_kernel_calls_allocate_nothing(tmp_path):

@@ -6,6 +6,8 @@ import faulthandler
 import numpy as np
 import pytest
 
+from helpers import rnd
+
 import blockc
 from blockc import ops
 from blockc.reference import block as ref
@@ -17,10 +19,6 @@ def no_hang():
     faulthandler.dump_traceback_later(120, exit=True)
     yield
     faulthandler.cancel_dump_traceback_later()
-
-
-def rnd(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 CONFIGS = [

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from helpers import close
+
 import blockc
 from blockc import BlockConfig, block_forward, count_parameters, init_block, init_blocks, stack_forward
 from blockc.engine import PreparedBlock, avg_norm, prepare
@@ -17,13 +19,6 @@ from blockc._cli_depth import BOOK_INPUT as X_BOOK
 BOOK = BlockConfig()
 COMBOS = list(itertools.product(("rms", "layer", "none"), ("pre", "post"),
                                 ("gelu_tanh", "gelu", "relu", "swiglu"), (False, True), (False, True)))
-
-
-def close(got, want, tol=2e-5):
-    """float32 against the float64 oracle, scaled to the result's magnitude."""
-    want = np.asarray(want, np.float64)
-    scale = max(1.0, float(np.abs(want).max(initial=0.0)))
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * scale)
 
 
 def random_weights(cfg, rng, scale=0.4, extras=True):

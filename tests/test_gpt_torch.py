@@ -1,11 +1,9 @@
 """Parity of blockc's C GPT with the chapter-6 PyTorch GPT, fed the same state dict.
 
-The PyTorch model below is written for this test from the chapter's description:
+The PyTorch model (tests/support/torch_ref.py) is written from the chapter's description:
 same module names (token, position, blocks.i.{ln1, attn.qkv, attn.proj, ln2, up, down},
 norm, head), pre-norm blocks, packed QKV, causal attention, GELU-tanh MLP, tied head.
 """
-import math
-
 import numpy as np
 import pytest
 
@@ -15,84 +13,24 @@ F = torch.nn.functional
 
 import blockc  # noqa: E402
 from blockc import GPT, GPTConfig  # noqa: E402
+from torch_ref import GPT as TorchGPT  # noqa: E402
 
 
-class TorchAttention(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        self.heads = cfg.heads
-        self.qkv = nn.Linear(cfg.width, 3 * cfg.width)
-        self.proj = nn.Linear(cfg.width, cfg.width)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(x).chunk(3, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d // self.heads)
-        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
-        y = scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
-        return self.proj(y.transpose(1, 2).reshape(b, t, d))
-
-
-class TorchBlock(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        self.ln1 = nn.LayerNorm(cfg.width, eps=cfg.eps)
-        self.attn = TorchAttention(cfg)
-        self.ln2 = nn.LayerNorm(cfg.width, eps=cfg.eps)
-        self.up = nn.Linear(cfg.width, 4 * cfg.width)
-        self.down = nn.Linear(4 * cfg.width, cfg.width)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        return x + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh"))
-
-
-class TorchGPT(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        self.cfg = cfg
-        self.token = nn.Embedding(cfg.vocab, cfg.width)
-        self.position = nn.Embedding(cfg.context, cfg.width)
-        self.blocks = nn.ModuleList(TorchBlock(cfg) for _ in range(cfg.layers))
-        self.norm = nn.LayerNorm(cfg.width, eps=cfg.eps)
-        self.head = nn.Linear(cfg.width, cfg.vocab, bias=False)
-        if cfg.tie_weights:
-            self.head.weight = self.token.weight
-        for mod in self.modules():
+def torch_model(cfg, seed):
+    """GPT-2's initialisation (weights N(0, 0.02), zero biases), then non-trivial biases
+    and LayerNorm parameters, so that every tensor takes part."""
+    torch.manual_seed(seed)
+    m = TorchGPT(cfg).eval()
+    with torch.no_grad():
+        for mod in m.modules():
             if isinstance(mod, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(mod.weight, std=0.02)
             if isinstance(mod, nn.Linear) and mod.bias is not None:
                 nn.init.zeros_(mod.bias)
-
-    def forward(self, ids):
-        t = ids.shape[1]
-        if t > self.cfg.context:
-            raise ValueError("Sequence exceeds the model's context")
-        x = self.token(ids) + self.position(torch.arange(t))
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.norm(x))
-
-
-def torch_model(cfg, seed):
-    torch.manual_seed(seed)
-    m = TorchGPT(cfg).eval()
-    with torch.no_grad():  # non-trivial biases and LayerNorm parameters, so all take part
         for name, p in m.named_parameters():
             if p.ndim == 1:
                 p.add_(torch.randn_like(p) * 0.1)
     return m
-
-
-def torch_greedy(model, ids, n):
-    """Greedy decoding by full recomputation of the whole sequence at every step."""
-    out = torch.as_tensor(ids)
-    with torch.no_grad():
-        for _ in range(n):
-            nxt = model(out)[:, -1].argmax(-1, keepdim=True)
-            out = torch.cat([out, nxt], dim=1)
-    return out.numpy()
 
 
 SMALL = GPTConfig(vocab=211, context=32, width=48, heads=6, layers=3)
@@ -166,6 +104,14 @@ def test_cached_generation_equals_torch_greedy_recomputation(cfg, prompt_len, n_
     ours = GPT.from_state_dict(tm.state_dict(), cfg)
     prompt = np.random.default_rng(5).integers(0, cfg.vocab, size=(2, prompt_len))
     got = ours.generate(prompt, max_new_tokens=n_new)  # KV cache, greedy
-    want = torch_greedy(tm, prompt, n_new)
+    want = tm.generate_uncached(prompt, n_new).numpy()
     assert len(np.unique(want[:, prompt_len:])) >= 5
     np.testing.assert_array_equal(got, want)
+
+
+def test_torch_reference_cache_equals_its_recomputation():
+    # the reference's own KV cache (the benches' peer) against its full recomputation
+    tm = torch_model(SMALL, 6)
+    prompt = np.random.default_rng(6).integers(0, SMALL.vocab, size=(2, 4))
+    np.testing.assert_array_equal(tm.generate(prompt, 8).numpy(),
+                                  tm.generate_uncached(prompt, 8).numpy())

@@ -8,16 +8,14 @@ caller's arrays untouched.
 import numpy as np
 import pytest
 
+from helpers import rnd
+
 import blockc
 from blockc import ops
 from blockc.reference import block as ref
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 CFG = blockc.BlockConfig(d_model=8, n_heads=2, d_ff=12)
-
-
-def rnd(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 def weights(cfg=CFG, seed=3):

@@ -13,6 +13,8 @@ import sys
 import numpy as np
 import pytest
 
+from helpers import close_k, rnd
+
 import blockc
 from blockc.reference import block as ref
 from blockc.runtime import ISAS
@@ -42,15 +44,6 @@ def threads():
     blockc.set_num_threads(0)
 
 
-def rnd(shape, seed):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
-def close(got, want, k):
-    """float32 tolerance for sums of k products of unit-size numbers."""
-    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6 * np.sqrt(k) + 1e-6)
-
-
 def oracle_linear(x, w, b=None):
     return ref.linear(x.astype(np.float64), w.astype(np.float64),
                       None if b is None else b.astype(np.float64))
@@ -68,20 +61,20 @@ LINEAR_SHAPES = sorted(
 
 @pytest.mark.parametrize("n,c,oc", LINEAR_SHAPES)
 def test_linear_matches_oracle_at_tile_edges(isa, n, c, oc):
-    x, w, b = rnd((n, c), n), rnd((oc, c), c + 1), rnd(oc, oc + 2)
-    close(ops.linear(x, w, b), oracle_linear(x, w, b), c)
-    close(ops.linear(x, w), oracle_linear(x, w), c)
+    x, w, b = rnd(n, c, seed=n), rnd(oc, c, seed=c + 1), rnd(oc, seed=oc + 2)
+    close_k(ops.linear(x, w, b), oracle_linear(x, w, b), c)
+    close_k(ops.linear(x, w), oracle_linear(x, w), c)
 
 
 def test_linear_batched_leading_axes(isa):
-    x, w, b = rnd((2, 3, 19, 40), 1), rnd((70, 40), 2), rnd(70, 3)
+    x, w, b = rnd(2, 3, 19, 40, seed=1), rnd(70, 40, seed=2), rnd(70, seed=3)
     got = ops.linear(x, w, b)
     assert got.shape == (2, 3, 19, 70)
-    close(got, oracle_linear(x, w, b), 40)
+    close_k(got, oracle_linear(x, w, b), 40)
 
 
 def test_linear_nan_and_inf_stay_in_their_rows(isa):
-    x, w = rnd((40, 50), 4), rnd((70, 50), 5)
+    x, w = rnd(40, 50, seed=4), rnd(70, 50, seed=5)
     x[3, 7] = np.nan
     x[20, 0] = np.inf
     y = ops.linear(x, w)
@@ -89,7 +82,7 @@ def test_linear_nan_and_inf_stay_in_their_rows(isa):
     assert not np.isfinite(y[20]).any()
     ok = np.ones(40, bool)
     ok[[3, 20]] = False
-    close(y[ok], oracle_linear(x[ok], w), 50)
+    close_k(y[ok], oracle_linear(x[ok], w), 50)
 
 
 # ---------------------------------------------------------------- attention
@@ -106,27 +99,27 @@ ATTN_SHAPES = sorted(
                          [s + (c,) for s in ATTN_SHAPES for c in (False, True)
                           if not (c and s[3] < s[2])])
 def test_attention_matches_oracle_at_tile_edges(isa, b, h, tq, tk, dh, causal):
-    q, k, v = rnd((b, h, tq, dh), 1), rnd((b, h, tk, dh), 2), rnd((b, h, tk, dh), 3)
+    q, k, v = rnd(b, h, tq, dh, seed=1), rnd(b, h, tk, dh, seed=2), rnd(b, h, tk, dh, seed=3)
     want = ref.attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
                          causal=causal)
-    close(ops.attention(q, k, v, causal=causal), want, tk)
+    close_k(ops.attention(q, k, v, causal=causal), want, tk)
 
 
 def test_causal_attention_never_reads_future_keys(isa):
     # NaN and inf in later keys and values must not reach earlier queries
-    q, k, v = rnd((1, 2, 100, 16), 7), rnd((1, 2, 100, 16), 8), rnd((1, 2, 100, 16), 9)
+    q, k, v = rnd(1, 2, 100, 16, seed=7), rnd(1, 2, 100, 16, seed=8), rnd(1, 2, 100, 16, seed=9)
     k2, v2 = k.copy(), v.copy()
     k2[..., 70:, :] = np.nan
     v2[..., 50:, 3] = np.inf
     got = ops.attention(q, k2, v2, causal=True)
     want = ref.attention(q[..., :50, :].astype(np.float64), k[..., :50, :].astype(np.float64),
                          v[..., :50, :].astype(np.float64), causal=True)
-    close(got[..., :50, :], want, 50)
+    close_k(got[..., :50, :], want, 50)
     assert np.isnan(got[..., 70:, :]).all()
 
 
 def test_attention_large_scores_do_not_overflow(isa):
-    q, k, v = rnd((1, 1, 80, 8), 1) * 60, rnd((1, 1, 80, 8), 2) * 60, rnd((1, 1, 80, 8), 3)
+    q, k, v = rnd(1, 1, 80, 8, seed=1) * 60, rnd(1, 1, 80, 8, seed=2) * 60, rnd(1, 1, 80, 8, seed=3)
     want = ref.attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
                          causal=True)
     got = ops.attention(q, k, v, causal=True)
@@ -144,8 +137,8 @@ SPECIAL = np.array([0.0, -0.0, 1e-30, -1e-30, 0.5, -0.5, 3.0, -3.0, 9.0, -9.0, 2
 @pytest.mark.parametrize("name", ["gelu_tanh", "gelu", "relu", "silu"])
 @pytest.mark.parametrize("n", [1, 3, 15, 16, 17, 33, 1000])
 def test_activations_match_oracle(isa, name, n):
-    x = np.concatenate([SPECIAL, rnd(n, n) * 4])[: max(n, 1)] if n < len(SPECIAL) \
-        else np.concatenate([SPECIAL, rnd(n, n) * 4])
+    x = np.concatenate([SPECIAL, rnd(n, seed=n) * 4])[: max(n, 1)] if n < len(SPECIAL) \
+        else np.concatenate([SPECIAL, rnd(n, seed=n) * 4])
     with np.errstate(all="ignore"):
         want = getattr(ref, name)(x.astype(np.float64))
     got = getattr(ops, name)(x)
@@ -154,7 +147,7 @@ def test_activations_match_oracle(isa, name, n):
 
 
 def test_swiglu_and_residual_add(isa):
-    g, u = rnd(1001, 1) * 5, rnd(1001, 2)
+    g, u = rnd(1001, seed=1) * 5, rnd(1001, seed=2)
     with np.errstate(all="ignore"):
         np.testing.assert_allclose(ops.swiglu(g, u), ref.swiglu(g.astype(np.float64), u),
                                    rtol=2e-6, atol=2e-7)
@@ -164,9 +157,9 @@ def test_swiglu_and_residual_add(isa):
 # ---------------------------------------------------------------- threads
 
 def test_results_do_not_depend_on_the_thread_count(isa, threads):
-    x, w, b = rnd((300, 333), 1), rnd((530, 333), 2), rnd(530, 3)
-    q, k, v = rnd((1, 3, 250, 40), 4), rnd((1, 3, 250, 40), 5), rnd((1, 3, 250, 40), 6)
-    h = rnd((200, 999), 7)
+    x, w, b = rnd(300, 333, seed=1), rnd(530, 333, seed=2), rnd(530, seed=3)
+    q, k, v = rnd(1, 3, 250, 40, seed=4), rnd(1, 3, 250, 40, seed=5), rnd(1, 3, 250, 40, seed=6)
+    h = rnd(200, 999, seed=7)
     outs = []
     for n in (1, 2, 3):
         threads(n)
@@ -225,7 +218,7 @@ def test_attention_never_holds_a_score_matrix():
 
 def test_attention_row_does_not_depend_on_its_neighbours(isa):
     # a query alone (one vector of lanes) or inside a full tile (two): same bits
-    q, k, v = rnd((1, 2, 45, 24), 1), rnd((1, 2, 130, 24), 2), rnd((1, 2, 130, 24), 3)
+    q, k, v = rnd(1, 2, 45, 24, seed=1), rnd(1, 2, 130, 24, seed=2), rnd(1, 2, 130, 24, seed=3)
     full = ops.attention(q, k, v)
     for i in (0, 5, 31, 32, 44):
         np.testing.assert_array_equal(ops.attention(q[..., i:i + 1, :], k, v), full[..., i:i + 1, :])

@@ -8,10 +8,7 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benches"))
-import leaks  # noqa: E402
-
-sys.path.pop(0)
+import leak_cases as leaks
 
 CASES = leaks._cases()
 

@@ -16,9 +16,7 @@ import numpy as np
 
 import blockc
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benches"))
-import gilprobe  # noqa: E402
-sys.path.pop(0)
+import gilprobe
 
 N_THREADS = 8
 

@@ -155,12 +155,18 @@ static int threads_setting(void)
 /* The default without BLOCKC_NUM_THREADS: OpenMP's (OMP_NUM_THREADS or the
  * processors), capped at the processors this process may run on, so that a
  * huge OMP_NUM_THREADS cannot make the OpenMP runtime abort. */
+static int g_procs = -1;  /* omp_get_num_procs(), read once (it may be a system call) */
+
 static int default_threads(void)
 {
 #ifdef _OPENMP
-    int t = omp_get_max_threads(), procs = omp_get_num_procs();
-    if (procs < 1)
-        procs = 1;
+    int procs = BC_LOAD(&g_procs);
+    if (procs < 0) {
+        const int p = omp_get_num_procs();
+        BC_INIT_ONCE(&g_procs, p < 1 ? 1 : p);
+        procs = BC_LOAD(&g_procs);
+    }
+    const int t = omp_get_max_threads();
     return t < 1 ? 1 : t > procs ? procs : t;
 #else
     return 1;

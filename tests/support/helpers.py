@@ -1,0 +1,23 @@
+"""Small helpers shared by the test modules (found through tests/conftest.py)."""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["rnd", "close", "close_k"]
+
+
+def rnd(*shape, seed=0):
+    """Standard-normal float32 of ``shape`` from ``default_rng(seed)``."""
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def close(got, want, tol=2e-5):
+    """float32 against the float64 oracle, scaled to the result's magnitude."""
+    want = np.asarray(want, np.float64)
+    scale = max(1.0, float(np.abs(want).max(initial=0.0)))
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * scale)
+
+
+def close_k(got, want, k):
+    """float32 tolerance for sums of k products of unit-size numbers."""
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6 * np.sqrt(k) + 1e-6)

@@ -1,0 +1,418 @@
+"""The leak cases: every public C entry point (through cffi, good and failing
+arguments alternately, so the error paths run too) and the main Python API
+calls, and the in-process measurement of one case (peak RSS and glibc's
+malloc'd bytes before and after). tests/test_leaks.py runs them in-process;
+benches/leaks.py runs each in a fresh process for the 20,000-call figures.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import resource
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def c_entry_points():
+    """Names of the public C functions: every declaration in the part headers."""
+    sys.path.insert(0, ROOT)
+    try:
+        import build_ffi
+        text = build_ffi.cdef_source()
+    finally:
+        sys.path.remove(ROOT)
+    return sorted(set(re.findall(r"\b(bc_\w+)\s*\(", text)))
+
+
+# ---------------------------------------------------------------- the cases
+
+def _cases():
+    """name -> factory; factory() returns a zero-argument callable doing one call."""
+    import numpy as np
+
+    import blockc
+    from blockc import book, ops
+    from blockc._native import cptr, ffi, fptr, lib
+
+    rng = np.random.default_rng(0)
+    f32 = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    cases = {}
+
+    def case(name):
+        def deco(factory):
+            cases[name] = factory
+            return factory
+        return deco
+
+    def alternate(good, bad):
+        state = [0]
+
+        def call():
+            state[0] ^= 1
+            return good() if state[0] else bad()
+        return call
+
+    # -- core
+    @case("bc_strerror")
+    def _():
+        return lambda: ffi.string(lib.bc_strerror(lib.BC_ESIZE))
+
+    @case("bc_rng_init")
+    def _():
+        g = ffi.new("bc_rng *")
+        return alternate(lambda: lib.bc_rng_init(g, lib.BC_RAND_GLIBC, 7),
+                         lambda: lib.bc_rng_init(g, 9, 7))
+
+    @case("bc_rng_rand_max")
+    def _():
+        g, out = ffi.new("bc_rng *"), ffi.new("uint32_t *")
+        lib.bc_rng_init(g, 0, 1)
+        return alternate(lambda: lib.bc_rng_rand_max(out, g), lambda: lib.bc_rng_rand_max(ffi.NULL, g))
+
+    @case("bc_rng_rand")
+    def _():
+        g, out = ffi.new("bc_rng *"), ffi.new("uint32_t[]", 64)
+        lib.bc_rng_init(g, 1, 1)
+        return alternate(lambda: lib.bc_rng_rand(out, g, 64), lambda: lib.bc_rng_rand(out, g, 2**62))
+
+    @case("bc_rng_uniform")
+    def _():
+        g, out = ffi.new("bc_rng *"), ffi.new("float[]", 64)
+        lib.bc_rng_init(g, 0, 1)
+        return alternate(lambda: lib.bc_rng_uniform(out, g, 64, 0.1),
+                         lambda: lib.bc_rng_uniform(ffi.NULL, g, 64, 0.1))
+
+    # -- runtime (thread count, instruction set)
+    @case("bc_set_num_threads")
+    def _():
+        return alternate(lambda: lib.bc_set_num_threads(0), lambda: lib.bc_set_num_threads(-1))
+
+    @case("bc_get_num_threads")
+    def _():
+        out = ffi.new("int *")
+        return alternate(lambda: lib.bc_get_num_threads(out), lambda: lib.bc_get_num_threads(ffi.NULL))
+
+    @case("bc_get_isa")
+    def _():
+        out = ffi.new("int *")
+        return alternate(lambda: lib.bc_get_isa(out), lambda: lib.bc_get_isa(ffi.NULL))
+
+    @case("bc_best_isa")
+    def _():
+        out = ffi.new("int *")
+        return alternate(lambda: lib.bc_best_isa(out), lambda: lib.bc_best_isa(ffi.NULL))
+
+    @case("bc_set_isa")
+    def _():
+        out = ffi.new("int *")
+        lib.bc_get_isa(out)
+        isa = out[0]
+        return alternate(lambda: lib.bc_set_isa(isa), lambda: lib.bc_set_isa(99))
+
+    # -- engine kernels
+    x, w, b, y = f32(16, 32), f32(24, 32), f32(24), np.empty((16, 24), np.float32)
+
+    @case("bc_linear")
+    def _():
+        return alternate(lambda: lib.bc_linear(fptr(y), cptr(x), cptr(w), cptr(b), 16, 32, 24),
+                         lambda: lib.bc_linear(fptr(y), cptr(x), cptr(w), cptr(b), 2**40, 2**40, 24))
+
+    xn, yn, g = f32(16, 32), np.empty((16, 32), np.float32), f32(32)
+
+    @case("bc_rmsnorm")
+    def _():
+        return alternate(lambda: lib.bc_rmsnorm(fptr(yn), cptr(xn), cptr(g), 16, 32, 1e-5),
+                         lambda: lib.bc_rmsnorm(fptr(yn), cptr(xn), cptr(g), 16, 32, -1.0))
+
+    @case("bc_layernorm")
+    def _():
+        return alternate(lambda: lib.bc_layernorm(fptr(yn), cptr(xn), cptr(g), cptr(g), 16, 32, 1e-5),
+                         lambda: lib.bc_layernorm(fptr(yn), cptr(xn), cptr(g), cptr(g), 0, 32, 1e-5))
+
+    q, k, v, o = f32(2, 2, 8, 4), f32(2, 2, 8, 4), f32(2, 2, 8, 4), np.empty((2, 2, 8, 4), np.float32)
+
+    @case("bc_attention")  # allocates its scratch on every call
+    def _():
+        return alternate(lambda: lib.bc_attention(fptr(o), cptr(q), cptr(k), cptr(v), 2, 2, 8, 8, 4, 1),
+                         lambda: lib.bc_attention(fptr(o), cptr(q), cptr(k), cptr(v), 2, 2, 8, 8, 0, 1))
+
+    @case("bc_activation")
+    def _():
+        return alternate(lambda: lib.bc_activation(fptr(yn), cptr(xn), xn.size, lib.BC_ACT_GELU),
+                         lambda: lib.bc_activation(fptr(yn), cptr(xn), xn.size, 99))
+
+    @case("bc_swiglu")
+    def _():
+        return alternate(lambda: lib.bc_swiglu(fptr(yn), cptr(xn), cptr(xn), xn.size),
+                         lambda: lib.bc_swiglu(fptr(yn), cptr(xn), ffi.NULL, xn.size))
+
+    @case("bc_residual_add")
+    def _():
+        return alternate(lambda: lib.bc_residual_add(fptr(yn), cptr(xn), cptr(xn), xn.size),
+                         lambda: lib.bc_residual_add(fptr(yn), cptr(xn), cptr(xn), 0))
+
+    # -- the block
+    cfg = blockc.BlockConfig(d_model=16, n_heads=4, d_ff=32, norm="layer", activation="swiglu")
+    Ws = blockc.init_blocks(cfg, 2, seed=1, rand="normal")
+    xb = f32(2, 5, 16)
+
+    def c_block():
+        ps = [blockc.prepare(W, cfg) for W in Ws]
+        arr = ffi.new("bc_block_weights[]", 2)
+        for i, p in enumerate(ps):
+            arr[i] = p._c[0]
+        n = ffi.new("size_t *")
+        lib.bc_block_workspace_size(n, cfg._c, 2, 5)
+        work = np.empty(n[0], np.float32)
+        out, hid = np.empty_like(xb), np.empty((2,) + xb.shape, np.float32)
+        return ps, arr, n, work, out, hid
+
+    @case("bc_block_workspace_size")
+    def _():
+        n = ffi.new("size_t *")
+        bad = ffi.new("bc_block_config *", {"d_model": 6, "n_heads": 4, "d_ff": 1})
+        return alternate(lambda: lib.bc_block_workspace_size(n, cfg._c, 2, 5),
+                         lambda: lib.bc_block_workspace_size(n, bad, 2, 5))
+
+    @case("bc_block_forward")
+    def _():
+        ps, arr, n, work, out, hid = c_block()
+        return alternate(
+            lambda: lib.bc_block_forward(fptr(out), cptr(xb), cfg._c, ps[0]._c, 2, 5, fptr(work), work.size),
+            lambda: lib.bc_block_forward(fptr(out), cptr(xb), cfg._c, ps[0]._c, 2, 5, fptr(work), 1))
+
+    @case("bc_stack_forward")
+    def _():
+        ps, arr, n, work, out, hid = c_block()
+        return alternate(
+            lambda: lib.bc_stack_forward(fptr(out), fptr(hid), cptr(xb), cfg._c, arr, 2, 2, 5,
+                                         fptr(work), work.size),
+            lambda: lib.bc_stack_forward(fptr(out), fptr(hid), cptr(xb), cfg._c, arr, 0, 2, 5,
+                                         fptr(work), work.size))
+
+    # -- book mode
+    def book_structs():
+        gg = ffi.new("bc_rng *")
+        lib.bc_rng_init(gg, 0, 42)
+        ffn, blk = ffi.new("bc_book_ffn *"), ffi.new("bc_book_block[]", lib.BC_BOOK_N_BLOCKS)
+        lib.bc_book_ffn_init(ffn, gg)
+        lib.bc_book_stack_init(blk, gg)
+        return gg, ffn, blk
+
+    xt = f32(lib.BC_BOOK_SEQ_LEN, lib.BC_BOOK_D_MODEL)
+    yt = np.empty_like(xt)
+
+    @case("bc_book_ffn_init")
+    def _():
+        gg, ffn, blk = book_structs()
+        return alternate(lambda: lib.bc_book_ffn_init(ffn, gg), lambda: lib.bc_book_ffn_init(ffn, ffi.NULL))
+
+    @case("bc_book_block_init")
+    def _():
+        gg, ffn, blk = book_structs()
+        return alternate(lambda: lib.bc_book_block_init(blk, gg), lambda: lib.bc_book_block_init(ffi.NULL, gg))
+
+    @case("bc_book_stack_init")
+    def _():
+        gg, ffn, blk = book_structs()
+        return alternate(lambda: lib.bc_book_stack_init(blk, gg), lambda: lib.bc_book_stack_init(blk, ffi.NULL))
+
+    @case("bc_book_ffn_forward")
+    def _():
+        gg, ffn, blk = book_structs()
+        xf, of = f32(lib.BC_BOOK_FFN_D_MODEL), np.empty(lib.BC_BOOK_FFN_D_MODEL, np.float32)
+        return alternate(lambda: lib.bc_book_ffn_forward(fptr(of), ffn, cptr(xf)),
+                         lambda: lib.bc_book_ffn_forward(fptr(of), ffi.NULL, cptr(xf)))
+
+    @case("bc_book_ffn_params")
+    def _():
+        out = ffi.new("int64_t *")
+        return alternate(lambda: lib.bc_book_ffn_params(out, 6, 12), lambda: lib.bc_book_ffn_params(out, -6, 12))
+
+    @case("bc_book_residual_add")
+    def _():
+        a4, o4 = f32(4), np.empty(4, np.float32)
+        return alternate(lambda: lib.bc_book_residual_add(fptr(o4), cptr(a4), cptr(a4)),
+                         lambda: lib.bc_book_residual_add(fptr(o4), ffi.NULL, cptr(a4)))
+
+    @case("bc_book_block_forward")
+    def _():
+        gg, ffn, blk = book_structs()
+        return alternate(lambda: lib.bc_book_block_forward(fptr(yt), blk, cptr(xt)),
+                         lambda: lib.bc_book_block_forward(fptr(yt), ffi.NULL, cptr(xt)))
+
+    @case("bc_book_avg_norm")
+    def _():
+        out = ffi.new("float *")
+        return alternate(lambda: lib.bc_book_avg_norm(out, cptr(xt)), lambda: lib.bc_book_avg_norm(out, ffi.NULL))
+
+    @case("bc_book_stack_forward")
+    def _():
+        gg, ffn, blk = book_structs()
+        norms = np.empty(lib.BC_BOOK_N_BLOCKS + 1, np.float32)
+        return alternate(lambda: lib.bc_book_stack_forward(fptr(yt), fptr(norms), blk, cptr(xt)),
+                         lambda: lib.bc_book_stack_forward(ffi.NULL, fptr(norms), blk, cptr(xt)))
+
+    @case("bc_book_block_params")
+    def _():
+        out = ffi.new("bc_book_params *")
+        return alternate(lambda: lib.bc_book_block_params(out, 8, 32, 4),
+                         lambda: lib.bc_book_block_params(out, 2**40, 2**40, 2**40))
+
+    # -- the GPT
+    gcfg = blockc.GPTConfig(vocab=64, context=16, width=16, heads=4, layers=2)
+    model = blockc.GPT.random(gcfg, seed=0)
+    cc = gcfg._c()
+    bad_cc = ffi.new("bc_gpt_config *", dict(vocab=64, context=16, width=16, heads=3, layers=2,
+                                             eps=1e-5, tie_weights=1))
+    n_out = ffi.new("size_t *")
+
+    @case("bc_gpt_config_check")
+    def _():
+        return alternate(lambda: lib.bc_gpt_config_check(cc), lambda: lib.bc_gpt_config_check(bad_cc))
+
+    @case("bc_gpt_param_count")
+    def _():
+        return alternate(lambda: lib.bc_gpt_param_count(n_out, cc), lambda: lib.bc_gpt_param_count(n_out, bad_cc))
+
+    @case("bc_gpt_tensor_count")
+    def _():
+        return alternate(lambda: lib.bc_gpt_tensor_count(n_out, cc), lambda: lib.bc_gpt_tensor_count(n_out, bad_cc))
+
+    @case("bc_gpt_tensor_info")
+    def _():
+        name = ffi.new("char[]", lib.BC_GPT_NAME_MAX)
+        off, nd, shp = ffi.new("size_t *"), ffi.new("size_t *"), ffi.new("size_t[2]")
+        return alternate(lambda: lib.bc_gpt_tensor_info(name, lib.BC_GPT_NAME_MAX, off, nd, shp, cc, 5),
+                         lambda: lib.bc_gpt_tensor_info(name, lib.BC_GPT_NAME_MAX, off, nd, shp, cc, 999))
+
+    @case("bc_gpt_cache_size")
+    def _():
+        return alternate(lambda: lib.bc_gpt_cache_size(n_out, cc, 2, 8), lambda: lib.bc_gpt_cache_size(n_out, cc, 2, 17))
+
+    @case("bc_gpt_workspace_size")
+    def _():
+        return alternate(lambda: lib.bc_gpt_workspace_size(n_out, cc, 2, 8, ffi.NULL),
+                         lambda: lib.bc_gpt_workspace_size(n_out, cc, 0, 8, ffi.NULL))
+
+    @case("bc_gpt_forward")
+    def _():
+        ids = rng.integers(0, 64, size=(2, 8))
+        bad_ids = ids.copy()
+        bad_ids[1, 7] = 64
+        lib.bc_gpt_workspace_size(n_out, cc, 2, 8, ffi.NULL)
+        work = np.empty(n_out[0], np.float32)
+        logits = np.empty((2, 8, 64), np.float32)
+        p = cptr(model.params)
+
+        def fwd(i):
+            return lib.bc_gpt_forward(fptr(logits), ffi.NULL, ffi.NULL, p, cc,
+                                      ffi.from_buffer("int64_t[]", i), lib.BC_IDS_INT64, 2, 8, 0,
+                                      fptr(work), work.size)
+        return alternate(lambda: fwd(ids), lambda: fwd(bad_ids))
+
+    # -- the Python API (each call allocates its results, workspaces and C views)
+    def fails(fn, *a, **kw):
+        try:
+            fn(*a, **kw)
+        except (ValueError, TypeError):
+            return
+        raise AssertionError("expected a refusal")
+
+    @case("block_forward")
+    def _():
+        bad = dict(Ws[0])
+        del bad["up.weight"]
+        return alternate(lambda: blockc.block_forward(xb, Ws[0], cfg),
+                         lambda: fails(blockc.block_forward, xb, bad, cfg))
+
+    @case("block_forward(dict)")
+    def _():
+        W = dict(Ws[0])
+        return lambda: blockc.block_forward(xb.astype(np.float64), W, cfg)
+
+    @case("stack_forward")
+    def _():
+        return lambda: blockc.stack_forward(xb, Ws, cfg, return_hidden=True)
+
+    @case("init_blocks")
+    def _():
+        small = blockc.BlockConfig(d_model=8, n_heads=2, d_ff=16)
+        return lambda: blockc.init_blocks(small, 2, seed=3)
+
+    @case("ops")
+    def _():
+        return lambda: (ops.linear(x, w, b), ops.layernorm(xn, g, g), ops.attention(q, k, v, causal=True),
+                        ops.gelu(xn), ops.swiglu(xn, xn))
+
+    @case("book")
+    def _():
+        bw = book.stack_init(seed=42)
+        xbook = book.stack_init.__globals__.get("np", np).zeros((4, 8), np.float32) + 0.1
+        return lambda: (book.stack_forward(xbook, bw), book.ffn_params(), book.block_params())
+
+    @case("GPT.__call__")
+    def _():
+        ids = rng.integers(0, 64, size=(2, 8))
+        return alternate(lambda: model(ids, return_hidden=True), lambda: fails(model, ids + 64))
+
+    @case("GPT.generate")
+    def _():
+        ids = rng.integers(0, 64, size=(1, 4))
+        return lambda: model.generate(ids, max_new_tokens=4, temperature=1.0, top_k=8, seed=1)
+
+    @case("GPT.from_state_dict")
+    def _():
+        sd = {k2: v2.copy() for k2, v2 in model.state_dict().items()}
+        return lambda: blockc.GPT.from_state_dict(sd, gcfg)
+
+    return cases
+
+
+# ---------------------------------------------------------------- measuring
+
+def _malloc_in_use():
+    """Bytes malloc'd and not freed (glibc mallinfo2), or -1 where unavailable."""
+    try:
+        libc = ctypes.CDLL(None)
+        fn = libc.mallinfo2
+    except (OSError, AttributeError):
+        return -1
+
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in
+                    ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                     "uordblks", "fordblks", "keepcost")]
+    fn.restype = Mallinfo2
+    m = fn()
+    return int(m.uordblks + m.hblkhd)
+
+
+def _peak_rss_kb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+
+
+def measure(name, calls, warmup=500, cases=None):
+    """Run one case in this process: dict of calls, seconds, peak RSS and malloc growth."""
+    import gc
+    cases = cases or _cases()
+    call = cases[name]()
+    for _ in range(warmup):
+        call()
+    gc.collect()
+    rss0, mem0 = _peak_rss_kb(), _malloc_in_use()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        call()
+    seconds = time.perf_counter() - t0
+    gc.collect()
+    rss1, mem1 = _peak_rss_kb(), _malloc_in_use()
+    return dict(name=name, calls=calls, seconds=seconds, peak_rss_mb=rss1 / 1024.0,
+                rss_growth_mb=(rss1 - rss0) / 1024.0,
+                malloc_growth_kb=(mem1 - mem0) / 1024.0 if mem0 >= 0 else float("nan"))
+
+
