@@ -67,19 +67,33 @@ def cdef_source():
     return head + "\n" + text
 
 
-def _compiler_accepts(flags):
-    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
-    cc = cc.split()
+def _compiler():
+    return (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
+
+
+def _compiler_accepts(flags, program="#include <omp.h>\nint main(void){return omp_get_max_threads() < 0;}\n"):
+    cc = _compiler()
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "t.c")
         with open(src, "w") as f:
-            f.write("#include <omp.h>\nint main(void){return omp_get_max_threads() < 0;}\n")
+            f.write(program)
         try:
             r = subprocess.run(cc + flags + [src, "-o", os.path.join(tmp, "t")],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         except OSError:
             return False
         return r.returncode == 0
+
+
+def require_compiler():
+    """Stop the build with one line when there is no working C compiler (instead of
+    the compiler driver's pages of output)."""
+    if sys.platform == "win32":
+        return
+    if not _compiler_accepts([], "int main(void) { return 0; }\n"):
+        sys.exit(f"blockc: error: no working C compiler ({' '.join(_compiler())}): blockc compiles "
+                 "its C library at install time; install gcc or clang (e.g. `apt-get install gcc`, "
+                 "`xcode-select --install`) or set CC")
 
 
 def _flags():
@@ -116,6 +130,7 @@ def sources():
     return out
 
 
+require_compiler()
 ffibuilder = FFI()
 ffibuilder.cdef(cdef_source())
 _cflags, _ldflags = _flags()
