@@ -122,9 +122,23 @@ def _rng(seed: int, rand: str):
 def ffn_init(seed: int = 42, rand: str = "msvc") -> Dict[str, np.ndarray]:
     """126_Ffn's weights after ``srand(seed)`` with the named ``rand()`` (``msvc`` or ``glibc``).
 
-    Returns ``{"w1": (12, 6), "b1": (12,), "w2": (6, 12), "b2": (6,)}`` float32; the
-    biases are zero and the weights are ``(rand()/RAND_MAX * 2 - 1) * 0.1`` in the
-    listing's order (W1 row by row, then W2).
+    Parameters
+    ----------
+    seed : int in [0, 2**32), optional
+    rand : {"msvc", "glibc"}, optional
+        Whose ``rand()``: msvc gives the book's figures.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        ``{"w1": (12, 6), "b1": (12,), "w2": (6, 12), "b2": (6,)}`` float32; the
+        biases are zero and the weights are ``(rand()/RAND_MAX * 2 - 1) * 0.1`` in
+        the listing's order (W1 row by row, then W2).
+
+    Examples
+    --------
+    >>> {k: v.shape for k, v in ffn_init(42).items()}
+    {'w1': (12, 6), 'b1': (12,), 'w2': (6, 12), 'b2': (6,)}
     """
     g = _rng(seed, rand)
     s = ffi.new("bc_book_ffn *")
@@ -135,8 +149,29 @@ def ffn_init(seed: int = 42, rand: str = "msvc") -> Dict[str, np.ndarray]:
 def ffn_forward(x, weights: Mapping[str, object]) -> np.ndarray:
     """126_Ffn's forward pass for one position: ``w2 @ gelu(w1 @ x + b1) + b2``.
 
-    ``x`` (6,), ``weights`` as :func:`ffn_init` returns them; returns (6,) float32.
     GELU is the tanh approximation, as the listing writes it.
+
+    Parameters
+    ----------
+    x : array_like, shape (6,)
+    weights : mapping
+        As :func:`ffn_init` returns them.
+
+    Returns
+    -------
+    numpy.ndarray
+        (6,) float32.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A non-floating array; a shape other than the book's, a missing or extra key.
+
+    Examples
+    --------
+    >>> y = ffn_forward(FFN_INPUT, ffn_init(42))      # the listing's input and weights
+    >>> print(" ".join(f"{v:+.3f}" for v in y))        # the book's figure
+    +0.000 +0.006 -0.006 +0.004 -0.007 -0.002
     """
     xa = book_array(x, "x", (FFN_D_MODEL,))
     s = _to_struct(weights, "weights", "bc_book_ffn", FFN_SHAPES)
@@ -146,7 +181,21 @@ def ffn_forward(x, weights: Mapping[str, object]) -> np.ndarray:
 
 
 def ffn_params(d_model: int = FFN_D_MODEL, d_ff: int = FFN_D_FF) -> int:
-    """Parameters of a biased FFN, ``2 * d_model * d_ff + d_ff + d_model`` (126_Ffn: 162)."""
+    """Parameters of a biased FFN, ``2 * d_model * d_ff + d_ff + d_model``.
+
+    Parameters
+    ----------
+    d_model, d_ff : int >= 1, optional
+
+    Returns
+    -------
+    int
+
+    Examples
+    --------
+    >>> ffn_params()          # 126_Ffn
+    162
+    """
     out = ffi.new("int64_t *")
     check(lib.bc_book_ffn_params(out, _int(d_model, "d_model"), _int(d_ff, "d_ff")),
           "bc_book_ffn_params")
@@ -155,7 +204,22 @@ def ffn_params(d_model: int = FFN_D_MODEL, d_ff: int = FFN_D_FF) -> int:
 
 # --- 127_Residual ----------------------------------------------------------------
 def residual_add(x, sublayer) -> np.ndarray:
-    """127_Residual: ``x + sublayer``, both (4,); returns (4,) float32."""
+    """127_Residual: ``x + sublayer``.
+
+    Parameters
+    ----------
+    x, sublayer : array_like, shape (4,)
+
+    Returns
+    -------
+    numpy.ndarray
+        (4,) float32.
+
+    Examples
+    --------
+    >>> residual_add([1.0, 2.0, 3.0, 4.0], [0.1, -0.2, 0.3, -0.1])   # the listing's figure
+    array([1.1, 1.8, 3.3, 3.9], dtype=float32)
+    """
     xa = book_array(x, "x", (RESIDUAL_DIM,))
     sa = book_array(sublayer, "sublayer", (RESIDUAL_DIM,))
     out = np.empty(RESIDUAL_DIM, np.float32)
@@ -166,7 +230,22 @@ def residual_add(x, sublayer) -> np.ndarray:
 # --- 128_Block -------------------------------------------------------------------
 def block_init(seed: int = 42, rand: str = "msvc") -> Dict[str, np.ndarray]:
     """128_Block's weights after ``srand(seed)``: 768 draws in memory order
-    (:data:`BLOCK_SHAPES`), each ``(rand()/RAND_MAX * 2 - 1) * 0.1`` in float32."""
+    (:data:`BLOCK_SHAPES`), each ``(rand()/RAND_MAX * 2 - 1) * 0.1`` in float32.
+
+    Parameters
+    ----------
+    seed : int in [0, 2**32), optional
+    rand : {"msvc", "glibc"}, optional
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+
+    Examples
+    --------
+    >>> sum(v.size for v in block_init(42).values())
+    768
+    """
     g = _rng(seed, rand)
     s = ffi.new("bc_book_block *")
     check(lib.bc_book_block_init(s, g), "bc_book_block_init")
@@ -178,7 +257,28 @@ def block_forward(x, weights: Mapping[str, object]) -> np.ndarray:
 
     ``x + attn(rmsnorm(x))``, then ``+ ffn(rmsnorm(.))``: RMSNorm without gain
     (eps 1e-5), 2-head self-attention without mask, FFN ``w2 @ gelu(w1 @ .)``.
-    ``x`` (4, 8), ``weights`` as :func:`block_init` returns them; returns (4, 8) float32.
+
+    Parameters
+    ----------
+    x : array_like, shape (4, 8)
+    weights : mapping
+        As :func:`block_init` returns them.
+
+    Returns
+    -------
+    numpy.ndarray
+        (4, 8) float32.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`ffn_forward`.
+
+    Examples
+    --------
+    >>> y = block_forward(BLOCK_INPUT, block_init(42))
+    >>> print(" ".join(f"{v:+.2f}" for v in y[0]))    # "The" after one block: the book's row
+    +0.97 +0.16 -0.29 +0.54 -0.09 +0.81 +0.31 -0.17
     """
     xa = book_array(x, "x", (SEQ_LEN, D_MODEL))
     s = _to_struct(weights, "weights", "bc_book_block", BLOCK_SHAPES)
@@ -189,7 +289,23 @@ def block_forward(x, weights: Mapping[str, object]) -> np.ndarray:
 
 # --- 129_Stack -------------------------------------------------------------------
 def stack_init(seed: int = 42, rand: str = "msvc") -> List[Dict[str, np.ndarray]]:
-    """129_Stack's 4 blocks after one ``srand(seed)``, drawn one after the other."""
+    """129_Stack's 4 blocks after one ``srand(seed)``, drawn one after the other.
+
+    Parameters
+    ----------
+    seed : int in [0, 2**32), optional
+    rand : {"msvc", "glibc"}, optional
+
+    Returns
+    -------
+    list of dict
+        Four weight dicts, as :func:`block_init` returns.
+
+    Examples
+    --------
+    >>> len(stack_init(42))
+    4
+    """
     g = _rng(seed, rand)
     s = ffi.new(f"bc_book_block[{N_BLOCKS}]")
     check(lib.bc_book_stack_init(s, g), "bc_book_stack_init")
@@ -199,9 +315,23 @@ def stack_init(seed: int = 42, rand: str = "msvc") -> List[Dict[str, np.ndarray]
 def stack_forward(x, blocks: Sequence[Mapping[str, object]]) -> Tuple[np.ndarray, np.ndarray]:
     """129_Stack: the 4 blocks in a row.
 
-    ``x`` (4, 8), ``blocks`` a sequence of 4 weight dicts. Returns ``(y, norms)``:
-    the final representations (4, 8) and the average row norm (5,) at the input
-    and after each block, float32.
+    Parameters
+    ----------
+    x : array_like, shape (4, 8)
+    blocks : sequence of 4 mappings
+
+    Returns
+    -------
+    y : numpy.ndarray
+        The final representations, (4, 8) float32.
+    norms : numpy.ndarray
+        The average row norm (5,) float32 at the input and after each block.
+
+    Examples
+    --------
+    >>> _, norms = stack_forward(BLOCK_INPUT, stack_init(42))
+    >>> print(" ".join(f"{v:.4f}" for v in norms))     # the book's figures
+    1.3809 1.3990 1.4163 1.4205 1.4256
     """
     xa = book_array(x, "x", (SEQ_LEN, D_MODEL))
     if isinstance(blocks, Mapping) or len(blocks) != N_BLOCKS:
@@ -218,12 +348,42 @@ def stack_forward(x, blocks: Sequence[Mapping[str, object]]) -> Tuple[np.ndarray
 
 def stack_norms(x, blocks: Sequence[Mapping[str, object]]) -> np.ndarray:
     """129_Stack's printed measure: the average row norm (5,) at the input and after
-    each of the 4 blocks; :func:`stack_forward` returns it with the final ``x``."""
+    each of the 4 blocks; :func:`stack_forward` returns it with the final ``x``.
+
+    Parameters
+    ----------
+    x : array_like, shape (4, 8)
+    blocks : sequence of 4 mappings
+
+    Returns
+    -------
+    numpy.ndarray
+        (5,) float32.
+
+    Examples
+    --------
+    >>> print(f"{stack_norms(BLOCK_INPUT, stack_init(42))[-1]:.4f}")
+    1.4256
+    """
     return stack_forward(x, blocks)[1]
 
 
 def avg_norm(x) -> np.float32:
-    """129_Stack's measure: the mean over the 4 rows of ``x`` (4, 8) of each row's L2 norm."""
+    """129_Stack's measure: the mean over the 4 rows of ``x`` of each row's L2 norm.
+
+    Parameters
+    ----------
+    x : array_like, shape (4, 8)
+
+    Returns
+    -------
+    numpy.float32
+
+    Examples
+    --------
+    >>> print(f"{avg_norm(BLOCK_INPUT):.4f}")          # 129_Stack's input
+    1.3809
+    """
     xa = book_array(x, "x", (SEQ_LEN, D_MODEL))
     out = ffi.new("float *")
     check(lib.bc_book_avg_norm(out, cptr(xa)), "bc_book_avg_norm")
@@ -238,7 +398,25 @@ def _int(v, name: str) -> int:
 def block_params(d_model: int = D_MODEL, d_ff: int = D_FF, n_layers: int = 1) -> Dict[str, int]:
     """Parameters of ``n_layers`` pre-norm blocks: ``attn = 4 d^2``, ``ffn = 2 d d_ff``,
     ``norms = 2 d`` (two RMSNorm gains), ``per_block``, ``all_blocks``.
-    128_Block: 256 + 512 + 16 = 784. ``ValueError`` if the count overflows int64."""
+
+    Parameters
+    ----------
+    d_model, d_ff, n_layers : int >= 1, optional
+
+    Returns
+    -------
+    dict of str to int
+
+    Raises
+    ------
+    ValueError
+        A size below 1, or a count past int64.
+
+    Examples
+    --------
+    >>> block_params()                                  # 128_Block: 256 + 512 + 16
+    {'attn': 256, 'ffn': 512, 'norms': 16, 'per_block': 784, 'all_blocks': 784}
+    """
     p = ffi.new("bc_book_params *")
     check(lib.bc_book_block_params(p, _int(d_model, "d_model"), _int(d_ff, "d_ff"),
                                    _int(n_layers, "n_layers")), "bc_book_block_params")
@@ -247,5 +425,15 @@ def block_params(d_model: int = D_MODEL, d_ff: int = D_FF, n_layers: int = 1) ->
 
 def real_params() -> List[Dict[str, object]]:
     """130_Real_Params' table: for each of :data:`REAL_MODELS`, its name, sizes,
-    published count and the block counts :func:`block_params` computes."""
+    published count and the block counts :func:`block_params` computes.
+
+    Returns
+    -------
+    list of dict
+
+    Examples
+    --------
+    >>> real_params()[0]["all_blocks"]                  # GPT-2 Small's 12 blocks
+    84953088
+    """
     return real_params_rows(block_params)

@@ -520,7 +520,26 @@ def iter_blocks(cfg: BlockConfig, n: int, seed: int = 42,
                 rand: str = "msvc") -> Iterator[Dict[str, np.ndarray]]:
     """The blocks of :func:`init_blocks`, drawn one at a time (the same draws):
     a deep stack can be streamed (draw, apply, drop) in the memory of one block.
-    The arguments are checked when this is called, before the first draw."""
+
+    Parameters
+    ----------
+    cfg, n, seed, rand
+        As :func:`init_blocks`; checked when this is called, before the first draw.
+
+    Yields
+    ------
+    dict of str to numpy.ndarray
+        One block's weights.
+
+    Examples
+    --------
+    >>> cfg = BlockConfig()
+    >>> x = np.full((4, 8), 0.1, np.float32)
+    >>> for W in iter_blocks(cfg, 3):
+    ...     x = block_forward(x, W, cfg)
+    >>> bool(np.array_equal(x, stack_forward(np.full((4, 8), 0.1, np.float32), init_blocks(cfg, 3), cfg)))
+    True
+    """
     _check_cfg(cfg)
     n = as_int(n, "n", 0, _MAX)
     seed = as_seed(seed)
@@ -578,7 +597,24 @@ def _uniform_blocks(cfg: BlockConfig, n: int, g, per: int) -> Iterator[Dict[str,
 
 
 def init_block(cfg: BlockConfig, seed: int = 42, rand: str = "msvc") -> Dict[str, np.ndarray]:
-    """One block's weights: ``init_blocks(cfg, 1, seed, rand)[0]`` (128_Block's draw)."""
+    """One block's weights: ``init_blocks(cfg, 1, seed, rand)[0]`` (128_Block's draw).
+
+    Parameters
+    ----------
+    cfg : BlockConfig
+    seed : int in [0, 2**32), optional
+    rand : {"msvc", "glibc", "normal"}, optional
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+
+    Examples
+    --------
+    >>> W = init_block(BlockConfig(), seed=42)
+    >>> sorted(W)
+    ['attn.proj.weight', 'attn.qkv.weight', 'down.weight', 'up.weight']
+    """
     return init_blocks(cfg, 1, seed, rand)[0]
 
 
@@ -603,6 +639,24 @@ def count_parameters(cfg: BlockConfig, bias: bool = False, n_blocks: int = 1) ->
       1,049,088 per block and 6,294,528 for six; models using it shrink F to
       about 2/3 of 4D to keep the count level.
     - Chapter 6, GPT-2 block (layer norm, biases, F=4D): 12*D**2 + 13*D.
+
+    Parameters
+    ----------
+    cfg : BlockConfig
+    bias : bool, optional
+        Count the linear biases too.
+    n_blocks : int >= 0, optional
+
+    Returns
+    -------
+    int
+
+    Examples
+    --------
+    >>> count_parameters(BlockConfig())
+    784
+    >>> count_parameters(BlockConfig(d_model=256, n_heads=4, d_ff=1024), n_blocks=6)
+    4721664
     """
     _check_cfg(cfg)
     as_flag(bias, "bias")

@@ -129,7 +129,19 @@ def _as_config(cfg: Any) -> GPTConfig:
 def gpt_parameter_count(cfg: GPTConfig) -> int:
     """Parameters of an actual model built in C: the size of its parameter buffer.
 
-    A tied head is counted once. GPT-2 small: 124,439,808.
+    Parameters
+    ----------
+    cfg : GPTConfig
+
+    Returns
+    -------
+    int
+        The count, a tied head counted once.
+
+    Examples
+    --------
+    >>> gpt_parameter_count(GPTConfig.preset("gpt2"))
+    124439808
     """
     n = ffi.new("size_t *")
     check(lib.bc_gpt_param_count(n, _as_config(cfg)._c()), "gpt_parameter_count")
@@ -137,7 +149,21 @@ def gpt_parameter_count(cfg: GPTConfig) -> int:
 
 
 def gpt_parameter_formula(cfg: GPTConfig) -> int:
-    """The chapter's closed form N = VD + CD + L(12D^2 + 13D) + 2D (+ VD untied)."""
+    """The chapter's closed form N = VD + CD + L(12D^2 + 13D) + 2D (+ VD untied).
+
+    Parameters
+    ----------
+    cfg : GPTConfig
+
+    Returns
+    -------
+    int
+
+    Examples
+    --------
+    >>> gpt_parameter_formula(GPTConfig.preset("gpt2-medium"))
+    354823168
+    """
     cfg = _as_config(cfg)
     v, c, d, layers = cfg.vocab, cfg.context, cfg.width, cfg.layers
     n = v * d + c * d + layers * (12 * d * d + 13 * d) + 2 * d
@@ -246,7 +272,16 @@ class KVCache:
         return self._cfg
 
     def reset(self) -> None:
-        """Forget every stored position (length 0)."""
+        """Forget every stored position (length 0).
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> c = m.new_cache(1, 8); _ = m(np.array([[1, 2]]), cache=c); c.length
+        2
+        >>> c.reset(); c.length
+        0
+        """
         with self._lock:
             self._length = 0
 
@@ -318,10 +353,36 @@ class GPT:
     def from_state_dict(cls, sd: Mapping[str, Any], cfg: GPTConfig) -> "GPT":
         """Load a state dict keyed as the chapter's PyTorch ``GPT.state_dict()``.
 
-        Values may be NumPy arrays, array-likes or torch tensors (any real dtype; stored
-        as float32). Every key and shape is checked against ``cfg``: a missing, unexpected
-        or mis-shaped tensor is a ``ValueError`` naming it. For a tied config,
-        ``head.weight`` may be present (PyTorch lists it) and must equal ``token.weight``.
+        Parameters
+        ----------
+        sd : mapping of str to array_like
+            NumPy arrays, array-likes or torch tensors (any real dtype, bfloat16
+            included; stored as float32). Each entry is read once.
+        cfg : GPTConfig
+            Every key and shape is checked against it. For a tied config,
+            ``head.weight`` may be present (PyTorch lists it) and must equal
+            ``token.weight`` bit for bit.
+
+        Returns
+        -------
+        GPT
+            A new model owning a copy of the weights.
+
+        Raises
+        ------
+        TypeError
+            ``sd`` is not a mapping or ``cfg`` not a GPTConfig.
+        ValueError
+            A missing, unexpected or mis-shaped tensor (named), or a tied head
+            that differs from the token embedding.
+
+        Examples
+        --------
+        >>> cfg = GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1)
+        >>> m = GPT.random(cfg, seed=1)
+        >>> m2 = GPT.from_state_dict(m.state_dict(), cfg)
+        >>> bool((m2.params == m.params).all())
+        True
         """
         cfg = _as_config(cfg)
         if not isinstance(sd, Mapping):
@@ -368,14 +429,37 @@ class GPT:
         return self._params
 
     def num_parameters(self) -> int:
-        """Size of the parameter buffer: a tied head counted once."""
+        """Size of the parameter buffer: a tied head counted once.
+
+        Returns
+        -------
+        int
+
+        Examples
+        --------
+        >>> GPT(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1)).num_parameters()
+        1080
+        """
         return int(self._params.size)
 
     def state_dict(self, keep_tied: bool = False) -> Dict[str, np.ndarray]:
         """Writable NumPy views into the parameter buffer, in the chapter's order and names.
 
-        A tied model lists ``token.weight`` only, unless ``keep_tied`` adds ``head.weight``
-        (a view of the same memory), as PyTorch's ``state_dict()`` does.
+        Parameters
+        ----------
+        keep_tied : bool, optional
+            A tied model lists ``token.weight`` only, unless this adds ``head.weight``
+            (a view of the same memory), as PyTorch's ``state_dict()`` does.
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+
+        Examples
+        --------
+        >>> m = GPT(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> list(m.state_dict())[:3]
+        ['token.weight', 'position.weight', 'blocks.0.ln1.weight']
         """
         out = {name: self._params[off:off + int(np.prod(shape))].reshape(shape)
                for name, (off, shape) in self._layout.items()}
@@ -384,8 +468,25 @@ class GPT:
         return out
 
     def new_cache(self, batch: int, capacity: int) -> KVCache:
-        """An empty KV cache for ``batch`` sequences of up to ``capacity`` (<= context)
-        tokens, owned by this model."""
+        """An empty KV cache, owned by this model.
+
+        Parameters
+        ----------
+        batch : int >= 1
+            Sequences.
+        capacity : int in [1, context]
+            Positions each sequence can hold.
+
+        Returns
+        -------
+        KVCache
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> m.new_cache(2, 8)
+        KVCache(batch=2, capacity=8, length=0)
+        """
         return KVCache(self._cfg, batch, capacity, _owner=self)
 
     # ---- forward ------------------------------------------------------------
@@ -457,16 +558,49 @@ class GPT:
         -------
         numpy.ndarray
             (layers, B, T, width) float32.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=3))
+        >>> m.hidden_states(np.array([[1, 2]])).shape
+        (3, 1, 2, 8)
         """
         return self._forward(ids, None, False, True, want_logits=False)[1]
 
     def __call__(self, ids: Any, cache: Optional[KVCache] = None, return_hidden: bool = False
                  ) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
-        """ids (B, T) integers in [0, vocab) -> logits (B, T, vocab) float32.
+        """The logits of every position.
 
-        Positions are 0..T-1, or continue after ``cache.length`` (the cache is appended to).
-        With ``return_hidden``, returns ``(logits, hidden)``, hidden (layers, B, T, width):
-        the residual stream after every block.
+        Parameters
+        ----------
+        ids : array_like of int, shape (B, T)
+            Token ids in [0, vocab) (copied, then checked).
+        cache : KVCache, optional
+            This model's cache: positions continue after ``cache.length`` and the
+            new keys and values are appended. Without one, positions are 0..T-1.
+        return_hidden : bool, optional
+            Also return the residual stream after every block.
+
+        Returns
+        -------
+        logits : numpy.ndarray
+            (B, T, vocab) float32.
+        hidden : numpy.ndarray
+            (layers, B, T, width) float32, with ``return_hidden`` only.
+
+        Raises
+        ------
+        TypeError
+            Ids that are not integers, a non-bool flag, a cache of another type.
+        ValueError
+            Ids out of range, a sequence past the context or the cache's capacity,
+            a cache of another model.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> m(np.array([[1, 2, 3]])).shape
+        (1, 3, 16)
         """
         return_hidden = as_flag(return_hidden, "return_hidden")
         logits, hidden = self._forward(ids, cache, False, return_hidden)
@@ -479,14 +613,41 @@ class GPT:
     def generate(self, ids: Any, max_new_tokens: int, temperature: float = 0.0,
                  top_k: Optional[int] = None, seed: Optional[int] = None,
                  use_cache: bool = True) -> np.ndarray:
-        """Extend ids (B, T) by ``max_new_tokens`` tokens -> (B, T + max_new_tokens) int64.
+        """Extend ids (B, T) by ``max_new_tokens`` tokens.
 
-        Greedy (argmax, first maximum on ties) when ``temperature == 0``; otherwise samples
-        from softmax(logits / temperature), restricted to the ``top_k`` largest logits when
-        given, with ``numpy.random.default_rng(seed)`` (reproducible for a given seed).
-        With ``use_cache`` (the default) the prompt is run once and each new token is fed
-        alone through a KV cache; ``use_cache=False`` recomputes the whole sequence for every
-        token (same tokens, slower). T + max_new_tokens - 1 must not exceed the context.
+        Parameters
+        ----------
+        ids : array_like of int, shape (B, T)
+            The prompt.
+        max_new_tokens : int >= 0
+        temperature : float >= 0, optional
+            0 (the default) takes the argmax (first maximum on ties); otherwise a
+            sample from softmax(logits / temperature). However small a positive
+            temperature is, it gives the greedy limit, never NaN probabilities.
+        top_k : int >= 1, optional
+            Sample among the ``top_k`` largest logits only.
+        seed : int >= 0, optional
+            Seed of ``numpy.random.default_rng`` (reproducible samples).
+        use_cache : bool, optional
+            Run the prompt once and feed each new token alone through a KV cache
+            (the default); False recomputes the whole sequence for every token
+            (same tokens, slower).
+
+        Returns
+        -------
+        numpy.ndarray
+            (B, T + max_new_tokens) int64: the prompt, then the new tokens.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`__call__`; T + max_new_tokens - 1 past the context.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> m.generate(np.array([[1, 2]]), 3).shape
+        (1, 5)
         """
         cfg = self._cfg
         a = _check_ids(ids, cfg, 0)

@@ -21,8 +21,9 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple
 
 import numpy as np
+import numpy.typing as npt
 
-from ._args import F32, as_f32, check_eps
+from ._args import F32, as_f32, as_flag, check_eps
 from ._native import check, cptr, ffi, fptr, lib
 from ._errors import BlockcTypeError, BlockcValueError
 
@@ -40,8 +41,34 @@ def _vector(a: Any, n: int, name: str, what: str) -> Optional[np.ndarray]:
     return a
 
 
-def linear(x: Any, w: Any, b: Any = None) -> np.ndarray:
-    """``x @ w.T + b``: x (..., in), w (out, in), b (out,) or None -> (..., out)."""
+def linear(x: npt.ArrayLike, w: npt.ArrayLike, b: Optional[npt.ArrayLike] = None) -> np.ndarray:
+    """The linear layer ``x @ w.T + b``.
+
+    Parameters
+    ----------
+    x : array_like, shape (..., in)
+    w : array_like, shape (out, in)
+        Stored as PyTorch's ``nn.Linear.weight`` is (one row per output).
+    b : array_like, shape (out,), optional
+
+    Returns
+    -------
+    numpy.ndarray
+        float32, shape (..., out).
+
+    Raises
+    ------
+    TypeError
+        A non-floating array.
+    ValueError
+        Shapes that do not match.
+
+    Examples
+    --------
+    >>> linear(np.ones((2, 3)), np.ones((4, 3)), np.arange(4.0))
+    array([[3., 4., 5., 6.],
+           [3., 4., 5., 6.]], dtype=float32)
+    """
     x = as_f32(x, "x")
     w = as_f32(w, "w")
     if w.ndim != 2:
@@ -69,10 +96,36 @@ def _rows(x: np.ndarray, name: str) -> Tuple[int, int]:
     return x.size // c, c
 
 
-def rmsnorm(x: Any, weight: Any = None, eps: float = 1e-5) -> np.ndarray:
+def rmsnorm(x: npt.ArrayLike, weight: Optional[npt.ArrayLike] = None,
+            eps: float = 1e-5) -> np.ndarray:
     """RMSNorm over the last axis: ``x / sqrt(mean(x**2) + eps) * weight``.
 
-    x (..., D), weight (D,) or None (unit gain) -> (..., D)."""
+    The mean square is summed in double, so every finite row normalises
+    (rows beyond 1.8e19, whose squares overflow float32, included).
+
+    Parameters
+    ----------
+    x : array_like, shape (..., D)
+    weight : array_like, shape (D,), optional
+        The gain (None: 1).
+    eps : float, optional
+        Finite, >= 0.
+
+    Returns
+    -------
+    numpy.ndarray
+        float32, shaped like ``x``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A non-floating array or eps; a shape or eps out of range.
+
+    Examples
+    --------
+    >>> rmsnorm([[3.0, 4.0]], eps=0.0)
+    array([[0.84852815, 1.1313709 ]], dtype=float32)
+    """
     x = as_f32(x, "x")
     n, c = _rows(x, "x")
     g = _vector(weight, c, "weight", "one gain per feature")
@@ -84,11 +137,33 @@ def rmsnorm(x: Any, weight: Any = None, eps: float = 1e-5) -> np.ndarray:
     return y
 
 
-def layernorm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> np.ndarray:
+def layernorm(x: npt.ArrayLike, weight: Optional[npt.ArrayLike] = None,
+              bias: Optional[npt.ArrayLike] = None, eps: float = 1e-5) -> np.ndarray:
     """LayerNorm over the last axis: ``(x - mean) / sqrt(var + eps) * weight + bias``.
 
-    The variance divides by D, not D-1. x (..., D), weight (D,) or None,
-    bias (D,) or None -> (..., D)."""
+    Parameters
+    ----------
+    x : array_like, shape (..., D)
+    weight, bias : array_like, shape (D,), optional
+        Gain (None: 1) and shift (None: 0).
+    eps : float, optional
+        Finite, >= 0. The variance divides by D, not D-1.
+
+    Returns
+    -------
+    numpy.ndarray
+        float32, shaped like ``x``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`rmsnorm`.
+
+    Examples
+    --------
+    >>> layernorm([[1.0, 3.0]], eps=0.0)
+    array([[-1.,  1.]], dtype=float32)
+    """
     x = as_f32(x, "x")
     n, c = _rows(x, "x")
     g = _vector(weight, c, "weight", "one gain per feature")
@@ -101,18 +176,39 @@ def layernorm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5) -
     return y
 
 
-def attention(q: Any, k: Any, v: Any, causal: bool = False) -> np.ndarray:
+def attention(q: npt.ArrayLike, k: npt.ArrayLike, v: npt.ArrayLike,
+              causal: bool = False) -> np.ndarray:
     """Scaled dot-product attention ``softmax(q @ k.T / sqrt(Dh)) @ v``.
 
-    q (B, H, Tq, Dh), k (B, H, Tk, Dh), v (B, H, Tk, Dh) -> (B, H, Tq, Dh).
-    Any number of leading axes is accepted (they must agree between q, k and
-    v; no broadcasting). With ``causal=True`` query i sees keys 0..i
-    (top-left aligned, as ``torch``'s ``is_causal``)."""
+    Parameters
+    ----------
+    q : array_like, shape (B, H, Tq, Dh)
+    k, v : array_like, shape (B, H, Tk, Dh)
+        Any number of leading axes is accepted (they must agree between q, k
+        and v; no broadcasting).
+    causal : bool, optional
+        Query i sees keys 0..i (top-left aligned, as ``torch``'s ``is_causal``).
+
+    Returns
+    -------
+    numpy.ndarray
+        float32, shaped like ``q``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A non-floating array or a non-bool ``causal``; shapes that disagree.
+
+    Examples
+    --------
+    >>> q = np.ones((1, 1, 2, 4)); v = np.arange(8.0).reshape(1, 1, 2, 4)
+    >>> attention(q, q, v, causal=True)[0, 0, 0]
+    array([0., 1., 2., 3.], dtype=float32)
+    """
     q = as_f32(q, "q")
     k = as_f32(k, "k")
     v = as_f32(v, "v")
-    if not isinstance(causal, (bool, np.bool_)):
-        raise BlockcTypeError(f"causal must be a bool, got {type(causal).__name__}")
+    causal = as_flag(causal, "causal")
     if q.ndim < 2:
         raise BlockcValueError(f"q must have shape (B, H, Tq, Dh), got {q.shape}")
     lead, (tq, dh) = q.shape[:-2], q.shape[-2:]
@@ -140,24 +236,108 @@ def _act(x: Any, kind: int, where: str) -> np.ndarray:
     return y
 
 
-def gelu_tanh(x: Any) -> np.ndarray:
+def gelu_tanh(x: npt.ArrayLike) -> np.ndarray:
     """GELU, tanh approximation (GPT-2, the chapter's listings):
-    ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3)))``. Any shape."""
+    ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3)))``.
+
+    Parameters
+    ----------
+    x : array_like
+        Any shape.
+
+    Returns
+    -------
+    numpy.ndarray
+        float32, shaped like ``x``.
+
+    Raises
+    ------
+    TypeError
+        A non-floating array.
+
+    Examples
+    --------
+    >>> gelu_tanh([1.0])
+    array([0.841192], dtype=float32)
+    """
     return _act(x, lib.BC_ACT_GELU_TANH, "gelu_tanh")
 
 
-def gelu(x: Any) -> np.ndarray:
-    """GELU, exact: ``0.5 x (1 + erf(x / sqrt(2)))``. Any shape."""
+def gelu(x: npt.ArrayLike) -> np.ndarray:
+    """GELU, exact: ``0.5 x (1 + erf(x / sqrt(2)))``.
+
+    Parameters
+    ----------
+    x : array_like
+        Any shape.
+
+    Returns
+    -------
+    numpy.ndarray
+        float32, shaped like ``x``.
+
+    Raises
+    ------
+    TypeError
+        A non-floating array.
+
+    Examples
+    --------
+    >>> gelu([1.0])
+    array([0.8413447], dtype=float32)
+    """
     return _act(x, lib.BC_ACT_GELU, "gelu")
 
 
-def relu(x: Any) -> np.ndarray:
-    """``max(x, 0)`` (NaN stays NaN). Any shape."""
+def relu(x: npt.ArrayLike) -> np.ndarray:
+    """``max(x, 0)`` (NaN stays NaN).
+
+    Parameters
+    ----------
+    x : array_like
+        Any shape.
+
+    Returns
+    -------
+    numpy.ndarray
+        float32, shaped like ``x``.
+
+    Raises
+    ------
+    TypeError
+        A non-floating array.
+
+    Examples
+    --------
+    >>> relu([-1.0, 2.0])
+    array([0., 2.], dtype=float32)
+    """
     return _act(x, lib.BC_ACT_RELU, "relu")
 
 
-def silu(x: Any) -> np.ndarray:
-    """``x * sigmoid(x)``, also called swish. Any shape."""
+def silu(x: npt.ArrayLike) -> np.ndarray:
+    """``x * sigmoid(x)``, also called swish.
+
+    Parameters
+    ----------
+    x : array_like
+        Any shape.
+
+    Returns
+    -------
+    numpy.ndarray
+        float32, shaped like ``x``.
+
+    Raises
+    ------
+    TypeError
+        A non-floating array.
+
+    Examples
+    --------
+    >>> silu([1.0])
+    array([0.7310586], dtype=float32)
+    """
     return _act(x, lib.BC_ACT_SILU, "silu")
 
 
@@ -169,8 +349,29 @@ def _same(a: Any, b: Any, na: str, nb: str) -> Tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-def swiglu(gate: Any, up: Any) -> np.ndarray:
-    """``silu(gate) * up``, elementwise, the gated hidden layer of a SwiGLU FFN."""
+def swiglu(gate: npt.ArrayLike, up: npt.ArrayLike) -> np.ndarray:
+    """``silu(gate) * up``, elementwise: the gated hidden layer of a SwiGLU FFN.
+
+    Parameters
+    ----------
+    gate, up : array_like
+        The same shape (no broadcasting).
+
+    Returns
+    -------
+    numpy.ndarray
+        float32, the shape of ``gate``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A non-floating array; shapes that differ.
+
+    Examples
+    --------
+    >>> swiglu([0.0, 1.0], [5.0, 2.0])
+    array([0.       , 1.4621172], dtype=float32)
+    """
     gate, up = _same(gate, up, "gate", "up")
     y = np.empty_like(gate)
     if y.size:
@@ -178,8 +379,29 @@ def swiglu(gate: Any, up: Any) -> np.ndarray:
     return y
 
 
-def residual_add(x: Any, sub: Any) -> np.ndarray:
-    """``x + sub`` (127_Residual): the residual connection. Same shapes, no broadcasting."""
+def residual_add(x: npt.ArrayLike, sub: npt.ArrayLike) -> np.ndarray:
+    """``x + sub`` (127_Residual): the residual connection.
+
+    Parameters
+    ----------
+    x, sub : array_like
+        The same shape (no broadcasting).
+
+    Returns
+    -------
+    numpy.ndarray
+        float32, the shape of ``x``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A non-floating array; shapes that differ.
+
+    Examples
+    --------
+    >>> residual_add([1.0, 2.0, 3.0, 4.0], [0.1, -0.2, 0.3, -0.1])
+    array([1.1, 1.8, 3.3, 3.9], dtype=float32)
+    """
     x, sub = _same(x, sub, "x", "sub")
     y = np.empty_like(x)
     if y.size:

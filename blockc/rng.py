@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._args import as_choice, as_seed
+from ._args import as_choice, as_int, as_seed
 
 __all__ = ["CRand", "GENERATORS", "generator_id"]
 
@@ -52,7 +52,18 @@ class CRand:
                 self.rand()
 
     def rand(self) -> int:
-        """The next value of ``rand()``."""
+        """The next value of ``rand()``.
+
+        Returns
+        -------
+        int
+            In [0, RAND_MAX].
+
+        Examples
+        --------
+        >>> CRand(42, "msvc").rand()
+        175
+        """
         if self.kind == "msvc":
             self._lcg = (self._lcg * 214013 + 2531011) & _M32
             return (self._lcg >> 16) & 0x7FFF
@@ -62,11 +73,43 @@ class CRand:
         return t[f] >> 1
 
     def rands(self, n: int) -> np.ndarray:
-        """The next ``n`` values of ``rand()`` as uint32."""
+        """The next ``n`` values of ``rand()``.
+
+        Parameters
+        ----------
+        n : int >= 0
+
+        Returns
+        -------
+        numpy.ndarray
+            (n,) uint32.
+
+        Examples
+        --------
+        >>> CRand(1, "glibc").rands(3)
+        array([1804289383,  846930886, 1681692777], dtype=uint32)
+        """
+        n = as_int(n, "n", 0)
         return np.array([self.rand() for _ in range(n)], dtype=np.uint32)
 
     def uniform(self, n: int, scale: float = 0.1) -> np.ndarray:
-        """(n,) float32: the listings' weight draw ``(randf() * 2 - 1) * scale``,
-        ``randf() = (float)rand() / RAND_MAX``, every step rounded to float32."""
+        """The listings' weight draw ``(randf() * 2 - 1) * scale``,
+        ``randf() = (float)rand() / RAND_MAX``, every step rounded to float32.
+
+        Parameters
+        ----------
+        n : int >= 0
+        scale : float, optional
+
+        Returns
+        -------
+        numpy.ndarray
+            (n,) float32.
+
+        Examples
+        --------
+        >>> CRand(42).uniform(2)
+        array([-0.09893186, -0.09755852], dtype=float32)
+        """
         r = self.rands(n).astype(np.float32) / np.float32(self.rand_max)
         return (r * np.float32(2) - np.float32(1)) * np.float32(scale)

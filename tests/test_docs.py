@@ -1,0 +1,48 @@
+"""The examples in the public docstrings run and print what they say (doctest), and
+every public function documents its parameters, return value and errors (numpydoc)."""
+import doctest
+import importlib
+import inspect
+
+import numpy as np
+import pytest
+
+import blockc
+
+MODULES = ["blockc.ops", "blockc.engine", "blockc.gpt", "blockc.runtime", "blockc.book",
+           "blockc.rng"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    mod = importlib.import_module(name)
+    res = doctest.testmod(mod, extraglobs={"np": np}, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert res.failed == 0
+
+
+def _public_callables():
+    for name in blockc.__all__:
+        obj = getattr(blockc, name)
+        if inspect.isfunction(obj):
+            yield name, obj
+        elif inspect.isclass(obj) and not issubclass(obj, Exception):
+            for attr, member in vars(obj).items():
+                if not attr.startswith("_") and (inspect.isfunction(member)
+                                                  or isinstance(member, (classmethod, staticmethod))):
+                    yield f"{name}.{attr}", getattr(obj, attr)
+    for mod in (blockc.ops, blockc.book):
+        for name in mod.__all__:
+            obj = getattr(mod, name)
+            if inspect.isfunction(obj):
+                yield f"{mod.__name__}.{name}", obj
+
+
+@pytest.mark.parametrize("name, fn", list(_public_callables()), ids=lambda v: v if isinstance(v, str) else "")
+def test_numpydoc_sections(name, fn):
+    doc = inspect.getdoc(fn) or ""
+    params = [p for p in inspect.signature(fn).parameters if p not in ("self", "cls")]
+    if params:
+        assert "Parameters\n----------" in doc, name
+    assert "Returns\n-------" in doc or "Yields\n------" in doc or \
+        inspect.signature(fn).return_annotation in (None, "None"), name
+    assert "Examples\n--------" in doc, name
