@@ -49,6 +49,7 @@ def oracle(x, W, cfg=CFG):
     (dict(d_model=8.0), TypeError, r"d_model must be an integer, got float"),
     (dict(n_heads="2"), TypeError, r"n_heads must be an integer, got str"),
     (dict(d_ff=True), TypeError, r"d_ff must be an integer, got bool"),
+    (dict(d_ff=2.5), TypeError, r"d_ff must be an integer, got float"),
     (dict(norm="batch"), ValueError, r"norm must be one of 'rms', 'layer', 'none'; got 'batch'"),
     (dict(norm=None), TypeError, r"norm must be a str, one of"),
     (dict(placement="middle"), ValueError, r"placement must be one of 'pre', 'post'"),
@@ -405,12 +406,24 @@ def gpt_sd(cfg=GCFG):
     (dict(eps=1e39), ValueError, r"GPTConfig.eps must be finite and >= 0"),
     (dict(n_layer=2), TypeError, r"unexpected keyword argument 'n_layer'"),
     (dict(dropout=0.1), TypeError, r"unexpected keyword argument 'dropout'"),
+    (dict(eps=float("nan")), ValueError, r"GPTConfig.eps must be finite and >= 0"),
+    (dict(vocab=2**40, context=1, width=2**20, heads=1, layers=1), ValueError,
+     r"GPTConfig: a model of .* exceeds 2\*\*40 parameters"),
 ], ids=lambda v: repr(v) if isinstance(v, dict) else "")
 def test_bad_gpt_config(kw, exc, match):
     base = dict(vocab=13, context=8, width=8, heads=2, layers=2)
     base.update(kw)
     with pytest.raises(exc, match=match):
         blockc.GPTConfig(**base)
+
+
+@pytest.mark.parametrize("name, exc, match", [
+    ("gpt3", ValueError, r"^preset must be one of 'gpt2', 'gpt2-large', 'gpt2-medium', 'gpt2-xl'; got 'gpt3'$"),
+    (None, TypeError, r"^preset must be a str"),
+])
+def test_bad_preset(name, exc, match):
+    with pytest.raises(exc, match=match):
+        blockc.GPTConfig.preset(name)
 
 
 def test_gpt_cfg_must_be_a_gpt_config():
@@ -437,9 +450,11 @@ def test_gpt_cfg_must_be_a_gpt_config():
     (np.zeros((0, 3), np.int64), r"ids must have B >= 1 and T >= 1"),
     (np.zeros((2, 0), np.int64), r"ids must have B >= 1 and T >= 1"),
     (np.zeros((1, 9), np.int64), r"Sequence exceeds the model's context of 8"),
+    (np.array([[2**63]], np.uint64), r"ids must lie in \[0, 13\)"),
+    ([[[1, 2]]], r"ids must have shape \(B, T\), got shape \(1, 1, 2\)"),
 ], ids=["vocab", "negative", "2^62", "int64-min", "uint64-max", "int32-big", "float-list",
         "float32", "complex", "object", "bool", "str", "1-D", "scalar", "3-D", "B=0", "T=0",
-        "past-context"])
+        "past-context", "uint64-2^63", "nested-3-D"])
 def test_bad_ids(ids, match):
     with pytest.raises(ValueError, match=match):
         gpt_model()(ids)
