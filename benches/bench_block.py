@@ -25,6 +25,8 @@ and the peak RSS of this process.
 NumPy's OpenBLAS: this machine's environment may set OPENBLAS_CORETYPE, which
 slows current NumPy; for the comparison run with it unset, e.g.
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benches/bench_block.py
+
+With --docs the output also replaces the "block" section of docs/speed.md.
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ import numpy as np
 
 import blockc
 import support_path  # noqa: F401  (tests/support: the PyTorch reference)
+from doc_section import recorded  # noqa: E402
 from blockc import ops
 from blockc.reference import block as ref
 
@@ -265,4 +268,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    _argv = [a for a in sys.argv[1:] if a != "--docs"]
+    with recorded("speed.md", "block", _argv, enabled="--docs" in sys.argv[1:]):
+        _status = main(_argv)
+    sys.exit(_status or 0)

@@ -18,10 +18,13 @@ Ratios are peer time / blockc time (> 1: blockc is faster).
 
     python benches/bench_engine_call.py
     python benches/bench_engine_call.py --d-model 768 --heads 12 --seq 128 --number 20
+
+With --docs the output also replaces the "engine-call" section of docs/speed.md.
 """
 from __future__ import annotations
 
 import argparse
+import sys
 import statistics
 import timeit
 
@@ -29,6 +32,7 @@ import numpy as np
 
 import blockc
 import support_path  # noqa: F401  (tests/support: the PyTorch reference)
+from doc_section import recorded  # noqa: E402
 from blockc import engine
 from blockc._native import cptr, fptr, lib
 from blockc.reference import block as ref
@@ -45,7 +49,7 @@ def torch_block(torch, cfg, W):
     return Block.like(cfg, W)
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--d-model", type=int, default=8)
     ap.add_argument("--heads", type=int, default=2)
@@ -54,7 +58,7 @@ def main() -> None:
     ap.add_argument("--number", type=int, default=5000)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--torch-threads", type=int, default=1)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     cfg = blockc.BlockConfig(d_model=args.d_model, n_heads=args.heads, d_ff=4 * args.d_model)
     W = blockc.init_block(cfg, 42, "msvc")
@@ -98,4 +102,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _argv = [a for a in sys.argv[1:] if a != "--docs"]
+    with recorded("speed.md", "engine-call", _argv, enabled="--docs" in sys.argv[1:]):
+        _status = main(_argv)
+    sys.exit(_status or 0)

@@ -13,6 +13,8 @@ The speedup column is PyTorch time / blockc time (> 1: blockc is faster).
     python benches/bench_gpt.py                      # GPT-2 small, T=1024, 32 new tokens
     python benches/bench_gpt.py --layers 4 --repeats 3
     python benches/bench_gpt.py --threads 1         # both libraries on one thread
+
+With --docs the output also replaces the "gpt" section of docs/speed.md.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import numpy as np
 
 import blockc
 import support_path  # noqa: F401  (tests/support: the PyTorch reference)
+from doc_section import recorded  # noqa: E402
 
 
 def _once(fn):
@@ -158,4 +161,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _argv = [a for a in sys.argv[1:] if a != "--docs"]
+    with recorded("speed.md", "gpt", _argv, enabled="--docs" in sys.argv[1:]):
+        _status = main(_argv)
+    sys.exit(_status or 0)

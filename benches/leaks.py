@@ -13,6 +13,8 @@ the issue's figure (20,000 calls, peak RSS flat: under --limit-mb growth).
     python benches/leaks.py --list
 
 Exit status 1 when a case grows peak RSS past --limit-mb.
+
+With --docs the output also replaces the "leaks" section of docs/reliability.md.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import subprocess
 import sys
 
 import support_path  # noqa: F401  (tests/support on sys.path)
+from doc_section import recorded  # noqa: E402
 from leak_cases import _cases, c_entry_points, measure  # noqa: E402
 
 
@@ -70,4 +73,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _argv = [a for a in sys.argv[1:] if a != "--docs"]
+    with recorded("reliability.md", "leaks", _argv, enabled="--docs" in sys.argv[1:]):
+        _status = main(_argv)
+    sys.exit(_status or 0)

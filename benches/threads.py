@@ -16,6 +16,8 @@ thread is inside one call (the GIL held: the whole call; released: noise).
 
     python benches/threads.py
     python benches/threads.py --repeats 21 --seq 256
+
+With --docs the output also replaces the "threads" section of docs/reliability.md.
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ import os
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = "1"  # before blockc (OpenMP) and numpy (BLAS) load
 
-import argparse  # noqa: E402
+import argparse
+import sys  # noqa: E402
 import statistics  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -33,6 +36,7 @@ import numpy as np  # noqa: E402
 
 import blockc  # noqa: E402
 import support_path  # noqa: E402,F401  (tests/support on sys.path)
+from doc_section import recorded  # noqa: E402
 from gilprobe import pauses  # noqa: E402
 
 
@@ -130,4 +134,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    _argv = [a for a in sys.argv[1:] if a != "--docs"]
+    with recorded("reliability.md", "threads", _argv, enabled="--docs" in sys.argv[1:]):
+        _status = main(_argv)
+    sys.exit(_status or 0)

@@ -46,3 +46,25 @@ def test_numpydoc_sections(name, fn):
     assert "Returns\n-------" in doc or "Yields\n------" in doc or \
         inspect.signature(fn).return_annotation in (None, "None"), name
     assert "Examples\n--------" in doc, name
+
+
+def _readme_blocks():
+    import os
+    import re
+    text = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "README.md"), encoding="utf-8").read()
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+@pytest.mark.parametrize("i", range(len(_readme_blocks())))
+def test_readme_examples_run_and_print_what_they_say(i, capsys):
+    # each `print(...)  # value` line in the README's Python examples prints that value
+    code = _readme_blocks()[i]
+    exec(compile(code, f"README block {i}", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    claims = [line.split("#", 1)[1].strip() for line in code.splitlines()
+              if line.startswith("print(") and "#" in line]
+    assert len(printed) == len(claims)
+    for got, claim in zip(printed, claims):
+        assert claim.startswith(got.strip().replace("'", "").replace("[", "").replace("]", "")
+                                .replace(",", "")) or got.strip() in claim, (got, claim)

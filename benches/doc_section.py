@@ -1,0 +1,61 @@
+"""Benches write their own tables into docs/: nothing there is typed by hand.
+
+``with recorded("speed.md", "block", argv):`` runs the bench with its standard
+output also captured; at the end the capture replaces the section between
+``<!-- begin block -->`` and ``<!-- end block -->`` in docs/speed.md, headed by
+the command and the date. Only a run with ``--docs`` records (a quick run with
+other options should not overwrite the published table).
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import io
+import os
+import re
+import sys
+from typing import Iterator, List
+
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+
+
+class _Tee(io.TextIOBase):
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, s):
+        for st in self.streams:
+            st.write(s)
+        return len(s)
+
+    def flush(self):
+        for st in self.streams:
+            st.flush()
+
+
+def write_section(doc: str, name: str, body: str) -> None:
+    """Replace the body between the section's markers in docs/<doc> (which must have them)."""
+    path = os.path.join(DOCS, doc)
+    text = open(path, encoding="utf-8").read()
+    begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
+    pat = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+    if not pat.search(text):
+        raise SystemExit(f"{path} has no section {name!r} ({begin} ... {end})")
+    text = pat.sub(lambda _: f"{begin}\n{body.rstrip()}\n{end}", text)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+@contextlib.contextmanager
+def recorded(doc: str, name: str, argv: List[str], enabled: bool) -> Iterator[None]:
+    """Tee standard output; on success write it into docs/<doc>, section ``name``."""
+    if not enabled:
+        yield
+        return
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(_Tee(sys.stdout, buf)):
+        yield
+    cmd = " ".join(["python", os.path.relpath(sys.argv[0], os.path.dirname(DOCS))] + argv)
+    day = datetime.date.today().isoformat()
+    write_section(doc, name, f"`{cmd}` on {day}:\n\n```text\n{buf.getvalue().rstrip()}\n```")
+    print(f"(wrote docs/{doc}, section {name})", file=sys.stderr)
