@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "bc_book.h"
+#include "bc_check.h"
 
 #define SEQ BC_BOOK_SEQ_LEN
 #define DM BC_BOOK_D_MODEL
@@ -189,23 +190,6 @@ int bc_book_ffn_forward(float *out, const bc_book_ffn *f, const float *x)
     return BC_OK;
 }
 
-/* a * b for non-negative a, b; 0 on int64 overflow */
-static int mul64(int64_t *out, int64_t a, int64_t b)
-{
-    if (a != 0 && b > INT64_MAX / a)
-        return 0;
-    *out = a * b;
-    return 1;
-}
-
-static int add64(int64_t *out, int64_t a, int64_t b)
-{
-    if (b > INT64_MAX - a)
-        return 0;
-    *out = a + b;
-    return 1;
-}
-
 int bc_book_ffn_params(int64_t *out, int64_t d_model, int64_t d_ff)
 {
     if (!out)
@@ -213,9 +197,10 @@ int bc_book_ffn_params(int64_t *out, int64_t d_model, int64_t d_ff)
     if (d_model <= 0 || d_ff <= 0)
         return BC_ESIZE;
     int64_t w, n;
-    if (!mul64(&w, d_model, d_ff) || !mul64(&w, w, 2) || !add64(&n, w, d_ff) ||
-        !add64(&n, n, d_model))
-        return BC_EOVERFLOW;
+    int st;
+    if ((st = bc_mul_i64(&w, d_model, d_ff)) || (st = bc_mul_i64(&w, w, 2)) ||
+        (st = bc_add_i64(&n, w, d_ff)) || (st = bc_add_i64(&n, n, d_model)))
+        return st;
     *out = n;
     return BC_OK;
 }
@@ -305,12 +290,13 @@ int bc_book_block_params(bc_book_params *out, int64_t d_model, int64_t d_ff,
         return BC_ESIZE;
     bc_book_params p;
     int64_t sq;
-    if (!mul64(&sq, d_model, d_model) || !mul64(&p.attn, sq, 4) ||
-        !mul64(&p.ffn, d_model, d_ff) || !mul64(&p.ffn, p.ffn, 2) ||
-        !mul64(&p.norms, d_model, 2) || !add64(&p.per_block, p.attn, p.ffn) ||
-        !add64(&p.per_block, p.per_block, p.norms) ||
-        !mul64(&p.all_blocks, p.per_block, n_layers))
-        return BC_EOVERFLOW;
+    int st;
+    if ((st = bc_mul_i64(&sq, d_model, d_model)) || (st = bc_mul_i64(&p.attn, sq, 4)) ||
+        (st = bc_mul_i64(&p.ffn, d_model, d_ff)) || (st = bc_mul_i64(&p.ffn, p.ffn, 2)) ||
+        (st = bc_mul_i64(&p.norms, d_model, 2)) || (st = bc_add_i64(&p.per_block, p.attn, p.ffn)) ||
+        (st = bc_add_i64(&p.per_block, p.per_block, p.norms)) ||
+        (st = bc_mul_i64(&p.all_blocks, p.per_block, n_layers)))
+        return st;
     *out = p;
     return BC_OK;
 }

@@ -28,6 +28,25 @@ static inline int bc_add(size_t *out, size_t a, size_t b)
     return BC_OK;
 }
 
+/* *out = a * b for counts a, b >= 0 (parameter counts, not tensor sizes: no
+ * BC_MAX_ELEMENTS cap), or BC_EOVERFLOW past INT64_MAX. */
+static inline int bc_mul_i64(int64_t *out, int64_t a, int64_t b)
+{
+    if (a < 0 || b < 0 || (a != 0 && b > INT64_MAX / a))
+        return BC_EOVERFLOW;
+    *out = a * b;
+    return BC_OK;
+}
+
+/* *out = a + b for counts a, b >= 0, or BC_EOVERFLOW past INT64_MAX. */
+static inline int bc_add_i64(int64_t *out, int64_t a, int64_t b)
+{
+    if (a < 0 || b < 0 || b > INT64_MAX - a)
+        return BC_EOVERFLOW;
+    *out = a + b;
+    return BC_OK;
+}
+
 /* 1 if float ranges [a, a+na) and [b, b+nb) share any element. */
 static inline int bc_overlap(const float *a, size_t na, const float *b, size_t nb)
 {

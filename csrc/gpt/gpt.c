@@ -259,121 +259,159 @@ static void cache_store(float *dst, const float *src, size_t lds, size_t seq, si
         memcpy(dst + t * d, src + t * lds, d * sizeof(float));
 }
 
-int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
-                   const float *params, const bc_gpt_config *cfg,
-                   const void *ids, int ids_type, size_t batch, size_t seq, int last_only,
-                   float *work, size_t work_size)
-{
+/* Everything bc_gpt_forward checked, as checked: the cache's fields are read
+ * once, into c, and only that copy is used afterwards (a caller changing its
+ * struct during the call cannot move a write past the buffers checked). */
+typedef struct {
     layout lo;
-    size_t n, nd, need, tmp_cache = 0, logits_n = 0, hidden_n = 0;
-    int s;
+    bc_gpt_cache c;   /* a copy of *cache (has_cache) */
+    int has_cache;
+    size_t n, nd;     /* N = B*T rows, N*D */
+    size_t pos0;      /* the first position: the cache's length, or 0 */
+    size_t cap;       /* rows per (layer, sequence) of the cache, or T */
+} fwd_plan;
 
-    /* -- validate everything before writing anything -- */
+static int forward_plan(fwd_plan *p, const float *logits, const float *hidden,
+                        const bc_gpt_cache *cache, const float *params, const bc_gpt_config *cfg,
+                        const void *ids, int ids_type, size_t batch, size_t seq, int last_only,
+                        const float *work, size_t work_size)
+{
+    size_t need, cache_n = 0, logits_n = 0, hidden_n = 0;
+    int s;
     if (!params || !ids || !work)
         return BC_ENULL;
-    if ((s = bc_gpt_config_check(cfg)) || (s = make_layout(&lo, cfg)))
+    if ((s = bc_gpt_config_check(cfg)) || (s = make_layout(&p->lo, cfg)))
         return s;
     if (ids_type != BC_IDS_INT32 && ids_type != BC_IDS_INT64)
         return BC_EOPTION;
     if (!batch || !seq)
         return BC_ESIZE;
-    size_t pos0 = 0, keys = seq;
+    p->has_cache = cache != NULL;
+    p->pos0 = 0;
+    p->cap = seq;
     if (cache) {
-        if (!cache->k || !cache->v)
+        const bc_gpt_cache c = *cache;  /* read once */
+        if (!c.k || !c.v)
             return BC_ENULL;
-        if (cache->batch != batch || !cache->capacity || cache->length > cache->capacity)
+        if (c.batch != batch || !c.capacity || c.length > c.capacity)
             return BC_ESIZE;
-        if (cache->capacity > cfg->context || seq > cache->capacity - cache->length)
+        if (c.capacity > cfg->context || seq > c.capacity - c.length)
             return BC_ECONTEXT;
-        if ((s = bc_gpt_cache_size(&tmp_cache, cfg, batch, cache->capacity)))
+        if ((s = bc_gpt_cache_size(&cache_n, cfg, batch, c.capacity)))
             return s;
-        pos0 = cache->length;
-        keys = cache->capacity;
+        p->c = c;
+        p->pos0 = c.length;
+        p->cap = c.capacity;
     } else if (seq > cfg->context) {
         return BC_ECONTEXT;
     }
-    if ((s = bc_mul(&n, batch, seq)) || (s = work_parts(&nd, &need, cfg, batch, seq)))
+    if ((s = bc_mul(&p->n, batch, seq)) || (s = work_parts(&p->nd, &need, cfg, batch, seq)))
         return s;
     if (work_size < need)
         return BC_EWORKSPACE;
-    if (logits && (s = bc_mul(&logits_n, last_only ? batch : n, cfg->vocab)))
+    if (logits && (s = bc_mul(&logits_n, last_only ? batch : p->n, cfg->vocab)))
         return s;
-    if (hidden && (s = bc_mul(&hidden_n, nd, cfg->layers)))
+    if (hidden && (s = bc_mul(&hidden_n, p->nd, cfg->layers)))
         return s;
     /* outputs may not overlap each other, the parameters or the ids */
-    {
-        size_t cache_n = cache ? tmp_cache : 0, ids_n = ids_type == BC_IDS_INT64 ? 2 * n : n;
-        const float *in[2] = {params, (const float *)ids};
-        const size_t in_n[2] = {lo.total, ids_n};
-        float *out[5] = {logits, hidden, work, cache ? cache->k : NULL, cache ? cache->v : NULL};
-        const size_t out_n[5] = {logits_n, hidden_n, need, cache_n, cache_n};
-        for (int i = 0; i < 5; i++) {
-            for (int j = 0; j < 2; j++)
-                if (bc_overlap(out[i], out_n[i], in[j], in_n[j]))
-                    return BC_EALIAS;
-            for (int j = i + 1; j < 5; j++)
-                if (bc_overlap(out[i], out_n[i], out[j], out_n[j]))
-                    return BC_EALIAS;
-        }
+    const size_t ids_n = ids_type == BC_IDS_INT64 ? 2 * p->n : p->n;
+    const float *in[2] = {params, (const float *)ids};
+    const size_t in_n[2] = {p->lo.total, ids_n};
+    const float *out[5] = {logits, hidden, work, cache ? p->c.k : NULL, cache ? p->c.v : NULL};
+    const size_t out_n[5] = {logits_n, hidden_n, need, cache_n, cache_n};
+    for (int i = 0; i < 5; i++) {
+        for (int j = 0; j < 2; j++)
+            if (bc_overlap(out[i], out_n[i], in[j], in_n[j]))
+                return BC_EALIAS;
+        for (int j = i + 1; j < 5; j++)
+            if (bc_overlap(out[i], out_n[i], out[j], out_n[j]))
+                return BC_EALIAS;
     }
-    const size_t d = cfg->width, h = cfg->heads, dh = d / h, cap = keys;
-    bc_ctx cx;
-    if ((s = bc_rt_ctx(&cx, dh)))
-        return s;
+    return BC_OK;
+}
 
-    /* -- compute: the embedding checks each id as it reads it, and writes only
-     * the workspace, so a bad id still leaves every output untouched -- */
+/* Layer l on the residual stream x (N,D), in place; scratch xn, att (N,D), buf (N,4D).
+ *   x += proj(attn(qkv(ln1(x))));  x += down(gelu_tanh(up(ln2(x)))) */
+static void layer_forward(float *x, float *xn, float *att, float *buf, const float *params,
+                          const bc_gpt_config *cfg, const fwd_plan *p, size_t l,
+                          size_t batch, size_t seq, const bc_ctx *cx)
+{
+    const size_t d = cfg->width, h = cfg->heads, dh = d / h, n = p->n;
+    const float *w = params + p->lo.blocks + l * p->lo.block_size;
+    const size_t *o = p->lo.blk;
+    bc_k_layernorm(xn, x, w + o[BLK_LN1_W], w + o[BLK_LN1_B], n, d, cfg->eps, cx);
+    bc_k_linear(buf, xn, w + o[BLK_QKV_W], w + o[BLK_QKV_B], NULL, n, d, 3 * d, BC_ACT_NONE, cx);
+    for (size_t b = 0; b < batch; b++) {
+        const float *q = buf + b * seq * 3 * d;
+        const float *k = q + d, *v = q + 2 * d;
+        size_t ldk = 3 * d, tk = seq;
+        if (p->has_cache) {
+            const size_t row = (l * batch + b) * p->cap * d;
+            cache_store(p->c.k + row + p->pos0 * d, k, 3 * d, seq, d);
+            cache_store(p->c.v + row + p->pos0 * d, v, 3 * d, seq, d);
+            k = p->c.k + row;
+            v = p->c.v + row;
+            ldk = d;
+            tk = p->pos0 + seq;
+        }
+        bc_k_attention(att + b * seq * d, d, q, 3 * d, k, ldk, v, ldk, seq, tk, h, dh, p->pos0,
+                       1, cx);
+    }
+    /* the residual adds fused into the proj and down epilogues */
+    bc_k_linear(x, att, w + o[BLK_PROJ_W], w + o[BLK_PROJ_B], x, n, d, d, BC_ACT_NONE, cx);
+    bc_k_layernorm(xn, x, w + o[BLK_LN2_W], w + o[BLK_LN2_B], n, d, cfg->eps, cx);
+    bc_k_linear(buf, xn, w + o[BLK_UP_W], w + o[BLK_UP_B], NULL, n, d, 4 * d, BC_ACT_GELU_TANH,
+                cx);
+    bc_k_linear(x, buf, w + o[BLK_DOWN_W], w + o[BLK_DOWN_B], x, n, 4 * d, d, BC_ACT_NONE, cx);
+}
+
+// logits (B,T,V) or (B,1,V) = head(norm(x (N,D))); scratch xn (N,D)
+static void head_forward(float *logits, float *xn, const float *x, const float *params,
+                         const bc_gpt_config *cfg, const fwd_plan *p, size_t batch, size_t seq,
+                         int last_only, const bc_ctx *cx)
+{
+    const size_t d = cfg->width;
+    const float *g = params + p->lo.norm_w, *bb = params + p->lo.norm_b;
+    size_t rows = p->n;
+    if (last_only) {
+        for (size_t b = 0; b < batch; b++)
+            bc_k_layernorm(xn + b * d, x + (b * seq + seq - 1) * d, g, bb, 1, d, cfg->eps, cx);
+        rows = batch;
+    } else {
+        bc_k_layernorm(xn, x, g, bb, p->n, d, cfg->eps, cx);
+    }
+    bc_k_linear(logits, xn, params + p->lo.head, NULL, NULL, rows, d, cfg->vocab, BC_ACT_NONE, cx);
+}
+
+int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
+                   const float *params, const bc_gpt_config *cfg,
+                   const void *ids, int ids_type, size_t batch, size_t seq, int last_only,
+                   float *work, size_t work_size)
+{
+    fwd_plan p;
+    bc_ctx cx;
+    int s;
+    /* validate everything before writing anything */
+    if ((s = forward_plan(&p, logits, hidden, cache, params, cfg, ids, ids_type, batch, seq,
+                          last_only, work, work_size)))
+        return s;
+    if ((s = bc_rt_ctx(&cx, cfg->width / cfg->heads)))
+        return s;
+    /* the embedding checks each id as it reads it, and writes only the workspace,
+     * so a bad id still leaves every output untouched */
+    const size_t d = cfg->width, nd = p.nd;
     float *x = work, *xn = x + nd, *att = xn + nd, *buf = att + nd;
-    if ((s = embed(x, params + lo.token, params + lo.position, ids, ids_type, batch, seq, pos0,
-                   d, cfg->vocab, &cx)))
+    if ((s = embed(x, params + p.lo.token, params + p.lo.position, ids, ids_type, batch, seq,
+                   p.pos0, d, cfg->vocab, &cx)))
         return s;
     for (size_t l = 0; l < cfg->layers; l++) {
-        const float *p = params + lo.blocks + l * lo.block_size;
-        // attention branch: x += proj(attn(qkv(ln1(x))))
-        bc_k_layernorm(xn, x, p + lo.blk[BLK_LN1_W], p + lo.blk[BLK_LN1_B], n, d, cfg->eps, &cx);
-        bc_k_linear(buf, xn, p + lo.blk[BLK_QKV_W], p + lo.blk[BLK_QKV_B], NULL, n, d, 3 * d,
-                    BC_ACT_NONE, &cx);
-        for (size_t b = 0; b < batch; b++) {
-            const float *q = buf + b * seq * 3 * d;
-            const float *k = q + d, *v = q + 2 * d;
-            size_t ldk = 3 * d, tk = seq;
-            if (cache) {
-                const size_t row = (l * batch + b) * cap * d;
-                cache_store(cache->k + row + pos0 * d, k, 3 * d, seq, d);
-                cache_store(cache->v + row + pos0 * d, v, 3 * d, seq, d);
-                k = cache->k + row;
-                v = cache->v + row;
-                ldk = d;
-                tk = pos0 + seq;
-            }
-            bc_k_attention(att + b * seq * d, d, q, 3 * d, k, ldk, v, ldk,
-                           seq, tk, h, dh, pos0, 1, &cx);
-        }
-        bc_k_linear(x, att, p + lo.blk[BLK_PROJ_W], p + lo.blk[BLK_PROJ_B], x, n, d, d,
-                    BC_ACT_NONE, &cx);  /* the residual add fused into the epilogue */
-        // MLP branch: x += down(gelu_tanh(up(ln2(x))))
-        bc_k_layernorm(xn, x, p + lo.blk[BLK_LN2_W], p + lo.blk[BLK_LN2_B], n, d, cfg->eps, &cx);
-        bc_k_linear(buf, xn, p + lo.blk[BLK_UP_W], p + lo.blk[BLK_UP_B], NULL, n, d, 4 * d,
-                    BC_ACT_GELU_TANH, &cx);
-        bc_k_linear(x, buf, p + lo.blk[BLK_DOWN_W], p + lo.blk[BLK_DOWN_B], x, n, 4 * d, d,
-                    BC_ACT_NONE, &cx);
+        layer_forward(x, xn, att, buf, params, cfg, &p, l, batch, seq, &cx);
         if (hidden)
             memcpy(hidden + l * nd, x, nd * sizeof(float));
     }
-    if (logits) {
-        const float *g = params + lo.norm_w, *bb = params + lo.norm_b;
-        if (last_only) {
-            for (size_t b = 0; b < batch; b++)
-                bc_k_layernorm(xn + b * d, x + (b * seq + seq - 1) * d, g, bb, 1, d, cfg->eps, &cx);
-            bc_k_linear(logits, xn, params + lo.head, NULL, NULL, batch, d, cfg->vocab,
-                        BC_ACT_NONE, &cx);
-        } else {
-            bc_k_layernorm(xn, x, g, bb, n, d, cfg->eps, &cx);
-            bc_k_linear(logits, xn, params + lo.head, NULL, NULL, n, d, cfg->vocab,
-                        BC_ACT_NONE, &cx);
-        }
-    }
+    if (logits)
+        head_forward(logits, xn, x, params, cfg, &p, batch, seq, last_only, &cx);
     if (cache)
-        cache->length = pos0 + seq;  /* from the length checked, not a second read */
+        cache->length = p.pos0 + seq;  /* from the length checked, not a second read */
     return BC_OK;
 }
