@@ -175,15 +175,17 @@ static void block(float *y, const float *x, const bc_block_config *cfg,
     }
 }
 
-int bc_stack_forward(float *y, float *hidden, const float *x, const bc_block_config *cfg,
+int bc_stack_forward(float *y, float *hidden, const float *x, const bc_block_config *config,
                      const bc_block_weights *w, size_t n_blocks, size_t b, size_t t,
                      float *work, size_t work_len)
 {
     dims s;
     size_t nh = 0;
     int st;
-    if (!y || !x || !cfg || !w || !work)
+    if (!y || !x || !config || !w || !work)
         return BC_ENULL;
+    /* the config is read once: the sizes checked are the sizes used */
+    const bc_block_config cfg_copy = *config, *cfg = &cfg_copy;
     if ((st = get_dims(&s, cfg, b, t)))
         return st;
     if (!n_blocks)

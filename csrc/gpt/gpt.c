@@ -384,13 +384,17 @@ static void head_forward(float *logits, float *xn, const float *x, const float *
 }
 
 int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
-                   const float *params, const bc_gpt_config *cfg,
+                   const float *params, const bc_gpt_config *config,
                    const void *ids, int ids_type, size_t batch, size_t seq, int last_only,
                    float *work, size_t work_size)
 {
     fwd_plan p;
     bc_ctx cx;
     int s;
+    if (!config)
+        return BC_ENULL;
+    /* the config is read once: the sizes checked are the sizes used */
+    const bc_gpt_config cfg_copy = *config, *cfg = &cfg_copy;
     /* validate everything before writing anything */
     if ((s = forward_plan(&p, logits, hidden, cache, params, cfg, ids, ids_type, batch, seq,
                           last_only, work, work_size)))

@@ -105,7 +105,8 @@ int bc_block_workspace_size(size_t *n_floats, const bc_block_config *cfg, size_t
 
 /* y (B,T,D) = block(x (B,T,D)). y may be x itself (in place) but must not
  * otherwise overlap it. work: at least bc_block_workspace_size floats,
- * not overlapping x or y. */
+ * not overlapping x or y. *cfg is read once, at entry; the weight structs
+ * and the arrays they point to must stay valid for the whole call. */
 int bc_block_forward(float *y, const float *x, const bc_block_config *cfg,
                      const bc_block_weights *w, size_t b, size_t t,
                      float *work, size_t work_len);
