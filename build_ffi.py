@@ -121,6 +121,16 @@ def include_dirs():
     return [os.path.join(CSRC, layer) for layer in LAYERS]
 
 
+def headers():
+    """Every header of every layer: a change to one rebuilds the extension (setuptools
+    tracks only the .c files otherwise, and fast_tmpl.h is compiled through three)."""
+    out = []
+    for d in include_dirs():
+        out += sorted(os.path.join(d, f) for f in os.listdir(os.path.join(HERE, d))
+                      if f.endswith(".h"))
+    return out
+
+
 def sources():
     """Every .c file of every layer, relative to the repository root."""
     out = []
@@ -139,6 +149,7 @@ ffibuilder.set_source(
     '#include "blockc.h"',
     sources=sources(),
     include_dirs=include_dirs(),
+    depends=headers(),
     extra_compile_args=_cflags,
     extra_link_args=_ldflags,
     libraries=[] if sys.platform == "win32" else ["m"],

@@ -59,7 +59,7 @@ typedef struct {
     void (*gemm_part)(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t o1,
                       float *scratch);
     /* the same result for g->n <= BC_ROWS_MAX rows, columns [o0,o1) (o0 a
-     * multiple of rows_group), streaming w once; no scratch */
+     * multiple of rows_group, the unit of work), streaming w once; no scratch */
     size_t rows_group;
     void (*rows_part)(const bc_gemm *g, size_t o0, size_t o1);
     /* attention: head h, queries [i0, i0 + attn_bq) (fewer at the end);

@@ -17,6 +17,16 @@
 #include <math.h>
 #include "kernels.h"
 
+/* Forced inlining: the register tricks below (a transpose through arrays of
+ * vectors) only stay in registers when inlined into their caller. */
+#if defined(__GNUC__) || defined(__clang__)
+#define BC_INLINE static inline __attribute__((always_inline))
+#elif defined(_MSC_VER)
+#define BC_INLINE static __forceinline
+#else
+#define BC_INLINE static inline
+#endif
+
 #define BC_LN2_HI 0.693359375f
 #define BC_LN2_LO -2.12194440e-4f
 #define BC_LOG2E 1.44269504088896341f
@@ -58,7 +68,7 @@ static inline V vfnma(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
 static inline V vscale2(V p, V n) { return _mm512_scalef_ps(p, n); }
 static inline float vhsum(V v) { return _mm512_reduce_add_ps(v); }
 /* o[k] lane j = r[j] lane k: a 16 x 16 transpose in registers */
-static inline void vtranspose(V o[VL], const V r[VL])
+BC_INLINE void vtranspose(V o[VL], const V r[VL])
 {
     __m512 t[16], u[16];
     for (int i = 0; i < 8; i++) {
@@ -143,7 +153,7 @@ static inline float vhsum(V v)
     return _mm_cvtss_f32(s);
 }
 /* o[k] lane j = r[j] lane k: an 8 x 8 transpose in registers */
-static inline void vtranspose(V o[VL], const V r[VL])
+BC_INLINE void vtranspose(V o[VL], const V r[VL])
 {
     __m256 a[8], b[8];
     for (int i = 0; i < 4; i++) {
@@ -185,7 +195,7 @@ static inline V vrelu(V v) { for (int i = 0; i < 4; i++) v.f[i] = v.f[i] > 0.0f 
 static inline V vexp(V x) { for (int i = 0; i < 4; i++) x.f[i] = expf(x.f[i]); return x; }
 static inline float vhsum(V v) { return (v.f[0] + v.f[1]) + (v.f[2] + v.f[3]); }
 /* o[k] lane j = r[j] lane k */
-static inline void vtranspose(V o[VL], const V r[VL])
+BC_INLINE void vtranspose(V o[VL], const V r[VL])
 {
     for (int k = 0; k < VL; k++)
         for (int j = 0; j < VL; j++)

@@ -22,14 +22,6 @@
 #define BC_UNROLL
 #endif
 
-#if defined(__GNUC__) || defined(__clang__)
-#define BC_INLINE static inline __attribute__((always_inline))
-#elif defined(_MSC_VER)
-#define BC_INLINE static __forceinline
-#else
-#define BC_INLINE static inline
-#endif
-
 static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
 /* ======================================================================== */
@@ -203,31 +195,42 @@ static void gemm_part(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t 
 /* Few rows (decoding): the same result as gemm_part, streaming w once       */
 /* ======================================================================== */
 
-/* Outputs o0..o0+nv-1 (nv <= VL) of every row (g->n <= BC_ROWS_MAX). VL weight
+/* Outputs o0..o0+nv-1 (nv <= VL) of every row (n <= BC_ROWS_MAX). VL weight
  * rows are loaded VL columns at a time and transposed in registers, so each
  * lane runs the chain of gemm_part's tiles: acc = fma(x[k], w[o][k], acc) over
  * each BC_KC block of k from 0; y = r + acc (first block, or acc without r),
- * y + acc (later blocks); then + b and act. */
-static void rows_group(const bc_gemm *g, size_t o0, size_t nv)
+ * y + acc (later blocks); then + b and act. Lanes past nv repeat the last row:
+ * computed, not stored. (Two or four groups in flight at once, for more
+ * independent FMA chains, measured no faster and ran more instructions.) */
+BC_INLINE void rows_group(const int n, const bc_gemm *g, size_t o0, size_t nv)
 {
-    const size_t c = g->c, n = g->n;
+    const size_t c = g->c, oc = g->oc;
+    const float *x = g->x, *w = g->w, *b = g->b, *r = g->r;
+    float *y = g->y;
+    const int act = g->act;
     const float *wr[VL];
-    for (size_t j = 0; j < VL; j++)  /* lanes past nv repeat the last row: computed, not stored */
-        wr[j] = g->w + (o0 + (j < nv ? j : nv - 1)) * c;
+    for (size_t j = 0; j < VL; j++)
+        wr[j] = w + (o0 + (j < nv ? j : nv - 1)) * c;
     V v[BC_ROWS_MAX];
+    BC_UNROLL
+    for (int i = 0; i < n; i++)
+        v[i] = vzero();
     for (size_t pc = 0; pc < c; pc += BC_KC) {
         const size_t kc = min_sz(BC_KC, c - pc);
         V acc[BC_ROWS_MAX];
-        for (size_t i = 0; i < n; i++)
+        BC_UNROLL
+        for (int i = 0; i < n; i++)
             acc[i] = vzero();
         size_t k = 0;
         for (; k + VL <= kc; k += VL) {
             V s[VL], t[VL];
+            BC_UNROLL
             for (size_t j = 0; j < VL; j++)
                 s[j] = vload(wr[j] + pc + k);
             vtranspose(t, s);
-            for (size_t i = 0; i < n; i++) {
-                const float *xi = g->x + i * c + pc + k;
+            BC_UNROLL
+            for (int i = 0; i < n; i++) {
+                const float *xi = x + (size_t)i * c + pc + k;
                 BC_UNROLL
                 for (size_t m = 0; m < VL; m++)
                     acc[i] = vfma(vset1(xi[m]), t[m], acc[i]);
@@ -238,35 +241,44 @@ static void rows_group(const bc_gemm *g, size_t o0, size_t nv)
             for (size_t j = 0; j < VL; j++)
                 col[j] = wr[j][pc + k];
             const V t = vload(col);
-            for (size_t i = 0; i < n; i++)
-                acc[i] = vfma(vset1(g->x[i * c + pc + k]), t, acc[i]);
+            for (int i = 0; i < n; i++)
+                acc[i] = vfma(vset1(x[(size_t)i * c + pc + k]), t, acc[i]);
         }
-        for (size_t i = 0; i < n; i++) {
+        BC_UNROLL
+        for (int i = 0; i < n; i++) {
             if (pc)
                 v[i] = vadd(v[i], acc[i]);
-            else if (g->r)
-                v[i] = vadd(vloadn(g->r + i * g->oc + o0, nv), acc[i]);
+            else if (r)
+                v[i] = vadd(vloadn(r + (size_t)i * oc + o0, nv), acc[i]);
             else
                 v[i] = acc[i];
         }
     }
-    const V bb = g->b ? vloadn(g->b + o0, nv) : vzero();
-    for (size_t i = 0; i < n; i++) {
-        V out = g->b ? vadd(v[i], bb) : v[i];
-        if (g->act != BC_ACT_NONE)
-            out = vact(out, g->act);
+    const V bb = b ? vloadn(b + o0, nv) : vzero();
+    for (int i = 0; i < n; i++) {
+        V out = b ? vadd(v[i], bb) : v[i];
+        if (act != BC_ACT_NONE)
+            out = vact(out, act);
         if (nv == VL)
-            vstore(g->y + i * g->oc + o0, out);
+            vstore(y + (size_t)i * oc + o0, out);
         else
-            vstoren(g->y + i * g->oc + o0, out, nv);
+            vstoren(y + (size_t)i * oc + o0, out, nv);
     }
 }
 
-/* Columns [o0, o1) of every row, o0 a multiple of VL. */
+/* Columns [o0, o1) of every row, o0 a multiple of VL; the row count a
+ * compile-time constant in each copy of rows_group (the accumulators stay in
+ * registers). */
 static void rows_part(const bc_gemm *g, size_t o0, size_t o1)
 {
-    for (size_t o = o0; o < o1; o += VL)
-        rows_group(g, o, min_sz(VL, o1 - o));
+    for (size_t o = o0; o < o1; o += VL) {
+        const size_t nv = min_sz(VL, o1 - o);
+        switch (g->n) {
+        case 1: rows_group(1, g, o, nv); break;
+        case 2: rows_group(2, g, o, nv); break;
+        default: rows_group(3, g, o, nv); break;
+        }
+    }
 }
 
 /* ======================================================================== */
