@@ -27,6 +27,15 @@
 #define BC_INLINE static inline
 #endif
 
+/* Fully unrolled loops (the transposes' arrays then live in registers). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define BC_UNROLL _Pragma("GCC unroll 16")
+#elif defined(__clang__)
+#define BC_UNROLL _Pragma("unroll")
+#else
+#define BC_UNROLL
+#endif
+
 #define BC_LN2_HI 0.693359375f
 #define BC_LN2_LO -2.12194440e-4f
 #define BC_LOG2E 1.44269504088896341f
@@ -71,10 +80,12 @@ static inline float vhsum(V v) { return _mm512_reduce_add_ps(v); }
 BC_INLINE void vtranspose(V o[VL], const V r[VL])
 {
     __m512 t[16], u[16];
+    BC_UNROLL
     for (int i = 0; i < 8; i++) {
         t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
         t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
     }
+    BC_UNROLL
     for (int g = 0; g < 4; g++) {
         const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 2]);
         const __m512d c = _mm512_castps_pd(t[4 * g + 1]), d = _mm512_castps_pd(t[4 * g + 3]);
@@ -83,6 +94,7 @@ BC_INLINE void vtranspose(V o[VL], const V r[VL])
         u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
         u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
     }
+    BC_UNROLL
     for (int m = 0; m < 4; m++) {
         const __m512 p0 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x44);
         const __m512 p1 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xEE);
@@ -156,16 +168,19 @@ static inline float vhsum(V v)
 BC_INLINE void vtranspose(V o[VL], const V r[VL])
 {
     __m256 a[8], b[8];
+    BC_UNROLL
     for (int i = 0; i < 4; i++) {
         a[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
         a[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
     }
+    BC_UNROLL
     for (int g = 0; g < 2; g++) {
         b[4 * g + 0] = _mm256_shuffle_ps(a[4 * g], a[4 * g + 2], 0x44);
         b[4 * g + 1] = _mm256_shuffle_ps(a[4 * g], a[4 * g + 2], 0xEE);
         b[4 * g + 2] = _mm256_shuffle_ps(a[4 * g + 1], a[4 * g + 3], 0x44);
         b[4 * g + 3] = _mm256_shuffle_ps(a[4 * g + 1], a[4 * g + 3], 0xEE);
     }
+    BC_UNROLL
     for (int m = 0; m < 4; m++) {
         o[m] = _mm256_permute2f128_ps(b[m], b[4 + m], 0x20);
         o[4 + m] = _mm256_permute2f128_ps(b[m], b[4 + m], 0x31);
@@ -197,7 +212,9 @@ static inline float vhsum(V v) { return (v.f[0] + v.f[1]) + (v.f[2] + v.f[3]); }
 /* o[k] lane j = r[j] lane k */
 BC_INLINE void vtranspose(V o[VL], const V r[VL])
 {
+    BC_UNROLL
     for (int k = 0; k < VL; k++)
+        BC_UNROLL
         for (int j = 0; j < VL; j++)
             o[k].f[j] = r[j].f[k];
 }

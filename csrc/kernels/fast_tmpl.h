@@ -14,14 +14,6 @@
 #error "define BC_KERNEL_TABLE (the table's name) before including fast_tmpl.h"
 #endif
 
-#if defined(__GNUC__) && !defined(__clang__)
-#define BC_UNROLL _Pragma("GCC unroll 16")
-#elif defined(__clang__)
-#define BC_UNROLL _Pragma("unroll")
-#else
-#define BC_UNROLL
-#endif
-
 static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
 /* ======================================================================== */
