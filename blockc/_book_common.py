@@ -40,7 +40,7 @@ def check_keys(weights: Mapping[str, object], name: str, shapes: Mapping[str, tu
     """``weights`` is a mapping with exactly the keys of ``shapes``."""
     if not isinstance(weights, Mapping):
         raise BlockcTypeError(f"{name} must be a dict of arrays with keys {list(shapes)}, "
-                        f"got {type(weights).__name__}")
+                              f"got {type(weights).__name__}")
     missing = [k for k in shapes if k not in weights]
     extra = [k for k in weights if k not in shapes]
     if missing or extra:

@@ -47,7 +47,7 @@ except ImportError:  # the source tree without a build: use an installed blockc'
             "in place (`pip install -e .`)") from None
     ffi, lib = _ext.ffi, _ext.lib
 
-__all__ = ["ffi", "lib", "check", "fptr", "cptr"]
+__all__ = ["ffi", "lib", "check", "fptr", "cptr", "thread_buffer"]
 
 # status -> exception type; messages come from bc_strerror
 _EXC = {
@@ -78,3 +78,13 @@ def fptr(a: np.ndarray):
 def cptr(a: np.ndarray):
     """A ``const float *`` into a C-contiguous float32 array, read-only ones included."""
     return ffi.from_buffer("float[]", a, False)  # require_writable=False (positional: faster)
+
+
+def thread_buffer(holder, n: int):
+    """``(pointer, array)``: a grow-only float32 buffer of at least ``n`` floats kept
+    on ``holder`` (a ``threading.local``, so each thread has its own) and reused."""
+    buf = getattr(holder, "buf", None)
+    if buf is None or buf.size < n:
+        buf = np.empty(max(n, 1), dtype=np.float32)
+        holder.buf, holder.ptr = buf, fptr(buf)
+    return holder.ptr, buf

@@ -336,7 +336,7 @@ def stack_forward(x, blocks: Sequence[Mapping[str, object]]) -> Tuple[np.ndarray
     xa = book_array(x, "x", (SEQ_LEN, D_MODEL))
     if isinstance(blocks, Mapping) or len(blocks) != N_BLOCKS:
         raise BlockcValueError(f"blocks must be a sequence of {N_BLOCKS} weight dicts (the book's "
-                         f"stack), got {len(blocks) if not isinstance(blocks, Mapping) else 'a dict'}")
+                               f"stack), got {len(blocks) if not isinstance(blocks, Mapping) else 'a dict'}")
     s = ffi.new(f"bc_book_block[{N_BLOCKS}]")
     for i, w in enumerate(blocks):
         _to_struct(w, f"blocks[{i}]", "bc_book_block", BLOCK_SHAPES, out=s[i])

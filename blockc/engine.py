@@ -71,7 +71,7 @@ import numpy.typing as npt
 
 import numpy as np
 
-from ._native import check, cptr, ffi, fptr, lib
+from ._native import check, cptr, ffi, fptr, lib, thread_buffer
 from ._args import (F32, MAX_ELEMENTS, as_choice, as_f32, as_flag, as_int, as_seed, as_size,
                     check_eps)
 from ._errors import BlockcTypeError, BlockcValueError
@@ -333,14 +333,10 @@ def _workspace(cfg: BlockConfig, b: int, t: int):
         return tls.ptr, tls.n
     n = ffi.new("size_t *")
     check(lib.bc_block_workspace_size(n, cfg._c, b, t), "block workspace")
-    need = n[0]
-    buf = getattr(tls, "buf", None)
-    if buf is None or buf.size < need:
-        buf = np.empty(max(need, 1), F32)
-        tls.buf, tls.ptr = buf, fptr(buf)
+    ptr, buf = thread_buffer(tls, int(n[0]))
     # holding cfg keeps its id from being reused by another config
     tls.cfg, tls.b, tls.t, tls.n = cfg, b, t, buf.size
-    return tls.ptr, tls.n
+    return ptr, buf.size
 
 
 def _input(x: Any, cfg: BlockConfig):
@@ -353,10 +349,10 @@ def _input(x: Any, cfg: BlockConfig):
         (t, d), b = shape, 1
     else:
         raise BlockcValueError(f"x must have shape (T, d_model) or (B, T, d_model) with "
-                         f"d_model={cfg.d_model}, got {shape}")
+                               f"d_model={cfg.d_model}, got {shape}")
     if d != cfg.d_model:
         raise BlockcValueError(f"x must have shape (T, {cfg.d_model}) or (B, T, {cfg.d_model}) "
-                         f"(last axis d_model={cfg.d_model}), got {shape}")
+                               f"(last axis d_model={cfg.d_model}), got {shape}")
     return x, b, t
 
 

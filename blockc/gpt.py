@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._args import as_choice, as_flag, as_int, as_real, as_size, check_eps, to_numpy
-from ._native import check, cptr, ffi, fptr, lib
+from ._native import check, cptr, ffi, fptr, lib, thread_buffer
 from ._errors import BlockcTypeError, BlockcValueError
 
 __all__ = ["GPTConfig", "GPT", "KVCache", "gpt_parameter_count", "gpt_parameter_formula",
@@ -211,7 +211,7 @@ def _check_ids(ids: Any, cfg: GPTConfig, start: int) -> np.ndarray:
             raise BlockcValueError(f"ids must lie in [0, {cfg.vocab}), got values in [{lo}, {hi}]")
     if start + a.shape[1] > cfg.context:
         raise BlockcValueError(f"Sequence exceeds the model's context of {cfg.context} "
-                         f"(positions {start}..{start + a.shape[1] - 1})")
+                               f"(positions {start}..{start + a.shape[1] - 1})")
     return np.ascontiguousarray(a, dtype=np.int32 if a.dtype == np.int32 else np.int64)
 
 
@@ -409,10 +409,10 @@ class GPT:
             head = _to_numpy("head.weight", sd["head.weight"])
             if head.shape != expected["token.weight"][1]:
                 raise BlockcValueError(f"state dict entry 'head.weight' has shape {head.shape}, "
-                                 f"expected {expected['token.weight'][1]}")
+                                       f"expected {expected['token.weight'][1]}")
             if not _same_bits(head, arrays["token.weight"]):
                 raise BlockcValueError("state dict entry 'head.weight' differs from 'token.weight' "
-                                 "but the config ties them (tie_weights=True)")
+                                       "but the config ties them (tie_weights=True)")
         for name, (off, shape) in expected.items():
             m._params[off:off + arrays[name].size] = arrays[name].reshape(-1)
         return m
@@ -491,15 +491,6 @@ class GPT:
 
     # ---- forward ------------------------------------------------------------
 
-    def _workspace(self, n: int):
-        """(pointer, array) of this thread's workspace of at least n floats."""
-        tls = self._tls
-        buf = getattr(tls, "buf", None)
-        if buf is None or buf.size < n:
-            buf = np.empty(max(n, 1), dtype=np.float32)
-            tls.buf, tls.ptr = buf, fptr(buf)
-        return tls.ptr, buf
-
     def _forward(self, ids: Any, cache: Optional[KVCache], last_only: bool,
                  want_hidden: bool, want_logits: bool = True):
         if cache is None:
@@ -532,7 +523,7 @@ class GPT:
                 capacity=cache._capacity, length=start))
         n = ffi.new("size_t *")
         check(lib.bc_gpt_workspace_size(n, cfg._c(), b, t, c_cache), "GPT forward")
-        work, buf = self._workspace(int(n[0]))
+        work, buf = thread_buffer(self._tls, int(n[0]))
         logits = None
         if want_logits:
             logits = np.empty((b, 1 if last_only else t, cfg.vocab), dtype=np.float32)
@@ -663,7 +654,7 @@ class GPT:
             return a.astype(np.int64)  # a new array
         if t + max_new_tokens - 1 > cfg.context:
             raise BlockcValueError(f"Sequence exceeds the model's context of {cfg.context} "
-                             f"({t} prompt + {max_new_tokens} new tokens)")
+                                   f"({t} prompt + {max_new_tokens} new tokens)")
         rng = np.random.default_rng(seed)
         out = np.empty((b, t + max_new_tokens), dtype=np.int64)
         out[:, :t] = a

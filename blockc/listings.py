@@ -30,7 +30,7 @@ def listing_name(name: str) -> str:
         if key == full[:3] or key.lower() == full.lower():
             return full
     raise BlockcValueError(f"unknown listing {name!r}; choose one of {', '.join(LISTINGS)} "
-                     f"(or just the number, 126..130)")
+                           f"(or just the number, 126..130)")
 
 
 def _vec(values: Iterable[float], fmt: str, sep: str) -> str:

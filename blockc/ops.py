@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from ._args import F32, as_f32, as_flag, check_eps
 from ._native import check, cptr, ffi, fptr, lib
-from ._errors import BlockcTypeError, BlockcValueError
+from ._errors import BlockcValueError
 
 __all__ = [
     "linear", "rmsnorm", "layernorm", "attention", "gelu_tanh", "gelu", "relu",

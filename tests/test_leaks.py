@@ -4,7 +4,6 @@ was. The README's 20,000-call figures come from ``python benches/leaks.py``; thi
 test runs fewer calls in-process and looks at glibc's count of bytes malloc'd
 and not freed, which shows even a 16-byte-a-call leak."""
 import os
-import sys
 
 import pytest
 

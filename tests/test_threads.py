@@ -7,8 +7,6 @@ without timing thresholds that a noisy shared machine could break: while one
 thread is inside a long C call, another thread keeps running Python code all
 along (and the same measure does catch a call that holds the GIL).
 """
-import os
-import sys
 import threading
 import time
 

@@ -8,7 +8,7 @@ the pure-Python generators. The C engine is tested against this.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping
 
 import numpy as np
 
