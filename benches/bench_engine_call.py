@@ -32,7 +32,7 @@ import numpy as np
 
 import blockc
 import support_path  # noqa: F401  (tests/support: the PyTorch reference)
-from doc_section import recorded  # noqa: E402
+from doc_section import run as run_bench  # noqa: E402
 from blockc import engine
 from blockc._native import cptr, fptr, lib
 from blockc.reference import block as ref
@@ -102,7 +102,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    _argv = [a for a in sys.argv[1:] if a != "--docs"]
-    with recorded("speed.md", "engine-call", _argv, enabled="--docs" in sys.argv[1:]):
-        _status = main(_argv)
-    sys.exit(_status or 0)
+    run_bench(main, "speed.md", "engine-call")

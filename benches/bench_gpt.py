@@ -28,7 +28,7 @@ import numpy as np
 
 import blockc
 import support_path  # noqa: F401  (tests/support: the PyTorch reference)
-from doc_section import recorded  # noqa: E402
+from doc_section import run as run_bench  # noqa: E402
 
 
 def _once(fn):
@@ -161,7 +161,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    _argv = [a for a in sys.argv[1:] if a != "--docs"]
-    with recorded("speed.md", "gpt", _argv, enabled="--docs" in sys.argv[1:]):
-        _status = main(_argv)
-    sys.exit(_status or 0)
+    run_bench(main, "speed.md", "gpt")

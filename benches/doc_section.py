@@ -59,3 +59,12 @@ def recorded(doc: str, name: str, argv: List[str], enabled: bool) -> Iterator[No
     day = datetime.date.today().isoformat()
     write_section(doc, name, f"`{cmd}` on {day}:\n\n```text\n{buf.getvalue().rstrip()}\n```")
     print(f"(wrote docs/{doc}, section {name})", file=sys.stderr)
+
+
+def run(main, doc: str, name: str) -> None:
+    """A bench's ``__main__``: ``main(argv)`` with ``--docs`` taken off the arguments
+    and, when it was given, the output recorded into docs/<doc>, section ``name``."""
+    argv = [a for a in sys.argv[1:] if a != "--docs"]
+    with recorded(doc, name, argv, enabled="--docs" in sys.argv[1:]):
+        status = main(argv)
+    sys.exit(status or 0)

@@ -25,7 +25,7 @@ import subprocess
 import sys
 
 import support_path  # noqa: F401  (tests/support on sys.path)
-from doc_section import recorded  # noqa: E402
+from doc_section import run as run_bench  # noqa: E402
 from leak_cases import _cases, c_entry_points, measure  # noqa: E402
 
 
@@ -73,7 +73,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    _argv = [a for a in sys.argv[1:] if a != "--docs"]
-    with recorded("reliability.md", "leaks", _argv, enabled="--docs" in sys.argv[1:]):
-        _status = main(_argv)
-    sys.exit(_status or 0)
+    run_bench(main, "reliability.md", "leaks")

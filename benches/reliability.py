@@ -17,7 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "c"))
 import build_driver  # noqa: E402
-from doc_section import recorded  # noqa: E402
+from doc_section import run as run_bench  # noqa: E402
 
 # (class, what is tried, pytest selection)
 CLASSES = [
@@ -119,7 +119,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    _argv = [a for a in sys.argv[1:] if a != "--docs"]
-    with recorded("reliability.md", "table", _argv, enabled="--docs" in sys.argv[1:]):
-        _status = main(_argv)
-    sys.exit(_status or 0)
+    run_bench(main, "reliability.md", "table")

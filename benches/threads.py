@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 
 import blockc  # noqa: E402
 import support_path  # noqa: E402,F401  (tests/support on sys.path)
-from doc_section import recorded  # noqa: E402
+from doc_section import run as run_bench  # noqa: E402
 from gilprobe import pauses  # noqa: E402
 
 
@@ -134,7 +134,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    _argv = [a for a in sys.argv[1:] if a != "--docs"]
-    with recorded("reliability.md", "threads", _argv, enabled="--docs" in sys.argv[1:]):
-        _status = main(_argv)
-    sys.exit(_status or 0)
+    run_bench(main, "reliability.md", "threads")
