@@ -24,7 +24,6 @@ With --docs the output also replaces the "engine-call" section of docs/speed.md.
 from __future__ import annotations
 
 import argparse
-import sys
 import statistics
 import timeit
 
