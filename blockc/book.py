@@ -135,6 +135,13 @@ def ffn_init(seed: int = 42, rand: str = "msvc") -> Dict[str, np.ndarray]:
         biases are zero and the weights are ``(rand()/RAND_MAX * 2 - 1) * 0.1`` in
         the listing's order (W1 row by row, then W2).
 
+    Raises
+    ------
+    TypeError
+        A seed that is not an integer.
+    ValueError
+        A seed outside [0, 2**32) or an unknown ``rand``.
+
     Examples
     --------
     >>> {k: v.shape for k, v in ffn_init(42).items()}
@@ -191,6 +198,13 @@ def ffn_params(d_model: int = FFN_D_MODEL, d_ff: int = FFN_D_FF) -> int:
     -------
     int
 
+    Raises
+    ------
+    TypeError
+        Sizes that are not integers.
+    ValueError
+        Sizes below 1, or a count past int64.
+
     Examples
     --------
     >>> ffn_params()          # 126_Ffn
@@ -214,6 +228,13 @@ def residual_add(x, sublayer) -> np.ndarray:
     -------
     numpy.ndarray
         (4,) float32.
+
+    Raises
+    ------
+    TypeError
+        A non-floating array.
+    ValueError
+        A shape other than (4,).
 
     Examples
     --------
@@ -240,6 +261,13 @@ def block_init(seed: int = 42, rand: str = "msvc") -> Dict[str, np.ndarray]:
     Returns
     -------
     dict of str to numpy.ndarray
+
+    Raises
+    ------
+    TypeError
+        A seed that is not an integer.
+    ValueError
+        A seed outside [0, 2**32) or an unknown ``rand``.
 
     Examples
     --------
@@ -301,6 +329,13 @@ def stack_init(seed: int = 42, rand: str = "msvc") -> List[Dict[str, np.ndarray]
     list of dict
         Four weight dicts, as :func:`block_init` returns.
 
+    Raises
+    ------
+    TypeError
+        A seed that is not an integer.
+    ValueError
+        A seed outside [0, 2**32) or an unknown ``rand``.
+
     Examples
     --------
     >>> len(stack_init(42))
@@ -326,6 +361,13 @@ def stack_forward(x, blocks: Sequence[Mapping[str, object]]) -> Tuple[np.ndarray
         The final representations, (4, 8) float32.
     norms : numpy.ndarray
         The average row norm (5,) float32 at the input and after each block.
+
+    Raises
+    ------
+    TypeError
+        A non-floating array or a weight dict that is not a mapping.
+    ValueError
+        A shape other than the book's, not 4 blocks, a missing or extra key.
 
     Examples
     --------
@@ -360,6 +402,11 @@ def stack_norms(x, blocks: Sequence[Mapping[str, object]]) -> np.ndarray:
     numpy.ndarray
         (5,) float32.
 
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`stack_forward`.
+
     Examples
     --------
     >>> print(f"{stack_norms(BLOCK_INPUT, stack_init(42))[-1]:.4f}")
@@ -378,6 +425,13 @@ def avg_norm(x) -> np.float32:
     Returns
     -------
     numpy.float32
+
+    Raises
+    ------
+    TypeError
+        A non-floating array.
+    ValueError
+        A shape other than (4, 8).
 
     Examples
     --------

@@ -503,6 +503,13 @@ def init_blocks(cfg: BlockConfig, n: int, seed: int = 42,
     list of dict
         One weight dict per block (see :func:`iter_blocks` to draw them one at a time).
 
+    Raises
+    ------
+    TypeError
+        A non-BlockConfig ``cfg``, or ``n`` or ``seed`` not integers.
+    ValueError
+        ``n`` or ``seed`` out of range, an unknown ``rand``, or more than 2**40 weights.
+
     Examples
     --------
     >>> Ws = init_blocks(BlockConfig(), 4, seed=42)   # 129_Stack's four blocks
@@ -605,6 +612,13 @@ def init_block(cfg: BlockConfig, seed: int = 42, rand: str = "msvc") -> Dict[str
     -------
     dict of str to numpy.ndarray
 
+    Raises
+    ------
+    TypeError
+        A non-BlockConfig ``cfg``, or a seed that is not an integer.
+    ValueError
+        A seed outside [0, 2**32) or an unknown ``rand``.
+
     Examples
     --------
     >>> W = init_block(BlockConfig(), seed=42)
@@ -646,6 +660,13 @@ def count_parameters(cfg: BlockConfig, bias: bool = False, n_blocks: int = 1) ->
     Returns
     -------
     int
+
+    Raises
+    ------
+    TypeError
+        A non-BlockConfig ``cfg``, a non-bool ``bias``, a non-integer ``n_blocks``.
+    ValueError
+        ``n_blocks`` below 0.
 
     Examples
     --------

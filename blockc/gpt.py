@@ -98,6 +98,13 @@ class GPTConfig:
         -------
         GPTConfig
 
+        Raises
+        ------
+        TypeError
+            A name that is not a str, or an override that is not a field.
+        ValueError
+            An unknown preset, or an override the config refuses.
+
         Examples
         --------
         >>> GPTConfig.preset("gpt2", layers=2).layers
@@ -138,6 +145,11 @@ def gpt_parameter_count(cfg: GPTConfig) -> int:
     int
         The count, a tied head counted once.
 
+    Raises
+    ------
+    TypeError
+        A non-GPTConfig ``cfg``.
+
     Examples
     --------
     >>> gpt_parameter_count(GPTConfig.preset("gpt2"))
@@ -158,6 +170,11 @@ def gpt_parameter_formula(cfg: GPTConfig) -> int:
     Returns
     -------
     int
+
+    Raises
+    ------
+    TypeError
+        A non-GPTConfig ``cfg``.
 
     Examples
     --------
@@ -331,6 +348,13 @@ class GPT:
         -------
         GPT
 
+        Raises
+        ------
+        TypeError
+            A non-GPTConfig ``cfg`` or a non-integer seed.
+        ValueError
+            A negative seed.
+
         Examples
         --------
         >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
@@ -455,12 +479,18 @@ class GPT:
         -------
         dict of str to numpy.ndarray
 
+        Raises
+        ------
+        TypeError
+            A non-bool ``keep_tied``.
+
         Examples
         --------
         >>> m = GPT(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
         >>> list(m.state_dict())[:3]
         ['token.weight', 'position.weight', 'blocks.0.ln1.weight']
         """
+        keep_tied = as_flag(keep_tied, "keep_tied")
         out = {name: self._params[off:off + int(np.prod(shape))].reshape(shape)
                for name, (off, shape) in self._layout.items()}
         if keep_tied and self._cfg.tie_weights:
@@ -480,6 +510,13 @@ class GPT:
         Returns
         -------
         KVCache
+
+        Raises
+        ------
+        TypeError
+            Sizes that are not integers.
+        ValueError
+            Sizes below 1, or a capacity past the context.
 
         Examples
         --------
@@ -549,6 +586,13 @@ class GPT:
         -------
         numpy.ndarray
             (layers, B, T, width) float32.
+
+        Raises
+        ------
+        TypeError
+            Ids that are not integers.
+        ValueError
+            Ids out of range or a sequence past the context.
 
         Examples
         --------

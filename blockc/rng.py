@@ -84,6 +84,13 @@ class CRand:
         numpy.ndarray
             (n,) uint32.
 
+        Raises
+        ------
+        TypeError
+            A non-integer ``n``.
+        ValueError
+            A negative ``n``.
+
         Examples
         --------
         >>> CRand(1, "glibc").rands(3)
@@ -105,6 +112,13 @@ class CRand:
         -------
         numpy.ndarray
             (n,) float32.
+
+        Raises
+        ------
+        TypeError
+            A non-integer ``n``.
+        ValueError
+            A negative ``n``.
 
         Examples
         --------

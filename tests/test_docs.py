@@ -41,8 +41,9 @@ def _public_callables():
 def test_numpydoc_sections(name, fn):
     doc = inspect.getdoc(fn) or ""
     params = [p for p in inspect.signature(fn).parameters if p not in ("self", "cls")]
-    if params:
+    if params:  # arguments: what they are and what a bad one raises
         assert "Parameters\n----------" in doc, name
+        assert "Raises\n------" in doc, name
     assert "Returns\n-------" in doc or "Yields\n------" in doc or \
         inspect.signature(fn).return_annotation in (None, "None"), name
     assert "Examples\n--------" in doc, name

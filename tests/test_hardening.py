@@ -237,6 +237,8 @@ def test_ctrl_c_stops_a_long_run_with_one_line():
      ValueError, r"^temperature must be finite and >= 0, got inf$"),
     (lambda: blockc.GPT.random(TINY).generate(np.zeros((1, 2), np.int64), 2, use_cache=1), TypeError,
      r"^use_cache must be a bool, got int$"),
+    (lambda: blockc.GPT.random(TINY).state_dict(keep_tied="yes"), TypeError,
+     r"^keep_tied must be a bool, got str$"),
     (lambda: blockc.stack_forward(np.zeros((4, 8), np.float32), [], blockc.BlockConfig(),
                                   return_hidden=1), TypeError, r"^return_hidden must be a bool, got int$"),
     (lambda: blockc.book.ffn_init(seed=1.0), TypeError, r"^seed must be an integer, got float$"),
