@@ -217,7 +217,7 @@ def _check_ids(ids: Any, cfg: GPTConfig, start: int) -> np.ndarray:
     caller's array meanwhile."""
     a = np.array(to_numpy(ids, "ids"), copy=True)  # checked below, then used: this copy
     if a.dtype.kind not in "iu" or a.dtype == np.bool_:
-        raise BlockcValueError(f"ids must be integers, got dtype {a.dtype}")
+        raise BlockcTypeError(f"ids must be integers, got dtype {a.dtype}")
     if a.ndim != 2:
         raise BlockcValueError(f"ids must have shape (B, T), got shape {a.shape}")
     if a.shape[0] == 0 or a.shape[1] == 0:

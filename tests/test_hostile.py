@@ -456,7 +456,9 @@ def test_gpt_cfg_must_be_a_gpt_config():
         "float32", "complex", "object", "bool", "str", "1-D", "scalar", "3-D", "B=0", "T=0",
         "past-context", "uint64-2^63", "nested-3-D"])
 def test_bad_ids(ids, match):
-    with pytest.raises(ValueError, match=match):
+    # a wrong dtype is a wrong type (TypeError); a wrong shape or value a ValueError
+    exc = TypeError if "must be integers" in match else ValueError
+    with pytest.raises(exc, match=match):
         gpt_model()(ids)
 
 
