@@ -237,7 +237,7 @@ class KVCache:
 
     Made by :meth:`GPT.new_cache`; ``m(ids, cache=cache)`` appends to it. A cache
     belongs to the model that made it (another model, even of the same config,
-    refuses it) and its state cannot be replaced from Python: ``k`` and ``v``
+    refuses it, and so does every model a cache constructed directly) and its state cannot be replaced from Python: ``k`` and ``v``
     (layers, batch, capacity, width) are read-only views, ``length`` (positions
     filled), ``batch`` and ``capacity`` read-only properties; :meth:`reset`
     empties it. Calls that share one cache take turns (a lock), so two threads

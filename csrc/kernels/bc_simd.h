@@ -75,7 +75,6 @@ static inline V vrelu(V v)
 static inline V vround(V x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 static inline V vfnma(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
 static inline V vscale2(V p, V n) { return _mm512_scalef_ps(p, n); }
-static inline float vhsum(V v) { return _mm512_reduce_add_ps(v); }
 /* o[k] lane j = r[j] lane k: a 16 x 16 transpose in registers */
 BC_INLINE void vtranspose(V o[VL], const V r[VL])
 {
@@ -157,13 +156,6 @@ static inline V vscale2(V p, V n)
     V s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
     return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
 }
-static inline float vhsum(V v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 /* o[k] lane j = r[j] lane k: an 8 x 8 transpose in registers */
 BC_INLINE void vtranspose(V o[VL], const V r[VL])
 {
@@ -208,7 +200,6 @@ static inline V vfill_lo(V v, size_t n, float f) { for (size_t i = 0; i < n && i
 static inline V vkeep_lo(V v, V old, size_t n) { for (size_t i = 0; i < n && i < 4; i++) v.f[i] = old.f[i]; return v; }
 static inline V vrelu(V v) { for (int i = 0; i < 4; i++) v.f[i] = v.f[i] > 0.0f ? v.f[i] : (v.f[i] == v.f[i] ? 0.0f : v.f[i]); return v; }
 static inline V vexp(V x) { for (int i = 0; i < 4; i++) x.f[i] = expf(x.f[i]); return x; }
-static inline float vhsum(V v) { return (v.f[0] + v.f[1]) + (v.f[2] + v.f[3]); }
 /* o[k] lane j = r[j] lane k */
 BC_INLINE void vtranspose(V o[VL], const V r[VL])
 {
