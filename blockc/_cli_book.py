@@ -9,6 +9,7 @@ import os
 import sys
 
 from .listings import figures, format_figures, listing_name, render
+from ._args import as_seed
 from .rng import GENERATORS
 
 
@@ -17,9 +18,10 @@ def _seed(text: str) -> int:
         seed = int(text, 10)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid seed {text!r}: not an integer") from None
-    if not 0 <= seed < 2**32:
-        raise argparse.ArgumentTypeError(f"invalid seed {text}: must be in [0, 2**32)")
-    return seed
+    try:
+        return as_seed(seed)  # the argument layer's range and message
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _name(text: str) -> str:
