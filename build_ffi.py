@@ -10,7 +10,7 @@ which cffi exposes as ``lib.NAME`` and which are substituted into array sizes.
 
 Build switches (environment variables):
   BLOCKC_SANITIZE=1   build with -fsanitize=address,undefined
-  BLOCKC_NO_OPENMP=1  build without OpenMP (serial kernels)
+  BLOCKC_NO_THREADS=1 build without the thread pool (serial kernels)
   BLOCKC_DEBUG=1      -O0 -g
 """
 import os
@@ -71,7 +71,7 @@ def _compiler():
     return (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
 
 
-def _compiler_accepts(flags, program="#include <omp.h>\nint main(void){return omp_get_max_threads() < 0;}\n"):
+def _compiler_accepts(flags, program="int main(void) { return 0; }\n"):
     cc = _compiler()
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "t.c")
@@ -90,7 +90,7 @@ def require_compiler():
     the compiler driver's pages of output)."""
     if sys.platform == "win32":
         return
-    if not _compiler_accepts([], "int main(void) { return 0; }\n"):
+    if not _compiler_accepts([]):
         sys.exit(f"blockc: error: no working C compiler ({' '.join(_compiler())}): blockc compiles "
                  "its C library at install time; install gcc or clang (e.g. `apt-get install gcc`, "
                  "`xcode-select --install`) or set CC")
@@ -105,9 +105,12 @@ def _flags():
     # Book mode is exact: no FMA contraction, no fast-math, anywhere.
     cflags += ["-std=c11", "-ffp-contract=off", "-fno-fast-math", "-fno-strict-aliasing",
                "-Wall", "-Wextra", "-Wno-unused-parameter"]
-    if os.environ.get("BLOCKC_NO_OPENMP") != "1" and _compiler_accepts(["-fopenmp"]):
-        cflags.append("-fopenmp")
-        ldflags.append("-fopenmp")
+    # the kernels' thread pool (csrc/runtime/pool.c) is plain POSIX threads
+    if os.environ.get("BLOCKC_NO_THREADS") == "1":
+        cflags.append("-DBC_NO_THREADS")
+    else:
+        cflags.append("-pthread")
+        ldflags.append("-pthread")
     if os.environ.get("BLOCKC_SANITIZE") == "1":
         san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer",
                "-fno-sanitize-recover=undefined"]

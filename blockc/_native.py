@@ -60,6 +60,7 @@ _EXC = {
     lib.BC_ERANGE: BlockcValueError,
     lib.BC_ECONTEXT: BlockcValueError,
     lib.BC_EALIAS: BlockcValueError,
+    lib.BC_EVALUE: BlockcValueError,
 }
 
 

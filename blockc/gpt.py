@@ -1,4 +1,5 @@
-"""The whole GPT of chapter 6 (GPT-2 architecture), running in C.
+"""The whole decoder-only model in C: chapter 6's GPT-2, and every variant of chapter
+24's block as a whole model (Llama's RMSNorm, RoPE, SwiGLU, grouped K/V heads).
 
 ::
 
@@ -7,26 +8,34 @@
     m = blockc.GPT.from_state_dict(sd, cfg)   # NumPy arrays or torch tensors
     logits = m(ids)                           # ids (B, T) ints -> (B, T, vocab) float32
     out = m.generate(ids, max_new_tokens=20)  # greedy; temperature/top_k/seed to sample
+    q = m.astype("q8_0")                      # 8-bit weights ("bfloat16", "float32" too)
 
-All parameters live in one contiguous float32 buffer whose layout (size and the
-offset of every tensor) the C library computes; :meth:`GPT.state_dict` returns
-NumPy views into it, keyed as the chapter's PyTorch ``GPT.state_dict()``.
+All parameters live in one buffer whose layout (the byte offset, storage and
+shape of every tensor) the C library computes, in the chapter's PyTorch
+``GPT.state_dict()`` order and names. The weight matrices are stored packed
+for the kernels (panels of 16 rows, in the model's :attr:`GPT.dtype`:
+float32, bfloat16 or llama.cpp's q8_0); vectors (biases, norm gains) and the
+position table are float32. :meth:`GPT.state_dict` gives the vectors and the
+position table as views of the buffer and the matrices unpacked, as float32
+copies (a quantised model's dequantised weights: exactly what it computes
+with); :meth:`GPT.load_state_dict` writes weights back.
 
 Tied head and ``head.weight``: PyTorch's ``state_dict()`` of the tied chapter
 model lists ``head.weight`` too (the same tensor as ``token.weight`` under a
 second name). :meth:`GPT.from_state_dict` therefore accepts ``head.weight`` for
 a tied config when it equals ``token.weight`` exactly (anything else is a
 ``ValueError``), and :meth:`GPT.state_dict` of a tied model lists only
-``token.weight`` (pass ``keep_tied=True`` to also get ``head.weight``, a view of
-the same memory, e.g. for ``torch``'s ``load_state_dict(strict=True)``).
+``token.weight`` (pass ``keep_tied=True`` to also get ``head.weight``, e.g. for
+``torch``'s ``load_state_dict(strict=True)``).
 
-Computation is float32 throughout; float64 parameters are converted to float32.
+Computation is float32 throughout (lower-precision weights are converted to
+float32 in registers); float64 parameters are converted to float32.
 """
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, fields
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -36,7 +45,7 @@ from ._native import check, cptr, ffi, fptr, lib, thread_buffer
 from ._errors import BlockcTypeError, BlockcValueError
 
 __all__ = ["GPTConfig", "GPT", "KVCache", "gpt_parameter_count", "gpt_parameter_formula",
-           "GPT_PRESETS"]
+           "GPT_PRESETS", "DTYPES"]
 
 # GPT-2 sizes (Radford et al., 2019): vocab 50,257, context 1,024.
 GPT_PRESETS: Dict[str, Dict[str, int]] = {
@@ -47,12 +56,58 @@ GPT_PRESETS: Dict[str, Dict[str, int]] = {
 }
 
 
+NORMS = ("layer", "rms", "none")
+PLACEMENTS = ("pre", "post")
+ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "swiglu")
+POSITIONS = ("learned", "rope")
+DTYPES = ("float32", "bfloat16", "q8_0")
+
+_C_NORM = {"layer": lib.BC_NORM_LAYER, "rms": lib.BC_NORM_RMS, "none": lib.BC_NORM_NONE}
+_C_PLACE = {"pre": lib.BC_PLACE_PRE, "post": lib.BC_PLACE_POST}
+_C_ACT = {"gelu_tanh": lib.BC_ACT_GELU_TANH, "gelu": lib.BC_ACT_GELU, "relu": lib.BC_ACT_RELU,
+          "swiglu": lib.BC_ACT_SWIGLU}
+_C_POS = {"learned": lib.BC_POS_LEARNED, "rope": lib.BC_POS_ROPE}
+_C_DTYPE = {"float32": lib.BC_DTYPE_F32, "bfloat16": lib.BC_DTYPE_BF16, "q8_0": lib.BC_DTYPE_Q8_0}
+
+
 @dataclass(frozen=True)
 class GPTConfig:
-    """The chapter's GPT configuration (dropout is a training concern and absent).
+    """The model's architecture (dropout is a training concern and absent).
 
-    vocab V, context C (longest sequence, rows of the position table), width D,
-    heads H (D % H == 0), layers L, LayerNorm eps, tie_weights (head = token.weight).
+    The defaults beyond the sizes are chapter 6's GPT-2: LayerNorm before each
+    sublayer, learned positions, GELU-tanh, an MLP of 4 * width, as many K/V
+    heads as query heads, every bias, a tied head.
+
+    Parameters
+    ----------
+    vocab, context, width, heads, layers : int >= 1
+        V, C (the longest sequence, rows of a learned position table), D, H, L.
+    eps : float >= 0
+        The norms' epsilon.
+    tie_weights : bool
+        The head is ``token.weight``.
+    norm : {"layer", "rms", "none"}
+        LayerNorm (gain and shift), RMSNorm (gain) or none (chapter 24, exercise 2).
+    placement : {"pre", "post"}
+        Norm before each sublayer (GPT-2, Llama) or after each sum (2017); a
+        post-norm model has no final norm.
+    activation : {"gelu_tanh", "gelu", "relu", "swiglu"}
+        The MLP: ``down(act(up(x)))``, or ``down(silu(gate(x)) * up(x))``.
+    d_ff : int >= 1 or None
+        The MLP's width F (None: 4 * width).
+    positions : {"learned", "rope"}
+        A learned position table, or rotary embeddings on q and k (Hugging
+        Face's rotate-half layout) with base ``rope_theta``.
+    rope_theta : float > 0
+    kv_heads : int >= 1 or None
+        Key/value heads KV, dividing ``heads`` (grouped-query attention; 1 is
+        multi-query); None: ``heads``.
+    head_dim : int >= 1 or None
+        Dh (None: width / heads). The attention output is H * Dh wide.
+    residual : bool
+        Add each sublayer's input back (chapter 24, exercise 1 turns it off).
+    qkv_bias, out_bias, mlp_bias : bool
+        Biases on the q/k/v projection, the output projection, the MLP.
     """
 
     vocab: int = 50257
@@ -62,25 +117,52 @@ class GPTConfig:
     layers: int = 12
     eps: float = 1e-5
     tie_weights: bool = True
+    norm: str = "layer"
+    placement: str = "pre"
+    activation: str = "gelu_tanh"
+    d_ff: Optional[int] = None
+    positions: str = "learned"
+    rope_theta: float = 10000.0
+    kv_heads: Optional[int] = None
+    head_dim: Optional[int] = None
+    residual: bool = True
+    qkv_bias: bool = True
+    out_bias: bool = True
+    mlp_bias: bool = True
 
     def __post_init__(self):
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen)
         for name in ("vocab", "context", "width", "heads", "layers"):
-            object.__setattr__(self, name, as_size(getattr(self, name), f"GPTConfig.{name}"))
-        if self.width % self.heads:
+            set_(name, as_size(getattr(self, name), f"GPTConfig.{name}"))
+        for name in ("d_ff", "kv_heads", "head_dim"):
+            if getattr(self, name) is not None:
+                set_(name, as_size(getattr(self, name), f"GPTConfig.{name}"))
+        set_("eps", check_eps(self.eps, "GPTConfig.eps"))
+        for name in ("tie_weights", "residual", "qkv_bias", "out_bias", "mlp_bias"):
+            set_(name, as_flag(getattr(self, name), f"GPTConfig.{name}"))
+        for name, allowed in (("norm", NORMS), ("placement", PLACEMENTS),
+                              ("activation", ACTIVATIONS), ("positions", POSITIONS)):
+            as_choice(getattr(self, name), f"GPTConfig.{name}", allowed)
+        theta = as_real(self.rope_theta, "GPTConfig.rope_theta", 0.0)
+        if not 0.0 < theta <= float(np.finfo(np.float32).max):
+            raise BlockcValueError(f"GPTConfig.rope_theta must be > 0 in float32, got {self.rope_theta!r}")
+        set_("rope_theta", theta)
+        if self.head_dim is None and self.width % self.heads:
             raise BlockcValueError(f"GPTConfig: width {self.width} is not divisible by heads {self.heads}")
-        object.__setattr__(self, "eps", check_eps(self.eps, "GPTConfig.eps"))
-        object.__setattr__(self, "tie_weights", as_flag(self.tie_weights, "GPTConfig.tie_weights"))
-        # the C struct, built once from the checked fields (the config is frozen)
-        object.__setattr__(self, "_cs", ffi.new("bc_gpt_config *", dict(
-            vocab=self.vocab, context=self.context, width=self.width, heads=self.heads,
-            layers=self.layers, eps=self.eps, tie_weights=int(self.tie_weights))))
-        st = lib.bc_gpt_config_check(self._cs)
+        kv = self.heads if self.kv_heads is None else self.kv_heads
+        if kv > self.heads or self.heads % kv:
+            raise BlockcValueError(f"GPTConfig.kv_heads must divide heads={self.heads}, got {kv}")
+        if self.positions == "rope" and self.head_dim_ % 2:
+            raise BlockcValueError(f"GPTConfig: rotary embeddings need an even head_dim, got {self.head_dim_}")
+        # the C structs, one per storage dtype, built once from the checked fields
+        set_("_cs", {})
+        st = lib.bc_gpt_config_check(self._c())
         if st == lib.BC_EOVERFLOW:
             raise BlockcValueError(f"GPTConfig: a model of vocab={self.vocab}, context={self.context}, "
                                    f"width={self.width}, layers={self.layers} exceeds 2**40 parameters")
         check(st, "GPTConfig")
 
-    def __reduce__(self):  # pickle / copy by the fields; the C struct is rebuilt
+    def __reduce__(self):  # pickle / copy by the fields; the C structs are rebuilt
         return (type(self), tuple(getattr(self, f.name) for f in fields(self)))
 
     @classmethod
@@ -119,12 +201,35 @@ class GPTConfig:
         return cls(**kw)
 
     @property
-    def head_dim(self) -> int:
-        return self.width // self.heads
+    def head_dim_(self) -> int:
+        """Dh, resolved (``head_dim`` or width / heads)."""
+        return self.head_dim if self.head_dim is not None else self.width // self.heads
 
-    def _c(self):
-        """The ``bc_gpt_config *`` for the C library (built once)."""
-        return self._cs
+    @property
+    def kv_heads_(self) -> int:
+        """KV, resolved (``kv_heads`` or heads)."""
+        return self.kv_heads if self.kv_heads is not None else self.heads
+
+    @property
+    def d_ff_(self) -> int:
+        """F, resolved (``d_ff`` or 4 * width)."""
+        return self.d_ff if self.d_ff is not None else 4 * self.width
+
+    def _c(self, dtype: str = "float32"):
+        """The ``bc_gpt_config *`` for the C library, for weights stored as ``dtype``."""
+        c = self._cs.get(dtype)
+        if c is None:
+            c = ffi.new("bc_gpt_config *", dict(
+                vocab=self.vocab, context=self.context, width=self.width, heads=self.heads,
+                layers=self.layers, kv_heads=self.kv_heads_, head_dim=self.head_dim_,
+                d_ff=self.d_ff_, norm=_C_NORM[self.norm], placement=_C_PLACE[self.placement],
+                activation=_C_ACT[self.activation], positions=_C_POS[self.positions],
+                rope_theta=self.rope_theta, residual=int(self.residual),
+                qkv_bias=int(self.qkv_bias), out_bias=int(self.out_bias),
+                mlp_bias=int(self.mlp_bias), eps=self.eps, tie_weights=int(self.tie_weights),
+                dtype=_C_DTYPE[dtype]))
+            self._cs[dtype] = c
+        return c
 
 
 def _as_config(cfg: Any) -> GPTConfig:
@@ -134,7 +239,7 @@ def _as_config(cfg: Any) -> GPTConfig:
 
 
 def gpt_parameter_count(cfg: GPTConfig) -> int:
-    """Parameters of an actual model built in C: the size of its parameter buffer.
+    """Parameters of an actual model built in C: the elements of its layout.
 
     Parameters
     ----------
@@ -161,7 +266,12 @@ def gpt_parameter_count(cfg: GPTConfig) -> int:
 
 
 def gpt_parameter_formula(cfg: GPTConfig) -> int:
-    """The chapter's closed form N = VD + CD + L(12D^2 + 13D) + 2D (+ VD untied).
+    """The closed form of the parameter count.
+
+    For chapter 6's GPT-2 it is N = VD + CD + L(12D^2 + 13D) + 2D (+ VD untied);
+    in general VD (+ CD, learned positions) + L * (per block) + the final norm
+    (+ VD untied), a block being D(H + 2KV)Dh + DHDh (q/k/v and output) +
+    (2 or 3)DF (the MLP, 3 with a gate) + the biases and norm parameters it has.
 
     Parameters
     ----------
@@ -182,23 +292,42 @@ def gpt_parameter_formula(cfg: GPTConfig) -> int:
     354823168
     """
     cfg = _as_config(cfg)
-    v, c, d, layers = cfg.vocab, cfg.context, cfg.width, cfg.layers
-    n = v * d + c * d + layers * (12 * d * d + 13 * d) + 2 * d
+    v, c, d, f = cfg.vocab, cfg.context, cfg.width, cfg.d_ff_
+    qkv, att = (cfg.heads + 2 * cfg.kv_heads_) * cfg.head_dim_, cfg.heads * cfg.head_dim_
+    gated = cfg.activation == "swiglu"
+    per_norm = {"layer": 2 * d, "rms": d, "none": 0}[cfg.norm]
+    block = d * qkv + d * att + (3 if gated else 2) * d * f + 2 * per_norm
+    block += cfg.qkv_bias * qkv + cfg.out_bias * d + cfg.mlp_bias * ((2 if gated else 1) * f + d)
+    n = v * d + (c * d if cfg.positions == "learned" else 0) + cfg.layers * block
+    n += per_norm if cfg.placement == "pre" else 0
     return n if cfg.tie_weights else n + v * d
 
 
-def _layout(cfg: GPTConfig) -> Dict[str, Tuple[int, Tuple[int, ...]]]:
-    """name -> (offset, shape) for every tensor of the buffer, from C, in order."""
-    c = cfg._c()
+class _Tensor(NamedTuple):
+    """Where a tensor of the layout lives: byte offset and size, storage, shape."""
+    offset: int
+    nbytes: int
+    dtype: int      # BC_DTYPE_* of its storage
+    packed: bool    # a packed matrix (else float32, row-major)
+    shape: Tuple[int, ...]
+
+
+def _layout(cfg: GPTConfig, dtype: str = "float32") -> Dict[str, _Tensor]:
+    """name -> _Tensor for every tensor of the buffer, from C, in order."""
+    c = cfg._c(dtype)
     count = ffi.new("size_t *")
     check(lib.bc_gpt_tensor_count(count, c), "layout")
     name = ffi.new("char[]", lib.BC_GPT_NAME_MAX)
-    off, ndim, shape = ffi.new("size_t *"), ffi.new("size_t *"), ffi.new("size_t[2]")
-    out: Dict[str, Tuple[int, Tuple[int, ...]]] = {}
+    off, nb, ndim, shape = (ffi.new("size_t *"), ffi.new("size_t *"), ffi.new("size_t *"),
+                            ffi.new("size_t[2]"))
+    dt, packed = ffi.new("int *"), ffi.new("int *")
+    out: Dict[str, _Tensor] = {}
     for i in range(int(count[0])):
-        check(lib.bc_gpt_tensor_info(name, lib.BC_GPT_NAME_MAX, off, ndim, shape, c, i), "layout")
+        check(lib.bc_gpt_tensor_info(name, lib.BC_GPT_NAME_MAX, off, nb, dt, packed, ndim, shape,
+                                     c, i), "layout")
         shp = (int(shape[0]), int(shape[1])) if ndim[0] == 2 else (int(shape[0]),)
-        out[ffi.string(name).decode()] = (int(off[0]), shp)
+        out[ffi.string(name).decode()] = _Tensor(int(off[0]), int(nb[0]), int(dt[0]),
+                                                 bool(packed[0]), shp)
     return out
 
 
@@ -237,8 +366,9 @@ class KVCache:
 
     Made by :meth:`GPT.new_cache`; ``m(ids, cache=cache)`` appends to it. A cache
     belongs to the model that made it (another model, even of the same config,
-    refuses it, and so does every model a cache constructed directly) and its state cannot be replaced from Python: ``k`` and ``v``
-    (layers, batch, capacity, width) are read-only views, ``length`` (positions
+    refuses it, and so does every model a cache constructed directly) and its state
+    cannot be replaced from Python: ``k`` and ``v`` (layers, batch, capacity,
+    kv_heads * head_dim; the keys after the rotary embedding) are read-only views, ``length`` (positions
     filled), ``batch`` and ``capacity`` read-only properties; :meth:`reset`
     empties it. Calls that share one cache take turns (a lock), so two threads
     appending to it never write the same positions.
@@ -254,7 +384,7 @@ class KVCache:
                                    f"({capacity} > {cfg.context})")
         n = ffi.new("size_t *")
         check(lib.bc_gpt_cache_size(n, cfg._c(), batch, capacity), "new_cache")
-        shape = (cfg.layers, batch, capacity, cfg.width)
+        shape = (cfg.layers, batch, capacity, cfg.kv_heads_ * cfg.head_dim_)
         self._cfg, self._owner = cfg, _owner
         self._k = np.zeros(shape, dtype=np.float32)
         self._v = np.zeros(shape, dtype=np.float32)
@@ -263,12 +393,12 @@ class KVCache:
 
     @property
     def k(self) -> np.ndarray:
-        """The keys (layers, batch, capacity, width), a read-only view."""
+        """The keys (layers, batch, capacity, kv_heads * head_dim), a read-only view."""
         return _readonly(self._k)
 
     @property
     def v(self) -> np.ndarray:
-        """The values (layers, batch, capacity, width), a read-only view."""
+        """The values (layers, batch, capacity, kv_heads * head_dim), a read-only view."""
         return _readonly(self._v)
 
     @property
@@ -313,29 +443,38 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 
 class GPT:
-    """The chapter's GPT, its parameters in one contiguous float32 buffer, computed in C."""
+    """The model, its parameters in one buffer (matrices packed in :attr:`dtype`), computed in C."""
 
-    def __init__(self, cfg: GPTConfig, params: Optional[npt.ArrayLike] = None):
-        """A model of config ``cfg`` on ``params`` (1-D float32 buffer, adopted without copy
-        when it is already C-contiguous float32 of the right size); zeros when None."""
+    def __init__(self, cfg: GPTConfig, params: Optional[npt.ArrayLike] = None,
+                 dtype: str = "float32"):
+        """A model of config ``cfg`` storing its matrices as ``dtype``, on ``params``: the raw
+        parameter buffer (1-D uint8 of :attr:`nbytes`, as :attr:`params` returns; adopted
+        without a copy when it is one), or all zeros when None."""
         self._cfg = _as_config(cfg)
-        self._layout = _layout(self._cfg)
-        n = gpt_parameter_count(self._cfg)
+        self._dtype = as_choice(dtype, "dtype", DTYPES)
+        self._c = self._cfg._c(self._dtype)
+        self._layout = _layout(self._cfg, self._dtype)
+        n = ffi.new("size_t *")
+        check(lib.bc_gpt_param_bytes(n, self._c), "GPT")
+        nbytes = int(n[0])
         if params is None:
-            params = np.zeros(n, dtype=np.float32)
+            params = np.zeros(nbytes, dtype=np.uint8)
         else:
-            params = np.ascontiguousarray(to_numpy(params, "params"), dtype=np.float32)
-            if params.shape != (n,):
-                raise BlockcValueError(f"params must have shape ({n},), got {params.shape}")
+            params = to_numpy(params, "params")
+            if params.dtype != np.uint8 or params.shape != (nbytes,):
+                raise BlockcValueError(f"params must be a uint8 array of shape ({nbytes},), "
+                                       f"got {params.dtype} {params.shape}")
+            if not params.flags.c_contiguous or params.ctypes.data % 64:
+                params = _aligned_copy(params)
         self._params = params
-        self._cptr = cptr(params)     # the C view, made once (params is never replaced)
+        self._cptr = ffi.from_buffer("char[]", params, False)  # made once: params is never replaced
         self._tls = threading.local()  # each thread's workspace
 
     # ---- construction -------------------------------------------------------
 
     @classmethod
-    def random(cls, cfg: GPTConfig, seed: Optional[int] = 0) -> "GPT":
-        """GPT-2 initialisation: weights N(0, 0.02), biases 0, LayerNorm gains 1, shifts 0.
+    def random(cls, cfg: GPTConfig, seed: Optional[int] = 0, dtype: str = "float32") -> "GPT":
+        """GPT-2 initialisation: weights N(0, 0.02), biases 0, norm gains 1, shifts 0.
 
         Parameters
         ----------
@@ -343,6 +482,9 @@ class GPT:
         seed : int >= 0 or None, optional
             Seed of ``numpy.random.default_rng``, drawn from tensor by tensor in
             state-dict order (None: fresh entropy).
+        dtype : {"float32", "bfloat16", "q8_0"}, optional
+            How the matrices are stored (the same float32 draws, then rounded
+            or quantised).
 
         Returns
         -------
@@ -353,7 +495,7 @@ class GPT:
         TypeError
             A non-GPTConfig ``cfg`` or a non-integer seed.
         ValueError
-            A negative seed.
+            A negative seed or an unknown dtype.
 
         Examples
         --------
@@ -362,30 +504,33 @@ class GPT:
         (1, 3, 16)
         """
         seed = None if seed is None else as_int(seed, "seed", 0)
-        m = cls(cfg)
+        m = cls(cfg, dtype=dtype)
         rng = np.random.default_rng(seed)
-        for name, (off, shape) in m._layout.items():
-            view = m._params[off:off + int(np.prod(shape))]
-            if name.endswith(".weight") and len(shape) == 2:  # Linear and Embedding weights
-                view[:] = rng.standard_normal(view.size, dtype=np.float32) * np.float32(0.02)
-            elif name.endswith(".weight"):  # the 1-D weights are LayerNorm gains
-                view[:] = 1.0
+        for name, t in m._layout.items():
+            if len(t.shape) == 2:  # Linear and Embedding weights
+                m._write(name, rng.standard_normal(t.shape, dtype=np.float32) * np.float32(0.02))
+            elif name.endswith(".weight"):  # the 1-D weights are norm gains
+                m._vector(name)[:] = 1.0
             # biases stay zero
         return m
 
     @classmethod
-    def from_state_dict(cls, sd: Mapping[str, Any], cfg: GPTConfig) -> "GPT":
+    def from_state_dict(cls, sd: Mapping[str, Any], cfg: GPTConfig,
+                        dtype: str = "float32") -> "GPT":
         """Load a state dict keyed as the chapter's PyTorch ``GPT.state_dict()``.
 
         Parameters
         ----------
         sd : mapping of str to array_like
             NumPy arrays, array-likes or torch tensors (any real dtype, bfloat16
-            included; stored as float32). Each entry is read once.
+            included; converted to float32, then stored as ``dtype``). Each entry is
+            read once.
         cfg : GPTConfig
             Every key and shape is checked against it. For a tied config,
             ``head.weight`` may be present (PyTorch lists it) and must equal
             ``token.weight`` bit for bit.
+        dtype : {"float32", "bfloat16", "q8_0"}, optional
+            How the matrices are stored.
 
         Returns
         -------
@@ -409,37 +554,127 @@ class GPT:
         True
         """
         cfg = _as_config(cfg)
+        m = cls(cfg, dtype=dtype)
+        m._load(sd, strict=True)
+        return m
+
+    def load_state_dict(self, sd: Mapping[str, Any], strict: bool = True) -> None:
+        """Write weights into this model (the matrices packed again in :attr:`dtype`).
+
+        Parameters
+        ----------
+        sd : mapping of str to array_like
+            As :meth:`from_state_dict`, keyed like :meth:`state_dict`.
+        strict : bool, optional
+            Every tensor must be present (the default); False writes the ones given.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`from_state_dict`; with ``strict``, a missing tensor.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> sd = m.state_dict(); sd["blocks.0.up.weight"][:] = 0
+        >>> m.load_state_dict(sd); float(abs(m.state_dict()["blocks.0.up.weight"]).max())
+        0.0
+        """
+        self._load(sd, as_flag(strict, "strict"))
+
+    def _load(self, sd: Mapping[str, Any], strict: bool) -> None:
         if not isinstance(sd, Mapping):
             raise BlockcTypeError(f"state dict must be a mapping, got {type(sd).__name__}")
         sd = dict(sd)  # each entry read once: what is checked is what is loaded
-        m = cls(cfg)
-        expected = m._layout
+        cfg, expected = self._cfg, self._layout
         keys = set(sd.keys())
-        missing = [k for k in expected if k not in keys]
         tied_head = cfg.tie_weights and "head.weight" in keys
+        missing = [k for k in expected if k not in keys]
         unexpected = sorted(str(k) for k in keys
                             if k not in expected and not (tied_head and k == "head.weight"))
-        if missing:
+        if missing and strict:
             raise BlockcValueError(f"state dict is missing {missing}")
         if unexpected:
             raise BlockcValueError(f"state dict has unexpected keys {unexpected}")
         arrays = {}
-        for name, (off, shape) in expected.items():
+        for name, t in expected.items():
+            if name not in sd:
+                continue
             a = _to_numpy(name, sd[name])
-            if a.shape != shape:
-                raise BlockcValueError(f"state dict entry {name!r} has shape {a.shape}, expected {shape}")
+            if a.shape != t.shape:
+                raise BlockcValueError(f"state dict entry {name!r} has shape {a.shape}, expected {t.shape}")
             arrays[name] = a
         if tied_head:
             head = _to_numpy("head.weight", sd["head.weight"])
-            if head.shape != expected["token.weight"][1]:
+            shape = expected["token.weight"].shape
+            if head.shape != shape:
                 raise BlockcValueError(f"state dict entry 'head.weight' has shape {head.shape}, "
-                                       f"expected {expected['token.weight'][1]}")
-            if not _same_bits(head, arrays["token.weight"]):
+                                       f"expected {shape}")
+            token = arrays["token.weight"] if "token.weight" in arrays else self._read("token.weight")
+            if not _same_bits(head, token):
                 raise BlockcValueError("state dict entry 'head.weight' differs from 'token.weight' "
                                        "but the config ties them (tie_weights=True)")
-        for name, (off, shape) in expected.items():
-            m._params[off:off + arrays[name].size] = arrays[name].reshape(-1)
+        for name, a in arrays.items():
+            self._write(name, a)
+
+    def astype(self, dtype: str) -> "GPT":
+        """This model with its matrices stored as ``dtype``: a new model.
+
+        Parameters
+        ----------
+        dtype : {"float32", "bfloat16", "q8_0"}
+            From float32 the weights are rounded (bfloat16) or quantised (q8_0,
+            llama.cpp's rule); from a lower precision they are the weights this
+            model computes with, exactly, stored anew.
+
+        Returns
+        -------
+        GPT
+
+        Raises
+        ------
+        ValueError
+            An unknown dtype.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=32, heads=2, layers=1))
+        >>> m.astype("q8_0").dtype, m.astype("q8_0").nbytes < m.nbytes
+        ('q8_0', True)
+        """
+        dtype = as_choice(dtype, "dtype", DTYPES)
+        m = GPT(self._cfg, dtype=dtype)
+        for name in self._layout:
+            m._write(name, self._read(name))
         return m
+
+    # ---- tensors in the buffer ----------------------------------------------
+
+    def _vector(self, name: str) -> np.ndarray:
+        """A float32 (unpacked) tensor of the buffer, as a writable view."""
+        t = self._layout[name]
+        return self._params[t.offset:t.offset + t.nbytes].view(np.float32).reshape(t.shape)
+
+    def _read(self, name: str) -> np.ndarray:
+        """Tensor ``name`` as float32: a view for vectors and the position table, an
+        unpacked copy for the matrices."""
+        t = self._layout[name]
+        if not t.packed:
+            return self._vector(name)
+        out = np.empty(t.shape, np.float32)
+        check(lib.bc_unpack(fptr(out), self._cptr + t.offset, t.nbytes, t.dtype, t.shape[0],
+                            t.shape[1]), f"state dict entry {name!r}")
+        return out
+
+    def _write(self, name: str, a: np.ndarray) -> None:
+        """Store the float32-convertible array ``a`` (the tensor's shape) as tensor ``name``."""
+        t = self._layout[name]
+        a = np.ascontiguousarray(a, dtype=np.float32)
+        if not t.packed:
+            self._vector(name)[...] = a
+            return
+        check(lib.bc_pack(self._cptr + t.offset, t.nbytes, cptr(a), t.dtype, t.shape[0],
+                          t.shape[1]), f"state dict entry {name!r}")
 
     # ---- access -------------------------------------------------------------
 
@@ -448,12 +683,23 @@ class GPT:
         return self._cfg
 
     @property
+    def dtype(self) -> str:
+        """How the matrices are stored: "float32", "bfloat16" or "q8_0"."""
+        return self._dtype
+
+    @property
     def params(self) -> np.ndarray:
-        """The whole parameter buffer (1-D float32, writable, shared with the model)."""
+        """The whole parameter buffer: 1-D uint8, writable, shared with the model (the
+        layout is the C library's: the packed matrices and the float32 vectors)."""
         return self._params
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the parameter buffer."""
+        return int(self._params.size)
+
     def num_parameters(self) -> int:
-        """Size of the parameter buffer: a tied head counted once.
+        """The model's parameter count: a tied head counted once.
 
         Returns
         -------
@@ -464,16 +710,21 @@ class GPT:
         >>> GPT(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1)).num_parameters()
         1080
         """
-        return int(self._params.size)
+        return gpt_parameter_count(self._cfg)
 
     def state_dict(self, keep_tied: bool = False) -> Dict[str, np.ndarray]:
-        """Writable NumPy views into the parameter buffer, in the chapter's order and names.
+        """The parameters, in the chapter's order and names, as float32 arrays.
+
+        Vectors (biases, norm gains and shifts) and the position table are
+        writable views of the parameter buffer; the matrices, stored packed, are
+        unpacked into new arrays (a quantised model's dequantised weights, exactly
+        the ones it computes with): change them with :meth:`load_state_dict`.
 
         Parameters
         ----------
         keep_tied : bool, optional
             A tied model lists ``token.weight`` only, unless this adds ``head.weight``
-            (a view of the same memory), as PyTorch's ``state_dict()`` does.
+            (the same array), as PyTorch's ``state_dict()`` does.
 
         Returns
         -------
@@ -491,8 +742,7 @@ class GPT:
         ['token.weight', 'position.weight', 'blocks.0.ln1.weight']
         """
         keep_tied = as_flag(keep_tied, "keep_tied")
-        out = {name: self._params[off:off + int(np.prod(shape))].reshape(shape)
-               for name, (off, shape) in self._layout.items()}
+        out = {name: self._read(name) for name in self._layout}
         if keep_tied and self._cfg.tie_weights:
             out["head.weight"] = out["token.weight"]
         return out
@@ -559,7 +809,7 @@ class GPT:
                 k=fptr(cache._k), v=fptr(cache._v), batch=cache._batch,
                 capacity=cache._capacity, length=start))
         n = ffi.new("size_t *")
-        check(lib.bc_gpt_workspace_size(n, cfg._c(), b, t, c_cache), "GPT forward")
+        check(lib.bc_gpt_workspace_size(n, self._c, b, t, c_cache), "GPT forward")
         work, buf = thread_buffer(self._tls, int(n[0]))
         logits = None
         if want_logits:
@@ -569,7 +819,7 @@ class GPT:
         ids_ptr = ffi.from_buffer("int64_t[]" if wide else "int32_t[]", a, require_writable=False)
         check(lib.bc_gpt_forward(fptr(logits) if logits is not None else ffi.NULL,
                                  fptr(hidden) if hidden is not None else ffi.NULL,
-                                 c_cache, self._cptr, cfg._c(), ids_ptr,
+                                 c_cache, self._cptr, self._c, ids_ptr,
                                  lib.BC_IDS_INT64 if wide else lib.BC_IDS_INT32, b, t,
                                  int(last_only), work, buf.size),
               "GPT forward")
@@ -742,8 +992,17 @@ class GPT:
     def __repr__(self):
         c = self._cfg
         return (f"GPT(vocab={c.vocab}, context={c.context}, width={c.width}, heads={c.heads}, "
-                f"layers={c.layers}, tie_weights={c.tie_weights}, "
+                f"layers={c.layers}, tie_weights={c.tie_weights}, dtype={self._dtype!r}, "
                 f"parameters={self.num_parameters():,})")
+
+
+def _aligned_copy(a: np.ndarray) -> np.ndarray:
+    """A 64-byte aligned, C-contiguous copy of the 1-D uint8 array a."""
+    raw = np.empty(a.size + 64, np.uint8)
+    start = (-raw.ctypes.data) % 64
+    out = raw[start:start + a.size]
+    out[...] = a
+    return out
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:

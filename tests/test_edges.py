@@ -162,6 +162,7 @@ def test_gpt_extreme_embeddings_stay_finite(scale):
     sd = m.state_dict()
     sd["token.weight"][...] *= np.float32(scale)
     sd["position.weight"][...] *= np.float32(scale)
+    m.load_state_dict(sd)
     ids = np.arange(12).reshape(2, 6) % 17
     y = m(ids)
     assert np.isfinite(y).all()
@@ -174,7 +175,9 @@ def test_gpt_bad_embedding_row_propagates_causally(bad):
     cfg, m = _gpt(tie_weights=False)  # untied: the head does not read token 4's row
     ids = np.array([[1, 2, 3, 4, 5, 6]])
     clean = m(ids)
-    m.state_dict()["token.weight"][4, 0] = bad   # only position 3 reads token 4
+    sd = m.state_dict()
+    sd["token.weight"][4, 0] = bad   # only position 3 reads token 4
+    m.load_state_dict(sd)
     y = m(ids)
     np.testing.assert_array_equal(y[0, :3], clean[0, :3])
     assert (~np.isfinite(y[0, 3:])).any(axis=-1).all()

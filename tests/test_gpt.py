@@ -81,11 +81,13 @@ def test_parameter_count_matches_formula_and_layout(v, c, h, dh, n_layers, tied)
     n = gpt_parameter_count(cfg)
     assert n == gpt_parameter_formula(cfg)
     if n_layers <= 4 and v * h * dh < 200_000:
-        # the layout tiles the buffer exactly: no gaps, no overlaps
-        layout = blockc.gpt._layout(cfg)
-        covered = sorted((off, off + int(np.prod(shape))) for off, shape in layout.values())
-        assert covered[0][0] == 0 and covered[-1][1] == n
-        assert all(a[1] == b[0] for a, b in zip(covered, covered[1:]))
+        # the layout tiles the buffer exactly: no gaps, no overlaps, every dtype
+        for dtype in blockc.gpt.DTYPES:
+            layout = blockc.gpt._layout(cfg, dtype)
+            assert sum(int(np.prod(t.shape)) for t in layout.values()) == n
+            covered = sorted((t.offset, t.offset + t.nbytes) for t in layout.values())
+            assert covered[0][0] == 0 and covered[-1][1] == GPT(cfg, dtype=dtype).nbytes
+            assert all(a[1] == b[0] for a, b in zip(covered, covered[1:]))
 
 
 def test_actual_model_count_gpt2_small_layout():
@@ -105,13 +107,14 @@ def test_tied_head_is_the_token_embedding():
     before, hidden = m(ids, return_hidden=True)
     sd["token.weight"][42] += 0.5  # token 42 is not in ids, so only the head sees it
     assert 42 not in ids
+    m.load_state_dict(sd)
     after, hidden2 = m(ids, return_hidden=True)
     np.testing.assert_array_equal(hidden, hidden2)
     changed = np.abs(after - before).max(axis=(0, 1)) > 0
     assert changed[42] and changed.sum() == 1
     np.testing.assert_allclose(after, gpt_forward(sd, SMALL, ids), rtol=0, atol=2e-5)
     kept = m.state_dict(keep_tied=True)
-    assert np.shares_memory(kept["head.weight"], kept["token.weight"])
+    assert kept["head.weight"] is kept["token.weight"]
 
 
 def test_untied_head_is_separate():
@@ -125,6 +128,7 @@ def test_untied_head_is_separate():
     np.testing.assert_allclose(m(ids), gpt_forward(sd, UNTIED, ids), rtol=0, atol=2e-5)
     before = m(ids)
     sd["head.weight"][:] = 0.0
+    m.load_state_dict({"head.weight": sd["head.weight"]}, strict=False)
     assert np.abs(m(ids)).max() == 0.0 and np.abs(before).max() > 0
 
 
@@ -134,6 +138,7 @@ def test_zeroed_output_projections_make_every_block_the_identity():
     for i in range(SMALL.layers):
         for name in ("attn.proj.weight", "attn.proj.bias", "down.weight", "down.bias"):
             sd[f"blocks.{i}.{name}"][:] = 0.0
+    m.load_state_dict(sd)
     ids = rand_ids(SMALL, 2, 9, seed=5)
     logits, hidden = m(ids, return_hidden=True)
     x0 = sd["token.weight"][ids] + sd["position.weight"][:9]
@@ -198,7 +203,9 @@ def test_state_dict_roundtrip_and_views():
         "attn.proj.bias", "ln2.weight", "ln2.bias", "up.weight", "up.bias", "down.weight",
         "down.bias")]
     assert names[-2:] == ["norm.weight", "norm.bias"]
-    assert all(np.shares_memory(a, m.params) for a in sd.values())
+    # vectors and the position table are views of the buffer; the packed matrices copies
+    assert all(np.shares_memory(a, m.params) == (a.ndim == 1 or k == "position.weight")
+               for k, a in sd.items())
     copy = GPT.from_state_dict({k: v.astype(np.float64) for k, v in sd.items()}, SMALL)
     np.testing.assert_array_equal(copy.params, m.params)
     assert not np.shares_memory(copy.params, m.params)
@@ -296,7 +303,7 @@ class _C:
     def run(self, ids, ids_type=lib.BC_IDS_INT64, work_size=None, t=None, params=True):
         return lib.bc_gpt_forward(
             ffi.from_buffer("float[]", self.logits), ffi.NULL, ffi.NULL,
-            ffi.from_buffer("float[]", self.m.params) if params else ffi.NULL, self.cfg,
+            ffi.from_buffer("char[]", self.m.params) if params else ffi.NULL, self.cfg,
             ffi.from_buffer(ids), ids_type, self.b, self.t if t is None else t, 0,
             ffi.from_buffer("float[]", self.work),
             self.work.size if work_size is None else work_size)
@@ -335,7 +342,7 @@ def test_c_forward_refuses_overlapping_buffers():
     c = _C(SMALL, 1, 4)
     ids = rand_ids(SMALL, 1, 4)
     f = lambda a: ffi.from_buffer("float[]", a)  # noqa: E731
-    params = f(c.m.params)
+    params = ffi.cast("float *", ffi.from_buffer("char[]", c.m.params))
     keep = c.m.params.copy()
     run = lambda logits, work, wsize=c.work.size: lib.bc_gpt_forward(  # noqa: E731
         logits, ffi.NULL, ffi.NULL, params, c.cfg, ffi.from_buffer(ids), lib.BC_IDS_INT64,
@@ -354,26 +361,34 @@ def test_c_layout_queries():
     n = ffi.new("size_t *")
     assert lib.bc_gpt_tensor_count(n, cfg) == lib.BC_OK and n[0] == 4 + 12 * SMALL.layers
     name = ffi.new("char[]", lib.BC_GPT_NAME_MAX)
-    off, nd, shape = ffi.new("size_t *"), ffi.new("size_t *"), ffi.new("size_t[2]")
-    assert lib.bc_gpt_tensor_info(name, 64, off, nd, shape, cfg, n[0]) == lib.BC_ERANGE
-    assert lib.bc_gpt_tensor_info(name, 5, off, nd, shape, cfg, 0) == lib.BC_ESIZE
-    assert lib.bc_gpt_tensor_info(name, 64, off, nd, shape, cfg, 4) == lib.BC_OK
+    off, nb, nd, shape = ffi.new("size_t *"), ffi.new("size_t *"), ffi.new("size_t *"), ffi.new("size_t[2]")
+    dt, packed = ffi.new("int *"), ffi.new("int *")
+    info = lambda cap, i: lib.bc_gpt_tensor_info(name, cap, off, nb, dt, packed, nd, shape, cfg, i)  # noqa: E731
+    assert info(64, n[0]) == lib.BC_ERANGE
+    assert info(5, 0) == lib.BC_ESIZE
+    assert info(64, 4) == lib.BC_OK
     assert ffi.string(name) == b"blocks.0.attn.qkv.weight"
-    assert (nd[0], shape[0], shape[1]) == (2, 3 * SMALL.width, SMALL.width)
-    assert off[0] == (SMALL.vocab + SMALL.context) * SMALL.width + 2 * SMALL.width
+    assert (nd[0], shape[0], shape[1], dt[0], packed[0]) == (2, 3 * SMALL.width, SMALL.width,
+                                                             lib.BC_DTYPE_F32, 1)
+    # the token table packed in panels of 16 rows (101 -> 112), then the position table
+    # and the first norm's gain and shift
+    assert off[0] == (112 + SMALL.context) * SMALL.width * 4 + 2 * SMALL.width * 4
+    assert nb[0] == 3 * SMALL.width * SMALL.width * 4
+    assert info(64, 3) == lib.BC_OK and (dt[0], packed[0], nb[0]) == (lib.BC_DTYPE_F32, 0, 4 * SMALL.width)
     assert lib.bc_gpt_param_count(ffi.NULL, cfg) == lib.BC_ENULL
     assert lib.bc_gpt_param_count(n, ffi.NULL) == lib.BC_ENULL
     assert lib.bc_gpt_cache_size(n, cfg, 1, SMALL.context + 1) == lib.BC_ECONTEXT
     assert lib.bc_gpt_cache_size(n, cfg, 0, 4) == lib.BC_ESIZE
     assert lib.bc_gpt_cache_size(n, cfg, 2, 5) == lib.BC_OK
     assert n[0] == SMALL.layers * 2 * 5 * SMALL.width
-    bad = ffi.new("bc_gpt_config *", dict(vocab=10, context=4, width=10, heads=3, layers=1, eps=1e-5))
+    bad = ffi.new("bc_gpt_config *", dict(vocab=10, context=4, width=10, heads=3, layers=1, eps=1e-5,
+                                          norm=lib.BC_NORM_LAYER))
     assert lib.bc_gpt_config_check(bad) == lib.BC_EHEADS
     huge = ffi.new("bc_gpt_config *", dict(vocab=2 ** 63, context=2 ** 63, width=2 ** 62,
-                                           heads=1, layers=2 ** 62, eps=1e-5))
+                                           heads=1, layers=2 ** 62, eps=1e-5, norm=lib.BC_NORM_LAYER))
     assert lib.bc_gpt_param_count(n, huge) == lib.BC_EOVERFLOW
     nan = ffi.new("bc_gpt_config *", dict(vocab=10, context=4, width=4, heads=1, layers=1,
-                                          eps=float("inf")))
+                                          eps=float("inf"), norm=lib.BC_NORM_LAYER))
     assert lib.bc_gpt_config_check(nan) == lib.BC_EOPTION
 
 
@@ -389,8 +404,8 @@ def test_cache_chunks_equal_full_forward():
         parts.append(m(ids[:, start:start + size], cache=cache))
         start += size
         assert cache.length == start
-    # bit for bit: a step of 1 or 2 rows runs bc_k_linear_rows, the full pass the packed
-    # GEMM; both run the same chain of sums, and attention is per query
+    # bit for bit: a step of 1 or 2 rows streams the packed weights, the full pass runs
+    # the GEMM; both run the same chain of sums, and attention is per query
     np.testing.assert_array_equal(np.concatenate(parts, axis=1), full)
     # the cache is full now: positions would pass the context
     with pytest.raises(ValueError, match="context"):
@@ -406,6 +421,7 @@ def test_cache_positions_continue_after_length():
     for i in range(SMALL.layers):
         for name in ("attn.proj.weight", "attn.proj.bias", "down.weight", "down.bias"):
             sd[f"blocks.{i}.{name}"][:] = 0.0
+    m.load_state_dict(sd)
     cache = m.new_cache(1, 10)
     m([[1, 2, 3]], cache=cache)
     _, hidden = m([[4]], cache=cache, return_hidden=True)

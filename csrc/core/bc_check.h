@@ -28,6 +28,30 @@ static inline int bc_add(size_t *out, size_t a, size_t b)
     return BC_OK;
 }
 
+/* Largest byte count of a parameter buffer (BC_MAX_ELEMENTS float32 values and
+ * their rounding to whole panels fit far below it). */
+#define BC_MAX_BYTES ((size_t)BC_MAX_ELEMENTS * 16)
+
+/* *out = a + b for byte counts, or BC_EOVERFLOW past BC_MAX_BYTES. */
+static inline int bc_add_bytes(size_t *out, size_t a, size_t b)
+{
+    const size_t max = BC_MAX_BYTES;
+    if (a > max || b > max - a)
+        return BC_EOVERFLOW;
+    *out = a + b;
+    return BC_OK;
+}
+
+/* *out = a * b for byte counts, or BC_EOVERFLOW past BC_MAX_BYTES. */
+static inline int bc_mul_bytes(size_t *out, size_t a, size_t b)
+{
+    const size_t max = BC_MAX_BYTES;
+    if (a > max || b > max || (a && b > max / a))
+        return BC_EOVERFLOW;
+    *out = a * b;
+    return BC_OK;
+}
+
 /* *out = a * b for counts a, b >= 0 (parameter counts, not tensor sizes: no
  * BC_MAX_ELEMENTS cap), or BC_EOVERFLOW past INT64_MAX. */
 static inline int bc_mul_i64(int64_t *out, int64_t a, int64_t b)

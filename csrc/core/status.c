@@ -15,6 +15,7 @@ const char *bc_strerror(int status)
     case BC_ECONTEXT: return "sequence longer than the context";
     case BC_EWORKSPACE: return "workspace too small";
     case BC_EALIAS: return "an output overlaps an input";
+    case BC_EVALUE: return "a value cannot be represented";
     default: return "unknown status";
     }
 }

@@ -1,10 +1,6 @@
-/* block.c: the general transformer block at runtime sizes, and a stack of them.
- *
- * pre:  x = x + attn(norm1(x));  x = x + ffn(norm2(x))
- * post: x = norm1(x + attn(x));  x = norm2(x + ffn(x))      (the 2017 original)
- * residual = 0 drops the "x +". attn: one packed qkv linear (K and V are
- * projected once), multi-head attention per sequence, then proj.
- * ffn: down(act(up(x))), or down(silu(gate(x)) * up(x)) for swiglu.
+/* block.c: the general transformer block at runtime sizes, and a stack of them:
+ * the validated entry points over the shared layer (bc_layer.h, which says
+ * what every option computes), on a caller's row-major float32 weights.
  *
  * Everything is computed in a caller-provided workspace; the kernels' own
  * tiles live in the call's context (bc_rt_ctx), taken before anything is
@@ -13,14 +9,15 @@
 #include <string.h>
 #include "bc_engine.h"
 #include "bc_check.h"
-#include "kernels.h"
+#include "bc_layer.h"
 
 /* Sizes derived from a config and (B,T), all overflow-checked. */
 typedef struct {
     size_t d, h, dh, f, b, t, n;  /* n = B*T rows */
-    size_t nd, n3d, nf;           /* N*D, N*3D, N*F */
+    size_t nd;                    /* N*D */
     size_t dd, fd;                /* D*D, F*D */
     size_t total;                 /* workspace floats */
+    bc_layer_cfg lc;              /* the layer this config is */
 } dims;
 
 static int config_ok(const bc_block_config *cfg)
@@ -51,21 +48,16 @@ static int get_dims(dims *s, const bc_block_config *cfg, size_t b, size_t t)
     s->f = cfg->d_ff;
     s->b = b;
     s->t = t;
-    size_t d3, tot, ff;
+    size_t d3;
     if ((st = bc_mul(&s->n, b, t)) || (st = bc_mul(&d3, 3, s->d))
-        || (st = bc_mul(&s->nd, s->n, s->d)) || (st = bc_mul(&s->n3d, s->n, d3))
-        || (st = bc_mul(&s->nf, s->n, s->f)) || (st = bc_mul(&s->dd, s->d, d3))
+        || (st = bc_mul(&s->nd, s->n, s->d)) || (st = bc_mul(&s->dd, s->d, d3))
         || (st = bc_mul(&s->fd, s->f, s->d)))
         return st;
     s->dd /= 3;  /* D*D, checked through the larger 3D*D */
-    /* xn, att, sub (N,D); qkv (N,3D); hidden (N,F) and gate (N,F) for swiglu */
-    ff = cfg->activation == BC_ACT_SWIGLU ? 2 : 1;
-    if ((st = bc_mul(&ff, ff, s->nf)) || (st = bc_add(&tot, s->n3d, ff))
-        || (st = bc_add(&tot, tot, s->nd)) || (st = bc_add(&tot, tot, s->nd))
-        || (st = bc_add(&tot, tot, s->nd)))
-        return st;
-    s->total = tot;
-    return BC_OK;
+    const bc_layer_cfg lc = {s->d, s->h, s->h, s->dh, s->f, cfg->norm, cfg->placement,
+                             cfg->activation, cfg->causal != 0, cfg->residual != 0, cfg->eps};
+    s->lc = lc;
+    return bc_layer_work(&s->total, &s->lc, s->n);
 }
 
 int bc_block_workspace_size(size_t *n_floats, const bc_block_config *cfg, size_t b, size_t t)
@@ -100,79 +92,16 @@ static int weights_ok(const bc_block_weights *w, const bc_block_config *cfg, con
     return BC_OK;
 }
 
-// y (N,D), x (N,D), g (D) or NULL, b (D) or NULL; y may be x
-static void norm(float *y, const float *x, const float *g, const float *b,
-                 const bc_block_config *cfg, const dims *s, const bc_ctx *cx)
+/* The layer's view of a block's weights (a caller's row-major matrices). */
+static bc_layer_w layer_weights(const bc_block_weights *w)
 {
-    if (cfg->norm == BC_NORM_RMS)
-        bc_k_rmsnorm(y, x, g, s->n, s->d, cfg->eps, cx);
-    else if (cfg->norm == BC_NORM_LAYER)
-        bc_k_layernorm(y, x, g, b, s->n, s->d, cfg->eps, cx);
-    else if (y != x)
-        memcpy(y, x, s->nd * sizeof(float));
-}
-
-// out (N,D) = r + proj(attention(qkv(a (N,D)))); r (N,D) or NULL, may be out;
-// scratch qkv (N,3D), att (N,D)
-static void attn_sublayer(float *out, const float *a, const float *r, const bc_block_config *cfg,
-                          const bc_block_weights *w, const dims *s,
-                          float *qkv, float *att, const bc_ctx *cx)
-{
-    const size_t d = s->d, d3 = 3 * s->d;
-    bc_k_linear(qkv, a, w->qkv_w, w->qkv_b, NULL, s->n, d, d3, BC_ACT_NONE, cx);
-    for (size_t bi = 0; bi < s->b; bi++) {
-        const float *q = qkv + bi * s->t * d3;
-        bc_k_attention(att + bi * s->t * d, d, q, d3, q + d, d3, q + 2 * d, d3,
-                       s->t, s->t, s->h, s->dh, 0, cfg->causal != 0, cx);
-    }
-    bc_k_linear(out, att, w->proj_w, w->proj_b, r, s->n, d, d, BC_ACT_NONE, cx);
-}
-
-// out (N,D) = r + down(act(up(a))) or r + down(silu(gate(a)) * up(a));
-// r (N,D) or NULL, may be out; scratch hid, gat (N,F)
-static void ffn_sublayer(float *out, const float *a, const float *r, const bc_block_config *cfg,
-                         const bc_block_weights *w, const dims *s, float *hid, float *gat,
-                         const bc_ctx *cx)
-{
-    if (cfg->activation == BC_ACT_SWIGLU) {
-        bc_k_linear(hid, a, w->up_w, w->up_b, NULL, s->n, s->d, s->f, BC_ACT_NONE, cx);
-        bc_k_linear(gat, a, w->gate_w, w->gate_b, NULL, s->n, s->d, s->f, BC_ACT_NONE, cx);
-        bc_k_swiglu(hid, gat, hid, s->nf, cx);
-    } else {
-        /* the activation fused into the up projection's epilogue */
-        bc_k_linear(hid, a, w->up_w, w->up_b, NULL, s->n, s->d, s->f, cfg->activation, cx);
-    }
-    bc_k_linear(out, hid, w->down_w, w->down_b, r, s->n, s->f, s->d, BC_ACT_NONE, cx);
-}
-
-/* One block, already validated. y may be x. */
-static void block(float *y, const float *x, const bc_block_config *cfg,
-                  const bc_block_weights *w, const dims *s, float *work, const bc_ctx *cx)
-{
-    float *xn = work, *att = xn + s->nd, *sub = att + s->nd, *qkv = sub + s->nd;
-    float *hid = qkv + s->n3d, *gat = hid + s->nf;
-    const int res = cfg->residual != 0;
-
-    /* the residual additions are fused into the proj and down epilogues */
-    if (cfg->placement == BC_PLACE_PRE) {
-        const float *a = x;
-        if (cfg->norm != BC_NORM_NONE) {
-            norm(xn, x, w->ln1_w, w->ln1_b, cfg, s, cx);
-            a = xn;
-        }
-        attn_sublayer(y, a, res ? x : NULL, cfg, w, s, qkv, att, cx);  /* x dead now */
-        a = y;
-        if (cfg->norm != BC_NORM_NONE) {
-            norm(xn, y, w->ln2_w, w->ln2_b, cfg, s, cx);
-            a = xn;
-        }
-        ffn_sublayer(y, a, res ? y : NULL, cfg, w, s, hid, gat, cx);
-    } else {
-        attn_sublayer(sub, x, res ? x : NULL, cfg, w, s, qkv, att, cx);
-        norm(y, sub, w->ln1_w, w->ln1_b, cfg, s, cx);
-        ffn_sublayer(sub, y, res ? y : NULL, cfg, w, s, hid, gat, cx);
-        norm(y, sub, w->ln2_w, w->ln2_b, cfg, s, cx);
-    }
+    const bc_layer_w lw = {
+        {w->qkv_w, BC_WF_ROWS}, {w->proj_w, BC_WF_ROWS}, {w->up_w, BC_WF_ROWS},
+        {w->gate_w, BC_WF_ROWS}, {w->down_w, BC_WF_ROWS},
+        w->qkv_b, w->proj_b, w->up_b, w->gate_b, w->down_b,
+        w->ln1_w, w->ln1_b, w->ln2_w, w->ln2_b,
+    };
+    return lw;
 }
 
 int bc_stack_forward(float *y, float *hidden, const float *x, const bc_block_config *config,
@@ -211,10 +140,12 @@ int bc_stack_forward(float *y, float *hidden, const float *x, const bc_block_con
     bc_ctx cx;
     if ((st = bc_rt_ctx(&cx, s.dh)))
         return st;
+    const bc_layer_pos pos = {0, NULL, NULL, NULL, 0};
     const float *in = x;
     for (size_t i = 0; i < n_blocks; i++) {
         float *out = hidden ? hidden + i * s.nd : y;
-        block(out, in, cfg, &w[i], &s, work, &cx);
+        const bc_layer_w lw = layer_weights(&w[i]);
+        bc_layer_forward(out, in, &s.lc, &lw, &pos, b, t, work, &cx);
         in = out;
     }
     if (hidden)

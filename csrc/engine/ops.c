@@ -21,7 +21,7 @@ int bc_linear(float *y, const float *x, const float *w, const float *b,
     bc_ctx cx;
     if ((st = bc_rt_ctx(&cx, 0)))
         return st;
-    bc_k_linear(y, x, w, b, NULL, n, c, oc, BC_ACT_NONE, &cx);
+    bc_k_linear_few(y, x, w, b, n, c, oc, &cx);
     return BC_OK;
 }
 
@@ -89,7 +89,7 @@ int bc_attention(float *out, const float *q, const float *k, const float *v,
     for (size_t s = 0; s < bh; s++)
         bc_k_attention(out + s * tq * dh, dh, q + s * tq * dh, dh,
                        k + s * tk * dh, dh, v + s * tk * dh, dh,
-                       tq, tk, 1, dh, 0, causal != 0, &cx);
+                       tq, tk, 1, 1, dh, 0, causal != 0, &cx);
     return BC_OK;
 }
 

@@ -1,162 +1,298 @@
-/* gpt.c: the whole GPT of chapter 6, on the shared kernels (kernels.h).
- *
- * All heavy compute goes through bc_k_linear, bc_k_attention, bc_k_layernorm
- * and bc_k_add; this file only validates, lays out and sequences.
+/* gpt.c: the whole decoder-only model (bc_gpt.h) on the shared layer
+ * (bc_layer.h) and kernels: this file validates, lays out the parameters,
+ * embeds, sequences the layers and runs the head.
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "bc_check.h"
+#include "bc_engine.h"
 #include "bc_gpt.h"
-#include "kernels.h"
+#include "bc_layer.h"
+#include "bc_pack.h"
 
-/* ---- overflow-safe size arithmetic, capped at BC_MAX_ELEMENTS ---------- */
+/* ---- the configuration, with its defaults resolved ---------------------- */
 
-static int mul3(size_t *r, size_t a, size_t b, size_t c)
+typedef struct {
+    bc_gpt_config c;          /* a copy: the caller's struct is read once */
+    size_t kv, dh, ff;        /* KV heads, head dim, MLP width */
+    size_t qw, kw;            /* H Dh, KV Dh */
+} model;
+
+static int resolve(model *m, const bc_gpt_config *cfg)
 {
-    size_t t;
-    int s = bc_mul(&t, a, b);
-    return s ? s : bc_mul(r, t, c);
+    if (!cfg)
+        return BC_ENULL;
+    m->c = *cfg;
+    const bc_gpt_config *c = &m->c;
+    if (!c->vocab || !c->context || !c->width || !c->heads || !c->layers)
+        return BC_ESIZE;
+    if ((c->norm != BC_NORM_LAYER && c->norm != BC_NORM_RMS && c->norm != BC_NORM_NONE)
+        || (c->placement != BC_PLACE_PRE && c->placement != BC_PLACE_POST)
+        || (c->activation != BC_ACT_GELU_TANH && c->activation != BC_ACT_GELU
+            && c->activation != BC_ACT_RELU && c->activation != BC_ACT_SWIGLU)
+        || (c->positions != BC_POS_LEARNED && c->positions != BC_POS_ROPE)
+        || (c->dtype != BC_DTYPE_F32 && c->dtype != BC_DTYPE_BF16 && c->dtype != BC_DTYPE_Q8_0)
+        || !bc_eps_ok(c->eps))
+        return BC_EOPTION;
+    m->kv = c->kv_heads ? c->kv_heads : c->heads;
+    if (!c->head_dim && c->width % c->heads)
+        return BC_EHEADS;
+    m->dh = c->head_dim ? c->head_dim : c->width / c->heads;
+    if (m->kv > c->heads || c->heads % m->kv)
+        return BC_EHEADS;
+    if (c->positions == BC_POS_ROPE
+        && (m->dh % 2 || !isfinite(c->rope_theta) || !(c->rope_theta > 0.0f)))
+        return BC_EOPTION;
+    if (c->d_ff) {
+        m->ff = c->d_ff;
+    } else {
+        int st = bc_mul(&m->ff, c->width, 4);
+        if (st)
+            return st;
+    }
+    int st;
+    if ((st = bc_mul(&m->qw, c->heads, m->dh)) || (st = bc_mul(&m->kw, m->kv, m->dh)))
+        return st;
+    return BC_OK;
 }
 
 /* ---- parameter layout --------------------------------------------------- */
 
-/* The twelve tensors of a block, in state_dict order: rows and cols as
- * multiples of D (cols 0: a vector of rows*D). */
-enum { BLK_LN1_W, BLK_LN1_B, BLK_QKV_W, BLK_QKV_B, BLK_PROJ_W, BLK_PROJ_B,
-       BLK_LN2_W, BLK_LN2_B, BLK_UP_W, BLK_UP_B, BLK_DOWN_W, BLK_DOWN_B, BLK_N };
+/* What a tensor is: a float32 vector, a packed matrix, a float32 row table. */
+enum { T_VEC, T_MAT, T_ROWS };
 
-static const struct { const char *name; size_t rows, cols; } BLOCK_TENSORS[BLK_N] = {
-    {"ln1.weight", 1, 0},       {"ln1.bias", 1, 0},
-    {"attn.qkv.weight", 3, 1},  {"attn.qkv.bias", 3, 0},
-    {"attn.proj.weight", 1, 1}, {"attn.proj.bias", 1, 0},
-    {"ln2.weight", 1, 0},       {"ln2.bias", 1, 0},
-    {"up.weight", 4, 1},        {"up.bias", 4, 0},
-    {"down.weight", 1, 4},      {"down.bias", 1, 0},
-};
+/* The layer's parts a block tensor fills. */
+enum { F_LN1_W, F_LN1_B, F_QKV_W, F_QKV_B, F_PROJ_W, F_PROJ_B, F_LN2_W, F_LN2_B,
+       F_UP_W, F_UP_B, F_GATE_W, F_GATE_B, F_DOWN_W, F_DOWN_B, F_N };
 
-/* Every offset, in floats, computed once per call from the config. */
 typedef struct {
-    size_t token, position, blocks, block_size, norm_w, norm_b, head, total;
-    size_t blk[BLK_N];  /* offsets inside a block */
+    const char *name;
+    size_t rows, cols;  /* cols 0: a vector of rows */
+    int kind, field;
+} tdesc;
+
+#define MAX_BLK F_N
+
+/* Every offset and size in bytes, computed once per call from the config. */
+typedef struct {
+    size_t nblk;                          /* tensors per block */
+    tdesc blk[MAX_BLK];
+    size_t blk_off[MAX_BLK], blk_bytes[MAX_BLK];
+    size_t block_bytes;
+    size_t token, token_bytes, position, position_bytes, blocks;
+    size_t norm_w, norm_b, head, head_bytes, total;
+    int has_pos, has_norm, has_norm_b;
+    size_t params, ntensors;              /* parameter and tensor counts */
 } layout;
 
-static int make_layout(layout *lo, const bc_gpt_config *cfg)
+static int tensor_bytes(size_t *out, const tdesc *t, int dtype)
 {
-    const size_t d = cfg->width;
-    size_t vd, cd, dd, bs = 0, blocks, off;
-    int s;
-    if ((s = bc_mul(&vd, cfg->vocab, d)) || (s = bc_mul(&cd, cfg->context, d)) ||
-        (s = bc_mul(&dd, d, d)))
-        return s;
-    for (int j = 0; j < BLK_N; j++) {
-        size_t n;
-        /* a matrix is (rows*D, cols*D); a vector has rows*D elements */
-        if (BLOCK_TENSORS[j].cols)
-            s = mul3(&n, dd, BLOCK_TENSORS[j].rows, BLOCK_TENSORS[j].cols);
-        else
-            s = bc_mul(&n, d, BLOCK_TENSORS[j].rows);
-        if (s)
-            return s;
-        lo->blk[j] = bs;
-        if ((s = bc_add(&bs, bs, n)))
-            return s;
+    size_t n;
+    int st;
+    if (t->kind == T_MAT)
+        return bc_packed_bytes(out, dtype, t->rows, t->cols);
+    if ((st = bc_mul(&n, t->rows, t->cols ? t->cols : 1)))
+        return st;
+    return bc_mul_bytes(out, n, 4);
+}
+
+static int tensor_elems(size_t *out, const tdesc *t)
+{
+    return bc_mul(out, t->rows, t->cols ? t->cols : 1);
+}
+
+/* The block's tensors for this config, in state_dict order. */
+static size_t block_tensors(tdesc *t, const model *m)
+{
+    const bc_gpt_config *c = &m->c;
+    const size_t d = c->width, f = m->ff, qkv = m->qw + 2 * m->kw;
+    const int gains = c->norm != BC_NORM_NONE, shifts = c->norm == BC_NORM_LAYER;
+    const int swiglu = c->activation == BC_ACT_SWIGLU;
+    size_t n = 0;
+#define ADD(nm, r, cl, k, fl) (t[n].name = (nm), t[n].rows = (r), t[n].cols = (cl), \
+                               t[n].kind = (k), t[n].field = (fl), n++)
+    if (gains)
+        ADD("ln1.weight", d, 0, T_VEC, F_LN1_W);
+    if (shifts)
+        ADD("ln1.bias", d, 0, T_VEC, F_LN1_B);
+    ADD("attn.qkv.weight", qkv, d, T_MAT, F_QKV_W);
+    if (c->qkv_bias)
+        ADD("attn.qkv.bias", qkv, 0, T_VEC, F_QKV_B);
+    ADD("attn.proj.weight", d, m->qw, T_MAT, F_PROJ_W);
+    if (c->out_bias)
+        ADD("attn.proj.bias", d, 0, T_VEC, F_PROJ_B);
+    if (gains)
+        ADD("ln2.weight", d, 0, T_VEC, F_LN2_W);
+    if (shifts)
+        ADD("ln2.bias", d, 0, T_VEC, F_LN2_B);
+    ADD("up.weight", f, d, T_MAT, F_UP_W);
+    if (c->mlp_bias)
+        ADD("up.bias", f, 0, T_VEC, F_UP_B);
+    if (swiglu) {
+        ADD("gate.weight", f, d, T_MAT, F_GATE_W);
+        if (c->mlp_bias)
+            ADD("gate.bias", f, 0, T_VEC, F_GATE_B);
     }
-    lo->block_size = bs; /* 12 D^2 + 13 D */
-    if ((s = bc_mul(&blocks, bs, cfg->layers)))
-        return s;
+    ADD("down.weight", d, f, T_MAT, F_DOWN_W);
+    if (c->mlp_bias)
+        ADD("down.bias", d, 0, T_VEC, F_DOWN_B);
+#undef ADD
+    return n;
+}
+
+static int make_layout(layout *lo, const model *m)
+{
+    const bc_gpt_config *c = &m->c;
+    const size_t d = c->width;
+    size_t off = 0, blocks, n, elems = 0, per = 0;
+    int st;
+    const tdesc token = {"token.weight", c->vocab, d, T_MAT, 0};
+    const tdesc position = {"position.weight", c->context, d, T_ROWS, 0};
+    lo->nblk = block_tensors(lo->blk, m);
+    lo->block_bytes = 0;
+    for (size_t j = 0; j < lo->nblk; j++) {
+        lo->blk_off[j] = lo->block_bytes;
+        if ((st = tensor_bytes(&lo->blk_bytes[j], &lo->blk[j], c->dtype))
+            || (st = bc_add_bytes(&lo->block_bytes, lo->block_bytes, lo->blk_bytes[j]))
+            || (st = tensor_elems(&n, &lo->blk[j])) || (st = bc_add(&per, per, n)))
+            return st;
+    }
+    /* token, position, blocks, final norm, head */
     lo->token = 0;
-    lo->position = vd;
-    if ((s = bc_add(&lo->blocks, vd, cd)) || (s = bc_add(&off, lo->blocks, blocks)))
-        return s;
-    lo->norm_w = off;
-    lo->norm_b = off + d; /* d <= vd: safe after the checks above */
-    if ((s = bc_add(&off, off, 2 * d)))
-        return s;
-    if (cfg->tie_weights) {
+    if ((st = tensor_bytes(&lo->token_bytes, &token, c->dtype))
+        || (st = tensor_elems(&elems, &token)))
+        return st;
+    off = lo->token_bytes;
+    lo->has_pos = c->positions == BC_POS_LEARNED;
+    lo->position = off;
+    lo->position_bytes = 0;
+    if (lo->has_pos) {
+        if ((st = tensor_bytes(&lo->position_bytes, &position, c->dtype))
+            || (st = bc_add_bytes(&off, off, lo->position_bytes)) || (st = tensor_elems(&n, &position))
+            || (st = bc_add(&elems, elems, n)))
+            return st;
+    }
+    lo->blocks = off;
+    if ((st = bc_mul_bytes(&blocks, lo->block_bytes, c->layers)) || (st = bc_add_bytes(&off, off, blocks))
+        || (st = bc_mul(&n, per, c->layers)) || (st = bc_add(&elems, elems, n)))
+        return st;
+    lo->has_norm = c->placement == BC_PLACE_PRE && c->norm != BC_NORM_NONE;
+    lo->has_norm_b = lo->has_norm && c->norm == BC_NORM_LAYER;
+    lo->norm_w = lo->norm_b = off;
+    if (lo->has_norm) {
+        lo->norm_b = off + 4 * d;  /* 4 d <= the token table's bytes: no overflow */
+        if ((st = bc_add_bytes(&off, off, (lo->has_norm_b ? 8 : 4) * d))
+            || (st = bc_add(&elems, elems, (lo->has_norm_b ? 2 : 1) * d)))
+            return st;
+    }
+    if (c->tie_weights) {
         lo->head = lo->token;
-        lo->total = off;
+        lo->head_bytes = lo->token_bytes;
     } else {
         lo->head = off;
-        if ((s = bc_add(&lo->total, off, vd)))
-            return s;
+        lo->head_bytes = lo->token_bytes;
+        if ((st = bc_add_bytes(&off, off, lo->token_bytes))
+            || (st = bc_add(&elems, elems, c->vocab * d)))  /* vocab * d: checked above */
+            return st;
     }
+    lo->total = off;
+    lo->params = elems;
+    lo->ntensors = 1 + (size_t)lo->has_pos + lo->nblk * c->layers + (size_t)lo->has_norm
+                   + (size_t)lo->has_norm_b + (c->tie_weights ? 0 : 1);
     return BC_OK;
+}
+
+static int checked(model *m, layout *lo, const bc_gpt_config *cfg)
+{
+    int st = resolve(m, cfg);
+    return st ? st : make_layout(lo, m);
 }
 
 int bc_gpt_config_check(const bc_gpt_config *cfg)
 {
+    model m;
     layout lo;
-    if (!cfg)
-        return BC_ENULL;
-    if (!cfg->vocab || !cfg->context || !cfg->width || !cfg->heads || !cfg->layers)
-        return BC_ESIZE;
-    if (!bc_eps_ok(cfg->eps))
-        return BC_EOPTION;
-    if (cfg->width % cfg->heads)
-        return BC_EHEADS;
-    return make_layout(&lo, cfg);
+    return checked(&m, &lo, cfg);
 }
 
 int bc_gpt_param_count(size_t *n, const bc_gpt_config *cfg)
 {
+    model m;
     layout lo;
-    int s;
+    int st;
     if (!n)
         return BC_ENULL;
-    if ((s = bc_gpt_config_check(cfg)) || (s = make_layout(&lo, cfg)))
-        return s;
+    if ((st = checked(&m, &lo, cfg)))
+        return st;
+    *n = lo.params;
+    return BC_OK;
+}
+
+int bc_gpt_param_bytes(size_t *n, const bc_gpt_config *cfg)
+{
+    model m;
+    layout lo;
+    int st;
+    if (!n)
+        return BC_ENULL;
+    if ((st = checked(&m, &lo, cfg)))
+        return st;
     *n = lo.total;
     return BC_OK;
 }
 
 int bc_gpt_tensor_count(size_t *n, const bc_gpt_config *cfg)
 {
-    int s;
+    model m;
+    layout lo;
+    int st;
     if (!n)
         return BC_ENULL;
-    if ((s = bc_gpt_config_check(cfg)))
-        return s;
-    *n = 4 + (size_t)BLK_N * cfg->layers + (cfg->tie_weights ? 0 : 1);
+    if ((st = checked(&m, &lo, cfg)))
+        return st;
+    *n = lo.ntensors;
     return BC_OK;
 }
 
-int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *ndim,
-                       size_t shape[2], const bc_gpt_config *cfg, size_t index)
+int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *bytes,
+                       int *dtype, int *packed, size_t *ndim, size_t shape[2],
+                       const bc_gpt_config *cfg, size_t index)
 {
+    model m;
     layout lo;
-    size_t count, off, rows, cols;
     char buf[BC_GPT_NAME_MAX];
-    int s;
-    if (!offset || !ndim || !shape)
+    size_t off, nb, rows, cols;
+    int kind, st;
+    if (!offset || !bytes || !dtype || !packed || !ndim || !shape)
         return BC_ENULL;
-    if ((s = bc_gpt_tensor_count(&count, cfg)) || (s = make_layout(&lo, cfg)))
-        return s;
-    if (index >= count)
+    if ((st = checked(&m, &lo, cfg)))
+        return st;
+    if (index >= lo.ntensors)
         return BC_ERANGE;
-    const size_t d = cfg->width, nblk = (size_t)BLK_N * cfg->layers;
+    const size_t d = m.c.width, nblk = lo.nblk * m.c.layers, first = 1 + (size_t)lo.has_pos;
     if (index == 0) {
         snprintf(buf, sizeof buf, "token.weight");
-        off = lo.token, rows = cfg->vocab, cols = d;
-    } else if (index == 1) {
+        off = lo.token, nb = lo.token_bytes, rows = m.c.vocab, cols = d, kind = T_MAT;
+    } else if (index == 1 && lo.has_pos) {
         snprintf(buf, sizeof buf, "position.weight");
-        off = lo.position, rows = cfg->context, cols = d;
-    } else if (index < 2 + nblk) {
-        const size_t i = (index - 2) / BLK_N, j = (index - 2) % BLK_N;
-        snprintf(buf, sizeof buf, "blocks.%zu.%s", i, BLOCK_TENSORS[j].name);
-        off = lo.blocks + i * lo.block_size + lo.blk[j];
-        rows = BLOCK_TENSORS[j].rows * d;
-        cols = BLOCK_TENSORS[j].cols * d; /* 0 for a vector */
-    } else if (index == 2 + nblk) {
+        off = lo.position, nb = lo.position_bytes, rows = m.c.context, cols = d, kind = T_ROWS;
+    } else if (index < first + nblk) {
+        const size_t i = (index - first) / lo.nblk, j = (index - first) % lo.nblk;
+        snprintf(buf, sizeof buf, "blocks.%zu.%s", i, lo.blk[j].name);
+        off = lo.blocks + i * lo.block_bytes + lo.blk_off[j];
+        nb = lo.blk_bytes[j];
+        rows = lo.blk[j].rows, cols = lo.blk[j].cols, kind = lo.blk[j].kind;
+    } else if (index == first + nblk && lo.has_norm) {
         snprintf(buf, sizeof buf, "norm.weight");
-        off = lo.norm_w, rows = d, cols = 0;
-    } else if (index == 3 + nblk) {
+        off = lo.norm_w, nb = 4 * d, rows = d, cols = 0, kind = T_VEC;
+    } else if (index == first + nblk + 1 && lo.has_norm_b) {
         snprintf(buf, sizeof buf, "norm.bias");
-        off = lo.norm_b, rows = d, cols = 0;
+        off = lo.norm_b, nb = 4 * d, rows = d, cols = 0, kind = T_VEC;
     } else {
         snprintf(buf, sizeof buf, "head.weight");
-        off = lo.head, rows = cfg->vocab, cols = d;
+        off = lo.head, nb = lo.head_bytes, rows = m.c.vocab, cols = d, kind = T_MAT;
     }
     const size_t len = strlen(buf);
     if (name && name_cap <= len)
@@ -164,6 +300,9 @@ int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *ndim
     if (name)
         memcpy(name, buf, len + 1);
     *offset = off;
+    *bytes = nb;
+    *dtype = kind == T_MAT ? m.c.dtype : BC_DTYPE_F32;
+    *packed = kind == T_MAT;
     *ndim = cols ? 2 : 1;
     shape[0] = rows;
     shape[1] = cols ? cols : 1;
@@ -174,51 +313,76 @@ int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *ndim
 
 int bc_gpt_cache_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t capacity)
 {
+    model m;
+    layout lo;
     size_t t, r;
-    int s;
+    int st;
     if (!n)
         return BC_ENULL;
-    if ((s = bc_gpt_config_check(cfg)))
-        return s;
+    if ((st = checked(&m, &lo, cfg)))
+        return st;
     if (!batch || !capacity)
         return BC_ESIZE;
-    if (capacity > cfg->context)
+    if (capacity > m.c.context)
         return BC_ECONTEXT;
-    if ((s = mul3(&t, cfg->layers, batch, capacity)) || (s = bc_mul(&r, t, cfg->width)))
-        return s;
+    if ((st = bc_mul(&t, m.c.layers, batch)) || (st = bc_mul(&t, t, capacity))
+        || (st = bc_mul(&r, t, m.kw)))
+        return st;
     *n = r;
     return BC_OK;
 }
 
-/* The workspace, carved in this order (floats):
- *   x (N,D) residual, xn (N,D) normed / branch output, att (N,D) attention
- *   output, buf (N,4D) qkv (N,3D) then the MLP hidden (N,4D). N = B*T. */
-static int work_parts(size_t *nd, size_t *total, const bc_gpt_config *cfg,
-                      size_t batch, size_t seq)
+/* The layer this model's blocks are. */
+static bc_layer_cfg layer_cfg(const model *m)
 {
-    size_t n;
-    int s;
-    if ((s = bc_mul(&n, batch, seq)) || (s = bc_mul(nd, n, cfg->width)))
-        return s;
-    return bc_mul(total, *nd, 7);
+    const bc_layer_cfg lc = {m->c.width, m->c.heads, m->kv, m->dh, m->ff, m->c.norm,
+                             m->c.placement, m->c.activation, 1, m->c.residual != 0, m->c.eps};
+    return lc;
+}
+
+/* The workspace, carved in this order (floats), N = B*T:
+ *   x (N,D) the residual stream; cs (T, Dh) the rotary angles (RoPE only);
+ *   the layer's workspace (the final norm writes into its first N*D). */
+typedef struct {
+    size_t cs, layer, total;
+} work_parts;
+
+static int carve(work_parts *w, const model *m, size_t batch, size_t seq)
+{
+    size_t n, nd, lw, ncs = 0;
+    int st;
+    const bc_layer_cfg lc = layer_cfg(m);
+    if ((st = bc_mul(&n, batch, seq)) || (st = bc_mul(&nd, n, m->c.width))
+        || (st = bc_layer_work(&lw, &lc, n)))
+        return st;
+    if (m->c.positions == BC_POS_ROPE && (st = bc_mul(&ncs, seq, m->dh)))
+        return st;
+    w->cs = nd;
+    w->layer = nd + ncs;  /* both within 2^40 each */
+    return bc_add(&w->total, w->layer, lw);
 }
 
 int bc_gpt_workspace_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t seq,
                           const bc_gpt_cache *cache)
 {
-    size_t nd;
-    int s;
+    model m;
+    layout lo;
+    work_parts w;
+    int st;
     if (!n)
         return BC_ENULL;
-    if ((s = bc_gpt_config_check(cfg)))
-        return s;
+    if ((st = checked(&m, &lo, cfg)))
+        return st;
     if (!batch || !seq)
         return BC_ESIZE;
-    if (cache && cache->capacity > cfg->context)
+    if (cache && cache->capacity > m.c.context)
         return BC_ECONTEXT;
     if (cache && seq > cache->capacity)
         return BC_ECONTEXT;
-    return work_parts(&nd, n, cfg, batch, seq);
+    if ((st = carve(&w, &m, batch, seq)))
+        return st;
+    *n = w.total;
+    return BC_OK;
 }
 
 /* ---- forward ------------------------------------------------------------ */
@@ -236,89 +400,68 @@ static int id_at(size_t *id, const void *ids, int ids_type, size_t i, size_t voc
     return BC_OK;
 }
 
-// x (N,D) = wte[ids] + wpe[pos0 + t], N = B*T, row b*T+t; BC_ERANGE for a bad id
-static int embed(float *x, const float *wte, const float *wpe, const void *ids, int ids_type,
-                 size_t batch, size_t seq, size_t pos0, size_t d, size_t vocab, const bc_ctx *cx)
-{
-    for (size_t b = 0; b < batch; b++)
-        for (size_t t = 0; t < seq; t++) {
-            const size_t r = b * seq + t;
-            size_t id;
-            const int s = id_at(&id, ids, ids_type, r, vocab);
-            if (s)
-                return s;
-            bc_k_add(x + r * d, wte + id * d, wpe + (pos0 + t) * d, d, cx);
-        }
-    return BC_OK;
-}
-
-// cache rows (T,D) at position pos0 of layer l, row b <- src (T,.) row stride lds
-static void cache_store(float *dst, const float *src, size_t lds, size_t seq, size_t d)
-{
-    for (size_t t = 0; t < seq; t++)
-        memcpy(dst + t * d, src + t * lds, d * sizeof(float));
-}
-
-/* Everything bc_gpt_forward checked, as checked: the cache's fields are read
- * once, into c, and only that copy is used afterwards (a caller changing its
- * struct during the call cannot move a write past the buffers checked). */
+/* Everything bc_gpt_forward checked, as checked: the config and the cache's
+ * fields are read once, into copies that are the only ones used afterwards (a
+ * caller changing its structs during the call cannot move a write past the
+ * buffers checked). */
 typedef struct {
+    model m;
     layout lo;
+    work_parts w;
     bc_gpt_cache c;   /* a copy of *cache (has_cache) */
     int has_cache;
     size_t n, nd;     /* N = B*T rows, N*D */
     size_t pos0;      /* the first position: the cache's length, or 0 */
-    size_t cap;       /* rows per (layer, sequence) of the cache, or T */
 } fwd_plan;
 
 static int forward_plan(fwd_plan *p, const float *logits, const float *hidden,
-                        const bc_gpt_cache *cache, const float *params, const bc_gpt_config *cfg,
+                        const bc_gpt_cache *cache, const void *params, const bc_gpt_config *cfg,
                         const void *ids, int ids_type, size_t batch, size_t seq, int last_only,
                         const float *work, size_t work_size)
 {
-    size_t need, cache_n = 0, logits_n = 0, hidden_n = 0;
-    int s;
-    if (!params || !ids || !work)
+    size_t cache_n = 0, logits_n = 0, hidden_n = 0;
+    int st;
+    if (!params || !ids || !work || !cfg)
         return BC_ENULL;
-    if ((s = bc_gpt_config_check(cfg)) || (s = make_layout(&p->lo, cfg)))
-        return s;
+    if ((st = checked(&p->m, &p->lo, cfg)))
+        return st;
+    const bc_gpt_config *c = &p->m.c;
     if (ids_type != BC_IDS_INT32 && ids_type != BC_IDS_INT64)
         return BC_EOPTION;
     if (!batch || !seq)
         return BC_ESIZE;
     p->has_cache = cache != NULL;
     p->pos0 = 0;
-    p->cap = seq;
     if (cache) {
-        const bc_gpt_cache c = *cache;  /* read once */
-        if (!c.k || !c.v)
+        const bc_gpt_cache cc = *cache;  /* read once */
+        if (!cc.k || !cc.v)
             return BC_ENULL;
-        if (c.batch != batch || !c.capacity || c.length > c.capacity)
+        if (cc.batch != batch || !cc.capacity || cc.length > cc.capacity)
             return BC_ESIZE;
-        if (c.capacity > cfg->context || seq > c.capacity - c.length)
+        if (cc.capacity > c->context || seq > cc.capacity - cc.length)
             return BC_ECONTEXT;
-        if ((s = bc_gpt_cache_size(&cache_n, cfg, batch, c.capacity)))
-            return s;
-        p->c = c;
-        p->pos0 = c.length;
-        p->cap = c.capacity;
-    } else if (seq > cfg->context) {
+        if ((st = bc_gpt_cache_size(&cache_n, c, batch, cc.capacity)))
+            return st;
+        p->c = cc;
+        p->pos0 = cc.length;
+    } else if (seq > c->context) {
         return BC_ECONTEXT;
     }
-    if ((s = bc_mul(&p->n, batch, seq)) || (s = work_parts(&p->nd, &need, cfg, batch, seq)))
-        return s;
-    if (work_size < need)
+    if ((st = bc_mul(&p->n, batch, seq)) || (st = bc_mul(&p->nd, p->n, c->width))
+        || (st = carve(&p->w, &p->m, batch, seq)))
+        return st;
+    if (work_size < p->w.total)
         return BC_EWORKSPACE;
-    if (logits && (s = bc_mul(&logits_n, last_only ? batch : p->n, cfg->vocab)))
-        return s;
-    if (hidden && (s = bc_mul(&hidden_n, p->nd, cfg->layers)))
-        return s;
+    if (logits && (st = bc_mul(&logits_n, last_only ? batch : p->n, c->vocab)))
+        return st;
+    if (hidden && (st = bc_mul(&hidden_n, p->nd, c->layers)))
+        return st;
     /* outputs may not overlap each other, the parameters or the ids */
     const size_t ids_n = ids_type == BC_IDS_INT64 ? 2 * p->n : p->n;
-    const float *in[2] = {params, (const float *)ids};
-    const size_t in_n[2] = {p->lo.total, ids_n};
+    const float *in[2] = {(const float *)params, (const float *)ids};
+    const size_t in_n[2] = {p->lo.total / 4, ids_n};
     const float *out[5] = {logits, hidden, work, cache ? p->c.k : NULL, cache ? p->c.v : NULL};
-    const size_t out_n[5] = {logits_n, hidden_n, need, cache_n, cache_n};
+    const size_t out_n[5] = {logits_n, hidden_n, p->w.total, cache_n, cache_n};
     for (int i = 0; i < 5; i++) {
         for (int j = 0; j < 2; j++)
             if (bc_overlap(out[i], out_n[i], in[j], in_n[j]))
@@ -330,91 +473,117 @@ static int forward_plan(fwd_plan *p, const float *logits, const float *hidden,
     return BC_OK;
 }
 
-/* Layer l on the residual stream x (N,D), in place; scratch xn, att (N,D), buf (N,4D).
- *   x += proj(attn(qkv(ln1(x))));  x += down(gelu_tanh(up(ln2(x)))) */
-static void layer_forward(float *x, float *xn, float *att, float *buf, const float *params,
-                          const bc_gpt_config *cfg, const fwd_plan *p, size_t l,
-                          size_t batch, size_t seq, const bc_ctx *cx)
+// x (N,D) = token[ids] (+ position[pos0 + t]), N = B*T, row b*T+t; BC_ERANGE for a bad id
+static int embed(float *x, const unsigned char *params, const fwd_plan *p, const void *ids,
+                 int ids_type, size_t batch, size_t seq, const bc_ctx *cx)
 {
-    const size_t d = cfg->width, h = cfg->heads, dh = d / h, n = p->n;
-    const float *w = params + p->lo.blocks + l * p->lo.block_size;
-    const size_t *o = p->lo.blk;
-    bc_k_layernorm(xn, x, w + o[BLK_LN1_W], w + o[BLK_LN1_B], n, d, cfg->eps, cx);
-    bc_k_linear(buf, xn, w + o[BLK_QKV_W], w + o[BLK_QKV_B], NULL, n, d, 3 * d, BC_ACT_NONE, cx);
-    for (size_t b = 0; b < batch; b++) {
-        const float *q = buf + b * seq * 3 * d;
-        const float *k = q + d, *v = q + 2 * d;
-        size_t ldk = 3 * d, tk = seq;
-        if (p->has_cache) {
-            const size_t row = (l * batch + b) * p->cap * d;
-            cache_store(p->c.k + row + p->pos0 * d, k, 3 * d, seq, d);
-            cache_store(p->c.v + row + p->pos0 * d, v, 3 * d, seq, d);
-            k = p->c.k + row;
-            v = p->c.v + row;
-            ldk = d;
-            tk = p->pos0 + seq;
+    const bc_gpt_config *c = &p->m.c;
+    const size_t d = c->width;
+    const float *pos = (const float *)(params + p->lo.position);
+    for (size_t b = 0; b < batch; b++)
+        for (size_t t = 0; t < seq; t++) {
+            const size_t r = b * seq + t;
+            size_t id;
+            const int st = id_at(&id, ids, ids_type, r, c->vocab);
+            if (st)
+                return st;
+            bc_packed_row(x + r * d, params + p->lo.token, c->dtype, c->vocab, d, id);
+            if (p->lo.has_pos)
+                bc_k_add(x + r * d, x + r * d, pos + (p->pos0 + t) * d, d, cx);
         }
-        bc_k_attention(att + b * seq * d, d, q, 3 * d, k, ldk, v, ldk, seq, tk, h, dh, p->pos0,
-                       1, cx);
+    return BC_OK;
+}
+
+/* Layer l's weights, pointers into the parameter buffer. */
+static bc_layer_w layer_weights(const unsigned char *params, const fwd_plan *p, size_t l)
+{
+    bc_layer_w w;
+    memset(&w, 0, sizeof w);
+    const unsigned char *base = params + p->lo.blocks + l * p->lo.block_bytes;
+    const int wf = BC_WF_PANEL_F32 + p->m.c.dtype;
+    for (size_t j = 0; j < p->lo.nblk; j++) {
+        const void *t = base + p->lo.blk_off[j];
+        const float *v = (const float *)t;
+        switch (p->lo.blk[j].field) {
+        case F_LN1_W: w.ln1_w = v; break;
+        case F_LN1_B: w.ln1_b = v; break;
+        case F_QKV_W: w.qkv.p = t; w.qkv.wf = wf; break;
+        case F_QKV_B: w.qkv_b = v; break;
+        case F_PROJ_W: w.proj.p = t; w.proj.wf = wf; break;
+        case F_PROJ_B: w.proj_b = v; break;
+        case F_LN2_W: w.ln2_w = v; break;
+        case F_LN2_B: w.ln2_b = v; break;
+        case F_UP_W: w.up.p = t; w.up.wf = wf; break;
+        case F_UP_B: w.up_b = v; break;
+        case F_GATE_W: w.gate.p = t; w.gate.wf = wf; break;
+        case F_GATE_B: w.gate_b = v; break;
+        case F_DOWN_W: w.down.p = t; w.down.wf = wf; break;
+        case F_DOWN_B: w.down_b = v; break;
+        default: break;
+        }
     }
-    /* the residual adds fused into the proj and down epilogues */
-    bc_k_linear(x, att, w + o[BLK_PROJ_W], w + o[BLK_PROJ_B], x, n, d, d, BC_ACT_NONE, cx);
-    bc_k_layernorm(xn, x, w + o[BLK_LN2_W], w + o[BLK_LN2_B], n, d, cfg->eps, cx);
-    bc_k_linear(buf, xn, w + o[BLK_UP_W], w + o[BLK_UP_B], NULL, n, d, 4 * d, BC_ACT_GELU_TANH,
-                cx);
-    bc_k_linear(x, buf, w + o[BLK_DOWN_W], w + o[BLK_DOWN_B], x, n, 4 * d, d, BC_ACT_NONE, cx);
+    return w;
 }
 
 // logits (B,T,V) or (B,1,V) = head(norm(x (N,D))); scratch xn (N,D)
-static void head_forward(float *logits, float *xn, const float *x, const float *params,
-                         const bc_gpt_config *cfg, const fwd_plan *p, size_t batch, size_t seq,
-                         int last_only, const bc_ctx *cx)
+static void head_forward(float *logits, float *xn, const float *x, const unsigned char *params,
+                         const fwd_plan *p, size_t batch, size_t seq, int last_only,
+                         const bc_ctx *cx)
 {
-    const size_t d = cfg->width;
-    const float *g = params + p->lo.norm_w, *bb = params + p->lo.norm_b;
-    size_t rows = p->n;
-    if (last_only) {
-        for (size_t b = 0; b < batch; b++)
-            bc_k_layernorm(xn + b * d, x + (b * seq + seq - 1) * d, g, bb, 1, d, cfg->eps, cx);
-        rows = batch;
-    } else {
-        bc_k_layernorm(xn, x, g, bb, p->n, d, cfg->eps, cx);
+    const bc_gpt_config *c = &p->m.c;
+    const size_t d = c->width, rows = last_only ? batch : p->n;
+    const float *g = p->lo.has_norm ? (const float *)(params + p->lo.norm_w) : NULL;
+    const float *bb = p->lo.has_norm_b ? (const float *)(params + p->lo.norm_b) : NULL;
+    for (size_t r = 0; r < rows; r++) {
+        const float *xr = last_only ? x + (r * seq + seq - 1) * d : x + r * d;
+        if (!p->lo.has_norm)
+            memcpy(xn + r * d, xr, d * sizeof(float));
+        else if (c->norm == BC_NORM_RMS)
+            bc_k_rmsnorm(xn + r * d, xr, g, 1, d, c->eps, cx);
+        else
+            bc_k_layernorm(xn + r * d, xr, g, bb, 1, d, c->eps, cx);
     }
-    bc_k_linear(logits, xn, params + p->lo.head, NULL, NULL, rows, d, cfg->vocab, BC_ACT_NONE, cx);
+    bc_k_linear(logits, xn, params + p->lo.head, BC_WF_PANEL_F32 + c->dtype, NULL, NULL, rows,
+                d, c->vocab, BC_ACT_NONE, cx);
 }
 
 int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
-                   const float *params, const bc_gpt_config *config,
+                   const void *params, const bc_gpt_config *config,
                    const void *ids, int ids_type, size_t batch, size_t seq, int last_only,
                    float *work, size_t work_size)
 {
     fwd_plan p;
     bc_ctx cx;
-    int s;
-    if (!config)
-        return BC_ENULL;
-    /* the config is read once: the sizes checked are the sizes used */
-    const bc_gpt_config cfg_copy = *config, *cfg = &cfg_copy;
+    int st;
     /* validate everything before writing anything */
-    if ((s = forward_plan(&p, logits, hidden, cache, params, cfg, ids, ids_type, batch, seq,
-                          last_only, work, work_size)))
-        return s;
-    if ((s = bc_rt_ctx(&cx, cfg->width / cfg->heads)))
-        return s;
+    if ((st = forward_plan(&p, logits, hidden, cache, params, config, ids, ids_type, batch, seq,
+                           last_only, work, work_size)))
+        return st;
+    const bc_gpt_config *c = &p.m.c;
+    if ((st = bc_rt_ctx(&cx, p.m.dh)))
+        return st;
+    const unsigned char *prm = params;
+    float *x = work, *cs = work + p.w.cs, *lwork = work + p.w.layer;
     /* the embedding checks each id as it reads it, and writes only the workspace,
      * so a bad id still leaves every output untouched */
-    const size_t d = cfg->width, nd = p.nd;
-    float *x = work, *xn = x + nd, *att = xn + nd, *buf = att + nd;
-    if ((s = embed(x, params + p.lo.token, params + p.lo.position, ids, ids_type, batch, seq,
-                   p.pos0, d, cfg->vocab, &cx)))
-        return s;
-    for (size_t l = 0; l < cfg->layers; l++) {
-        layer_forward(x, xn, att, buf, params, cfg, &p, l, batch, seq, &cx);
+    if ((st = embed(x, prm, &p, ids, ids_type, batch, seq, &cx)))
+        return st;
+    if (c->positions == BC_POS_ROPE)
+        bc_k_rope_table(cs, p.pos0, seq, p.m.dh, c->rope_theta);
+    const bc_layer_cfg lc = layer_cfg(&p.m);
+    const size_t kv_rows = p.has_cache ? batch * p.c.capacity * p.m.kw : 0;
+    for (size_t l = 0; l < c->layers; l++) {
+        const bc_layer_w w = layer_weights(prm, &p, l);
+        const bc_layer_pos pos = {p.pos0, c->positions == BC_POS_ROPE ? cs : NULL,
+                                  p.has_cache ? p.c.k + l * kv_rows : NULL,
+                                  p.has_cache ? p.c.v + l * kv_rows : NULL,
+                                  p.has_cache ? p.c.capacity : 0};
+        bc_layer_forward(x, x, &lc, &w, &pos, batch, seq, lwork, &cx);
         if (hidden)
-            memcpy(hidden + l * nd, x, nd * sizeof(float));
+            memcpy(hidden + l * p.nd, x, p.nd * sizeof(float));
     }
     if (logits)
-        head_forward(logits, xn, x, params, cfg, &p, batch, seq, last_only, &cx);
+        head_forward(logits, lwork, x, prm, &p, batch, seq, last_only, &cx);
     if (cache)
         cache->length = p.pos0 + seq;  /* from the length checked, not a second read */
     return BC_OK;

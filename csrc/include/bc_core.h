@@ -21,6 +21,7 @@ extern "C" {
 #define BC_ECONTEXT 8     /* a sequence is longer than the context or the cache */
 #define BC_EWORKSPACE 9   /* a caller-provided workspace is too small */
 #define BC_EALIAS 10      /* an output overlaps an input it may not overlap */
+#define BC_EVALUE 11      /* a value cannot be represented (a weight too large or not finite to quantise) */
 
 /* Largest element count of any one tensor the library accepts (2^40). */
 #define BC_MAX_ELEMENTS 1099511627776

@@ -25,6 +25,11 @@ extern "C" {
 #define BC_ACT_SILU 3
 #define BC_ACT_SWIGLU 4
 
+/* Weight storage types (dtypes) of a packed matrix (below). */
+#define BC_DTYPE_F32 0
+#define BC_DTYPE_BF16 1
+#define BC_DTYPE_Q8_0 2
+
 /* Normalisation kinds and placements of the block. */
 #define BC_NORM_RMS 0
 #define BC_NORM_LAYER 1
@@ -35,7 +40,10 @@ extern "C" {
 /* ---- single kernels ---------------------------------------------------- */
 
 /* y (N,OC) = x (N,C) @ w (OC,C)^T + b (OC); b may be NULL.
- * y must not overlap x, w or b (BC_EALIAS). */
+ * y must not overlap x, w or b (BC_EALIAS). Up to 3 rows are dot products that
+ * stream w once (decoding at the memory's speed); their sums run in another
+ * order than those of more rows, so a row's last bits can depend on whether
+ * it came alone (bc_linear_packed keeps them equal). */
 int bc_linear(float *y, const float *x, const float *w, const float *b,
               size_t n, size_t c, size_t oc);
 
@@ -63,6 +71,41 @@ int bc_swiglu(float *y, const float *gate, const float *up, size_t n);
 
 /* y (n) = a (n) + b (n). y may be a or b. */
 int bc_residual_add(float *y, const float *a, const float *b, size_t n);
+
+/* ---- packed weight matrices ------------------------------------------------ */
+
+/* A (rows, cols) matrix w, as nn.Linear stores it (one row per output),
+ * packed for the kernels: the rows in panels of 16, each panel the 16 rows'
+ * weights of column 0 side by side, then of column 1, ... (rows past the end
+ * zero). The decoding kernel streams each panel once and the GEMM reads its
+ * blocks where they lie; both compute every output in the same order, so one
+ * row of x gets the same bits alone or among many.
+ *   BC_DTYPE_F32   panel p: cols x 16 floats, [k][l] = w[16p + l][k];
+ *   BC_DTYPE_BF16  the same in bfloat16 (uint16, the high half of a float32,
+ *                  rounded to nearest even);
+ *   BC_DTYPE_Q8_0  llama.cpp's q8_0 (blocks of 32 weights of a row with one
+ *                  scale): panel p is ceil(cols / 32) blocks of 544 bytes, the
+ *                  16 rows' scales d[l] (IEEE halves) then q[k][l] (32 x 16
+ *                  int8); w[16p + l][32b + k] = d[l] * q[k][l]. A block's
+ *                  d = max|w| / 127 and q = round(w / d).
+ * bc_pack_size gives the bytes. */
+
+/* *bytes: the size of a packed (rows, cols) matrix of dtype. BC_ESIZE for a zero
+ * size, BC_EOPTION for an unknown dtype, BC_EOVERFLOW past BC_MAX_ELEMENTS. */
+int bc_pack_size(size_t *bytes, int dtype, size_t rows, size_t cols);
+
+/* out (out_bytes >= bc_pack_size) = w (rows, cols) packed as dtype. BC_EVALUE
+ * for q8_0 when a weight is not finite or beyond 65504 * 127 in magnitude. */
+int bc_pack(void *out, size_t out_bytes, const float *w, int dtype, size_t rows, size_t cols);
+
+/* out (rows, cols) = the packed matrix as float32: the weights the kernels use. */
+int bc_unpack(float *out, const void *packed, size_t packed_bytes, int dtype, size_t rows,
+              size_t cols);
+
+/* y (N,OC) = x (N,C) @ w^T + b (OC) for w (OC,C) packed as dtype (w_bytes
+ * >= bc_pack_size); b may be NULL. y must not overlap x, w or b. */
+int bc_linear_packed(float *y, const float *x, const void *w, size_t w_bytes, int dtype,
+                     const float *b, size_t n, size_t c, size_t oc);
 
 /* ---- the block ---------------------------------------------------------- */
 

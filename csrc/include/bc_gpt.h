@@ -1,23 +1,38 @@
-/* bc_gpt.h: the whole GPT of chapter 6 (GPT-2 architecture), inference only.
+/* bc_gpt.h: the whole decoder-only model, inference.
  *
- *   ids (B,T) -> token embedding + position embedding -> L pre-norm blocks
- *             -> final LayerNorm -> head (tied to the token embedding or not)
- *             -> logits (B,T,V)
+ *   ids (B,T) -> token embedding (+ learned position embedding) -> L layers
+ *             -> final norm (pre-norm models) -> head (tied to the token
+ *             embedding or not) -> logits (B,T,V)
  *
- * Each block: x = x + proj(attn(qkv(ln1(x))));  x = x + down(gelu_tanh(up(ln2(x)))).
+ * Each layer is chapter 24's block with every option (bc_engine.h's block,
+ * plus what checkpoints add): the norm (LayerNorm, RMSNorm, none) before the
+ * sublayers (pre) or after the sums (post), residuals on or off, attention
+ * with H query heads and KV <= H key/value heads (grouped-query attention)
+ * of Dh dimensions, rotary position embeddings on q and k or learned
+ * positions, an MLP down(act(up(x))) or SwiGLU down(silu(gate(x)) * up(x))
+ * of width F, biases on the q/k/v, output and MLP projections or not.
+ * Chapter 6's GPT-2 is one point: LayerNorm, pre, learned positions, GELU-tanh,
+ * F = 4D, KV = H, every bias. Llama is another: RMSNorm, RoPE, SwiGLU, no bias.
  *
- * Parameters live in ONE contiguous float32 buffer owned by the caller. The
- * library computes its size and the offset of every tensor (bc_gpt_tensor_info);
- * the order is the chapter's PyTorch state_dict order:
- *   token.weight (V,D), position.weight (C,D), then for each block i
- *   blocks.i.ln1.weight (D), blocks.i.ln1.bias (D),
- *   blocks.i.attn.qkv.weight (3D,D), blocks.i.attn.qkv.bias (3D),
- *   blocks.i.attn.proj.weight (D,D), blocks.i.attn.proj.bias (D),
- *   blocks.i.ln2.weight (D), blocks.i.ln2.bias (D),
- *   blocks.i.up.weight (4D,D), blocks.i.up.bias (4D),
- *   blocks.i.down.weight (D,4D), blocks.i.down.bias (D),
- *   then norm.weight (D), norm.bias (D), and head.weight (V,D) only when untied.
- * A tied head reads token.weight: one tensor, counted once.
+ * Parameters live in ONE buffer owned by the caller, whose layout (every
+ * tensor's name, byte offset, storage type and shape) the library gives
+ * (bc_gpt_tensor_info), in the chapter's state_dict order:
+ *   token.weight (V,D), position.weight (C,D) (learned positions only), then
+ *   for each layer i, named blocks.i.*:
+ *     ln1.weight (D), ln1.bias (D)          norm 1: gain (rms, layer), shift (layer)
+ *     attn.qkv.weight ((H+2KV) Dh, D)       q, k, v stacked by rows
+ *     attn.qkv.bias ((H+2KV) Dh)            with qkv_bias
+ *     attn.proj.weight (D, H Dh), attn.proj.bias (D)   the bias with out_bias
+ *     ln2.weight (D), ln2.bias (D)
+ *     up.weight (F,D), up.bias (F)          the bias with mlp_bias
+ *     gate.weight (F,D), gate.bias (F)      swiglu only
+ *     down.weight (D,F), down.bias (D)
+ *   norm.weight (D), norm.bias (D)          the final norm (pre-norm, norm != none)
+ *   head.weight (V,D)                       untied only (a tied head reads token.weight)
+ * The matrices (every 2-D tensor but the position table) are stored packed
+ * (bc_engine.h's bc_pack) in the config's dtype; vectors and the position
+ * table are float32. Tensors follow each other with no padding (every size is
+ * a multiple of 4 bytes).
  */
 #ifndef BC_GPT_H
 #define BC_GPT_H
@@ -37,21 +52,39 @@ extern "C" {
 /* Longest tensor name bc_gpt_tensor_info writes, terminating NUL included. */
 #define BC_GPT_NAME_MAX 64
 
+/* Position encodings. */
+#define BC_POS_LEARNED 0
+#define BC_POS_ROPE 1
+
 typedef struct {
-    size_t vocab;     /* V: vocabulary size */
-    size_t context;   /* C: rows of the position table, the longest sequence */
-    size_t width;     /* D: residual stream width */
-    size_t heads;     /* H: attention heads, D % H == 0 */
-    size_t layers;    /* L: blocks */
-    float eps;        /* LayerNorm epsilon (>= 0, finite) */
-    int tie_weights;  /* nonzero: the head is token.weight */
+    size_t vocab;      /* V: vocabulary size */
+    size_t context;    /* C: the longest sequence (rows of a learned position table) */
+    size_t width;      /* D: residual stream width */
+    size_t heads;      /* H: query heads */
+    size_t layers;     /* L: blocks */
+    size_t kv_heads;   /* KV: key/value heads, dividing H (0: H) */
+    size_t head_dim;   /* Dh (0: D / H, which H must then divide) */
+    size_t d_ff;       /* F: the MLP's width (0: 4 D) */
+    int norm;          /* BC_NORM_LAYER, BC_NORM_RMS or BC_NORM_NONE (bc_engine.h) */
+    int placement;     /* BC_PLACE_PRE or BC_PLACE_POST */
+    int activation;    /* BC_ACT_GELU_TANH, BC_ACT_GELU, BC_ACT_RELU or BC_ACT_SWIGLU */
+    int positions;     /* BC_POS_LEARNED or BC_POS_ROPE (Dh even) */
+    float rope_theta;  /* RoPE base (> 0, finite), with BC_POS_ROPE */
+    int residual;      /* nonzero: x + sublayer (zero drops the residuals) */
+    int qkv_bias;      /* nonzero: attn.qkv.bias */
+    int out_bias;      /* nonzero: attn.proj.bias */
+    int mlp_bias;      /* nonzero: up, gate and down biases */
+    float eps;         /* norm epsilon (>= 0, finite) */
+    int tie_weights;   /* nonzero: the head is token.weight */
+    int dtype;         /* BC_DTYPE_F32, BC_DTYPE_BF16 or BC_DTYPE_Q8_0: the matrices' storage */
 } bc_gpt_config;
 
 /* A KV cache, in caller-provided buffers.
- * k, v: (L, B, capacity, D) each; layer l, row b, position p at
- * ((l * B + b) * capacity + p) * D. length: positions already stored (the same
- * for every row). bc_gpt_forward with a cache stores the new keys and values at
- * positions length .. length+T-1 and advances length by T. */
+ * k, v: (L, B, capacity, KV Dh) each; layer l, row b, position p at
+ * ((l * B + b) * capacity + p) * KV Dh. length: positions already stored (the
+ * same for every row). bc_gpt_forward with a cache stores the new keys (after
+ * the rotary embedding) and values at positions length .. length+T-1 and
+ * advances length by T. */
 typedef struct {
     float *k;
     float *v;
@@ -60,25 +93,32 @@ typedef struct {
     size_t length;    /* <= capacity */
 } bc_gpt_cache;
 
-/* Check a configuration: BC_OK, BC_ENULL, BC_ESIZE (a zero size), BC_EOPTION (eps
- * negative or not finite), BC_EHEADS (D % H != 0) or BC_EOVERFLOW (the model is
- * too large to address). */
+/* Check a configuration: BC_OK, BC_ENULL, BC_ESIZE (a zero size), BC_EOPTION
+ * (an unknown option, eps or rope_theta out of range, an odd Dh with RoPE),
+ * BC_EHEADS (KV does not divide H, or H does not divide D when Dh is 0) or
+ * BC_EOVERFLOW (the model is too large to address). */
 int bc_gpt_config_check(const bc_gpt_config *cfg);
 
-/* n: floats in the parameter buffer, i.e. the model's parameter count. */
+/* n: the model's parameter count (a tied head counted once). */
 int bc_gpt_param_count(size_t *n, const bc_gpt_config *cfg);
 
-/* n: tensors in the layout (4 + 12 L tied, one more untied). */
+/* n: bytes of the parameter buffer. */
+int bc_gpt_param_bytes(size_t *n, const bc_gpt_config *cfg);
+
+/* n: tensors in the layout. */
 int bc_gpt_tensor_count(size_t *n, const bc_gpt_config *cfg);
 
 /* Tensor number index of the layout: its state_dict name (NUL-terminated, into
- * name[name_cap], name_cap >= BC_GPT_NAME_MAX is always enough), offset in floats
- * into the parameter buffer, ndim (1 or 2) and shape (shape[1] = 1 when ndim is 1).
- * name may be NULL. BC_ERANGE when index >= the tensor count. */
-int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *ndim,
-                       size_t shape[2], const bc_gpt_config *cfg, size_t index);
+ * name[name_cap], name_cap >= BC_GPT_NAME_MAX is always enough), byte offset
+ * into the parameter buffer, its bytes, storage (BC_DTYPE_F32 for a float32
+ * vector or the position table, else the config's dtype, packed), ndim (1 or
+ * 2) and shape (shape[1] = 1 when ndim is 1). name may be NULL. BC_ERANGE
+ * when index >= the tensor count. */
+int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *bytes,
+                       int *dtype, int *packed, size_t *ndim, size_t shape[2],
+                       const bc_gpt_config *cfg, size_t index);
 
-/* n: floats in each of the cache's k and v buffers, L * batch * capacity * D.
+/* n: floats in each of the cache's k and v buffers, L * batch * capacity * KV Dh.
  * BC_ECONTEXT when capacity > context, BC_ESIZE when batch or capacity is 0. */
 int bc_gpt_cache_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t capacity);
 
@@ -95,7 +135,7 @@ int bc_gpt_workspace_size(size_t *n, const bc_gpt_config *cfg, size_t batch, siz
  *   cache   NULL, or a cache for batch B: positions start at cache->length,
  *           keys and values are appended, cache->length advances by T.
  *           Without a cache, positions are 0..T-1.
- *   params  the parameter buffer (bc_gpt_param_count floats).
+ *   params  the parameter buffer (bc_gpt_param_bytes bytes, 4-byte aligned).
  *   ids     (B,T) token ids, int32 (ids_type BC_IDS_INT32) or int64 (BC_IDS_INT64).
  *           Each id is read once and checked as it is used: ids changed by
  *           another thread during the call never index outside the table.
@@ -106,7 +146,7 @@ int bc_gpt_workspace_size(size_t *n, const bc_gpt_config *cfg, size_t batch, siz
  * beyond the context), BC_EOVERFLOW, BC_EWORKSPACE, BC_EALIAS (logits, hidden, work
  * and the cache's k and v overlap each other, the parameters or the ids). */
 int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
-                   const float *params, const bc_gpt_config *cfg,
+                   const void *params, const bc_gpt_config *cfg,
                    const void *ids, int ids_type, size_t batch, size_t seq, int last_only,
                    float *work, size_t work_size);
 

@@ -8,36 +8,46 @@
  * its thread's slice of the call's scratch (bc_rt_ctx). */
 #include "kernels.h"
 
-// out (Tq,H*Dh), q (Tq,.), k (Tk,.), v (Tk,.); head h at column h*Dh of each
+typedef struct {
+    const bc_attn *a;
+    const bc_kernel_table *kt;
+    const bc_ctx *cx;
+    size_t nqt;
+} attn_job;
+
+/* the last query tiles (most keys under causal) first, for balance */
+static void attn_job_unit(const void *arg, size_t u, int t)
+{
+    const attn_job *j = arg;
+    const size_t nh = j->a->n_heads;
+    j->kt->attn_unit(j->a, u % nh, (j->nqt - 1 - u / nh) * j->kt->attn_bq, bc_rt_slice(j->cx, t));
+}
+
+// out (Tq,H*Dh), q (Tq,.), k (Tk,.), v (Tk,.): query head h at column h*Dh of q and
+// out, its K/V head h / (H/KVH) at that head's column of k and v
 void bc_k_attention(float *out, size_t ldo,
                     const float *q, size_t ldq,
                     const float *k, size_t ldk,
                     const float *v, size_t ldv,
-                    size_t tq, size_t tk, size_t n_heads, size_t d_head,
+                    size_t tq, size_t tk, size_t n_heads, size_t kv_heads, size_t d_head,
                     size_t q_pos0, int causal, const bc_ctx *cx)
 {
-    if (tq == 0 || n_heads == 0 || d_head == 0)
+    if (tq == 0 || n_heads == 0 || d_head == 0 || kv_heads == 0)
         return;
     const bc_attn A = {out, q, k, v, ldo, ldq, ldk, ldv, tq, tk, n_heads, d_head,
-                       q_pos0, causal};
+                       q_pos0, n_heads / kv_heads, causal};
     const bc_kernel_table *kt = cx->kt;
     const size_t bq = kt->attn_bq;
     const size_t nqt = (tq + bq - 1) / bq, units = nqt * n_heads;
     double flops = 4.0 * (double)tq * (double)tk * (double)n_heads * (double)d_head;
     if (causal)
         flops *= 0.5;
-    const int nt = bc_rt_threads(cx, flops);
+    const int nt = bc_rt_threads(cx, flops, 8.0 * (double)tk * (double)kv_heads * (double)d_head);
     if (nt <= 1 || units == 1) {
         for (size_t u = 0; u < units; u++)
             kt->attn_unit(&A, u % n_heads, (u / n_heads) * bq, bc_rt_slice(cx, 0));
         return;
     }
-    /* the last query tiles (most keys under causal) first, for balance */
-    const long long nu = (long long)units;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt < nu ? nt : (int)nu)
-#endif
-    for (long long u = 0; u < nu; u++)
-        kt->attn_unit(&A, (size_t)u % n_heads, (nqt - 1 - (size_t)u / n_heads) * bq,
-                      bc_rt_slice(cx, bc_rt_thread_num()));
+    const attn_job j = {&A, kt, cx, nqt};
+    bc_rt_run(nt, units, attn_job_unit, &j);
 }

@@ -14,10 +14,22 @@
 #define BC_DISPATCH_H
 
 #include <stddef.h>
+#include "bc_engine.h"  /* BC_DTYPE_* */
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define BC_HAVE_X86_KERNELS 1
 #endif
+
+/* Weight layouts a linear reads (bc_gemm.wf): a caller's row-major float32
+ * matrix, or a packed matrix (bc_pack, bc_engine.h) of each BC_DTYPE_*. */
+#define BC_WF_ROWS 0
+#define BC_WF_PANEL_F32 1    /* BC_WF_PANEL_F32 + BC_DTYPE_* is that dtype's packing */
+#define BC_WF_PANEL_BF16 2
+#define BC_WF_PANEL_Q8 3
+#define BC_NWF 4
+
+/* Outputs per panel of a packed matrix (bc_engine.h), on every instruction set. */
+#define BC_PANEL 16
 
 /* GEMM blocking, shared by every instruction set so that the order of the
  * sums (the K blocks) is a property of the problem, not of the machine. */
@@ -25,14 +37,18 @@
 #define BC_NC 512
 
 /* Rows up to which a linear streams its weights once (rows_part) instead of
- * packing them (gemm_part): decoding. Both give the same bits. */
+ * running the GEMM (gemm_part): decoding. On packed weights both give the
+ * same bits; on a caller's rows rows_part runs dot products (other bits). */
 #define BC_ROWS_MAX 3
 
 /* y (N,OC) = act(r + x (N,C) @ w (OC,C)^T + b) */
 typedef struct {
     float *y;
-    const float *x, *w, *b, *r;  /* b (OC), r (N,OC): NULL when absent; r may be y */
+    const float *x;              /* rows of C floats, contiguous */
+    const void *w;               /* in layout wf */
+    const float *b, *r;          /* b (OC), r (N,OC): NULL when absent; r may be y */
     size_t n, c, oc;
+    int wf;                      /* BC_WF_* */
     int act;                     /* BC_ACT_* or BC_ACT_NONE */
 } bc_gemm;
 
@@ -45,6 +61,7 @@ typedef struct {
     const float *q, *k, *v;
     size_t ldo, ldq, ldk, ldv;
     size_t tq, tk, n_heads, d_head, q_pos0;
+    size_t kv_group;   /* query heads per K/V head: head h reads K/V head h / kv_group */
     int causal;
 } bc_attn;
 
@@ -54,14 +71,14 @@ typedef struct {
 typedef struct {
     const char *name;
     /* GEMM: the rows [n0,n1) x columns [o0,o1) of g->y, o0 and o1 - o0 (unless
-     * o1 == oc) multiples of gemm_nr; scratch: BC_GEMM_SCRATCH floats */
+     * o1 == oc) multiples of gemm_nr and BC_PANEL; one function per layout
+     * (index BC_WF_*); scratch: BC_GEMM_SCRATCH floats */
     size_t gemm_mr, gemm_nr;
-    void (*gemm_part)(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t o1,
-                      float *scratch);
-    /* the same result for g->n <= BC_ROWS_MAX rows, columns [o0,o1) (o0 a
-     * multiple of rows_group, the unit of work), streaming w once; no scratch */
-    size_t rows_group;
-    void (*rows_part)(const bc_gemm *g, size_t o0, size_t o1);
+    void (*gemm_part[BC_NWF])(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t o1,
+                              float *scratch);
+    /* g->n <= BC_ROWS_MAX rows, columns [o0,o1) (o0 a multiple of BC_PANEL),
+     * streaming w once; no scratch */
+    void (*rows_part[BC_NWF])(const bc_gemm *g, size_t o0, size_t o1);
     /* attention: head h, queries [i0, i0 + attn_bq) (fewer at the end);
      * scratch: attn_scratch(d_head) floats */
     size_t attn_bq;

@@ -14,6 +14,8 @@
 #define BC_SIMD_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 #include <math.h>
 #include "kernels.h"
 
@@ -106,6 +108,45 @@ BC_INLINE void vtranspose(V o[VL], const V r[VL])
     }
 }
 
+/* VL int8 -> float, VL bfloat16 (the high halves of float32) -> float */
+static inline V vload_i8(const int8_t *p)
+{
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+static inline V vload_bf16(const uint16_t *p)
+{
+    const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+}
+static inline float bc_half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+/* VL IEEE halves -> float */
+static inline V vload_half(const uint16_t *p)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+/* The sums of VL vectors: lane j = the lanes of a[j] added in the fixed tree
+ * ((h0+h1)+(h2+h3))+((h4+h5)+(h6+h7)) of h_i = lane i + lane i+8. */
+BC_INLINE V vsum_lanes(const V a[VL])
+{
+    __m256 h[VL], g[8], f[4], e[2];
+    BC_UNROLL
+    for (int j = 0; j < VL; j++)
+        h[j] = _mm256_add_ps(_mm512_castps512_ps256(a[j]),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[j]), 1)));
+    BC_UNROLL
+    for (int j = 0; j < 8; j++)
+        g[j] = _mm256_hadd_ps(h[2 * j], h[2 * j + 1]);
+    BC_UNROLL
+    for (int j = 0; j < 4; j++)
+        f[j] = _mm256_hadd_ps(g[2 * j], g[2 * j + 1]);
+    BC_UNROLL
+    for (int j = 0; j < 2; j++)
+        e[j] = _mm256_add_ps(_mm256_permute2f128_ps(f[2 * j], f[2 * j + 1], 0x20),
+                             _mm256_permute2f128_ps(f[2 * j], f[2 * j + 1], 0x31));
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(e[0])),
+                                               _mm256_castps_pd(e[1]), 1));
+}
+
 #elif BC_SIMD == 256
 #include <immintrin.h>
 typedef __m256 V;
@@ -179,6 +220,26 @@ BC_INLINE void vtranspose(V o[VL], const V r[VL])
     }
 }
 
+static inline V vload_i8(const int8_t *p)
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+static inline V vload_bf16(const uint16_t *p)
+{
+    const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+}
+static inline float bc_half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+static inline V vload_half(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+/* The sums of VL vectors: lane j = the lanes of a[j] added in the fixed tree
+ * ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)). */
+BC_INLINE V vsum_lanes(const V a[VL])
+{
+    const __m256 g0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const __m256 g1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20), _mm256_permute2f128_ps(g0, g1, 0x31));
+}
+
 #else /* portable C: a "vector" of 4 floats, plain IEEE operations (no FMA) */
 typedef struct { float f[4]; } V;
 #define VL 4
@@ -208,6 +269,49 @@ BC_INLINE void vtranspose(V o[VL], const V r[VL])
         BC_UNROLL
         for (int j = 0; j < VL; j++)
             o[k].f[j] = r[j].f[k];
+}
+static inline V vload_i8(const int8_t *p) { V r; for (int i = 0; i < 4; i++) r.f[i] = (float)p[i]; return r; }
+static inline V vload_bf16(const uint16_t *p)
+{
+    V r;
+    for (int i = 0; i < 4; i++) {
+        const uint32_t u = (uint32_t)p[i] << 16;
+        memcpy(&r.f[i], &u, sizeof u);
+    }
+    return r;
+}
+/* lane j = (a[j].0 + a[j].1) + (a[j].2 + a[j].3) */
+static inline V vsum_lanes(const V a[VL])
+{
+    V r;
+    for (int j = 0; j < 4; j++)
+        r.f[j] = (a[j].f[0] + a[j].f[1]) + (a[j].f[2] + a[j].f[3]);
+    return r;
+}
+/* IEEE half -> float, exactly (normals, subnormals, inf, NaN) */
+static inline float bc_half_to_float(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    uint32_t u;
+    if (e == 31)
+        u = sign | 0x7f800000u | (m << 13);
+    else if (e)
+        u = sign | ((e + 112) << 23) | (m << 13);
+    else {
+        const float f = (float)m * 5.9604644775390625e-8f;  /* m * 2^-24, exact */
+        memcpy(&u, &f, sizeof u);
+        u |= sign;
+    }
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline V vload_half(const uint16_t *p)
+{
+    V r;
+    for (int i = 0; i < 4; i++)
+        r.f[i] = bc_half_to_float(p[i]);
+    return r;
 }
 #endif
 

@@ -73,23 +73,34 @@ static void norm_row(const norm_op *o, size_t i)
         rmsnorm_row(o->y + i * o->c, o->x + i * o->c, o->g, o->c, o->eps);
 }
 
-/* The op over n rows: in a plain loop when one thread does it (no parallel
- * region at all: even an if(0) one costs a microsecond), else rows spread
- * over the threads. */
+/* A norm job: rows [u*rows, (u+1)*rows) per unit. */
+typedef struct {
+    const norm_op *o;
+    size_t n, rows;
+} norm_job;
+
+static void norm_unit(const void *arg, size_t u, int t)
+{
+    const norm_job *j = arg;
+    const size_t i1 = (u + 1) * j->rows < j->n ? (u + 1) * j->rows : j->n;
+    for (size_t i = u * j->rows; i < i1; i++)
+        norm_row(j->o, i);
+}
+
+/* The op over n rows: in a plain loop when one thread does it, else in blocks
+ * of rows (about four per thread) spread over the threads. */
 static void norm_run(const norm_op *o, size_t n, double flops_per_elem, const bc_ctx *cx)
 {
-    const int nt = bc_rt_threads(cx, flops_per_elem * (double)n * (double)o->c);
+    const double elems = (double)n * (double)o->c;
+    const int nt = bc_rt_threads(cx, flops_per_elem * elems, 8.0 * elems);
     if (nt <= 1) {
         for (size_t i = 0; i < n; i++)
             norm_row(o, i);
         return;
     }
-    const long long nn = (long long)n;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt < nn ? nt : (int)nn)
-#endif
-    for (long long i = 0; i < nn; i++)
-        norm_row(o, (size_t)i);
+    const size_t per = 4 * (size_t)nt, rows = (n + per - 1) / per;
+    const norm_job j = {o, n, rows};
+    bc_rt_run(nt, (n + rows - 1) / rows, norm_unit, &j);
 }
 
 // y (N,C), x (N,C), g (C) or NULL
@@ -129,23 +140,29 @@ static void ew_span(const ew_op *o, size_t i, size_t m)
     }
 }
 
-/* The op over n elements: in one call when one thread does it (no parallel
- * region at all), else in EW_CHUNK chunks spread over the threads. */
+typedef struct {
+    const ew_op *o;
+    size_t n;
+} ew_job;
+
+static void ew_unit(const void *arg, size_t u, int t)
+{
+    const ew_job *j = arg;
+    const size_t i = u * EW_CHUNK;
+    ew_span(j->o, i, j->n - i < EW_CHUNK ? j->n - i : EW_CHUNK);
+}
+
+/* The op over n elements: in one call when one thread does it, else in
+ * EW_CHUNK chunks spread over the threads. */
 static void ew_run(const ew_op *o, size_t n, double flops_per_elem, const bc_ctx *cx)
 {
-    const int nt = bc_rt_threads(cx, flops_per_elem * (double)n);
+    const int nt = bc_rt_threads(cx, flops_per_elem * (double)n, 12.0 * (double)n);
     if (nt <= 1) {
         ew_span(o, 0, n);
         return;
     }
-    const long long nc = (long long)((n + EW_CHUNK - 1) / EW_CHUNK);
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt < nc ? nt : (int)nc)
-#endif
-    for (long long ch = 0; ch < nc; ch++) {
-        const size_t i = (size_t)ch * EW_CHUNK;
-        ew_span(o, i, n - i < EW_CHUNK ? n - i : EW_CHUNK);
-    }
+    const ew_job j = {o, n};
+    bc_rt_run(nt, (n + EW_CHUNK - 1) / EW_CHUNK, ew_unit, &j);
 }
 
 // y (n), x (n)
@@ -167,4 +184,41 @@ void bc_k_add(float *y, const float *a, const float *b, size_t n, const bc_ctx *
 {
     const ew_op o = {EW_ADD, 0, y, a, b, cx->kt};
     ew_run(&o, n, 2.0, cx);
+}
+
+/* ---- rotary position embeddings ------------------------------------------ */
+
+// cs (T, Dh/2, 2)
+void bc_k_rope_table(float *cs, size_t pos0, size_t t, size_t d_head, float theta)
+{
+    const size_t half = d_head / 2;
+    for (size_t i = 0; i < half; i++) {
+        /* inv_freq = 1 / theta^(2i / Dh), in float32 like transformers' */
+        const float e = (float)(2 * i) / (float)d_head;
+        const float inv = 1.0f / powf(theta, e);
+        for (size_t r = 0; r < t; r++) {
+            const double a = (double)((float)(pos0 + r) * inv);
+            cs[(r * half + i) * 2] = (float)cos(a);
+            cs[(r * half + i) * 2 + 1] = (float)sin(a);
+        }
+    }
+}
+
+// x (T, .) heads at columns h*Dh, cs (T, Dh/2, 2)
+void bc_k_rope(float *x, size_t ldx, size_t t, size_t n_heads, size_t d_head, const float *cs,
+               const bc_ctx *cx)
+{
+    (void)cx;
+    const size_t half = d_head / 2;
+    for (size_t r = 0; r < t; r++) {
+        const float *c = cs + r * half * 2;
+        for (size_t h = 0; h < n_heads; h++) {
+            float *v = x + r * ldx + h * d_head;
+            for (size_t i = 0; i < half; i++) {
+                const float a = v[i], b = v[i + half], co = c[2 * i], si = c[2 * i + 1];
+                v[i] = a * co - b * si;
+                v[i + half] = b * co + a * si;
+            }
+        }
+    }
 }

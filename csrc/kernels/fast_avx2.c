@@ -1,9 +1,9 @@
-/* fast_avx2.c: the fast kernels for AVX2 + FMA (chosen at run time). */
+/* fast_avx2.c: the fast kernels for AVX2 + FMA + F16C (chosen at run time). */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
 #else
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 #endif
 #define BC_SIMD 256
 #define BC_KERNEL_TABLE bc_kernels_avx2

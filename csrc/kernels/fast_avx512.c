@@ -1,9 +1,9 @@
 /* fast_avx512.c: the fast kernels for AVX-512F (chosen at run time). */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx2,fma"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx512f,avx2,fma,f16c"))), apply_to = function)
 #else
-#pragma GCC target("avx512f,avx2,fma")
+#pragma GCC target("avx512f,avx2,fma,f16c")
 #endif
 #define BC_SIMD 512
 #define BC_KERNEL_TABLE bc_kernels_avx512

@@ -17,29 +17,110 @@
 static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
 /* ======================================================================== */
-/* GEMM: y (N,OC) = act(r + x (N,C) @ w (OC,C)^T + b)                        */
+/* Linear: y (N,OC) = act(r + x (N,C) @ w (OC,C)^T + b)                      */
 /* ======================================================================== */
 
-/* bp (nc/NR panels, kc, NR) <- w rows o0.., columns p0..p0+kc; zero past nc.
- * VL x VL blocks: VL row loads, a register transpose, VL stores. */
-static void pack_b(float *restrict bp, const float *restrict w, size_t c,
-                   size_t o0, size_t nc, size_t p0, size_t kc)
+/* Weights come in two layouts (bc_gemm.wf):
+ *   rows    a caller's row-major float32 w (OC,C) (bc_linear, the block);
+ *   panels  a packed matrix (bc_pack, the GPT): the outputs in panels of
+ *           BC_PANEL, and in each panel the BC_PANEL weights of one column k
+ *           side by side, k after k; float32, bfloat16 or q8_0.
+ * Prompts (many rows) run a packed GEMM: NC x KC blocks of w as float32
+ * panels in L2 (copied from rows or from bfloat16/q8_0 panels; float32
+ * panels are used where they lie), a register tile of MR rows x NR columns,
+ * x read in place. Decoding (up to BC_ROWS_MAX rows) streams panels once, VL
+ * outputs per vector, several panels in flight: each output lane runs
+ * exactly the GEMM tile's chain (an FMA per k over each K block, the blocks
+ * added in order), so one row gives the bits of that row in a prompt and a
+ * KV cache's logits equal a full recomputation's. Rows of a caller's w are
+ * dot products instead (below): no transposes, the same bits at any thread
+ * count, but not the GEMM's. */
+
+#define PW BC_PANEL  /* panel width, the same on every instruction set */
+#define VPP (PW / VL) /* vectors per panel: 1 (AVX-512), 2 (AVX2), 4 */
+
+typedef struct {
+    uint16_t d[PW];        /* the panel's q8_0 scales of this block of 32 k (halves) */
+    int8_t q[32][PW];      /* q[k][lane] */
+} q8_panel_block;
+
+/* Column o, row k of a float32 panel matrix whose panels hold kc rows. */
+static inline const float *pcol(const float *base, size_t kc, size_t o)
 {
-    for (size_t jp = 0; jp < nc; jp += NR) {
-        const size_t nv = min_sz(NR, nc - jp);
-        float *dst = bp + jp * kc;
+    return base + (o / PW) * kc * PW + o % PW;
+}
+
+/* bp (nc columns of kc rows as float32 panels) <- rows o0.. of a row-major w,
+ * columns p0..p0+kc; zero past nc. VL x VL blocks: VL row loads, a register
+ * transpose, VL stores. */
+static void pack_rows(float *restrict bp, const float *restrict w, size_t c,
+                      size_t o0, size_t nc, size_t p0, size_t kc)
+{
+    for (size_t jp = 0; jp < nc; jp += VL) {
+        const size_t rows = min_sz(VL, nc - jp);
+        float *dst = bp + (jp / PW) * kc * PW + jp % PW;
         const float *src = w + (o0 + jp) * c + p0;
-        for (size_t h = 0; h < NR; h += VL) {
-            const size_t rows = nv > h ? min_sz(VL, nv - h) : 0;
-            for (size_t k = 0; k < kc; k += VL) {
-                const size_t nk = min_sz(VL, kc - k);
-                V r[VL], o[VL];
-                for (size_t j = 0; j < VL; j++)
-                    r[j] = j < rows ? vloadn(src + (h + j) * c + k, nk) : vzero();
-                vtranspose(o, r);
-                for (size_t kk = 0; kk < nk; kk++)
-                    vstore(dst + (k + kk) * NR + h, o[kk]);
-            }
+        for (size_t k = 0; k < kc; k += VL) {
+            const size_t nk = min_sz(VL, kc - k);
+            V r[VL], o[VL];
+            BC_UNROLL
+            for (size_t j = 0; j < VL; j++)
+                r[j] = j < rows ? vloadn(src + j * c + k, nk) : vzero();
+            vtranspose(o, r);
+            for (size_t kk = 0; kk < nk; kk++)
+                vstore(dst + (k + kk) * PW, o[kk]);
+        }
+    }
+}
+
+/* The VL weights of panel column block (lanes lane0..lane0+VL-1 of a panel)
+ * at row k, as float: the dequantisation both the GEMM's copy and the
+ * decoding stream use, so they see the same floats. d: the lanes' q8_0
+ * scales of k's block. */
+BC_INLINE V pvec(const int wf, const unsigned char *panel, size_t c, size_t k, size_t lane0, V d)
+{
+    if (wf == BC_WF_PANEL_F32)
+        return vload((const float *)panel + k * PW + lane0);
+    if (wf == BC_WF_PANEL_BF16)
+        return vload_bf16((const uint16_t *)panel + k * PW + lane0);
+    const q8_panel_block *bl = (const q8_panel_block *)panel + k / 32;
+    return vmul(vload_i8(&bl->q[k % 32][lane0]), d);
+}
+
+/* The q8_0 scales of lanes lane0.. of a panel for the block of row k. */
+BC_INLINE V pscale(const int wf, const unsigned char *panel, size_t k, size_t lane0)
+{
+    if (wf != BC_WF_PANEL_Q8)
+        return vzero();
+    return vload_half(((const q8_panel_block *)panel + k / 32)->d + lane0);
+}
+
+/* Bytes of one panel of c rows. */
+static inline size_t panel_bytes(int wf, size_t c)
+{
+    return wf == BC_WF_PANEL_F32 ? c * PW * 4 : wf == BC_WF_PANEL_BF16 ? c * PW * 2
+                                              : (c + 31) / 32 * sizeof(q8_panel_block);
+}
+
+/* bp (nc columns of kc rows as float32 panels) <- columns o0.. (a multiple of
+ * PW), rows p0..p0+kc of a bfloat16 or q8_0 panel matrix of c rows. */
+BC_INLINE void pack_panels(const int wf, float *restrict bp, const unsigned char *w, size_t c,
+                           size_t o0, size_t nc, size_t p0, size_t kc)
+{
+    const size_t pb = panel_bytes(wf, c);
+    for (size_t jp = 0; jp < nc; jp += PW) {
+        const unsigned char *panel = w + ((o0 + jp) / PW) * pb;
+        float *dst = bp + (jp / PW) * kc * PW - p0 * PW;  /* row k at dst + k * PW */
+        for (size_t k0 = p0; k0 < p0 + kc; k0 += 32) {    /* p0: a multiple of 32 */
+            V d[VPP];
+            BC_UNROLL
+            for (size_t t = 0; t < VPP; t++)
+                d[t] = pscale(wf, panel, k0, t * VL);
+            const size_t k1 = min_sz(k0 + 32, p0 + kc);
+            for (size_t k = k0; k < k1; k++)
+                BC_UNROLL
+                for (size_t t = 0; t < VPP; t++)
+                    vstore(dst + k * PW + t * VL, pvec(wf, panel, c, k, t * VL, d[t]));
         }
     }
 }
@@ -55,10 +136,12 @@ typedef struct {
 } tile_io;
 
 /* One MR x NR tile over kc: acc = sum_k a[i*lda + k] b[k][j] (a: rows of x,
- * read in place: each row's kc floats stay in L1 across the column panels), then stored as
- * y = (first ? r : y) + acc, and on the last K block y = act(y + b). */
+ * read in place: each row's kc floats stay in L1 across the column panels;
+ * b: the columns' panels, columns 0..VL-1 from b0 and VL..NR-1 from b1, a row
+ * every PW floats), then stored as y = (first ? r : y) + acc, and on the last
+ * K block y = act(y + b). */
 BC_INLINE void tile(const int mr, size_t kc, const float *restrict a, size_t lda,
-                        const float *restrict b, const tile_io *io)
+                    const float *restrict b0, const float *restrict b1, const tile_io *io)
 {
     V c0[MR], c1[MR];
     BC_UNROLL
@@ -67,12 +150,12 @@ BC_INLINE void tile(const int mr, size_t kc, const float *restrict a, size_t lda
         c1[i] = vzero();
     }
     for (size_t k = 0; k < kc; k++) {
-        const V b0 = vload(b + k * NR), b1 = vload(b + k * NR + VL);
+        const V w0 = vload(b0 + k * PW), w1 = vload(b1 + k * PW);
         BC_UNROLL
         for (int i = 0; i < mr; i++) {
             const V av = vset1(a[i * lda + k]);
-            c0[i] = vfma(av, b0, c0[i]);
-            c1[i] = vfma(av, b1, c1[i]);
+            c0[i] = vfma(av, w0, c0[i]);
+            c1[i] = vfma(av, w1, c1[i]);
         }
     }
     const size_t n0 = min_sz(io->nv, VL), n1 = io->nv - n0;
@@ -113,36 +196,36 @@ BC_INLINE void tile(const int mr, size_t kc, const float *restrict a, size_t lda
 }
 
 /* tile() with its row count a compile-time constant (1..MR) */
-static void tile_any(int mr, size_t kc, const float *a, size_t lda, const float *b,
-                     const tile_io *io)
+static void tile_any(int mr, size_t kc, const float *a, size_t lda, const float *b0,
+                     const float *b1, const tile_io *io)
 {
     switch (mr) {
-    case 1: tile(1, kc, a, lda, b, io); break;
-    case 2: tile(2, kc, a, lda, b, io); break;
-    case 3: tile(3, kc, a, lda, b, io); break;
-    case 4: tile(4, kc, a, lda, b, io); break;
+    case 1: tile(1, kc, a, lda, b0, b1, io); break;
+    case 2: tile(2, kc, a, lda, b0, b1, io); break;
+    case 3: tile(3, kc, a, lda, b0, b1, io); break;
+    case 4: tile(4, kc, a, lda, b0, b1, io); break;
 #if MR >= 6
-    case 5: tile(5, kc, a, lda, b, io); break;
-    case 6: tile(6, kc, a, lda, b, io); break;
+    case 5: tile(5, kc, a, lda, b0, b1, io); break;
+    case 6: tile(6, kc, a, lda, b0, b1, io); break;
 #endif
 #if MR >= 14
-    case 7: tile(7, kc, a, lda, b, io); break;
-    case 8: tile(8, kc, a, lda, b, io); break;
-    case 9: tile(9, kc, a, lda, b, io); break;
-    case 10: tile(10, kc, a, lda, b, io); break;
-    case 11: tile(11, kc, a, lda, b, io); break;
-    case 12: tile(12, kc, a, lda, b, io); break;
-    case 13: tile(13, kc, a, lda, b, io); break;
-    case 14: tile(14, kc, a, lda, b, io); break;
+    case 7: tile(7, kc, a, lda, b0, b1, io); break;
+    case 8: tile(8, kc, a, lda, b0, b1, io); break;
+    case 9: tile(9, kc, a, lda, b0, b1, io); break;
+    case 10: tile(10, kc, a, lda, b0, b1, io); break;
+    case 11: tile(11, kc, a, lda, b0, b1, io); break;
+    case 12: tile(12, kc, a, lda, b0, b1, io); break;
+    case 13: tile(13, kc, a, lda, b0, b1, io); break;
+    case 14: tile(14, kc, a, lda, b0, b1, io); break;
 #endif
     default: break;
     }
 }
 
 /* The rows [n0,n1) x columns [o0,o1) of y; o0 and o1 - o0 (unless o1 == oc)
- * are multiples of NR. scratch: BC_GEMM_SCRATCH floats. */
-static void gemm_part(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t o1,
-                      float *scratch)
+ * are multiples of NR and of PW. scratch: BC_GEMM_SCRATCH floats. */
+BC_INLINE void gemm_part_wf(const int wf, const bc_gemm *g, size_t n0, size_t n1, size_t o0,
+                            size_t o1, float *scratch)
 {
     float *bp = scratch;                   /* BC_KC x BC_NC */
     float *ap = scratch + BC_KC * BC_NC;   /* MR x BC_KC: rows of x, when copied */
@@ -154,7 +237,20 @@ static void gemm_part(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t 
         const size_t nc = min_sz(BC_NC, o1 - jc);
         for (size_t pc = 0; pc < g->c; pc += BC_KC) {
             const size_t kc = min_sz(BC_KC, g->c - pc);
-            pack_b(bp, g->w, g->c, jc, nc, pc, kc);
+            /* the block's panels: where they lie (float32 panels), or copied */
+            const float *blk;
+            size_t bkc;  /* rows of one panel of blk */
+            if (wf == BC_WF_PANEL_F32) {
+                blk = (const float *)g->w + (jc / PW) * g->c * PW + pc * PW;
+                bkc = g->c;
+            } else {
+                if (wf == BC_WF_ROWS)
+                    pack_rows(bp, (const float *)g->w, g->c, jc, nc, pc, kc);
+                else
+                    pack_panels(wf, bp, (const unsigned char *)g->w, g->c, jc, nc, pc, kc);
+                blk = bp;
+                bkc = kc;
+            }
             for (size_t ic = n0; ic < n1; ic += MR) {
                 const int mr = (int)min_sz(MR, n1 - ic);
                 const float *a = g->x + ic * g->c + pc;
@@ -176,99 +272,235 @@ static void gemm_part(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t 
                     io.first = pc == 0;
                     io.last = pc + kc == g->c;
                     io.act = g->act;
-                    tile_any(mr, kc, a, lda, bp + jr * kc, &io);
+                    const float *b0 = pcol(blk, bkc, jr);
+                    /* past the last panel the second half is computed, not stored */
+                    const float *b1 = io.nv > VL ? pcol(blk, bkc, jr + VL) : b0;
+                    tile_any(mr, kc, a, lda, b0, b1, &io);
                 }
             }
         }
     }
 }
 
-/* ======================================================================== */
-/* Few rows (decoding): the same result as gemm_part, streaming w once       */
-/* ======================================================================== */
-
-/* Outputs o0..o0+nv-1 (nv <= VL) of every row (n <= BC_ROWS_MAX). VL weight
- * rows are loaded VL columns at a time and transposed in registers, so each
- * lane runs the chain of gemm_part's tiles: acc = fma(x[k], w[o][k], acc) over
- * each BC_KC block of k from 0; y = r + acc (first block, or acc without r),
- * y + acc (later blocks); then + b and act. Lanes past nv repeat the last row:
- * computed, not stored. (Two or four groups in flight at once, for more
- * independent FMA chains, measured no faster and ran more instructions.) */
-BC_INLINE void rows_group(const int n, const bc_gemm *g, size_t o0, size_t nv)
+static void gemm_rows(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t o1, float *s)
 {
-    const size_t c = g->c, oc = g->oc;
-    const float *x = g->x, *w = g->w, *b = g->b, *r = g->r;
-    float *y = g->y;
-    const int act = g->act;
-    const float *wr[VL];
-    for (size_t j = 0; j < VL; j++)
-        wr[j] = w + (o0 + (j < nv ? j : nv - 1)) * c;
-    V v[BC_ROWS_MAX];
+    gemm_part_wf(BC_WF_ROWS, g, n0, n1, o0, o1, s);
+}
+
+static void gemm_f32(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t o1, float *s)
+{
+    gemm_part_wf(BC_WF_PANEL_F32, g, n0, n1, o0, o1, s);
+}
+
+static void gemm_bf16(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t o1, float *s)
+{
+    gemm_part_wf(BC_WF_PANEL_BF16, g, n0, n1, o0, o1, s);
+}
+
+static void gemm_q8_0(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t o1, float *s)
+{
+    gemm_part_wf(BC_WF_PANEL_Q8, g, n0, n1, o0, o1, s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Decoding on panels: the GEMM tile's chain, streaming each panel once      */
+/* ------------------------------------------------------------------------ */
+
+#if BC_SIMD == 512
+#define RACC 16                     /* accumulators a decoding group keeps in flight */
+#else
+#define RACC 8
+#endif
+
+/* Panels p0..p0+np-1 (np <= G) for the n <= BC_ROWS_MAX rows of x; panels past
+ * np repeat the last one (computed, not stored). Each lane: acc = fma(x[k],
+ * w[k], acc) over each BC_KC block of k from 0; y = r + acc (the first block,
+ * or acc without r), y + acc (later blocks); then + b and act. */
+BC_INLINE void prows_group(const int wf, const int n, const int G, const bc_gemm *g, size_t p0,
+                           size_t np)
+{
+    const size_t c = g->c, oc = g->oc, pb = panel_bytes(wf, c);
+    const unsigned char *pan[RACC];
     BC_UNROLL
-    for (int i = 0; i < n; i++)
-        v[i] = vzero();
+    for (int q = 0; q < G; q++)
+        pan[q] = (const unsigned char *)g->w + (p0 + ((size_t)q < np ? (size_t)q : np - 1)) * pb;
+    V v[BC_ROWS_MAX][RACC];
     for (size_t pc = 0; pc < c; pc += BC_KC) {
         const size_t kc = min_sz(BC_KC, c - pc);
-        V acc[BC_ROWS_MAX];
+        V acc[BC_ROWS_MAX][RACC];
         BC_UNROLL
         for (int i = 0; i < n; i++)
-            acc[i] = vzero();
-        size_t k = 0;
-        for (; k + VL <= kc; k += VL) {
-            V s[VL], t[VL];
             BC_UNROLL
-            for (size_t j = 0; j < VL; j++)
-                s[j] = vload(wr[j] + pc + k);
-            vtranspose(t, s);
+            for (int t = 0; t < G * VPP; t++)
+                acc[i][t] = vzero();
+        for (size_t k0 = pc; k0 < pc + kc; k0 += 32) {
+            V d[RACC];
             BC_UNROLL
-            for (int i = 0; i < n; i++) {
-                const float *xi = x + (size_t)i * c + pc + k;
+            for (int t = 0; t < G * VPP; t++)
+                d[t] = pscale(wf, pan[t / VPP], k0, (size_t)(t % VPP) * VL);
+            const size_t k1 = min_sz(k0 + 32, pc + kc);
+            for (size_t k = k0; k < k1; k++) {
+                V xv[BC_ROWS_MAX];
                 BC_UNROLL
-                for (size_t m = 0; m < VL; m++)
-                    acc[i] = vfma(vset1(xi[m]), t[m], acc[i]);
+                for (int i = 0; i < n; i++)
+                    xv[i] = vset1(g->x[(size_t)i * c + k]);
+                BC_UNROLL
+                for (int t = 0; t < G * VPP; t++) {
+                    const V wv = pvec(wf, pan[t / VPP], c, k, (size_t)(t % VPP) * VL, d[t]);
+                    BC_UNROLL
+                    for (int i = 0; i < n; i++)
+                        acc[i][t] = vfma(xv[i], wv, acc[i][t]);
+                }
             }
         }
-        for (; k < kc; k++) {
-            float col[VL];
-            for (size_t j = 0; j < VL; j++)
-                col[j] = wr[j][pc + k];
-            const V t = vload(col);
-            for (int i = 0; i < n; i++)
-                acc[i] = vfma(vset1(x[(size_t)i * c + pc + k]), t, acc[i]);
-        }
         BC_UNROLL
-        for (int i = 0; i < n; i++) {
-            if (pc)
-                v[i] = vadd(v[i], acc[i]);
-            else if (r)
-                v[i] = vadd(vloadn(r + (size_t)i * oc + o0, nv), acc[i]);
-            else
-                v[i] = acc[i];
-        }
+        for (int i = 0; i < n; i++)
+            BC_UNROLL
+            for (int t = 0; t < G * VPP; t++) {
+                const size_t o = p0 * PW + (size_t)t * VL;
+                if (pc)
+                    v[i][t] = vadd(v[i][t], acc[i][t]);
+                else if (g->r && o < oc)
+                    v[i][t] = vadd(vloadn(g->r + (size_t)i * oc + o, min_sz(VL, oc - o)), acc[i][t]);
+                else
+                    v[i][t] = acc[i][t];
+            }
     }
-    const V bb = b ? vloadn(b + o0, nv) : vzero();
-    for (int i = 0; i < n; i++) {
-        V out = b ? vadd(v[i], bb) : v[i];
-        if (act != BC_ACT_NONE)
-            out = vact(out, act);
-        if (nv == VL)
-            vstore(y + (size_t)i * oc + o0, out);
-        else
-            vstoren(y + (size_t)i * oc + o0, out, nv);
+    for (int i = 0; i < n; i++)
+        for (int t = 0; t < G * VPP; t++) {
+            const size_t o = p0 * PW + (size_t)t * VL;
+            if ((size_t)t / VPP >= np || o >= oc)
+                continue;
+            const size_t nv = min_sz(VL, oc - o);
+            V out = v[i][t];
+            if (g->b)
+                out = vadd(out, vloadn(g->b + o, nv));
+            if (g->act != BC_ACT_NONE)
+                out = vact(out, g->act);
+            if (nv == VL)
+                vstore(g->y + (size_t)i * oc + o, out);
+            else
+                vstoren(g->y + (size_t)i * oc + o, out, nv);
+        }
+}
+
+/* panels in flight for n rows: RACC accumulators in all */
+#define PG(n) (RACC / ((n) * VPP) > 0 ? RACC / ((n) * VPP) : 1)
+
+/* Columns [o0, o1) of every row (o0 a multiple of PW), in groups of PG(n) panels. */
+BC_INLINE void prows_part(const int wf, const bc_gemm *g, size_t o0, size_t o1)
+{
+    const size_t p1 = (o1 + PW - 1) / PW;
+    for (size_t p = o0 / PW; p < p1;) {
+        const size_t left = p1 - p;
+        switch (g->n) {
+        case 1: prows_group(wf, 1, PG(1), g, p, min_sz(PG(1), left)); p += PG(1); break;
+        case 2: prows_group(wf, 2, PG(2), g, p, min_sz(PG(2), left)); p += PG(2); break;
+        default: prows_group(wf, 3, PG(3), g, p, min_sz(PG(3), left)); p += PG(3); break;
+        }
     }
 }
 
-/* Columns [o0, o1) of every row, o0 a multiple of VL; the row count a
- * compile-time constant in each copy of rows_group (the accumulators stay in
- * registers). */
-static void rows_part(const bc_gemm *g, size_t o0, size_t o1)
+static void prows_f32(const bc_gemm *g, size_t o0, size_t o1) { prows_part(BC_WF_PANEL_F32, g, o0, o1); }
+static void prows_bf16(const bc_gemm *g, size_t o0, size_t o1) { prows_part(BC_WF_PANEL_BF16, g, o0, o1); }
+static void prows_q8_0(const bc_gemm *g, size_t o0, size_t o1) { prows_part(BC_WF_PANEL_Q8, g, o0, o1); }
+
+/* ------------------------------------------------------------------------ */
+/* Decoding on a caller's rows: dot products                                 */
+/* ------------------------------------------------------------------------ */
+
+/* y[i][o] for n <= BC_ROWS_MAX rows: lane l of an accumulator adds
+ * x[i][k] * w[o][k] for k = l, l + VL, ... (an FMA chain), then the lanes are
+ * added in vsum_lanes' fixed tree, then r, b, act. A tile is n rows of x
+ * against DNR[n] rows of w. */
+#if BC_SIMD == 512
+static const int DNR[BC_ROWS_MAX + 1] = {0, 16, 8, 8};
+#define DNR_MAX 16
+#elif BC_SIMD == 256
+static const int DNR[BC_ROWS_MAX + 1] = {0, 8, 4, 4};
+#define DNR_MAX 8
+#else
+static const int DNR[BC_ROWS_MAX + 1] = {0, 4, 4, 4};
+#define DNR_MAX 4
+#endif
+
+/* The DNR[n] outputs from o (clamped to o1 - 1 past the end) of n rows. */
+BC_INLINE void dot_group(const int n, const int nr, const bc_gemm *g, size_t o, size_t o1, V *sum)
 {
+    const size_t c = g->c;
+    const float *wr[DNR_MAX];
+    BC_UNROLL
+    for (int j = 0; j < nr; j++)
+        wr[j] = (const float *)g->w + min_sz(o + (size_t)j, o1 - 1) * c;
+    V a[BC_ROWS_MAX][DNR_MAX];
+    BC_UNROLL
+    for (int i = 0; i < n; i++)
+        BC_UNROLL
+        for (int j = 0; j < nr; j++)
+            a[i][j] = vzero();
+    size_t k = 0;
+    for (; k + VL <= c; k += VL) {
+        V xv[BC_ROWS_MAX];
+        BC_UNROLL
+        for (int i = 0; i < n; i++)
+            xv[i] = vload(g->x + (size_t)i * c + k);
+        BC_UNROLL
+        for (int j = 0; j < nr; j++) {
+            const V wv = vload(wr[j] + k);
+            BC_UNROLL
+            for (int i = 0; i < n; i++)
+                a[i][j] = vfma(xv[i], wv, a[i][j]);
+        }
+    }
+    if (k < c) {
+        const size_t m = c - k;
+        V xv[BC_ROWS_MAX];
+        BC_UNROLL
+        for (int i = 0; i < n; i++)
+            xv[i] = vloadn(g->x + (size_t)i * c + k, m);
+        BC_UNROLL
+        for (int j = 0; j < nr; j++) {
+            const V wv = vloadn(wr[j] + k, m);
+            BC_UNROLL
+            for (int i = 0; i < n; i++)
+                a[i][j] = vfma(xv[i], wv, a[i][j]);
+        }
+    }
+    BC_UNROLL
+    for (int i = 0; i < n; i++)
+        BC_UNROLL
+        for (int j = 0; j < nr; j++)
+            sum[(size_t)j * BC_ROWS_MAX + (size_t)i] = a[i][j];
+}
+
+/* Columns [o0, o1) of every row, o0 a multiple of VL. */
+static void rows_dot(const bc_gemm *g, size_t o0, size_t o1)
+{
+    const int n = (int)g->n;
     for (size_t o = o0; o < o1; o += VL) {
+        V sum[VL * BC_ROWS_MAX];  /* DNR[n] divides VL */
         const size_t nv = min_sz(VL, o1 - o);
-        switch (g->n) {
-        case 1: rows_group(1, g, o, nv); break;
-        case 2: rows_group(2, g, o, nv); break;
-        default: rows_group(3, g, o, nv); break;
+        for (size_t j = 0; j < VL; j += (size_t)DNR[n]) {
+            switch (n) {
+            case 1: dot_group(1, DNR[1], g, o + j, o1, sum + j * BC_ROWS_MAX); break;
+            case 2: dot_group(2, DNR[2], g, o + j, o1, sum + j * BC_ROWS_MAX); break;
+            default: dot_group(3, DNR[3], g, o + j, o1, sum + j * BC_ROWS_MAX); break;
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            V part[VL];
+            BC_UNROLL
+            for (size_t j = 0; j < VL; j++)
+                part[j] = sum[j * BC_ROWS_MAX + (size_t)i];
+            V v = vsum_lanes(part);
+            float *yi = g->y + (size_t)i * g->oc;
+            if (g->r)
+                v = vadd(vloadn(g->r + (size_t)i * g->oc + o, nv), v);
+            if (g->b)
+                v = vadd(v, vloadn(g->b + o, nv));
+            if (g->act != BC_ACT_NONE)
+                v = vact(v, g->act);
+            vstoren(yi + o, v, nv);
         }
     }
 }
@@ -404,7 +636,7 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
                              float *scratch)
 {
     const size_t bq = (size_t)nv * VL;
-    const size_t dh = A->d_head, off = h * dh;
+    const size_t dh = A->d_head, off = h * dh, kvoff = h / A->kv_group * dh;
     float *qt = scratch;                 /* (Dh, bq) scaled queries, transposed */
     float *ot = qt + dh * bq;            /* (Dh, bq) unnormalised output, transposed */
     float *st = ot + dh * bq;            /* (BK, bq) scores, then probabilities */
@@ -437,7 +669,7 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
     for (size_t j0 = 0; j0 < kend; j0 += BC_ATT_BK) {
         const size_t nk = min_sz(BC_ATT_BK, kend - j0);
         /* St (nk, bq) = K[j0:j0+nk] . Qt */
-        mk_rows(nk, nv, dh, A->k + j0 * A->ldk + off, A->ldk, 1, qt, st, NULL, 0, NULL);
+        mk_rows(nk, nv, dh, A->k + j0 * A->ldk + kvoff, A->ldk, 1, qt, st, NULL, 0, NULL);
         /* causal: lanes i with q_pos0 + i0 + i < j do not see key j */
         int any_masked = 0;
         for (size_t j = 0; j < nk; j++) {
@@ -485,7 +717,7 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
             vstore(alpha + VL, s1);
         }
         /* Ot (Dh, bq) = alpha * Ot + V[j0:j0+nk]^T . P */
-        mk_rows(dh, nv, nk, A->v + j0 * A->ldv + off, 1, A->ldv, st, ot, alpha, j0 > 0,
+        mk_rows(dh, nv, nk, A->v + j0 * A->ldv + kvoff, 1, A->ldv, st, ot, alpha, j0 > 0,
                     any_masked ? lim : NULL);
     }
     for (size_t i = 0; i < nq; i++) {
@@ -546,9 +778,8 @@ const bc_kernel_table BC_KERNEL_TABLE = {
     .name = BC_KERNEL_NAME,
     .gemm_mr = MR,
     .gemm_nr = NR,
-    .gemm_part = gemm_part,
-    .rows_group = VL,
-    .rows_part = rows_part,
+    .gemm_part = {gemm_rows, gemm_f32, gemm_bf16, gemm_q8_0},
+    .rows_part = {rows_dot, prows_f32, prows_bf16, prows_q8_0},
     .attn_bq = BQ,
     .attn_scratch = attn_scratch,
     .attn_unit = attn_unit,

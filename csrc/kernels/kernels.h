@@ -17,17 +17,30 @@
 /* The identity activation (for the fused linear epilogue). */
 #define BC_ACT_NONE (-1)
 
-/* y (N,OC) = act(r (N,OC) + x (N,C) @ w (OC,C)^T + b (OC)).
- * r may be NULL, or exactly y (an in-place residual); b may be NULL;
- * act is BC_ACT_GELU_TANH, BC_ACT_GELU, BC_ACT_RELU, BC_ACT_SILU or BC_ACT_NONE.
- * y must not alias x or w. Up to BC_ROWS_MAX rows (decoding) the weights are
- * streamed once, else packed; the same bits either way. */
-void bc_k_linear(float *y, const float *x, const float *w, const float *b, const float *r,
-                 size_t n, size_t c, size_t oc, int act, const bc_ctx *cx);
+/* y (N,OC) = act(r (N,OC) + x (N,C) @ w (OC,C)^T + b (OC)), w in layout wf
+ * (BC_WF_ROWS: a row-major float32 matrix; BC_WF_PANEL_*: packed, bc_engine.h).
+ * r may be NULL, or exactly y (an in-place residual); b may be NULL; act is
+ * BC_ACT_GELU_TANH, BC_ACT_GELU, BC_ACT_RELU, BC_ACT_SILU or BC_ACT_NONE. y
+ * must not alias x or w. Every row of y gets the same bits whatever the other
+ * rows: on packed weights up to BC_ROWS_MAX rows (decoding) stream the panels
+ * once and more rows run the GEMM, in the same order of sums; a caller's rows
+ * always run the GEMM. */
+void bc_k_linear(float *y, const float *x, const void *w, int wf, const float *b,
+                 const float *r, size_t n, size_t c, size_t oc, int act, const bc_ctx *cx);
+
+/* y (N,OC) = x (N,C) @ w (OC,C)^T + b for a caller's row-major w: as bc_k_linear,
+ * except that up to BC_ROWS_MAX rows are dot products streaming each row of w
+ * once (a GEMV at the memory's speed, its sums in another order than the
+ * GEMM's: a row's bits then depend on whether it came alone). */
+void bc_k_linear_few(float *y, const float *x, const float *w, const float *b, size_t n,
+                     size_t c, size_t oc, const bc_ctx *cx);
 
 /* Multi-head scaled dot-product attention for one sequence.
  * out (Tq, H*Dh), row stride ldo; q (Tq, .) row stride ldq, head h at column h*Dh;
- * k (Tk, .) row stride ldk; v (Tk, .) row stride ldv.
+ * k (Tk, .) row stride ldk; v (Tk, .) row stride ldv, with kv_heads heads
+ * (kv_heads divides H: grouped-query attention, query head h reading K/V head
+ * h / (H / kv_heads) at column (h / (H / kv_heads)) * Dh; kv_heads == H is
+ * plain multi-head attention).
  * Query i sits at position q_pos0 + i and key j at position j; with causal != 0,
  * keys at positions after the query's are masked. Scores are q.k / sqrt(Dh).
  * cx must have scratch for heads of Dh (bc_rt_ctx(cx, d_head)).
@@ -36,8 +49,20 @@ void bc_k_attention(float *out, size_t ldo,
                     const float *q, size_t ldq,
                     const float *k, size_t ldk,
                     const float *v, size_t ldv,
-                    size_t tq, size_t tk, size_t n_heads, size_t d_head,
+                    size_t tq, size_t tk, size_t n_heads, size_t kv_heads, size_t d_head,
                     size_t q_pos0, int causal, const bc_ctx *cx);
+
+/* Rotary position embeddings, rotate-half layout (Hugging Face's Llama):
+ * cs (T, Dh/2, 2) = cos and sin of (pos0 + t) * theta^(-2i/Dh) for t < T,
+ * i < Dh/2, the angle's frequency and product taken in float32 as
+ * transformers takes them, cos and sin in double then rounded. */
+void bc_k_rope_table(float *cs, size_t pos0, size_t t, size_t d_head, float theta);
+
+/* x (T, .) row stride ldx: heads 0..n_heads-1 at columns h*Dh, each rotated in
+ * place by its row's angles in cs: for i < Dh/2,
+ * (a, b) = (x[i], x[i + Dh/2]) -> (a cos - b sin, b cos + a sin). */
+void bc_k_rope(float *x, size_t ldx, size_t t, size_t n_heads, size_t d_head, const float *cs,
+               const bc_ctx *cx);
 
 /* Row norms over the last axis. x, y (N,C); gain g (C) and shift b (C) may be NULL.
  * rms:   y = x / sqrt(mean(x^2) + eps) * g   (every finite row, however large)

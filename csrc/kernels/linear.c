@@ -1,23 +1,25 @@
 /* linear.c: y = act(r + x @ w^T + b) on the context's kernel table, spread
  * over threads by output blocks (every element is computed by one thread, in
  * one fixed order: the result does not depend on the thread count).
- * Up to BC_ROWS_MAX rows the table's rows_part streams w once; above, the
- * packed GEMM (gemm_part) reuses each packed panel over many rows. */
+ * Up to BC_ROWS_MAX rows (decoding) the table's rows_part streams w once,
+ * split by columns; above, the GEMM (gemm_part) reuses each block of w over
+ * many rows. On packed weights the two give the same bits. */
 #include <stddef.h>
 #include "kernels.h"
 #include "bc_simd_scalar.h"
 
 /* Work units for nt threads: blocks of rh rows by cw columns (whole MR rows,
  * whole NR panels), at least about 4 per thread so that a thread slowed down by
- * a busy neighbour is balanced by the others (dynamic scheduling). Columns are
- * split first: every unit packs its own slice of w, so splitting rows would
- * pack the same columns twice. Which thread computes a unit does not change
- * its bits. */
+ * a busy neighbour is balanced by the others (units are claimed dynamically).
+ * Columns are split first: every unit copies its own slice of w, so splitting
+ * rows would copy the same columns twice. Which thread computes a unit does
+ * not change its bits. */
 static void plan(const bc_kernel_table *kt, size_t n, size_t oc, int nt, size_t *rh, size_t *cw)
 {
-    const size_t np = (oc + kt->gemm_nr - 1) / kt->gemm_nr, nb = (n + kt->gemm_mr - 1) / kt->gemm_mr;
+    const size_t nr = kt->gemm_nr > BC_PANEL ? kt->gemm_nr : BC_PANEL;
+    const size_t np = (oc + nr - 1) / nr, nb = (n + kt->gemm_mr - 1) / kt->gemm_mr;
     const size_t want = 4 * (size_t)nt;
-    size_t cpan = BC_NC / kt->gemm_nr, rb = nb;
+    size_t cpan = BC_NC / nr, rb = nb;
     size_t ncu = (np + cpan - 1) / cpan;
     while (ncu < want && cpan > 2) {
         cpan = (cpan + 1) / 2;
@@ -26,56 +28,48 @@ static void plan(const bc_kernel_table *kt, size_t n, size_t oc, int nt, size_t 
     while (ncu * ((nb + rb - 1) / rb) < want && rb * kt->gemm_mr >= 128)
         rb = (rb + 1) / 2;
     *rh = rb * kt->gemm_mr;
-    *cw = cpan * kt->gemm_nr;
+    *cw = cpan * nr;
 }
 
-// y (N,OC), x (N,C), w (OC,C), b (OC) or NULL, r (N,OC) or NULL (may be y); N <= BC_ROWS_MAX
-static void linear_rows(const bc_gemm *g, const bc_ctx *cx)
+typedef struct {
+    const bc_gemm *g;
+    const bc_kernel_table *kt;
+    const bc_ctx *cx;
+    size_t rh, cw, ncu;  /* unit rows and columns; column units */
+} lin_job;
+
+static void gemm_unit(const void *arg, size_t u, int t)
 {
-    const size_t group = cx->kt->rows_group;
-    const long long ng = (long long)((g->oc + group - 1) / group);
-    const int nt = bc_rt_threads(cx, 2.0 * (double)g->n * (double)g->c * (double)g->oc);
-    if (nt <= 1) {
-        cx->kt->rows_part(g, 0, g->oc);
-        return;
-    }
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt < ng ? nt : (int)ng)
-#endif
-    for (long long u = 0; u < ng; u++) {
-        const size_t o0 = (size_t)u * group;
-        cx->kt->rows_part(g, o0, o0 + group < g->oc ? o0 + group : g->oc);
-    }
+    const lin_job *j = arg;
+    const bc_gemm *g = j->g;
+    const size_t ci = u % j->ncu, ri = u / j->ncu;
+    const size_t o0 = ci * j->cw, n0 = ri * j->rh;
+    j->kt->gemm_part[g->wf](g, n0, n0 + j->rh < g->n ? n0 + j->rh : g->n, o0,
+                            o0 + j->cw < g->oc ? o0 + j->cw : g->oc, bc_rt_slice(j->cx, t));
 }
 
-// y (N,OC), x (N,C), w (OC,C), b (OC) or NULL, r (N,OC) or NULL (may be y)
-static void linear_gemm(const bc_gemm *g, const bc_ctx *cx)
+static void rows_unit(const void *arg, size_t u, int t)
 {
-    const bc_kernel_table *kt = cx->kt;
-    const size_t n = g->n, oc = g->oc;
-    const int nt = bc_rt_threads(cx, 2.0 * (double)n * (double)g->c * (double)oc);
-    if (nt <= 1) {
-        kt->gemm_part(g, 0, n, 0, oc, bc_rt_slice(cx, 0));
-        return;
-    }
-    size_t rh, cw;
-    plan(kt, n, oc, nt, &rh, &cw);
-    const size_t ncu = (oc + cw - 1) / cw, nru = (n + rh - 1) / rh;
-    const long long nu = (long long)(ncu * nru);
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt < nu ? nt : (int)nu)
-#endif
-    for (long long u = 0; u < nu; u++) {
-        const size_t ci = (size_t)u % ncu, ri = (size_t)u / ncu;
-        const size_t o0 = ci * cw, n0 = ri * rh;
-        kt->gemm_part(g, n0, n0 + rh < n ? n0 + rh : n, o0, o0 + cw < oc ? o0 + cw : oc,
-                      bc_rt_slice(cx, bc_rt_thread_num()));
-    }
+    const lin_job *j = arg;
+    const size_t o0 = u * j->cw;
+    j->kt->rows_part[j->g->wf](j->g, o0, o0 + j->cw < j->g->oc ? o0 + j->cw : j->g->oc);
 }
 
-// y (N,OC), x (N,C), w (OC,C), b (OC) or NULL, r (N,OC) or NULL (may be y)
-void bc_k_linear(float *y, const float *x, const float *w, const float *b, const float *r,
-                 size_t n, size_t c, size_t oc, int act, const bc_ctx *cx)
+/* Bytes of weights a linear streams. */
+static double weight_bytes(int wf, size_t c, size_t oc)
+{
+    const double per = wf == BC_WF_PANEL_BF16 ? 2.0 : wf == BC_WF_PANEL_Q8 ? 34.0 / 32.0 : 4.0;
+    return per * (double)c * (double)oc;
+}
+
+/* Decoding: columns in units of 64 (4 panels), at most a few per thread
+ * beyond that, so that a preempted helper holds little. */
+#define ROWS_UNIT 64
+
+// y (N,OC), x (N,C), w (OC,C) in layout wf, b (OC) or NULL, r (N,OC) or NULL (may be y)
+static void linear(float *y, const float *x, const void *w, int wf, const float *b,
+                   const float *r, size_t n, size_t c, size_t oc, int act, int few,
+                   const bc_ctx *cx)
 {
     if (n == 0 || oc == 0)
         return;
@@ -89,9 +83,38 @@ void bc_k_linear(float *y, const float *x, const float *w, const float *b, const
             }
         return;
     }
-    const bc_gemm g = {y, x, w, b, r, n, c, oc, act};
-    if (n <= BC_ROWS_MAX)
-        linear_rows(&g, cx);
-    else
-        linear_gemm(&g, cx);
+    const bc_gemm g = {y, x, w, b, r, n, c, oc, wf, act};
+    const bc_kernel_table *kt = cx->kt;
+    const int nt = bc_rt_threads(cx, 2.0 * (double)n * (double)c * (double)oc,
+                                 weight_bytes(wf, c, oc));
+    lin_job j = {&g, kt, cx, n, ROWS_UNIT, 0};
+    /* a caller's rows take dot products only through bc_k_linear_few */
+    if (n <= BC_ROWS_MAX && (wf != BC_WF_ROWS || few)) {
+        const size_t units = (oc + ROWS_UNIT - 1) / ROWS_UNIT;
+        if (nt <= 1) {
+            kt->rows_part[wf](&g, 0, oc);
+            return;
+        }
+        bc_rt_run(nt, units, rows_unit, &j);
+        return;
+    }
+    if (nt <= 1) {
+        kt->gemm_part[wf](&g, 0, n, 0, oc, bc_rt_slice(cx, 0));
+        return;
+    }
+    plan(kt, n, oc, nt, &j.rh, &j.cw);
+    j.ncu = (oc + j.cw - 1) / j.cw;
+    bc_rt_run(nt, j.ncu * ((n + j.rh - 1) / j.rh), gemm_unit, &j);
+}
+
+void bc_k_linear(float *y, const float *x, const void *w, int wf, const float *b,
+                 const float *r, size_t n, size_t c, size_t oc, int act, const bc_ctx *cx)
+{
+    linear(y, x, w, wf, b, r, n, c, oc, act, 0, cx);
+}
+
+void bc_k_linear_few(float *y, const float *x, const float *w, const float *b, size_t n,
+                     size_t c, size_t oc, const bc_ctx *cx)
+{
+    linear(y, x, w, BC_WF_ROWS, b, NULL, n, c, oc, BC_ACT_NONE, 1, cx);
 }

@@ -27,10 +27,10 @@ typedef struct {
  * when the thread exits). BC_OK, or BC_ENOMEM when it cannot be had. */
 int bc_rt_ctx(bc_ctx *cx, size_t d_head);
 
-/* Threads for a job of `flops` floating-point operations: 1 when the job is
- * too small to pay for waking a team, or when called inside a parallel
- * region; else the context's count. */
-int bc_rt_threads(const bc_ctx *cx, double flops);
+/* Threads for a job of `flops` floating-point operations streaming `bytes` of
+ * memory: 1 when the job is too small to pay for waking a helper, else the
+ * context's count. */
+int bc_rt_threads(const bc_ctx *cx, double flops, double bytes);
 
 /* Thread t's scratch (t < cx->threads). */
 static inline float *bc_rt_slice(const bc_ctx *cx, int t)
@@ -38,7 +38,22 @@ static inline float *bc_rt_slice(const bc_ctx *cx, int t)
     return cx->scratch + (size_t)t * cx->per_thread;
 }
 
-/* The calling OpenMP thread's number in its team (0 outside a parallel region). */
-int bc_rt_thread_num(void);
+/* One unit of a job: fn(arg, unit, thread), thread in [0, threads). */
+typedef void (*bc_unit_fn)(const void *arg, size_t unit, int thread);
+
+/* Run fn on every unit in [0, units) exactly once, on the calling thread (as
+ * thread 0) and up to threads-1 pool helpers (pool.c), and return when all are
+ * done. Units are claimed in increasing order by whichever thread is free, so
+ * a unit's result must depend only on the unit, never on the thread. Called
+ * while the pool is busy (from another thread, or from inside a unit), the
+ * job runs on the calling thread alone. */
+void bc_rt_run(int threads, size_t units, bc_unit_fn fn, const void *arg);
+
+/* The threads a job asking for `want` would get now (helpers are started on
+ * first use; 1 in a forked child or where helpers cannot be started). */
+int bc_rt_pool_threads(int want);
+
+/* Called in a forked child: the pool's helpers do not exist there. */
+void bc_rt_pool_forked(void);
 
 #endif

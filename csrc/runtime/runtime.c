@@ -1,18 +1,22 @@
 /* runtime.c: thread count, instruction-set dispatch and per-call contexts. */
+#if defined(__linux__)
+#define _GNU_SOURCE  /* sched_getaffinity */
+#else
 #define _POSIX_C_SOURCE 200809L
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
 #include "bc_core.h"
 #include "bc_rt.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #if !defined(_WIN32)
 #include <pthread.h>
+#include <unistd.h>
 #define BC_HAVE_PTHREAD 1
+#endif
+#if defined(__linux__)
+#include <sched.h>
 #endif
 
 /* Atomic int accesses: GCC/clang builtins; elsewhere (MSVC) aligned int
@@ -47,10 +51,12 @@ static int detect_best(void)
 {
 #ifdef BC_HAVE_X86_KERNELS
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2")
-        && __builtin_cpu_supports("fma"))
+    /* F16C converts q8_0's half-precision scales (every AVX2 CPU has it) */
+    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+                     && __builtin_cpu_supports("f16c");
+    if (avx2 && __builtin_cpu_supports("avx512f"))
         return BC_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    if (avx2)
         return BC_ISA_AVX2;
 #endif
     return BC_ISA_GENERIC;
@@ -124,23 +130,24 @@ int bc_set_isa(int isa)
 
 /* ---- threads ------------------------------------------------------------ */
 
-/* The most threads anyone may ask for (BLOCKC_NUM_THREADS, bc_set_num_threads):
- * OpenMP cannot start ~10^5 threads and would abort the process. */
+/* The most threads anyone may ask for (BLOCKC_NUM_THREADS, bc_set_num_threads). */
 #define BC_MAX_THREADS 4096
 
 static int g_threads = -1;  /* -1: not read yet; 0: the default; n: forced */
 static int g_forked = 0;    /* 1 in a child forked after the parent used blockc */
 
-/* BLOCKC_NUM_THREADS as a count in [1, BC_MAX_THREADS], or 0 (unset or invalid). */
-static int env_threads(void)
+/* Environment variable var as a count in [1, BC_MAX_THREADS], or 0 (unset or invalid). */
+static int env_count(const char *var)
 {
-    const char *s = getenv("BLOCKC_NUM_THREADS");
+    const char *s = getenv(var);
     if (!s || !*s)
         return 0;
     char *end;
     const long l = strtol(s, &end, 10);
     return *end == '\0' && l > 0 && l <= BC_MAX_THREADS ? (int)l : 0;
 }
+
+static int env_threads(void) { return env_count("BLOCKC_NUM_THREADS"); }
 
 static int threads_setting(void)
 {
@@ -152,44 +159,53 @@ static int threads_setting(void)
     return t;
 }
 
-/* The default without BLOCKC_NUM_THREADS: OpenMP's (OMP_NUM_THREADS or the
- * processors), capped at the processors this process may run on, so that a
- * huge OMP_NUM_THREADS cannot make the OpenMP runtime abort. */
-static int g_procs = -1;  /* omp_get_num_procs(), read once (it may be a system call) */
+/* The processors this process may run on (its affinity mask where the system
+ * has one), read once: it may be a system call. */
+static int g_procs = -1;
 
-static int default_threads(void)
+static int procs_now(void)
 {
-#ifdef _OPENMP
     int procs = BC_LOAD(&g_procs);
     if (procs < 0) {
-        const int p = omp_get_num_procs();
-        BC_INIT_ONCE(&g_procs, p < 1 ? 1 : p);
+        int p = 1;
+#if defined(__linux__) && defined(CPU_COUNT)
+        cpu_set_t set;
+        if (sched_getaffinity(0, sizeof set, &set) == 0)
+            p = CPU_COUNT(&set);
+#elif defined(BC_HAVE_PTHREAD) && defined(_SC_NPROCESSORS_ONLN)
+        p = (int)sysconf(_SC_NPROCESSORS_ONLN);
+#endif
+        BC_INIT_ONCE(&g_procs, p < 1 ? 1 : p > BC_MAX_THREADS ? BC_MAX_THREADS : p);
         procs = BC_LOAD(&g_procs);
     }
-    const int t = omp_get_max_threads();
-    return t < 1 ? 1 : t > procs ? procs : t;
-#else
-    return 1;
-#endif
+    return procs;
+}
+
+/* The default without BLOCKC_NUM_THREADS: OMP_NUM_THREADS if set (the usual way
+ * to ask numerical libraries for fewer threads), else the processors; never
+ * more than the processors, so a huge value asks for nothing impossible. */
+static int default_threads(void)
+{
+    const int procs = procs_now(), want = env_count("OMP_NUM_THREADS");
+    return want && want < procs ? want : procs;
 }
 
 static int threads_now(void)
 {
-#ifdef _OPENMP
     if (BC_LOAD(&g_forked))
         return 1;
     const int t = threads_setting();
     return t > 0 ? t : default_threads();
-#else
-    return 1;
-#endif
 }
 
 #ifdef BC_HAVE_PTHREAD
-/* A child forked after the parent ran OpenMP threads has none of them, and the
- * OpenMP runtime would wait forever for them: the child runs blockc on one
- * thread (the calling one) and never opens a parallel region. */
-static void at_fork_child(void) { BC_STORE(&g_forked, 1); }
+/* A child forked after the parent started the pool has none of its helpers:
+ * the child runs blockc on one thread (the calling one). */
+static void at_fork_child(void)
+{
+    BC_STORE(&g_forked, 1);
+    bc_rt_pool_forked();
+}
 static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
 static void fork_init(void) { (void)pthread_atfork(NULL, NULL, at_fork_child); }
 #endif
@@ -211,27 +227,16 @@ int bc_get_num_threads(int *n)
     return BC_OK;
 }
 
-/* Below this many flops a parallel region costs more than it saves. */
+/* Below this much work a second thread costs more than it saves: about 2 Mflop
+ * of arithmetic, or a quarter of a megabyte of weights streamed from memory. */
 #define BC_PAR_MIN_FLOPS 2.0e6
+#define BC_PAR_MIN_BYTES 262144.0
 
-int bc_rt_threads(const bc_ctx *cx, double flops)
+int bc_rt_threads(const bc_ctx *cx, double flops, double bytes)
 {
-    if (flops < BC_PAR_MIN_FLOPS || cx->threads <= 1)
+    if ((flops < BC_PAR_MIN_FLOPS && bytes < BC_PAR_MIN_BYTES) || cx->threads <= 1)
         return 1;
-#ifdef _OPENMP
-    if (omp_in_parallel())
-        return 1;  /* called from inside someone's parallel region: stay serial */
-#endif
     return cx->threads;
-}
-
-int bc_rt_thread_num(void)
-{
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
 }
 
 /* ---- per-thread scratch ------------------------------------------------- */

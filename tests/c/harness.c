@@ -97,6 +97,7 @@ int main(void)
 {
     test_core();
     test_engine();
+    test_pack();
     test_book();
     test_gpt();
     test_runtime();

@@ -45,6 +45,7 @@ void h_free_all(void);
 /* the sections, one per part header */
 void test_core(void);
 void test_engine(void);
+void test_pack(void);
 void test_book(void);
 void test_gpt(void);
 void test_runtime(void);

@@ -194,6 +194,42 @@ def _cases():
             lambda: lib.bc_stack_forward(fptr(out), fptr(hid), cptr(xb), cfg._c, arr, 0, 2, 5,
                                          fptr(work), work.size))
 
+    # -- packed weights
+    wp = f32(48, 40)
+    pk, n_pack = {}, ffi.new("size_t *")
+    for dt in (lib.BC_DTYPE_F32, lib.BC_DTYPE_BF16, lib.BC_DTYPE_Q8_0):
+        lib.bc_pack_size(n_pack, dt, 48, 40)
+        pk[dt] = np.zeros(int(n_pack[0]), np.uint8)
+    char = lambda a: ffi.from_buffer("char[]", a)  # noqa: E731
+
+    @case("bc_pack_size")
+    def _():
+        n = ffi.new("size_t *")
+        return alternate(lambda: lib.bc_pack_size(n, lib.BC_DTYPE_Q8_0, 48, 40),
+                         lambda: lib.bc_pack_size(n, 7, 48, 40))
+
+    @case("bc_pack")
+    def _():
+        q = pk[lib.BC_DTYPE_Q8_0]
+        return alternate(lambda: lib.bc_pack(char(q), q.size, cptr(wp), lib.BC_DTYPE_Q8_0, 48, 40),
+                         lambda: lib.bc_pack(char(q), q.size - 1, cptr(wp), lib.BC_DTYPE_Q8_0, 48, 40))
+
+    @case("bc_unpack")
+    def _():
+        q, out = pk[lib.BC_DTYPE_BF16], np.empty((48, 40), np.float32)
+        lib.bc_pack(char(q), q.size, cptr(wp), lib.BC_DTYPE_BF16, 48, 40)
+        return alternate(lambda: lib.bc_unpack(fptr(out), char(q), q.size, lib.BC_DTYPE_BF16, 48, 40),
+                         lambda: lib.bc_unpack(fptr(out), char(q), q.size, lib.BC_DTYPE_BF16, 0, 40))
+
+    @case("bc_linear_packed")
+    def _():
+        q, xl, yl = pk[lib.BC_DTYPE_Q8_0], f32(3, 40), np.empty((3, 48), np.float32)
+        lib.bc_pack(char(q), q.size, cptr(wp), lib.BC_DTYPE_Q8_0, 48, 40)
+        return alternate(
+            lambda: lib.bc_linear_packed(fptr(yl), cptr(xl), char(q), q.size, lib.BC_DTYPE_Q8_0,
+                                         ffi.NULL, 3, 40, 48),
+            lambda: lib.bc_linear_packed(fptr(yl), cptr(xl), char(q), q.size, 9, ffi.NULL, 3, 40, 48))
+
     # -- book mode
     def book_structs():
         gg = ffi.new("bc_rng *")
@@ -268,7 +304,7 @@ def _cases():
     model = blockc.GPT.random(gcfg, seed=0)
     cc = gcfg._c()
     bad_cc = ffi.new("bc_gpt_config *", dict(vocab=64, context=16, width=16, heads=3, layers=2,
-                                             eps=1e-5, tie_weights=1))
+                                             eps=1e-5, tie_weights=1, norm=lib.BC_NORM_LAYER))
     n_out = ffi.new("size_t *")
 
     @case("bc_gpt_config_check")
@@ -279,6 +315,10 @@ def _cases():
     def _():
         return alternate(lambda: lib.bc_gpt_param_count(n_out, cc), lambda: lib.bc_gpt_param_count(n_out, bad_cc))
 
+    @case("bc_gpt_param_bytes")
+    def _():
+        return alternate(lambda: lib.bc_gpt_param_bytes(n_out, cc), lambda: lib.bc_gpt_param_bytes(n_out, bad_cc))
+
     @case("bc_gpt_tensor_count")
     def _():
         return alternate(lambda: lib.bc_gpt_tensor_count(n_out, cc), lambda: lib.bc_gpt_tensor_count(n_out, bad_cc))
@@ -286,9 +326,11 @@ def _cases():
     @case("bc_gpt_tensor_info")
     def _():
         name = ffi.new("char[]", lib.BC_GPT_NAME_MAX)
-        off, nd, shp = ffi.new("size_t *"), ffi.new("size_t *"), ffi.new("size_t[2]")
-        return alternate(lambda: lib.bc_gpt_tensor_info(name, lib.BC_GPT_NAME_MAX, off, nd, shp, cc, 5),
-                         lambda: lib.bc_gpt_tensor_info(name, lib.BC_GPT_NAME_MAX, off, nd, shp, cc, 999))
+        off, nb, nd, shp = ffi.new("size_t *"), ffi.new("size_t *"), ffi.new("size_t *"), ffi.new("size_t[2]")
+        dt, pk = ffi.new("int *"), ffi.new("int *")
+        return alternate(
+            lambda: lib.bc_gpt_tensor_info(name, lib.BC_GPT_NAME_MAX, off, nb, dt, pk, nd, shp, cc, 5),
+            lambda: lib.bc_gpt_tensor_info(name, lib.BC_GPT_NAME_MAX, off, nb, dt, pk, nd, shp, cc, 999))
 
     @case("bc_gpt_cache_size")
     def _():
@@ -307,7 +349,7 @@ def _cases():
         lib.bc_gpt_workspace_size(n_out, cc, 2, 8, ffi.NULL)
         work = np.empty(n_out[0], np.float32)
         logits = np.empty((2, 8, 64), np.float32)
-        p = cptr(model.params)
+        p = ffi.from_buffer("char[]", model.params, False)
 
         def fwd(i):
             return lib.bc_gpt_forward(fptr(logits), ffi.NULL, ffi.NULL, p, cc,

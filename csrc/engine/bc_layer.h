@@ -1,0 +1,69 @@
+/* bc_layer.h: INTERNAL. One transformer layer at runtime sizes, every variant
+ * the chapters and the checkpoints use, on the shared kernels: the dynamic
+ * block (block.c) and every layer of the whole model (gpt.c) run this.
+ *
+ * pre:  x = x + attn(norm1(x));  x = x + ffn(norm2(x))
+ * post: x = norm1(x + attn(x));  x = norm2(x + ffn(x))      (the 2017 original)
+ * residual = 0 drops the "x +". attn: one packed linear to q (H heads), k and v
+ * (KV heads each, grouped-query when KV < H), rotary embeddings on q and k
+ * (rope), the keys and values stored into a cache when there is one,
+ * attention (query head h reads K/V head h / (H/KV)), then the output
+ * projection. ffn: down(act(up(x))), or down(silu(gate(x)) * up(x)) (swiglu).
+ * Every check is the caller's; this only computes.
+ */
+#ifndef BC_LAYER_H
+#define BC_LAYER_H
+
+#include <stddef.h>
+#include "kernels.h"
+
+typedef struct {
+    size_t d;          /* D: the residual stream's width */
+    size_t heads;      /* H query heads */
+    size_t kv_heads;   /* KV heads of K and V (divides H) */
+    size_t head_dim;   /* Dh (even with rope) */
+    size_t d_ff;       /* F */
+    int norm;          /* BC_NORM_* */
+    int placement;     /* BC_PLACE_* */
+    int activation;    /* BC_ACT_GELU_TANH, _GELU, _RELU or _SWIGLU */
+    int causal;
+    int residual;
+    float eps;
+} bc_layer_cfg;
+
+/* A weight matrix: its data and layout (BC_WF_*). */
+typedef struct {
+    const void *p;
+    int wf;
+} bc_mat;
+
+/* One layer's weights: qkv ((H + 2 KV) Dh, D), proj (D, H Dh), up and gate
+ * (F, D), down (D, F); every vector may be NULL (absent: no bias, unit gain,
+ * no shift), gate only with swiglu. */
+typedef struct {
+    bc_mat qkv, proj, up, gate, down;
+    const float *qkv_b, *proj_b, *up_b, *gate_b, *down_b;
+    const float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
+} bc_layer_w;
+
+/* Where this call's positions sit: pos0 (the first one), the rotary angles of
+ * the T positions (cs, bc_k_rope_table; NULL: no rotary embeddings), and the
+ * cache (k, v: for each of the B sequences cap rows of KV Dh floats, the call's
+ * rows stored at pos0..pos0+T-1 and attention reading rows 0..pos0+T-1; NULL:
+ * no cache, keys and values are the call's own). */
+typedef struct {
+    size_t pos0;
+    const float *cs;
+    float *k, *v;
+    size_t cap;
+} bc_layer_pos;
+
+/* Floats of workspace bc_layer_forward needs for n = B*T rows; BC_OK or BC_EOVERFLOW. */
+int bc_layer_work(size_t *n_floats, const bc_layer_cfg *c, size_t n);
+
+/* y (B,T,D) = the layer applied to x (B,T,D); y may be x. */
+void bc_layer_forward(float *y, const float *x, const bc_layer_cfg *c, const bc_layer_w *w,
+                      const bc_layer_pos *pos, size_t b, size_t t, float *work,
+                      const bc_ctx *cx);
+
+#endif

@@ -1,0 +1,143 @@
+/* layer.c: one transformer layer (bc_layer.h), every variant, on the shared
+ * kernels. The residual additions are fused into the epilogues of the output
+ * and down projections; the activation into the up projection's. */
+#include <string.h>
+
+#include "bc_check.h"
+#include "bc_layer.h"
+
+/* The workspace (floats), n = B*T rows: xn (n,D) the normed input; sub (n,D)
+ * the sums of a post-norm layer; then one region the two sublayers take in
+ * turn: att (n,H Dh) and qkv (n,(H+2KV) Dh) for attention, hid (n,F) and
+ * gat (n,F, swiglu only) for the MLP. */
+typedef struct {
+    size_t xn, sub, att, qkv, hid, gat, total;
+} parts;
+
+static int carve(parts *p, const bc_layer_cfg *c, size_t n)
+{
+    size_t nd, na, nq, nf, attn, mlp, at;
+    int st;
+    if ((st = bc_mul(&nd, n, c->d)) || (st = bc_mul(&na, n, c->heads * c->head_dim))
+        || (st = bc_mul(&nq, n, (c->heads + 2 * c->kv_heads) * c->head_dim))
+        || (st = bc_mul(&nf, n, c->d_ff)) || (st = bc_add(&attn, na, nq))
+        || (st = bc_mul(&mlp, nf, c->activation == BC_ACT_SWIGLU ? 2 : 1)))
+        return st;
+    if ((st = bc_add(&at, nd, c->placement == BC_PLACE_POST ? nd : 0)))
+        return st;
+    p->xn = 0;
+    p->sub = nd;
+    p->att = at;
+    p->qkv = at + na;
+    p->hid = at;
+    p->gat = at + nf;
+    return bc_add(&p->total, at, attn > mlp ? attn : mlp);
+}
+
+int bc_layer_work(size_t *n_floats, const bc_layer_cfg *c, size_t n)
+{
+    parts p;
+    const int st = carve(&p, c, n);
+    if (!st)
+        *n_floats = p.total;
+    return st;
+}
+
+// y (N,D), x (N,D), g (D) or NULL, b (D) or NULL; y may be x
+static void norm(float *y, const float *x, const float *g, const float *b,
+                 const bc_layer_cfg *c, size_t n, const bc_ctx *cx)
+{
+    if (c->norm == BC_NORM_RMS)
+        bc_k_rmsnorm(y, x, g, n, c->d, c->eps, cx);
+    else if (c->norm == BC_NORM_LAYER)
+        bc_k_layernorm(y, x, g, b, n, c->d, c->eps, cx);
+    else if (y != x)
+        memcpy(y, x, n * c->d * sizeof(float));
+}
+
+// cache rows (T, KV Dh) at dst <- src (T, .) row stride lds
+static void cache_store(float *dst, const float *src, size_t lds, size_t t, size_t w)
+{
+    for (size_t i = 0; i < t; i++)
+        memcpy(dst + i * w, src + i * lds, w * sizeof(float));
+}
+
+// out (N,D) = r + proj(attention(qkv(a (N,D)))); r (N,D) or NULL, may be out
+static void attn_sublayer(float *out, const float *a, const float *r, const bc_layer_cfg *c,
+                          const bc_layer_w *w, const bc_layer_pos *pos, size_t b, size_t t,
+                          float *qkv, float *att, const bc_ctx *cx)
+{
+    const size_t n = b * t, dh = c->head_dim, qw = c->heads * dh, kw = c->kv_heads * dh;
+    const size_t ld = qw + 2 * kw;
+    bc_k_linear(qkv, a, w->qkv.p, w->qkv.wf, w->qkv_b, NULL, n, c->d, ld, BC_ACT_NONE, cx);
+    for (size_t s = 0; s < b; s++) {
+        float *q = qkv + s * t * ld;
+        const float *k = q + qw, *v = q + qw + kw;
+        size_t ldk = ld, tk = t;
+        if (pos->cs) {
+            bc_k_rope(q, ld, t, c->heads, dh, pos->cs, cx);
+            bc_k_rope(q + qw, ld, t, c->kv_heads, dh, pos->cs, cx);
+        }
+        if (pos->k) {
+            float *kc = pos->k + s * pos->cap * kw, *vc = pos->v + s * pos->cap * kw;
+            cache_store(kc + pos->pos0 * kw, k, ld, t, kw);
+            cache_store(vc + pos->pos0 * kw, v, ld, t, kw);
+            k = kc;
+            v = vc;
+            ldk = kw;
+            tk = pos->pos0 + t;
+        }
+        bc_k_attention(att + s * t * qw, qw, q, ld, k, ldk, v, ldk, t, tk, c->heads, c->kv_heads,
+                       dh, pos->pos0, c->causal != 0, cx);
+    }
+    bc_k_linear(out, att, w->proj.p, w->proj.wf, w->proj_b, r, n, qw, c->d, BC_ACT_NONE, cx);
+}
+
+// out (N,D) = r + down(act(up(a))) or r + down(silu(gate(a)) * up(a)); r (N,D) or NULL,
+// may be out
+static void ffn_sublayer(float *out, const float *a, const float *r, const bc_layer_cfg *c,
+                         const bc_layer_w *w, size_t n, float *hid, float *gat, const bc_ctx *cx)
+{
+    if (c->activation == BC_ACT_SWIGLU) {
+        bc_k_linear(hid, a, w->up.p, w->up.wf, w->up_b, NULL, n, c->d, c->d_ff, BC_ACT_NONE, cx);
+        bc_k_linear(gat, a, w->gate.p, w->gate.wf, w->gate_b, NULL, n, c->d, c->d_ff,
+                    BC_ACT_NONE, cx);
+        bc_k_swiglu(hid, gat, hid, n * c->d_ff, cx);
+    } else {
+        bc_k_linear(hid, a, w->up.p, w->up.wf, w->up_b, NULL, n, c->d, c->d_ff, c->activation,
+                    cx);
+    }
+    bc_k_linear(out, hid, w->down.p, w->down.wf, w->down_b, r, n, c->d_ff, c->d, BC_ACT_NONE, cx);
+}
+
+// y (B,T,D), x (B,T,D); y may be x
+void bc_layer_forward(float *y, const float *x, const bc_layer_cfg *c, const bc_layer_w *w,
+                      const bc_layer_pos *pos, size_t b, size_t t, float *work,
+                      const bc_ctx *cx)
+{
+    parts p;
+    const size_t n = b * t;
+    carve(&p, c, n);  /* checked by the caller's bc_layer_work */
+    float *xn = work + p.xn, *sub = work + p.sub, *att = work + p.att, *qkv = work + p.qkv;
+    float *hid = work + p.hid, *gat = work + p.gat;
+    const int res = c->residual != 0;
+    if (c->placement == BC_PLACE_PRE) {
+        const float *a = x;
+        if (c->norm != BC_NORM_NONE) {
+            norm(xn, x, w->ln1_w, w->ln1_b, c, n, cx);
+            a = xn;
+        }
+        attn_sublayer(y, a, res ? x : NULL, c, w, pos, b, t, qkv, att, cx);  /* x dead now */
+        a = y;
+        if (c->norm != BC_NORM_NONE) {
+            norm(xn, y, w->ln2_w, w->ln2_b, c, n, cx);
+            a = xn;
+        }
+        ffn_sublayer(y, a, res ? y : NULL, c, w, n, hid, gat, cx);
+    } else {
+        attn_sublayer(sub, x, res ? x : NULL, c, w, pos, b, t, qkv, att, cx);
+        norm(y, sub, w->ln1_w, w->ln1_b, c, n, cx);
+        ffn_sublayer(sub, y, res ? y : NULL, c, w, n, hid, gat, cx);
+        norm(y, sub, w->ln2_w, w->ln2_b, c, n, cx);
+    }
+}

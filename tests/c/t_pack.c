@@ -1,0 +1,198 @@
+/* t_pack.c: packed weight matrices (bc_engine.h): sizes, packing and unpacking
+ * (the quantisers' rules), and the linear on them. */
+#include <math.h>
+#include <string.h>
+
+#include "harness.h"
+
+#define NB(n) ((n) * sizeof(float))
+
+static const int DTYPES[3] = {BC_DTYPE_F32, BC_DTYPE_BF16, BC_DTYPE_Q8_0};
+
+static size_t packed(int dtype, size_t rows, size_t cols)
+{
+    size_t n = 0;
+    EXPECT_STATUS(BC_OK, bc_pack_size(&n, dtype, rows, cols));
+    return n;
+}
+
+static void size_checks(void)
+{
+    size_t *n = h_alloc_bytes(sizeof *n);
+    EXPECT_STATUS(BC_ENULL, bc_pack_size(NULL, BC_DTYPE_F32, 4, 4));
+    EXPECT_STATUS(BC_ESIZE, bc_pack_size(n, BC_DTYPE_F32, 0, 4));
+    EXPECT_STATUS(BC_ESIZE, bc_pack_size(n, BC_DTYPE_Q8_0, 4, 0));
+    const int bad[] = {-1, 3, 99};
+    for (int i = 0; i < 3; i++)
+        EXPECT_STATUS(BC_EOPTION, bc_pack_size(n, bad[i], 4, 4));
+    EXPECT_STATUS(BC_EOVERFLOW, bc_pack_size(n, BC_DTYPE_F32, H_NEG, 4));
+    EXPECT_STATUS(BC_EOVERFLOW, bc_pack_size(n, BC_DTYPE_BF16, H_HALF, 2));
+    EXPECT_STATUS(BC_EOVERFLOW, bc_pack_size(n, BC_DTYPE_Q8_0, (size_t)1 << 30, (size_t)1 << 30));
+    EXPECT(h_untouched(n, sizeof *n));
+    /* whole panels of 16 rows; q8_0: whole blocks of 32 columns, 34 bytes each */
+    EXPECT(packed(BC_DTYPE_F32, 17, 5) == 32 * 5 * 4);
+    EXPECT(packed(BC_DTYPE_BF16, 16, 5) == 16 * 5 * 2);
+    EXPECT(packed(BC_DTYPE_Q8_0, 16, 32) == 16 * 34);
+    EXPECT(packed(BC_DTYPE_Q8_0, 3, 33) == 16 * 2 * 34);
+    EXPECT(packed(BC_DTYPE_Q8_0, 768, 3072) == 768 * 96 * 34);
+}
+
+/* pack then unpack: float32 exactly; bfloat16 the round-to-nearest-even of
+ * each weight; q8_0 llama.cpp's blocks (q * d, |error| <= d / 2 + rounding). */
+static void roundtrip_checks(size_t rows, size_t cols)
+{
+    const size_t n = rows * cols;
+    float *w = h_alloc(n), *back = h_alloc(n);
+    h_fill(w, n, (uint32_t)(rows * 31 + cols), 2.0f);
+    for (int k = 0; k < 3; k++) {
+        const int dt = DTYPES[k];
+        const size_t nb = packed(dt, rows, cols);
+        unsigned char *p = h_alloc_bytes(nb);
+        EXPECT_STATUS(BC_OK, bc_pack(p, nb, w, dt, rows, cols));
+        EXPECT(h_guard_ok(p, nb));
+        h_refill(back, NB(n));
+        EXPECT_STATUS(BC_OK, bc_unpack(back, p, nb, dt, rows, cols));
+        EXPECT(h_guard_ok(back, NB(n)));
+        for (size_t i = 0; i < rows; i++) {
+            float amax = 0.0f;  /* of the row's first block, for the q8_0 bound */
+            for (size_t j = 0; j < cols && j < 32; j++)
+                amax = fmaxf(amax, fabsf(w[i * cols + j]));
+            for (size_t j = 0; j < cols; j++) {
+                const float a = w[i * cols + j], b = back[i * cols + j];
+                if (dt == BC_DTYPE_F32) {
+                    EXPECT(memcmp(&a, &b, 4) == 0);
+                } else if (dt == BC_DTYPE_BF16) {
+                    uint32_t u, v;
+                    memcpy(&u, &a, 4);
+                    memcpy(&v, &b, 4);
+                    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+                    EXPECT(v == r);
+                } else if (j < 32) {
+                    /* half a step, plus the scale rounded to a half: 127 d 2^-11 */
+                    EXPECT(fabsf(a - b) <= amax / 127.0f * (0.5f + 127.0f / 2048.0f) + 1e-7f);
+                }
+            }
+        }
+    }
+}
+
+static void pack_hostile_checks(void)
+{
+    enum { R = 5, C = 40 };
+    float *w = h_alloc(R * C);
+    h_fill(w, R * C, 3, 1.0f);
+    const size_t nq = packed(BC_DTYPE_Q8_0, R, C);
+    unsigned char *q = h_alloc_bytes(nq);
+    EXPECT_STATUS(BC_ENULL, bc_pack(NULL, nq, w, BC_DTYPE_Q8_0, R, C));
+    EXPECT_STATUS(BC_ENULL, bc_pack(q, nq, NULL, BC_DTYPE_Q8_0, R, C));
+    EXPECT_STATUS(BC_ESIZE, bc_pack(q, nq, w, BC_DTYPE_Q8_0, 0, C));
+    EXPECT_STATUS(BC_EOPTION, bc_pack(q, nq, w, 7, R, C));
+    EXPECT_STATUS(BC_EWORKSPACE, bc_pack(q, nq - 1, w, BC_DTYPE_Q8_0, R, C));
+    EXPECT_STATUS(BC_EOVERFLOW, bc_pack(q, nq, w, BC_DTYPE_Q8_0, H_NEG, C));
+    EXPECT_STATUS(BC_EALIAS, bc_pack((unsigned char *)w + 8, nq, w, BC_DTYPE_F32, 1, 4));
+    /* q8_0 cannot hold a non-finite weight, nor one whose scale overflows a half */
+    const float bad[] = {NAN, INFINITY, -INFINITY, 1e7f * 0.9f * 10.0f};
+    for (int i = 0; i < 4; i++) {
+        const float keep = w[R * C - 1];
+        w[R * C - 1] = bad[i];
+        EXPECT_STATUS(BC_EVALUE, bc_pack(q, nq, w, BC_DTYPE_Q8_0, R, C));
+        w[R * C - 1] = keep;
+    }
+    EXPECT(h_untouched(q, nq));
+    /* ... which bfloat16 and float32 keep */
+    w[0] = NAN;
+    w[1] = INFINITY;
+    const size_t nb = packed(BC_DTYPE_BF16, R, C);
+    unsigned char *b = h_alloc_bytes(nb);
+    float *back = h_alloc(R * C);
+    EXPECT_STATUS(BC_OK, bc_pack(b, nb, w, BC_DTYPE_BF16, R, C));
+    EXPECT_STATUS(BC_OK, bc_unpack(back, b, nb, BC_DTYPE_BF16, R, C));
+    EXPECT(isnan(back[0]) && isinf(back[1]) && back[1] > 0);
+    /* unpack */
+    EXPECT_STATUS(BC_ENULL, bc_unpack(NULL, b, nb, BC_DTYPE_BF16, R, C));
+    EXPECT_STATUS(BC_ENULL, bc_unpack(back, NULL, nb, BC_DTYPE_BF16, R, C));
+    EXPECT_STATUS(BC_EWORKSPACE, bc_unpack(back, b, nb - 2, BC_DTYPE_BF16, R, C));
+    EXPECT_STATUS(BC_EOPTION, bc_unpack(back, b, nb, -1, R, C));
+    EXPECT_STATUS(BC_ESIZE, bc_unpack(back, b, nb, BC_DTYPE_BF16, R, 0));
+    EXPECT_STATUS(BC_EALIAS, bc_unpack((float *)b, b, nb, BC_DTYPE_BF16, R, C));
+    /* zero and tiny blocks quantise to exact zeros and representable scales */
+    float *z = h_alloc(32);
+    for (int i = 0; i < 32; i++)
+        z[i] = i < 16 ? 0.0f : 1e-30f;
+    const size_t nz = packed(BC_DTYPE_Q8_0, 1, 32);
+    unsigned char *qz = h_alloc_bytes(nz);
+    float *zb = h_alloc(32);
+    EXPECT_STATUS(BC_OK, bc_pack(qz, nz, z, BC_DTYPE_Q8_0, 1, 32));
+    EXPECT_STATUS(BC_OK, bc_unpack(zb, qz, nz, BC_DTYPE_Q8_0, 1, 32));
+    for (int i = 0; i < 32; i++)
+        EXPECT(zb[i] == 0.0f || fabsf(zb[i] - z[i]) < 1e-30f);
+}
+
+/* The linear on packed weights: the unpacked matrix's product (the same
+ * float32 weights, to float32 tolerance), and the same bits for any number of
+ * rows: one row streams the panels, many run the GEMM. */
+static void linear_checks(size_t n, size_t c, size_t oc)
+{
+    float *x = h_alloc(n * c), *w = h_alloc(oc * c), *b = h_alloc(oc), *y = h_alloc(n * oc);
+    float *wu = h_alloc(oc * c), *ref = h_alloc(n * oc), *row = h_alloc(oc);
+    h_fill(x, n * c, 11, 1.0f);
+    h_fill(w, oc * c, 12, 0.5f);
+    h_fill(b, oc, 13, 0.5f);
+    for (int k = 0; k < 3; k++) {
+        const int dt = DTYPES[k];
+        const size_t nb = packed(dt, oc, c);
+        unsigned char *p = h_alloc_bytes(nb);
+        EXPECT_STATUS(BC_OK, bc_pack(p, nb, w, dt, oc, c));
+        EXPECT_STATUS(BC_OK, bc_unpack(wu, p, nb, dt, oc, c));
+        EXPECT_STATUS(BC_OK, bc_linear(ref, x, wu, b, n, c, oc));
+        EXPECT_STATUS(BC_OK, bc_linear_packed(y, x, p, nb, dt, b, n, c, oc));
+        EXPECT(h_guard_ok(y, NB(n * oc)));
+        for (size_t i = 0; i < n * oc; i++)
+            EXPECT(fabsf(y[i] - ref[i]) <= 1e-4f * (1.0f + fabsf(ref[i])) * sqrtf((float)c));
+        for (size_t i = 0; i < n; i++) {
+            EXPECT_STATUS(BC_OK, bc_linear_packed(row, x + i * c, p, nb, dt, b, 1, c, oc));
+            EXPECT(memcmp(row, y + i * oc, NB(oc)) == 0);
+        }
+    }
+}
+
+static void linear_hostile_checks(void)
+{
+    enum { N = 3, C = 20, OC = 18 };
+    float *x = h_alloc(N * C), *w = h_alloc(OC * C), *y = h_alloc(N * OC);
+    h_fill(w, OC * C, 5, 1.0f);
+    h_fill(x, N * C, 6, 1.0f);
+    const size_t nb = packed(BC_DTYPE_Q8_0, OC, C);
+    unsigned char *p = h_alloc_bytes(nb);
+    EXPECT_STATUS(BC_OK, bc_pack(p, nb, w, BC_DTYPE_Q8_0, OC, C));
+    EXPECT_STATUS(BC_ENULL, bc_linear_packed(NULL, x, p, nb, BC_DTYPE_Q8_0, NULL, N, C, OC));
+    EXPECT_STATUS(BC_ENULL, bc_linear_packed(y, NULL, p, nb, BC_DTYPE_Q8_0, NULL, N, C, OC));
+    EXPECT_STATUS(BC_ENULL, bc_linear_packed(y, x, NULL, nb, BC_DTYPE_Q8_0, NULL, N, C, OC));
+    EXPECT_STATUS(BC_ESIZE, bc_linear_packed(y, x, p, nb, BC_DTYPE_Q8_0, NULL, 0, C, OC));
+    EXPECT_STATUS(BC_ESIZE, bc_linear_packed(y, x, p, nb, BC_DTYPE_Q8_0, NULL, N, 0, OC));
+    EXPECT_STATUS(BC_EOPTION, bc_linear_packed(y, x, p, nb, 5, NULL, N, C, OC));
+    EXPECT_STATUS(BC_EWORKSPACE, bc_linear_packed(y, x, p, nb - 1, BC_DTYPE_Q8_0, NULL, N, C, OC));
+    /* a buffer of the right size for another dtype is still checked against this one */
+    EXPECT_STATUS(BC_EWORKSPACE, bc_linear_packed(y, x, p, nb, BC_DTYPE_F32, NULL, N, C, OC));
+    EXPECT_STATUS(BC_EOVERFLOW, bc_linear_packed(y, x, p, nb, BC_DTYPE_Q8_0, NULL, H_NEG, C, OC));
+    EXPECT_STATUS(BC_EOVERFLOW, bc_linear_packed(y, x, p, nb, BC_DTYPE_Q8_0, NULL, N, C, H_HALF));
+    EXPECT_STATUS(BC_EALIAS, bc_linear_packed(x + 1, x, p, nb, BC_DTYPE_Q8_0, NULL, N, C, OC));
+    EXPECT_STATUS(BC_EALIAS, bc_linear_packed((float *)p, x, p, nb, BC_DTYPE_Q8_0, NULL, N, C, OC));
+    EXPECT_STATUS(BC_EALIAS, bc_linear_packed(y, x, p, nb, BC_DTYPE_Q8_0, y + 2, N, C, OC));
+    EXPECT(h_untouched(y, NB(N * OC)));
+}
+
+void test_pack(void)
+{
+    size_checks();
+    const size_t shapes[][2] = {{1, 1}, {3, 5}, {16, 32}, {17, 33}, {40, 100}, {5, 64}};
+    for (int i = 0; i < 6; i++)
+        roundtrip_checks(shapes[i][0], shapes[i][1]);
+    pack_hostile_checks();
+    /* rows across the decoding limit, columns across panels, K across blocks */
+    const size_t lin[][3] = {{1, 5, 3}, {2, 33, 17}, {3, 64, 16}, {4, 100, 65}, {7, 300, 40},
+                             {1, 520, 33}, {20, 257, 130}};
+    for (int i = 0; i < 7; i++)
+        linear_checks(lin[i][0], lin[i][1], lin[i][2]);
+    linear_hostile_checks();
+}
