@@ -12,14 +12,9 @@
 #include "bc_engine.h"
 #include "bc_half.h"
 #include "bc_pack.h"
-#include "kernels.h"
+#include "kernels.h"  /* bc_dispatch.h: the q8_0 block */
 
 #define PW BC_PANEL
-
-typedef struct {
-    uint16_t d[PW];
-    int8_t q[32][PW];
-} q8_panel_block;  /* the layout fast_tmpl.h reads (544 bytes) */
 
 int bc_packed_bytes(size_t *out, int dtype, size_t rows, size_t cols)
 {
@@ -118,7 +113,7 @@ int bc_pack(void *out, size_t out_bytes, const float *w, int dtype, size_t rows,
                 for (size_t k = 0; k < cols; k++)
                     h[k * PW + l] = bc_f32_to_bf16(row[k]);
             } else {
-                q8_panel_block *bl = (q8_panel_block *)panel;
+                bc_q8_block *bl = (bc_q8_block *)panel;
                 for (size_t k0 = 0; k0 < cols; k0 += 32, bl++)
                     q8_block(&bl->d[l], &bl->q[0][l], PW, row + k0,
                              cols - k0 < 32 ? cols - k0 : 32);
@@ -143,9 +138,9 @@ void bc_packed_row(float *out, const void *packed, int dtype, size_t rows, size_
         for (size_t k = 0; k < cols; k++)
             out[k] = bc_bf16_to_f32(h[k * PW + l]);
     } else {
-        const q8_panel_block *bl = (const q8_panel_block *)panel;
+        const bc_q8_block *bl = (const bc_q8_block *)panel;
         for (size_t k = 0; k < cols; k++) {
-            const q8_panel_block *b = bl + k / 32;
+            const bc_q8_block *b = bl + k / 32;
             out[k] = bc_half_to_f32(b->d[l]) * (float)b->q[k % 32][l];
         }
     }

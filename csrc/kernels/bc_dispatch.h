@@ -14,6 +14,7 @@
 #define BC_DISPATCH_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "bc_engine.h"  /* BC_DTYPE_* */
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -30,6 +31,12 @@
 
 /* Outputs per panel of a packed matrix (bc_engine.h), on every instruction set. */
 #define BC_PANEL 16
+
+/* One block of a q8_0 packed matrix (bc_engine.h): a panel's 16 rows, 32 columns. */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' scales (IEEE halves) */
+    int8_t q[32][BC_PANEL];     /* q[k][row] */
+} bc_q8_block;
 
 /* GEMM blocking, shared by every instruction set so that the order of the
  * sums (the K blocks) is a property of the problem, not of the machine. */

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
+#include "bc_half.h"
 #include "kernels.h"
 
 /* Forced inlining: the register tricks below (a transpose through arrays of
@@ -118,7 +119,6 @@ static inline V vload_bf16(const uint16_t *p)
     const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
 }
-static inline float bc_half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 /* VL IEEE halves -> float */
 static inline V vload_half(const uint16_t *p)
 {
@@ -229,7 +229,6 @@ static inline V vload_bf16(const uint16_t *p)
     const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
 }
-static inline float bc_half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 static inline V vload_half(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 /* The sums of VL vectors: lane j = the lanes of a[j] added in the fixed tree
  * ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)). */
@@ -274,10 +273,8 @@ static inline V vload_i8(const int8_t *p) { V r; for (int i = 0; i < 4; i++) r.f
 static inline V vload_bf16(const uint16_t *p)
 {
     V r;
-    for (int i = 0; i < 4; i++) {
-        const uint32_t u = (uint32_t)p[i] << 16;
-        memcpy(&r.f[i], &u, sizeof u);
-    }
+    for (int i = 0; i < 4; i++)
+        r.f[i] = bc_bf16_to_f32(p[i]);
     return r;
 }
 /* lane j = (a[j].0 + a[j].1) + (a[j].2 + a[j].3) */
@@ -288,29 +285,11 @@ static inline V vsum_lanes(const V a[VL])
         r.f[j] = (a[j].f[0] + a[j].f[1]) + (a[j].f[2] + a[j].f[3]);
     return r;
 }
-/* IEEE half -> float, exactly (normals, subnormals, inf, NaN) */
-static inline float bc_half_to_float(uint16_t h)
-{
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    uint32_t u;
-    if (e == 31)
-        u = sign | 0x7f800000u | (m << 13);
-    else if (e)
-        u = sign | ((e + 112) << 23) | (m << 13);
-    else {
-        const float f = (float)m * 5.9604644775390625e-8f;  /* m * 2^-24, exact */
-        memcpy(&u, &f, sizeof u);
-        u |= sign;
-    }
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 static inline V vload_half(const uint16_t *p)
 {
     V r;
     for (int i = 0; i < 4; i++)
-        r.f[i] = bc_half_to_float(p[i]);
+        r.f[i] = bc_half_to_f32(p[i]);
     return r;
 }
 #endif

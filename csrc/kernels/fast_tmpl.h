@@ -39,11 +39,6 @@ static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 #define PW BC_PANEL  /* panel width, the same on every instruction set */
 #define VPP (PW / VL) /* vectors per panel: 1 (AVX-512), 2 (AVX2), 4 */
 
-typedef struct {
-    uint16_t d[PW];        /* the panel's q8_0 scales of this block of 32 k (halves) */
-    int8_t q[32][PW];      /* q[k][lane] */
-} q8_panel_block;
-
 /* Column o, row k of a float32 panel matrix whose panels hold kc rows. */
 static inline const float *pcol(const float *base, size_t kc, size_t o)
 {
@@ -83,7 +78,7 @@ BC_INLINE V pvec(const int wf, const unsigned char *panel, size_t c, size_t k, s
         return vload((const float *)panel + k * PW + lane0);
     if (wf == BC_WF_PANEL_BF16)
         return vload_bf16((const uint16_t *)panel + k * PW + lane0);
-    const q8_panel_block *bl = (const q8_panel_block *)panel + k / 32;
+    const bc_q8_block *bl = (const bc_q8_block *)panel + k / 32;
     return vmul(vload_i8(&bl->q[k % 32][lane0]), d);
 }
 
@@ -92,14 +87,14 @@ BC_INLINE V pscale(const int wf, const unsigned char *panel, size_t k, size_t la
 {
     if (wf != BC_WF_PANEL_Q8)
         return vzero();
-    return vload_half(((const q8_panel_block *)panel + k / 32)->d + lane0);
+    return vload_half(((const bc_q8_block *)panel + k / 32)->d + lane0);
 }
 
 /* Bytes of one panel of c rows. */
 static inline size_t panel_bytes(int wf, size_t c)
 {
     return wf == BC_WF_PANEL_F32 ? c * PW * 4 : wf == BC_WF_PANEL_BF16 ? c * PW * 2
-                                              : (c + 31) / 32 * sizeof(q8_panel_block);
+                                              : (c + 31) / 32 * sizeof(bc_q8_block);
 }
 
 /* bp (nc columns of kc rows as float32 panels) <- columns o0.. (a multiple of
