@@ -75,7 +75,7 @@ void bc_rt_pool_forked(void) {}
 #else
 
 #define MAX_HELPERS 4095
-#define SPIN_NS 1000000L   /* a helper spins this long after its last job, then sleeps */
+#define SPIN_NS 300000L    /* a helper spins this long after its last job, then sleeps */
 
 static struct {
     pthread_mutex_t mu;          /* guards helper creation and sleeping */
@@ -92,7 +92,8 @@ static struct {
     int threads;                 /* helpers 1..threads-1 take part */
     uint64_t next;               /* (job number << 32) | next unclaimed unit */
     uint64_t done;               /* units finished */
-} P = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    long long serial_until;      /* jobs run on the caller alone until then (judge) */
+} P = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 
 static long long now_ns(void)
 {
@@ -101,19 +102,60 @@ static long long now_ns(void)
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* Claim and run units of job number id (fields fn, arg, units) until none is left. */
-static void work(uint32_t id, bc_unit_fn fn, const void *arg, uint64_t units, int t)
+/* Claim and run units of job number id (fields fn, arg, units) until none is
+ * left; the number run. */
+static uint64_t work(uint32_t id, bc_unit_fn fn, const void *arg, uint64_t units, int t)
 {
-    uint64_t w = LOAD(&P.next);
+    uint64_t w = LOAD(&P.next), ran = 0;
     for (;;) {
         if ((uint32_t)(w >> 32) != id || (w & 0xffffffffu) >= units)
-            return;
+            return ran;
         if (CAS(&P.next, &w, w + 1)) {
             fn(arg, (size_t)(w & 0xffffffffu), t);
             ADD(&P.done, 1);
+            ran++;
             w = LOAD(&P.next);
         }
     }
+}
+
+/* Whether the helpers pull their weight. Over each window of WINDOW_NS of
+ * jobs the owner compares the units helpers ran with their fair share; when
+ * they ran less than half of it in two windows in a row (the machine is busy:
+ * helpers keep being descheduled, and the ones that run take the caller's own
+ * core; on a quiet machine they run 80-100% of it), jobs run on the calling
+ * thread alone for a while, the helpers asleep, then threads are tried again;
+ * each failed try doubles the wait (up to MAX_BACKOFF_NS). The bits are the
+ * same either way. Called by the owner only. */
+#define WINDOW_NS 2000000LL
+#define MIN_BACKOFF_NS 20000000LL
+#define MAX_BACKOFF_NS 640000000LL
+
+static struct {
+    long long busy_ns, backoff_ns;
+    double helper_units, fair_units;
+    int bad;  /* windows in a row where the helpers ran less than half their share */
+} J;
+
+static void judge(long long now, long long job_ns, uint64_t units, uint64_t mine, int threads)
+{
+    J.busy_ns += job_ns;
+    J.helper_units += (double)(units - mine);
+    J.fair_units += (double)units * (double)(threads - 1) / (double)threads;
+    if (J.busy_ns < WINDOW_NS)
+        return;
+    if (J.helper_units * 2.0 >= J.fair_units) {
+        J.bad = 0;
+        J.backoff_ns = 0;
+    } else if (++J.bad >= 2) {
+        J.bad = 0;
+        J.backoff_ns = J.backoff_ns ? J.backoff_ns * 2 : MIN_BACKOFF_NS;
+        if (J.backoff_ns > MAX_BACKOFF_NS)
+            J.backoff_ns = MAX_BACKOFF_NS;
+        STORE(&P.serial_until, now + J.backoff_ns);
+    }
+    J.busy_ns = 0;
+    J.helper_units = J.fair_units = 0.0;
 }
 
 static void *helper_main(void *p)
@@ -129,6 +171,8 @@ static void *helper_main(void *p)
             if (s != seen && !(s & 1))
                 break;
             BC_PAUSE();
+            if ((i & 255) == 0)
+                sched_yield();  /* a busy machine: let a thread waiting for this core run */
             if ((i & 1023) == 0 && now_ns() > spin_until) {
                 pthread_mutex_lock(&P.mu);
                 ADD(&P.sleepers, 1);
@@ -192,7 +236,7 @@ void bc_rt_run(int threads, size_t units, bc_unit_fn fn, const void *arg)
 {
     int idle = 0;
     if (threads <= 1 || units <= 1 || units >= 0xffffffffu || LOAD(&P.forked)
-        || !CAS(&P.busy, &idle, 1)) {
+        || now_ns() < LOAD(&P.serial_until) || !CAS(&P.busy, &idle, 1)) {
         run_serial(units, fn, arg);
         return;
     }
@@ -212,13 +256,15 @@ void bc_rt_run(int threads, size_t units, bc_unit_fn fn, const void *arg)
         pthread_cond_broadcast(&P.cv);
         pthread_mutex_unlock(&P.mu);
     }
-    work(id, fn, arg, units, 0);
+    const long long t0 = now_ns();
+    const uint64_t mine = work(id, fn, arg, units, 0);
     /* the units helpers still hold: spin, then give a descheduled helper the core */
     for (unsigned i = 1; LOAD(&P.done) < units; i++) {
         BC_PAUSE();
         if ((i & 4095) == 0)
             sched_yield();
     }
+    judge(now_ns(), now_ns() - t0, units, mine, threads);
     STORE(&P.busy, 0);
 }
 

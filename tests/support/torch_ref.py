@@ -145,7 +145,8 @@ class GPT(nn.Module):
     def new_cache(self, batch, capacity):
         c = self.cfg
         shape = (c.layers, batch, c.heads, capacity, c.width // c.heads)
-        return torch.zeros(shape), torch.zeros(shape)
+        dt = self.token.weight.dtype
+        return torch.zeros(shape, dtype=dt), torch.zeros(shape, dtype=dt)
 
     @torch.no_grad()
     def generate(self, ids, n):
