@@ -18,19 +18,23 @@ Conventions (NumPy's):
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
 
-from ._args import F32, as_f32, as_flag, check_eps
+from ._args import F32, as_choice, as_f32, as_flag, check_eps
 from ._native import check, cptr, ffi, fptr, lib
 from ._errors import BlockcValueError
 
 __all__ = [
-    "linear", "rmsnorm", "layernorm", "attention", "gelu_tanh", "gelu", "relu",
-    "silu", "swiglu", "residual_add",
+    "linear", "pack", "PackedWeight", "DTYPES", "rmsnorm", "layernorm", "attention", "gelu_tanh",
+    "gelu", "relu", "silu", "swiglu", "residual_add",
 ]
+
+#: Storage types of a packed weight matrix.
+DTYPES = ("float32", "bfloat16", "q8_0")
+_C_DTYPE = {"float32": lib.BC_DTYPE_F32, "bfloat16": lib.BC_DTYPE_BF16, "q8_0": lib.BC_DTYPE_Q8_0}
 
 def _vector(a: Any, n: int, name: str, what: str) -> Optional[np.ndarray]:
     if a is None:
@@ -41,20 +45,136 @@ def _vector(a: Any, n: int, name: str, what: str) -> Optional[np.ndarray]:
     return a
 
 
-def linear(x: npt.ArrayLike, w: npt.ArrayLike, b: Optional[npt.ArrayLike] = None) -> np.ndarray:
+class PackedWeight:
+    """A weight matrix (out, in) packed for the kernels, stored as float32, bfloat16 or q8_0.
+
+    Made by :func:`pack`; :func:`linear` accepts it in place of an array. The
+    rows are stored in panels of 16 (bc_engine.h gives the layout), so one row
+    of ``x`` and many rows get the same bits, and decoding (up to 3 rows)
+    streams the packed bytes once. Immutable: its buffer is read-only, and
+    nothing done to the array it was packed from reaches it.
+    """
+    __slots__ = ("_buf", "_ptr", "_shape", "_dtype")
+
+    def __init__(self, buf: np.ndarray, shape: Tuple[int, int], dtype: str):
+        buf.setflags(write=False)
+        object.__setattr__(self, "_buf", buf)
+        object.__setattr__(self, "_ptr", ffi.from_buffer("char[]", buf, False))
+        object.__setattr__(self, "_shape", shape)
+        object.__setattr__(self, "_dtype", dtype)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("PackedWeight is immutable: pack() the new weights instead")
+
+    @property
+    def shape(self) -> Tuple[int, int]:
+        """(out, in)."""
+        return self._shape
+
+    @property
+    def dtype(self) -> str:
+        """"float32", "bfloat16" or "q8_0"."""
+        return self._dtype
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the packed buffer."""
+        return int(self._buf.size)
+
+    def unpack(self) -> np.ndarray:
+        """The weights as a new float32 (out, in) array: exactly the ones the kernels use.
+
+        Returns
+        -------
+        numpy.ndarray
+
+        Examples
+        --------
+        >>> pack(np.ones((2, 3)), "bfloat16").unpack()
+        array([[1., 1., 1.],
+               [1., 1., 1.]], dtype=float32)
+        """
+        out = np.empty(self._shape, F32)
+        check(lib.bc_unpack(fptr(out), self._ptr, self._buf.size, _C_DTYPE[self._dtype],
+                            self._shape[0], self._shape[1]), "unpack")
+        return out
+
+    def __reduce__(self):  # pickle / copy: the packed bytes as they are
+        return (PackedWeight, (np.array(self._buf), self._shape, self._dtype))
+
+    def __repr__(self) -> str:
+        return f"PackedWeight(shape={self._shape}, dtype={self._dtype!r}, nbytes={self.nbytes})"
+
+
+def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
+    """Pack a weight matrix (out, in) for :func:`linear`, stored as ``dtype``.
+
+    Parameters
+    ----------
+    w : array_like, shape (out, in)
+        As PyTorch's ``nn.Linear.weight`` (one row per output); floating.
+    dtype : {"float32", "bfloat16", "q8_0"}, optional
+        float32 as is; bfloat16 rounded to nearest even; q8_0 llama.cpp's blocks
+        of 32 weights of a row with one half-precision scale (d = max|w| / 127,
+        q = round(w / d)): the weights become d * q.
+
+    Returns
+    -------
+    PackedWeight
+
+    Raises
+    ------
+    TypeError
+        A non-floating ``w``, a non-str ``dtype``.
+    ValueError
+        A shape that is not 2-D with both sizes >= 1, an unknown dtype, or (q8_0)
+        a weight that is not finite or too large for a half-precision scale.
+
+    Examples
+    --------
+    >>> q = pack(np.arange(64.0).reshape(2, 32), "q8_0")  # d = 63/127, kept as a half
+    >>> q.nbytes, float(q.unpack()[1, 31])
+    (544, 63.00390625)
+    """
+    w = as_f32(w, "w")
+    as_choice(dtype, "dtype", DTYPES)
+    if w.ndim != 2 or 0 in w.shape:
+        raise BlockcValueError(f"w must have shape (out, in) with both >= 1, got {w.shape}")
+    rows, cols = w.shape
+    n = ffi.new("size_t *")
+    check(lib.bc_pack_size(n, _C_DTYPE[dtype], rows, cols), "pack")
+    buf = np.empty(int(n[0]), np.uint8)
+    st = lib.bc_pack(ffi.from_buffer("char[]", buf), buf.size, cptr(w), _C_DTYPE[dtype], rows, cols)
+    if st == lib.BC_EVALUE:
+        raise BlockcValueError("w: q8_0 needs finite weights of magnitude <= 65504 * 127 "
+                               "(the block scale is a half)")
+    check(st, "pack")
+    return PackedWeight(buf, (rows, cols), dtype)
+
+
+def linear(x: npt.ArrayLike, w: Union[npt.ArrayLike, PackedWeight],
+           b: Optional[npt.ArrayLike] = None) -> np.ndarray:
     """The linear layer ``x @ w.T + b``.
 
     Parameters
     ----------
     x : array_like, shape (..., in)
-    w : array_like, shape (out, in)
-        Stored as PyTorch's ``nn.Linear.weight`` is (one row per output).
+    w : array_like, shape (out, in), or PackedWeight
+        Stored as PyTorch's ``nn.Linear.weight`` is (one row per output), or
+        packed by :func:`pack` (float32, bfloat16 or q8_0 storage).
     b : array_like, shape (out,), optional
 
     Returns
     -------
     numpy.ndarray
         float32, shape (..., out).
+
+    Notes
+    -----
+    Up to 3 rows of ``x`` read ``w`` once, at the memory's speed (decoding). On
+    a plain array those rows are dot products whose sums are ordered otherwise
+    than for more rows, so a row's last bits can depend on the rows beside it;
+    on a :class:`PackedWeight` every row gets the same bits either way.
 
     Raises
     ------
@@ -68,11 +188,15 @@ def linear(x: npt.ArrayLike, w: npt.ArrayLike, b: Optional[npt.ArrayLike] = None
     >>> linear(np.ones((2, 3)), np.ones((4, 3)), np.arange(4.0))
     array([[3., 4., 5., 6.],
            [3., 4., 5., 6.]], dtype=float32)
+    >>> linear(np.ones((1, 3)), pack(np.ones((4, 3)), "bfloat16"))
+    array([[3., 3., 3., 3.]], dtype=float32)
     """
     x = as_f32(x, "x")
-    w = as_f32(w, "w")
-    if w.ndim != 2:
-        raise BlockcValueError(f"w must have shape (out, in), got {w.shape}")
+    packed = isinstance(w, PackedWeight)
+    if not packed:
+        w = as_f32(w, "w")
+        if w.ndim != 2:
+            raise BlockcValueError(f"w must have shape (out, in), got {w.shape}")
     oc, c = w.shape
     if x.ndim < 1 or x.shape[-1] != c:
         raise BlockcValueError(f"x must have shape (..., {c}) to match w of shape {w.shape}, got {x.shape}")
@@ -84,8 +208,12 @@ def linear(x: npt.ArrayLike, w: npt.ArrayLike, b: Optional[npt.ArrayLike] = None
     if c == 0:
         y[...] = 0.0 if b is None else b
         return y
-    check(lib.bc_linear(fptr(y), cptr(x), cptr(w), cptr(b) if b is not None else ffi.NULL,
-                        n, c, oc), "linear")
+    bp = cptr(b) if b is not None else ffi.NULL
+    if packed:
+        check(lib.bc_linear_packed(fptr(y), cptr(x), w._ptr, w._buf.size, _C_DTYPE[w._dtype], bp,
+                                   n, c, oc), "linear")
+    else:
+        check(lib.bc_linear(fptr(y), cptr(x), cptr(w), bp, n, c, oc), "linear")
     return y
 
 

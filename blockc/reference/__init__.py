@@ -1,5 +1,7 @@
 """blockc.reference: the pure-NumPy oracle (no C). Same generators, same
-initialisation order, same computations as the C library."""
+initialisation order, same computations as the C library, and the same
+quantisers (bfloat16, q8_0)."""
 from . import block
 from . import book
+from . import quant
 from .gpt import gpt_forward

@@ -1,0 +1,57 @@
+"""The NumPy oracle of the weight storage types: the weights a float32 matrix becomes
+when stored as bfloat16 or q8_0 (no C; written from the formats' definitions).
+
+- bfloat16: the high 16 bits of the float32, rounded to nearest, ties to even
+  (NaN stays NaN, what ``torch.Tensor.to(torch.bfloat16)`` does).
+- q8_0 (llama.cpp's ``quantize_row_q8_0_ref``): each row in blocks of 32 (the last
+  one zero-padded); per block ``d = max|w| / 127`` in float32, ``id = 1 / d`` (0
+  when d is 0), ``q = round(w * id)`` rounding half away from zero, ``d`` kept
+  as an IEEE half; the weight is then ``float(half(d)) * q``.
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+import numpy as np
+
+__all__ = ["bfloat16", "q8_0_blocks", "q8_0"]
+
+
+def bfloat16(w) -> np.ndarray:
+    """``w`` rounded to bfloat16, as float32 values."""
+    a = np.ascontiguousarray(w, dtype=np.float32)
+    u = a.view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32)
+    r = np.where(np.isnan(a), (u.astype(np.uint32) | 0x00400000) & 0xFFFF0000, r)
+    return r.astype(np.uint32).view(np.float32).reshape(a.shape)
+
+
+def _round_half_away(v: np.ndarray) -> np.ndarray:
+    """C's roundf: to nearest, halves away from zero (NumPy's round goes to even)."""
+    t = np.trunc(v)
+    return t + np.where(np.abs(v - t) >= 0.5, np.sign(v), 0.0).astype(v.dtype)
+
+
+def q8_0_blocks(w) -> Tuple[np.ndarray, np.ndarray]:
+    """(d, q) of a (rows, cols) matrix: d (rows, blocks) float16, q (rows, blocks, 32) int8."""
+    a = np.ascontiguousarray(w, dtype=np.float32)
+    if a.ndim != 2:
+        raise ValueError(f"w must be 2-D, got shape {a.shape}")
+    rows, cols = a.shape
+    nb = (cols + 31) // 32
+    blocks = np.zeros((rows, nb * 32), np.float32)
+    blocks[:, :cols] = a
+    blocks = blocks.reshape(rows, nb, 32)
+    d = np.abs(blocks).max(axis=-1) / np.float32(127)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d == 0, np.float32(0), np.float32(1) / d).astype(np.float32)
+    q = _round_half_away(blocks * inv[..., None]).astype(np.int8)
+    return d.astype(np.float16), q
+
+
+def q8_0(w) -> np.ndarray:
+    """``w`` stored as q8_0, as the float32 weights it becomes."""
+    a = np.asarray(w)
+    d, q = q8_0_blocks(a)
+    deq = d.astype(np.float32)[..., None] * q.astype(np.float32)
+    return deq.reshape(a.shape[0], -1)[:, :a.shape[1]]

@@ -1,0 +1,184 @@
+"""Lower-precision weights (bfloat16, q8_0): the C quantisers against the NumPy
+oracle's (and against torch's and llama.cpp's where installed), the packed linear
+on every instruction set, and the whole model's accuracy budget against float32."""
+import os
+
+import numpy as np
+import pytest
+
+from helpers import close_k, rnd
+
+import blockc
+from blockc import GPT, GPTConfig, ops
+from blockc.reference import gpt_forward, quant
+from blockc.runtime import ISAS
+
+_forced = os.environ.get("BLOCKC_ISA")
+SUPPORTED = ([blockc.get_isa()] if _forced in ISAS
+             else list(ISAS[: ISAS.index(blockc.best_isa()) + 1]))
+ORACLE = {"float32": lambda w: np.asarray(w, np.float32), "bfloat16": quant.bfloat16,
+          "q8_0": quant.q8_0}
+
+
+@pytest.fixture(params=SUPPORTED)
+def isa(request):
+    before = blockc.get_isa()
+    blockc.set_isa(request.param)
+    yield request.param
+    blockc.set_isa(before)
+
+
+def _hard_weights(rows, cols, seed):
+    """Weights with the quantisers' corner cases: ties of the q8_0 rounding (block
+    maxima of 127 so that q = w exactly: halves land on .5), all-zero blocks,
+    tiny blocks, mixed magnitudes, bfloat16 ties."""
+    w = rnd(rows, cols, seed=seed) * np.float32(0.5)
+    if cols >= 32:
+        w[0, :32] = np.arange(32) - 15.5           # q = w * 127 / 16.5: many near-ties
+        w[0, 31] = 127.0
+        w[min(1, rows - 1), :32] = 0.0             # an all-zero block
+        w[min(2, rows - 1), :32] *= np.float32(1e-30)  # scales below the half range
+    w.flat[-1] = np.float32(1.0 + 2 ** -8)          # a bfloat16 tie: rounds to even (1.0)
+    return w
+
+
+@pytest.mark.parametrize("dtype", ops.DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (16, 32), (17, 33), (40, 100), (70, 257)])
+def test_packing_equals_the_oracle_quantiser_exactly(dtype, shape):
+    w = _hard_weights(*shape, seed=shape[0] * 31 + shape[1])
+    got = ops.pack(w, dtype).unpack()
+    np.testing.assert_array_equal(got.view(np.uint32), ORACLE[dtype](w).view(np.uint32))
+
+
+def test_bfloat16_rounds_like_torch():
+    torch = pytest.importorskip("torch")
+    w = np.concatenate([_hard_weights(9, 40, 1).ravel(),
+                        np.array([np.inf, -np.inf, 3.4e38, -0.0, 1e-40], np.float32)])
+    want = torch.from_numpy(w).to(torch.bfloat16).float().numpy()
+    np.testing.assert_array_equal(ops.pack(w[None], "bfloat16").unpack()[0].view(np.uint32),
+                                  want.view(np.uint32))
+    nan = ops.pack(np.array([[np.nan, 1.0]], np.float32), "bfloat16").unpack()
+    assert np.isnan(nan[0, 0]) and nan[0, 1] == 1.0
+
+
+def test_q8_0_equals_llama_cpp_reference_quantiser():
+    gguf = pytest.importorskip("gguf")
+    w = _hard_weights(20, 96, 2)
+    q = gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0)  # bit-exact with ggml-quants.c
+    want = gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q8_0).reshape(w.shape)
+    np.testing.assert_array_equal(ops.pack(w, "q8_0").unpack(), want)
+
+
+def test_q8_0_refuses_what_a_half_scale_cannot_hold():
+    for bad in (np.nan, np.inf, 1e7):
+        w = np.ones((2, 32), np.float32)
+        w[1, 3] = bad
+        with pytest.raises(ValueError, match="q8_0 needs finite weights"):
+            ops.pack(w, "q8_0")
+    ops.pack(np.array([[np.inf]], np.float32), "bfloat16")  # bfloat16 keeps it
+
+
+def test_requantising_is_idempotent():
+    # the weights a quantised matrix holds quantise to themselves (not always the same
+    # bytes: a block whose scale underflows a half keeps its q, which then weigh 0)
+    w = _hard_weights(33, 70, 3)
+    for dtype in ("bfloat16", "q8_0"):
+        once = ops.pack(w, dtype).unpack()
+        np.testing.assert_array_equal(ops.pack(once, dtype).unpack(), once)
+
+
+@pytest.mark.parametrize("dtype", ops.DTYPES)
+@pytest.mark.parametrize("n,c,oc", [(1, 5, 3), (2, 33, 17), (3, 64, 16), (4, 100, 65),
+                                    (7, 300, 40), (1, 520, 33), (20, 257, 130), (130, 96, 31)])
+def test_packed_linear_matches_oracle_and_rows_agree(isa, dtype, n, c, oc):
+    x, w, b = rnd(n, c, seed=1), rnd(oc, c, seed=2), rnd(oc, seed=3)
+    p = ops.pack(w, dtype)
+    y = ops.linear(x, p, b)
+    close_k(y, x.astype(np.float64) @ ORACLE[dtype](w).T.astype(np.float64) + b, c)
+    # one row alone gets the bits it gets among many (decoding == prefill)
+    for i in range(n):
+        np.testing.assert_array_equal(ops.linear(x[i:i + 1], p, b), y[i:i + 1])
+
+
+def test_packed_linear_same_bits_at_any_thread_count():
+    x, p = rnd(70, 200, seed=4), ops.pack(rnd(300, 200, seed=5), "q8_0")
+    want = ops.linear(x, p)
+    try:
+        for t in (1, 2, 3):
+            blockc.set_num_threads(t)
+            np.testing.assert_array_equal(ops.linear(x, p), want)
+            np.testing.assert_array_equal(ops.linear(x[:1], p), want[:1])
+    finally:
+        blockc.set_num_threads(0)
+
+
+def test_packed_weight_is_immutable_and_validated():
+    w = rnd(4, 40, seed=6)
+    p = ops.pack(w, "bfloat16")
+    w[:] = 0.0  # the source changing later does not reach it
+    assert np.abs(p.unpack()).max() > 0
+    with pytest.raises(AttributeError):
+        p.dtype = "q8_0"
+    with pytest.raises(ValueError):
+        p._buf[0] = 1
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        ops.pack(w, "int4")
+    with pytest.raises(ValueError, match=r"w must have shape \(out, in\)"):
+        ops.pack(w[0], "q8_0")
+    with pytest.raises(TypeError, match="floating dtype"):
+        ops.pack(np.ones((2, 2), np.int32))
+    with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., 40\)"):
+        ops.linear(np.ones((1, 39)), p)
+
+
+# ---- the whole model ----------------------------------------------------------------
+
+SMALL = GPTConfig(vocab=301, context=40, width=64, heads=4, layers=2)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "q8_0"])
+def test_model_weights_are_the_oracle_quantised_float32_weights(dtype):
+    m = GPT.random(SMALL, seed=0)
+    q = m.astype(dtype)
+    assert q.dtype == dtype and q.nbytes < m.nbytes
+    sd, sq = m.state_dict(), q.state_dict()
+    for name, a in sd.items():
+        want = ORACLE[dtype](a) if a.ndim == 2 and name != "position.weight" else a
+        np.testing.assert_array_equal(sq[name], want, err_msg=name)
+    # the same model through the loader and the initialiser
+    np.testing.assert_array_equal(GPT.from_state_dict(sd, SMALL, dtype=dtype).params, q.params)
+    np.testing.assert_array_equal(GPT.random(SMALL, seed=0, dtype=dtype).params, q.params)
+    # and back: float32 holding exactly the quantised weights
+    np.testing.assert_array_equal(q.astype("float32").state_dict()["blocks.1.up.weight"],
+                                  sq["blocks.1.up.weight"])
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "q8_0"])
+def test_quantised_model_matches_oracle_and_cache(dtype):
+    q = GPT.random(SMALL, seed=1, dtype=dtype)
+    ids = np.random.default_rng(1).integers(0, SMALL.vocab, size=(2, 11))
+    logits = q(ids)
+    np.testing.assert_allclose(logits, gpt_forward(q.state_dict(), SMALL, ids), rtol=0, atol=3e-5)
+    cache = q.new_cache(2, 11)
+    steps = [q(ids[:, :4], cache=cache)] + [q(ids[:, i:i + 1], cache=cache) for i in range(4, 11)]
+    np.testing.assert_array_equal(np.concatenate(steps, axis=1), logits)
+
+
+@pytest.mark.slow
+def test_accuracy_budget_on_a_gpt2_small_shaped_model():
+    """Against the float32 model's logits: max |error| <= 1% of max |logit| for
+    bfloat16, <= 3% for q8_0 (llama.cpp's q8_0 measures about 2.5% on such a
+    model); bfloat16's greedy tokens are float32's."""
+    cfg = GPTConfig.preset("gpt2")
+    m = GPT.random(cfg, seed=0)
+    ids = np.random.default_rng(7).integers(0, cfg.vocab, size=(1, 64))
+    ref = m(ids)
+    top = float(np.abs(ref).max())
+    budget = {"bfloat16": 0.01, "q8_0": 0.03}
+    models = {}
+    for dtype, frac in budget.items():
+        models[dtype] = m.astype(dtype)
+        err = float(np.abs(models[dtype](ids) - ref).max())
+        assert err <= frac * top, (dtype, err / top)
+    prompt = ids[:, :8]
+    np.testing.assert_array_equal(models["bfloat16"].generate(prompt, 24), m.generate(prompt, 24))
