@@ -41,7 +41,7 @@ typedef struct {
 /* GEMM blocking, shared by every instruction set so that the order of the
  * sums (the K blocks) is a property of the problem, not of the machine. */
 #define BC_KC 256
-#define BC_NC 512
+#define BC_NC 256
 
 /* Rows up to which a linear streams its weights once (rows_part) instead of
  * running the GEMM (gemm_part): decoding. On packed weights both give the

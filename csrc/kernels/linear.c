@@ -11,24 +11,42 @@
 /* Work units for nt threads: blocks of rh rows by cw columns (whole MR rows,
  * whole NR panels), at least about 4 per thread so that a thread slowed down by
  * a busy neighbour is balanced by the others (units are claimed dynamically).
- * Columns are split first: every unit copies its own slice of w, so splitting
- * rows would copy the same columns twice. Which thread computes a unit does
- * not change its bits. */
-static void plan(const bc_kernel_table *kt, size_t n, size_t oc, int nt, size_t *rh, size_t *cw)
+ * Every unit copies its columns of w into panels (unless they are float32
+ * panels already) and, when C is a multiple of 1024, its rows of x side by side
+ * (gemm_part: rows 4 KiB apart would evict each other from L1): splitting
+ * columns repeats the row copies, splitting rows the column copies. Of the
+ * splits with enough units, the one copying least: columns first when rows
+ * are read in place. Which thread computes a unit does not change its bits. */
+static void plan(const bc_kernel_table *kt, const bc_gemm *g, int nt, size_t *rh, size_t *cw)
 {
-    const size_t nr = kt->gemm_nr > BC_PANEL ? kt->gemm_nr : BC_PANEL;
-    const size_t np = (oc + nr - 1) / nr, nb = (n + kt->gemm_mr - 1) / kt->gemm_mr;
+    const size_t nr = kt->gemm_nr > BC_PANEL ? kt->gemm_nr : BC_PANEL, mr = kt->gemm_mr;
+    const size_t n = g->n, oc = g->oc;
+    const size_t np = (oc + nr - 1) / nr, nb = (n + mr - 1) / mr;
     const size_t want = 4 * (size_t)nt;
-    size_t cpan = BC_NC / nr, rb = nb;
-    size_t ncu = (np + cpan - 1) / cpan;
-    while (ncu < want && cpan > 2) {
-        cpan = (cpan + 1) / 2;
-        ncu = (np + cpan - 1) / cpan;
+    const int rows_copied = g->c % 1024 == 0;
+    const int cols_copied = g->wf != BC_WF_PANEL_F32;
+    double best = -1.0;
+    for (size_t cpan = BC_NC / nr; cpan >= 1; cpan = cpan > 1 ? (cpan + 1) / 2 : 0) {
+        const size_t ncu = (np + cpan - 1) / cpan;
+        for (size_t rb = nb; rb >= 1; rb = rb > 1 ? (rb + 1) / 2 : 0) {
+            const size_t nru = (nb + rb - 1) / rb;
+            if (ncu * nru < want && (cpan > 2 || rb * mr >= 128))
+                continue;  /* too few units, and still room to split */
+            /* floats copied: x once per column unit, w once per row unit */
+            const double cost = (rows_copied ? (double)ncu * (double)n : 0.0)
+                              + (cols_copied ? (double)nru * (double)oc : 0.0)
+                              + 1e-3 * (double)(ncu * nru);  /* ties: fewer units */
+            if (best < 0.0 || cost < best) {
+                best = cost;
+                *rh = rb * mr;
+                *cw = cpan * nr;
+            }
+            if (rb * mr < 128)
+                break;
+        }
+        if (cpan <= 2)
+            break;
     }
-    while (ncu * ((nb + rb - 1) / rb) < want && rb * kt->gemm_mr >= 128)
-        rb = (rb + 1) / 2;
-    *rh = rb * kt->gemm_mr;
-    *cw = cpan * nr;
 }
 
 typedef struct {
@@ -102,7 +120,7 @@ static void linear(float *y, const float *x, const void *w, int wf, const float 
         kt->gemm_part[wf](&g, 0, n, 0, oc, bc_rt_slice(cx, 0));
         return;
     }
-    plan(kt, n, oc, nt, &j.rh, &j.cw);
+    plan(kt, &g, nt, &j.rh, &j.cw);
     j.ncu = (oc + j.cw - 1) / j.cw;
     bc_rt_run(nt, j.ncu * ((n + j.rh - 1) / j.rh), gemm_unit, &j);
 }
