@@ -15,7 +15,7 @@ that prompt + new tokens reach ~128 and ~1000 positions), on 1 and 2 threads:
 
 Engines alternate within each round (a busy neighbour slows all alike); every
 figure is the median of --repeats rounds. The read bandwidth of this machine is
-measured in the same run (benches/membw.py) and every row is also given as a
+measured in the same run (benches/machine.py) and every row is also given as a
 percentage of its bandwidth bound: bandwidth / bytes one decode step reads (the
 weights, stored as that row's precision, plus the KV cache at the mean position).
 Then one row with a busy neighbour (a second process spinning on a core), and
@@ -43,7 +43,7 @@ import numpy as np
 import blockc
 import support_path  # noqa: F401  (tests/support: the PyTorch reference)
 from doc_section import run as run_bench  # noqa: E402
-from membw import read_bandwidth  # noqa: E402
+from machine import read_bandwidth  # noqa: E402
 
 PRECISIONS = ("float32", "bfloat16", "q8_0")
 
@@ -137,7 +137,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"{load}GPT-2 small widths: V={cfg.vocab} D={cfg.width} H={cfg.heads} L={cfg.layers}, "
           f"{blockc.gpt_parameter_count(cfg):,} parameters, random weights; blockc ISA "
           f"{blockc.get_isa()}")
-    print("read bandwidth (benches/membw.py): " + (", ".join(
+    print("read bandwidth (benches/machine.py): " + (", ".join(
         f"{t} thread{'s' if t > 1 else ''} {g:.1f} GB/s" for t, g in bw.items()) or "n/a"))
     sizes = ", ".join(f"{k} {m.nbytes / 1e6:.0f} MB" for k, m in models.items())
     print(f"blockc weights: {sizes}; {args.new} new tokens per run, median of {args.repeats} "

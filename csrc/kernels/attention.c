@@ -1,7 +1,7 @@
 /* attention.c: fused multi-head attention with an online softmax.
  *
- * Work is split into units of (head, tile of BQ queries); each unit walks the
- * key tiles once, keeping a running max and sum per query, so no more than one
+ * Work is split into units of (head, tile of BQ queries), head by head; each
+ * unit walks the key tiles once, keeping a running max and sum per query, so no more than one
  * tile of scores (BC_ATT_BK x BQ) exists at any time. Under causal masking the
  * key tiles after a tile's last query are never visited. Units are independent,
  * so the result does not depend on the thread count. A unit's tiles live in
@@ -15,12 +15,15 @@ typedef struct {
     size_t nqt;
 } attn_job;
 
-/* the last query tiles (most keys under causal) first, for balance */
+/* Units head by head, so that the threads walk one head's keys and values at
+ * a time (a long context's K and V of all heads outgrow the last-level cache,
+ * one head's fit); within a head the last query tiles (most keys under
+ * causal) first, for balance. */
 static void attn_job_unit(const void *arg, size_t u, int t)
 {
     const attn_job *j = arg;
-    const size_t nh = j->a->n_heads;
-    j->kt->attn_unit(j->a, u % nh, (j->nqt - 1 - u / nh) * j->kt->attn_bq, bc_rt_slice(j->cx, t));
+    j->kt->attn_unit(j->a, u / j->nqt, (j->nqt - 1 - u % j->nqt) * j->kt->attn_bq,
+                     bc_rt_slice(j->cx, t));
 }
 
 // out (Tq,H*Dh), q (Tq,.), k (Tk,.), v (Tk,.): query head h at column h*Dh of q and
@@ -45,7 +48,7 @@ void bc_k_attention(float *out, size_t ldo,
     const int nt = bc_rt_threads(cx, flops, 8.0 * (double)tk * (double)kv_heads * (double)d_head);
     if (nt <= 1 || units == 1) {
         for (size_t u = 0; u < units; u++)
-            kt->attn_unit(&A, u % n_heads, (u / n_heads) * bq, bc_rt_slice(cx, 0));
+            kt->attn_unit(&A, u / nqt, (u % nqt) * bq, bc_rt_slice(cx, 0));
         return;
     }
     const attn_job j = {&A, kt, cx, nqt};

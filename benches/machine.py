@@ -1,4 +1,4 @@
-"""The machine's memory read bandwidth, measured in the same run as a bench.
+"""The machine's memory read bandwidth and FMA peak, measured in the same run as a bench.
 
 A small STREAM-like C program (compiled here with the C compiler blockc builds
 with) sums a 1 GiB float32 array with 1 and 2 threads, each thread reading its
@@ -8,7 +8,11 @@ the machines measured: 25 against 19 GB/s here); the best of three passes per
 setting, the best setting per thread count. This is a read-only bound: a
 decode step only reads weights (and the KV cache) and writes a few vectors.
 
-    python benches/membw.py
+The FMA peak: a C loop of ten independent float32 FMA chains on 256-bit
+vectors (AVX2+FMA; 512-bit ones when the compiler targets AVX-512), per
+thread count: what "% of peak" is measured against.
+
+    python benches/machine.py
 """
 from __future__ import annotations
 
@@ -95,15 +99,69 @@ int main(void)
 """
 
 
-def read_bandwidth() -> Dict[int, float]:
-    """{threads: GB/s} for 1 and 2 threads (empty when no C compiler works)."""
+PEAK_SOURCE = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+
+#if defined(__AVX512F__)
+typedef float vf __attribute__((vector_size(64)));
+#define LANES 16
+#else
+typedef float vf __attribute__((vector_size(32)));
+#define LANES 8
+#endif
+#define STEPS 100000000L
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+static void *run(void *out)
+{
+    vf c0 = {0}, c1 = c0 + 1, c2 = c0 + 2, c3 = c0 + 3, c4 = c0 + 4, c5 = c0 + 5, c6 = c0 + 6,
+       c7 = c0 + 7, c8 = c0 + 8, c9 = c0 + 9;
+    const vf a = c0 + 0.999f, b = c0 + 0.0001f;
+    for (long i = 0; i < STEPS; i++) {
+        c0 = c0 * a + b;  /* each a * b + c contracted to an FMA (-ffp-contract=fast) */
+        c1 = c1 * a + b; c2 = c2 * a + b; c3 = c3 * a + b; c4 = c4 * a + b;
+        c5 = c5 * a + b; c6 = c6 * a + b; c7 = c7 * a + b; c8 = c8 * a + b; c9 = c9 * a + b;
+    }
+    const vf s = c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7 + c8 + c9;
+    *(float *)out = s[0];
+    return NULL;
+}
+
+int main(void)
+{
+    for (int threads = 1; threads <= 2; threads++) {
+        pthread_t th[2];
+        float r[2];
+        const double t0 = now();
+        for (int i = 0; i < threads; i++)
+            pthread_create(&th[i], NULL, run, &r[i]);
+        for (int i = 0; i < threads; i++)
+            pthread_join(th[i], NULL);
+        printf("%d %.2f\n", threads, threads * (double)STEPS * 10 * LANES * 2 / (now() - t0) / 1e9);
+    }
+    return 0;
+}
+"""
+
+
+def _compile_run(source: str, flags) -> Dict[int, float]:
+    """Compile and run a measuring program printing "threads value" lines ({} on failure)."""
     cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
     with tempfile.TemporaryDirectory() as tmp:
-        src, exe = os.path.join(tmp, "bw.c"), os.path.join(tmp, "bw")
+        src, exe = os.path.join(tmp, "m.c"), os.path.join(tmp, "m")
         with open(src, "w") as f:
-            f.write(SOURCE)
+            f.write(source)
         try:
-            subprocess.run(cc + ["-O3", "-march=native", "-funroll-loops", "-pthread", src, "-o", exe], check=True,
+            subprocess.run(cc + flags + ["-pthread", src, "-o", exe], check=True,
                            capture_output=True)
             out = subprocess.run([exe], check=True, capture_output=True, text=True).stdout
         except (OSError, subprocess.CalledProcessError):
@@ -111,9 +169,19 @@ def read_bandwidth() -> Dict[int, float]:
     return {int(a): float(b) for a, b in (line.split() for line in out.splitlines())}
 
 
+def read_bandwidth() -> Dict[int, float]:
+    """{threads: GB/s} for 1 and 2 threads (empty when no C compiler works)."""
+    return _compile_run(SOURCE, ["-O3", "-march=native", "-funroll-loops"])
+
+
+def fma_peak() -> Dict[int, float]:
+    """{threads: float32 GFLOP/s} of a loop of FMAs, for 1 and 2 threads."""
+    return _compile_run(PEAK_SOURCE, ["-O3", "-march=native", "-ffp-contract=fast"])
+
+
 if __name__ == "__main__":
-    bw = read_bandwidth()
-    if not bw:
-        sys.exit("membw: no working C compiler")
-    for t, gbs in bw.items():
-        print(f"{t} thread{'s' if t > 1 else ''}: {gbs:.1f} GB/s read")
+    bw, peak = read_bandwidth(), fma_peak()
+    if not bw or not peak:
+        sys.exit("machine: no working C compiler")
+    for t in bw:
+        print(f"{t} thread{'s' if t > 1 else ''}: {bw[t]:.1f} GB/s read, {peak[t]:.1f} GFLOP/s FMA peak")
