@@ -148,6 +148,9 @@ class BlockConfig:
             "placement": _C_PLACE[self.placement], "activation": _C_ACT[self.activation],
             "causal": int(causal), "residual": int(residual), "eps": eps}))
         object.__setattr__(self, "_shapes", _expected_shapes(self))
+        # (key, C field, shape, description, required) in C-field order, for the checks
+        object.__setattr__(self, "_plan", tuple((key, fld) + self._shapes[key]
+                                                for key, fld in _FIELDS if key in self._shapes))
 
     def __reduce__(self):  # pickle / copy by the fields; the C struct is rebuilt
         return (type(self), tuple(getattr(self, f.name) for f in fields(self)))
@@ -206,39 +209,7 @@ class PreparedBlock(Mapping):
     def __init__(self, W: Mapping[str, Any], cfg: "BlockConfig", name: str = "W",
                  copy: bool = True):
         _check_cfg(cfg)
-        if not isinstance(W, Mapping):
-            raise BlockcTypeError(f"{name} must be a mapping of weight name -> array "
-                                  f"(a dict or a state_dict), got {type(W).__name__}")
-        items = dict(W)  # read each entry once: the checks and the call use the same arrays
-        shapes = cfg._shapes
-        for key in items:
-            if key not in shapes:
-                allowed = ", ".join(shapes)
-                raise BlockcValueError(f"{name}: {_why_not(key, cfg)}; accepted keys: {allowed}")
-        arrays: Dict[str, np.ndarray] = {}
-        c = ffi.new("bc_block_weights *")
-        bufs = []
-        for key, fld in _FIELDS:
-            spec = shapes.get(key)
-            if spec is None:
-                continue
-            shape, desc, required = spec
-            if key not in items:
-                if required:
-                    raise BlockcValueError(f"{name} is missing {key!r}, expected shape {desc} = {shape}")
-                continue
-            a = as_f32(items[key], f"{name}[{key!r}]")
-            if a.shape != shape:
-                hint = " (transposed?)" if a.shape == shape[::-1] and len(shape) == 2 else ""
-                raise BlockcValueError(f"{name}[{key!r}] must have shape {desc} = {shape}, "
-                                       f"got {a.shape}{hint}")
-            if copy:
-                a = a.copy()
-                a.setflags(write=False)
-            arrays[key] = a
-            p = cptr(a)
-            bufs.append(p)
-            setattr(c, fld, p)
+        c, bufs, arrays = _weights_view(W, cfg, name, copy)
         object.__setattr__(self, "_cfg", cfg)
         object.__setattr__(self, "_arrays", (types.MappingProxyType(arrays), bufs))
         object.__setattr__(self, "_c", c)
@@ -270,6 +241,53 @@ class PreparedBlock(Mapping):
 
     def __repr__(self) -> str:
         return f"PreparedBlock({sorted(self.arrays)}, {self._cfg!r})"
+
+
+_ABSENT = object()
+
+
+def _weights_view(W: Any, cfg: "BlockConfig", name: str, copy: bool):
+    """(C struct, its buffers, the arrays): W checked against cfg, each entry read
+    once (the checks and the call use the same arrays); copies frozen when copy."""
+    if type(W) is not dict and not isinstance(W, Mapping):
+        raise BlockcTypeError(f"{name} must be a mapping of weight name -> array "
+                              f"(a dict or a state_dict), got {type(W).__name__}")
+    items = dict(W)
+    shapes = cfg._shapes
+    for key in items:
+        if key not in shapes:
+            allowed = ", ".join(shapes)
+            raise BlockcValueError(f"{name}: {_why_not(key, cfg)}; accepted keys: {allowed}")
+    arrays: Dict[str, np.ndarray] = {}
+    c = ffi.new("bc_block_weights *")
+    bufs = []
+    for key, fld, shape, desc, required in cfg._plan:
+        a = items.get(key, _ABSENT)
+        if a is _ABSENT:
+            if required:
+                raise BlockcValueError(f"{name} is missing {key!r}, expected shape {desc} = {shape}")
+            continue
+        a = as_f32(a, f"{name}[{key!r}]")
+        if a.shape != shape:
+            hint = " (transposed?)" if a.shape == shape[::-1] and len(shape) == 2 else ""
+            raise BlockcValueError(f"{name}[{key!r}] must have shape {desc} = {shape}, "
+                                   f"got {a.shape}{hint}")
+        if copy:
+            a = a.copy()
+            a.setflags(write=False)
+        arrays[key] = a
+        p = cptr(a)
+        bufs.append(p)
+        setattr(c, fld, p)
+    return c, bufs, arrays
+
+
+class _View:
+    """A per-call C view of a plain mapping (what block_forward needs of a PreparedBlock)."""
+    __slots__ = ("_c", "_bufs")
+
+    def __init__(self, c, bufs):
+        self._c, self._bufs = c, bufs
 
 
 def prepare(W: Mapping[str, Any], cfg: "BlockConfig") -> PreparedBlock:
@@ -305,14 +323,15 @@ def prepare(W: Mapping[str, Any], cfg: "BlockConfig") -> PreparedBlock:
     return PreparedBlock(W, cfg, "W")
 
 
-def _prepare(W: Any, cfg: "BlockConfig", name: str = "W") -> PreparedBlock:
-    """A PreparedBlock for cfg: W itself when it is one (for this config), else a
-    per-call view of the mapping (checked, not copied)."""
+def _prepare(W: Any, cfg: "BlockConfig", name: str = "W") -> Union[PreparedBlock, _View]:
+    """W's C view for cfg: W itself when it is a PreparedBlock (for this config), else
+    a per-call view of the mapping (checked, not copied)."""
     if type(W) is PreparedBlock:
         if W._cfg is not cfg and W._cfg != cfg:
             raise BlockcValueError(f"{name} was prepared for {W._cfg!r}, not {cfg!r}")
         return W
-    return PreparedBlock(W, cfg, name, copy=False)
+    c, bufs, _ = _weights_view(W, cfg, name, copy=False)
+    return _View(c, bufs)
 
 
 def _check_cfg(cfg: Any) -> "BlockConfig":
