@@ -384,7 +384,10 @@ class KVCache:
                                    f"({capacity} > {cfg.context})")
         n = ffi.new("size_t *")
         check(lib.bc_gpt_cache_size(n, cfg._c(), batch, capacity), "new_cache")
-        shape = (cfg.layers, batch, capacity, cfg.kv_heads_ * cfg.head_dim_)
+        # the C layout: (layers, batch, kv heads, R, head dim), R = capacity rounded up
+        # to whole tiles of 64 positions; keys transposed tile by tile (bc_gpt.h)
+        rows = int(n[0]) // (cfg.layers * batch * cfg.kv_heads_ * cfg.head_dim_)
+        shape = (cfg.layers, batch, cfg.kv_heads_, rows, cfg.head_dim_)
         self._cfg, self._owner = cfg, _owner
         self._k = np.zeros(shape, dtype=np.float32)
         self._v = np.zeros(shape, dtype=np.float32)
@@ -393,13 +396,16 @@ class KVCache:
 
     @property
     def k(self) -> np.ndarray:
-        """The keys (layers, batch, capacity, kv_heads * head_dim), a read-only view."""
-        return _readonly(self._k)
+        """The keys (layers, batch, capacity, kv_heads * head_dim) after the rotary
+        embedding: a read-only copy (the cache keeps them transposed in tiles)."""
+        L, B, G, R, dh = self._k.shape
+        tiles = self._k.reshape(L, B, G, R // 64, dh, 64).transpose(0, 1, 2, 3, 5, 4)
+        return _logical(tiles.reshape(L, B, G, R, dh), self._capacity)
 
     @property
     def v(self) -> np.ndarray:
-        """The values (layers, batch, capacity, kv_heads * head_dim), a read-only view."""
-        return _readonly(self._v)
+        """The values (layers, batch, capacity, kv_heads * head_dim): a read-only copy."""
+        return _logical(self._v, self._capacity)
 
     @property
     def batch(self) -> int:
@@ -436,10 +442,14 @@ class KVCache:
         return f"KVCache(batch={self._batch}, capacity={self._capacity}, length={self._length})"
 
 
-def _readonly(a: np.ndarray) -> np.ndarray:
-    v = a.view()
-    v.setflags(write=False)
-    return v
+def _logical(a: np.ndarray, capacity: int) -> np.ndarray:
+    """(layers, batch, kv heads, R, head dim) -> a read-only (layers, batch, capacity,
+    kv heads * head dim) copy."""
+    L, B, G, R, dh = a.shape
+    out = np.ascontiguousarray(a[:, :, :, :capacity].transpose(0, 1, 3, 2, 4)).reshape(
+        L, B, capacity, G * dh)
+    out.setflags(write=False)
+    return out
 
 
 class GPT:

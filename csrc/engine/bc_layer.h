@@ -48,9 +48,11 @@ typedef struct {
 
 /* Where this call's positions sit: pos0 (the first one), the rotary angles of
  * the T positions (cs, bc_k_rope_table; NULL: no rotary embeddings), and the
- * cache (k, v: for each of the B sequences cap rows of KV Dh floats, the call's
- * rows stored at pos0..pos0+T-1 and attention reading rows 0..pos0+T-1; NULL:
- * no cache, keys and values are the call's own). */
+ * cache (NULL k and v: no cache, keys and values are the call's own). A cache
+ * holds, for each of the B sequences and each K/V head in turn, cap positions
+ * (cap a multiple of BC_ATT_BK): the keys transposed in tiles of BC_ATT_BK
+ * (bc_kv's tiled layout), the values as rows of Dh. The call's positions are
+ * stored at pos0..pos0+T-1, and attention reads positions 0..pos0+T-1. */
 typedef struct {
     size_t pos0;
     const float *cs;

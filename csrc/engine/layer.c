@@ -55,11 +55,22 @@ static void norm(float *y, const float *x, const float *g, const float *b,
         memcpy(y, x, n * c->d * sizeof(float));
 }
 
-// cache rows (T, KV Dh) at dst <- src (T, .) row stride lds
-static void cache_store(float *dst, const float *src, size_t lds, size_t t, size_t w)
+// the cache's positions pos0..pos0+T-1 of one sequence <- k, v (T, .) row stride lds:
+// for each K/V head g, keys into transposed tiles, values into rows
+static void cache_store(float *kc, float *vc, const float *k, const float *v, size_t lds,
+                        size_t t, size_t pos0, size_t kv_heads, size_t dh, size_t cap)
 {
-    for (size_t i = 0; i < t; i++)
-        memcpy(dst + i * w, src + i * lds, w * sizeof(float));
+    for (size_t g = 0; g < kv_heads; g++) {
+        float *kg = kc + g * cap * dh, *vg = vc + g * cap * dh;
+        for (size_t i = 0; i < t; i++) {
+            const size_t p = pos0 + i;
+            const float *ki = k + i * lds + g * dh;
+            float *tile = kg + (p - p % BC_ATT_BK) * dh + p % BC_ATT_BK;
+            for (size_t d = 0; d < dh; d++)
+                tile[d * BC_ATT_BK] = ki[d];
+            memcpy(vg + p * dh, v + i * lds + g * dh, dh * sizeof(float));
+        }
+    }
 }
 
 // out (N,D) = r + proj(attention(qkv(a (N,D)))); r (N,D) or NULL, may be out
@@ -72,23 +83,23 @@ static void attn_sublayer(float *out, const float *a, const float *r, const bc_l
     bc_k_linear(qkv, a, w->qkv.p, w->qkv.wf, w->qkv_b, NULL, n, c->d, ld, BC_ACT_NONE, cx);
     for (size_t s = 0; s < b; s++) {
         float *q = qkv + s * t * ld;
-        const float *k = q + qw, *v = q + qw + kw;
-        size_t ldk = ld, tk = t;
+        /* the call's own keys and values, rows of the q/k/v buffer */
+        bc_kv kv = {q + qw, q + qw + kw, ld, ld, dh, dh, 0};
+        size_t tk = t;
         if (pos->cs) {
             bc_k_rope(q, ld, t, c->heads, dh, pos->cs, cx);
             bc_k_rope(q + qw, ld, t, c->kv_heads, dh, pos->cs, cx);
         }
         if (pos->k) {
-            float *kc = pos->k + s * pos->cap * kw, *vc = pos->v + s * pos->cap * kw;
-            cache_store(kc + pos->pos0 * kw, k, ld, t, kw);
-            cache_store(vc + pos->pos0 * kw, v, ld, t, kw);
-            k = kc;
-            v = vc;
-            ldk = kw;
+            float *kc = pos->k + s * c->kv_heads * pos->cap * dh;
+            float *vc = pos->v + s * c->kv_heads * pos->cap * dh;
+            cache_store(kc, vc, q + qw, q + qw + kw, ld, t, pos->pos0, c->kv_heads, dh, pos->cap);
+            const bc_kv cached = {kc, vc, dh, dh, pos->cap * dh, pos->cap * dh, 1};
+            kv = cached;
             tk = pos->pos0 + t;
         }
-        bc_k_attention(att + s * t * qw, qw, q, ld, k, ldk, v, ldk, t, tk, c->heads, c->kv_heads,
-                       dh, pos->pos0, c->causal != 0, cx);
+        bc_k_attention(att + s * t * qw, qw, q, ld, &kv, t, tk, c->heads, c->kv_heads, dh,
+                       pos->pos0, c->causal != 0, cx);
     }
     bc_k_linear(out, att, w->proj.p, w->proj.wf, w->proj_b, r, n, qw, c->d, BC_ACT_NONE, cx);
 }

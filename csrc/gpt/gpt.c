@@ -311,6 +311,14 @@ int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *byte
 
 /* ---- cache and workspace ------------------------------------------------ */
 
+/* Positions a cache of `capacity` stores per sequence and K/V head: whole tiles
+ * of BC_ATT_BK (its keys are kept transposed tile by tile). capacity <= the
+ * context, checked first, so no overflow. */
+static size_t cache_rows(size_t capacity)
+{
+    return (capacity + BC_ATT_BK - 1) / BC_ATT_BK * BC_ATT_BK;
+}
+
 int bc_gpt_cache_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t capacity)
 {
     model m;
@@ -325,7 +333,7 @@ int bc_gpt_cache_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t 
         return BC_ESIZE;
     if (capacity > m.c.context)
         return BC_ECONTEXT;
-    if ((st = bc_mul(&t, m.c.layers, batch)) || (st = bc_mul(&t, t, capacity))
+    if ((st = bc_mul(&t, m.c.layers, batch)) || (st = bc_mul(&t, t, cache_rows(capacity)))
         || (st = bc_mul(&r, t, m.kw)))
         return st;
     *n = r;
@@ -571,13 +579,14 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
     if (c->positions == BC_POS_ROPE)
         bc_k_rope_table(cs, p.pos0, seq, p.m.dh, c->rope_theta);
     const bc_layer_cfg lc = layer_cfg(&p.m);
-    const size_t kv_rows = p.has_cache ? batch * p.c.capacity * p.m.kw : 0;
+    const size_t rows = p.has_cache ? cache_rows(p.c.capacity) : 0;
+    const size_t kv_rows = batch * rows * p.m.kw;  /* one layer's floats */
     for (size_t l = 0; l < c->layers; l++) {
         const bc_layer_w w = layer_weights(prm, &p, l);
         const bc_layer_pos pos = {p.pos0, c->positions == BC_POS_ROPE ? cs : NULL,
                                   p.has_cache ? p.c.k + l * kv_rows : NULL,
                                   p.has_cache ? p.c.v + l * kv_rows : NULL,
-                                  p.has_cache ? p.c.capacity : 0};
+                                  rows};
         bc_layer_forward(x, x, &lc, &w, &pos, batch, seq, lwork, &cx);
         if (hidden)
             memcpy(hidden + l * p.nd, x, p.nd * sizeof(float));

@@ -79,12 +79,15 @@ typedef struct {
     int dtype;         /* BC_DTYPE_F32, BC_DTYPE_BF16 or BC_DTYPE_Q8_0: the matrices' storage */
 } bc_gpt_config;
 
-/* A KV cache, in caller-provided buffers.
- * k, v: (L, B, capacity, KV Dh) each; layer l, row b, position p at
- * ((l * B + b) * capacity + p) * KV Dh. length: positions already stored (the
- * same for every row). bc_gpt_forward with a cache stores the new keys (after
- * the rotary embedding) and values at positions length .. length+T-1 and
- * advances length by T. */
+/* A KV cache, in caller-provided buffers, each (L, B, KV, R, Dh) floats with
+ * R = capacity rounded up to a multiple of 64 (bc_gpt_cache_size): for layer
+ * l, sequence b, K/V head g the block at ((l * B + b) * KV + g) * R * Dh holds
+ *   k: the keys (after the rotary embedding) transposed in tiles of 64
+ *      positions: position p, dimension d at (p / 64) * 64 Dh + d * 64 + p % 64;
+ *   v: the values as rows: position p, dimension d at p * Dh + d.
+ * (Decoding streams both as they lie.) length: positions already stored (the
+ * same for every row). bc_gpt_forward with a cache stores the new keys and
+ * values at positions length .. length+T-1 and advances length by T. */
 typedef struct {
     float *k;
     float *v;
@@ -118,7 +121,8 @@ int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *byte
                        int *dtype, int *packed, size_t *ndim, size_t shape[2],
                        const bc_gpt_config *cfg, size_t index);
 
-/* n: floats in each of the cache's k and v buffers, L * batch * capacity * KV Dh.
+/* n: floats in each of the cache's k and v buffers, L * batch * KV * R * Dh (R:
+ * capacity rounded up to a multiple of 64).
  * BC_ECONTEXT when capacity > context, BC_ESIZE when batch or capacity is 0. */
 int bc_gpt_cache_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t capacity);
 

@@ -8,6 +8,9 @@
  * its thread's slice of the call's scratch (bc_rt_ctx). */
 #include "kernels.h"
 
+/* Query rows up to which attention runs the decoding kernel (the same bits). */
+#define BC_DECODE_MAX 3
+
 typedef struct {
     const bc_attn *a;
     const bc_kernel_table *kt;
@@ -26,26 +29,54 @@ static void attn_job_unit(const void *arg, size_t u, int t)
                      bc_rt_slice(j->cx, t));
 }
 
-// out (Tq,H*Dh), q (Tq,.), k (Tk,.), v (Tk,.): query head h at column h*Dh of q and
-// out, its K/V head h / (H/KVH) at that head's column of k and v
-void bc_k_attention(float *out, size_t ldo,
-                    const float *q, size_t ldq,
-                    const float *k, size_t ldk,
-                    const float *v, size_t ldv,
+/* Decoding units: (query row, group of query heads sharing one K/V head). */
+typedef struct {
+    const bc_attn *a;
+    const bc_kernel_table *kt;
+    const bc_ctx *cx;
+    size_t chunk, chunks;  /* query heads per unit (<= attn_bq), units per query row */
+} decode_job;
+
+static void decode_unit(const void *arg, size_t u, int t)
+{
+    const decode_job *j = arg;
+    const size_t i = u / j->chunks, c = u % j->chunks;
+    const size_t group = j->a->kv_group, kv = c / ((group + j->chunk - 1) / j->chunk);
+    const size_t first = kv * group + (c % ((group + j->chunk - 1) / j->chunk)) * j->chunk;
+    const size_t nh = first + j->chunk < (kv + 1) * group ? j->chunk : (kv + 1) * group - first;
+    j->kt->attn_decode(j->a, i, first, nh, bc_rt_slice(j->cx, t));
+}
+
+// out (Tq,H*Dh), q (Tq,.): query head h at column h*Dh of q and out; its K/V head
+// h / (H/KVH) where kv says
+void bc_k_attention(float *out, size_t ldo, const float *q, size_t ldq, const bc_kv *kv,
                     size_t tq, size_t tk, size_t n_heads, size_t kv_heads, size_t d_head,
                     size_t q_pos0, int causal, const bc_ctx *cx)
 {
     if (tq == 0 || n_heads == 0 || d_head == 0 || kv_heads == 0)
         return;
-    const bc_attn A = {out, q, k, v, ldo, ldq, ldk, ldv, tq, tk, n_heads, d_head,
-                       q_pos0, n_heads / kv_heads, causal};
+    const bc_attn A = {out, q, ldo, ldq, kv->k, kv->v, kv->ldk, kv->ldv, kv->khs, kv->vhs,
+                       kv->k_tiled, tq, tk, n_heads, d_head, q_pos0, n_heads / kv_heads, causal};
     const bc_kernel_table *kt = cx->kt;
     const size_t bq = kt->attn_bq;
     const size_t nqt = (tq + bq - 1) / bq, units = nqt * n_heads;
     double flops = 4.0 * (double)tq * (double)tk * (double)n_heads * (double)d_head;
-    if (causal)
+    if (causal && tq > 1)
         flops *= 0.5;
     const int nt = bc_rt_threads(cx, flops, 8.0 * (double)tk * (double)kv_heads * (double)d_head);
+    if (tq <= BC_DECODE_MAX) {
+        /* decoding: a query row at a time, each K/V head's query heads together */
+        const size_t group = n_heads / kv_heads, chunk = group < bq ? group : bq;
+        const decode_job j = {&A, kt, cx, chunk, kv_heads * ((group + chunk - 1) / chunk)};
+        const size_t du = tq * j.chunks;
+        if (nt <= 1 || du == 1) {
+            for (size_t u = 0; u < du; u++)
+                decode_unit(&j, u, 0);
+            return;
+        }
+        bc_rt_run(nt, du, decode_unit, &j);
+        return;
+    }
     if (nt <= 1 || units == 1) {
         for (size_t u = 0; u < units; u++)
             kt->attn_unit(&A, u / nqt, (u % nqt) * bq, bc_rt_slice(cx, 0));

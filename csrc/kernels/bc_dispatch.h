@@ -65,8 +65,11 @@ typedef struct {
 /* One multi-head attention call (see bc_k_attention). */
 typedef struct {
     float *out;
-    const float *q, *k, *v;
-    size_t ldo, ldq, ldk, ldv;
+    const float *q;
+    size_t ldo, ldq;
+    const float *k, *v;            /* laid out as bc_kv (kernels.h) says */
+    size_t ldk, ldv, khs, vhs;
+    int k_tiled;
     size_t tq, tk, n_heads, d_head, q_pos0;
     size_t kv_group;   /* query heads per K/V head: head h reads K/V head h / kv_group */
     int causal;
@@ -91,6 +94,9 @@ typedef struct {
     size_t attn_bq;
     size_t (*attn_scratch)(size_t d_head);
     void (*attn_unit)(const bc_attn *a, size_t h, size_t i0, float *scratch);
+    /* decoding: query row i of heads h0..h0+nh-1 (nh <= attn_bq, one K/V head),
+     * the same bits as attn_unit; scratch: attn_scratch(d_head) floats */
+    void (*attn_decode)(const bc_attn *a, size_t i, size_t h0, size_t nh, float *scratch);
     /* elementwise, y (n) */
     void (*act)(float *y, const float *x, size_t n, int kind);
     void (*swiglu)(float *y, const float *gate, const float *up, size_t n);

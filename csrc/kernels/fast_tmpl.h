@@ -509,7 +509,13 @@ static void rows_dot(const bc_gemm *g, size_t o0, size_t o1)
 #define BQ NR  /* queries per unit; a unit of at most VL queries runs on one vector */
 
 /* Qt (Dh, BQ), Ot (Dh, BQ), St (BK, BQ), m (BQ), l (BQ) */
-static size_t attn_scratch(size_t d_head) { return (2 * d_head + BC_ATT_BK + 2) * BQ; }
+/* attn_unit's, or attn_decode's: (Dh, BK) transposed keys and (2 Dh + BK) per head */
+static size_t attn_scratch(size_t d_head)
+{
+    const size_t unit = (2 * d_head + BC_ATT_BK + 2) * BQ;
+    const size_t decode = d_head * BC_ATT_BK + (2 * d_head + BC_ATT_BK) * BQ;
+    return unit > decode ? unit : decode;
+}
 
 /* dst[i] (rb rows of nv*VL lanes) = (accumulate ? alpha * dst[i] : 0)
  *                                   + sum_t a[i*sa + t*st] * bv[t] (bv rows of nv*VL lanes).
@@ -631,7 +637,8 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
                              float *scratch)
 {
     const size_t bq = (size_t)nv * VL;
-    const size_t dh = A->d_head, off = h * dh, kvoff = h / A->kv_group * dh;
+    const size_t dh = A->d_head, off = h * dh, kvh = h / A->kv_group;
+    const float *kh = A->k + kvh * A->khs, *vh = A->v + kvh * A->vhs;
     float *qt = scratch;                 /* (Dh, bq) scaled queries, transposed */
     float *ot = qt + dh * bq;            /* (Dh, bq) unnormalised output, transposed */
     float *st = ot + dh * bq;            /* (BK, bq) scores, then probabilities */
@@ -664,7 +671,10 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
     for (size_t j0 = 0; j0 < kend; j0 += BC_ATT_BK) {
         const size_t nk = min_sz(BC_ATT_BK, kend - j0);
         /* St (nk, bq) = K[j0:j0+nk] . Qt */
-        mk_rows(nk, nv, dh, A->k + j0 * A->ldk + kvoff, A->ldk, 1, qt, st, NULL, 0, NULL);
+        if (A->k_tiled)  /* the tile's keys transposed: key +1, dimension +BK */
+            mk_rows(nk, nv, dh, kh + j0 * dh, 1, BC_ATT_BK, qt, st, NULL, 0, NULL);
+        else
+            mk_rows(nk, nv, dh, kh + j0 * A->ldk, A->ldk, 1, qt, st, NULL, 0, NULL);
         /* causal: lanes i with q_pos0 + i0 + i < j do not see key j */
         int any_masked = 0;
         for (size_t j = 0; j < nk; j++) {
@@ -712,7 +722,7 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
             vstore(alpha + VL, s1);
         }
         /* Ot (Dh, bq) = alpha * Ot + V[j0:j0+nk]^T . P */
-        mk_rows(dh, nv, nk, A->v + j0 * A->ldv + kvoff, 1, A->ldv, st, ot, alpha, j0 > 0,
+        mk_rows(dh, nv, nk, vh + j0 * A->ldv, 1, A->ldv, st, ot, alpha, j0 > 0,
                     any_masked ? lim : NULL);
     }
     for (size_t i = 0; i < nq; i++) {
@@ -732,6 +742,151 @@ static void attn_unit(const bc_attn *A, size_t h, size_t i0, float *scratch)
         attn_unit_nv(1, A, h, i0, nq, scratch);
     else
         attn_unit_nv(2, A, h, i0, nq, scratch);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Decoding: one query row, the query heads of one K/V head, the keys in     */
+/* lanes. Every query gets exactly attn_unit's chain (the same bits: a KV    */
+/* cache's step equals the full pass): per tile of BC_ATT_BK keys, scores    */
+/* s = fma over d of k[j][d] * (q[d] * scale) from 0, the running max m and  */
+/* sum l updated in key order, p = exp(s - t), then the output rescaled and  */
+/* fma'd with v[j] * p in key order; out = O * (1 / l). Keys past the query  */
+/* are never visited (in attn_unit they are masked: they add nothing).       */
+/* ------------------------------------------------------------------------ */
+
+#define KLANES (BC_ATT_BK / VL)  /* vectors of keys in a tile */
+#define DCHUNK 8                  /* head-dim vectors a PV pass keeps in flight */
+
+/* Query row i, query heads h0..h0+nh-1 (nh <= BQ, all reading K/V head
+ * h0 / kv_group). scratch: attn_scratch(Dh) floats: the tile's keys
+ * transposed (Dh, BK), then per head the scaled query (Dh), the output (Dh)
+ * and the tile's scores (BK). Independent chains run side by side (the
+ * tile's key vectors for the scores, the head-dim vectors for PV): the order
+ * within each chain is attn_unit's. */
+static void attn_decode(const bc_attn *A, size_t i, size_t h0, size_t nh, float *scratch)
+{
+    const size_t dh = A->d_head, kvh = h0 / A->kv_group;
+    const float *kh = A->k + kvh * A->khs, *vh = A->v + kvh * A->vhs;
+    const float scale = 1.0f / sqrtf((float)dh);
+    size_t kend = A->tk;
+    if (A->causal)
+        kend = min_sz(kend, A->q_pos0 + i + 1);
+    float *kbuf = scratch, *qs = kbuf + dh * BC_ATT_BK, *o = qs + nh * dh, *sc = o + nh * dh;
+    if (kend == 0) {
+        for (size_t g = 0; g < nh; g++)
+            memset(A->out + i * A->ldo + (h0 + g) * dh, 0, dh * sizeof(float));
+        return;
+    }
+    for (size_t g = 0; g < nh; g++)
+        for (size_t d = 0; d < dh; d++)
+            qs[g * dh + d] = A->q[i * A->ldq + (h0 + g) * dh + d] * scale;
+    float m[BQ], l[BQ];
+    for (size_t g = 0; g < nh; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+    }
+    for (size_t j0 = 0; j0 < kend; j0 += BC_ATT_BK) {
+        const size_t nk = min_sz(BC_ATT_BK, kend - j0);
+        /* kt (Dh, BK) = the tile's keys transposed: where they lie in a tiled
+         * cache (keys past the length: computed, never used), else transposed
+         * here, VL x VL blocks in registers (keys past nk zero) */
+        const float *kt = kbuf;
+        if (A->k_tiled)
+            kt = kh + j0 * dh;
+        else for (size_t jb = 0; jb < BC_ATT_BK; jb += VL) {
+            const size_t rows = jb < nk ? min_sz(VL, nk - jb) : 0;
+            for (size_t d0 = 0; d0 < dh; d0 += VL) {
+                const size_t nd = min_sz(VL, dh - d0);
+                V r[VL], t[VL];
+                const float *kr = kh + (j0 + jb) * A->ldk + d0;
+                if (rows == VL && nd == VL) {
+                    BC_UNROLL
+                    for (size_t j = 0; j < VL; j++)
+                        r[j] = vload(kr + j * A->ldk);
+                } else {
+                    BC_UNROLL
+                    for (size_t j = 0; j < VL; j++)
+                        r[j] = j < rows ? vloadn(kr + j * A->ldk, nd) : vzero();
+                }
+                vtranspose(t, r);
+                for (size_t dd = 0; dd < nd; dd++)
+                    vstore(kbuf + (d0 + dd) * BC_ATT_BK + jb, t[dd]);
+            }
+        }
+        for (size_t g = 0; g < nh; g++) {
+            /* scores: KLANES chains, each fma over d in order from 0 */
+            const float *q = qs + g * dh;
+            float *s = sc + g * BC_ATT_BK, *og = o + g * dh;
+            V acc[KLANES];
+            BC_UNROLL
+            for (int a = 0; a < KLANES; a++)
+                acc[a] = vzero();
+            for (size_t d = 0; d < dh; d++) {
+                const V qd = vset1(q[d]);
+                BC_UNROLL
+                for (int a = 0; a < KLANES; a++)
+                    acc[a] = vfma(vload(kt + d * BC_ATT_BK + (size_t)a * VL), qd, acc[a]);
+            }
+            BC_UNROLL
+            for (int a = 0; a < KLANES; a++)
+                vstore(s + (size_t)a * VL, acc[a]);
+            /* the running max and sum, in key order */
+            float t = m[g];
+            for (size_t j = 0; j < nk; j++)
+                t = t > s[j] ? t : s[j];  /* vmax(t, s): the second operand on NaN */
+            float alpha[VL];
+            vstore(alpha, vexp(vset1(m[g] - t)));
+            BC_UNROLL
+            for (int a = 0; a < KLANES; a++)
+                vstore(s + (size_t)a * VL, vexp(vsub(vload(s + (size_t)a * VL), vset1(t))));
+            float lg = l[g] * alpha[0];
+            for (size_t j = 0; j < nk; j++)
+                lg += s[j];
+            /* PV: up to DCHUNK head-dim vectors side by side, each fma over the keys in order */
+            for (size_t d0 = 0; d0 < dh; d0 += DCHUNK * VL) {
+                V ov[DCHUNK];
+                const size_t nc = min_sz(DCHUNK, (dh - d0 + VL - 1) / VL);
+                const size_t last = min_sz(VL, dh - d0 - (nc - 1) * VL);  /* lanes of the last vector */
+                for (size_t c = 0; c < nc; c++) {
+                    const size_t nd = c + 1 < nc ? VL : last;
+                    ov[c] = j0 ? vmul(vloadn(og + d0 + c * VL, nd), vset1(alpha[0])) : vzero();
+                }
+                const float *vk = vh + j0 * A->ldv + d0;
+                if (nc == DCHUNK && last == VL) {  /* the accumulators stay in registers */
+                    V acc[DCHUNK];
+                    BC_UNROLL
+                    for (int c = 0; c < DCHUNK; c++)
+                        acc[c] = ov[c];
+                    for (size_t j = 0; j < nk; j++) {
+                        const V pj = vset1(s[j]);
+                        BC_UNROLL
+                        for (int c = 0; c < DCHUNK; c++)
+                            acc[c] = vfma(vload(vk + j * A->ldv + (size_t)c * VL), pj, acc[c]);
+                    }
+                    BC_UNROLL
+                    for (int c = 0; c < DCHUNK; c++)
+                        ov[c] = acc[c];
+                } else {
+                    for (size_t j = 0; j < nk; j++) {
+                        const V pj = vset1(s[j]);
+                        for (size_t c = 0; c < nc; c++)
+                            ov[c] = vfma(vloadn(vk + j * A->ldv + c * VL, c + 1 < nc ? VL : last),
+                                         pj, ov[c]);
+                    }
+                }
+                for (size_t c = 0; c < nc; c++)
+                    vstoren(og + d0 + c * VL, ov[c], c + 1 < nc ? VL : last);
+            }
+            m[g] = t;
+            l[g] = lg;
+        }
+    }
+    for (size_t g = 0; g < nh; g++) {
+        float *oi = A->out + i * A->ldo + (h0 + g) * dh;
+        const float inv = 1.0f / l[g];
+        for (size_t d = 0; d < dh; d++)
+            oi[d] = o[g * dh + d] * inv;
+    }
 }
 
 /* ======================================================================== */
@@ -778,6 +933,7 @@ const bc_kernel_table BC_KERNEL_TABLE = {
     .attn_bq = BQ,
     .attn_scratch = attn_scratch,
     .attn_unit = attn_unit,
+    .attn_decode = attn_decode,
     .act = act,
     .swiglu = swiglu,
     .add = add,

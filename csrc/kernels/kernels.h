@@ -35,20 +35,29 @@ void bc_k_linear(float *y, const float *x, const void *w, int wf, const float *b
 void bc_k_linear_few(float *y, const float *x, const float *w, const float *b, size_t n,
                      size_t c, size_t oc, const bc_ctx *cx);
 
+/* Where attention's keys and values lie, for K/V head g, key j, dimension d:
+ *   rows   k[g * khs + j * ldk + d]: a q/k/v buffer (khs = Dh, ldk its row
+ *          width) or a head-major cache (khs = capacity Dh, ldk = Dh);
+ *   tiled  (k_tiled) k[g * khs + (j / BK) * Dh * BK + d * BK + j % BK]: a cache's
+ *          keys transposed in tiles of BK = BC_ATT_BK, written once, which the
+ *          decoding kernel streams as they lie;
+ *   values v[g * vhs + j * ldv + d]. */
+typedef struct {
+    const float *k, *v;
+    size_t ldk, ldv, khs, vhs;
+    int k_tiled;
+} bc_kv;
+
 /* Multi-head scaled dot-product attention for one sequence.
  * out (Tq, H*Dh), row stride ldo; q (Tq, .) row stride ldq, head h at column h*Dh;
- * k (Tk, .) row stride ldk; v (Tk, .) row stride ldv, with kv_heads heads
- * (kv_heads divides H: grouped-query attention, query head h reading K/V head
- * h / (H / kv_heads) at column (h / (H / kv_heads)) * Dh; kv_heads == H is
- * plain multi-head attention).
+ * keys and values (Tk of them) as kv describes, with kv_heads heads (kv_heads
+ * divides H: grouped-query attention, query head h reading K/V head
+ * h / (H / kv_heads); kv_heads == H is plain multi-head attention).
  * Query i sits at position q_pos0 + i and key j at position j; with causal != 0,
  * keys at positions after the query's are masked. Scores are q.k / sqrt(Dh).
  * cx must have scratch for heads of Dh (bc_rt_ctx(cx, d_head)).
  * Never holds more than a tile of scores: no (Tq, Tk) matrix, for any head. */
-void bc_k_attention(float *out, size_t ldo,
-                    const float *q, size_t ldq,
-                    const float *k, size_t ldk,
-                    const float *v, size_t ldv,
+void bc_k_attention(float *out, size_t ldo, const float *q, size_t ldq, const bc_kv *kv,
                     size_t tq, size_t tk, size_t n_heads, size_t kv_heads, size_t d_head,
                     size_t q_pos0, int causal, const bc_ctx *cx);
 

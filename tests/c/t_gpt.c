@@ -293,11 +293,15 @@ static void sizes_checks(void)
     EXPECT_STATUS(BC_ECONTEXT, bc_gpt_workspace_size(n, &c, 1, 4, &cache));
     EXPECT(h_untouched(n, sizeof *n));
 
+    /* L * B * R * KV Dh, R the capacity in whole tiles of 64 positions */
     EXPECT_STATUS(BC_OK, bc_gpt_cache_size(n, &c, 3, 5));
-    EXPECT(*n == 2 * 3 * 5 * 8);
+    EXPECT(*n == 2 * 3 * 64 * 8);
     bc_gpt_config ll = llama(1);  /* the cache holds KV Dh = 12 per position */
-    EXPECT_STATUS(BC_OK, bc_gpt_cache_size(n, &ll, 3, 5));
-    EXPECT(*n == 2 * 3 * 5 * 12);
+    ll.context = 200;
+    EXPECT_STATUS(BC_OK, bc_gpt_cache_size(n, &ll, 3, 64));
+    EXPECT(*n == 2 * 3 * 64 * 12);
+    EXPECT_STATUS(BC_OK, bc_gpt_cache_size(n, &ll, 3, 65));
+    EXPECT(*n == 2 * 3 * 128 * 12);
     EXPECT_STATUS(BC_OK, bc_gpt_workspace_size(n, &c, 2, 3, NULL));
     EXPECT(*n >= 2 * 3 * 8 * 6);
     /* large but addressable: refused or not wrapped */
