@@ -43,6 +43,7 @@ import numpy as np
 import blockc
 import support_path  # noqa: F401  (tests/support: the PyTorch reference)
 from doc_section import run as run_bench  # noqa: E402
+from bench_linear import burst  # noqa: E402
 from machine import read_bandwidth  # noqa: E402
 
 PRECISIONS = ("float32", "bfloat16", "q8_0")
@@ -243,18 +244,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     blockc.set_num_threads(0)
 
     # ops.linear at M = 1: a pure weight stream, larger than any cache. Each side runs
-    # in bursts of consecutive calls (OpenBLAS's threads keep spinning after a call and
-    # would take the cores from the other side), the bursts alternating.
+    # in bursts of consecutive calls after a pause (OpenBLAS's threads keep spinning for
+    # 0.1 s after a call and would take the cores from the other side), alternating.
     rs = np.random.default_rng(2)
     w = rs.standard_normal((50257, 768), dtype=np.float32)
     x = rs.standard_normal((1, 768), dtype=np.float32)
-
-    def burst(fn, n=5):
-        fn()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        return (time.perf_counter() - t0) / n
 
     tb, tn = [], []
     for r in range(2 * args.repeats + 1):
@@ -265,7 +259,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     top = max(bw.values()) if bw else float("nan")
     print(f"ops.linear 1 x 768 @ (50257 x 768)^T, {blockc.get_num_threads()} threads: blockc "
           f"{b:.1f} GB/s ({100 * b / top:.0f}% of {top:.1f} GB/s), NumPy {n:.1f} GB/s "
-          "(bursts of 5 calls, alternating)")
+          "(alternating bursts after a pause, benches/bench_linear.py)")
     tmp.cleanup()
     return 0
 

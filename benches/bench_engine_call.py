@@ -11,7 +11,7 @@ same run, same weights, same input:
   numpy oracle   blockc.reference.block.block_forward in float32
   torch          the same pre-norm RMS block in PyTorch eager (if installed), on
                  --torch-threads threads (default 1: at the toy size more threads
-                 only add overhead, and they fight blockc's OpenMP threads for 2 cores)
+                 only add overhead, and they fight blockc's threads for 2 cores)
 
 Each figure is the median of --repeats timings of --number calls, per call.
 Ratios are peer time / blockc time (> 1: blockc is faster).

@@ -40,7 +40,7 @@ CLASSES = [
      "every C call",
      [["tests/test_threads.py"]]),
     ("the process model",
-     "fork (and a fork-based multiprocessing.Pool) after the parent ran OpenMP threads; "
+     "fork (and a fork-based multiprocessing.Pool) after the parent ran the pool's threads; "
      "OMP_NUM_THREADS=1000000; Ctrl-C during a long run",
      [["tests/test_hardening.py", "-k", "fork or omp_num_threads or ctrl_c"]]),
     ("the argument layer and the command line",

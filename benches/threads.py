@@ -1,7 +1,7 @@
 """Benchmark: the GIL is released. Two Python threads on two cores against one
 thread doing both calls, for block_forward and the GPT, in one run.
 
-The kernels' own OpenMP threads are pinned to one (OMP_NUM_THREADS=1, set
+The kernels' own threads are pinned to one (OMP_NUM_THREADS=1, set
 before blockc loads) so that the two Python threads are the only parallelism:
 with the GIL released they overlap, and two calls in two threads take about
 the time of one call; with the GIL held they would take the time of two.
@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = "1"  # before blockc (OpenMP) and numpy (BLAS) load
+    os.environ[_var] = "1"  # before blockc (its default thread count) and numpy (BLAS) load
 
 import argparse
 import statistics  # noqa: E402

@@ -13,7 +13,8 @@ Every exception blockc raises derives from :class:`BlockcError` (and from
 from __future__ import annotations
 
 from ._errors import BlockcError, BlockcMemoryError, BlockcTypeError, BlockcValueError
-from . import book, ops
+from . import book, ops, safetensors
+from .text import TextStream, Tokenizer
 from .engine import (BlockConfig, PreparedBlock, block_forward, count_parameters, init_block,
                      init_blocks, prepare, stack_forward)
 from .gpt import GPT, GPTConfig, KVCache, gpt_parameter_count, gpt_parameter_formula
@@ -36,7 +37,7 @@ __version__ = _version()
 
 __all__ = [
     "BlockcError", "BlockcValueError", "BlockcTypeError", "BlockcMemoryError",
-    "book", "ops",
+    "book", "ops", "safetensors", "Tokenizer", "TextStream",
     "BlockConfig", "PreparedBlock", "prepare", "block_forward", "stack_forward",
     "init_block", "init_blocks", "count_parameters",
     "GPT", "GPTConfig", "KVCache", "gpt_parameter_count", "gpt_parameter_formula",

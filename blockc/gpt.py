@@ -33,9 +33,11 @@ float32 in registers); float64 parameters are converted to float32.
 """
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, fields
-from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence,
+                    Tuple, Union)
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +45,7 @@ import numpy.typing as npt
 from ._args import as_choice, as_flag, as_int, as_real, as_size, check_eps, to_numpy
 from ._native import check, cptr, ffi, fptr, lib, thread_buffer
 from ._errors import BlockcTypeError, BlockcValueError
+from .generation import SamplingOptions, next_tokens
 
 __all__ = ["GPTConfig", "GPT", "KVCache", "gpt_parameter_count", "gpt_parameter_formula",
            "GPT_PRESETS", "DTYPES"]
@@ -199,6 +202,53 @@ class GPTConfig:
         kw = dict(vocab=50257, context=1024, **GPT_PRESETS[name])
         kw.update(overrides)
         return cls(**kw)
+
+    @classmethod
+    def from_hf(cls, config: Union[Mapping[str, Any], str, "os.PathLike[str]"]) -> "GPTConfig":
+        """The config of a Hugging Face model: its ``config.json`` (a dict, the file or
+        its directory).
+
+        Parameters
+        ----------
+        config : mapping or path
+
+        Returns
+        -------
+        GPTConfig
+
+        Raises
+        ------
+        ValueError
+            A model_type blockc does not run, or a field whose value would compute
+            differently (named, with the value): never loaded silently.
+
+        Examples
+        --------
+        >>> GPTConfig.from_hf({"model_type": "gpt2", "n_layer": 2}).layers
+        2
+        """
+        from . import hf
+        return hf.config_from_hf(config)
+
+    def to_hf(self) -> Dict[str, Any]:
+        """This config as a Hugging Face ``config.json`` dict.
+
+        Returns
+        -------
+        dict
+
+        Raises
+        ------
+        ValueError
+            An architecture no Hugging Face family blockc writes has.
+
+        Examples
+        --------
+        >>> GPTConfig.preset("gpt2", layers=2).to_hf()["n_layer"]
+        2
+        """
+        from . import hf
+        return hf.config_to_hf(self)
 
     @property
     def head_dim_(self) -> int:
@@ -368,12 +418,14 @@ class KVCache:
     belongs to the model that made it (another model, even of the same config,
     refuses it, and so does every model a cache constructed directly) and its state
     cannot be replaced from Python: ``k`` and ``v`` (layers, batch, capacity,
-    kv_heads * head_dim; the keys after the rotary embedding) are read-only views, ``length`` (positions
-    filled), ``batch`` and ``capacity`` read-only properties; :meth:`reset`
-    empties it. Calls that share one cache take turns (a lock), so two threads
-    appending to it never write the same positions.
+    kv_heads * head_dim; the keys after the rotary embedding) are read-only copies,
+    ``length`` (positions filled), ``lengths`` (per sequence: generation with
+    prompts of different lengths fills them unevenly), ``batch`` and ``capacity``
+    read-only properties; :meth:`reset` empties it. Calls that share one cache take
+    turns (a lock), so two threads appending to it never write the same positions.
     """
-    __slots__ = ("_cfg", "_owner", "_k", "_v", "_batch", "_capacity", "_length", "_lock")
+    __slots__ = ("_cfg", "_owner", "_k", "_v", "_batch", "_capacity", "_lengths", "_lock",
+                 "_row_floats")
 
     def __init__(self, cfg: GPTConfig, batch: int, capacity: int, _owner: object = None):
         cfg = _as_config(cfg)
@@ -384,23 +436,25 @@ class KVCache:
                                    f"({capacity} > {cfg.context})")
         n = ffi.new("size_t *")
         check(lib.bc_gpt_cache_size(n, cfg._c(), batch, capacity), "new_cache")
-        # the C layout: (layers, batch, kv heads, R, head dim), R = capacity rounded up
+        # the C layout: (batch, layers, kv heads, R, head dim), R = capacity rounded up
         # to whole tiles of 64 positions; keys transposed tile by tile (bc_gpt.h)
         rows = int(n[0]) // (cfg.layers * batch * cfg.kv_heads_ * cfg.head_dim_)
-        shape = (cfg.layers, batch, cfg.kv_heads_, rows, cfg.head_dim_)
+        shape = (batch, cfg.layers, cfg.kv_heads_, rows, cfg.head_dim_)
         self._cfg, self._owner = cfg, _owner
         self._k = np.zeros(shape, dtype=np.float32)
         self._v = np.zeros(shape, dtype=np.float32)
-        self._batch, self._capacity, self._length = batch, capacity, 0
+        self._row_floats = int(n[0]) // batch
+        self._batch, self._capacity = batch, capacity
+        self._lengths = np.zeros(batch, dtype=np.uintp)  # size_t, written by C under the lock
         self._lock = threading.Lock()
 
     @property
     def k(self) -> np.ndarray:
         """The keys (layers, batch, capacity, kv_heads * head_dim) after the rotary
         embedding: a read-only copy (the cache keeps them transposed in tiles)."""
-        L, B, G, R, dh = self._k.shape
-        tiles = self._k.reshape(L, B, G, R // 64, dh, 64).transpose(0, 1, 2, 3, 5, 4)
-        return _logical(tiles.reshape(L, B, G, R, dh), self._capacity)
+        B, L, G, R, dh = self._k.shape
+        tiles = self._k.reshape(B, L, G, R // 64, dh, 64).transpose(0, 1, 2, 3, 5, 4)
+        return _logical(tiles.reshape(B, L, G, R, dh), self._capacity)
 
     @property
     def v(self) -> np.ndarray:
@@ -417,8 +471,13 @@ class KVCache:
 
     @property
     def length(self) -> int:
-        """Positions filled (the same for every row)."""
-        return self._length
+        """Positions filled (the largest over the sequences, when they differ)."""
+        return int(self._lengths.max())
+
+    @property
+    def lengths(self) -> Tuple[int, ...]:
+        """Positions filled, per sequence."""
+        return tuple(int(n) for n in self._lengths)
 
     @property
     def cfg(self) -> GPTConfig:
@@ -436,17 +495,28 @@ class KVCache:
         0
         """
         with self._lock:
-            self._length = 0
+            self._lengths[:] = 0
+
+    def _c(self, row: Optional[int] = None):
+        """The C struct over the whole cache, or over sequence ``row`` alone (batch 1)."""
+        lengths = ffi.from_buffer("size_t[]", self._lengths)
+        if row is None:
+            return ffi.new("bc_gpt_cache *", dict(k=fptr(self._k), v=fptr(self._v), batch=self._batch,
+                                                  capacity=self._capacity, lengths=lengths))
+        off = row * self._row_floats
+        return ffi.new("bc_gpt_cache *", dict(k=fptr(self._k) + off, v=fptr(self._v) + off,
+                                              batch=1, capacity=self._capacity,
+                                              lengths=lengths + row))
 
     def __repr__(self):
-        return f"KVCache(batch={self._batch}, capacity={self._capacity}, length={self._length})"
+        return f"KVCache(batch={self._batch}, capacity={self._capacity}, length={self.length})"
 
 
 def _logical(a: np.ndarray, capacity: int) -> np.ndarray:
-    """(layers, batch, kv heads, R, head dim) -> a read-only (layers, batch, capacity,
+    """(batch, layers, kv heads, R, head dim) -> a read-only (layers, batch, capacity,
     kv heads * head dim) copy."""
-    L, B, G, R, dh = a.shape
-    out = np.ascontiguousarray(a[:, :, :, :capacity].transpose(0, 1, 3, 2, 4)).reshape(
+    B, L, G, R, dh = a.shape
+    out = np.ascontiguousarray(a[:, :, :, :capacity].transpose(1, 0, 3, 2, 4)).reshape(
         L, B, capacity, G * dh)
     out.setflags(write=False)
     return out
@@ -658,6 +728,84 @@ class GPT:
             m._write(name, self._read(name))
         return m
 
+    @classmethod
+    def from_pretrained(cls, path: Union[str, "os.PathLike[str]"], dtype: Optional[str] = None
+                        ) -> "GPT":
+        """Load a Hugging Face checkpoint directory (as ``transformers`` writes it).
+
+        ``config.json`` and ``model.safetensors``, or shards listed by
+        ``model.safetensors.index.json``; names with or without the
+        ``transformer.`` prefix; float32, float16 or bfloat16 tensors (read zero-copy
+        from a memory map, no torch needed). The Hub is never contacted and pickle
+        checkpoints (``pytorch_model.bin``) are refused.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The directory.
+        dtype : {"float32", "bfloat16", "q8_0"}, optional
+            How blockc stores the matrices; None: bfloat16 for a bfloat16 checkpoint,
+            else float32.
+
+        Returns
+        -------
+        GPT
+
+        Raises
+        ------
+        ValueError
+            A config field blockc does not compute (named, with its value), a file or
+            tensor that is missing, malformed or mis-shaped (named, with the file).
+        OSError
+            A file that cannot be read.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     m.save_pretrained(d)
+        ...     m2 = GPT.from_pretrained(d)
+        >>> bool((m2.params == m.params).all())
+        True
+        """
+        from . import hf
+        if dtype is not None:
+            as_choice(dtype, "dtype", DTYPES)
+        return hf.load_dir(path, dtype)
+
+    def save_pretrained(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        """Write this model as a Hugging Face checkpoint directory.
+
+        ``config.json`` and ``model.safetensors`` that ``transformers`` loads
+        (``GPT2LMHeadModel.from_pretrained(path)`` for GPT-2's architecture):
+        float32 weights, a bfloat16 model's matrices as bfloat16, a q8_0 model's
+        dequantised weights as float32.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The directory (made if missing; the two files are replaced).
+
+        Raises
+        ------
+        ValueError
+            An architecture no checkpoint format blockc writes has.
+        OSError
+            The directory cannot be written.
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     m.save_pretrained(d)
+        ...     sorted(os.listdir(d))
+        ['config.json', 'model.safetensors']
+        """
+        from . import hf
+        hf.save_dir(self, os.fspath(path))
+
     # ---- tensors in the buffer ----------------------------------------------
 
     def _vector(self, name: str) -> np.ndarray:
@@ -676,15 +824,24 @@ class GPT:
                             t.shape[1]), f"state dict entry {name!r}")
         return out
 
-    def _write(self, name: str, a: np.ndarray) -> None:
-        """Store the float32-convertible array ``a`` (the tensor's shape) as tensor ``name``."""
+    def _write(self, name: str, a: np.ndarray, transposed: bool = False) -> None:
+        """Store the float32-convertible array ``a`` as tensor ``name``: of the tensor's
+        shape, or (transposed) of its transpose, as GPT-2's Conv1D stores weights (a
+        packed matrix is packed from it directly, without a transposed copy)."""
         t = self._layout[name]
-        a = np.ascontiguousarray(a, dtype=np.float32)
+        if not (type(a) is np.ndarray and a.dtype == np.float32 and a.flags.c_contiguous
+                and a.flags.aligned):
+            a = np.ascontiguousarray(a, dtype=np.float32)
         if not t.packed:
-            self._vector(name)[...] = a
+            self._vector(name)[...] = a.T if transposed else a
             return
-        check(lib.bc_pack(self._cptr + t.offset, t.nbytes, cptr(a), t.dtype, t.shape[0],
-                          t.shape[1]), f"state dict entry {name!r}")
+        rows, cols = t.shape
+        rs, cs = (1, rows) if transposed else (cols, 1)
+        st = lib.bc_pack_strided(self._cptr + t.offset, t.nbytes, cptr(a), rs, cs, t.dtype, rows, cols)
+        if st == lib.BC_EVALUE:
+            raise BlockcValueError(f"state dict entry {name!r}: q8_0 needs finite weights of "
+                                   "magnitude <= 65504 * 127")
+        check(st, f"state dict entry {name!r}")
 
     # ---- access -------------------------------------------------------------
 
@@ -789,35 +946,39 @@ class GPT:
     # ---- forward ------------------------------------------------------------
 
     def _forward(self, ids: Any, cache: Optional[KVCache], last_only: bool,
-                 want_hidden: bool, want_logits: bool = True):
+                 want_hidden: bool, want_logits: bool = True, row: Optional[int] = None):
+        """(logits, hidden); with a cache, under its lock (one call at a time per cache:
+        the lengths C reads are the ones checked here, and it advances them). ``row``:
+        run on that sequence of the cache alone (ids of batch 1)."""
         if cache is None:
-            return self._run(ids, None, 0, last_only, want_hidden, want_logits)[:2]
+            return self._run(ids, None, 0, last_only, want_hidden, want_logits, None)
+        self._own(cache)
+        with cache._lock:
+            lengths = cache._lengths if row is None else cache._lengths[row:row + 1]
+            return self._run(ids, cache, int(lengths.max()), last_only, want_hidden,
+                             want_logits, row)
+
+    def _own(self, cache: Any) -> None:
         if not isinstance(cache, KVCache):
             raise BlockcTypeError(f"cache must be a blockc.KVCache, got {type(cache).__name__}")
         if cache._owner is not self:
             raise BlockcValueError("cache belongs to another model: make it with this "
                                    "model's new_cache()")
-        with cache._lock:  # one call at a time per cache; the length read once, here
-            start = cache._length
-            out = self._run(ids, cache, start, last_only, want_hidden, want_logits)
-            cache._length = out[2]
-        return out[0], out[1]
 
     def _run(self, ids: Any, cache: Optional[KVCache], start: int, last_only: bool,
-             want_hidden: bool, want_logits: bool):
+             want_hidden: bool, want_logits: bool, row: Optional[int]):
         cfg = self._cfg
         a = _check_ids(ids, cfg, start)
         b, t = a.shape
         c_cache = ffi.NULL
         if cache is not None:
-            if cache._batch != b:
-                raise BlockcValueError(f"ids have batch {b} but the cache holds {cache._batch} rows")
+            rows = cache._batch if row is None else 1
+            if rows != b:
+                raise BlockcValueError(f"ids have batch {b} but the cache holds {rows} rows")
             if start + t > cache._capacity:
                 raise BlockcValueError(f"Sequence exceeds the cache's capacity of {cache._capacity} "
                                        f"(length {start} + {t} tokens)")
-            c_cache = ffi.new("bc_gpt_cache *", dict(
-                k=fptr(cache._k), v=fptr(cache._v), batch=cache._batch,
-                capacity=cache._capacity, length=start))
+            c_cache = cache._c(row)
         n = ffi.new("size_t *")
         check(lib.bc_gpt_workspace_size(n, self._c, b, t, c_cache), "GPT forward")
         work, buf = thread_buffer(self._tls, int(n[0]))
@@ -833,7 +994,7 @@ class GPT:
                                  lib.BC_IDS_INT64 if wide else lib.BC_IDS_INT32, b, t,
                                  int(last_only), work, buf.size),
               "GPT forward")
-        return logits, hidden, start + t
+        return logits, hidden
 
     def hidden_states(self, ids: npt.ArrayLike) -> np.ndarray:
         """The residual stream after every block, without the head.
@@ -907,103 +1068,239 @@ class GPT:
 
     def generate(self, ids: Any, max_new_tokens: int, temperature: float = 0.0,
                  top_k: Optional[int] = None, seed: Optional[int] = None,
-                 use_cache: bool = True) -> np.ndarray:
-        """Extend ids (B, T) by ``max_new_tokens`` tokens.
+                 use_cache: bool = True, *, top_p: Optional[float] = None,
+                 min_p: Optional[float] = None, repetition_penalty: Optional[float] = None,
+                 eos_token_id: Union[int, Sequence[int], None] = None,
+                 pad_token_id: Optional[int] = None, stop: Optional[Sequence[str]] = None,
+                 tokenizer: Any = None,
+                 streamer: Optional[Callable[[np.ndarray], None]] = None
+                 ) -> Union[np.ndarray, List[np.ndarray]]:
+        """Extend the prompts by up to ``max_new_tokens`` tokens each.
 
         Parameters
         ----------
-        ids : array_like of int, shape (B, T)
-            The prompt.
+        ids : array_like of int, shape (B, T), or a sequence of 1-D prompts
+            The prompts. A list of 1-D prompts of different lengths is a ragged
+            batch, returned as a list: every prompt gets exactly the tokens it would
+            get alone (each row's
+            logits are the bits it gets alone; the decoding steps still run the rows
+            together through one KV cache, each at its own position).
         max_new_tokens : int >= 0
         temperature : float >= 0, optional
             0 (the default) takes the argmax (first maximum on ties); otherwise a
             sample from softmax(logits / temperature). However small a positive
             temperature is, it gives the greedy limit, never NaN probabilities.
         top_k : int >= 1, optional
-            Sample among the ``top_k`` largest logits only.
+            Sample among the logits >= the ``top_k``-th largest.
         seed : int >= 0, optional
-            Seed of ``numpy.random.default_rng`` (reproducible samples).
+            Seed of ``numpy.random.default_rng``: reproducible samples, whatever the
+            thread count. Every row draws from its own generator seeded with it, so
+            a row's samples are the ones it gets alone (identical prompts in one
+            batch then sample alike: give them different seeds in separate calls).
         use_cache : bool, optional
             Run the prompt once and feed each new token alone through a KV cache
             (the default); False recomputes the whole sequence for every token
             (same tokens, slower).
+        top_p : float in (0, 1], optional
+            Sample among the fewest most likely tokens whose probabilities sum past
+            ``top_p`` (nucleus sampling).
+        min_p : float in [0, 1], optional
+            Sample among the tokens at least ``min_p`` times as likely as the most
+            likely one.
+        repetition_penalty : float > 0, optional
+            Divide the positive logits (multiply the negative ones) of every token
+            already in the row, prompt included (1: none).
+        eos_token_id : int or sequence of int, optional
+            Stop a row when it emits one (kept in the output); the batch stops when
+            every row has. Later positions of a finished row hold ``pad_token_id``.
+        pad_token_id : int, optional
+            Filler after a row's end (default: the first eos_token_id).
+        stop : sequence of str, optional
+            Stop a row when its generated text contains one of these (needs
+            ``tokenizer``; the token completing it is kept).
+        tokenizer : blockc.text.Tokenizer, optional
+            For ``stop``.
+        streamer : callable, optional
+            Called with each step's new tokens, an int64 array (B,), as they are made.
+
+        The options apply in Hugging Face's order (:mod:`blockc.generation`):
+        repetition penalty, temperature, top-k, top-p, min-p.
 
         Returns
         -------
-        numpy.ndarray
-            (B, T + max_new_tokens) int64: the prompt, then the new tokens.
+        numpy.ndarray or list of numpy.ndarray
+            (B, T + n) int64: the prompt, then the new tokens (n = max_new_tokens, or
+            fewer when every row stopped); for a ragged batch, a list of 1-D arrays,
+            each its prompt and its own tokens up to its end.
 
         Raises
         ------
         TypeError, ValueError
-            As :meth:`__call__`; T + max_new_tokens - 1 past the context.
+            As :meth:`__call__`; a prompt that with max_new_tokens - 1 would pass the
+            context; an option out of range; ``stop`` without a tokenizer.
 
         Examples
         --------
         >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
         >>> m.generate(np.array([[1, 2]]), 3).shape
         (1, 5)
+        >>> [len(r) for r in m.generate([[1, 2, 3], [4]], 2)]
+        [5, 3]
         """
+        run = self._generation(ids, max_new_tokens, temperature, top_k, seed, use_cache, top_p,
+                               min_p, repetition_penalty, eos_token_id, pad_token_id, stop,
+                               tokenizer)
+        rows, steps = run.rows, []
+        for toks in run:
+            steps.append(toks)
+            if streamer is not None:
+                streamer(toks.copy())
+        new = np.stack(steps, axis=1) if steps else np.zeros((len(rows), 0), np.int64)
+        if not run.ragged:
+            return np.concatenate([np.stack(rows), new], axis=1)
+        return [np.concatenate([r, new[i, :run.ends[i]]]) for i, r in enumerate(rows)]
+
+    def stream(self, ids: Any, max_new_tokens: int, **options: Any) -> Iterator[int]:
+        """The new tokens of one prompt, yielded one by one as they are made.
+
+        Parameters
+        ----------
+        ids : array_like of int, shape (T,) or (1, T)
+        max_new_tokens : int >= 0
+        **options
+            As :meth:`generate` (temperature, top_k, top_p, min_p,
+            repetition_penalty, eos_token_id, stop, tokenizer, seed, use_cache).
+
+        Yields
+        ------
+        int
+            Each new token; after an end token or a stop string, nothing more.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`generate`, or ids of more than one row.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> list(m.stream([1, 2], 3)) == list(m.generate(np.array([[1, 2]]), 3)[0, 2:])
+        True
+        """
+        a = to_numpy(ids, "ids")
+        if a.ndim == 2 and a.shape[0] != 1:
+            raise BlockcValueError(f"stream takes one prompt, got ids of shape {a.shape}")
+        known = {"temperature", "top_k", "seed", "use_cache", "top_p", "min_p",
+                 "repetition_penalty", "eos_token_id", "pad_token_id", "stop", "tokenizer"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise BlockcTypeError(f"stream() got an unexpected option {unknown[0]!r}")
+        o = dict(temperature=0.0, top_k=None, seed=None, use_cache=True, top_p=None, min_p=None,
+                 repetition_penalty=None, eos_token_id=None, pad_token_id=None, stop=None,
+                 tokenizer=None)
+        o.update(options)
+        for toks in self._generation(a.reshape(1, -1), max_new_tokens, **o):
+            yield int(toks[0])  # a finished row ends the iteration
+
+    def _generation(self, ids, max_new_tokens, temperature=0.0, top_k=None, seed=None,
+                    use_cache=True, top_p=None, min_p=None, repetition_penalty=None,
+                    eos_token_id=None, pad_token_id=None, stop=None, tokenizer=None):
+        """A _Generation: every argument checked, before any work."""
         cfg = self._cfg
-        a = _check_ids(ids, cfg, 0)
-        max_new_tokens = as_int(max_new_tokens, "max_new_tokens", 0)
-        temperature = as_real(temperature, "temperature", 0.0)
-        if top_k is not None:
-            top_k = min(as_int(top_k, "top_k", 1), cfg.vocab)
+        # a sequence of 1-D prompts of different lengths is a ragged batch
+        ragged = (isinstance(ids, (list, tuple)) and len(ids) > 0
+                  and all(np.ndim(r) == 1 for r in ids) and len({len(r) for r in ids}) > 1)
+        if ragged:
+            rows = [_check_ids(np.asarray(r)[None], cfg, 0)[0].astype(np.int64) for r in ids]
+        else:
+            a = _check_ids(ids, cfg, 0)
+            rows = [r.astype(np.int64) for r in a]
+        n = as_int(max_new_tokens, "max_new_tokens", 0)
+        opts = SamplingOptions(temperature, top_k, top_p, min_p, repetition_penalty, cfg.vocab)
         if seed is not None:
             seed = as_int(seed, "seed", 0)
         use_cache = as_flag(use_cache, "use_cache")
-        b, t = a.shape
-        if max_new_tokens == 0:
-            return a.astype(np.int64)  # a new array
-        if t + max_new_tokens - 1 > cfg.context:
+        if eos_token_id is None:
+            eos = ()
+        elif isinstance(eos_token_id, (list, tuple)):
+            eos = tuple(as_int(e, "eos_token_id", 0, cfg.vocab - 1) for e in eos_token_id)
+        else:
+            eos = (as_int(eos_token_id, "eos_token_id", 0, cfg.vocab - 1),)
+        pad = eos[0] if pad_token_id is None and eos else pad_token_id
+        pad = 0 if pad is None else as_int(pad, "pad_token_id", 0, cfg.vocab - 1)
+        if stop is not None:
+            if isinstance(stop, str) or not all(isinstance(x, str) and x for x in stop):
+                raise BlockcTypeError("stop must be a sequence of non-empty str")
+            if tokenizer is None:
+                raise BlockcValueError("stop strings need a tokenizer (to read the text)")
+            stop = tuple(stop)
+        longest = max(len(r) for r in rows)
+        if n and longest + n - 1 > cfg.context:
             raise BlockcValueError(f"Sequence exceeds the model's context of {cfg.context} "
-                                   f"({t} prompt + {max_new_tokens} new tokens)")
-        rng = np.random.default_rng(seed)
-        out = np.empty((b, t + max_new_tokens), dtype=np.int64)
-        out[:, :t] = a
-        cache = self.new_cache(b, t + max_new_tokens - 1) if use_cache else None
-        feed = a
-        for i in range(max_new_tokens):
-            if use_cache:
-                logits, _ = self._forward(feed, cache, True, False)
-            else:
-                logits, _ = self._forward(out[:, :t + i], None, True, False)
-            nxt = self._pick(logits[:, 0, :], temperature, top_k, rng)
-            out[:, t + i] = nxt
-            feed = nxt[:, None]
-        return out
-
-    @staticmethod
-    def _pick(logits: np.ndarray, temperature: float, top_k: Optional[int],
-              rng: np.random.Generator) -> np.ndarray:
-        """Next token per row of logits (B, V): argmax, or a temperature/top-k sample."""
-        if temperature == 0.0:
-            return np.argmax(logits, axis=-1).astype(np.int64)
-        if not np.isfinite(logits).all():
-            raise BlockcValueError("cannot sample: the logits hold inf or NaN (the model's "
-                                   "weights do?); temperature=0 takes the argmax")
-        z = logits.astype(np.float64)
-        if top_k is not None and top_k < z.shape[-1]:
-            kth = np.partition(z, -top_k, axis=-1)[:, -top_k][:, None]
-            z = np.where(z < kth, -np.inf, z)
-        # shifted first, so z <= 0 and the largest is exactly 0: dividing by any
-        # positive temperature, however small, gives no NaN (the ties of the
-        # maximum keep probability, the rest go to 0: the greedy limit)
-        with np.errstate(over="ignore"):
-            z = (z - z.max(axis=-1, keepdims=True)) / temperature
-        p = np.exp(z)
-        p /= p.sum(axis=-1, keepdims=True)
-        u = rng.random(z.shape[0])
-        cdf = np.cumsum(p, axis=-1)
-        idx = (cdf <= u[:, None] * cdf[:, -1:]).sum(axis=-1)  # first cdf > u: never a p=0 token
-        return np.minimum(idx, z.shape[-1] - 1).astype(np.int64)
+                                   f"({longest} prompt + {n} new tokens)")
+        # every row its own generator: with a seed, a row draws what it draws alone
+        rngs = [np.random.default_rng(seed) for _ in rows]
+        return _Generation(self, rows, ragged, n, opts, rngs, use_cache, eos, pad, stop, tokenizer)
 
     def __repr__(self):
         c = self._cfg
         return (f"GPT(vocab={c.vocab}, context={c.context}, width={c.width}, heads={c.heads}, "
                 f"layers={c.layers}, tie_weights={c.tie_weights}, dtype={self._dtype!r}, "
                 f"parameters={self.num_parameters():,})")
+
+
+class _Generation:
+    """The steps of one generation: iterating yields each step's new tokens (B,);
+    ``ends[i]`` counts row i's tokens (its end included), ``done[i]`` tells it ended."""
+
+    def __init__(self, m, rows, ragged, n, opts, rngs, use_cache, eos, pad, stop, tokenizer):
+        self.m, self.rows, self.ragged, self.n, self.opts, self.rngs = m, rows, ragged, n, opts, rngs
+        self.use_cache, self.eos, self.pad, self.stop, self.tok = use_cache, eos, pad, stop, tokenizer
+        self.ends = [0] * len(rows)
+        self.done = [False] * len(rows)
+
+    def _logits(self, seqs, cache, first):
+        """The last position's logits (B, V) of every row: the whole prompts the first
+        time (one by one when their lengths differ), then the last tokens."""
+        m, b = self.m, len(seqs)
+        if not self.use_cache:
+            return np.concatenate([m._forward(s[None], None, True, False)[0][:, 0] for s in seqs])
+        if first:
+            if len({len(s) for s in seqs}) == 1:
+                return m._forward(np.stack(seqs), cache, True, False)[0][:, 0]
+            return np.concatenate([m._forward(s[None], cache, True, False, row=i)[0][:, 0]
+                                   for i, s in enumerate(seqs)])
+        return m._forward(np.array([[s[-1]] for s in seqs]), cache, True, False)[0][:, 0]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        m, b = self.m, len(self.rows)
+        if self.n == 0:
+            return
+        seqs = [r.copy() for r in self.rows]
+        cache = None
+        if self.use_cache:
+            cache = m.new_cache(b, max(len(r) for r in self.rows) + self.n - 1)
+        texts = [""] * b
+        for step in range(self.n):
+            logits = self._logits(seqs, cache, step == 0)
+            toks = next_tokens(logits, self.opts, self.rngs,
+                               seqs if self.opts.repetition_penalty else None)
+            for i in range(b):
+                if self.done[i]:
+                    toks[i] = self.pad
+                    continue
+                self.ends[i] += 1
+                if int(toks[i]) in self.eos:
+                    self.done[i] = True
+                elif self.stop is not None:
+                    new = seqs[i][len(self.rows[i]):]
+                    texts[i] = self.tok.decode(np.append(new, toks[i]))
+                    if any(x in texts[i] for x in self.stop):
+                        self.done[i] = True
+            seqs = [np.append(s, t) for s, t in zip(seqs, toks)]
+            yield toks
+            if all(self.done):
+                return
 
 
 def _aligned_copy(a: np.ndarray) -> np.ndarray:

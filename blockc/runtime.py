@@ -2,7 +2,8 @@
 
 - ``set_num_threads(n)`` / ``get_num_threads()``: the threads every kernel may
   use (``BLOCKC_NUM_THREADS`` in the environment sets the default, else
-  OpenMP's). Results are bitwise identical whatever the count.
+  ``OMP_NUM_THREADS``, else the processors). Results are bitwise identical
+  whatever the count.
 - ``get_isa()`` / ``set_isa(name)`` / ``best_isa()``: the kernels' instruction
   set, ``"avx512"``, ``"avx2"`` (with FMA) or ``"generic"`` (portable C),
   chosen at run time from what the CPU supports; ``BLOCKC_ISA=generic|avx2|avx512``
@@ -30,7 +31,8 @@ def set_num_threads(n: int) -> None:
     ----------
     n : int in [0, 4096]
         Threads; 0 restores the default (``BLOCKC_NUM_THREADS`` if set, else
-        OpenMP's, capped at the processors). Results are the same bits whatever n.
+        ``OMP_NUM_THREADS``, else the processors; never more than the processors).
+        Results are the same bits whatever n.
         In a child forked after the parent ran threads, blockc stays on one.
 
     Raises
@@ -54,7 +56,7 @@ def get_num_threads() -> int:
     Returns
     -------
     int
-        At least 1 (1 in a build without OpenMP).
+        At least 1 (1 in a build without threads, BLOCKC_NO_THREADS=1).
 
     Examples
     --------

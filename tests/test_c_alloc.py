@@ -3,7 +3,7 @@ memory the library takes is the runtime's per-thread scratch, grown once and kep
 
 A small C program linked with the library's sources counts every malloc, calloc,
 realloc and posix_memalign the library makes (GNU ld's --wrap: calls from inside
-libc or the OpenMP runtime are not counted), warms up, then repeats calls."""
+libc, its thread creation included, are not counted), warms up, then repeats calls."""
 import os
 import re
 import shutil

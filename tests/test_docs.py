@@ -10,7 +10,7 @@ import pytest
 import blockc
 
 MODULES = ["blockc.ops", "blockc.engine", "blockc.gpt", "blockc.runtime", "blockc.book",
-           "blockc.rng"]
+           "blockc.rng", "blockc.text"]
 
 
 @pytest.mark.parametrize("name", MODULES)

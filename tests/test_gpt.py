@@ -484,9 +484,11 @@ def test_sampling_is_reproducible_and_respects_top_k():
 
 
 def test_sampling_distribution_follows_softmax():
+    from blockc.generation import SamplingOptions, next_tokens
     rng = np.random.default_rng(0)
     logits = np.log(np.array([[0.1, 0.6, 0.0, 0.3]], dtype=np.float32) + 1e-30)
-    draws = np.array([GPT._pick(logits, 1.0, None, rng)[0] for _ in range(4000)])
+    opts = SamplingOptions(temperature=1.0, vocab=4)
+    draws = np.array([next_tokens(logits, opts, [rng])[0] for _ in range(4000)])
     freq = np.bincount(draws, minlength=4) / 4000
     np.testing.assert_allclose(freq, [0.1, 0.6, 0.0, 0.3], atol=0.03)
     assert freq[2] == 0.0

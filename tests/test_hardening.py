@@ -152,8 +152,8 @@ def test_two_threads_appending_to_one_cache_take_turns():
 
 @pytest.mark.slow
 def test_a_forked_child_runs_blockc():
-    # after the parent's kernels have run on OpenMP threads, a forked child used to
-    # hang forever in its first parallel region; it now runs on one thread and gives
+    # after the parent's kernels have run on the pool's threads, a forked child (which
+    # has none of them; under OpenMP it hung forever) runs on one thread and gives
     # the parent's bits (they do not depend on the thread count)
     r = run_python("""
         import os, multiprocessing as mp, numpy as np, blockc

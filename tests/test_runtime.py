@@ -15,7 +15,7 @@ def test_set_get_num_threads_roundtrip():
         blockc.set_num_threads(1)
         assert blockc.get_num_threads() == 1
         blockc.set_num_threads(3)
-        # a build without OpenMP runs everything on one thread and says so
+        # a build without threads runs everything on one thread and says so
         assert blockc.get_num_threads() in (1, 3)
     finally:
         blockc.set_num_threads(0)

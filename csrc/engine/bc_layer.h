@@ -46,18 +46,20 @@ typedef struct {
     const float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
 } bc_layer_w;
 
-/* Where this call's positions sit: pos0 (the first one), the rotary angles of
- * the T positions (cs, bc_k_rope_table; NULL: no rotary embeddings), and the
- * cache (NULL k and v: no cache, keys and values are the call's own). A cache
- * holds, for each of the B sequences and each K/V head in turn, cap positions
- * (cap a multiple of BC_ATT_BK): the keys transposed in tiles of BC_ATT_BK
- * (bc_kv's tiled layout), the values as rows of Dh. The call's positions are
- * stored at pos0..pos0+T-1, and attention reads positions 0..pos0+T-1. */
+/* Where this call's positions sit: sequence s's first position pos0[s] (pos0
+ * NULL: 0 for every sequence), the rotary angles of each sequence's T
+ * positions (cs: (B, T, Dh/2, 2), bc_k_rope_table; NULL: no rotary
+ * embeddings), and the cache (NULL k and v: no cache, keys and values are the
+ * call's own). Sequence s's cache starts seq_stride floats after sequence
+ * s-1's and holds, for each K/V head in turn, cap positions (cap a multiple of
+ * BC_ATT_BK): the keys transposed in tiles of BC_ATT_BK (bc_kv's tiled
+ * layout), the values as rows of Dh. The call's positions are stored at
+ * pos0[s]..pos0[s]+T-1, and attention reads positions 0..pos0[s]+T-1. */
 typedef struct {
-    size_t pos0;
+    const size_t *pos0;
     const float *cs;
     float *k, *v;
-    size_t cap;
+    size_t seq_stride, cap;
 } bc_layer_pos;
 
 /* Floats of workspace bc_layer_forward needs for n = B*T rows; BC_OK or BC_EOVERFLOW. */

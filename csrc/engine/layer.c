@@ -83,23 +83,24 @@ static void attn_sublayer(float *out, const float *a, const float *r, const bc_l
     bc_k_linear(qkv, a, w->qkv.p, w->qkv.wf, w->qkv_b, NULL, n, c->d, ld, BC_ACT_NONE, cx);
     for (size_t s = 0; s < b; s++) {
         float *q = qkv + s * t * ld;
+        const size_t p0 = pos->pos0 ? pos->pos0[s] : 0;
         /* the call's own keys and values, rows of the q/k/v buffer */
         bc_kv kv = {q + qw, q + qw + kw, ld, ld, dh, dh, 0};
         size_t tk = t;
         if (pos->cs) {
-            bc_k_rope(q, ld, t, c->heads, dh, pos->cs, cx);
-            bc_k_rope(q + qw, ld, t, c->kv_heads, dh, pos->cs, cx);
+            const float *cs = pos->cs + s * t * dh;
+            bc_k_rope(q, ld, t, c->heads, dh, cs, cx);
+            bc_k_rope(q + qw, ld, t, c->kv_heads, dh, cs, cx);
         }
         if (pos->k) {
-            float *kc = pos->k + s * c->kv_heads * pos->cap * dh;
-            float *vc = pos->v + s * c->kv_heads * pos->cap * dh;
-            cache_store(kc, vc, q + qw, q + qw + kw, ld, t, pos->pos0, c->kv_heads, dh, pos->cap);
+            float *kc = pos->k + s * pos->seq_stride, *vc = pos->v + s * pos->seq_stride;
+            cache_store(kc, vc, q + qw, q + qw + kw, ld, t, p0, c->kv_heads, dh, pos->cap);
             const bc_kv cached = {kc, vc, dh, dh, pos->cap * dh, pos->cap * dh, 1};
             kv = cached;
-            tk = pos->pos0 + t;
+            tk = p0 + t;
         }
-        bc_k_attention(att + s * t * qw, qw, q, ld, &kv, t, tk, c->heads, c->kv_heads, dh,
-                       pos->pos0, c->causal != 0, cx);
+        bc_k_attention(att + s * t * qw, qw, q, ld, &kv, t, tk, c->heads, c->kv_heads, dh, p0,
+                       c->causal != 0, cx);
     }
     bc_k_linear(out, att, w->proj.p, w->proj.wf, w->proj_b, r, n, qw, c->d, BC_ACT_NONE, cx);
 }

@@ -83,44 +83,83 @@ static void q8_block(uint16_t *d, int8_t *q, size_t stride, const float *w, size
 /* A finite weight's q8_0 scale fits a half: |w| <= 65504 * 127. */
 #define Q8_MAX_ABS 8319008.0f
 
-int bc_pack(void *out, size_t out_bytes, const float *w, int dtype, size_t rows, size_t cols)
+/* w(r, c) = w[r * rs + c * cs]: element by element in the order that reads w
+ * contiguously (rows side by side for a transposed w, cs > rs). */
+#define W(r, c) w[(r) * rs + (c) * cs]
+
+int bc_pack_strided(void *out, size_t out_bytes, const float *w, size_t rs, size_t cs,
+                    int dtype, size_t rows, size_t cols)
 {
-    size_t need, nw;
+    size_t need, last, t;
     int st;
     if (!out || !w)
         return BC_ENULL;
-    if ((st = check_packed(&need, out, out_bytes, dtype, rows, cols)) || (st = bc_mul(&nw, rows, cols)))
+    if ((st = check_packed(&need, out, out_bytes, dtype, rows, cols)))
         return st;
-    if (overlap_bytes(out, need, w, nw * sizeof(float)))
+    /* the floats w spans: (rows - 1) rs + (cols - 1) cs + 1 */
+    if ((st = bc_mul(&last, rows - 1, rs)) || (st = bc_mul(&t, cols - 1, cs))
+        || (st = bc_add(&last, last, t)) || (st = bc_add(&last, last, 1)))
+        return st;
+    if (overlap_bytes(out, need, w, last * sizeof(float)))
         return BC_EALIAS;
     if (dtype == BC_DTYPE_Q8_0)
-        for (size_t i = 0; i < nw; i++)
-            if (!(fabsf(w[i]) <= Q8_MAX_ABS))  /* NaN fails too */
-                return BC_EVALUE;
+        for (size_t r = 0; r < rows; r++)
+            for (size_t c = 0; c < cols; c++)
+                if (!(fabsf(W(r, c)) <= Q8_MAX_ABS))  /* NaN fails too */
+                    return BC_EVALUE;
     const size_t panels = (rows + PW - 1) / PW, pbytes = need / panels;
+    const int by_rows = cs > rs;  /* a transposed w: the PW rows of a column are adjacent */
     unsigned char *o = out;
     memset(out, 0, need);
     for (size_t p = 0; p < panels; p++) {
         unsigned char *panel = o + p * pbytes;
-        for (size_t l = 0; l < PW && p * PW + l < rows; l++) {
-            const float *row = w + (p * PW + l) * cols;
-            if (dtype == BC_DTYPE_F32) {
-                float *f = (float *)panel;
+        const size_t nl = rows - p * PW < PW ? rows - p * PW : PW, r0 = p * PW;
+        if (dtype == BC_DTYPE_F32) {
+            float *f = (float *)panel;
+            if (by_rows)
                 for (size_t k = 0; k < cols; k++)
-                    f[k * PW + l] = row[k];
-            } else if (dtype == BC_DTYPE_BF16) {
-                uint16_t *h = (uint16_t *)panel;
+                    for (size_t l = 0; l < nl; l++)
+                        f[k * PW + l] = W(r0 + l, k);
+            else
+                for (size_t l = 0; l < nl; l++)
+                    for (size_t k = 0; k < cols; k++)
+                        f[k * PW + l] = W(r0 + l, k);
+        } else if (dtype == BC_DTYPE_BF16) {
+            uint16_t *h = (uint16_t *)panel;
+            if (by_rows)
                 for (size_t k = 0; k < cols; k++)
-                    h[k * PW + l] = bc_f32_to_bf16(row[k]);
-            } else {
-                bc_q8_block *bl = (bc_q8_block *)panel;
-                for (size_t k0 = 0; k0 < cols; k0 += 32, bl++)
-                    q8_block(&bl->d[l], &bl->q[0][l], PW, row + k0,
-                             cols - k0 < 32 ? cols - k0 : 32);
+                    for (size_t l = 0; l < nl; l++)
+                        h[k * PW + l] = bc_f32_to_bf16(W(r0 + l, k));
+            else
+                for (size_t l = 0; l < nl; l++)
+                    for (size_t k = 0; k < cols; k++)
+                        h[k * PW + l] = bc_f32_to_bf16(W(r0 + l, k));
+        } else {
+            bc_q8_block *bl = (bc_q8_block *)panel;
+            for (size_t k0 = 0; k0 < cols; k0 += 32, bl++) {
+                const size_t nk = cols - k0 < 32 ? cols - k0 : 32;
+                float tile[PW][32];
+                if (by_rows)
+                    for (size_t k = 0; k < nk; k++)
+                        for (size_t l = 0; l < nl; l++)
+                            tile[l][k] = W(r0 + l, k0 + k);
+                else
+                    for (size_t l = 0; l < nl; l++)
+                        for (size_t k = 0; k < nk; k++)
+                            tile[l][k] = W(r0 + l, k0 + k);
+                for (size_t l = 0; l < nl; l++)
+                    q8_block(&bl->d[l], &bl->q[0][l], PW, tile[l], nk);
             }
         }
     }
     return BC_OK;
+}
+
+#undef W
+
+int bc_pack(void *out, size_t out_bytes, const float *w, int dtype, size_t rows, size_t cols)
+{
+    return bc_pack_strided(out, out_bytes, w, cols, 1, dtype, rows, cols);
 }
 
 void bc_packed_row(float *out, const void *packed, int dtype, size_t rows, size_t cols, size_t o)

@@ -349,25 +349,31 @@ static bc_layer_cfg layer_cfg(const model *m)
 }
 
 /* The workspace, carved in this order (floats), N = B*T:
- *   x (N,D) the residual stream; cs (T, Dh) the rotary angles (RoPE only);
+ *   x (N,D) the residual stream; pos (B size_t, in 2B + 1 floats: aligned at the
+ *   call) each sequence's first position, as read once; cs (B, T, Dh) the rotary angles (RoPE only);
  *   the layer's workspace (the final norm writes into its first N*D). */
 typedef struct {
-    size_t cs, layer, total;
+    size_t pos, cs, layer, total;
 } work_parts;
 
 static int carve(work_parts *w, const model *m, size_t batch, size_t seq)
 {
-    size_t n, nd, lw, ncs = 0;
+    size_t n, nd, lw, ncs = 0, at;
     int st;
     const bc_layer_cfg lc = layer_cfg(m);
     if ((st = bc_mul(&n, batch, seq)) || (st = bc_mul(&nd, n, m->c.width))
         || (st = bc_layer_work(&lw, &lc, n)))
         return st;
-    if (m->c.positions == BC_POS_ROPE && (st = bc_mul(&ncs, seq, m->dh)))
+    if (m->c.positions == BC_POS_ROPE && (st = bc_mul(&ncs, n, m->dh)))
         return st;
-    w->cs = nd;
-    w->layer = nd + ncs;  /* both within 2^40 each */
-    return bc_add(&w->total, w->layer, lw);
+    w->pos = nd;  /* one float more than the slots need: forward_plan aligns them */
+    if ((st = bc_add(&at, nd, 2 * batch + 1)))  /* 2 * batch <= 2 * nd */
+        return st;
+    w->cs = at;
+    if ((st = bc_add(&at, at, ncs)))
+        return st;
+    w->layer = at;
+    return bc_add(&w->total, at, lw);
 }
 
 int bc_gpt_workspace_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t seq,
@@ -419,13 +425,13 @@ typedef struct {
     bc_gpt_cache c;   /* a copy of *cache (has_cache) */
     int has_cache;
     size_t n, nd;     /* N = B*T rows, N*D */
-    size_t pos0;      /* the first position: the cache's length, or 0 */
+    size_t *pos0;     /* (B) each sequence's first position, read once (in the workspace) */
 } fwd_plan;
 
 static int forward_plan(fwd_plan *p, const float *logits, const float *hidden,
                         const bc_gpt_cache *cache, const void *params, const bc_gpt_config *cfg,
                         const void *ids, int ids_type, size_t batch, size_t seq, int last_only,
-                        const float *work, size_t work_size)
+                        float *work, size_t work_size)
 {
     size_t cache_n = 0, logits_n = 0, hidden_n = 0;
     int st;
@@ -439,19 +445,21 @@ static int forward_plan(fwd_plan *p, const float *logits, const float *hidden,
     if (!batch || !seq)
         return BC_ESIZE;
     p->has_cache = cache != NULL;
-    p->pos0 = 0;
     if (cache) {
         const bc_gpt_cache cc = *cache;  /* read once */
         if (!cc.k || !cc.v)
             return BC_ENULL;
-        if (cc.batch != batch || !cc.capacity || cc.length > cc.capacity)
+        if (cc.batch != batch || !cc.capacity)
             return BC_ESIZE;
-        if (cc.capacity > c->context || seq > cc.capacity - cc.length)
+        if (cc.capacity > c->context)
+            return BC_ECONTEXT;
+        if (!cc.lengths && (cc.length > cc.capacity))
+            return BC_ESIZE;
+        if (!cc.lengths && seq > cc.capacity - cc.length)
             return BC_ECONTEXT;
         if ((st = bc_gpt_cache_size(&cache_n, c, batch, cc.capacity)))
             return st;
         p->c = cc;
-        p->pos0 = cc.length;
     } else if (seq > c->context) {
         return BC_ECONTEXT;
     }
@@ -460,6 +468,7 @@ static int forward_plan(fwd_plan *p, const float *logits, const float *hidden,
         return st;
     if (work_size < p->w.total)
         return BC_EWORKSPACE;
+    const size_t lengths_n = cache && p->c.lengths ? (2 * batch) : 0;  /* in floats */
     if (logits && (st = bc_mul(&logits_n, last_only ? batch : p->n, c->vocab)))
         return st;
     if (hidden && (st = bc_mul(&hidden_n, p->nd, c->layers)))
@@ -468,15 +477,27 @@ static int forward_plan(fwd_plan *p, const float *logits, const float *hidden,
     const size_t ids_n = ids_type == BC_IDS_INT64 ? 2 * p->n : p->n;
     const float *in[2] = {(const float *)params, (const float *)ids};
     const size_t in_n[2] = {p->lo.total / 4, ids_n};
-    const float *out[5] = {logits, hidden, work, cache ? p->c.k : NULL, cache ? p->c.v : NULL};
-    const size_t out_n[5] = {logits_n, hidden_n, p->w.total, cache_n, cache_n};
-    for (int i = 0; i < 5; i++) {
+    const float *out[6] = {logits, hidden, work, cache ? p->c.k : NULL, cache ? p->c.v : NULL,
+                           lengths_n ? (const float *)p->c.lengths : NULL};
+    const size_t out_n[6] = {logits_n, hidden_n, p->w.total, cache_n, cache_n, lengths_n};
+    for (int i = 0; i < 6; i++) {
         for (int j = 0; j < 2; j++)
             if (bc_overlap(out[i], out_n[i], in[j], in_n[j]))
                 return BC_EALIAS;
-        for (int j = i + 1; j < 5; j++)
+        for (int j = i + 1; j < 6; j++)
             if (bc_overlap(out[i], out_n[i], out[j], out_n[j]))
                 return BC_EALIAS;
+    }
+    /* each sequence's first position, read once into the workspace and checked there */
+    const float *slots = work + p->w.pos;
+    p->pos0 = (size_t *)(void *)(slots + ((uintptr_t)slots % sizeof(size_t) ? 1 : 0));
+    for (size_t b = 0; b < batch; b++) {
+        const size_t len = !cache ? 0 : p->c.lengths ? p->c.lengths[b] : p->c.length;
+        if (cache && len > p->c.capacity)
+            return BC_ESIZE;
+        if (cache && seq > p->c.capacity - len)
+            return BC_ECONTEXT;
+        p->pos0[b] = len;
     }
     return BC_OK;
 }
@@ -490,6 +511,7 @@ static int embed(float *x, const unsigned char *params, const fwd_plan *p, const
     const float *pos = (const float *)(params + p->lo.position);
     for (size_t b = 0; b < batch; b++)
         for (size_t t = 0; t < seq; t++) {
+            const size_t p0 = p->pos0[b];
             const size_t r = b * seq + t;
             size_t id;
             const int st = id_at(&id, ids, ids_type, r, c->vocab);
@@ -497,7 +519,7 @@ static int embed(float *x, const unsigned char *params, const fwd_plan *p, const
                 return st;
             bc_packed_row(x + r * d, params + p->lo.token, c->dtype, c->vocab, d, id);
             if (p->lo.has_pos)
-                bc_k_add(x + r * d, x + r * d, pos + (p->pos0 + t) * d, d, cx);
+                bc_k_add(x + r * d, x + r * d, pos + (p0 + t) * d, d, cx);
         }
     return BC_OK;
 }
@@ -577,23 +599,28 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
     if ((st = embed(x, prm, &p, ids, ids_type, batch, seq, &cx)))
         return st;
     if (c->positions == BC_POS_ROPE)
-        bc_k_rope_table(cs, p.pos0, seq, p.m.dh, c->rope_theta);
+        for (size_t b = 0; b < batch; b++)
+            bc_k_rope_table(cs + b * seq * p.m.dh, p.pos0[b], seq, p.m.dh, c->rope_theta);
     const bc_layer_cfg lc = layer_cfg(&p.m);
+    /* the cache: sequence b, layer l at (b * L + l) * KV R Dh */
     const size_t rows = p.has_cache ? cache_rows(p.c.capacity) : 0;
-    const size_t kv_rows = batch * rows * p.m.kw;  /* one layer's floats */
+    const size_t layer_kv = rows * p.m.kw, seq_kv = layer_kv * c->layers;
     for (size_t l = 0; l < c->layers; l++) {
         const bc_layer_w w = layer_weights(prm, &p, l);
         const bc_layer_pos pos = {p.pos0, c->positions == BC_POS_ROPE ? cs : NULL,
-                                  p.has_cache ? p.c.k + l * kv_rows : NULL,
-                                  p.has_cache ? p.c.v + l * kv_rows : NULL,
-                                  rows};
+                                  p.has_cache ? p.c.k + l * layer_kv : NULL,
+                                  p.has_cache ? p.c.v + l * layer_kv : NULL, seq_kv, rows};
         bc_layer_forward(x, x, &lc, &w, &pos, batch, seq, lwork, &cx);
         if (hidden)
             memcpy(hidden + l * p.nd, x, p.nd * sizeof(float));
     }
     if (logits)
         head_forward(logits, lwork, x, prm, &p, batch, seq, last_only, &cx);
-    if (cache)
-        cache->length = p.pos0 + seq;  /* from the length checked, not a second read */
+    /* from the lengths checked, not a second read */
+    if (cache && p.c.lengths)
+        for (size_t b = 0; b < batch; b++)
+            p.c.lengths[b] = p.pos0[b] + seq;
+    else if (cache)
+        cache->length = p.pos0[0] + seq;
     return BC_OK;
 }

@@ -98,6 +98,12 @@ int bc_pack_size(size_t *bytes, int dtype, size_t rows, size_t cols);
  * for q8_0 when a weight is not finite or beyond 65504 * 127 in magnitude. */
 int bc_pack(void *out, size_t out_bytes, const float *w, int dtype, size_t rows, size_t cols);
 
+/* The same for w(r, c) = w[r * row_stride + c * col_stride]: a transposed w
+ * (GPT-2's Conv1D weights, stored (in, out)) packs without a transposed copy.
+ * bc_pack is bc_pack_strided(..., cols, 1, ...). */
+int bc_pack_strided(void *out, size_t out_bytes, const float *w, size_t row_stride,
+                    size_t col_stride, int dtype, size_t rows, size_t cols);
+
 /* out (rows, cols) = the packed matrix as float32: the weights the kernels use. */
 int bc_unpack(float *out, const void *packed, size_t packed_bytes, int dtype, size_t rows,
               size_t cols);

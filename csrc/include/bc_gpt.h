@@ -79,21 +79,27 @@ typedef struct {
     int dtype;         /* BC_DTYPE_F32, BC_DTYPE_BF16 or BC_DTYPE_Q8_0: the matrices' storage */
 } bc_gpt_config;
 
-/* A KV cache, in caller-provided buffers, each (L, B, KV, R, Dh) floats with
- * R = capacity rounded up to a multiple of 64 (bc_gpt_cache_size): for layer
- * l, sequence b, K/V head g the block at ((l * B + b) * KV + g) * R * Dh holds
+/* A KV cache, in caller-provided buffers, each (B, L, KV, R, Dh) floats with
+ * R = capacity rounded up to a multiple of 64 (bc_gpt_cache_size): for
+ * sequence b, layer l, K/V head g the block at ((b * L + l) * KV + g) * R * Dh
+ * holds
  *   k: the keys (after the rotary embedding) transposed in tiles of 64
  *      positions: position p, dimension d at (p / 64) * 64 Dh + d * 64 + p % 64;
  *   v: the values as rows: position p, dimension d at p * Dh + d.
- * (Decoding streams both as they lie.) length: positions already stored (the
- * same for every row). bc_gpt_forward with a cache stores the new keys and
- * values at positions length .. length+T-1 and advances length by T. */
+ * (Decoding streams both as they lie.) A sequence's part is itself a cache of
+ * batch 1 (at k + b * L * KV * R * Dh), so sequences can be filled one by one.
+ * length: positions already stored, the same for every sequence; or, when
+ * lengths is not NULL, lengths[b] for sequence b (length is then ignored):
+ * each sequence continues at its own position. bc_gpt_forward stores the new
+ * keys and values after the stored ones and advances length (or every
+ * lengths[b]) by T. */
 typedef struct {
     float *k;
     float *v;
     size_t batch;
     size_t capacity;  /* <= context */
     size_t length;    /* <= capacity */
+    size_t *lengths;  /* NULL, or (batch) per-sequence lengths, each <= capacity */
 } bc_gpt_cache;
 
 /* Check a configuration: BC_OK, BC_ENULL, BC_ESIZE (a zero size), BC_EOPTION
@@ -121,7 +127,7 @@ int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *byte
                        int *dtype, int *packed, size_t *ndim, size_t shape[2],
                        const bc_gpt_config *cfg, size_t index);
 
-/* n: floats in each of the cache's k and v buffers, L * batch * KV * R * Dh (R:
+/* n: floats in each of the cache's k and v buffers, batch * L * KV * R * Dh (R:
  * capacity rounded up to a multiple of 64).
  * BC_ECONTEXT when capacity > context, BC_ESIZE when batch or capacity is 0. */
 int bc_gpt_cache_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t capacity);
@@ -136,19 +142,21 @@ int bc_gpt_workspace_size(size_t *n, const bc_gpt_config *cfg, size_t batch, siz
  *   logits  (B,T,V), or (B,1,V) for the last position only when last_only != 0;
  *           NULL: no head.
  *   hidden  (L,B,T,D): the residual stream after every block; NULL: not wanted.
- *   cache   NULL, or a cache for batch B: positions start at cache->length,
- *           keys and values are appended, cache->length advances by T.
- *           Without a cache, positions are 0..T-1.
+ *   cache   NULL, or a cache for batch B: positions start at cache->length (or
+ *           sequence b's at cache->lengths[b], each read once), keys and values
+ *           are appended, and the length(s) advance by T. Without a cache,
+ *           positions are 0..T-1. Every sequence's logits are the bits it gets
+ *           alone at its positions, whatever the other sequences.
  *   params  the parameter buffer (bc_gpt_param_bytes bytes, 4-byte aligned).
  *   ids     (B,T) token ids, int32 (ids_type BC_IDS_INT32) or int64 (BC_IDS_INT64).
  *           Each id is read once and checked as it is used: ids changed by
  *           another thread during the call never index outside the table.
  *   work    work_size floats, at least bc_gpt_workspace_size(...).
  * Errors (nothing written): BC_ENOMEM (the kernels' scratch), BC_ENULL, BC_ESIZE (B or T zero, cache batch mismatch,
- * cache length > capacity), BC_EOPTION (ids_type), BC_ERANGE (an id outside [0,V)),
+ * a cache length > capacity), BC_EOPTION (ids_type), BC_ERANGE (an id outside [0,V)),
  * BC_ECONTEXT (start + T beyond the context or the cache's capacity, or capacity
- * beyond the context), BC_EOVERFLOW, BC_EWORKSPACE, BC_EALIAS (logits, hidden, work
- * and the cache's k and v overlap each other, the parameters or the ids). */
+ * beyond the context), BC_EOVERFLOW, BC_EWORKSPACE, BC_EALIAS (logits, hidden, work,
+ * the cache's k and v and its lengths overlap each other, the parameters or the ids). */
 int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
                    const void *params, const bc_gpt_config *cfg,
                    const void *ids, int ids_type, size_t batch, size_t seq, int last_only,

@@ -20,11 +20,13 @@ extern "C" {
 #define BC_ISA_AVX512 2
 
 /* Threads the kernels use from now on (n >= 1), or n == 0 to go back to the
- * default: BLOCKC_NUM_THREADS if set, else OpenMP's default. BC_ESIZE if n < 0
+ * default: BLOCKC_NUM_THREADS if set, else OMP_NUM_THREADS, else the processors
+ * (never more than the processors). BC_ESIZE if n < 0
  * or n > 4096. */
 int bc_set_num_threads(int n);
 
-/* *n = the number of threads the next kernel call may use (1 without OpenMP). */
+/* *n = the number of threads the next kernel call may use (1 in a build without
+ * threads). */
 int bc_get_num_threads(int *n);
 
 /* Force an instruction set (BC_ISA_*); BC_EOPTION if unknown or not supported

@@ -271,7 +271,7 @@ static void sizes_checks(void)
 {
     bc_gpt_config c = tiny(1);
     size_t *n = h_alloc_bytes(sizeof *n);
-    bc_gpt_cache cache = {NULL, NULL, 1, 6, 0};
+    bc_gpt_cache cache = {NULL, NULL, 1, 6, 0, NULL};
 
     EXPECT_STATUS(BC_ENULL, bc_gpt_cache_size(NULL, &c, 1, 4));
     EXPECT_STATUS(BC_ENULL, bc_gpt_cache_size(n, NULL, 1, 4));
@@ -324,7 +324,7 @@ static void forward_checks(int tied)
     EXPECT_STATUS(BC_OK, bc_gpt_param_bytes(&nbytes, &c));
     const size_t np = nbytes / 4;  /* float32: any floats are valid parameters */
     EXPECT_STATUS(BC_OK, bc_gpt_cache_size(&nc, &c, B, 6));
-    bc_gpt_cache cache = {h_alloc(nc), h_alloc(nc), B, 6, 0};
+    bc_gpt_cache cache = {h_alloc(nc), h_alloc(nc), B, 6, 0, NULL};
     EXPECT_STATUS(BC_OK, bc_gpt_workspace_size(&nw, &c, B, T, NULL));
     EXPECT_STATUS(BC_OK, bc_gpt_workspace_size(&nwc, &c, B, T, &cache));
     float *p = h_alloc(np), *work = h_alloc(nwc > nw ? nwc : nw);
@@ -497,7 +497,7 @@ static void variant_checks(bc_gpt_config c)
     unsigned char *p = random_params(&c, 77);
     size_t nw = 0, nwc = 0, nc = 0;
     EXPECT_STATUS(BC_OK, bc_gpt_cache_size(&nc, &c, B, T));
-    bc_gpt_cache cache = {h_alloc(nc), h_alloc(nc), B, T, 0};
+    bc_gpt_cache cache = {h_alloc(nc), h_alloc(nc), B, T, 0, NULL};
     EXPECT_STATUS(BC_OK, bc_gpt_workspace_size(&nw, &c, B, T, NULL));
     EXPECT_STATUS(BC_OK, bc_gpt_workspace_size(&nwc, &c, B, T, &cache));
     float *work = h_alloc(nw > nwc ? nw : nwc), *full = h_alloc(B * T * V), *step = h_alloc(B * V);
@@ -530,8 +530,59 @@ static void variant_checks(bc_gpt_config c)
     EXPECT(h_guard_ok(full, NB(B * T * V)) && h_guard_ok(cache.k, NB(nc)) && h_guard_ok(cache.v, NB(nc)));
 }
 
+/* A batch whose sequences sit at different positions (cache->lengths): each
+ * sequence's logits are the bits it gets alone with the same history, and a
+ * sequence's part of the cache is itself a batch-1 cache. */
+static void ragged_checks(int dtype)
+{
+    bc_gpt_config c = llama(0);
+    c.dtype = dtype;
+    enum { B = 2, CAP = 9 };
+    const size_t V = c.vocab;
+    unsigned char *p = random_params(&c, 5);
+    size_t nc = 0, nc1 = 0, nw = 0;
+    EXPECT_STATUS(BC_OK, bc_gpt_cache_size(&nc, &c, B, CAP));
+    EXPECT_STATUS(BC_OK, bc_gpt_cache_size(&nc1, &c, 1, CAP));
+    EXPECT(nc == 2 * nc1);
+    float *k = h_alloc(nc), *v = h_alloc(nc), *k1 = h_alloc(nc1), *v1 = h_alloc(nc1);
+    size_t *lengths = h_alloc_bytes(B * sizeof(size_t));
+    lengths[0] = lengths[1] = 0;
+    EXPECT_STATUS(BC_OK, bc_gpt_workspace_size(&nw, &c, B, 5, NULL));
+    float *work = h_alloc(nw), *lg = h_alloc(B * V), *solo = h_alloc(V);
+    const int64_t prompt0[3] = {1, 2, 3}, prompt1[5] = {4, 5, 6, 7, 8};
+    /* prefill each sequence into its own part of the batched cache */
+    bc_gpt_cache r0 = {k, v, 1, CAP, 0, lengths}, r1 = {k + nc1, v + nc1, 1, CAP, 0, lengths + 1};
+    EXPECT_STATUS(BC_OK, bc_gpt_forward(NULL, NULL, &r0, p, &c, prompt0, BC_IDS_INT64, 1, 3, 1, work, nw));
+    EXPECT_STATUS(BC_OK, bc_gpt_forward(NULL, NULL, &r1, p, &c, prompt1, BC_IDS_INT64, 1, 5, 1, work, nw));
+    EXPECT(lengths[0] == 3 && lengths[1] == 5);
+    /* one step of both: sequence 1's row equals sequence 1 alone */
+    bc_gpt_cache both = {k, v, B, CAP, 0, lengths};
+    const int64_t step[B] = {9, 10};
+    EXPECT_STATUS(BC_OK, bc_gpt_forward(lg, NULL, &both, p, &c, step, BC_IDS_INT64, B, 1, 1, work, nw));
+    EXPECT(lengths[0] == 4 && lengths[1] == 6);
+    bc_gpt_cache alone = {k1, v1, 1, CAP, 0, NULL};
+    const int64_t seq1[6] = {4, 5, 6, 7, 8, 10};
+    EXPECT_STATUS(BC_OK, bc_gpt_forward(NULL, NULL, &alone, p, &c, seq1, BC_IDS_INT64, 1, 5, 1, work, nw));
+    EXPECT_STATUS(BC_OK, bc_gpt_forward(solo, NULL, &alone, p, &c, seq1 + 5, BC_IDS_INT64, 1, 1, 1, work, nw));
+    EXPECT(memcmp(solo, lg + V, NB(V)) == 0);
+    /* bad lengths: refused, nothing written, the lengths as they were */
+    float *keep = h_alloc(B * V);
+    memcpy(keep, lg, NB(B * V));
+    lengths[1] = CAP + 1;
+    EXPECT_STATUS(BC_ESIZE, bc_gpt_forward(lg, NULL, &both, p, &c, step, BC_IDS_INT64, B, 1, 1, work, nw));
+    lengths[1] = CAP;  /* full: one more token does not fit */
+    EXPECT_STATUS(BC_ECONTEXT, bc_gpt_forward(lg, NULL, &both, p, &c, step, BC_IDS_INT64, B, 1, 1, work, nw));
+    EXPECT(lengths[0] == 4 && lengths[1] == CAP);
+    lengths[1] = 6;
+    bc_gpt_cache over = {k, v, B, CAP, 0, (size_t *)(void *)lg};  /* lengths inside the logits */
+    EXPECT_STATUS(BC_EALIAS, bc_gpt_forward(lg, NULL, &over, p, &c, step, BC_IDS_INT64, B, 1, 1, work, nw));
+    EXPECT(memcmp(keep, lg, NB(B * V)) == 0);
+}
+
 static void variants_checks(void)
 {
+    for (int dtype = BC_DTYPE_F32; dtype <= BC_DTYPE_Q8_0; dtype++)
+        ragged_checks(dtype);
     for (int dtype = BC_DTYPE_F32; dtype <= BC_DTYPE_Q8_0; dtype++) {
         bc_gpt_config cs[10];
         int n = 0;

@@ -182,8 +182,50 @@ static void linear_hostile_checks(void)
     EXPECT(h_untouched(y, NB(N * OC)));
 }
 
+/* A transposed matrix (Conv1D's (in, out)) packs, through the strides, to the
+ * bytes its contiguous transpose packs to. */
+static void strided_checks(size_t rows, size_t cols)
+{
+    float *w = h_alloc(rows * cols), *wt = h_alloc(rows * cols);
+    h_fill(w, rows * cols, (uint32_t)(rows + 7 * cols), 1.5f);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++)
+            wt[c * rows + r] = w[r * cols + c];
+    for (int k = 0; k < 3; k++) {
+        const int dt = DTYPES[k];
+        const size_t nb = packed(dt, rows, cols);
+        unsigned char *a = h_alloc_bytes(nb), *b = h_alloc_bytes(nb);
+        EXPECT_STATUS(BC_OK, bc_pack(a, nb, w, dt, rows, cols));
+        EXPECT_STATUS(BC_OK, bc_pack_strided(b, nb, wt, 1, rows, dt, rows, cols));
+        EXPECT(memcmp(a, b, nb) == 0);
+        EXPECT_STATUS(BC_OK, bc_pack_strided(b, nb, w, cols, 1, dt, rows, cols));
+        EXPECT(memcmp(a, b, nb) == 0);
+    }
+}
+
+static void strided_hostile_checks(void)
+{
+    float *w = h_alloc(64);
+    const size_t nb = packed(BC_DTYPE_F32, 4, 4);
+    unsigned char *o = h_alloc_bytes(nb);
+    EXPECT_STATUS(BC_ENULL, bc_pack_strided(NULL, nb, w, 4, 1, BC_DTYPE_F32, 4, 4));
+    EXPECT_STATUS(BC_ENULL, bc_pack_strided(o, nb, NULL, 4, 1, BC_DTYPE_F32, 4, 4));
+    /* strides whose span overflows */
+    EXPECT_STATUS(BC_EOVERFLOW, bc_pack_strided(o, nb, w, H_NEG, 1, BC_DTYPE_F32, 4, 4));
+    EXPECT_STATUS(BC_EOVERFLOW, bc_pack_strided(o, nb, w, 1, H_HALF, BC_DTYPE_F32, 4, 4));
+    /* the span of w reaching the output */
+    unsigned char *big = h_alloc_bytes(nb + 4096);
+    EXPECT_STATUS(BC_EALIAS, bc_pack_strided(big, nb, (const float *)(big + nb) - 8, 1, 4,
+                                             BC_DTYPE_F32, 4, 4));
+    EXPECT(h_untouched(o, nb));
+}
+
 void test_pack(void)
 {
+    strided_checks(1, 1);
+    strided_checks(17, 33);
+    strided_checks(40, 100);
+    strided_hostile_checks();
     size_checks();
     const size_t shapes[][2] = {{1, 1}, {3, 5}, {16, 32}, {17, 33}, {40, 100}, {5, 64}};
     for (int i = 0; i < 6; i++)

@@ -22,7 +22,7 @@ static void settings_checks(void)
     EXPECT(*n == before);  /* a refused setting changes nothing */
     EXPECT_STATUS(BC_OK, bc_set_num_threads(3));
     EXPECT_STATUS(BC_OK, bc_get_num_threads(n));
-    EXPECT(*n == 3 || *n == 1);  /* 1 in a build without OpenMP */
+    EXPECT(*n == 3 || *n == 1);  /* 1 in a build without threads */
     EXPECT_STATUS(BC_OK, bc_set_num_threads(0));
     EXPECT_STATUS(BC_OK, bc_get_num_threads(n));
     EXPECT(*n >= 1);

@@ -214,6 +214,12 @@ def _cases():
         return alternate(lambda: lib.bc_pack(char(q), q.size, cptr(wp), lib.BC_DTYPE_Q8_0, 48, 40),
                          lambda: lib.bc_pack(char(q), q.size - 1, cptr(wp), lib.BC_DTYPE_Q8_0, 48, 40))
 
+    @case("bc_pack_strided")
+    def _():
+        q = pk[lib.BC_DTYPE_BF16]
+        return alternate(lambda: lib.bc_pack_strided(char(q), q.size, cptr(wp), 1, 48, lib.BC_DTYPE_BF16, 40, 48),
+                         lambda: lib.bc_pack_strided(char(q), q.size, cptr(wp), 1, 2**62, lib.BC_DTYPE_BF16, 40, 48))
+
     @case("bc_unpack")
     def _():
         q, out = pk[lib.BC_DTYPE_BF16], np.empty((48, 40), np.float32)

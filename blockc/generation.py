@@ -1,0 +1,124 @@
+"""Choosing the next token: the logits processors and the sampler, in NumPy.
+
+:func:`next_tokens` applies, in Hugging Face's order, the repetition penalty
+(every token already in the sequence: a positive logit divided by the penalty,
+a negative one multiplied), then the temperature (logits / T), top-k (keep the
+logits >= the k-th largest), top-p (keep the smallest set of most likely tokens
+whose probabilities sum past p; at least one), min-p (keep the tokens at least
+min_p times as likely as the most likely), and draws from the softmax of what
+is left with the inverse of its cumulative sum against each row's own
+``rng.random()`` (every row of a batch has its generator, so that with a seed
+it draws what it would draw alone). A
+temperature of 0 is greedy: the first largest logit (no other option applies
+but the penalty). Computed in float64 on the float32 logits, the same every run
+for a seed, whatever blockc's thread count.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from ._args import as_int, as_real
+from ._errors import BlockcValueError
+
+__all__ = ["SamplingOptions", "next_tokens", "apply_penalty", "top_k_mask", "top_p_mask",
+           "min_p_mask"]
+
+
+class SamplingOptions:
+    """The checked options of one generation (see :meth:`blockc.GPT.generate`)."""
+    __slots__ = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")
+
+    def __init__(self, temperature: float = 0.0, top_k: Optional[int] = None,
+                 top_p: Optional[float] = None, min_p: Optional[float] = None,
+                 repetition_penalty: Optional[float] = None, vocab: int = 1):
+        self.temperature = as_real(temperature, "temperature", 0.0)
+        self.top_k = None if top_k is None else min(as_int(top_k, "top_k", 1), vocab)
+        self.top_p = None if top_p is None else as_real(top_p, "top_p", 0.0)
+        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
+            raise BlockcValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        self.min_p = None if min_p is None else as_real(min_p, "min_p", 0.0)
+        if self.min_p is not None and self.min_p > 1.0:
+            raise BlockcValueError(f"min_p must be in [0, 1], got {min_p!r}")
+        self.repetition_penalty = (None if repetition_penalty is None
+                                   else as_real(repetition_penalty, "repetition_penalty", 0.0))
+        if self.repetition_penalty is not None and self.repetition_penalty <= 0.0:
+            raise BlockcValueError(f"repetition_penalty must be > 0, got {repetition_penalty!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def apply_penalty(z: np.ndarray, seen: Sequence[np.ndarray], penalty: float) -> np.ndarray:
+    """z (B, V) with the logits of each row's seen tokens penalised (a new array)."""
+    z = z.copy()
+    for b, ids in enumerate(seen):
+        u = np.unique(ids)
+        v = z[b, u]
+        z[b, u] = np.where(v > 0, v / penalty, v * penalty)
+    return z
+
+
+def top_k_mask(z: np.ndarray, k: int) -> np.ndarray:
+    """Keep (True) the logits >= each row's k-th largest."""
+    if k >= z.shape[-1]:
+        return np.ones(z.shape, bool)
+    kth = np.partition(z, -k, axis=-1)[:, -k][:, None]
+    return z >= kth
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def top_p_mask(z: np.ndarray, p: float) -> np.ndarray:
+    """Keep the fewest most likely tokens whose probabilities sum to more than 1 - (1 - p)
+    (Hugging Face's rule: drop the least likely while their cumulative sum is <= 1 - p),
+    at least one."""
+    order = np.argsort(z, axis=-1, kind="stable")          # ascending
+    probs = np.take_along_axis(_softmax(z), order, axis=-1)
+    drop_sorted = np.cumsum(probs, axis=-1) <= 1.0 - p
+    drop_sorted[:, -1] = False                               # the most likely stays
+    keep = np.ones(z.shape, bool)
+    np.put_along_axis(keep, order, ~drop_sorted, axis=-1)
+    return keep
+
+
+def min_p_mask(z: np.ndarray, min_p: float) -> np.ndarray:
+    """Keep the tokens whose probability is >= min_p times the row's largest."""
+    probs = _softmax(z)
+    return probs >= min_p * probs.max(axis=-1, keepdims=True)
+
+
+def next_tokens(logits: np.ndarray, opts: SamplingOptions, rngs: Sequence[np.random.Generator],
+                seen: Optional[Sequence[np.ndarray]] = None) -> np.ndarray:
+    """The next token of every row of logits (B, V): int64 (B,); row b draws from rngs[b]."""
+    z = logits.astype(np.float64)
+    if opts.repetition_penalty is not None and opts.repetition_penalty != 1.0 and seen is not None:
+        z = apply_penalty(z, seen, opts.repetition_penalty)
+    if opts.greedy:
+        return np.argmax(z, axis=-1).astype(np.int64)
+    if not np.isfinite(z).all():
+        raise BlockcValueError("cannot sample: the logits hold inf or NaN (the model's "
+                               "weights do?); temperature=0 takes the argmax")
+    # shifted first, so z <= 0 and the largest is exactly 0: dividing by any positive
+    # temperature, however small, gives no NaN (the greedy limit)
+    with np.errstate(over="ignore"):
+        z = (z - z.max(axis=-1, keepdims=True)) / opts.temperature
+    keep = np.ones(z.shape, bool)
+    if opts.top_k is not None:
+        keep &= top_k_mask(z, opts.top_k)
+    if opts.top_p is not None and opts.top_p < 1.0:
+        keep &= top_p_mask(np.where(keep, z, -np.inf), opts.top_p)
+    if opts.min_p is not None and opts.min_p > 0.0:
+        keep &= min_p_mask(np.where(keep, z, -np.inf), opts.min_p)
+    z = np.where(keep, z, -np.inf)
+    p = np.exp(z - z.max(axis=-1, keepdims=True))
+    cdf = np.cumsum(p, axis=-1)
+    u = np.array([g.random() for g in rngs])
+    idx = (cdf <= u[:, None] * cdf[:, -1:]).sum(axis=-1)  # first cdf > u: never a p=0 token
+    return np.minimum(idx, z.shape[-1] - 1).astype(np.int64)

@@ -1,0 +1,232 @@
+"""Reading and writing safetensors files, zero-copy, treating every file as hostile.
+
+The format: an 8-byte little-endian header length N, N bytes of UTF-8 JSON
+mapping each tensor name to ``{"dtype", "shape", "data_offsets": [begin, end]}``
+(offsets into the data that follows the header; an optional ``__metadata__``
+maps strings to strings), then the raw little-endian tensor bytes.
+
+:func:`read` memory-maps the file and returns NumPy views into it (nothing is
+copied; the pages are read when used). Before anything is mapped into an
+array, every field is checked: the header's length against the file, the JSON
+(duplicate names refused), each entry's keys and types, the dtype, the shape
+(non-negative integers whose product fits), the offsets (inside the data,
+end - begin equal to the shape's bytes, no two tensors overlapping). Every
+error is a :class:`blockc.BlockcValueError` naming the file and the tensor.
+Pure Python and NumPy: no C code reads the header, so a lying file cannot make
+anything read out of bounds (mmap slicing is bounds-checked).
+
+Python's pickle-based checkpoints (``pytorch_model.bin``) are never opened.
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import numpy as np
+
+from ._errors import BlockcTypeError, BlockcValueError
+
+__all__ = ["read", "write", "Tensor", "DTYPES", "MAX_HEADER"]
+
+#: safetensors dtype -> (NumPy dtype, how blockc reads it). BF16 is read as uint16
+#: (NumPy has no bfloat16) and widened exactly by :func:`to_float32`.
+DTYPES: Dict[str, np.dtype] = {
+    "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"),
+    "BF16": np.dtype("<u2"), "I64": np.dtype("<i8"), "I32": np.dtype("<i4"),
+    "I16": np.dtype("<i2"), "I8": np.dtype("i1"), "U8": np.dtype("u1"), "BOOL": np.dtype("?"),
+}
+
+#: Largest header blockc reads (transformers' own limit is 100 MB).
+MAX_HEADER = 100 * 1024 * 1024
+
+
+class Tensor:
+    """One tensor of a file: ``dtype`` (the safetensors name), ``shape``, ``data`` (a
+    read-only NumPy view of its bytes, of ``DTYPES[dtype]``)."""
+    __slots__ = ("name", "dtype", "shape", "data", "file")
+
+    def __init__(self, name: str, dtype: str, shape: Tuple[int, ...], data: np.ndarray, file: str):
+        self.name, self.dtype, self.shape, self.data, self.file = name, dtype, shape, data, file
+
+    def to_float32(self) -> np.ndarray:
+        """The values as float32 (a view when they are float32 already; bfloat16 and
+        float16 widened exactly; float64 rounded). Other dtypes are refused."""
+        return to_float32(self.data, self.dtype, f"{self.file}: tensor {self.name!r}")
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name!r}, {self.dtype}, {self.shape})"
+
+
+def to_float32(a: np.ndarray, dtype: str, where: str) -> np.ndarray:
+    """Array ``a`` of safetensors dtype ``dtype`` as float32 (see :meth:`Tensor.to_float32`)."""
+    if dtype == "F32":
+        return a
+    if dtype == "BF16":
+        return (a.astype(np.uint32) << 16).view(np.float32)
+    if dtype in ("F16", "F64"):
+        return a.astype(np.float32)
+    raise BlockcValueError(f"{where} has dtype {dtype}, not a floating dtype (F32, F16, BF16, F64)")
+
+
+def _fail(path: str, msg: str) -> "BlockcValueError":
+    return BlockcValueError(f"{path}: {msg}")
+
+
+def _no_duplicates(pairs):
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
+def read_header(buf, path: str) -> Tuple[Dict[str, Any], Dict[str, str], int]:
+    """(entries, metadata, data start) of the file whose bytes are ``buf``, all checked
+    against each other and the file's size (``buf`` is only sliced)."""
+    size = len(buf)
+    if size < 8:
+        raise _fail(path, f"not a safetensors file: {size} bytes, shorter than the 8-byte header length")
+    (n,) = struct.unpack("<Q", buf[:8])
+    if n > MAX_HEADER:
+        raise _fail(path, f"header length {n} exceeds the limit of {MAX_HEADER} bytes")
+    if n > size - 8:
+        raise _fail(path, f"truncated: the header claims {n} bytes, the file has {size - 8} after the length")
+    try:
+        header = json.loads(bytes(buf[8:8 + n]).decode("utf-8"), object_pairs_hook=_no_duplicates)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise _fail(path, f"the header is not valid JSON: {e}") from None
+    if not isinstance(header, dict):
+        raise _fail(path, f"the header must be a JSON object, got {type(header).__name__}")
+    meta = header.pop("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                             for k, v in meta.items()):
+        raise _fail(path, "__metadata__ must map strings to strings")
+    start = 8 + n
+    data_len = size - start
+    spans = []
+    for name, e in header.items():
+        where = f"tensor {name!r}"
+        if not isinstance(e, dict) or set(e) != {"dtype", "shape", "data_offsets"}:
+            raise _fail(path, f"{where}: an entry must have exactly dtype, shape and data_offsets")
+        dt, shape, offs = e["dtype"], e["shape"], e["data_offsets"]
+        if not isinstance(dt, str) or dt not in DTYPES:
+            raise _fail(path, f"{where}: unknown dtype {dt!r}")
+        if not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
+            raise _fail(path, f"{where}: the shape must be a list of integers >= 0, got {shape!r}")
+        if (not isinstance(offs, list) or len(offs) != 2
+                or not all(type(o) is int for o in offs)):
+            raise _fail(path, f"{where}: data_offsets must be two integers, got {offs!r}")
+        begin, end = offs
+        count = 1
+        for s in shape:
+            count *= s
+        nbytes = count * DTYPES[dt].itemsize
+        if not 0 <= begin <= end <= data_len:
+            raise _fail(path, f"{where}: data_offsets [{begin}, {end}] lie outside the "
+                              f"{data_len} bytes of data (truncated, or the header lies)")
+        if end - begin != nbytes:
+            raise _fail(path, f"{where}: data_offsets [{begin}, {end}] hold {end - begin} bytes "
+                              f"but {dt} of shape {tuple(shape)} needs {nbytes}")
+        spans.append((begin, end, name))
+    spans.sort()
+    for (b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:]):
+        if b1 < e0:
+            raise _fail(path, f"tensors {n0!r} and {n1!r} overlap in the data")
+    return header, meta, start
+
+
+def read(path: str) -> Tuple[Dict[str, Tensor], Dict[str, str]]:
+    """The tensors of a safetensors file (memory-mapped, zero-copy) and its metadata.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    tensors : dict of str to Tensor
+        In the header's order; each ``data`` a read-only view into the mapping.
+    metadata : dict of str to str
+
+    Raises
+    ------
+    ValueError
+        Anything wrong with the file, naming it and the tensor.
+    OSError
+        The file cannot be opened.
+    """
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise _fail(path, "empty file")
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    header, meta, start = read_header(mm, path)
+    out: Dict[str, Tensor] = {}
+    for name, e in header.items():
+        dt = DTYPES[e["dtype"]]
+        begin, end = e["data_offsets"]
+        shape = tuple(e["shape"])
+        count = end - begin
+        a = np.frombuffer(mm, dtype=dt, count=count // dt.itemsize, offset=start + begin)
+        out[name] = Tensor(name, e["dtype"], shape, a.reshape(shape), path)
+    return out, meta
+
+
+_FROM_NUMPY = {np.dtype("float32"): "F32", np.dtype("float16"): "F16", np.dtype("float64"): "F64",
+               np.dtype("int64"): "I64", np.dtype("int32"): "I32", np.dtype("int8"): "I8",
+               np.dtype("uint8"): "U8", np.dtype("bool"): "BOOL"}
+
+
+def write(path: str, tensors: Mapping[str, Any], metadata: Optional[Mapping[str, str]] = None,
+          bf16: Tuple[str, ...] = ()) -> None:
+    """Write ``tensors`` (name -> NumPy array) as a safetensors file, in the mapping's order.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    tensors : mapping of str to numpy.ndarray
+    metadata : mapping of str to str, optional
+        Stored as ``__metadata__`` (transformers expects ``{"format": "pt"}``).
+    bf16 : tuple of str, optional
+        Names whose arrays hold bfloat16 bits (uint16), written as BF16.
+
+    Raises
+    ------
+    TypeError
+        A name that is not a str, or an array of a dtype safetensors lacks.
+    """
+    header: Dict[str, Any] = {}
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    arrays = []
+    off = 0
+    for name, a in tensors.items():
+        if not isinstance(name, str):
+            raise BlockcTypeError(f"tensor names must be str, got {type(name).__name__}")
+        a = np.ascontiguousarray(a)
+        if name in bf16:
+            if a.dtype != np.uint16:
+                raise BlockcTypeError(f"tensor {name!r}: bfloat16 bits must be uint16, got {a.dtype}")
+            dt = "BF16"
+        else:
+            dt = _FROM_NUMPY.get(a.dtype.newbyteorder("=") if a.dtype.byteorder == ">" else a.dtype)
+            if dt is None:
+                raise BlockcTypeError(f"tensor {name!r}: dtype {a.dtype} has no safetensors name")
+        a = a.astype(a.dtype.newbyteorder("<"), copy=False)
+        header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        arrays.append(a)
+        off += a.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
+    tmp = os.fspath(path) + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for a in arrays:
+            f.write(memoryview(a).cast("B"))
+    os.replace(tmp, path)

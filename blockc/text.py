@@ -1,0 +1,265 @@
+"""Text in and out: a checkpoint directory's tokenizer, through the ``tokenizers``
+package (an optional extra: ``pip install 'blockc[text]'``).
+
+>>> tok = Tokenizer.from_pretrained("path/to/gpt2")   # doctest: +SKIP
+>>> tok.decode(tok.encode("naïve café 🙂")) == "naïve café 🙂"   # doctest: +SKIP
+True
+
+GPT-2's byte-level BPE maps any UTF-8 text to ids and back exactly. Decoding a
+stream of ids a token at a time can split a character's bytes between tokens:
+:class:`TextStream` holds such a partial character back until it is whole, so
+streamed text is always valid and, joined, equals ``decode`` of all the ids.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Iterable, List, Optional, Sequence, Union
+
+import numpy as np
+
+from ._args import as_flag, as_int, to_numpy
+from ._errors import BlockcTypeError, BlockcValueError
+
+__all__ = ["Tokenizer", "TextStream"]
+
+
+def _tokenizers():
+    try:
+        import tokenizers
+    except ImportError:
+        raise ImportError("text needs the tokenizers package: pip install 'blockc[text]' "
+                          "(or pass token ids)") from None
+    return tokenizers
+
+
+class Tokenizer:
+    """A tokenizer.json (Hugging Face ``tokenizers``) with the ids a model needs.
+
+    Made by :meth:`from_pretrained` (or around a ``tokenizers.Tokenizer``).
+    """
+
+    def __init__(self, tok: Any, eos_token_id: Optional[int] = None,
+                 bos_token_id: Optional[int] = None):
+        self._tok = tok
+        self.eos_token_id = eos_token_id
+        self.bos_token_id = bos_token_id
+
+    @classmethod
+    def from_pretrained(cls, path: Union[str, "os.PathLike[str]"]) -> "Tokenizer":
+        """The tokenizer of a checkpoint directory (its ``tokenizer.json``).
+
+        The end-of-text id comes from ``generation_config.json`` or ``config.json``
+        (``eos_token_id``), else from ``tokenizer_config.json``'s ``eos_token``.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The directory, or the tokenizer.json file.
+
+        Returns
+        -------
+        Tokenizer
+
+        Raises
+        ------
+        ImportError
+            tokenizers is not installed.
+        ValueError
+            There is no tokenizer.json, or it does not load.
+
+        Examples
+        --------
+        >>> tok = Tokenizer.from_pretrained("gpt2-dir")   # doctest: +SKIP
+        >>> tok.decode(tok.encode("naïve café 🙂"))       # doctest: +SKIP
+        'naïve café 🙂'
+        """
+        tk = _tokenizers()
+        path = os.fspath(path)
+        d = path if os.path.isdir(path) else os.path.dirname(path)
+        f = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+        if not os.path.exists(f):
+            raise BlockcValueError(f"{path}: no tokenizer.json (pass token ids instead)")
+        try:
+            tok = tk.Tokenizer.from_file(f)
+        except Exception as e:  # tokenizers raises its own Exception types
+            raise BlockcValueError(f"{f}: not a tokenizer.json the tokenizers package reads: {e}") from None
+        eos = bos = None
+        for name in ("generation_config.json", "config.json"):
+            cfg = _json(os.path.join(d, name))
+            if eos is None and cfg.get("eos_token_id") is not None:
+                eos = cfg["eos_token_id"]
+            if bos is None and cfg.get("bos_token_id") is not None:
+                bos = cfg["bos_token_id"]
+        if eos is None:
+            tc = _json(os.path.join(d, "tokenizer_config.json"))
+            e = tc.get("eos_token")
+            e = e.get("content") if isinstance(e, dict) else e
+            if isinstance(e, str):
+                eos = tok.token_to_id(e)
+        if isinstance(eos, list):  # several end ids: the first is the one a tokenizer has
+            eos = eos[0] if eos else None
+        return cls(tok, eos if isinstance(eos, int) else None, bos if isinstance(bos, int) else None)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._tok.get_vocab_size())
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> np.ndarray:
+        """Token ids of ``text``, as a 1-D int64 array.
+
+        Parameters
+        ----------
+        text : str
+        add_special_tokens : bool, optional
+            Let the tokenizer's post-processor add its special tokens.
+
+        Returns
+        -------
+        numpy.ndarray
+
+        Raises
+        ------
+        TypeError
+            ``text`` is not a str, or the flag not a bool.
+
+        Examples
+        --------
+        >>> tok = Tokenizer.from_pretrained("gpt2-dir")   # doctest: +SKIP
+        >>> tok.encode("Hello world")                      # doctest: +SKIP
+        array([15496,   995])
+        """
+        if not isinstance(text, str):
+            raise BlockcTypeError(f"text must be a str, got {type(text).__name__}")
+        as_flag(add_special_tokens, "add_special_tokens")
+        return np.array(self._tok.encode(text, add_special_tokens=add_special_tokens).ids,
+                        dtype=np.int64)
+
+    def decode(self, ids: Any, skip_special_tokens: bool = False) -> str:
+        """The text of a sequence of ids.
+
+        Parameters
+        ----------
+        ids : array_like of int
+        skip_special_tokens : bool, optional
+
+        Returns
+        -------
+        str
+
+        Raises
+        ------
+        TypeError
+            Ids that are not integers, or the flag not a bool.
+
+        Examples
+        --------
+        >>> tok.decode([15496, 995])                       # doctest: +SKIP
+        'Hello world'
+        """
+        as_flag(skip_special_tokens, "skip_special_tokens")
+        return self._tok.decode(_ids_list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token_to_id(self, token: str) -> Optional[int]:
+        """The id of a token of the vocabulary, or None.
+
+        Parameters
+        ----------
+        token : str
+
+        Returns
+        -------
+        int or None
+
+        Raises
+        ------
+        TypeError
+            ``token`` is not a str.
+
+        Examples
+        --------
+        >>> tok.token_to_id("<|endoftext|>")                # doctest: +SKIP
+        50256
+        """
+        if not isinstance(token, str):
+            raise BlockcTypeError(f"token must be a str, got {type(token).__name__}")
+        return self._tok.token_to_id(token)
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(vocab_size={self.vocab_size}, eos_token_id={self.eos_token_id})"
+
+
+def _json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def _ids_list(ids: Any) -> List[int]:
+    a = to_numpy(ids, "ids")
+    if a.dtype.kind not in "iu" or a.dtype == np.bool_:
+        raise BlockcTypeError(f"ids must be integers, got dtype {a.dtype}")
+    return [int(i) for i in a.reshape(-1)]
+
+
+class TextStream:
+    """The text of a growing sequence of ids, piece by piece.
+
+    ``push(id)`` returns the text the new id completes ("" while it ends inside a
+    character whose bytes are still to come); ``flush()`` returns what is left.
+    The pieces joined equal ``tok.decode(all ids)``.
+    """
+
+    def __init__(self, tok: Tokenizer, skip_special_tokens: bool = False):
+        self._tok, self._skip = tok, skip_special_tokens
+        self._ids: List[int] = []
+        self._done = 0  # characters of the decoded text already returned
+
+    def push(self, token: int) -> str:
+        """Add a token; the text it completes.
+
+        Parameters
+        ----------
+        token : int
+
+        Returns
+        -------
+        str
+            "" while the text ends inside a character whose bytes are still to come.
+
+        Raises
+        ------
+        TypeError
+            ``token`` is not an integer.
+
+        Examples
+        --------
+        >>> s = TextStream(tok)                            # doctest: +SKIP
+        >>> s.push(15496), s.push(995), s.flush()          # doctest: +SKIP
+        ('Hello', ' world', '')
+        """
+        self._ids.append(as_int(token, "token"))
+        text = self._tok.decode(self._ids, self._skip)
+        if text.endswith("\ufffd"):  # a character cut between tokens: wait for its rest
+            return ""
+        piece, self._done = text[self._done:], len(text)
+        return piece
+
+    def flush(self) -> str:
+        """The text not returned yet (a character left incomplete at the end included).
+
+        Returns
+        -------
+        str
+
+        Examples
+        --------
+        >>> s.flush()                                      # doctest: +SKIP
+        ''
+        """
+        text = self._tok.decode(self._ids, self._skip)
+        piece, self._done = text[self._done:], len(text)
+        return piece
