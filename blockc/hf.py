@@ -252,7 +252,7 @@ def read_tensors(path: str) -> Dict[str, st.Tensor]:
 
 def load_dir(path: str, dtype: Optional[str] = None):
     """A GPT from a checkpoint directory (see :meth:`blockc.GPT.from_pretrained`)."""
-    from .gpt import GPT, GPTConfig
+    from .gpt import GPT, GPTConfig, _layout as gpt_layout
     path = os.fspath(path)
     if not os.path.isdir(path):
         raise BlockcValueError(f"{path}: not a directory (a checkpoint is a directory with "
@@ -278,8 +278,9 @@ def load_dir(path: str, dtype: Optional[str] = None):
     if extra:
         raise BlockcValueError(f"{tensors[extra[0]].file}: tensor {extra[0]!r} is not part of a "
                                f"{fam.model_types[0]} model of this config.json")
-    if dtype is None:
-        mats = [tensors[n] for n, b, _ in spec if len(tensors[n].shape) == 2]
+    layout = gpt_layout(cfg) if dtype is None else None
+    if dtype is None:  # bfloat16 when every matrix blockc packs is (embeddings may be wider)
+        mats = [tensors[n] for n, b, _ in spec if layout[b].packed]
         dtype = "bfloat16" if mats and all(t.dtype == "BF16" for t in mats) else "float32"
     m = GPT(cfg, dtype=dtype)
     layout = m._layout
