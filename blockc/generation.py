@@ -22,7 +22,7 @@ import numpy as np
 from ._args import as_int, as_real
 from ._errors import BlockcValueError
 
-__all__ = ["SamplingOptions", "next_tokens", "apply_penalty", "top_k_mask", "top_p_mask",
+__all__ = ["SamplingOptions", "next_tokens", "processed_logits", "apply_penalty", "top_k_mask", "top_p_mask",
            "min_p_mask"]
 
 
@@ -94,14 +94,16 @@ def min_p_mask(z: np.ndarray, min_p: float) -> np.ndarray:
     return probs >= min_p * probs.max(axis=-1, keepdims=True)
 
 
-def next_tokens(logits: np.ndarray, opts: SamplingOptions, rngs: Sequence[np.random.Generator],
-                seen: Optional[Sequence[np.ndarray]] = None) -> np.ndarray:
-    """The next token of every row of logits (B, V): int64 (B,); row b draws from rngs[b]."""
+def processed_logits(logits: np.ndarray, opts: SamplingOptions,
+                     seen: Optional[Sequence[np.ndarray]] = None) -> np.ndarray:
+    """The logits (B, V) after the processors, float64: penalised; then, unless greedy,
+    shifted so each row's largest is 0, divided by the temperature, and -inf where
+    top-k, top-p or min-p drop a token. A token is drawn from their softmax."""
     z = logits.astype(np.float64)
     if opts.repetition_penalty is not None and opts.repetition_penalty != 1.0 and seen is not None:
         z = apply_penalty(z, seen, opts.repetition_penalty)
     if opts.greedy:
-        return np.argmax(z, axis=-1).astype(np.int64)
+        return z
     if not np.isfinite(z).all():
         raise BlockcValueError("cannot sample: the logits hold inf or NaN (the model's "
                                "weights do?); temperature=0 takes the argmax")
@@ -116,7 +118,15 @@ def next_tokens(logits: np.ndarray, opts: SamplingOptions, rngs: Sequence[np.ran
         keep &= top_p_mask(np.where(keep, z, -np.inf), opts.top_p)
     if opts.min_p is not None and opts.min_p > 0.0:
         keep &= min_p_mask(np.where(keep, z, -np.inf), opts.min_p)
-    z = np.where(keep, z, -np.inf)
+    return np.where(keep, z, -np.inf)
+
+
+def next_tokens(logits: np.ndarray, opts: SamplingOptions, rngs: Sequence[np.random.Generator],
+                seen: Optional[Sequence[np.ndarray]] = None) -> np.ndarray:
+    """The next token of every row of logits (B, V): int64 (B,); row b draws from rngs[b]."""
+    z = processed_logits(logits, opts, seen)
+    if opts.greedy:
+        return np.argmax(z, axis=-1).astype(np.int64)
     p = np.exp(z - z.max(axis=-1, keepdims=True))
     cdf = np.cumsum(p, axis=-1)
     u = np.array([g.random() for g in rngs])

@@ -97,7 +97,7 @@ def read_header(buf, path: str) -> Tuple[Dict[str, Any], Dict[str, str], int]:
         raise _fail(path, f"truncated: the header claims {n} bytes, the file has {size - 8} after the length")
     try:
         header = json.loads(bytes(buf[8:8 + n]).decode("utf-8"), object_pairs_hook=_no_duplicates)
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # nesting too deep: Recursion
         raise _fail(path, f"the header is not valid JSON: {e}") from None
     if not isinstance(header, dict):
         raise _fail(path, f"the header must be a JSON object, got {type(header).__name__}")
@@ -208,7 +208,7 @@ def write(path: str, tensors: Mapping[str, Any], metadata: Optional[Mapping[str,
     for name, a in tensors.items():
         if not isinstance(name, str):
             raise BlockcTypeError(f"tensor names must be str, got {type(name).__name__}")
-        a = np.ascontiguousarray(a)
+        a = np.asarray(a, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
         if name in bf16:
             if a.dtype != np.uint16:
                 raise BlockcTypeError(f"tensor {name!r}: bfloat16 bits must be uint16, got {a.dtype}")
@@ -228,5 +228,5 @@ def write(path: str, tensors: Mapping[str, Any], metadata: Optional[Mapping[str,
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
         for a in arrays:
-            f.write(memoryview(a).cast("B"))
+            f.write(a.reshape(-1).view(np.uint8).data)  # empty and 0-d arrays too
     os.replace(tmp, path)

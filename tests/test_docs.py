@@ -58,9 +58,12 @@ def _readme_blocks():
 
 
 @pytest.mark.parametrize("i", range(len(_readme_blocks())))
-def test_readme_examples_run_and_print_what_they_say(i, capsys):
+def test_readme_examples_run_and_print_what_they_say(i, capsys, tmp_path, monkeypatch):
     # each `print(...)  # value` line in the README's Python examples prints that value
     code = _readme_blocks()[i]
+    if '"gpt2/"' in code:  # a checkpoint directory the user has: made here, never downloaded
+        _user_checkpoint(tmp_path / "gpt2")
+        monkeypatch.chdir(tmp_path)
     exec(compile(code, f"README block {i}", "exec"), {})
     printed = capsys.readouterr().out.splitlines()
     claims = [line.split("#", 1)[1].strip() for line in code.splitlines()
@@ -69,3 +72,22 @@ def test_readme_examples_run_and_print_what_they_say(i, capsys):
     for got, claim in zip(printed, claims):
         assert claim.startswith(got.strip().replace("'", "").replace("[", "").replace("]", "")
                                 .replace(",", "")) or got.strip() in claim, (got, claim)
+
+
+def _user_checkpoint(d):
+    """A directory as the Hub serves GPT-2 (config.json, model.safetensors, tokenizer.json,
+    tokenizer_config.json), from random weights and a byte-level BPE trained on a few lines."""
+    tokenizers = pytest.importorskip("tokenizers")
+    d.mkdir()
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>"],
+        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(["The meaning of life is a question.", "Once upon a time, hi."] * 5,
+                            trainer)
+    tok.save(str(d / "tokenizer.json"))
+    (d / "tokenizer_config.json").write_text('{"eos_token": "<|endoftext|>"}')
+    cfg = blockc.GPTConfig(vocab=tok.get_vocab_size(), context=96, width=32, heads=4, layers=2)
+    blockc.GPT.random(cfg, seed=0).save_pretrained(d)
