@@ -1,6 +1,7 @@
-"""``blockc gpt``: the chapter-6 GPT's parameter breakdown and residual-stream norms.
+"""``blockc gpt``: a decoder's parameter breakdown and residual-stream norms.
 
-    blockc gpt --params [--preset gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--untied]
+    blockc gpt --params [--preset gpt2|gpt2-medium|...|llama-7b|llama3-8b|qwen2-0.5b]
+                        [--untied] [--norm ...] [--activation ...] [--d-ff F] [--kv-heads KV] ...
     blockc gpt --norms [--preset ...] [--layers L] [--seq T] [--seed S] [--plot norms.png]
 """
 from __future__ import annotations
@@ -11,28 +12,39 @@ from typing import List, Tuple
 import numpy as np
 
 from ._plot import plot_path, pyplot
-from .gpt import GPT_PRESETS, GPT, GPTConfig, gpt_parameter_count, gpt_parameter_formula
+from .gpt import (ACTIVATIONS, GPT_PRESETS, NORMS, POSITIONS, GPT, GPTConfig,
+                  gpt_parameter_count, gpt_parameter_formula)
 from ._errors import BlockcValueError
 
 _NAMES = {"gpt2": "GPT-2 small", "gpt2-medium": "GPT-2 medium",
-          "gpt2-large": "GPT-2 large", "gpt2-xl": "GPT-2 XL"}
+          "gpt2-large": "GPT-2 large", "gpt2-xl": "GPT-2 XL", "llama-7b": "LLaMA-7B",
+          "llama3-8b": "Llama 3 8B", "qwen2-0.5b": "Qwen2 0.5B"}
+_SHAPE = ("vocab", "context", "width", "heads", "layers", "kv_heads", "head_dim", "d_ff")
+_OPTIONS = {"norm": NORMS, "activation": ACTIVATIONS, "positions": POSITIONS}
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "gpt", help="the chapter-6 GPT: parameter count, residual-stream norms",
-        description="The chapter-6 GPT in C. --params: the parameter breakdown from the "
-                    "formula N = VD + CD + L(12D^2 + 13D) + 2D beside the size of the parameter "
-                    "buffer C lays out for the model. --norms: the residual stream's norm after "
-                    "every block of a randomly initialised model on a random input.")
+        "gpt", help="a whole decoder (GPT-2, Llama-shaped): parameter count, residual-stream norms",
+        description="The decoder in C. --params: the parameter breakdown from the formula "
+                    "(GPT-2: N = VD + CD + L(12D^2 + 13D) + 2D) beside the size of the parameter "
+                    "buffer C lays out for the model, and 130_Real_Params' per-block count "
+                    "beside the block's own. --norms: the residual stream's norm after every "
+                    "block of a randomly initialised model on a random input.")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--params", action="store_true", help="print the parameter breakdown")
     what.add_argument("--norms", action="store_true",
                       help="print each block's residual-stream norm for a random input")
-    p.add_argument("--preset", choices=sorted(GPT_PRESETS), default="gpt2",
-                   help="GPT-2 size (default gpt2)")
-    for name in ("vocab", "context", "width", "heads", "layers"):
-        p.add_argument(f"--{name}", type=int, default=None, help=f"override the preset's {name}")
+    p.add_argument("--preset", choices=list(GPT_PRESETS), default="gpt2",
+                   help="the model's shape (default gpt2)")
+    for name in _SHAPE:
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, default=None,
+                       help=f"override the preset's {name}")
+    for name, choices in _OPTIONS.items():
+        p.add_argument(f"--{name}", choices=choices, default=None,
+                       help=f"override the preset's {name}")
+    p.add_argument("--bias", choices=("all", "none", "qkv"), default=None,
+                   help="biases on every projection, none, or on q/k/v only (Qwen2)")
     p.add_argument("--untied", action="store_true", help="a separate head instead of the tied one")
     p.add_argument("--seq", type=int, default=32, help="--norms: tokens in the random input (32)")
     p.add_argument("--seed", type=int, default=0, help="--norms: weights and input seed (0)")
@@ -41,21 +53,60 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _overrides(args) -> dict:
+    over = {k: getattr(args, k) for k in _SHAPE + tuple(_OPTIONS) if getattr(args, k) is not None}
+    if args.untied:
+        over["tie_weights"] = False
+    if args.bias is not None:
+        over.update(qkv_bias=args.bias != "none", out_bias=args.bias == "all",
+                    mlp_bias=args.bias == "all")
+    return over
+
+
 def _config(args) -> GPTConfig:
-    over = {k: getattr(args, k) for k in ("vocab", "context", "width", "heads", "layers")
-            if getattr(args, k) is not None}
-    return GPTConfig.preset(args.preset, tie_weights=not args.untied, **over)
+    return GPTConfig.preset(args.preset, **_overrides(args))
+
+
+def _gpt2_shaped(cfg: GPTConfig) -> bool:
+    return (cfg.norm, cfg.placement, cfg.activation, cfg.positions, cfg.d_ff_, cfg.kv_heads_,
+            cfg.head_dim_ * cfg.heads, cfg.qkv_bias, cfg.out_bias, cfg.mlp_bias) == (
+        "layer", "pre", "gelu_tanh", "learned", 4 * cfg.width, cfg.heads, cfg.width,
+        True, True, True)
+
+
+def block_parts(cfg: GPTConfig) -> List[Tuple[str, str, int]]:
+    """(part, formula term, count) rows of one block."""
+    d, f, h, kv, dh = cfg.width, cfg.d_ff_, cfg.heads, cfg.kv_heads_, cfg.head_dim_
+    gated = cfg.activation == "swiglu"
+    norm = {"layer": 2 * d, "rms": d, "none": 0}[cfg.norm]
+    rows = [("attention q, k, v", "D(H + 2KV)Dh", d * (h + 2 * kv) * dh),
+            ("attention output", "(H Dh)D", h * dh * d),
+            ("MLP gate, up, down" if gated else "MLP up, down", "3DF" if gated else "2DF",
+             (3 if gated else 2) * d * f),
+            ("two norms", {"layer": "4D", "rms": "2D", "none": "0"}[cfg.norm], 2 * norm)]
+    biases = (cfg.qkv_bias * (h + 2 * kv) * dh + cfg.out_bias * d
+              + cfg.mlp_bias * ((2 if gated else 1) * f + d))
+    if biases:
+        rows.append(("biases", "", biases))
+    return rows
 
 
 def breakdown(cfg: GPTConfig) -> List[Tuple[str, str, int]]:
-    """(part, formula term, count) rows of the chapter's parameter formula."""
+    """(part, formula term, count) rows of the model's parameter formula."""
     v, c, d, n_layers = cfg.vocab, cfg.context, cfg.width, cfg.layers
-    per_block = 12 * d * d + 13 * d
-    rows = [("token embedding", "V*D", v * d),
-            ("position embedding", "C*D", c * d),
-            ("per block", "12D^2 + 13D", per_block),
-            ("blocks", "L*(12D^2 + 13D)", n_layers * per_block),
-            ("final norm", "2D", 2 * d)]
+    per_block = sum(n for _, _, n in block_parts(cfg))
+    term = "12D^2 + 13D" if _gpt2_shaped(cfg) else "(the parts above)"
+    final = {"layer": 2 * d, "rms": d, "none": 0}[cfg.norm] if cfg.placement == "pre" else 0
+    rows = [("token embedding", "V*D", v * d)]
+    if cfg.positions == "learned":
+        rows.append(("position embedding", "C*D", c * d))
+    if not _gpt2_shaped(cfg):
+        rows += [("  " + part, t, n) for part, t, n in block_parts(cfg)]
+    rows += [("per block", term, per_block),
+             ("blocks", f"L*({term})" if _gpt2_shaped(cfg) else "L*(per block)",
+              n_layers * per_block),
+             ("final norm", {"layer": "2D", "rms": "D", "none": "0"}[cfg.norm]
+              if final else "0", final)]
     rows.append(("head (tied: token embedding)", "0", 0) if cfg.tie_weights
                 else ("head", "V*D", v * d))
     return rows
@@ -63,20 +114,41 @@ def breakdown(cfg: GPTConfig) -> List[Tuple[str, str, int]]:
 
 def _params(args) -> int:
     cfg = _config(args)
-    label = _NAMES[args.preset] if not any(getattr(args, k) is not None for k in
-                                           ("vocab", "context", "width", "heads", "layers")) \
-        else "custom"
+    label = _NAMES[args.preset] if not _overrides(args) else "custom"
+    kv = f" KV={cfg.kv_heads_}" if cfg.kv_heads_ != cfg.heads else ""
+    arch = ("" if _gpt2_shaped(cfg) else
+            f" F={cfg.d_ff_}{kv} Dh={cfg.head_dim_}; {cfg.norm} norm, {cfg.activation}, "
+            f"{cfg.positions} positions;")
     print(f"{label} ({args.preset}): V={cfg.vocab:,} C={cfg.context:,} D={cfg.width} "
-          f"L={cfg.layers} H={cfg.heads}, {'tied' if cfg.tie_weights else 'untied'} head")
+          f"L={cfg.layers} H={cfg.heads}{arch} {'tied' if cfg.tie_weights else 'untied'} head")
     for part, term, n in breakdown(cfg):
         print(f"  {part:<30} {term:<18} {n:>15,}")
     formula = gpt_parameter_formula(cfg)
     model = gpt_parameter_count(cfg)
-    emb = cfg.vocab * cfg.width + cfg.context * cfg.width
+    emb = cfg.vocab * cfg.width * (1 if cfg.tie_weights else 2)
+    emb += cfg.context * cfg.width if cfg.positions == "learned" else 0
     print(f"  {'total, formula':<30} {'N':<18} {formula:>15,}")
     print(f"  {'total, model built in C':<30} {'buffer size':<18} {model:>15,}  "
           f"{'(match)' if model == formula else '(MISMATCH)'}")
-    print(f"  embeddings are {100.0 * emb / model:.1f}% of the model")
+    print(f"  embeddings{'' if cfg.tie_weights else ' and head'} are {100.0 * emb / model:.1f}% "
+          "of the model")
+    d, f = cfg.width, cfg.d_ff_
+    book = 4 * d * d + 2 * d * f + 2 * d
+    per_block = sum(n for _, _, n in block_parts(cfg))
+    print(f"  130_Real_Params counts a block as 4D^2 + 2DF + 2D = {book:,}; this block has "
+          f"{per_block:,} ({per_block - book:+,})")
+    if per_block != book:
+        why = []
+        if cfg.activation == "swiglu":
+            why.append(f"the gated MLP's third matrix +DF = {d * f:+,}")
+        qkvo = d * (cfg.heads + 2 * cfg.kv_heads_) * cfg.head_dim_ + cfg.heads * cfg.head_dim_ * d
+        if qkvo != 4 * d * d:
+            why.append(f"attention {qkvo:,} instead of 4D^2 ({qkvo - 4 * d * d:+,}: "
+                       "grouped K/V heads or a head size other than D/H)")
+        rest = per_block - qkvo - (3 if cfg.activation == "swiglu" else 2) * d * f - 2 * d
+        if rest:
+            why.append(f"norm shifts and biases {rest:+,}")
+        print("  (" + "; ".join(why) + ")")
     return 0 if model == formula else 1
 
 

@@ -50,12 +50,23 @@ from .generation import SamplingOptions, next_tokens
 __all__ = ["GPTConfig", "GPT", "KVCache", "gpt_parameter_count", "gpt_parameter_formula",
            "GPT_PRESETS", "DTYPES"]
 
-# GPT-2 sizes (Radford et al., 2019): vocab 50,257, context 1,024.
-GPT_PRESETS: Dict[str, Dict[str, int]] = {
-    "gpt2": dict(width=768, heads=12, layers=12),
-    "gpt2-medium": dict(width=1024, heads=16, layers=24),
-    "gpt2-large": dict(width=1280, heads=20, layers=36),
-    "gpt2-xl": dict(width=1600, heads=25, layers=48),
+_LLAMA = dict(norm="rms", activation="swiglu", positions="rope", tie_weights=False,
+              qkv_bias=False, out_bias=False, mlp_bias=False)
+# GPT-2 sizes (Radford et al., 2019): vocab 50,257, context 1,024; and the shapes of
+# three modern decoders, as their published config.json files give them (LLaMA-7B:
+# Touvron et al., 2023; Llama 3 8B; Qwen2 0.5B): for parameter counts and benches
+GPT_PRESETS: Dict[str, Dict[str, Any]] = {
+    "gpt2": dict(vocab=50257, context=1024, width=768, heads=12, layers=12),
+    "gpt2-medium": dict(vocab=50257, context=1024, width=1024, heads=16, layers=24),
+    "gpt2-large": dict(vocab=50257, context=1024, width=1280, heads=20, layers=36),
+    "gpt2-xl": dict(vocab=50257, context=1024, width=1600, heads=25, layers=48),
+    "llama-7b": dict(vocab=32000, context=2048, width=4096, heads=32, layers=32, d_ff=11008,
+                     eps=1e-6, **_LLAMA),
+    "llama3-8b": dict(vocab=128256, context=8192, width=4096, heads=32, layers=32, kv_heads=8,
+                      d_ff=14336, rope_theta=500000.0, **_LLAMA),
+    "qwen2-0.5b": dict(vocab=151936, context=32768, width=896, heads=14, layers=24, kv_heads=2,
+                       d_ff=4864, eps=1e-6, rope_theta=1000000.0,
+                       **dict(_LLAMA, tie_weights=True, qkv_bias=True)),
 }
 
 
@@ -170,7 +181,9 @@ class GPTConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "GPTConfig":
-        """A GPT-2 size by name: 'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl'.
+        """A model shape by name: GPT-2's 'gpt2', 'gpt2-medium', 'gpt2-large',
+        'gpt2-xl'; the modern decoders 'llama-7b', 'llama3-8b', 'qwen2-0.5b' (their
+        published shapes, for counts and benches: blockc has none of their weights).
 
         Parameters
         ----------
@@ -199,9 +212,64 @@ class GPTConfig:
         unknown = sorted(set(overrides) - {f.name for f in fields(cls)})
         if unknown:
             raise BlockcTypeError(f"GPTConfig has no field {unknown[0]!r}")
-        kw = dict(vocab=50257, context=1024, **GPT_PRESETS[name])
+        kw = dict(GPT_PRESETS[name])
         kw.update(overrides)
         return cls(**kw)
+
+    @classmethod
+    def from_block(cls, block: Any, vocab: int, context: int, layers: int = 1,
+                   positions: str = "rope", rope_theta: float = 10000.0,
+                   kv_heads: Optional[int] = None, bias: bool = False,
+                   tie_weights: bool = True) -> "GPTConfig":
+        """A decoder-only stack of the book's block: ``layers`` copies of the block
+        ``block`` describes, a token embedding before them and a head after.
+
+        Chapter 24's block (RMSNorm, no biases, GELU-tanh or exercise 6's gated
+        MLP) becomes a whole model: the causal mask is what makes the stack a
+        decoder (every GPT layer applies it, whatever ``block.causal`` says), and
+        the positions come from rotary embeddings (or a learned table).
+
+        Parameters
+        ----------
+        block : blockc.BlockConfig
+            d_model, n_heads, d_ff, norm, placement, activation, residual, eps.
+        vocab, context : int >= 1
+        layers : int >= 1, optional
+        positions : {"rope", "learned"}, optional
+        rope_theta : float > 0, optional
+        kv_heads : int, optional
+            K/V heads (None: as many as query heads).
+        bias : bool, optional
+            Biases on every projection (the book's block has none).
+        tie_weights : bool, optional
+
+        Returns
+        -------
+        GPTConfig
+
+        Raises
+        ------
+        TypeError
+            ``block`` is not a BlockConfig.
+        ValueError
+            A size or option the config refuses (named).
+
+        Examples
+        --------
+        >>> from blockc import BlockConfig
+        >>> cfg = GPTConfig.from_block(BlockConfig(), vocab=16, context=8, layers=2)
+        >>> (cfg.width, cfg.heads, cfg.d_ff, cfg.norm, cfg.positions)
+        (8, 2, 32, 'rms', 'rope')
+        """
+        from .engine import BlockConfig
+        if type(block) is not BlockConfig:
+            raise BlockcTypeError(f"block must be a blockc.BlockConfig, got {type(block).__name__}")
+        bias = as_flag(bias, "bias")
+        return cls(vocab=vocab, context=context, width=block.d_model, heads=block.n_heads,
+                   layers=layers, eps=block.eps, tie_weights=tie_weights, norm=block.norm,
+                   placement=block.placement, activation=block.activation, d_ff=block.d_ff,
+                   positions=positions, rope_theta=rope_theta, kv_heads=kv_heads,
+                   residual=block.residual, qkv_bias=bias, out_bias=bias, mlp_bias=bias)
 
     @classmethod
     def from_hf(cls, config: Union[Mapping[str, Any], str, "os.PathLike[str]"]) -> "GPTConfig":

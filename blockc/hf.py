@@ -27,6 +27,9 @@ from ._errors import BlockcTypeError, BlockcValueError
 __all__ = ["config_from_hf", "config_to_hf", "load_dir", "save_dir", "read_config"]
 
 
+Name = Tuple[str, str, bool, Optional[Tuple[int, int]]]
+
+
 class _Family:
     """One model family: its config mapping and its tensor names."""
 
@@ -38,8 +41,10 @@ class _Family:
     def to_hf(self, cfg) -> Dict[str, Any]:
         raise NotImplementedError
 
-    def names(self, cfg) -> List[Tuple[str, str, bool]]:
-        """(checkpoint name, blockc name, stored transposed) for every tensor of cfg."""
+    def names(self, cfg) -> List["Name"]:
+        """(checkpoint name, blockc name, stored transposed, rows) for every tensor of
+        cfg; rows (start, stop): the checkpoint tensor is those rows of blockc's (the
+        fused q/k/v projection of separate q, k and v tensors), None: all of it."""
         raise NotImplementedError
 
     prefix = ""                 # the name prefix the checkpoints may carry
@@ -125,30 +130,163 @@ class _GPT2(_Family):
 
     def names(self, cfg):
         p = self.prefix
-        out = [(p + "wte.weight", "token.weight", False),
-               (p + "wpe.weight", "position.weight", False)]
+        out = [(p + "wte.weight", "token.weight", False, None),
+               (p + "wpe.weight", "position.weight", False, None)]
         for i in range(cfg.layers):
             h, b = f"{p}h.{i}.", f"blocks.{i}."
-            out += [(h + "ln_1.weight", b + "ln1.weight", False),
-                    (h + "ln_1.bias", b + "ln1.bias", False),
-                    (h + "attn.c_attn.weight", b + "attn.qkv.weight", True),
-                    (h + "attn.c_attn.bias", b + "attn.qkv.bias", False),
-                    (h + "attn.c_proj.weight", b + "attn.proj.weight", True),
-                    (h + "attn.c_proj.bias", b + "attn.proj.bias", False),
-                    (h + "ln_2.weight", b + "ln2.weight", False),
-                    (h + "ln_2.bias", b + "ln2.bias", False),
-                    (h + "mlp.c_fc.weight", b + "up.weight", True),
-                    (h + "mlp.c_fc.bias", b + "up.bias", False),
-                    (h + "mlp.c_proj.weight", b + "down.weight", True),
-                    (h + "mlp.c_proj.bias", b + "down.bias", False)]
-        out += [(p + "ln_f.weight", "norm.weight", False), (p + "ln_f.bias", "norm.bias", False)]
+            out += [(h + "ln_1.weight", b + "ln1.weight", False, None),
+                    (h + "ln_1.bias", b + "ln1.bias", False, None),
+                    (h + "attn.c_attn.weight", b + "attn.qkv.weight", True, None),
+                    (h + "attn.c_attn.bias", b + "attn.qkv.bias", False, None),
+                    (h + "attn.c_proj.weight", b + "attn.proj.weight", True, None),
+                    (h + "attn.c_proj.bias", b + "attn.proj.bias", False, None),
+                    (h + "ln_2.weight", b + "ln2.weight", False, None),
+                    (h + "ln_2.bias", b + "ln2.bias", False, None),
+                    (h + "mlp.c_fc.weight", b + "up.weight", True, None),
+                    (h + "mlp.c_fc.bias", b + "up.bias", False, None),
+                    (h + "mlp.c_proj.weight", b + "down.weight", True, None),
+                    (h + "mlp.c_proj.bias", b + "down.bias", False, None)]
+        out += [(p + "ln_f.weight", "norm.weight", False, None), (p + "ln_f.bias", "norm.bias", False, None)]
         if not cfg.tie_weights:
-            out.append(("lm_head.weight", "head.weight", False))
+            out.append(("lm_head.weight", "head.weight", False, None))
+        return out
+
+
+
+def _rope_theta(model: str, d: Mapping[str, Any]) -> float:
+    """rope_theta from transformers' two spellings (rope_parameters, or rope_theta and
+    rope_scaling), refusing every scaled variant: their angles differ."""
+    rp = d.get("rope_parameters")
+    scaling = d.get("rope_scaling")
+    if isinstance(rp, Mapping):
+        kind = rp.get("rope_type", rp.get("type", "default"))
+        if kind != "default":
+            raise _refuse(model, "rope_parameters.rope_type", kind, "rotary angles scaled")
+        theta = rp.get("rope_theta", d.get("rope_theta", 10000.0))
+    else:
+        theta = d.get("rope_theta", 10000.0)
+    if isinstance(scaling, Mapping) and scaling.get("rope_type", scaling.get("type")) not in (
+            None, "default"):
+        raise _refuse(model, "rope_scaling", dict(scaling), "rotary angles scaled")
+    prf = d.get("partial_rotary_factor", 1.0)
+    if prf not in (None, 1, 1.0):
+        raise _refuse(model, "partial_rotary_factor", prf, "rotary embeddings on part of each head")
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+        raise BlockcValueError(f"config.json: rope_theta must be a positive number, got {theta!r}")
+    return float(theta)
+
+
+class _Llama(_Family):
+    """Llama, Mistral and Qwen2: RMSNorm, rotary positions, SwiGLU, grouped K/V heads;
+    separate q/k/v tensors (blockc fuses them: rows q, then k, then v)."""
+    model_types = ("llama", "mistral", "qwen2")
+    prefix = "model."
+    # the inverse-frequency buffers older checkpoints carry
+    ignore = re.compile(r"^(model\.)?layers\.\d+\.self_attn\.rotary_emb\.inv_freq$")
+    NAME = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}
+
+    def config(self, d):
+        mt = d.get("model_type")
+        model = self.NAME[mt]
+        act = d.get("hidden_act", "silu")
+        if act != "silu":
+            raise _refuse(model, "hidden_act", act, "blockc's gated MLP is SiLU-gated (SwiGLU)")
+        for field in ("num_local_experts", "num_experts", "n_routed_experts"):
+            if d.get(field):
+                raise _refuse(model, field, d[field], "a mixture of experts")
+        width = _int(d, "hidden_size", default=4096)
+        heads = _int(d, "num_attention_heads", default=32)
+        kv = _get(d, "num_key_value_heads", heads)
+        if type(kv) is not int:
+            raise BlockcValueError(f"config.json: num_key_value_heads must be an integer, got {kv!r}")
+        context = _int(d, "max_position_embeddings", default=2048)
+        # a sliding window as wide as the context is full attention: exact. A narrower
+        # one differs beyond it; the model is then capped at the window, where it is exact
+        window = None
+        if mt == "mistral":
+            window = d.get("sliding_window")
+        elif mt == "qwen2" and (d.get("use_sliding_window")
+                                or "sliding_attention" in (d.get("layer_types") or ())):
+            window = d.get("sliding_window")
+        if window is not None:
+            if type(window) is not int or window < 1:
+                raise BlockcValueError(f"config.json: sliding_window must be a positive integer, "
+                                       f"got {window!r}")
+            context = min(context, window)
+        if mt == "qwen2":
+            qkv_b, out_b, mlp_b = True, False, False
+        else:
+            qkv_b = out_b = bool(d.get("attention_bias", False))
+            mlp_b = bool(d.get("mlp_bias", False))
+        head_dim = _get(d, "head_dim")
+        if head_dim is not None and type(head_dim) is not int:
+            raise BlockcValueError(f"config.json: head_dim must be an integer, got {head_dim!r}")
+        if kv == heads:  # the defaults as None, so equal configs compare equal
+            kv = None
+        if head_dim is not None and heads and width % heads == 0 and head_dim == width // heads:
+            head_dim = None
+        return dict(vocab=_int(d, "vocab_size", default=32000), context=context, width=width,
+                    heads=heads, layers=_int(d, "num_hidden_layers", default=32),
+                    eps=float(_get(d, "rms_norm_eps", 1e-6)),
+                    tie_weights=bool(d.get("tie_word_embeddings", False)), norm="rms",
+                    placement="pre", activation="swiglu",
+                    d_ff=_int(d, "intermediate_size", default=11008), positions="rope",
+                    rope_theta=_rope_theta(model, d), kv_heads=kv, head_dim=head_dim,
+                    residual=True, qkv_bias=qkv_b, out_bias=out_b, mlp_bias=mlp_b)
+
+    def to_hf(self, cfg):
+        want = dict(norm="rms", placement="pre", positions="rope", activation="swiglu",
+                    residual=True)
+        for field, v in want.items():
+            if getattr(cfg, field) != v:
+                raise BlockcValueError(f"GPTConfig.{field}={getattr(cfg, field)!r}: a Llama or "
+                                       f"Qwen2 checkpoint has {field}={v!r}")
+        if (cfg.qkv_bias, cfg.out_bias, cfg.mlp_bias) == (True, False, False):
+            mt, extra = "qwen2", {"use_sliding_window": False, "sliding_window": None}
+        elif cfg.qkv_bias == cfg.out_bias:
+            mt, extra = "llama", {"attention_bias": cfg.qkv_bias, "mlp_bias": cfg.mlp_bias}
+        else:
+            raise BlockcValueError(
+                f"GPTConfig: biases qkv={cfg.qkv_bias}, out={cfg.out_bias}, mlp={cfg.mlp_bias}: "
+                "Llama has them on all attention projections or none, Qwen2 on q/k/v only")
+        arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}[mt]
+        return {"architectures": [arch], "model_type": mt, "vocab_size": cfg.vocab,
+                "hidden_size": cfg.width, "intermediate_size": cfg.d_ff_,
+                "num_hidden_layers": cfg.layers, "num_attention_heads": cfg.heads,
+                "num_key_value_heads": cfg.kv_heads_, "head_dim": cfg.head_dim_,
+                "hidden_act": "silu", "max_position_embeddings": cfg.context,
+                "rms_norm_eps": cfg.eps, "tie_word_embeddings": cfg.tie_weights,
+                "rope_theta": cfg.rope_theta,
+                "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+                "attention_dropout": 0.0, **extra}
+
+    def names(self, cfg):
+        p = self.prefix
+        q, kv = cfg.heads * cfg.head_dim_, cfg.kv_heads_ * cfg.head_dim_
+        out: List[Name] = [(p + "embed_tokens.weight", "token.weight", False, None)]
+        for i in range(cfg.layers):
+            h, b = f"{p}layers.{i}.", f"blocks.{i}."
+            out.append((h + "input_layernorm.weight", b + "ln1.weight", False, None))
+            for part, rows in (("q", (0, q)), ("k", (q, q + kv)), ("v", (q + kv, q + 2 * kv))):
+                out.append((h + f"self_attn.{part}_proj.weight", b + "attn.qkv.weight", False, rows))
+                if cfg.qkv_bias:
+                    out.append((h + f"self_attn.{part}_proj.bias", b + "attn.qkv.bias", False, rows))
+            out.append((h + "self_attn.o_proj.weight", b + "attn.proj.weight", False, None))
+            if cfg.out_bias:
+                out.append((h + "self_attn.o_proj.bias", b + "attn.proj.bias", False, None))
+            out.append((h + "post_attention_layernorm.weight", b + "ln2.weight", False, None))
+            for part, ours in (("gate", "gate"), ("up", "up"), ("down", "down")):
+                out.append((h + f"mlp.{part}_proj.weight", b + ours + ".weight", False, None))
+                if cfg.mlp_bias:
+                    out.append((h + f"mlp.{part}_proj.bias", b + ours + ".bias", False, None))
+        out.append((p + "norm.weight", "norm.weight", False, None))
+        if not cfg.tie_weights:
+            out.append(("lm_head.weight", "head.weight", False, None))
         return out
 
 
 FAMILIES: Dict[str, _Family] = {}
-for _fam in (_GPT2(),):
+for _fam in (_GPT2(), _Llama()):
     for _t in _fam.model_types:
         FAMILIES[_t] = _fam
 
@@ -191,13 +329,14 @@ def config_from_hf(d: Any):
 
 def config_to_hf(cfg) -> Dict[str, Any]:
     """The transformers config dict of a GPTConfig (the family its architecture is)."""
-    last = None
+    why = []
     for fam in dict.fromkeys(FAMILIES.values()):
         try:
             return fam.to_hf(cfg)
         except BlockcValueError as e:
-            last = e
-    raise last
+            why.append(f"not {'/'.join(fam.model_types)}: {e}")
+    raise BlockcValueError("no checkpoint family blockc writes has this architecture (" +
+                           "; ".join(why) + ")")
 
 
 def _weight_files(path: str) -> List[str]:
@@ -265,11 +404,11 @@ def load_dir(path: str, dtype: Optional[str] = None):
     has_prefix = any(n.startswith(prefix) for n in tensors) if prefix else False
     spec = fam.names(cfg)
     if prefix and not has_prefix:
-        spec = [(n[len(prefix):] if n.startswith(prefix) else n, b, t) for n, b, t in spec]
-    wanted = {n for n, _, _ in spec}
+        spec = [(n[len(prefix):] if n.startswith(prefix) else n, b, t, r) for n, b, t, r in spec]
+    wanted = {n for n, _, _, _ in spec}
     head = "lm_head.weight"
     tied_head = cfg.tie_weights and head in tensors
-    missing = [n for n in wanted if n not in tensors]
+    missing = [n for n, _, _, _ in spec if n not in tensors]
     if missing:
         raise BlockcValueError(f"{path}: tensor {missing[0]!r} is missing"
                                + (f" ({len(missing)} missing)" if len(missing) > 1 else ""))
@@ -280,23 +419,34 @@ def load_dir(path: str, dtype: Optional[str] = None):
                                f"{fam.model_types[0]} model of this config.json")
     layout = gpt_layout(cfg) if dtype is None else None
     if dtype is None:  # bfloat16 when every matrix blockc packs is (embeddings may be wider)
-        mats = [tensors[n] for n, b, _ in spec if layout[b].packed]
+        mats = [tensors[n] for n, b, _, _ in spec if layout[b].packed]
         dtype = "bfloat16" if mats and all(t.dtype == "BF16" for t in mats) else "float32"
     m = GPT(cfg, dtype=dtype)
     layout = m._layout
-    for name, ours, transposed in spec:
+    parts: Dict[str, np.ndarray] = {}  # blockc tensors assembled from row slices
+    for name, ours, transposed, rows in spec:
         t = tensors[name]
         want = layout[ours].shape
+        if rows is not None:
+            want = (rows[1] - rows[0],) + tuple(want[1:])
         shape = want[::-1] if transposed else want
         if t.shape != shape:
             raise BlockcValueError(f"{t.file}: tensor {name!r} has shape {t.shape}, expected "
                                    f"{shape} for this config.json")
-        m._write(ours, _aligned(t.to_float32()), transposed=transposed)
+        if rows is None:
+            m._write(ours, _aligned(t.to_float32()), transposed=transposed)
+            continue
+        whole = parts.get(ours)
+        if whole is None:
+            whole = parts[ours] = np.empty(layout[ours].shape, np.float32)
+        whole[rows[0]:rows[1]] = t.to_float32()
+        if rows[1] == layout[ours].shape[0]:  # the last slice: the tensor is whole
+            m._write(ours, parts.pop(ours))
     if tied_head:
         t = tensors[head]
+        emb = [n for n, b, _, _ in spec if b == "token.weight"][0]
         if t.shape != layout["token.weight"].shape or not np.array_equal(
-                t.to_float32().view(np.uint32),
-                tensors[[n for n, b, _ in spec if b == "token.weight"][0]].to_float32().view(np.uint32)):
+                t.to_float32().view(np.uint32), tensors[emb].to_float32().view(np.uint32)):
             raise BlockcValueError(f"{t.file}: tensor {head!r} differs from the token embedding, "
                                    "but config.json ties them (tie_word_embeddings)")
     return m
@@ -318,8 +468,14 @@ def save_dir(m, path: str) -> None:
     bf16 = m.dtype == "bfloat16"
     d["torch_dtype"] = "bfloat16" if bf16 else "float32"
     tensors, bf16_names = {}, []
-    for name, ours, transposed in fam.names(cfg):
-        a = m._read(ours)
+    whole: Dict[str, np.ndarray] = {}
+    for name, ours, transposed, rows in fam.names(cfg):
+        if rows is None:
+            a = m._read(ours)
+        else:  # a row slice of a fused tensor, read once
+            if ours not in whole:
+                whole[ours] = m._read(ours)
+            a = whole[ours][rows[0]:rows[1]]
         if transposed:
             a = np.ascontiguousarray(a.T)
         if bf16 and m._layout[ours].packed:  # exact: the matrices hold bfloat16 values

@@ -1,37 +1,102 @@
-"""The chapter-6 GPT forward in plain NumPy: the oracle the C GPT is tested against.
+"""The whole decoder's forward in plain NumPy: the oracle the C GPT is tested against.
 
-Written from the chapter's equations, not from the C code:
+Written from the definitions, not from the C code. For GPT-2 (chapter 6):
 
     x   = token[ids] + position[pos]
     x   = x + proj(attention(split(qkv(LN1(x)))))        for every block
     x   = x + down(gelu_tanh(up(LN2(x))))
     out = LN(x) @ head^T    (head = token when tied)
 
-Each block is the block oracle (``blockc.reference.block``) in GPT-2's configuration:
-pre-norm LayerNorm, causal attention, GELU-tanh, every bias present.
+and every other point of :class:`blockc.GPTConfig`: RMSNorm or no norm, post-norm
+placement (no final norm), the SwiGLU MLP ``down(silu(gate(x)) * up(x))``, any
+MLP width, rotary positions instead of a table, grouped K/V heads, a head size
+other than width / heads, biases per projection, no residual.
 
-``cfg`` is anything with ``vocab, context, width, heads, layers, eps, tie_weights``
-attributes (a ``blockc.GPTConfig`` works). ``sd`` maps the chapter's state-dict
-names to arrays. Computation is in ``dtype`` (float64 by default: a tighter
-reference than the float32 under test).
+Rotary embeddings are Hugging Face's "rotate half" layout: a head's vector x of
+Dh entries is read as the pairs (x[i], x[i + Dh/2]), and pair i at position p
+turns by the angle p * theta^(-2i/Dh):
+
+    x[i]        <- x[i] cos a - x[i + Dh/2] sin a
+    x[i + Dh/2] <- x[i + Dh/2] cos a + x[i] sin a
+
+with the inverse frequency and the angle rounded to float32 as transformers
+computes them (the rotation itself in ``dtype``). Grouped K/V heads: query
+head h attends with K/V head h // (H / KV), as transformers' ``repeat_kv``
+lays them out; the fused q/k/v projection's rows are the H query heads, then
+the KV key heads, then the KV value heads, Dh rows each.
+
+``cfg`` is anything with GPTConfig's fields (a ``blockc.GPTConfig`` works;
+``kv_heads``, ``head_dim`` and ``d_ff`` may be None). ``sd`` maps blockc's
+state-dict names to arrays. Computation is in ``dtype`` (float64 by default: a
+tighter reference than the float32 under test).
 """
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any, List, Mapping
+from typing import Any, Dict, List, Mapping
 
 import numpy as np
 
 from . import block
 from .._errors import BlockcValueError
 
-__all__ = ["gpt_forward"]
+__all__ = ["gpt_forward", "rope", "rope_angles"]
+
+_ACT = {"gelu_tanh": block.gelu_tanh, "gelu": block.gelu, "relu": block.relu}
 
 
-def _block_cfg(cfg: Any) -> SimpleNamespace:
-    """The GPT-2 block in the block oracle's terms: pre-norm LayerNorm, causal, GELU-tanh."""
-    return SimpleNamespace(n_heads=cfg.heads, norm="layer", placement="pre", activation="gelu_tanh",
-                           causal=True, residual=True, eps=cfg.eps)
+def _get(cfg: Any, name: str, default: Any) -> Any:
+    v = getattr(cfg, name, default)
+    return default if v is None else v
+
+
+def rope_angles(pos: np.ndarray, d_head: int, theta: float) -> np.ndarray:
+    """(T, Dh/2) angles: float32(pos * float32(theta ** (-2i / Dh)))."""
+    i = np.arange(0, d_head, 2, dtype=np.float32)
+    inv = (np.float32(1.0) / (np.float32(theta) ** (i / np.float32(d_head)))).astype(np.float32)
+    return (np.asarray(pos, np.float32)[:, None] * inv[None, :]).astype(np.float32)
+
+
+def rope(x: np.ndarray, angles: np.ndarray) -> np.ndarray:
+    """x (..., T, Dh) rotated pairwise (i, i + Dh/2) by angles (T, Dh/2)."""
+    half = x.shape[-1] // 2
+    c = np.cos(angles.astype(np.float64)).astype(x.dtype)
+    s = np.sin(angles.astype(np.float64)).astype(x.dtype)
+    a, b = x[..., :half], x[..., half:]
+    return np.concatenate([a * c - b * s, b * c + a * s], axis=-1)
+
+
+def _norm(x, p: Dict[str, np.ndarray], name: str, kind: str, eps: float):
+    if kind == "rms":
+        return block.rmsnorm(x, p[name + ".weight"], eps)
+    if kind == "layer":
+        return block.layernorm(x, p[name + ".weight"], p[name + ".bias"], eps)
+    return x
+
+
+def _attention(x, p, pre: str, cfg: Any, angles):
+    *lead, t, _ = x.shape
+    h, kv = cfg.heads, _get(cfg, "kv_heads", cfg.heads)
+    dh = _get(cfg, "head_dim", cfg.width // cfg.heads)
+    qkv = block.linear(x, p[pre + "attn.qkv.weight"], p.get(pre + "attn.qkv.bias"))
+    q, k, v = np.split(qkv, [h * dh, (h + kv) * dh], axis=-1)
+    q = np.swapaxes(q.reshape(*lead, t, h, dh), -2, -3)    # (..., H, T, Dh)
+    k = np.swapaxes(k.reshape(*lead, t, kv, dh), -2, -3)   # (..., KV, T, Dh)
+    v = np.swapaxes(v.reshape(*lead, t, kv, dh), -2, -3)
+    if angles is not None:
+        q, k = rope(q, angles), rope(k, angles)
+    k, v = np.repeat(k, h // kv, axis=-3), np.repeat(v, h // kv, axis=-3)
+    y = np.swapaxes(block.attention(q, k, v, causal=True), -2, -3).reshape(*lead, t, h * dh)
+    return block.linear(y, p[pre + "attn.proj.weight"], p.get(pre + "attn.proj.bias"))
+
+
+def _mlp(x, p, pre: str, cfg: Any):
+    up = block.linear(x, p[pre + "up.weight"], p.get(pre + "up.bias"))
+    act = _get(cfg, "activation", "gelu_tanh")
+    if act == "swiglu":
+        hid = block.swiglu(block.linear(x, p[pre + "gate.weight"], p.get(pre + "gate.bias")), up)
+    else:
+        hid = _ACT[act](up)
+    return block.linear(hid, p[pre + "down.weight"], p.get(pre + "down.bias"))
 
 
 def gpt_forward(sd: Mapping[str, Any], cfg: Any, ids: Any, return_hidden: bool = False,
@@ -43,16 +108,29 @@ def gpt_forward(sd: Mapping[str, Any], cfg: Any, ids: Any, return_hidden: bool =
     if t > cfg.context:
         raise BlockcValueError(f"Sequence exceeds the model's context of {cfg.context}")
     p = {k: np.asarray(v, dtype=dtype) for k, v in sd.items()}
-    x = p["token.weight"][ids] + p["position.weight"][np.arange(t)][None]
-    bcfg = _block_cfg(cfg)
+    norm, place = _get(cfg, "norm", "layer"), _get(cfg, "placement", "pre")
+    eps, res = cfg.eps, 1 if _get(cfg, "residual", True) else 0
+    x = p["token.weight"][ids]
+    angles = None
+    if _get(cfg, "positions", "learned") == "rope":
+        angles = rope_angles(np.arange(t), _get(cfg, "head_dim", cfg.width // cfg.heads),
+                             _get(cfg, "rope_theta", 10000.0))
+    else:
+        x = x + p["position.weight"][np.arange(t)][None]
     hidden: List[np.ndarray] = []
     for i in range(cfg.layers):
-        prefix = f"blocks.{i}."
-        w = {k[len(prefix):]: v for k, v in p.items() if k.startswith(prefix)}
-        x = block.block_forward(x, w, bcfg, dtype)
+        pre = f"blocks.{i}."
+        if place == "pre":
+            x = res * x + _attention(_norm(x, p, pre + "ln1", norm, eps), p, pre, cfg, angles)
+            x = res * x + _mlp(_norm(x, p, pre + "ln2", norm, eps), p, pre, cfg)
+        else:
+            x = _norm(res * x + _attention(x, p, pre, cfg, angles), p, pre + "ln1", norm, eps)
+            x = _norm(res * x + _mlp(x, p, pre, cfg), p, pre + "ln2", norm, eps)
         hidden.append(x)
+    if place == "pre":
+        x = _norm(x, p, "norm", norm, eps)
     head = p["token.weight"] if cfg.tie_weights else p["head.weight"]
-    logits = block.layernorm(x, p["norm.weight"], p["norm.bias"], cfg.eps) @ head.T
+    logits = x @ head.T
     if return_hidden:
         return logits, np.stack(hidden) if hidden else np.zeros((0, b, t, cfg.width), dtype)
     return logits
