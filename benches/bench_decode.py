@@ -93,10 +93,13 @@ def llama_runner(llm, prompt: np.ndarray, new: int) -> Callable[[], float]:
 
 
 def step_bytes(m: "blockc.GPT", mean_pos: float) -> float:
-    """Bytes one decode step reads: every tensor but the position table (one row), and
-    the keys and values of every layer at the mean position."""
+    """Bytes one decode step reads: every tensor but the embedding tables (one row of
+    each; a tied head reads the token table whole), and the keys and values of every
+    layer at the mean position."""
     cfg = m.config
     weights = m.nbytes - (cfg.context - 1) * cfg.width * 4 * (cfg.positions == "learned")
+    if not cfg.tie_weights:
+        weights -= (cfg.vocab - 1) * cfg.width * 4
     kv = 2 * cfg.layers * mean_pos * cfg.kv_heads_ * cfg.head_dim_ * 4
     return weights + kv
 

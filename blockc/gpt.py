@@ -1091,9 +1091,9 @@ class GPT:
         """
         return self._forward(ids, None, False, True, want_logits=False)[1]
 
-    def __call__(self, ids: Any, cache: Optional[KVCache] = None, return_hidden: bool = False
-                 ) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
-        """The logits of every position.
+    def __call__(self, ids: Any, cache: Optional[KVCache] = None, return_hidden: bool = False,
+                 *, last_only: bool = False) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
+        """The logits of every position (or of the last).
 
         Parameters
         ----------
@@ -1104,11 +1104,15 @@ class GPT:
             new keys and values are appended. Without one, positions are 0..T-1.
         return_hidden : bool, optional
             Also return the residual stream after every block.
+        last_only : bool, optional
+            Only the last position's logits, (B, 1, vocab): a prompt's prefill, without
+            the head's work and memory for the other positions (the same bits as the
+            last row of the whole).
 
         Returns
         -------
         logits : numpy.ndarray
-            (B, T, vocab) float32.
+            (B, T, vocab) float32; (B, 1, vocab) with ``last_only``.
         hidden : numpy.ndarray
             (layers, B, T, width) float32, with ``return_hidden`` only.
 
@@ -1127,7 +1131,7 @@ class GPT:
         (1, 3, 16)
         """
         return_hidden = as_flag(return_hidden, "return_hidden")
-        logits, hidden = self._forward(ids, cache, False, return_hidden)
+        logits, hidden = self._forward(ids, cache, as_flag(last_only, "last_only"), return_hidden)
         return (logits, hidden) if return_hidden else logits
 
     forward = __call__

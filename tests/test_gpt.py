@@ -560,3 +560,16 @@ def test_cli_norms_plot_without_matplotlib(monkeypatch, tmp_path, capsys):
                      "--layers", "1", "--seq", "4", "--plot", str(png)]) == 2
     assert "needs matplotlib" in capsys.readouterr().err
     assert not png.exists()
+
+
+def test_last_only_is_the_last_row_of_the_whole():
+    m = perturbed(SMALL, seed=21)
+    ids = rand_ids(SMALL, 3, 9, seed=21)
+    whole = m(ids)
+    last = m(ids, last_only=True)
+    assert last.shape == (3, 1, SMALL.vocab)
+    np.testing.assert_array_equal(last, whole[:, -1:])
+    cache = m.new_cache(3, 12)
+    np.testing.assert_array_equal(m(ids, cache=cache, last_only=True), last)
+    with pytest.raises(TypeError, match="last_only"):
+        m(ids, last_only=1)
