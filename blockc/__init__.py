@@ -15,9 +15,10 @@ from __future__ import annotations
 from ._errors import BlockcError, BlockcMemoryError, BlockcTypeError, BlockcValueError
 from . import book, ops, safetensors
 from .text import TextStream, Tokenizer
-from .engine import (BlockConfig, PreparedBlock, block_forward, count_parameters, init_block,
-                     init_blocks, prepare, stack_forward)
+from .engine import (BlockConfig, PreparedBlock, block_backward, block_forward, count_parameters,
+                     init_block, init_blocks, prepare, stack_backward, stack_forward)
 from .gpt import GPT, GPTConfig, KVCache, gpt_parameter_count, gpt_parameter_formula
+from .train import AdamW
 from .rng import CRand
 from .runtime import best_isa, get_isa, get_num_threads, set_isa, set_num_threads
 
@@ -39,6 +40,7 @@ __all__ = [
     "BlockcError", "BlockcValueError", "BlockcTypeError", "BlockcMemoryError",
     "book", "ops", "safetensors", "Tokenizer", "TextStream",
     "BlockConfig", "PreparedBlock", "prepare", "block_forward", "stack_forward",
+    "block_backward", "stack_backward", "AdamW",
     "init_block", "init_blocks", "count_parameters",
     "GPT", "GPTConfig", "KVCache", "gpt_parameter_count", "gpt_parameter_formula",
     "CRand",

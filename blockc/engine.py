@@ -65,7 +65,7 @@ from __future__ import annotations
 import threading
 import types
 from dataclasses import dataclass, fields
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Sequence, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Sequence, Tuple, Union
 
 import numpy.typing as npt
 
@@ -79,7 +79,7 @@ from ._errors import BlockcTypeError, BlockcValueError
 __all__ = [
     "BlockConfig", "PreparedBlock", "prepare", "init_block", "init_blocks", "iter_blocks",
     "block_forward",
-    "stack_forward", "count_parameters", "avg_norm", "NORMS", "PLACEMENTS", "ACTIVATIONS",
+    "stack_forward", "block_backward", "stack_backward", "count_parameters", "avg_norm", "NORMS", "PLACEMENTS", "ACTIVATIONS",
 ]
 
 NORMS = ("rms", "layer", "none")
@@ -284,10 +284,10 @@ def _weights_view(W: Any, cfg: "BlockConfig", name: str, copy: bool):
 
 class _View:
     """A per-call C view of a plain mapping (what block_forward needs of a PreparedBlock)."""
-    __slots__ = ("_c", "_bufs")
+    __slots__ = ("_c", "_bufs", "arrays")
 
-    def __init__(self, c, bufs):
-        self._c, self._bufs = c, bufs
+    def __init__(self, c, bufs, arrays):
+        self._c, self._bufs, self.arrays = c, bufs, arrays
 
 
 def prepare(W: Mapping[str, Any], cfg: "BlockConfig") -> PreparedBlock:
@@ -330,8 +330,8 @@ def _prepare(W: Any, cfg: "BlockConfig", name: str = "W") -> Union[PreparedBlock
         if W._cfg is not cfg and W._cfg != cfg:
             raise BlockcValueError(f"{name} was prepared for {W._cfg!r}, not {cfg!r}")
         return W
-    c, bufs, _ = _weights_view(W, cfg, name, copy=False)
-    return _View(c, bufs)
+    c, bufs, arrays = _weights_view(W, cfg, name, copy=False)
+    return _View(c, bufs, arrays)
 
 
 def _check_cfg(cfg: Any) -> "BlockConfig":
@@ -488,6 +488,115 @@ def stack_forward(x: npt.ArrayLike, Ws: Sequence[Union[Mapping[str, Any], Prepar
         check(lib.bc_stack_forward(fptr(y), ffi.NULL if hidden is None else fptr(hidden),
                                    cptr(x), cfg._c, ws, n, b, t, work, wn), "stack_forward")
     return out
+
+
+# ---- backward -------------------------------------------------------------------
+
+def stack_backward(x: npt.ArrayLike, Ws: Sequence[Union[Mapping[str, Any], PreparedBlock]],
+                   cfg: BlockConfig, dy: npt.ArrayLike
+                   ) -> Tuple[np.ndarray, List[Dict[str, np.ndarray]]]:
+    """The gradients of :func:`stack_forward` ``(x, Ws, cfg)``, given ``dy``.
+
+    For a loss L of the stack's output y with dL/dy = ``dy``: dL/dx and, for every
+    block, dL/dW. One C call runs the forward again keeping what the backward
+    needs, then the backward (attention's probabilities recomputed tile by tile
+    from each query's log-sum-exp, never a (T, T) matrix).
+
+    Parameters
+    ----------
+    x : array_like, shape (T, D) or (B, T, D)
+    Ws : sequence of mappings or PreparedBlocks
+    cfg : BlockConfig
+    dy : array_like, shaped like ``x``
+
+    Returns
+    -------
+    dx : numpy.ndarray
+        Shaped like ``x``, float32.
+    dWs : list of dict of str to numpy.ndarray
+        For every block, its weights' gradients keyed like its weights.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`stack_forward`; ``dy`` not shaped like ``x``.
+
+    Examples
+    --------
+    >>> cfg = BlockConfig(causal=True)
+    >>> x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    >>> dx, dWs = stack_backward(x, init_blocks(cfg, 2), cfg, np.ones((4, 8), np.float32))
+    >>> dx.shape, sorted(dWs[0])
+    ((4, 8), ['attn.proj.weight', 'attn.qkv.weight', 'down.weight', 'up.weight'])
+    """
+    _check_cfg(cfg)
+    if isinstance(Ws, Mapping) or not isinstance(Ws, Iterable):
+        raise BlockcTypeError("Ws must be a sequence of weight mappings, one per block")
+    preps = [_prepare(W, cfg, f"Ws[{i}]") for i, W in enumerate(Ws)]
+    x, b, t = _input(x, cfg)
+    dy = as_f32(dy, "dy")
+    if dy.shape != x.shape:
+        raise BlockcValueError(f"dy must have the shape of x {x.shape}, got {dy.shape}")
+    n = len(preps)
+    grads = [{k: np.zeros(a.shape, F32) for k, a in p.arrays.items()} for p in preps]
+    if n == 0:
+        return np.array(dy, dtype=F32, copy=True), grads
+    dx = np.empty(x.shape, F32)
+    if not (b and t):
+        dx[...] = 0.0
+        return dx, grads
+    ws = ffi.new("bc_block_weights[]", n)
+    gs = ffi.new("bc_block_grads[]", n)
+    keep = []
+    for i, p in enumerate(preps):
+        ws[i] = p._c[0]
+        for key, fld in _FIELDS:
+            if key in grads[i]:
+                ptr = fptr(grads[i][key])
+                keep.append(ptr)
+                setattr(gs[i], fld, ptr)
+    nw = ffi.new("size_t *")
+    check(lib.bc_stack_backward_workspace_size(nw, cfg._c, n, b, t), "stack_backward")
+    work = np.empty(int(nw[0]) + 16, F32)
+    check(lib.bc_stack_backward(fptr(dx), gs, cptr(dy), cptr(x), cfg._c, ws, n, b, t,
+                                fptr(work), work.size), "stack_backward")
+    return dx, grads
+
+
+def block_backward(x: npt.ArrayLike, W: Union[Mapping[str, Any], PreparedBlock],
+                   cfg: BlockConfig, dy: npt.ArrayLike
+                   ) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
+    """The gradients of :func:`block_forward` ``(x, W, cfg)`` given ``dy`` = dL/dy.
+
+    Parameters
+    ----------
+    x : array_like, shape (T, D) or (B, T, D)
+    W : mapping of str to array_like, or PreparedBlock
+    cfg : BlockConfig
+    dy : array_like, shaped like ``x``
+
+    Returns
+    -------
+    dx : numpy.ndarray
+        dL/dx, shaped like ``x``.
+    dW : dict of str to numpy.ndarray
+        dL/dW, keyed and shaped like ``W``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`block_forward`; ``dy`` not shaped like ``x``.
+
+    Examples
+    --------
+    >>> cfg = BlockConfig()
+    >>> x = np.full((4, 8), 0.1, np.float32)
+    >>> dx, dW = block_backward(x, init_block(cfg), cfg, np.ones((4, 8), np.float32))
+    >>> dW["up.weight"].shape
+    (32, 8)
+    """
+    dx, dWs = stack_backward(x, [W], cfg, dy)
+    return dx, dWs[0]
 
 
 # ---- initialisation -----------------------------------------------------------

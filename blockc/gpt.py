@@ -1136,6 +1136,113 @@ class GPT:
 
     forward = __call__
 
+    # ---- training -----------------------------------------------------------
+
+    def loss(self, ids: npt.ArrayLike, targets: npt.ArrayLike, ignore_index: int = -100) -> float:
+        """The mean next-token cross-entropy of the logits of ``ids`` against ``targets``.
+
+        The head and the loss run a block of rows at a time: the (B, T, vocab)
+        logits are never held.
+
+        Parameters
+        ----------
+        ids : array_like of int, shape (B, T)
+        targets : array_like of int, shape (B, T)
+            The token each position should predict (usually ``ids`` shifted by
+            one), in [0, vocab), or ``ignore_index`` for a position that does not
+            count (PyTorch's convention, -100 by default).
+        ignore_index : int, optional
+
+        Returns
+        -------
+        float
+            The mean over the positions that count (NaN when none does).
+
+        Raises
+        ------
+        TypeError
+            Ids or targets that are not integers.
+        ValueError
+            Values out of range, shapes that differ, a sequence past the context,
+            weights that are not float32.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> loss = m.loss([[1, 2, 3]], [[2, 3, -100]])      # two positions count
+        >>> bool(abs(loss - np.log(16)) < 0.1)               # random init: about log(vocab)
+        True
+        """
+        from . import train
+        return train.loss(self, ids, targets, ignore_index)
+
+    def grad(self, ids: npt.ArrayLike, targets: npt.ArrayLike, ignore_index: int = -100
+             ) -> Tuple[float, Dict[str, np.ndarray]]:
+        """The loss (see :meth:`loss`) and its gradient with respect to every parameter.
+
+        Parameters
+        ----------
+        ids, targets : array_like of int, shape (B, T)
+        ignore_index : int, optional
+
+        Returns
+        -------
+        loss : float
+        grads : dict of str to numpy.ndarray
+            New float32 arrays keyed and shaped like :meth:`state_dict` (a tied
+            head's gradient is part of ``token.weight``'s).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`loss`.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> loss, grads = m.grad([[1, 2, 3]], [[2, 3, 4]])
+        >>> grads["blocks.0.up.weight"].shape
+        (32, 8)
+        """
+        from . import train
+        return train.grad(self, ids, targets, ignore_index)
+
+    def train_step(self, ids: npt.ArrayLike, targets: npt.ArrayLike, opt: Any,
+                   ignore_index: int = -100, max_grad_norm: Optional[float] = None) -> float:
+        """One training step: the loss and its gradient, then ``opt``'s update, in C
+        with one workspace (kept for the next step of the same shape).
+
+        Parameters
+        ----------
+        ids, targets : array_like of int, shape (B, T)
+        opt : blockc.AdamW
+            This model's optimizer.
+        ignore_index : int, optional
+        max_grad_norm : float > 0, optional
+            Clip the gradient to this global L2 norm first.
+
+        Returns
+        -------
+        float
+            The loss before the update.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`loss`; an optimizer of another model.
+
+        Examples
+        --------
+        >>> from blockc import AdamW
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> opt = AdamW(m, lr=1e-2)
+        >>> losses = [m.train_step([[1, 2, 3, 4]], [[2, 3, 4, 5]], opt) for _ in range(30)]
+        >>> bool(losses[-1] < losses[0])
+        True
+        """
+        from . import train
+        return train.train_step(self, ids, targets, opt, ignore_index, max_grad_norm)
+
     # ---- generation ---------------------------------------------------------
 
     def generate(self, ids: Any, max_new_tokens: int, temperature: float = 0.0,

@@ -418,7 +418,7 @@ def test_bad_gpt_config(kw, exc, match):
 
 
 @pytest.mark.parametrize("name, exc, match", [
-    ("gpt3", ValueError, r"^preset must be one of 'gpt2', 'gpt2-large', 'gpt2-medium', 'gpt2-xl'; got 'gpt3'$"),
+    ("gpt3", ValueError, r"^preset must be one of 'gpt2', 'gpt2-large', 'gpt2-medium', 'gpt2-xl', 'llama-7b', 'llama3-8b', 'qwen2-0.5b'; got 'gpt3'$"),
     (None, TypeError, r"^preset must be a str"),
 ])
 def test_bad_preset(name, exc, match):

@@ -81,6 +81,14 @@ static inline int bc_overlap(const float *a, size_t na, const float *b, size_t n
     return pa < eb && pb < ea;
 }
 
+/* p, or p + 1 float when p is not aligned for a pointer or a size_t: where a
+ * workspace region holds structs or size_t values (such a region is carved
+ * with one float to spare). */
+static inline void *bc_word_align(float *p)
+{
+    return p + ((uintptr_t)p % sizeof(void *) ? 1 : 0);
+}
+
 /* A norm epsilon must be a finite, non-negative number. */
 static inline int bc_eps_ok(float eps)
 {

@@ -62,12 +62,60 @@ typedef struct {
     size_t seq_stride, cap;
 } bc_layer_pos;
 
+/* What a training forward keeps of one layer for the backward (N = B*T rows):
+ *   x    (N,D)            the layer's input (the caller's: the layer only reads it)
+ *   a1   (N,D)            pre with a norm: norm1(x), the attention's input
+ *   qkv  (N,(H+2KV)Dh)    the projections, q and k after rotary embeddings
+ *   att  (N,H Dh)         the attention's output, before the output projection
+ *   lse  (B,H,T)          its log-sum-exps
+ *   mid  (N,D)            pre: x1 = x + attn(...), the MLP's residual; post: s1,
+ *                         the sum norm1 normalises
+ *   x1   (N,D)            post: norm1(s1), the MLP's input
+ *   a2   (N,D)            pre with a norm: norm2(x1), the MLP's input
+ *   up   (N,F)            the up projection before the activation
+ *   gate (N,F)            swiglu: the gate projection
+ *   hid  (N,F)            the activation's output, the down projection's input
+ *   s2   (N,D)            post: the sum norm2 normalises
+ * Parts a config does not have are NULL. */
+typedef struct {
+    const float *x;
+    float *a1, *qkv, *att, *lse, *mid, *x1, *a2, *up, *gate, *hid, *s2;
+} bc_layer_rec;
+
+/* One layer's parameter gradients, laid out as its weights (a matrix in its
+ * bc_mat layout: BC_WF_ROWS or BC_WF_PANEL_F32); NULL where it has none. The
+ * backward adds into them. */
+typedef struct {
+    float *qkv, *proj, *up, *gate, *down;
+    float *qkv_b, *proj_b, *up_b, *gate_b, *down_b;
+    float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
+} bc_layer_g;
+
 /* Floats of workspace bc_layer_forward needs for n = B*T rows; BC_OK or BC_EOVERFLOW. */
 int bc_layer_work(size_t *n_floats, const bc_layer_cfg *c, size_t n);
 
-/* y (B,T,D) = the layer applied to x (B,T,D); y may be x. */
+/* y (B,T,D) = the layer applied to x (B,T,D); y may be x. With a record (not
+ * NULL; then y may not be x), the intermediates are kept there, with the same
+ * bits as without. */
 void bc_layer_forward(float *y, const float *x, const bc_layer_cfg *c, const bc_layer_w *w,
                       const bc_layer_pos *pos, size_t b, size_t t, float *work,
-                      const bc_ctx *cx);
+                      const bc_layer_rec *rec, const bc_ctx *cx);
+
+/* Floats of one layer's record for n = B*T rows (b sequences), and of the
+ * workspace bc_layer_backward needs; BC_OK or BC_EOVERFLOW. */
+int bc_layer_rec_size(size_t *n_floats, const bc_layer_cfg *c, size_t b, size_t t);
+int bc_layer_bwd_work(size_t *n_floats, const bc_layer_cfg *c, size_t b, size_t t);
+
+/* The record's parts, carved from rec_buf (bc_layer_rec_size floats); x is the caller's. */
+bc_layer_rec bc_layer_rec_carve(float *rec_buf, const float *x, const bc_layer_cfg *c,
+                                size_t b, size_t t);
+
+/* dx (B,T,D) = the gradient of the layer's input given dy (B,T,D), the
+ * gradient of its output (dx may be dy); g += the parameter gradients. rec:
+ * the record of this layer's training forward; pos: its rotary angles (cs)
+ * only. work: bc_layer_bwd_work floats. */
+void bc_layer_backward(float *dx, const float *dy, const bc_layer_cfg *c, const bc_layer_w *w,
+                       const bc_layer_g *g, const bc_layer_pos *pos, const bc_layer_rec *rec,
+                       size_t b, size_t t, float *work, const bc_ctx *cx);
 
 #endif

@@ -145,7 +145,7 @@ int bc_stack_forward(float *y, float *hidden, const float *x, const bc_block_con
     for (size_t i = 0; i < n_blocks; i++) {
         float *out = hidden ? hidden + i * s.nd : y;
         const bc_layer_w lw = layer_weights(&w[i]);
-        bc_layer_forward(out, in, &s.lc, &lw, &pos, b, t, work, &cx);
+        bc_layer_forward(out, in, &s.lc, &lw, &pos, b, t, work, NULL, &cx);
         in = out;
     }
     if (hidden)
@@ -158,4 +158,191 @@ int bc_block_forward(float *y, const float *x, const bc_block_config *cfg,
                      float *work, size_t work_len)
 {
     return bc_stack_forward(y, NULL, x, cfg, w, 1, b, t, work, work_len);
+}
+
+/* ---- backward ------------------------------------------------------------ */
+
+/* The backward's workspace (floats): the structs, copied once (wcopy, gcopy);
+ * the inputs of blocks 1..n-1 (n-1 of N*D) and the last block's output; the n
+ * records; one region the forward's and the backward's layer workspaces take
+ * in turn. */
+typedef struct {
+    size_t wcopy, gcopy, inputs, last, recs, rec, scratch, total;
+} bwd_work;
+
+/* floats holding `bytes`, a whole number of words (so the next part stays word aligned) */
+static size_t floats_for(size_t bytes)
+{
+    const size_t word = sizeof(void *) / sizeof(float);
+    return ((bytes + sizeof(float) - 1) / sizeof(float) + word - 1) / word * word;
+}
+
+static int bwd_plan(bwd_work *bw, dims *s, const bc_block_config *cfg, size_t n_blocks,
+                    size_t b, size_t t)
+{
+    size_t wb, gb, in, recs, bwdw, at;
+    int st;
+    if ((st = get_dims(s, cfg, b, t)))
+        return st;
+    if (!n_blocks)
+        return BC_ESIZE;
+    if ((st = bc_mul_bytes(&wb, n_blocks, sizeof(bc_block_weights)))
+        || (st = bc_mul_bytes(&gb, n_blocks, sizeof(bc_block_grads)))
+        || (st = bc_mul(&in, n_blocks - 1, s->nd))
+        || (st = bc_layer_rec_size(&bw->rec, &s->lc, b, t))
+        || (st = bc_mul(&recs, n_blocks, bw->rec))
+        || (st = bc_layer_bwd_work(&bwdw, &s->lc, b, t)))
+        return st;
+    bw->wcopy = 0;  /* from the workspace's first word-aligned float (one float spare) */
+    bw->gcopy = floats_for(wb);
+    if ((st = bc_add(&at, bw->gcopy, floats_for(gb) + 1)))
+        return st;
+    at = (at + 15) & ~(size_t)15;
+    bw->inputs = at;
+    if ((st = bc_add(&at, at, in)))
+        return st;
+    bw->last = at;  /* the last block's output (not needed, but computed) */
+    if ((st = bc_add(&at, at, s->nd)))
+        return st;
+    bw->recs = at;
+    if ((st = bc_add(&at, at, recs)))
+        return st;
+    bw->scratch = at;
+    return bc_add(&bw->total, at, bwdw > s->total ? bwdw : s->total);
+}
+
+int bc_stack_backward_workspace_size(size_t *n_floats, const bc_block_config *cfg,
+                                     size_t n_blocks, size_t b, size_t t)
+{
+    bwd_work bw;
+    dims s;
+    int st;
+    if (!n_floats || !cfg)
+        return BC_ENULL;
+    if ((st = bwd_plan(&bw, &s, cfg, n_blocks, b, t)))
+        return st;
+    *n_floats = bw.total;
+    return BC_OK;
+}
+
+/* A block's gradients, as the layer takes them (none where the weight is absent). */
+static bc_layer_g layer_grads(const bc_block_grads *g, const bc_block_weights *w)
+{
+    const bc_layer_g lg = {
+        g->qkv_w, g->proj_w, g->up_w, w->gate_w ? g->gate_w : NULL, g->down_w,
+        w->qkv_b ? g->qkv_b : NULL, w->proj_b ? g->proj_b : NULL, w->up_b ? g->up_b : NULL,
+        w->gate_w && w->gate_b ? g->gate_b : NULL, w->down_b ? g->down_b : NULL,
+        w->ln1_w ? g->ln1_w : NULL, w->ln1_b ? g->ln1_b : NULL, w->ln2_w ? g->ln2_w : NULL,
+        w->ln2_b ? g->ln2_b : NULL,
+    };
+    return lg;
+}
+
+/* The gradients of one block: none overlapping another part of the same or
+ * any earlier block, a weight of any block, or the other buffers. */
+static int grads_ok(const bc_block_grads *g, size_t i, const bc_block_grads *all,
+                    const bc_block_weights *w, size_t n_blocks, const bc_block_config *cfg,
+                    const dims *s, const float *const *bufs, const size_t *nbufs, int nb)
+{
+    const int swiglu = cfg->activation == BC_ACT_SWIGLU;
+    const float *const gp[] = {g->qkv_w, g->qkv_b, g->proj_w, g->proj_b, g->up_w, g->up_b,
+                               swiglu ? g->gate_w : NULL, swiglu ? g->gate_b : NULL, g->down_w,
+                               g->down_b, g->ln1_w, g->ln1_b, g->ln2_w, g->ln2_b};
+    const size_t gn[] = {3 * s->dd, 3 * s->d, s->dd, s->d, s->fd, s->f, s->fd, s->f, s->fd, s->d,
+                         s->d, s->d, s->d, s->d};
+    const size_t np = sizeof gn / sizeof gn[0];
+    for (size_t k = 0; k < np; k++) {
+        if (!gp[k])
+            continue;
+        for (int j = 0; j < nb; j++)
+            if (bc_overlap(gp[k], gn[k], bufs[j], nbufs[j]))
+                return BC_EALIAS;
+        for (size_t k2 = 0; k2 < k; k2++)
+            if (bc_overlap(gp[k], gn[k], gp[k2], gn[k2]))
+                return BC_EALIAS;
+        for (size_t b2 = 0; b2 <= i; b2++) {
+            const bc_block_grads *o = &all[b2];
+            const float *const op[] = {o->qkv_w, o->qkv_b, o->proj_w, o->proj_b, o->up_w, o->up_b,
+                                       swiglu ? o->gate_w : NULL, swiglu ? o->gate_b : NULL,
+                                       o->down_w, o->down_b, o->ln1_w, o->ln1_b, o->ln2_w,
+                                       o->ln2_b};
+            for (size_t k2 = 0; k2 < (b2 == i ? 0 : np); k2++)
+                if (bc_overlap(gp[k], gn[k], op[k2], gn[k2]))
+                    return BC_EALIAS;
+        }
+        for (size_t b2 = 0; b2 < n_blocks; b2++) {
+            const bc_block_weights *o = &w[b2];
+            const float *const op[] = {o->qkv_w, o->qkv_b, o->proj_w, o->proj_b, o->up_w, o->up_b,
+                                       swiglu ? o->gate_w : NULL, swiglu ? o->gate_b : NULL,
+                                       o->down_w, o->down_b, o->ln1_w, o->ln1_b, o->ln2_w,
+                                       o->ln2_b};
+            for (size_t k2 = 0; k2 < np; k2++)
+                if (bc_overlap(gp[k], gn[k], op[k2], gn[k2]))
+                    return BC_EALIAS;
+        }
+    }
+    return BC_OK;
+}
+
+int bc_stack_backward(float *dx, const bc_block_grads *g, const float *dy, const float *x,
+                      const bc_block_config *config, const bc_block_weights *w, size_t n_blocks,
+                      size_t b, size_t t, float *work, size_t work_len)
+{
+    bwd_work bw;
+    dims s;
+    int st;
+    if (!dx || !g || !dy || !x || !config || !w || !work)
+        return BC_ENULL;
+    const bc_block_config cfg_copy = *config, *cfg = &cfg_copy;
+    if ((st = bwd_plan(&bw, &s, cfg, n_blocks, b, t)))
+        return st;
+    if (work_len < bw.total)
+        return BC_EWORKSPACE;
+    /* the structs, read once: what is checked below is what is used */
+    float *words = bc_word_align(work);
+    bc_block_weights *wc = (bc_block_weights *)(void *)(words + bw.wcopy);
+    bc_block_grads *gc = (bc_block_grads *)(void *)(words + bw.gcopy);
+    if (bc_overlap(work, bw.total, (const float *)(const void *)w, floats_for(n_blocks * sizeof *w))
+        || bc_overlap(work, bw.total, (const float *)(const void *)g,
+                      floats_for(n_blocks * sizeof *g)))
+        return BC_EALIAS;
+    memcpy(wc, w, n_blocks * sizeof *w);
+    memcpy(gc, g, n_blocks * sizeof *g);
+    if ((dx != dy && bc_overlap(dx, s.nd, dy, s.nd)) || bc_overlap(dx, s.nd, x, s.nd)
+        || bc_overlap(work, bw.total, x, s.nd) || bc_overlap(work, bw.total, dy, s.nd)
+        || bc_overlap(work, bw.total, dx, s.nd))
+        return BC_EALIAS;
+    const float *bufs[] = {x, dy, dx, work};
+    const size_t nbufs[] = {s.nd, s.nd, s.nd, bw.total};
+    for (size_t i = 0; i < n_blocks; i++) {
+        if ((st = weights_ok(&wc[i], cfg, &s, dx, s.nd, work, bw.total)))
+            return st;
+        if ((st = grads_ok(&gc[i], i, gc, wc, n_blocks, cfg, &s, bufs, nbufs, 4)))
+            return st;
+    }
+    bc_ctx cx;
+    if ((st = bc_rt_ctx(&cx, s.dh)))
+        return st;
+    const bc_layer_pos pos = {NULL, NULL, NULL, NULL, 0, 0};
+    float *inputs = work + bw.inputs, *scratch = work + bw.scratch;
+    /* forward, keeping each block's record (the last block's output is not needed) */
+    const float *in = x;
+    for (size_t i = 0; i < n_blocks; i++) {
+        const bc_layer_w lw = layer_weights(&wc[i]);
+        const bc_layer_rec rec = bc_layer_rec_carve(work + bw.recs + i * bw.rec, in, &s.lc, b, t);
+        float *out = i + 1 < n_blocks ? inputs + i * s.nd : work + bw.last;
+        bc_layer_forward(out, in, &s.lc, &lw, &pos, b, t, scratch, &rec, &cx);
+        in = out;
+    }
+    /* backward, last block first; the running gradient in dx */
+    const float *d = dy;
+    for (size_t i = n_blocks; i-- > 0;) {
+        const bc_layer_w lw = layer_weights(&wc[i]);
+        const bc_layer_g lg = layer_grads(&gc[i], &wc[i]);
+        const bc_layer_rec rec = bc_layer_rec_carve(work + bw.recs + i * bw.rec,
+                                                    i ? inputs + (i - 1) * s.nd : x, &s.lc, b, t);
+        bc_layer_backward(dx, d, &s.lc, &lw, &lg, &pos, &rec, b, t, scratch, &cx);
+        d = dx;
+    }
+    return BC_OK;
 }

@@ -73,10 +73,11 @@ static void cache_store(float *kc, float *vc, const float *k, const float *v, si
     }
 }
 
-// out (N,D) = r + proj(attention(qkv(a (N,D)))); r (N,D) or NULL, may be out
+// out (N,D) = r + proj(attention(qkv(a (N,D)))); r (N,D) or NULL, may be out;
+// lse (B,H,T) or NULL: the attention's log-sum-exps (a training forward's record)
 static void attn_sublayer(float *out, const float *a, const float *r, const bc_layer_cfg *c,
                           const bc_layer_w *w, const bc_layer_pos *pos, size_t b, size_t t,
-                          float *qkv, float *att, const bc_ctx *cx)
+                          float *qkv, float *att, float *lse, const bc_ctx *cx)
 {
     const size_t n = b * t, dh = c->head_dim, qw = c->heads * dh, kw = c->kv_heads * dh;
     const size_t ld = qw + 2 * kw;
@@ -99,22 +100,28 @@ static void attn_sublayer(float *out, const float *a, const float *r, const bc_l
             kv = cached;
             tk = p0 + t;
         }
-        bc_k_attention(att + s * t * qw, qw, q, ld, &kv, t, tk, c->heads, c->kv_heads, dh, p0,
-                       c->causal != 0, cx);
+        bc_k_attention_lse(att + s * t * qw, qw, lse ? lse + s * c->heads * t : NULL, q, ld, &kv,
+                           t, tk, c->heads, c->kv_heads, dh, p0, c->causal != 0, cx);
     }
     bc_k_linear(out, att, w->proj.p, w->proj.wf, w->proj_b, r, n, qw, c->d, BC_ACT_NONE, cx);
 }
 
 // out (N,D) = r + down(act(up(a))) or r + down(silu(gate(a)) * up(a)); r (N,D) or NULL,
-// may be out
+// may be out; up (N,F) or NULL: the pre-activation kept apart (a training
+// forward's record; the same bits as the fused epilogue)
 static void ffn_sublayer(float *out, const float *a, const float *r, const bc_layer_cfg *c,
-                         const bc_layer_w *w, size_t n, float *hid, float *gat, const bc_ctx *cx)
+                         const bc_layer_w *w, size_t n, float *hid, float *gat, float *up,
+                         const bc_ctx *cx)
 {
+    float *u = up ? up : hid;
     if (c->activation == BC_ACT_SWIGLU) {
-        bc_k_linear(hid, a, w->up.p, w->up.wf, w->up_b, NULL, n, c->d, c->d_ff, BC_ACT_NONE, cx);
+        bc_k_linear(u, a, w->up.p, w->up.wf, w->up_b, NULL, n, c->d, c->d_ff, BC_ACT_NONE, cx);
         bc_k_linear(gat, a, w->gate.p, w->gate.wf, w->gate_b, NULL, n, c->d, c->d_ff,
                     BC_ACT_NONE, cx);
-        bc_k_swiglu(hid, gat, hid, n * c->d_ff, cx);
+        bc_k_swiglu(hid, gat, u, n * c->d_ff, cx);
+    } else if (up) {
+        bc_k_linear(up, a, w->up.p, w->up.wf, w->up_b, NULL, n, c->d, c->d_ff, BC_ACT_NONE, cx);
+        bc_k_act(hid, up, n * c->d_ff, c->activation, cx);
     } else {
         bc_k_linear(hid, a, w->up.p, w->up.wf, w->up_b, NULL, n, c->d, c->d_ff, c->activation,
                     cx);
@@ -122,34 +129,41 @@ static void ffn_sublayer(float *out, const float *a, const float *r, const bc_la
     bc_k_linear(out, hid, w->down.p, w->down.wf, w->down_b, r, n, c->d_ff, c->d, BC_ACT_NONE, cx);
 }
 
-// y (B,T,D), x (B,T,D); y may be x
+// y (B,T,D), x (B,T,D); y may be x (not with a record)
 void bc_layer_forward(float *y, const float *x, const bc_layer_cfg *c, const bc_layer_w *w,
                       const bc_layer_pos *pos, size_t b, size_t t, float *work,
-                      const bc_ctx *cx)
+                      const bc_layer_rec *rec, const bc_ctx *cx)
 {
     parts p;
-    const size_t n = b * t;
+    const size_t n = b * t, nd = n * c->d;
     carve(&p, c, n);  /* checked by the caller's bc_layer_work */
-    float *xn = work + p.xn, *sub = work + p.sub, *att = work + p.att, *qkv = work + p.qkv;
-    float *hid = work + p.hid, *gat = work + p.gat;
-    const int res = c->residual != 0;
+    float *xn = work + p.xn, *sub = work + p.sub;
+    float *att = rec ? rec->att : work + p.att, *qkv = rec ? rec->qkv : work + p.qkv;
+    float *hid = rec ? rec->hid : work + p.hid, *gat = rec ? rec->gate : work + p.gat;
+    float *lse = rec ? rec->lse : NULL, *up = rec ? rec->up : NULL;
+    const int res = c->residual != 0, normed = c->norm != BC_NORM_NONE;
     if (c->placement == BC_PLACE_PRE) {
         const float *a = x;
-        if (c->norm != BC_NORM_NONE) {
-            norm(xn, x, w->ln1_w, w->ln1_b, c, n, cx);
-            a = xn;
+        if (normed) {
+            float *a1 = rec ? rec->a1 : xn;
+            norm(a1, x, w->ln1_w, w->ln1_b, c, n, cx);
+            a = a1;
         }
-        attn_sublayer(y, a, res ? x : NULL, c, w, pos, b, t, qkv, att, cx);  /* x dead now */
+        attn_sublayer(y, a, res ? x : NULL, c, w, pos, b, t, qkv, att, lse, cx);  /* x dead now */
+        if (rec)
+            memcpy(rec->mid, y, nd * sizeof(float));
         a = y;
-        if (c->norm != BC_NORM_NONE) {
-            norm(xn, y, w->ln2_w, w->ln2_b, c, n, cx);
-            a = xn;
+        if (normed) {
+            float *a2 = rec ? rec->a2 : xn;
+            norm(a2, y, w->ln2_w, w->ln2_b, c, n, cx);
+            a = a2;
         }
-        ffn_sublayer(y, a, res ? y : NULL, c, w, n, hid, gat, cx);
+        ffn_sublayer(y, a, res ? y : NULL, c, w, n, hid, gat, up, cx);
     } else {
-        attn_sublayer(sub, x, res ? x : NULL, c, w, pos, b, t, qkv, att, cx);
-        norm(y, sub, w->ln1_w, w->ln1_b, c, n, cx);
-        ffn_sublayer(sub, y, res ? y : NULL, c, w, n, hid, gat, cx);
-        norm(y, sub, w->ln2_w, w->ln2_b, c, n, cx);
+        float *s1 = rec ? rec->mid : sub, *x1 = rec ? rec->x1 : y, *s2 = rec ? rec->s2 : sub;
+        attn_sublayer(s1, x, res ? x : NULL, c, w, pos, b, t, qkv, att, lse, cx);
+        norm(x1, s1, w->ln1_w, w->ln1_b, c, n, cx);
+        ffn_sublayer(s2, x1, res ? x1 : NULL, c, w, n, hid, gat, up, cx);
+        norm(y, s2, w->ln2_w, w->ln2_b, c, n, cx);
     }
 }

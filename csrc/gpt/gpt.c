@@ -11,14 +11,7 @@
 #include "bc_gpt.h"
 #include "bc_layer.h"
 #include "bc_pack.h"
-
-/* ---- the configuration, with its defaults resolved ---------------------- */
-
-typedef struct {
-    bc_gpt_config c;          /* a copy: the caller's struct is read once */
-    size_t kv, dh, ff;        /* KV heads, head dim, MLP width */
-    size_t qw, kw;            /* H Dh, KV Dh */
-} model;
+#include "gpt_internal.h"
 
 static int resolve(model *m, const bc_gpt_config *cfg)
 {
@@ -57,35 +50,6 @@ static int resolve(model *m, const bc_gpt_config *cfg)
         return st;
     return BC_OK;
 }
-
-/* ---- parameter layout --------------------------------------------------- */
-
-/* What a tensor is: a float32 vector, a packed matrix, a float32 row table. */
-enum { T_VEC, T_MAT, T_ROWS };
-
-/* The layer's parts a block tensor fills. */
-enum { F_LN1_W, F_LN1_B, F_QKV_W, F_QKV_B, F_PROJ_W, F_PROJ_B, F_LN2_W, F_LN2_B,
-       F_UP_W, F_UP_B, F_GATE_W, F_GATE_B, F_DOWN_W, F_DOWN_B, F_N };
-
-typedef struct {
-    const char *name;
-    size_t rows, cols;  /* cols 0: a vector of rows */
-    int kind, field;
-} tdesc;
-
-#define MAX_BLK F_N
-
-/* Every offset and size in bytes, computed once per call from the config. */
-typedef struct {
-    size_t nblk;                          /* tensors per block */
-    tdesc blk[MAX_BLK];
-    size_t blk_off[MAX_BLK], blk_bytes[MAX_BLK];
-    size_t block_bytes;
-    size_t token, token_bytes, position, position_bytes, blocks;
-    size_t norm_w, norm_b, head, head_bytes, total;
-    int has_pos, has_norm, has_norm_b;
-    size_t params, ntensors;              /* parameter and tensor counts */
-} layout;
 
 static int tensor_bytes(size_t *out, const tdesc *t, int dtype)
 {
@@ -204,7 +168,7 @@ static int make_layout(layout *lo, const model *m)
     return BC_OK;
 }
 
-static int checked(model *m, layout *lo, const bc_gpt_config *cfg)
+int bc_gpt_checked(model *m, layout *lo, const bc_gpt_config *cfg)
 {
     int st = resolve(m, cfg);
     return st ? st : make_layout(lo, m);
@@ -214,7 +178,7 @@ int bc_gpt_config_check(const bc_gpt_config *cfg)
 {
     model m;
     layout lo;
-    return checked(&m, &lo, cfg);
+    return bc_gpt_checked(&m, &lo, cfg);
 }
 
 int bc_gpt_param_count(size_t *n, const bc_gpt_config *cfg)
@@ -224,7 +188,7 @@ int bc_gpt_param_count(size_t *n, const bc_gpt_config *cfg)
     int st;
     if (!n)
         return BC_ENULL;
-    if ((st = checked(&m, &lo, cfg)))
+    if ((st = bc_gpt_checked(&m, &lo, cfg)))
         return st;
     *n = lo.params;
     return BC_OK;
@@ -237,7 +201,7 @@ int bc_gpt_param_bytes(size_t *n, const bc_gpt_config *cfg)
     int st;
     if (!n)
         return BC_ENULL;
-    if ((st = checked(&m, &lo, cfg)))
+    if ((st = bc_gpt_checked(&m, &lo, cfg)))
         return st;
     *n = lo.total;
     return BC_OK;
@@ -250,7 +214,7 @@ int bc_gpt_tensor_count(size_t *n, const bc_gpt_config *cfg)
     int st;
     if (!n)
         return BC_ENULL;
-    if ((st = checked(&m, &lo, cfg)))
+    if ((st = bc_gpt_checked(&m, &lo, cfg)))
         return st;
     *n = lo.ntensors;
     return BC_OK;
@@ -267,7 +231,7 @@ int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *byte
     int kind, st;
     if (!offset || !bytes || !dtype || !packed || !ndim || !shape)
         return BC_ENULL;
-    if ((st = checked(&m, &lo, cfg)))
+    if ((st = bc_gpt_checked(&m, &lo, cfg)))
         return st;
     if (index >= lo.ntensors)
         return BC_ERANGE;
@@ -327,7 +291,7 @@ int bc_gpt_cache_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t 
     int st;
     if (!n)
         return BC_ENULL;
-    if ((st = checked(&m, &lo, cfg)))
+    if ((st = bc_gpt_checked(&m, &lo, cfg)))
         return st;
     if (!batch || !capacity)
         return BC_ESIZE;
@@ -340,8 +304,7 @@ int bc_gpt_cache_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t 
     return BC_OK;
 }
 
-/* The layer this model's blocks are. */
-static bc_layer_cfg layer_cfg(const model *m)
+bc_layer_cfg bc_gpt_layer_cfg(const model *m)
 {
     const bc_layer_cfg lc = {m->c.width, m->c.heads, m->kv, m->dh, m->ff, m->c.norm,
                              m->c.placement, m->c.activation, 1, m->c.residual != 0, m->c.eps};
@@ -360,7 +323,7 @@ static int carve(work_parts *w, const model *m, size_t batch, size_t seq)
 {
     size_t n, nd, lw, ncs = 0, at;
     int st;
-    const bc_layer_cfg lc = layer_cfg(m);
+    const bc_layer_cfg lc = bc_gpt_layer_cfg(m);
     if ((st = bc_mul(&n, batch, seq)) || (st = bc_mul(&nd, n, m->c.width))
         || (st = bc_layer_work(&lw, &lc, n)))
         return st;
@@ -385,7 +348,7 @@ int bc_gpt_workspace_size(size_t *n, const bc_gpt_config *cfg, size_t batch, siz
     int st;
     if (!n)
         return BC_ENULL;
-    if ((st = checked(&m, &lo, cfg)))
+    if ((st = bc_gpt_checked(&m, &lo, cfg)))
         return st;
     if (!batch || !seq)
         return BC_ESIZE;
@@ -404,7 +367,7 @@ int bc_gpt_workspace_size(size_t *n, const bc_gpt_config *cfg, size_t batch, siz
 /* The id at row i, or BC_ERANGE outside [0, vocab). Each id is read once,
  * checked and used as read: ids another thread changes meanwhile can give
  * wrong tokens but never an index outside the table. */
-static int id_at(size_t *id, const void *ids, int ids_type, size_t i, size_t vocab)
+int bc_gpt_id_at(size_t *id, const void *ids, int ids_type, size_t i, size_t vocab)
 {
     const int64_t v = ids_type == BC_IDS_INT32 ? (int64_t)((const int32_t *)ids)[i]
                                                : ((const int64_t *)ids)[i];
@@ -437,7 +400,7 @@ static int forward_plan(fwd_plan *p, const float *logits, const float *hidden,
     int st;
     if (!params || !ids || !work || !cfg)
         return BC_ENULL;
-    if ((st = checked(&p->m, &p->lo, cfg)))
+    if ((st = bc_gpt_checked(&p->m, &p->lo, cfg)))
         return st;
     const bc_gpt_config *c = &p->m.c;
     if (ids_type != BC_IDS_INT32 && ids_type != BC_IDS_INT64)
@@ -489,8 +452,7 @@ static int forward_plan(fwd_plan *p, const float *logits, const float *hidden,
                 return BC_EALIAS;
     }
     /* each sequence's first position, read once into the workspace and checked there */
-    const float *slots = work + p->w.pos;
-    p->pos0 = (size_t *)(void *)(slots + ((uintptr_t)slots % sizeof(size_t) ? 1 : 0));
+    p->pos0 = bc_word_align(work + p->w.pos);
     for (size_t b = 0; b < batch; b++) {
         const size_t len = !cache ? 0 : p->c.lengths ? p->c.lengths[b] : p->c.length;
         if (cache && len > p->c.capacity)
@@ -514,7 +476,7 @@ static int embed(float *x, const unsigned char *params, const fwd_plan *p, const
             const size_t p0 = p->pos0[b];
             const size_t r = b * seq + t;
             size_t id;
-            const int st = id_at(&id, ids, ids_type, r, c->vocab);
+            const int st = bc_gpt_id_at(&id, ids, ids_type, r, c->vocab);
             if (st)
                 return st;
             bc_packed_row(x + r * d, params + p->lo.token, c->dtype, c->vocab, d, id);
@@ -524,17 +486,16 @@ static int embed(float *x, const unsigned char *params, const fwd_plan *p, const
     return BC_OK;
 }
 
-/* Layer l's weights, pointers into the parameter buffer. */
-static bc_layer_w layer_weights(const unsigned char *params, const fwd_plan *p, size_t l)
+bc_layer_w bc_gpt_layer_w(const unsigned char *params, const model *m, const layout *lo, size_t l)
 {
     bc_layer_w w;
     memset(&w, 0, sizeof w);
-    const unsigned char *base = params + p->lo.blocks + l * p->lo.block_bytes;
-    const int wf = BC_WF_PANEL_F32 + p->m.c.dtype;
-    for (size_t j = 0; j < p->lo.nblk; j++) {
-        const void *t = base + p->lo.blk_off[j];
+    const unsigned char *base = params + lo->blocks + l * lo->block_bytes;
+    const int wf = BC_WF_PANEL_F32 + m->c.dtype;
+    for (size_t j = 0; j < lo->nblk; j++) {
+        const void *t = base + lo->blk_off[j];
         const float *v = (const float *)t;
-        switch (p->lo.blk[j].field) {
+        switch (lo->blk[j].field) {
         case F_LN1_W: w.ln1_w = v; break;
         case F_LN1_B: w.ln1_b = v; break;
         case F_QKV_W: w.qkv.p = t; w.qkv.wf = wf; break;
@@ -601,16 +562,16 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
     if (c->positions == BC_POS_ROPE)
         for (size_t b = 0; b < batch; b++)
             bc_k_rope_table(cs + b * seq * p.m.dh, p.pos0[b], seq, p.m.dh, c->rope_theta);
-    const bc_layer_cfg lc = layer_cfg(&p.m);
+    const bc_layer_cfg lc = bc_gpt_layer_cfg(&p.m);
     /* the cache: sequence b, layer l at (b * L + l) * KV R Dh */
     const size_t rows = p.has_cache ? cache_rows(p.c.capacity) : 0;
     const size_t layer_kv = rows * p.m.kw, seq_kv = layer_kv * c->layers;
     for (size_t l = 0; l < c->layers; l++) {
-        const bc_layer_w w = layer_weights(prm, &p, l);
+        const bc_layer_w w = bc_gpt_layer_w(prm, &p.m, &p.lo, l);
         const bc_layer_pos pos = {p.pos0, c->positions == BC_POS_ROPE ? cs : NULL,
                                   p.has_cache ? p.c.k + l * layer_kv : NULL,
                                   p.has_cache ? p.c.v + l * layer_kv : NULL, seq_kv, rows};
-        bc_layer_forward(x, x, &lc, &w, &pos, batch, seq, lwork, &cx);
+        bc_layer_forward(x, x, &lc, &w, &pos, batch, seq, lwork, NULL, &cx);
         if (hidden)
             memcpy(hidden + l * p.nd, x, p.nd * sizeof(float));
     }

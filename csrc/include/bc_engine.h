@@ -167,6 +167,29 @@ int bc_stack_forward(float *y, float *hidden, const float *x, const bc_block_con
                      const bc_block_weights *w, size_t n_blocks, size_t b, size_t t,
                      float *work, size_t work_len);
 
+/* ---- the block's backward ------------------------------------------------ */
+
+/* The gradients of one block's weights, laid out as bc_block_weights (row-major,
+ * the same shapes). The backward adds into them (zero them for plain gradients);
+ * a NULL part is not computed (a part whose weight is absent never is). */
+typedef struct {
+    float *qkv_w, *qkv_b, *proj_w, *proj_b, *up_w, *up_b, *gate_w, *gate_b;
+    float *down_w, *down_b, *ln1_w, *ln1_b, *ln2_w, *ln2_b;
+} bc_block_grads;
+
+/* *n_floats: the workspace one bc_stack_backward call needs. */
+int bc_stack_backward_workspace_size(size_t *n_floats, const bc_block_config *cfg,
+                                     size_t n_blocks, size_t b, size_t t);
+
+/* The gradients of the stack y = block n-1 ( ... block 0 (x)) given dy (B,T,D),
+ * the gradient of y: dx (B,T,D) = dL/dx, and g[i] += dL/dw[i] for each block.
+ * The forward is run again (its intermediates kept in work); dx may be dy but
+ * may not otherwise overlap anything; no gradient may overlap another, a weight,
+ * x, dy or work. The weight and gradient structs are read once, at entry. */
+int bc_stack_backward(float *dx, const bc_block_grads *g, const float *dy, const float *x,
+                      const bc_block_config *cfg, const bc_block_weights *w, size_t n_blocks,
+                      size_t b, size_t t, float *work, size_t work_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,4 @@
-/* bc_gpt.h: the whole decoder-only model, inference.
+/* bc_gpt.h: the whole decoder-only model: inference and training.
  *
  *   ids (B,T) -> token embedding (+ learned position embedding) -> L layers
  *             -> final norm (pre-norm models) -> head (tied to the token
@@ -161,6 +161,56 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
                    const void *params, const bc_gpt_config *cfg,
                    const void *ids, int ids_type, size_t batch, size_t seq, int last_only,
                    float *work, size_t work_size);
+
+/* ---- training ------------------------------------------------------------
+ * float32 weights only (dtype BC_DTYPE_F32; anything else is BC_EOPTION).
+ * Gradients live in a buffer laid out as the parameters (bc_gpt_param_bytes
+ * bytes: every tensor at its offset, a matrix's gradient packed as the matrix
+ * is), so the optimizer updates the three buffers tensor by tensor, element by
+ * element. Every result is the same bits at any thread count. */
+
+/* n: floats of workspace bc_gpt_grad needs for batch x seq tokens. */
+int bc_gpt_train_workspace_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t seq);
+
+/* The next-token loss and its gradient.
+ *   loss     the mean cross-entropy of softmax(logits) against targets over the
+ *            positions whose target is not ignore_index (NaN when there are none);
+ *   count    those positions (may be NULL);
+ *   grads    NULL (the loss alone), or the gradient buffer: grads += dloss/dparams
+ *            (zero it first for the plain gradient; adding lets batches accumulate);
+ *   ids, targets  (B,T) of ids_type; each target in [0, V) or ignore_index.
+ * The logits are never held whole: the head and the loss run a block of rows at
+ * a time. Errors (nothing written): as bc_gpt_forward, BC_EOPTION (dtype not
+ * float32), BC_ERANGE (a target outside [0, V) that is not ignore_index),
+ * BC_EALIAS (grads overlapping the parameters, ids, targets or work). */
+int bc_gpt_grad(float *loss, size_t *count, void *grads, const void *params,
+                const bc_gpt_config *cfg, const void *ids, const void *targets, int ids_type,
+                int64_t ignore_index, size_t batch, size_t seq, float *work, size_t work_size);
+
+/* norm: the gradient buffer's global L2 norm (in double, tensors in layout order). */
+int bc_gpt_grad_norm(double *norm, const void *grads, const bc_gpt_config *cfg);
+
+/* Which tensors AdamW's weight decay applies to. */
+#define BC_DECAY_MATRICES 0   /* every 2-D tensor (projections, embeddings, head), no vector */
+#define BC_DECAY_ALL 1
+#define BC_DECAY_NONE 2
+
+typedef struct {
+    double lr, beta1, beta2, eps, weight_decay;  /* doubles, as torch's Python floats */
+    int decay;          /* BC_DECAY_* */
+    double grad_scale;  /* the gradients are multiplied by this first (clipping; 1: as they are) */
+    size_t step;        /* this step's number, from 1 (the bias corrections) */
+} bc_adamw_config;
+
+/* One AdamW step over every tensor, as torch.optim.AdamW (decoupled decay):
+ *   p = p (1 - lr wd);  m = m + (1 - b1)(g - m);  v = b2 v + (1 - b2) g^2;
+ *   p = p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+ * params, grads (bc_gpt_param_bytes bytes), m and v (as many bytes, float32,
+ * zero before the first step). Errors (nothing written): BC_ENULL, BC_EOPTION
+ * (dtype, decay, a non-finite or negative lr, eps or weight decay, betas outside
+ * [0, 1), step 0), BC_EALIAS (any two buffers overlap). */
+int bc_gpt_adamw(void *params, float *m, float *v, const void *grads, const bc_gpt_config *cfg,
+                 const bc_adamw_config *opt);
 
 #ifdef __cplusplus
 }

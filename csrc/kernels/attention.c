@@ -53,10 +53,20 @@ void bc_k_attention(float *out, size_t ldo, const float *q, size_t ldq, const bc
                     size_t tq, size_t tk, size_t n_heads, size_t kv_heads, size_t d_head,
                     size_t q_pos0, int causal, const bc_ctx *cx)
 {
+    bc_k_attention_lse(out, ldo, NULL, q, ldq, kv, tq, tk, n_heads, kv_heads, d_head, q_pos0,
+                       causal, cx);
+}
+
+// out (Tq,H*Dh), lse (H,Tq) or NULL, q (Tq,.)
+void bc_k_attention_lse(float *out, size_t ldo, float *lse, const float *q, size_t ldq,
+                        const bc_kv *kv, size_t tq, size_t tk, size_t n_heads, size_t kv_heads,
+                        size_t d_head, size_t q_pos0, int causal, const bc_ctx *cx)
+{
     if (tq == 0 || n_heads == 0 || d_head == 0 || kv_heads == 0)
         return;
     const bc_attn A = {out, q, ldo, ldq, kv->k, kv->v, kv->ldk, kv->ldv, kv->khs, kv->vhs,
-                       kv->k_tiled, tq, tk, n_heads, d_head, q_pos0, n_heads / kv_heads, causal};
+                       kv->k_tiled, tq, tk, n_heads, d_head, q_pos0, n_heads / kv_heads, causal,
+                       lse};
     const bc_kernel_table *kt = cx->kt;
     const size_t bq = kt->attn_bq;
     const size_t nqt = (tq + bq - 1) / bq, units = nqt * n_heads;
@@ -64,7 +74,7 @@ void bc_k_attention(float *out, size_t ldo, const float *q, size_t ldq, const bc
     if (causal && tq > 1)
         flops *= 0.5;
     const int nt = bc_rt_threads(cx, flops, 8.0 * (double)tk * (double)kv_heads * (double)d_head);
-    if (tq <= BC_DECODE_MAX) {
+    if (tq <= BC_DECODE_MAX && !lse) {
         /* decoding: a query row at a time, each K/V head's query heads together */
         const size_t group = n_heads / kv_heads, chunk = group < bq ? group : bq;
         const decode_job j = {&A, kt, cx, chunk, kv_heads * ((group + chunk - 1) / chunk)};

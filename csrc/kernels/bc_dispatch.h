@@ -62,6 +62,31 @@ typedef struct {
 /* Scratch floats one thread needs for gemm_part. */
 #define BC_GEMM_SCRATCH (BC_KC * BC_NC + 16 * BC_KC + 64)
 
+/* The backward's products (bc_k_mm): C (M,N) = [C +] A (M,K) B (K,N).
+ *   A(i,k) = a[i*a_rs + k*a_cs]: rows (a_cs == 1) or columns (a_rs == 1) of a
+ *            row-major matrix;
+ *   B(k,j) = b[k*ldb + j] (BC_MM_B_ROWS: a row-major (K,N) matrix), or the
+ *            element (k, j) of a float32 panel matrix of K rows and ldb = N
+ *            columns (BC_MM_B_PANELS: b[(k/PW)*ldb*PW + j*PW + k%PW], bc_pack's
+ *            layout read as its own rows);
+ *   C(i,j) = c[i*ldc + j], or with c_panels the element (j, i) of a float32
+ *            panel matrix of N rows and M columns: c[(j/PW)*M*PW + i*PW + j%PW]
+ *            (a packed weight's gradient, in the weight's own layout). */
+#define BC_MM_B_ROWS 0
+#define BC_MM_B_PANELS 1
+typedef struct {
+    float *c;
+    size_t ldc;
+    int c_panels;
+    const float *a;
+    size_t a_rs, a_cs;
+    const float *b;
+    size_t ldb;
+    int b_kind;
+    size_t m, n, k;
+    int accumulate;    /* C += A B; else C = A B */
+} bc_mm;
+
 /* One multi-head attention call (see bc_k_attention). */
 typedef struct {
     float *out;
@@ -73,7 +98,21 @@ typedef struct {
     size_t tq, tk, n_heads, d_head, q_pos0;
     size_t kv_group;   /* query heads per K/V head: head h reads K/V head h / kv_group */
     int causal;
+    float *lse;        /* NULL, or (H, Tq): each query's log-sum-exp of its scaled scores */
 } bc_attn;
+
+/* One attention backward call (see bc_k_attention_backward): the forward's
+ * q, k, v (rows of a q/k/v buffer, ldq), output o and do (ldo), its lse and the
+ * rows' D = sum(do * o) (H, T); dq, dk, dv rows (ldd) of a gradient buffer
+ * laid out as q/k/v. */
+typedef struct {
+    float *dq, *dk, *dv;
+    size_t ldd;
+    const float *q, *k, *v, *o, *dout, *lse, *dsum;
+    size_t ldq, ldo;
+    size_t t, n_heads, d_head, kv_group;
+    int causal;
+} bc_attn_bwd;
 
 #define BC_ATT_BK 64   /* keys per tile */
 
@@ -101,7 +140,30 @@ typedef struct {
     void (*act)(float *y, const float *x, size_t n, int kind);
     void (*swiglu)(float *y, const float *gate, const float *up, size_t n);
     void (*add)(float *y, const float *a, const float *b, size_t n);
+    /* ---- the backward ---- */
+    /* products: rows [i0,i1) x columns [j0,j1) of m->c, i0 a multiple of
+     * gemm_mr, j0 and j1 - j0 (unless j1 == n) multiples of BC_MM_NB;
+     * scratch: BC_GEMM_SCRATCH floats */
+    void (*mm_part)(const bc_mm *m, size_t i0, size_t i1, size_t j0, size_t j1, float *scratch);
+    /* attention: dk, dv of K/V head g's keys [j0, j0 + BC_ATT_BK), from every query
+     * of its query heads; dq of query head h's queries [i0, i0 + BC_ATT_BK);
+     * scratch: attn_bwd_scratch(d_head) floats */
+    size_t (*attn_bwd_scratch)(size_t d_head);
+    void (*attn_bwd_kv)(const bc_attn_bwd *a, size_t g, size_t j0, float *scratch);
+    void (*attn_bwd_q)(const bc_attn_bwd *a, size_t h, size_t i0, float *scratch);
+    /* dx (n) = dy * act'(x) (dx may be dy); dgate, dup (n) from dy and the
+     * forward's gate, up (silu(gate) * up); outputs may alias dy */
+    void (*act_bwd)(float *dx, const float *dy, const float *x, size_t n, int kind);
+    void (*swiglu_bwd)(float *dgate, float *dup, const float *dy, const float *gate,
+                       const float *up, size_t n);
+    /* one row of the cross-entropy: *loss = logsumexp(z) - z[target], and (dz
+     * not NULL; it may be z) dz = scale * (softmax(z) - onehot(target)) */
+    void (*xent_row)(float *dz, float *loss, const float *z, size_t v, size_t target,
+                     float scale);
 } bc_kernel_table;
+
+/* Column blocks of the backward's products: a multiple of every NR and of BC_PANEL. */
+#define BC_MM_NB 32
 
 extern const bc_kernel_table bc_kernels_generic;
 #ifdef BC_HAVE_X86_KERNELS

@@ -123,9 +123,10 @@ BC_INLINE void pack_panels(const int wf, float *restrict bp, const unsigned char
 typedef struct {
     float *y;
     size_t ldy;
+    size_t y1;        /* where the tile's second VL columns start, from y (VL: row-major) */
     const float *b;   /* bias at this tile's first column, or NULL */
     const float *r;   /* residual at this tile's corner, or NULL */
-    size_t ldr;
+    size_t ldr, r1;   /* (r1 as y1) */
     size_t nv;        /* valid columns, 1..NR */
     int first, last, act;
 } tile_io;
@@ -164,11 +165,11 @@ BC_INLINE void tile(const int mr, size_t kc, const float *restrict a, size_t lda
         V v0 = c0[i], v1 = c1[i];
         if (!io->first) {
             v0 = vadd(vloadn(yi, n0), v0);
-            v1 = vadd(vloadn(yi + VL, n1), v1);
+            v1 = vadd(vloadn(yi + io->y1, n1), v1);
         } else if (io->r) {
             const float *ri = io->r + i * io->ldr;
             v0 = vadd(vloadn(ri, n0), v0);
-            v1 = vadd(vloadn(ri + VL, n1), v1);
+            v1 = vadd(vloadn(ri + io->r1, n1), v1);
         }
         if (io->last) {
             if (io->b) {
@@ -182,10 +183,10 @@ BC_INLINE void tile(const int mr, size_t kc, const float *restrict a, size_t lda
         }
         if (io->nv == NR) {
             vstore(yi, v0);
-            vstore(yi + VL, v1);
+            vstore(yi + io->y1, v1);
         } else {
             vstoren(yi, v0, n0);
-            vstoren(yi + VL, v1, n1);
+            vstoren(yi + io->y1, v1, n1);
         }
     }
 }
@@ -263,6 +264,7 @@ BC_INLINE void gemm_part_wf(const int wf, const bc_gemm *g, size_t n0, size_t n1
                     io.b = g->b ? g->b + jc + jr : NULL;
                     io.r = g->r ? g->r + ic * g->oc + jc + jr : NULL;
                     io.ldr = g->oc;
+                    io.y1 = io.r1 = VL;
                     io.nv = min_sz(NR, nc - jr);
                     io.first = pc == 0;
                     io.last = pc + kc == g->c;
@@ -295,6 +297,102 @@ static void gemm_bf16(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t 
 static void gemm_q8_0(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t o1, float *s)
 {
     gemm_part_wf(BC_WF_PANEL_Q8, g, n0, n1, o0, o1, s);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The backward's products: C (M,N) = [C +] A (M,K) B (K,N) (bc_mm)          */
+/* ------------------------------------------------------------------------ */
+
+/* bp (nc columns of kc rows as float32 panels, zero past nc to the panel's
+ * end) <- B(pc.., jc..) */
+static void mm_pack_b(float *restrict bp, const bc_mm *g, size_t jc, size_t nc, size_t pc,
+                      size_t kc)
+{
+    const size_t ncp = (nc + PW - 1) / PW * PW;
+    if (g->b_kind == BC_MM_B_ROWS) {
+        for (size_t jp = 0; jp < ncp; jp += PW) {
+            const size_t w = jp + PW <= nc ? PW : nc > jp ? nc - jp : 0;
+            float *dst = bp + (jp / PW) * kc * PW;
+            for (size_t k = 0; k < kc; k++) {
+                const float *src = g->b + (pc + k) * g->ldb + jc + jp;
+                memcpy(dst + k * PW, src, w * sizeof(float));
+                if (w < PW)
+                    memset(dst + k * PW + w, 0, (PW - w) * sizeof(float));
+            }
+        }
+        return;
+    }
+    /* panels: B(k, j) at b[(k/PW)*ldb*PW + j*PW + k%PW], PW consecutive k together */
+    for (size_t jp = 0; jp < ncp; jp += PW) {
+        float *dst = bp + (jp / PW) * kc * PW;
+        for (size_t jj = 0; jj < PW; jj++) {
+            const size_t j = jp + jj;
+            if (j >= nc) {
+                for (size_t k = 0; k < kc; k++)
+                    dst[k * PW + jj] = 0.0f;
+                continue;
+            }
+            for (size_t k = 0; k < kc; k++) {
+                const size_t kk = pc + k;
+                dst[k * PW + jj] = g->b[(kk / PW) * g->ldb * PW + (jc + j) * PW + kk % PW];
+            }
+        }
+    }
+}
+
+/* Rows [i0,i1) x columns [j0,j1) of C over all of K, in BC_KC blocks added in
+ * order (the first block onto C itself when accumulating): every element's
+ * chain depends on K alone, not on the split. */
+static void mm_part(const bc_mm *g, size_t i0, size_t i1, size_t j0, size_t j1, float *scratch)
+{
+    float *bp = scratch;                   /* BC_KC x BC_NC */
+    float *ap = scratch + BC_KC * BC_NC;   /* MR x BC_KC: rows of A, when A is columns */
+    for (size_t jc = j0; jc < j1; jc += BC_NC) {
+        const size_t nc = min_sz(BC_NC, j1 - jc);
+        for (size_t pc = 0; pc < g->k; pc += BC_KC) {
+            const size_t kc = min_sz(BC_KC, g->k - pc);
+            mm_pack_b(bp, g, jc, nc, pc, kc);
+            for (size_t ic = i0; ic < i1; ic += MR) {
+                const int mr = (int)min_sz(MR, i1 - ic);
+                const float *a;
+                size_t lda;
+                if (g->a_cs == 1) {
+                    a = g->a + ic * g->a_rs + pc;
+                    lda = g->a_rs;
+                } else {  /* A's rows are columns of a: copied side by side */
+                    for (int i = 0; i < mr; i++)
+                        for (size_t k = 0; k < kc; k++)
+                            ap[(size_t)i * kc + k] = g->a[(ic + (size_t)i) * g->a_rs + (pc + k) * g->a_cs];
+                    a = ap;
+                    lda = kc;
+                }
+                for (size_t jr = 0; jr < nc; jr += NR) {
+                    const size_t j = jc + jr;
+                    tile_io io;
+                    if (g->c_panels) {
+                        io.y = g->c + (j / PW) * g->m * PW + ic * PW + j % PW;
+                        io.ldy = PW;
+                        io.y1 = j % PW + VL < PW ? VL : g->m * PW + VL - PW;
+                    } else {
+                        io.y = g->c + ic * g->ldc + j;
+                        io.ldy = g->ldc;
+                        io.y1 = VL;
+                    }
+                    io.b = NULL;
+                    io.r = g->accumulate ? io.y : NULL;
+                    io.ldr = io.ldy;
+                    io.r1 = io.y1;
+                    io.nv = min_sz(NR, nc - jr);
+                    io.first = pc == 0;
+                    io.last = pc + kc == g->k;
+                    io.act = BC_ACT_NONE;
+                    const float *b0 = pcol(bp, kc, jr);
+                    const float *b1 = io.nv > VL ? pcol(bp, kc, jr + VL) : b0;
+                    tile_any(mr, kc, a, lda, b0, b1, &io);
+                }
+            }
+        }
+    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -653,8 +751,11 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
         kend = min_sz(kend, last);
     }
     if (kend == 0) {
-        for (size_t i = 0; i < nq; i++)
+        for (size_t i = 0; i < nq; i++) {
             memset(A->out + (i0 + i) * A->ldo + off, 0, dh * sizeof(float));
+            if (A->lse)
+                A->lse[h * A->tq + i0 + i] = -INFINITY;
+        }
         return;
     }
     for (size_t d = 0; d < dh; d++) {
@@ -730,6 +831,8 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
         const float inv = 1.0f / sum[i];
         for (size_t d = 0; d < dh; d++)
             oi[d] = ot[d * bq + i] * inv;
+        if (A->lse)  /* for the backward: p = exp(s - lse) */
+            A->lse[h * A->tq + i0 + i] = mx[i] + logf(sum[i]);
     }
 }
 
@@ -890,6 +993,246 @@ static void attn_decode(const bc_attn *A, size_t i, size_t h0, size_t nh, float 
 }
 
 /* ======================================================================== */
+/* Attention backward, flash style: no (T, T) matrix. For query i and key j  */
+/* of one head, s = (q_i . k_j) / sqrt(Dh) recomputed, p = exp(s - lse_i),   */
+/* dv_j += p do_i, dp = do_i . v_j, ds = p (dp - D_i) with D_i = do_i . o_i,  */
+/* dk_j += ds q_i / sqrt(Dh), dq_i += ds k_j / sqrt(Dh). Keys and queries    */
+/* are each owned by one unit (dk, dv by key tile, dq by query tile), so     */
+/* nothing is added from two threads and the bits do not depend on them.    */
+/* ======================================================================== */
+
+/* sum_d a[d] b[d]: VL partial sums, added in vsum_lanes' tree */
+static inline float vdot(const float *a, const float *b, size_t n)
+{
+    V acc = vzero();
+    size_t d = 0;
+    for (; d + VL <= n; d += VL)
+        acc = vfma(vload(a + d), vload(b + d), acc);
+    if (d < n)
+        acc = vfma(vloadn(a + d, n - d), vloadn(b + d, n - d), acc);
+    float t[VL];
+    vstore(t, acc);
+    float s = 0.0f;
+    for (int i = 0; i < VL; i++)
+        s += t[i];
+    return s;
+}
+
+/* y[d] += alpha x[d] */
+static inline void vaxpy(float *y, float alpha, const float *x, size_t n)
+{
+    const V a = vset1(alpha);
+    size_t d = 0;
+    for (; d + VL <= n; d += VL)
+        vstore(y + d, vfma(a, vload(x + d), vload(y + d)));
+    if (d < n)
+        vstoren(y + d, vfma(a, vloadn(x + d, n - d), vloadn(y + d, n - d)), n - d);
+}
+
+/* p[j] = exp(s[j] - lse) for j < n (in place) */
+static inline void vexp_shift(float *p, float lse, size_t n)
+{
+    const V l = vset1(lse);
+    size_t j = 0;
+    for (; j + VL <= n; j += VL)
+        vstore(p + j, vexp(vsub(vload(p + j), l)));
+    if (j < n)
+        vstoren(p + j, vexp(vsub(vloadn(p + j, n - j), l)), n - j);
+}
+
+/* dk (BK, Dh), dv (BK, Dh), p (BK), dp (BK) */
+static size_t attn_bwd_scratch(size_t d_head)
+{
+    return 2 * BC_ATT_BK * d_head + 2 * BC_ATT_BK + 2 * VL;
+}
+
+/* dk, dv of K/V head g, keys [j0, j0 + BK): every query head of the group in
+ * order, every query that sees them in order. */
+static void attn_bwd_kv(const bc_attn_bwd *A, size_t g, size_t j0, float *scratch)
+{
+    const size_t dh = A->d_head, t = A->t, nk = min_sz(BC_ATT_BK, t - j0);
+    const size_t qw = A->n_heads * dh, kw = qw / A->kv_group;
+    const float scale = 1.0f / sqrtf((float)dh);
+    float *dk = scratch, *dv = dk + BC_ATT_BK * dh, *p = dv + BC_ATT_BK * dh, *dp = p + BC_ATT_BK;
+    memset(dk, 0, 2 * BC_ATT_BK * dh * sizeof(float));
+    const float *kg = A->k + g * dh, *vg = A->v + g * dh;
+    for (size_t h = g * A->kv_group; h < (g + 1) * A->kv_group; h++) {
+        for (size_t i = A->causal ? j0 : 0; i < t; i++) {
+            const float *qi = A->q + i * A->ldq + h * dh, *doi = A->dout + i * A->ldo + h * dh;
+            const size_t n = A->causal ? min_sz(nk, i - j0 + 1) : nk;
+            for (size_t j = 0; j < n; j++) {
+                p[j] = vdot(qi, kg + (j0 + j) * A->ldq, dh) * scale;
+                dp[j] = vdot(doi, vg + (j0 + j) * A->ldq, dh);
+            }
+            vexp_shift(p, A->lse[h * t + i], n);
+            const float di = A->dsum[h * t + i];
+            for (size_t j = 0; j < n; j++) {
+                vaxpy(dv + j * dh, p[j], doi, dh);
+                vaxpy(dk + j * dh, p[j] * (dp[j] - di) * scale, qi, dh);
+            }
+        }
+    }
+    for (size_t j = 0; j < nk; j++) {
+        memcpy(A->dk + (j0 + j) * A->ldd + g * dh, dk + j * dh, dh * sizeof(float));
+        memcpy(A->dv + (j0 + j) * A->ldd + g * dh, dv + j * dh, dh * sizeof(float));
+    }
+    (void)kw;
+}
+
+/* dq of query head h, queries [i0, i0 + BK): the keys each sees, in order. */
+static void attn_bwd_q(const bc_attn_bwd *A, size_t h, size_t i0, float *scratch)
+{
+    const size_t dh = A->d_head, t = A->t, nq = min_sz(BC_ATT_BK, t - i0);
+    const size_t g = h / A->kv_group;
+    const float scale = 1.0f / sqrtf((float)dh);
+    float *dq = scratch, *p = dq + BC_ATT_BK * dh, *dp = p + BC_ATT_BK;
+    const float *kg = A->k + g * dh, *vg = A->v + g * dh;
+    for (size_t i = 0; i < nq; i++) {
+        const size_t qi_ = i0 + i;
+        const float *qi = A->q + qi_ * A->ldq + h * dh, *doi = A->dout + qi_ * A->ldo + h * dh;
+        float *dqi = dq + i * dh;
+        memset(dqi, 0, dh * sizeof(float));
+        const size_t kend = A->causal ? qi_ + 1 : t;
+        const float lse = A->lse[h * t + qi_], di = A->dsum[h * t + qi_];
+        for (size_t j0 = 0; j0 < kend; j0 += BC_ATT_BK) {
+            const size_t n = min_sz(BC_ATT_BK, kend - j0);
+            for (size_t j = 0; j < n; j++) {
+                p[j] = vdot(qi, kg + (j0 + j) * A->ldq, dh) * scale;
+                dp[j] = vdot(doi, vg + (j0 + j) * A->ldq, dh);
+            }
+            vexp_shift(p, lse, n);
+            for (size_t j = 0; j < n; j++)
+                vaxpy(dqi, p[j] * (dp[j] - di) * scale, kg + (j0 + j) * A->ldq, dh);
+        }
+        memcpy(A->dq + qi_ * A->ldd + h * dh, dqi, dh * sizeof(float));
+    }
+}
+
+/* ======================================================================== */
+/* Elementwise backward                                                      */
+/* ======================================================================== */
+
+/* dy * act'(x) */
+static inline V vact_bwd(V dy, V x, int kind)
+{
+    switch (kind) {
+    case BC_ACT_GELU_TANH: {
+        /* gelu = x s, s = 1 / (1 + exp(-2u)), u = c (x + a x^3): s + 2 x s (1 - s) u' */
+        const V x2 = vmul(x, x);
+        const V u = vmul(vset1(0.7978845608f), vfma(vmul(vset1(0.044715f), x2), x, x));
+        const V s = vdiv(vset1(1.0f), vadd(vset1(1.0f), vexp(vmul(vset1(-2.0f), u))));
+        const V du = vmul(vset1(0.7978845608f), vfma(vset1(3.0f * 0.044715f), x2, vset1(1.0f)));
+        const V ds = vmul(vmul(vset1(2.0f), vmul(s, vsub(vset1(1.0f), s))), du);
+        return vmul(dy, vfma(x, ds, s));
+    }
+    case BC_ACT_GELU: {  /* Phi(x) + x phi(x) */
+        float xs[VL], ds[VL];
+        vstore(xs, x);
+        vstore(ds, dy);
+        for (int i = 0; i < VL; i++) {
+            const float cdf = 0.5f * (1.0f + erff(xs[i] * 0.70710678118654752f));
+            const float pdf = 0.39894228040143268f * expf(-0.5f * xs[i] * xs[i]);
+            ds[i] *= cdf + xs[i] * pdf;
+        }
+        return vload(ds);
+    }
+    case BC_ACT_RELU: {  /* dy where x > 0 */
+        float xs[VL], ds[VL];
+        vstore(xs, x);
+        vstore(ds, dy);
+        for (int i = 0; i < VL; i++)
+            ds[i] = xs[i] > 0.0f ? ds[i] : 0.0f;
+        return vload(ds);
+    }
+    default:
+        return dy;
+    }
+}
+
+static void act_bwd(float *dx, const float *dy, const float *x, size_t n, int kind)
+{
+    size_t i = 0;
+    for (; i + VL <= n; i += VL)
+        vstore(dx + i, vact_bwd(vload(dy + i), vload(x + i), kind));
+    if (i < n)
+        vstoren(dx + i, vact_bwd(vloadn(dy + i, n - i), vloadn(x + i, n - i), kind), n - i);
+}
+
+/* y = silu(g) u: dup = dy g s, dgate = dy u s (1 + g (1 - s)), s = sigmoid(g) */
+BC_INLINE void vswiglu_bwd(V *dg, V *du, V dy, V g, V u)
+{
+    const V one = vset1(1.0f);
+    const V s = vdiv(one, vadd(one, vexp(vsub(vzero(), g))));
+    *du = vmul(dy, vmul(g, s));
+    *dg = vmul(vmul(dy, u), vmul(s, vfma(g, vsub(one, s), one)));
+}
+
+static void swiglu_bwd(float *dgate, float *dup, const float *dy, const float *gate,
+                       const float *up, size_t n)
+{
+    size_t i = 0;
+    V dg, du;
+    for (; i + VL <= n; i += VL) {
+        vswiglu_bwd(&dg, &du, vload(dy + i), vload(gate + i), vload(up + i));
+        vstore(dgate + i, dg);
+        vstore(dup + i, du);
+    }
+    if (i < n) {
+        const size_t m = n - i;
+        vswiglu_bwd(&dg, &du, vloadn(dy + i, m), vloadn(gate + i, m), vloadn(up + i, m));
+        vstoren(dgate + i, dg, m);
+        vstoren(dup + i, du, m);
+    }
+}
+
+/* The cross-entropy of one row of logits: the max, then sum exp(z - max) in
+ * VL lanes added in order at the end, lse = max + log(sum); the gradient
+ * exp(z - max) / sum, scaled, minus scale at the target. */
+static void xent_row(float *dz, float *loss, const float *z, size_t v, size_t target, float scale)
+{
+    const float zt = z[target];  /* read before dz (which may be z) is written */
+    V mx = vset1(-INFINITY);
+    size_t j = 0;
+    for (; j + VL <= v; j += VL)
+        mx = vmax(mx, vload(z + j));
+    float m = -INFINITY, t[VL];
+    vstore(t, mx);
+    for (int i = 0; i < VL; i++)
+        m = t[i] > m ? t[i] : m;
+    for (; j < v; j++)
+        m = z[j] > m ? z[j] : m;
+    const V mv = vset1(m);
+    V acc = vzero();
+    j = 0;
+    for (; j + VL <= v; j += VL) {
+        const V e = vexp(vsub(vload(z + j), mv));
+        if (dz)
+            vstore(dz + j, e);
+        acc = vadd(acc, e);
+    }
+    if (j < v) {
+        const V e = vexp(vsub(vloadn(z + j, v - j), mv));
+        if (dz)
+            vstoren(dz + j, e, v - j);
+        acc = vadd(acc, vkeep_lo(vzero(), e, v - j));  /* the lanes past v add nothing */
+    }
+    vstore(t, acc);
+    float sum = 0.0f;
+    for (int i = 0; i < VL; i++)
+        sum += t[i];
+    *loss = m + logf(sum) - zt;
+    if (!dz)
+        return;
+    const V f = vset1(scale / sum);
+    j = 0;
+    for (; j + VL <= v; j += VL)
+        vstore(dz + j, vmul(vload(dz + j), f));
+    if (j < v)
+        vstoren(dz + j, vmul(vloadn(dz + j, v - j), f), v - j);
+    dz[target] -= scale;
+}
+
+/* ======================================================================== */
 /* Elementwise                                                               */
 /* ======================================================================== */
 
@@ -937,4 +1280,11 @@ const bc_kernel_table BC_KERNEL_TABLE = {
     .act = act,
     .swiglu = swiglu,
     .add = add,
+    .mm_part = mm_part,
+    .attn_bwd_scratch = attn_bwd_scratch,
+    .attn_bwd_kv = attn_bwd_kv,
+    .attn_bwd_q = attn_bwd_q,
+    .act_bwd = act_bwd,
+    .swiglu_bwd = swiglu_bwd,
+    .xent_row = xent_row,
 };

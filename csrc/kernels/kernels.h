@@ -61,6 +61,12 @@ void bc_k_attention(float *out, size_t ldo, const float *q, size_t ldq, const bc
                     size_t tq, size_t tk, size_t n_heads, size_t kv_heads, size_t d_head,
                     size_t q_pos0, int causal, const bc_ctx *cx);
 
+/* bc_k_attention, also writing lse (H, Tq): each query's log-sum-exp of its
+ * scaled scores (for the backward; NULL: as bc_k_attention). */
+void bc_k_attention_lse(float *out, size_t ldo, float *lse, const float *q, size_t ldq,
+                        const bc_kv *kv, size_t tq, size_t tk, size_t n_heads, size_t kv_heads,
+                        size_t d_head, size_t q_pos0, int causal, const bc_ctx *cx);
+
 /* Rotary position embeddings, rotate-half layout (Hugging Face's Llama):
  * cs (T, Dh/2, 2) = cos and sin of (pos0 + t) * theta^(-2i/Dh) for t < T,
  * i < Dh/2, the angle's frequency and product taken in float32 as
@@ -89,5 +95,47 @@ void bc_k_swiglu(float *y, const float *gate, const float *up, size_t n, const b
 
 /* y (n) = a (n) + b (n); y may alias a or b. */
 void bc_k_add(float *y, const float *a, const float *b, size_t n, const bc_ctx *cx);
+
+/* ---- the backward (grad.c): gradients of the kernels above ---------------
+ * Every output element is computed by one thread in one fixed order (no
+ * atomics, no reduction whose order depends on the split): the bits do not
+ * depend on the thread count. "+=" accumulates into the caller's buffer. */
+
+/* C = [C +] A B (bc_mm, bc_dispatch.h) on the context's table. */
+void bc_k_mm(const bc_mm *m, const bc_ctx *cx);
+
+/* dx (N,C) [+]= dy (N,OC) @ w (OC,C), w in layout wf (BC_WF_ROWS or BC_WF_PANEL_F32) */
+void bc_k_linear_dx(float *dx, const float *dy, const void *w, int wf, size_t n, size_t c,
+                    size_t oc, int accumulate, const bc_ctx *cx);
+
+/* dw (OC,C) in layout wf (BC_WF_ROWS or BC_WF_PANEL_F32) += dy (N,OC)^T @ x (N,C) */
+void bc_k_linear_dw(float *dw, int wf, const float *dy, const float *x, size_t n, size_t c,
+                    size_t oc, const bc_ctx *cx);
+
+/* db (OC) += the sum over rows of dy (N,OC), rows in order */
+void bc_k_colsum(float *db, const float *dy, size_t n, size_t oc, const bc_ctx *cx);
+
+/* dx (N,C) = the gradient through the norm of x (N,C) given dy (N,C) (gain g
+ * or NULL, as forward); dg, db (C) += the gain's and shift's (NULL: not wanted).
+ * work: N*C floats. dx may be dy. */
+void bc_k_rmsnorm_bwd(float *dx, float *dg, const float *dy, const float *x, const float *g,
+                      size_t n, size_t c, float eps, float *work, const bc_ctx *cx);
+void bc_k_layernorm_bwd(float *dx, float *dg, float *db, const float *dy, const float *x,
+                        const float *g, size_t n, size_t c, float eps, float *work,
+                        const bc_ctx *cx);
+
+/* dx (n) = dy * act'(x) (dx may be dy); dgate, dup (n) of y = silu(gate) * up */
+void bc_k_act_bwd(float *dx, const float *dy, const float *x, size_t n, int kind,
+                  const bc_ctx *cx);
+void bc_k_swiglu_bwd(float *dgate, float *dup, const float *dy, const float *gate,
+                     const float *up, size_t n, const bc_ctx *cx);
+
+/* x (T, .) rotated back: the transpose of bc_k_rope (the gradient through it) */
+void bc_k_rope_bwd(float *x, size_t ldx, size_t t, size_t n_heads, size_t d_head,
+                   const float *cs, const bc_ctx *cx);
+
+/* The gradients of one sequence's attention (bc_attn_bwd, bc_dispatch.h; its
+ * dsum member is computed here into dsum (H, T)). */
+void bc_k_attention_bwd(bc_attn_bwd *a, float *dsum, const bc_ctx *cx);
 
 #endif

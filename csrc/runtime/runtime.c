@@ -315,9 +315,11 @@ int bc_rt_ctx(bc_ctx *cx, size_t d_head)
     if (d_head) {
         if (d_head > (size_t)BC_MAX_ELEMENTS)
             return BC_EOVERFLOW;
-        const size_t a = kt->attn_scratch(d_head);
+        const size_t a = kt->attn_scratch(d_head), ab = kt->attn_bwd_scratch(d_head);
         if (a > per)
             per = a;
+        if (ab > per)
+            per = ab;
     }
     per = (per + 15) & ~(size_t)15;  /* every slice 64-byte aligned */
     if (per > SIZE_MAX / sizeof(float) / 4 / (size_t)threads)

@@ -42,6 +42,12 @@ void h_fill(float *p, size_t n, uint32_t seed, float scale);
 int h_finite(const float *p, size_t n);
 void h_free_all(void);
 
+/* Small models: GPT-2's architecture at these sizes; a Llama-shaped one (RMSNorm,
+ * RoPE, SwiGLU, 4 heads, 2 K/V heads of 6, F = 21, no biases; V=13, C=9, D=16, L=2). */
+bc_gpt_config h_gpt2_config(size_t vocab, size_t context, size_t width, size_t heads,
+                            size_t layers, int tied);
+bc_gpt_config h_llama_config(int tied);
+
 /* the sections, one per part header */
 void test_core(void);
 void test_engine(void);
@@ -49,5 +55,6 @@ void test_pack(void);
 void test_book(void);
 void test_gpt(void);
 void test_runtime(void);
+void test_train(void);
 
 #endif

@@ -7,7 +7,7 @@
 #define NB(n) ((n) * sizeof(float))
 
 /* GPT-2's architecture at the given sizes */
-static bc_gpt_config gpt2(size_t vocab, size_t context, size_t width, size_t heads, size_t layers,
+bc_gpt_config h_gpt2_config(size_t vocab, size_t context, size_t width, size_t heads, size_t layers,
                           int tied)
 {
     bc_gpt_config c;
@@ -30,12 +30,12 @@ static bc_gpt_config gpt2(size_t vocab, size_t context, size_t width, size_t hea
     return c;
 }
 
-static bc_gpt_config tiny(int tied) { return gpt2(11, 6, 8, 2, 2, tied); }
+static bc_gpt_config tiny(int tied) { return h_gpt2_config(11, 6, 8, 2, 2, tied); }
 
 /* Llama's architecture: RMSNorm, RoPE, SwiGLU, grouped K/V heads, no biases */
-static bc_gpt_config llama(int tied)
+bc_gpt_config h_llama_config(int tied)
 {
-    bc_gpt_config c = gpt2(13, 9, 16, 4, 2, tied);
+    bc_gpt_config c = h_gpt2_config(13, 9, 16, 4, 2, tied);
     c.norm = BC_NORM_RMS;
     c.activation = BC_ACT_SWIGLU;
     c.positions = BC_POS_ROPE;
@@ -130,7 +130,7 @@ static void config_checks(void)
     EXPECT_STATUS(BC_EOVERFLOW, bc_gpt_config_check(&c));
     c = good; c.head_dim = H_HALF;
     EXPECT_STATUS(BC_EOVERFLOW, bc_gpt_config_check(&c));
-    ll = llama(0);
+    ll = h_llama_config(0);
     EXPECT_STATUS(BC_OK, bc_gpt_config_check(&ll));
 
     /* every query refuses a bad config the same way, writing nothing */
@@ -153,10 +153,10 @@ static void config_checks(void)
     c = good; c.tie_weights = 0;
     EXPECT_STATUS(BC_OK, bc_gpt_param_count(n, &c));
     EXPECT(*n == formula(11, 6, 8, 2, 0));
-    bc_gpt_config g2 = gpt2(50257, 1024, 768, 12, 12, 1);
+    bc_gpt_config g2 = h_gpt2_config(50257, 1024, 768, 12, 12, 1);
     EXPECT_STATUS(BC_OK, bc_gpt_param_count(n, &g2));
     EXPECT(*n == 124439808u);
-    bc_gpt_config g2m = gpt2(50257, 1024, 1024, 16, 24, 1);
+    bc_gpt_config g2m = h_gpt2_config(50257, 1024, 1024, 16, 24, 1);
     EXPECT_STATUS(BC_OK, bc_gpt_param_count(n, &g2m));
     EXPECT(*n == 354823168u);
     /* the buffer: the token table in whole panels of 16 rows (50257 -> 50272) */
@@ -168,7 +168,7 @@ static void config_checks(void)
     EXPECT_STATUS(BC_ENULL, bc_gpt_param_bytes(NULL, &g2));
     EXPECT_STATUS(BC_ENULL, bc_gpt_param_bytes(n, NULL));
     /* Llama-shaped: V D + L (D (H + 2KV) Dh + D H Dh + 3 D F + 2 D) + D, tied */
-    ll = llama(1);
+    ll = h_llama_config(1);
     EXPECT_STATUS(BC_OK, bc_gpt_param_count(n, &ll));
     EXPECT(*n == 13 * 16 + 2 * (16 * 8 * 6 + 16 * 4 * 6 + 3 * 16 * 21 + 2 * 16) + 16);
     EXPECT_STATUS(BC_OK, bc_gpt_tensor_count(n, &ll));
@@ -248,7 +248,7 @@ static void tensor_names_checks(void)
     int dt, pk;
     EXPECT_STATUS(BC_OK, bc_gpt_tensor_info(name, BC_GPT_NAME_MAX, &off, &nb, &dt, &pk, &nd, shape, &c, 4));
     EXPECT(strcmp(name, "blocks.0.attn.qkv.weight") == 0 && shape[0] == 24 && shape[1] == 8);
-    bc_gpt_config ll = llama(1);
+    bc_gpt_config ll = h_llama_config(1);
     const char *want[] = {"token.weight", "blocks.0.ln1.weight", "blocks.0.attn.qkv.weight",
                           "blocks.0.attn.proj.weight", "blocks.0.ln2.weight", "blocks.0.up.weight",
                           "blocks.0.gate.weight", "blocks.0.down.weight"};
@@ -296,7 +296,7 @@ static void sizes_checks(void)
     /* L * B * R * KV Dh, R the capacity in whole tiles of 64 positions */
     EXPECT_STATUS(BC_OK, bc_gpt_cache_size(n, &c, 3, 5));
     EXPECT(*n == 2 * 3 * 64 * 8);
-    bc_gpt_config ll = llama(1);  /* the cache holds KV Dh = 12 per position */
+    bc_gpt_config ll = h_llama_config(1);  /* the cache holds KV Dh = 12 per position */
     ll.context = 200;
     EXPECT_STATUS(BC_OK, bc_gpt_cache_size(n, &ll, 3, 64));
     EXPECT(*n == 2 * 3 * 64 * 12);
@@ -535,7 +535,7 @@ static void variant_checks(bc_gpt_config c)
  * sequence's part of the cache is itself a batch-1 cache. */
 static void ragged_checks(int dtype)
 {
-    bc_gpt_config c = llama(0);
+    bc_gpt_config c = h_llama_config(0);
     c.dtype = dtype;
     enum { B = 2, CAP = 9 };
     const size_t V = c.vocab;
@@ -588,12 +588,12 @@ static void variants_checks(void)
         int n = 0;
         cs[n++] = tiny(1);
         cs[n++] = tiny(0);
-        cs[n++] = llama(1);
-        cs[n++] = llama(0);
+        cs[n++] = h_llama_config(1);
+        cs[n++] = h_llama_config(0);
         cs[n] = tiny(1); cs[n].placement = BC_PLACE_POST; n++;
         cs[n] = tiny(1); cs[n].norm = BC_NORM_NONE; cs[n].residual = 0; n++;
         cs[n] = tiny(0); cs[n].activation = BC_ACT_RELU; cs[n].kv_heads = 1; n++;
-        cs[n] = llama(1); cs[n].activation = BC_ACT_GELU; cs[n].qkv_bias = 1; n++;
+        cs[n] = h_llama_config(1); cs[n].activation = BC_ACT_GELU; cs[n].qkv_bias = 1; n++;
         cs[n] = tiny(1); cs[n].width = 40; cs[n].heads = 5; cs[n].d_ff = 70; cs[n].vocab = 37; n++;
         for (int i = 0; i < n; i++) {
             cs[i].dtype = dtype;
@@ -611,7 +611,7 @@ void test_gpt(void)
         tensor_info_checks(c);
         c.tie_weights = 0;
         tensor_info_checks(c);
-        c = llama(1);
+        c = h_llama_config(1);
         c.dtype = dtype;
         tensor_info_checks(c);
         c.placement = BC_PLACE_POST;  /* no final norm */

@@ -188,11 +188,35 @@ def _cases():
     @case("bc_stack_forward")
     def _():
         ps, arr, n, work, out, hid = c_block()
+        # the lambdas hold ps: arr points into the prepared weights
         return alternate(
-            lambda: lib.bc_stack_forward(fptr(out), fptr(hid), cptr(xb), cfg._c, arr, 2, 2, 5,
-                                         fptr(work), work.size),
+            lambda ps=ps: lib.bc_stack_forward(fptr(out), fptr(hid), cptr(xb), cfg._c, arr, 2, 2, 5,
+                                               fptr(work), work.size),
             lambda: lib.bc_stack_forward(fptr(out), fptr(hid), cptr(xb), cfg._c, arr, 0, 2, 5,
                                          fptr(work), work.size))
+
+    @case("bc_stack_backward_workspace_size")
+    def _():
+        n = ffi.new("size_t *")
+        return alternate(lambda: lib.bc_stack_backward_workspace_size(n, cfg._c, 2, 2, 5),
+                         lambda: lib.bc_stack_backward_workspace_size(n, cfg._c, 0, 2, 5))
+
+    @case("bc_stack_backward")
+    def _():
+        ps, arr, n, work, out, hid = c_block()
+        lib.bc_stack_backward_workspace_size(n, cfg._c, 2, 2, 5)
+        bwork = np.empty(n[0], np.float32)
+        dx, dy = np.empty_like(xb), f32(2, 5, 16)
+        gs = ffi.new("bc_block_grads[]", 2)
+        gbufs = [np.zeros((48, 16), np.float32) for _ in range(2)]
+        for i in range(2):
+            gs[i].qkv_w = fptr(gbufs[i])
+        keep = (ps, gbufs)  # arr and gs point into these
+        return alternate(
+            lambda keep=keep: lib.bc_stack_backward(fptr(dx), gs, cptr(dy), cptr(xb), cfg._c, arr,
+                                                    2, 2, 5, fptr(bwork), bwork.size),
+            lambda: lib.bc_stack_backward(fptr(dx), gs, cptr(dy), cptr(xb), cfg._c, arr, 2, 2, 5,
+                                          fptr(bwork), 1))
 
     # -- packed weights
     wp = f32(48, 40)
@@ -363,6 +387,51 @@ def _cases():
                                       fptr(work), work.size)
         return alternate(lambda: fwd(ids), lambda: fwd(bad_ids))
 
+    tids = rng.integers(0, 64, size=(2, 8))
+    ttg = rng.integers(0, 64, size=(2, 8))
+    ttg[0, :3] = -100
+
+    @case("bc_gpt_train_workspace_size")
+    def _():
+        return alternate(lambda: lib.bc_gpt_train_workspace_size(n_out, cc, 2, 8),
+                         lambda: lib.bc_gpt_train_workspace_size(n_out, cc, 2, 17))
+
+    grads_buf = np.zeros(model.nbytes // 4, np.float32)
+
+    @case("bc_gpt_grad")
+    def _():
+        lib.bc_gpt_train_workspace_size(n_out, cc, 2, 8)
+        work = np.empty(n_out[0], np.float32)
+        loss, cnt = ffi.new("float *"), ffi.new("size_t *")
+        p = ffi.from_buffer("char[]", model.params, False)
+        bad_tg = ttg.copy()
+        bad_tg[1, 1] = 64
+
+        def grad(t):
+            return lib.bc_gpt_grad(loss, cnt, ffi.from_buffer("char[]", grads_buf), p, cc,
+                                   ffi.from_buffer("int64_t[]", tids), ffi.from_buffer("int64_t[]", t),
+                                   lib.BC_IDS_INT64, -100, 2, 8, fptr(work), work.size)
+        return alternate(lambda: grad(ttg), lambda: grad(bad_tg))
+
+    @case("bc_gpt_grad_norm")
+    def _():
+        out = ffi.new("double *")
+        g = ffi.from_buffer("char[]", grads_buf, False)
+        return alternate(lambda: lib.bc_gpt_grad_norm(out, g, cc), lambda: lib.bc_gpt_grad_norm(out, g, bad_cc))
+
+    @case("bc_gpt_adamw")
+    def _():
+        prm = model.params.copy()
+        mom, vel = np.zeros(prm.size // 4, np.float32), np.zeros(prm.size // 4, np.float32)
+        ok = ffi.new("bc_adamw_config *", dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
+                                               weight_decay=0.01, decay=0, grad_scale=1.0, step=1))
+        bad = ffi.new("bc_adamw_config *", dict(lr=1e-3, beta1=1.5, beta2=0.999, eps=1e-8,
+                                                weight_decay=0.01, decay=0, grad_scale=1.0, step=1))
+        g = ffi.from_buffer("char[]", grads_buf, False)
+        pp = ffi.from_buffer("char[]", prm)
+        return alternate(lambda: lib.bc_gpt_adamw(pp, fptr(mom), fptr(vel), g, cc, ok),
+                         lambda: lib.bc_gpt_adamw(pp, fptr(mom), fptr(vel), g, cc, bad))
+
     # -- the Python API (each call allocates its results, workspaces and C views)
     def fails(fn, *a, **kw):
         try:
@@ -412,6 +481,22 @@ def _cases():
     def _():
         ids = rng.integers(0, 64, size=(1, 4))
         return lambda: model.generate(ids, max_new_tokens=4, temperature=1.0, top_k=8, seed=1)
+
+    @case("block_backward")
+    def _():
+        dyb = f32(2, 5, 16)
+        return lambda: blockc.stack_backward(xb, Ws, cfg, dyb)
+
+    @case("GPT.train_step")
+    def _():
+        tm = blockc.GPT.random(gcfg, seed=1)
+        opt = blockc.AdamW(tm, lr=1e-3)
+        return alternate(lambda: tm.train_step(tids, ttg, opt, max_grad_norm=1.0),
+                         lambda: fails(tm.train_step, tids, ttg + 200, opt))
+
+    @case("GPT.grad")
+    def _():
+        return lambda: model.grad(tids, ttg)
 
     @case("GPT.from_state_dict")
     def _():

@@ -1,0 +1,357 @@
+"""Training a :class:`blockc.GPT` in C: the loss, its gradient, AdamW.
+
+>>> from blockc import GPT, GPTConfig, AdamW
+>>> m = GPT.random(GPTConfig(vocab=32, context=16, width=16, heads=2, layers=2), seed=0)
+>>> ids = np.arange(16).reshape(1, 16) % 32
+>>> opt = AdamW(m, lr=1e-2)
+>>> first = m.train_step(ids[:, :-1], ids[:, 1:], opt)
+>>> for _ in range(20):
+...     last = m.train_step(ids[:, :-1], ids[:, 1:], opt)
+>>> bool(last < first)
+True
+
+The gradient of :meth:`GPT.loss` (the mean next-token cross-entropy over the
+positions whose target is not ``ignore_index``) comes from one C call that
+runs the forward keeping what the backward needs, the head and the loss a
+block of rows at a time (the logits are never whole), then the backward.
+Gradients are computed in a buffer laid out as the parameters, matrices
+packed as they are, so :class:`AdamW` updates the model element by element in
+C; :meth:`GPT.grad` unpacks them into a dict keyed like ``state_dict()``.
+Training needs float32 weights (``m.astype("float32")`` first). Every result is
+the same bits at any thread count.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import numpy as np
+import numpy.typing as npt
+
+from ._args import as_choice, as_int, as_real, to_numpy
+from ._errors import BlockcTypeError, BlockcValueError
+from ._native import check, ffi, fptr, lib
+
+__all__ = ["AdamW", "DECAY"]
+
+#: Which tensors AdamW's weight decay applies to: every matrix (the 2-D tensors:
+#: projections, embeddings, head; nanoGPT's rule, the default), all, none.
+DECAY = {"matrices": lib.BC_DECAY_MATRICES, "all": lib.BC_DECAY_ALL, "none": lib.BC_DECAY_NONE}
+
+
+def _aligned_floats(n: int) -> np.ndarray:
+    """A 64-byte aligned float32 array of n zeros."""
+    raw = np.zeros(n + 16, np.float32)
+    start = (-raw.ctypes.data // 4) % 16
+    return raw[start:start + n]
+
+
+def _trainable(m) -> None:
+    if m.dtype != "float32":
+        raise BlockcValueError(f"training needs float32 weights, this model stores {m.dtype} "
+                               "(m.astype('float32') first)")
+
+
+def _batch(m, ids: Any, targets: Any, ignore_index: Any) -> Tuple[np.ndarray, np.ndarray, int]:
+    """ids and targets as new int64 (B, T) arrays, checked (the copies are what C reads)."""
+    from .gpt import _check_ids
+    cfg = m.config
+    a = _check_ids(ids, cfg, 0).astype(np.int64)
+    ign = as_int(ignore_index, "ignore_index")
+    t = np.array(to_numpy(targets, "targets"), copy=True)
+    if t.dtype.kind not in "iu" or t.dtype == np.bool_:
+        raise BlockcTypeError(f"targets must be integers, got dtype {t.dtype}")
+    if t.shape != a.shape:
+        raise BlockcValueError(f"targets must have the shape of ids {a.shape}, got {t.shape}")
+    t = np.ascontiguousarray(t, dtype=np.int64)
+    bad = (t != ign) & ((t < 0) | (t >= cfg.vocab))
+    if bad.any():
+        v = int(t[bad][0])
+        raise BlockcValueError(f"targets must lie in [0, {cfg.vocab}) or be ignore_index="
+                               f"{ign}, got {v}")
+    return a, t, ign
+
+
+def _workspace(m, b: int, t: int):
+    """This thread's training workspace for model m (kept on the model's thread-local
+    storage, grown for a new (B, T)): (pointer, floats)."""
+    tls = m._tls
+    if getattr(tls, "train_shape", None) != (b, t):
+        n = ffi.new("size_t *")
+        check(lib.bc_gpt_train_workspace_size(n, m._c, b, t), "training workspace")
+        tls.train_buf = _aligned_floats(int(n[0]))
+        tls.train_ptr = fptr(tls.train_buf)
+        tls.train_shape = (b, t)
+    return tls.train_ptr, tls.train_buf.size
+
+
+def _run_grad(m, ids, targets, ignore_index, grads: Optional[np.ndarray]) -> Tuple[float, int]:
+    a, t, ign = _batch(m, ids, targets, ignore_index)
+    b, s = a.shape
+    work, wn = _workspace(m, b, s)
+    loss = ffi.new("float *")
+    count = ffi.new("size_t *")
+    ip = ffi.from_buffer("int64_t[]", a, require_writable=False)
+    tp = ffi.from_buffer("int64_t[]", t, require_writable=False)
+    check(lib.bc_gpt_grad(loss, count, ffi.NULL if grads is None else ffi.from_buffer(grads),
+                          m._cptr, m._c, ip, tp, lib.BC_IDS_INT64, ign, b, s, work, wn),
+          "GPT training")
+    return float(loss[0]), int(count[0])
+
+
+def loss(m, ids: npt.ArrayLike, targets: npt.ArrayLike, ignore_index: int = -100) -> float:
+    """See :meth:`blockc.GPT.loss`."""
+    _trainable(m)
+    return _run_grad(m, ids, targets, ignore_index, None)[0]
+
+
+def unpack_grads(m, grads: np.ndarray) -> Dict[str, np.ndarray]:
+    """The gradient buffer as new float32 arrays keyed like ``m.state_dict()``."""
+    out = {}
+    raw = ffi.from_buffer("char[]", grads, False)
+    for name, t in m._layout.items():
+        if name == "head.weight" and m.config.tie_weights:
+            continue
+        if not t.packed:
+            out[name] = grads[t.offset // 4:(t.offset + t.nbytes) // 4].reshape(t.shape).copy()
+            continue
+        a = np.empty(t.shape, np.float32)
+        check(lib.bc_unpack(fptr(a), raw + t.offset, t.nbytes, t.dtype, t.shape[0], t.shape[1]),
+              f"gradient {name!r}")
+        out[name] = a
+    return out
+
+
+def pack_grads(m, grads: Mapping[str, Any], name: str = "grads") -> np.ndarray:
+    """A gradient buffer from arrays keyed like ``m.state_dict()`` (each read once)."""
+    if not isinstance(grads, Mapping):
+        raise BlockcTypeError(f"{name} must be a mapping keyed like state_dict(), got "
+                              f"{type(grads).__name__}")
+    items = dict(grads)
+    want = [n for n in m._layout if not (n == "head.weight" and m.config.tie_weights)]
+    missing = [n for n in want if n not in items]
+    extra = [n for n in items if n not in want]
+    if missing or extra:
+        raise BlockcValueError(f"{name} must have the keys of state_dict()"
+                               + (f"; missing {missing[:3]}" if missing else "")
+                               + (f"; unknown {extra[:3]}" if extra else ""))
+    buf = _aligned_floats(m.nbytes // 4)
+    raw = ffi.from_buffer("char[]", buf)
+    for n in want:
+        t = m._layout[n]
+        a = np.ascontiguousarray(to_numpy(items[n], f"{name}[{n!r}]"), dtype=np.float32)
+        if a.shape != t.shape:
+            raise BlockcValueError(f"{name}[{n!r}] must have shape {t.shape}, got {a.shape}")
+        if not t.packed:
+            buf[t.offset // 4:(t.offset + t.nbytes) // 4] = a.reshape(-1)
+            continue
+        check(lib.bc_pack_strided(raw + t.offset, t.nbytes, ffi.from_buffer("float[]", a, False),
+                                  t.shape[1], 1, lib.BC_DTYPE_F32, t.shape[0], t.shape[1]),
+              f"{name}[{n!r}]")
+    return buf
+
+
+def grad(m, ids, targets, ignore_index: int = -100) -> Tuple[float, Dict[str, np.ndarray]]:
+    """See :meth:`blockc.GPT.grad`."""
+    _trainable(m)
+    g = _aligned_floats(m.nbytes // 4)
+    value, _ = _run_grad(m, ids, targets, ignore_index, g)
+    return value, unpack_grads(m, g)
+
+
+def grad_norm(m, grads: np.ndarray) -> float:
+    out = ffi.new("double *")
+    check(lib.bc_gpt_grad_norm(out, ffi.from_buffer(grads), m._c), "gradient norm")
+    return float(out[0])
+
+
+class AdamW:
+    """AdamW (Loshchilov and Hutter), with the update of ``torch.optim.AdamW``.
+
+    Decoupled weight decay, bias-corrected moments:
+
+        p <- p (1 - lr wd);  m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
+        p <- p - lr / (1 - b1^t) * m / (sqrt(v / (1 - b2^t)) + eps)
+
+    Parameters
+    ----------
+    model : blockc.GPT
+        The model (float32) whose parameters :meth:`step` updates in place.
+    lr : float > 0, optional
+        Learning rate (``opt.lr`` may be changed between steps: a schedule).
+    betas : (float, float) in [0, 1), optional
+    eps : float >= 0, optional
+    weight_decay : float >= 0, optional
+    decay : {"matrices", "all", "none"}, optional
+        The tensors decay applies to: by default every 2-D tensor (the projections,
+        the embeddings, the head), never a bias or a norm's gain or shift.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A model that is not a float32 GPT, an option out of range.
+
+    Examples
+    --------
+    >>> from blockc import GPT, GPTConfig
+    >>> m = GPT.random(GPTConfig(vocab=8, context=4, width=8, heads=2, layers=1))
+    >>> opt = AdamW(m, lr=1e-3)
+    >>> loss, grads = m.grad([[1, 2, 3]], [[2, 3, 4]])
+    >>> opt.step(grads)
+    >>> opt.steps
+    1
+    """
+
+    def __init__(self, model: Any, lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.01, decay: str = "matrices"):
+        from .gpt import GPT
+        if not isinstance(model, GPT):
+            raise BlockcTypeError(f"model must be a blockc.GPT, got {type(model).__name__}")
+        _trainable(model)
+        self.model = model
+        self.lr = lr
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise BlockcTypeError(f"betas must be a pair of floats, got {betas!r}")
+        self.betas = (as_real(betas[0], "betas[0]", 0.0), as_real(betas[1], "betas[1]", 0.0))
+        if not all(b < 1.0 for b in self.betas):
+            raise BlockcValueError(f"betas must lie in [0, 1), got {betas!r}")
+        self.eps = as_real(eps, "eps", 0.0)
+        self.weight_decay = as_real(weight_decay, "weight_decay", 0.0)
+        self.decay = as_choice(decay, "decay", list(DECAY))
+        n = model.nbytes // 4
+        self._m, self._v = _aligned_floats(n), _aligned_floats(n)
+        self._grads = _aligned_floats(n)  # train_step's gradient buffer
+        self.steps = 0
+        self._check_lr()
+
+    def _check_lr(self) -> float:
+        lr = as_real(self.lr, "lr", 0.0)
+        return lr
+
+    def _apply(self, grads: np.ndarray, grad_scale: float = 1.0) -> None:
+        c = ffi.new("bc_adamw_config *", dict(
+            lr=self._check_lr(), beta1=self.betas[0], beta2=self.betas[1], eps=self.eps,
+            weight_decay=self.weight_decay, decay=DECAY[self.decay], grad_scale=grad_scale,
+            step=self.steps + 1))
+        m = self.model
+        check(lib.bc_gpt_adamw(ffi.from_buffer(m._params), fptr(self._m), fptr(self._v),
+                               ffi.from_buffer("char[]", grads, False), m._c, c), "AdamW step")
+        self.steps += 1
+
+    def step(self, grads: Mapping[str, npt.ArrayLike], max_grad_norm: Optional[float] = None
+             ) -> None:
+        """One update of the model's parameters from ``grads``.
+
+        Parameters
+        ----------
+        grads : mapping of str to array_like
+            Keyed like ``model.state_dict()`` (what :meth:`blockc.GPT.grad` returns).
+        max_grad_norm : float > 0, optional
+            Scale the gradients down to this global L2 norm when they exceed it
+            (``torch.nn.utils.clip_grad_norm_``'s rule) before the update.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Gradients not keyed or shaped like the state dict; an option out of range.
+
+        Examples
+        --------
+        >>> from blockc import GPT, GPTConfig
+        >>> m = GPT.random(GPTConfig(vocab=8, context=4, width=8, heads=2, layers=1))
+        >>> opt = AdamW(m)
+        >>> opt.step(m.grad([[1, 2]], [[2, 3]])[1], max_grad_norm=1.0)
+        """
+        buf = pack_grads(self.model, grads)
+        self._apply(buf, self._clip(buf, max_grad_norm))
+
+    def _clip(self, buf: np.ndarray, max_grad_norm: Optional[float]) -> float:
+        if max_grad_norm is None:
+            return 1.0
+        mx = as_real(max_grad_norm, "max_grad_norm", 0.0)
+        norm = grad_norm(self.model, buf)
+        self.last_grad_norm = norm
+        coef = mx / (norm + 1e-6)
+        return coef if coef < 1.0 else 1.0
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The optimizer's state: hyperparameters, the step count, and the moments
+        keyed like the model's ``state_dict()`` (new arrays).
+
+        Returns
+        -------
+        dict
+
+        Examples
+        --------
+        >>> from blockc import GPT, GPTConfig
+        >>> opt = AdamW(GPT.random(GPTConfig(vocab=8, context=4, width=8, heads=2, layers=1)))
+        >>> sorted(opt.state_dict())
+        ['betas', 'decay', 'eps', 'exp_avg', 'exp_avg_sq', 'lr', 'steps', 'weight_decay']
+        """
+        return {"lr": self.lr, "betas": self.betas, "eps": self.eps,
+                "weight_decay": self.weight_decay, "decay": self.decay, "steps": self.steps,
+                "exp_avg": unpack_grads(self.model, self._m),
+                "exp_avg_sq": unpack_grads(self.model, self._v)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s result (to resume training).
+
+        Parameters
+        ----------
+        state : mapping
+
+        Raises
+        ------
+        TypeError, ValueError
+            A state of another model's shapes, or a malformed one.
+
+        Examples
+        --------
+        >>> from blockc import GPT, GPTConfig
+        >>> m = GPT.random(GPTConfig(vocab=8, context=4, width=8, heads=2, layers=1))
+        >>> a = AdamW(m); a.step(m.grad([[1, 2]], [[2, 3]])[1])
+        >>> b = AdamW(m); b.load_state_dict(a.state_dict()); b.steps
+        1
+        """
+        if not isinstance(state, Mapping):
+            raise BlockcTypeError(f"state must be a mapping, got {type(state).__name__}")
+        st = dict(state)
+        for key in ("exp_avg", "exp_avg_sq", "steps"):
+            if key not in st:
+                raise BlockcValueError(f"state is missing {key!r}")
+        m = pack_grads(self.model, st["exp_avg"], "state['exp_avg']")
+        v = pack_grads(self.model, st["exp_avg_sq"], "state['exp_avg_sq']")
+        steps = as_int(st["steps"], "state['steps']", 0)
+        betas = st.get("betas", self.betas)
+        probe = AdamW.__new__(AdamW)  # validate the hyperparameters before changing anything
+        probe.betas = (as_real(betas[0], "betas[0]", 0.0), as_real(betas[1], "betas[1]", 0.0))
+        if not all(b < 1.0 for b in probe.betas):
+            raise BlockcValueError(f"betas must lie in [0, 1), got {betas!r}")
+        eps = as_real(st.get("eps", self.eps), "eps", 0.0)
+        wd = as_real(st.get("weight_decay", self.weight_decay), "weight_decay", 0.0)
+        decay = as_choice(st.get("decay", self.decay), "decay", list(DECAY))
+        lr = as_real(st.get("lr", self.lr), "lr", 0.0)
+        self._m[...], self._v[...] = m, v
+        self.steps, self.betas, self.eps, self.weight_decay, self.decay, self.lr = (
+            steps, probe.betas, eps, wd, decay, lr)
+
+    def __repr__(self) -> str:
+        return (f"AdamW(lr={self.lr}, betas={self.betas}, eps={self.eps}, "
+                f"weight_decay={self.weight_decay}, decay={self.decay!r}, steps={self.steps})")
+
+
+def train_step(m, ids, targets, opt: AdamW, ignore_index: int = -100,
+               max_grad_norm: Optional[float] = None) -> float:
+    """See :meth:`blockc.GPT.train_step`."""
+    if not isinstance(opt, AdamW):
+        raise BlockcTypeError(f"opt must be a blockc.AdamW, got {type(opt).__name__}")
+    if opt.model is not m:
+        raise BlockcValueError("opt was made for another model")
+    _trainable(m)
+    g = opt._grads
+    g[...] = 0.0
+    value, count = _run_grad(m, ids, targets, ignore_index, g)
+    if count == 0:
+        return value
+    opt._apply(g, opt._clip(g, max_grad_norm))
+    return value

@@ -1,0 +1,61 @@
+/* gpt_internal.h: INTERNAL. What gpt.c (the model, its layout and forward)
+ * and train.c (its gradients and optimizer) share. */
+#ifndef BC_GPT_INTERNAL_H
+#define BC_GPT_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "bc_gpt.h"
+#include "bc_layer.h"
+
+/* ---- the configuration, with its defaults resolved ---------------------- */
+
+typedef struct {
+    bc_gpt_config c;          /* a copy: the caller's struct is read once */
+    size_t kv, dh, ff;        /* KV heads, head dim, MLP width */
+    size_t qw, kw;            /* H Dh, KV Dh */
+} model;
+
+/* ---- parameter layout --------------------------------------------------- */
+
+/* What a tensor is: a float32 vector, a packed matrix, a float32 row table. */
+enum { T_VEC, T_MAT, T_ROWS };
+
+/* The layer's parts a block tensor fills. */
+enum { F_LN1_W, F_LN1_B, F_QKV_W, F_QKV_B, F_PROJ_W, F_PROJ_B, F_LN2_W, F_LN2_B,
+       F_UP_W, F_UP_B, F_GATE_W, F_GATE_B, F_DOWN_W, F_DOWN_B, F_N };
+
+typedef struct {
+    const char *name;
+    size_t rows, cols;  /* cols 0: a vector of rows */
+    int kind, field;
+} tdesc;
+
+#define MAX_BLK F_N
+
+/* Every offset and size in bytes, computed once per call from the config. */
+typedef struct {
+    size_t nblk;                          /* tensors per block */
+    tdesc blk[MAX_BLK];
+    size_t blk_off[MAX_BLK], blk_bytes[MAX_BLK];
+    size_t block_bytes;
+    size_t token, token_bytes, position, position_bytes, blocks;
+    size_t norm_w, norm_b, head, head_bytes, total;
+    int has_pos, has_norm, has_norm_b;
+    size_t params, ntensors;              /* parameter and tensor counts */
+} layout;
+
+/* The config resolved and its layout computed (every size checked). */
+int bc_gpt_checked(model *m, layout *lo, const bc_gpt_config *cfg);
+
+/* The layer this model's blocks are. */
+bc_layer_cfg bc_gpt_layer_cfg(const model *m);
+
+/* Layer l's weights: pointers into the parameter buffer (or a buffer laid out
+ * as it, e.g. the gradients: then only the pointers' places matter). */
+bc_layer_w bc_gpt_layer_w(const unsigned char *params, const model *m, const layout *lo, size_t l);
+
+/* The id at row i, or BC_ERANGE outside [0, vocab) (read once). */
+int bc_gpt_id_at(size_t *id, const void *ids, int ids_type, size_t i, size_t vocab);
+
+#endif
