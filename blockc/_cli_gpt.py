@@ -12,7 +12,7 @@ from typing import List, Tuple
 import numpy as np
 
 from ._plot import plot_path, pyplot
-from .gpt import (ACTIVATIONS, GPT_PRESETS, NORMS, POSITIONS, GPT, GPTConfig,
+from .gpt import (ACTIVATIONS, GPT_PRESETS, NORMS, PLACEMENTS, POSITIONS, GPT, GPTConfig,
                   gpt_parameter_count, gpt_parameter_formula)
 from ._errors import BlockcValueError
 
@@ -20,7 +20,8 @@ _NAMES = {"gpt2": "GPT-2 small", "gpt2-medium": "GPT-2 medium",
           "gpt2-large": "GPT-2 large", "gpt2-xl": "GPT-2 XL", "llama-7b": "LLaMA-7B",
           "llama3-8b": "Llama 3 8B", "qwen2-0.5b": "Qwen2 0.5B"}
 _SHAPE = ("vocab", "context", "width", "heads", "layers", "kv_heads", "head_dim", "d_ff")
-_OPTIONS = {"norm": NORMS, "activation": ACTIVATIONS, "positions": POSITIONS}
+_OPTIONS = {"norm": NORMS, "placement": PLACEMENTS, "activation": ACTIVATIONS,
+            "positions": POSITIONS}
 
 
 def register(subparsers) -> None:
@@ -37,15 +38,7 @@ def register(subparsers) -> None:
                       help="print each block's residual-stream norm for a random input")
     p.add_argument("--preset", choices=list(GPT_PRESETS), default="gpt2",
                    help="the model's shape (default gpt2)")
-    for name in _SHAPE:
-        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, default=None,
-                       help=f"override the preset's {name}")
-    for name, choices in _OPTIONS.items():
-        p.add_argument(f"--{name}", choices=choices, default=None,
-                       help=f"override the preset's {name}")
-    p.add_argument("--bias", choices=("all", "none", "qkv"), default=None,
-                   help="biases on every projection, none, or on q/k/v only (Qwen2)")
-    p.add_argument("--untied", action="store_true", help="a separate head instead of the tied one")
+    add_shape_options(p)
     p.add_argument("--seq", type=int, default=32, help="--norms: tokens in the random input (32)")
     p.add_argument("--seed", type=int, default=0, help="--norms: weights and input seed (0)")
     p.add_argument("--plot", metavar="PNG", default=None,
@@ -53,7 +46,21 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _overrides(args) -> dict:
+def add_shape_options(p, what: str = "the preset's") -> None:
+    """The architecture options (--width ... --untied) that override a preset;
+    :func:`overrides` reads them back."""
+    for name in _SHAPE:
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, default=None,
+                       help=f"override {what} {name}")
+    for name, choices in _OPTIONS.items():
+        p.add_argument(f"--{name}", choices=choices, default=None,
+                       help=f"override {what} {name}")
+    p.add_argument("--bias", choices=("all", "none", "qkv"), default=None,
+                   help="biases on every projection, none, or on q/k/v only (Qwen2)")
+    p.add_argument("--untied", action="store_true", help="a separate head instead of the tied one")
+
+
+def overrides(args) -> dict:
     over = {k: getattr(args, k) for k in _SHAPE + tuple(_OPTIONS) if getattr(args, k) is not None}
     if args.untied:
         over["tie_weights"] = False
@@ -64,7 +71,7 @@ def _overrides(args) -> dict:
 
 
 def _config(args) -> GPTConfig:
-    return GPTConfig.preset(args.preset, **_overrides(args))
+    return GPTConfig.preset(args.preset, **overrides(args))
 
 
 def _gpt2_shaped(cfg: GPTConfig) -> bool:
@@ -114,7 +121,7 @@ def breakdown(cfg: GPTConfig) -> List[Tuple[str, str, int]]:
 
 def _params(args) -> int:
     cfg = _config(args)
-    label = _NAMES[args.preset] if not _overrides(args) else "custom"
+    label = _NAMES[args.preset] if not overrides(args) else "custom"
     kv = f" KV={cfg.kv_heads_}" if cfg.kv_heads_ != cfg.heads else ""
     arch = ("" if _gpt2_shaped(cfg) else
             f" F={cfg.d_ff_}{kv} Dh={cfg.head_dim_}; {cfg.norm} norm, {cfg.activation}, "

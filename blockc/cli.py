@@ -15,7 +15,7 @@ from typing import List, Optional
 from ._errors import BlockcError
 
 # subcommand modules, in the order their commands are listed in --help
-_COMMANDS = ["_cli_book", "_cli_gpt", "_cli_depth", "_cli_generate"]
+_COMMANDS = ["_cli_book", "_cli_gpt", "_cli_depth", "_cli_generate", "_cli_train"]
 
 EPILOG = """exit status:
   0  success

@@ -359,10 +359,13 @@ static void mm_part(const bc_mm *g, size_t i0, size_t i1, size_t j0, size_t j1, 
                 if (g->a_cs == 1) {
                     a = g->a + ic * g->a_rs + pc;
                     lda = g->a_rs;
-                } else {  /* A's rows are columns of a: copied side by side */
-                    for (int i = 0; i < mr; i++)
-                        for (size_t k = 0; k < kc; k++)
-                            ap[(size_t)i * kc + k] = g->a[(ic + (size_t)i) * g->a_rs + (pc + k) * g->a_cs];
+                } else {  /* A's rows are columns of a: copied side by side, each
+                           * of a's rows (k) read once across the tile's mr columns */
+                    for (size_t k = 0; k < kc; k++) {
+                        const float *src = g->a + ic * g->a_rs + (pc + k) * g->a_cs;
+                        for (int i = 0; i < mr; i++)
+                            ap[(size_t)i * kc + k] = src[(size_t)i * g->a_rs];
+                    }
                     a = ap;
                     lda = kc;
                 }
@@ -1018,6 +1021,52 @@ static inline float vdot(const float *a, const float *b, size_t n)
     return s;
 }
 
+/* out[j] = scale * (a . b_j) for the n rows b_j = b + j ldb, each sum as vdot's
+ * (the same bits); four rows at a time so their lane sums run side by side. */
+static inline void vdot_rows(float *out, const float *a, const float *b, size_t ldb, size_t n,
+                             size_t dh, float scale)
+{
+    size_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float *b0 = b + j * ldb, *b1 = b0 + ldb, *b2 = b1 + ldb, *b3 = b2 + ldb;
+        V c0 = vzero(), c1 = vzero(), c2 = vzero(), c3 = vzero();
+        size_t d = 0;
+        for (; d + VL <= dh; d += VL) {
+            const V av = vload(a + d);
+            c0 = vfma(av, vload(b0 + d), c0);
+            c1 = vfma(av, vload(b1 + d), c1);
+            c2 = vfma(av, vload(b2 + d), c2);
+            c3 = vfma(av, vload(b3 + d), c3);
+        }
+        if (d < dh) {
+            const size_t r = dh - d;
+            const V av = vloadn(a + d, r);
+            c0 = vfma(av, vloadn(b0 + d, r), c0);
+            c1 = vfma(av, vloadn(b1 + d, r), c1);
+            c2 = vfma(av, vloadn(b2 + d, r), c2);
+            c3 = vfma(av, vloadn(b3 + d, r), c3);
+        }
+        float t0[VL], t1[VL], t2[VL], t3[VL];
+        vstore(t0, c0);
+        vstore(t1, c1);
+        vstore(t2, c2);
+        vstore(t3, c3);
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+        for (int l = 0; l < VL; l++) {
+            s0 += t0[l];
+            s1 += t1[l];
+            s2 += t2[l];
+            s3 += t3[l];
+        }
+        out[j] = s0 * scale;
+        out[j + 1] = s1 * scale;
+        out[j + 2] = s2 * scale;
+        out[j + 3] = s3 * scale;
+    }
+    for (; j < n; j++)
+        out[j] = vdot(a, b + j * ldb, dh) * scale;
+}
+
 /* y[d] += alpha x[d] */
 static inline void vaxpy(float *y, float alpha, const float *x, size_t n)
 {
@@ -1060,10 +1109,8 @@ static void attn_bwd_kv(const bc_attn_bwd *A, size_t g, size_t j0, float *scratc
         for (size_t i = A->causal ? j0 : 0; i < t; i++) {
             const float *qi = A->q + i * A->ldq + h * dh, *doi = A->dout + i * A->ldo + h * dh;
             const size_t n = A->causal ? min_sz(nk, i - j0 + 1) : nk;
-            for (size_t j = 0; j < n; j++) {
-                p[j] = vdot(qi, kg + (j0 + j) * A->ldq, dh) * scale;
-                dp[j] = vdot(doi, vg + (j0 + j) * A->ldq, dh);
-            }
+            vdot_rows(p, qi, kg + j0 * A->ldq, A->ldq, n, dh, scale);
+            vdot_rows(dp, doi, vg + j0 * A->ldq, A->ldq, n, dh, 1.0f);
             vexp_shift(p, A->lse[h * t + i], n);
             const float di = A->dsum[h * t + i];
             for (size_t j = 0; j < n; j++) {
@@ -1096,10 +1143,8 @@ static void attn_bwd_q(const bc_attn_bwd *A, size_t h, size_t i0, float *scratch
         const float lse = A->lse[h * t + qi_], di = A->dsum[h * t + qi_];
         for (size_t j0 = 0; j0 < kend; j0 += BC_ATT_BK) {
             const size_t n = min_sz(BC_ATT_BK, kend - j0);
-            for (size_t j = 0; j < n; j++) {
-                p[j] = vdot(qi, kg + (j0 + j) * A->ldq, dh) * scale;
-                dp[j] = vdot(doi, vg + (j0 + j) * A->ldq, dh);
-            }
+            vdot_rows(p, qi, kg + j0 * A->ldq, A->ldq, n, dh, scale);
+            vdot_rows(dp, doi, vg + j0 * A->ldq, A->ldq, n, dh, 1.0f);
             vexp_shift(p, lse, n);
             for (size_t j = 0; j < n; j++)
                 vaxpy(dqi, p[j] * (dp[j] - di) * scale, kg + (j0 + j) * A->ldq, dh);
