@@ -64,6 +64,9 @@ def test_readme_examples_run_and_print_what_they_say(i, capsys, tmp_path, monkey
     if '"gpt2/"' in code:  # a checkpoint directory the user has: made here, never downloaded
         _user_checkpoint(tmp_path / "gpt2")
         monkeypatch.chdir(tmp_path)
+    if '"llama/"' in code:
+        _user_checkpoint(tmp_path / "llama", llama=True)
+        monkeypatch.chdir(tmp_path)
     exec(compile(code, f"README block {i}", "exec"), {})
     printed = capsys.readouterr().out.splitlines()
     claims = [line.split("#", 1)[1].strip() for line in code.splitlines()
@@ -74,7 +77,7 @@ def test_readme_examples_run_and_print_what_they_say(i, capsys, tmp_path, monkey
                                 .replace(",", "")) or got.strip() in claim, (got, claim)
 
 
-def _user_checkpoint(d):
+def _user_checkpoint(d, llama=False):
     """A directory as the Hub serves GPT-2 (config.json, model.safetensors, tokenizer.json,
     tokenizer_config.json), from random weights and a byte-level BPE trained on a few lines."""
     tokenizers = pytest.importorskip("tokenizers")
@@ -89,5 +92,8 @@ def _user_checkpoint(d):
                             trainer)
     tok.save(str(d / "tokenizer.json"))
     (d / "tokenizer_config.json").write_text('{"eos_token": "<|endoftext|>"}')
-    cfg = blockc.GPTConfig(vocab=tok.get_vocab_size(), context=96, width=32, heads=4, layers=2)
+    arch = dict(norm="rms", activation="swiglu", positions="rope", kv_heads=2, d_ff=88,
+                qkv_bias=False, out_bias=False, mlp_bias=False, tie_weights=False) if llama else {}
+    cfg = blockc.GPTConfig(vocab=tok.get_vocab_size(), context=96, width=32, heads=4, layers=2,
+                           **arch)
     blockc.GPT.random(cfg, seed=0).save_pretrained(d)
