@@ -7,3 +7,31 @@ import sys
 SUPPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "support")
 if SUPPORT not in sys.path:
     sys.path.insert(0, SUPPORT)
+
+
+import pytest  # noqa: E402
+
+import blockc  # noqa: E402
+from blockc.runtime import ISAS  # noqa: E402
+
+# every instruction set this CPU has, or only the one BLOCKC_ISA forces (CI runs
+# the kernel tests a second time with BLOCKC_ISA=generic: the portable path alone)
+_forced = os.environ.get("BLOCKC_ISA")
+SUPPORTED_ISAS = ([blockc.get_isa()] if _forced in ISAS
+                  else list(ISAS[: ISAS.index(blockc.best_isa()) + 1]))
+
+
+@pytest.fixture(params=SUPPORTED_ISAS)
+def isa(request):
+    """Each supported instruction set in turn, the previous one restored after."""
+    before = blockc.get_isa()
+    blockc.set_isa(request.param)
+    yield request.param
+    blockc.set_isa(before)
+
+
+@pytest.fixture
+def threads():
+    """blockc.set_num_threads, the default thread count restored after the test."""
+    yield blockc.set_num_threads
+    blockc.set_num_threads(0)

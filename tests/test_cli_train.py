@@ -6,7 +6,6 @@ import re
 import numpy as np
 import pytest
 
-import blockc
 from blockc import GPT, GPTConfig
 from blockc._cli_train import markov_task, results_table
 from blockc.cli import main

@@ -17,31 +17,10 @@ from helpers import close_k, rnd
 
 import blockc
 from blockc.reference import block as ref
-from blockc.runtime import ISAS
 
 ops = pytest.importorskip("blockc.ops")
 
-# every instruction set this CPU has, or only the one BLOCKC_ISA forces (CI runs
-# this file a second time with BLOCKC_ISA=generic: the portable path alone)
-_forced = os.environ.get("BLOCKC_ISA")
-SUPPORTED = ([blockc.get_isa()] if _forced in ISAS
-             else list(ISAS[: ISAS.index(blockc.best_isa()) + 1]))
 EDGES = [1, 7, 13, 14, 15, 16, 17, 31, 32, 33, 63, 64, 65]
-
-
-@pytest.fixture(params=SUPPORTED)
-def isa(request):
-    before = blockc.get_isa()
-    blockc.set_isa(request.param)
-    yield request.param
-    blockc.set_isa(before)
-
-
-@pytest.fixture
-def threads():
-    """Restores the default thread count after the test."""
-    yield blockc.set_num_threads
-    blockc.set_num_threads(0)
 
 
 def oracle_linear(x, w, b=None):

@@ -1,8 +1,6 @@
 """Lower-precision weights (bfloat16, q8_0): the C quantisers against the NumPy
 oracle's (and against torch's and llama.cpp's where installed), the packed linear
 on every instruction set, and the whole model's accuracy budget against float32."""
-import os
-
 import numpy as np
 import pytest
 
@@ -11,21 +9,9 @@ from helpers import close_k, rnd
 import blockc
 from blockc import GPT, GPTConfig, ops
 from blockc.reference import gpt_forward, quant
-from blockc.runtime import ISAS
 
-_forced = os.environ.get("BLOCKC_ISA")
-SUPPORTED = ([blockc.get_isa()] if _forced in ISAS
-             else list(ISAS[: ISAS.index(blockc.best_isa()) + 1]))
 ORACLE = {"float32": lambda w: np.asarray(w, np.float32), "bfloat16": quant.bfloat16,
           "q8_0": quant.q8_0}
-
-
-@pytest.fixture(params=SUPPORTED)
-def isa(request):
-    before = blockc.get_isa()
-    blockc.set_isa(request.param)
-    yield request.param
-    blockc.set_isa(before)
 
 
 def _hard_weights(rows, cols, seed):

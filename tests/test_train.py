@@ -16,14 +16,6 @@ from blockc import AdamW, BlockConfig, GPT, GPTConfig
 from blockc.reference import block as ref_block
 from blockc.reference import gpt_forward
 from blockc.reference import grad as ref
-from blockc.runtime import ISAS
-
-
-@pytest.fixture
-def threads():
-    """blockc.set_num_threads, the default restored after the test."""
-    yield blockc.set_num_threads
-    blockc.set_num_threads(0)
 
 
 def rel(got, want):
@@ -128,14 +120,6 @@ def test_block_backward_every_option_matches_the_oracle(norm, placement, activat
     assert dx.dtype == np.float32 and dx.shape == x.shape
     assert rel(dx, rdx) <= 1e-4
     assert_grads(dW, rdW)
-
-
-@pytest.fixture(params=list(ISAS[: ISAS.index(blockc.best_isa()) + 1]))
-def isa(request):
-    before = blockc.get_isa()
-    blockc.set_isa(request.param)
-    yield request.param
-    blockc.set_isa(before)
 
 
 @pytest.mark.parametrize("t,d,heads,f", [(1, 8, 2, 8), (17, 32, 2, 33), (65, 48, 3, 100),
