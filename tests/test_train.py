@@ -466,17 +466,18 @@ def test_targets_changed_by_another_thread_give_one_of_the_checked_results():
 
 # -- the peers: torch.autograd ------------------------------------------------------------
 
-def test_block_backward_matches_torch_autograd():
+@pytest.mark.parametrize("t,d,heads,f", [(9, 16, 2, 40), (65, 48, 3, 100), (130, 64, 2, 33)])
+def test_block_backward_matches_torch_autograd(isa, t, d, heads, f):
     T = _torch()
     import torch_ref
     for norm, placement, activation, causal, residual in OPTIONS[::5]:
-        cfg = BlockConfig(d_model=16, n_heads=2, d_ff=40, norm=norm, placement=placement,
+        cfg = BlockConfig(d_model=d, n_heads=heads, d_ff=f, norm=norm, placement=placement,
                           activation=activation, causal=causal, residual=residual)
         W = block_weights(cfg, seed=9)
         tb = torch_ref.Block.like(cfg, W)
         rng = np.random.default_rng(3)
-        x = rng.standard_normal((2, 9, 16)).astype(np.float32)
-        dy = rng.standard_normal((2, 9, 16)).astype(np.float32)
+        x = rng.standard_normal((2, t, d)).astype(np.float32)
+        dy = rng.standard_normal((2, t, d)).astype(np.float32)
         tx = T.from_numpy(x.copy()).requires_grad_(True)
         (tb(tx) * T.from_numpy(dy)).sum().backward()
         dx, dW = blockc.block_backward(x, W, cfg, dy)
