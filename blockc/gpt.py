@@ -617,6 +617,7 @@ class GPT:
         self._params = params
         self._cptr = ffi.from_buffer("char[]", params, False)  # made once: params is never replaced
         self._tls = threading.local()  # each thread's workspace
+        self._special_ids: Dict[str, Any] = {}  # config.json's bos/eos/pad ids, when loaded
 
     # ---- construction -------------------------------------------------------
 
@@ -792,6 +793,7 @@ class GPT:
         """
         dtype = as_choice(dtype, "dtype", DTYPES)
         m = GPT(self._cfg, dtype=dtype)
+        m._special_ids = dict(getattr(self, "_special_ids", {}))
         for name in self._layout:
             m._write(name, self._read(name))
         return m

@@ -442,6 +442,7 @@ def load_dir(path: str, dtype: Optional[str] = None):
         whole[rows[0]:rows[1]] = t.to_float32()
         if rows[1] == layout[ours].shape[0]:  # the last slice: the tensor is whole
             m._write(ours, parts.pop(ours))
+    m._special_ids = special_ids(d)
     if tied_head:
         t = tensors[head]
         emb = [n for n, b, _, _ in spec if b == "token.weight"][0]
@@ -450,6 +451,21 @@ def load_dir(path: str, dtype: Optional[str] = None):
             raise BlockcValueError(f"{t.file}: tensor {head!r} differs from the token embedding, "
                                    "but config.json ties them (tie_word_embeddings)")
     return m
+
+
+#: config.json's token ids that generation reads: kept from a loaded directory, written back
+SPECIAL_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def special_ids(d: Mapping[str, Any]) -> Dict[str, Any]:
+    """The special token ids of a config dict that are ids (an int, or a list of ints)."""
+    out: Dict[str, Any] = {}
+    for k in SPECIAL_IDS:
+        v = d.get(k)
+        ok = lambda x: isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2 ** 63  # noqa: E731
+        if ok(v) or (isinstance(v, list) and v and len(v) <= 1024 and all(ok(x) for x in v)):
+            out[k] = list(v) if isinstance(v, list) else v
+    return out
 
 
 def _aligned(a: np.ndarray) -> np.ndarray:
@@ -467,6 +483,7 @@ def save_dir(m, path: str) -> None:
     # a q8_0 model's dequantised weights as float32
     bf16 = m.dtype == "bfloat16"
     d["torch_dtype"] = "bfloat16" if bf16 else "float32"
+    d.update(getattr(m, "_special_ids", {}))  # the end-of-text id etc. of the loaded directory
     tensors, bf16_names = {}, []
     whole: Dict[str, np.ndarray] = {}
     for name, ours, transposed, rows in fam.names(cfg):

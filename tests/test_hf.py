@@ -351,6 +351,21 @@ def test_cli_generate_errors_are_one_line(tmp_path):
     assert main(["generate", "--model", str(tmp_path / "m"), "--ids", "1,2", "--top-p", "2"]) == 2
 
 
+def test_save_pretrained_keeps_the_special_token_ids(tmp_path):
+    hm = hf_model(bos_token_id=3, eos_token_id=[5, 7], pad_token_id=1)
+    hm.save_pretrained(tmp_path / "a")
+    m = GPT.from_pretrained(tmp_path / "a")
+    m.astype("bfloat16").save_pretrained(tmp_path / "b")
+    d = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert (d["bos_token_id"], d["eos_token_id"], d["pad_token_id"]) == (3, [5, 7], 1)
+    # ids that are not ids are not carried over
+    cfg = json.loads((tmp_path / "a" / "config.json").read_text())
+    cfg["eos_token_id"] = "end"
+    (tmp_path / "a" / "config.json").write_text(json.dumps(cfg))
+    GPT.from_pretrained(tmp_path / "a").save_pretrained(tmp_path / "c")
+    assert "eos_token_id" not in json.loads((tmp_path / "c" / "config.json").read_text())
+
+
 def test_cli_convert_both_ways(tmp_path, capsys):
     from blockc.cli import main
     hm = hf_model(seed=12)
