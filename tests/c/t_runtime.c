@@ -87,10 +87,10 @@ static void setup(fixture *f)
     f->gcfg.layers = 2;
     f->gcfg.eps = 1e-5f;
     f->gcfg.tie_weights = 1;
-    size_t np = 0;
-    EXPECT_STATUS(BC_OK, bc_gpt_param_count(&np, &f->gcfg));
-    f->params = h_alloc(np);
-    h_fill(f->params, np, 8, 0.1f);
+    size_t nbytes = 0;  /* the packed layout's bytes (panels padded), not the count */
+    EXPECT_STATUS(BC_OK, bc_gpt_param_bytes(&nbytes, &f->gcfg));
+    f->params = h_alloc(nbytes / sizeof(float));
+    h_fill(f->params, nbytes / sizeof(float), 8, 0.1f);
     EXPECT_STATUS(BC_OK, bc_gpt_workspace_size(&f->gneed, &f->gcfg, B, T, NULL));
     f->gwork = h_alloc(f->gneed);
     for (int i = 0; i < B * T; i++)
