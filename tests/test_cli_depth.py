@@ -1,10 +1,11 @@
 """`blockc depth`: the chapter's stacking experiment from the command line."""
-import os
 import sys
 
 import pytest
 
 from blockc.cli import main
+
+from helpers import plots
 
 
 def test_depth_prints_the_129_stack_norms(capsys):
@@ -40,8 +41,7 @@ def test_depth_bad_arguments(capsys):
     assert "n_heads must divide d_model" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(bool(os.environ.get("BLOCKC_UNDER_SANITIZER")),
-                    reason="matplotlib's C++ extension aborts under an LD_PRELOADed ASan")
+@plots
 def test_depth_plot(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     out = tmp_path / "depth.png"

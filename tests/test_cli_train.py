@@ -10,6 +10,8 @@ from blockc import GPT, GPTConfig
 from blockc._cli_train import markov_task, results_table
 from blockc.cli import main
 
+from helpers import plots
+
 TEXT = ("the residual stream flows from the embedding to the output. "
         "attention mixes positions and the mlp mixes features. ") * 30
 
@@ -84,6 +86,7 @@ def test_train_a_checkpoint_with_its_tokenizer_then_generate(tmp_path, capsys):
     assert capsys.readouterr().out.strip()
 
 
+@plots
 def test_train_plots_the_loss_curve(tmp_path):
     pytest.importorskip("matplotlib")
     f = text_file(tmp_path)

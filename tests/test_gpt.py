@@ -1,7 +1,6 @@
 """The chapter-6 GPT in C: the chapter's milestone tests, the NumPy oracle, the KV cache,
 generation, the CLI and hostile input. PyTorch parity lives in test_gpt_torch.py."""
 import dataclasses
-import os
 import sys
 
 import numpy as np
@@ -13,6 +12,8 @@ from blockc import GPT, GPTConfig, gpt_parameter_count, gpt_parameter_formula
 from blockc._native import ffi, lib
 from blockc.cli import main as cli_main
 from blockc.reference import gpt_forward
+
+from helpers import plots
 
 SMALL = GPTConfig(vocab=101, context=24, width=32, heads=4, layers=3)
 UNTIED = GPTConfig(vocab=67, context=16, width=24, heads=3, layers=2, tie_weights=False)
@@ -542,8 +543,7 @@ def test_cli_norms(capsys):
     assert cli_main(["gpt", "--norms", "--seq", "0", "--layers", "1", "--vocab", "10"]) == 2
 
 
-@pytest.mark.skipif(bool(os.environ.get("BLOCKC_UNDER_SANITIZER")),
-                    reason="matplotlib's C++ extension aborts under an LD_PRELOADed ASan")
+@plots
 def test_cli_norms_plot(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     png = tmp_path / "norms.png"

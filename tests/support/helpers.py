@@ -1,9 +1,17 @@
 """Small helpers shared by the test modules (found through tests/conftest.py)."""
 from __future__ import annotations
 
-import numpy as np
+import os
 
-__all__ = ["rnd", "close", "close_k"]
+import numpy as np
+import pytest
+
+__all__ = ["rnd", "close", "close_k", "plots"]
+
+#: a test that draws with matplotlib: skipped under the sanitizer run, where matplotlib's
+#: C++ extension aborts with ASan LD_PRELOADed (and without matplotlib)
+plots = pytest.mark.skipif(bool(os.environ.get("BLOCKC_UNDER_SANITIZER")),
+                           reason="matplotlib's C++ extension aborts under an LD_PRELOADed ASan")
 
 
 def rnd(*shape, seed=0):
