@@ -206,11 +206,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                     row += "| | |"
                 rows.append(row)
                 del runners, fresh
-            for threads in (2,):
-                mb = memory("blockc", size, path, threads)
-                mt = memory("torch", size, path, threads) if torch else None
-                fmt = lambda r: "" if r is None else f"{r['peak_mb']:,.0f} ({r['step_mb']:,.0f})"  # noqa: E731
-                mem_rows.append(f"| {size} | {threads} | {fmt(mb)} | {fmt(mt)} |")
+            mb = memory("blockc", size, path, 2)
+            mt = memory("torch", size, path, 2) if torch else None
+            fmt = lambda r: "" if r is None else f"{r['peak_mb']:,.0f} ({r['step_mb']:,.0f})"  # noqa: E731
+            mem_rows.append(f"| {size} | 2 | {fmt(mb)} | {fmt(mt)} |")
             del m
     print()
     for r in rows:

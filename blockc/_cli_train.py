@@ -119,7 +119,7 @@ def _new_config(args, vocab: int) -> GPTConfig:
     else:
         fields = dict(width=128, heads=4, layers=4)
     fields.update(over)
-    fields["vocab"] = vocab if "vocab" not in over else over["vocab"]
+    fields["vocab"] = over.get("vocab", vocab)
     fields["context"] = over.get("context", args.seq)
     return GPTConfig(**fields)
 
@@ -184,16 +184,29 @@ def run_train(args: argparse.Namespace) -> int:
           f"{'tokens' if tok is not None else 'bytes'}; steps {start + 1}..{args.steps}", flush=True)
     clip = args.grad_clip if args.grad_clip > 0 else None
     t_start = time.perf_counter()
+
     def save(step: int) -> None:
         state.update(step=step, steps=args.steps, history=history)
         tr.save_run(out, m, opt, state, tok_file)
 
+    def on_step(rec: Dict[str, Any]) -> None:
+        say(f"step {rec['step']:>5}/{args.steps}  loss {rec['loss']:.4f}  lr {rec['lr']:.2e}  "
+            f"{rec['tokens_per_s']:,.0f} tokens/s")
+        if held.size and (rec["step"] % every == 0 or rec["step"] == args.steps):
+            rec["eval"] = tr.evaluate(m, held, args.seq, args.batch)
+            print(f"eval  {rec['step']:>5}/{args.steps}  held-out loss {rec['eval']:.4f}", flush=True)
+        history.append({k: (round(v, 6) if isinstance(v, float) else v) for k, v in rec.items()})
+        if "eval" in rec and rec["step"] < args.steps:
+            save(rec["step"])  # a checkpoint at every evaluation
+
     try:
-        _loop(args, m, opt, train, held, start, every, clip, say, history, save)
+        tr.fit(m, opt, train, steps=args.steps, start=start, batch=args.batch, seq=args.seq,
+               seed=args.seed, lr=args.lr, warmup=args.warmup, schedule=args.schedule,
+               max_grad_norm=clip, on_step=on_step)
     except KeyboardInterrupt:  # keep what was trained: --resume continues from here
-        save(history[-1]["step"] if history else start)
-        sys.stderr.write(f"blockc train: interrupted; saved step "
-                         f"{history[-1]['step'] if history else start} to {out}\n")
+        done = history[-1]["step"] if history else start
+        save(done)
+        sys.stderr.write(f"blockc train: interrupted; saved step {done} to {out}\n")
         raise
     dt = time.perf_counter() - t_start
     n_tok = (args.steps - start) * args.batch * args.seq
@@ -204,21 +217,6 @@ def run_train(args: argparse.Namespace) -> int:
         _plot_history(history, plot)
         print(f"wrote {plot}")
     return 0
-
-
-def _loop(args, m, opt, train, held, start, every, clip, say, history, save) -> None:
-    for step in range(start, args.steps):
-        rec = tr.fit(m, opt, train, steps=args.steps, start=step, stop=step + 1,
-                     batch=args.batch, seq=args.seq, seed=args.seed, lr=args.lr,
-                     warmup=args.warmup, schedule=args.schedule, max_grad_norm=clip)[0]
-        say(f"step {rec['step']:>5}/{args.steps}  loss {rec['loss']:.4f}  lr {rec['lr']:.2e}  "
-            f"{rec['tokens_per_s']:,.0f} tokens/s")
-        if held.size and (rec["step"] % every == 0 or rec["step"] == args.steps):
-            rec["eval"] = tr.evaluate(m, held, args.seq, args.batch)
-            print(f"eval  {rec['step']:>5}/{args.steps}  held-out loss {rec['eval']:.4f}", flush=True)
-        history.append({k: (round(v, 6) if isinstance(v, float) else v) for k, v in rec.items()})
-        if "eval" in rec and rec["step"] < args.steps:
-            save(rec["step"])  # a checkpoint at every evaluation
 
 
 def _plot_history(history: Sequence[Dict[str, Any]], path: str) -> None:

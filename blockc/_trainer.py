@@ -84,17 +84,14 @@ def lr_at(step: int, lr: float, warmup: int, steps: int, schedule: str) -> float
 
 
 def fit(m, opt: AdamW, tokens: np.ndarray, *, steps: int, batch: int, seq: int, seed: int = 0,
-        start: int = 0, stop: Optional[int] = None, lr: float, warmup: int = 0, schedule: str = "constant",
-        max_grad_norm: Optional[float] = 1.0, ignore: Optional[Callable] = None,
+        start: int = 0, lr: float, warmup: int = 0, schedule: str = "constant",
+        max_grad_norm: Optional[float] = 1.0,
         on_step: Optional[Callable[[Dict[str, Any]], None]] = None) -> List[Dict[str, Any]]:
-    """Train steps start..stop-1 of a run of ``steps`` (the schedule's length; stop
-    defaults to it); each step's record (step, loss, lr, tokens/s) is passed to
-    on_step and returned. ``ignore(targets)`` may mask targets (-100)."""
+    """Train steps start..steps-1 of a run of ``steps`` (the schedule's length); each
+    step's record (step, loss, lr, tokens/s) is passed to on_step and returned."""
     out = []
-    for step in range(start, steps if stop is None else stop):
+    for step in range(start, steps):
         x, y = batch_at(tokens, step, batch, seq, seed)
-        if ignore is not None:
-            y = ignore(y)
         opt.lr = lr_at(step, lr, warmup, steps, schedule)
         t0 = time.perf_counter()
         loss = m.train_step(x, y, opt, max_grad_norm=max_grad_norm)

@@ -164,6 +164,16 @@ def grad_norm(m, grads: np.ndarray) -> float:
     return float(out[0])
 
 
+def _betas(betas: Any) -> Tuple[float, float]:
+    """AdamW's (beta1, beta2), each a float in [0, 1)."""
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise BlockcTypeError(f"betas must be a pair of floats, got {betas!r}")
+    out = (as_real(betas[0], "betas[0]", 0.0), as_real(betas[1], "betas[1]", 0.0))
+    if not all(b < 1.0 for b in out):
+        raise BlockcValueError(f"betas must lie in [0, 1), got {betas!r}")
+    return out
+
+
 class AdamW:
     """AdamW (Loshchilov and Hutter), with the update of ``torch.optim.AdamW``.
 
@@ -209,11 +219,7 @@ class AdamW:
         _trainable(model)
         self.model = model
         self.lr = lr
-        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-            raise BlockcTypeError(f"betas must be a pair of floats, got {betas!r}")
-        self.betas = (as_real(betas[0], "betas[0]", 0.0), as_real(betas[1], "betas[1]", 0.0))
-        if not all(b < 1.0 for b in self.betas):
-            raise BlockcValueError(f"betas must lie in [0, 1), got {betas!r}")
+        self.betas = _betas(betas)
         self.eps = as_real(eps, "eps", 0.0)
         self.weight_decay = as_real(weight_decay, "weight_decay", 0.0)
         self.decay = as_choice(decay, "decay", list(DECAY))
@@ -224,8 +230,7 @@ class AdamW:
         self._check_lr()
 
     def _check_lr(self) -> float:
-        lr = as_real(self.lr, "lr", 0.0)
-        return lr
+        return as_real(self.lr, "lr", 0.0)
 
     def _apply(self, grads: np.ndarray, grad_scale: float = 1.0) -> None:
         c = ffi.new("bc_adamw_config *", dict(
@@ -322,18 +327,14 @@ class AdamW:
         m = pack_grads(self.model, st["exp_avg"], "state['exp_avg']")
         v = pack_grads(self.model, st["exp_avg_sq"], "state['exp_avg_sq']")
         steps = as_int(st["steps"], "state['steps']", 0)
-        betas = st.get("betas", self.betas)
-        probe = AdamW.__new__(AdamW)  # validate the hyperparameters before changing anything
-        probe.betas = (as_real(betas[0], "betas[0]", 0.0), as_real(betas[1], "betas[1]", 0.0))
-        if not all(b < 1.0 for b in probe.betas):
-            raise BlockcValueError(f"betas must lie in [0, 1), got {betas!r}")
+        betas = _betas(st.get("betas", self.betas))  # every value checked before any is set
         eps = as_real(st.get("eps", self.eps), "eps", 0.0)
         wd = as_real(st.get("weight_decay", self.weight_decay), "weight_decay", 0.0)
         decay = as_choice(st.get("decay", self.decay), "decay", list(DECAY))
         lr = as_real(st.get("lr", self.lr), "lr", 0.0)
         self._m[...], self._v[...] = m, v
         self.steps, self.betas, self.eps, self.weight_decay, self.decay, self.lr = (
-            steps, probe.betas, eps, wd, decay, lr)
+            steps, betas, eps, wd, decay, lr)
 
     def __repr__(self) -> str:
         return (f"AdamW(lr={self.lr}, betas={self.betas}, eps={self.eps}, "
