@@ -40,10 +40,12 @@ class Tokenizer:
     """
 
     def __init__(self, tok: Any, eos_token_id: Optional[int] = None,
-                 bos_token_id: Optional[int] = None):
+                 bos_token_id: Optional[int] = None, chat_template: Any = None):
         self._tok = tok
         self.eos_token_id = eos_token_id
         self.bos_token_id = bos_token_id
+        self._chat = chat_template  # a blockc.chat.ChatTemplate, or None: read on first use
+        self._dir: Optional[str] = None
 
     @classmethod
     def from_pretrained(cls, path: Union[str, "os.PathLike[str]"]) -> "Tokenizer":
@@ -99,7 +101,9 @@ class Tokenizer:
                 eos = tok.token_to_id(e)
         if isinstance(eos, list):  # several end ids: the first is the one a tokenizer has
             eos = eos[0] if eos else None
-        return cls(tok, eos if isinstance(eos, int) else None, bos if isinstance(bos, int) else None)
+        out = cls(tok, eos if isinstance(eos, int) else None, bos if isinstance(bos, int) else None)
+        out._dir = d
+        return out
 
     @property
     def vocab_size(self) -> int:
@@ -184,6 +188,60 @@ class Tokenizer:
         if not isinstance(token, str):
             raise BlockcTypeError(f"token must be a str, got {type(token).__name__}")
         return self._tok.token_to_id(token)
+
+    @property
+    def chat_template(self) -> Any:
+        """The checkpoint's :class:`blockc.chat.ChatTemplate` (read on first use), or None."""
+        if self._chat is None and self._dir is not None:
+            from .chat import ChatTemplate, load_chat_template, special_tokens
+            src = load_chat_template(self._dir)
+            if src is not None:
+                self._chat = ChatTemplate(src, special_tokens(self._dir))
+        return self._chat
+
+    def apply_chat_template(self, messages: Sequence[Any], add_generation_prompt: bool = True,
+                            **variables: Any) -> Any:
+        """A conversation as the checkpoint's chat template renders it, and its ids.
+
+        The text and ids are transformers' ``apply_chat_template`` on the same
+        directory: the ids are the text's tokens with no special token added (a BOS
+        the template writes is the only one). See :mod:`blockc.chat`.
+
+        Parameters
+        ----------
+        messages : sequence of dict
+            ``{"role": ..., "content": ...}`` each.
+        add_generation_prompt : bool, optional
+            End with the assistant turn's header (the default).
+        **variables
+            More template variables.
+
+        Returns
+        -------
+        blockc.chat.ChatPrompt
+            ``(text, ids)``.
+
+        Raises
+        ------
+        ValueError
+            The checkpoint has no chat template, or the template refused the
+            conversation (:class:`blockc.chat.ChatTemplateError`).
+        TypeError
+            Messages that are not dicts of JSON-like values.
+        ImportError
+            jinja2 is not installed.
+
+        Examples
+        --------
+        >>> tok.apply_chat_template([{"role": "user", "content": "Hi"}]).text  # doctest: +SKIP
+        '<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n'
+        """
+        from .chat import apply_chat_template
+        template = self.chat_template
+        if template is None:
+            raise BlockcValueError("this tokenizer has no chat template (chat_template.jinja, "
+                                   "tokenizer_config.json's chat_template or chat_template.json)")
+        return apply_chat_template(self, template, messages, add_generation_prompt, **variables)
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size}, eos_token_id={self.eos_token_id})"

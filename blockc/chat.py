@@ -1,0 +1,441 @@
+"""Chat templates: a conversation as the prompt text a chat model was trained on.
+
+A Hugging Face checkpoint carries its template as Jinja source, in
+``chat_template.jinja``, in ``tokenizer_config.json``'s ``chat_template`` field, or
+in a processor's ``chat_template.json``. :class:`ChatTemplate` renders it exactly as
+transformers' ``apply_chat_template`` does: jinja2's ``ImmutableSandboxedEnvironment``
+(``trim_blocks``, ``lstrip_blocks``, loop controls), the variables transformers
+passes (``messages``, ``add_generation_prompt``, ``tools=None``, ``documents=None``,
+the special tokens ``bos_token``, ``eos_token``, ...), the globals
+``raise_exception``, ``strftime_now``, ``dict`` and a ``namespace`` refusing
+underscore names, and a ``tojson`` that does not escape HTML. The text is then
+tokenized with no special tokens added: a template that writes its BOS itself gets
+one BOS, not two.
+
+jinja2 (>= 3.1.6: older versions have known sandbox escapes, and templates are
+untrusted code) is an optional extra: ``pip install 'blockc[chat]'``.
+
+>>> t = ChatTemplate("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\\n{% endfor %}"
+...                  "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+>>> t.render([{"role": "user", "content": "Hi"}])   # doctest: +SKIP
+'<|user|>Hi\\n<|assistant|>'
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+from datetime import datetime
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Union
+
+import numpy as np
+
+from ._errors import BlockcTypeError, BlockcValueError
+
+__all__ = ["ChatTemplate", "ChatPrompt", "ChatTemplateError", "load_chat_template",
+           "special_tokens"]
+
+# the named special tokens transformers passes to a template (its SPECIAL_TOKENS_ATTRIBUTES)
+_SPECIAL = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
+            "mask_token")
+_REASONING = ("reasoning_content", "thinking", "reasoning")
+_MAX_TEMPLATE = 1 << 20  # bytes: a template is a page of Jinja, not a megabyte
+
+
+class ChatTemplateError(BlockcValueError):
+    """A template refused the conversation (its ``raise_exception``), or does not compile."""
+
+
+class ChatPrompt(NamedTuple):
+    """A rendered conversation: the text and its token ids (int64)."""
+    text: str
+    ids: np.ndarray
+
+
+def _jinja():
+    try:
+        import jinja2
+        import jinja2.ext
+        import jinja2.sandbox
+    except ImportError:
+        raise ImportError("chat templates need jinja2: pip install 'blockc[chat]'") from None
+    major, minor, patch = (tuple(int(x) for x in jinja2.__version__.split(".")[:3] if x.isdigit())
+                           + (0, 0, 0))[:3]
+    if (major, minor, patch) < (3, 1, 6):
+        raise ImportError(f"chat templates need jinja2 >= 3.1.6 (sandbox fixes), found "
+                          f"{jinja2.__version__}: pip install -U jinja2")
+    return jinja2
+
+
+def _environment():
+    jinja2 = _jinja()
+    from jinja2 import nodes
+    from jinja2.ext import Extension
+
+    class Generation(Extension):
+        """``{% generation %}...{% endgeneration %}`` (marks assistant text for training
+        masks in transformers): rendered as its body."""
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+        def _body(self, caller):
+            return caller()
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        # Jinja's own tojson escapes <, >, & and ' for HTML: a prompt is not HTML
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    def strftime_now(fmt):
+        return datetime.now().strftime(fmt)
+
+    class TemplateDict:
+        def __call__(self, *args, **kwargs):
+            return dict(*args, **kwargs)
+
+        def fromkeys(self, *args, **kwargs):
+            return dict.fromkeys(*args, **kwargs)
+
+    class TemplateNamespace(jinja2.utils.Namespace):
+        # no underscore names: nothing reaches CPython's internals through a namespace
+        def __init__(*args, **kwargs):
+            self, args = args[0], args[1:]
+            attrs = dict(*args, **kwargs)
+            for name in attrs:
+                TemplateNamespace._check(name)
+            jinja2.utils.Namespace.__init__(self, attrs)
+
+        def __setitem__(self, name, value):
+            TemplateNamespace._check(name)
+            jinja2.utils.Namespace.__setitem__(self, name, value)
+
+        @staticmethod
+        def _check(name):
+            if isinstance(name, str) and name.startswith("_"):
+                raise jinja2.exceptions.SecurityError(
+                    f"a chat template cannot set the underscore name {name!r} on a namespace")
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now,
+                       dict=TemplateDict(), namespace=TemplateNamespace)
+    return env
+
+
+def _plain(x: Any, where: str) -> Any:
+    """A deep copy of JSON-like data (dict, list, str, numbers, bool, None) the template
+    may read but never change the caller's copy of."""
+    if isinstance(x, Mapping):
+        return {str(k): _plain(v, where) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v, where) for v in x]
+    if x is None or isinstance(x, (str, bool, int, float)):
+        return x
+    raise BlockcTypeError(f"{where}: values must be JSON-like (dict, list, str, number, bool, "
+                          f"None), got {type(x).__name__}")
+
+
+def _messages(messages: Any) -> List[Dict[str, Any]]:
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise BlockcTypeError("messages must be a sequence of dicts with 'role' and 'content', "
+                              f"got {type(messages).__name__}")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping):
+            raise BlockcTypeError(f"messages[{i}] must be a dict, got {type(m).__name__}")
+        if not isinstance(m.get("role"), str):
+            raise BlockcValueError(f"messages[{i}] needs a str 'role'")
+        m = _plain(m, f"messages[{i}]")
+        reasoning = next((m[k] for k in _REASONING if m.get(k) is not None), None)
+        if reasoning is not None:  # transformers' aliases for the reasoning field
+            m = {"thinking": reasoning, **m, "reasoning_content": reasoning}
+        out.append(m)
+    return out
+
+
+class ChatTemplate:
+    """A chat template's Jinja source, compiled once, with the special tokens it sees.
+
+    Parameters
+    ----------
+    source : str
+        The template.
+    special_tokens : mapping of str to str, optional
+        ``bos_token``, ``eos_token``, ... as the tokenizer's config names them.
+
+    Raises
+    ------
+    ImportError
+        jinja2 (>= 3.1.6) is not installed.
+    TypeError
+        ``source`` is not a str.
+    ChatTemplateError
+        The template does not compile.
+    """
+
+    def __init__(self, source: str, special_tokens: Optional[Mapping[str, str]] = None):
+        if not isinstance(source, str):
+            raise BlockcTypeError(f"source must be a str, got {type(source).__name__}")
+        jinja2 = _jinja()
+        self.source = source
+        self.special_tokens = {k: str(v) for k, v in (special_tokens or {}).items()
+                               if v is not None}
+        try:
+            self._template = _environment().from_string(source)
+        except jinja2.exceptions.TemplateError as e:
+            raise ChatTemplateError(f"the chat template does not compile: {e}") from None
+
+    @classmethod
+    def from_pretrained(cls, path: Union[str, "os.PathLike[str]"]) -> "ChatTemplate":
+        """The template of a checkpoint directory (see :func:`load_chat_template`).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+
+        Returns
+        -------
+        ChatTemplate
+
+        Raises
+        ------
+        ValueError
+            The directory has no chat template, or it does not compile.
+        ImportError
+            jinja2 is not installed.
+
+        Examples
+        --------
+        >>> ChatTemplate.from_pretrained("chat-model-dir")   # doctest: +SKIP
+        ChatTemplate(1234 characters)
+        """
+        src = load_chat_template(path)
+        if src is None:
+            raise BlockcValueError(f"{os.fspath(path)}: no chat template (chat_template.jinja, "
+                                   "tokenizer_config.json's chat_template or chat_template.json)")
+        return cls(src, special_tokens(path))
+
+    def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
+               **variables: Any) -> str:
+        """The prompt text of a conversation.
+
+        Parameters
+        ----------
+        messages : sequence of dict
+            Each with a ``role`` (str) and usually a ``content``.
+        add_generation_prompt : bool, optional
+            End with the header of the assistant's turn (the default), so the model's
+            next tokens are its answer.
+        **variables
+            More template variables (they override the special tokens, as in
+            transformers).
+
+        Returns
+        -------
+        str
+
+        Raises
+        ------
+        TypeError
+            Messages that are not dicts of JSON-like values.
+        ChatTemplateError
+            The template refused the conversation (``raise_exception``), or failed.
+
+        Examples
+        --------
+        >>> t = ChatTemplate("{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}",
+        ...                  {"bos_token": "<s>"})            # doctest: +SKIP
+        >>> t.render([{"role": "user", "content": "Hi"}])   # doctest: +SKIP
+        '<s>Hi'
+        """
+        jinja2 = _jinja()
+        if not isinstance(add_generation_prompt, bool):
+            raise BlockcTypeError("add_generation_prompt must be a bool")
+        msgs = _messages(messages)
+        kw = {**self.special_tokens, **_plain(variables, "variables")}
+        kw.setdefault("tools", None)
+        kw.setdefault("documents", None)
+        try:
+            return self._template.render(messages=msgs, add_generation_prompt=add_generation_prompt,
+                                         **kw)
+        except jinja2.exceptions.TemplateError as e:
+            raise ChatTemplateError(f"the chat template refused the conversation: {e}") from None
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+            raise ChatTemplateError(f"the chat template failed: {type(e).__name__}: {e}") from None
+
+    def __repr__(self) -> str:
+        return f"ChatTemplate({len(self.source)} characters)"
+
+
+def _read_text(path: str) -> Optional[str]:
+    if not os.path.isfile(path):
+        return None
+    if os.path.getsize(path) > _MAX_TEMPLATE:
+        raise BlockcValueError(f"{path}: larger than {_MAX_TEMPLATE} bytes")
+    with open(path, encoding="utf-8") as f:
+        return f.read(_MAX_TEMPLATE + 1)
+
+
+def _read_json(path: str) -> dict:
+    if not os.path.isfile(path):
+        return {}
+    if os.path.getsize(path) > 64 * _MAX_TEMPLATE:  # added-token tables make configs long
+        raise BlockcValueError(f"{path}: too large for a tokenizer config")
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+    except ValueError as e:  # UnicodeDecodeError included
+        raise BlockcValueError(f"{path}: not UTF-8 JSON: {e}") from None
+    return d if isinstance(d, dict) else {}
+
+
+def _pick(template: Any, where: str) -> Optional[str]:
+    """A template field: a str, or transformers' list of {name, template} (the 'default')."""
+    if template is None or isinstance(template, str):
+        return template
+    if isinstance(template, list):
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        if isinstance(named.get("default"), str):
+            return named["default"]
+    raise BlockcValueError(f"{where}: chat_template must be a str or a list of named "
+                           "templates with a 'default'")
+
+
+def load_chat_template(path: Union[str, "os.PathLike[str]"]) -> Optional[str]:
+    """The Jinja source of a checkpoint's chat template, or None.
+
+    Looked for, in transformers' order: ``chat_template.jinja``, then
+    ``tokenizer_config.json``'s ``chat_template`` (a str, or a list of named
+    templates: the ``default``), then ``chat_template.json``'s ``chat_template``; a
+    ``.gguf`` file's ``tokenizer.chat_template`` when ``path`` is one.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The checkpoint directory (or a file in it).
+
+    Returns
+    -------
+    str or None
+
+    Raises
+    ------
+    ValueError
+        A file that is there but unreadable (not UTF-8, not JSON, over a megabyte,
+        a template field of the wrong type).
+
+    Examples
+    --------
+    >>> load_chat_template("gpt2-dir") is None          # doctest: +SKIP
+    True
+    """
+    p = os.fspath(path)
+    if os.path.isfile(p) and p.endswith(".gguf"):
+        return _gguf_template(p)
+    d = p if os.path.isdir(p) else os.path.dirname(p)
+    try:
+        src = _read_text(os.path.join(d, "chat_template.jinja"))
+        if src is not None:
+            return src
+        f = os.path.join(d, "tokenizer_config.json")
+        src = _pick(_read_json(f).get("chat_template"), f)
+        if src is not None:
+            return src
+        f = os.path.join(d, "chat_template.json")
+        return _pick(_read_json(f).get("chat_template"), f)
+    except UnicodeDecodeError as e:
+        raise BlockcValueError(f"{d}: a chat template file is not UTF-8: {e}") from None
+
+
+def _gguf_template(path: str) -> Optional[str]:
+    try:
+        import gguf  # the reference package: reads metadata only, tensors stay on disk
+    except ImportError:
+        raise ImportError("a GGUF file's chat template needs the gguf package") from None
+    try:
+        r = gguf.GGUFReader(path, "r")
+    except Exception as e:  # the reader's own errors: a file it cannot parse
+        raise BlockcValueError(f"{path}: not a GGUF file gguf reads: {e}") from None
+    f = r.fields.get("tokenizer.chat_template")
+    if f is None:
+        return None
+    try:
+        return bytes(f.parts[f.data[0]]).decode("utf-8")
+    except (IndexError, UnicodeDecodeError) as e:
+        raise BlockcValueError(f"{path}: tokenizer.chat_template is not UTF-8 text: {e}") from None
+
+
+def special_tokens(path: Union[str, "os.PathLike[str]"]) -> Dict[str, str]:
+    """The named special tokens (``bos_token``, ``eos_token``, ...) of a checkpoint, as
+    strings: from ``tokenizer_config.json``, else ``special_tokens_map.json``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    dict of str to str
+
+    Raises
+    ------
+    ValueError
+        A config file that is not JSON.
+
+    Examples
+    --------
+    >>> special_tokens("gpt2-dir")                       # doctest: +SKIP
+    {'bos_token': '<|endoftext|>', 'eos_token': '<|endoftext|>', 'unk_token': '<|endoftext|>'}
+    """
+    p = os.fspath(path)
+    d = p if os.path.isdir(p) else os.path.dirname(p)
+    out: Dict[str, str] = {}
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        cfg = _read_json(os.path.join(d, name))
+        for k in _SPECIAL:
+            v = cfg.get(k)
+            v = v.get("content") if isinstance(v, dict) else v
+            if isinstance(v, str) and k not in out:
+                out[k] = v
+    return out
+
+
+def apply_chat_template(tokenizer: Any, template: ChatTemplate,
+                        messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
+                        **variables: Any) -> ChatPrompt:
+    """Render ``messages`` with ``template`` and tokenize the text with ``tokenizer``
+    adding no special tokens (a BOS the template writes is the only BOS).
+
+    Parameters
+    ----------
+    tokenizer : blockc.text.Tokenizer
+    template : ChatTemplate
+    messages : sequence of dict
+    add_generation_prompt : bool, optional
+    **variables
+        More template variables.
+
+    Returns
+    -------
+    ChatPrompt
+
+    Raises
+    ------
+    TypeError, ChatTemplateError
+        As :meth:`ChatTemplate.render`.
+
+    Examples
+    --------
+    >>> apply_chat_template(tok, ChatTemplate.from_pretrained(d), msgs).ids   # doctest: +SKIP
+    array([...])
+    """
+    text = template.render(messages, add_generation_prompt, **variables)
+    return ChatPrompt(text, tokenizer.encode(text, add_special_tokens=False))
