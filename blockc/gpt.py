@@ -565,6 +565,107 @@ class KVCache:
         with self._lock:
             self._lengths[:] = 0
 
+    def truncate(self, seq: int, n: int) -> None:
+        """Forget sequence ``seq``'s positions from ``n`` on: it continues at position ``n``.
+
+        Parameters
+        ----------
+        seq : int in [0, batch)
+        n : int in [0, lengths[seq]]
+
+        Raises
+        ------
+        TypeError
+            Indices that are not integers.
+        ValueError
+            ``seq`` outside the batch, or ``n`` past the sequence's length.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> c = m.new_cache(2, 8); _ = m(np.array([[1, 2, 3], [4, 5, 6]]), cache=c)
+        >>> c.truncate(1, 1); c.lengths
+        (3, 1)
+        """
+        seq = as_int(seq, "seq", 0, self._batch - 1)
+        n = as_int(n, "n", 0)
+        with self._lock:
+            if n > int(self._lengths[seq]):
+                raise BlockcValueError(f"n must be at most sequence {seq}'s length "
+                                       f"{int(self._lengths[seq])}, got {n}")
+            check(lib.bc_gpt_cache_truncate(self._c(), self._cfg._c(), seq, n), "truncate")
+
+    def copy_prefix(self, dst: int, src: int, n: int) -> None:
+        """Copy sequence ``src``'s first ``n`` positions into sequence ``dst``, whose
+        length becomes ``n``: ``dst`` then continues with the bits ``src`` would
+        (a conversation's next turn reuses its earlier keys and values instead of
+        recomputing them).
+
+        Parameters
+        ----------
+        dst, src : int in [0, batch)
+        n : int in [0, lengths[src]]
+
+        Raises
+        ------
+        TypeError
+            Indices that are not integers.
+        ValueError
+            An index outside the batch, or ``n`` past ``src``'s length.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> c = m.new_cache(2, 8); _ = m(np.array([[1, 2, 3], [4, 5, 6]]), cache=c)
+        >>> c.copy_prefix(1, 0, 2); c.lengths
+        (3, 2)
+        """
+        dst = as_int(dst, "dst", 0, self._batch - 1)
+        src = as_int(src, "src", 0, self._batch - 1)
+        n = as_int(n, "n", 0)
+        with self._lock:
+            if n > int(self._lengths[src]):
+                raise BlockcValueError(f"n must be at most sequence {src}'s length "
+                                       f"{int(self._lengths[src])}, got {n}")
+            check(lib.bc_gpt_cache_copy(self._c(), self._cfg._c(), dst, src, n), "copy_prefix")
+
+    def view(self, start: int, stop: int) -> "KVCache":
+        """Sequences ``start`` .. ``stop - 1`` as a cache of their own, sharing this
+        one's memory, lengths and lock: a model run on the view reads and appends to
+        those sequences alone (a server decodes its active slots without touching
+        the rest).
+
+        Parameters
+        ----------
+        start : int in [0, batch)
+        stop : int in (start, batch]
+
+        Returns
+        -------
+        KVCache
+
+        Raises
+        ------
+        TypeError
+            Indices that are not integers.
+        ValueError
+            An empty or out-of-range span.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> c = m.new_cache(3, 8); _ = m(np.array([[1], [2]]), cache=c.view(1, 3)); c.lengths
+        (0, 1, 1)
+        """
+        start = as_int(start, "start", 0, self._batch - 1)
+        stop = as_int(stop, "stop", start + 1, self._batch)
+        out = object.__new__(KVCache)
+        out._cfg, out._owner, out._lock = self._cfg, self._owner, self._lock
+        out._k, out._v = self._k[start:stop], self._v[start:stop]
+        out._lengths = self._lengths[start:stop]
+        out._row_floats, out._batch, out._capacity = self._row_floats, stop - start, self._capacity
+        return out
+
     def _c(self, row: Optional[int] = None):
         """The C struct over the whole cache, or over sequence ``row`` alone (batch 1)."""
         lengths = ffi.from_buffer("size_t[]", self._lengths)

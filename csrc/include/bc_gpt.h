@@ -162,6 +162,33 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
                    const void *ids, int ids_type, size_t batch, size_t seq, int last_only,
                    float *work, size_t work_size);
 
+/* ---- cache operations: prefix reuse, moving sequences between slots -------
+ * On a cache laid out for cfg (its k, v, batch and capacity; per-sequence
+ * lengths, or the shared length when lengths is NULL). A server keeps a
+ * finished conversation's keys and values and continues the next turn from
+ * them; these move a sequence's positions without recomputing them, so the
+ * positions kept are the bits the forward pass wrote. Each reads the cache's
+ * fields once and checks them as bc_gpt_forward does. */
+
+/* Forget every position of sequence seq from n on (n <= its length): its
+ * length becomes n, and the next forward continues at position n. With
+ * lengths NULL the shared length is cut (every sequence).
+ * Errors (nothing changed): BC_ENULL, BC_ESIZE (a zero batch or capacity, a
+ * stored length past the capacity), BC_ECONTEXT (capacity past the context),
+ * BC_ERANGE (seq >= batch, or n past the sequence's length). */
+int bc_gpt_cache_truncate(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t seq, size_t n);
+
+/* Copy the first n positions of sequence src (keys and values of every layer
+ * and K/V head) into sequence dst and set dst's length to n: dst continues as
+ * if it had computed them itself (the same bits, so the same logits after).
+ * src's positions and every other sequence are unchanged; dst == src
+ * truncates. Needs per-sequence lengths (lengths not NULL) unless batch is 1.
+ * Errors (nothing changed): as bc_gpt_cache_truncate (BC_ERANGE: dst or src
+ * >= batch, n past src's length), BC_EOPTION (lengths NULL with batch > 1),
+ * BC_EALIAS (k, v and lengths overlap), BC_EOVERFLOW. */
+int bc_gpt_cache_copy(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t dst, size_t src,
+                      size_t n);
+
 /* ---- training ------------------------------------------------------------
  * float32 weights only (dtype BC_DTYPE_F32; anything else is BC_EOPTION).
  * Gradients live in a buffer laid out as the parameters (bc_gpt_param_bytes

@@ -579,10 +579,94 @@ static void ragged_checks(int dtype)
     EXPECT(memcmp(keep, lg, NB(B * V)) == 0);
 }
 
+/* truncate and copy: a prefix copied to another sequence continues with the bits
+ * the source gets, across a tile edge (CAP > 64); misuse refused, nothing changed */
+static void cache_ops_checks(int dtype)
+{
+    bc_gpt_config c = h_llama_config(0);
+    c.dtype = dtype;
+    c.context = 80;
+    enum { B = 3, CAP = 70, T = 67 };
+    const size_t V = c.vocab;
+    unsigned char *p = random_params(&c, 9);
+    size_t nc = 0, nc1 = 0, nw = 0;
+    EXPECT_STATUS(BC_OK, bc_gpt_cache_size(&nc, &c, B, CAP));
+    EXPECT_STATUS(BC_OK, bc_gpt_cache_size(&nc1, &c, 1, CAP));
+    float *k = h_alloc(nc), *v = h_alloc(nc), *k1 = h_alloc(nc1), *v1 = h_alloc(nc1);
+    size_t *lengths = h_alloc_bytes(B * sizeof(size_t));
+    lengths[0] = lengths[1] = lengths[2] = 0;
+    EXPECT_STATUS(BC_OK, bc_gpt_workspace_size(&nw, &c, 1, T, NULL));
+    float *work = h_alloc(nw), *lg = h_alloc(V), *want = h_alloc(V);
+    int64_t ids[T];
+    for (size_t i = 0; i < T; i++)
+        ids[i] = (int64_t)((i * 7 + 3) % V);
+    bc_gpt_cache r0 = {k, v, 1, CAP, 0, lengths}, r2 = {k + 2 * nc1, v + 2 * nc1, 1, CAP, 0, lengths + 2};
+    bc_gpt_cache all = {k, v, B, CAP, 0, lengths};
+    EXPECT_STATUS(BC_OK, bc_gpt_forward(NULL, NULL, &r0, p, &c, ids, BC_IDS_INT64, 1, T - 1, 1, work, nw));
+    EXPECT(lengths[0] == T - 1);
+    /* the whole sequence in one batch-1 cache: the logits to match */
+    bc_gpt_cache alone = {k1, v1, 1, CAP, 0, NULL};
+    EXPECT_STATUS(BC_OK, bc_gpt_forward(want, NULL, &alone, p, &c, ids, BC_IDS_INT64, 1, T, 1, work, nw));
+    /* sequence 0's 66 positions into sequence 2, then the last token there */
+    EXPECT_STATUS(BC_OK, bc_gpt_cache_copy(&all, &c, 2, 0, T - 1));
+    EXPECT(lengths[2] == T - 1 && lengths[0] == T - 1 && lengths[1] == 0);
+    EXPECT_STATUS(BC_OK, bc_gpt_forward(lg, NULL, &r2, p, &c, ids + T - 1, BC_IDS_INT64, 1, 1, 1, work, nw));
+    EXPECT(memcmp(lg, want, NB(V)) == 0);
+    /* a shorter prefix (inside the first tile): truncate, recompute the rest */
+    EXPECT_STATUS(BC_OK, bc_gpt_cache_copy(&all, &c, 1, 0, 10));
+    EXPECT(lengths[1] == 10);
+    bc_gpt_cache r1 = {k + nc1, v + nc1, 1, CAP, 0, lengths + 1};
+    EXPECT_STATUS(BC_OK, bc_gpt_forward(lg, NULL, &r1, p, &c, ids + 10, BC_IDS_INT64, 1, T - 10, 1, work, nw));
+    EXPECT(memcmp(lg, want, NB(V)) == 0);
+    EXPECT_STATUS(BC_OK, bc_gpt_cache_truncate(&all, &c, 0, 3));
+    EXPECT(lengths[0] == 3);
+    EXPECT_STATUS(BC_OK, bc_gpt_forward(lg, NULL, &r0, p, &c, ids + 3, BC_IDS_INT64, 1, T - 3, 1, work, nw));
+    EXPECT(memcmp(lg, want, NB(V)) == 0);
+    EXPECT_STATUS(BC_OK, bc_gpt_cache_copy(&all, &c, 0, 0, 5));  /* dst == src: a truncation */
+    EXPECT(lengths[0] == 5);
+    /* misuse: refused, the lengths and the keys as they were */
+    float *kk = h_alloc(nc);
+    memcpy(kk, k, NB(nc));
+    lengths[0] = T; lengths[1] = 4; lengths[2] = 2;
+    EXPECT_STATUS(BC_ERANGE, bc_gpt_cache_copy(&all, &c, 3, 0, 1));
+    EXPECT_STATUS(BC_ERANGE, bc_gpt_cache_copy(&all, &c, 0, B, 1));
+    EXPECT_STATUS(BC_ERANGE, bc_gpt_cache_copy(&all, &c, 1, 2, 3));
+    EXPECT_STATUS(BC_ERANGE, bc_gpt_cache_truncate(&all, &c, B, 0));
+    EXPECT_STATUS(BC_ERANGE, bc_gpt_cache_truncate(&all, &c, 1, 5));
+    EXPECT_STATUS(BC_ENULL, bc_gpt_cache_copy(NULL, &c, 1, 0, 1));
+    EXPECT_STATUS(BC_ENULL, bc_gpt_cache_truncate(&all, NULL, 0, 1));
+    bc_gpt_cache bad = all;
+    bad.k = NULL;
+    EXPECT_STATUS(BC_ENULL, bc_gpt_cache_copy(&bad, &c, 1, 0, 1));
+    bad = all; bad.capacity = 81;
+    EXPECT_STATUS(BC_ECONTEXT, bc_gpt_cache_copy(&bad, &c, 1, 0, 1));
+    bad = all; bad.batch = 0;
+    EXPECT_STATUS(BC_ESIZE, bc_gpt_cache_truncate(&bad, &c, 0, 0));
+    bad = all; bad.lengths = NULL;
+    EXPECT_STATUS(BC_EOPTION, bc_gpt_cache_copy(&bad, &c, 1, 0, 0));
+    bad = all; bad.v = k + 1;
+    EXPECT_STATUS(BC_EALIAS, bc_gpt_cache_copy(&bad, &c, 1, 0, 1));
+    bad = all; bad.lengths = (size_t *)(void *)(v + 8);
+    EXPECT_STATUS(BC_EALIAS, bc_gpt_cache_truncate(&bad, &c, 0, 0));
+    lengths[0] = CAP + 1;
+    EXPECT_STATUS(BC_ESIZE, bc_gpt_cache_copy(&all, &c, 1, 0, 1));
+    EXPECT(lengths[0] == CAP + 1 && lengths[1] == 4 && lengths[2] == 2);
+    EXPECT(memcmp(kk, k, NB(nc)) == 0);
+    /* a shared length (lengths NULL): truncate cuts it; batch 1 copies onto itself */
+    bc_gpt_cache shared = {k1, v1, 1, CAP, T, NULL};
+    EXPECT_STATUS(BC_OK, bc_gpt_cache_truncate(&shared, &c, 0, 7));
+    EXPECT(shared.length == 7);
+    EXPECT_STATUS(BC_OK, bc_gpt_cache_copy(&shared, &c, 0, 0, 2));
+    EXPECT(shared.length == 2);
+    EXPECT_STATUS(BC_ERANGE, bc_gpt_cache_truncate(&shared, &c, 0, 3));
+}
+
 static void variants_checks(void)
 {
-    for (int dtype = BC_DTYPE_F32; dtype <= BC_DTYPE_Q8_0; dtype++)
+    for (int dtype = BC_DTYPE_F32; dtype <= BC_DTYPE_Q8_0; dtype++) {
         ragged_checks(dtype);
+        cache_ops_checks(dtype);
+    }
     for (int dtype = BC_DTYPE_F32; dtype <= BC_DTYPE_Q8_0; dtype++) {
         bc_gpt_config cs[10];
         int n = 0;

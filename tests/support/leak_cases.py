@@ -387,6 +387,26 @@ def _cases():
                                       fptr(work), work.size)
         return alternate(lambda: fwd(ids), lambda: fwd(bad_ids))
 
+    lib.bc_gpt_cache_size(n_out, cc, 2, 16)
+    ck, cv = np.zeros(n_out[0], np.float32), np.zeros(n_out[0], np.float32)
+    clens = np.array([5, 0], np.uintp)
+
+    def cache_struct():
+        return ffi.new("bc_gpt_cache *", dict(k=fptr(ck), v=fptr(cv), batch=2, capacity=16,
+                                              lengths=ffi.from_buffer("size_t[]", clens)))
+
+    @case("bc_gpt_cache_truncate")
+    def _():
+        c = cache_struct()
+        return alternate(lambda: lib.bc_gpt_cache_truncate(c, cc, 0, 5),
+                         lambda: lib.bc_gpt_cache_truncate(c, cc, 0, 6))
+
+    @case("bc_gpt_cache_copy")
+    def _():
+        c = cache_struct()
+        return alternate(lambda: lib.bc_gpt_cache_copy(c, cc, 1, 0, 4),
+                         lambda: lib.bc_gpt_cache_copy(c, cc, 1, 0, 6))
+
     tids = rng.integers(0, 64, size=(2, 8))
     ttg = rng.integers(0, 64, size=(2, 8))
     ttg[0, :3] = -100

@@ -1,0 +1,112 @@
+/* cache.c: operations on a KV cache's sequences (bc_gpt.h): truncating one,
+ * copying a prefix from one sequence to another. The layout is bc_gpt.h's:
+ * sequence b, layer l, K/V head g at ((b L + l) KV + g) R Dh floats, R the
+ * capacity in whole tiles of BC_ATT_BK positions; keys transposed tile by tile
+ * (position p, dimension d at (p / BK) BK Dh + d BK + p % BK), values as rows. */
+#include <string.h>
+#include "gpt_internal.h"
+#include "bc_check.h"
+
+/* The cache's fields read once into *cc and checked; *block: floats of one
+ * (sequence, layer, K/V head) block; *total: floats of each of k and v. */
+static int cache_checked(bc_gpt_cache *cc, model *m, size_t *block, size_t *total,
+                         const bc_gpt_cache *cache, const bc_gpt_config *cfg)
+{
+    layout lo;
+    int st;
+    if (!cache || !cfg)
+        return BC_ENULL;
+    *cc = *cache;  /* read once */
+    if ((st = bc_gpt_checked(m, &lo, cfg)))
+        return st;
+    if (!cc->k || !cc->v)
+        return BC_ENULL;
+    if (!cc->batch || !cc->capacity)
+        return BC_ESIZE;
+    if ((st = bc_gpt_cache_size(total, &m->c, cc->batch, cc->capacity)))
+        return st;  /* BC_ECONTEXT: capacity past the context */
+    const size_t rows = (cc->capacity + BC_ATT_BK - 1) / BC_ATT_BK * BC_ATT_BK;
+    *block = rows * m->dh;  /* <= total, which did not overflow */
+    const size_t lengths_n = cc->lengths ? 2 * cc->batch : 0;  /* size_t in floats, at most */
+    if (bc_overlap(cc->k, *total, cc->v, *total)
+        || (lengths_n && (bc_overlap(cc->k, *total, (const float *)cc->lengths, lengths_n)
+                          || bc_overlap(cc->v, *total, (const float *)cc->lengths, lengths_n))))
+        return BC_EALIAS;
+    return BC_OK;
+}
+
+/* sequence b's length, read once; BC_ESIZE past the capacity */
+static int length_of(size_t *len, const bc_gpt_cache *cc, size_t b)
+{
+    const size_t n = cc->lengths ? cc->lengths[b] : cc->length;
+    if (n > cc->capacity)
+        return BC_ESIZE;
+    *len = n;
+    return BC_OK;
+}
+
+int bc_gpt_cache_truncate(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t seq, size_t n)
+{
+    bc_gpt_cache cc;
+    model m;
+    size_t block, total, len;
+    int st;
+    if ((st = cache_checked(&cc, &m, &block, &total, cache, cfg)))
+        return st;
+    if (seq >= cc.batch)
+        return BC_ERANGE;
+    if ((st = length_of(&len, &cc, seq)))
+        return st;
+    if (n > len)
+        return BC_ERANGE;
+    if (cc.lengths)
+        cc.lengths[seq] = n;
+    else
+        cache->length = n;
+    return BC_OK;
+}
+
+// dst, src: one (layer, head) block each, R Dh floats; the first n positions copied
+static void copy_block(float *dk, float *dv, const float *sk, const float *sv, size_t n,
+                       size_t dh)
+{
+    const size_t bk = BC_ATT_BK, whole = n / bk, rest = n % bk;
+    memcpy(dk, sk, whole * bk * dh * sizeof(float));  /* whole tiles as they lie */
+    if (rest) {
+        const size_t t = whole * bk * dh;
+        for (size_t d = 0; d < dh; d++)  /* the last tile: its first `rest` lanes per dimension */
+            memcpy(dk + t + d * bk, sk + t + d * bk, rest * sizeof(float));
+    }
+    memcpy(dv, sv, n * dh * sizeof(float));
+}
+
+int bc_gpt_cache_copy(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t dst, size_t src,
+                      size_t n)
+{
+    bc_gpt_cache cc;
+    model m;
+    size_t block, total, len;
+    int st;
+    if ((st = cache_checked(&cc, &m, &block, &total, cache, cfg)))
+        return st;
+    if (dst >= cc.batch || src >= cc.batch)
+        return BC_ERANGE;
+    if (!cc.lengths && cc.batch > 1)
+        return BC_EOPTION;  /* one shared length cannot tell dst's apart */
+    if ((st = length_of(&len, &cc, src)))
+        return st;
+    if (n > len)
+        return BC_ERANGE;
+    if (dst != src) {
+        const size_t per_seq = m.c.layers * m.kv;  /* blocks per sequence: total / batch / block */
+        for (size_t j = 0; j < per_seq; j++) {
+            const size_t so = (src * per_seq + j) * block, d = (dst * per_seq + j) * block;
+            copy_block(cc.k + d, cc.v + d, cc.k + so, cc.v + so, n, m.dh);
+        }
+    }
+    if (cc.lengths)
+        cc.lengths[dst] = n;
+    else
+        cache->length = n;
+    return BC_OK;
+}
