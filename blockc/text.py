@@ -9,15 +9,24 @@ GPT-2's byte-level BPE maps any UTF-8 text to ids and back exactly. Decoding a
 stream of ids a token at a time can split a character's bytes between tokens:
 :class:`TextStream` holds such a partial character back until it is whole, so
 streamed text is always valid and, joined, equals ``decode`` of all the ids.
+
+``encode`` adds the tokenizer's special tokens (a Llama tokenizer's ``<s>``) as
+transformers' tokenizers do by default; ``add_special_tokens=False`` leaves them out.
+
+The ``tokenizers`` package is a Rust library: a malformed tokenizer.json can make
+it panic (``PanicException``, a ``BaseException``), and it raises its own
+exceptions for a vocabulary it cannot use (a WordPiece model without its
+``[UNK]`` token). Every call into it here turns those into a
+:class:`blockc.BlockcValueError` naming the tokenizer and the problem.
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
+from . import _files
 from ._args import as_flag, as_int, to_numpy
 from ._errors import BlockcTypeError, BlockcValueError
 
@@ -31,6 +40,29 @@ def _tokenizers():
         raise ImportError("text needs the tokenizers package: pip install 'blockc[text]' "
                           "(or pass token ids)") from None
     return tokenizers
+
+
+#: The largest tokenizer.json blockc reads (Llama 3's is 9 MB).
+MAX_TOKENIZER_BYTES = 512 * 1024 * 1024
+
+#: Ids a tokenizer can take (the tokenizers package holds them as 32-bit unsigned).
+MAX_ID = 2 ** 32
+
+
+def _guarded(where: str, fn, *args, **kwargs):
+    """fn(*args) with the tokenizers package's failures as BlockcValueError: its own
+    exceptions and its Rust panics (PanicException derives from BaseException, so
+    ``except Exception`` misses it; Ctrl-C and exit still pass through)."""
+    try:
+        return fn(*args, **kwargs)
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BlockcValueError:
+        raise
+    except BaseException as e:  # noqa: B036 (a PanicException is a BaseException)
+        kind = "panicked" if type(e).__name__ == "PanicException" else "failed"
+        raise BlockcValueError(f"{where}: the tokenizers package {kind}: "
+                               f"{str(e).strip() or type(e).__name__}") from None
 
 
 class Tokenizer:
@@ -80,12 +112,20 @@ class Tokenizer:
         path = os.fspath(path)
         d = path if os.path.isdir(path) else os.path.dirname(path)
         f = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
-        if not os.path.exists(f):
+        if not os.path.lexists(f):
             raise BlockcValueError(f"{path}: no tokenizer.json (pass token ids instead)")
+        # read here (a regular file, bounded), parsed from the text: tokenizers' own
+        # from_file would block forever on a FIFO and read /dev/zero without end
+        raw = _files.read_bytes(f, MAX_TOKENIZER_BYTES, "a tokenizer.json")
         try:
-            tok = tk.Tokenizer.from_file(f)
-        except Exception as e:  # tokenizers raises its own Exception types
-            raise BlockcValueError(f"{f}: not a tokenizer.json the tokenizers package reads: {e}") from None
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise BlockcValueError(f"{f}: not a tokenizer.json (not UTF-8: {e})") from None
+        if _files.json_depth(text) > _files.MAX_JSON_DEPTH:
+            raise BlockcValueError(f"{f}: not a tokenizer.json blockc reads: JSON nested more "
+                                   f"than {_files.MAX_JSON_DEPTH} deep")
+        tok = _guarded(f"{f}: not a tokenizer.json the tokenizers package reads",
+                       tk.Tokenizer.from_str, text)
         eos = bos = None
         for name in ("generation_config.json", "config.json"):
             cfg = _json(os.path.join(d, name))
@@ -109,14 +149,15 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return int(self._tok.get_vocab_size())
 
-    def encode(self, text: str, add_special_tokens: bool = False) -> np.ndarray:
+    def encode(self, text: str, add_special_tokens: bool = True) -> np.ndarray:
         """Token ids of ``text``, as a 1-D int64 array.
 
         Parameters
         ----------
         text : str
         add_special_tokens : bool, optional
-            Let the tokenizer's post-processor add its special tokens.
+            Let the tokenizer's post-processor add its special tokens (a Llama
+            tokenizer's ``<s>``), as transformers does by default; False leaves them out.
 
         Returns
         -------
@@ -126,6 +167,9 @@ class Tokenizer:
         ------
         TypeError
             ``text`` is not a str, or the flag not a bool.
+        ValueError
+            ``text`` is not valid Unicode (lone surrogates: bytes that were not UTF-8),
+            or the tokenizer cannot encode it (a WordPiece vocabulary without [UNK]).
 
         Examples
         --------
@@ -136,8 +180,15 @@ class Tokenizer:
         if not isinstance(text, str):
             raise BlockcTypeError(f"text must be a str, got {type(text).__name__}")
         as_flag(add_special_tokens, "add_special_tokens")
-        return np.array(self._tok.encode(text, add_special_tokens=add_special_tokens).ids,
-                        dtype=np.int64)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # a command line's non-UTF-8 bytes arrive as surrogates
+            bad = text[e.start:e.end]
+            raise BlockcValueError(
+                f"text is not valid Unicode at character {e.start} ({bad!r}: bytes that were not "
+                "UTF-8, as a non-UTF-8 command-line argument or file name decodes)") from None
+        enc = _guarded("encode", self._tok.encode, text, add_special_tokens=add_special_tokens)
+        return np.array(enc.ids, dtype=np.int64)
 
     def decode(self, ids: Any, skip_special_tokens: bool = False) -> str:
         """The text of a sequence of ids.
@@ -155,6 +206,9 @@ class Tokenizer:
         ------
         TypeError
             Ids that are not integers, or the flag not a bool.
+        ValueError
+            An id outside [0, 2**32) (an id in that range the vocabulary lacks decodes
+            to nothing, as in tokenizers and transformers).
 
         Examples
         --------
@@ -162,7 +216,10 @@ class Tokenizer:
         'Hello world'
         """
         as_flag(skip_special_tokens, "skip_special_tokens")
-        return self._tok.decode(_ids_list(ids), skip_special_tokens=skip_special_tokens)
+        return self._decode(_ids_list(ids), skip_special_tokens)
+
+    def _decode(self, ids: List[int], skip: bool) -> str:
+        return _guarded("decode", self._tok.decode, ids, skip_special_tokens=skip)
 
     def token_to_id(self, token: str) -> Optional[int]:
         """The id of a token of the vocabulary, or None.
@@ -248,10 +305,13 @@ class Tokenizer:
 
 
 def _json(path: str) -> dict:
+    """A directory's optional JSON file (missing: {}); one that is there but is not a
+    regular file, too large or too deep is refused by name, never read without end."""
+    if not os.path.lexists(path):
+        return {}
     try:
-        with open(path, encoding="utf-8") as f:
-            d = json.load(f)
-    except (OSError, ValueError):
+        d = _files.read_json(path)
+    except OSError:
         return {}
     return d if isinstance(d, dict) else {}
 
@@ -260,7 +320,11 @@ def _ids_list(ids: Any) -> List[int]:
     a = to_numpy(ids, "ids")
     if a.dtype.kind not in "iu" or a.dtype == np.bool_:
         raise BlockcTypeError(f"ids must be integers, got dtype {a.dtype}")
-    return [int(i) for i in a.reshape(-1)]
+    out = [int(i) for i in a.reshape(-1)]
+    bad = [i for i in out if not 0 <= i < MAX_ID]
+    if bad:
+        raise BlockcValueError(f"ids must lie in [0, 2**32), got {bad[0]}")
+    return out
 
 
 class TextStream:
@@ -292,6 +356,9 @@ class TextStream:
         ------
         TypeError
             ``token`` is not an integer.
+        ValueError
+            ``token`` is outside [0, 2**32), or the tokenizer fails on it; the stream is
+            as it was before the call (later pushes work).
 
         Examples
         --------
@@ -299,8 +366,12 @@ class TextStream:
         >>> s.push(15496), s.push(995), s.flush()          # doctest: +SKIP
         ('Hello', ' world', '')
         """
-        self._ids.append(as_int(token, "token"))
-        text = self._tok.decode(self._ids, self._skip)
+        t = as_int(token, "token")
+        if not 0 <= t < MAX_ID:
+            raise BlockcValueError(f"token must lie in [0, 2**32), got {t}")
+        ids = self._ids + [t]
+        text = self._tok._decode(ids, self._skip)  # checked and decoded before it is kept
+        self._ids = ids
         if text.endswith("\ufffd"):  # a character cut between tokens: wait for its rest
             return ""
         piece, self._done = text[self._done:], len(text)
@@ -318,6 +389,6 @@ class TextStream:
         >>> s.flush()                                      # doctest: +SKIP
         ''
         """
-        text = self._tok.decode(self._ids, self._skip)
+        text = self._tok._decode(self._ids, self._skip)
         piece, self._done = text[self._done:], len(text)
         return piece
