@@ -99,7 +99,7 @@ def step_bytes(m: "blockc.GPT", mean_pos: float) -> float:
     cfg = m.config
     weights = m.nbytes - (cfg.context - 1) * cfg.width * 4 * (cfg.positions == "learned")
     if not cfg.tie_weights:  # the token table as stored (packed in the model's dtype)
-        weights -= m._layout["token.weight"].nbytes * (cfg.vocab - 1) // cfg.vocab
+        weights -= m.layout["token.weight"].nbytes * (cfg.vocab - 1) // cfg.vocab
     kv = 2 * cfg.layers * mean_pos * cfg.kv_heads_ * cfg.head_dim_ * 4
     return weights + kv
 

@@ -48,7 +48,7 @@ def gguf_name(name: str) -> str:
 def q8_rows(m: "blockc.GPT", name: str) -> np.ndarray:
     """Tensor ``name`` of a q8_0 model as llama.cpp's block_q8_0 rows: (rows, blocks * 34)
     uint8, each block an IEEE half scale then 32 int8."""
-    t = m._layout[name]
+    t = m.layout[name]
     rows, cols = t.shape
     nb = (cols + 31) // 32
     raw = m.params[t.offset:t.offset + t.nbytes].reshape(-1, nb, 544)  # panels of 16 rows
@@ -118,7 +118,7 @@ def write_llama(m: "blockc.GPT", path: str, kind: str) -> None:
     top = {"token.weight": "token_embd.weight", "norm.weight": "output_norm.weight",
            "head.weight": "output.weight"}
     for name, a in sd.items():
-        packed = m._layout[name].packed
+        packed = m.layout[name].packed
         if not name.startswith("blocks."):
             _add(w, gguf, top[name], a, kind, packed, q8(name) if packed else None)
             continue
@@ -160,7 +160,7 @@ def write_gpt2(m: "blockc.GPT", path: str, kind: str) -> None:
     _vocab(w, cfg.vocab)
     sd = m.state_dict()
     for name, a in sd.items():
-        packed = m._layout[name].packed
+        packed = m.layout[name].packed
         _add(w, gguf, gguf_name(name), a, kind, packed,
              q8_rows(m, name) if packed and kind == "q8_0" else None)
     w.write_header_to_file()

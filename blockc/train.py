@@ -30,8 +30,9 @@ import numpy.typing as npt
 from ._args import as_choice, as_int, as_real, to_numpy
 from ._errors import BlockcTypeError, BlockcValueError
 from ._native import check, ffi, fptr, lib
+from .model import Model, check_ids
 
-__all__ = ["AdamW", "DECAY"]
+__all__ = ["AdamW", "DECAY", "TrainingMixin"]
 
 #: Which tensors AdamW's weight decay applies to: every matrix (the 2-D tensors:
 #: projections, embeddings, head; nanoGPT's rule, the default), all, none.
@@ -53,9 +54,8 @@ def _trainable(m) -> None:
 
 def _batch(m, ids: Any, targets: Any, ignore_index: Any) -> Tuple[np.ndarray, np.ndarray, int]:
     """ids and targets as new int64 (B, T) arrays, checked (the copies are what C reads)."""
-    from .gpt import _check_ids
     cfg = m.config
-    a = _check_ids(ids, cfg, 0).astype(np.int64)
+    a = check_ids(ids, cfg).astype(np.int64)
     ign = as_int(ignore_index, "ignore_index")
     t = np.array(to_numpy(targets, "targets"), copy=True)
     if t.dtype.kind not in "iu" or t.dtype == np.bool_:
@@ -74,10 +74,10 @@ def _batch(m, ids: Any, targets: Any, ignore_index: Any) -> Tuple[np.ndarray, np
 def _workspace(m, b: int, t: int):
     """This thread's training workspace for model m (kept on the model's thread-local
     storage, grown for a new (B, T)): (pointer, floats)."""
-    tls = m._tls
+    tls = m.thread_state
     if getattr(tls, "train_shape", None) != (b, t):
         n = ffi.new("size_t *")
-        check(lib.bc_gpt_train_workspace_size(n, m._c, b, t), "training workspace")
+        check(lib.bc_gpt_train_workspace_size(n, m.c_config, b, t), "training workspace")
         tls.train_buf = _aligned_floats(int(n[0]))
         tls.train_ptr = fptr(tls.train_buf)
         tls.train_shape = (b, t)
@@ -93,7 +93,7 @@ def _run_grad(m, ids, targets, ignore_index, grads: Optional[np.ndarray]) -> Tup
     ip = ffi.from_buffer("int64_t[]", a, require_writable=False)
     tp = ffi.from_buffer("int64_t[]", t, require_writable=False)
     check(lib.bc_gpt_grad(loss, count, ffi.NULL if grads is None else ffi.from_buffer(grads),
-                          m._cptr, m._c, ip, tp, lib.BC_IDS_INT64, ign, b, s, work, wn),
+                          m.c_params, m.c_config, ip, tp, lib.BC_IDS_INT64, ign, b, s, work, wn),
           "GPT training")
     return float(loss[0]), int(count[0])
 
@@ -108,7 +108,7 @@ def unpack_grads(m, grads: np.ndarray) -> Dict[str, np.ndarray]:
     """The gradient buffer as new float32 arrays keyed like ``m.state_dict()``."""
     out = {}
     raw = ffi.from_buffer("char[]", grads, False)
-    for name, t in m._layout.items():
+    for name, t in m.layout.items():
         if name == "head.weight" and m.config.tie_weights:
             continue
         if not t.packed:
@@ -127,7 +127,7 @@ def pack_grads(m, grads: Mapping[str, Any], name: str = "grads") -> np.ndarray:
         raise BlockcTypeError(f"{name} must be a mapping keyed like state_dict(), got "
                               f"{type(grads).__name__}")
     items = dict(grads)
-    want = [n for n in m._layout if not (n == "head.weight" and m.config.tie_weights)]
+    want = [n for n in m.layout if not (n == "head.weight" and m.config.tie_weights)]
     missing = [n for n in want if n not in items]
     extra = [n for n in items if n not in want]
     if missing or extra:
@@ -137,7 +137,7 @@ def pack_grads(m, grads: Mapping[str, Any], name: str = "grads") -> np.ndarray:
     buf = _aligned_floats(m.nbytes // 4)
     raw = ffi.from_buffer("char[]", buf)
     for n in want:
-        t = m._layout[n]
+        t = m.layout[n]
         a = np.ascontiguousarray(to_numpy(items[n], f"{name}[{n!r}]"), dtype=np.float32)
         if a.shape != t.shape:
             raise BlockcValueError(f"{name}[{n!r}] must have shape {t.shape}, got {a.shape}")
@@ -160,7 +160,7 @@ def grad(m, ids, targets, ignore_index: int = -100) -> Tuple[float, Dict[str, np
 
 def grad_norm(m, grads: np.ndarray) -> float:
     out = ffi.new("double *")
-    check(lib.bc_gpt_grad_norm(out, ffi.from_buffer(grads), m._c), "gradient norm")
+    check(lib.bc_gpt_grad_norm(out, ffi.from_buffer(grads), m.c_config), "gradient norm")
     return float(out[0])
 
 
@@ -213,8 +213,7 @@ class AdamW:
 
     def __init__(self, model: Any, lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.01, decay: str = "matrices"):
-        from .gpt import GPT
-        if not isinstance(model, GPT):
+        if not isinstance(model, Model):
             raise BlockcTypeError(f"model must be a blockc.GPT, got {type(model).__name__}")
         _trainable(model)
         self.model = model
@@ -238,8 +237,8 @@ class AdamW:
             weight_decay=self.weight_decay, decay=DECAY[self.decay], grad_scale=grad_scale,
             step=self.steps + 1))
         m = self.model
-        check(lib.bc_gpt_adamw(ffi.from_buffer(m._params), fptr(self._m), fptr(self._v),
-                               ffi.from_buffer("char[]", grads, False), m._c, c), "AdamW step")
+        check(lib.bc_gpt_adamw(ffi.from_buffer(m.params), fptr(self._m), fptr(self._v),
+                               ffi.from_buffer("char[]", grads, False), m.c_config, c), "AdamW step")
         self.steps += 1
 
     def step(self, grads: Mapping[str, npt.ArrayLike], max_grad_norm: Optional[float] = None
@@ -356,3 +355,111 @@ def train_step(m, ids, targets, opt: AdamW, ignore_index: int = -100,
         return value
     opt._apply(g, opt._clip(g, max_grad_norm))
     return value
+
+
+class TrainingMixin:
+    """``loss``, ``grad`` and ``train_step`` for a :class:`blockc.model.Model`: mixed
+    into :class:`blockc.GPT`."""
+
+    def loss(self, ids: npt.ArrayLike, targets: npt.ArrayLike, ignore_index: int = -100) -> float:
+        """The mean next-token cross-entropy of the logits of ``ids`` against ``targets``.
+
+        The head and the loss run a block of rows at a time: the (B, T, vocab)
+        logits are never held.
+
+        Parameters
+        ----------
+        ids : array_like of int, shape (B, T)
+        targets : array_like of int, shape (B, T)
+            The token each position should predict (usually ``ids`` shifted by
+            one), in [0, vocab), or ``ignore_index`` for a position that does not
+            count (PyTorch's convention, -100 by default).
+        ignore_index : int, optional
+
+        Returns
+        -------
+        float
+            The mean over the positions that count (NaN when none does).
+
+        Raises
+        ------
+        TypeError
+            Ids or targets that are not integers.
+        ValueError
+            Values out of range, shapes that differ, a sequence past the context,
+            weights that are not float32.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> loss = m.loss([[1, 2, 3]], [[2, 3, -100]])      # two positions count
+        >>> bool(abs(loss - np.log(16)) < 0.1)               # random init: about log(vocab)
+        True
+        """
+        return loss(self, ids, targets, ignore_index)
+
+    def grad(self, ids: npt.ArrayLike, targets: npt.ArrayLike, ignore_index: int = -100
+             ) -> Tuple[float, Dict[str, np.ndarray]]:
+        """The loss (see :meth:`loss`) and its gradient with respect to every parameter.
+
+        Parameters
+        ----------
+        ids, targets : array_like of int, shape (B, T)
+        ignore_index : int, optional
+
+        Returns
+        -------
+        loss : float
+        grads : dict of str to numpy.ndarray
+            New float32 arrays keyed and shaped like :meth:`state_dict` (a tied
+            head's gradient is part of ``token.weight``'s).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`loss`.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> loss, grads = m.grad([[1, 2, 3]], [[2, 3, 4]])
+        >>> grads["blocks.0.up.weight"].shape
+        (32, 8)
+        """
+        return grad(self, ids, targets, ignore_index)
+
+    def train_step(self, ids: npt.ArrayLike, targets: npt.ArrayLike, opt: Any,
+                   ignore_index: int = -100, max_grad_norm: Optional[float] = None) -> float:
+        """One training step: the loss and its gradient, then ``opt``'s update, in C
+        with one workspace (kept for the next step of the same shape).
+
+        Parameters
+        ----------
+        ids, targets : array_like of int, shape (B, T)
+        opt : blockc.AdamW
+            This model's optimizer.
+        ignore_index : int, optional
+        max_grad_norm : float > 0, optional
+            Clip the gradient to this global L2 norm first.
+
+        Returns
+        -------
+        float
+            The loss before the update.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`loss`; an optimizer of another model.
+
+        Examples
+        --------
+        >>> from blockc import AdamW
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> opt = AdamW(m, lr=1e-2)
+        >>> losses = [m.train_step([[1, 2, 3, 4]], [[2, 3, 4, 5]], opt) for _ in range(30)]
+        >>> bool(losses[-1] < losses[0])
+        True
+        """
+        return train_step(self, ids, targets, opt, ignore_index, max_grad_norm)
+

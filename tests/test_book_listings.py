@@ -194,7 +194,7 @@ def test_listing_names():
 
 
 def test_figures_disagreement_is_reported(monkeypatch, capsys):
-    import blockc._cli_book as cli_book
+    import blockc.cli.book as cli_book
     good = listings.figures("msvc")
     bad = [listings.Figure("129_Stack", "avg norms", "1.3809", "1.3810")] + good[1:]
     monkeypatch.setattr(cli_book, "figures", lambda rand: bad)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from blockc import GPT, GPTConfig
-from blockc._cli_train import markov_task, results_table
+from blockc.experiments.trainability import markov_task, results_table
 from blockc.cli import main
 
 from helpers import plots

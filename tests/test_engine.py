@@ -14,7 +14,7 @@ import blockc
 from blockc import BlockConfig, block_forward, count_parameters, init_block, init_blocks, stack_forward
 from blockc.engine import PreparedBlock, avg_norm, prepare
 from blockc.reference import block as ref
-from blockc._cli_depth import BOOK_INPUT as X_BOOK
+from blockc.experiments.depth import BOOK_INPUT as X_BOOK
 
 BOOK = BlockConfig()
 COMBOS = list(itertools.product(("rms", "layer", "none"), ("pre", "post"),

@@ -84,7 +84,7 @@ def test_parameter_count_matches_formula_and_layout(v, c, h, dh, n_layers, tied)
     if n_layers <= 4 and v * h * dh < 200_000:
         # the layout tiles the buffer exactly: no gaps, no overlaps, every dtype
         for dtype in blockc.gpt.DTYPES:
-            layout = blockc.gpt._layout(cfg, dtype)
+            layout = blockc.model.layout(cfg, dtype)
             assert sum(int(np.prod(t.shape)) for t in layout.values()) == n
             covered = sorted((t.offset, t.offset + t.nbytes) for t in layout.values())
             assert covered[0][0] == 0 and covered[-1][1] == GPT(cfg, dtype=dtype).nbytes
@@ -294,7 +294,7 @@ def test_inputs_are_not_modified():
 class _C:
     def __init__(self, cfg, b, t):
         self.m = perturbed(cfg, seed=12)
-        self.cfg = cfg._c()
+        self.cfg = cfg.c_struct()
         self.b, self.t = b, t
         n = ffi.new("size_t *")
         assert lib.bc_gpt_workspace_size(n, self.cfg, b, t, ffi.NULL) == lib.BC_OK
@@ -358,7 +358,7 @@ def test_c_forward_refuses_overlapping_buffers():
 
 
 def test_c_layout_queries():
-    cfg = SMALL._c()
+    cfg = SMALL.c_struct()
     n = ffi.new("size_t *")
     assert lib.bc_gpt_tensor_count(n, cfg) == lib.BC_OK and n[0] == 4 + 12 * SMALL.layers
     name = ffi.new("char[]", lib.BC_GPT_NAME_MAX)

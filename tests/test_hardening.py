@@ -78,10 +78,10 @@ def test_the_c_embedding_checks_each_id_as_it_reads_it():
     ids = np.array([[1, 2, 10**9]], np.int64)
     logits = np.full((1, 3, TINY.vocab), 7.0, np.float32)
     n = ffi.new("size_t *")
-    assert lib.bc_gpt_workspace_size(n, TINY._c(), 1, 3, ffi.NULL) == lib.BC_OK
+    assert lib.bc_gpt_workspace_size(n, TINY.c_struct(), 1, 3, ffi.NULL) == lib.BC_OK
     work = np.empty(n[0], np.float32)
     st = lib.bc_gpt_forward(ffi.from_buffer("float[]", logits), ffi.NULL, ffi.NULL,
-                            ffi.from_buffer("float[]", m.params), TINY._c(),
+                            ffi.from_buffer("float[]", m.params), TINY.c_struct(),
                             ffi.from_buffer("int64_t[]", ids), lib.BC_IDS_INT64, 1, 3, 0,
                             ffi.from_buffer("float[]", work), work.size)
     assert st == lib.BC_ERANGE

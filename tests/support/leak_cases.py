@@ -332,7 +332,7 @@ def _cases():
     # -- the GPT
     gcfg = blockc.GPTConfig(vocab=64, context=16, width=16, heads=4, layers=2)
     model = blockc.GPT.random(gcfg, seed=0)
-    cc = gcfg._c()
+    cc = gcfg.c_struct()
     bad_cc = ffi.new("bc_gpt_config *", dict(vocab=64, context=16, width=16, heads=3, layers=2,
                                              eps=1e-5, tie_weights=1, norm=lib.BC_NORM_LAYER))
     n_out = ffi.new("size_t *")

@@ -5,12 +5,11 @@ The C library computes (:mod:`blockc.book`); :mod:`blockc.listings` formats.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
-from .listings import figures, format_figures, listing_name, render
-from ._args import as_seed
-from .rng import GENERATORS
+from .._args import as_seed
+from ..listings import figures, format_figures, listing_name, render
+from ..rng import GENERATORS
+from ._options import write
 
 
 def _seed(text: str) -> int:
@@ -31,22 +30,14 @@ def _name(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _write(text: str) -> int:
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:  # `blockc listing 130 | head`: stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 0
-
-
 def _listing(args) -> int:
-    return _write(render(args.name, seed=args.seed, rand=args.rand))
+    write(render(args.name, seed=args.seed, rand=args.rand))  # `| head`: stops quietly
+    return 0
 
 
 def _figures(args) -> int:
     figs = figures(args.rand)
-    _write(format_figures(figs, args.rand))
+    write(format_figures(figs, args.rand))
     return 1 if any(f.agree is False for f in figs) else 0
 
 

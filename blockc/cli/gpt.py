@@ -7,21 +7,16 @@
 from __future__ import annotations
 
 import argparse
-from typing import List, Tuple
 
-import numpy as np
-
-from ._plot import plot_path, pyplot
-from .gpt import (ACTIVATIONS, GPT_PRESETS, NORMS, PLACEMENTS, POSITIONS, GPT, GPTConfig,
-                  gpt_parameter_count, gpt_parameter_formula)
-from ._errors import BlockcValueError
+from .._errors import BlockcValueError
+from ..experiments.depth import residual_norms
+from ..model import (GPT_PRESETS, GPTConfig, block_parameter_parts, gpt2_shaped,
+                     gpt_parameter_count, gpt_parameter_formula, parameter_breakdown)
+from ._options import add_shape_options, overrides, plot_path, pyplot
 
 _NAMES = {"gpt2": "GPT-2 small", "gpt2-medium": "GPT-2 medium",
           "gpt2-large": "GPT-2 large", "gpt2-xl": "GPT-2 XL", "llama-7b": "LLaMA-7B",
           "llama3-8b": "Llama 3 8B", "qwen2-0.5b": "Qwen2 0.5B"}
-_SHAPE = ("vocab", "context", "width", "heads", "layers", "kv_heads", "head_dim", "d_ff")
-_OPTIONS = {"norm": NORMS, "placement": PLACEMENTS, "activation": ACTIVATIONS,
-            "positions": POSITIONS}
 
 
 def register(subparsers) -> None:
@@ -46,89 +41,20 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def add_shape_options(p, what: str = "the preset's") -> None:
-    """The architecture options (--width ... --untied) that override a preset;
-    :func:`overrides` reads them back."""
-    for name in _SHAPE:
-        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, default=None,
-                       help=f"override {what} {name}")
-    for name, choices in _OPTIONS.items():
-        p.add_argument(f"--{name}", choices=choices, default=None,
-                       help=f"override {what} {name}")
-    p.add_argument("--bias", choices=("all", "none", "qkv"), default=None,
-                   help="biases on every projection, none, or on q/k/v only (Qwen2)")
-    p.add_argument("--untied", action="store_true", help="a separate head instead of the tied one")
-
-
-def overrides(args) -> dict:
-    over = {k: getattr(args, k) for k in _SHAPE + tuple(_OPTIONS) if getattr(args, k) is not None}
-    if args.untied:
-        over["tie_weights"] = False
-    if args.bias is not None:
-        over.update(qkv_bias=args.bias != "none", out_bias=args.bias == "all",
-                    mlp_bias=args.bias == "all")
-    return over
-
-
 def _config(args) -> GPTConfig:
     return GPTConfig.preset(args.preset, **overrides(args))
-
-
-def _gpt2_shaped(cfg: GPTConfig) -> bool:
-    return (cfg.norm, cfg.placement, cfg.activation, cfg.positions, cfg.d_ff_, cfg.kv_heads_,
-            cfg.head_dim_ * cfg.heads, cfg.qkv_bias, cfg.out_bias, cfg.mlp_bias) == (
-        "layer", "pre", "gelu_tanh", "learned", 4 * cfg.width, cfg.heads, cfg.width,
-        True, True, True)
-
-
-def block_parts(cfg: GPTConfig) -> List[Tuple[str, str, int]]:
-    """(part, formula term, count) rows of one block."""
-    d, f, h, kv, dh = cfg.width, cfg.d_ff_, cfg.heads, cfg.kv_heads_, cfg.head_dim_
-    gated = cfg.activation == "swiglu"
-    norm = {"layer": 2 * d, "rms": d, "none": 0}[cfg.norm]
-    rows = [("attention q, k, v", "D(H + 2KV)Dh", d * (h + 2 * kv) * dh),
-            ("attention output", "(H Dh)D", h * dh * d),
-            ("MLP gate, up, down" if gated else "MLP up, down", "3DF" if gated else "2DF",
-             (3 if gated else 2) * d * f),
-            ("two norms", {"layer": "4D", "rms": "2D", "none": "0"}[cfg.norm], 2 * norm)]
-    biases = (cfg.qkv_bias * (h + 2 * kv) * dh + cfg.out_bias * d
-              + cfg.mlp_bias * ((2 if gated else 1) * f + d))
-    if biases:
-        rows.append(("biases", "", biases))
-    return rows
-
-
-def breakdown(cfg: GPTConfig) -> List[Tuple[str, str, int]]:
-    """(part, formula term, count) rows of the model's parameter formula."""
-    v, c, d, n_layers = cfg.vocab, cfg.context, cfg.width, cfg.layers
-    per_block = sum(n for _, _, n in block_parts(cfg))
-    term = "12D^2 + 13D" if _gpt2_shaped(cfg) else "(the parts above)"
-    final = {"layer": 2 * d, "rms": d, "none": 0}[cfg.norm] if cfg.placement == "pre" else 0
-    rows = [("token embedding", "V*D", v * d)]
-    if cfg.positions == "learned":
-        rows.append(("position embedding", "C*D", c * d))
-    if not _gpt2_shaped(cfg):
-        rows += [("  " + part, t, n) for part, t, n in block_parts(cfg)]
-    rows += [("per block", term, per_block),
-             ("blocks", f"L*({term})" if _gpt2_shaped(cfg) else "L*(per block)",
-              n_layers * per_block),
-             ("final norm", {"layer": "2D", "rms": "D", "none": "0"}[cfg.norm]
-              if final else "0", final)]
-    rows.append(("head (tied: token embedding)", "0", 0) if cfg.tie_weights
-                else ("head", "V*D", v * d))
-    return rows
 
 
 def _params(args) -> int:
     cfg = _config(args)
     label = _NAMES[args.preset] if not overrides(args) else "custom"
     kv = f" KV={cfg.kv_heads_}" if cfg.kv_heads_ != cfg.heads else ""
-    arch = ("" if _gpt2_shaped(cfg) else
+    arch = ("" if gpt2_shaped(cfg) else
             f" F={cfg.d_ff_}{kv} Dh={cfg.head_dim_}; {cfg.norm} norm, {cfg.activation}, "
             f"{cfg.positions} positions;")
     print(f"{label} ({args.preset}): V={cfg.vocab:,} C={cfg.context:,} D={cfg.width} "
           f"L={cfg.layers} H={cfg.heads}{arch} {'tied' if cfg.tie_weights else 'untied'} head")
-    for part, term, n in breakdown(cfg):
+    for part, term, n in parameter_breakdown(cfg):
         print(f"  {part:<30} {term:<18} {n:>15,}")
     formula = gpt_parameter_formula(cfg)
     model = gpt_parameter_count(cfg)
@@ -141,7 +67,7 @@ def _params(args) -> int:
           "of the model")
     d, f = cfg.width, cfg.d_ff_
     book = 4 * d * d + 2 * d * f + 2 * d
-    per_block = sum(n for _, _, n in block_parts(cfg))
+    per_block = sum(n for _, _, n in block_parameter_parts(cfg))
     print(f"  130_Real_Params counts a block as 4D^2 + 2DF + 2D = {book:,}; this block has "
           f"{per_block:,} ({per_block - book:+,})")
     if per_block != book:
@@ -157,19 +83,6 @@ def _params(args) -> int:
             why.append(f"norm shifts and biases {rest:+,}")
         print("  (" + "; ".join(why) + ")")
     return 0 if model == formula else 1
-
-
-def residual_norms(cfg: GPTConfig, seq: int, seed: int) -> np.ndarray:
-    """Mean L2 norm over tokens of the residual stream: after the embedding (entry 0),
-    then after every block (entries 1..L), for a random model on a random input."""
-    m = GPT.random(cfg, seed=seed)
-    ids = np.random.default_rng(seed + 1).integers(0, cfg.vocab, size=(1, seq))
-    hidden = m.hidden_states(ids)
-    sd = m.state_dict()
-    x0 = sd["token.weight"][ids[0]] + sd["position.weight"][:seq]
-    norms = [np.linalg.norm(x0, axis=-1).mean()]
-    norms += [np.linalg.norm(h[0], axis=-1).mean() for h in hidden]
-    return np.array(norms)
 
 
 def _norms(args) -> int:

@@ -19,8 +19,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ._args import as_int, as_real
-from ._errors import BlockcValueError
+from .._args import as_int, as_real
+from .._errors import BlockcValueError
 
 __all__ = ["SamplingOptions", "next_tokens", "processed_logits", "apply_penalty", "top_k_mask", "top_p_mask",
            "min_p_mask"]

@@ -12,68 +12,22 @@ pre- and post-norm curves in one figure (needs matplotlib:
 from __future__ import annotations
 
 import argparse
-from typing import List, Optional
 
-import numpy as np
-
-from ._plot import plot_path, pyplot
-from ._progress import Progress
-from .engine import ACTIVATIONS, NORMS, PLACEMENTS, BlockConfig, avg_norm, block_forward, iter_blocks
-
-# 128_Block / 129_Stack: the four positions "The", "cat", "sat", "down" (data from the chapter)
-BOOK_INPUT = np.array([
-    [1.0, 0.2, -0.3, 0.5, -0.1, 0.8, 0.3, -0.2],
-    [0.3, 0.9, 0.1, -0.2, 0.6, 0.4, -0.1, 0.5],
-    [-0.1, 0.4, 0.8, 0.2, -0.5, 0.3, 0.7, 0.1],
-    [0.6, -0.2, 0.5, 0.7, 0.3, -0.4, 0.2, 0.8],
-], dtype=np.float32)
-BOOK_WORDS = ("The", "cat", "sat", "down")
-
-
-def depth_input(d_model: int, seq_len: int, seed: int) -> np.ndarray:
-    """The 128_Block input for d_model=8 and seq_len=4; otherwise (seq_len,
-    d_model) uniform in [-1, 1) from numpy's default_rng(seed)."""
-    if d_model == 8 and seq_len == 4:
-        return BOOK_INPUT.copy()
-    return np.random.default_rng(seed).uniform(-1.0, 1.0, (seq_len, d_model)).astype(np.float32)
-
-
-def depth_norms(cfg: BlockConfig, n_blocks: int, seed: int = 42, rand: str = "msvc",
-                x: Optional[np.ndarray] = None, seq_len: int = 4,
-                progress: Optional[Progress] = None) -> List[float]:
-    """The average norm of the input and after each of n_blocks blocks, the blocks
-    drawn, applied and dropped one at a time (the bits of stack_forward over
-    init_blocks: the same kernels in the same order)."""
-    if x is None:
-        x = depth_input(cfg.d_model, seq_len, seed)
-    norms = [avg_norm(x)]
-    for W in iter_blocks(cfg, n_blocks, seed, rand):
-        x = block_forward(x, W, cfg)
-        norms.append(avg_norm(x))
-        if progress is not None:
-            progress.step()
-    return norms
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if not 1 <= v <= 100000:
-        raise argparse.ArgumentTypeError(f"expected an integer in [1, 100000], got {v}")
-    return v
+from .._progress import Progress
+from ..engine import ACTIVATIONS, NORMS, PLACEMENTS, BlockConfig
+from ..experiments.depth import depth_input, depth_norms
+from ._options import plot_path, positive_int, pyplot
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "depth", help="stack N random blocks and print the average norm after each",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--blocks", type=_positive, default=32, help="number of blocks (default 32)")
-    p.add_argument("--d-model", type=_positive, default=8, help="width D (default 8)")
-    p.add_argument("--heads", type=_positive, default=2, help="attention heads (default 2)")
-    p.add_argument("--d-ff", type=_positive, default=None, help="FFN width (default 4*D)")
-    p.add_argument("--seq-len", type=_positive, default=4, help="positions (default 4)")
+    p.add_argument("--blocks", type=positive_int, default=32, help="number of blocks (default 32)")
+    p.add_argument("--d-model", type=positive_int, default=8, help="width D (default 8)")
+    p.add_argument("--heads", type=positive_int, default=2, help="attention heads (default 2)")
+    p.add_argument("--d-ff", type=positive_int, default=None, help="FFN width (default 4*D)")
+    p.add_argument("--seq-len", type=positive_int, default=4, help="positions (default 4)")
     p.add_argument("--norm", choices=NORMS, default="rms")
     p.add_argument("--placement", choices=PLACEMENTS, default="pre")
     p.add_argument("--activation", choices=ACTIVATIONS, default="gelu_tanh")

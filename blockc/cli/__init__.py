@@ -1,6 +1,8 @@
-"""The ``blockc`` command. Each subcommand lives in its own module, which
-exposes ``register(subparsers)``; the module adds its parser and sets
-``func=handler`` where ``handler(args) -> int`` is the exit status.
+"""The ``blockc`` command. Each subcommand lives in its own module of this
+package, listed in :data:`COMMANDS`; the module exposes ``register(subparsers)``,
+which adds its parser and sets ``func=handler`` where ``handler(args) -> int`` is
+the exit status. The options several commands share are in :mod:`._options`.
+A command is thin: it parses, calls the library, prints.
 
 No traceback reaches the user: every failure is one line on stderr,
 ``blockc COMMAND: error: ...``, and the exit status says what kind it was.
@@ -8,14 +10,17 @@ No traceback reaches the user: every failure is one line on stderr,
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from typing import List, Optional
 
-from ._errors import BlockcError
+from .. import __version__
+from .._errors import BlockcError
+from . import book, convert, depth, experiment, generate, gpt, train
 
-# subcommand modules, in the order their commands are listed in --help
-_COMMANDS = ["_cli_book", "_cli_gpt", "_cli_depth", "_cli_generate", "_cli_train"]
+__all__ = ["main", "build_parser", "COMMANDS"]
+
+#: the command modules, in the order their commands are listed in --help
+COMMANDS = (book, gpt, depth, generate, convert, train, experiment)
 
 EPILOG = """exit status:
   0  success
@@ -33,7 +38,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _version() -> str:
-    from . import __version__
     return f"blockc {__version__}"
 
 
@@ -42,8 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in _COMMANDS:
-        importlib.import_module(f"blockc.{name}").register(sub)
+    for command in COMMANDS:
+        command.register(sub)
     for p in sub.choices.values():
         p.epilog = EPILOG
         p.formatter_class = argparse.RawDescriptionHelpFormatter

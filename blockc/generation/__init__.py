@@ -1,0 +1,15 @@
+"""Generation: choosing the next token and the loop that extends prompts.
+
+- :mod:`blockc.generation.logits`: the logits processors and the sampler
+  (:class:`SamplingOptions`, :func:`next_tokens`, ...), in NumPy.
+- :mod:`blockc.generation.loop`: :class:`GenerationMixin` (``GPT.generate`` and
+  ``GPT.stream``) and :class:`Generation`, the steps of one generation.
+"""
+from __future__ import annotations
+
+from .logits import (SamplingOptions, apply_penalty, min_p_mask, next_tokens, processed_logits,
+                     top_k_mask, top_p_mask)
+from .loop import Generation, GenerationMixin
+
+__all__ = ["SamplingOptions", "next_tokens", "processed_logits", "apply_penalty", "top_k_mask",
+           "top_p_mask", "min_p_mask", "GenerationMixin", "Generation"]

@@ -1,0 +1,53 @@
+"""The model core: what a GPT is, without checkpoint I/O, training or generation.
+
+- :mod:`blockc.model.config`: :class:`GPTConfig`, the presets, the parameter
+  counts (the formula and its breakdown), and the option tuples with their C
+  enum values.
+- :mod:`blockc.model.core`: :class:`Model` (the parameter buffer, its layout,
+  tensor reads and writes, the C handles, the per-thread workspace, the forward
+  pass) and :class:`KVCache`.
+
+:class:`blockc.GPT` (in :mod:`blockc.gpt`) is ``Model`` with three mixins, each in
+its own module, each importing this package and never :mod:`blockc.gpt`:
+:class:`blockc.hf.PretrainedMixin` (``from_pretrained``, ``save_pretrained``),
+:class:`blockc.train.TrainingMixin` (``loss``, ``grad``, ``train_step``) and
+:class:`blockc.generation.GenerationMixin` (``generate``, ``stream``).
+
+The internal interface
+----------------------
+Code outside this package (the mixins, :mod:`blockc.hf`, :mod:`blockc.train`,
+:mod:`blockc.generation`, the benches and the tests) uses only these names,
+never a model's underscored attributes:
+
+``m.config``, ``m.dtype``, ``m.params``, ``m.nbytes``
+    Public: the config, the matrices' storage, the raw buffer (1-D uint8), its size.
+``m.layout``
+    ``name -> Tensor(offset, nbytes, dtype, packed, shape)`` of every tensor of the
+    buffer, in state-dict order (:func:`layout` computes it for any config/dtype).
+``m.read_tensor(name)``, ``m.write_tensor(name, a, transposed=False)``
+    One tensor as float32 (a view for vectors, an unpacked copy for matrices);
+    store one (packed again for a matrix; GPT-2's transposed Conv1D weights too).
+``m.c_config``, ``m.c_params``
+    The C handles: ``bc_gpt_config *`` (``cfg.c_struct(dtype)``) and ``char *`` over
+    the buffer, for the ``lib.bc_gpt_*`` entry points.
+``m.thread_state``
+    A ``threading.local``: each thread's workspaces (training keeps its own there).
+``m.run(ids, cache=None, *, last_only, want_hidden, want_logits, row)``
+    The forward pass: (logits, hidden). ``m(ids)`` and the generation loop call it.
+``m.special_ids``
+    config.json's bos/eos/pad token ids of a loaded checkpoint (written back on save).
+:func:`check_ids`, :func:`as_config`, :func:`same_bits`, :func:`aligned_copy`
+    Validation of token ids against a config, of a config's type; the bitwise
+    float32 comparison (a tied head); a 64-byte aligned copy of a buffer.
+"""
+from __future__ import annotations
+
+from .config import (ACTIVATIONS, C_DTYPE, DTYPES, GPT_PRESETS, NORMS, PLACEMENTS, POSITIONS,
+                     GPTConfig, as_config, block_parameter_parts, gpt2_shaped,
+                     gpt_parameter_count, gpt_parameter_formula, parameter_breakdown)
+from .core import KVCache, Model, Tensor, aligned_copy, check_ids, layout, same_bits
+
+__all__ = ["GPTConfig", "GPT_PRESETS", "NORMS", "PLACEMENTS", "ACTIVATIONS", "POSITIONS",
+           "DTYPES", "C_DTYPE", "as_config", "gpt_parameter_count", "gpt_parameter_formula",
+           "block_parameter_parts", "parameter_breakdown", "gpt2_shaped",
+           "Model", "KVCache", "Tensor", "layout", "check_ids", "same_bits", "aligned_copy"]

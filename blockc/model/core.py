@@ -1,0 +1,894 @@
+"""The model core: the parameter buffer and its layout, tensor reads and writes, the
+C model handle, the per-thread workspace, the KV cache and the forward pass.
+
+:class:`Model` is everything a GPT is without checkpoint I/O, training or
+generation; :class:`blockc.GPT` adds those as mixins (:mod:`blockc.hf`,
+:mod:`blockc.train`, :mod:`blockc.generation`), which reach the core only through
+the internal interface :mod:`blockc.model` documents.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from .._args import as_choice, as_flag, as_int, as_size, to_numpy
+from .._errors import BlockcTypeError, BlockcValueError
+from .._native import check, cptr, ffi, fptr, lib, thread_buffer
+from .config import DTYPES, GPTConfig, as_config, gpt_parameter_count
+
+__all__ = ["Model", "KVCache", "Tensor", "layout", "check_ids", "same_bits", "aligned_copy"]
+
+
+class Tensor(NamedTuple):
+    """Where a tensor of the layout lives: byte offset and size, storage, shape."""
+    offset: int
+    nbytes: int
+    dtype: int      # BC_DTYPE_* of its storage
+    packed: bool    # a packed matrix (else float32, row-major)
+    shape: Tuple[int, ...]
+
+
+def layout(cfg: GPTConfig, dtype: str = "float32") -> Dict[str, Tensor]:
+    """name -> Tensor for every tensor of the buffer, from C, in state-dict order."""
+    c = cfg.c_struct(dtype)
+    count = ffi.new("size_t *")
+    check(lib.bc_gpt_tensor_count(count, c), "layout")
+    name = ffi.new("char[]", lib.BC_GPT_NAME_MAX)
+    off, nb, ndim, shape = (ffi.new("size_t *"), ffi.new("size_t *"), ffi.new("size_t *"),
+                            ffi.new("size_t[2]"))
+    dt, packed = ffi.new("int *"), ffi.new("int *")
+    out: Dict[str, Tensor] = {}
+    for i in range(int(count[0])):
+        check(lib.bc_gpt_tensor_info(name, lib.BC_GPT_NAME_MAX, off, nb, dt, packed, ndim, shape,
+                                     c, i), "layout")
+        shp = (int(shape[0]), int(shape[1])) if ndim[0] == 2 else (int(shape[0]),)
+        out[ffi.string(name).decode()] = Tensor(int(off[0]), int(nb[0]), int(dt[0]),
+                                                 bool(packed[0]), shp)
+    return out
+
+
+def _state_array(name: str, value: Any) -> np.ndarray:
+    """A state-dict entry (NumPy array-like or torch tensor) as a NumPy array of reals."""
+    a = to_numpy(value, f"state dict entry {name!r}")
+    if a.dtype.kind not in "fiu":
+        raise BlockcValueError(f"state dict entry {name!r} must hold real numbers, got dtype {a.dtype}")
+    return a
+
+
+def check_ids(ids: Any, cfg: GPTConfig, start: int = 0) -> np.ndarray:
+    """ids as a new C-contiguous int32 or int64 (B, T) array (the two types C reads;
+    int32 stays int32), validated against the model. Always a copy: the ids are
+    small, and the copy is what was checked, whatever another thread does to the
+    caller's array meanwhile."""
+    a = np.array(to_numpy(ids, "ids"), copy=True)  # checked below, then used: this copy
+    if a.dtype.kind not in "iu" or a.dtype == np.bool_:
+        raise BlockcTypeError(f"ids must be integers, got dtype {a.dtype}")
+    if a.ndim != 2:
+        raise BlockcValueError(f"ids must have shape (B, T), got shape {a.shape}")
+    if a.shape[0] == 0 or a.shape[1] == 0:
+        raise BlockcValueError(f"ids must have B >= 1 and T >= 1, got shape {a.shape}")
+    if a.size:
+        lo, hi = int(a.min()), int(a.max())
+        if lo < 0 or hi >= cfg.vocab:
+            raise BlockcValueError(f"ids must lie in [0, {cfg.vocab}), got values in [{lo}, {hi}]")
+    if start + a.shape[1] > cfg.context:
+        raise BlockcValueError(f"Sequence exceeds the model's context of {cfg.context} "
+                               f"(positions {start}..{start + a.shape[1] - 1})")
+    return np.ascontiguousarray(a, dtype=np.int32 if a.dtype == np.int32 else np.int64)
+
+
+class KVCache:
+    """Keys and values of every layer for ``batch`` sequences of up to ``capacity`` tokens.
+
+    Made by :meth:`GPT.new_cache`; ``m(ids, cache=cache)`` appends to it. A cache
+    belongs to the model that made it (another model, even of the same config,
+    refuses it, and so does every model a cache constructed directly) and its state
+    cannot be replaced from Python: ``k`` and ``v`` (layers, batch, capacity,
+    kv_heads * head_dim; the keys after the rotary embedding) are read-only copies,
+    ``length`` (positions filled), ``lengths`` (per sequence: generation with
+    prompts of different lengths fills them unevenly), ``batch`` and ``capacity``
+    read-only properties; :meth:`reset` empties it. Calls that share one cache take
+    turns (a lock), so two threads appending to it never write the same positions.
+    """
+    __slots__ = ("_cfg", "_owner", "_k", "_v", "_batch", "_capacity", "_lengths", "_lock",
+                 "_row_floats")
+
+    def __init__(self, cfg: GPTConfig, batch: int, capacity: int, _owner: object = None):
+        cfg = as_config(cfg)
+        batch = as_size(batch, "batch")
+        capacity = as_size(capacity, "capacity")
+        if capacity > cfg.context:
+            raise BlockcValueError("Requested cache exceeds the context limit "
+                                   f"({capacity} > {cfg.context})")
+        n = ffi.new("size_t *")
+        check(lib.bc_gpt_cache_size(n, cfg.c_struct(), batch, capacity), "new_cache")
+        # the C layout: (batch, layers, kv heads, R, head dim), R = capacity rounded up
+        # to whole tiles of 64 positions; keys transposed tile by tile (bc_gpt.h)
+        rows = int(n[0]) // (cfg.layers * batch * cfg.kv_heads_ * cfg.head_dim_)
+        shape = (batch, cfg.layers, cfg.kv_heads_, rows, cfg.head_dim_)
+        self._cfg, self._owner = cfg, _owner
+        self._k = np.zeros(shape, dtype=np.float32)
+        self._v = np.zeros(shape, dtype=np.float32)
+        self._row_floats = int(n[0]) // batch
+        self._batch, self._capacity = batch, capacity
+        self._lengths = np.zeros(batch, dtype=np.uintp)  # size_t, written by C under the lock
+        self._lock = threading.Lock()
+
+    @property
+    def k(self) -> np.ndarray:
+        """The keys (layers, batch, capacity, kv_heads * head_dim) after the rotary
+        embedding: a read-only copy (the cache keeps them transposed in tiles)."""
+        B, L, G, R, dh = self._k.shape
+        tiles = self._k.reshape(B, L, G, R // 64, dh, 64).transpose(0, 1, 2, 3, 5, 4)
+        return _logical(tiles.reshape(B, L, G, R, dh), self._capacity)
+
+    @property
+    def v(self) -> np.ndarray:
+        """The values (layers, batch, capacity, kv_heads * head_dim): a read-only copy."""
+        return _logical(self._v, self._capacity)
+
+    @property
+    def batch(self) -> int:
+        return self._batch
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def length(self) -> int:
+        """Positions filled (the largest over the sequences, when they differ)."""
+        return int(self._lengths.max())
+
+    @property
+    def lengths(self) -> Tuple[int, ...]:
+        """Positions filled, per sequence."""
+        return tuple(int(n) for n in self._lengths)
+
+    @property
+    def cfg(self) -> GPTConfig:
+        return self._cfg
+
+    def reset(self) -> None:
+        """Forget every stored position (length 0).
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> c = m.new_cache(1, 8); _ = m(np.array([[1, 2]]), cache=c); c.length
+        2
+        >>> c.reset(); c.length
+        0
+        """
+        with self._lock:
+            self._lengths[:] = 0
+
+    def truncate(self, seq: int, n: int) -> None:
+        """Forget sequence ``seq``'s positions from ``n`` on: it continues at position ``n``.
+
+        Parameters
+        ----------
+        seq : int in [0, batch)
+        n : int in [0, lengths[seq]]
+
+        Raises
+        ------
+        TypeError
+            Indices that are not integers.
+        ValueError
+            ``seq`` outside the batch, or ``n`` past the sequence's length.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> c = m.new_cache(2, 8); _ = m(np.array([[1, 2, 3], [4, 5, 6]]), cache=c)
+        >>> c.truncate(1, 1); c.lengths
+        (3, 1)
+        """
+        seq = as_int(seq, "seq", 0, self._batch - 1)
+        n = as_int(n, "n", 0)
+        with self._lock:
+            if n > int(self._lengths[seq]):
+                raise BlockcValueError(f"n must be at most sequence {seq}'s length "
+                                       f"{int(self._lengths[seq])}, got {n}")
+            check(lib.bc_gpt_cache_truncate(self._c(), self._cfg.c_struct(), seq, n), "truncate")
+
+    def copy_prefix(self, dst: int, src: int, n: int) -> None:
+        """Copy sequence ``src``'s first ``n`` positions into sequence ``dst``, whose
+        length becomes ``n``: ``dst`` then continues with the bits ``src`` would
+        (a conversation's next turn reuses its earlier keys and values instead of
+        recomputing them).
+
+        Parameters
+        ----------
+        dst, src : int in [0, batch)
+        n : int in [0, lengths[src]]
+
+        Raises
+        ------
+        TypeError
+            Indices that are not integers.
+        ValueError
+            An index outside the batch, or ``n`` past ``src``'s length.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> c = m.new_cache(2, 8); _ = m(np.array([[1, 2, 3], [4, 5, 6]]), cache=c)
+        >>> c.copy_prefix(1, 0, 2); c.lengths
+        (3, 2)
+        """
+        dst = as_int(dst, "dst", 0, self._batch - 1)
+        src = as_int(src, "src", 0, self._batch - 1)
+        n = as_int(n, "n", 0)
+        with self._lock:
+            if n > int(self._lengths[src]):
+                raise BlockcValueError(f"n must be at most sequence {src}'s length "
+                                       f"{int(self._lengths[src])}, got {n}")
+            check(lib.bc_gpt_cache_copy(self._c(), self._cfg.c_struct(), dst, src, n), "copy_prefix")
+
+    def view(self, start: int, stop: int) -> "KVCache":
+        """Sequences ``start`` .. ``stop - 1`` as a cache of their own, sharing this
+        one's memory, lengths and lock: a model run on the view reads and appends to
+        those sequences alone (a server decodes its active slots without touching
+        the rest).
+
+        Parameters
+        ----------
+        start : int in [0, batch)
+        stop : int in (start, batch]
+
+        Returns
+        -------
+        KVCache
+
+        Raises
+        ------
+        TypeError
+            Indices that are not integers.
+        ValueError
+            An empty or out-of-range span.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> c = m.new_cache(3, 8); _ = m(np.array([[1], [2]]), cache=c.view(1, 3)); c.lengths
+        (0, 1, 1)
+        """
+        start = as_int(start, "start", 0, self._batch - 1)
+        stop = as_int(stop, "stop", start + 1, self._batch)
+        out = object.__new__(KVCache)
+        out._cfg, out._owner, out._lock = self._cfg, self._owner, self._lock
+        out._k, out._v = self._k[start:stop], self._v[start:stop]
+        out._lengths = self._lengths[start:stop]
+        out._row_floats, out._batch, out._capacity = self._row_floats, stop - start, self._capacity
+        return out
+
+    def _c(self, row: Optional[int] = None):
+        """The C struct over the whole cache, or over sequence ``row`` alone (batch 1)."""
+        lengths = ffi.from_buffer("size_t[]", self._lengths)
+        if row is None:
+            return ffi.new("bc_gpt_cache *", dict(k=fptr(self._k), v=fptr(self._v), batch=self._batch,
+                                                  capacity=self._capacity, lengths=lengths))
+        off = row * self._row_floats
+        return ffi.new("bc_gpt_cache *", dict(k=fptr(self._k) + off, v=fptr(self._v) + off,
+                                              batch=1, capacity=self._capacity,
+                                              lengths=lengths + row))
+
+    def __repr__(self):
+        return f"KVCache(batch={self._batch}, capacity={self._capacity}, length={self.length})"
+
+
+def _logical(a: np.ndarray, capacity: int) -> np.ndarray:
+    """(batch, layers, kv heads, R, head dim) -> a read-only (layers, batch, capacity,
+    kv heads * head dim) copy."""
+    B, L, G, R, dh = a.shape
+    out = np.ascontiguousarray(a[:, :, :, :capacity].transpose(1, 0, 3, 2, 4)).reshape(
+        L, B, capacity, G * dh)
+    out.setflags(write=False)
+    return out
+
+
+
+
+class Model:
+    """The model core: parameters in one buffer (matrices packed in :attr:`dtype`),
+    computed in C. :class:`blockc.GPT` is this with checkpoint I/O, training and
+    generation mixed in; see :mod:`blockc.model` for the internal interface."""
+
+    def __init__(self, cfg: GPTConfig, params: Optional[npt.ArrayLike] = None,
+                 dtype: str = "float32") -> None:
+        """A model of config ``cfg`` storing its matrices as ``dtype``, on ``params``: the raw
+        parameter buffer (1-D uint8 of :attr:`nbytes`, as :attr:`params` returns; adopted
+        without a copy when it is one), or all zeros when None."""
+        self._cfg = as_config(cfg)
+        self._dtype = as_choice(dtype, "dtype", DTYPES)
+        self._c = self._cfg.c_struct(self._dtype)
+        self._layout = layout(self._cfg, self._dtype)
+        n = ffi.new("size_t *")
+        check(lib.bc_gpt_param_bytes(n, self._c), "GPT")
+        nbytes = int(n[0])
+        if params is None:
+            params = np.zeros(nbytes, dtype=np.uint8)
+        else:
+            params = to_numpy(params, "params")
+            if params.dtype != np.uint8 or params.shape != (nbytes,):
+                raise BlockcValueError(f"params must be a uint8 array of shape ({nbytes},), "
+                                       f"got {params.dtype} {params.shape}")
+            if not params.flags.c_contiguous or params.ctypes.data % 64:
+                params = aligned_copy(params)
+        self._params = params
+        self._cptr = ffi.from_buffer("char[]", params, False)  # made once: params is never replaced
+        self._tls = threading.local()  # each thread's workspace
+        #: config.json's bos/eos/pad ids when loaded from a checkpoint (written back on save)
+        self.special_ids: Dict[str, Any] = {}
+
+    # ---- construction -------------------------------------------------------
+
+    @classmethod
+    def random(cls, cfg: GPTConfig, seed: Optional[int] = 0, dtype: str = "float32") -> "Model":
+        """GPT-2 initialisation: weights N(0, 0.02), biases 0, norm gains 1, shifts 0.
+
+        Parameters
+        ----------
+        cfg : GPTConfig
+        seed : int >= 0 or None, optional
+            Seed of ``numpy.random.default_rng``, drawn from tensor by tensor in
+            state-dict order (None: fresh entropy).
+        dtype : {"float32", "bfloat16", "q8_0"}, optional
+            How the matrices are stored (the same float32 draws, then rounded
+            or quantised).
+
+        Returns
+        -------
+        GPT
+
+        Raises
+        ------
+        TypeError
+            A non-GPTConfig ``cfg`` or a non-integer seed.
+        ValueError
+            A negative seed or an unknown dtype.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> m(np.array([[1, 2, 3]])).shape
+        (1, 3, 16)
+        """
+        seed = None if seed is None else as_int(seed, "seed", 0)
+        m = cls(cfg, dtype=dtype)
+        rng = np.random.default_rng(seed)
+        for name, t in m._layout.items():
+            if len(t.shape) == 2:  # Linear and Embedding weights
+                m.write_tensor(name, rng.standard_normal(t.shape, dtype=np.float32) * np.float32(0.02))
+            elif name.endswith(".weight"):  # the 1-D weights are norm gains
+                m._vector(name)[:] = 1.0
+            # biases stay zero
+        return m
+
+    @classmethod
+    def from_state_dict(cls, sd: Mapping[str, Any], cfg: GPTConfig,
+                        dtype: str = "float32") -> "Model":
+        """Load a state dict keyed as the chapter's PyTorch ``GPT.state_dict()``.
+
+        Parameters
+        ----------
+        sd : mapping of str to array_like
+            NumPy arrays, array-likes or torch tensors (any real dtype, bfloat16
+            included; converted to float32, then stored as ``dtype``). Each entry is
+            read once.
+        cfg : GPTConfig
+            Every key and shape is checked against it. For a tied config,
+            ``head.weight`` may be present (PyTorch lists it) and must equal
+            ``token.weight`` bit for bit.
+        dtype : {"float32", "bfloat16", "q8_0"}, optional
+            How the matrices are stored.
+
+        Returns
+        -------
+        GPT
+            A new model owning a copy of the weights.
+
+        Raises
+        ------
+        TypeError
+            ``sd`` is not a mapping or ``cfg`` not a GPTConfig.
+        ValueError
+            A missing, unexpected or mis-shaped tensor (named), or a tied head
+            that differs from the token embedding.
+
+        Examples
+        --------
+        >>> cfg = GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1)
+        >>> m = GPT.random(cfg, seed=1)
+        >>> m2 = GPT.from_state_dict(m.state_dict(), cfg)
+        >>> bool((m2.params == m.params).all())
+        True
+        """
+        cfg = as_config(cfg)
+        m = cls(cfg, dtype=dtype)
+        m._load(sd, strict=True)
+        return m
+
+    def load_state_dict(self, sd: Mapping[str, Any], strict: bool = True) -> None:
+        """Write weights into this model (the matrices packed again in :attr:`dtype`).
+
+        Parameters
+        ----------
+        sd : mapping of str to array_like
+            As :meth:`from_state_dict`, keyed like :meth:`state_dict`.
+        strict : bool, optional
+            Every tensor must be present (the default); False writes the ones given.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`from_state_dict`; with ``strict``, a missing tensor.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> sd = m.state_dict(); sd["blocks.0.up.weight"][:] = 0
+        >>> m.load_state_dict(sd); float(abs(m.state_dict()["blocks.0.up.weight"]).max())
+        0.0
+        """
+        self._load(sd, as_flag(strict, "strict"))
+
+    def _load(self, sd: Mapping[str, Any], strict: bool) -> None:
+        if not isinstance(sd, Mapping):
+            raise BlockcTypeError(f"state dict must be a mapping, got {type(sd).__name__}")
+        sd = dict(sd)  # each entry read once: what is checked is what is loaded
+        cfg, expected = self._cfg, self._layout
+        keys = set(sd.keys())
+        tied_head = cfg.tie_weights and "head.weight" in keys
+        missing = [k for k in expected if k not in keys]
+        unexpected = sorted(str(k) for k in keys
+                            if k not in expected and not (tied_head and k == "head.weight"))
+        if missing and strict:
+            raise BlockcValueError(f"state dict is missing {missing}")
+        if unexpected:
+            raise BlockcValueError(f"state dict has unexpected keys {unexpected}")
+        arrays = {}
+        for name, t in expected.items():
+            if name not in sd:
+                continue
+            a = _state_array(name, sd[name])
+            if a.shape != t.shape:
+                raise BlockcValueError(f"state dict entry {name!r} has shape {a.shape}, expected {t.shape}")
+            arrays[name] = a
+        if tied_head:
+            head = _state_array("head.weight", sd["head.weight"])
+            shape = expected["token.weight"].shape
+            if head.shape != shape:
+                raise BlockcValueError(f"state dict entry 'head.weight' has shape {head.shape}, "
+                                       f"expected {shape}")
+            token = arrays["token.weight"] if "token.weight" in arrays else self.read_tensor("token.weight")
+            if not same_bits(head, token):
+                raise BlockcValueError("state dict entry 'head.weight' differs from 'token.weight' "
+                                       "but the config ties them (tie_weights=True)")
+        for name, a in arrays.items():
+            self.write_tensor(name, a)
+
+    def astype(self, dtype: str) -> "Model":
+        """This model with its matrices stored as ``dtype``: a new model.
+
+        Parameters
+        ----------
+        dtype : {"float32", "bfloat16", "q8_0"}
+            From float32 the weights are rounded (bfloat16) or quantised (q8_0,
+            llama.cpp's rule); from a lower precision they are the weights this
+            model computes with, exactly, stored anew.
+
+        Returns
+        -------
+        GPT
+
+        Raises
+        ------
+        ValueError
+            An unknown dtype.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=32, heads=2, layers=1))
+        >>> m.astype("q8_0").dtype, m.astype("q8_0").nbytes < m.nbytes
+        ('q8_0', True)
+        """
+        dtype = as_choice(dtype, "dtype", DTYPES)
+        m = type(self)(self._cfg, dtype=dtype)
+        m.special_ids = dict(self.special_ids)
+        for name in self._layout:
+            m.write_tensor(name, self.read_tensor(name))
+        return m
+
+    # ---- tensors in the buffer ----------------------------------------------
+
+    def _vector(self, name: str) -> np.ndarray:
+        """A float32 (unpacked) tensor of the buffer, as a writable view."""
+        t = self._layout[name]
+        return self._params[t.offset:t.offset + t.nbytes].view(np.float32).reshape(t.shape)
+
+    def read_tensor(self, name: str) -> np.ndarray:
+        """Tensor ``name`` as float32: a writable view of the buffer for vectors and the
+        position table, an unpacked copy for the (packed) matrices.
+
+        Parameters
+        ----------
+        name : str
+            A key of :attr:`layout`.
+
+        Returns
+        -------
+        numpy.ndarray
+
+        Raises
+        ------
+        KeyError
+            A name that is not in the layout.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> m.read_tensor("blocks.0.up.weight").shape
+        (32, 8)
+        """
+        t = self._layout[name]
+        if not t.packed:
+            return self._vector(name)
+        out = np.empty(t.shape, np.float32)
+        check(lib.bc_unpack(fptr(out), self._cptr + t.offset, t.nbytes, t.dtype, t.shape[0],
+                            t.shape[1]), f"state dict entry {name!r}")
+        return out
+
+    def write_tensor(self, name: str, a: npt.ArrayLike, transposed: bool = False) -> None:
+        """Store the float32-convertible array ``a`` as tensor ``name`` (packed again in
+        :attr:`dtype` for a matrix). The caller has checked the shape.
+
+        Parameters
+        ----------
+        name : str
+            A key of :attr:`layout`.
+        a : array_like
+            Of the tensor's shape, or (``transposed``) of its transpose, as GPT-2's
+            Conv1D stores weights (a packed matrix is packed from it directly,
+            without a transposed copy).
+        transposed : bool, optional
+
+        Raises
+        ------
+        KeyError
+            A name that is not in the layout.
+        ValueError
+            q8_0 weights that are not finite or too large.
+
+        Examples
+        --------
+        >>> m = GPT(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> m.write_tensor("norm.weight", np.full(8, 2.0)); float(m.read_tensor("norm.weight")[0])
+        2.0
+        """
+        t = self._layout[name]
+        if not (type(a) is np.ndarray and a.dtype == np.float32 and a.flags.c_contiguous
+                and a.flags.aligned):
+            a = np.ascontiguousarray(a, dtype=np.float32)
+        if not t.packed:
+            self._vector(name)[...] = a.T if transposed else a
+            return
+        rows, cols = t.shape
+        rs, cs = (1, rows) if transposed else (cols, 1)
+        st = lib.bc_pack_strided(self._cptr + t.offset, t.nbytes, cptr(a), rs, cs, t.dtype, rows, cols)
+        if st == lib.BC_EVALUE:
+            raise BlockcValueError(f"state dict entry {name!r}: q8_0 needs finite weights of "
+                                   "magnitude <= 65504 * 127")
+        check(st, f"state dict entry {name!r}")
+
+    # ---- the internal interface (see blockc.model) ---------------------------
+
+    @property
+    def layout(self) -> Dict[str, Tensor]:
+        """name -> :class:`Tensor` (offset, bytes, storage, packed, shape) of every
+        tensor of the buffer, in state-dict order (do not modify)."""
+        return self._layout
+
+    @property
+    def c_config(self) -> Any:
+        """The ``bc_gpt_config *`` of this model (its config at its dtype)."""
+        return self._c
+
+    @property
+    def c_params(self) -> Any:
+        """A ``char *`` over :attr:`params`, made once (the buffer is never replaced)."""
+        return self._cptr
+
+    @property
+    def thread_state(self) -> threading.local:
+        """This model's per-thread storage: each thread's workspaces (the forward
+        pass keeps its buffer there; training keeps its own under other names)."""
+        return self._tls
+
+    # ---- access -------------------------------------------------------------
+
+    @property
+    def config(self) -> GPTConfig:
+        return self._cfg
+
+    @property
+    def dtype(self) -> str:
+        """How the matrices are stored: "float32", "bfloat16" or "q8_0"."""
+        return self._dtype
+
+    @property
+    def params(self) -> np.ndarray:
+        """The whole parameter buffer: 1-D uint8, writable, shared with the model (the
+        layout is the C library's: the packed matrices and the float32 vectors)."""
+        return self._params
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the parameter buffer."""
+        return int(self._params.size)
+
+    def num_parameters(self) -> int:
+        """The model's parameter count: a tied head counted once.
+
+        Returns
+        -------
+        int
+
+        Examples
+        --------
+        >>> GPT(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1)).num_parameters()
+        1080
+        """
+        return gpt_parameter_count(self._cfg)
+
+    def state_dict(self, keep_tied: bool = False) -> Dict[str, np.ndarray]:
+        """The parameters, in the chapter's order and names, as float32 arrays.
+
+        Vectors (biases, norm gains and shifts) and the position table are
+        writable views of the parameter buffer; the matrices, stored packed, are
+        unpacked into new arrays (a quantised model's dequantised weights, exactly
+        the ones it computes with): change them with :meth:`load_state_dict`.
+
+        Parameters
+        ----------
+        keep_tied : bool, optional
+            A tied model lists ``token.weight`` only, unless this adds ``head.weight``
+            (the same array), as PyTorch's ``state_dict()`` does.
+
+        Returns
+        -------
+        dict of str to numpy.ndarray
+
+        Raises
+        ------
+        TypeError
+            A non-bool ``keep_tied``.
+
+        Examples
+        --------
+        >>> m = GPT(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> list(m.state_dict())[:3]
+        ['token.weight', 'position.weight', 'blocks.0.ln1.weight']
+        """
+        keep_tied = as_flag(keep_tied, "keep_tied")
+        out = {name: self.read_tensor(name) for name in self._layout}
+        if keep_tied and self._cfg.tie_weights:
+            out["head.weight"] = out["token.weight"]
+        return out
+
+    def new_cache(self, batch: int, capacity: int) -> KVCache:
+        """An empty KV cache, owned by this model.
+
+        Parameters
+        ----------
+        batch : int >= 1
+            Sequences.
+        capacity : int in [1, context]
+            Positions each sequence can hold.
+
+        Returns
+        -------
+        KVCache
+
+        Raises
+        ------
+        TypeError
+            Sizes that are not integers.
+        ValueError
+            Sizes below 1, or a capacity past the context.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> m.new_cache(2, 8)
+        KVCache(batch=2, capacity=8, length=0)
+        """
+        return KVCache(self._cfg, batch, capacity, _owner=self)
+
+    # ---- forward ------------------------------------------------------------
+
+    def run(self, ids: Any, cache: Optional["KVCache"] = None, *, last_only: bool = False,
+            want_hidden: bool = False, want_logits: bool = True, row: Optional[int] = None
+            ) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
+        """The forward pass as the mixins call it: logits and/or hidden states.
+
+        With a cache, the call holds the cache's lock (one call at a time per cache:
+        the lengths C reads are the ones checked here, and C advances them).
+
+        Parameters
+        ----------
+        ids : array_like of int, shape (B, T)
+        cache : KVCache, optional
+            This model's cache; positions continue after its length.
+        last_only : bool, optional
+            Only the last position's logits, (B, 1, vocab).
+        want_hidden : bool, optional
+            Also the residual stream after every block, (layers, B, T, width).
+        want_logits : bool, optional
+            False skips the head (logits None).
+        row : int, optional
+            Run on that sequence of the cache alone (ids of batch 1).
+
+        Returns
+        -------
+        logits : numpy.ndarray or None
+        hidden : numpy.ndarray or None
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`__call__`.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> logits, hidden = m.run([[1, 2, 3]], last_only=True)
+        >>> logits.shape, hidden
+        ((1, 1, 16), None)
+        """
+        if cache is None:
+            return self._run_at(ids, None, 0, last_only, want_hidden, want_logits, None)
+        self._own(cache)
+        with cache._lock:
+            lengths = cache._lengths if row is None else cache._lengths[row:row + 1]
+            return self._run_at(ids, cache, int(lengths.max()), last_only, want_hidden,
+                             want_logits, row)
+
+    def _own(self, cache: Any) -> None:
+        if not isinstance(cache, KVCache):
+            raise BlockcTypeError(f"cache must be a blockc.KVCache, got {type(cache).__name__}")
+        if cache._owner is not self:
+            raise BlockcValueError("cache belongs to another model: make it with this "
+                                   "model's new_cache()")
+
+    def _run_at(self, ids: Any, cache: Optional[KVCache], start: int, last_only: bool,
+             want_hidden: bool, want_logits: bool, row: Optional[int]):
+        cfg = self._cfg
+        a = check_ids(ids, cfg, start)
+        b, t = a.shape
+        c_cache = ffi.NULL
+        if cache is not None:
+            rows = cache._batch if row is None else 1
+            if rows != b:
+                raise BlockcValueError(f"ids have batch {b} but the cache holds {rows} rows")
+            if start + t > cache._capacity:
+                raise BlockcValueError(f"Sequence exceeds the cache's capacity of {cache._capacity} "
+                                       f"(length {start} + {t} tokens)")
+            c_cache = cache._c(row)
+        n = ffi.new("size_t *")
+        check(lib.bc_gpt_workspace_size(n, self._c, b, t, c_cache), "GPT forward")
+        work, buf = thread_buffer(self._tls, int(n[0]))
+        logits = None
+        if want_logits:
+            logits = np.empty((b, 1 if last_only else t, cfg.vocab), dtype=np.float32)
+        hidden = np.empty((cfg.layers, b, t, cfg.width), dtype=np.float32) if want_hidden else None
+        wide = a.dtype == np.int64
+        ids_ptr = ffi.from_buffer("int64_t[]" if wide else "int32_t[]", a, require_writable=False)
+        check(lib.bc_gpt_forward(fptr(logits) if logits is not None else ffi.NULL,
+                                 fptr(hidden) if hidden is not None else ffi.NULL,
+                                 c_cache, self._cptr, self._c, ids_ptr,
+                                 lib.BC_IDS_INT64 if wide else lib.BC_IDS_INT32, b, t,
+                                 int(last_only), work, buf.size),
+              "GPT forward")
+        return logits, hidden
+
+    def hidden_states(self, ids: npt.ArrayLike) -> np.ndarray:
+        """The residual stream after every block, without the head.
+
+        Parameters
+        ----------
+        ids : array_like of int, shape (B, T)
+
+        Returns
+        -------
+        numpy.ndarray
+            (layers, B, T, width) float32.
+
+        Raises
+        ------
+        TypeError
+            Ids that are not integers.
+        ValueError
+            Ids out of range or a sequence past the context.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=3))
+        >>> m.hidden_states(np.array([[1, 2]])).shape
+        (3, 1, 2, 8)
+        """
+        return self.run(ids, want_hidden=True, want_logits=False)[1]
+
+    def __call__(self, ids: Any, cache: Optional[KVCache] = None, return_hidden: bool = False,
+                 *, last_only: bool = False) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
+        """The logits of every position (or of the last).
+
+        Parameters
+        ----------
+        ids : array_like of int, shape (B, T)
+            Token ids in [0, vocab) (copied, then checked).
+        cache : KVCache, optional
+            This model's cache: positions continue after ``cache.length`` and the
+            new keys and values are appended. Without one, positions are 0..T-1.
+        return_hidden : bool, optional
+            Also return the residual stream after every block.
+        last_only : bool, optional
+            Only the last position's logits, (B, 1, vocab): a prompt's prefill, without
+            the head's work and memory for the other positions (the same bits as the
+            last row of the whole).
+
+        Returns
+        -------
+        logits : numpy.ndarray
+            (B, T, vocab) float32; (B, 1, vocab) with ``last_only``.
+        hidden : numpy.ndarray
+            (layers, B, T, width) float32, with ``return_hidden`` only.
+
+        Raises
+        ------
+        TypeError
+            Ids that are not integers, a non-bool flag, a cache of another type.
+        ValueError
+            Ids out of range, a sequence past the context or the cache's capacity,
+            a cache of another model.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> m(np.array([[1, 2, 3]])).shape
+        (1, 3, 16)
+        """
+        return_hidden = as_flag(return_hidden, "return_hidden")
+        logits, hidden = self.run(ids, cache, last_only=as_flag(last_only, "last_only"),
+                                  want_hidden=return_hidden)
+        return (logits, hidden) if return_hidden else logits
+
+    forward = __call__
+
+    def __repr__(self):
+        c = self._cfg
+        return (f"{type(self).__name__}(vocab={c.vocab}, context={c.context}, width={c.width}, heads={c.heads}, "
+                f"layers={c.layers}, tie_weights={c.tie_weights}, dtype={self._dtype!r}, "
+                f"parameters={self.num_parameters():,})")
+
+
+
+def aligned_copy(a: np.ndarray) -> np.ndarray:
+    """A 64-byte aligned, C-contiguous copy of the 1-D uint8 array a."""
+    raw = np.empty(a.size + 64, np.uint8)
+    start = (-raw.ctypes.data) % 64
+    out = raw[start:start + a.size]
+    out[...] = a
+    return out
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """The two tensors hold the same float32 values bit for bit (NaN equals itself)."""
+    a32 = np.ascontiguousarray(a, dtype=np.float32)
+    b32 = np.ascontiguousarray(b, dtype=np.float32)
+    return a32.shape == b32.shape and np.array_equal(a32.view(np.uint32), b32.view(np.uint32))
