@@ -20,8 +20,8 @@ from .._plot import pyplot
 from ..gpt import GPT, GPTConfig
 from ..train import AdamW
 
-__all__ = ["TASK_VOCAB", "VARIANTS", "markov_task", "trainability", "results_table", "plot_runs",
-           "write_section"]
+__all__ = ["TASK_VOCAB", "VARIANTS", "markov_task", "task_levels", "trainability",
+           "results_table", "plot_runs", "write_section"]
 
 TASK_VOCAB = 16
 
@@ -80,21 +80,34 @@ def trainability(depths: Sequence[int], variants: Sequence[str], steps: int, lr:
             runs.append(run)
             report(f"  depth {depth:>3}  {name:<12} held-out {run['held_out']:.3f}  "
                    f"(last {len(tail)} steps {run['final_train']:.3f}; {run['seconds']:.0f} s)")
-    return {"floor": floor, "unigram": _unigram(train, held), "bigram": _bigram(train, held),
+    return {"floor": floor, **task_levels(train, held),
             "steps": steps, "lr": lr, "width": width, "batch": batch, "seq": seq, "runs": runs}
 
 
-def _unigram(train: np.ndarray, held: np.ndarray) -> float:
-    p = np.bincount(train, minlength=TASK_VOCAB) + 1.0
+def task_levels(train: np.ndarray, held: np.ndarray, vocab: int = TASK_VOCAB
+                ) -> Dict[str, float]:
+    """The held-out losses of the two counting models a trained model is read against:
+    ``unigram`` (the training tokens' frequencies) and ``bigram`` (the next token's
+    frequencies after each token), both add-one smoothed, in nats per token.
+
+    Parameters
+    ----------
+    train, held : numpy.ndarray of int
+        Tokens in [0, vocab).
+    vocab : int, optional
+
+    Returns
+    -------
+    dict
+        ``{"unigram": float, "bigram": float}``.
+    """
+    p = np.bincount(train, minlength=vocab) + 1.0
     p /= p.sum()
-    return float(-np.log(p[held]).mean())
-
-
-def _bigram(train: np.ndarray, held: np.ndarray) -> float:
-    c = np.ones((TASK_VOCAB, TASK_VOCAB))
+    c = np.ones((vocab, vocab))
     np.add.at(c, (train[:-1], train[1:]), 1.0)
-    p = c / c.sum(axis=1, keepdims=True)
-    return float(-np.log(p[held[:-1], held[1:]]).mean())
+    q = c / c.sum(axis=1, keepdims=True)
+    return {"unigram": float(-np.log(p[held]).mean()),
+            "bigram": float(-np.log(q[held[:-1], held[1:]]).mean())}
 
 
 def results_table(res: Dict[str, Any]) -> List[str]:
