@@ -33,7 +33,7 @@ import numpy as np
 from ._errors import BlockcTypeError, BlockcValueError
 
 __all__ = ["ChatTemplate", "ChatPrompt", "ChatTemplateError", "load_chat_template",
-           "special_tokens"]
+           "special_tokens", "apply_chat_template", "end_token_ids"]
 
 # the named special tokens transformers passes to a template (its SPECIAL_TOKENS_ATTRIBUTES)
 _SPECIAL = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
@@ -439,3 +439,44 @@ def apply_chat_template(tokenizer: Any, template: ChatTemplate,
     """
     text = template.render(messages, add_generation_prompt, **variables)
     return ChatPrompt(text, tokenizer.encode(text, add_special_tokens=False))
+
+
+def end_token_ids(path: Union[str, "os.PathLike[str]"], tokenizer: Any = None,
+                  vocab: Optional[int] = None) -> frozenset:
+    """Every id that ends a chat model's turn: ``generation_config.json``'s and
+    ``config.json``'s ``eos_token_id`` (an int or a list: chat models list their
+    end-of-turn token there) and the tokenizer's ``eos_token_id``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The checkpoint directory.
+    tokenizer : blockc.text.Tokenizer, optional
+    vocab : int, optional
+        Ids at or past it are dropped.
+
+    Returns
+    -------
+    frozenset of int
+
+    Raises
+    ------
+    ValueError
+        A config file that is not JSON.
+
+    Examples
+    --------
+    >>> sorted(end_token_ids("llama3-instruct-dir"))     # doctest: +SKIP
+    [128001, 128008, 128009]
+    """
+    d = os.fspath(path)
+    d = d if os.path.isdir(d) else os.path.dirname(d)
+    ids = set()
+    for name in ("generation_config.json", "config.json"):
+        e = _read_json(os.path.join(d, name)).get("eos_token_id")
+        for x in (e if isinstance(e, list) else [e]):
+            if isinstance(x, int) and not isinstance(x, bool) and x >= 0:
+                ids.add(x)
+    if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return frozenset(i for i in ids if vocab is None or i < vocab)

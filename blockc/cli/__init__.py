@@ -15,12 +15,12 @@ from typing import List, Optional
 
 from .. import __version__
 from .._errors import BlockcError
-from . import book, convert, depth, experiment, generate, gpt, train
+from . import book, chat, convert, depth, experiment, generate, gpt, serve, train
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
 #: the command modules, in the order their commands are listed in --help
-COMMANDS = (book, gpt, depth, generate, convert, train, experiment)
+COMMANDS = (book, gpt, depth, generate, convert, train, experiment, chat, serve)
 
 EPILOG = """exit status:
   0  success

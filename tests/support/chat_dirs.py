@@ -116,7 +116,8 @@ def chat_dir(d, style="chatml", vocab=400):
     return tok
 
 
-def chat_model_dir(d, style="chatml", context=256, seed=0, llama=False, **arch):
+def chat_model_dir(d, style="chatml", context=256, seed=0, llama=False, width=32, layers=2,
+                   **arch):
     """A whole checkpoint: chat_dir plus a random-weight model (config.json, safetensors)
     whose eos_token_id is the template's end-of-turn token."""
     import blockc
@@ -126,8 +127,8 @@ def chat_model_dir(d, style="chatml", context=256, seed=0, llama=False, **arch):
         arch = dict(dict(norm="rms", activation="swiglu", positions="rope", kv_heads=2,
                          d_ff=88, qkv_bias=False, out_bias=False, mlp_bias=False,
                          tie_weights=False), **arch)
-    cfg = blockc.GPTConfig(vocab=tok.get_vocab_size(), context=context, width=32, heads=4,
-                           layers=2, **arch)
+    cfg = blockc.GPTConfig(vocab=tok.get_vocab_size(), context=context, width=width, heads=4,
+                           layers=layers, **arch)
     m = blockc.GPT.random(cfg, seed=seed)
     m.save_pretrained(d)
     for name in ("config.json",):

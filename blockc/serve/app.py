@@ -1,0 +1,426 @@
+"""The OpenAI-compatible HTTP API on Starlette, over :class:`blockc.serve.engine.Engine`.
+
+Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (``stream: true`` as
+server-sent events ending in ``data: [DONE]``), ``GET /v1/models`` (and
+``/v1/models/{id}``), ``GET /health`` (200 when serving, 503 while draining: a
+readiness probe), ``GET /metrics`` (Prometheus text). Every error is OpenAI's JSON
+error object with a fitting status, never a traceback.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+import uuid
+from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from ..chat import end_token_ids
+from .engine import Draining, Engine, Job, QueueFull, TextTail
+from .sampling import RowSampler, sampling_from_request
+from .settings import Settings
+from .types import (APIError, ChatRequest, CompletionRequest, SamplingRequest, chat_chunk,
+                    chat_response, completion_response, error_body, model_object, parse_chat,
+                    parse_completion, usage)
+
+__all__ = ["Service", "create_app"]
+
+
+def _starlette():
+    try:
+        import starlette  # noqa: F401
+    except ImportError:
+        raise ImportError("the server needs starlette and uvicorn: pip install 'blockc[serve]'"
+                          ) from None
+
+
+class Service:
+    """The model, tokenizer, template and engine behind the routes."""
+
+    def __init__(self, settings: Settings, model: Any = None, tokenizer: Any = None):
+        from .. import GPT, Tokenizer, set_num_threads
+        self.settings = s = settings
+        if s.threads:
+            set_num_threads(s.threads)
+        self.model = model if model is not None else GPT.from_pretrained(s.model, dtype=s.dtype)
+        if tokenizer is None:
+            tokenizer = Tokenizer.from_pretrained(s.model)
+        self.tok = tokenizer
+        ctx = self.model.config.context
+        self.capacity = min(ctx, s.ctx_size or min(ctx, 2048))
+        self.name = s.served_name
+        self.end_ids = end_token_ids(s.model, tokenizer, self.model.config.vocab)
+        self.created = int(time.time())
+        self.engine = Engine(self.model, s.parallel, self.capacity, s.max_queue, s.prefill_chunk,
+                             s.prefix_reuse)
+        self.draining = False
+
+    # ---- requests to jobs -------------------------------------------------------------
+
+    def prompt_ids(self, req: SamplingRequest) -> np.ndarray:
+        if isinstance(req, ChatRequest):
+            if self.tok.chat_template is None:
+                raise APIError(400, "this model has no chat template: use /v1/completions",
+                               code="no_chat_template")
+            try:
+                return self.tok.apply_chat_template(req.messages, req.add_generation_prompt).ids
+            except ValueError as e:  # the template's raise_exception, or a failure in it
+                raise APIError(400, str(e), param="messages", code="invalid_value") from None
+        p = req.prompt
+        if isinstance(p, str):
+            if not p:
+                raise APIError(400, "'prompt' must not be empty", param="prompt",
+                               code="invalid_value")
+            return self.tok.encode(p)
+        v = self.model.config.vocab
+        if not all(0 <= t < v for t in p):
+            raise APIError(400, f"'prompt' token ids must be in [0, {v})", param="prompt",
+                           code="invalid_value")
+        return np.asarray(p, np.int64)
+
+    def jobs(self, req: SamplingRequest, ids: np.ndarray, emit_for) -> List[Job]:
+        n, cap = len(ids), self.capacity
+        what = "messages" if isinstance(req, ChatRequest) else "prompt"
+        if n >= cap:
+            raise APIError(400, f"This model's maximum context length is {cap} tokens. However, "
+                           f"your {what} resulted in {n} tokens.", param=what,
+                           code="context_length_exceeded")
+        max_tokens = req.max_tokens if req.max_tokens is not None else cap - n
+        if n + max_tokens > cap:
+            raise APIError(400, f"This model's maximum context length is {cap} tokens. However, "
+                           f"you requested {n + max_tokens} tokens ({n} in the {what}, "
+                           f"{max_tokens} in the completion). Please reduce the length of the "
+                           f"{what} or the completion.", param="max_tokens",
+                           code="context_length_exceeded")
+        samp = sampling_from_request(req, self.model.config.vocab)
+        ends = frozenset() if req.ignore_eos else self.end_ids
+        decode = self.tok.decode
+        return [Job(prompt=ids, max_tokens=max_tokens,
+                    sampler=RowSampler(samp, i, self.model.config.vocab),
+                    text=TextTail(decode, req.stop), end_ids=ends, emit=emit_for(i), index=i)
+                for i in range(req.n)]
+
+    def token_text(self, t: int) -> str:
+        return self.tok.decode([t])
+
+
+def _json_response(body: Any, status: int = 200, headers: Optional[Dict[str, str]] = None):
+    from starlette.responses import Response
+    return Response(json.dumps(body, ensure_ascii=False), status_code=status,
+                    media_type="application/json", headers=headers)
+
+
+def _error(e: APIError):
+    return _json_response(e.body(), e.status, e.headers)
+
+
+async def _read_body(request, limit: int) -> bytes:
+    cl = request.headers.get("content-length")
+    if cl is not None:
+        try:
+            if int(cl) > limit:
+                raise APIError(413, f"the request body is {int(cl)} bytes, over the limit of "
+                               f"{limit}", code="request_too_large")
+        except ValueError:
+            raise APIError(400, "a bad Content-Length header", code="invalid_request") from None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise APIError(413, f"the request body is over the limit of {limit} bytes",
+                           code="request_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _sse(obj: Any) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
+    """The Starlette application serving ``settings.model`` (or ``model`` and
+    ``tokenizer`` when given).
+
+    Raises
+    ------
+    ImportError
+        starlette is not installed.
+    """
+    _starlette()
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.responses import PlainTextResponse, StreamingResponse
+    from starlette.routing import Route
+
+    svc = Service(settings, model, tokenizer)
+
+    def check_auth(request) -> None:
+        key = settings.api_key
+        if key is None:
+            return
+        got = request.headers.get("authorization", "")
+        if got != f"Bearer {key}":
+            raise APIError(401, "Incorrect API key provided", type="invalid_request_error",
+                           code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+    async def generate(request, chat: bool):
+        try:
+            check_auth(request)
+            if svc.draining or svc.engine.draining:
+                raise APIError(503, "the server is shutting down", type="server_error",
+                               code="unavailable")
+            raw = await _read_body(request, settings.max_body_bytes)
+            try:
+                body = json.loads(raw)
+            except ValueError as e:
+                raise APIError(400, f"the request body is not valid JSON: {e}",
+                               code="invalid_json") from None
+            req = (parse_chat if chat else parse_completion)(body, [svc.name])
+            ids = svc.prompt_ids(req)
+            loop = asyncio.get_running_loop()
+            queue: asyncio.Queue = asyncio.Queue()
+
+            def emit_for(i):
+                def emit(ev):
+                    loop.call_soon_threadsafe(queue.put_nowait, (i, ev))
+                return emit
+            jobs = svc.jobs(req, ids, emit_for)
+            try:
+                svc.engine.submit(jobs)
+            except QueueFull:
+                raise APIError(429, f"the server is busy: {settings.max_queue} requests are "
+                               "waiting already; retry later", type="server_error",
+                               code="rate_limit_exceeded",
+                               headers={"Retry-After": str(settings.retry_after)}) from None
+            except Draining:
+                raise APIError(503, "the server is shutting down", type="server_error",
+                               code="unavailable") from None
+        except APIError as e:
+            return _error(e)
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        created = int(time.time())
+        if req.stream:
+            return StreamingResponse(_stream(svc, req, jobs, queue, rid, created, chat),
+                                     media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        return await _collect(request, svc, req, jobs, queue, rid, created, chat)
+
+    async def chat_completions(request):
+        return await generate(request, True)
+
+    async def completions(request):
+        return await generate(request, False)
+
+    async def models(request):
+        try:
+            check_auth(request)
+        except APIError as e:
+            return _error(e)
+        return _json_response({"object": "list", "data": [model_object(svc.name, svc.created)]})
+
+    async def model_info(request):
+        try:
+            check_auth(request)
+            mid = request.path_params["model"]
+            if mid != svc.name:
+                raise APIError(404, f"The model '{mid}' does not exist", param="model",
+                               code="model_not_found")
+        except APIError as e:
+            return _error(e)
+        return _json_response(model_object(svc.name, svc.created))
+
+    async def health(request):
+        if svc.draining or svc.engine.draining:
+            return _json_response({"status": "draining"}, 503)
+        return _json_response({"status": "ok", "model": svc.name,
+                               "slots": settings.parallel, "active": svc.engine.active,
+                               "queued": svc.engine.queue_depth})
+
+    async def metrics(request):
+        st, e = svc.engine.stats, svc.engine
+        lines = [
+            "# TYPE blockc_requests_total counter",
+            f"blockc_requests_total {int(st['requests_total'])}",
+            "# TYPE blockc_prompt_tokens_total counter",
+            f"blockc_prompt_tokens_total {int(st['prompt_tokens'])}",
+            "# TYPE blockc_prompt_tokens_cached_total counter",
+            f"blockc_prompt_tokens_cached_total {int(st['prompt_tokens_cached'])}",
+            "# TYPE blockc_completion_tokens_total counter",
+            f"blockc_completion_tokens_total {int(st['completion_tokens'])}",
+            "# TYPE blockc_queue_depth gauge", f"blockc_queue_depth {e.queue_depth}",
+            "# TYPE blockc_active_requests gauge", f"blockc_active_requests {e.active}",
+            "# TYPE blockc_time_to_first_token_seconds summary",
+            f"blockc_time_to_first_token_seconds_sum {st['ttft_seconds_sum']:.6f}",
+            f"blockc_time_to_first_token_seconds_count {int(st['ttft_count'])}",
+        ]
+        return PlainTextResponse("\n".join(lines) + "\n",
+                                 media_type="text/plain; version=0.0.4")
+
+    async def http_error(request, exc):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        msg = {404: f"no route {request.url.path}",
+               405: f"{request.method} is not allowed on {request.url.path}"}.get(
+            exc.status_code, str(exc.detail))
+        return _json_response(error_body(msg, "invalid_request_error", None, code),
+                              exc.status_code)
+
+    async def server_error(request, exc):
+        return _json_response(error_body(f"internal error: {type(exc).__name__}", "server_error",
+                                         None, "internal_error"), 500)
+
+    routes = [Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+              Route("/v1/completions", completions, methods=["POST"]),
+              Route("/v1/models", models, methods=["GET"]),
+              Route("/v1/models/{model:path}", model_info, methods=["GET"]),
+              Route("/health", health, methods=["GET"]),
+              Route("/metrics", metrics, methods=["GET"])]
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        svc.engine.close()
+
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error,
+                                                       Exception: server_error},
+                    lifespan=lifespan)
+    app.state.service = svc
+    return app
+
+
+# ---- answers ------------------------------------------------------------------------------
+
+def _chat_logprobs(svc: Service, entries) -> Optional[Dict[str, Any]]:
+    out = []
+    for tok, lp, top in entries:
+        t = svc.token_text(tok)
+        out.append({"token": t, "logprob": lp, "bytes": list(t.encode("utf-8")),
+                    "top_logprobs": [{"token": svc.token_text(i), "logprob": v,
+                                      "bytes": list(svc.token_text(i).encode("utf-8"))}
+                                     for i, v in top]})
+    return {"content": out, "refusal": None}
+
+
+def _completion_logprobs(svc: Service, entries, offset0: int = 0) -> Dict[str, Any]:
+    toks, lps, tops, offs = [], [], [], []
+    at = offset0
+    for tok, lp, top in entries:
+        t = svc.token_text(tok)
+        toks.append(t)
+        lps.append(lp)
+        tops.append({svc.token_text(i): v for i, v in top})
+        offs.append(at)
+        at += len(t)
+    return {"tokens": toks, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offs}
+
+
+def _usage(ends: Dict[int, Dict[str, int]], prompt: int) -> Dict[str, Any]:
+    comp = sum(u["completion_tokens"] for u in ends.values())
+    u = usage(prompt, comp)
+    u["prompt_tokens_details"] = {"cached_tokens": max((x["cached_tokens"] for x in ends.values()),
+                                                       default=0)}
+    return u
+
+
+async def _next(queue: asyncio.Queue, request=None) -> Tuple[int, tuple]:
+    """The next event; with ``request``, polls for the client having gone away."""
+    if request is None:
+        return await queue.get()
+    while True:
+        try:
+            return await asyncio.wait_for(queue.get(), timeout=0.25)
+        except asyncio.TimeoutError:
+            if await request.is_disconnected():
+                raise ConnectionError("client gone") from None
+
+
+async def _collect(request, svc: Service, req: SamplingRequest, jobs: List[Job],
+                   queue: asyncio.Queue, rid: str, created: int, chat: bool):
+    texts = {j.index: [] for j in jobs}
+    lps: Dict[int, list] = {j.index: [] for j in jobs}
+    ends: Dict[int, Dict[str, int]] = {}
+    reasons: Dict[int, Optional[str]] = {}
+    try:
+        while len(ends) < len(jobs):
+            i, ev = await _next(queue, request)
+            if ev[0] == "token":
+                texts[i].append(ev[1])
+                if req.logprobs:
+                    lps[i].append((ev[2], ev[3], ev[4]))
+            else:
+                reasons[i], ends[i] = ev[1], ev[2]
+                texts[i].append(ev[3])
+    except (ConnectionError, asyncio.CancelledError):
+        for j in jobs:
+            j.cancel()
+        svc.engine.wake()
+        raise
+    for i, u in ends.items():
+        if reasons[i] == "error":
+            return _error(APIError(500, f"generation failed: {u.get('error')}",
+                                   type="server_error", code="internal_error"))
+    use = _usage(ends, len(jobs[0].prompt))
+    if chat:
+        choices = [{"index": i, "message": {"role": "assistant", "content": "".join(texts[i]),
+                                            "refusal": None},
+                    "logprobs": _chat_logprobs(svc, lps[i]) if req.logprobs else None,
+                    "finish_reason": reasons[i]} for i in sorted(texts)]
+        return _json_response(chat_response(rid, created, svc.name, choices, use))
+    choices = [{"index": i, "text": "".join(texts[i]),
+                "logprobs": _completion_logprobs(svc, lps[i]) if req.logprobs else None,
+                "finish_reason": reasons[i]} for i in sorted(texts)]
+    return _json_response(completion_response(rid, created, svc.name, choices, use))
+
+
+async def _stream(svc: Service, req: SamplingRequest, jobs: List[Job], queue: asyncio.Queue,
+                  rid: str, created: int, chat: bool) -> AsyncIterator[str]:
+    name = svc.name
+    ends: Dict[int, Dict[str, int]] = {}
+    offsets = {j.index: 0 for j in jobs}
+
+    def chunk(i, piece, reason=None, entry=None, first=False):
+        if chat:
+            delta: Dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
+            if piece:
+                delta["content"] = piece
+            lp = _chat_logprobs(svc, [entry]) if entry is not None else None
+            return chat_chunk(rid, created, name, [{"index": i, "delta": delta, "logprobs": lp,
+                                                    "finish_reason": reason}])
+        lp = None
+        if entry is not None:
+            lp = _completion_logprobs(svc, [entry], offsets[i])
+        offsets[i] += len(piece)
+        return completion_response(rid, created, name, [{"index": i, "text": piece,
+                                                         "logprobs": lp,
+                                                         "finish_reason": reason}], None)
+    try:
+        if chat:
+            for j in jobs:
+                yield _sse(chunk(j.index, "", first=True))
+        while len(ends) < len(jobs):
+            i, ev = await _next(queue)
+            if ev[0] == "token":
+                entry = (ev[2], ev[3], ev[4]) if req.logprobs else None
+                if ev[1] or entry is not None:
+                    yield _sse(chunk(i, ev[1], entry=entry))
+            else:
+                reason, ends[i], tail = ev[1], ev[2], ev[3]
+                if reason == "error":
+                    yield _sse(error_body(f"generation failed: {ends[i].get('error')}",
+                                          "server_error", None, "internal_error"))
+                    yield "data: [DONE]\n\n"
+                    return
+                if tail:
+                    yield _sse(chunk(i, tail))
+                yield _sse(chunk(i, "", reason=reason))
+        if req.include_usage:
+            u = _usage(ends, len(jobs[0].prompt))
+            yield _sse(chat_chunk(rid, created, name, [], u) if chat
+                       else completion_response(rid, created, name, [], u))
+        yield "data: [DONE]\n\n"
+    finally:  # the client went away (or the stream ended): nothing more to compute
+        if len(ends) < len(jobs):
+            for j in jobs:
+                j.cancel()
+            svc.engine.wake()

@@ -1,0 +1,412 @@
+"""Continuous batching: one scheduler thread owns the model and a KV cache of
+``parallel`` slots (plus one scratch slot for moving sequences).
+
+Each iteration of the scheduler
+  1. drops the requests whose client went away (their slot is free at once);
+  2. admits the next queued request when a slot is free: the slot is the free one
+     whose kept tokens share the longest prefix with the prompt, and that prefix is
+     copied from whichever slot holds the longest one (a chat's next turn continues
+     from its previous turn's keys and values; ``n`` choices share their prompt);
+  3. runs one chunk (``prefill_chunk`` tokens) of the prompt being prefilled, so a
+     long prompt delays the running requests by one chunk per step, not by its whole
+     prefill; when the prompt is done its first token is sampled;
+  4. runs one decode step for every request past its prompt, all rows in one forward
+     call (they are kept in slots 0 .. n-1: a finished request's slot is swapped
+     behind them, its keys and values kept for reuse).
+
+The promise: a request's tokens are the same bits whatever else is in the batch. A
+row's logits are the bits it gets alone (bc_gpt_forward's promise), a prompt
+prefilled in chunks or continued from a copied prefix gets the bits it gets in one
+piece (tests/test_cache_ops.py), and every choice samples from its own generator
+(:mod:`blockc.serve.sampling`). tests/test_serve.py checks it against solo runs.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from .sampling import RowSampler
+
+__all__ = ["Engine", "Job", "QueueFull", "Draining", "TextTail"]
+
+
+class QueueFull(Exception):
+    """The queue holds ``max_queue`` requests already."""
+
+
+class Draining(Exception):
+    """The engine is shutting down: it finishes what it has and takes nothing new."""
+
+
+class TextTail:
+    """The text of a growing list of ids, released piece by piece: never a character cut
+    between tokens, never the start of a stop string that may still complete (held
+    back until it cannot), nothing from a stop string on."""
+
+    def __init__(self, decode: Callable[[List[int]], str], stops: Sequence[str]):
+        self._decode, self.stops = decode, list(stops)
+        self.ids: List[int] = []
+        self.text, self.sent, self.stopped = "", 0, False
+
+    def push(self, token: int):
+        """(the new text to send, True when a stop string completed)."""
+        self.ids.append(token)
+        text = self._decode(self.ids)
+        if text.endswith("\ufffd"):
+            return "", False
+        self.text = text
+        if self.stops:
+            longest = max(len(s) for s in self.stops)
+            start = max(0, self.sent - longest)
+            hits = [i for i in (text.find(s, start) for s in self.stops) if i >= 0]
+            if hits:
+                cut = max(min(hits), self.sent)
+                piece, self.sent, self.text = text[self.sent:cut], cut, text[:cut]
+                self.stopped = True
+                return piece, True
+            hold = 0
+            for s in self.stops:
+                for k in range(min(len(s) - 1, len(text)), hold, -1):
+                    if text.endswith(s[:k]):
+                        hold = k
+                        break
+            end = max(self.sent, len(text) - hold)
+        else:
+            end = len(text)
+        piece, self.sent = text[self.sent:end], end
+        return piece, False
+
+    def flush(self) -> str:
+        """What is held back (a character left incomplete at the end included)."""
+        if not self.stopped and self.ids:
+            self.text = self._decode(self.ids)
+        piece, self.sent = self.text[self.sent:], len(self.text)
+        return piece
+
+
+@dataclass(eq=False)
+class Job:
+    """One choice of one request, as the scheduler runs it. ``emit(event)`` is called
+    from the scheduler thread with ``("token", piece, token, logprob, top)`` for each
+    token shown (the end token is counted, not shown) and ``("end", finish_reason,
+    usage_dict, tail)`` once, ``tail`` the text held back until the end (finish_reason
+    None when cancelled, ``"error"`` with the message in usage_dict["error"] on a
+    failure)."""
+    prompt: np.ndarray
+    max_tokens: int
+    sampler: RowSampler
+    text: TextTail
+    end_ids: frozenset
+    emit: Callable[[tuple], None]
+    index: int = 0
+    cancelled: bool = False
+    # scheduler state
+    out: List[int] = field(default_factory=list)
+    last: int = -1
+    pos: int = 0          # prompt tokens in the cache (prefill progress)
+    reused: int = 0       # prompt tokens taken from the cache instead of computed
+    t_submit: float = 0.0
+    t_first: Optional[float] = None
+
+    def cancel(self) -> None:
+        """Ask the scheduler to drop this job (a client gone): its slot is freed at the
+        scheduler's next iteration, within one step."""
+        self.cancelled = True
+
+
+class _Slot:
+    __slots__ = ("tokens", "job", "used")
+
+    def __init__(self):
+        self.tokens: List[int] = []  # the ids whose keys and values the slot holds
+        self.job: Optional[Job] = None
+        self.used = 0
+
+
+def _common_prefix(a: List[int], b: np.ndarray, cap: int) -> int:
+    n = min(len(a), len(b), cap)
+    if n == 0:
+        return 0
+    eq = np.asarray(a[:n], dtype=np.int64) == b[:n]
+    bad = np.flatnonzero(~eq)
+    return int(bad[0]) if bad.size else n
+
+
+class Engine:
+    """The model, its batch cache and the scheduler thread.
+
+    Parameters
+    ----------
+    model : blockc.GPT
+    parallel : int
+        Slots: requests decoded together.
+    capacity : int
+        Positions per slot (prompt + completion).
+    max_queue : int
+        Requests waiting for a slot before :meth:`submit` raises :class:`QueueFull`.
+    prefill_chunk : int
+        Prompt tokens per scheduler step.
+    """
+
+    def __init__(self, model: Any, parallel: int = 4, capacity: int = 1024, max_queue: int = 64,
+                 prefill_chunk: int = 128, prefix_reuse: bool = True):
+        self.model = model
+        self.parallel, self.capacity = int(parallel), int(capacity)
+        self.max_queue, self.chunk = int(max_queue), int(prefill_chunk)
+        self.prefix_reuse = bool(prefix_reuse)
+        self.vocab = model.config.vocab
+        self.cache = model.new_cache(self.parallel + 1, self.capacity)
+        self._scratch = self.parallel
+        self._slots = [_Slot() for _ in range(self.parallel)]
+        self._n_dec = 0
+        self._pf: Optional[Job] = None
+        self._pf_slot = -1
+        self._waiting: Deque[Job] = collections.deque()
+        self._cond = threading.Condition()
+        self._clock = itertools.count(1)
+        self._stop = False
+        self.draining = False
+        self.stats: Dict[str, float] = collections.defaultdict(float)
+        self._thread = threading.Thread(target=self._run, name="blockc-scheduler", daemon=True)
+        self._thread.start()
+
+    # ---- the public side (any thread) -------------------------------------------------
+
+    def submit(self, jobs: Sequence[Job]) -> None:
+        """Queue the jobs of one request (all or none).
+
+        Raises
+        ------
+        QueueFull
+            The queue has no room for them.
+        Draining
+            The engine is shutting down.
+        """
+        with self._cond:
+            if self.draining or self._stop:
+                raise Draining()
+            if len(self._waiting) + len(jobs) > self.max_queue:
+                raise QueueFull()
+            now = time.monotonic()
+            for j in jobs:
+                j.t_submit = now
+                self._waiting.append(j)
+            self.stats["requests_total"] += 1
+            self._cond.notify()
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def active(self) -> int:
+        return self._n_dec + (self._pf is not None)
+
+    def idle(self) -> bool:
+        with self._cond:
+            return not self._waiting and self._pf is None and self._n_dec == 0
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    def drain(self, timeout: Optional[float] = None) -> bool:
+        """Take nothing new; wait until every queued and running job is done. True when
+        idle within ``timeout``."""
+        with self._cond:
+            self.draining = True
+        end = None if timeout is None else time.monotonic() + timeout
+        while not self.idle():
+            if end is not None and time.monotonic() > end:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def close(self) -> None:
+        """Stop the scheduler thread (jobs still running end with finish_reason None)."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self._thread.join(timeout=10)
+
+    # ---- the scheduler thread ---------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while (not self._stop and not self._waiting and self._pf is None
+                       and self._n_dec == 0):
+                    self._cond.wait()
+                if self._stop:
+                    break
+            try:
+                self._step()
+            except Exception as e:  # a failure of ours: every live job ends with it
+                self._fail_all(f"{type(e).__name__}: {e}")
+        self._fail_all(None)
+
+    def _fail_all(self, message: Optional[str]) -> None:
+        jobs = [s.job for s in self._slots if s.job is not None]
+        with self._cond:
+            jobs += list(self._waiting)
+            self._waiting.clear()
+        for j in jobs:
+            self._end(j, "error" if message else None, error=message)
+        for s in self._slots:
+            s.job, s.tokens = None, []
+        self.cache.reset()
+        self._n_dec, self._pf, self._pf_slot = 0, None, -1
+
+    def _step(self) -> None:
+        self._drop_cancelled()
+        if self._pf is None:
+            self._admit()
+        if self._pf is not None:
+            self._prefill_chunk()
+        if self._n_dec:
+            self._decode()
+
+    def _drop_cancelled(self) -> None:
+        with self._cond:
+            gone = [j for j in self._waiting if j.cancelled]
+            for j in gone:
+                self._waiting.remove(j)
+        for j in gone:
+            self._end(j, None)
+        if self._pf is not None and self._pf.cancelled:
+            self._release(self._pf_slot)
+        for i in reversed(range(self._n_dec)):
+            j = self._slots[i].job
+            if j is not None and j.cancelled:
+                self._release(i)
+
+    def _free_slots(self) -> List[int]:
+        return [i for i in range(self._n_dec, self.parallel)
+                if i != self._pf_slot and self._slots[i].job is None]
+
+    def _admit(self) -> None:
+        free = self._free_slots()
+        if not free:
+            return
+        with self._cond:
+            if not self._waiting:
+                return
+            job = self._waiting.popleft()
+        cap = len(job.prompt) - 1  # the last prompt token is always computed (its logits)
+        target, keep = min(free, key=lambda i: self._slots[i].used), 0
+        src, best = -1, 0
+        if self.prefix_reuse:
+            scores = [(_common_prefix(self._slots[i].tokens, job.prompt, cap), i)
+                      for i in range(self.parallel)]
+            own = [(n, -self._slots[i].used, i) for n, i in scores if i in free]
+            keep, _, target = max(own)
+            best, src = max(scores)
+        slot = self._slots[target]
+        if best > keep:
+            self.cache.copy_prefix(target, src, best)
+            slot.tokens = list(self._slots[src].tokens[:best])
+            keep = best
+        else:
+            self.cache.truncate(target, keep)
+            del slot.tokens[keep:]
+        slot.job, slot.used = job, next(self._clock)
+        job.pos = job.reused = keep
+        self._pf, self._pf_slot = job, target
+        self.stats["prompt_tokens_cached"] += keep
+
+    def _prefill_chunk(self) -> None:
+        job, i = self._pf, self._pf_slot
+        slot = self._slots[i]
+        end = min(len(job.prompt), job.pos + self.chunk)
+        ids = job.prompt[job.pos:end]
+        logits = self.model(ids[None], cache=self.cache.view(i, i + 1), last_only=True)
+        slot.tokens.extend(int(t) for t in ids)
+        self.stats["prompt_tokens"] += len(ids)
+        job.pos = end
+        if end < len(job.prompt):
+            return
+        self._pf, self._pf_slot = None, -1
+        if self._sample(job, logits[0, 0], slot):
+            self._release(i)
+            return
+        self._swap(i, self._n_dec)
+        self._n_dec += 1
+
+    def _decode(self) -> None:
+        n = self._n_dec
+        jobs = [self._slots[i].job for i in range(n)]
+        ids = np.array([[j.last] for j in jobs], dtype=np.int64)
+        logits = self.model(ids, cache=self.cache.view(0, n), last_only=True)
+        done = []
+        for i, j in enumerate(jobs):
+            self._slots[i].tokens.append(j.last)
+            if self._sample(j, logits[i, 0], self._slots[i]):
+                done.append(i)
+        for i in reversed(done):
+            self._release(i)
+
+    def _sample(self, job: Job, logits: np.ndarray, slot: _Slot) -> bool:
+        """Choose job's next token and send it; True when the job has ended."""
+        seen = np.concatenate([job.prompt, np.asarray(job.out, np.int64)])
+        tok, lp, top = job.sampler(logits, seen)
+        job.out.append(tok)
+        job.last = tok
+        self.stats["completion_tokens"] += 1
+        if job.t_first is None:
+            job.t_first = time.monotonic()
+            self.stats["ttft_seconds_sum"] += job.t_first - job.t_submit
+            self.stats["ttft_count"] += 1
+        if tok in job.end_ids:  # the end token: counted, never shown
+            self._end(job, "stop")
+            return True
+        piece, stopped = job.text.push(tok)
+        job.emit(("token", piece, tok, lp, top))
+        if stopped or len(job.out) >= job.max_tokens:
+            self._end(job, "stop" if stopped else "length")
+            return True
+        return False
+
+    def _end(self, job: Job, reason: Optional[str], error: Optional[str] = None) -> None:
+        use = {"prompt_tokens": int(len(job.prompt)), "completion_tokens": len(job.out),
+               "cached_tokens": job.reused}
+        if error:
+            use["error"] = error
+        tail = job.text.flush() if reason in ("stop", "length") else ""
+        try:
+            job.emit(("end", reason, use, tail))
+        except Exception:  # the client's loop is gone: nothing to tell
+            pass
+
+    def _release(self, i: int) -> None:
+        """Slot i's job is done (or gone): the slot is free, its tokens kept for reuse."""
+        slot = self._slots[i]
+        job = slot.job
+        if job is not None and job.cancelled:
+            self._end(job, None)
+        slot.job = None
+        if i == self._pf_slot:
+            self._pf, self._pf_slot = None, -1
+        elif i < self._n_dec:
+            self._swap(i, self._n_dec - 1)
+            self._n_dec -= 1
+
+    def _swap(self, a: int, b: int) -> None:
+        """Exchange slots a and b (their keys, values, tokens, jobs) through the scratch slot."""
+        if a == b:
+            return
+        c, s = self.cache, self._scratch
+        la, lb = c.lengths[a], c.lengths[b]
+        c.copy_prefix(s, a, la)
+        c.copy_prefix(a, b, lb)
+        c.copy_prefix(b, s, la)
+        self._slots[a], self._slots[b] = self._slots[b], self._slots[a]
+        if self._pf_slot == a:
+            self._pf_slot = b
+        elif self._pf_slot == b:
+            self._pf_slot = a

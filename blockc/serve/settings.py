@@ -1,0 +1,43 @@
+"""The server's settings: one dataclass, filled by ``blockc serve``'s options."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+__all__ = ["Settings"]
+
+
+@dataclass
+class Settings:
+    """Everything ``blockc serve`` can be told.
+
+    model: the checkpoint directory (config.json, safetensors, tokenizer.json and a
+    chat template for /v1/chat/completions). model_name: the id clients send as
+    ``model`` (default: the directory's name). host: 127.0.0.1 unless told otherwise.
+    parallel: requests decoded together (KV cache slots). ctx_size: positions per slot
+    (prompt + completion; default the model's context, at most 2048). max_queue:
+    requests waiting for a slot before 429. max_body_bytes: the largest request
+    body (413 past it). prefill_chunk: prompt tokens per scheduler step. api_key: when
+    set, every /v1 request needs ``Authorization: Bearer <api_key>``. drain_timeout:
+    seconds SIGTERM waits for running requests.
+    """
+    model: str
+    model_name: Optional[str] = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    parallel: int = 4
+    ctx_size: Optional[int] = None
+    max_queue: int = 64
+    max_body_bytes: int = 1 << 20
+    prefill_chunk: int = 128
+    prefix_reuse: bool = True
+    api_key: Optional[str] = None
+    dtype: Optional[str] = None
+    threads: Optional[int] = None
+    drain_timeout: float = 60.0
+    retry_after: int = 1
+
+    @property
+    def served_name(self) -> str:
+        return self.model_name or os.path.basename(os.path.normpath(self.model))

@@ -1,0 +1,316 @@
+"""The OpenAI API's request and response types, declared once.
+
+A request body (parsed JSON) becomes a :class:`ChatRequest` or :class:`CompletionRequest`
+through :func:`parse_chat` / :func:`parse_completion`, which check every field the
+server reads and raise :class:`APIError` with OpenAI's error shape otherwise: a field
+of the wrong JSON type is 422, a value out of range 400 (both name the field).
+Fields the server does not read are ignored, as OpenAI-compatible servers do (clients
+send ``user``, ``metadata``...). The response builders return the JSON objects of
+OpenAI's reference: ``chat.completion``, ``chat.completion.chunk``,
+``text_completion``, ``model``, ``list`` and ``{"error": {...}}``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+__all__ = ["APIError", "SamplingRequest", "ChatRequest", "CompletionRequest", "parse_chat",
+           "parse_completion", "error_body", "usage", "chat_response", "chat_chunk",
+           "completion_response", "model_object"]
+
+
+class APIError(Exception):
+    """An error a client gets as ``{"error": {message, type, param, code}}`` with ``status``."""
+
+    def __init__(self, status: int, message: str, param: Optional[str] = None,
+                 code: Optional[str] = None, type: str = "invalid_request_error",
+                 headers: Optional[Mapping[str, str]] = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.type = (status, message, param,
+                                                                       code, type)
+        self.headers = dict(headers or {})
+
+    def body(self) -> Dict[str, Any]:
+        return error_body(self.message, self.type, self.param, self.code)
+
+
+def error_body(message: str, type: str = "invalid_request_error", param: Optional[str] = None,
+               code: Optional[str] = None) -> Dict[str, Any]:
+    """OpenAI's error object."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+@dataclass
+class SamplingRequest:
+    """What every generating request carries (the chat and completion fields alike)."""
+    model: str
+    max_tokens: Optional[int] = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    n: int = 1
+    stream: bool = False
+    include_usage: bool = False
+    stop: List[str] = field(default_factory=list)
+    seed: Optional[int] = None
+    logprobs: bool = False
+    top_logprobs: int = 0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    logit_bias: Dict[int, float] = field(default_factory=dict)
+    # extensions (llama.cpp's and vLLM's names)
+    top_k: Optional[int] = None
+    min_p: Optional[float] = None
+    repetition_penalty: Optional[float] = None
+    ignore_eos: bool = False
+
+
+@dataclass
+class ChatRequest(SamplingRequest):
+    messages: List[Dict[str, Any]] = field(default_factory=list)
+    add_generation_prompt: bool = True
+
+
+@dataclass
+class CompletionRequest(SamplingRequest):
+    prompt: Union[str, List[int]] = ""
+
+
+# ---- field checks: 422 for a JSON type that is wrong, 400 for a value out of range -------
+
+_JSON_TYPES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+               list: "an array", dict: "an object"}
+
+
+def _type_error(name: str, want: str, got: Any) -> APIError:
+    return APIError(422, f"'{name}' must be {want}, got {_json_type(got)}", param=name,
+                    code="invalid_type")
+
+
+def _json_type(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, int):
+        return "an integer"
+    if isinstance(v, float):
+        return "a number"
+    return _JSON_TYPES.get(type(v), type(v).__name__)
+
+
+def _range(name: str, v: Any, lo: Optional[float], hi: Optional[float]) -> None:
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        span = (f"in [{lo}, {hi}]" if lo is not None and hi is not None
+                else f">= {lo}" if lo is not None else f"<= {hi}")
+        raise APIError(400, f"'{name}' must be {span}, got {v!r}", param=name,
+                       code="invalid_value")
+
+
+def _bool(body: Mapping[str, Any], name: str, default: bool) -> bool:
+    v = body.get(name)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise _type_error(name, "a boolean", v)
+    return v
+
+
+def _int(body: Mapping[str, Any], name: str, default: Optional[int], lo: Optional[int] = None,
+         hi: Optional[int] = None) -> Optional[int]:
+    v = body.get(name)
+    if v is None:
+        return default
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)  # JSON has one number type: 3.0 is 3
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _type_error(name, "an integer", v)
+    _range(name, v, lo, hi)
+    return v
+
+
+def _num(body: Mapping[str, Any], name: str, default: Optional[float], lo: Optional[float] = None,
+         hi: Optional[float] = None) -> Optional[float]:
+    v = body.get(name)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _type_error(name, "a number", v)
+    v = float(v)
+    if not math.isfinite(v):
+        raise APIError(400, f"'{name}' must be finite, got {v!r}", param=name, code="invalid_value")
+    _range(name, v, lo, hi)
+    return v
+
+
+def _common(body: Any, served: Sequence[str]) -> Dict[str, Any]:
+    if not isinstance(body, dict):
+        raise APIError(422, f"the request body must be a JSON object, got {_json_type(body)}",
+                       code="invalid_type")
+    model = body.get("model")
+    if not isinstance(model, str):
+        raise (_type_error("model", "a string", model) if model is not None
+               else APIError(400, "'model' is required", param="model", code="missing"))
+    if model not in served:
+        raise APIError(404, f"The model '{model}' does not exist (this server has "
+                       f"{', '.join(repr(s) for s in served)})", param="model",
+                       code="model_not_found")
+    max_tokens = _int(body, "max_tokens", None, 1)
+    max_tokens = _int(body, "max_completion_tokens", max_tokens, 1)
+    stop = body.get("stop")
+    if stop is None:
+        stops: List[str] = []
+    elif isinstance(stop, str):
+        stops = [stop]
+    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        stops = list(stop)
+    else:
+        raise _type_error("stop", "a string or an array of strings", stop)
+    if len(stops) > 4:
+        raise APIError(400, f"'stop' takes at most 4 sequences, got {len(stops)}", param="stop",
+                       code="invalid_value")
+    if any(s == "" for s in stops):
+        raise APIError(400, "'stop' sequences must not be empty", param="stop",
+                       code="invalid_value")
+    so = body.get("stream_options")
+    if so is not None and not isinstance(so, dict):
+        raise _type_error("stream_options", "an object", so)
+    include_usage = _bool(so or {}, "include_usage", False)
+    stream = _bool(body, "stream", False)
+    if so is not None and not stream:
+        raise APIError(400, "'stream_options' is only allowed with 'stream': true",
+                       param="stream_options", code="invalid_value")
+    bias = body.get("logit_bias")
+    logit_bias: Dict[int, float] = {}
+    if bias is not None:
+        if not isinstance(bias, dict):
+            raise _type_error("logit_bias", "an object", bias)
+        for k, v in bias.items():
+            try:
+                tok = int(k)
+            except (TypeError, ValueError):
+                raise APIError(400, f"'logit_bias' keys must be token ids, got {k!r}",
+                               param="logit_bias", code="invalid_value") from None
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise _type_error("logit_bias", "an object of numbers", v)
+            _range("logit_bias", float(v), -100.0, 100.0)
+            logit_bias[tok] = float(v)
+    return dict(
+        model=model, max_tokens=max_tokens, stream=stream, include_usage=include_usage,
+        temperature=_num(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=_num(body, "top_p", 1.0, 0.0, 1.0),
+        n=_int(body, "n", 1, 1, 16), stop=stops, seed=_int(body, "seed", None, 0, 2 ** 63 - 1),
+        frequency_penalty=_num(body, "frequency_penalty", 0.0, -2.0, 2.0),
+        presence_penalty=_num(body, "presence_penalty", 0.0, -2.0, 2.0),
+        logit_bias=logit_bias,
+        top_k=_int(body, "top_k", None, 1), min_p=_num(body, "min_p", None, 0.0, 1.0),
+        repetition_penalty=_num(body, "repetition_penalty", None, 0.0),
+        ignore_eos=_bool(body, "ignore_eos", False))
+
+
+def parse_chat(body: Any, served: Sequence[str]) -> ChatRequest:
+    """The checked fields of a ``POST /v1/chat/completions`` body.
+
+    Raises
+    ------
+    APIError
+        A missing, mistyped or out-of-range field; an unknown model (404).
+    """
+    kw = _common(body, served)
+    msgs = body.get("messages")
+    if msgs is None:
+        raise APIError(400, "'messages' is required", param="messages", code="missing")
+    if not isinstance(msgs, list):
+        raise _type_error("messages", "an array", msgs)
+    if not msgs:
+        raise APIError(400, "'messages' must not be empty", param="messages", code="invalid_value")
+    out = []
+    for i, m in enumerate(msgs):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise _type_error(where, "an object", m)
+        if not isinstance(m.get("role"), str):
+            raise _type_error(f"{where}.role", "a string", m.get("role"))
+        content = m.get("content")
+        if isinstance(content, list):  # content parts: the text ones, joined
+            texts = []
+            for part in content:
+                if not (isinstance(part, dict) and part.get("type") == "text"
+                        and isinstance(part.get("text"), str)):
+                    raise APIError(400, f"{where}.content: only text parts are supported",
+                                   param=f"{where}.content", code="invalid_value")
+                texts.append(part["text"])
+            content = "".join(texts)
+        elif content is not None and not isinstance(content, str):
+            raise _type_error(f"{where}.content", "a string or an array of text parts", content)
+        out.append({**m, "content": content if content is not None else ""})
+    logprobs = _bool(body, "logprobs", False)
+    top = _int(body, "top_logprobs", 0, 0, 20)
+    if top and not logprobs:
+        raise APIError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs",
+                       code="invalid_value")
+    return ChatRequest(messages=out, logprobs=logprobs, top_logprobs=top,
+                       add_generation_prompt=_bool(body, "add_generation_prompt", True), **kw)
+
+
+def parse_completion(body: Any, served: Sequence[str]) -> CompletionRequest:
+    """The checked fields of a ``POST /v1/completions`` body (one prompt: a string or
+    an array of token ids).
+
+    Raises
+    ------
+    APIError
+        As :func:`parse_chat`; a list of several prompts (400).
+    """
+    kw = _common(body, served)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]  # one prompt in an array
+    if prompt is None:
+        raise APIError(400, "'prompt' is required", param="prompt", code="missing")
+    if isinstance(prompt, list):
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            raise APIError(400, "'prompt' must be a string, or one array of token ids "
+                           "(several prompts: one request each)", param="prompt",
+                           code="invalid_value")
+        if not prompt:
+            raise APIError(400, "'prompt' must not be empty", param="prompt", code="invalid_value")
+    elif not isinstance(prompt, str):
+        raise _type_error("prompt", "a string or an array of token ids", prompt)
+    if _bool(body, "echo", False):
+        raise APIError(400, "'echo' is not supported", param="echo", code="unsupported")
+    top = _int(body, "logprobs", None, 0, 5)
+    return CompletionRequest(prompt=prompt, logprobs=top is not None, top_logprobs=top or 0, **kw)
+
+
+# ---- responses ------------------------------------------------------------------------
+
+def usage(prompt: int, completion: int) -> Dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion}
+
+
+def chat_response(rid: str, created: int, model: str, choices: List[Dict[str, Any]],
+                  use: Dict[str, int]) -> Dict[str, Any]:
+    """``chat.completion``; each choice {index, message {role, content}, logprobs, finish_reason}."""
+    return {"id": rid, "object": "chat.completion", "created": created, "model": model,
+            "choices": choices, "usage": use, "system_fingerprint": None}
+
+
+def chat_chunk(rid: str, created: int, model: str, choices: List[Dict[str, Any]],
+               use: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
+    """``chat.completion.chunk``; each choice {index, delta, logprobs, finish_reason}."""
+    return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+            "choices": choices, "usage": use, "system_fingerprint": None}
+
+
+def completion_response(rid: str, created: int, model: str, choices: List[Dict[str, Any]],
+                        use: Optional[Dict[str, int]]) -> Dict[str, Any]:
+    """``text_completion`` (also each streamed chunk); choice {index, text, logprobs,
+    finish_reason}."""
+    return {"id": rid, "object": "text_completion", "created": created, "model": model,
+            "choices": choices, "usage": use, "system_fingerprint": None}
+
+
+def model_object(name: str, created: int) -> Dict[str, Any]:
+    return {"id": name, "object": "model", "created": created, "owned_by": "blockc"}
