@@ -145,3 +145,30 @@ def test_generation_tag_and_loop_controls_render(tmp_path):
                      "{% generation %}[{{ m.content }}]{% endgeneration %}{% endfor %}")
     assert t.render([{"role": "user", "content": "a"}, {"role": "x", "content": "b"},
                      {"role": "assistant", "content": "c"}]) == "[a][c]"
+
+
+@pytest.mark.slow
+def test_blockc_chat_answers_what_generate_makes_from_the_templated_history(tmp_path):
+    import subprocess
+    import sys
+    from chat_dirs import chat_model_dir
+    m, _ = chat_model_dir(tmp_path, "chatml", llama=True, seed=2)
+    tok = blockc.Tokenizer.from_pretrained(tmp_path)
+    eos = tok.eos_token_id
+
+    def answer(history):
+        ids = tok.apply_chat_template(history).ids
+        out = list(m.generate(ids[None], 12, eos_token_id=eos)[0, len(ids):])
+        return tok.decode(out[:out.index(eos)] if eos in out else out)
+    root = __file__.rsplit("/tests/", 1)[0]
+    r = subprocess.run([sys.executable, "-m", "blockc", "chat", "--model", str(tmp_path),
+                        "--max-new-tokens", "12", "--system", "Be terse."],
+                       input="Hello\nWhat is the capital of France?\n/reset\nHello\n",
+                       capture_output=True, text=True, timeout=120, cwd=root)
+    assert r.returncode == 0, r.stderr
+    h = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Hello"}]
+    a1 = answer(h)
+    h += [{"role": "assistant", "content": a1},
+          {"role": "user", "content": "What is the capital of France?"}]
+    a2 = answer(h)
+    assert r.stdout == f"{a1}\n{a2}\n(conversation reset)\n{a1}\n"

@@ -77,7 +77,23 @@ def test_readme_examples_run_and_print_what_they_say(i, capsys, tmp_path, monkey
     if '"llama/"' in code:
         _user_checkpoint(tmp_path / "llama", llama=True)
         monkeypatch.chdir(tmp_path)
-    exec(compile(code, f"README block {i}", "exec"), {})
+    server = None
+    if '"chat/"' in code or "127.0.0.1:8000" in code:  # a chat model (and a server on it)
+        pytest.importorskip("jinja2")
+        from chat_dirs import chat_model_dir
+        chat_model_dir(tmp_path / "chat", "chatml", llama=True)
+        monkeypatch.chdir(tmp_path)
+    if "127.0.0.1:8000" in code:
+        pytest.importorskip("openai")
+        pytest.importorskip("uvicorn")
+        from serve_proc import Server
+        server = Server(tmp_path / "chat", "--api-key", "sekrit", name="chat")
+        code = code.replace("127.0.0.1:8000", f"127.0.0.1:{server.port}")
+    try:
+        exec(compile(code, f"README block {i}", "exec"), {})
+    finally:
+        if server is not None:
+            server.stop()
     printed = capsys.readouterr().out.splitlines()
     claims = [line.split("#", 1)[1].strip() for line in code.splitlines()
               if line.startswith("print(") and "#" in line]
