@@ -4,4 +4,5 @@ quantisers (bfloat16, q8_0)."""
 from . import block
 from . import book
 from . import quant
+from . import ggml
 from .gpt import gpt_forward

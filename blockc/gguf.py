@@ -1,0 +1,599 @@
+"""Reading and writing GGUF files (llama.cpp's format), zero-copy, treating every file as hostile.
+
+The format (versions 2 and 3, little-endian)::
+
+    "GGUF"  uint32 version  uint64 tensor_count  uint64 kv_count
+    kv_count x  (string key, uint32 value type, value)
+    tensor_count x  (string name, uint32 n_dims, uint64 ne[n_dims], uint32 ggml type,
+                     uint64 offset)
+    padding to general.alignment (default 32)
+    tensor data: each tensor at data start + offset, offsets multiples of the alignment
+
+A string is a uint64 length and that many UTF-8 bytes; an array a uint32 element
+type, a uint64 count and the elements. ``ne[0]`` is the fastest-varying
+dimension: a (rows, cols) matrix is stored with ``ne = [cols, rows]`` and
+rows of whole quantisation blocks.
+
+:func:`read` memory-maps the file and returns NumPy views into it (nothing is
+copied; the pages are read when used). Before anything is mapped into an array,
+every field is checked against the file's size: every count (a count is bounded
+by the bytes left: a lying count cannot make it loop or allocate), every string
+length, every array, each tensor's dimensions (1 to 4 of them, each >= 1, the
+product below 2**40, the row a whole number of blocks), its type, its offset
+(aligned, its bytes inside the data, no two tensors overlapping); duplicate keys
+and tensor names, nested arrays and invalid UTF-8 are refused. Every error is a
+:class:`blockc.BlockcValueError` naming the file and the key or tensor. Pure
+Python and NumPy: no C code reads the header (mmap slicing is bounds-checked).
+
+:func:`write` writes a file atomically (a unique temporary name in the same
+directory, flushed and fsynced, then renamed over the target), so a file blockc
+writes appears whole or not at all.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import tempfile
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ._errors import BlockcTypeError, BlockcValueError
+
+__all__ = ["read", "write", "GGUFFile", "GGUFTensor", "Value", "TYPES", "TYPE_IDS",
+           "VALUE_TYPES", "MAGIC", "DEFAULT_ALIGNMENT", "type_size", "row_bytes"]
+
+MAGIC = b"GGUF"
+DEFAULT_ALIGNMENT = 32
+_MAX_DIMS = 4
+_MAX_ELEMENTS = 2 ** 40  # blockc's limit on one tensor (BC_MAX_ELEMENTS)
+
+# ---- the value types of the metadata ------------------------------------------------------------
+
+#: value type id -> name (the spec's GGUF_TYPE_*)
+VALUE_TYPES: Dict[int, str] = {0: "UINT8", 1: "INT8", 2: "UINT16", 3: "INT16", 4: "UINT32",
+                               5: "INT32", 6: "FLOAT32", 7: "BOOL", 8: "STRING", 9: "ARRAY",
+                               10: "UINT64", 11: "INT64", 12: "FLOAT64"}
+_VT = {v: k for k, v in VALUE_TYPES.items()}
+# the fixed-size scalar types: id -> NumPy dtype
+_SCALAR: Dict[int, np.dtype] = {0: np.dtype("u1"), 1: np.dtype("i1"), 2: np.dtype("<u2"),
+                                3: np.dtype("<i2"), 4: np.dtype("<u4"), 5: np.dtype("<i4"),
+                                6: np.dtype("<f4"), 7: np.dtype("u1"), 10: np.dtype("<u8"),
+                                11: np.dtype("<i8"), 12: np.dtype("<f8")}
+_STRUCT = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<B", 10: "<Q",
+           11: "<q", 12: "<d"}
+
+# ---- the tensor (ggml) types ---------------------------------------------------------------------
+
+#: ggml type id -> (name, weights per block, bytes per block), for every type ggml defines
+#: (blockc reads the ones :mod:`blockc.reference.ggml` dequantises; the others are refused
+#: by name when a model needs them)
+TYPES: Dict[int, Tuple[str, int, int]] = {
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 40),
+    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98),
+    19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136), 24: ("I8", 1, 1), 25: ("I16", 1, 2),
+    26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8), 29: ("IQ1_M", 256, 56),
+    30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66),
+    39: ("MXFP4", 32, 17),
+}
+#: ggml type name -> id
+TYPE_IDS: Dict[str, int] = {v[0]: k for k, v in TYPES.items()}
+
+
+def type_size(name: str) -> Tuple[int, int]:
+    """(weights per block, bytes per block) of the ggml type ``name``.
+
+    Raises
+    ------
+    ValueError
+        An unknown type name.
+    """
+    t = TYPE_IDS.get(name)
+    if t is None:
+        raise BlockcValueError(f"unknown ggml type {name!r} (known: {', '.join(TYPE_IDS)})")
+    return TYPES[t][1], TYPES[t][2]
+
+
+def row_bytes(name: str, cols: int) -> int:
+    """Bytes of one row of ``cols`` weights of type ``name`` (cols a multiple of its block).
+
+    Raises
+    ------
+    ValueError
+        An unknown type, or ``cols`` not a whole number of blocks.
+    """
+    bs, nb = type_size(name)
+    if cols % bs:
+        raise BlockcValueError(f"{name} stores rows in blocks of {bs} weights; {cols} is not a "
+                               "multiple")
+    return cols // bs * nb
+
+
+class Value(NamedTuple):
+    """A metadata value with its GGUF type: ``type`` a :data:`VALUE_TYPES` name ("UINT32",
+    ..., "ARRAY"), ``value`` a Python scalar, a str, or for an ARRAY a list or 1-D NumPy
+    array of elements of ``element`` type."""
+    type: str
+    value: Any
+    element: Optional[str] = None
+
+
+class GGUFTensor:
+    """One tensor of a GGUF file.
+
+    ``type`` is the ggml type name ("Q4_K", ...); ``shape`` is NumPy order (the last
+    dimension varies fastest: ``ne`` reversed, a matrix (rows, cols)); ``data`` is a
+    read-only uint8 view of its bytes, shaped (rows..., bytes per row).
+    """
+    __slots__ = ("name", "type", "shape", "offset", "nbytes", "data", "file")
+
+    def __init__(self, name: str, type: str, shape: Tuple[int, ...], offset: int, nbytes: int,
+                 data: Optional[np.ndarray], file: str):
+        self.name, self.type, self.shape, self.offset, self.nbytes = name, type, shape, offset, nbytes
+        self.data, self.file = data, file
+
+    def to_float32(self) -> np.ndarray:
+        """The values as a float32 array of :attr:`shape` (dequantised exactly as ggml does).
+
+        Raises
+        ------
+        ValueError
+            A type blockc does not dequantise (named).
+        """
+        from .reference import ggml
+        if self.type not in ggml.DEQUANTISE:
+            raise BlockcValueError(f"{self.file}: tensor {self.name!r} has type {self.type}, which "
+                                   f"blockc does not read (it reads {', '.join(ggml.DEQUANTISE)})")
+        return ggml.dequantise(self.data, self.type).reshape(self.shape)
+
+    def __repr__(self) -> str:
+        return f"GGUFTensor({self.name!r}, {self.type}, {self.shape})"
+
+
+class GGUFFile:
+    """A parsed GGUF file: ``version``, ``alignment``, ``fields`` (key -> :class:`Value`, in
+    the file's order), ``tensors`` (name -> :class:`GGUFTensor`, in the file's order),
+    ``data_offset`` (where the tensor data starts). ``metadata`` maps each key to its value
+    alone. The tensors' arrays are views into the file's mapping, kept alive by them."""
+
+    def __init__(self, path: str, version: int, alignment: int, fields: Dict[str, Value],
+                 tensors: Dict[str, GGUFTensor], data_offset: int):
+        self.path, self.version, self.alignment = path, version, alignment
+        self.fields, self.tensors, self.data_offset = fields, tensors, data_offset
+
+    @property
+    def metadata(self) -> Dict[str, Any]:
+        return {k: v.value for k, v in self.fields.items()}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of metadata ``key`` (``default`` when absent)."""
+        v = self.fields.get(key)
+        return default if v is None else v.value
+
+    def __repr__(self) -> str:
+        return (f"GGUFFile({self.path!r}, version={self.version}, {len(self.fields)} keys, "
+                f"{len(self.tensors)} tensors)")
+
+
+# ---- reading ------------------------------------------------------------------------------------
+
+def _fail(path: str, msg: str) -> BlockcValueError:
+    return BlockcValueError(f"{path}: {msg}")
+
+
+class _Cursor:
+    """Reads the header from ``buf`` at ``pos``, every read checked against its length."""
+
+    def __init__(self, buf: Any, path: str):
+        self.buf, self.path, self.pos, self.size = buf, path, 0, len(buf)
+
+    def need(self, n: int, what: str) -> None:
+        if n > self.size - self.pos:
+            raise _fail(self.path, f"truncated: {what} needs {n} bytes at offset {self.pos}, "
+                                   f"the file has {self.size - self.pos} left")
+
+    def scalar(self, vt: int, what: str) -> Any:
+        fmt = _STRUCT[vt]
+        n = struct.calcsize(fmt)
+        self.need(n, what)
+        (v,) = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += n
+        return v
+
+    def string(self, what: str) -> str:
+        n = self.scalar(10, f"the length of {what}")
+        if n > self.size - self.pos:
+            raise _fail(self.path, f"{what}: a string of {n} bytes at offset {self.pos}, longer "
+                                   f"than the {self.size - self.pos} bytes left in the file")
+        raw = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        try:
+            return bytes(raw).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise _fail(self.path, f"{what}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
+
+    def value(self, vt: int, where: str) -> Value:
+        name = VALUE_TYPES.get(vt)
+        if name is None:
+            raise _fail(self.path, f"{where}: unknown value type {vt}")
+        if vt == 8:
+            return Value("STRING", self.string(where))
+        if vt == 9:
+            et = self.scalar(4, f"{where}'s element type")
+            ename = VALUE_TYPES.get(et)
+            if ename is None:
+                raise _fail(self.path, f"{where}: an array of unknown value type {et}")
+            if et == 9:
+                raise _fail(self.path, f"{where}: an array of arrays (nested arrays are refused)")
+            n = self.scalar(10, f"{where}'s element count")
+            if et == 8:  # each string takes at least its 8-byte length
+                if n > (self.size - self.pos) // 8:
+                    raise _fail(self.path, f"{where}: an array of {n} strings cannot fit in the "
+                                           f"{self.size - self.pos} bytes left")
+                # the strings one by one, every length checked (vocabularies: ~1e5 of them)
+                out: List[str] = []
+                buf, pos, size = self.buf, self.pos, self.size
+                unpack = struct.Struct("<Q").unpack_from
+                for i in range(n):
+                    if 8 > size - pos:
+                        self.pos = pos
+                        raise _fail(self.path, f"{where}[{i}]: truncated at offset {pos}")
+                    (ln,) = unpack(buf, pos)
+                    pos += 8
+                    if ln > size - pos:
+                        raise _fail(self.path, f"{where}[{i}]: a string of {ln} bytes at offset "
+                                               f"{pos}, longer than the {size - pos} bytes left")
+                    try:
+                        out.append(bytes(buf[pos:pos + ln]).decode("utf-8"))
+                    except UnicodeDecodeError as e:
+                        raise _fail(self.path, f"{where}[{i}]: not valid UTF-8 ({e.reason})") from None
+                    pos += ln
+                self.pos = pos
+                return Value("ARRAY", out, "STRING")
+            dt = _SCALAR[et]
+            if n > (self.size - self.pos) // dt.itemsize:
+                raise _fail(self.path, f"{where}: an array of {n} {ename} cannot fit in the "
+                                       f"{self.size - self.pos} bytes left")
+            a = np.frombuffer(self.buf, dtype=dt, count=n, offset=self.pos)
+            self.pos += n * dt.itemsize
+            if et == 7:
+                if n and int(a.max()) > 1:
+                    raise _fail(self.path, f"{where}: a BOOL array holds a byte other than 0 or 1")
+                a = a.astype(bool)
+            else:
+                a = a.astype(dt.newbyteorder("="))  # an aligned native copy (keys are small)
+            return Value("ARRAY", a, ename)
+        v = self.scalar(vt, where)
+        if vt == 7:
+            if v not in (0, 1):
+                raise _fail(self.path, f"{where}: a BOOL holds {v}, not 0 or 1")
+            v = bool(v)
+        return Value(name, v)
+
+
+def _parse(buf: Any, path: str) -> GGUFFile:
+    """The header of the file whose bytes are ``buf``, every field checked (buf only sliced)."""
+    c = _Cursor(buf, path)
+    if c.size < 4 or bytes(buf[:4]) != MAGIC:
+        raise _fail(path, "not a GGUF file (it does not start with the bytes 'GGUF')")
+    c.pos = 4
+    version = c.scalar(4, "the version")
+    if version not in (2, 3):
+        if version in (1,):
+            raise _fail(path, "GGUF version 1 (32-bit counts) is not read; convert it with a "
+                              "recent llama.cpp")
+        if struct.unpack("<I", struct.pack(">I", version))[0] in (2, 3):
+            raise _fail(path, "a big-endian GGUF file; blockc reads little-endian ones")
+        raise _fail(path, f"GGUF version {version}; blockc reads versions 2 and 3")
+    n_tensors = c.scalar(10, "the tensor count")
+    n_kv = c.scalar(10, "the metadata count")
+    # a key takes at least 8 (length) + 4 (type) + 1 bytes; a tensor info at least 8 + 4 + 8 + 4 + 8
+    if n_kv > (c.size - c.pos) // 13:
+        raise _fail(path, f"the header claims {n_kv} metadata keys, more than the file can hold")
+    if n_tensors > (c.size - c.pos) // 32:
+        raise _fail(path, f"the header claims {n_tensors} tensors, more than the file can hold")
+    fields: Dict[str, Value] = {}
+    for i in range(n_kv):
+        key = c.string(f"metadata key {i}")
+        if key in fields:
+            raise _fail(path, f"metadata key {key!r} appears twice")
+        vt = c.scalar(4, f"the type of metadata key {key!r}")
+        fields[key] = c.value(vt, f"metadata key {key!r}")
+    alignment = DEFAULT_ALIGNMENT
+    if "general.alignment" in fields:
+        a = fields["general.alignment"]
+        if a.type != "UINT32" or not 0 < a.value <= 2 ** 20 or a.value & (a.value - 1):
+            raise _fail(path, f"metadata key 'general.alignment' must be a UINT32 power of two "
+                              f"up to 2**20, got {a.type} {a.value!r}")
+        alignment = a.value
+    infos = []
+    names = set()
+    for i in range(n_tensors):
+        name = c.string(f"tensor name {i}")
+        where = f"tensor {name!r}"
+        if name in names:
+            raise _fail(path, f"{where} appears twice")
+        names.add(name)
+        nd = c.scalar(4, f"{where}'s dimension count")
+        if not 1 <= nd <= _MAX_DIMS:
+            raise _fail(path, f"{where} has {nd} dimensions; GGUF tensors have 1 to {_MAX_DIMS}")
+        ne = [c.scalar(10, f"{where}'s dimensions") for _ in range(nd)]
+        tt = c.scalar(4, f"{where}'s type")
+        off = c.scalar(10, f"{where}'s offset")
+        if tt not in TYPES:
+            raise _fail(path, f"{where} has unknown ggml type {tt}")
+        tname, bs, bb = TYPES[tt]
+        count = 1
+        for d in ne:
+            if d < 1:
+                raise _fail(path, f"{where} has a dimension of {d}; every dimension must be >= 1")
+            count *= d
+            if count > _MAX_ELEMENTS:
+                raise _fail(path, f"{where} has dimensions {ne}: more than 2**40 elements")
+        if ne[0] % bs:
+            raise _fail(path, f"{where}: type {tname} stores rows in blocks of {bs}, but its rows "
+                              f"have {ne[0]} elements")
+        if off % alignment:
+            raise _fail(path, f"{where}: offset {off} is not a multiple of the alignment "
+                              f"{alignment} (misaligned data)")
+        nbytes = count // bs * bb
+        infos.append((name, tname, tuple(reversed(ne)), off, nbytes, ne[0] // bs * bb))
+    start = c.pos + (-c.pos % alignment)
+    data_len = c.size - start if c.size >= start else -1
+    if infos and data_len < 0:
+        raise _fail(path, f"truncated: the tensor data should start at offset {start}, the file "
+                          f"has {c.size} bytes")
+    spans = []
+    for name, tname, shape, off, nbytes, _ in infos:
+        if off > data_len or nbytes > data_len - off:
+            raise _fail(path, f"tensor {name!r}: {nbytes} bytes at data offset {off} lie outside "
+                              f"the {max(data_len, 0)} bytes of data (truncated, or the header lies)")
+        spans.append((off, off + nbytes, name))
+    spans.sort()
+    for (b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:]):
+        if b1 < e0:
+            raise _fail(path, f"tensors {n0!r} and {n1!r} overlap in the data")
+    tensors: Dict[str, GGUFTensor] = {}
+    for name, tname, shape, off, nbytes, rb in infos:
+        a = np.frombuffer(buf, dtype=np.uint8, count=nbytes, offset=start + off)
+        tensors[name] = GGUFTensor(name, tname, shape, off, nbytes,
+                                   a.reshape(shape[:-1] + (rb,)), path)
+    return GGUFFile(path, version, alignment, fields, tensors, start)
+
+
+def read(path: Union[str, "os.PathLike[str]"]) -> GGUFFile:
+    """The header and tensors of a GGUF file (memory-mapped, zero-copy), every field checked.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    GGUFFile
+        Its tensors' ``data`` are read-only views into the mapping.
+
+    Raises
+    ------
+    ValueError
+        Anything wrong with the file (not a regular file, truncated, a lying count, length
+        or offset, a duplicate, an unknown type, ...), naming it and the key or tensor.
+    OSError
+        The file cannot be opened.
+
+    Examples
+    --------
+    >>> f = read("model.gguf")                          # doctest: +SKIP
+    >>> f.get("general.architecture"), f.tensors["token_embd.weight"].type   # doctest: +SKIP
+    ('llama', 'Q8_0')
+    """
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        import stat
+        if not stat.S_ISREG(st.st_mode):
+            raise _fail(path, "not a regular file")
+        if st.st_size == 0:
+            raise _fail(path, "empty file")
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    return _parse(mm, path)
+
+
+def parse_bytes(data: bytes, path: str = "<bytes>") -> GGUFFile:
+    """:func:`read` of a file's bytes already in memory (views into ``data``)."""
+    return _parse(memoryview(data), path)
+
+
+# ---- writing ------------------------------------------------------------------------------------
+
+def _typed(key: str, v: Any) -> Value:
+    """A metadata value with its type: a :class:`Value` as given, else the usual type of a
+    Python value (bool BOOL, int UINT32 or INT64 or UINT64, float FLOAT32, str STRING, a
+    list or array an ARRAY of its elements' type)."""
+    if isinstance(v, Value):
+        return v
+    if isinstance(v, (bool, np.bool_)):
+        return Value("BOOL", bool(v))
+    if isinstance(v, (int, np.integer)):
+        v = int(v)
+        return Value("UINT32" if 0 <= v < 2 ** 32 else "INT64" if v < 2 ** 63 else "UINT64", v)
+    if isinstance(v, (float, np.floating)):
+        return Value("FLOAT32", float(v))
+    if isinstance(v, str):
+        return Value("STRING", v)
+    if isinstance(v, np.ndarray):
+        rev = {np.dtype(d).newbyteorder("="): k for k, d in _SCALAR.items() if k != 7}
+        if v.dtype == np.bool_:
+            return Value("ARRAY", v, "BOOL")
+        et = rev.get(v.dtype.newbyteorder("="))
+        if et is None:
+            raise BlockcTypeError(f"metadata {key!r}: an array of {v.dtype} has no GGUF type")
+        return Value("ARRAY", v, VALUE_TYPES[et])
+    if isinstance(v, (list, tuple)):
+        if all(isinstance(x, str) for x in v):
+            return Value("ARRAY", list(v), "STRING")
+        if all(isinstance(x, (bool, np.bool_)) for x in v):
+            return Value("ARRAY", list(v), "BOOL")
+        if all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in v):
+            return Value("ARRAY", list(v), "INT32")
+        if all(isinstance(x, (int, float, np.integer, np.floating)) for x in v):
+            return Value("ARRAY", list(v), "FLOAT32")
+        raise BlockcTypeError(f"metadata {key!r}: a list of mixed types has no GGUF type")
+    raise BlockcTypeError(f"metadata {key!r}: a {type(v).__name__} has no GGUF type")
+
+
+def _str_bytes(s: str) -> bytes:
+    b = s.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
+
+
+def _encode(key: str, v: Value) -> bytes:
+    vt = _VT.get(v.type)
+    if vt is None:
+        raise BlockcValueError(f"metadata {key!r}: unknown value type {v.type!r}")
+    out = [struct.pack("<I", vt)]
+    if vt == 8:
+        if not isinstance(v.value, str):
+            raise BlockcTypeError(f"metadata {key!r}: a STRING must be a str")
+        out.append(_str_bytes(v.value))
+    elif vt == 9:
+        et = _VT.get(v.element or "")
+        if et is None or et == 9:
+            raise BlockcValueError(f"metadata {key!r}: an ARRAY needs an element type (not ARRAY), "
+                                   f"got {v.element!r}")
+        out.append(struct.pack("<IQ", et, len(v.value)))
+        if et == 8:
+            out.extend(_str_bytes(s) for s in v.value)
+        else:
+            try:
+                a = np.asarray(v.value)
+                if et == 7:
+                    a = a.astype(bool)
+                if a.ndim != 1:
+                    raise ValueError("not 1-D")
+                out.append(a.astype(_SCALAR[et]).tobytes())
+            except (ValueError, TypeError, OverflowError) as e:
+                raise BlockcValueError(f"metadata {key!r}: not a 1-D array of "
+                                       f"{v.element}: {e}") from None
+    else:
+        x = v.value
+        if vt == 7:
+            x = int(bool(x))
+        try:
+            out.append(struct.pack(_STRUCT[vt], x))
+        except struct.error as e:
+            raise BlockcValueError(f"metadata {key!r}: {x!r} is not a {v.type}: {e}") from None
+    return b"".join(out)
+
+
+class _Out(NamedTuple):
+    name: str
+    type: int
+    ne: Tuple[int, ...]
+    data: np.ndarray
+
+
+def write(path: Union[str, "os.PathLike[str]"], metadata: Mapping[str, Any],
+          tensors: Iterable[Tuple[str, str, Sequence[int], Any]],
+          alignment: int = DEFAULT_ALIGNMENT) -> None:
+    """Write a GGUF (version 3) file atomically.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    metadata : mapping of str to value
+        Each value a :class:`Value`, or a Python value typed as :func:`_typed` says.
+        ``general.alignment`` is written when ``alignment`` is not 32.
+    tensors : iterable of (name, type, shape, data)
+        ``type`` a ggml type name ("F32", "Q4_K", ...), ``shape`` NumPy order (the last
+        dimension the row), ``data`` the tensor's bytes (any array: its raw bytes are
+        written; they must be exactly the type's size of the shape).
+    alignment : int, optional
+        A power of two.
+
+    Raises
+    ------
+    TypeError
+        A metadata value that has no GGUF type.
+    ValueError
+        A duplicate tensor name, an unknown type, data of the wrong size, a bad alignment.
+    """
+    path = os.fspath(path)
+    if type(alignment) is not int or alignment < 1 or alignment & (alignment - 1):
+        raise BlockcValueError(f"alignment must be a power of two, got {alignment!r}")
+    meta = dict(metadata)
+    if alignment != DEFAULT_ALIGNMENT:
+        meta["general.alignment"] = Value("UINT32", alignment)
+    outs: List[_Out] = []
+    seen = set()
+    for name, tname, shape, data in tensors:
+        if not isinstance(name, str):
+            raise BlockcTypeError(f"tensor names must be str, got {type(name).__name__}")
+        if name in seen:
+            raise BlockcValueError(f"tensor {name!r} appears twice")
+        seen.add(name)
+        tt = TYPE_IDS.get(tname)
+        if tt is None:
+            raise BlockcValueError(f"tensor {name!r}: unknown ggml type {tname!r}")
+        shape = tuple(int(s) for s in shape)
+        if not 1 <= len(shape) <= _MAX_DIMS or min(shape) < 1:
+            raise BlockcValueError(f"tensor {name!r}: shape {shape} must have 1 to 4 dimensions "
+                                   ">= 1")
+        _, bs, bb = TYPES[tt]
+        if shape[-1] % bs:
+            raise BlockcValueError(f"tensor {name!r}: {tname} rows are blocks of {bs}; a row of "
+                                   f"{shape[-1]} is not")
+        want = int(np.prod(shape, dtype=np.int64)) // bs * bb
+        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        if raw.nbytes != want:
+            raise BlockcValueError(f"tensor {name!r}: {raw.nbytes} bytes of data, but {tname} of "
+                                   f"shape {shape} is {want}")
+        outs.append(_Out(name, tt, tuple(reversed(shape)), raw))
+    head = [MAGIC, struct.pack("<IQQ", 3, len(outs), len(meta))]
+    for k, v in meta.items():
+        if not isinstance(k, str):
+            raise BlockcTypeError(f"metadata keys must be str, got {type(k).__name__}")
+        head.append(_str_bytes(k))
+        head.append(_encode(k, _typed(k, v)))
+    off = 0
+    offsets = []
+    for o in outs:
+        offsets.append(off)
+        off += o.data.nbytes
+        off += -off % alignment
+    for o, offset in zip(outs, offsets):
+        head.append(_str_bytes(o.name))
+        head.append(struct.pack("<I", len(o.ne)) + struct.pack(f"<{len(o.ne)}Q", *o.ne))
+        head.append(struct.pack("<IQ", o.type, offset))
+    header = b"".join(head)
+    header += b"\0" * (-len(header) % alignment)
+    _atomic_write(path, header, outs, alignment)
+
+
+def _atomic_write(path: str, header: bytes, outs: List[_Out], alignment: int) -> None:
+    """header, then each tensor padded to the alignment: under a unique temporary name in
+    the target's directory, flushed and fsynced, then renamed over ``path``."""
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(header)
+            for o in outs:
+                f.write(o.data.data)
+                pad = -o.data.nbytes % alignment
+                if pad:
+                    f.write(b"\0" * pad)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
