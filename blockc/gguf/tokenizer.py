@@ -1,0 +1,250 @@
+"""The tokenizer a GGUF file describes, built as a ``tokenizers`` tokenizer.
+
+A GGUF carries no ``tokenizer.json``: its vocabulary, merges, scores, token types
+and special ids are metadata under llama.cpp's keys (``tokenizer.ggml.*``). This
+module builds from them the tokenizer transformers' GGUF loader builds (so both
+encode a text to the same ids), for the two models a file states in
+``tokenizer.ggml.model``:
+
+- ``gpt2``: byte-level BPE. Tokens are spelled in GPT-2's byte alphabet (a token
+  spelled otherwise is respelled byte by byte); ``merges`` as stored; the text split
+  by GPT-2's pattern, or by the pattern of the pre-tokenizer ``tokenizer.ggml.pre``
+  names (``llama-bpe``, ``qwen2``, ...).
+- ``llama``: SentencePiece-style BPE with byte fallback (``<0x0A>`` tokens), spaces
+  as ``▁`` and one ``▁`` prepended to the text; the merges as stored, or, as
+  SentencePiece files have none, every split of a token into two tokens, ranked by
+  the token's score.
+
+Tokens of type CONTROL (3) become special tokens and USER_DEFINED (4) added tokens,
+both matched whole in the text. ``tokenizer.ggml.add_bos_token`` (true by default
+for ``llama``) and ``add_eos_token`` make the post-processor add them when
+``add_special_tokens=True``. The chat template (``tokenizer.chat_template``) and
+the special ids are returned alongside.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from .._errors import BlockcValueError
+from .format import GGUFFile
+
+__all__ = ["build", "TokenizerInfo", "PRE_TOKENIZER_SPLITS"]
+
+# CONTROL and USER_DEFINED in llama.cpp's token types
+_CONTROL, _USER_DEFINED = 3, 4
+
+# the split patterns of the pre-tokenizers a file may name (the tokenizers' own regexes)
+_LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_GPT4O = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+          r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+          r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+          r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+          r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_TEKKEN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+           r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+           r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+#: tokenizer.ggml.pre -> the regex splitting the text before byte-level BPE (others: GPT-2's)
+PRE_TOKENIZER_SPLITS: Dict[str, str] = {
+    **{k: _LLAMA3 for k in ("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral",
+                            "midm-2.0", "lfm2", "dbrx", "smaug-bpe")},
+    **{k: _QWEN2 for k in ("qwen2", "deepseek-r1-qwen", "megrez")},
+    **{k: _GPT4O for k in ("gpt-4o", "llama4", "minimax-m2")},
+    "tekken": _TEKKEN,
+}
+
+
+class TokenizerInfo(dict):
+    """What a file says beside the vocabulary: ``bos_token_id``, ``eos_token_id``,
+    ``unk_token_id``, ``pad_token_id`` (None when absent), ``add_bos_token``,
+    ``add_eos_token``, ``chat_template`` (None when absent)."""
+
+
+def _byte_alphabet() -> Dict[int, str]:
+    """GPT-2's bytes -> printable characters (the printable bytes map to themselves,
+    the others to 256, 257, ... in order)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    out, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return out
+
+
+def _merges_from_scores(tokens: List[str], scores: List[float]) -> List[Tuple[str, str]]:
+    """The merges a SentencePiece vocabulary implies: for each token, every split into two
+    tokens of the vocabulary, ranked by the merged token's score (higher first; ties by
+    the longer left, then the longer right part), the splits of one token in the order
+    of their parts' ids."""
+    vocab = {t: i for i, t in enumerate(tokens)}
+    score = dict(zip(tokens, scores))
+    ranked = []
+    for tok, sc in score.items():
+        splits = [(tok[:k], tok[k:]) for k in range(1, len(tok))
+                  if tok[:k] in vocab and tok[k:] in vocab]
+        splits.sort(key=lambda p: (vocab[p[0]], vocab[p[1]]))
+        ranked.extend((a, b, sc) for a, b in splits)
+    ranked.sort(key=lambda r: (r[2], len(r[0]), len(r[1])), reverse=True)
+    return [(a, b) for a, b, _ in ranked]
+
+
+def _strings(f: GGUFFile, key: str) -> Optional[List[str]]:
+    v = f.fields.get(key)
+    if v is None:
+        return None
+    if v.type != "ARRAY" or v.element != "STRING":
+        raise BlockcValueError(f"{f.path}: metadata key {key!r} must be an array of strings, "
+                               f"got {v.type} {v.element or ''}".rstrip())
+    return v.value
+
+
+def _id(f: GGUFFile, key: str, n: int) -> Optional[int]:
+    v = f.fields.get(key)
+    if v is None:
+        return None
+    if v.type not in ("UINT32", "INT32", "UINT64", "INT64", "UINT16", "UINT8") or \
+            not 0 <= v.value < n:
+        raise BlockcValueError(f"{f.path}: metadata key {key!r} must be a token id in [0, {n}), "
+                               f"got {v.type} {v.value!r}")
+    return int(v.value)
+
+
+def _flag(f: GGUFFile, key: str, default: bool) -> bool:
+    v = f.fields.get(key)
+    if v is None:
+        return default
+    if v.type != "BOOL":
+        raise BlockcValueError(f"{f.path}: metadata key {key!r} must be a BOOL, got {v.type}")
+    return bool(v.value)
+
+
+def build(f: GGUFFile) -> Tuple[Any, TokenizerInfo]:
+    """The ``tokenizers.Tokenizer`` of a parsed GGUF file, and its :class:`TokenizerInfo`.
+
+    Parameters
+    ----------
+    f : GGUFFile
+
+    Returns
+    -------
+    (tokenizers.Tokenizer, TokenizerInfo)
+
+    Raises
+    ------
+    ImportError
+        tokenizers is not installed.
+    ValueError
+        The file has no tokenizer, or one of a model other than gpt2 and llama, or its
+        metadata is inconsistent (counts that differ, ids out of range), naming the key.
+    """
+    try:
+        from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    except ImportError:
+        raise ImportError("a GGUF file's tokenizer needs the tokenizers package: pip install "
+                          "'blockc[text]'") from None
+    kind = f.get("tokenizer.ggml.model")
+    if kind is None:
+        raise BlockcValueError(f"{f.path}: no tokenizer (no metadata key 'tokenizer.ggml.model')")
+    if kind not in ("gpt2", "llama"):
+        raise BlockcValueError(f"{f.path}: tokenizer.ggml.model {kind!r}: blockc builds the "
+                               "'gpt2' (byte-level BPE) and 'llama' (SentencePiece BPE) tokenizers")
+    tokens = _strings(f, "tokenizer.ggml.tokens")
+    if not tokens:
+        raise BlockcValueError(f"{f.path}: metadata key 'tokenizer.ggml.tokens' is missing or empty")
+    n = len(tokens)
+    types = f.get("tokenizer.ggml.token_type")
+    if types is not None and len(types) != n:
+        raise BlockcValueError(f"{f.path}: metadata key 'tokenizer.ggml.token_type' has "
+                               f"{len(types)} entries for {n} tokens")
+    merges_raw = _strings(f, "tokenizer.ggml.merges")
+    merges: List[Tuple[str, str]] = []
+    if merges_raw is not None:
+        for i, m in enumerate(merges_raw):
+            parts = m.split(" ")
+            if len(parts) != 2:
+                raise BlockcValueError(f"{f.path}: metadata key 'tokenizer.ggml.merges'[{i}] is "
+                                       f"{m!r}, not two tokens separated by one space")
+            merges.append((parts[0], parts[1]))
+    if kind == "gpt2":
+        alpha = _byte_alphabet()
+        spelled = set(alpha.values())
+        vocab = {}
+        for i, t in enumerate(tokens):
+            if not set(t) <= spelled:
+                t = "".join(alpha[b] for b in t.encode("utf-8"))
+            vocab[t] = i
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, dropout=None,
+                                   continuing_subword_prefix="", end_of_word_suffix="",
+                                   fuse_unk=False))
+        split = PRE_TOKENIZER_SPLITS.get(f.get("tokenizer.ggml.pre"))
+        if split is None:
+            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        else:
+            tok.pre_tokenizer = pre_tokenizers.Sequence([
+                pre_tokenizers.Split(Regex(split), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tok.decoder = decoders.ByteLevel()
+        byte_level = spelled
+    else:
+        scores = f.get("tokenizer.ggml.scores")
+        if merges_raw is None:
+            if scores is None or len(scores) != n:
+                raise BlockcValueError(f"{f.path}: a 'llama' tokenizer without merges needs "
+                                       f"'tokenizer.ggml.scores' for its {n} tokens")
+            merges = _merges_from_scores(tokens, [float(s) for s in scores])
+        vocab = {t: i for i, t in enumerate(tokens)}
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=True, byte_fallback=True,
+                                   dropout=None))
+        tok.normalizer = None
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first",
+                                                     split=False)
+        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
+                                         decoders.Fuse(), decoders.Strip(content=" ", left=1)])
+        byte_level = None
+    info = TokenizerInfo(
+        bos_token_id=_id(f, "tokenizer.ggml.bos_token_id", n),
+        eos_token_id=_id(f, "tokenizer.ggml.eos_token_id", n),
+        unk_token_id=_id(f, "tokenizer.ggml.unknown_token_id", n),
+        pad_token_id=_id(f, "tokenizer.ggml.padding_token_id", n),
+        add_bos_token=_flag(f, "tokenizer.ggml.add_bos_token", kind == "llama"),
+        add_eos_token=_flag(f, "tokenizer.ggml.add_eos_token", False),
+        chat_template=f.get("tokenizer.chat_template"))
+    if info["chat_template"] is not None and not isinstance(info["chat_template"], str):
+        raise BlockcValueError(f"{f.path}: metadata key 'tokenizer.chat_template' must be a string")
+    types = [int(t) for t in types] if types is not None else [1] * n
+    special = [AddedToken(t, normalized=False, special=True) for t, ty in zip(tokens, types)
+               if ty == _CONTROL and (byte_level is None or set(t) <= byte_level)]
+    # the special tokens a tokenizer names (bos, eos, unk, pad) are special wherever they are
+    named = {tokens[i] for k in ("bos_token_id", "eos_token_id", "unk_token_id", "pad_token_id")
+             if (i := info[k]) is not None}
+    have = {a.content for a in special}
+    special += [AddedToken(t, normalized=False, special=True) for t in tokens
+                if t in named and t not in have]
+    if special:
+        tok.add_special_tokens(special)
+    user = [AddedToken(t, normalized=False, special=False) for t, ty in zip(tokens, types)
+            if ty == _USER_DEFINED and t in tok.get_vocab()]
+    if user:
+        tok.add_tokens(user)
+    single, pairs, used = "$A:0", "$A:0 $B:1", []
+    if info["add_bos_token"] and info["bos_token_id"] is not None:
+        b = tokens[info["bos_token_id"]]
+        single, pairs = f"{b}:0 {single}", f"{b}:0 $A:0 {b}:1 $B:1"
+        used.append((b, info["bos_token_id"]))
+    if info["add_eos_token"] and info["eos_token_id"] is not None:
+        e = tokens[info["eos_token_id"]]
+        single += f" {e}:0"
+        pairs = pairs.replace("$A:0", f"$A:0 {e}:0") + f" {e}:1"
+        if (e, info["eos_token_id"]) not in used:
+            used.append((e, info["eos_token_id"]))
+    if used:
+        tok.post_processor = processors.TemplateProcessing(single=single, pair=pairs,
+                                                           special_tokens=used)
+    return tok, info
