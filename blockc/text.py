@@ -81,7 +81,8 @@ class Tokenizer:
 
     @classmethod
     def from_pretrained(cls, path: Union[str, "os.PathLike[str]"]) -> "Tokenizer":
-        """The tokenizer of a checkpoint directory (its ``tokenizer.json``).
+        """The tokenizer of a checkpoint directory (its ``tokenizer.json``), or of a GGUF
+        file (built from its metadata, as transformers' GGUF loader builds it).
 
         The end-of-text id comes from ``generation_config.json`` or ``config.json``
         (``eos_token_id``), else from ``tokenizer_config.json``'s ``eos_token``.
@@ -89,7 +90,7 @@ class Tokenizer:
         Parameters
         ----------
         path : str or os.PathLike
-            The directory, or the tokenizer.json file.
+            The directory, the tokenizer.json file, or a ``.gguf`` file.
 
         Returns
         -------
@@ -110,6 +111,9 @@ class Tokenizer:
         """
         tk = _tokenizers()
         path = os.fspath(path)
+        if path.endswith(".gguf") and os.path.isfile(path):  # the tokenizer a GGUF describes
+            from .gguf.tokenizer import load
+            return load(path, cls)
         d = path if os.path.isdir(path) else os.path.dirname(path)
         f = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
         if not os.path.lexists(f):

@@ -125,6 +125,16 @@ def _flag(f: GGUFFile, key: str, default: bool) -> bool:
     return bool(v.value)
 
 
+def _check_merges(f: GGUFFile, merges: List[Tuple[str, str]], vocab: Dict[str, int]) -> None:
+    """Each merge joins two tokens into a third, all of the vocabulary (tokenizers' BPE
+    aborts the process on one that does not)."""
+    for i, (a, b) in enumerate(merges):
+        if a not in vocab or b not in vocab or a + b not in vocab:
+            raise BlockcValueError(f"{f.path}: metadata key 'tokenizer.ggml.merges'[{i}] merges "
+                                   f"{a!r} and {b!r}, but the vocabulary lacks "
+                                   f"{next(t for t in (a, b, a + b) if t not in vocab)!r}")
+
+
 def build(f: GGUFFile) -> Tuple[Any, TokenizerInfo]:
     """The ``tokenizers.Tokenizer`` of a parsed GGUF file, and its :class:`TokenizerInfo`.
 
@@ -180,6 +190,7 @@ def build(f: GGUFFile) -> Tuple[Any, TokenizerInfo]:
             if not set(t) <= spelled:
                 t = "".join(alpha[b] for b in t.encode("utf-8"))
             vocab[t] = i
+        _check_merges(f, merges, vocab)
         tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, dropout=None,
                                    continuing_subword_prefix="", end_of_word_suffix="",
                                    fuse_unk=False))
@@ -200,6 +211,7 @@ def build(f: GGUFFile) -> Tuple[Any, TokenizerInfo]:
                                        f"'tokenizer.ggml.scores' for its {n} tokens")
             merges = _merges_from_scores(tokens, [float(s) for s in scores])
         vocab = {t: i for i, t in enumerate(tokens)}
+        _check_merges(f, merges, vocab)
         tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=True, byte_fallback=True,
                                    dropout=None))
         tok.normalizer = None
@@ -248,3 +260,26 @@ def build(f: GGUFFile) -> Tuple[Any, TokenizerInfo]:
         tok.post_processor = processors.TemplateProcessing(single=single, pair=pairs,
                                                            special_tokens=used)
     return tok, info
+
+
+def load(path: str, cls: Any) -> Any:
+    """A :class:`blockc.Tokenizer` (``cls``) of the GGUF file ``path``: its tokenizer, end
+    and begin ids, and chat template (a :class:`blockc.chat.ChatTemplate` seeing the file's
+    special tokens, when jinja2 is installed)."""
+    from .format import read
+    f = read(path)
+    tok, info = build(f)
+    tokens = f.get("tokenizer.ggml.tokens")
+    chat = None
+    if info["chat_template"] is not None:
+        try:
+            from ..chat import ChatTemplate
+            specials = {k: tokens[info[k + "_id"]] for k in ("bos_token", "eos_token", "unk_token",
+                                                            "pad_token")
+                        if info[k + "_id"] is not None}
+            chat = ChatTemplate(info["chat_template"], specials)
+        except ImportError:  # jinja2 absent: the template is there, unused
+            chat = None
+    out = cls(tok, info["eos_token_id"], info["bos_token_id"], chat_template=chat)
+    out.add_bos_token = info["add_bos_token"]
+    return out
