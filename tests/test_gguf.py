@@ -309,10 +309,13 @@ def test_truncated_at_every_byte(tmp_path):
 
 
 def test_not_a_regular_file(tmp_path):
-    with pytest.raises(BlockcValueError, match="not a regular file"):
-        bg.read("/dev/null")
-    with pytest.raises(IsADirectoryError):
-        bg.read(tmp_path)
+    for p in ("/dev/null", tmp_path):
+        with pytest.raises(BlockcValueError, match="not a regular file"):
+            bg.read(p)
+    fifo = tmp_path / "fifo.gguf"
+    os.mkfifo(fifo)
+    with pytest.raises(BlockcValueError, match="not a regular file"):  # and it does not hang
+        bg.read(fifo)
 
 
 _FUZZ_BASE = None

@@ -34,12 +34,12 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import tempfile
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from .._errors import BlockcTypeError, BlockcValueError
+from .._files import atomic_write, open_regular
 
 __all__ = ["read", "write", "GGUFFile", "GGUFTensor", "Value", "TYPES", "TYPE_IDS",
            "VALUE_TYPES", "MAGIC", "DEFAULT_ALIGNMENT", "type_size", "row_bytes"]
@@ -393,12 +393,8 @@ def read(path: Union[str, "os.PathLike[str]"]) -> GGUFFile:
     ('llama', 'Q8_0')
     """
     path = os.fspath(path)
-    with open(path, "rb") as f:
-        st = os.fstat(f.fileno())
-        import stat
-        if not stat.S_ISREG(st.st_mode):
-            raise _fail(path, "not a regular file")
-        if st.st_size == 0:
+    with open_regular(path, "a GGUF file") as f:
+        if os.fstat(f.fileno()).st_size == 0:
             raise _fail(path, "empty file")
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     return _parse(mm, path)
@@ -576,24 +572,12 @@ def write(path: Union[str, "os.PathLike[str]"], metadata: Mapping[str, Any],
 
 
 def _atomic_write(path: str, header: bytes, outs: List[_Out], alignment: int) -> None:
-    """header, then each tensor padded to the alignment: under a unique temporary name in
-    the target's directory, flushed and fsynced, then renamed over ``path``."""
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(header)
-            for o in outs:
-                f.write(o.data.data)
-                pad = -o.data.nbytes % alignment
-                if pad:
-                    f.write(b"\0" * pad)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """header, then each tensor padded to the alignment, through :func:`blockc._files.atomic_write`
+    (a unique temporary name beside ``path``, flushed, fsynced, renamed over it)."""
+    with atomic_write(path) as f:
+        f.write(header)
+        for o in outs:
+            f.write(o.data.data)
+            pad = -o.data.nbytes % alignment
+            if pad:
+                f.write(b"\0" * pad)
