@@ -37,6 +37,7 @@ and the mixins, and keeps every name it always had.
 from __future__ import annotations
 
 from .generation import GenerationMixin
+from .gguf.model import GGUFMixin
 from .hf import PretrainedMixin
 from .model import (ACTIVATIONS, DTYPES, GPT_PRESETS, NORMS, PLACEMENTS, POSITIONS, GPTConfig,  # noqa: F401
                     KVCache, Model, gpt_parameter_count, gpt_parameter_formula)
@@ -45,7 +46,7 @@ from .train import TrainingMixin
 __all__ = ["GPTConfig", "GPT", "KVCache", "gpt_parameter_count", "gpt_parameter_formula",
            "GPT_PRESETS", "DTYPES"]
 
-class GPT(GenerationMixin, TrainingMixin, PretrainedMixin, Model):
+class GPT(GenerationMixin, TrainingMixin, PretrainedMixin, GGUFMixin, Model):
     """The model, its parameters in one buffer (matrices packed in :attr:`dtype`), computed in C.
 
     The model core (:class:`blockc.model.Model`: the buffer, tensors, forward pass

@@ -211,7 +211,8 @@ class PretrainedMixin:
     @classmethod
     def from_pretrained(cls: Type[M], path: Union[str, "os.PathLike[str]"],
                         dtype: Optional[str] = None) -> M:
-        """Load a Hugging Face checkpoint directory (as ``transformers`` writes it).
+        """Load a Hugging Face checkpoint directory (as ``transformers`` writes it), or a
+        GGUF file (llama.cpp's; see :mod:`blockc.gguf.model`).
 
         ``config.json`` and ``model.safetensors``, or shards listed by
         ``model.safetensors.index.json``; names with or without the
@@ -222,10 +223,13 @@ class PretrainedMixin:
         Parameters
         ----------
         path : str or os.PathLike
-            The directory.
+            The directory, or a ``.gguf`` file (llama, qwen2 or gpt2 architecture; F32,
+            F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K tensors, mixed).
         dtype : {"float32", "bfloat16", "q8_0"}, optional
             How blockc stores the matrices; None: bfloat16 for a bfloat16 checkpoint,
-            else float32.
+            else float32. For a GGUF file, None: bfloat16 when every matrix is BF16,
+            q8_0 when every matrix is Q8_0, else float32 (the dequantised weights,
+            exactly).
 
         Returns
         -------
@@ -251,6 +255,10 @@ class PretrainedMixin:
         """
         if dtype is not None:
             as_choice(dtype, "dtype", DTYPES)
+        from .gguf.model import is_gguf
+        if is_gguf(path):  # a GGUF file (blockc.gguf.model)
+            from .gguf.model import load
+            return load(path, dtype, cls)
         return load_dir(path, dtype, cls)
 
     def save_pretrained(self, path: Union[str, "os.PathLike[str]"]) -> None:

@@ -150,6 +150,11 @@ class Tokenizer:
         return out
 
     @property
+    def backend(self) -> Any:
+        """The ``tokenizers.Tokenizer`` this wraps (what a GGUF file's tokenizer is written from)."""
+        return self._tok
+
+    @property
     def vocab_size(self) -> int:
         return int(self._tok.get_vocab_size())
 

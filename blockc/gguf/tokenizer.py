@@ -283,3 +283,110 @@ def load(path: str, cls: Any) -> Any:
     out = cls(tok, info["eos_token_id"], info["bos_token_id"], chat_template=chat)
     out.add_bos_token = info["add_bos_token"]
     return out
+
+
+def _fields_of_file(path: str) -> Dict[str, Any]:
+    from .format import read
+    return {k: v for k, v in read(path).fields.items() if k.startswith("tokenizer.")}
+
+
+def export(tok: Any, add_bos: Optional[bool] = None, chat_template: Optional[str] = None,
+           eos_id: Optional[int] = None, bos_id: Optional[int] = None) -> Dict[str, Any]:
+    """The ``tokenizer.*`` metadata (name -> :class:`blockc.gguf.Value`) of a ``tokenizers``
+    BPE tokenizer: ``gpt2`` for a byte-level one (tokens, merges, the pre-tokenizer's
+    name when its split pattern is one :data:`PRE_TOKENIZER_SPLITS` knows), ``llama`` for
+    a SentencePiece-style one (tokens, scores by rank, the merges too, byte tokens typed
+    BYTE); added special tokens CONTROL, other added tokens USER_DEFINED.
+
+    Raises
+    ------
+    ValueError
+        A tokenizer that is not BPE, or neither byte-level nor SentencePiece-style.
+    """
+    import json
+    from .format import Value
+    d = json.loads(tok.to_str())
+    model = d.get("model") or {}
+    if model.get("type") != "BPE":
+        raise BlockcValueError(f"a {model.get('type')} tokenizer: GGUF files store BPE ones "
+                               "(gpt2, llama) here")
+    vocab = dict(model.get("vocab") or {})
+    added = d.get("added_tokens") or []
+    for a in added:
+        vocab.setdefault(a["content"], a["id"])
+    n = max(vocab.values()) + 1
+    tokens: List[Optional[str]] = [None] * n
+    for t, i in vocab.items():
+        tokens[i] = t
+    for i, t in enumerate(tokens):
+        if t is None:
+            tokens[i] = f"[PAD{i}]"
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
+    text = json.dumps(d.get("pre_tokenizer"))
+    byte_level = "ByteLevel" in text
+    types = [1] * n
+    for a in added:
+        types[a["id"]] = _CONTROL if a.get("special") else _USER_DEFINED
+    out: Dict[str, Any] = {}
+    if byte_level:
+        out["tokenizer.ggml.model"] = Value("STRING", "gpt2")
+        pre = "gpt-2"
+        for name, pattern in PRE_TOKENIZER_SPLITS.items():
+            if json.dumps(pattern)[1:-1] in text:
+                pre = name
+                break
+        out["tokenizer.ggml.pre"] = Value("STRING", pre)
+    elif model.get("byte_fallback") and ("Metaspace" in text or "▁" in json.dumps(d.get("normalizer"))):
+        out["tokenizer.ggml.model"] = Value("STRING", "llama")
+        out["tokenizer.ggml.pre"] = Value("STRING", "default")
+        for i, t in enumerate(tokens):
+            if len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
+                types[i] = 6
+        unk = model.get("unk_token")
+        if unk in vocab:
+            types[vocab[unk]] = 2
+            out["tokenizer.ggml.unknown_token_id"] = Value("UINT32", vocab[unk])
+        out["tokenizer.ggml.scores"] = Value("ARRAY", [-float(i) for i in range(n)], "FLOAT32")
+    else:
+        raise BlockcValueError("a BPE tokenizer that is neither byte-level nor SentencePiece-style "
+                               "(Metaspace with byte fallback): no GGUF tokenizer model fits")
+    out["tokenizer.ggml.tokens"] = Value("ARRAY", tokens, "STRING")
+    out["tokenizer.ggml.token_type"] = Value("ARRAY", types, "INT32")
+    out["tokenizer.ggml.merges"] = Value("ARRAY", merges, "STRING")
+    if bos_id is not None:
+        out["tokenizer.ggml.bos_token_id"] = Value("UINT32", bos_id)
+    if eos_id is not None:
+        out["tokenizer.ggml.eos_token_id"] = Value("UINT32", eos_id)
+    if add_bos is None:
+        pp = d.get("post_processor") or {}
+        single = pp.get("single") or []
+        add_bos = bool(single) and "SpecialToken" in single[0]
+    out["tokenizer.ggml.add_bos_token"] = Value("BOOL", bool(add_bos))
+    if chat_template:
+        out["tokenizer.chat_template"] = Value("STRING", chat_template)
+    return out
+
+
+def metadata_of(tokenizer: Any, m: Any = None) -> Dict[str, Any]:
+    """The ``tokenizer.*`` metadata to write: of a :class:`blockc.Tokenizer`, a directory's
+    tokenizer.json, a GGUF file's; None: the GGUF file ``m`` was loaded from, or none.
+
+    Raises
+    ------
+    ValueError
+        A tokenizer that cannot be stored (see :func:`export`).
+    """
+    import os
+    if tokenizer is None:
+        return dict(getattr(m, "gguf_tokenizer", None) or {})
+    if isinstance(tokenizer, (str, os.PathLike)):
+        p = os.fspath(tokenizer)
+        if os.path.isfile(p) and p.endswith(".gguf"):
+            return _fields_of_file(p)
+        from ..text import Tokenizer
+        tokenizer = Tokenizer.from_pretrained(p)
+    chat = getattr(tokenizer, "chat_template", None)
+    src = getattr(chat, "source", None)
+    return export(getattr(tokenizer, "backend", tokenizer),
+                  getattr(tokenizer, "add_bos_token", None), src,
+                  getattr(tokenizer, "eos_token_id", None), getattr(tokenizer, "bos_token_id", None))

@@ -1,0 +1,514 @@
+"""Models in GGUF files: llama.cpp's ``llama`` (Llama, Mistral without a sliding window,
+SmolLM, TinyLlama), ``qwen2`` and ``gpt2`` architectures, loaded and saved.
+
+Loading maps the file's metadata (``{arch}.context_length``, ``embedding_length``,
+``block_count``, ``feed_forward_length``, ``attention.head_count``,
+``head_count_kv``, ``attention.layer_norm_rms_epsilon`` / ``layer_norm_epsilon``,
+``rope.freq_base``, ``rope.dimension_count``, ``attention.key_length``) onto a
+:class:`blockc.GPTConfig`, and llama.cpp's tensor names (``token_embd``,
+``blk.N.attn_q`` ..., ``output_norm``, ``output``; tied when ``output`` is absent
+or holds the embedding's very bytes) onto blockc's. What blockc would compute
+differently is refused by name: another architecture, scaled rotary angles
+(``rope.scaling.*``, ``rope_freqs``), experts, a sliding window narrower than the
+context, partial rotary dimensions, soft-capped or scaled logits.
+
+llama.cpp's converter reorders a Llama's q and k rows within each head (it rotates
+the pairs (2i, 2i+1), transformers and blockc the pairs (i, i + Dh/2)); loading
+undoes that exactly (a permutation of whole rows, so of whole quantisation blocks).
+Qwen2 files are stored in transformers' order (llama.cpp rotates them NEOX-style)
+and are not reordered.
+
+Weights: each tensor is dequantised exactly (:mod:`blockc.reference.ggml`, bit for
+bit what ggml and the gguf package compute). With ``dtype=None`` a model whose
+matrices are all BF16 is held as bfloat16 and one whose matrices are all Q8_0 as
+q8_0 (blockc's q8_0 packs the same blocks: checked, tensor by tensor); any other
+mix of types is held as float32, the dequantised weights exactly, so the model
+computes with exactly the weights llama.cpp computes with. ``dtype=`` requantises
+on request.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+from .._errors import BlockcTypeError, BlockcValueError
+from ..reference import ggml
+from . import format as fmt
+
+__all__ = ["load", "save", "config_from_gguf", "ARCHITECTURES", "GGUF_DTYPES", "recipe",
+           "GGUFMixin", "is_gguf"]
+
+ARCHITECTURES = ("llama", "qwen2", "gpt2")
+
+# metadata that changes what a model computes, refused when present with a non-neutral value
+_REFUSE_KEYS = {
+    "rope.scaling.type": ("none", "rotary angles scaled"),
+    "rope.scaling.factor": (1.0, "rotary angles scaled"),
+    "rope.scaling.attn_factor": (1.0, "attention scaled for rotary scaling"),
+    "expert_count": (0, "a mixture of experts"),
+    "expert_used_count": (0, "a mixture of experts"),
+    "attn_logit_softcapping": (0.0, "soft-capped attention logits"),
+    "final_logit_softcapping": (0.0, "soft-capped output logits"),
+    "logit_scale": (1.0, "scaled output logits"),
+    "attention.clamp_kqv": (0.0, "clamped q/k/v"),
+    "embedding_scale": (1.0, "a scaled embedding"),
+    "residual_scale": (1.0, "scaled residuals"),
+    "attention.scale": (0.0, "a non-default attention scale"),
+}
+
+
+def _fail(path: str, msg: str) -> BlockcValueError:
+    return BlockcValueError(f"{path}: {msg}")
+
+
+def _refuse(path: str, what: str, value: Any, why: str) -> BlockcValueError:
+    return _fail(path, f"{what}={value!r}: {why}; blockc does not compute that, so it refuses "
+                       "rather than load a model that computes differently")
+
+
+def _int(f: fmt.GGUFFile, key: str, default: Optional[int] = None) -> int:
+    v = f.fields.get(key)
+    if v is None:
+        if default is None:
+            raise _fail(f.path, f"metadata key {key!r} is missing")
+        return default
+    if v.type not in ("UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "UINT64", "INT64") \
+            or not 1 <= v.value <= 2 ** 31:
+        raise _fail(f.path, f"metadata key {key!r} must be a positive integer, got {v.type} "
+                            f"{v.value!r}")
+    return int(v.value)
+
+
+def _real(f: fmt.GGUFFile, key: str, default: float) -> float:
+    v = f.fields.get(key)
+    if v is None:
+        return default
+    if v.type not in ("FLOAT32", "FLOAT64") or not np.isfinite(v.value) or v.value < 0:
+        raise _fail(f.path, f"metadata key {key!r} must be a finite number >= 0, got {v.type} "
+                            f"{v.value!r}")
+    if v.type == "FLOAT32":  # the shortest decimal of the float32: 1e-05, not 9.99999974e-06
+        return float(str(np.float32(v.value)))
+    return float(v.value)
+
+
+def _tensor(f: fmt.GGUFFile, name: str) -> fmt.GGUFTensor:
+    t = f.tensors.get(name)
+    if t is None:
+        raise _fail(f.path, f"tensor {name!r} is missing")
+    return t
+
+
+def config_from_gguf(f: fmt.GGUFFile) -> Dict[str, Any]:
+    """The :class:`blockc.GPTConfig` fields of a parsed GGUF file's model, everything blockc
+    would compute differently refused by name.
+
+    Parameters
+    ----------
+    f : GGUFFile
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    ValueError
+        An architecture other than llama, qwen2 and gpt2, or a feature blockc does not
+        compute (named), or metadata missing or of the wrong type (named).
+    """
+    arch = f.get("general.architecture")
+    if arch not in ARCHITECTURES:
+        raise _fail(f.path, f"general.architecture {arch!r} is not one blockc runs "
+                            f"({', '.join(ARCHITECTURES)})")
+    for suffix, (neutral, why) in _REFUSE_KEYS.items():
+        v = f.get(f"{arch}.{suffix}")
+        if v is not None and v != neutral and not (suffix == "rope.scaling.type" and v == "linear"
+                                                   and f.get(f"{arch}.rope.scaling.factor", 1.0) == 1.0):
+            raise _refuse(f.path, f"{arch}.{suffix}", v, why)
+    if "rope_freqs.weight" in f.tensors:
+        raise _refuse(f.path, "tensor 'rope_freqs.weight'", "present",
+                      "rotary frequencies scaled per dimension (Llama 3.1's rope scaling)")
+    if any(".ffn_gate_inp." in n or "_exps." in n for n in f.tensors):
+        raise _refuse(f.path, "tensor 'ffn_gate_inp'", "present", "a mixture of experts")
+    context = _int(f, f"{arch}.context_length")
+    width = _int(f, f"{arch}.embedding_length")
+    layers = _int(f, f"{arch}.block_count")
+    heads = _int(f, f"{arch}.attention.head_count")
+    d_ff = _int(f, f"{arch}.feed_forward_length")
+    window = f.get(f"{arch}.attention.sliding_window")
+    if window is not None and window < context:
+        raise _refuse(f.path, f"{arch}.attention.sliding_window", window,
+                      f"a sliding window narrower than the context ({context})")
+    vocab = _tensor(f, "token_embd.weight").shape[0]
+    out = _tensor_output(f)
+    tie = out is None
+    if arch == "gpt2":
+        for n in ("attn_q", "attn_k", "attn_v", "ffn_gate"):
+            if f"blk.0.{n}.weight" in f.tensors:
+                raise _fail(f.path, f"tensor 'blk.0.{n}.weight': a GPT-2 file has fused attn_qkv "
+                                    "and no gate")
+        return dict(vocab=vocab, context=context, width=width, heads=heads, layers=layers,
+                    eps=_real(f, "gpt2.attention.layer_norm_epsilon", 1e-5), tie_weights=tie,
+                    d_ff=None if d_ff == 4 * width else d_ff, activation="gelu_tanh")
+    kv = _int(f, f"{arch}.attention.head_count_kv", heads)
+    head_dim = _int(f, f"{arch}.attention.key_length", width // heads if width % heads == 0 else 0)
+    vdim = _int(f, f"{arch}.attention.value_length", head_dim)
+    if vdim != head_dim:
+        raise _refuse(f.path, f"{arch}.attention.value_length", vdim,
+                      f"value heads of another width than the key heads ({head_dim})")
+    rot = _int(f, f"{arch}.rope.dimension_count", head_dim)
+    if rot != head_dim:
+        raise _refuse(f.path, f"{arch}.rope.dimension_count", rot,
+                      f"rotary embeddings on part of each head of {head_dim}")
+    if heads % kv:
+        raise _fail(f.path, f"{arch}.attention.head_count_kv={kv} does not divide head_count={heads}")
+    qkv_bias = "blk.0.attn_q.bias" in f.tensors
+    out_bias = "blk.0.attn_output.bias" in f.tensors
+    if arch == "qwen2" and (not qkv_bias or out_bias):
+        raise _fail(f.path, "a qwen2 file has attn_q/k/v biases and no attn_output bias")
+    if arch == "llama" and qkv_bias != out_bias:
+        raise _fail(f.path, "a llama file has biases on all of q/k/v/output or on none")
+    if "blk.0.ffn_up.bias" in f.tensors or "blk.0.attn_norm.bias" in f.tensors:
+        raise _refuse(f.path, "tensor 'blk.0.ffn_up.bias'", "present", "MLP or norm biases")
+    return dict(vocab=vocab, context=context, width=width, heads=heads, layers=layers,
+                eps=_real(f, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5), tie_weights=tie,
+                norm="rms", placement="pre", activation="swiglu", d_ff=d_ff, positions="rope",
+                rope_theta=_real(f, f"{arch}.rope.freq_base", 10000.0),
+                kv_heads=None if kv == heads else kv,
+                head_dim=None if head_dim * heads == width else head_dim, residual=True,
+                qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=False)
+
+
+def _tensor_output(f: fmt.GGUFFile) -> Optional[fmt.GGUFTensor]:
+    """output.weight, unless absent or the embedding's very bytes (llama.cpp's GPT-2 files
+    carry the tied head twice)."""
+    out = f.tensors.get("output.weight")
+    emb = f.tensors.get("token_embd.weight")
+    if out is not None and emb is not None and out.type == emb.type and out.shape == emb.shape \
+            and np.array_equal(out.data, emb.data):
+        return None
+    return out
+
+
+Spec = Tuple[str, str, Optional[Tuple[int, int]], Optional[int]]
+
+
+def names(arch: str, cfg) -> List[Spec]:
+    """(llama.cpp name, blockc name, rows of the blockc tensor it fills or None, heads of
+    the q/k reordering to undo or None) for every tensor of a model of ``cfg``."""
+    out: List[Spec] = [("token_embd.weight", "token.weight", None, None)]
+    if arch == "gpt2":
+        out.append(("position_embd.weight", "position.weight", None, None))
+        for i in range(cfg.layers):
+            g, b = f"blk.{i}.", f"blocks.{i}."
+            for ours, theirs in (("ln1", "attn_norm"), ("attn.qkv", "attn_qkv"),
+                                 ("attn.proj", "attn_output"), ("ln2", "ffn_norm"),
+                                 ("up", "ffn_up"), ("down", "ffn_down")):
+                out += [(g + theirs + ".weight", b + ours + ".weight", None, None),
+                        (g + theirs + ".bias", b + ours + ".bias", None, None)]
+        out += [("output_norm.weight", "norm.weight", None, None),
+                ("output_norm.bias", "norm.bias", None, None)]
+    else:
+        q, kv = cfg.heads * cfg.head_dim_, cfg.kv_heads_ * cfg.head_dim_
+        perm = arch == "llama"
+        for i in range(cfg.layers):
+            g, b = f"blk.{i}.", f"blocks.{i}."
+            out.append((g + "attn_norm.weight", b + "ln1.weight", None, None))
+            parts = (("attn_q", (0, q), cfg.heads), ("attn_k", (q, q + kv), cfg.kv_heads_),
+                     ("attn_v", (q + kv, q + 2 * kv), None))
+            for part, rows, heads in parts:
+                out.append((g + part + ".weight", b + "attn.qkv.weight", rows,
+                            heads if perm else None))
+            if cfg.qkv_bias:
+                for part, rows, heads in parts:
+                    out.append((g + part + ".bias", b + "attn.qkv.bias", rows,
+                                heads if perm else None))
+            out.append((g + "attn_output.weight", b + "attn.proj.weight", None, None))
+            if cfg.out_bias:
+                out.append((g + "attn_output.bias", b + "attn.proj.bias", None, None))
+            out.append((g + "ffn_norm.weight", b + "ln2.weight", None, None))
+            for theirs, ours in (("ffn_gate", "gate"), ("ffn_up", "up"), ("ffn_down", "down")):
+                out.append((g + theirs + ".weight", b + ours + ".weight", None, None))
+        out.append(("output_norm.weight", "norm.weight", None, None))
+    if not cfg.tie_weights:
+        out.append(("output.weight", "head.weight", None, None))
+    return out
+
+
+def unpermute(w: np.ndarray, heads: int) -> np.ndarray:
+    """Undo llama.cpp's q/k reordering: within each head of ``2h`` rows, row ``2i`` back
+    to ``i`` and row ``2i + 1`` to ``i + h`` (weights (rows, cols) or biases (rows,))."""
+    rows = w.shape[0]
+    return w.reshape(heads, rows // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def permute(w: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's q/k reordering (the inverse of :func:`unpermute`)."""
+    rows = w.shape[0]
+    return w.reshape(heads, 2, rows // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _special_ids(f: fmt.GGUFFile) -> Dict[str, int]:
+    out = {}
+    n = len(f.get("tokenizer.ggml.tokens") or ())
+    for ours, theirs in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),
+                         ("pad_token_id", "padding_token_id")):
+        v = f.get(f"tokenizer.ggml.{theirs}")
+        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v and (not n or v < n):
+            out[ours] = int(v)
+    return out
+
+
+def load(path: str, dtype: Optional[str], cls: Any) -> Any:
+    """A model (of class ``cls``, a blockc GPT) from a GGUF file (see
+    :meth:`blockc.GPT.from_pretrained`)."""
+    from ..model import GPTConfig, layout
+    path = os.fspath(path)
+    f = fmt.read(path)
+    arch = f.get("general.architecture")
+    cfg = GPTConfig(**config_from_gguf(f))
+    spec = names(arch, cfg)
+    wanted = {n for n, _, _, _ in spec}
+    tied_dup = cfg.tie_weights and "output.weight" in f.tensors
+    extra = [n for n in f.tensors if n not in wanted and not (tied_dup and n == "output.weight")]
+    if extra:
+        raise _fail(path, f"tensor {extra[0]!r} is not part of a {arch} model of this file's "
+                          "metadata")
+    for n, _, _, _ in spec:
+        t = _tensor(f, n)
+        if t.type not in ggml.DEQUANTISE:
+            raise _fail(path, f"tensor {n!r} has type {t.type}, which blockc does not read (it "
+                              f"reads {', '.join(ggml.DEQUANTISE)})")
+    lay = layout(cfg)  # shapes, and which tensors are packed matrices
+    packed_types = {f.tensors[n].type for n, ours, _, _ in spec if lay[ours].packed}
+    chosen = dtype
+    if chosen is None:
+        chosen = {frozenset({"BF16"}): "bfloat16", frozenset({"Q8_0"}): "q8_0"}.get(
+            frozenset(packed_types), "float32")
+    m = _fill(cls(cfg, dtype=chosen), f, spec, check_exact=dtype is None and chosen != "float32")
+    if m is None:  # a q8_0 block blockc's packing would store differently: exactly, as float32
+        m = _fill(cls(cfg, dtype="float32"), f, spec, check_exact=False)
+    m.special_ids = _special_ids(f)
+    m.gguf_types = {n: f.tensors[n].type for n, _, _, _ in spec}  # what the file held
+    m.gguf_tokenizer = {k: v for k, v in f.fields.items() if k.startswith("tokenizer.")}
+    return m
+
+
+def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool) -> Any:
+    """Write every tensor of ``f`` into ``m``; with ``check_exact``, None when a matrix
+    does not read back as the file's dequantised weights bit for bit."""
+    lay = m.layout
+    parts: Dict[str, np.ndarray] = {}
+    for name, ours, rows, heads in spec:
+        t = f.tensors[name]
+        want = lay[ours].shape if rows is None else (rows[1] - rows[0],) + tuple(lay[ours].shape[1:])
+        if t.shape != tuple(want):
+            raise _fail(f.path, f"tensor {name!r} has shape {t.shape}, expected {tuple(want)} for "
+                                "this file's metadata")
+        w = t.to_float32()
+        if heads is not None:
+            w = unpermute(w, heads)
+        if rows is not None:
+            whole = parts.get(ours)
+            if whole is None:
+                whole = parts[ours] = np.empty(lay[ours].shape, np.float32)
+            whole[rows[0]:rows[1]] = w
+            if rows[1] != lay[ours].shape[0]:
+                continue
+            w = parts.pop(ours)
+        m.write_tensor(ours, np.ascontiguousarray(w))
+        if check_exact and lay[ours].packed:
+            if not np.array_equal(m.read_tensor(ours).view(np.uint32), w.view(np.uint32)):
+                return None
+    return m
+
+
+# ---- saving -------------------------------------------------------------------------------------
+
+#: dtype names save accepts: ggml type names, and llama.cpp's mixed recipes
+GGUF_DTYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K",
+               "Q6_K", "Q4_K_M", "Q5_K_M", "Q4_K_S", "Q5_K_S")
+
+# a K-quant of rows that are not whole blocks of 256 falls back, as llama.cpp's quantiser does
+_FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
+
+
+def _more_bits(i: int, n: int) -> bool:
+    """llama.cpp's use_more_bits: the first and last eighth of the layers, and every third."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def recipe(dtype: str, name: str, layers: int, cols: int) -> str:
+    """The ggml type of matrix ``name`` (llama.cpp's tensor name) with ``cols`` columns in a
+    file of ``dtype``: the type itself, or for the ``_M``/``_S`` mixes llama.cpp's choice
+    (Q6_K for the output and, in ``_M``, for attn_v and ffn_down of the layers
+    ``use_more_bits`` picks); K-quants fall back when ``cols`` is not a multiple of 256."""
+    if dtype in ("Q4_K_M", "Q5_K_M", "Q4_K_S", "Q5_K_S"):
+        base = dtype[:4]
+        t = base
+        if name == "output.weight":
+            t = "Q6_K"
+        elif dtype.endswith("_M") and (".attn_v." in name or ".ffn_down." in name):
+            i = int(name.split(".")[1])
+            t = "Q6_K" if _more_bits(i, layers) else base
+    else:
+        t = dtype
+    bs = ggml.BLOCKS[t][0]
+    if cols % bs:
+        t = _FALLBACK.get(t, t)
+        if cols % ggml.BLOCKS[t][0]:
+            t = "F16" if t not in ("F32", "BF16") else t
+    return t
+
+
+def _metadata(m: Any, arch: str, dtype: str, extra: Mapping[str, Any]) -> Dict[str, Any]:
+    V = fmt.Value
+    cfg = m.config
+    md: Dict[str, Any] = {"general.architecture": V("STRING", arch),
+                          "general.name": V("STRING", str(extra.get("general.name", "blockc"))),
+                          "general.file_type": V("UINT32", _FILE_TYPE.get(dtype, 0)),
+                          "general.quantization_version": V("UINT32", 2),
+                          f"{arch}.context_length": V("UINT32", cfg.context),
+                          f"{arch}.embedding_length": V("UINT32", cfg.width),
+                          f"{arch}.block_count": V("UINT32", cfg.layers),
+                          f"{arch}.feed_forward_length": V("UINT32", cfg.d_ff_),
+                          f"{arch}.attention.head_count": V("UINT32", cfg.heads)}
+    if arch == "gpt2":
+        md["gpt2.attention.layer_norm_epsilon"] = V("FLOAT32", cfg.eps)
+    else:
+        md[f"{arch}.attention.head_count_kv"] = V("UINT32", cfg.kv_heads_)
+        md[f"{arch}.attention.layer_norm_rms_epsilon"] = V("FLOAT32", cfg.eps)
+        md[f"{arch}.rope.freq_base"] = V("FLOAT32", cfg.rope_theta)
+        md[f"{arch}.rope.dimension_count"] = V("UINT32", cfg.head_dim_)
+        if cfg.head_dim_ * cfg.heads != cfg.width:
+            md[f"{arch}.attention.key_length"] = V("UINT32", cfg.head_dim_)
+            md[f"{arch}.attention.value_length"] = V("UINT32", cfg.head_dim_)
+        md[f"{arch}.vocab_size"] = V("UINT32", cfg.vocab)
+    for k, v in extra.items():
+        if k.startswith("tokenizer."):
+            md[k] = v
+    return md
+
+
+# llama.cpp's LLAMA_FTYPE_* of each file type
+_FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9,
+              "Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18, "BF16": 32,
+              "Q4_K": 15, "Q5_K": 17}
+
+
+def is_gguf(path: Any) -> bool:
+    """Whether ``path`` names a GGUF file (a regular file ending in .gguf, or starting with
+    the bytes 'GGUF')."""
+    if not isinstance(path, (str, os.PathLike)):
+        return False
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        return False
+    if p.endswith(".gguf"):
+        return True
+    try:
+        with open(p, "rb") as fh:
+            return fh.read(4) == fmt.MAGIC
+    except OSError:
+        return False
+
+
+class GGUFMixin:
+    """``save_gguf`` for a :class:`blockc.model.Model` (mixed into :class:`blockc.GPT`);
+    ``from_pretrained`` reads GGUF files through :func:`load`."""
+
+    def save_gguf(self, path: "str | os.PathLike[str]", dtype: str = "F32",
+                  tokenizer: Optional[Any] = None) -> None:
+        """Write this model as a GGUF file llama.cpp loads and runs with the same weights.
+
+        llama.cpp's names and conventions (a Llama's q/k rows reordered for its rotary
+        pairing, GPT-2's head written out, the metadata its loader reads). Matrices
+        are stored as ``dtype``, quantised by :mod:`blockc.reference.ggml` (blocks
+        bit-identical to the gguf package's where it quantises the type); vectors
+        (norms, biases) as F32. The model's own weights are what is quantised: a
+        model loaded from a Q4_K file and saved as Q4_K keeps its blocks only where
+        requantising finds them again (save as F32 to keep its weights exactly).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The file (written atomically: whole or not at all).
+        dtype : str, optional
+            A ggml type (``"F32"``, ``"F16"``, ``"BF16"``, ``"Q8_0"``, ``"Q4_0"``,
+            ``"Q4_1"``, ``"Q5_0"``, ``"Q5_1"``, ``"Q4_K"``, ``"Q5_K"``, ``"Q6_K"``) or a
+            llama.cpp mix (``"Q4_K_M"``, ``"Q5_K_M"``, ``"Q4_K_S"``, ``"Q5_K_S"``: Q6_K
+            for the output, and in ``_M`` for attn_v and ffn_down of some layers);
+            lower case too. K-quants of rows that are not whole blocks of 256 fall
+            back as llama.cpp's do (Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0).
+        tokenizer : blockc.Tokenizer or str or os.PathLike, optional
+            The tokenizer to store in the file (a Tokenizer, a checkpoint directory or
+            a GGUF file); None: the one of the GGUF file this model was loaded from,
+            if any.
+
+        Raises
+        ------
+        ValueError
+            An unknown dtype, an architecture llama.cpp does not run.
+        OSError
+            The file cannot be written.
+
+        Examples
+        --------
+        >>> import tempfile, os
+        >>> m = GPT.random(GPTConfig(vocab=64, context=16, width=32, heads=2, layers=1))
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     m.save_gguf(os.path.join(d, "m.gguf"), dtype="Q8_0")
+        ...     GPT.from_pretrained(os.path.join(d, "m.gguf")).dtype
+        'q8_0'
+        """
+        from .tokenizer import metadata_of
+        save(self, os.fspath(path), dtype, metadata_of(tokenizer, self))
+
+
+def arch_of(cfg) -> str:
+    """llama.cpp's architecture name for a config (refusing what none of them is)."""
+    from ..hf import config_to_hf
+    mt = config_to_hf(cfg)["model_type"]
+    return mt
+
+
+def save(m: Any, path: str, dtype: str, tokenizer: Optional[Mapping[str, Any]] = None) -> None:
+    """Write ``m`` as a GGUF file llama.cpp loads (see :meth:`blockc.GPT.save_gguf`)."""
+    if not isinstance(dtype, str) or dtype.upper() not in GGUF_DTYPES:
+        raise BlockcValueError(f"dtype must be one of {', '.join(GGUF_DTYPES)} (or lower case), "
+                               f"got {dtype!r}")
+    dtype = dtype.upper()
+    cfg = m.config
+    arch = arch_of(cfg)
+    spec = names(arch, cfg)
+    lay = m.layout
+    tensors = []
+    whole: Dict[str, np.ndarray] = {}
+    for name, ours, rows, heads in spec:
+        if rows is None:
+            w = m.read_tensor(ours)
+        else:
+            if ours not in whole:
+                whole[ours] = m.read_tensor(ours)
+            w = whole[ours][rows[0]:rows[1]]
+            if rows[1] == lay[ours].shape[0]:
+                whole.pop(ours)
+        if heads is not None:
+            w = permute(w, heads)
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        # the matrices blockc packs take dtype; the rest (norms, biases, GPT-2's position
+        # table, which blockc keeps float32) stay F32
+        t = recipe(dtype, name, cfg.layers, w.shape[-1]) if lay[ours].packed else "F32"
+        tensors.append((name, t, w.shape, ggml.quantise(w, t)))
+    extra = dict(tokenizer or {})
+    ids = getattr(m, "special_ids", {}) or {}
+    for ours, theirs in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),
+                         ("pad_token_id", "padding_token_id")):
+        v = ids.get(ours)
+        if isinstance(v, list):
+            v = v[0] if v else None
+        if isinstance(v, int) and f"tokenizer.ggml.{theirs}" not in extra:
+            extra[f"tokenizer.ggml.{theirs}"] = fmt.Value("UINT32", v)
+    fmt.write(path, _metadata(m, arch, dtype, extra), tensors)

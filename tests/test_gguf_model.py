@@ -1,0 +1,216 @@
+"""GPT.from_pretrained("model.gguf") and save_gguf: random-weight Llama (MHA/GQA/MQA, tied
+and untied), Qwen2 and GPT-2 files written by the gguf package in every supported type and
+mixed like Q4_K_M. Peers: the gguf package's dequantize (the weights, bit for bit) and
+transformers' from_pretrained(dir, gguf_file=...) (the logits, float32 tolerance, and greedy
+tokens), both reading the same file."""
+import numpy as np
+import pytest
+
+import blockc
+from blockc import BlockcValueError, GPT, GPTConfig
+from blockc import gguf as bg
+from blockc.gguf import model as gm
+from blockc.reference import ggml
+from support.gguf_files import permute_qk, write_model
+
+gguf = pytest.importorskip("gguf")
+gq = pytest.importorskip("gguf.quants")
+
+Q4_K_M = {"attn_v.weight": "Q6_K", "ffn_down.weight": "Q6_K", "output.weight": "Q6_K"}
+
+CASES = {  # name -> (arch, write_model options)
+    "llama-gqa": ("llama", dict(kv_heads=2)),
+    "llama-mqa-tied": ("llama", dict(kv_heads=1, tied=True)),
+    "llama-mha-q8_0": ("llama", dict(default_type="Q8_0")),
+    "llama-q4_k_m": ("llama", dict(width=256, d_ff=512, kv_heads=2, default_type="Q4_K",
+                                   types=Q4_K_M)),
+    "llama-bf16": ("llama", dict(default_type="BF16", kv_heads=2)),
+    "qwen2-tied": ("qwen2", dict(kv_heads=2, tied=True, theta=1e6)),
+    "qwen2-q5": ("qwen2", dict(kv_heads=2, default_type="Q5_0", types={"ffn_down.weight": "Q5_1",
+                                                                       "attn_q.weight": "Q4_1"})),
+    "gpt2": ("gpt2", dict(context=1024, d_ff=256)),
+    "gpt2-q4_0-tied": ("gpt2", dict(context=1024, d_ff=256, default_type="Q4_0", tied=True)),
+    "llama-k-quants": ("llama", dict(width=256, d_ff=256, default_type="Q5_K",
+                                     types={"ffn_up.weight": "Q6_K", "attn_k.weight": "Q4_K",
+                                            "ffn_gate.weight": "F16"})),
+}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gguf_models")
+    out = {}
+    for name, (arch, kw) in CASES.items():
+        sd = write_model(d / f"{name}.gguf", arch, **kw)
+        out[name] = (d, f"{name}.gguf", arch, kw, sd)
+    return out
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_weights_are_the_dequantised_tensors_bit_for_bit(files, case):
+    """Every blockc tensor equals gguf.quants.dequantize of the file's tensor (the Llama q/k
+    rows put back in transformers' order), bit for bit."""
+    d, name, arch, kw, _ = files[case]
+    m = GPT.from_pretrained(d / name)
+    peer = gguf.GGUFReader(str(d / name))
+    deq = {t.name: np.asarray(gq.dequantize(t.data, t.tensor_type), np.float32) for t in peer.tensors}
+    cfg = m.config
+    for theirs, ours, rows, heads in gm.names(arch, cfg):
+        w = deq[theirs]
+        if heads is not None:
+            w = gm.unpermute(w, heads)
+        got = m.read_tensor(ours)
+        if rows is not None:
+            got = got[rows[0]:rows[1]]
+        assert np.array_equal(got.view(np.uint32), w.reshape(got.shape).view(np.uint32)), theirs
+    types = {t.tensor_type.name for t in peer.tensors if len(t.shape) == 2}
+    assert m.dtype == {"Q8_0": "q8_0", "BF16": "bfloat16"}.get("".join(types), "float32")
+    assert m.gguf_types["blk.0.ffn_down.weight"] == [t.tensor_type.name for t in peer.tensors
+                                                     if t.name == "blk.0.ffn_down.weight"][0]
+
+
+def test_unpermute_undoes_llama_cpp_permutation():
+    rng = np.random.default_rng(0)
+    for heads, hd in ((4, 16), (1, 8), (3, 2)):
+        w = rng.standard_normal((heads * hd, 5)).astype(np.float32)
+        assert np.array_equal(gm.unpermute(permute_qk(w, heads), heads), w)
+        assert np.array_equal(gm.permute(w, heads), permute_qk(w, heads))
+        b = rng.standard_normal(heads * hd).astype(np.float32)
+        assert np.array_equal(gm.unpermute(permute_qk(b, heads), heads), b)
+    # row 2i of a head is rotary pair element i, row 2i + 1 element i + hd/2
+    w = np.arange(8, dtype=np.float32)[:, None]
+    assert gm.permute(w, 1)[:, 0].tolist() == [0, 4, 1, 5, 2, 6, 3, 7]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_logits_and_greedy_tokens_match_transformers(files, case):
+    """blockc computes with exactly the dequantised weights transformers computes with:
+    logits within float32 tolerance, the same greedy tokens."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    transformers.logging.set_verbosity_error()
+    d, name, arch, kw, _ = files[case]
+    m = GPT.from_pretrained(d / name)
+    if m.dtype == "bfloat16":  # transformers dequantises BF16 to float32: the same values
+        pass
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(d), gguf_file=name,
+                                                           dtype=torch.float32)
+    ids = np.random.default_rng(1).integers(0, m.config.vocab, (2, 24))
+    ours = m(ids)
+    with torch.no_grad():
+        theirs = hf(torch.tensor(ids)).logits.numpy()
+    err = np.abs(ours - theirs).max() / np.abs(theirs).max()
+    assert err < 5e-6, (case, err)
+    prompt = ids[:1, :6]
+    got = m.generate(prompt, max_new_tokens=12)
+    with torch.no_grad():
+        want = hf.generate(torch.tensor(prompt), max_new_tokens=12, do_sample=False,
+                           eos_token_id=None, pad_token_id=0).numpy()
+    assert np.array_equal(np.asarray(got).reshape(-1)[-12:], want.reshape(-1)[-12:]), case
+
+
+def test_special_ids_and_tokenizer_come_from_the_file(files):
+    d, name, *_ = files["llama-gqa"]
+    m = GPT.from_pretrained(d / name)
+    assert m.special_ids == {"bos_token_id": 1, "eos_token_id": 2}
+    tok = blockc.Tokenizer.from_pretrained(d / name)
+    out = m.generate(tok.encode("The quick")[None], max_new_tokens=4)
+    assert len(np.asarray(out).reshape(-1)) >= 4
+
+
+@pytest.mark.parametrize("dtype", ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+                                   "Q4_K", "Q5_K", "Q6_K", "Q4_K_M"])
+def test_save_gguf_round_trip(files, tmp_path, dtype):
+    """save_gguf -> the gguf package reads the same tensors (blockc's weights quantised by
+    the oracle, in llama.cpp's names and q/k order) -> blockc reads the same bits back."""
+    d, name, arch, *_ = files["llama-q4_k_m"]
+    m = GPT.from_pretrained(d / name)
+    p = tmp_path / "out.gguf"
+    m.save_gguf(p, dtype=dtype.lower() if dtype == "Q4_K_M" else dtype)
+    peer = gguf.GGUFReader(str(p))
+    got = {t.name: t for t in peer.tensors}
+    assert bytes(peer.fields["general.architecture"].parts[-1]).decode() == "llama"
+    for theirs, ours, rows, heads in gm.names(arch, m.config):
+        w = m.read_tensor(ours)
+        if rows is not None:
+            w = w[rows[0]:rows[1]]
+        if heads is not None:
+            w = gm.permute(w, heads)
+        t = got[theirs]
+        want_type = gm.recipe(dtype, theirs, m.config.layers, w.shape[-1]) \
+            if m.layout[ours].packed else "F32"
+        assert t.tensor_type.name == want_type, theirs
+        blob = ggml.quantise(w, want_type)
+        assert np.array_equal(np.asarray(t.data).view(np.uint8).reshape(blob.shape), blob), theirs
+    back = GPT.from_pretrained(p)
+    if dtype in ("F32",):
+        assert np.array_equal(back.params, m.params)
+    types = {t.tensor_type.name for t in peer.tensors if len(t.shape) == 2}
+    assert back.dtype == {"Q8_0": "q8_0", "BF16": "bfloat16"}.get("".join(types), "float32")
+    assert blockc.Tokenizer.from_pretrained(p).encode("hello world").tolist() == \
+        blockc.Tokenizer.from_pretrained(d / name).encode("hello world").tolist()
+    if dtype == "Q4_K_M":
+        assert got["output.weight"].tensor_type.name == "Q6_K"
+        assert got["blk.1.attn_v.weight"].tensor_type.name == "Q6_K"  # use_more_bits(1, 2)
+        assert got["blk.0.attn_v.weight"].tensor_type.name == "Q4_K"
+
+
+def test_blockc_to_gguf_to_blockc_same_bits(tmp_path):
+    """A model blockc made (GPT-2 and Llama shapes, tied and not): F32 GGUF and back, the
+    same parameter bytes; Q8_0 GGUF of a q8_0 model and back, the same bytes too."""
+    for cfg in (GPTConfig(vocab=96, context=32, width=64, heads=4, layers=2),
+                GPTConfig.preset("llama-7b", vocab=96, context=32, width=64, heads=4, layers=2,
+                                 d_ff=96, kv_heads=2),
+                GPTConfig.preset("qwen2-0.5b", vocab=96, context=32, width=64, heads=4,
+                                 layers=1, d_ff=64, kv_heads=1)):
+        m = GPT.random(cfg, seed=3)
+        m.save_gguf(tmp_path / "a.gguf")
+        back = GPT.from_pretrained(tmp_path / "a.gguf")
+        assert back.config == cfg and np.array_equal(back.params, m.params)
+        q = m.astype("q8_0")
+        q.save_gguf(tmp_path / "b.gguf", dtype="Q8_0")
+        qb = GPT.from_pretrained(tmp_path / "b.gguf")
+        assert qb.dtype == "q8_0" and np.array_equal(qb.params, q.params)
+
+
+def test_refusals_by_name(tmp_path):
+    p = tmp_path / "m.gguf"
+    for extra, match in (({"llama.rope.scaling.type": "yarn"}, "rope.scaling.type='yarn'"),
+                         ({"llama.rope.scaling.factor": 4.0}, "rope.scaling.factor"),
+                         ({"llama.expert_count": 8}, "mixture of experts"),
+                         ({"llama.attention.sliding_window": 16}, "sliding window"),
+                         ({"llama.rope.dimension_count": 8}, "part of each head"),
+                         ({"llama.logit_scale": 0.5}, "scaled output logits")):
+        write_model(p, "llama", extra=extra)
+        with pytest.raises(BlockcValueError, match=match) as e:
+            GPT.from_pretrained(p)
+        assert str(p) in str(e.value)
+    write_model(p, "llama", extra={"llama.attention.sliding_window": 64})  # as wide: exact
+    GPT.from_pretrained(p)
+    write_model(p, "llama", drop=("blk.1.ffn_up.weight",))
+    with pytest.raises(BlockcValueError, match="'blk.1.ffn_up.weight' is missing"):
+        GPT.from_pretrained(p)
+    bg.write(p, {"general.architecture": "falcon"}, [])
+    with pytest.raises(BlockcValueError, match="'falcon' is not one blockc runs"):
+        GPT.from_pretrained(p)
+    # a tensor of a type blockc does not read (Q2_K), by name
+    write_model(p, "llama", width=256, d_ff=256)
+    g = bg.read(p)
+    tensors = [(t.name, t.type, t.shape, t.data) for t in g.tensors.values()]
+    tensors = [(n, "Q2_K", s, np.zeros((s[0], 84), np.uint8)) if n == "blk.0.ffn_up.weight"
+               else (n, ty, s, dat) for n, ty, s, dat in tensors]
+    bg.write(tmp_path / "q2.gguf", dict(g.fields), tensors)
+    with pytest.raises(BlockcValueError, match="'blk.0.ffn_up.weight' has type Q2_K"):
+        GPT.from_pretrained(tmp_path / "q2.gguf")
+    write_model(p, "llama", extra={"llama.rope.scaling.type": "none"})  # neutral values load
+    GPT.from_pretrained(p)
+
+
+def test_save_gguf_refuses(files, tmp_path):
+    d, name, *_ = files["llama-gqa"]
+    m = GPT.from_pretrained(d / name)
+    with pytest.raises(BlockcValueError, match="dtype must be one of"):
+        m.save_gguf(tmp_path / "x.gguf", dtype="IQ2_XXS")
+    assert not (tmp_path / "x.gguf").exists()
