@@ -77,6 +77,13 @@ def test_readme_examples_run_and_print_what_they_say(i, capsys, tmp_path, monkey
     if '"llama/"' in code:
         _user_checkpoint(tmp_path / "llama", llama=True)
         monkeypatch.chdir(tmp_path)
+    if '"model.gguf"' in code:  # a GGUF file the user has, written here by the gguf package
+        pytest.importorskip("gguf")
+        from support.gguf_files import write_model
+        write_model(tmp_path / "model.gguf", "llama", width=256, d_ff=512, kv_heads=2,
+                    default_type="Q4_K", types={"attn_v.weight": "Q6_K", "ffn_down.weight": "Q6_K",
+                                                "output.weight": "Q6_K"})
+        monkeypatch.chdir(tmp_path)
     server = None
     if '"chat/"' in code or "127.0.0.1:8000" in code:  # a chat model (and a server on it)
         pytest.importorskip("jinja2")

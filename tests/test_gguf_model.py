@@ -214,3 +214,28 @@ def test_save_gguf_refuses(files, tmp_path):
     with pytest.raises(BlockcValueError, match="dtype must be one of"):
         m.save_gguf(tmp_path / "x.gguf", dtype="IQ2_XXS")
     assert not (tmp_path / "x.gguf").exists()
+
+
+def test_cli_convert_both_ways_and_generate(files, tmp_path, capsys):
+    """blockc convert FILE.gguf DIR writes a transformers directory (tokenizer.json too);
+    blockc convert DIR OUT.gguf --type Q8_0 a file of the same weights quantised; blockc
+    generate --model FILE.gguf runs it."""
+    from blockc.cli import main
+    d, name, *_ = files["llama-gqa"]
+    src = d / name
+    out_dir = tmp_path / "hf"
+    assert main(["convert", str(src), str(out_dir)]) == 0
+    m = GPT.from_pretrained(src)
+    back = GPT.from_pretrained(out_dir)
+    assert np.array_equal(back.params, m.params)
+    text = "naïve café 🙂 1234"
+    want = blockc.Tokenizer.from_pretrained(src).encode(text).tolist()
+    assert blockc.Tokenizer.from_pretrained(out_dir).encode(text).tolist() == want
+    q = tmp_path / "q.gguf"
+    assert main(["convert", str(out_dir), str(q), "--type", "Q8_0"]) == 0
+    mq = GPT.from_pretrained(q)
+    assert mq.dtype == "q8_0" and np.array_equal(mq.params, m.astype("q8_0").params)
+    assert blockc.Tokenizer.from_pretrained(q).encode(text).tolist() == want
+    capsys.readouterr()
+    assert main(["generate", "--model", str(q), "--prompt", "The quick", "--max-new-tokens", "3"]) == 0
+    assert capsys.readouterr().out.strip()  # the three new tokens, streamed

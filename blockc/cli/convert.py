@@ -1,7 +1,10 @@
-"""``blockc convert``: a chapter-6 state dict in safetensors <-> a checkpoint directory.
+"""``blockc convert``: a chapter-6 state dict in safetensors <-> a checkpoint directory, and
+GGUF files (llama.cpp's) from or to either.
 
     blockc convert DIR FILE.safetensors        (the directory's model as blockc's state dict)
     blockc convert FILE.safetensors DIR [--config-json config.json]
+    blockc convert DIR|FILE.gguf OUT.gguf [--type Q4_K_M]   (a GGUF file llama.cpp runs)
+    blockc convert FILE.gguf DIR               (a transformers directory, tokenizer.json too)
 """
 from __future__ import annotations
 
@@ -24,10 +27,35 @@ def register(subparsers) -> None:
     c.add_argument("dst")
     c.add_argument("--config-json", default=None,
                    help="file -> directory: the config.json describing the state dict")
+    c.add_argument("--type", default="F32", metavar="TYPE",
+                   help="-> .gguf: the matrices' ggml type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+                        "Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) or llama.cpp mix (Q4_K_M, Q5_K_M, "
+                        "Q4_K_S, Q5_K_S); default F32")
     c.set_defaults(func=run_convert)
 
 
 def run_convert(args: argparse.Namespace) -> int:
+    from ..gguf.model import is_gguf
+    if args.dst.endswith(".gguf"):
+        m = GPT.from_pretrained(args.src)
+        tok = None  # a GGUF source's own tokenizer is carried over by save_gguf
+        if os.path.isdir(args.src) and os.path.exists(os.path.join(args.src, "tokenizer.json")):
+            tok = args.src
+        m.save_gguf(args.dst, dtype=args.type, tokenizer=tok)
+        print(f"wrote {args.dst}: {args.type.upper()}, {m.num_parameters():,} parameters"
+              + ("" if tok or is_gguf(args.src) else " (no tokenizer.json: no tokenizer in it)"))
+        return 0
+    if is_gguf(args.src):
+        from ..text import Tokenizer
+        m = GPT.from_pretrained(args.src, dtype="float32")
+        m.save_pretrained(args.dst)
+        try:
+            Tokenizer.from_pretrained(args.src).backend.save(os.path.join(args.dst, "tokenizer.json"))
+        except (ImportError, BlockcValueError) as e:
+            print(f"(no tokenizer.json written: {e})")
+        print(f"wrote {args.dst}: config.json and model.safetensors (float32), "
+              f"{m.num_parameters():,} parameters")
+        return 0
     if os.path.isdir(args.src):
         m = GPT.from_pretrained(args.src)
         sd = m.state_dict()

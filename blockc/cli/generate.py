@@ -12,6 +12,7 @@ stops at the model's end-of-text token (config.json's eos_token_id).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -70,7 +71,12 @@ def run_generate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     m = GPT.from_pretrained(args.model, dtype=args.dtype)
     load = time.perf_counter() - t0
-    eos = None if args.no_eos else read_config(args.model).get("eos_token_id")
+    if args.no_eos:
+        eos = None
+    elif os.path.isdir(args.model):
+        eos = read_config(args.model).get("eos_token_id")
+    else:  # a GGUF file: its tokenizer.ggml.eos_token_id
+        eos = m.special_ids.get("eos_token_id")
     if tok is not None:
         ids = list(tok.encode(args.prompt))
         if not ids:

@@ -56,8 +56,9 @@ def settings_from_args(args: argparse.Namespace):
         raise BlockcValueError(f"--port must be in [0, 65535], got {args.port}")
     if args.ctx_size is not None and args.ctx_size < 2:
         raise BlockcValueError("--ctx-size must be >= 2")
-    if not os.path.isdir(args.model):
-        raise BlockcValueError(f"--model {args.model}: not a directory")
+    from ..gguf.model import is_gguf
+    if not os.path.isdir(args.model) and not is_gguf(args.model):
+        raise BlockcValueError(f"--model {args.model}: not a directory or a GGUF file")
     return Settings(model=args.model, model_name=args.model_name, host=args.host, port=args.port,
                     parallel=args.parallel, ctx_size=args.ctx_size, max_queue=args.max_queue,
                     max_body_bytes=args.max_body, prefill_chunk=args.prefill_chunk,

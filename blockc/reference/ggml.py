@@ -298,43 +298,37 @@ def _q_q5_1(x):
                           axis=1)
 
 
+def _seqsum(a: np.ndarray) -> np.ndarray:
+    """Row sums of float32 ``a`` (m, n) added left to right in float32, as C's loop adds
+    them (``cumsum`` accumulates in order; ``sum`` would pair them up)."""
+    return np.cumsum(a, axis=1, dtype=F32)[:, -1]
+
+
 def _make_qkx2(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float,
                nstep: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """llama.cpp's make_qkx2_quants over rows of x (m, n) with weights w: (scale, -min, L).
 
     Sums accumulate element by element, in order (C's loop), vectorised over rows."""
     m, n = x.shape
-    xmin = x[:, 0].copy()
-    xmax = x[:, 0].copy()
-    sum_w = w[:, 0].copy()
-    sum_x = (sum_w * x[:, 0]).astype(F32)
-    for i in range(1, n):
-        xmin = np.minimum(xmin, x[:, i])
-        xmax = np.maximum(xmax, x[:, i])
-        sum_w = (sum_w + w[:, i]).astype(F32)
-        sum_x = (sum_x + w[:, i] * x[:, i]).astype(F32)
-    xmin = np.minimum(xmin, F32(0))
+    xmin = np.minimum(x.min(axis=1), F32(0))
+    xmax = x.max(axis=1)
+    sum_w = _seqsum(w)
+    sum_x = _seqsum(w * x)
     flat = xmax == xmin
     rng = np.where(flat, F32(1), xmax - xmin).astype(F32)
     iscale = (F32(nmax) / rng).astype(F32)
     scale = (F32(1) / iscale).astype(F32)
     L = np.clip(_nearest_int(iscale[:, None] * (x - xmin[:, None])), 0, nmax)
-    best = np.zeros(m, F32)
-    for i in range(n):
-        diff = (scale * L[:, i].astype(F32) + xmin - x[:, i]).astype(F32)
-        best = (best + w[:, i] * (diff * diff)).astype(F32)
+    diff = (scale[:, None] * L.astype(F32) + xmin[:, None] - x).astype(F32)
+    best = _seqsum(w * (diff * diff))
     for step in range(nstep + 1):
         isc = ((F32(rmin) + F32(rdelta) * F32(step) + F32(nmax)) / rng).astype(F32)
         La = np.clip(_nearest_int(isc[:, None] * (x - xmin[:, None])), 0, nmax)
         Lf = La.astype(F32)
-        sum_l = np.zeros(m, F32)
-        sum_l2 = np.zeros(m, F32)
-        sum_xl = np.zeros(m, F32)
-        for i in range(n):
-            wl = (w[:, i] * Lf[:, i]).astype(F32)
-            sum_l = (sum_l + wl).astype(F32)
-            sum_l2 = (sum_l2 + wl * Lf[:, i]).astype(F32)
-            sum_xl = (sum_xl + wl * x[:, i]).astype(F32)
+        wl = w * Lf
+        sum_l = _seqsum(wl)
+        sum_l2 = _seqsum(wl * Lf)
+        sum_xl = _seqsum(wl * x)
         D = (sum_w * sum_l2 - sum_l * sum_l).astype(F32)
         ok = D > 0
         Ds = np.where(ok, D, F32(1)).astype(F32)
@@ -345,10 +339,8 @@ def _make_qkx2(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: flo
             alt = (sum_xl / sum_l2).astype(F32)
         this_scale = np.where(pos, alt, this_scale).astype(F32)
         this_min = np.where(pos, F32(0), this_min).astype(F32)
-        mad = np.zeros(m, F32)
-        for i in range(n):
-            diff = (this_scale * Lf[:, i] + this_min - x[:, i]).astype(F32)
-            mad = (mad + w[:, i] * (diff * diff)).astype(F32)
+        diff = (this_scale[:, None] * Lf + this_min[:, None] - x).astype(F32)
+        mad = _seqsum(w * (diff * diff))
         take = ok & (mad < best) & ~flat
         L = np.where(take[:, None], La, L)
         best = np.where(take, mad, best)
@@ -361,10 +353,7 @@ def _make_qkx2(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: flo
 
 def _k_weights(x: np.ndarray) -> np.ndarray:
     """Q4_K/Q5_K's importance of each weight of sub-blocks x (m, 32): rms + |x|."""
-    s = np.zeros(x.shape[0], F32)
-    for i in range(x.shape[1]):
-        s = (s + x[:, i] * x[:, i]).astype(F32)
-    av = np.sqrt((s / F32(32)).astype(F32)).astype(F32)
+    av = np.sqrt((_seqsum(x * x) / F32(32)).astype(F32)).astype(F32)
     return (av[:, None] + np.abs(x)).astype(F32)
 
 
@@ -440,12 +429,7 @@ def _make_qx(x: np.ndarray, nmax: int) -> Tuple[np.ndarray, np.ndarray]:
     def sums(isc):
         lq = np.clip(_nearest_int(isc[:, None] * x), -nmax, nmax - 1)
         lf = lq.astype(F32)
-        slx = np.zeros(m, F32)
-        sl2 = np.zeros(m, F32)
-        for i in range(n):
-            slx = (slx + (w[:, i] * x[:, i]).astype(F32) * lf[:, i]).astype(F32)
-            sl2 = (sl2 + (w[:, i] * lf[:, i]).astype(F32) * lf[:, i]).astype(F32)
-        return lq, slx, sl2
+        return lq, _seqsum((w * x) * lf), _seqsum((w * lf) * lf)
 
     iscale = (F32(-nmax) / mxs).astype(F32)
     L, sumlx, suml2 = sums(iscale)
@@ -539,5 +523,9 @@ def quantise(w, type: str) -> np.ndarray:
         raise ValueError(f"{type} needs finite weights")
     lead = x.shape[:-1]
     nb = x.shape[-1] // bs
-    out = _Q[type](x.reshape(-1, bs))
-    return np.ascontiguousarray(out, dtype=np.uint8).reshape(lead + (nb * bb,))
+    blocks = x.reshape(-1, bs)
+    step = 2048 if type.endswith("_K") else 1 << 16  # a chunk's work arrays stay in cache
+    out = np.empty((blocks.shape[0], bb), np.uint8)
+    for i in range(0, blocks.shape[0], step):
+        out[i:i + step] = _Q[type](blocks[i:i + step])
+    return out.reshape(lead + (nb * bb,))

@@ -1,0 +1,212 @@
+"""Benchmark: GGUF files, blockc against llama.cpp on the same files.
+
+Two models with random weights, shaped like SmolLM2-135M (vocab 49,152, D=576, 30 layers,
+9 query and 3 K/V heads, SwiGLU of 1,536, tied) and GPT-2 small (vocab 50,257, D=768,
+12 layers); each written by blockc's save_gguf as F32 (the reference), F16, Q8_0, Q4_0 and
+Q4_K_M (llama.cpp's recipe; SmolLM's rows of 576 are not whole K-blocks, so llama.cpp's
+fallback Q5_0 takes them, as its own quantiser does). For each file:
+
+  load      GPT.from_pretrained(file) from a warm page cache (best of 3), seconds
+  decode    greedy tokens/s through the KV cache at contexts ~128 and ~1000, 1 and 2 threads
+  prefill   tokens/s of one prompt of 128 tokens (the last position's logits)
+  accuracy  mean KL(float32 || file) of the next-token distributions over a 128-token
+            sequence, blockc's and llama.cpp's (each against blockc's float32 model)
+
+llama.cpp runs through llama-cpp-python when it is installed (it is not in CI); its column
+is then filled. blockc computes Q8_0 files with its q8_0 kernels and the other types with
+their dequantised float32 weights (no 4-bit kernel yet: see docs/speed.md's gguf section).
+Engines alternate within each round; the figures are medians of --repeats rounds.
+
+    python benches/bench_gguf.py                      # the tables (long: quantising is NumPy)
+    python benches/bench_gguf.py --layers 2 --repeats 1 --new 16 --models smollm  # a look
+
+With --docs the output also replaces the "gguf" section of docs/speed.md.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import tempfile
+import time
+from typing import Dict, List, Optional
+
+import numpy as np
+
+import blockc
+from doc_section import run as run_bench  # noqa: E402
+
+TYPES = ("F16", "Q8_0", "Q4_0", "Q4_K_M")
+
+
+def config(name: str, layers: Optional[int]) -> "blockc.GPTConfig":
+    if name == "smollm":
+        return blockc.GPTConfig(vocab=49152, context=2048, width=576, heads=9, kv_heads=3,
+                                layers=layers or 30, d_ff=1536, eps=1e-5, tie_weights=True,
+                                norm="rms", activation="swiglu", positions="rope",
+                                rope_theta=100000.0, qkv_bias=False, out_bias=False,
+                                mlp_bias=False)
+    return blockc.GPTConfig(vocab=50257, context=1024, width=768, heads=12, layers=layers or 12)
+
+
+def cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def steal() -> str:
+    try:
+        f = open("/proc/stat").readline().split()
+        return f"{100 * int(f[8]) / sum(int(x) for x in f[1:]):.1f}% steal since boot"
+    except (OSError, IndexError, ValueError):
+        return "steal n/a"
+
+
+def kl(p_logits: np.ndarray, q_logits: np.ndarray) -> float:
+    """Mean over positions of KL(softmax(p) || softmax(q)), in float64."""
+    p = p_logits.astype(np.float64)
+    q = q_logits.astype(np.float64)
+    lp = p - p.max(-1, keepdims=True)
+    lp -= np.log(np.exp(lp).sum(-1, keepdims=True))
+    lq = q - q.max(-1, keepdims=True)
+    lq -= np.log(np.exp(lq).sum(-1, keepdims=True))
+    return float((np.exp(lp) * (lp - lq)).sum(-1).mean())
+
+
+def decode_rate(m, prompt: np.ndarray, new: int) -> float:
+    cache = m.new_cache(1, prompt.shape[1] + new)
+    tok = np.argmax(m(prompt, cache=cache)[:, -1], axis=-1)[:, None]
+    t0 = time.perf_counter()
+    for _ in range(new):
+        tok = np.argmax(m(tok, cache=cache)[:, -1], axis=-1)[:, None]
+    return new / (time.perf_counter() - t0)
+
+
+def prefill_rate(m, prompt: np.ndarray) -> float:
+    cache = m.new_cache(1, prompt.shape[1])
+    t0 = time.perf_counter()
+    m(prompt, cache=cache)
+    return prompt.shape[1] / (time.perf_counter() - t0)
+
+
+def llama_decode(llm, prompt: np.ndarray, new: int) -> float:
+    ids = [int(i) for i in prompt[0]]
+    llm.reset()
+    llm.eval(ids)
+    tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    t0 = time.perf_counter()
+    for _ in range(new):
+        llm.eval([tok])
+        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    return new / (time.perf_counter() - t0)
+
+
+def llama_prefill(llm, prompt: np.ndarray) -> float:
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval([int(i) for i in prompt[0]])
+    return prompt.shape[1] / (time.perf_counter() - t0)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="smollm,gpt2")
+    ap.add_argument("--layers", type=int, default=None, help="override the layer count")
+    ap.add_argument("--types", default=",".join(TYPES))
+    ap.add_argument("--new", type=int, default=64, help="generated tokens per decode run")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--contexts", default="128,1000")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args(argv)
+    try:
+        import llama_cpp
+    except ImportError:
+        llama_cpp = None
+    threads = [int(t) for t in args.threads.split(",")]
+    contexts = [int(c) for c in args.contexts.split(",")]
+    types = args.types.split(",")
+    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; load average "
+          f"{os.getloadavg()[0]:.2f} at the start; {steal()}; ISA {blockc.get_isa()}")
+    print("llama.cpp: " + (f"llama-cpp-python {llama_cpp.__version__}" if llama_cpp else
+                           "not installed (pip install llama-cpp-python): blockc only"))
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as d:
+        for model in args.models.split(","):
+            cfg = config(model, args.layers)
+            m32 = blockc.GPT.random(cfg, seed=0)
+            # weights of a trained model's scale spread: the logits are not flat
+            for name, t in m32.layout.items():
+                if t.packed:
+                    m32.write_tensor(name, m32.read_tensor(name) * np.float32(2.5))
+            files = {"F32": os.path.join(d, f"{model}-F32.gguf")}
+            m32.save_gguf(files["F32"], "F32")
+            for t in types:
+                files[t] = os.path.join(d, f"{model}-{t}.gguf")
+                t0 = time.perf_counter()
+                m32.save_gguf(files[t], t)
+                print(f"{model}: wrote {t} in {time.perf_counter() - t0:.1f} s "
+                      f"({os.path.getsize(files[t]) / 1e6:.1f} MB)")
+            text = rng.integers(0, cfg.vocab, (1, 128))
+            ref = m32(text)[0]
+            print(f"\n{model} ({cfg.layers} layers, {blockc.gpt_parameter_count(cfg):,} "
+                  "parameters)\n")
+            print("| file | blockc holds | load s | KL blockc | KL llama.cpp |")
+            print("|---|---|---|---|---|")
+            models = {}
+            for t in ["F32"] + types:
+                loads = []
+                for _ in range(3):
+                    t0 = time.perf_counter()
+                    mt = blockc.GPT.from_pretrained(files[t])
+                    loads.append(time.perf_counter() - t0)
+                models[t] = mt
+                k_b = kl(ref, mt(text)[0])
+                k_l = "n/a"
+                if llama_cpp is not None:
+                    llm = llama_cpp.Llama(model_path=files[t], n_ctx=256, logits_all=True,
+                                          n_threads=threads[-1], verbose=False)
+                    llm.eval([int(i) for i in text[0]])
+                    k_l = f"{kl(ref, np.array(llm.scores[:text.shape[1]])):.2e}"
+                    del llm
+                print(f"| {t} | {mt.dtype} | {min(loads):.3f} | {k_b:.2e} | {k_l} |")
+            print("\n| file | threads | context | blockc decode tok/s | llama.cpp decode tok/s | "
+                  "ratio | blockc prefill tok/s | llama.cpp prefill tok/s |")
+            print("|---|---|---|---|---|---|---|---|")
+            for t in types + ["F32"]:
+                for th in threads:
+                    blockc.set_num_threads(th)
+                    for ctx in contexts:
+                        prompt = rng.integers(0, cfg.vocab, (1, max(1, ctx - args.new)))
+                        llm = None
+                        if llama_cpp is not None:
+                            llm = llama_cpp.Llama(model_path=files[t], n_ctx=ctx + 8,
+                                                  n_batch=ctx + 8, n_threads=th,
+                                                  n_threads_batch=th, verbose=False)
+                        rows: Dict[str, List[float]] = {"bd": [], "ld": [], "bp": [], "lp": []}
+                        pre = prompt[:, :128]
+                        for _ in range(args.repeats):
+                            rows["bd"].append(decode_rate(models[t], prompt, args.new))
+                            rows["bp"].append(prefill_rate(models[t], pre))
+                            if llm is not None:
+                                rows["ld"].append(llama_decode(llm, prompt, args.new))
+                                rows["lp"].append(llama_prefill(llm, pre))
+                        med = {k: statistics.median(v) if v else None for k, v in rows.items()}
+                        ratio = f"{med['bd'] / med['ld']:.2f}" if med["ld"] else "n/a"
+
+                        def fmt(v):
+                            return f"{v:.1f}" if v else "n/a"
+                        print(f"| {t} | {th} | {ctx} | {fmt(med['bd'])} | {fmt(med['ld'])} | "
+                              f"{ratio} | {fmt(med['bp'])} | {fmt(med['lp'])} |")
+                        del llm
+    print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
+    return 0
+
+
+if __name__ == "__main__":
+    run_bench(main, "speed.md", "gguf")
