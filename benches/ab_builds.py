@@ -44,21 +44,45 @@ for name, kw, t, rand in [("toy block", dict(), 4, "msvc"),
     x = rng.standard_normal((t, cfg.d_model)).astype(np.float32)
     out[name] = per_call(lambda: blockc.block_forward(x, W, cfg), 0.5 if t < 100 else 2.0)
 cfg = blockc.GPTConfig.preset("gpt2", layers=int(sys.argv[1]))
-m = blockc.GPT.random(cfg, seed=0)
+m32 = blockc.GPT.random(cfg, seed=0)
 ids = rng.integers(0, cfg.vocab, size=(1, 16))
-out["GPT decode, s/token"] = per_call(lambda: m.generate(ids, 16), 3.0) / 16
-out["GPT forward T=256"] = per_call(lambda: m(rng.integers(0, cfg.vocab, size=(1, 256))), 3.0)
+for dtype in sys.argv[2].split(","):
+    m = m32 if dtype == "float32" else m32.astype(dtype)
+    tag = "" if dtype == "float32" else f" {dtype}"
+    out[f"GPT{tag} decode, s/token"] = per_call(lambda: m.generate(ids, 16), 3.0) / 16
+    out[f"GPT{tag} forward T=256"] = per_call(lambda: m(rng.integers(0, cfg.vocab, size=(1, 256))), 3.0)
 print(json.dumps(out))
 """
 
 
-def run(tree: str, layers: int) -> dict:
+def run(tree: str, layers: int, dtypes: str) -> dict:
     env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
-    r = subprocess.run([sys.executable, "-c", PROBE, str(layers)], env=env, cwd=os.path.abspath(tree),
+    r = subprocess.run([sys.executable, "-c", PROBE, str(layers), dtypes], env=env, cwd=os.path.abspath(tree),
                        capture_output=True, text=True)
     if r.returncode:
         raise SystemExit(f"{tree}: {r.stderr}")
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def cpu_times():
+    """(steal, total) jiffies of all CPUs from /proc/stat, or None."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (v[7] if len(v) > 7 else 0), sum(v[:8])
 
 
 def main(argv=None) -> int:
@@ -67,14 +91,22 @@ def main(argv=None) -> int:
     ap.add_argument("--new", default=".")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--layers", type=int, default=12, help="GPT-2 small layers (12)")
+    ap.add_argument("--dtypes", default="float32",
+                    help="the GPT's weight types, comma-separated (float32,bfloat16,q8_0)")
     a = ap.parse_args(argv)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"load average {load:.2f} at the start; {a.rounds} rounds, builds alternating")
+    print(f"{cpu_name()}, {os.cpu_count()} CPUs; load average {load:.2f} at the start; "
+          f"{a.rounds} rounds, builds alternating")
+    t0 = cpu_times()
     res = {"old": [], "new": []}
     for i in range(a.rounds):
         order = ("old", "new") if i % 2 == 0 else ("new", "old")
         for which in order:
-            res[which].append(run(getattr(a, which), a.layers))
+            res[which].append(run(getattr(a, which), a.layers, a.dtypes))
+    t1 = cpu_times()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    steal = (100.0 * (t1[0] - t0[0]) / max(1, t1[1] - t0[1])) if t0 and t1 else float("nan")
+    print(f"load average {load:.2f} at the end; steal {steal:.1f}% over the run")
     print()
     print("| measurement | old | new | new / old |")
     print("| --- | --- | --- | --- |")

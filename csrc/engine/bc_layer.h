@@ -83,7 +83,7 @@ typedef struct {
 } bc_layer_rec;
 
 /* One layer's parameter gradients, laid out as its weights (a matrix in its
- * bc_mat layout: BC_WF_ROWS or BC_WF_PANEL_F32); NULL where it has none. The
+ * bc_mat layout: BC_WF_ROWS or BC_WF_PANEL(BC_DTYPE_F32)); NULL where it has none. The
  * backward adds into them. */
 typedef struct {
     float *qkv, *proj, *up, *gate, *down;

@@ -8,6 +8,7 @@
 
 #include "bc_check.h"
 #include "bc_engine.h"
+#include "bc_format.h"
 #include "bc_gpt.h"
 #include "bc_layer.h"
 #include "bc_pack.h"
@@ -26,7 +27,7 @@ static int resolve(model *m, const bc_gpt_config *cfg)
         || (c->activation != BC_ACT_GELU_TANH && c->activation != BC_ACT_GELU
             && c->activation != BC_ACT_RELU && c->activation != BC_ACT_SWIGLU)
         || (c->positions != BC_POS_LEARNED && c->positions != BC_POS_ROPE)
-        || (c->dtype != BC_DTYPE_F32 && c->dtype != BC_DTYPE_BF16 && c->dtype != BC_DTYPE_Q8_0)
+        || !bc_format_of(c->dtype)
         || !bc_eps_ok(c->eps))
         return BC_EOPTION;
     m->kv = c->kv_heads ? c->kv_heads : c->heads;
@@ -181,43 +182,36 @@ int bc_gpt_config_check(const bc_gpt_config *cfg)
     return bc_gpt_checked(&m, &lo, cfg);
 }
 
-int bc_gpt_param_count(size_t *n, const bc_gpt_config *cfg)
+/* The counts of a config's layout the getters below return (NULL: not wanted). */
+static int layout_sizes(size_t *params, size_t *bytes, size_t *tensors, const bc_gpt_config *cfg)
 {
     model m;
     layout lo;
-    int st;
-    if (!n)
-        return BC_ENULL;
-    if ((st = bc_gpt_checked(&m, &lo, cfg)))
+    const int st = bc_gpt_checked(&m, &lo, cfg);
+    if (st)
         return st;
-    *n = lo.params;
+    if (params)
+        *params = lo.params;
+    if (bytes)
+        *bytes = lo.total;
+    if (tensors)
+        *tensors = lo.ntensors;
     return BC_OK;
+}
+
+int bc_gpt_param_count(size_t *n, const bc_gpt_config *cfg)
+{
+    return n ? layout_sizes(n, NULL, NULL, cfg) : BC_ENULL;
 }
 
 int bc_gpt_param_bytes(size_t *n, const bc_gpt_config *cfg)
 {
-    model m;
-    layout lo;
-    int st;
-    if (!n)
-        return BC_ENULL;
-    if ((st = bc_gpt_checked(&m, &lo, cfg)))
-        return st;
-    *n = lo.total;
-    return BC_OK;
+    return n ? layout_sizes(NULL, n, NULL, cfg) : BC_ENULL;
 }
 
 int bc_gpt_tensor_count(size_t *n, const bc_gpt_config *cfg)
 {
-    model m;
-    layout lo;
-    int st;
-    if (!n)
-        return BC_ENULL;
-    if ((st = bc_gpt_checked(&m, &lo, cfg)))
-        return st;
-    *n = lo.ntensors;
-    return BC_OK;
+    return n ? layout_sizes(NULL, NULL, n, cfg) : BC_ENULL;
 }
 
 int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *bytes,
@@ -464,24 +458,23 @@ static int forward_plan(fwd_plan *p, const float *logits, const float *hidden,
     return BC_OK;
 }
 
-// x (N,D) = token[ids] (+ position[pos0 + t]), N = B*T, row b*T+t; BC_ERANGE for a bad id
-static int embed(float *x, const unsigned char *params, const fwd_plan *p, const void *ids,
-                 int ids_type, size_t batch, size_t seq, const bc_ctx *cx)
+// x (N,D) = token[ids] (+ position[pos0[b] + t]), N = B*T, row b*T+t; BC_ERANGE for a bad id
+int bc_gpt_embed(float *x, const unsigned char *params, const model *m, const layout *lo,
+                 const void *ids, int ids_type, const size_t *pos0, size_t batch, size_t seq,
+                 const bc_ctx *cx)
 {
-    const bc_gpt_config *c = &p->m.c;
-    const size_t d = c->width;
-    const float *pos = (const float *)(params + p->lo.position);
+    const size_t d = m->c.width;
+    const float *pos = (const float *)(params + lo->position);
     for (size_t b = 0; b < batch; b++)
         for (size_t t = 0; t < seq; t++) {
-            const size_t p0 = p->pos0[b];
-            const size_t r = b * seq + t;
+            const size_t r = b * seq + t, p = (pos0 ? pos0[b] : 0) + t;
             size_t id;
-            const int st = bc_gpt_id_at(&id, ids, ids_type, r, c->vocab);
+            const int st = bc_gpt_id_at(&id, ids, ids_type, r, m->c.vocab);
             if (st)
                 return st;
-            bc_packed_row(x + r * d, params + p->lo.token, c->dtype, c->vocab, d, id);
-            if (p->lo.has_pos)
-                bc_k_add(x + r * d, x + r * d, pos + (p0 + t) * d, d, cx);
+            bc_packed_row(x + r * d, params + lo->token, m->c.dtype, d, id);
+            if (lo->has_pos)
+                bc_k_add(x + r * d, x + r * d, pos + p * d, d, cx);
         }
     return BC_OK;
 }
@@ -491,7 +484,7 @@ bc_layer_w bc_gpt_layer_w(const unsigned char *params, const model *m, const lay
     bc_layer_w w;
     memset(&w, 0, sizeof w);
     const unsigned char *base = params + lo->blocks + l * lo->block_bytes;
-    const int wf = BC_WF_PANEL_F32 + m->c.dtype;
+    const int wf = BC_WF_PANEL(m->c.dtype);
     for (size_t j = 0; j < lo->nblk; j++) {
         const void *t = base + lo->blk_off[j];
         const float *v = (const float *)t;
@@ -534,7 +527,7 @@ static void head_forward(float *logits, float *xn, const float *x, const unsigne
         else
             bc_k_layernorm(xn + r * d, xr, g, bb, 1, d, c->eps, cx);
     }
-    bc_k_linear(logits, xn, params + p->lo.head, BC_WF_PANEL_F32 + c->dtype, NULL, NULL, rows,
+    bc_k_linear(logits, xn, params + p->lo.head, BC_WF_PANEL(c->dtype), NULL, NULL, rows,
                 d, c->vocab, BC_ACT_NONE, cx);
 }
 
@@ -557,7 +550,7 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
     float *x = work, *cs = work + p.w.cs, *lwork = work + p.w.layer;
     /* the embedding checks each id as it reads it, and writes only the workspace,
      * so a bad id still leaves every output untouched */
-    if ((st = embed(x, prm, &p, ids, ids_type, batch, seq, &cx)))
+    if ((st = bc_gpt_embed(x, prm, &p.m, &p.lo, ids, ids_type, p.pos0, batch, seq, &cx)))
         return st;
     if (c->positions == BC_POS_ROPE)
         for (size_t b = 0; b < batch; b++)

@@ -55,6 +55,14 @@ bc_layer_cfg bc_gpt_layer_cfg(const model *m);
  * as it, e.g. the gradients: then only the pointers' places matter). */
 bc_layer_w bc_gpt_layer_w(const unsigned char *params, const model *m, const layout *lo, size_t l);
 
+/* x (N,D) = token[ids] (+ position[pos0[b] + t]) for the N = B*T rows b*T+t
+ * of ids; pos0 (B) each sequence's first position, NULL: 0. Each id is read
+ * once, checked and used as read (BC_ERANGE for one outside the vocabulary:
+ * rows before it written). */
+int bc_gpt_embed(float *x, const unsigned char *params, const model *m, const layout *lo,
+                 const void *ids, int ids_type, const size_t *pos0, size_t batch, size_t seq,
+                 const bc_ctx *cx);
+
 /* The id at row i, or BC_ERANGE outside [0, vocab) (read once). */
 int bc_gpt_id_at(size_t *id, const void *ids, int ids_type, size_t i, size_t vocab);
 

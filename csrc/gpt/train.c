@@ -12,7 +12,6 @@
 
 #include "bc_check.h"
 #include "bc_engine.h"
-#include "bc_pack.h"
 #include "gpt_internal.h"
 
 /* Rows of logits the loss holds at once: about 8 Mi floats, at least 16. */
@@ -121,41 +120,18 @@ typedef struct {
     int grad;
 } xent_job;
 
-#define XENT_UNIT 4
-
-static void xent_unit(const void *arg, size_t u, int th)
+/* Row i of a block of the loss (an ignored row: no loss, no gradient). */
+static void xent_one(const void *arg, size_t i)
 {
-    (void)th;
     const xent_job *j = arg;
-    const size_t i1 = (u + 1) * XENT_UNIT < j->rows ? (u + 1) * XENT_UNIT : j->rows;
-    for (size_t i = u * XENT_UNIT; i < i1; i++) {
-        float *zi = j->z + i * j->v;
-        if (j->tgt[i] == (size_t)-1) {
-            j->rowl[i] = 0.0f;
-            if (j->grad)
-                memset(zi, 0, j->v * sizeof(float));
-            continue;
-        }
-        j->kt->xent_row(j->grad ? zi : NULL, &j->rowl[i], zi, j->v, j->tgt[i], j->scale);
+    float *zi = j->z + i * j->v;
+    if (j->tgt[i] == (size_t)-1) {
+        j->rowl[i] = 0.0f;
+        if (j->grad)
+            memset(zi, 0, j->v * sizeof(float));
+        return;
     }
-}
-
-// x (N,D) = token[ids] (+ position[t]); BC_ERANGE for a bad id
-static int embed_rows(float *x, const unsigned char *params, const model *m, const layout *lo,
-                      const void *ids, int ids_type, size_t batch, size_t seq, const bc_ctx *cx)
-{
-    const size_t d = m->c.width;
-    const float *pos = (const float *)(params + lo->position);
-    for (size_t r = 0; r < batch * seq; r++) {
-        size_t id;
-        const int st = bc_gpt_id_at(&id, ids, ids_type, r, m->c.vocab);
-        if (st)
-            return st;
-        bc_packed_row(x + r * d, params + lo->token, m->c.dtype, m->c.vocab, d, id);
-        if (lo->has_pos)
-            bc_k_add(x + r * d, x + r * d, pos + (r % seq) * d, d, cx);
-    }
-    return BC_OK;
+    j->kt->xent_row(j->grad ? zi : NULL, &j->rowl[i], zi, j->v, j->tgt[i], j->scale);
 }
 
 /* d (token table, packed float32 panels) row id += dx (D); d (position table) row t += dx */
@@ -237,7 +213,7 @@ int bc_gpt_grad(float *loss, size_t *count, void *grads, const void *params,
     float *xs = work + p.xs, *cs = work + p.cs, *xf = work + p.xf, *dx = work + p.dx;
     float *rowl = work + p.rowl, *lgt = work + p.logits, *scratch = work + p.scratch;
     const size_t d = c->width;
-    if ((st = embed_rows(xs, prm, &m, &lo, ids, ids_type, batch, seq, &cx)))
+    if ((st = bc_gpt_embed(xs, prm, &m, &lo, ids, ids_type, NULL, batch, seq, &cx)))
         return st;
     if (c->positions == BC_POS_ROPE)
         for (size_t b = 0; b < batch; b++)
@@ -260,21 +236,15 @@ int bc_gpt_grad(float *loss, size_t *count, void *grads, const void *params,
     else
         bc_k_layernorm(xf, xl, gf, bf, n, d, c->eps, &cx);
     /* the head and the loss, R rows at a time */
-    const int wf = BC_WF_PANEL_F32;
+    const int wf = BC_WF_PANEL(BC_DTYPE_F32);
     const float scale = valid ? 1.0f / (float)valid : 0.0f;
     for (size_t r0 = 0; r0 < n; r0 += p.rows) {
         const size_t rows = n - r0 < p.rows ? n - r0 : p.rows;
         bc_k_linear(lgt, xf + r0 * d, prm + lo.head, wf, NULL, NULL, rows, d, c->vocab,
                     BC_ACT_NONE, &cx);
         const xent_job xj = {cx.kt, lgt, rowl + r0, tgt + r0, c->vocab, rows, scale, grads != NULL};
-        const size_t units = (rows + XENT_UNIT - 1) / XENT_UNIT;
-        const int nt = bc_rt_threads(&cx, 8.0 * (double)rows * (double)c->vocab,
-                                     8.0 * (double)rows * (double)c->vocab);
-        if (nt <= 1)
-            for (size_t u = 0; u < units; u++)
-                xent_unit(&xj, u, 0);
-        else
-            bc_rt_run(nt, units, xent_unit, &xj);
+        bc_rt_rows(bc_rt_threads(&cx, 8.0 * (double)rows * (double)c->vocab,
+                                 8.0 * (double)rows * (double)c->vocab), rows, xent_one, &xj);
         if (grads) {
             /* the head's input gradient into scratch rows (dx still holds the targets) */
             bc_k_linear_dx(scratch + r0 * d, lgt, prm + lo.head, wf, rows, d, c->vocab, 0, &cx);

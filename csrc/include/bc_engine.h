@@ -29,6 +29,7 @@ extern "C" {
 #define BC_DTYPE_F32 0
 #define BC_DTYPE_BF16 1
 #define BC_DTYPE_Q8_0 2
+#define BC_NDTYPE 3      /* one past the last dtype */
 
 /* Normalisation kinds and placements of the block. */
 #define BC_NORM_RMS 0

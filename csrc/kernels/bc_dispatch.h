@@ -6,9 +6,11 @@
  * const table of kernels (bc_kernels_generic, bc_kernels_avx2,
  * bc_kernels_avx512). The runtime picks one table per entry-point call
  * (bc_rt_ctx); linear.c, attention.c and elementwise.c split the work over
- * threads and call the table's parts. A kernel added later (another weight
- * type, a backward pass) is one more field here and one more function in the
- * template.
+ * threads and call the table's parts. A kernel added later (a backward pass,
+ * a variant) is one more field here and one more function in the op file
+ * that owns it (fast_linear.h, fast_decode.h, fast_attention.h,
+ * fast_elementwise.h, fast_loss.h); a weight format's kernels are one more
+ * entry of wf (fast_formats.h).
  */
 #ifndef BC_DISPATCH_H
 #define BC_DISPATCH_H
@@ -16,27 +18,19 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "bc_engine.h"  /* BC_DTYPE_* */
+#include "bc_format.h"  /* BC_PANEL */
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define BC_HAVE_X86_KERNELS 1
 #endif
 
 /* Weight layouts a linear reads (bc_gemm.wf): a caller's row-major float32
- * matrix, or a packed matrix (bc_pack, bc_engine.h) of each BC_DTYPE_*. */
+ * matrix, or a packed matrix (bc_pack, bc_engine.h) of a BC_DTYPE_*, whose
+ * panels its row of the formats' table (bc_format.h) describes. */
 #define BC_WF_ROWS 0
-#define BC_WF_PANEL_F32 1    /* BC_WF_PANEL_F32 + BC_DTYPE_* is that dtype's packing */
-#define BC_WF_PANEL_BF16 2
-#define BC_WF_PANEL_Q8 3
-#define BC_NWF 4
-
-/* Outputs per panel of a packed matrix (bc_engine.h), on every instruction set. */
-#define BC_PANEL 16
-
-/* One block of a q8_0 packed matrix (bc_engine.h): a panel's 16 rows, 32 columns. */
-typedef struct {
-    uint16_t d[BC_PANEL];       /* the rows' scales (IEEE halves) */
-    int8_t q[32][BC_PANEL];     /* q[k][row] */
-} bc_q8_block;
+#define BC_WF_PANEL(dtype) (1 + (dtype))
+#define BC_WF_DTYPE(wf) ((wf) - 1)   /* of a BC_WF_PANEL */
+#define BC_NWF (1 + BC_NDTYPE)
 
 /* GEMM blocking, shared by every instruction set so that the order of the
  * sums (the K blocks) is a property of the problem, not of the machine. */
@@ -116,18 +110,30 @@ typedef struct {
 
 #define BC_ATT_BK 64   /* keys per tile */
 
+/* One weight layout's kernels on one instruction set (bc_kernel_table.wf). */
+typedef struct {
+    /* decoding: g->n <= BC_ROWS_MAX rows, columns [o0,o1) (o0 a multiple of
+     * BC_PANEL), streaming w once; no scratch */
+    void (*rows_part)(const bc_gemm *g, size_t o0, size_t o1);
+    /* the GEMM's copy of a block of w: bp (nc columns of kc rows as float32
+     * panels, zero past nc) <- columns o0.. (a multiple of BC_PANEL), rows
+     * p0..p0+kc (p0 a multiple of BC_KC) of w (oc, c); NULL: w is float32
+     * panels, read where they lie */
+    void (*panels)(float *bp, const void *w, size_t c, size_t o0, size_t nc, size_t p0,
+                   size_t kc);
+} bc_wf_kernels;
+
 /* The kernels of one instruction set. */
 typedef struct {
     const char *name;
     /* GEMM: the rows [n0,n1) x columns [o0,o1) of g->y, o0 and o1 - o0 (unless
-     * o1 == oc) multiples of gemm_nr and BC_PANEL; one function per layout
-     * (index BC_WF_*); scratch: BC_GEMM_SCRATCH floats */
+     * o1 == oc) multiples of gemm_nr and BC_PANEL, any layout (its blocks
+     * copied by wf[g->wf].panels); scratch: BC_GEMM_SCRATCH floats */
     size_t gemm_mr, gemm_nr;
-    void (*gemm_part[BC_NWF])(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t o1,
-                              float *scratch);
-    /* g->n <= BC_ROWS_MAX rows, columns [o0,o1) (o0 a multiple of BC_PANEL),
-     * streaming w once; no scratch */
-    void (*rows_part[BC_NWF])(const bc_gemm *g, size_t o0, size_t o1);
+    void (*gemm_part)(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t o1,
+                      float *scratch);
+    /* the layouts' kernels, by BC_WF_* */
+    bc_wf_kernels wf[BC_NWF];
     /* attention: head h, queries [i0, i0 + attn_bq) (fewer at the end);
      * scratch: attn_scratch(d_head) floats */
     size_t attn_bq;

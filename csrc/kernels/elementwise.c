@@ -65,42 +65,20 @@ typedef struct {
     float eps;
 } norm_op;
 
-static void norm_row(const norm_op *o, size_t i)
+static void norm_row(const void *arg, size_t i)
 {
+    const norm_op *o = arg;
     if (o->layer)
         layernorm_row(o->y + i * o->c, o->x + i * o->c, o->g, o->b, o->c, o->eps);
     else
         rmsnorm_row(o->y + i * o->c, o->x + i * o->c, o->g, o->c, o->eps);
 }
 
-/* A norm job: rows [u*rows, (u+1)*rows) per unit. */
-typedef struct {
-    const norm_op *o;
-    size_t n, rows;
-} norm_job;
-
-static void norm_unit(const void *arg, size_t u, int t)
-{
-    const norm_job *j = arg;
-    const size_t i1 = (u + 1) * j->rows < j->n ? (u + 1) * j->rows : j->n;
-    for (size_t i = u * j->rows; i < i1; i++)
-        norm_row(j->o, i);
-}
-
-/* The op over n rows: in a plain loop when one thread does it, else in blocks
- * of rows (about four per thread) spread over the threads. */
+/* The op over n rows, on as many threads as its size is worth. */
 static void norm_run(const norm_op *o, size_t n, double flops_per_elem, const bc_ctx *cx)
 {
     const double elems = (double)n * (double)o->c;
-    const int nt = bc_rt_threads(cx, flops_per_elem * elems, 8.0 * elems);
-    if (nt <= 1) {
-        for (size_t i = 0; i < n; i++)
-            norm_row(o, i);
-        return;
-    }
-    const size_t per = 4 * (size_t)nt, rows = (n + per - 1) / per;
-    const norm_job j = {o, n, rows};
-    bc_rt_run(nt, (n + rows - 1) / rows, norm_unit, &j);
+    bc_rt_rows(bc_rt_threads(cx, flops_per_elem * elems, 8.0 * elems), n, norm_row, o);
 }
 
 // y (N,C), x (N,C), g (C) or NULL

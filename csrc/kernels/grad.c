@@ -141,8 +141,9 @@ typedef struct {
 } normb_op;
 
 /* One row: the forward's statistics recomputed in double (as it takes them). */
-static void normb_row(const normb_op *o, size_t i)
+static void normb_row(const void *arg, size_t i)
 {
+    const normb_op *o = arg;
     const size_t c = o->c;
     const float *x = o->x + i * c, *dy = o->dy + i * c, *g = o->g;
     float *dx = o->dx + i * c, *xh = o->xh ? o->xh + i * c : NULL;
@@ -180,31 +181,10 @@ static void normb_row(const normb_op *o, size_t i)
     }
 }
 
-typedef struct {
-    const normb_op *o;
-    size_t n, rows;
-} normb_job;
-
-static void normb_unit(const void *arg, size_t u, int t)
-{
-    (void)t;
-    const normb_job *j = arg;
-    for (size_t i = u * j->rows; i < min_z((u + 1) * j->rows, j->n); i++)
-        normb_row(j->o, i);
-}
-
 static void normb_run(const normb_op *o, size_t n, const bc_ctx *cx)
 {
     const double elems = (double)n * (double)o->c;
-    const int nt = bc_rt_threads(cx, 12.0 * elems, 16.0 * elems);
-    if (nt <= 1) {
-        for (size_t i = 0; i < n; i++)
-            normb_row(o, i);
-        return;
-    }
-    const size_t per = 4 * (size_t)nt, rows = (n + per - 1) / per;
-    const normb_job j = {o, n, rows};
-    bc_rt_run(nt, (n + rows - 1) / rows, normb_unit, &j);
+    bc_rt_rows(bc_rt_threads(cx, 12.0 * elems, 16.0 * elems), n, normb_row, o);
 }
 
 // dx (N,C), dg (C) or NULL, dy (N,C), x (N,C), g (C) or NULL, work (N,C)

@@ -18,7 +18,7 @@
 #define BC_ACT_NONE (-1)
 
 /* y (N,OC) = act(r (N,OC) + x (N,C) @ w (OC,C)^T + b (OC)), w in layout wf
- * (BC_WF_ROWS: a row-major float32 matrix; BC_WF_PANEL_*: packed, bc_engine.h).
+ * (BC_WF_ROWS: a row-major float32 matrix; BC_WF_PANEL(dtype): packed, bc_engine.h).
  * r may be NULL, or exactly y (an in-place residual); b may be NULL; act is
  * BC_ACT_GELU_TANH, BC_ACT_GELU, BC_ACT_RELU, BC_ACT_SILU or BC_ACT_NONE. y
  * must not alias x or w. Every row of y gets the same bits whatever the other
@@ -104,11 +104,11 @@ void bc_k_add(float *y, const float *a, const float *b, size_t n, const bc_ctx *
 /* C = [C +] A B (bc_mm, bc_dispatch.h) on the context's table. */
 void bc_k_mm(const bc_mm *m, const bc_ctx *cx);
 
-/* dx (N,C) [+]= dy (N,OC) @ w (OC,C), w in layout wf (BC_WF_ROWS or BC_WF_PANEL_F32) */
+/* dx (N,C) [+]= dy (N,OC) @ w (OC,C), w in layout wf (BC_WF_ROWS or BC_WF_PANEL(BC_DTYPE_F32)) */
 void bc_k_linear_dx(float *dx, const float *dy, const void *w, int wf, size_t n, size_t c,
                     size_t oc, int accumulate, const bc_ctx *cx);
 
-/* dw (OC,C) in layout wf (BC_WF_ROWS or BC_WF_PANEL_F32) += dy (N,OC)^T @ x (N,C) */
+/* dw (OC,C) in layout wf (BC_WF_ROWS or BC_WF_PANEL(BC_DTYPE_F32)) += dy (N,OC)^T @ x (N,C) */
 void bc_k_linear_dw(float *dw, int wf, const float *dy, const float *x, size_t n, size_t c,
                     size_t oc, const bc_ctx *cx);
 

@@ -6,6 +6,7 @@
  * many rows. On packed weights the two give the same bits. */
 #include <stddef.h>
 #include "kernels.h"
+#include "bc_format.h"
 #include "bc_simd_scalar.h"
 
 /* Work units for nt threads: blocks of rh rows by cw columns (whole MR rows,
@@ -24,7 +25,7 @@ static void plan(const bc_kernel_table *kt, const bc_gemm *g, int nt, size_t *rh
     const size_t np = (oc + nr - 1) / nr, nb = (n + mr - 1) / mr;
     const size_t want = 4 * (size_t)nt;
     const int rows_copied = g->c % 1024 == 0;
-    const int cols_copied = g->wf != BC_WF_PANEL_F32;
+    const int cols_copied = kt->wf[g->wf].panels != NULL;
     double best = -1.0;
     for (size_t cpan = BC_NC / nr; cpan >= 1; cpan = cpan > 1 ? (cpan + 1) / 2 : 0) {
         const size_t ncu = (np + cpan - 1) / cpan;
@@ -62,21 +63,22 @@ static void gemm_unit(const void *arg, size_t u, int t)
     const bc_gemm *g = j->g;
     const size_t ci = u % j->ncu, ri = u / j->ncu;
     const size_t o0 = ci * j->cw, n0 = ri * j->rh;
-    j->kt->gemm_part[g->wf](g, n0, n0 + j->rh < g->n ? n0 + j->rh : g->n, o0,
-                            o0 + j->cw < g->oc ? o0 + j->cw : g->oc, bc_rt_slice(j->cx, t));
+    j->kt->gemm_part(g, n0, n0 + j->rh < g->n ? n0 + j->rh : g->n, o0,
+                     o0 + j->cw < g->oc ? o0 + j->cw : g->oc, bc_rt_slice(j->cx, t));
 }
 
 static void rows_unit(const void *arg, size_t u, int t)
 {
     const lin_job *j = arg;
     const size_t o0 = u * j->cw;
-    j->kt->rows_part[j->g->wf](j->g, o0, o0 + j->cw < j->g->oc ? o0 + j->cw : j->g->oc);
+    j->kt->wf[j->g->wf].rows_part(j->g, o0, o0 + j->cw < j->g->oc ? o0 + j->cw : j->g->oc);
 }
 
-/* Bytes of weights a linear streams. */
+/* Bytes of weights a linear streams: float32 rows, or its format's. */
 static double weight_bytes(int wf, size_t c, size_t oc)
 {
-    const double per = wf == BC_WF_PANEL_BF16 ? 2.0 : wf == BC_WF_PANEL_Q8 ? 34.0 / 32.0 : 4.0;
+    const double per = wf == BC_WF_ROWS ? 4.0
+                                        : bc_format_weight_bytes(bc_format_of(BC_WF_DTYPE(wf)));
     return per * (double)c * (double)oc;
 }
 
@@ -110,14 +112,14 @@ static void linear(float *y, const float *x, const void *w, int wf, const float 
     if (n <= BC_ROWS_MAX && (wf != BC_WF_ROWS || few)) {
         const size_t units = (oc + ROWS_UNIT - 1) / ROWS_UNIT;
         if (nt <= 1) {
-            kt->rows_part[wf](&g, 0, oc);
+            kt->wf[wf].rows_part(&g, 0, oc);
             return;
         }
         bc_rt_run(nt, units, rows_unit, &j);
         return;
     }
     if (nt <= 1) {
-        kt->gemm_part[wf](&g, 0, n, 0, oc, bc_rt_slice(cx, 0));
+        kt->gemm_part(&g, 0, n, 0, oc, bc_rt_slice(cx, 0));
         return;
     }
     plan(kt, &g, nt, &j.rh, &j.cw);

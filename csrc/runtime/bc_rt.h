@@ -49,6 +49,14 @@ typedef void (*bc_unit_fn)(const void *arg, size_t unit, int thread);
  * job runs on the calling thread alone. */
 void bc_rt_run(int threads, size_t units, bc_unit_fn fn, const void *arg);
 
+/* One row of a row-wise op: fn(arg, row). */
+typedef void (*bc_row_fn)(const void *arg, size_t row);
+
+/* fn on every row in [0, rows): in a plain loop when threads <= 1, else in
+ * blocks of consecutive rows (about four per thread) spread over the threads
+ * (bc_rt_run). A row's result must depend only on the row. */
+void bc_rt_rows(int threads, size_t rows, bc_row_fn fn, const void *arg);
+
 /* The threads a job asking for `want` would get now (helpers are started on
  * first use; 1 in a forked child or where helpers cannot be started). */
 int bc_rt_pool_threads(int want);

@@ -239,6 +239,33 @@ int bc_rt_threads(const bc_ctx *cx, double flops, double bytes)
     return cx->threads;
 }
 
+typedef struct {
+    bc_row_fn fn;
+    const void *arg;
+    size_t rows, per;   /* rows in all, rows per unit */
+} rows_job;
+
+static void rows_unit(const void *arg, size_t u, int t)
+{
+    (void)t;
+    const rows_job *j = arg;
+    const size_t i1 = (u + 1) * j->per < j->rows ? (u + 1) * j->per : j->rows;
+    for (size_t i = u * j->per; i < i1; i++)
+        j->fn(j->arg, i);
+}
+
+void bc_rt_rows(int threads, size_t rows, bc_row_fn fn, const void *arg)
+{
+    if (threads <= 1) {
+        for (size_t i = 0; i < rows; i++)
+            fn(arg, i);
+        return;
+    }
+    const size_t want = 4 * (size_t)threads, per = (rows + want - 1) / want;
+    const rows_job j = {fn, arg, rows, per};
+    bc_rt_run(threads, (rows + per - 1) / per, rows_unit, &j);
+}
+
 /* ---- per-thread scratch ------------------------------------------------- */
 
 typedef struct {

@@ -1,0 +1,70 @@
+/* bc_format.h: the weight formats, one row of a traits table each (internal).
+ *
+ * A packed matrix (bc_engine.h) holds its rows in panels of BC_PANEL; what a
+ * panel holds is the format's affair: a format is a block of `block` weights
+ * of one row in `block_bytes` bytes, a panel of `cols` columns is
+ * ceil(cols / block) blocks of each of its BC_PANEL rows, and the format says
+ * how they lie (float32 and bfloat16 interleave the rows column by column,
+ * q8_0 block by block). Everything that is the same for every format (sizes,
+ * checks of sizes and buffers, the walk over panels, threads) is written once
+ * over this table (pack.c, linear.c); what differs is a row here and its
+ * kernels in fast_formats.h (the decoding and the GEMM's copy on each
+ * instruction set: the second half of the row, kept in the kernel table as
+ * ggml keeps type_traits_cpu beside type_traits).
+ *
+ * A new format: its BC_DTYPE_* value (bc_engine.h, and BC_NDTYPE one more),
+ * its row and scalar pack/unpack in formats.c, its kernels in fast_formats.h.
+ */
+#ifndef BC_FORMAT_H
+#define BC_FORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "bc_engine.h"  /* BC_DTYPE_*, BC_NDTYPE */
+
+/* Outputs (rows) per panel of a packed matrix, on every instruction set. */
+#define BC_PANEL 16
+
+/* Columns a format's pack receives at once: a multiple of every block. */
+#define BC_FORMAT_CHUNK 256
+
+/* One block of a q8_0 panel: the panel's 16 rows, 32 columns. */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' scales (IEEE halves) */
+    int8_t q[32][BC_PANEL];     /* q[k][row] */
+} bc_q8_block;
+
+typedef struct {
+    const char *name;      /* the format's name in Python ("float32", "bfloat16", "q8_0") */
+    size_t block;          /* weights of one row per block */
+    size_t block_bytes;    /* bytes of one row's block */
+    /* BC_OK, or BC_EVALUE when some w(r, c) = w[r * rs + c * cs] (r < rows, c < cols)
+     * cannot be stored; NULL: every float can */
+    int (*check)(const float *w, size_t rs, size_t cs, size_t rows, size_t cols);
+    /* columns [k0, k0 + nk) of rows 0..nl-1 of a zeroed panel of `cols` columns
+     * from tile (nl, nk) (row l at tile + l * ld); k0 a multiple of
+     * BC_FORMAT_CHUNK, nk <= BC_FORMAT_CHUNK, nl <= BC_PANEL */
+    void (*pack)(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                 size_t nk, size_t cols);
+    /* out (cols) = row l (< BC_PANEL) of a panel of `cols` columns, as the kernels see
+     * it (dequantised) */
+    void (*unpack_row)(float *out, const unsigned char *panel, size_t l, size_t cols);
+} bc_format;
+
+/* The row of a BC_DTYPE_*, or NULL for anything else. */
+const bc_format *bc_format_of(int dtype);
+
+/* Bytes of one panel of `cols` columns (no overflow check: callers size the
+ * whole matrix first, bc_packed_bytes). */
+static inline size_t bc_format_panel_bytes(const bc_format *f, size_t cols)
+{
+    return (cols + f->block - 1) / f->block * f->block_bytes * BC_PANEL;
+}
+
+/* Bytes per weight (the memory a product streams). */
+static inline double bc_format_weight_bytes(const bc_format *f)
+{
+    return (double)f->block_bytes / (double)f->block;
+}
+
+#endif

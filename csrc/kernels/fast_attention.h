@@ -1,0 +1,475 @@
+/* fast_attention.h: attention's kernels, forward and backward (part of the
+ * kernel template, fast_tmpl.h: included once per instruction set).
+ *   attn_unit    one head, one tile of queries, online softmax over key tiles
+ *   attn_decode  one query row against one K/V head's query heads (decoding),
+ *                attn_unit's chains exactly
+ *   attn_bwd_kv, attn_bwd_q  the flash backward from each query's lse
+ * Driven over threads by attention.c and grad.c. */
+
+/* ======================================================================== */
+/* Attention: one head, one tile of BQ queries, online softmax over key     */
+/* tiles; scores live transposed (key, query lane) so the softmax is        */
+/* lane-wise. Never more than BC_ATT_BK x BQ scores at once.                */
+/* ======================================================================== */
+
+#define BQ NR  /* queries per unit; a unit of at most VL queries runs on one vector */
+
+/* Qt (Dh, BQ), Ot (Dh, BQ), St (BK, BQ), m (BQ), l (BQ) */
+/* attn_unit's, or attn_decode's: (Dh, BK) transposed keys and (2 Dh + BK) per head */
+static size_t attn_scratch(size_t d_head)
+{
+    const size_t unit = (2 * d_head + BC_ATT_BK + 2) * BQ;
+    const size_t decode = d_head * BC_ATT_BK + (2 * d_head + BC_ATT_BK) * BQ;
+    return unit > decode ? unit : decode;
+}
+
+/* dst[i] (rb rows of nv*VL lanes) = (accumulate ? alpha * dst[i] : 0)
+ *                                   + sum_t a[i*sa + t*st] * bv[t] (bv rows of nv*VL lanes).
+ * masked: for term t, lanes [0, lim[t]) are left as they are (causal keys
+ * those queries must not see: not even a NaN or inf in them may leak).
+ * Each lane's chain is the same for nv = 1 and nv = 2. */
+BC_INLINE void mk(const int rb, const int masked, const int nv, size_t nt,
+                      const float *restrict a, size_t sa, size_t st, const float *restrict bv,
+                      float *restrict dst, const float *restrict alpha, int accumulate,
+                      const size_t *lim)
+{
+    const size_t bq = (size_t)nv * VL;
+    V c0[MR], c1[MR];
+    if (accumulate) {
+        const V al0 = vload(alpha), al1 = nv == 2 ? vload(alpha + VL) : vzero();
+        BC_UNROLL
+        for (int i = 0; i < rb; i++) {
+            c0[i] = vmul(vload(dst + i * bq), al0);
+            c1[i] = nv == 2 ? vmul(vload(dst + i * bq + VL), al1) : vzero();
+        }
+    } else {
+        BC_UNROLL
+        for (int i = 0; i < rb; i++) {
+            c0[i] = vzero();
+            c1[i] = vzero();
+        }
+    }
+    for (size_t t = 0; t < nt; t++) {
+        const V b0 = vload(bv + t * bq), b1 = nv == 2 ? vload(bv + t * bq + VL) : vzero();
+        const float *at = a + t * st;
+        if (masked) {
+            const size_t l0 = min_sz(lim[t], VL), l1 = lim[t] > VL ? min_sz(lim[t] - VL, VL) : 0;
+            BC_UNROLL
+            for (int i = 0; i < rb; i++) {
+                const V av = vset1(at[i * sa]);
+                c0[i] = vkeep_lo(vfma(av, b0, c0[i]), c0[i], l0);
+                if (nv == 2)
+                    c1[i] = vkeep_lo(vfma(av, b1, c1[i]), c1[i], l1);
+            }
+        } else {
+            BC_UNROLL
+            for (int i = 0; i < rb; i++) {
+                const V av = vset1(at[i * sa]);
+                c0[i] = vfma(av, b0, c0[i]);
+                if (nv == 2)
+                    c1[i] = vfma(av, b1, c1[i]);
+            }
+        }
+    }
+    BC_UNROLL
+    for (int i = 0; i < rb; i++) {
+        vstore(dst + i * bq, c0[i]);
+        if (nv == 2)
+            vstore(dst + i * bq + VL, c1[i]);
+    }
+}
+
+/* mk() with its row count rb a compile-time constant (1..MR); always inlined
+ * into mk_any, so masked and nv are constants in each of its four copies */
+BC_INLINE void mk_rb(const int masked, const int nv, int rb, size_t nt, const float *a,
+                     size_t sa, size_t st, const float *bv, float *dst, const float *alpha,
+                     int accumulate, const size_t *lim)
+{
+    switch (rb) {
+    case 1: mk(1, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 2: mk(2, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 3: mk(3, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 4: mk(4, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+#if MR >= 6
+    case 5: mk(5, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 6: mk(6, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+#endif
+#if MR >= 14
+    case 7: mk(7, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 8: mk(8, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 9: mk(9, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 10: mk(10, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 11: mk(11, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 12: mk(12, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 13: mk(13, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 14: mk(14, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+#endif
+    default: break;
+    }
+}
+
+/* mk() for rb rows, masked when lim is given, on nv (1 or 2) vectors of lanes */
+static void mk_any(int rb, int nv, size_t nt, const float *a, size_t sa, size_t st,
+                   const float *bv, float *dst, const float *alpha, int accumulate,
+                   const size_t *lim)
+{
+    if (nv == 1) {
+        if (lim)
+            mk_rb(1, 1, rb, nt, a, sa, st, bv, dst, alpha, accumulate, lim);
+        else
+            mk_rb(0, 1, rb, nt, a, sa, st, bv, dst, alpha, accumulate, lim);
+    } else {
+        if (lim)
+            mk_rb(1, 2, rb, nt, a, sa, st, bv, dst, alpha, accumulate, lim);
+        else
+            mk_rb(0, 2, rb, nt, a, sa, st, bv, dst, alpha, accumulate, lim);
+    }
+}
+
+/* dst rows (n, nv*VL), in blocks of MR rows */
+static void mk_rows(size_t n, int nv, size_t nt, const float *a, size_t sa, size_t st,
+                        const float *bv, float *dst, const float *alpha, int accumulate,
+                        const size_t *lim)
+{
+    for (size_t i = 0; i < n; i += MR) {
+        const int rb = (int)min_sz(MR, n - i);
+        mk_any(rb, nv, nt, a + i * sa, sa, st, bv, dst + i * (size_t)nv * VL, alpha,
+                   accumulate, lim);
+    }
+}
+
+/* One unit on nv vectors of lanes (nq <= nv*VL queries). */
+BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0, size_t nq,
+                             float *scratch)
+{
+    const size_t bq = (size_t)nv * VL;
+    const size_t dh = A->d_head, off = h * dh, kvh = h / A->kv_group;
+    const float *kh = A->k + kvh * A->khs, *vh = A->v + kvh * A->vhs;
+    float *qt = scratch;                 /* (Dh, bq) scaled queries, transposed */
+    float *ot = qt + dh * bq;            /* (Dh, bq) unnormalised output, transposed */
+    float *st = ot + dh * bq;            /* (BK, bq) scores, then probabilities */
+    float *mx = st + BC_ATT_BK * bq;     /* (bq) running max */
+    float *sum = mx + bq;                /* (bq) running sum */
+    const float scale = 1.0f / sqrtf((float)dh);
+
+    /* keys visible to the last query of the tile */
+    size_t kend = A->tk;
+    if (A->causal) {
+        const size_t last = A->q_pos0 + i0 + nq;  /* keys < last */
+        kend = min_sz(kend, last);
+    }
+    if (kend == 0) {
+        for (size_t i = 0; i < nq; i++) {
+            memset(A->out + (i0 + i) * A->ldo + off, 0, dh * sizeof(float));
+            if (A->lse)
+                A->lse[h * A->tq + i0 + i] = -INFINITY;
+        }
+        return;
+    }
+    for (size_t d = 0; d < dh; d++) {
+        float *row = qt + d * bq;
+        for (size_t i = 0; i < bq; i++)
+            row[i] = i < nq ? A->q[(i0 + i) * A->ldq + off + d] * scale : 0.0f;
+    }
+    for (size_t i = 0; i < bq; i++) {
+        mx[i] = -INFINITY;
+        sum[i] = 0.0f;
+    }
+    float alpha[BQ];
+    size_t lim[BC_ATT_BK];
+    for (size_t j0 = 0; j0 < kend; j0 += BC_ATT_BK) {
+        const size_t nk = min_sz(BC_ATT_BK, kend - j0);
+        /* St (nk, bq) = K[j0:j0+nk] . Qt */
+        if (A->k_tiled)  /* the tile's keys transposed: key +1, dimension +BK */
+            mk_rows(nk, nv, dh, kh + j0 * dh, 1, BC_ATT_BK, qt, st, NULL, 0, NULL);
+        else
+            mk_rows(nk, nv, dh, kh + j0 * A->ldk, A->ldk, 1, qt, st, NULL, 0, NULL);
+        /* causal: lanes i with q_pos0 + i0 + i < j do not see key j */
+        int any_masked = 0;
+        for (size_t j = 0; j < nk; j++) {
+            const size_t key = j0 + j, pos0 = A->q_pos0 + i0;
+            lim[j] = A->causal && key > pos0 ? key - pos0 : 0;
+            if (lim[j]) {
+                any_masked = 1;
+                float *row = st + j * bq;
+                vstore(row, vfill_lo(vload(row), min_sz(lim[j], VL), -INFINITY));
+                if (nv == 2 && lim[j] > VL)
+                    vstore(row + VL, vfill_lo(vload(row + VL), min_sz(lim[j] - VL, VL), -INFINITY));
+            }
+        }
+        /* online softmax, lane-wise: new max t, rescale s = exp(m - t) */
+        const V m0 = vload(mx), m1 = nv == 2 ? vload(mx + VL) : vzero();
+        V t0 = m0, t1 = m1;
+        for (size_t j = 0; j < nk; j++) {
+            t0 = vmax(t0, vload(st + j * bq));
+            if (nv == 2)
+                t1 = vmax(t1, vload(st + j * bq + VL));
+        }
+        const V s0 = vexp(vsub(m0, t0)), s1 = nv == 2 ? vexp(vsub(m1, t1)) : vzero();
+        V l0 = vmul(vload(sum), s0), l1 = nv == 2 ? vmul(vload(sum + VL), s1) : vzero();
+        for (size_t j = 0; j < nk; j++) {
+            float *row = st + j * bq;
+            V p0 = vexp(vsub(vload(row), t0));
+            if (lim[j])  /* exactly 0, not exp(-inf) rounded */
+                p0 = vfill_lo(p0, min_sz(lim[j], VL), 0.0f);
+            vstore(row, p0);
+            l0 = vadd(l0, p0);
+            if (nv == 2) {
+                V p1 = vexp(vsub(vload(row + VL), t1));
+                if (lim[j] > VL)
+                    p1 = vfill_lo(p1, min_sz(lim[j] - VL, VL), 0.0f);
+                vstore(row + VL, p1);
+                l1 = vadd(l1, p1);
+            }
+        }
+        vstore(mx, t0);
+        vstore(sum, l0);
+        vstore(alpha, s0);
+        if (nv == 2) {
+            vstore(mx + VL, t1);
+            vstore(sum + VL, l1);
+            vstore(alpha + VL, s1);
+        }
+        /* Ot (Dh, bq) = alpha * Ot + V[j0:j0+nk]^T . P */
+        mk_rows(dh, nv, nk, vh + j0 * A->ldv, 1, A->ldv, st, ot, alpha, j0 > 0,
+                    any_masked ? lim : NULL);
+    }
+    for (size_t i = 0; i < nq; i++) {
+        float *oi = A->out + (i0 + i) * A->ldo + off;
+        const float inv = 1.0f / sum[i];
+        for (size_t d = 0; d < dh; d++)
+            oi[d] = ot[d * bq + i] * inv;
+        if (A->lse)  /* for the backward: p = exp(s - lse) */
+            A->lse[h * A->tq + i0 + i] = mx[i] + logf(sum[i]);
+    }
+}
+
+/* The unit of queries i0..i0+BQ (fewer at the end): on one vector of lanes when
+ * they fit (decoding: one query), else on two; the same bits either way. */
+static void attn_unit(const bc_attn *A, size_t h, size_t i0, float *scratch)
+{
+    const size_t nq = min_sz(BQ, A->tq - i0);
+    if (nq <= VL)
+        attn_unit_nv(1, A, h, i0, nq, scratch);
+    else
+        attn_unit_nv(2, A, h, i0, nq, scratch);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Decoding: one query row, the query heads of one K/V head, the keys in     */
+/* lanes. Every query gets exactly attn_unit's chain (the same bits: a KV    */
+/* cache's step equals the full pass): per tile of BC_ATT_BK keys, scores    */
+/* s = fma over d of k[j][d] * (q[d] * scale) from 0, the running max m and  */
+/* sum l updated in key order, p = exp(s - t), then the output rescaled and  */
+/* fma'd with v[j] * p in key order; out = O * (1 / l). Keys past the query  */
+/* are never visited (in attn_unit they are masked: they add nothing).       */
+/* ------------------------------------------------------------------------ */
+
+#define KLANES (BC_ATT_BK / VL)  /* vectors of keys in a tile */
+#define DCHUNK 8                  /* head-dim vectors a PV pass keeps in flight */
+
+/* Query row i, query heads h0..h0+nh-1 (nh <= BQ, all reading K/V head
+ * h0 / kv_group). scratch: attn_scratch(Dh) floats: the tile's keys
+ * transposed (Dh, BK), then per head the scaled query (Dh), the output (Dh)
+ * and the tile's scores (BK). Independent chains run side by side (the
+ * tile's key vectors for the scores, the head-dim vectors for PV): the order
+ * within each chain is attn_unit's. */
+static void attn_decode(const bc_attn *A, size_t i, size_t h0, size_t nh, float *scratch)
+{
+    const size_t dh = A->d_head, kvh = h0 / A->kv_group;
+    const float *kh = A->k + kvh * A->khs, *vh = A->v + kvh * A->vhs;
+    const float scale = 1.0f / sqrtf((float)dh);
+    size_t kend = A->tk;
+    if (A->causal)
+        kend = min_sz(kend, A->q_pos0 + i + 1);
+    float *kbuf = scratch, *qs = kbuf + dh * BC_ATT_BK, *o = qs + nh * dh, *sc = o + nh * dh;
+    if (kend == 0) {
+        for (size_t g = 0; g < nh; g++)
+            memset(A->out + i * A->ldo + (h0 + g) * dh, 0, dh * sizeof(float));
+        return;
+    }
+    for (size_t g = 0; g < nh; g++)
+        for (size_t d = 0; d < dh; d++)
+            qs[g * dh + d] = A->q[i * A->ldq + (h0 + g) * dh + d] * scale;
+    float m[BQ], l[BQ];
+    for (size_t g = 0; g < nh; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+    }
+    for (size_t j0 = 0; j0 < kend; j0 += BC_ATT_BK) {
+        const size_t nk = min_sz(BC_ATT_BK, kend - j0);
+        /* kt (Dh, BK) = the tile's keys transposed: where they lie in a tiled
+         * cache (keys past the length: computed, never used), else transposed
+         * here, VL x VL blocks in registers (keys past nk zero) */
+        const float *kt = kbuf;
+        if (A->k_tiled)
+            kt = kh + j0 * dh;
+        else for (size_t jb = 0; jb < BC_ATT_BK; jb += VL) {
+            const size_t rows = jb < nk ? min_sz(VL, nk - jb) : 0;
+            for (size_t d0 = 0; d0 < dh; d0 += VL) {
+                const size_t nd = min_sz(VL, dh - d0);
+                V r[VL], t[VL];
+                const float *kr = kh + (j0 + jb) * A->ldk + d0;
+                if (rows == VL && nd == VL) {
+                    BC_UNROLL
+                    for (size_t j = 0; j < VL; j++)
+                        r[j] = vload(kr + j * A->ldk);
+                } else {
+                    BC_UNROLL
+                    for (size_t j = 0; j < VL; j++)
+                        r[j] = j < rows ? vloadn(kr + j * A->ldk, nd) : vzero();
+                }
+                vtranspose(t, r);
+                for (size_t dd = 0; dd < nd; dd++)
+                    vstore(kbuf + (d0 + dd) * BC_ATT_BK + jb, t[dd]);
+            }
+        }
+        for (size_t g = 0; g < nh; g++) {
+            /* scores: KLANES chains, each fma over d in order from 0 */
+            const float *q = qs + g * dh;
+            float *s = sc + g * BC_ATT_BK, *og = o + g * dh;
+            V acc[KLANES];
+            BC_UNROLL
+            for (int a = 0; a < KLANES; a++)
+                acc[a] = vzero();
+            for (size_t d = 0; d < dh; d++) {
+                const V qd = vset1(q[d]);
+                BC_UNROLL
+                for (int a = 0; a < KLANES; a++)
+                    acc[a] = vfma(vload(kt + d * BC_ATT_BK + (size_t)a * VL), qd, acc[a]);
+            }
+            BC_UNROLL
+            for (int a = 0; a < KLANES; a++)
+                vstore(s + (size_t)a * VL, acc[a]);
+            /* the running max and sum, in key order */
+            float t = m[g];
+            for (size_t j = 0; j < nk; j++)
+                t = t > s[j] ? t : s[j];  /* vmax(t, s): the second operand on NaN */
+            float alpha[VL];
+            vstore(alpha, vexp(vset1(m[g] - t)));
+            BC_UNROLL
+            for (int a = 0; a < KLANES; a++)
+                vstore(s + (size_t)a * VL, vexp(vsub(vload(s + (size_t)a * VL), vset1(t))));
+            float lg = l[g] * alpha[0];
+            for (size_t j = 0; j < nk; j++)
+                lg += s[j];
+            /* PV: up to DCHUNK head-dim vectors side by side, each fma over the keys in order */
+            for (size_t d0 = 0; d0 < dh; d0 += DCHUNK * VL) {
+                V ov[DCHUNK];
+                const size_t nc = min_sz(DCHUNK, (dh - d0 + VL - 1) / VL);
+                const size_t last = min_sz(VL, dh - d0 - (nc - 1) * VL);  /* lanes of the last vector */
+                for (size_t c = 0; c < nc; c++) {
+                    const size_t nd = c + 1 < nc ? VL : last;
+                    ov[c] = j0 ? vmul(vloadn(og + d0 + c * VL, nd), vset1(alpha[0])) : vzero();
+                }
+                const float *vk = vh + j0 * A->ldv + d0;
+                if (nc == DCHUNK && last == VL) {  /* the accumulators stay in registers */
+                    V acc[DCHUNK];
+                    BC_UNROLL
+                    for (int c = 0; c < DCHUNK; c++)
+                        acc[c] = ov[c];
+                    for (size_t j = 0; j < nk; j++) {
+                        const V pj = vset1(s[j]);
+                        BC_UNROLL
+                        for (int c = 0; c < DCHUNK; c++)
+                            acc[c] = vfma(vload(vk + j * A->ldv + (size_t)c * VL), pj, acc[c]);
+                    }
+                    BC_UNROLL
+                    for (int c = 0; c < DCHUNK; c++)
+                        ov[c] = acc[c];
+                } else {
+                    for (size_t j = 0; j < nk; j++) {
+                        const V pj = vset1(s[j]);
+                        for (size_t c = 0; c < nc; c++)
+                            ov[c] = vfma(vloadn(vk + j * A->ldv + c * VL, c + 1 < nc ? VL : last),
+                                         pj, ov[c]);
+                    }
+                }
+                for (size_t c = 0; c < nc; c++)
+                    vstoren(og + d0 + c * VL, ov[c], c + 1 < nc ? VL : last);
+            }
+            m[g] = t;
+            l[g] = lg;
+        }
+    }
+    for (size_t g = 0; g < nh; g++) {
+        float *oi = A->out + i * A->ldo + (h0 + g) * dh;
+        const float inv = 1.0f / l[g];
+        for (size_t d = 0; d < dh; d++)
+            oi[d] = o[g * dh + d] * inv;
+    }
+}
+
+/* ======================================================================== */
+/* Attention backward, flash style: no (T, T) matrix. For query i and key j  */
+/* of one head, s = (q_i . k_j) / sqrt(Dh) recomputed, p = exp(s - lse_i),   */
+/* dv_j += p do_i, dp = do_i . v_j, ds = p (dp - D_i) with D_i = do_i . o_i,  */
+/* dk_j += ds q_i / sqrt(Dh), dq_i += ds k_j / sqrt(Dh). Keys and queries    */
+/* are each owned by one unit (dk, dv by key tile, dq by query tile), so     */
+/* nothing is added from two threads and the bits do not depend on them.    */
+/* ======================================================================== */
+
+/* dk (BK, Dh), dv (BK, Dh), p (BK), dp (BK) */
+static size_t attn_bwd_scratch(size_t d_head)
+{
+    return 2 * BC_ATT_BK * d_head + 2 * BC_ATT_BK + 2 * VL;
+}
+
+/* dk, dv of K/V head g, keys [j0, j0 + BK): every query head of the group in
+ * order, every query that sees them in order. */
+static void attn_bwd_kv(const bc_attn_bwd *A, size_t g, size_t j0, float *scratch)
+{
+    const size_t dh = A->d_head, t = A->t, nk = min_sz(BC_ATT_BK, t - j0);
+    const size_t qw = A->n_heads * dh, kw = qw / A->kv_group;
+    const float scale = 1.0f / sqrtf((float)dh);
+    float *dk = scratch, *dv = dk + BC_ATT_BK * dh, *p = dv + BC_ATT_BK * dh, *dp = p + BC_ATT_BK;
+    memset(dk, 0, 2 * BC_ATT_BK * dh * sizeof(float));
+    const float *kg = A->k + g * dh, *vg = A->v + g * dh;
+    for (size_t h = g * A->kv_group; h < (g + 1) * A->kv_group; h++) {
+        for (size_t i = A->causal ? j0 : 0; i < t; i++) {
+            const float *qi = A->q + i * A->ldq + h * dh, *doi = A->dout + i * A->ldo + h * dh;
+            const size_t n = A->causal ? min_sz(nk, i - j0 + 1) : nk;
+            vdot_rows(p, qi, kg + j0 * A->ldq, A->ldq, n, dh, scale);
+            vdot_rows(dp, doi, vg + j0 * A->ldq, A->ldq, n, dh, 1.0f);
+            vexp_shift(p, A->lse[h * t + i], n);
+            const float di = A->dsum[h * t + i];
+            for (size_t j = 0; j < n; j++) {
+                vaxpy(dv + j * dh, p[j], doi, dh);
+                vaxpy(dk + j * dh, p[j] * (dp[j] - di) * scale, qi, dh);
+            }
+        }
+    }
+    for (size_t j = 0; j < nk; j++) {
+        memcpy(A->dk + (j0 + j) * A->ldd + g * dh, dk + j * dh, dh * sizeof(float));
+        memcpy(A->dv + (j0 + j) * A->ldd + g * dh, dv + j * dh, dh * sizeof(float));
+    }
+    (void)kw;
+}
+
+/* dq of query head h, queries [i0, i0 + BK): the keys each sees, in order. */
+static void attn_bwd_q(const bc_attn_bwd *A, size_t h, size_t i0, float *scratch)
+{
+    const size_t dh = A->d_head, t = A->t, nq = min_sz(BC_ATT_BK, t - i0);
+    const size_t g = h / A->kv_group;
+    const float scale = 1.0f / sqrtf((float)dh);
+    float *dq = scratch, *p = dq + BC_ATT_BK * dh, *dp = p + BC_ATT_BK;
+    const float *kg = A->k + g * dh, *vg = A->v + g * dh;
+    for (size_t i = 0; i < nq; i++) {
+        const size_t qi_ = i0 + i;
+        const float *qi = A->q + qi_ * A->ldq + h * dh, *doi = A->dout + qi_ * A->ldo + h * dh;
+        float *dqi = dq + i * dh;
+        memset(dqi, 0, dh * sizeof(float));
+        const size_t kend = A->causal ? qi_ + 1 : t;
+        const float lse = A->lse[h * t + qi_], di = A->dsum[h * t + qi_];
+        for (size_t j0 = 0; j0 < kend; j0 += BC_ATT_BK) {
+            const size_t n = min_sz(BC_ATT_BK, kend - j0);
+            vdot_rows(p, qi, kg + j0 * A->ldq, A->ldq, n, dh, scale);
+            vdot_rows(dp, doi, vg + j0 * A->ldq, A->ldq, n, dh, 1.0f);
+            vexp_shift(p, lse, n);
+            for (size_t j = 0; j < n; j++)
+                vaxpy(dqi, p[j] * (dp[j] - di) * scale, kg + (j0 + j) * A->ldq, dh);
+        }
+        memcpy(A->dq + qi_ * A->ldd + h * dh, dqi, dh * sizeof(float));
+    }
+}
+

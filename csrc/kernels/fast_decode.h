@@ -1,0 +1,204 @@
+/* fast_decode.h: decoding's products, up to BC_ROWS_MAX rows of x streaming
+ * the weights once (part of the kernel template, fast_tmpl.h: included once
+ * per instruction set, after fast_linear.h, whose epilogue they share). On
+ * packed weights each format instantiates prows_part with its readers
+ * (fast_formats.h) and gets the GEMM's bits; on a caller's rows, rows_dot
+ * runs dot products. Spread over columns and threads by linear.c. */
+
+/* ======================================================================== */
+/* Decoding on panels: the GEMM tile's chain, streaming each panel once      */
+/* ======================================================================== */
+
+#if BC_SIMD == 512
+#define RACC 16                     /* accumulators a decoding group keeps in flight */
+#else
+#define RACC 8
+#endif
+
+/* Panels p0..p0+np-1 (np <= G) of a matrix of pb bytes a panel for the n <=
+ * BC_ROWS_MAX rows of x; panels past np repeat the last one (computed, not
+ * stored). Each lane: acc = fma(x[k], w[k], acc) over each BC_KC block of k
+ * from 0; y = r + acc (the first block, or acc without r), y + acc (later
+ * blocks); then the epilogue (+ b, act). The weights are read with the
+ * format's state and vec every sg rows (fast_linear.h: the GEMM's copy reads
+ * them so too). */
+BC_INLINE void prows_group(const size_t sg, const wf_state_fn state, const wf_vec_fn vec,
+                           const int n, const int G, const bc_gemm *g, size_t pb, size_t p0,
+                           size_t np)
+{
+    const size_t c = g->c, oc = g->oc;
+    const unsigned char *pan[RACC];
+    BC_UNROLL
+    for (int q = 0; q < G; q++)
+        pan[q] = (const unsigned char *)g->w + (p0 + ((size_t)q < np ? (size_t)q : np - 1)) * pb;
+    V v[BC_ROWS_MAX][RACC];
+    for (size_t pc = 0; pc < c; pc += BC_KC) {
+        const size_t kc = min_sz(BC_KC, c - pc);
+        V acc[BC_ROWS_MAX][RACC];
+        BC_UNROLL
+        for (int i = 0; i < n; i++)
+            BC_UNROLL
+            for (int t = 0; t < G * VPP; t++)
+                acc[i][t] = vzero();
+        for (size_t k0 = pc; k0 < pc + kc; k0 += sg) {
+            V d[RACC];
+            BC_UNROLL
+            for (int t = 0; t < G * VPP; t++)
+                d[t] = state(pan[t / VPP], k0, (size_t)(t % VPP) * VL);
+            const size_t k1 = min_sz(k0 + sg, pc + kc);
+            for (size_t k = k0; k < k1; k++) {
+                V xv[BC_ROWS_MAX];
+                BC_UNROLL
+                for (int i = 0; i < n; i++)
+                    xv[i] = vset1(g->x[(size_t)i * c + k]);
+                BC_UNROLL
+                for (int t = 0; t < G * VPP; t++) {
+                    const V wv = vec(pan[t / VPP], k, (size_t)(t % VPP) * VL, d[t]);
+                    BC_UNROLL
+                    for (int i = 0; i < n; i++)
+                        acc[i][t] = vfma(xv[i], wv, acc[i][t]);
+                }
+            }
+        }
+        BC_UNROLL
+        for (int i = 0; i < n; i++)
+            BC_UNROLL
+            for (int t = 0; t < G * VPP; t++) {
+                const size_t o = p0 * PW + (size_t)t * VL;
+                if (pc)
+                    v[i][t] = vadd(v[i][t], acc[i][t]);
+                else if (g->r && o < oc)
+                    v[i][t] = vadd(vloadn(g->r + (size_t)i * oc + o, min_sz(VL, oc - o)), acc[i][t]);
+                else
+                    v[i][t] = acc[i][t];
+            }
+    }
+    for (int i = 0; i < n; i++)
+        for (int t = 0; t < G * VPP; t++) {
+            const size_t o = p0 * PW + (size_t)t * VL;
+            if ((size_t)t / VPP >= np || o >= oc)
+                continue;
+            const size_t nv = min_sz(VL, oc - o);
+            const V bias = g->b ? vloadn(g->b + o, nv) : vzero();
+            vstore_n(g->y + (size_t)i * oc + o, finish(v[i][t], g->b ? &bias : NULL, g->act), nv);
+        }
+}
+
+/* panels in flight for n rows: RACC accumulators in all */
+#define PG(n) (RACC / ((n) * VPP) > 0 ? RACC / ((n) * VPP) : 1)
+
+/* Columns [o0, o1) of every row (o0 a multiple of PW) of a packed matrix of
+ * dtype, in groups of PG(n) panels, read as prows_group says. */
+BC_INLINE void prows_part(const int dtype, const size_t sg, const wf_state_fn state,
+                          const wf_vec_fn vec, const bc_gemm *g, size_t o0, size_t o1)
+{
+    const size_t p1 = (o1 + PW - 1) / PW;
+    const size_t pb = bc_format_panel_bytes(bc_format_of(dtype), g->c);
+    for (size_t p = o0 / PW; p < p1;) {
+        const size_t left = p1 - p;
+        switch (g->n) {
+        case 1: prows_group(sg, state, vec, 1, PG(1), g, pb, p, min_sz(PG(1), left)); p += PG(1);
+                break;
+        case 2: prows_group(sg, state, vec, 2, PG(2), g, pb, p, min_sz(PG(2), left)); p += PG(2);
+                break;
+        default: prows_group(sg, state, vec, 3, PG(3), g, pb, p, min_sz(PG(3), left)); p += PG(3);
+                 break;
+        }
+    }
+}
+
+/* ======================================================================== */
+/* Decoding on a caller's rows: dot products                                 */
+/* ======================================================================== */
+
+/* y[i][o] for n <= BC_ROWS_MAX rows: lane l of an accumulator adds
+ * x[i][k] * w[o][k] for k = l, l + VL, ... (an FMA chain), then the lanes are
+ * added in vsum_lanes' fixed tree, then r, b, act. A tile is n rows of x
+ * against DNR[n] rows of w. */
+#if BC_SIMD == 512
+static const int DNR[BC_ROWS_MAX + 1] = {0, 16, 8, 8};
+#define DNR_MAX 16
+#elif BC_SIMD == 256
+static const int DNR[BC_ROWS_MAX + 1] = {0, 8, 4, 4};
+#define DNR_MAX 8
+#else
+static const int DNR[BC_ROWS_MAX + 1] = {0, 4, 4, 4};
+#define DNR_MAX 4
+#endif
+
+/* The DNR[n] outputs from o (clamped to o1 - 1 past the end) of n rows. */
+BC_INLINE void dot_group(const int n, const int nr, const bc_gemm *g, size_t o, size_t o1, V *sum)
+{
+    const size_t c = g->c;
+    const float *wr[DNR_MAX];
+    BC_UNROLL
+    for (int j = 0; j < nr; j++)
+        wr[j] = (const float *)g->w + min_sz(o + (size_t)j, o1 - 1) * c;
+    V a[BC_ROWS_MAX][DNR_MAX];
+    BC_UNROLL
+    for (int i = 0; i < n; i++)
+        BC_UNROLL
+        for (int j = 0; j < nr; j++)
+            a[i][j] = vzero();
+    size_t k = 0;
+    for (; k + VL <= c; k += VL) {
+        V xv[BC_ROWS_MAX];
+        BC_UNROLL
+        for (int i = 0; i < n; i++)
+            xv[i] = vload(g->x + (size_t)i * c + k);
+        BC_UNROLL
+        for (int j = 0; j < nr; j++) {
+            const V wv = vload(wr[j] + k);
+            BC_UNROLL
+            for (int i = 0; i < n; i++)
+                a[i][j] = vfma(xv[i], wv, a[i][j]);
+        }
+    }
+    if (k < c) {
+        const size_t m = c - k;
+        V xv[BC_ROWS_MAX];
+        BC_UNROLL
+        for (int i = 0; i < n; i++)
+            xv[i] = vloadn(g->x + (size_t)i * c + k, m);
+        BC_UNROLL
+        for (int j = 0; j < nr; j++) {
+            const V wv = vloadn(wr[j] + k, m);
+            BC_UNROLL
+            for (int i = 0; i < n; i++)
+                a[i][j] = vfma(xv[i], wv, a[i][j]);
+        }
+    }
+    BC_UNROLL
+    for (int i = 0; i < n; i++)
+        BC_UNROLL
+        for (int j = 0; j < nr; j++)
+            sum[(size_t)j * BC_ROWS_MAX + (size_t)i] = a[i][j];
+}
+
+/* Columns [o0, o1) of every row, o0 a multiple of VL. */
+static void rows_dot(const bc_gemm *g, size_t o0, size_t o1)
+{
+    const int n = (int)g->n;
+    for (size_t o = o0; o < o1; o += VL) {
+        V sum[VL * BC_ROWS_MAX];  /* DNR[n] divides VL */
+        const size_t nv = min_sz(VL, o1 - o);
+        for (size_t j = 0; j < VL; j += (size_t)DNR[n]) {
+            switch (n) {
+            case 1: dot_group(1, DNR[1], g, o + j, o1, sum + j * BC_ROWS_MAX); break;
+            case 2: dot_group(2, DNR[2], g, o + j, o1, sum + j * BC_ROWS_MAX); break;
+            default: dot_group(3, DNR[3], g, o + j, o1, sum + j * BC_ROWS_MAX); break;
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            V part[VL];
+            BC_UNROLL
+            for (size_t j = 0; j < VL; j++)
+                part[j] = sum[j * BC_ROWS_MAX + (size_t)i];
+            V v = vsum_lanes(part);
+            if (g->r)
+                v = vadd(vloadn(g->r + (size_t)i * g->oc + o, nv), v);
+            const V bias = g->b ? vloadn(g->b + o, nv) : vzero();
+            vstore_n(g->y + (size_t)i * g->oc + o, finish(v, g->b ? &bias : NULL, g->act), nv);
+        }
+    }
+}

@@ -1,0 +1,89 @@
+/* fast_formats.h: each weight format's kernels (part of the kernel template,
+ * fast_tmpl.h: included once per instruction set, after fast_linear.h and
+ * fast_decode.h). The ISA-independent half of a format (sizes, pack,
+ * unpack) is its row in formats.c; here is the other half: how the kernels
+ * read its panels (a state for each group of rows, the VL weights of a row
+ * as floats), the two kernels made from that (decoding, prows_part; the
+ * GEMM's copy, load_panels), and its entry of WF_KERNELS, the kernel table's
+ * wf. A format whose decoding is not this chain (integer dot products, say)
+ * puts its own rows_part in its entry instead; the GEMM's copy must then
+ * give floats whose products match it, or the format documents that a row's
+ * bits depend on how many rows came with it. */
+
+/* ---- float32 panels: the GEMM reads them where they lie ------------------- */
+
+BC_INLINE V f32_state(const unsigned char *panel, size_t k0, size_t lane0)
+{
+    return vzero();
+}
+
+BC_INLINE V f32_vec(const unsigned char *panel, size_t k, size_t lane0, V state)
+{
+    return vload((const float *)panel + k * PW + lane0);
+}
+
+// y (N,OC), x (N,C), w (OC,C) float32 panels; N <= BC_ROWS_MAX
+static void prows_f32(const bc_gemm *g, size_t o0, size_t o1)
+{
+    prows_part(BC_DTYPE_F32, 32, f32_state, f32_vec, g, o0, o1);
+}
+
+/* ---- bfloat16 panels --------------------------------------------------- */
+
+BC_INLINE V bf16_state(const unsigned char *panel, size_t k0, size_t lane0)
+{
+    return vzero();
+}
+
+BC_INLINE V bf16_vec(const unsigned char *panel, size_t k, size_t lane0, V state)
+{
+    return vload_bf16((const uint16_t *)panel + k * PW + lane0);
+}
+
+// y (N,OC), x (N,C), w (OC,C) bfloat16 panels; N <= BC_ROWS_MAX
+static void prows_bf16(const bc_gemm *g, size_t o0, size_t o1)
+{
+    prows_part(BC_DTYPE_BF16, 32, bf16_state, bf16_vec, g, o0, o1);
+}
+
+// bp (kc, nc) float32 panels <- w (OC,C) bfloat16 panels, columns o0.., rows p0..
+static void panels_bf16(float *bp, const void *w, size_t c, size_t o0, size_t nc, size_t p0,
+                        size_t kc)
+{
+    load_panels(BC_DTYPE_BF16, 32, bf16_state, bf16_vec, bp, w, c, o0, nc, p0, kc);
+}
+
+/* ---- q8_0 panels: a block of 32 rows k shares each lane's scale ----------- */
+
+BC_INLINE V q8_0_state(const unsigned char *panel, size_t k0, size_t lane0)
+{
+    return vload_half(((const bc_q8_block *)panel + k0 / 32)->d + lane0);
+}
+
+BC_INLINE V q8_0_vec(const unsigned char *panel, size_t k, size_t lane0, V state)
+{
+    const bc_q8_block *bl = (const bc_q8_block *)panel + k / 32;
+    return vmul(vload_i8(&bl->q[k % 32][lane0]), state);
+}
+
+// y (N,OC), x (N,C), w (OC,C) q8_0 panels; N <= BC_ROWS_MAX
+static void prows_q8_0(const bc_gemm *g, size_t o0, size_t o1)
+{
+    prows_part(BC_DTYPE_Q8_0, 32, q8_0_state, q8_0_vec, g, o0, o1);
+}
+
+// bp (kc, nc) float32 panels <- w (OC,C) q8_0 panels, columns o0.., rows p0..
+static void panels_q8_0(float *bp, const void *w, size_t c, size_t o0, size_t nc, size_t p0,
+                        size_t kc)
+{
+    load_panels(BC_DTYPE_Q8_0, 32, q8_0_state, q8_0_vec, bp, w, c, o0, nc, p0, kc);
+}
+
+/* ---- the entries of the kernel table's wf, by BC_WF_* -------------------- */
+
+/* (a caller's row-major float32 rows: dot products to decode, pack_rows to copy) */
+#define WF_KERNELS                                                    \
+    [BC_WF_ROWS] = {rows_dot, pack_rows},                             \
+    [BC_WF_PANEL(BC_DTYPE_F32)] = {prows_f32, NULL},                  \
+    [BC_WF_PANEL(BC_DTYPE_BF16)] = {prows_bf16, panels_bf16},         \
+    [BC_WF_PANEL(BC_DTYPE_Q8_0)] = {prows_q8_0, panels_q8_0},

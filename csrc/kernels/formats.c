@@ -1,0 +1,113 @@
+/* formats.c: the weight formats' table (bc_format.h): for each, its sizes, the
+ * check of the weights it can hold, packing (quantising) a panel from float32
+ * and unpacking (dequantising) a row. Load-time work, in plain C; the
+ * kernels that compute on each format are in fast_formats.h.
+ *
+ * bfloat16 rounds to nearest even. q8_0 is llama.cpp's rule, block by block
+ * of 32 weights of one row: d = max|w| / 127, q = round(w / d) (half away from
+ * zero) computed as round(w * (1/d)), d stored as an IEEE half; the weight is
+ * then half(d) * q. */
+#include <math.h>
+
+#include "bc_core.h"
+#include "bc_format.h"
+#include "bc_half.h"
+
+#define PW BC_PANEL
+
+/* ---- float32: panel [k][l] = w[l][k] ------------------------------------ */
+
+static void f32_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                     size_t nk, size_t cols)
+{
+    float *f = (float *)panel + k0 * PW;
+    for (size_t l = 0; l < nl; l++)
+        for (size_t k = 0; k < nk; k++)
+            f[k * PW + l] = tile[l * ld + k];
+}
+
+static void f32_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const float *f = (const float *)panel;
+    for (size_t k = 0; k < cols; k++)
+        out[k] = f[k * PW + l];
+}
+
+/* ---- bfloat16: the same, each weight the high half of its float32 ------- */
+
+static void bf16_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                      size_t nk, size_t cols)
+{
+    uint16_t *h = (uint16_t *)panel + k0 * PW;
+    for (size_t l = 0; l < nl; l++)
+        for (size_t k = 0; k < nk; k++)
+            h[k * PW + l] = bc_f32_to_bf16(tile[l * ld + k]);
+}
+
+static void bf16_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const uint16_t *h = (const uint16_t *)panel;
+    for (size_t k = 0; k < cols; k++)
+        out[k] = bc_bf16_to_f32(h[k * PW + l]);
+}
+
+/* ---- q8_0: per 32 columns a bc_q8_block of the panel's rows -------------- */
+
+/* A finite weight's q8_0 scale fits a half: |w| <= 65504 * 127. */
+#define Q8_MAX_ABS 8319008.0f
+
+static int q8_check(const float *w, size_t rs, size_t cs, size_t rows, size_t cols)
+{
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++)
+            if (!(fabsf(w[r * rs + c * cs]) <= Q8_MAX_ABS))  /* NaN fails too */
+                return BC_EVALUE;
+    return BC_OK;
+}
+
+/* q8_0 of one block of n <= 32 weights (the rest zero): scale half into *d, q[k * stride]. */
+static void q8_block(uint16_t *d, int8_t *q, size_t stride, const float *w, size_t n)
+{
+    float amax = 0.0f;
+    for (size_t k = 0; k < n; k++) {
+        const float a = fabsf(w[k]);
+        amax = a > amax ? a : amax;
+    }
+    const float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    *d = bc_f32_to_half(dd);
+    for (size_t k = 0; k < 32; k++)
+        q[k * stride] = k < n ? (int8_t)roundf(w[k] * id) : 0;
+}
+
+static void q8_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                    size_t nk, size_t cols)
+{
+    bc_q8_block *bl = (bc_q8_block *)panel + k0 / 32;
+    for (size_t b = 0; b < nk; b += 32, bl++) {
+        const size_t n = nk - b < 32 ? nk - b : 32;
+        for (size_t l = 0; l < nl; l++)
+            q8_block(&bl->d[l], &bl->q[0][l], PW, tile + l * ld + b, n);
+    }
+}
+
+static void q8_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q8_block *bl = (const bc_q8_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q8_block *b = bl + k / 32;
+        out[k] = bc_half_to_f32(b->d[l]) * (float)b->q[k % 32][l];
+    }
+}
+
+/* ---- the table, indexed by BC_DTYPE_* ------------------------------------ */
+
+static const bc_format formats[BC_NDTYPE] = {
+    [BC_DTYPE_F32] = {"float32", 1, 4, NULL, f32_pack, f32_unpack_row},
+    [BC_DTYPE_BF16] = {"bfloat16", 1, 2, NULL, bf16_pack, bf16_unpack_row},
+    [BC_DTYPE_Q8_0] = {"q8_0", 32, 34, q8_check, q8_pack, q8_unpack_row},
+};
+
+const bc_format *bc_format_of(int dtype)
+{
+    return dtype >= 0 && dtype < BC_NDTYPE ? &formats[dtype] : NULL;
+}
