@@ -113,8 +113,9 @@ def write_bytes(path: PathLike, data: bytes) -> None:
 def write_json(path: PathLike, obj: Any, indent: Optional[int] = 2) -> None:
     """Replace ``path`` with ``obj`` as JSON (and a final newline), atomically.
 
-    NaN and infinity are refused (they are not JSON)."""
-    text = json.dumps(obj, indent=indent, allow_nan=False) + "\n"
+    NaN and infinity are written as Python's json module writes them (a diverged loss
+    is still a result), and read back by :func:`read_json`."""
+    text = json.dumps(obj, indent=indent) + "\n"
     write_bytes(path, text.encode("utf-8"))
 
 

@@ -56,19 +56,19 @@ def _batch(m, ids: Any, targets: Any, ignore_index: Any) -> Tuple[np.ndarray, np
     """ids and targets as new int64 (B, T) arrays, checked (the copies are what C reads)."""
     cfg = m.config
     a = check_ids(ids, cfg).astype(np.int64)
-    ign = as_int(ignore_index, "ignore_index")
+    ign = as_int(ignore_index, "ignore_index", -2 ** 63, 2 ** 63 - 1)  # C's int64_t
     t = np.array(to_numpy(targets, "targets"), copy=True)
     if t.dtype.kind not in "iu" or t.dtype == np.bool_:
         raise BlockcTypeError(f"targets must be integers, got dtype {t.dtype}")
     if t.shape != a.shape:
         raise BlockcValueError(f"targets must have the shape of ids {a.shape}, got {t.shape}")
-    t = np.ascontiguousarray(t, dtype=np.int64)
+    # checked in their own dtype, before the cast: a uint64 2**64 - 100 must not wrap to -100
     bad = (t != ign) & ((t < 0) | (t >= cfg.vocab))
     if bad.any():
         v = int(t[bad][0])
         raise BlockcValueError(f"targets must lie in [0, {cfg.vocab}) or be ignore_index="
                                f"{ign}, got {v}")
-    return a, t, ign
+    return a, np.ascontiguousarray(t, dtype=np.int64), ign
 
 
 def _workspace(m, b: int, t: int):
@@ -174,6 +174,37 @@ def _betas(betas: Any) -> Tuple[float, float]:
     return out
 
 
+class _sigint_deferred:
+    """Hold back SIGINT's KeyboardInterrupt until the block ends (main thread only: Python
+    runs signal handlers there alone). A SIGINT in the block is raised at its end, after
+    the block's work is whole; nothing changes when the handler is not Python's own."""
+
+    def __enter__(self):
+        import signal
+        import threading
+        self._old, self._hit = None, None
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        old = signal.getsignal(signal.SIGINT)
+        if not callable(old):
+            return self
+
+        def hold(signum, frame):
+            self._hit = (signum, frame)
+        signal.signal(signal.SIGINT, hold)
+        self._old = old
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+        if self._old is None:
+            return False
+        signal.signal(signal.SIGINT, self._old)
+        if self._hit is not None and exc[0] is None:
+            self._old(*self._hit)  # Python's default handler raises KeyboardInterrupt here
+        return False
+
+
 class AdamW:
     """AdamW (Loshchilov and Hutter), with the update of ``torch.optim.AdamW``.
 
@@ -237,9 +268,13 @@ class AdamW:
             weight_decay=self.weight_decay, decay=DECAY[self.decay], grad_scale=grad_scale,
             step=self.steps + 1))
         m = self.model
-        check(lib.bc_gpt_adamw(ffi.from_buffer(m.params), fptr(self._m), fptr(self._v),
-                               ffi.from_buffer("char[]", grads, False), m.c_config, c), "AdamW step")
-        self.steps += 1
+        # the update and the step count are one: a SIGINT between them would leave weights
+        # and moments a step ahead of the count (a resumed run then differs)
+        with _sigint_deferred():
+            check(lib.bc_gpt_adamw(ffi.from_buffer(m.params), fptr(self._m), fptr(self._v),
+                                   ffi.from_buffer("char[]", grads, False), m.c_config, c),
+                  "AdamW step")
+            self.steps += 1
 
     def step(self, grads: Mapping[str, npt.ArrayLike], max_grad_norm: Optional[float] = None
              ) -> None:
