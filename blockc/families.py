@@ -15,11 +15,11 @@ saves checkpoint directories with it. A new family is one class here.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from . import _files
 from ._errors import BlockcValueError
 
 __all__ = ["FAMILIES", "Name", "family_of", "config_to_hf", "read_config"]
@@ -68,6 +68,31 @@ def _int(d: Mapping[str, Any], key: str, alias: Tuple[str, ...] = (), default: A
     return v
 
 
+# Every field is read through one of these typed getters, so a value of the wrong type is
+# refused by name ("yes" is not true, "abc" is not a number) instead of read as something
+# else in silence or failing later with an error that names nothing.
+
+def _bool(d: Mapping[str, Any], key: str, default: bool) -> bool:
+    v = _get(d, key, default)
+    if not isinstance(v, bool):
+        raise BlockcValueError(f"config.json: {key} must be true or false, got {v!r}")
+    return v
+
+
+def _float(d: Mapping[str, Any], key: str, default: float) -> float:
+    v = _get(d, key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise BlockcValueError(f"config.json: {key} must be a number, got {v!r}")
+    return float(v)
+
+
+def _str(d: Mapping[str, Any], key: str, default: str) -> str:
+    v = _get(d, key, default)
+    if not isinstance(v, str):
+        raise BlockcValueError(f"config.json: {key} must be a string, got {v!r}")
+    return v
+
+
 class _GPT2(_Family):
     model_types = ("gpt2",)
     prefix = "transformer."
@@ -79,13 +104,13 @@ class _GPT2(_Family):
         for field, bad in (("scale_attn_by_inverse_layer_idx", True),
                            ("reorder_and_upcast_attn", True), ("add_cross_attention", True),
                            ("scale_attn_weights", False)):
-            if d.get(field, not bad) == bad:
+            if _bool(d, field, not bad) == bad:
                 raise _refuse("GPT-2", field, bad, {
                     "scale_attn_by_inverse_layer_idx": "scores scaled by 1 / layer index",
                     "reorder_and_upcast_attn": "attention reordered and upcast",
                     "add_cross_attention": "cross-attention layers",
                     "scale_attn_weights": "unscaled attention scores"}[field])
-        act = d.get("activation_function", "gelu_new")
+        act = _str(d, "activation_function", "gelu_new")
         if act not in self.ACT:
             raise _refuse("GPT-2", "activation_function", act,
                           f"blockc runs {', '.join(sorted(self.ACT))}")
@@ -95,8 +120,8 @@ class _GPT2(_Family):
                     context=_int(d, "n_positions", ("n_ctx", "max_position_embeddings"), 1024),
                     width=width, heads=_int(d, "n_head", ("num_attention_heads",), 12),
                     layers=_int(d, "n_layer", ("num_hidden_layers",), 12),
-                    eps=float(_get(d, "layer_norm_epsilon", 1e-5)),
-                    tie_weights=bool(d.get("tie_word_embeddings", True)),
+                    eps=_float(d, "layer_norm_epsilon", 1e-5),
+                    tie_weights=_bool(d, "tie_word_embeddings", True),
                     d_ff=None if inner is None else _int(d, "n_inner"),
                     activation=self.ACT[act])
 
@@ -155,6 +180,9 @@ def _rope_theta(model: str, d: Mapping[str, Any]) -> float:
     rope_scaling), refusing every scaled variant: their angles differ."""
     rp = d.get("rope_parameters")
     scaling = d.get("rope_scaling")
+    for key, v in (("rope_parameters", rp), ("rope_scaling", scaling)):
+        if v is not None and not isinstance(v, Mapping):
+            raise BlockcValueError(f"config.json: {key} must be an object, got {v!r}")
     if isinstance(rp, Mapping):
         kind = rp.get("rope_type", rp.get("type", "default"))
         if kind != "default":
@@ -165,8 +193,8 @@ def _rope_theta(model: str, d: Mapping[str, Any]) -> float:
     if isinstance(scaling, Mapping) and scaling.get("rope_type", scaling.get("type")) not in (
             None, "default"):
         raise _refuse(model, "rope_scaling", dict(scaling), "rotary angles scaled")
-    prf = d.get("partial_rotary_factor", 1.0)
-    if prf not in (None, 1, 1.0):
+    prf = _float(d, "partial_rotary_factor", 1.0)
+    if prf != 1.0:
         raise _refuse(model, "partial_rotary_factor", prf, "rotary embeddings on part of each head")
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
         raise BlockcValueError(f"config.json: rope_theta must be a positive number, got {theta!r}")
@@ -185,11 +213,11 @@ class _Llama(_Family):
     def config(self, d):
         mt = d.get("model_type")
         model = self.NAME[mt]
-        act = d.get("hidden_act", "silu")
+        act = _str(d, "hidden_act", "silu")
         if act != "silu":
             raise _refuse(model, "hidden_act", act, "blockc's gated MLP is SiLU-gated (SwiGLU)")
         for field in ("num_local_experts", "num_experts", "n_routed_experts"):
-            if d.get(field):
+            if _int(d, field, default=0):
                 raise _refuse(model, field, d[field], "a mixture of experts")
         width = _int(d, "hidden_size", default=4096)
         heads = _int(d, "num_attention_heads", default=32)
@@ -202,9 +230,14 @@ class _Llama(_Family):
         window = None
         if mt == "mistral":
             window = d.get("sliding_window")
-        elif mt == "qwen2" and (d.get("use_sliding_window")
-                                or "sliding_attention" in (d.get("layer_types") or ())):
-            window = d.get("sliding_window")
+        else:
+            types = _get(d, "layer_types", [])
+            if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+                raise BlockcValueError(f"config.json: layer_types must be a list of strings, "
+                                       f"got {types!r}")
+            if mt == "qwen2" and (_bool(d, "use_sliding_window", False)
+                                  or "sliding_attention" in types):
+                window = d.get("sliding_window")
         if window is not None:
             if type(window) is not int or window < 1:
                 raise BlockcValueError(f"config.json: sliding_window must be a positive integer, "
@@ -213,8 +246,8 @@ class _Llama(_Family):
         if mt == "qwen2":
             qkv_b, out_b, mlp_b = True, False, False
         else:
-            qkv_b = out_b = bool(d.get("attention_bias", False))
-            mlp_b = bool(d.get("mlp_bias", False))
+            qkv_b = out_b = _bool(d, "attention_bias", False)
+            mlp_b = _bool(d, "mlp_bias", False)
         head_dim = _get(d, "head_dim")
         if head_dim is not None and type(head_dim) is not int:
             raise BlockcValueError(f"config.json: head_dim must be an integer, got {head_dim!r}")
@@ -224,8 +257,8 @@ class _Llama(_Family):
             head_dim = None
         return dict(vocab=_int(d, "vocab_size", default=32000), context=context, width=width,
                     heads=heads, layers=_int(d, "num_hidden_layers", default=32),
-                    eps=float(_get(d, "rms_norm_eps", 1e-6)),
-                    tie_weights=bool(d.get("tie_word_embeddings", False)), norm="rms",
+                    eps=_float(d, "rms_norm_eps", 1e-6),
+                    tie_weights=_bool(d, "tie_word_embeddings", False), norm="rms",
                     placement="pre", activation="swiglu",
                     d_ff=_int(d, "intermediate_size", default=11008), positions="rope",
                     rope_theta=_rope_theta(model, d), kv_heads=kv, head_dim=head_dim,
@@ -293,13 +326,10 @@ def read_config(path: str) -> Dict[str, Any]:
     path = os.fspath(path)
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            d = json.load(f)
+    try:  # a regular file, bounded in size and depth (a FIFO or /dev/zero is refused)
+        d = _files.read_json(path, "a config.json")
     except FileNotFoundError:
         raise BlockcValueError(f"{path}: no such file (a checkpoint directory has a config.json)") from None
-    except (UnicodeDecodeError, ValueError) as e:
-        raise BlockcValueError(f"{path}: not valid JSON: {e}") from None
     if not isinstance(d, dict):
         raise BlockcValueError(f"{path}: must hold a JSON object")
     return d
@@ -307,6 +337,9 @@ def read_config(path: str) -> Dict[str, Any]:
 
 def family_of(d: Mapping[str, Any]) -> _Family:
     mt = d.get("model_type")
+    if not isinstance(mt, str):
+        raise BlockcValueError(f"config.json: model_type must be a string, one of "
+                               f"{', '.join(sorted(FAMILIES))}; got {mt!r}")
     fam = FAMILIES.get(mt)
     if fam is None:
         raise BlockcValueError(f"config.json: model_type {mt!r} is not one blockc runs "

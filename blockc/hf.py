@@ -13,12 +13,13 @@ its ``from_pretrained`` and ``save_pretrained`` (:class:`PretrainedMixin`).
 """
 from __future__ import annotations
 
-import json
 import os
+import re
 from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar, Union
 
 import numpy as np
 
+from . import _files
 from . import safetensors as st
 from ._args import as_choice
 from ._errors import BlockcValueError
@@ -37,16 +38,22 @@ def config_from_hf(d: Any) -> GPTConfig:
 
 
 
+SINGLE = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+_SHARD = re.compile(r"^model-\d{5}-of-\d{5}\.safetensors$")
+
+
 def _weight_files(path: str) -> List[str]:
-    """The safetensors files of a directory (refusing pickles and empty directories)."""
-    single = os.path.join(path, "model.safetensors")
-    index = os.path.join(path, "model.safetensors.index.json")
-    if os.path.exists(index):
-        try:
-            with open(index, encoding="utf-8") as f:
-                idx = json.load(f)
-        except (UnicodeDecodeError, ValueError) as e:
-            raise BlockcValueError(f"{index}: not valid JSON: {e}") from None
+    """The safetensors files of a directory (refusing pickles and empty directories).
+
+    model.safetensors when there is one, else the shards its index lists: the order
+    transformers reads them in (a single file saved over a sharded checkpoint wins)."""
+    single = os.path.join(path, SINGLE)
+    index = os.path.join(path, INDEX)
+    if os.path.lexists(single):
+        return [single]
+    if os.path.lexists(index):
+        idx = _files.read_json(index, "a shard index")  # regular, bounded, not too deep
         wm = idx.get("weight_map") if isinstance(idx, dict) else None
         if not isinstance(wm, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                for k, v in wm.items()):
@@ -62,8 +69,6 @@ def _weight_files(path: str) -> List[str]:
         if missing:
             raise BlockcValueError(f"{index}: lists {missing[0]!r}, which is not in {path}")
         return [os.path.join(path, fn) for fn in files]
-    if os.path.exists(single):
-        return [single]
     pickles = [f for f in os.listdir(path) if f.endswith((".bin", ".pt", ".pth", ".ckpt"))]
     if pickles:
         raise BlockcValueError(
@@ -95,8 +100,14 @@ def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model) -> M:
         raise BlockcValueError(f"{path}: not a directory (a checkpoint is a directory with "
                                "config.json and model.safetensors)")
     d = read_config(path)
-    fam = family_of(d)
-    cfg = GPTConfig(**fam.config(d))
+    try:
+        fam = family_of(d)
+        cfg = GPTConfig(**fam.config(d))
+    except BlockcValueError as e:  # "config.json: field ..." names the file it came from
+        msg = str(e)
+        if msg.startswith("config.json: "):
+            msg = os.path.join(path, "config.json") + ": " + msg[len("config.json: "):]
+        raise BlockcValueError(msg) from None
     tensors = read_tensors(path)
     prefix = fam.prefix
     has_prefix = any(n.startswith(prefix) for n in tensors) if prefix else False
@@ -115,8 +126,20 @@ def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model) -> M:
     if extra:
         raise BlockcValueError(f"{tensors[extra[0]].file}: tensor {extra[0]!r} is not part of a "
                                f"{fam.model_types[0]} model of this config.json")
+    f32 = layout(cfg)
+    # every tensor's shape against the config before anything is allocated: a config.json
+    # that lies (vocab_size 2**33 beside a 64-row embedding) is refused by the tensor it
+    # contradicts, not reported as a terabyte the allocator could not find
+    for name, ours, transposed, rows in spec:
+        t = tensors[name]
+        want = f32[ours].shape
+        if rows is not None:
+            want = (rows[1] - rows[0],) + tuple(want[1:])
+        shape = want[::-1] if transposed else want
+        if t.shape != shape:
+            raise BlockcValueError(f"{t.file}: tensor {name!r} has shape {t.shape}, expected "
+                                   f"{shape} for this config.json")
     if dtype is None:  # bfloat16 when every matrix blockc packs is (embeddings may be wider)
-        f32 = layout(cfg)
         mats = [tensors[n] for n, b, _, _ in spec if f32[b].packed]
         dtype = "bfloat16" if mats and all(t.dtype == "BF16" for t in mats) else "float32"
     m = cls(cfg, dtype=dtype)
@@ -124,13 +147,6 @@ def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model) -> M:
     parts: Dict[str, np.ndarray] = {}  # blockc tensors assembled from row slices
     for name, ours, transposed, rows in spec:
         t = tensors[name]
-        want = tensor_layout[ours].shape
-        if rows is not None:
-            want = (rows[1] - rows[0],) + tuple(want[1:])
-        shape = want[::-1] if transposed else want
-        if t.shape != shape:
-            raise BlockcValueError(f"{t.file}: tensor {name!r} has shape {t.shape}, expected "
-                                   f"{shape} for this config.json")
         if rows is None:
             m.write_tensor(ours, _aligned(t.to_float32()), transposed=transposed)
             continue
@@ -197,11 +213,32 @@ def save_dir(m: Model, path: str) -> None:
             a = (np.ascontiguousarray(a, np.float32).view(np.uint32) >> 16).astype(np.uint16)
             bf16_names.append(name)
         tensors[name] = a
-    st.write(os.path.join(path, "model.safetensors"), tensors, {"format": "pt"},
-             bf16=tuple(bf16_names))
-    with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
-        json.dump(d, f, indent=2)
-        f.write("\n")
+    # each file replaced whole (a unique temporary name, then a rename); the weights first,
+    # so a config.json never describes weights that are not there yet
+    st.write(os.path.join(path, SINGLE), tensors, {"format": "pt"}, bf16=tuple(bf16_names))
+    _files.write_json(os.path.join(path, "config.json"), d)
+    _remove_shards(path)
+
+
+def _remove_shards(path: str) -> None:
+    """The shards and index of a sharded checkpoint that model.safetensors now replaces
+    (left behind, a reader preferring the index would load the old weights): the index
+    first, then the files it listed and any named like transformers' shards."""
+    index = os.path.join(path, INDEX)
+    listed: List[str] = []
+    if os.path.lexists(index):
+        try:
+            idx = _files.read_json(index, "a shard index")
+            wm = idx.get("weight_map", {}) if isinstance(idx, dict) else {}
+            listed = [fn for fn in wm.values() if isinstance(fn, str)] if isinstance(wm, dict) else []
+        except (ValueError, OSError):
+            pass
+        os.remove(index)
+    for fn in set(listed) | {f for f in os.listdir(path) if _SHARD.match(f)}:
+        p = os.path.join(path, fn)
+        if (os.path.basename(fn) == fn and fn != SINGLE and fn.endswith(".safetensors")
+                and os.path.lexists(p) and not os.path.isdir(p)):
+            os.remove(p)
 
 
 class PretrainedMixin:
