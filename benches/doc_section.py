@@ -14,6 +14,7 @@ import io
 import os
 import re
 import sys
+import tempfile
 from typing import Iterator, List
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
@@ -38,12 +39,21 @@ def write_section(doc: str, name: str, body: str) -> None:
     path = os.path.join(DOCS, doc)
     text = open(path, encoding="utf-8").read()
     begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(end) < text.index(begin):
+        raise SystemExit(f"{path} must have section {name!r} once, {begin} before {end}")
     pat = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
-    if not pat.search(text):
-        raise SystemExit(f"{path} has no section {name!r} ({begin} ... {end})")
     text = pat.sub(lambda _: f"{begin}\n{body.rstrip()}\n{end}", text)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    # a unique temporary file in docs/, renamed over the page: two benches finishing at
+    # once never interleave their writes, and a failure leaves the page as it was
+    fd, tmp = tempfile.mkstemp(prefix=f".{doc}.", dir=DOCS)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 @contextlib.contextmanager

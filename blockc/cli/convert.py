@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 
+from .. import _files
 from .. import safetensors as stf
 from .._errors import BlockcValueError
 from ..gpt import GPT, GPTConfig
@@ -34,8 +35,37 @@ def register(subparsers) -> None:
     c.set_defaults(func=run_convert)
 
 
+def _inputs(src: str, config_json) -> set:
+    """The real paths of every file a conversion of ``src`` reads."""
+    paths = {os.path.realpath(config_json)} if config_json else set()
+    if os.path.isdir(src):
+        paths |= {os.path.realpath(os.path.join(src, f)) for f in os.listdir(src)}
+    else:
+        paths.add(os.path.realpath(src))
+    return paths
+
+
+def _check_dst(args: argparse.Namespace) -> None:
+    """The destination, checked before anything is read: never one of the inputs (the
+    checkpoint's own weights written over while they are read), a file where a file
+    goes, a directory where a directory goes, in a directory that exists."""
+    inputs = _inputs(args.src, args.config_json)
+    if os.path.isdir(args.src) or args.dst.endswith(".gguf"):  # a file out
+        _files.check_output_file(args.dst, "DST")
+        clash = [args.dst] if os.path.realpath(args.dst) in inputs else []
+    else:  # a checkpoint directory out
+        _files.check_output_dir(args.dst, "DST")
+        clash = [p for p in (os.path.join(args.dst, f) for f in
+                             ("model.safetensors", "config.json", "tokenizer.json"))
+                 if os.path.realpath(p) in inputs]
+    if clash:
+        raise BlockcValueError(f"DST {args.dst}: would write over {clash[0]}, an input of this "
+                               "conversion; give another destination")
+
+
 def run_convert(args: argparse.Namespace) -> int:
     from ..gguf.model import is_gguf
+    _check_dst(args)
     if args.dst.endswith(".gguf"):
         m = GPT.from_pretrained(args.src)
         tok = None  # a GGUF source's own tokenizer is carried over by save_gguf
@@ -66,7 +96,10 @@ def run_convert(args: argparse.Namespace) -> int:
     if args.config_json:
         cfg = GPTConfig.from_hf(args.config_json)
     elif "config" in meta:
-        cfg = GPTConfig.from_hf(json.loads(meta["config"]))
+        d = _files.loads_json(meta["config"], f"{args.src}: the config in its metadata")
+        if not isinstance(d, dict):
+            raise BlockcValueError(f"{args.src}: the config in its metadata must be a JSON object")
+        cfg = GPTConfig.from_hf(d)
     else:
         raise BlockcValueError(f"{args.src}: no config in its metadata: pass --config-json")
     m = GPT.from_state_dict({k: t.to_float32() for k, t in tensors.items()}, cfg)

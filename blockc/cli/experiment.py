@@ -13,14 +13,14 @@ and :mod:`~blockc.experiments.warmup`.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 from typing import Any, Dict, List
 
 from .._errors import BlockcValueError
-from ..experiments.trainability import (TASK_VOCAB, VARIANTS, plot_runs, results_table,
-                                        trainability, write_section)
+from ..experiments.trainability import (TASK_VOCAB, VARIANTS, plot_runs, read_markdown,
+                                        results_table, trainability, write_section)
+from .. import _files
 from .._files import write_json
 from ..experiments import gradients, warmup
 from ..experiments._report import cpu_name
@@ -75,6 +75,10 @@ def run_experiment(args: argparse.Namespace) -> int:
     if args.width % 4:
         raise BlockcValueError(f"--width must be a multiple of the 4 heads, got {args.width}")
     plot = plot_path(args.plot) if args.plot else None
+    if args.json:  # every output path checked before the experiment runs, not after it
+        _files.check_output_file(args.json, "--json")
+    if args.markdown:
+        read_markdown(args.markdown)
     apply_threads(args)
     print(f"trainability: a random order-2 Markov text over {TASK_VOCAB} tokens, {args.steps} steps of "
           f"16 x 32 tokens, AdamW lr {args.lr}, width {args.width}", flush=True)
@@ -85,8 +89,7 @@ def run_experiment(args: argparse.Namespace) -> int:
     for line in results_table(res):
         print(line)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(res, f)
+        _files.write_json(args.json, res, indent=None)
     if plot:
         plot_runs(res, plot)
         print(f"wrote {plot}")

@@ -46,6 +46,10 @@ def register(subparsers) -> None:
                    help="weight storage (default: bfloat16 for a bfloat16 checkpoint, else float32)")
     add_threads(p)
     p.add_argument("--no-eos", action="store_true", help="do not stop at the end-of-text token")
+    p.add_argument("--no-special-tokens", action="store_true",
+                   help="encode --prompt without the tokenizer's special tokens (by default "
+                        "they are added, as transformers' tokenizers add them: a Llama "
+                        "tokenizer's <s>)")
     p.add_argument("--stats", action="store_true",
                    help="print the load time and tokens/s on stderr")
     p.set_defaults(func=run_generate)
@@ -68,6 +72,9 @@ def run_generate(args: argparse.Namespace) -> int:
             raise BlockcValueError(f"--ids must be comma-separated integers, got {args.ids!r}") from None
         if not ids:
             raise BlockcValueError("--ids is empty")
+        bad = [i for i in ids if not 0 <= i < 2 ** 63]
+        if bad:
+            raise BlockcValueError(f"--ids must be token ids in [0, 2**63), got {bad[0]}")
     t0 = time.perf_counter()
     m = GPT.from_pretrained(args.model, dtype=args.dtype)
     load = time.perf_counter() - t0
@@ -78,7 +85,7 @@ def run_generate(args: argparse.Namespace) -> int:
     else:  # a GGUF file: its tokenizer.ggml.eos_token_id
         eos = m.special_ids.get("eos_token_id")
     if tok is not None:
-        ids = list(tok.encode(args.prompt))
+        ids = list(tok.encode(args.prompt, add_special_tokens=not args.no_special_tokens))
         if not ids:
             raise BlockcValueError("--prompt encodes to no tokens")
         if eos is None and not args.no_eos:

@@ -145,8 +145,12 @@ class GenerationMixin:
         True
         """
         a = to_numpy(ids, "ids")
-        if a.ndim == 2 and a.shape[0] != 1:
-            raise BlockcValueError(f"stream takes one prompt, got ids of shape {a.shape}")
+        if a.ndim not in (1, 2) or (a.ndim == 2 and a.shape[0] != 1):
+            # never flattened: a (2, 1, 3) batch is not one 6-token prompt
+            raise BlockcValueError(f"stream takes one prompt, shape (T,) or (1, T); got ids of "
+                                   f"shape {a.shape}")
+        if a.size == 0:
+            raise BlockcValueError("ids is empty: a prompt needs at least one token")
         known = {"temperature", "top_k", "seed", "use_cache", "top_p", "min_p",
                  "repetition_penalty", "eos_token_id", "pad_token_id", "stop", "tokenizer"}
         unknown = sorted(set(options) - known)
