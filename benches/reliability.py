@@ -52,6 +52,30 @@ CLASSES = [
      "RMSNorm of rows near 1e20, 1e30, 3e38 and 1e-25 (eps 0); NaN and inf through the kernels; "
      "scores large enough to overflow a naive softmax",
      [["tests/test_hardening.py", "-k", "rmsnorm"], ["tests/test_kernels_fast.py", "-k", "nan or overflow or activations"]]),
+    ("checkpoint atomicity and concurrent writers",
+     "every file through a unique temporary name and a rename; a write failing part-way "
+     "(RLIMIT_FSIZE, an injected ENOSPC, Ctrl-C); two processes saving one file or one run "
+     "directory while a third loads it; a file truncated under a reader (another thread); "
+     "save_pretrained over a sharded checkpoint",
+     [["tests/test_hardening3.py", "-k", "atomic or out_of_space or writers or truncated or "
+       "save_that or full_disk or sharded"]]),
+    ("resume consistency",
+     "a run directory with another step's weights, a missing file, no manifest; a resumed run "
+     "against the uninterrupted one; Ctrl-C at every point of a step and of a save; options "
+     "that contradict the run (--layers, --eval-frac, a lost tokenizer); a hand-edited "
+     "trainer_state.json",
+     [["tests/test_hardening3.py", "-k", "run_directory or resume or interrupt or train_step"]]),
+    ("special files and hostile JSON",
+     "a FIFO or a link to /dev/zero as config.json, weights, index or tokenizer.json; JSON "
+     "nested 100,000 deep or too large; 65-dimensional shapes and 2**70 dimensions; config "
+     "fields of the wrong type; a config that lies about the tensors' shapes",
+     [["tests/test_hardening3.py", "-k", "special_files or json or shapes or config_field or "
+       "lies"]]),
+    ("tokenizer failures",
+     "a tokenizer.json whose precompiled charsmap makes tokenizers panic (on load and on "
+     "encode); decode of -1 and 2**32; a failed TextStream.push followed by good ones; "
+     "WordPiece without [UNK]; non-UTF-8 text; special tokens as transformers adds them",
+     [["tests/test_hardening3.py", "-k", "tokenizer or decode or wordpiece or encode_adds"]]),
     ("allocation",
      "the single kernels called 50 rounds after a warm-up (malloc counted); every entry point "
      "with an allocator that always fails",

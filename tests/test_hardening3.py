@@ -89,7 +89,7 @@ def test_a_write_that_runs_out_of_space_leaves_the_old_file_and_no_temporary(tmp
 WRITER = """
     import sys, time, numpy as np
     from blockc import safetensors as bst
-    path, me, until = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    path, me, until = sys.argv[1], int(sys.argv[2]), time.time() + float(sys.argv[3])
     arrays = {f"t{i}": np.full(20000 + 1000 * me, me, np.float32) for i in range(8)}
     n = 0
     while time.time() < until:
@@ -101,7 +101,7 @@ WRITER = """
 READER = """
     import sys, time
     from blockc import safetensors as bst
-    path, until = sys.argv[1], float(sys.argv[2])
+    path, until = sys.argv[1], time.time() + float(sys.argv[2])
     n = 0
     while time.time() < until:
         tensors, _ = bst.read(path)
@@ -127,7 +127,7 @@ def test_two_writers_and_a_reader_on_one_file_see_only_whole_files(tmp_path):
     p = str(tmp_path / "model.safetensors")
     bst.write(p, {f"t{i}": np.full(21000, 1, np.float32) for i in range(8)})
     w, rd = _script(tmp_path, "w.py", WRITER), _script(tmp_path, "r.py", READER)
-    until = str(time.time() + 2.0)
+    until = "2.0"  # seconds each process runs, counted from its start
     env = dict(os.environ, PYTHONPATH=ROOT)
     procs = [subprocess.Popen([sys.executable, w, p, str(me), until], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -457,7 +457,7 @@ def test_a_save_killed_by_a_full_disk_leaves_the_previous_checkpoint(tmp_path):
 RUN_WRITER = """
     import sys, time, numpy as np, blockc
     from blockc import _trainer as tr
-    path, me, until = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    path, me, until = sys.argv[1], int(sys.argv[2]), time.time() + float(sys.argv[3])
     cfg = blockc.GPTConfig(vocab=64, context=16, width=16, heads=2, layers=2)
     m = blockc.GPT.random(cfg, seed=me)
     opt = blockc.AdamW(m)
@@ -472,7 +472,7 @@ RUN_READER = """
     import sys, time, numpy as np, blockc
     from blockc import _trainer as tr
     from blockc import BlockcValueError
-    path, until = sys.argv[1], float(sys.argv[2])
+    path, until = sys.argv[1], time.time() + float(sys.argv[2])
     cfg = blockc.GPTConfig(vocab=64, context=16, width=16, heads=2, layers=2)
     want = {me: blockc.GPT.random(cfg, seed=me).state_dict() for me in (1, 2)}
     ok = refused = 0
@@ -493,9 +493,11 @@ RUN_READER = """
 
 @pytest.mark.slow
 def test_two_run_writers_and_a_reader_never_see_a_mixed_checkpoint(tmp_path):
-    d, _, _ = _run(tmp_path, steps=1)
+    d = str(tmp_path / "run")
+    m = blockc.GPT.random(TINY, seed=1)  # writer 1's checkpoint, there before either starts
+    tr.save_run(d, m, blockc.AdamW(m), {"step": 1, "history": []}, None)
     w, rd = _script(tmp_path, "w.py", RUN_WRITER), _script(tmp_path, "r.py", RUN_READER)
-    until = str(time.time() + 4.0)
+    until = "4.0"
     env = dict(os.environ, PYTHONPATH=ROOT)
     procs = [subprocess.Popen([sys.executable, w, d, str(me), until], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -509,3 +511,449 @@ def test_two_run_writers_and_a_reader_never_see_a_mixed_checkpoint(tmp_path):
     st = tr.read_state(d)
     assert st["step"] in (1, 2)
     assert sorted(os.listdir(tmp_path)) == ["r.py", "run", "w.py"]
+
+
+# ---------------------------------------------------------------- training steps and Ctrl-C
+
+def test_an_interrupted_train_step_never_updates_weights_without_the_step_count(monkeypatch):
+    # SIGINT delivered the moment the C update returns (the window between it and the step
+    # count): the step completes whole and the KeyboardInterrupt comes after it
+    from blockc import train
+    m = blockc.GPT.random(TINY, seed=0)
+    opt = blockc.AdamW(m, lr=1e-2)
+    ids = np.arange(16).reshape(1, 16) % 64
+    ref = blockc.GPT.random(TINY, seed=0)
+    ropt = blockc.AdamW(ref, lr=1e-2)
+    ref.train_step(ids[:, :-1], ids[:, 1:], ropt)
+    real = train.check
+
+    def check_then_sigint(status, what):
+        real(status, what)
+        if what == "AdamW step":
+            os.kill(os.getpid(), signal.SIGINT)
+    monkeypatch.setattr(train, "check", check_then_sigint)
+    with pytest.raises(KeyboardInterrupt):
+        m.train_step(ids[:, :-1], ids[:, 1:], opt)
+    assert opt.steps == 1
+    assert np.array_equal(m.params, ref.params)
+    assert all(np.array_equal(a, b) for a, b in zip(opt.state_dict()["exp_avg"].values(),
+                                                    ropt.state_dict()["exp_avg"].values()))
+
+
+TRAIN_TEXT = ("the residual stream flows from the embedding to the output. "
+              "attention mixes positions and the mlp mixes features. ") * 30
+SMALL = ["--width", "32", "--layers", "2", "--heads", "2", "--batch", "4", "--seq", "32"]
+
+
+def _text(tmp_path):
+    p = tmp_path / "text.txt"
+    p.write_text(TRAIN_TEXT, encoding="utf-8")
+    return str(p)
+
+
+def test_ctrl_c_during_the_evaluation_saves_the_step_the_weights_are_at(tmp_path, monkeypatch,
+                                                                       capsys):
+    from blockc.cli import main
+    f = _text(tmp_path)
+    common = ["--text", f, "--lr", "2e-3", "--eval-every", "4"] + SMALL
+    assert main(["train", "--steps", "8", "--out", str(tmp_path / "a")] + common) == 0
+    real = tr.evaluate
+    calls = []
+
+    def interrupted(*a, **k):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+    monkeypatch.setattr(tr, "evaluate", interrupted)
+    assert main(["train", "--steps", "8", "--out", str(tmp_path / "b")] + common) == 130
+    assert tr.read_state(str(tmp_path / "b"))["step"] == 4
+    monkeypatch.setattr(tr, "evaluate", real)
+    assert main(["train", "--resume", str(tmp_path / "b"), "--steps", "8", "--text", f]) == 0
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == \
+        (tmp_path / "b" / "model.safetensors").read_bytes()
+
+
+def test_ctrl_c_while_the_final_checkpoint_is_written_leaves_the_last_one(tmp_path, monkeypatch,
+                                                                         capsys):
+    from blockc.cli import main
+    f = _text(tmp_path)
+    out = tmp_path / "r"
+    common = ["--text", f, "--lr", "2e-3", "--eval-every", "4", "--out", str(out)] + SMALL
+    real = _files.replace_dir
+    calls = []
+
+    def swap(tmp, path):
+        calls.append(1)
+        if len(calls) == 2:  # the final save (the first was step 4's)
+            raise KeyboardInterrupt
+        return real(tmp, path)
+    monkeypatch.setattr(_files, "replace_dir", swap)
+    assert main(["train", "--steps", "8"] + common) == 130
+    st = tr.read_state(str(out))  # one consistent step
+    assert st["step"] in (4, 8)
+    assert [x for x in os.listdir(tmp_path) if x.startswith(".")] == []
+
+
+# ---------------------------------------------------------------- resume consistency
+
+def test_resume_keeps_every_option_that_changes_the_result(tmp_path, capsys):
+    from blockc.cli import main
+    f = _text(tmp_path)
+    common = ["--text", f, "--lr", "2e-3", "--eval-every", "4", "--eval-frac", "0.3",
+              "--grad-clip", "0.05"] + SMALL
+    assert main(["train", "--steps", "8", "--out", str(tmp_path / "a")] + common) == 0
+    assert main(["train", "--steps", "4", "--out", str(tmp_path / "b")] + common) == 0
+    st = tr.read_state(str(tmp_path / "b"))
+    assert st["eval_frac"] == 0.3 and st["grad_clip"] == 0.05
+    assert main(["train", "--resume", str(tmp_path / "b"), "--steps", "8", "--text", f]) == 0
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == \
+        (tmp_path / "b" / "model.safetensors").read_bytes()
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--layers", "3"], "--layers 3"),
+    (["--width", "64"], "--width 64"),
+    (["--eval-frac", "0.2"], "--eval-frac 0.2"),
+    (["--grad-clip", "0.5"], "--grad-clip 0.5"),
+    (["--batch", "8"], "--batch 8"),
+    (["--seed", "3"], "--seed 3"),
+    (["--schedule", "cosine"], "--schedule cosine"),
+])
+def test_resume_refuses_options_that_contradict_the_run_by_name(tmp_path, capsys, extra, match):
+    from blockc.cli import main
+    f = _text(tmp_path)
+    assert main(["train", "--steps", "2", "--out", str(tmp_path / "r"), "--text", f] + SMALL) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(tmp_path / "r"), "--steps", "4", "--text", f] + extra) == 2
+    err = capsys.readouterr().err
+    assert match in err and err.count("\n") == 1, err
+
+
+def test_model_with_a_shape_option_is_refused_by_name(tmp_path, capsys):
+    from blockc.cli import main
+    f = _text(tmp_path)
+    src = tmp_path / "src"
+    blockc.GPT.random(blockc.GPTConfig(vocab=256, context=32, width=32, heads=2,
+                                       layers=2)).save_pretrained(src)
+    assert main(["train", "--model", str(src), "--layers", "3", "--steps", "2", "--out",
+                 str(tmp_path / "r"), "--text", f, "--seq", "16"]) == 2
+    err = capsys.readouterr().err
+    assert "--layers 3" in err and "has layers 2" in err
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("schedule", "bogus", "schedule"),
+    ("lr", 0, "lr"),
+    ("batch", "8", "batch"),
+    ("seq", -1, "seq"),
+    ("warmup", 1.5, "warmup"),
+    ("eval_frac", 2.0, "eval_frac"),
+])
+def test_a_hand_edited_trainer_state_is_checked_like_the_command_line(tmp_path, capsys, field,
+                                                                      value, match):
+    from blockc.cli import main
+    f = _text(tmp_path)
+    d = tmp_path / "r"
+    assert main(["train", "--steps", "2", "--out", str(d), "--text", f] + SMALL) == 0
+    st = json.loads((d / tr.STATE).read_text())
+    st[field] = value
+    (d / tr.STATE).write_text(json.dumps(st))
+    capsys.readouterr()
+    assert main(["train", "--resume", str(d), "--steps", "4", "--text", f]) == 2
+    err = capsys.readouterr().err
+    assert "trainer_state.json" in err and match in err and err.count("\n") == 1, err
+
+
+def test_resume_refuses_a_run_whose_tokenizer_is_gone(tmp_path, capsys):
+    from blockc.cli import main
+    from test_hf import trained_tokenizer
+    src = tmp_path / "src"
+    src.mkdir()
+    tok = trained_tokenizer(src)
+    blockc.GPT.random(blockc.GPTConfig(vocab=tok.get_vocab_size(), context=32, width=32,
+                                       heads=2, layers=2)).save_pretrained(src)
+    f = _text(tmp_path)
+    d = tmp_path / "r"
+    assert main(["train", "--model", str(src), "--steps", "2", "--batch", "2", "--seq", "16",
+                 "--out", str(d), "--text", f, "--quiet"]) == 0
+    os.remove(d / "tokenizer.json")
+    capsys.readouterr()
+    assert main(["train", "--resume", str(d), "--steps", "4", "--text", f]) == 2
+    assert "tokenizer.json is missing" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- overwrites and output paths
+
+def test_train_out_over_an_existing_run_needs_overwrite(tmp_path, capsys):
+    from blockc.cli import main
+    f = _text(tmp_path)
+    d = tmp_path / "r"
+    args = ["train", "--steps", "2", "--out", str(d), "--text", f] + SMALL
+    assert main(args) == 0
+    before = snapshot(d)
+    capsys.readouterr()
+    assert main(args) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert snapshot(d) == before
+    assert main(args + ["--overwrite"]) == 0
+    # a non-empty directory that is not a run is refused too; --resume continues in place
+    assert main(["train", "--resume", str(d), "--steps", "3", "--text", f]) == 0
+
+
+def test_train_out_a_regular_file_fails_before_training(tmp_path, capsys, monkeypatch):
+    from blockc.cli import main
+    f = _text(tmp_path)
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setattr(tr, "fit", lambda *a, **k: pytest.fail("trained"))
+    assert main(["train", "--steps", "2", "--out", str(tmp_path / "file"), "--text", f] + SMALL) == 2
+    assert "not a directory" in capsys.readouterr().err
+    assert main(["train", "--steps", "2", "--out", str(tmp_path / "no" / "r"), "--text", f]
+                + SMALL) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_convert_refuses_to_write_over_its_input(tmp_path, capsys):
+    from blockc.cli import main
+    d = tmp_path / "ck"
+    blockc.GPT.random(TINY).save_pretrained(d)
+    before = snapshot(d)
+    assert main(["convert", str(d), str(d / "model.safetensors")]) == 2
+    assert "input" in capsys.readouterr().err
+    assert snapshot(d) == before
+    sd = tmp_path / "sd.safetensors"
+    assert main(["convert", str(d), str(sd)]) == 0
+    assert main(["convert", str(sd), str(d / "model.safetensors"), "--config-json",
+                 str(d / "config.json")]) == 2  # a directory path that is a file of the input
+    capsys.readouterr()
+
+
+def test_convert_metadata_that_is_not_json_names_the_file(tmp_path, capsys):
+    from blockc.cli import main
+    sd = tmp_path / "sd.safetensors"
+    bst.write(sd, {"x": np.zeros(1, np.float32)}, {"config": "[" * 5000 + "]" * 5000})
+    assert main(["convert", str(sd), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "sd.safetensors" in err and "internal error" not in err
+    bst.write(sd, {"x": np.zeros(1, np.float32)}, {"config": "{nope"})
+    assert main(["convert", str(sd), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "sd.safetensors" in err and "not valid JSON" in err
+
+
+@pytest.mark.parametrize("opt", ["--json", "--markdown"])
+def test_experiment_output_paths_are_checked_before_the_experiment(tmp_path, capsys, opt):
+    from blockc.cli import main
+    assert main(["experiment", "trainability", "--depths", "1", "--variants", "pre-norm",
+                 "--steps", "1", "--width", "16", opt, str(tmp_path / "missing" / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "trainability:" not in capsys.readouterr().out
+
+
+def test_experiment_markdown_with_markers_out_of_order_is_refused(tmp_path, capsys):
+    from blockc.cli import main
+    md = tmp_path / "doc.md"
+    text = "intro\n<!-- trainability:end -->\nmine\n<!-- trainability:begin -->\nend\n"
+    md.write_text(text)
+    assert main(["experiment", "trainability", "--depths", "1", "--variants", "pre-norm",
+                 "--steps", "1", "--width", "16", "--markdown", str(md)]) == 2
+    assert "marker" in capsys.readouterr().err
+    assert md.read_text() == text
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--warmup", "-5"], "--warmup"),
+    (["--grad-clip", "nan"], "--grad-clip"),
+    (["--grad-clip", "-1"], "--grad-clip"),
+    (["--weight-decay", "inf"], "--weight-decay"),
+])
+def test_train_options_out_of_range_are_refused(tmp_path, capsys, extra, match):
+    from blockc.cli import main
+    f = _text(tmp_path)
+    assert main(["train", "--steps", "2", "--out", str(tmp_path / "r"), "--text", f]
+                + SMALL + extra) == 2
+    err = capsys.readouterr().err
+    assert match in err and err.count("\n") == 1
+
+
+def test_generate_ids_past_int64_are_named(tmp_path, capsys):
+    from blockc.cli import main
+    d = tmp_path / "ck"
+    blockc.GPT.random(TINY).save_pretrained(d)
+    assert main(["generate", "--model", str(d), "--ids", f"1,{2 ** 64}"]) == 2
+    err = capsys.readouterr().err
+    assert "--ids" in err and "dtype" not in err
+
+
+# ---------------------------------------------------------------- the training and generation API
+
+def test_training_targets_are_range_checked_before_any_cast():
+    m = blockc.GPT.random(TINY)
+    ids = np.zeros((1, 4), np.int64)
+    with pytest.raises(BlockcValueError, match="ignore_index"):
+        m.loss(ids, ids, ignore_index=2 ** 63)
+    t = np.array([[1, 2, 3, 2 ** 64 - 100]], np.uint64)  # wraps to -100 in int64
+    with pytest.raises(BlockcValueError, match="targets must lie"):
+        m.loss(ids, t)
+    with pytest.raises(BlockcValueError, match="targets must lie"):
+        m.loss(ids, np.array([[1, 2, 3, 2 ** 63]], np.uint64))
+
+
+def test_stream_refuses_what_generate_refuses():
+    m = blockc.GPT.random(TINY)
+    with pytest.raises(BlockcValueError):
+        list(m.stream(np.zeros((2, 1, 3), np.int64), 2))
+    with pytest.raises(BlockcValueError, match="empty"):
+        list(m.stream([], 2))
+    with pytest.raises(BlockcValueError):
+        list(m.stream(np.zeros((2, 3), np.int64), 2))  # one prompt at a time
+    assert len(list(m.stream([1, 2, 3], 2))) == 2
+
+
+# ---------------------------------------------------------------- checkpoint directories
+
+def _ckpt(d, cfg=TINY, seed=0, **config):
+    m = blockc.GPT.random(cfg, seed=seed)
+    m.save_pretrained(d)
+    if config:
+        c = json.loads((d / "config.json").read_text())
+        c.update(config)
+        (d / "config.json").write_text(json.dumps(c))
+    return m
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("scale_attn_by_inverse_layer_idx", "yes", "scale_attn_by_inverse_layer_idx"),
+    ("reorder_and_upcast_attn", "yes", "reorder_and_upcast_attn"),
+    ("tie_word_embeddings", "false", "tie_word_embeddings"),
+    ("layer_norm_epsilon", "abc", "layer_norm_epsilon"),
+    ("layer_norm_epsilon", [1e-5], "layer_norm_epsilon"),
+    ("layer_norm_epsilon", True, "layer_norm_epsilon"),
+    ("model_type", ["gpt2"], "model_type"),
+    ("activation_function", ["gelu_new"], "activation_function"),
+    ("n_inner", "64", "n_inner"),
+])
+def test_every_config_field_is_type_checked_naming_field_and_file(tmp_path, field, value, match):
+    d = tmp_path / "ck"
+    _ckpt(d, **{field: value})
+    if match is None:
+        with pytest.warns(UserWarning, match="config.json.*eos_token_id"):
+            blockc.GPT.from_pretrained(d)
+        return
+    with pytest.raises(BlockcValueError, match=match) as e:
+        blockc.GPT.from_pretrained(d)
+    assert "config.json" in str(e.value)
+
+
+def test_a_config_that_lies_about_the_shapes_is_refused_before_allocating(tmp_path):
+    d = tmp_path / "ck"
+    _ckpt(d, vocab_size=2 ** 33)
+    with pytest.raises(BlockcValueError, match="wte.weight.*shape") as e:
+        blockc.GPT.from_pretrained(d)
+    assert "memory" not in str(e.value)
+
+
+def test_config_json_special_files_and_deep_json_are_refused(tmp_path):
+    d = tmp_path / "ck"
+    _ckpt(d)
+    r = run_python(f"""
+        import os, json, shutil, blockc
+        from blockc import BlockcValueError
+        d = {str(d)!r}
+        cfg = open(os.path.join(d, "config.json")).read()
+        out = []
+        for name, make in (("config.json", "fifo"), ("config.json", "zero"),
+                           ("model.safetensors", "fifo"), ("config.json", "deep"),
+                           ("model.safetensors.index.json", "fifo"),
+                           ("model.safetensors.index.json", "deep")):
+            p = os.path.join(d, name)
+            keep = p + ".keep"
+            if os.path.exists(p):
+                os.rename(p, keep)
+            if name == "model.safetensors.index.json":
+                os.rename(os.path.join(d, "model.safetensors"), os.path.join(d, "m.keep"))
+            if make == "fifo":
+                os.mkfifo(p)
+            elif make == "zero":
+                os.symlink("/dev/zero", p)
+            else:
+                open(p, "w").write("[" * 100000 + "]" * 100000)
+            try:
+                blockc.GPT.from_pretrained(d)
+                out.append("loaded")
+            except BlockcValueError as e:
+                assert name in str(e), e
+                out.append("refused")
+            os.remove(p)
+            if os.path.exists(keep):
+                os.rename(keep, p)
+            if name == "model.safetensors.index.json":
+                os.rename(os.path.join(d, "m.keep"), os.path.join(d, "model.safetensors"))
+        print(out)
+        """, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "loaded" not in r.stdout and r.stdout.count("refused") == 6
+
+
+def _shard(d):
+    """Split d's model.safetensors into two shards with an index (transformers' layout)."""
+    tensors, meta = bst.read(d / "model.safetensors")
+    names = list(tensors)
+    half = len(names) // 2
+    files = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    wm = {}
+    for fn, part in zip(files, (names[:half], names[half:])):
+        bst.write(d / fn, {n: tensors[n].data for n in part}, meta)
+        wm.update({n: fn for n in part})
+    (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": wm}))
+    os.remove(d / "model.safetensors")
+
+
+def test_the_single_file_is_preferred_to_a_stale_index_as_transformers_does(tmp_path):
+    d = tmp_path / "ck"
+    _ckpt(d, seed=1)
+    _shard(d)
+    new = blockc.GPT.random(TINY, seed=2)
+    bst.write(d / "model.safetensors", _saved_tensors(tmp_path, new), {"format": "pt"})
+    got = blockc.GPT.from_pretrained(d)
+    assert np.array_equal(got.params, new.params)
+
+
+def _saved_tensors(tmp_path, m):
+    e = tmp_path / "tmp-save"
+    m.save_pretrained(e)
+    return {k: t.data for k, t in bst.read(e / "model.safetensors")[0].items()}
+
+
+def test_save_pretrained_over_a_sharded_checkpoint_removes_its_shards_and_index(tmp_path):
+    d = tmp_path / "ck"
+    _ckpt(d, seed=1)
+    _shard(d)
+    (d / "notes.txt").write_text("mine")
+    new = blockc.GPT.random(TINY, seed=2)
+    new.save_pretrained(d)
+    assert sorted(os.listdir(d)) == ["config.json", "model.safetensors", "notes.txt"]
+    assert np.array_equal(blockc.GPT.from_pretrained(d).params, new.params)
+
+
+def test_generate_prompt_adds_bos_as_transformers_does(tmp_path, capsys):
+    from blockc.cli import main
+    tokenizers = pytest.importorskip("tokenizers")
+    t = tokenizers.Tokenizer.from_str(json.dumps(_bpe_json()))
+    t.add_special_tokens(["<s>"])
+    bos = t.token_to_id("<s>")
+    t.post_processor = tokenizers.processors.TemplateProcessing(single="<s> $A",
+                                                                special_tokens=[("<s>", bos)])
+    d = tmp_path / "ck"
+    d.mkdir()
+    t.save(str(d / "tokenizer.json"))
+    m = blockc.GPT.random(blockc.GPTConfig(vocab=t.get_vocab_size(), context=32, width=16,
+                                           heads=2, layers=1), seed=4)
+    m.save_pretrained(d)
+    tok = blockc.Tokenizer.from_pretrained(d)
+    for flag, ids in (([], [bos] + t.encode("hello", add_special_tokens=False).ids),
+                      (["--no-special-tokens"], t.encode("hello", add_special_tokens=False).ids)):
+        want = tok.decode(m.generate(np.array([ids]), 6)[0][len(ids):])
+        assert main(["generate", "--model", str(d), "--prompt", "hello", "--max-new-tokens", "6",
+                     "--no-eos"] + flag) == 0
+        assert capsys.readouterr().out == want + "\n"
