@@ -23,7 +23,7 @@ from ..experiments.trainability import (TASK_VOCAB, VARIANTS, plot_runs, read_ma
 from .. import _files
 from .._files import write_json
 from ..experiments import gradients, warmup
-from ..experiments._report import cpu_name
+from ..experiments._report import cpu_name, read_section_file
 from ._options import add_threads, apply_threads, plot_path, require_positive
 
 
@@ -133,6 +133,14 @@ def _json(path: str, res: Dict[str, Any]) -> None:
     write_json(path, clean(res), indent=None)
 
 
+def _check_outputs(args: argparse.Namespace, section: str) -> None:
+    """--json and --markdown checked before the experiment runs (not after it)."""
+    if args.json:
+        _files.check_output_file(args.json, "--json")
+    if args.markdown:
+        read_section_file(args.markdown, section)
+
+
 def _add_outputs(p: argparse.ArgumentParser, section: str) -> None:
     add_threads(p)
     p.add_argument("--plot", metavar="PNG", default=None, help="draw the figure")
@@ -203,6 +211,7 @@ def run_gradients(args: argparse.Namespace) -> int:
     if args.width % 4:
         raise BlockcValueError(f"--width must be a multiple of the 4 heads, got {args.width}")
     plot = plot_path(args.plot) if args.plot else None
+    _check_outputs(args, "gradients")
     apply_threads(args)
     cpu = cpu_name()
     print(f"gradients at initialisation: {args.seeds} seeds, width {args.width}, one batch of "
@@ -246,6 +255,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         points = warmup.activation_points(depths, lrs, args.seeds, args.warmup)
         names = ("depths", "lrs", "seeds", "steps", "warmup", "width", "batch", "seq")
     plot = plot_path(args.plot) if args.plot else None
+    _check_outputs(args, args.experiment)
     if args.jobs == 1:
         apply_threads(args)
     cpu = cpu_name()

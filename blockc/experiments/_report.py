@@ -13,7 +13,7 @@ from typing import Dict, Iterable, List
 
 from .._files import atomic_write
 
-__all__ = ["spread", "write_section", "fmt", "cpu_name"]
+__all__ = ["spread", "write_section", "read_section_file", "fmt", "cpu_name"]
 
 
 def spread(values: Iterable[float]) -> Dict[str, float]:
@@ -53,6 +53,40 @@ def fmt(x: float, digits: int = 3) -> str:
     return f"{x:.{digits}f}"
 
 
+def read_section_file(path: str, name: str, option: str = "--markdown") -> str:
+    """The text of the Markdown file a section ``name`` goes into ("" when it does not
+    exist yet), refused unless its markers are one begin before one end, or neither.
+    Called before an experiment runs (a bad path fails at once) and again to write.
+
+    Raises
+    ------
+    ValueError
+        Markers repeated, one of the pair missing, or the end first (the text between
+        them is the user's: blockc will not guess); a directory that does not exist;
+        not a regular file or not UTF-8.
+    OSError
+        The file cannot be read.
+    """
+    from .. import _files
+    from .._errors import BlockcValueError
+    _files.check_output_file(path, option)
+    if not os.path.lexists(path):
+        return ""
+    raw = _files.read_bytes(path, 64 * 1024 * 1024, "a Markdown file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BlockcValueError(f"{option} {path}: not UTF-8 ({e})") from None
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    nb, ne = text.count(begin), text.count(end)
+    if (nb, ne) not in ((0, 0), (1, 1)) or (nb and text.index(end) < text.index(begin)):
+        raise BlockcValueError(f"{option} {path}: its section markers are not one {begin} "
+                               f"followed by one {end} ({nb} begin, {ne} end"
+                               + (", the end first" if nb == ne == 1 else "") + "); fix them "
+                               "by hand, blockc will not guess which text is its own")
+    return text
+
+
 def write_section(path: str, name: str, lines: List[str]) -> None:
     """Put ``lines`` between the section markers of ``name`` in the Markdown file ``path``.
 
@@ -67,16 +101,15 @@ def write_section(path: str, name: str, lines: List[str]) -> None:
 
     Raises
     ------
+    ValueError
+        The file's markers are out of order or repeated (:func:`read_section_file`).
     OSError
         The file cannot be read or written (it is then unchanged).
     """
     begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-    text = ""
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+    text = read_section_file(path, name)
     block = begin + "\n" + "\n".join(lines) + "\n" + end
-    if begin in text and end in text and text.index(begin) < text.index(end):
+    if begin in text:
         text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
     else:
         text = text + ("\n" if text and not text.endswith("\n") else "") + block + "\n"

@@ -15,7 +15,6 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from .._errors import BlockcValueError
 
 from .. import _trainer as tr
 from .._plot import pyplot
@@ -153,53 +152,19 @@ def plot_runs(res: Dict[str, Any], path: str) -> None:
 
 
 
-SECTION = ("<!-- trainability:begin -->", "<!-- trainability:end -->")
-
-
 def read_markdown(path: str) -> str:
-    """The text of the markdown file the section goes into ("" when it does not exist
-    yet), refused unless its markers are one begin before one end, or neither (checked
-    before the experiment runs, and again when it is written).
-
-    Raises
-    ------
-    ValueError
-        Markers missing one of the pair, repeated, or end before begin; not a regular
-        file, not UTF-8.
-    """
-    from .. import _files
-    _files.check_output_file(path, "--markdown")
-    if not os.path.lexists(path):
-        return ""
-    raw = _files.read_bytes(path, 64 * 1024 * 1024, "a markdown file")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise BlockcValueError(f"--markdown {path}: not UTF-8 ({e})") from None
-    begin, end = SECTION
-    nb, ne = text.count(begin), text.count(end)
-    if (nb, ne) not in ((0, 0), (1, 1)) or (nb and text.index(end) < text.index(begin)):
-        raise BlockcValueError(f"--markdown {path}: its section markers are not one {begin} "
-                               f"followed by one {end} ({nb} begin, {ne} end"
-                               + (", the end first" if nb == ne == 1 else "") + "); fix them "
-                               "by hand, blockc will not guess which text is its own")
-    return text
+    """The Markdown file the 'trainability' section goes into, its markers checked (see
+    :func:`blockc.experiments._report.read_section_file`)."""
+    from ._report import read_section_file
+    return read_section_file(path, "trainability")
 
 
 def write_section(path: str, res: Dict[str, Any], command: str) -> None:
     """Write the results table, headed by ``command`` (the command line that made it),
     into ``path``'s 'trainability' section (appended when it has none), atomically."""
-    from .. import _files
+    from ._report import write_section as write
     body = [f"`{command}` "
             f"(held-out loss after {res['steps']} steps, nats per token; the floor is "
             f"{res['floor']:.3f}, a bigram model {res['bigram']:.3f}, unigram {res['unigram']:.3f}):",
             ""] + results_table(res)
-    begin, end = SECTION
-    text = read_markdown(path)
-    block = begin + "\n" + "\n".join(body) + "\n" + end
-    if begin in text:
-        text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
-    else:
-        text = text + ("\n" if text and not text.endswith("\n") else "") + block + "\n"
-    _files.write_bytes(path, text.encode("utf-8"))
-
+    write(path, "trainability", body)
