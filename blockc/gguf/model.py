@@ -445,7 +445,8 @@ class GGUFMixin:
         tokenizer : blockc.Tokenizer or str or os.PathLike, optional
             The tokenizer to store in the file (a Tokenizer, a checkpoint directory or
             a GGUF file); None: the one of the GGUF file this model was loaded from,
-            if any.
+            else a placeholder vocabulary (a token ``<tN>`` per id) so that llama.cpp,
+            which needs one, loads the file and runs token ids.
 
         Raises
         ------
@@ -463,8 +464,9 @@ class GGUFMixin:
         ...     GPT.from_pretrained(os.path.join(d, "m.gguf")).dtype
         'q8_0'
         """
-        from .tokenizer import metadata_of
-        save(self, os.fspath(path), dtype, metadata_of(tokenizer, self))
+        from .tokenizer import metadata_of, placeholder
+        meta = metadata_of(tokenizer, self) or placeholder(self.config.vocab)
+        save(self, os.fspath(path), dtype, meta)
 
 
 def arch_of(cfg) -> str:

@@ -390,3 +390,17 @@ def metadata_of(tokenizer: Any, m: Any = None) -> Dict[str, Any]:
     return export(getattr(tokenizer, "backend", tokenizer),
                   getattr(tokenizer, "add_bos_token", None), src,
                   getattr(tokenizer, "eos_token_id", None), getattr(tokenizer, "bos_token_id", None))
+
+
+def placeholder(vocab: int) -> Dict[str, Any]:
+    """A byte-level vocabulary of ``vocab`` tokens (``<t0>``, ``<t1>``, ..., then ``a``,
+    ``b``, ``ab`` and one merge): what llama.cpp needs to load a model that has no
+    tokenizer and run its token ids."""
+    from .format import Value
+    n = max(int(vocab), 3)
+    tokens = [f"<t{i}>" for i in range(n - 3)] + ["a", "b", "ab"]
+    return {"tokenizer.ggml.model": Value("STRING", "gpt2"),
+            "tokenizer.ggml.pre": Value("STRING", "gpt-2"),
+            "tokenizer.ggml.tokens": Value("ARRAY", tokens, "STRING"),
+            "tokenizer.ggml.token_type": Value("ARRAY", [1] * n, "INT32"),
+            "tokenizer.ggml.merges": Value("ARRAY", ["a b"], "STRING")}
