@@ -33,8 +33,9 @@ __all__ = [
 ]
 
 #: Storage types of a packed weight matrix.
-DTYPES = ("float32", "bfloat16", "q8_0")
-_C_DTYPE = {"float32": lib.BC_DTYPE_F32, "bfloat16": lib.BC_DTYPE_BF16, "q8_0": lib.BC_DTYPE_Q8_0}
+DTYPES = ("float32", "bfloat16", "q8_0", "q4_0")
+_C_DTYPE = {"float32": lib.BC_DTYPE_F32, "bfloat16": lib.BC_DTYPE_BF16, "q8_0": lib.BC_DTYPE_Q8_0,
+            "q4_0": lib.BC_DTYPE_Q4_0}
 
 def _vector(a: Any, n: int, name: str, what: str) -> Optional[np.ndarray]:
     if a is None:
@@ -113,7 +114,7 @@ def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
     ----------
     w : array_like, shape (out, in)
         As PyTorch's ``nn.Linear.weight`` (one row per output); floating.
-    dtype : {"float32", "bfloat16", "q8_0"}, optional
+    dtype : {"float32", "bfloat16", "q8_0", "q4_0"}, optional
         float32 as is; bfloat16 rounded to nearest even; q8_0 llama.cpp's blocks
         of 32 weights of a row with one half-precision scale (d = max|w| / 127,
         q = round(w / d)): the weights become d * q.
@@ -146,8 +147,8 @@ def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
     buf = np.empty(int(n[0]), np.uint8)
     st = lib.bc_pack(ffi.from_buffer("char[]", buf), buf.size, cptr(w), _C_DTYPE[dtype], rows, cols)
     if st == lib.BC_EVALUE:
-        raise BlockcValueError("w: q8_0 needs finite weights of magnitude <= 65504 * 127 "
-                               "(the block scale is a half)")
+        raise BlockcValueError(f"w: {dtype} needs finite weights of magnitude <= 65504 * "
+                               f"{127 if dtype == 'q8_0' else 8} (the block scale is a half)")
     check(st, "pack")
     return PackedWeight(buf, (rows, cols), dtype)
 

@@ -64,7 +64,7 @@ def test_weights_are_the_dequantised_tensors_bit_for_bit(files, case):
             got = got[rows[0]:rows[1]]
         assert np.array_equal(got.view(np.uint32), w.reshape(got.shape).view(np.uint32)), theirs
     types = {t.tensor_type.name for t in peer.tensors if len(t.shape) == 2}
-    assert m.dtype == {"Q8_0": "q8_0", "BF16": "bfloat16"}.get("".join(types), "float32")
+    assert m.dtype == {"Q8_0": "q8_0", "BF16": "bfloat16", "Q4_0": "q4_0"}.get("".join(types), "float32")
     assert m.gguf_types["blk.0.ffn_down.weight"] == [t.tensor_type.name for t in peer.tensors
                                                      if t.name == "blk.0.ffn_down.weight"][0]
 
@@ -148,7 +148,7 @@ def test_save_gguf_round_trip(files, tmp_path, dtype):
     if dtype in ("F32",):
         assert np.array_equal(back.params, m.params)
     types = {t.tensor_type.name for t in peer.tensors if len(t.shape) == 2}
-    assert back.dtype == {"Q8_0": "q8_0", "BF16": "bfloat16"}.get("".join(types), "float32")
+    assert back.dtype == {"Q8_0": "q8_0", "BF16": "bfloat16", "Q4_0": "q4_0"}.get("".join(types), "float32")
     assert blockc.Tokenizer.from_pretrained(p).encode("hello world").tolist() == \
         blockc.Tokenizer.from_pretrained(d / name).encode("hello world").tolist()
     if dtype == "Q4_K_M":
@@ -239,3 +239,53 @@ def test_cli_convert_both_ways_and_generate(files, tmp_path, capsys):
     capsys.readouterr()
     assert main(["generate", "--model", str(q), "--prompt", "The quick", "--max-new-tokens", "3"]) == 0
     assert capsys.readouterr().out.strip()  # the three new tokens, streamed
+
+
+def test_q4_0_native_kernels(tmp_path):
+    """blockc's q4_0 (the 4-bit weights streamed by the decode kernel, no float copy): its
+    blocks are gguf.quants.quantize's, bit for bit; the model computes what float32 does
+    with the dequantised weights, on every instruction set; the same bits at 1 and 2
+    threads and through the cache; a Q4_0 GGUF file loads as q4_0 with the same bytes."""
+    from blockc import get_isa, get_num_threads, set_isa, set_num_threads
+    cfg = GPTConfig.preset("llama-7b", vocab=96, context=64, width=128, heads=4, layers=2,
+                           d_ff=160, kv_heads=2)
+    m = GPT.random(cfg, seed=5)
+    q = m.astype("q4_0")
+    assert q.dtype == "q4_0" and q.nbytes < m.nbytes / 5
+    for name, t in q.layout.items():
+        if t.packed:
+            w = m.read_tensor(name)
+            ref = gq.dequantize(gq.quantize(w, gguf.GGMLQuantizationType.Q4_0),
+                                gguf.GGMLQuantizationType.Q4_0)
+            assert np.array_equal(q.read_tensor(name).view(np.uint32),
+                                  np.asarray(ref, np.float32).view(np.uint32)), name
+    f = GPT.from_state_dict(q.state_dict(), cfg)  # float32, the same (dequantised) weights
+    ids = np.random.default_rng(0).integers(0, cfg.vocab, (2, 40))
+    want = f(ids)
+    isa0, th0 = get_isa(), get_num_threads()
+    try:
+        for isa in ("generic", "avx2", "avx512"):
+            try:
+                set_isa(isa)
+            except (ValueError, RuntimeError):
+                continue
+            got = q(ids)
+            assert np.abs(got - want).max() <= 2e-5 * np.abs(want).max(), isa
+        set_isa(isa0)
+        set_num_threads(1)
+        one = q(ids)
+        set_num_threads(2)
+        assert np.array_equal(q(ids), one)
+        cache = q.new_cache(2, 40)
+        steps = [q(ids[:, :30], cache=cache)[:, -1]]
+        for i in range(30, 40):
+            steps.append(q(ids[:, i:i + 1], cache=cache)[:, -1])
+        assert np.abs(steps[-1] - one[:, -1]).max() <= 2e-5 * np.abs(one).max()
+    finally:
+        set_isa(isa0)
+        set_num_threads(th0)
+    q.save_gguf(tmp_path / "q4.gguf", dtype="Q4_0")
+    back = GPT.from_pretrained(tmp_path / "q4.gguf")
+    assert back.dtype == "q4_0" and np.array_equal(back.params, q.params)
+    types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(tmp_path / "q4.gguf")).tensors}
+    assert types["blk.0.attn_q.weight"] == types["output.weight"] == "Q4_0"

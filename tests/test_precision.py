@@ -11,7 +11,7 @@ from blockc import GPT, GPTConfig, ops
 from blockc.reference import gpt_forward, quant
 
 ORACLE = {"float32": lambda w: np.asarray(w, np.float32), "bfloat16": quant.bfloat16,
-          "q8_0": quant.q8_0}
+          "q8_0": quant.q8_0, "q4_0": quant.q4_0}
 
 
 def _hard_weights(rows, cols, seed):

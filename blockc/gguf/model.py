@@ -20,11 +20,11 @@ and are not reordered.
 
 Weights: each tensor is dequantised exactly (:mod:`blockc.reference.ggml`, bit for
 bit what ggml and the gguf package compute). With ``dtype=None`` a model whose
-matrices are all BF16 is held as bfloat16 and one whose matrices are all Q8_0 as
-q8_0 (blockc's q8_0 packs the same blocks: checked, tensor by tensor); any other
-mix of types is held as float32, the dequantised weights exactly, so the model
-computes with exactly the weights llama.cpp computes with. ``dtype=`` requantises
-on request.
+matrices are all BF16 is held as bfloat16, all Q8_0 as q8_0 and all Q4_0 as q4_0
+(blockc's native formats: its packing finds the same blocks again, checked tensor
+by tensor); any other mix of types is held as float32, the dequantised weights
+exactly, so the model computes with exactly the weights llama.cpp computes with.
+``dtype=`` requantises on request.
 """
 from __future__ import annotations
 
@@ -285,10 +285,11 @@ def load(path: str, dtype: Optional[str], cls: Any) -> Any:
     packed_types = {f.tensors[n].type for n, ours, _, _ in spec if lay[ours].packed}
     chosen = dtype
     if chosen is None:
-        chosen = {frozenset({"BF16"}): "bfloat16", frozenset({"Q8_0"}): "q8_0"}.get(
+        chosen = {frozenset({"BF16"}): "bfloat16", frozenset({"Q8_0"}): "q8_0",
+                  frozenset({"Q4_0"}): "q4_0"}.get(
             frozenset(packed_types), "float32")
     m = _fill(cls(cfg, dtype=chosen), f, spec, check_exact=dtype is None and chosen != "float32")
-    if m is None:  # a q8_0 block blockc's packing would store differently: exactly, as float32
+    if m is None:  # a block blockc's packing would store differently: exactly, as float32
         m = _fill(cls(cfg, dtype="float32"), f, spec, check_exact=False)
     m.special_ids = _special_ids(f)
     m.gguf_types = {n: f.tensors[n].type for n, _, _, _ in spec}  # what the file held

@@ -45,14 +45,15 @@ NORMS = ("layer", "rms", "none")
 PLACEMENTS = ("pre", "post")
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "swiglu")
 POSITIONS = ("learned", "rope")
-DTYPES = ("float32", "bfloat16", "q8_0")
+DTYPES = ("float32", "bfloat16", "q8_0", "q4_0")
 
 _C_NORM = {"layer": lib.BC_NORM_LAYER, "rms": lib.BC_NORM_RMS, "none": lib.BC_NORM_NONE}
 _C_PLACE = {"pre": lib.BC_PLACE_PRE, "post": lib.BC_PLACE_POST}
 _C_ACT = {"gelu_tanh": lib.BC_ACT_GELU_TANH, "gelu": lib.BC_ACT_GELU, "relu": lib.BC_ACT_RELU,
           "swiglu": lib.BC_ACT_SWIGLU}
 _C_POS = {"learned": lib.BC_POS_LEARNED, "rope": lib.BC_POS_ROPE}
-C_DTYPE = {"float32": lib.BC_DTYPE_F32, "bfloat16": lib.BC_DTYPE_BF16, "q8_0": lib.BC_DTYPE_Q8_0}
+C_DTYPE = {"float32": lib.BC_DTYPE_F32, "bfloat16": lib.BC_DTYPE_BF16, "q8_0": lib.BC_DTYPE_Q8_0,
+           "q4_0": lib.BC_DTYPE_Q4_0}
 
 
 @dataclass(frozen=True)
@@ -311,7 +312,7 @@ class GPTConfig:
 
         Parameters
         ----------
-        dtype : {"float32", "bfloat16", "q8_0"}, optional
+        dtype : {"float32", "bfloat16", "q8_0", "q4_0"}, optional
 
         Returns
         -------

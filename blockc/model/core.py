@@ -338,7 +338,7 @@ class Model:
         seed : int >= 0 or None, optional
             Seed of ``numpy.random.default_rng``, drawn from tensor by tensor in
             state-dict order (None: fresh entropy).
-        dtype : {"float32", "bfloat16", "q8_0"}, optional
+        dtype : {"float32", "bfloat16", "q8_0", "q4_0"}, optional
             How the matrices are stored (the same float32 draws, then rounded
             or quantised).
 
@@ -385,7 +385,7 @@ class Model:
             Every key and shape is checked against it. For a tied config,
             ``head.weight`` may be present (PyTorch lists it) and must equal
             ``token.weight`` bit for bit.
-        dtype : {"float32", "bfloat16", "q8_0"}, optional
+        dtype : {"float32", "bfloat16", "q8_0", "q4_0"}, optional
             How the matrices are stored.
 
         Returns
@@ -478,7 +478,7 @@ class Model:
 
         Parameters
         ----------
-        dtype : {"float32", "bfloat16", "q8_0"}
+        dtype : {"float32", "bfloat16", "q8_0", "q4_0"}
             From float32 the weights are rounded (bfloat16) or quantised (q8_0,
             llama.cpp's rule); from a lower precision they are the weights this
             model computes with, exactly, stored anew.
@@ -582,8 +582,9 @@ class Model:
         rs, cs = (1, rows) if transposed else (cols, 1)
         st = lib.bc_pack_strided(self._cptr + t.offset, t.nbytes, cptr(a), rs, cs, t.dtype, rows, cols)
         if st == lib.BC_EVALUE:
-            raise BlockcValueError(f"state dict entry {name!r}: q8_0 needs finite weights of "
-                                   "magnitude <= 65504 * 127")
+            raise BlockcValueError(f"state dict entry {name!r}: {self._dtype} needs finite "
+                                   f"weights of magnitude <= 65504 * "
+                                   f"{127 if self._dtype == 'q8_0' else 8}")
         check(st, f"state dict entry {name!r}")
 
     # ---- the internal interface (see blockc.model) ---------------------------

@@ -1,5 +1,5 @@
 """The NumPy oracle of the weight storage types: the weights a float32 matrix becomes
-when stored as bfloat16 or q8_0 (no C; written from the formats' definitions).
+when stored as bfloat16, q8_0 or q4_0 (no C; written from the formats' definitions).
 
 - bfloat16: the high 16 bits of the float32, rounded to nearest, ties to even
   (NaN stays NaN, what ``torch.Tensor.to(torch.bfloat16)`` does).
@@ -14,7 +14,7 @@ from typing import Tuple
 
 import numpy as np
 
-__all__ = ["bfloat16", "q8_0_blocks", "q8_0"]
+__all__ = ["bfloat16", "q8_0_blocks", "q8_0", "q4_0"]
 
 
 def bfloat16(w) -> np.ndarray:
@@ -55,3 +55,16 @@ def q8_0(w) -> np.ndarray:
     d, q = q8_0_blocks(a)
     deq = d.astype(np.float32)[..., None] * q.astype(np.float32)
     return deq.reshape(a.shape[0], -1)[:, :a.shape[1]]
+
+
+def q4_0(w) -> np.ndarray:
+    """``w`` stored as q4_0 (llama.cpp's ``quantize_row_q4_0_ref``, rows zero-padded to
+    blocks of 32: :mod:`blockc.reference.ggml`), as the float32 weights it becomes."""
+    from . import ggml
+    a = np.ascontiguousarray(w, dtype=np.float32)
+    if a.ndim != 2:
+        raise ValueError(f"w must be 2-D, got shape {a.shape}")
+    rows, cols = a.shape
+    pad = np.zeros((rows, (cols + 31) // 32 * 32), np.float32)
+    pad[:, :cols] = a
+    return ggml.dequantise(ggml.quantise(pad, "Q4_0"), "Q4_0")[:, :cols]

@@ -29,7 +29,8 @@ extern "C" {
 #define BC_DTYPE_F32 0
 #define BC_DTYPE_BF16 1
 #define BC_DTYPE_Q8_0 2
-#define BC_NDTYPE 3      /* one past the last dtype */
+#define BC_DTYPE_Q4_0 3
+#define BC_NDTYPE 4      /* one past the last dtype */
 
 /* Normalisation kinds and placements of the block. */
 #define BC_NORM_RMS 0
@@ -89,6 +90,13 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  16 rows' scales d[l] (IEEE halves) then q[k][l] (32 x 16
  *                  int8); w[16p + l][32b + k] = d[l] * q[k][l]. A block's
  *                  d = max|w| / 127 and q = round(w / d).
+ *   BC_DTYPE_Q4_0  llama.cpp's q4_0 (blocks of 32 weights of a row with one
+ *                  scale, 4 bits each): panel p is ceil(cols / 32) blocks of
+ *                  288 bytes, the 16 rows' scales d[l] (IEEE halves) then
+ *                  q[j][l] (16 x 16 bytes: weight j in the low nibble, weight
+ *                  j + 16 in the high one); w[16p + l][32b + k] = d[l] * (nibble
+ *                  - 8). A block's d = m / -8 for m its weight of largest
+ *                  magnitude, nibble = min(15, (int)(w / d + 8.5)).
  * bc_pack_size gives the bytes. */
 
 /* *bytes: the size of a packed (rows, cols) matrix of dtype. BC_ESIZE for a zero
@@ -96,7 +104,8 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
 int bc_pack_size(size_t *bytes, int dtype, size_t rows, size_t cols);
 
 /* out (out_bytes >= bc_pack_size) = w (rows, cols) packed as dtype. BC_EVALUE
- * for q8_0 when a weight is not finite or beyond 65504 * 127 in magnitude. */
+ * for q8_0 when a weight is not finite or beyond 65504 * 127 in magnitude, for
+ * q4_0 beyond 65504 * 8. */
 int bc_pack(void *out, size_t out_bytes, const float *w, int dtype, size_t rows, size_t cols);
 
 /* The same for w(r, c) = w[r * row_stride + c * col_stride]: a transposed w

@@ -34,6 +34,13 @@ typedef struct {
     int8_t q[32][BC_PANEL];     /* q[k][row] */
 } bc_q8_block;
 
+/* One block of a q4_0 panel: the panel's 16 rows, 32 columns (ggml's block_q4_0
+ * for each row, its 16 bytes interleaved with the other rows'). */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' scales (IEEE halves) */
+    uint8_t q[16][BC_PANEL];    /* q[j][row]: weight j low nibble, weight j + 16 high */
+} bc_q4_block;
+
 typedef struct {
     const char *name;      /* the format's name in Python ("float32", "bfloat16", "q8_0") */
     size_t block;          /* weights of one row per block */

@@ -115,6 +115,13 @@ static inline V vload_i8(const int8_t *p)
 {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
 }
+/* lane i = the low (hi = 0) or high nibble of p[i], less 8 */
+static inline V vload_nib8(const uint8_t *p, int hi)
+{
+    __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    u = hi ? _mm512_srli_epi32(u, 4) : _mm512_and_si512(u, _mm512_set1_epi32(15));
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(u, _mm512_set1_epi32(8)));
+}
 static inline V vload_bf16(const uint16_t *p)
 {
     const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
@@ -225,6 +232,13 @@ static inline V vload_i8(const int8_t *p)
 {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
+/* lane i = the low (hi = 0) or high nibble of p[i], less 8 */
+static inline V vload_nib8(const uint8_t *p, int hi)
+{
+    __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    u = hi ? _mm256_srli_epi32(u, 4) : _mm256_and_si256(u, _mm256_set1_epi32(15));
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(u, _mm256_set1_epi32(8)));
+}
 static inline V vload_bf16(const uint16_t *p)
 {
     const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
@@ -271,6 +285,14 @@ BC_INLINE void vtranspose(V o[VL], const V r[VL])
             o[k].f[j] = r[j].f[k];
 }
 static inline V vload_i8(const int8_t *p) { V r; for (int i = 0; i < 4; i++) r.f[i] = (float)p[i]; return r; }
+/* lane i = the low (hi = 0) or high nibble of p[i], less 8 */
+static inline V vload_nib8(const uint8_t *p, int hi)
+{
+    V r;
+    for (int i = 0; i < 4; i++)
+        r.f[i] = (float)((hi ? p[i] >> 4 : p[i] & 15) - 8);
+    return r;
+}
 static inline V vload_bf16(const uint16_t *p)
 {
     V r;

@@ -99,12 +99,69 @@ static void q8_unpack_row(float *out, const unsigned char *panel, size_t l, size
     }
 }
 
+/* ---- q4_0: per 32 columns a bc_q4_block of the panel's rows -------------- */
+
+/* A finite weight's q4_0 scale fits a half: |w| <= 65504 * 8. */
+#define Q4_MAX_ABS 524032.0f
+
+static int q4_check(const float *w, size_t rs, size_t cs, size_t rows, size_t cols)
+{
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++)
+            if (!(fabsf(w[r * rs + c * cs]) <= Q4_MAX_ABS))
+                return BC_EVALUE;
+    return BC_OK;
+}
+
+/* q4_0 of one block of n <= 32 weights (the rest zero), llama.cpp's
+ * quantize_row_q4_0_ref: d = m / -8 for m the first weight of largest
+ * magnitude, nibble = min(15, (int8)(w / d + 8.5)) computed as w * (1/d) + 8.5. */
+static void q4_block(uint16_t *d, uint8_t *q, size_t stride, const float *w, size_t n)
+{
+    float amax = 0.0f, m = 0.0f;
+    for (size_t k = 0; k < n; k++)
+        if (fabsf(w[k]) > amax) {
+            amax = fabsf(w[k]);
+            m = w[k];
+        }
+    const float dd = m / -8.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    *d = bc_f32_to_half(dd);
+    for (size_t j = 0; j < 16; j++) {
+        const float x0 = j < n ? w[j] * id : 0.0f, x1 = j + 16 < n ? w[j + 16] * id : 0.0f;
+        const int q0 = (int8_t)(x0 + 8.5f), q1 = (int8_t)(x1 + 8.5f);
+        q[j * stride] = (uint8_t)((q0 < 15 ? q0 : 15) | ((q1 < 15 ? q1 : 15) << 4));
+    }
+}
+
+static void q4_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                    size_t nk, size_t cols)
+{
+    bc_q4_block *bl = (bc_q4_block *)panel + k0 / 32;
+    for (size_t b = 0; b < nk; b += 32, bl++) {
+        const size_t n = nk - b < 32 ? nk - b : 32;
+        for (size_t l = 0; l < nl; l++)
+            q4_block(&bl->d[l], &bl->q[0][l], PW, tile + l * ld + b, n);
+    }
+}
+
+static void q4_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q4_block *bl = (const bc_q4_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q4_block *b = bl + k / 32;
+        const size_t j = k % 32;
+        const int nib = j < 16 ? b->q[j][l] & 15 : b->q[j - 16][l] >> 4;
+        out[k] = bc_half_to_f32(b->d[l]) * (float)(nib - 8);
+    }
+}
+
 /* ---- the table, indexed by BC_DTYPE_* ------------------------------------ */
 
 static const bc_format formats[BC_NDTYPE] = {
     [BC_DTYPE_F32] = {"float32", 1, 4, NULL, f32_pack, f32_unpack_row},
     [BC_DTYPE_BF16] = {"bfloat16", 1, 2, NULL, bf16_pack, bf16_unpack_row},
     [BC_DTYPE_Q8_0] = {"q8_0", 32, 34, q8_check, q8_pack, q8_unpack_row},
+    [BC_DTYPE_Q4_0] = {"q4_0", 32, 18, q4_check, q4_pack, q4_unpack_row},
 };
 
 const bc_format *bc_format_of(int dtype)
