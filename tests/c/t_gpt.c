@@ -102,7 +102,7 @@ static void config_checks(void)
         EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
         c = good; c.positions = bad_opt[i] == 3 ? 2 : bad_opt[i];
         EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
-        c = good; c.dtype = bad_opt[i];
+        c = good; c.dtype = bad_opt[i] == 3 ? BC_NDTYPE : bad_opt[i];
         EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
     }
     c = good; c.activation = BC_ACT_SILU;  /* an activation, but not an MLP kind */
@@ -663,11 +663,11 @@ static void cache_ops_checks(int dtype)
 
 static void variants_checks(void)
 {
-    for (int dtype = BC_DTYPE_F32; dtype <= BC_DTYPE_Q8_0; dtype++) {
+    for (int dtype = BC_DTYPE_F32; dtype < BC_NDTYPE; dtype++) {
         ragged_checks(dtype);
         cache_ops_checks(dtype);
     }
-    for (int dtype = BC_DTYPE_F32; dtype <= BC_DTYPE_Q8_0; dtype++) {
+    for (int dtype = BC_DTYPE_F32; dtype < BC_NDTYPE; dtype++) {
         bc_gpt_config cs[10];
         int n = 0;
         cs[n++] = tiny(1);
@@ -689,7 +689,7 @@ static void variants_checks(void)
 void test_gpt(void)
 {
     config_checks();
-    for (int dtype = BC_DTYPE_F32; dtype <= BC_DTYPE_Q8_0; dtype++) {
+    for (int dtype = BC_DTYPE_F32; dtype < BC_NDTYPE; dtype++) {
         bc_gpt_config c = tiny(1);
         c.dtype = dtype;
         tensor_info_checks(c);

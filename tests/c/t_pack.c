@@ -7,7 +7,7 @@
 
 #define NB(n) ((n) * sizeof(float))
 
-static const int DTYPES[3] = {BC_DTYPE_F32, BC_DTYPE_BF16, BC_DTYPE_Q8_0};
+static const int DTYPES[4] = {BC_DTYPE_F32, BC_DTYPE_BF16, BC_DTYPE_Q8_0, BC_DTYPE_Q4_0};
 
 static size_t packed(int dtype, size_t rows, size_t cols)
 {
@@ -22,7 +22,7 @@ static void size_checks(void)
     EXPECT_STATUS(BC_ENULL, bc_pack_size(NULL, BC_DTYPE_F32, 4, 4));
     EXPECT_STATUS(BC_ESIZE, bc_pack_size(n, BC_DTYPE_F32, 0, 4));
     EXPECT_STATUS(BC_ESIZE, bc_pack_size(n, BC_DTYPE_Q8_0, 4, 0));
-    const int bad[] = {-1, 3, 99};
+    const int bad[] = {-1, BC_NDTYPE, 99};
     for (int i = 0; i < 3; i++)
         EXPECT_STATUS(BC_EOPTION, bc_pack_size(n, bad[i], 4, 4));
     EXPECT_STATUS(BC_EOVERFLOW, bc_pack_size(n, BC_DTYPE_F32, H_NEG, 4));
@@ -35,6 +35,7 @@ static void size_checks(void)
     EXPECT(packed(BC_DTYPE_Q8_0, 16, 32) == 16 * 34);
     EXPECT(packed(BC_DTYPE_Q8_0, 3, 33) == 16 * 2 * 34);
     EXPECT(packed(BC_DTYPE_Q8_0, 768, 3072) == 768 * 96 * 34);
+    EXPECT(packed(BC_DTYPE_Q4_0, 3, 33) == 16 * 2 * 18);  /* q4_0: 18 bytes a block */
 }
 
 /* pack then unpack: float32 exactly; bfloat16 the round-to-nearest-even of
@@ -44,7 +45,7 @@ static void roundtrip_checks(size_t rows, size_t cols)
     const size_t n = rows * cols;
     float *w = h_alloc(n), *back = h_alloc(n);
     h_fill(w, n, (uint32_t)(rows * 31 + cols), 2.0f);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         const int dt = DTYPES[k];
         const size_t nb = packed(dt, rows, cols);
         unsigned char *p = h_alloc_bytes(nb);
@@ -67,9 +68,12 @@ static void roundtrip_checks(size_t rows, size_t cols)
                     memcpy(&v, &b, 4);
                     const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
                     EXPECT(v == r);
-                } else if (j < 32) {
+                } else if (j < 32 && dt == BC_DTYPE_Q8_0) {
                     /* half a step, plus the scale rounded to a half: 127 d 2^-11 */
                     EXPECT(fabsf(a - b) <= amax / 127.0f * (0.5f + 127.0f / 2048.0f) + 1e-7f);
+                } else if (j < 32) {
+                    /* q4_0: a step at the clipped end (+8 d stored as 7 d), half one else */
+                    EXPECT(fabsf(a - b) <= amax / 8.0f * (1.0f + 8.0f / 2048.0f) + 1e-7f);
                 }
             }
         }
