@@ -18,6 +18,7 @@ from .text import TextStream, Tokenizer
 from .engine import (BlockConfig, PreparedBlock, block_backward, block_forward, count_parameters,
                      init_block, init_blocks, prepare, stack_backward, stack_forward)
 from .gpt import GPT, GPTConfig, KVCache, gpt_parameter_count, gpt_parameter_formula
+from .generation import GenerationConfig
 from .train import AdamW
 from .rng import CRand
 from .runtime import best_isa, get_isa, get_num_threads, set_isa, set_num_threads
@@ -43,6 +44,7 @@ __all__ = [
     "block_backward", "stack_backward", "AdamW",
     "init_block", "init_blocks", "count_parameters",
     "GPT", "GPTConfig", "KVCache", "gpt_parameter_count", "gpt_parameter_formula",
+    "GenerationConfig",
     "CRand",
     "set_num_threads", "get_num_threads", "get_isa", "set_isa", "best_isa",
     "__version__",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar, Union
+from typing import Any, Dict, List, Optional, Type, TypeVar, Union
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from . import _files
 from . import safetensors as st
 from ._args import as_choice
 from ._errors import BlockcValueError
+from .generation.config import TOKEN_ID_FIELDS, GenerationConfig, token_ids
 from .families import FAMILIES, Name, config_to_hf, family_of, read_config  # noqa: F401 (re-exported)
 from .model import DTYPES, GPTConfig, Model, layout, same_bits
 
@@ -157,6 +158,7 @@ def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model) -> M:
         if rows[1] == tensor_layout[ours].shape[0]:  # the last slice: the tensor is whole
             m.write_tensor(ours, parts.pop(ours))
     m.special_ids = special_ids(d)
+    m.generation_config = GenerationConfig.from_pretrained(path, config=d)
     if tied_head:
         t = tensors[head]
         emb = [n for n, b, _, _ in spec if b == "token.weight"][0]
@@ -167,19 +169,9 @@ def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model) -> M:
     return m
 
 
-#: config.json's token ids that generation reads: kept from a loaded directory, written back
-SPECIAL_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
-
-
-def special_ids(d: Mapping[str, Any]) -> Dict[str, Any]:
-    """The special token ids of a config dict that are ids (an int, or a list of ints)."""
-    out: Dict[str, Any] = {}
-    for k in SPECIAL_IDS:
-        v = d.get(k)
-        ok = lambda x: isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2 ** 63  # noqa: E731
-        if ok(v) or (isinstance(v, list) and v and len(v) <= 1024 and all(ok(x) for x in v)):
-            out[k] = list(v) if isinstance(v, list) else v
-    return out
+#: config.json's token ids: kept from a loaded directory (m.special_ids), written back on save
+SPECIAL_IDS = TOKEN_ID_FIELDS
+special_ids = token_ids
 
 
 def _aligned(a: np.ndarray) -> np.ndarray:

@@ -7,12 +7,12 @@
 
 The continuation is streamed to stdout as it is made (text with the directory's
 tokenizer.json; with --ids, the new ids separated by spaces), and generation
-stops at the model's end-of-text token (config.json's eos_token_id).
+stops at the model's end tokens (its generation config: config.json's and
+generation_config.json's eos_token_id, else the tokenizer's end token).
 """
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
@@ -20,7 +20,6 @@ import numpy as np
 
 from .._errors import BlockcValueError
 from ..gpt import DTYPES, GPT
-from ..hf import read_config
 from ..text import TextStream, Tokenizer
 from ._options import add_threads, apply_threads, write
 
@@ -78,21 +77,22 @@ def run_generate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     m = GPT.from_pretrained(args.model, dtype=args.dtype)
     load = time.perf_counter() - t0
-    if args.no_eos:
-        eos = None
-    elif os.path.isdir(args.model):
-        eos = read_config(args.model).get("eos_token_id")
-    else:  # a GGUF file: its tokenizer.ggml.eos_token_id
-        eos = m.special_ids.get("eos_token_id")
+    # the end ids: the checkpoint's generation config (a GGUF file's: its special ids),
+    # else the tokenizer's end token
+    gen = m.generation_config
+    if gen.eos_token_id is None and "eos_token_id" in m.special_ids:
+        gen = gen.replace(eos_token_id=m.special_ids["eos_token_id"])
     if tok is not None:
         ids = list(tok.encode(args.prompt, add_special_tokens=not args.no_special_tokens))
         if not ids:
             raise BlockcValueError("--prompt encodes to no tokens")
-        if eos is None and not args.no_eos:
-            eos = tok.eos_token_id
+        if gen.eos_token_id is None and tok.eos_token_id is not None:
+            gen = gen.replace(eos_token_id=tok.eos_token_id)
+    if args.no_eos:
+        gen = gen.replace(eos_token_id=())
     opts = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                 min_p=args.min_p, repetition_penalty=args.repetition_penalty, seed=args.seed,
-                eos_token_id=eos)
+                generation_config=gen)
     stream = TextStream(tok) if tok is not None else None
     n, t1 = 0, time.perf_counter()
     for token in m.stream(np.array(ids), args.max_new_tokens, **opts):

@@ -1,15 +1,21 @@
 """Generation: choosing the next token and the loop that extends prompts.
 
+- :mod:`blockc.generation.config`: :class:`GenerationConfig`, every option of a
+  generation in one place, read from a checkpoint's config.json and
+  generation_config.json.
 - :mod:`blockc.generation.logits`: the logits processors and the sampler
   (:class:`SamplingOptions`, :func:`next_tokens`, ...), in NumPy.
 - :mod:`blockc.generation.loop`: :class:`GenerationMixin` (``GPT.generate`` and
-  ``GPT.stream``) and :class:`Generation`, the steps of one generation.
+  ``GPT.stream``, ``prepare_generation``), :class:`Generation`, the steps of one
+  generation, and :class:`StopStrings`, the incremental stop-string check.
 """
 from __future__ import annotations
 
+from .config import GenerationConfig, ResolvedGeneration
 from .logits import (SamplingOptions, apply_penalty, min_p_mask, next_tokens, processed_logits,
                      top_k_mask, top_p_mask)
-from .loop import Generation, GenerationMixin
+from .loop import Generation, GenerationMixin, StopStrings
 
 __all__ = ["SamplingOptions", "next_tokens", "processed_logits", "apply_penalty", "top_k_mask",
-           "top_p_mask", "min_p_mask", "GenerationMixin", "Generation"]
+           "top_p_mask", "min_p_mask", "GenerationMixin", "Generation", "StopStrings",
+           "GenerationConfig", "ResolvedGeneration"]

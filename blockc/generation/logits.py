@@ -15,12 +15,12 @@ for a seed, whatever blockc's thread count.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
-from .._args import as_int, as_real
 from .._errors import BlockcValueError
+from .config import GenerationConfig
 
 __all__ = ["SamplingOptions", "next_tokens", "processed_logits", "apply_penalty", "top_k_mask", "top_p_mask",
            "min_p_mask"]
@@ -33,18 +33,11 @@ class SamplingOptions:
     def __init__(self, temperature: float = 0.0, top_k: Optional[int] = None,
                  top_p: Optional[float] = None, min_p: Optional[float] = None,
                  repetition_penalty: Optional[float] = None, vocab: int = 1):
-        self.temperature = as_real(temperature, "temperature", 0.0)
-        self.top_k = None if top_k is None else min(as_int(top_k, "top_k", 1), vocab)
-        self.top_p = None if top_p is None else as_real(top_p, "top_p", 0.0)
-        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
-            raise BlockcValueError(f"top_p must be in (0, 1], got {top_p!r}")
-        self.min_p = None if min_p is None else as_real(min_p, "min_p", 0.0)
-        if self.min_p is not None and self.min_p > 1.0:
-            raise BlockcValueError(f"min_p must be in [0, 1], got {min_p!r}")
-        self.repetition_penalty = (None if repetition_penalty is None
-                                   else as_real(repetition_penalty, "repetition_penalty", 0.0))
-        if self.repetition_penalty is not None and self.repetition_penalty <= 0.0:
-            raise BlockcValueError(f"repetition_penalty must be > 0, got {repetition_penalty!r}")
+        # checked once, by GenerationConfig (top-k capped at the vocabulary)
+        r = GenerationConfig(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                             repetition_penalty=repetition_penalty).resolve(vocab)
+        self.temperature, self.top_k, self.top_p = r.temperature, r.top_k, r.top_p
+        self.min_p, self.repetition_penalty = r.min_p, r.repetition_penalty
 
     @property
     def greedy(self) -> bool:

@@ -7,32 +7,69 @@ The loop reaches the model only through the core's interface (:mod:`blockc.model
 """
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
-from .._args import as_flag, as_int, to_numpy
+from .._args import as_int, to_numpy
 from .._errors import BlockcTypeError, BlockcValueError
-from ..model import check_ids
+from ..model import Model, check_ids
+from .config import GenerationConfig, ResolvedGeneration
 from .logits import SamplingOptions, next_tokens
 
-__all__ = ["GenerationMixin", "Generation"]
+__all__ = ["GenerationMixin", "Generation", "StopStrings"]
+
+#: the options generate and stream take by name (a checkpoint's bos id is not one)
+_OPTIONS = frozenset(f.name for f in fields(GenerationConfig)) - {"bos_token_id"}
+_DEFAULT = GenerationConfig()
 
 
 class GenerationMixin:
     """``generate`` and ``stream`` for a :class:`blockc.model.Model` (Hugging Face's
-    ``GenerationMixin`` role): mixed into :class:`blockc.GPT`."""
+    ``GenerationMixin`` role): mixed into :class:`blockc.GPT`.
 
-    def generate(self, ids: Any, max_new_tokens: int, temperature: float = 0.0,
+    The model's :attr:`generation_config` (a :class:`GenerationConfig`: the
+    defaults, or what a checkpoint directory's files say) is where every call
+    starts; the keyword options of a call override it.
+    """
+
+    @property
+    def generation_config(self) -> GenerationConfig:
+        """The options generation starts from: a loaded checkpoint's (its end ids,
+        pad and sampling defaults), else the defaults; assign a GenerationConfig to
+        change them."""
+        return self.__dict__.get("_generation_config", _DEFAULT)
+
+    @generation_config.setter
+    def generation_config(self, value: GenerationConfig) -> None:
+        if not isinstance(value, GenerationConfig):
+            raise BlockcTypeError("generation_config must be a blockc.generation.GenerationConfig, "
+                                  f"got {type(value).__name__}")
+        self.__dict__["_generation_config"] = value
+
+    def astype(self, dtype: str) -> Any:
+        m = super().astype(dtype)  # type: ignore[misc]
+        m.generation_config = self.generation_config
+        return m
+
+    astype.__doc__ = Model.astype.__doc__
+
+    def generate(self, ids: Any, max_new_tokens: int, temperature: Optional[float] = None,
                  top_k: Optional[int] = None, seed: Optional[int] = None,
-                 use_cache: bool = True, *, top_p: Optional[float] = None,
+                 use_cache: Optional[bool] = None, *, top_p: Optional[float] = None,
                  min_p: Optional[float] = None, repetition_penalty: Optional[float] = None,
                  eos_token_id: Union[int, Sequence[int], None] = None,
                  pad_token_id: Optional[int] = None, stop: Optional[Sequence[str]] = None,
                  tokenizer: Any = None,
-                 streamer: Optional[Callable[[np.ndarray], None]] = None
+                 streamer: Optional[Callable[[np.ndarray], None]] = None,
+                 generation_config: Optional[GenerationConfig] = None
                  ) -> Union[np.ndarray, List[np.ndarray]]:
         """Extend the prompts by up to ``max_new_tokens`` tokens each.
+
+        Every option left at None is the model's :attr:`generation_config`'s (or
+        ``generation_config``'s): the defaults named below for a new model, what
+        its files say for a loaded checkpoint.
 
         Parameters
         ----------
@@ -70,8 +107,11 @@ class GenerationMixin:
         eos_token_id : int or sequence of int, optional
             Stop a row when it emits one (kept in the output); the batch stops when
             every row has. Later positions of a finished row hold ``pad_token_id``.
+            Default: the generation config's (a loaded checkpoint's end ids); ``()``
+            for none.
         pad_token_id : int, optional
-            Filler after a row's end (default: the first eos_token_id).
+            Filler after a row's end (default: the config's, else the first
+            eos_token_id, else 0).
         stop : sequence of str, optional
             Stop a row when its generated text contains one of these (needs
             ``tokenizer``; the token completing it is kept).
@@ -79,6 +119,12 @@ class GenerationMixin:
             For ``stop``.
         streamer : callable, optional
             Called with each step's new tokens, an int64 array (B,), as they are made.
+        generation_config : blockc.generation.GenerationConfig, optional
+            The options to start from: by default the model's own
+            (:attr:`generation_config`: a loaded checkpoint's end ids, pad and
+            sampling defaults; a new model's are the defaults above). Every option
+            given here as a keyword (not None) overrides it; ``eos_token_id=()``
+            turns the end ids off.
 
         The options apply in Hugging Face's order (:mod:`blockc.generation`):
         repetition penalty, temperature, top-k, top-p, min-p.
@@ -104,9 +150,10 @@ class GenerationMixin:
         >>> [len(r) for r in m.generate([[1, 2, 3], [4]], 2)]
         [5, 3]
         """
-        run = self._generation(ids, max_new_tokens, temperature, top_k, seed, use_cache, top_p,
-                               min_p, repetition_penalty, eos_token_id, pad_token_id, stop,
-                               tokenizer)
+        options = dict(temperature=temperature, top_k=top_k, seed=seed, use_cache=use_cache,
+                       top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty,
+                       eos_token_id=eos_token_id, pad_token_id=pad_token_id, stop=stop)
+        run = self.prepare_generation(ids, max_new_tokens, generation_config, tokenizer, **options)
         rows, steps = run.rows, []
         for toks in run:
             steps.append(toks)
@@ -126,7 +173,8 @@ class GenerationMixin:
         max_new_tokens : int >= 0
         **options
             As :meth:`generate` (temperature, top_k, top_p, min_p,
-            repetition_penalty, eos_token_id, stop, tokenizer, seed, use_cache).
+            repetition_penalty, eos_token_id, pad_token_id, stop, tokenizer, seed,
+            use_cache, generation_config).
 
         Yields
         ------
@@ -151,22 +199,49 @@ class GenerationMixin:
                                    f"shape {a.shape}")
         if a.size == 0:
             raise BlockcValueError("ids is empty: a prompt needs at least one token")
-        known = {"temperature", "top_k", "seed", "use_cache", "top_p", "min_p",
-                 "repetition_penalty", "eos_token_id", "pad_token_id", "stop", "tokenizer"}
-        unknown = sorted(set(options) - known)
+        o = dict(options)
+        unknown = sorted(set(o) - _OPTIONS - {"tokenizer", "generation_config"})
         if unknown:
             raise BlockcTypeError(f"stream() got an unexpected option {unknown[0]!r}")
-        o = dict(temperature=0.0, top_k=None, seed=None, use_cache=True, top_p=None, min_p=None,
-                 repetition_penalty=None, eos_token_id=None, pad_token_id=None, stop=None,
-                 tokenizer=None)
-        o.update(options)
-        for toks in self._generation(a.reshape(1, -1), max_new_tokens, **o):
+        run = self.prepare_generation(a.reshape(1, -1), max_new_tokens,
+                                      o.pop("generation_config", None), o.pop("tokenizer", None),
+                                      **o)
+        for toks in run:
             yield int(toks[0])  # a finished row ends the iteration
 
-    def _generation(self, ids, max_new_tokens, temperature=0.0, top_k=None, seed=None,
-                    use_cache=True, top_p=None, min_p=None, repetition_penalty=None,
-                    eos_token_id=None, pad_token_id=None, stop=None, tokenizer=None):
-        """A :class:`Generation`: every argument checked, before any work."""
+    def prepare_generation(self, ids: Any, max_new_tokens: int,
+                           generation_config: Optional[GenerationConfig] = None,
+                           tokenizer: Any = None, **options: Any) -> "Generation":
+        """A :class:`Generation` of the prompts ``ids``, every argument checked before
+        any work: what :meth:`generate` and :meth:`stream` iterate (a server steps it).
+
+        Parameters
+        ----------
+        ids : array_like of int, shape (B, T), or a sequence of 1-D prompts
+        max_new_tokens : int >= 0
+        generation_config : GenerationConfig, optional
+            The options to start from (default: the model's :attr:`generation_config`).
+        tokenizer : blockc.text.Tokenizer, optional
+            For stop strings.
+        **options
+            GenerationConfig options overriding it (None: not given).
+
+        Returns
+        -------
+        Generation
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`generate`.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> run = m.prepare_generation([[1, 2]], 2, top_k=1)
+        >>> [t.tolist() for t in run]
+        [[2], [7]]
+        """
         cfg = self.config
         # a sequence of 1-D prompts of different lengths is a ragged batch
         ragged = (isinstance(ids, (list, tuple)) and len(ids) > 0
@@ -177,48 +252,83 @@ class GenerationMixin:
             a = check_ids(ids, cfg)
             rows = [r.astype(np.int64) for r in a]
         n = as_int(max_new_tokens, "max_new_tokens", 0)
-        opts = SamplingOptions(temperature, top_k, top_p, min_p, repetition_penalty, cfg.vocab)
-        if seed is not None:
-            seed = as_int(seed, "seed", 0)
-        use_cache = as_flag(use_cache, "use_cache")
-        if eos_token_id is None:
-            eos = ()
-        elif isinstance(eos_token_id, (list, tuple)):
-            eos = tuple(as_int(e, "eos_token_id", 0, cfg.vocab - 1) for e in eos_token_id)
-        else:
-            eos = (as_int(eos_token_id, "eos_token_id", 0, cfg.vocab - 1),)
-        pad = eos[0] if pad_token_id is None and eos else pad_token_id
-        pad = 0 if pad is None else as_int(pad, "pad_token_id", 0, cfg.vocab - 1)
-        if stop is not None:
-            if isinstance(stop, str) or not all(isinstance(x, str) and x for x in stop):
-                raise BlockcTypeError("stop must be a sequence of non-empty str")
-            if tokenizer is None:
-                raise BlockcValueError("stop strings need a tokenizer (to read the text)")
-            stop = tuple(stop)
+        base = self.generation_config if generation_config is None else generation_config
+        if not isinstance(base, GenerationConfig):
+            raise BlockcTypeError("generation_config must be a blockc.generation.GenerationConfig, "
+                                  f"got {type(base).__name__}")
+        given = {k: v for k, v in options.items() if v is not None}
+        g = base.replace(**given).resolve(cfg.vocab) if given else base.resolve(cfg.vocab)
+        if g.stop is not None and tokenizer is None:
+            raise BlockcValueError("stop strings need a tokenizer (to read the text)")
         longest = max(len(r) for r in rows)
         if n and longest + n - 1 > cfg.context:
             raise BlockcValueError(f"Sequence exceeds the model's context of {cfg.context} "
                                    f"({longest} prompt + {n} new tokens)")
-        # every row its own generator: with a seed, a row draws what it draws alone
-        rngs = [np.random.default_rng(seed) for _ in rows]
-        return Generation(self, rows, ragged, n, opts, rngs, use_cache, eos, pad, stop, tokenizer)
+        return Generation(self, rows, ragged, n, g, tokenizer)
 
+
+class StopStrings:
+    """Whether one row's generated text contains a stop string, read incrementally.
+
+    Each pushed token's text is found by decoding a short window of the last
+    tokens (from the last point where the text was whole: the offsets of
+    incremental detokenization), never the whole continuation; a stop string can
+    only newly appear across the new text's end, so only the text's tail is
+    searched. O(1) per token for the usual tokenizers, where decoding the
+    whole continuation every step was O(n) (O(n^2) per generation).
+    """
+
+    def __init__(self, tokenizer: Any, stops: Sequence[str]):
+        self.tok, self.stops = tokenizer, tuple(stops)
+        self.longest = max(len(x) for x in self.stops)
+        self.ids: List[int] = []
+        self.prefix = self.read = 0   # ids[prefix:read] decode to the text's last piece
+        self.text = ""
+
+    def push(self, token: int) -> bool:
+        """Add a generated token; True when the text now contains a stop string."""
+        self.ids.append(int(token))
+        before = self.tok.decode(self.ids[self.prefix:self.read]) if self.read > self.prefix else ""
+        after = self.tok.decode(self.ids[self.prefix:])
+        piece = after[len(before):] if len(after) > len(before) else ""
+        if after.endswith("\ufffd"):
+            # a character still cut between tokens: look at the whole part, keep the offsets
+            new = piece.rstrip("\ufffd")
+            text = self.text + new
+        else:
+            self.prefix, self.read = self.read, len(self.ids)
+            self.text += piece
+            new, text = piece, self.text
+        if not new:
+            return False
+        tail = text[-(len(new) + self.longest - 1):]
+        return any(x in tail for x in self.stops)
 
 
 class Generation:
     """The steps of one generation: iterating yields each step's new tokens (B,);
-    ``ends[i]`` counts row i's tokens (its end included), ``done[i]`` tells it ended."""
+    ``ends[i]`` counts row i's tokens (its end included), ``done[i]`` tells it ended.
 
-    def __init__(self, m, rows, ragged, n, opts, rngs, use_cache, eos, pad, stop, tokenizer):
-        self.m, self.rows, self.ragged, self.n, self.opts, self.rngs = m, rows, ragged, n, opts, rngs
-        self.use_cache, self.eos, self.pad, self.stop, self.tok = use_cache, eos, pad, stop, tokenizer
+    Made by :meth:`GenerationMixin.prepare_generation` from the checked options
+    (``options``, a :class:`~blockc.generation.config.ResolvedGeneration`).
+    """
+
+    def __init__(self, m: Any, rows: List[np.ndarray], ragged: bool, n: int,
+                 options: ResolvedGeneration, tokenizer: Any = None):
+        self.m, self.rows, self.ragged, self.n, self.options = m, rows, ragged, n, options
+        self.opts = SamplingOptions(options.temperature, options.top_k, options.top_p,
+                                    options.min_p, options.repetition_penalty, m.config.vocab)
+        # every row its own generator: with a seed, a row draws what it draws alone
+        self.rngs = [np.random.default_rng(options.seed) for _ in rows]
+        self.use_cache, self.eos, self.pad = options.use_cache, options.eos, options.pad
+        self.stop, self.tok = options.stop, tokenizer
         self.ends = [0] * len(rows)
         self.done = [False] * len(rows)
 
     def _logits(self, seqs, cache, first):
         """The last position's logits (B, V) of every row: the whole prompts the first
         time (one by one when their lengths differ), then the last tokens."""
-        m, b = self.m, len(seqs)
+        m = self.m
         if not self.use_cache:
             return np.concatenate([m.run(s[None], last_only=True)[0][:, 0] for s in seqs])
         if first:
@@ -232,12 +342,18 @@ class Generation:
         m, b = self.m, len(self.rows)
         if self.n == 0:
             return
-        seqs = [r.copy() for r in self.rows]
+        # each row's tokens in a buffer of its final length: a step appends in place
+        bufs = [np.empty(len(r) + self.n, np.int64) for r in self.rows]
+        lens = [len(r) for r in self.rows]
+        for buf, r in zip(bufs, self.rows):
+            buf[:len(r)] = r
         cache = None
         if self.use_cache:
-            cache = m.new_cache(b, max(len(r) for r in self.rows) + self.n - 1)
-        texts = [""] * b
+            cache = m.new_cache(b, max(lens) + self.n - 1)
+        stops = ([StopStrings(self.tok, self.stop) for _ in range(b)]
+                 if self.stop is not None else None)
         for step in range(self.n):
+            seqs = [buf[:k] for buf, k in zip(bufs, lens)]
             logits = self._logits(seqs, cache, step == 0)
             toks = next_tokens(logits, self.opts, self.rngs,
                                seqs if self.opts.repetition_penalty else None)
@@ -248,14 +364,11 @@ class Generation:
                 self.ends[i] += 1
                 if int(toks[i]) in self.eos:
                     self.done[i] = True
-                elif self.stop is not None:
-                    new = seqs[i][len(self.rows[i]):]
-                    texts[i] = self.tok.decode(np.append(new, toks[i]))
-                    if any(x in texts[i] for x in self.stop):
-                        self.done[i] = True
-            seqs = [np.append(s, t) for s, t in zip(seqs, toks)]
+                elif stops is not None and stops[i].push(int(toks[i])):
+                    self.done[i] = True
+            for i in range(b):
+                bufs[i][lens[i]] = toks[i]
+                lens[i] += 1
             yield toks
             if all(self.done):
                 return
-
-

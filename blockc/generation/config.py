@@ -1,0 +1,347 @@
+"""One home for every generation option: :class:`GenerationConfig`.
+
+A GenerationConfig holds the sampling options, the seed, the cache switch, the
+end-of-sequence ids, the pad id and the stop strings, each checked once, here.
+:meth:`blockc.GPT.generate`, :meth:`blockc.GPT.stream`, ``blockc generate`` and the
+server build on it; a model loaded from a checkpoint directory carries the one
+its files describe (``m.generation_config``: ``config.json``'s token ids, then
+``generation_config.json``'s, which win, as in ``transformers``).
+
+::
+
+    g = GenerationConfig(temperature=0.7, top_p=0.9, eos_token_id=[2, 32000])
+    g2 = g.replace(seed=1)                      # a new, checked config
+    r = g2.resolve(vocab=32000 + 1)             # against a model: ids in range, pad chosen
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace as _dc_replace
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple, Union
+
+from .._args import as_flag, as_int, as_real
+from .._errors import BlockcTypeError, BlockcValueError
+from ..families import read_config
+
+__all__ = ["GenerationConfig", "ResolvedGeneration", "TOKEN_ID_FIELDS", "token_ids"]
+
+#: the token ids a checkpoint's config.json / generation_config.json may give
+TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+#: generation_config.json's sampling fields blockc reads (when its do_sample is true)
+_SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")
+
+
+def _is_id(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2 ** 63
+
+
+def token_ids(d: Mapping[str, Any]) -> Dict[str, Any]:
+    """The special token ids of a config dict that are ids (an int, or a list of at
+    most 1024 ints); anything else is left out (a file's malformed id is ignored,
+    as before blockc read it)."""
+    out: Dict[str, Any] = {}
+    for k in TOKEN_ID_FIELDS:
+        v = d.get(k)
+        if _is_id(v) or (isinstance(v, list) and v and len(v) <= 1024 and all(map(_is_id, v))):
+            out[k] = list(v) if isinstance(v, list) else v
+    return out
+
+
+class ResolvedGeneration(NamedTuple):
+    """A GenerationConfig checked against a model's vocabulary: what the loop reads."""
+    temperature: float
+    top_k: Optional[int]          # at most the vocabulary
+    top_p: Optional[float]
+    min_p: Optional[float]
+    repetition_penalty: Optional[float]
+    seed: Optional[int]
+    use_cache: bool
+    eos: Tuple[int, ...]          # the end ids (empty: none)
+    pad: int                      # the pad id (pad_token_id, else the first end id, else 0)
+    stop: Optional[Tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """Every option of a generation, checked when the config is made.
+
+    Parameters
+    ----------
+    temperature : float >= 0, optional
+        0 (the default) takes the argmax (the first maximum on ties); otherwise a
+        sample from softmax(logits / temperature).
+    top_k : int >= 1, optional
+        Sample among the logits >= the ``top_k``-th largest.
+    top_p : float in (0, 1], optional
+        Nucleus sampling: the fewest most likely tokens whose probabilities sum past it.
+    min_p : float in [0, 1], optional
+        The tokens at least ``min_p`` times as likely as the most likely one.
+    repetition_penalty : float > 0, optional
+        Divide the positive logits (multiply the negative ones) of every token already
+        in the row, prompt included (1: none).
+    seed : int >= 0, optional
+        Seed of each row's ``numpy.random.default_rng``.
+    use_cache : bool, optional
+        Decode through a KV cache (the default) or recompute every step.
+    eos_token_id : int or sequence of int, optional
+        The end ids: a row stops when it emits one. An empty sequence: none.
+    pad_token_id : int, optional
+        Filler after a row's end (default: the first end id, else 0).
+    bos_token_id : int, optional
+        The checkpoint's beginning-of-sequence id (carried, written back on save).
+    stop : sequence of non-empty str, optional
+        Stop a row when its generated text contains one (needs a tokenizer).
+
+    Raises
+    ------
+    TypeError
+        An option of the wrong type (named).
+    ValueError
+        An option out of range (named).
+
+    Examples
+    --------
+    >>> g = GenerationConfig(temperature=0.7, eos_token_id=[2, 3])
+    >>> g.eos_token_id, g.replace(top_k=5).top_k
+    ((2, 3), 5)
+    >>> g.resolve(vocab=8).pad
+    2
+    """
+
+    temperature: float = 0.0
+    top_k: Optional[int] = None
+    top_p: Optional[float] = None
+    min_p: Optional[float] = None
+    repetition_penalty: Optional[float] = None
+    seed: Optional[int] = None
+    use_cache: bool = True
+    eos_token_id: Union[int, Tuple[int, ...], None] = None
+    pad_token_id: Optional[int] = None
+    bos_token_id: Optional[int] = None
+    stop: Optional[Tuple[str, ...]] = None
+
+    def __post_init__(self) -> None:
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen)
+        set_("temperature", as_real(self.temperature, "temperature", 0.0))
+        if self.top_k is not None:
+            set_("top_k", as_int(self.top_k, "top_k", 1))
+        if self.top_p is not None:
+            p = as_real(self.top_p, "top_p", 0.0)
+            if not 0.0 < p <= 1.0:
+                raise BlockcValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+            set_("top_p", p)
+        if self.min_p is not None:
+            p = as_real(self.min_p, "min_p", 0.0)
+            if p > 1.0:
+                raise BlockcValueError(f"min_p must be in [0, 1], got {self.min_p!r}")
+            set_("min_p", p)
+        if self.repetition_penalty is not None:
+            r = as_real(self.repetition_penalty, "repetition_penalty", 0.0)
+            if r <= 0.0:
+                raise BlockcValueError(f"repetition_penalty must be > 0, got "
+                                       f"{self.repetition_penalty!r}")
+            set_("repetition_penalty", r)
+        if self.seed is not None:
+            set_("seed", as_int(self.seed, "seed", 0))
+        set_("use_cache", as_flag(self.use_cache, "use_cache"))
+        eos = self.eos_token_id
+        if isinstance(eos, (list, tuple)):
+            set_("eos_token_id", tuple(as_int(e, "eos_token_id", 0) for e in eos))
+        elif eos is not None:
+            set_("eos_token_id", as_int(eos, "eos_token_id", 0))
+        for name in ("pad_token_id", "bos_token_id"):
+            if getattr(self, name) is not None:
+                set_(name, as_int(getattr(self, name), name, 0))
+        if self.stop is not None:
+            stop = self.stop
+            if isinstance(stop, str) or not isinstance(stop, (list, tuple)) or not all(
+                    isinstance(x, str) and x for x in stop):
+                raise BlockcTypeError("stop must be a sequence of non-empty str")
+            set_("stop", tuple(stop))
+
+    # ---- making one -------------------------------------------------------------
+
+    def replace(self, **changes: Any) -> "GenerationConfig":
+        """This config with some options changed: a new config, checked.
+
+        Parameters
+        ----------
+        **changes
+            Options by name (None sets an option to None).
+
+        Returns
+        -------
+        GenerationConfig
+
+        Raises
+        ------
+        TypeError
+            A name that is not an option, or a value of the wrong type.
+        ValueError
+            A value out of range.
+
+        Examples
+        --------
+        >>> GenerationConfig().replace(temperature=1.0, seed=3).seed
+        3
+        """
+        unknown = sorted(set(changes) - {f.name for f in fields(self)})
+        if unknown:
+            raise BlockcTypeError(f"GenerationConfig has no option {unknown[0]!r}")
+        return _dc_replace(self, **changes)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "GenerationConfig":
+        """The config of a ``generation_config.json``-style dict (or a config.json):
+        its token ids (the malformed ones ignored, as ``transformers`` writes
+        none), and, when ``do_sample`` is true, the sampling options it states
+        (``temperature``, ``top_k``, ``top_p``, ``min_p``, ``repetition_penalty``;
+        ``do_sample`` false or absent means greedy, as in ``transformers``).
+
+        Parameters
+        ----------
+        d : mapping
+
+        Returns
+        -------
+        GenerationConfig
+
+        Raises
+        ------
+        TypeError
+            ``d`` is not a mapping, or a sampling option of the wrong type.
+        ValueError
+            A sampling option out of range.
+
+        Examples
+        --------
+        >>> GenerationConfig.from_dict({"eos_token_id": [1, 2], "do_sample": True,
+        ...                             "temperature": 0.6}).temperature
+        0.6
+        """
+        if not isinstance(d, Mapping):
+            raise BlockcTypeError(f"a generation config must be a mapping, got {type(d).__name__}")
+        kw: Dict[str, Any] = dict(token_ids(d))
+        if d.get("do_sample") is True:
+            kw.update({k: d[k] for k in _SAMPLING_FIELDS if d.get(k) is not None})
+            kw.setdefault("temperature", 1.0)  # transformers' default when sampling
+        return cls(**kw)
+
+    @classmethod
+    def from_pretrained(cls, path: Union[str, "os.PathLike[str]"],
+                        config: Optional[Mapping[str, Any]] = None) -> "GenerationConfig":
+        """The generation config of a checkpoint directory: ``config.json``'s token
+        ids, then ``generation_config.json``'s fields (see :meth:`from_dict`), which
+        win when the directory has one.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The directory.
+        config : mapping, optional
+            Its config.json, already read (it is read when None).
+
+        Returns
+        -------
+        GenerationConfig
+
+        Raises
+        ------
+        ValueError
+            A config file that is not a JSON object, or a sampling option out of range.
+        OSError
+            A file that cannot be read.
+
+        Examples
+        --------
+        >>> import json, tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = open(os.path.join(d, "config.json"), "w").write('{"eos_token_id": 5}')
+        ...     GenerationConfig.from_pretrained(d).eos_token_id
+        5
+        """
+        path = os.fspath(path)
+        d = dict(token_ids(read_config(path) if config is None else config))
+        gen = os.path.join(path, "generation_config.json")
+        if os.path.exists(gen):
+            g = read_config(gen)
+            ids = token_ids(g)
+            d.update({k: g[k] for k in g if k not in TOKEN_ID_FIELDS})
+            d.update(ids)
+        return cls.from_dict(d)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The options that differ from the defaults, JSON-ready (tuples as lists).
+
+        Returns
+        -------
+        dict
+
+        Examples
+        --------
+        >>> GenerationConfig(top_k=4, eos_token_id=(1, 2)).to_dict()
+        {'top_k': 4, 'eos_token_id': [1, 2]}
+        """
+        out: Dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v != f.default:
+                out[f.name] = list(v) if isinstance(v, tuple) else v
+        return out
+
+    def token_ids(self) -> Dict[str, Any]:
+        """bos/eos/pad as a config.json gives them (an eos list as a list), the unset
+        ones left out: what ``save_pretrained`` writes back.
+
+        Returns
+        -------
+        dict
+
+        Examples
+        --------
+        >>> GenerationConfig(eos_token_id=[5, 7], pad_token_id=1).token_ids()
+        {'eos_token_id': [5, 7], 'pad_token_id': 1}
+        """
+        return {k: v for k, v in self.to_dict().items() if k in TOKEN_ID_FIELDS}
+
+    # ---- against a model --------------------------------------------------------
+
+    @property
+    def eos_ids(self) -> Tuple[int, ...]:
+        """The end ids as a tuple (empty: none)."""
+        e = self.eos_token_id
+        return () if e is None else e if isinstance(e, tuple) else (e,)
+
+    def resolve(self, vocab: int) -> ResolvedGeneration:
+        """The options checked against a vocabulary of ``vocab`` tokens: the end and
+        pad ids in range, the pad chosen (``pad_token_id``, else the first end id,
+        else 0), top-k capped at the vocabulary.
+
+        Parameters
+        ----------
+        vocab : int >= 1
+
+        Returns
+        -------
+        ResolvedGeneration
+
+        Raises
+        ------
+        ValueError
+            An end or pad id outside [0, vocab).
+
+        Examples
+        --------
+        >>> GenerationConfig(top_k=50, eos_token_id=3).resolve(vocab=16)[:2]
+        (0.0, 16)
+        """
+        vocab = as_int(vocab, "vocab", 1)
+        eos = tuple(as_int(e, "eos_token_id", 0, vocab - 1) for e in self.eos_ids)
+        pad = self.pad_token_id
+        pad = eos[0] if pad is None and eos else pad
+        pad = 0 if pad is None else as_int(pad, "pad_token_id", 0, vocab - 1)
+        top_k = None if self.top_k is None else min(self.top_k, vocab)
+        return ResolvedGeneration(self.temperature, top_k, self.top_p, self.min_p,
+                                  self.repetition_penalty, self.seed, self.use_cache, eos, pad,
+                                  self.stop)
