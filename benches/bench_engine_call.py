@@ -65,13 +65,13 @@ def main(argv=None) -> None:
     x = np.random.default_rng(0).uniform(-1, 1, (args.batch, args.seq, args.d_model)).astype(np.float32)
     y = np.empty_like(x)
     p = blockc.prepare(W, cfg)
-    work, n = engine._workspace(cfg, args.batch, args.seq)
+    work, n = engine.workspace(cfg, args.batch, args.seq)
     yp, xp = fptr(y), cptr(x)
     want = ref.block_forward(x, W, cfg)
     np.testing.assert_allclose(blockc.block_forward(x, W, cfg), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
 
     rows = [
-        ("C floor", lambda: lib.bc_block_forward(yp, xp, cfg._c, p._c, args.batch, args.seq, work, n)),
+        ("C floor", lambda: lib.bc_block_forward(yp, xp, cfg.c_config, p.c_weights, args.batch, args.seq, work, n)),
         ("blockc", lambda: blockc.block_forward(x, p, cfg)),
         ("blockc dict", lambda: blockc.block_forward(x, plain, cfg)),
         ("numpy oracle", lambda: ref.block_forward(x, W, cfg, np.float32)),

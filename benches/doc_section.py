@@ -2,7 +2,8 @@
 
 ``with recorded("speed.md", "block", argv):`` runs the bench with its standard
 output also captured; at the end the capture replaces the section between
-``<!-- begin block -->`` and ``<!-- end block -->`` in docs/speed.md, headed by
+``<!-- block:begin -->`` and ``<!-- block:end -->`` in docs/speed.md (the one
+marker dialect, blockc.experiments._report's too), headed by
 the command and the date. Only a run with ``--docs`` records (a quick run with
 other options should not overwrite the published table).
 """
@@ -16,6 +17,7 @@ import re
 import sys
 import tempfile
 from typing import Iterator, List
+
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
 
@@ -38,7 +40,7 @@ def write_section(doc: str, name: str, body: str) -> None:
     """Replace the body between the section's markers in docs/<doc> (which must have them)."""
     path = os.path.join(DOCS, doc)
     text = open(path, encoding="utf-8").read()
-    begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"  # the experiments' dialect too
     if text.count(begin) != 1 or text.count(end) != 1 or text.index(end) < text.index(begin):
         raise SystemExit(f"{path} must have section {name!r} once, {begin} before {end}")
     pat = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -149,3 +149,25 @@ def as_f32(a: Any, name: str) -> np.ndarray:
     if a.dtype.kind != "f":
         raise BlockcTypeError(f"{name} must have a floating dtype (float16/32/64), got {a.dtype}")
     return np.asarray(a, dtype=F32, order="C")
+
+
+def check_keys(value: Any, name: str, keys: Sequence[str], what: Optional[str] = None) -> dict:
+    """``value`` as a new dict, when it is a mapping with exactly the keys ``keys``.
+
+    The one message style for "a mapping has exactly these keys": a TypeError
+    "NAME must be a mapping with the keys K, got T"; a ValueError "NAME must have
+    exactly the keys K; missing [...]; unknown [...]" (at most three of each
+    named). K is ``what`` (e.g. "of state_dict()") or the list of keys."""
+    want = what if what is not None else str(list(keys))
+    if not isinstance(value, Mapping):
+        raise BlockcTypeError(f"{name} must be a mapping with the keys {want}, got "
+                              f"{type(value).__name__}")
+    items = dict(value)  # each entry read once: what is checked is what is used
+    known = set(keys)
+    missing = [k for k in keys if k not in items]
+    extra = [k for k in items if k not in known]
+    if missing or extra:
+        raise BlockcValueError(f"{name} must have exactly the keys {want}"
+                               + (f"; missing {missing[:3]}" if missing else "")
+                               + (f"; unknown {extra[:3]}" if extra else ""))
+    return items

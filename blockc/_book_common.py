@@ -10,8 +10,8 @@ from typing import Callable, Dict, List, Mapping, Tuple
 
 import numpy as np
 
-from ._args import as_f32
-from ._errors import BlockcTypeError, BlockcValueError
+from ._args import as_f32, check_keys as _check_keys
+from ._errors import BlockcValueError
 
 __all__ = ["REAL_MODELS", "book_array", "check_keys", "real_params_rows"]
 
@@ -37,16 +37,8 @@ def book_array(a, name: str, shape: Tuple[int, ...]) -> np.ndarray:
 
 
 def check_keys(weights: Mapping[str, object], name: str, shapes: Mapping[str, tuple]) -> None:
-    """``weights`` is a mapping with exactly the keys of ``shapes``."""
-    if not isinstance(weights, Mapping):
-        raise BlockcTypeError(f"{name} must be a dict of arrays with keys {list(shapes)}, "
-                              f"got {type(weights).__name__}")
-    missing = [k for k in shapes if k not in weights]
-    extra = [k for k in weights if k not in shapes]
-    if missing or extra:
-        raise BlockcValueError(f"{name} must have exactly the keys {list(shapes)}"
-                         + (f"; missing {missing}" if missing else "")
-                         + (f"; unknown {extra}" if extra else ""))
+    """``weights`` is a mapping with exactly the keys of ``shapes`` (:func:`blockc._args.check_keys`)."""
+    _check_keys(weights, name, list(shapes))
 
 
 def real_params_rows(block_params: Callable[[int, int, int], Dict[str, int]]

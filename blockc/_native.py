@@ -47,7 +47,7 @@ except ImportError:  # the source tree without a build: use an installed blockc'
             "in place (`pip install -e .`)") from None
     ffi, lib = _ext.ffi, _ext.lib
 
-__all__ = ["ffi", "lib", "check", "fptr", "cptr", "thread_buffer"]
+__all__ = ["ffi", "lib", "check", "fptr", "cptr", "thread_buffer", "aligned_zeros", "aligned_copy"]
 
 # status -> exception type; messages come from bc_strerror
 _EXC = {
@@ -89,3 +89,19 @@ def thread_buffer(holder, n: int):
         buf = np.empty(max(n, 1), dtype=np.float32)
         holder.buf, holder.ptr = buf, fptr(buf)
     return holder.ptr, buf
+
+
+def aligned_zeros(n: int, dtype: "np.typing.DTypeLike" = np.float32) -> np.ndarray:
+    """A 1-D array of ``n`` zeros starting on a 64-byte boundary (the C kernels read
+    whole cache lines and vectors from the buffers the model and training own)."""
+    dt = np.dtype(dtype)
+    raw = np.zeros(n * dt.itemsize + 64, np.uint8)
+    start = (-raw.ctypes.data) % 64
+    return raw[start:start + n * dt.itemsize].view(dt)
+
+
+def aligned_copy(a: np.ndarray) -> np.ndarray:
+    """A 64-byte aligned, C-contiguous copy of the 1-D array ``a``."""
+    out = aligned_zeros(a.size, a.dtype)
+    out[...] = a
+    return out

@@ -26,7 +26,7 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
@@ -111,7 +111,9 @@ def _from_struct(s, shapes: Mapping[str, tuple]) -> Dict[str, np.ndarray]:
             for k, shape in shapes.items()}
 
 
-def _rng(seed: int, rand: str):
+def c_rng(seed: int, rand: str) -> Any:
+    """A ``bc_rng *`` seeded with ``seed`` for generator ``rand`` (both checked): the C
+    generator every book-mode init draws from."""
     seed = as_seed(seed)
     g = ffi.new("bc_rng *")
     check(lib.bc_rng_init(g, generator_id(rand), seed), "bc_rng_init")
@@ -147,7 +149,7 @@ def ffn_init(seed: int = 42, rand: str = "msvc") -> Dict[str, np.ndarray]:
     >>> {k: v.shape for k, v in ffn_init(42).items()}
     {'w1': (12, 6), 'b1': (12,), 'w2': (6, 12), 'b2': (6,)}
     """
-    g = _rng(seed, rand)
+    g = c_rng(seed, rand)
     s = ffi.new("bc_book_ffn *")
     check(lib.bc_book_ffn_init(s, g), "bc_book_ffn_init")
     return _from_struct(s, FFN_SHAPES)
@@ -274,7 +276,7 @@ def block_init(seed: int = 42, rand: str = "msvc") -> Dict[str, np.ndarray]:
     >>> sum(v.size for v in block_init(42).values())
     768
     """
-    g = _rng(seed, rand)
+    g = c_rng(seed, rand)
     s = ffi.new("bc_book_block *")
     check(lib.bc_book_block_init(s, g), "bc_book_block_init")
     return _from_struct(s, BLOCK_SHAPES)
@@ -341,7 +343,7 @@ def stack_init(seed: int = 42, rand: str = "msvc") -> List[Dict[str, np.ndarray]
     >>> len(stack_init(42))
     4
     """
-    g = _rng(seed, rand)
+    g = c_rng(seed, rand)
     s = ffi.new(f"bc_book_block[{N_BLOCKS}]")
     check(lib.bc_book_stack_init(s, g), "bc_book_stack_init")
     return [_from_struct(s[i], BLOCK_SHAPES) for i in range(N_BLOCKS)]

@@ -74,6 +74,7 @@ import numpy as np
 from ._native import check, cptr, ffi, fptr, lib, thread_buffer
 from ._args import (F32, MAX_ELEMENTS, as_choice, as_f32, as_flag, as_int, as_seed, as_size,
                     check_eps)
+from ._enums import ACTIVATIONS, C_ACT, C_NORM, C_PLACE, NORMS, PLACEMENTS
 from ._errors import BlockcTypeError, BlockcValueError
 
 __all__ = [
@@ -82,15 +83,8 @@ __all__ = [
     "stack_forward", "block_backward", "stack_backward", "count_parameters", "avg_norm", "NORMS", "PLACEMENTS", "ACTIVATIONS",
 ]
 
-NORMS = ("rms", "layer", "none")
-PLACEMENTS = ("pre", "post")
-ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "swiglu")
 RANDS = ("msvc", "glibc", "normal")
 
-_C_NORM = {"rms": lib.BC_NORM_RMS, "layer": lib.BC_NORM_LAYER, "none": lib.BC_NORM_NONE}
-_C_PLACE = {"pre": lib.BC_PLACE_PRE, "post": lib.BC_PLACE_POST}
-_C_ACT = {"gelu_tanh": lib.BC_ACT_GELU_TANH, "gelu": lib.BC_ACT_GELU,
-          "relu": lib.BC_ACT_RELU, "swiglu": lib.BC_ACT_SWIGLU}
 _MAX = MAX_ELEMENTS
 assert _MAX == int(lib.BC_MAX_ELEMENTS)
 
@@ -144,8 +138,8 @@ class BlockConfig:
                      ("residual", residual), ("eps", eps)):
             object.__setattr__(self, k, v)
         object.__setattr__(self, "_c", ffi.new("bc_block_config *", {
-            "d_model": d, "n_heads": h, "d_ff": f, "norm": _C_NORM[self.norm],
-            "placement": _C_PLACE[self.placement], "activation": _C_ACT[self.activation],
+            "d_model": d, "n_heads": h, "d_ff": f, "norm": C_NORM[self.norm],
+            "placement": C_PLACE[self.placement], "activation": C_ACT[self.activation],
             "causal": int(causal), "residual": int(residual), "eps": eps}))
         object.__setattr__(self, "_shapes", _expected_shapes(self))
         # (key, C field, shape, description, required) in C-field order, for the checks
@@ -154,6 +148,12 @@ class BlockConfig:
 
     def __reduce__(self):  # pickle / copy by the fields; the C struct is rebuilt
         return (type(self), tuple(getattr(self, f.name) for f in fields(self)))
+
+    @property
+    def c_config(self) -> Any:
+        """The ``bc_block_config *`` the C library reads, built once (the engine's
+        internal interface, with :attr:`PreparedBlock.c_weights` and :func:`workspace`)."""
+        return self._c
 
     @property
     def d_head(self) -> int:
@@ -213,6 +213,12 @@ class PreparedBlock(Mapping):
         object.__setattr__(self, "_cfg", cfg)
         object.__setattr__(self, "_arrays", (types.MappingProxyType(arrays), bufs))
         object.__setattr__(self, "_c", c)
+
+    @property
+    def c_weights(self) -> Any:
+        """The ``bc_block_weights *`` over the frozen arrays, for the ``lib.bc_block_*``
+        entry points."""
+        return self._c
 
     @property
     def cfg(self) -> "BlockConfig":
@@ -345,7 +351,7 @@ def _check_cfg(cfg: Any) -> "BlockConfig":
 _tls = threading.local()
 
 
-def _workspace(cfg: BlockConfig, b: int, t: int):
+def workspace(cfg: BlockConfig, b: int, t: int):
     """(pointer, length) of this thread's scratch, grown when needed."""
     tls = _tls
     if getattr(tls, "cfg", None) is cfg and tls.b == b and tls.t == t:
@@ -424,7 +430,7 @@ def block_forward(x: npt.ArrayLike, W: Union[Mapping[str, Any], PreparedBlock],
         x, b, t = _input(x, cfg)  # raises the shape error
     y = np.empty(shape, F32)
     if b and t:
-        work, n = _workspace(cfg, b, t)
+        work, n = workspace(cfg, b, t)
         st = lib.bc_block_forward(fptr(y), cptr(x), cfg._c, p._c, b, t, work, n)
         if st:
             check(st, "block_forward")
@@ -484,7 +490,7 @@ def stack_forward(x: npt.ArrayLike, Ws: Sequence[Union[Mapping[str, Any], Prepar
         ws = ffi.new("bc_block_weights[]", n)
         for i, p in enumerate(preps):
             ws[i] = p._c[0]
-        work, wn = _workspace(cfg, b, t)
+        work, wn = workspace(cfg, b, t)
         check(lib.bc_stack_forward(fptr(y), ffi.NULL if hidden is None else fptr(hidden),
                                    cptr(x), cfg._c, ws, n, b, t, work, wn), "stack_forward")
     return out

@@ -145,7 +145,7 @@ def render(name: str, seed: int = 42, rand: str = "msvc",
     """
     full = listing_name(name)
     be = book if backend is None else backend
-    book._rng(seed, rand)  # validates seed and generator for every listing
+    book.c_rng(seed, rand)  # validates seed and generator for every listing
     return _RENDER[full](int(seed), rand, be)
 
 
@@ -216,7 +216,7 @@ def figures(rand: str = "msvc", backend: Optional[ModuleType] = None) -> List[Fi
     with the value published for it: the book's for ``msvc``; for ``glibc`` the
     figures issue 2 lists from the listings compiled with gcc on Linux (figures
     that do not depend on rand() keep the book's value)."""
-    book._rng(42, rand)
+    book.c_rng(42, rand)
     computed = _computed(rand, book if backend is None else backend)
     out = []
     for listing, what, expected in BOOK_FIGURES:

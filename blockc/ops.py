@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 from ._args import F32, as_choice, as_f32, as_flag, check_eps
 from ._native import check, cptr, ffi, fptr, lib
+from ._enums import C_DTYPE, DTYPES
 from ._errors import BlockcValueError
 
 __all__ = [
@@ -32,10 +33,6 @@ __all__ = [
     "gelu", "relu", "silu", "swiglu", "residual_add",
 ]
 
-#: Storage types of a packed weight matrix.
-DTYPES = ("float32", "bfloat16", "q8_0", "q4_0")
-_C_DTYPE = {"float32": lib.BC_DTYPE_F32, "bfloat16": lib.BC_DTYPE_BF16, "q8_0": lib.BC_DTYPE_Q8_0,
-            "q4_0": lib.BC_DTYPE_Q4_0}
 
 def _vector(a: Any, n: int, name: str, what: str) -> Optional[np.ndarray]:
     if a is None:
@@ -96,7 +93,7 @@ class PackedWeight:
                [1., 1., 1.]], dtype=float32)
         """
         out = np.empty(self._shape, F32)
-        check(lib.bc_unpack(fptr(out), self._ptr, self._buf.size, _C_DTYPE[self._dtype],
+        check(lib.bc_unpack(fptr(out), self._ptr, self._buf.size, C_DTYPE[self._dtype],
                             self._shape[0], self._shape[1]), "unpack")
         return out
 
@@ -143,9 +140,9 @@ def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
         raise BlockcValueError(f"w must have shape (out, in) with both >= 1, got {w.shape}")
     rows, cols = w.shape
     n = ffi.new("size_t *")
-    check(lib.bc_pack_size(n, _C_DTYPE[dtype], rows, cols), "pack")
+    check(lib.bc_pack_size(n, C_DTYPE[dtype], rows, cols), "pack")
     buf = np.empty(int(n[0]), np.uint8)
-    st = lib.bc_pack(ffi.from_buffer("char[]", buf), buf.size, cptr(w), _C_DTYPE[dtype], rows, cols)
+    st = lib.bc_pack(ffi.from_buffer("char[]", buf), buf.size, cptr(w), C_DTYPE[dtype], rows, cols)
     if st == lib.BC_EVALUE:
         raise BlockcValueError(f"w: {dtype} needs finite weights of magnitude <= 65504 * "
                                f"{127 if dtype == 'q8_0' else 8} (the block scale is a half)")
@@ -211,7 +208,7 @@ def linear(x: npt.ArrayLike, w: Union[npt.ArrayLike, PackedWeight],
         return y
     bp = cptr(b) if b is not None else ffi.NULL
     if packed:
-        check(lib.bc_linear_packed(fptr(y), cptr(x), w._ptr, w._buf.size, _C_DTYPE[w._dtype], bp,
+        check(lib.bc_linear_packed(fptr(y), cptr(x), w._ptr, w._buf.size, C_DTYPE[w._dtype], bp,
                                    n, c, oc), "linear")
     else:
         check(lib.bc_linear(fptr(y), cptr(x), cptr(w), bp, n, c, oc), "linear")

@@ -27,9 +27,9 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import numpy as np
 import numpy.typing as npt
 
-from ._args import as_choice, as_int, as_real, to_numpy
+from ._args import as_choice, as_int, as_real, check_keys, to_numpy
 from ._errors import BlockcTypeError, BlockcValueError
-from ._native import check, ffi, fptr, lib
+from ._native import aligned_zeros, check, ffi, fptr, lib
 from .model import Model, check_ids
 
 __all__ = ["AdamW", "DECAY", "TrainingMixin"]
@@ -37,13 +37,6 @@ __all__ = ["AdamW", "DECAY", "TrainingMixin"]
 #: Which tensors AdamW's weight decay applies to: every matrix (the 2-D tensors:
 #: projections, embeddings, head; nanoGPT's rule, the default), all, none.
 DECAY = {"matrices": lib.BC_DECAY_MATRICES, "all": lib.BC_DECAY_ALL, "none": lib.BC_DECAY_NONE}
-
-
-def _aligned_floats(n: int) -> np.ndarray:
-    """A 64-byte aligned float32 array of n zeros."""
-    raw = np.zeros(n + 16, np.float32)
-    start = (-raw.ctypes.data // 4) % 16
-    return raw[start:start + n]
 
 
 def _trainable(m) -> None:
@@ -78,7 +71,7 @@ def _workspace(m, b: int, t: int):
     if getattr(tls, "train_shape", None) != (b, t):
         n = ffi.new("size_t *")
         check(lib.bc_gpt_train_workspace_size(n, m.c_config, b, t), "training workspace")
-        tls.train_buf = _aligned_floats(int(n[0]))
+        tls.train_buf = aligned_zeros(int(n[0]))
         tls.train_ptr = fptr(tls.train_buf)
         tls.train_shape = (b, t)
     return tls.train_ptr, tls.train_buf.size
@@ -123,18 +116,9 @@ def unpack_grads(m, grads: np.ndarray) -> Dict[str, np.ndarray]:
 
 def pack_grads(m, grads: Mapping[str, Any], name: str = "grads") -> np.ndarray:
     """A gradient buffer from arrays keyed like ``m.state_dict()`` (each read once)."""
-    if not isinstance(grads, Mapping):
-        raise BlockcTypeError(f"{name} must be a mapping keyed like state_dict(), got "
-                              f"{type(grads).__name__}")
-    items = dict(grads)
     want = [n for n in m.layout if not (n == "head.weight" and m.config.tie_weights)]
-    missing = [n for n in want if n not in items]
-    extra = [n for n in items if n not in want]
-    if missing or extra:
-        raise BlockcValueError(f"{name} must have the keys of state_dict()"
-                               + (f"; missing {missing[:3]}" if missing else "")
-                               + (f"; unknown {extra[:3]}" if extra else ""))
-    buf = _aligned_floats(m.nbytes // 4)
+    items = check_keys(grads, name, want, "of state_dict()")
+    buf = aligned_zeros(m.nbytes // 4)
     raw = ffi.from_buffer("char[]", buf)
     for n in want:
         t = m.layout[n]
@@ -153,7 +137,7 @@ def pack_grads(m, grads: Mapping[str, Any], name: str = "grads") -> np.ndarray:
 def grad(m, ids, targets, ignore_index: int = -100) -> Tuple[float, Dict[str, np.ndarray]]:
     """See :meth:`blockc.GPT.grad`."""
     _trainable(m)
-    g = _aligned_floats(m.nbytes // 4)
+    g = aligned_zeros(m.nbytes // 4)
     value, _ = _run_grad(m, ids, targets, ignore_index, g)
     return value, unpack_grads(m, g)
 
@@ -254,8 +238,8 @@ class AdamW:
         self.weight_decay = as_real(weight_decay, "weight_decay", 0.0)
         self.decay = as_choice(decay, "decay", list(DECAY))
         n = model.nbytes // 4
-        self._m, self._v = _aligned_floats(n), _aligned_floats(n)
-        self._grads = _aligned_floats(n)  # train_step's gradient buffer
+        self._m, self._v = aligned_zeros(n), aligned_zeros(n)
+        self._grads = aligned_zeros(n)  # train_step's gradient buffer
         self.steps = 0
         self._check_lr()
 

@@ -1,7 +1,7 @@
 """The model's configuration: :class:`GPTConfig`, the presets, the parameter counts.
 
 Part of the model core (:mod:`blockc.model`); the option tuples (``NORMS``, ...)
-and their C enum values are spelled here once.
+and their C enum values are :mod:`blockc._enums`'s.
 """
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 import numpy as np
 
 from .._args import as_choice, as_flag, as_real, as_size, check_eps
+from .._enums import (ACTIVATIONS, C_ACT, C_DTYPE, C_NORM, C_PLACE, C_POS, DTYPES, NORMS,
+                      PLACEMENTS, POSITIONS)
 from .._errors import BlockcTypeError, BlockcValueError
 from .._native import check, ffi, lib
 from ..engine import BlockConfig
@@ -41,19 +43,6 @@ GPT_PRESETS: Dict[str, Dict[str, Any]] = {
 }
 
 
-NORMS = ("layer", "rms", "none")
-PLACEMENTS = ("pre", "post")
-ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "swiglu")
-POSITIONS = ("learned", "rope")
-DTYPES = ("float32", "bfloat16", "q8_0", "q4_0")
-
-_C_NORM = {"layer": lib.BC_NORM_LAYER, "rms": lib.BC_NORM_RMS, "none": lib.BC_NORM_NONE}
-_C_PLACE = {"pre": lib.BC_PLACE_PRE, "post": lib.BC_PLACE_POST}
-_C_ACT = {"gelu_tanh": lib.BC_ACT_GELU_TANH, "gelu": lib.BC_ACT_GELU, "relu": lib.BC_ACT_RELU,
-          "swiglu": lib.BC_ACT_SWIGLU}
-_C_POS = {"learned": lib.BC_POS_LEARNED, "rope": lib.BC_POS_ROPE}
-C_DTYPE = {"float32": lib.BC_DTYPE_F32, "bfloat16": lib.BC_DTYPE_BF16, "q8_0": lib.BC_DTYPE_Q8_0,
-           "q4_0": lib.BC_DTYPE_Q4_0}
 
 
 @dataclass(frozen=True)
@@ -335,8 +324,8 @@ class GPTConfig:
             c = ffi.new("bc_gpt_config *", dict(
                 vocab=self.vocab, context=self.context, width=self.width, heads=self.heads,
                 layers=self.layers, kv_heads=self.kv_heads_, head_dim=self.head_dim_,
-                d_ff=self.d_ff_, norm=_C_NORM[self.norm], placement=_C_PLACE[self.placement],
-                activation=_C_ACT[self.activation], positions=_C_POS[self.positions],
+                d_ff=self.d_ff_, norm=C_NORM[self.norm], placement=C_PLACE[self.placement],
+                activation=C_ACT[self.activation], positions=C_POS[self.positions],
                 rope_theta=self.rope_theta, residual=int(self.residual),
                 qkv_bias=int(self.qkv_bias), out_bias=int(self.out_bias),
                 mlp_bias=int(self.mlp_bias), eps=self.eps, tie_weights=int(self.tie_weights),

@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from .._args import as_choice, as_flag, as_int, as_size, to_numpy
 from .._errors import BlockcTypeError, BlockcValueError
-from .._native import check, cptr, ffi, fptr, lib, thread_buffer
+from .._native import aligned_copy, check, cptr, ffi, fptr, lib, thread_buffer
 from .config import DTYPES, GPTConfig, as_config, gpt_parameter_count
 
 __all__ = ["Model", "KVCache", "Tensor", "layout", "check_ids", "same_bits", "aligned_copy"]
@@ -877,15 +877,6 @@ class Model:
                 f"layers={c.layers}, tie_weights={c.tie_weights}, dtype={self._dtype!r}, "
                 f"parameters={self.num_parameters():,})")
 
-
-
-def aligned_copy(a: np.ndarray) -> np.ndarray:
-    """A 64-byte aligned, C-contiguous copy of the 1-D uint8 array a."""
-    raw = np.empty(a.size + 64, np.uint8)
-    start = (-raw.ctypes.data) % 64
-    out = raw[start:start + a.size]
-    out[...] = a
-    return out
 
 
 def same_bits(a: Any, b: Any) -> bool:

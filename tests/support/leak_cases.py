@@ -164,9 +164,9 @@ def _cases():
         ps = [blockc.prepare(W, cfg) for W in Ws]
         arr = ffi.new("bc_block_weights[]", 2)
         for i, p in enumerate(ps):
-            arr[i] = p._c[0]
+            arr[i] = p.c_weights[0]
         n = ffi.new("size_t *")
-        lib.bc_block_workspace_size(n, cfg._c, 2, 5)
+        lib.bc_block_workspace_size(n, cfg.c_config, 2, 5)
         work = np.empty(n[0], np.float32)
         out, hid = np.empty_like(xb), np.empty((2,) + xb.shape, np.float32)
         return ps, arr, n, work, out, hid
@@ -175,36 +175,36 @@ def _cases():
     def _():
         n = ffi.new("size_t *")
         bad = ffi.new("bc_block_config *", {"d_model": 6, "n_heads": 4, "d_ff": 1})
-        return alternate(lambda: lib.bc_block_workspace_size(n, cfg._c, 2, 5),
+        return alternate(lambda: lib.bc_block_workspace_size(n, cfg.c_config, 2, 5),
                          lambda: lib.bc_block_workspace_size(n, bad, 2, 5))
 
     @case("bc_block_forward")
     def _():
         ps, arr, n, work, out, hid = c_block()
         return alternate(
-            lambda: lib.bc_block_forward(fptr(out), cptr(xb), cfg._c, ps[0]._c, 2, 5, fptr(work), work.size),
-            lambda: lib.bc_block_forward(fptr(out), cptr(xb), cfg._c, ps[0]._c, 2, 5, fptr(work), 1))
+            lambda: lib.bc_block_forward(fptr(out), cptr(xb), cfg.c_config, ps[0].c_weights, 2, 5, fptr(work), work.size),
+            lambda: lib.bc_block_forward(fptr(out), cptr(xb), cfg.c_config, ps[0].c_weights, 2, 5, fptr(work), 1))
 
     @case("bc_stack_forward")
     def _():
         ps, arr, n, work, out, hid = c_block()
         # the lambdas hold ps: arr points into the prepared weights
         return alternate(
-            lambda ps=ps: lib.bc_stack_forward(fptr(out), fptr(hid), cptr(xb), cfg._c, arr, 2, 2, 5,
+            lambda ps=ps: lib.bc_stack_forward(fptr(out), fptr(hid), cptr(xb), cfg.c_config, arr, 2, 2, 5,
                                                fptr(work), work.size),
-            lambda: lib.bc_stack_forward(fptr(out), fptr(hid), cptr(xb), cfg._c, arr, 0, 2, 5,
+            lambda: lib.bc_stack_forward(fptr(out), fptr(hid), cptr(xb), cfg.c_config, arr, 0, 2, 5,
                                          fptr(work), work.size))
 
     @case("bc_stack_backward_workspace_size")
     def _():
         n = ffi.new("size_t *")
-        return alternate(lambda: lib.bc_stack_backward_workspace_size(n, cfg._c, 2, 2, 5),
-                         lambda: lib.bc_stack_backward_workspace_size(n, cfg._c, 0, 2, 5))
+        return alternate(lambda: lib.bc_stack_backward_workspace_size(n, cfg.c_config, 2, 2, 5),
+                         lambda: lib.bc_stack_backward_workspace_size(n, cfg.c_config, 0, 2, 5))
 
     @case("bc_stack_backward")
     def _():
         ps, arr, n, work, out, hid = c_block()
-        lib.bc_stack_backward_workspace_size(n, cfg._c, 2, 2, 5)
+        lib.bc_stack_backward_workspace_size(n, cfg.c_config, 2, 2, 5)
         bwork = np.empty(n[0], np.float32)
         dx, dy = np.empty_like(xb), f32(2, 5, 16)
         gs = ffi.new("bc_block_grads[]", 2)
@@ -213,9 +213,9 @@ def _cases():
             gs[i].qkv_w = fptr(gbufs[i])
         keep = (ps, gbufs)  # arr and gs point into these
         return alternate(
-            lambda keep=keep: lib.bc_stack_backward(fptr(dx), gs, cptr(dy), cptr(xb), cfg._c, arr,
+            lambda keep=keep: lib.bc_stack_backward(fptr(dx), gs, cptr(dy), cptr(xb), cfg.c_config, arr,
                                                     2, 2, 5, fptr(bwork), bwork.size),
-            lambda: lib.bc_stack_backward(fptr(dx), gs, cptr(dy), cptr(xb), cfg._c, arr, 2, 2, 5,
+            lambda: lib.bc_stack_backward(fptr(dx), gs, cptr(dy), cptr(xb), cfg.c_config, arr, 2, 2, 5,
                                           fptr(bwork), 1))
 
     # -- packed weights

@@ -1,0 +1,33 @@
+"""The option names the C library knows and their enum values, spelled once.
+
+The block (:class:`blockc.BlockConfig`), the model (:class:`blockc.GPTConfig`),
+the packed weights (:mod:`blockc.ops`) and the command line all read these.
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+from ._native import lib
+
+__all__ = ["NORMS", "PLACEMENTS", "ACTIVATIONS", "POSITIONS", "DTYPES",
+           "C_NORM", "C_PLACE", "C_ACT", "C_POS", "C_DTYPE"]
+
+#: the norm: RMSNorm (gain), LayerNorm (gain and shift), none (chapter 24, exercise 2)
+C_NORM: Dict[str, int] = {"rms": lib.BC_NORM_RMS, "layer": lib.BC_NORM_LAYER,
+                          "none": lib.BC_NORM_NONE}
+#: the norm before each sublayer or after each sum
+C_PLACE: Dict[str, int] = {"pre": lib.BC_PLACE_PRE, "post": lib.BC_PLACE_POST}
+#: the MLP's activation (swiglu: the gated MLP)
+C_ACT: Dict[str, int] = {"gelu_tanh": lib.BC_ACT_GELU_TANH, "gelu": lib.BC_ACT_GELU,
+                         "relu": lib.BC_ACT_RELU, "swiglu": lib.BC_ACT_SWIGLU}
+#: a learned position table or rotary embeddings
+C_POS: Dict[str, int] = {"learned": lib.BC_POS_LEARNED, "rope": lib.BC_POS_ROPE}
+#: how a packed matrix stores its weights
+C_DTYPE: Dict[str, int] = {"float32": lib.BC_DTYPE_F32, "bfloat16": lib.BC_DTYPE_BF16,
+                           "q8_0": lib.BC_DTYPE_Q8_0, "q4_0": lib.BC_DTYPE_Q4_0}
+
+NORMS = tuple(C_NORM)
+PLACEMENTS = tuple(C_PLACE)
+ACTIVATIONS = tuple(C_ACT)
+POSITIONS = tuple(C_POS)
+DTYPES = tuple(C_DTYPE)
