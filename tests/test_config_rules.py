@@ -1,0 +1,108 @@
+"""Python and C check the same configuration rules (issue 18): GPTConfig accepts a
+config exactly when C's bc_gpt_config_check does, and BlockConfig exactly when C's
+block check does. The C structs are built here from the drawn fields, not by the
+Python classes, so each side's rules are its own."""
+import math
+
+from hypothesis import given, settings, strategies as st
+
+from blockc import BlockConfig, BlockcError, GPTConfig
+from blockc._enums import C_ACT, C_DTYPE, C_NORM, C_PLACE, C_POS
+from blockc._native import ffi, lib
+
+SIZES = st.one_of(st.integers(0, 12), st.sampled_from([2 ** 20, 2 ** 40, 2 ** 40 + 1, 2 ** 41]))
+OPTIONAL = st.one_of(st.none(), st.integers(1, 12), st.sampled_from([2 ** 40, 2 ** 41]))
+# the C structs hold float32: the reals drawn are float32 values (a double that rounds
+# to another float32, -1e-230 to -0.0, is a question of rounding, not of the rules),
+# and a few past float32's range, which both sides refuse
+REALS = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=32), st.sampled_from(
+    [0.0, -0.0, 1e-5, 1.0, 1e38, 3.5e38, 1e39, -1e39]))
+
+
+@st.composite
+def gpt_fields(draw):
+    f = dict(vocab=draw(SIZES), context=draw(SIZES), width=draw(SIZES), heads=draw(SIZES),
+             layers=draw(SIZES), eps=draw(REALS), tie_weights=draw(st.booleans()),
+             norm=draw(st.sampled_from(sorted(C_NORM))),
+             placement=draw(st.sampled_from(sorted(C_PLACE))),
+             activation=draw(st.sampled_from(sorted(C_ACT))), d_ff=draw(OPTIONAL),
+             positions=draw(st.sampled_from(sorted(C_POS))), kv_heads=draw(OPTIONAL),
+             head_dim=draw(OPTIONAL), residual=draw(st.booleans()), qkv_bias=draw(st.booleans()),
+             out_bias=draw(st.booleans()), mlp_bias=draw(st.booleans()))
+    # C reads rope_theta only for rotary positions; Python checks it always (a config
+    # carries a usable base whatever its positions): the rule compared is the rotary one
+    f["rope_theta"] = draw(REALS) if f["positions"] == "rope" else draw(
+        st.floats(1e-3, 1e6))
+    return f, draw(st.sampled_from(sorted(C_DTYPE)))
+
+
+def c_gpt_config(f, dtype):
+    return ffi.new("bc_gpt_config *", dict(
+        vocab=f["vocab"], context=f["context"], width=f["width"], heads=f["heads"],
+        layers=f["layers"], kv_heads=f["kv_heads"] or 0, head_dim=f["head_dim"] or 0,
+        d_ff=f["d_ff"] or 0, norm=C_NORM[f["norm"]], placement=C_PLACE[f["placement"]],
+        activation=C_ACT[f["activation"]], positions=C_POS[f["positions"]],
+        rope_theta=_f32(f["rope_theta"]), residual=int(f["residual"]),
+        qkv_bias=int(f["qkv_bias"]), out_bias=int(f["out_bias"]), mlp_bias=int(f["mlp_bias"]),
+        eps=_f32(f["eps"]), tie_weights=int(f["tie_weights"]), dtype=C_DTYPE[dtype]))
+
+
+def _f32(x):
+    """x as the float the C struct holds (out of range: infinity, as a C cast gives)."""
+    if math.isfinite(x) and abs(x) > 3.4028234663852886e38:
+        return math.copysign(math.inf, x)
+    return x
+
+
+def _fits_c(f):
+    # a size_t field holds the value (the drawn sizes all do), so C sees what Python sees
+    return all(v is None or v < 2 ** 64 for v in f.values() if isinstance(v, int))
+
+
+@settings(max_examples=200, deadline=None)
+@given(gpt_fields())
+def test_gptconfig_accepts_exactly_what_c_accepts(drawn):
+    f, dtype = drawn
+    assert _fits_c(f)
+    try:
+        GPTConfig(**f).c_struct(dtype)
+        python_ok = True
+    except BlockcError:
+        python_ok = False
+    c_ok = lib.bc_gpt_config_check(c_gpt_config(f, dtype)) == lib.BC_OK
+    assert python_ok == c_ok, (f, dtype)
+
+
+# C has no block check of its own: bc_block_workspace_size checks the config, then
+# sizes a workspace, which for a d_ff near 2**40 overflows whatever the config; the
+# sizes drawn stop where the workspace of one position is still representable
+BLOCK_SIZES = st.one_of(st.integers(0, 12), st.sampled_from([2 ** 10, 2 ** 19, 2 ** 20, 2 ** 21]))
+
+
+@st.composite
+def block_fields(draw):
+    return dict(d_model=draw(BLOCK_SIZES), n_heads=draw(BLOCK_SIZES), d_ff=draw(BLOCK_SIZES),
+                norm=draw(st.sampled_from(sorted(C_NORM))),
+                placement=draw(st.sampled_from(sorted(C_PLACE))),
+                activation=draw(st.sampled_from(sorted(C_ACT))), causal=draw(st.booleans()),
+                residual=draw(st.booleans()), eps=draw(REALS))
+
+
+def c_block_config(f):
+    return ffi.new("bc_block_config *", dict(
+        d_model=f["d_model"], n_heads=f["n_heads"], d_ff=f["d_ff"], norm=C_NORM[f["norm"]],
+        placement=C_PLACE[f["placement"]], activation=C_ACT[f["activation"]],
+        causal=int(f["causal"]), residual=int(f["residual"]), eps=_f32(f["eps"])))
+
+
+@settings(max_examples=150, deadline=None)
+@given(block_fields())
+def test_blockconfig_accepts_exactly_what_c_accepts(f):
+    try:
+        BlockConfig(**f)
+        python_ok = True
+    except BlockcError:
+        python_ok = False
+    n = ffi.new("size_t *")
+    c_ok = lib.bc_block_workspace_size(n, c_block_config(f), 1, 1) == lib.BC_OK
+    assert python_ok == c_ok, f
