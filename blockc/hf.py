@@ -23,6 +23,7 @@ from . import _files
 from . import safetensors as st
 from ._args import as_choice
 from ._errors import BlockcValueError
+from .gguf.model import is_gguf, load as load_gguf
 from .generation.config import TOKEN_ID_FIELDS, GenerationConfig, token_ids
 from .families import FAMILIES, Name, config_to_hf, family_of, read_config  # noqa: F401 (re-exported)
 from .model import DTYPES, GPTConfig, Model, layout, same_bits
@@ -149,7 +150,8 @@ def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model) -> M:
     for name, ours, transposed, rows in spec:
         t = tensors[name]
         if rows is None:
-            m.write_tensor(ours, _aligned(t.to_float32()), transposed=transposed)
+            # aligned (a copy when a file's offsets left it misaligned)
+            m.write_tensor(ours, np.require(t.to_float32(), requirements="A"), transposed=transposed)
             continue
         whole = parts.get(ours)
         if whole is None:
@@ -172,11 +174,6 @@ def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model) -> M:
 #: config.json's token ids: kept from a loaded directory (m.special_ids), written back on save
 SPECIAL_IDS = TOKEN_ID_FIELDS
 special_ids = token_ids
-
-
-def _aligned(a: np.ndarray) -> np.ndarray:
-    """a, or an aligned copy when a file's offsets left it misaligned."""
-    return a if a.flags.aligned else np.array(a)
 
 
 def save_dir(m: Model, path: str) -> None:
@@ -284,10 +281,8 @@ class PretrainedMixin:
         """
         if dtype is not None:
             as_choice(dtype, "dtype", DTYPES)
-        from .gguf.model import is_gguf
         if is_gguf(path):  # a GGUF file (blockc.gguf.model)
-            from .gguf.model import load
-            return load(path, dtype, cls)
+            return load_gguf(path, dtype, cls)
         return load_dir(path, dtype, cls)
 
     def save_pretrained(self, path: Union[str, "os.PathLike[str]"]) -> None:

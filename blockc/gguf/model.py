@@ -34,8 +34,12 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from .._errors import BlockcTypeError, BlockcValueError
+from ..families import config_to_hf
+from ..model import GPTConfig, layout
 from ..reference import ggml
+from ..text import Tokenizer
 from . import format as fmt
+from .tokenizer import metadata_of, placeholder
 
 __all__ = ["load", "save", "config_from_gguf", "ARCHITECTURES", "GGUF_DTYPES", "recipe",
            "GGUFMixin", "is_gguf"]
@@ -264,7 +268,6 @@ def _special_ids(f: fmt.GGUFFile) -> Dict[str, int]:
 def load(path: str, dtype: Optional[str], cls: Any) -> Any:
     """A model (of class ``cls``, a blockc GPT) from a GGUF file (see
     :meth:`blockc.GPT.from_pretrained`)."""
-    from ..model import GPTConfig, layout
     path = os.fspath(path)
     f = fmt.read(path)
     arch = f.get("general.architecture")
@@ -465,14 +468,15 @@ class GGUFMixin:
         ...     GPT.from_pretrained(os.path.join(d, "m.gguf")).dtype
         'q8_0'
         """
-        from .tokenizer import metadata_of, placeholder
+        if isinstance(tokenizer, (str, os.PathLike)) and not (
+                os.path.isfile(tokenizer) and os.fspath(tokenizer).endswith(".gguf")):
+            tokenizer = Tokenizer.from_pretrained(tokenizer)  # a directory's tokenizer.json
         meta = metadata_of(tokenizer, self) or placeholder(self.config.vocab)
         save(self, os.fspath(path), dtype, meta)
 
 
 def arch_of(cfg) -> str:
     """llama.cpp's architecture name for a config (refusing what none of them is)."""
-    from ..hf import config_to_hf
     mt = config_to_hf(cfg)["model_type"]
     return mt
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from .._errors import BlockcValueError
+from .._errors import BlockcTypeError, BlockcValueError
 from .format import GGUFFile
 
 __all__ = ["build", "TokenizerInfo", "PRE_TOKENIZER_SPLITS"]
@@ -383,8 +383,8 @@ def metadata_of(tokenizer: Any, m: Any = None) -> Dict[str, Any]:
         p = os.fspath(tokenizer)
         if os.path.isfile(p) and p.endswith(".gguf"):
             return _fields_of_file(p)
-        from ..text import Tokenizer
-        tokenizer = Tokenizer.from_pretrained(p)
+        raise BlockcTypeError(f"tokenizer must be a blockc.Tokenizer or a .gguf file here, got "
+                              f"the path {p!r} (save_gguf loads a directory's tokenizer)")
     chat = getattr(tokenizer, "chat_template", None)
     src = getattr(chat, "source", None)
     return export(getattr(tokenizer, "backend", tokenizer),
