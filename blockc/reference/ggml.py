@@ -241,12 +241,20 @@ def _q_f32(x):
     return x.astype("<f4").view(np.uint8)
 
 
+def bfloat16(w) -> np.ndarray:
+    """``w`` rounded to bfloat16, as float32 values."""
+    a = np.ascontiguousarray(w, dtype=np.float32)
+    u = a.view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32)
+    r = np.where(np.isnan(a), (u.astype(np.uint32) | 0x00400000) & 0xFFFF0000, r)
+    return r.astype(np.uint32).view(np.float32).reshape(a.shape)
+
+
 def _q_f16(x):
     return x.astype("<f2").view(np.uint8)
 
 
 def _q_bf16(x):
-    from .quant import bfloat16
     return (bfloat16(x).view(np.uint32) >> 16).astype("<u2").view(np.uint8)
 
 

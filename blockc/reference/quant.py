@@ -14,16 +14,10 @@ from typing import Tuple
 
 import numpy as np
 
+from . import ggml
+from .ggml import bfloat16  # noqa: F401 (defined beside the ggml oracle, which rounds BF16 with it)
+
 __all__ = ["bfloat16", "q8_0_blocks", "q8_0", "q4_0"]
-
-
-def bfloat16(w) -> np.ndarray:
-    """``w`` rounded to bfloat16, as float32 values."""
-    a = np.ascontiguousarray(w, dtype=np.float32)
-    u = a.view(np.uint32).astype(np.uint64)
-    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32)
-    r = np.where(np.isnan(a), (u.astype(np.uint32) | 0x00400000) & 0xFFFF0000, r)
-    return r.astype(np.uint32).view(np.float32).reshape(a.shape)
 
 
 def _round_half_away(v: np.ndarray) -> np.ndarray:
@@ -60,7 +54,6 @@ def q8_0(w) -> np.ndarray:
 def q4_0(w) -> np.ndarray:
     """``w`` stored as q4_0 (llama.cpp's ``quantize_row_q4_0_ref``, rows zero-padded to
     blocks of 32: :mod:`blockc.reference.ggml`), as the float32 weights it becomes."""
-    from . import ggml
     a = np.ascontiguousarray(w, dtype=np.float32)
     if a.ndim != 2:
         raise ValueError(f"w must be 2-D, got shape {a.shape}")
