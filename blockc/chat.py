@@ -356,21 +356,11 @@ def load_chat_template(path: Union[str, "os.PathLike[str]"]) -> Optional[str]:
 
 
 def _gguf_template(path: str) -> Optional[str]:
-    try:
-        import gguf  # the reference package: reads metadata only, tensors stay on disk
-    except ImportError:
-        raise ImportError("a GGUF file's chat template needs the gguf package") from None
-    try:
-        r = gguf.GGUFReader(path, "r")
-    except Exception as e:  # the reader's own errors: a file it cannot parse
-        raise BlockcValueError(f"{path}: not a GGUF file gguf reads: {e}") from None
-    f = r.fields.get("tokenizer.chat_template")
-    if f is None:
-        return None
-    try:
-        return bytes(f.parts[f.data[0]]).decode("utf-8")
-    except (IndexError, UnicodeDecodeError) as e:
-        raise BlockcValueError(f"{path}: tokenizer.chat_template is not UTF-8 text: {e}") from None
+    from .gguf.format import read  # blockc's reader: every length checked, tensors untouched
+    t = read(path).get("tokenizer.chat_template")
+    if t is not None and not isinstance(t, str):
+        raise BlockcValueError(f"{path}: metadata key 'tokenizer.chat_template' must be a string")
+    return t
 
 
 def special_tokens(path: Union[str, "os.PathLike[str]"]) -> Dict[str, str]:
@@ -445,12 +435,13 @@ def end_token_ids(path: Union[str, "os.PathLike[str]"], tokenizer: Any = None,
                   vocab: Optional[int] = None) -> frozenset:
     """Every id that ends a chat model's turn: ``generation_config.json``'s and
     ``config.json``'s ``eos_token_id`` (an int or a list: chat models list their
-    end-of-turn token there) and the tokenizer's ``eos_token_id``.
+    end-of-turn token there), or a GGUF file's ``tokenizer.ggml.eos_token_id`` and
+    ``eot_token_id``; and the tokenizer's ``eos_token_id``.
 
     Parameters
     ----------
     path : str or os.PathLike
-        The checkpoint directory.
+        The checkpoint directory, or a ``.gguf`` file.
     tokenizer : blockc.text.Tokenizer, optional
     vocab : int, optional
         Ids at or past it are dropped.
@@ -462,21 +453,28 @@ def end_token_ids(path: Union[str, "os.PathLike[str]"], tokenizer: Any = None,
     Raises
     ------
     ValueError
-        A config file that is not JSON.
+        A config file that is not JSON, a GGUF file that does not parse.
 
     Examples
     --------
     >>> sorted(end_token_ids("llama3-instruct-dir"))     # doctest: +SKIP
     [128001, 128008, 128009]
     """
-    d = os.fspath(path)
-    d = d if os.path.isdir(d) else os.path.dirname(d)
+    p = os.fspath(path)
     ids = set()
-    for name in ("generation_config.json", "config.json"):
-        e = _read_json(os.path.join(d, name)).get("eos_token_id")
-        for x in (e if isinstance(e, list) else [e]):
-            if isinstance(x, int) and not isinstance(x, bool) and x >= 0:
-                ids.add(x)
+    if os.path.isfile(p) and p.endswith(".gguf"):  # llama.cpp's end-of-text and end-of-turn ids
+        from .gguf.format import read
+        f = read(p)
+        found = [f.get("tokenizer.ggml.eos_token_id"), f.get("tokenizer.ggml.eot_token_id")]
+    else:
+        d = p if os.path.isdir(p) else os.path.dirname(p)
+        found = []
+        for name in ("generation_config.json", "config.json"):
+            e = _read_json(os.path.join(d, name)).get("eos_token_id")
+            found += e if isinstance(e, list) else [e]
+    for x in found:
+        if isinstance(x, int) and not isinstance(x, bool) and x >= 0:
+            ids.add(x)
     if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:
         ids.add(int(tokenizer.eos_token_id))
     return frozenset(i for i in ids if vocab is None or i < vocab)

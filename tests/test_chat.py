@@ -172,3 +172,18 @@ def test_blockc_chat_answers_what_generate_makes_from_the_templated_history(tmp_
           {"role": "user", "content": "What is the capital of France?"}]
     a2 = answer(h)
     assert r.stdout == f"{a1}\n{a2}\n(conversation reset)\n{a1}\n"
+
+
+def test_a_gguf_files_template_renders_as_the_directorys(tmp_path):
+    from chat_dirs import chat_model_dir
+    from blockc.chat import end_token_ids
+    m, _ = chat_model_dir(tmp_path, "llama3", llama=True)
+    tok = blockc.Tokenizer.from_pretrained(tmp_path)
+    m.save_gguf(tmp_path / "m.gguf", tokenizer=tok)
+    assert load_chat_template(tmp_path / "m.gguf") == load_chat_template(tmp_path)
+    g = blockc.Tokenizer.from_pretrained(tmp_path / "m.gguf")
+    for msgs in CONVERSATIONS:
+        a, b = tok.apply_chat_template(msgs), g.apply_chat_template(msgs)
+        assert a.text == b.text and a.ids.tolist() == b.ids.tolist()
+    assert end_token_ids(tmp_path / "m.gguf", g) == end_token_ids(tmp_path, tok) == {
+        tok.token_to_id("<|eot_id|>")}

@@ -528,3 +528,19 @@ def test_api_key_is_checked_and_binds_localhost(model_dir):
                 assert "127.0.0.1:" in line
     finally:
         s.stop()
+
+
+@pytest.mark.slow
+def test_a_gguf_file_serves_what_its_directory_serves(model_dir, server, local):
+    m, tok, _ = local
+    path = model_dir / "m.gguf"
+    m.save_gguf(path, tokenizer=tok)
+    s = Server(path)
+    try:
+        kw = dict(model=NAME, messages=_msgs(QUESTIONS[3]), max_tokens=12, temperature=0)
+        a = server.client().chat.completions.create(**kw)
+        b = s.client().chat.completions.create(**kw)
+        assert b.choices[0].message.content == a.choices[0].message.content
+        assert b.usage.prompt_tokens == a.usage.prompt_tokens
+    finally:
+        s.stop()

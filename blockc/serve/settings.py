@@ -13,8 +13,8 @@ class Settings:
     """Everything ``blockc serve`` can be told.
 
     model: the checkpoint directory (config.json, safetensors, tokenizer.json and a
-    chat template for /v1/chat/completions). model_name: the id clients send as
-    ``model`` (default: the directory's name). host: 127.0.0.1 unless told otherwise.
+    chat template for /v1/chat/completions) or a GGUF file. model_name: the id clients
+    send as ``model`` (default: the directory's name, the file's without .gguf). host: 127.0.0.1 unless told otherwise.
     parallel: requests decoded together (KV cache slots). ctx_size: positions per slot
     (prompt + completion; default the model's context, at most 2048). max_queue:
     requests waiting for a slot before 429. max_body_bytes: the largest request
@@ -40,4 +40,7 @@ class Settings:
 
     @property
     def served_name(self) -> str:
-        return self.model_name or os.path.basename(os.path.normpath(self.model))
+        if self.model_name:
+            return self.model_name
+        base = os.path.basename(os.path.normpath(self.model))
+        return base[:-5] if base.endswith(".gguf") else base

@@ -135,5 +135,7 @@ def chat_model_dir(d, style="chatml", context=256, seed=0, llama=False, width=32
         p = d / name
         c = json.loads(p.read_text())
         c["eos_token_id"] = eos
+        if STYLES[style][1] is not None:  # as real checkpoints: the BOS id beside the string
+            c["bos_token_id"] = tok.token_to_id(STYLES[style][1])
         p.write_text(json.dumps(c))
     return m, tok

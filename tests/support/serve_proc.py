@@ -18,7 +18,8 @@ class Server:
     """``blockc serve`` in a subprocess on a free port of 127.0.0.1."""
 
     def __init__(self, model_dir, *args, log=None, name=NAME):
-        self.log = log or (model_dir / f"serve-{time.monotonic_ns()}.log")
+        where = model_dir if model_dir.is_dir() else model_dir.parent  # a directory or a .gguf
+        self.log = log or (where / f"serve-{time.monotonic_ns()}.log")
         self.f = open(self.log, "w")
         self.p = subprocess.Popen(
             [sys.executable, "-m", "blockc", "serve", "--model", str(model_dir), "--port", "0",
