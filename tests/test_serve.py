@@ -435,11 +435,17 @@ def _rss_growth(server, n):
     return server.rss_kb() - base
 
 
+_rss = pytest.mark.skipif(bool(os.environ.get("BLOCKC_UNDER_SANITIZER")),
+                          reason="ASan's quarantine and shadow memory distort the resident set")
+
+
+@_rss
 def test_sequential_requests_keep_memory_flat(server):
     assert _rss_growth(server, 100) < 8 * 1024  # KiB: no per-request leak (noise of the heap)
 
 
 @pytest.mark.slow
+@_rss
 def test_a_thousand_sequential_requests_keep_memory_flat(server):
     assert _rss_growth(server, 1000) < 8 * 1024
 
