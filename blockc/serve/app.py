@@ -52,7 +52,10 @@ class Service:
         ctx = self.model.config.context
         self.capacity = min(ctx, s.ctx_size or min(ctx, 2048))
         self.name = s.served_name
-        self.end_ids = end_token_ids(s.model, tokenizer, self.model.config.vocab)
+        gen_eos = self.model.generation_config.eos_token_id  # the checkpoint's, as generate's
+        gen_eos = () if gen_eos is None else gen_eos if isinstance(gen_eos, tuple) else (gen_eos,)
+        self.end_ids = end_token_ids(s.model, tokenizer, self.model.config.vocab) | {
+            int(e) for e in gen_eos if 0 <= int(e) < self.model.config.vocab}
         self.created = int(time.time())
         self.engine = Engine(self.model, s.parallel, self.capacity, s.max_queue, s.prefill_chunk,
                              s.prefix_reuse)

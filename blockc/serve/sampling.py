@@ -7,7 +7,8 @@ OpenAI's semantics, on each row's float32 logits, in this order:
 count of token j among the tokens generated so far: additive, not the multiplicative
 ``repetition_penalty``, which is an extension field); then blockc.generation's
 processors and sampler (``repetition_penalty`` over prompt and output, temperature,
-``top_k``, ``top_p``, ``min_p``; temperature 0 is greedy). Each choice draws from its
+``top_k``, ``top_p``, ``min_p``; temperature 0 is greedy), the fields blockc's one
+:class:`blockc.generation.GenerationConfig` holds and checks. Each choice draws from its
 own generator, ``numpy.random.default_rng(seed + index)``, so a choice's tokens are
 the ones it gets alone, whatever else the server is running; with the penalties and
 bias at their defaults, choice 0 of a request is exactly
@@ -23,7 +24,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from ..generation import SamplingOptions, next_tokens
+from ..generation import GenerationConfig, SamplingOptions, next_tokens
 from .types import APIError, SamplingRequest
 
 __all__ = ["Sampling", "sampling_from_request", "RowSampler"]
@@ -31,7 +32,9 @@ __all__ = ["Sampling", "sampling_from_request", "RowSampler"]
 
 @dataclass(frozen=True)
 class Sampling:
-    """One choice's options, checked."""
+    """One request's options, checked: ``config`` what GPT.generate takes, the rest
+    OpenAI's fields it has not."""
+    config: GenerationConfig
     options: SamplingOptions
     seed: Optional[int]
     frequency_penalty: float
@@ -50,10 +53,13 @@ def sampling_from_request(req: SamplingRequest, vocab: int) -> Sampling:
     APIError
         A logit_bias key outside the vocabulary, a top_k or option blockc refuses.
     """
-    try:
-        opts = SamplingOptions(temperature=req.temperature, top_k=req.top_k,
-                               top_p=max(req.top_p, 1e-12), min_p=req.min_p,
-                               repetition_penalty=req.repetition_penalty, vocab=vocab)
+    try:  # OpenAI's top_p of 0 keeps the most likely token: a top_p that small does
+        g = GenerationConfig(temperature=req.temperature, top_k=req.top_k,
+                             top_p=max(req.top_p, 1e-12), min_p=req.min_p,
+                             repetition_penalty=req.repetition_penalty, seed=req.seed)
+        r = g.resolve(vocab)
+        opts = SamplingOptions(r.temperature, r.top_k, r.top_p, r.min_p, r.repetition_penalty,
+                               vocab)
     except ValueError as e:
         raise APIError(400, str(e), code="invalid_value") from None
     bad = [k for k in req.logit_bias if not 0 <= k < vocab]
@@ -61,7 +67,7 @@ def sampling_from_request(req: SamplingRequest, vocab: int) -> Sampling:
         raise APIError(400, f"'logit_bias' token {bad[0]} is outside the vocabulary "
                        f"[0, {vocab})", param="logit_bias", code="invalid_value")
     ids = np.array(sorted(req.logit_bias), dtype=np.int64)
-    return Sampling(opts, req.seed, req.frequency_penalty, req.presence_penalty, ids,
+    return Sampling(g, opts, g.seed, req.frequency_penalty, req.presence_penalty, ids,
                     np.array([req.logit_bias[int(i)] for i in ids], np.float64),
                     req.top_logprobs, req.logprobs)
 
