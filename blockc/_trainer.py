@@ -29,7 +29,7 @@ from ._errors import BlockcValueError
 from .train import AdamW
 
 __all__ = ["batch_at", "evaluate", "fit", "save_run", "load_optimizer", "read_state",
-           "split", "text_tokens", "STATE", "OPTIMIZER", "RUN_FILES"]
+           "split", "text_tokens", "sha256", "STATE", "OPTIMIZER", "RUN_FILES"]
 
 STATE = "trainer_state.json"
 OPTIMIZER = "optimizer.safetensors"
@@ -40,7 +40,7 @@ RUN_FILES = ("config.json", "model.safetensors", OPTIMIZER, "tokenizer.json")
 
 def text_tokens(path: str, tokenizer: Any = None) -> np.ndarray:
     """The tokens of a UTF-8 text file: the tokenizer's ids, or its bytes (0..255)."""
-    with open(path, "rb") as f:
+    with _files.open_regular(path, "a training text") as f:  # a FIFO or /dev/zero refused
         raw = f.read()
     if tokenizer is None:
         return np.frombuffer(raw, np.uint8).astype(np.int64)
@@ -117,7 +117,8 @@ def fit(m, opt: AdamW, tokens: np.ndarray, *, steps: int, batch: int, seq: int, 
     return out
 
 
-def _sha256(path: str) -> str:
+def sha256(path: str) -> str:
+    """The SHA-256 of a regular file, read in 1 MiB blocks."""
     h = hashlib.sha256()
     with _files.open_regular(path) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -165,7 +166,7 @@ def save_run(path: str, m, opt: AdamW, state: Dict[str, Any], tokenizer_file: Op
         hyper = {k: st[k] for k in ("lr", "betas", "eps", "weight_decay", "decay", "steps")}
         stf.write(os.path.join(tmp, OPTIMIZER), tensors,
                   {"format": "blockc-adamw", "hyper": json.dumps(hyper)})
-        files = {f: _sha256(os.path.join(tmp, f)) for f in RUN_FILES
+        files = {f: sha256(os.path.join(tmp, f)) for f in RUN_FILES
                  if os.path.exists(os.path.join(tmp, f))}
         _files.write_json(os.path.join(tmp, STATE), {**state, "files": files}, indent=1)
         _carry_over(path, tmp)
@@ -207,7 +208,7 @@ def read_state(path: str) -> Dict[str, Any]:
         if not os.path.lexists(p):
             raise BlockcValueError(f"--resume {path}: {name} is missing (the state of step "
                                    f"{st['step']} names it): not one consistent checkpoint")
-        if _sha256(p) != digest:
+        if sha256(p) != digest:
             raise BlockcValueError(f"--resume {path}: {name} is not the file the state of step "
                                    f"{st['step']} was written with (changed or torn since): not "
                                    "one consistent checkpoint")

@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Uni
 
 import numpy as np
 
+from . import _files
 from ._errors import BlockcTypeError, BlockcValueError
 
 __all__ = ["ChatTemplate", "ChatPrompt", "ChatTemplateError", "load_chat_template",
@@ -280,20 +281,18 @@ def _read_text(path: str) -> Optional[str]:
         return None
     if os.path.getsize(path) > _MAX_TEMPLATE:
         raise BlockcValueError(f"{path}: larger than {_MAX_TEMPLATE} bytes")
-    with open(path, encoding="utf-8") as f:
-        return f.read(_MAX_TEMPLATE + 1)
+    raw = _files.read_bytes(path, _MAX_TEMPLATE, "a chat template")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BlockcValueError(f"{path}: not UTF-8: {e}") from None
 
 
 def _read_json(path: str) -> dict:
     if not os.path.isfile(path):
         return {}
-    if os.path.getsize(path) > 64 * _MAX_TEMPLATE:  # added-token tables make configs long
-        raise BlockcValueError(f"{path}: too large for a tokenizer config")
-    try:
-        with open(path, encoding="utf-8") as f:
-            d = json.load(f)
-    except ValueError as e:  # UnicodeDecodeError included
-        raise BlockcValueError(f"{path}: not UTF-8 JSON: {e}") from None
+    # bounded in size and depth, a regular file at the open (blockc._files)
+    d = _files.read_json(path, "a tokenizer config", limit=64 * _MAX_TEMPLATE)
     return d if isinstance(d, dict) else {}
 
 

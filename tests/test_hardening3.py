@@ -957,3 +957,21 @@ def test_generate_prompt_adds_bos_as_transformers_does(tmp_path, capsys):
         assert main(["generate", "--model", str(d), "--prompt", "hello", "--max-new-tokens", "6",
                      "--no-eos"] + flag) == 0
         assert capsys.readouterr().out == want + "\n"
+
+
+def test_train_text_and_chat_config_special_files_are_refused(tmp_path):
+    r = run_python(f"""
+        import os
+        from blockc.cli import main
+        d = {str(tmp_path)!r}
+        os.mkfifo(os.path.join(d, "fifo.txt"))
+        print("status", main(["train", "--text", os.path.join(d, "fifo.txt"), "--out",
+                              os.path.join(d, "r"), "--steps", "1"]))
+        """, timeout=30)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "status 2" in r.stdout and "a FIFO, not a regular file" in r.stderr
+    pytest.importorskip("jinja2")
+    from blockc import chat
+    (tmp_path / "tokenizer_config.json").write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(BlockcValueError, match="tokenizer_config.json.*nested"):
+        chat.load_chat_template(str(tmp_path))

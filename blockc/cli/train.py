@@ -152,9 +152,7 @@ def _same_shape(args, cfg: GPTConfig, src: str, what: str) -> None:
 
 
 def _sha256_text(path: str) -> str:
-    import hashlib
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+    return tr.sha256(path)
 
 
 def _resume_options(args, state: Dict[str, Any], path: str) -> None:
