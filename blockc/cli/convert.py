@@ -80,7 +80,9 @@ def run_convert(args: argparse.Namespace) -> int:
         m = GPT.from_pretrained(args.src, dtype="float32")
         m.save_pretrained(args.dst)
         try:
-            Tokenizer.from_pretrained(args.src).backend.save(os.path.join(args.dst, "tokenizer.json"))
+            backend = Tokenizer.from_pretrained(args.src).backend  # written whole, atomically
+            _files.write_bytes(os.path.join(args.dst, "tokenizer.json"),
+                               backend.to_str().encode("utf-8"))
         except (ImportError, BlockcValueError) as e:
             print(f"(no tokenizer.json written: {e})")
         print(f"wrote {args.dst}: config.json and model.safetensors (float32), "
