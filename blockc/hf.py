@@ -2,7 +2,7 @@
 
 A directory as ``transformers`` writes it: ``config.json`` and ``model.safetensors``
 (or shards ``model-0000X-of-0000N.safetensors`` listed by
-``model.safetensors.index.json``). blockc reads it with its own zero-copy reader
+``model.safetensors.index.json``). blockc reads it with its own reader
 (:mod:`blockc.safetensors`) and never contacts the Hub, never unpickles
 (``pytorch_model.bin`` is refused, with the conversion to do).
 
@@ -242,8 +242,9 @@ class PretrainedMixin:
 
         ``config.json`` and ``model.safetensors``, or shards listed by
         ``model.safetensors.index.json``; names with or without the
-        ``transformer.`` prefix; float32, float16 or bfloat16 tensors (read zero-copy
-        from a memory map, no torch needed). The Hub is never contacted and pickle
+        ``transformer.`` prefix; float32, float16 or bfloat16 tensors (read a tensor
+        at a time with blockc's own reader, no torch needed; a file truncated while it is
+        read is an error, never a crash). The Hub is never contacted and pickle
         checkpoints (``pytorch_model.bin``) are refused.
 
         Parameters
@@ -296,7 +297,8 @@ class PretrainedMixin:
         Parameters
         ----------
         path : str or os.PathLike
-            The directory (made if missing; the two files are replaced).
+            The directory (made if missing; the two files are replaced, each whole, by
+            rename; the index and shards of a sharded checkpoint there are removed).
 
         Raises
         ------
