@@ -649,6 +649,7 @@ def test_model_with_a_shape_option_is_refused_by_name(tmp_path, capsys):
     ("seq", -1, "seq"),
     ("warmup", 1.5, "warmup"),
     ("eval_frac", 2.0, "eval_frac"),
+    ("history", {"a": 1}, "history"),
 ])
 def test_a_hand_edited_trainer_state_is_checked_like_the_command_line(tmp_path, capsys, field,
                                                                       value, match):

@@ -164,6 +164,10 @@ def _resume_options(args, state: Dict[str, Any], path: str) -> None:
         raise BlockcValueError(f"{where}: no {(missing or ['tokens'])[0]!r} (every option that "
                                "decides the result is needed to resume exactly)")
     _check_run_options(state, lambda k: f"{where}: {k}")
+    hist = state.get("history", [])
+    if not isinstance(hist, list) or not all(
+            isinstance(h, dict) and type(h.get("step")) is int for h in hist):
+        raise BlockcValueError(f"{where}: history must be a list of records with a step")
     for k in RUN_DEFAULTS:
         given = getattr(args, k)
         if given is not None and given != state[k]:
