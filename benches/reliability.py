@@ -64,7 +64,8 @@ CLASSES = [
      "against the uninterrupted one; Ctrl-C at every point of a step and of a save; options "
      "that contradict the run (--layers, --eval-frac, a lost tokenizer); a hand-edited "
      "trainer_state.json",
-     [["tests/test_hardening3.py", "-k", "run_directory or resume or interrupt or train_step"]]),
+     [["tests/test_hardening3.py", "-k", "run_directory or resume or interrupt or ctrl_c or "
+       "trainer_state or shape_option"]]),
     ("special files and hostile JSON",
      "a FIFO or a link to /dev/zero as config.json, weights, index or tokenizer.json; JSON "
      "nested 100,000 deep or too large; 65-dimensional shapes and 2**70 dimensions; config "
@@ -75,7 +76,7 @@ CLASSES = [
      "a tokenizer.json whose precompiled charsmap makes tokenizers panic (on load and on "
      "encode); decode of -1 and 2**32; a failed TextStream.push followed by good ones; "
      "WordPiece without [UNK]; non-UTF-8 text; special tokens as transformers adds them",
-     [["tests/test_hardening3.py", "-k", "tokenizer or decode or wordpiece or encode_adds"]]),
+     [["tests/test_hardening3.py", "-k", "tokenizer or decode or wordpiece or encode_adds or bos"]]),
     ("allocation",
      "the single kernels called 50 rounds after a warm-up (malloc counted); every entry point "
      "with an allocator that always fails",
