@@ -160,7 +160,7 @@ def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model) -> M:
         if rows[1] == tensor_layout[ours].shape[0]:  # the last slice: the tensor is whole
             m.write_tensor(ours, parts.pop(ours))
     m.special_ids = special_ids(d)
-    m.generation_config = GenerationConfig.from_pretrained(path, config=d)
+    m.generation_config = GenerationConfig.from_pretrained(path, config=d, vocab=cfg.vocab)
     if tied_head:
         t = tensors[head]
         emb = [n for n, b, _, _ in spec if b == "token.weight"][0]

@@ -833,6 +833,7 @@ def _ckpt(d, cfg=TINY, seed=0, **config):
     ("model_type", ["gpt2"], "model_type"),
     ("activation_function", ["gelu_new"], "activation_function"),
     ("n_inner", "64", "n_inner"),
+    ("eos_token_id", "x", None),  # not an id: dropped with a warning, the model loads
 ])
 def test_every_config_field_is_type_checked_naming_field_and_file(tmp_path, field, value, match):
     d = tmp_path / "ck"
@@ -866,7 +867,8 @@ def test_config_json_special_files_and_deep_json_are_refused(tmp_path):
         for name, make in (("config.json", "fifo"), ("config.json", "zero"),
                            ("model.safetensors", "fifo"), ("config.json", "deep"),
                            ("model.safetensors.index.json", "fifo"),
-                           ("model.safetensors.index.json", "deep")):
+                           ("model.safetensors.index.json", "deep"),
+                           ("generation_config.json", "deep")):
             p = os.path.join(d, name)
             keep = p + ".keep"
             if os.path.exists(p):
@@ -893,7 +895,7 @@ def test_config_json_special_files_and_deep_json_are_refused(tmp_path):
         print(out)
         """, timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "loaded" not in r.stdout and r.stdout.count("refused") == 6
+    assert "loaded" not in r.stdout and r.stdout.count("refused") == 7
 
 
 def _shard(d):
@@ -976,3 +978,27 @@ def test_train_text_and_chat_config_special_files_are_refused(tmp_path):
     (tmp_path / "tokenizer_config.json").write_text("[" * 100000 + "]" * 100000)
     with pytest.raises(BlockcValueError, match="tokenizer_config.json.*nested"):
         chat.load_chat_template(str(tmp_path))
+
+
+def test_generation_config_end_ids_are_honoured(tmp_path, capsys):
+    from blockc.cli import main
+    d = tmp_path / "ck"
+    m = _ckpt(d, eos_token_id=63)
+    prompt = [1, 2, 3]
+    free = [int(t) for t in m.generate(np.array([prompt]), 12)[0][3:]]
+    stop = free[4]
+    first = free.index(stop)
+    (d / "generation_config.json").write_text(json.dumps({"eos_token_id": [63, stop]}))
+    assert main(["generate", "--model", str(d), "--ids", "1,2,3", "--max-new-tokens", "12"]) == 0
+    out = [int(x) for x in capsys.readouterr().out.split()]
+    assert out == free[:first + 1]
+
+
+def test_a_config_end_id_outside_the_vocabulary_warns_and_generates(tmp_path, capsys):
+    from blockc.cli import main
+    d = tmp_path / "ck"
+    _ckpt(d, eos_token_id=10 ** 6)
+    assert main(["generate", "--model", str(d), "--ids", "1,2,3", "--max-new-tokens", "4"]) == 0
+    cap = capsys.readouterr()
+    assert len(cap.out.split()) == 4
+    assert "config.json" in cap.err and "eos_token_id" in cap.err and cap.err.count("\n") == 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from typing import List, Optional
 
 from .. import __version__
@@ -62,7 +63,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     where = f"blockc {args.command}"
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():  # a warning is one line too, naming the command
+            warnings.showwarning = lambda message, *a, **k: sys.stderr.write(
+                f"{where}: warning: {message}\n")
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
         sys.stderr.write(f"{where}: interrupted\n")
         return 130

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -80,14 +81,25 @@ def run_generate(args: argparse.Namespace) -> int:
     # the end ids: the checkpoint's generation config (a GGUF file's: its special ids),
     # else the tokenizer's end token
     gen = m.generation_config
-    if gen.eos_token_id is None and "eos_token_id" in m.special_ids:
-        gen = gen.replace(eos_token_id=m.special_ids["eos_token_id"])
+    vocab = m.config.vocab
+
+    def in_vocab(v):  # a fallback's ids that are this model's (from_pretrained warned of the rest)
+        vals = [x for x in (v if isinstance(v, (list, tuple)) else [v])
+                if type(x) is int and 0 <= x < vocab]
+        return (tuple(vals) if isinstance(v, (list, tuple)) else vals[0]) if vals else None
+    if gen.eos_token_id is None and in_vocab(m.special_ids.get("eos_token_id")) is not None:
+        gen = gen.replace(eos_token_id=in_vocab(m.special_ids["eos_token_id"]))
     if tok is not None:
         ids = list(tok.encode(args.prompt, add_special_tokens=not args.no_special_tokens))
         if not ids:
             raise BlockcValueError("--prompt encodes to no tokens")
         if gen.eos_token_id is None and tok.eos_token_id is not None:
-            gen = gen.replace(eos_token_id=tok.eos_token_id)
+            if in_vocab(tok.eos_token_id) is None:
+                warnings.warn(f"{args.model}: the tokenizer's end token {tok.eos_token_id} is "
+                              f"not a token id of this model (the vocabulary has {vocab}): "
+                              "ignored")
+            else:
+                gen = gen.replace(eos_token_id=tok.eos_token_id)
     if args.no_eos:
         gen = gen.replace(eos_token_id=())
     opts = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,

@@ -16,6 +16,7 @@ its files describe (``m.generation_config``: ``config.json``'s token ids, then
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, fields, replace as _dc_replace
 from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple, Union
 
@@ -23,7 +24,8 @@ from .._args import as_flag, as_int, as_real
 from .._errors import BlockcTypeError, BlockcValueError
 from ..families import read_config
 
-__all__ = ["GenerationConfig", "ResolvedGeneration", "TOKEN_ID_FIELDS", "token_ids"]
+__all__ = ["GenerationConfig", "ResolvedGeneration", "TOKEN_ID_FIELDS", "token_ids",
+           "checked_token_ids"]
 
 #: the token ids a checkpoint's config.json / generation_config.json may give
 TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
@@ -45,6 +47,29 @@ def token_ids(d: Mapping[str, Any]) -> Dict[str, Any]:
         v = d.get(k)
         if _is_id(v) or (isinstance(v, list) and v and len(v) <= 1024 and all(map(_is_id, v))):
             out[k] = list(v) if isinstance(v, list) else v
+    return out
+
+
+def checked_token_ids(d: Mapping[str, Any], where: str,
+                      vocab: Optional[int] = None) -> Dict[str, Any]:
+    """The special token ids of a checkpoint file's dict, as :func:`token_ids`, but each
+    value that cannot be an id of the model (the wrong type, negative, at or past
+    ``vocab``) dropped with a one-line warning naming the file and the field, as
+    transformers generates past them instead of failing as if the user had passed them."""
+    out: Dict[str, Any] = {}
+    for k in TOKEN_ID_FIELDS:
+        v = d.get(k)
+        if v is None:
+            continue
+        vals = v if isinstance(v, list) else [v]
+        good = [x for x in vals[:1024] if _is_id(x) and (vocab is None or x < vocab)]
+        if len(good) != len(vals):
+            bad = [x for x in vals if x not in good]
+            lim = "" if vocab is None else f" (the vocabulary has {vocab})"
+            warnings.warn(f"{where}: {k} {bad[0] if bad else v!r} is not a token id of this "
+                          f"model{lim}: ignored", UserWarning, stacklevel=3)
+        if good:
+            out[k] = good if isinstance(v, list) else good[0]
     return out
 
 
@@ -230,10 +255,12 @@ class GenerationConfig:
 
     @classmethod
     def from_pretrained(cls, path: Union[str, "os.PathLike[str]"],
-                        config: Optional[Mapping[str, Any]] = None) -> "GenerationConfig":
+                        config: Optional[Mapping[str, Any]] = None,
+                        vocab: Optional[int] = None) -> "GenerationConfig":
         """The generation config of a checkpoint directory: ``config.json``'s token
         ids, then ``generation_config.json``'s fields (see :meth:`from_dict`), which
-        win when the directory has one.
+        win when the directory has one. An id that cannot be one (the wrong type, or
+        outside ``vocab``) is dropped with a warning naming its file.
 
         Parameters
         ----------
@@ -241,6 +268,8 @@ class GenerationConfig:
             The directory.
         config : mapping, optional
             Its config.json, already read (it is read when None).
+        vocab : int, optional
+            The model's vocabulary: ids at or past it are dropped (with a warning).
 
         Returns
         -------
@@ -262,11 +291,12 @@ class GenerationConfig:
         5
         """
         path = os.fspath(path)
-        d = dict(token_ids(read_config(path) if config is None else config))
+        d = dict(checked_token_ids(read_config(path) if config is None else config,
+                                   os.path.join(path, "config.json"), vocab))
         gen = os.path.join(path, "generation_config.json")
-        if os.path.exists(gen):
+        if os.path.lexists(gen):  # read bounded and regular-file-checked (read_config)
             g = read_config(gen)
-            ids = token_ids(g)
+            ids = checked_token_ids(g, gen, vocab)
             d.update({k: g[k] for k in g if k not in TOKEN_ID_FIELDS})
             d.update(ids)
         return cls.from_dict(d)
