@@ -297,3 +297,19 @@ def test_experiment_activation_and_gradients_write_their_sections(tmp_path, caps
 def test_experiment_options_are_checked_before_any_run(argv, match, capsys):
     assert main(["experiment"] + argv) != 0
     assert match in capsys.readouterr().err
+
+
+def test_a_sweep_is_redrawn_from_its_json_without_running(tmp_path, capsys):
+    common = ["experiment", "warmup", "--depths", "1", "--lrs", "1e-3,1e4", "--seeds", "1",
+              "--steps", "4", "--warmup", "2", "--clip", "0", "--width", "8", "--batch", "2",
+              "--seq", "8"]
+    a, b = tmp_path / "a.md", tmp_path / "b.md"
+    out = tmp_path / "runs.json"
+    assert main(common + ["--json", str(out), "--markdown", str(a)]) == 0
+    capsys.readouterr()
+    assert main(common + ["--from-json", str(out), "--markdown", str(b)]) == 0
+    assert " seed " not in capsys.readouterr().out  # nothing ran
+    assert a.read_text() == b.read_text()
+    wrong = [x if x != "1e-3,1e4" else "1e-3" for x in common]
+    assert main(wrong + ["--from-json", str(out)]) != 0
+    assert "not the ones" in capsys.readouterr().err

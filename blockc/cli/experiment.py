@@ -21,7 +21,7 @@ from .._errors import BlockcValueError
 from ..experiments.trainability import (TASK_VOCAB, VARIANTS, plot_runs, read_markdown,
                                         results_table, trainability, write_section)
 from .. import _files
-from .._files import write_json
+from .._files import read_json, write_json
 from ..experiments import gradients, warmup
 from ..experiments._report import cpu_name, read_section_file
 from ._options import add_threads, apply_threads, plot_path, require_positive
@@ -189,6 +189,9 @@ def _register_issue23(sub) -> None:
         w.add_argument("--width", type=int, default=32)
         w.add_argument("--batch", type=int, default=8)
         w.add_argument("--seq", type=int, default=16)
+        w.add_argument("--from-json", metavar="FILE", default=None,
+                       help="run nothing: print, draw and write the tables of the runs a "
+                            "previous --json wrote (give the options it ran with)")
         w.add_argument("--jobs", type=int, default=1,
                        help="worker processes (1 thread each unless --threads; the figures "
                             "do not depend on it)")
@@ -261,8 +264,19 @@ def run_sweep(args: argparse.Namespace) -> int:
     cpu = cpu_name()
     print(f"{args.experiment}: {len(points)} runs of {args.steps} steps of {args.batch} x "
           f"{args.seq} tokens, width {args.width}, {args.jobs} process(es); {cpu}", flush=True)
-    res = warmup.sweep(points, settings, jobs=args.jobs, threads=args.threads,
-                       report=lambda s: print(s, flush=True))
+    if args.from_json:
+        res = warmup.from_json(read_json(args.from_json, "--from-json"))
+        want = sorted(json.dumps(p, sort_keys=True) for p in points)
+        got = sorted(json.dumps({k: r[k] for k in p}, sort_keys=True)
+                     for p, r in zip(points, res["runs"]))
+        if len(res["runs"]) != len(points) or want != got \
+                or {k: res["settings"].get(k) for k in settings} != dict(settings):
+            raise BlockcValueError(f"--from-json {args.from_json}: its runs are not the ones "
+                                   "these options ask for")
+        cpu = res.get("cpu", cpu)
+    else:
+        res = warmup.sweep(points, settings, jobs=args.jobs, threads=args.threads,
+                           report=lambda s: print(s, flush=True))
     res["cpu"] = cpu
     print(f"final held-out loss (nats per token); floor {res['floor']:.3f}, bigram "
           f"{res['bigram']:.3f}, unigram {res['unigram']:.3f}, uniform {res['uniform']:.3f}")

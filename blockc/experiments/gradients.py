@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -38,7 +39,7 @@ from ._report import fmt, spread, write_section
 from .trainability import TASK_VOCAB, markov_task
 
 __all__ = ["VARIANTS", "INITS", "initial_model", "block_config", "input_gradients",
-           "layer_profile", "gradients", "profile_table", "depth_table", "plot_profiles",
+           "layer_profile", "gradients", "profile_depth", "profile_table", "depth_table", "plot_profiles",
            "write_markdown"]
 
 #: variant -> the GPTConfig options it changes from GPT-2's pre-norm block
@@ -319,8 +320,13 @@ def _select(res: Dict[str, Any], init: str, variant: str, depth: int) -> List[Di
 
 
 def _range(values: Sequence[float]) -> str:
-    s = spread(values)
-    return f"{_g(s['median'])} ({_g(s['min'])}-{_g(s['max'])})"
+    finite = [v for v in values if math.isfinite(v)]
+    bad = len(values) - len(finite)
+    if not finite:
+        return f"overflow ({bad}/{len(values)})"
+    s = spread(finite)
+    text = f"{_g(s['median'])} ({_g(s['min'])}-{_g(s['max'])})"
+    return text + (f", overflow {bad}/{len(values)}" if bad else "")
 
 
 def _g(x: float) -> str:
@@ -329,10 +335,17 @@ def _g(x: float) -> str:
     return f"{x:.3g}"
 
 
-def profile_table(res: Dict[str, Any], depth: Optional[int] = None) -> List[str]:
-    """The Markdown table of the profile at ``depth`` (default: the deepest).
+def profile_depth(res: Dict[str, Any]) -> int:
+    """The depth the profile table and plot show by default: 24 when the result has it
+    (the issue's and Xiong et al.'s scale), else the deepest."""
+    return 24 if 24 in res["depths"] else max(res["depths"])
 
-    Each cell is the median over the seeds with (smallest-largest): the
+
+def profile_table(res: Dict[str, Any], depth: Optional[int] = None) -> List[str]:
+    """The Markdown table of the profile at ``depth`` (default: :func:`profile_depth`).
+
+    Each cell is the median over the seeds with (smallest-largest) (a profile
+    that overflowed float32 counted apart): the
     ``down.weight`` gradient norm at the first, middle and last layer and the
     ratio last / first; the gradient norm at the first layer's input (the
     embeddings) and at the second's, each over the gradient at the stack's output
@@ -353,7 +366,7 @@ def profile_table(res: Dict[str, Any], depth: Optional[int] = None) -> List[str]
     ValueError
         A depth the result does not have.
     """
-    depth = max(res["depths"]) if depth is None else depth
+    depth = profile_depth(res) if depth is None else depth
     if depth not in res["depths"]:
         raise BlockcValueError(f"depth {depth} is not among the result's {res['depths']}")
     mid = depth // 2
@@ -394,7 +407,8 @@ def depth_table(res: Dict[str, Any]) -> List[str]:
              "|---|---|" + "---:|" * (len(ds) + 1)]
     for init in res["inits"]:
         for v in res["variants"]:
-            med = [spread(r["down"][-1] for r in _select(res, init, v, d))["median"] for d in ds]
+            med = [spread(x for x in (r["down"][-1] for r in _select(res, init, v, d))
+                          if math.isfinite(x))["median"] for d in ds]
             lines.append(f"| {init} | {v} | " + " | ".join(_g(x) for x in med)
                          + f" | {_g(med[0] / med[-1])} |")
     return lines
@@ -414,7 +428,7 @@ def plot_profiles(res: Dict[str, Any], path: str, depth: Optional[int] = None,
     path : str
         The PNG to write.
     depth : int, optional
-        The depth drawn (default: the deepest).
+        The depth drawn (default: :func:`profile_depth`).
     cpu : str, optional
         Named in the title.
 
@@ -425,7 +439,7 @@ def plot_profiles(res: Dict[str, Any], path: str, depth: Optional[int] = None,
     """
     from .._plot import pyplot
     plt = pyplot()
-    depth = max(res["depths"]) if depth is None else depth
+    depth = profile_depth(res) if depth is None else depth
     if depth not in res["depths"]:
         raise BlockcValueError(f"depth {depth} is not among the result's {res['depths']}")
     inits = res["inits"]
@@ -433,15 +447,17 @@ def plot_profiles(res: Dict[str, Any], path: str, depth: Optional[int] = None,
     for col, init in enumerate(inits):
         for row, key in enumerate(("down", "input")):
             ax = axes[row][col]
-            for v in res["variants"]:
+            for i, v in enumerate(res["variants"]):
                 rs = _select(res, init, v, depth)
                 a = np.array([r[key] for r in rs], np.float64)
+                a[~np.isfinite(a)] = np.nan  # an overflowed profile is left out
                 x = np.arange(1, a.shape[1] + 1)
-                with np.errstate(invalid="ignore"):
-                    med = np.median(a, axis=0)
-                line, = ax.plot(x, med, lw=1.4, label=v)
-                ax.fill_between(x, a.min(axis=0), a.max(axis=0), color=line.get_color(),
-                                alpha=0.2, lw=0)
+                with np.errstate(invalid="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    med = np.nanmedian(a, axis=0)
+                    lo, hi = np.nanmin(a, axis=0), np.nanmax(a, axis=0)
+                line, = ax.plot(x, med, lw=1.4, ls=("-", "--", "-.", ":")[i % 4], label=v)
+                ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
             ax.set_yscale("log")
             ax.grid(alpha=0.3, which="both")
             ax.set_xlabel("layer" if key == "down" else
@@ -474,7 +490,7 @@ def write_markdown(path: str, res: Dict[str, Any], command: str) -> None:
     OSError
         The file cannot be written.
     """
-    depth = max(res["depths"])
+    depth = profile_depth(res)
     body = [f"`{command}` (gradient norms of the mean loss on one batch of "
             f"{res['batch']} x {res['seq']} tokens at initialisation; median over "
             f"{res['seeds']} seeds, (smallest-largest)). At {depth} layers:", ""]

@@ -40,7 +40,8 @@ from ._report import fmt, spread, write_section
 from .trainability import markov_task, task_levels
 
 __all__ = ["VARIANTS", "Settings", "task", "classify", "run_point", "sweep", "warmup_points",
-           "activation_points", "sweep_table", "plot_sweep", "write_markdown", "STATUSES"]
+           "activation_points", "sweep_table", "plot_sweep", "write_markdown", "STATUSES",
+           "groups", "status_counts", "from_json"]
 
 #: variant -> the GPTConfig options it changes from GPT-2's pre-norm block
 VARIANTS: Dict[str, Dict[str, Any]] = {
@@ -265,6 +266,45 @@ def sweep(points: Sequence[Dict[str, Any]], settings: Settings, jobs: int = 1,
             "seconds": time.perf_counter() - t0}
 
 
+def from_json(obj: Dict[str, Any]) -> Dict[str, Any]:
+    """A :func:`sweep` result read back from the JSON ``blockc experiment ... --json`` wrote
+    (null figures, a run that stopped, back to NaN), checked for what the tables need.
+
+    Parameters
+    ----------
+    obj : dict
+        The parsed JSON.
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    ValueError
+        Not a sweep's result: no settings or runs, a run without its point or figures.
+    """
+    if not isinstance(obj, dict) or not isinstance(obj.get("runs"), list) \
+            or not isinstance(obj.get("settings"), dict):
+        raise BlockcValueError("not a sweep's JSON: no 'settings' and 'runs'")
+    need = ("variant", "depth", "lr", "warmup", "clip", "seed", "losses", "held_out",
+            "status", "steps_run")
+    nan = float("nan")
+    runs = []
+    for i, r in enumerate(obj["runs"]):
+        if not isinstance(r, dict) or any(k not in r for k in need) \
+                or r["status"] not in STATUSES or not isinstance(r["losses"], list):
+            raise BlockcValueError(f"not a sweep's JSON: run {i} lacks its point or figures")
+        runs.append({**r, "held_out": nan if r["held_out"] is None else float(r["held_out"]),
+                     "losses": [nan if x is None else float(x) for x in r["losses"]]})
+    levels = {}
+    for k in ("floor", "window_floor", "bigram", "unigram", "uniform", "seconds"):
+        if not isinstance(obj.get(k), (int, float)):
+            raise BlockcValueError(f"not a sweep's JSON: no {k!r}")
+        levels[k] = float(obj[k])
+    return {**obj, **levels, "runs": runs}
+
+
 def warmup_points(depths: Sequence[int], lrs: Sequence[float], seeds: int, warmup: int,
                   clip: Optional[float] = 1.0) -> List[Dict[str, Any]]:
     """The warmup experiment's grid: pre-norm and post-norm at every depth and peak
@@ -340,7 +380,7 @@ def _cell(rs: List[Dict[str, Any]]) -> str:
     if not ok:
         return f"diverged {div}/{len(rs)}"
     s = spread(ok)
-    text = f"{fmt(s['median'])} ({fmt(s['min'], 2)}-{fmt(s['max'], 2)})" if len(ok) > 1 \
+    text = f"{fmt(s['median'])} ({fmt(s['min'])}-{fmt(s['max'])})" if len(ok) > 1 \
         else fmt(s["median"])
     return text + (f", {div}/{len(rs)} diverged" if div else "")
 
@@ -375,13 +415,13 @@ def status_counts(res: Dict[str, Any]) -> Dict[str, int]:
 
 
 def _example_pair(res: Dict[str, Any]):
-    """A failed run (diverged, else stuck) at the deepest depth and largest such lr, and the
-    healthy run of the same depth, lr and seed with the most warmup (or the best run)."""
+    """A failed run (diverged, else stuck) at the deepest depth and the smallest learning
+    rate any run failed at, and the best healthy run of the same depth, lr and seed."""
     bad = [r for r in res["runs"] if r["status"] != "trained"]
     if not bad:
         return None, None
     rank = {"diverged": 0, "stuck": 1}
-    bad.sort(key=lambda r: (rank[r["status"]], -r["depth"], r["clip"] is not None, -r["lr"],
+    bad.sort(key=lambda r: (rank[r["status"]], -r["depth"], r["clip"] is not None, r["lr"],
                             r["seed"]))
     b = bad[0]
     same = [r for r in res["runs"] if r["status"] == "trained" and r["depth"] == b["depth"]
