@@ -13,6 +13,7 @@ and :mod:`~blockc.experiments.warmup`.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
 from typing import Any, Dict, List
