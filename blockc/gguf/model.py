@@ -300,10 +300,34 @@ def load(path: str, dtype: Optional[str], cls: Any) -> Any:
     return m
 
 
+# blockc formats whose panels hold a GGUF type's very blocks: rearranged, not requantised
+_RAW = {("q8_0", "Q8_0"), ("q4_0", "Q4_0")}
+
+
+def raw_panels(raw: np.ndarray, typ: str) -> np.ndarray:
+    """The bytes of blockc's packed matrix (panels of 16 rows, block by block: the 16 rows'
+    half scales, then their quants interleaved, bc_engine.h) holding the rows ``raw``
+    (rows, row bytes) of Q8_0 or Q4_0 blocks as they lie in a GGUF file: the same blocks,
+    rearranged (rows past the end zero)."""
+    bb = {"Q8_0": 34, "Q4_0": 18}[typ]
+    rows = raw.shape[0]
+    nb = raw.shape[1] // bb
+    panels = -(-rows // 16)
+    r = np.zeros((panels * 16, nb, bb), np.uint8)
+    r[:rows] = raw.reshape(rows, nb, bb)
+    r = r.reshape(panels, 16, nb, bb)
+    d = r[..., :2].transpose(0, 2, 1, 3).reshape(panels, nb, 32)
+    q = r[..., 2:].transpose(0, 2, 3, 1).reshape(panels, nb, 16 * (bb - 2))
+    return np.concatenate([d, q], axis=2).reshape(-1)
+
+
 def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool) -> Any:
-    """Write every tensor of ``f`` into ``m``; with ``check_exact``, None when a matrix
+    """Write every tensor of ``f`` into ``m``: a Q8_0 / Q4_0 matrix of a q8_0 / q4_0 model
+    as its blocks (rearranged into panels: exact, and no float copy), any other tensor
+    dequantised and packed; with ``check_exact``, None when a matrix packed from floats
     does not read back as the file's dequantised weights bit for bit."""
     lay = m.layout
+    params = m.params
     parts: Dict[str, np.ndarray] = {}
     for name, ours, rows, heads in spec:
         t = f.tensors[name]
@@ -311,17 +335,23 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool) -> Any:
         if t.shape != tuple(want):
             raise _fail(f.path, f"tensor {name!r} has shape {t.shape}, expected {tuple(want)} for "
                                 "this file's metadata")
-        w = t.to_float32()
+        raw = lay[ours].packed and (m.dtype, t.type) in _RAW
+        w = t.data if raw else t.to_float32()  # raw: (rows, row bytes) of the file's blocks
         if heads is not None:
-            w = unpermute(w, heads)
+            w = unpermute(w, heads)  # whole rows: whole blocks
         if rows is not None:
             whole = parts.get(ours)
             if whole is None:
-                whole = parts[ours] = np.empty(lay[ours].shape, np.float32)
+                shape = (lay[ours].shape[0],) + tuple(w.shape[1:])
+                whole = parts[ours] = np.empty(shape, np.uint8 if raw else np.float32)
             whole[rows[0]:rows[1]] = w
             if rows[1] != lay[ours].shape[0]:
                 continue
             w = parts.pop(ours)
+        if raw:
+            tl = lay[ours]
+            params[tl.offset:tl.offset + tl.nbytes] = raw_panels(w, t.type)
+            continue
         m.write_tensor(ours, np.ascontiguousarray(w))
         if check_exact and lay[ours].packed:
             if not np.array_equal(m.read_tensor(ours).view(np.uint32), w.view(np.uint32)):
