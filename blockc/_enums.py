@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Dict
 
-from ._native import lib
+from ._native import c_dtypes, lib
 
 __all__ = ["NORMS", "PLACEMENTS", "ACTIVATIONS", "POSITIONS", "DTYPES",
            "C_NORM", "C_PLACE", "C_ACT", "C_POS", "C_DTYPE"]
@@ -23,8 +23,8 @@ C_ACT: Dict[str, int] = {"gelu_tanh": lib.BC_ACT_GELU_TANH, "gelu": lib.BC_ACT_G
 #: a learned position table or rotary embeddings
 C_POS: Dict[str, int] = {"learned": lib.BC_POS_LEARNED, "rope": lib.BC_POS_ROPE}
 #: how a packed matrix stores its weights
-C_DTYPE: Dict[str, int] = {"float32": lib.BC_DTYPE_F32, "bfloat16": lib.BC_DTYPE_BF16,
-                           "q8_0": lib.BC_DTYPE_Q8_0, "q4_0": lib.BC_DTYPE_Q4_0}
+#: (the C library's formats table, csrc/kernels/formats.c: float32, bfloat16, q8_0, q4_0, ...)
+C_DTYPE: Dict[str, int] = c_dtypes()
 
 NORMS = tuple(C_NORM)
 PLACEMENTS = tuple(C_PLACE)

@@ -47,7 +47,8 @@ except ImportError:  # the source tree without a build: use an installed blockc'
             "in place (`pip install -e .`)") from None
     ffi, lib = _ext.ffi, _ext.lib
 
-__all__ = ["ffi", "lib", "check", "fptr", "cptr", "thread_buffer", "aligned_zeros", "aligned_copy"]
+__all__ = ["ffi", "lib", "check", "fptr", "cptr", "thread_buffer", "aligned_zeros", "aligned_copy",
+           "c_dtypes"]
 
 # status -> exception type; messages come from bc_strerror
 _EXC = {
@@ -104,4 +105,16 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
     """A 64-byte aligned, C-contiguous copy of the 1-D array ``a``."""
     out = aligned_zeros(a.size, a.dtype)
     out[...] = a
+    return out
+
+
+def c_dtypes() -> dict:
+    """``{name: BC_DTYPE_*}`` of every weight format the C library has, in its
+    order (its formats' table: csrc/kernels/formats.c), read once at import by the
+    modules that name dtypes, so a format added in C needs no Python edit."""
+    name = ffi.new("char[]", lib.BC_DTYPE_NAME_MAX)
+    out = {}
+    for code in range(lib.BC_NDTYPE):
+        check(lib.bc_dtype_info(name, lib.BC_DTYPE_NAME_MAX, ffi.NULL, ffi.NULL, code), "dtypes")
+        out[ffi.string(name).decode()] = code
     return out

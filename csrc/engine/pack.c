@@ -31,6 +31,23 @@ int bc_packed_bytes(size_t *out, int dtype, size_t rows, size_t cols)
     return BC_OK;
 }
 
+int bc_dtype_info(char *name, size_t name_cap, size_t *block, size_t *block_bytes, int dtype)
+{
+    const bc_format *f = bc_format_of(dtype);
+    if (!f)
+        return BC_EOPTION;
+    const size_t len = strlen(f->name);
+    if (name && name_cap <= len)
+        return BC_ESIZE;
+    if (name)
+        memcpy(name, f->name, len + 1);
+    if (block)
+        *block = f->block;
+    if (block_bytes)
+        *block_bytes = f->block_bytes;
+    return BC_OK;
+}
+
 int bc_pack_size(size_t *bytes, int dtype, size_t rows, size_t cols)
 {
     if (!bytes)

@@ -31,6 +31,7 @@ extern "C" {
 #define BC_DTYPE_Q8_0 2
 #define BC_DTYPE_Q4_0 3
 #define BC_NDTYPE 4      /* one past the last dtype */
+#define BC_DTYPE_NAME_MAX 16   /* bytes a dtype's name needs, with its NUL */
 
 /* Normalisation kinds and placements of the block. */
 #define BC_NORM_RMS 0
@@ -98,6 +99,15 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  - 8). A block's d = m / -8 for m its weight of largest
  *                  magnitude, nibble = min(15, (int)(w / d + 8.5)).
  * bc_pack_size gives the bytes. */
+
+/* The weight format dtype (0 <= dtype < BC_NDTYPE): its name as Python spells it
+ * ("float32", "bfloat16", "q8_0", "q4_0"; NUL-terminated into name, name_cap >
+ * its length, at most BC_DTYPE_NAME_MAX), the weights of a row per block and
+ * the bytes of one block (a row of cols weights, padded to whole blocks, takes
+ * ceil(cols / block) * block_bytes bytes). Any output may be NULL (not
+ * wanted). BC_EOPTION for an unknown dtype, BC_ESIZE when name_cap is too
+ * small; nothing written then. */
+int bc_dtype_info(char *name, size_t name_cap, size_t *block, size_t *block_bytes, int dtype);
 
 /* *bytes: the size of a packed (rows, cols) matrix of dtype. BC_ESIZE for a zero
  * size, BC_EOPTION for an unknown dtype, BC_EOVERFLOW past BC_MAX_ELEMENTS. */

@@ -38,6 +38,35 @@ static void size_checks(void)
     EXPECT(packed(BC_DTYPE_Q4_0, 3, 33) == 16 * 2 * 18);  /* q4_0: 18 bytes a block */
 }
 
+/* bc_dtype_info: every dtype's name, block and bytes, and their agreement
+ * with bc_pack_size; the refusals write nothing. */
+static void dtype_info_checks(void)
+{
+    static const char *const names[BC_NDTYPE] = {"float32", "bfloat16", "q8_0", "q4_0"};
+    static const size_t blocks[BC_NDTYPE] = {1, 1, 32, 32}, bytes[BC_NDTYPE] = {4, 2, 34, 18};
+    for (int dt = 0; dt < BC_NDTYPE; dt++) {
+        char *name = h_alloc_bytes(BC_DTYPE_NAME_MAX);
+        size_t *blk = h_alloc_bytes(sizeof *blk), *nb = h_alloc_bytes(sizeof *nb);
+        EXPECT_STATUS(BC_OK, bc_dtype_info(name, BC_DTYPE_NAME_MAX, blk, nb, dt));
+        EXPECT(strcmp(name, names[dt]) == 0);
+        EXPECT(*blk == blocks[dt] && *nb == bytes[dt]);
+        EXPECT(packed(dt, 16, 3 * *blk) == 16 * 3 * *nb);
+        EXPECT(packed(dt, 1, 3 * *blk + 1) == 16 * 4 * *nb);
+        EXPECT(h_guard_ok(name, BC_DTYPE_NAME_MAX));
+        EXPECT_STATUS(BC_OK, bc_dtype_info(NULL, 0, NULL, NULL, dt));
+        /* a buffer one byte short of the name and its NUL */
+        char *small = h_alloc_bytes(strlen(names[dt]));
+        EXPECT_STATUS(BC_ESIZE, bc_dtype_info(small, strlen(names[dt]), blk, nb, dt));
+        EXPECT(h_untouched(small, strlen(names[dt])));
+    }
+    char *name = h_alloc_bytes(BC_DTYPE_NAME_MAX);
+    size_t *blk = h_alloc_bytes(sizeof *blk);
+    const int bad[] = {-1, BC_NDTYPE, 99};
+    for (int i = 0; i < 3; i++)
+        EXPECT_STATUS(BC_EOPTION, bc_dtype_info(name, BC_DTYPE_NAME_MAX, blk, NULL, bad[i]));
+    EXPECT(h_untouched(name, BC_DTYPE_NAME_MAX) && h_untouched(blk, sizeof *blk));
+}
+
 /* pack then unpack: float32 exactly; bfloat16 the round-to-nearest-even of
  * each weight; q8_0 llama.cpp's blocks (q * d, |error| <= d / 2 + rounding). */
 static void roundtrip_checks(size_t rows, size_t cols)
@@ -231,6 +260,7 @@ void test_pack(void)
     strided_checks(40, 100);
     strided_hostile_checks();
     size_checks();
+    dtype_info_checks();
     const size_t shapes[][2] = {{1, 1}, {3, 5}, {16, 32}, {17, 33}, {40, 100}, {5, 64}};
     for (int i = 0; i < 6; i++)
         roundtrip_checks(shapes[i][0], shapes[i][1]);

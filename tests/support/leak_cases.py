@@ -232,6 +232,12 @@ def _cases():
         return alternate(lambda: lib.bc_pack_size(n, lib.BC_DTYPE_Q8_0, 48, 40),
                          lambda: lib.bc_pack_size(n, 7, 48, 40))
 
+    @case("bc_dtype_info")
+    def _():
+        name, blk, nb = ffi.new("char[]", lib.BC_DTYPE_NAME_MAX), ffi.new("size_t *"), ffi.new("size_t *")
+        return alternate(lambda: lib.bc_dtype_info(name, lib.BC_DTYPE_NAME_MAX, blk, nb, lib.BC_DTYPE_Q8_0),
+                         lambda: lib.bc_dtype_info(name, lib.BC_DTYPE_NAME_MAX, blk, nb, lib.BC_NDTYPE))
+
     @case("bc_pack")
     def _():
         q = pk[lib.BC_DTYPE_Q8_0]
