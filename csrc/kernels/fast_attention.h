@@ -246,6 +246,7 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
 
 /* The unit of queries i0..i0+BQ (fewer at the end): on one vector of lanes when
  * they fit (decoding: one query), else on two; the same bits either way. */
+// out (Tq, H*Dh) rows i0.. of head h, q (Tq, .), k, v (Tk, KV*Dh) as bc_kv; lse (H, Tq) or NULL
 static void attn_unit(const bc_attn *A, size_t h, size_t i0, float *scratch)
 {
     const size_t nq = min_sz(BQ, A->tq - i0);
@@ -274,6 +275,7 @@ static void attn_unit(const bc_attn *A, size_t h, size_t i0, float *scratch)
  * and the tile's scores (BK). Independent chains run side by side (the
  * tile's key vectors for the scores, the head-dim vectors for PV): the order
  * within each chain is attn_unit's. */
+// out (Tq, H*Dh) row i, heads h0..h0+nh-1; q (Tq, .); k, v (Tk, KV*Dh) as bc_kv
 static void attn_decode(const bc_attn *A, size_t i, size_t h0, size_t nh, float *scratch)
 {
     const size_t dh = A->d_head, kvh = h0 / A->kv_group;
@@ -417,6 +419,7 @@ static size_t attn_bwd_scratch(size_t d_head)
 
 /* dk, dv of K/V head g, keys [j0, j0 + BK): every query head of the group in
  * order, every query that sees them in order. */
+// dk, dv (T, KV*Dh) rows j0..j0+BK of K/V head g; q, do (T, H*Dh); k, v (T, KV*Dh); lse, D (H, T)
 static void attn_bwd_kv(const bc_attn_bwd *A, size_t g, size_t j0, float *scratch)
 {
     const size_t dh = A->d_head, t = A->t, nk = min_sz(BC_ATT_BK, t - j0);
@@ -447,6 +450,7 @@ static void attn_bwd_kv(const bc_attn_bwd *A, size_t g, size_t j0, float *scratc
 }
 
 /* dq of query head h, queries [i0, i0 + BK): the keys each sees, in order. */
+// dq (T, H*Dh) rows i0..i0+BK of head h; q, do (T, H*Dh); k, v (T, KV*Dh); lse, D (H, T)
 static void attn_bwd_q(const bc_attn_bwd *A, size_t h, size_t i0, float *scratch)
 {
     const size_t dh = A->d_head, t = A->t, nq = min_sz(BC_ATT_BK, t - i0);

@@ -176,6 +176,7 @@ BC_INLINE void dot_group(const int n, const int nr, const bc_gemm *g, size_t o, 
 }
 
 /* Columns [o0, o1) of every row, o0 a multiple of VL. */
+// y (N,OC), x (N,C), w (OC,C) a caller's float32 rows, b (OC), r (N,OC); N <= BC_ROWS_MAX
 static void rows_dot(const bc_gemm *g, size_t o0, size_t o1)
 {
     const int n = (int)g->n;

@@ -196,6 +196,7 @@ static void tile_any(int mr, size_t kc, const float *a, size_t lda, const float 
 /* The rows [n0,n1) x columns [o0,o1) of y, any layout; o0 and o1 - o0
  * (unless o1 == oc) are multiples of NR and of PW. scratch: BC_GEMM_SCRATCH
  * floats. */
+// y (N,OC), x (N,C), w (OC,C) in layout g->wf, b (OC), r (N,OC)
 static void gemm_part(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t o1,
                       float *scratch)
 {
@@ -300,6 +301,7 @@ static void mm_pack_b(float *restrict bp, const bc_mm *g, size_t jc, size_t nc, 
 /* Rows [i0,i1) x columns [j0,j1) of C over all of K, in BC_KC blocks added in
  * order (the first block onto C itself when accumulating): every element's
  * chain depends on K alone, not on the split. */
+// C (M,N), A (M,K), B (K,N) as bc_mm lays them out
 static void mm_part(const bc_mm *g, size_t i0, size_t i1, size_t j0, size_t j1, float *scratch)
 {
     float *bp = scratch;                   /* BC_KC x BC_NC */

@@ -6,6 +6,7 @@
 /* The cross-entropy of one row of logits: the max, then sum exp(z - max) in
  * VL lanes added in order at the end, lse = max + log(sum); the gradient
  * exp(z - max) / sum, scaled, minus scale at the target. */
+// dz (V) or NULL, loss (1), z (V); target < V
 static void xent_row(float *dz, float *loss, const float *z, size_t v, size_t target, float scale)
 {
     const float zt = z[target];  /* read before dz (which may be z) is written */
