@@ -22,6 +22,11 @@ static int resolve(model *m, const bc_gpt_config *cfg)
     const bc_gpt_config *c = &m->c;
     if (!c->vocab || !c->context || !c->width || !c->heads || !c->layers)
         return BC_ESIZE;
+    /* a context is a position count whatever the positions: a cache's capacity and a
+     * sequence are bounded by it, so it obeys the element bound even when no tensor
+     * has a row per position (rotary) */
+    if (c->context > (size_t)BC_MAX_ELEMENTS)
+        return BC_EOVERFLOW;
     if ((c->norm != BC_NORM_LAYER && c->norm != BC_NORM_RMS && c->norm != BC_NORM_NONE)
         || (c->placement != BC_PLACE_PRE && c->placement != BC_PLACE_POST)
         || (c->activation != BC_ACT_GELU_TANH && c->activation != BC_ACT_GELU
