@@ -16,8 +16,9 @@ trained on a few lines and a ChatML template (tests/support/chat_dirs.py):
               without (--no-prefix-reuse), turns alternating between the two servers;
               the median of --rounds, and the same prompt cold (a fresh system prompt)
 
-The peer, llama-cpp-python's server (``python -m llama_cpp.server``) on the same weights
-as GGUF, runs beside it when llama-cpp-python is installed; the run says when it is not.
+The peer, llama-cpp-python's server (``python -m llama_cpp.server``) on the same weights as
+GGUF, is not driven yet: the run says whether llama-cpp-python and its server extra are
+installed, and that no peer row is measured.
 Every connection goes to 127.0.0.1. The load average and CPU steal over the run are
 printed (the machine is shared: rerun late for the tables).
 
@@ -158,17 +159,22 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from serve_proc import Server
     try:
-        import llama_cpp  # noqa: F401
-        peer = "llama-cpp-python installed"
-    except ImportError:
+        import llama_cpp
+        have = f"llama-cpp-python {llama_cpp.__version__} is installed"
+        import llama_cpp.server.app  # noqa: F401  (its server extra: fastapi, sse-starlette...)
+        peer = have
+    except ImportError as e:
         peer = None
+        why = (f"{have if 'have' in locals() else 'llama-cpp-python is not installed'}"
+               f" ({e.name or e} missing)")
     tot0, steal0 = cpu_times()
     load0 = os.getloadavg()[0]
     print(f"CPU: {cpu_name()}, {os.cpu_count()} logical CPUs; blockc threads {args.threads}; "
           f"load average {load0:.2f} at the start")
     if peer is None:
-        print("llama-cpp-python is not installed here: no llama.cpp server beside it "
-              "(pip install llama-cpp-python, then rerun)")
+        print(f"{why}: no llama.cpp server beside it (pip install 'llama-cpp-python[server]')")
+    else:
+        print(f"{peer}, but this bench's llama.cpp server runner is not written yet: no peer row")
     clients = [int(x) for x in args.clients.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         for shape in args.shapes.split(","):
