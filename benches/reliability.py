@@ -61,7 +61,8 @@ CLASSES = [
        "save_that or full_disk or sharded"]]),
     ("resume consistency",
      "a run directory with another step's weights, a missing file, no manifest; a resumed run "
-     "against the uninterrupted one; Ctrl-C at every point of a step and of a save; options "
+     "against the uninterrupted one; SIGINT the instant AdamW's C update returns, Ctrl-C during "
+     "the evaluation and during the final save; options "
      "that contradict the run (--layers, --eval-frac, a lost tokenizer); a hand-edited "
      "trainer_state.json",
      [["tests/test_hardening3.py", "-k", "run_directory or resume or interrupt or ctrl_c or "
