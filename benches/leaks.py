@@ -26,7 +26,7 @@ import sys
 
 import support_path  # noqa: F401  (tests/support on sys.path)
 from doc_section import run as run_bench  # noqa: E402
-from leak_cases import _cases, c_entry_points, measure  # noqa: E402
+from leak_cases import CALL_CAP, _cases, c_entry_points, measure  # noqa: E402
 
 
 def main(argv=None):
@@ -51,8 +51,9 @@ def main(argv=None):
           f"{'RSS growth MB':>13} {'malloc growth KB':>16}")
     worst, failed = 0.0, []
     for name in names:
+        calls = min(a.calls, CALL_CAP.get(name, a.calls))
         out = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name,
-                              "--calls", str(a.calls), "--warmup", str(a.warmup)],
+                              "--calls", str(calls), "--warmup", str(min(a.warmup, calls))],
                              capture_output=True, text=True)
         if out.returncode != 0:
             print(f"{name:<26} FAILED\n{out.stderr}")

@@ -636,11 +636,11 @@ def test_bad_thread_count(n, exc, match):
 
 
 @pytest.mark.parametrize("name, exc, match", [
-    ("sse", ValueError, r"^name must be one of 'generic', 'avx2', 'avx512'; got 'sse'$"),
-    ("AVX2", ValueError, r"^name must be one of 'generic', 'avx2', 'avx512'; got 'AVX2'$"),
-    ("", ValueError, r"^name must be one of 'generic', 'avx2', 'avx512'; got ''$"),
-    (None, TypeError, r"^name must be a str, one of 'generic', 'avx2', 'avx512'; got NoneType$"),
-    (1, TypeError, r"^name must be a str, one of 'generic', 'avx2', 'avx512'; got int$"),
+    ("sse", ValueError, r"^name must be one of 'generic', 'avx2', 'avx512', 'auto'; got 'sse'$"),
+    ("AVX2", ValueError, r"^name must be one of 'generic', 'avx2', 'avx512', 'auto'; got 'AVX2'$"),
+    ("", ValueError, r"^name must be one of 'generic', 'avx2', 'avx512', 'auto'; got ''$"),
+    (None, TypeError, r"^name must be a str, one of 'generic', 'avx2', 'avx512', 'auto'; got NoneType$"),
+    (1, TypeError, r"^name must be a str, one of 'generic', 'avx2', 'avx512', 'auto'; got int$"),
 ], ids=repr)
 def test_bad_isa_name(name, exc, match):
     before = blockc.get_isa()

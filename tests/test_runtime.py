@@ -37,8 +37,8 @@ def test_set_num_threads_rejects_non_integers(bad):
 def test_isa_names_and_order():
     best = blockc.best_isa()
     assert best in runtime.ISAS
-    assert blockc.get_isa() in runtime.ISAS
-    assert runtime.ISAS.index(blockc.get_isa()) <= runtime.ISAS.index(best)
+    isa = blockc.get_isa()
+    assert isa == "auto" or runtime.ISAS.index(isa) <= runtime.ISAS.index(best)
 
 
 def test_set_isa_switches_and_rejects():
@@ -77,6 +77,6 @@ def test_environment_cannot_ask_for_more_than_the_cpu_has():
 
 
 def test_bad_environment_values_fall_back_to_defaults():
-    out = _child("import blockc; print(blockc.get_isa() == blockc.best_isa(), blockc.get_num_threads() >= 1)",
+    out = _child("import blockc; print(blockc.get_isa(), blockc.get_num_threads() >= 1)",
                  BLOCKC_ISA="nonsense", BLOCKC_NUM_THREADS="-4")
-    assert out == "True True"
+    assert out == "auto True"  # each kernel family its measured variant

@@ -13,11 +13,35 @@ extern "C" {
 #endif
 
 /* Kernel instruction sets. BLOCKC_ISA=generic|avx2|avx512 in the environment
- * (read once, at the first kernel call) forces one; otherwise the best the CPU
- * and OS support is used. */
+ * (read once, at the first kernel call) forces one for every kernel; unset (or
+ * BLOCKC_ISA=auto) each kernel family below runs the variant that measured
+ * fastest on this CPU (BC_ISA_AUTO). */
 #define BC_ISA_GENERIC 0
 #define BC_ISA_AVX2 1
 #define BC_ISA_AVX512 2
+#define BC_ISA_AUTO 3
+#define BC_NISAS 3
+
+/* Kernel families: the unit a variant is chosen for. The candidates are the
+ * instruction sets with FMA this CPU runs (AVX2, AVX-512); on packed weights
+ * they give the same bits, so choices can differ between families without
+ * changing any result of a GPT (prompt, KV-cache step, any thread count).
+ * Only DECODE_ROWS (dot products on a caller's row-major weights, at most 3
+ * rows) differs in the last bits between its variants. */
+#define BC_FAMILY_GEMM 0         /* prompts: the GEMM tile of every layout, the backward's products */
+#define BC_FAMILY_DECODE_F32 1   /* up to 3 rows on float32 panels (decoding) */
+#define BC_FAMILY_DECODE_BF16 2  /* ... on bfloat16 panels */
+#define BC_FAMILY_DECODE_Q8_0 3  /* ... on q8_0 panels */
+#define BC_FAMILY_DECODE_ROWS 4  /* ... on a caller's row-major float32 weights */
+#define BC_FAMILY_ATTENTION 5    /* attention: prompts, decoding, backward */
+#define BC_FAMILY_ELEMENTWISE 6  /* activations, SwiGLU, additions, their backward, cross-entropy */
+#define BC_NFAMILIES 7
+
+/* Why a family runs the variant it runs (bc_kernel_choice). */
+#define BC_CHOSEN_WIDEST 0  /* one candidate only (or timing impossible): the widest */
+#define BC_CHOSEN_TIMED 1   /* the fastest when this process timed them */
+#define BC_CHOSEN_GIVEN 2   /* installed by bc_set_kernel_choice (e.g. a cached timing) */
+#define BC_CHOSEN_FORCED 3  /* an instruction set is forced (BLOCKC_ISA, bc_set_isa) */
 
 /* Threads the kernels use from now on (n >= 1), or n == 0 to go back to the
  * default: BLOCKC_NUM_THREADS if set, else OMP_NUM_THREADS, else the processors
@@ -29,15 +53,39 @@ int bc_set_num_threads(int n);
  * threads). */
 int bc_get_num_threads(int *n);
 
-/* Force an instruction set (BC_ISA_*); BC_EOPTION if unknown or not supported
- * by this CPU and build. */
+/* Force an instruction set (BC_ISA_GENERIC..BC_ISA_AVX512) on every kernel, or
+ * BC_ISA_AUTO: each family its measured variant; BC_EOPTION if unknown or not
+ * supported by this CPU and build. */
 int bc_set_isa(int isa);
 
-/* *isa = the instruction set the kernels use now (BC_ISA_*). */
+/* *isa = the instruction set forced now (BC_ISA_*), or BC_ISA_AUTO. */
 int bc_get_isa(int *isa);
 
 /* *isa = the best instruction set this CPU and build support (BC_ISA_*). */
 int bc_best_isa(int *isa);
+
+/* The variant kernel family `family` (BC_FAMILY_*) runs now: *isa (BC_ISA_*),
+ * *how (BC_CHOSEN_*), and seconds[i] (n_seconds >= BC_NISAS; or seconds NULL)
+ * the time one probe of instruction set i took when last measured (0: not
+ * measured). Asking measures the families not chosen yet (a few milliseconds
+ * in all, once per process) unless an instruction set is forced.
+ * BC_ENULL, BC_EOPTION (family), BC_ESIZE (n_seconds). */
+int bc_kernel_choice(int *isa, int *how, double *seconds, int family, size_t n_seconds);
+
+/* Run `isa`'s variant for `family` from now on when not forced (how:
+ * BC_CHOSEN_GIVEN): a choice measured before, e.g. read from a cache.
+ * BC_EOPTION unless isa is one of the family's candidates on this CPU. */
+int bc_set_kernel_choice(int family, int isa);
+
+/* Measure every family's candidates again now and run the fastest (how:
+ * BC_CHOSEN_TIMED). BC_ENOMEM when the probes' memory cannot be had (the
+ * choices are then unchanged). */
+int bc_tune_kernels(void);
+
+/* A test's handle on the choice: from now on the probe of `isa`'s variant of
+ * `family` takes `seconds` longer (spinning; 0 removes it). BC_EOPTION
+ * (family, isa; seconds < 0, > 1 or NaN). */
+int bc_tune_handicap(int family, int isa, double seconds);
 
 #ifdef __cplusplus
 }

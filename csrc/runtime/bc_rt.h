@@ -64,4 +64,19 @@ int bc_rt_pool_threads(int want);
 /* Called in a forked child: the pool's helpers do not exist there. */
 void bc_rt_pool_forked(void);
 
+/* ---- instruction sets and variants (runtime.c, tune.c) ---- */
+
+/* The widest instruction set this CPU and build run (BC_ISA_*). */
+int bc_rt_best_isa(void);
+
+/* The instruction set forced now (BLOCKC_ISA, bc_set_isa), or -1 (auto). */
+int bc_rt_forced_isa(void);
+
+/* The kernels of one instruction set. */
+const bc_kernel_table *bc_rt_table_of(int isa);
+
+/* The table auto mode runs: each family's fields from its chosen variant's
+ * table, measuring the families not chosen yet first (tune.c). Never NULL. */
+const bc_kernel_table *bc_rt_auto_table(void);
+
 #endif

@@ -62,16 +62,18 @@ static int detect_best(void)
     return BC_ISA_GENERIC;
 }
 
+/* BLOCKC_ISA: a name forces that instruction set (never more than the CPU
+ * has); unset, "auto" or anything else: each family its measured variant. */
 static int isa_from_env(int best)
 {
     const char *s = getenv("BLOCKC_ISA");
-    int want = best;
+    int want = BC_ISA_AUTO;
     if (s && *s) {
         if (!strcmp(s, "generic")) want = BC_ISA_GENERIC;
         else if (!strcmp(s, "avx2")) want = BC_ISA_AVX2;
         else if (!strcmp(s, "avx512")) want = BC_ISA_AVX512;
     }
-    return want <= best ? want : best;  /* never more than the CPU has */
+    return want == BC_ISA_AUTO || want <= best ? want : best;
 }
 
 static int isa_now(void)
@@ -89,8 +91,20 @@ static int isa_now(void)
     return isa;
 }
 
+int bc_rt_best_isa(void)
+{
+    isa_now();
+    return BC_LOAD(&g_best);
+}
+
+int bc_rt_forced_isa(void)
+{
+    const int isa = isa_now();
+    return isa == BC_ISA_AUTO ? -1 : isa;
+}
+
 /* The one place an instruction set becomes a table of kernels. */
-static const bc_kernel_table *table_of(int isa)
+const bc_kernel_table *bc_rt_table_of(int isa)
 {
 #ifdef BC_HAVE_X86_KERNELS
     if (isa == BC_ISA_AVX512)
@@ -122,7 +136,7 @@ int bc_get_isa(int *isa)
 int bc_set_isa(int isa)
 {
     isa_now();
-    if (isa < BC_ISA_GENERIC || isa > BC_ISA_AVX512 || isa > BC_LOAD(&g_best))
+    if (isa != BC_ISA_AUTO && (isa < BC_ISA_GENERIC || isa > BC_ISA_AVX512 || isa > BC_LOAD(&g_best)))
         return BC_EOPTION;
     BC_STORE(&g_isa, isa);
     return BC_OK;
@@ -336,7 +350,8 @@ int bc_rt_ctx(bc_ctx *cx, size_t d_head)
 #ifdef BC_HAVE_PTHREAD
     pthread_once(&g_fork_once, fork_init);
 #endif
-    const bc_kernel_table *kt = table_of(isa_now());
+    const int isa = isa_now();
+    const bc_kernel_table *kt = isa == BC_ISA_AUTO ? bc_rt_auto_table() : bc_rt_table_of(isa);
     const int threads = threads_now();
     size_t per = BC_GEMM_SCRATCH;
     if (d_head) {

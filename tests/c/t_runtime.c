@@ -29,7 +29,10 @@ static void settings_checks(void)
 
     EXPECT_STATUS(BC_OK, bc_best_isa(&best));
     EXPECT(best >= BC_ISA_GENERIC && best <= BC_ISA_AVX512);
-    const int bad_isa[] = {-1, 3, 99, INT_MIN, INT_MAX};
+    int start = -1;
+    EXPECT_STATUS(BC_OK, bc_get_isa(&start));
+    EXPECT(start == BC_ISA_AUTO || (start >= BC_ISA_GENERIC && start <= best));
+    const int bad_isa[] = {-1, 4, 99, INT_MIN, INT_MAX};
     for (int i = 0; i < 5; i++)
         EXPECT_STATUS(BC_EOPTION, bc_set_isa(bad_isa[i]));
     if (best < BC_ISA_AVX512)
@@ -39,6 +42,62 @@ static void settings_checks(void)
         EXPECT_STATUS(BC_OK, bc_get_isa(&isa));
         EXPECT(isa == i);
     }
+    EXPECT_STATUS(BC_OK, bc_set_isa(BC_ISA_AUTO));
+    EXPECT_STATUS(BC_OK, bc_get_isa(&isa));
+    EXPECT(isa == BC_ISA_AUTO);
+    EXPECT_STATUS(BC_OK, bc_set_isa(start));
+}
+
+/* Each kernel family's variant (tune.c): reported, installed, measured, and a
+ * deliberately slow one not chosen. */
+static void choice_checks(void)
+{
+    int best = 0, start = 0, isa = -1, how = -1;
+    double sec[BC_NISAS];
+    EXPECT_STATUS(BC_OK, bc_best_isa(&best));
+    EXPECT_STATUS(BC_OK, bc_get_isa(&start));
+    EXPECT_STATUS(BC_ENULL, bc_kernel_choice(NULL, &how, sec, 0, BC_NISAS));
+    EXPECT_STATUS(BC_ENULL, bc_kernel_choice(&isa, NULL, sec, 0, BC_NISAS));
+    EXPECT_STATUS(BC_EOPTION, bc_kernel_choice(&isa, &how, sec, -1, BC_NISAS));
+    EXPECT_STATUS(BC_EOPTION, bc_kernel_choice(&isa, &how, sec, BC_NFAMILIES, BC_NISAS));
+    EXPECT_STATUS(BC_ESIZE, bc_kernel_choice(&isa, &how, sec, 0, BC_NISAS - 1));
+    EXPECT_STATUS(BC_EOPTION, bc_set_kernel_choice(-1, best));
+    EXPECT_STATUS(BC_EOPTION, bc_set_kernel_choice(BC_NFAMILIES, best));
+    EXPECT_STATUS(BC_EOPTION, bc_set_kernel_choice(0, BC_ISA_AUTO));
+    EXPECT_STATUS(BC_EOPTION, bc_set_kernel_choice(0, best + 1));
+    EXPECT_STATUS(BC_EOPTION, bc_tune_handicap(0, BC_NISAS, 0.0));
+    EXPECT_STATUS(BC_EOPTION, bc_tune_handicap(BC_NFAMILIES, 0, 0.0));
+    EXPECT_STATUS(BC_EOPTION, bc_tune_handicap(0, 0, -1.0));
+    EXPECT_STATUS(BC_EOPTION, bc_tune_handicap(0, 0, 2.0));
+    EXPECT_STATUS(BC_EOPTION, bc_tune_handicap(0, 0, NAN));
+
+    EXPECT_STATUS(BC_OK, bc_set_isa(BC_ISA_GENERIC));  /* forced: every family */
+    for (int f = 0; f < BC_NFAMILIES; f++) {
+        EXPECT_STATUS(BC_OK, bc_kernel_choice(&isa, &how, NULL, f, 0));
+        EXPECT(isa == BC_ISA_GENERIC && how == BC_CHOSEN_FORCED);
+    }
+    EXPECT_STATUS(BC_OK, bc_set_isa(BC_ISA_AUTO));
+    for (int f = 0; f < BC_NFAMILIES; f++) {
+        EXPECT_STATUS(BC_OK, bc_kernel_choice(&isa, &how, sec, f, BC_NISAS));
+        EXPECT(how == BC_CHOSEN_TIMED || how == BC_CHOSEN_WIDEST || how == BC_CHOSEN_GIVEN);
+        EXPECT(isa >= BC_ISA_GENERIC && isa <= best);
+    }
+    EXPECT_STATUS(BC_OK, bc_tune_kernels());
+    if (best == BC_ISA_AVX512) {  /* two candidates: the probe decides */
+        for (int slow = BC_ISA_AVX2; slow <= BC_ISA_AVX512; slow++) {
+            EXPECT_STATUS(BC_OK, bc_tune_handicap(BC_FAMILY_DECODE_BF16, slow, 0.002));
+            EXPECT_STATUS(BC_OK, bc_tune_kernels());
+            EXPECT_STATUS(BC_OK, bc_kernel_choice(&isa, &how, sec, BC_FAMILY_DECODE_BF16, BC_NISAS));
+            EXPECT(isa != slow && how == BC_CHOSEN_TIMED && sec[slow] >= 0.002 && sec[isa] < 0.002);
+            EXPECT_STATUS(BC_OK, bc_tune_handicap(BC_FAMILY_DECODE_BF16, slow, 0.0));
+        }
+        EXPECT_STATUS(BC_OK, bc_set_kernel_choice(BC_FAMILY_GEMM, BC_ISA_AVX2));
+        EXPECT_STATUS(BC_OK, bc_kernel_choice(&isa, &how, NULL, BC_FAMILY_GEMM, 0));
+        EXPECT(isa == BC_ISA_AVX2 && how == BC_CHOSEN_GIVEN);
+        EXPECT_STATUS(BC_EOPTION, bc_set_kernel_choice(BC_FAMILY_GEMM, BC_ISA_GENERIC));
+        EXPECT_STATUS(BC_OK, bc_tune_kernels());
+    }
+    EXPECT_STATUS(BC_OK, bc_set_isa(start));
 }
 
 /* One block and one GPT pass at the current settings, sized past the
@@ -108,8 +167,9 @@ static void determinism_checks(void)
 {
     fixture f;
     setup(&f);
-    int best = 0;
+    int best = 0, start = 0;
     EXPECT_STATUS(BC_OK, bc_best_isa(&best));
+    EXPECT_STATUS(BC_OK, bc_get_isa(&start));
     float *y0 = h_alloc(ND), *l0 = h_alloc(B * T * V);
     float *y = h_alloc(ND), *l = h_alloc(B * T * V);
     float *yg = h_alloc(ND), *lg = h_alloc(B * T * V);
@@ -140,12 +200,32 @@ static void determinism_checks(void)
             EXPECT(memcmp(l, l0, NB(B * T * V)) == 0);
         }
     }
+    /* auto, any mix of the FMA variants: the bits of the widest */
+    if (best == BC_ISA_AVX512) {
+        EXPECT_STATUS(BC_OK, bc_set_isa(BC_ISA_AVX512));
+        EXPECT_STATUS(BC_OK, bc_set_num_threads(1));
+        run(&f, y0, l0);
+        EXPECT_STATUS(BC_OK, bc_set_isa(BC_ISA_AUTO));
+        for (int mix = 0; mix < 4; mix++) {
+            for (int fam = 0; fam < BC_NFAMILIES; fam++)  /* all avx2, then mixes */
+                EXPECT_STATUS(BC_OK, bc_set_kernel_choice(fam, mix == 0 || ((fam + mix) & 1)
+                                                              ? BC_ISA_AVX2 : BC_ISA_AVX512));
+            EXPECT_STATUS(BC_OK, bc_set_num_threads(threads[mix]));
+            h_refill(y, NB(ND));
+            h_refill(l, NB(B * T * V));
+            run(&f, y, l);
+            EXPECT(memcmp(y, y0, NB(ND)) == 0);
+            EXPECT(memcmp(l, l0, NB(B * T * V)) == 0);
+        }
+        EXPECT_STATUS(BC_OK, bc_tune_kernels());
+    }
     EXPECT_STATUS(BC_OK, bc_set_num_threads(0));
-    EXPECT_STATUS(BC_OK, bc_set_isa(best));
+    EXPECT_STATUS(BC_OK, bc_set_isa(start));
 }
 
 void test_runtime(void)
 {
     settings_checks();
+    choice_checks();
     determinism_checks();
 }

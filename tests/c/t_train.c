@@ -118,9 +118,11 @@ static void stack_checks(int norm, int placement, int activation, int causal, in
             memcpy(ref[i][k], s.g[i][k], NB(n[k]));
         }
     /* adding: a second call doubles every gradient (up to rounding: the products
-     * add into the buffer block by block) */
+     * add into the buffer block by block; the portable kernels' separate multiply
+     * and add round a sum of many terms to 2e-5 relative) */
     EXPECT_STATUS(BC_OK, bc_stack_backward(dx, s.bg, dy, x, &c, s.bw, NBLK, SB, ST, work, nw));
-    EXPECT(memcmp(dx, dx1, NB(nx)) == 0 && stack_same(&s, ref, 2.0f, 1e-5f));
+    EXPECT(memcmp(dx, dx1, NB(nx)) == 0);
+    EXPECT(stack_same(&s, ref, 2.0f, 1e-4f));
     /* the same bits at 1, 2 and 3 threads, and in place (dx = dy) */
     const int counts[] = {1, 2, 3};
     for (int i = 0; i < 3; i++) {

@@ -17,6 +17,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
+# cases that take milliseconds a call (bc_tune_kernels times every kernel
+# family): at most this many calls, in the test and in benches/leaks.py
+CALL_CAP = {"bc_tune_kernels": 40}
+
+
 def c_entry_points():
     """Names of the public C functions: every declaration in the part headers."""
     sys.path.insert(0, ROOT)
@@ -112,6 +117,29 @@ def _cases():
         lib.bc_get_isa(out)
         isa = out[0]
         return alternate(lambda: lib.bc_set_isa(isa), lambda: lib.bc_set_isa(99))
+
+    @case("bc_kernel_choice")
+    def _():
+        isa, how, sec = ffi.new("int *"), ffi.new("int *"), ffi.new("double[3]")
+        return alternate(lambda: lib.bc_kernel_choice(isa, how, sec, 1, 3),
+                         lambda: lib.bc_kernel_choice(isa, how, sec, 99, 3))
+
+    @case("bc_set_kernel_choice")
+    def _():
+        isa, how = ffi.new("int *"), ffi.new("int *")
+        lib.bc_kernel_choice(isa, how, ffi.NULL, 1, 0)
+        chosen = isa[0]
+        return alternate(lambda: lib.bc_set_kernel_choice(1, chosen),
+                         lambda: lib.bc_set_kernel_choice(1, 99))
+
+    @case("bc_tune_kernels")
+    def _():
+        return alternate(lambda: lib.bc_tune_kernels(), lambda: lib.bc_tune_handicap(0, 1, -1.0))
+
+    @case("bc_tune_handicap")
+    def _():
+        return alternate(lambda: lib.bc_tune_handicap(0, 1, 0.0),
+                         lambda: lib.bc_tune_handicap(99, 1, 0.0))
 
     # -- engine kernels
     x, w, b, y = f32(16, 32), f32(24, 32), f32(24), np.empty((16, 24), np.float32)

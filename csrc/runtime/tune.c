@@ -1,0 +1,470 @@
+/* tune.c: each kernel family's variant chosen by timing (auto mode).
+ *
+ * Unless an instruction set is forced (BLOCKC_ISA, bc_set_isa), every kernel
+ * family (BC_FAMILY_*, bc_runtime.h) runs the variant that measured fastest
+ * on this CPU: at the first kernel call the families not chosen yet (none
+ * installed with bc_set_kernel_choice, e.g. from a cache) are probed, each
+ * candidate on a small problem of the family's kind, a few rounds in turn on
+ * the calling thread, the least thread CPU time of each kept (a neighbour
+ * that takes the core away costs wall time, not CPU time); a few
+ * milliseconds in all. The kernels a call runs are then one table assembled
+ * from the chosen variants' tables (auto_table).
+ *
+ * The candidates are the instruction sets with FMA (AVX2, AVX-512): on packed
+ * weights their GEMM tile and their decoding rows compute every element by
+ * the same chain of FMAs, and their attention and elementwise kernels the
+ * same operations (exp's 2^n scaling rounds once in both), so any mix gives
+ * the bits of either: a KV-cache step still equals the full pass, a row's
+ * result does not depend on the other rows, the thread count changes
+ * nothing. The portable kernels (no FMA) are never mixed in: they run only
+ * when forced or when the CPU has nothing else.
+ *
+ * Why measure: the widest instruction set is not the fastest everywhere. A
+ * CPU that executes AVX-512 as two 256-bit halves (AMD Zen 4) runs some
+ * AVX-512 kernels slower than the AVX2 ones; the conversion-bound decoders
+ * (bfloat16, q8_0) differ from the memory-bound ones. A wrong guess here costs
+ * nothing: the probe times what runs.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bc_core.h"
+#include "bc_rt.h"
+#include "kernels.h"  /* BC_ACT_* */
+
+#if !defined(_WIN32) && !defined(BC_NO_THREADS)
+#include <pthread.h>
+#define HAVE_MUTEX 1
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+#define LOCK() pthread_mutex_lock(&g_mu)
+#define UNLOCK() pthread_mutex_unlock(&g_mu)
+#else
+#define LOCK() ((void)0)
+#define UNLOCK() ((void)0)
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define LOADP(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define STOREP(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#else
+#define LOADP(p) (*(p))
+#define STOREP(p, v) (*(p) = (v))
+#endif
+
+/* ---- state (guarded by g_mu; g_auto published for the fast path) -------- */
+
+static int g_choice[BC_NFAMILIES] = {-1, -1, -1, -1, -1, -1, -1};  /* -1: not chosen yet */
+static int g_how[BC_NFAMILIES];
+static double g_sec[BC_NFAMILIES][BC_NISAS];
+static double g_handicap[BC_NFAMILIES][BC_NISAS];
+
+/* Assembled tables, one per choice vector ever used, kept for the process's
+ * life (a call may still hold an older one; at most 2^7 vectors of two
+ * candidates). */
+typedef struct mix {
+    int isa[BC_NFAMILIES];
+    bc_kernel_table t;
+    struct mix *next;
+} mix;
+static mix *g_mixes;
+static const bc_kernel_table *g_auto;  /* the current choices' table, NULL: choose first */
+
+/* The weight layout (BC_WF_*) of a decoding family. */
+static int family_wf(int f)
+{
+    switch (f) {
+    case BC_FAMILY_DECODE_F32: return BC_WF_PANEL(BC_DTYPE_F32);
+    case BC_FAMILY_DECODE_BF16: return BC_WF_PANEL(BC_DTYPE_BF16);
+    case BC_FAMILY_DECODE_Q8_0: return BC_WF_PANEL(BC_DTYPE_Q8_0);
+    default: return BC_WF_ROWS;
+    }
+}
+
+/* The candidates on this CPU: the FMA instruction sets it runs, widest first. */
+static int candidates(int out[BC_NISAS])
+{
+    const int best = bc_rt_best_isa();
+    int n = 0;
+    for (int isa = best; isa >= BC_ISA_AVX2; isa--)
+        out[n++] = isa;
+    if (n == 0)
+        out[n++] = BC_ISA_GENERIC;
+    return n;
+}
+
+static int is_candidate(int isa)
+{
+    int c[BC_NISAS];
+    const int n = candidates(c);
+    for (int i = 0; i < n; i++)
+        if (c[i] == isa)
+            return 1;
+    return 0;
+}
+
+/* t's fields of family f <- src's. A weight format without a family of its
+ * own decodes with the GEMM family's variant (the table starts as its copy). */
+static void take(bc_kernel_table *t, const bc_kernel_table *src, int f)
+{
+    switch (f) {
+    case BC_FAMILY_GEMM:
+        t->gemm_mr = src->gemm_mr;
+        t->gemm_nr = src->gemm_nr;
+        t->gemm_part = src->gemm_part;
+        for (int wf = 0; wf < BC_NWF; wf++)  /* the GEMM's copies of each layout's blocks */
+            t->wf[wf].panels = src->wf[wf].panels;
+        t->mm_part = src->mm_part;  /* shares the tile and its MR */
+        break;
+    case BC_FAMILY_DECODE_F32: case BC_FAMILY_DECODE_BF16: case BC_FAMILY_DECODE_Q8_0:
+    case BC_FAMILY_DECODE_ROWS: {
+        const int wf = family_wf(f);
+        t->wf[wf].rows_part = src->wf[wf].rows_part;
+        break;
+    }
+    case BC_FAMILY_ATTENTION:
+        t->attn_bq = src->attn_bq;
+        t->attn_scratch = src->attn_scratch;
+        t->attn_unit = src->attn_unit;
+        t->attn_decode = src->attn_decode;
+        t->attn_bwd_scratch = src->attn_bwd_scratch;
+        t->attn_bwd_kv = src->attn_bwd_kv;
+        t->attn_bwd_q = src->attn_bwd_q;
+        break;
+    default:  /* BC_FAMILY_ELEMENTWISE */
+        t->act = src->act;
+        t->swiglu = src->swiglu;
+        t->add = src->add;
+        t->act_bwd = src->act_bwd;
+        t->swiglu_bwd = src->swiglu_bwd;
+        t->xent_row = src->xent_row;
+        break;
+    }
+}
+
+/* The table of the current choices (every family chosen); NULL without memory. */
+static const bc_kernel_table *assemble(void)
+{
+    for (mix *m = g_mixes; m; m = m->next)
+        if (!memcmp(m->isa, g_choice, sizeof g_choice))
+            return &m->t;
+    mix *m = malloc(sizeof *m);
+    if (!m)
+        return NULL;
+    memcpy(m->isa, g_choice, sizeof g_choice);
+    m->t = *bc_rt_table_of(g_choice[BC_FAMILY_GEMM]);
+    m->t.name = "auto";
+    for (int f = 0; f < BC_NFAMILIES; f++)
+        take(&m->t, bc_rt_table_of(g_choice[f]), f);
+    m->next = g_mixes;
+    g_mixes = m;
+    return &m->t;
+}
+
+/* ---- the probes ---------------------------------------------------------- */
+
+static double cpu_now(void)
+{
+    struct timespec ts;
+#if defined(CLOCK_THREAD_CPUTIME_ID)
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0)
+        return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+#endif
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Probe sizes. Decoding streams a 4 MiB matrix (past the L2 of the CPUs
+ * measured, 1-2 MiB a core); a prompt multiplies 64 rows by 256 x 256. */
+#define P_DC 1024                 /* decode f32: c x oc = 1024 x 1024 */
+#define P_BIG (2048u * 2048u)     /* bytes-ish: bf16 2048 x 1024, q8_0 2048 x 2048 */
+#define P_GN 64
+#define P_GC 256
+#define P_TK 512                  /* attention: keys */
+#define P_DH 64
+#define P_NH 4                    /* query heads on one K/V head */
+#define P_TQ 32                   /* a prompt's query tile */
+#define P_EW 32768                /* elementwise floats */
+
+typedef struct {
+    unsigned char *w;   /* weights: P_WBYTES, every 4-byte word 0x3c23d70a */
+    float *x, *y, *r;   /* inputs and outputs, P_XF floats each */
+    float *scratch;     /* the largest any candidate asks for */
+} probe_mem;
+
+/* q8_0 2048 x 2048: 128 panels of 64 blocks */
+#define P_WBYTES ((size_t)(2048 / BC_PANEL) * (2048 / 32) * sizeof(bc_q8_block))
+#define P_XF ((size_t)P_EW > 3 * (size_t)P_TK * P_DH ? (size_t)P_EW : 3 * (size_t)P_TK * P_DH)
+
+static size_t probe_scratch(int nc, const int *c)
+{
+    size_t per = BC_GEMM_SCRATCH;
+    for (int i = 0; i < nc; i++) {
+        const bc_kernel_table *kt = bc_rt_table_of(c[i]);
+        const size_t a = kt->attn_scratch(P_DH);
+        if (a > per)
+            per = a;
+    }
+    return per;
+}
+
+static void probe_free(probe_mem *p)
+{
+    free(p->w);
+    free(p->x);
+    free(p->y);
+    free(p->r);
+    free(p->scratch);
+}
+
+static int probe_alloc(probe_mem *p, int nc, const int *c)
+{
+    memset(p, 0, sizeof *p);
+    p->w = malloc(P_WBYTES);
+    p->x = malloc(P_XF * sizeof(float));
+    p->y = malloc(P_XF * sizeof(float));
+    p->r = malloc(P_XF * sizeof(float));
+    p->scratch = malloc(probe_scratch(nc, c) * sizeof(float));
+    if (!p->w || !p->x || !p->y || !p->r || !p->scratch) {
+        probe_free(p);
+        return BC_ENOMEM;
+    }
+    /* every reading of the bytes is finite and normal: float32 0.01, bfloat16
+     * 0.00998 and -1.5e14, halves 1.03 and -112.6, any int8 */
+    const uint32_t word = 0x3c23d70au;
+    for (size_t i = 0; i + 4 <= P_WBYTES; i += 4)
+        memcpy(p->w + i, &word, 4);
+    for (size_t i = 0; i < P_XF; i++) {
+        p->x[i] = 0.5f - (float)(i % 7) * 0.125f;
+        p->r[i] = 0.25f;
+        p->y[i] = 0.0f;
+    }
+    return BC_OK;
+}
+
+/* One probe of family f on kt. */
+static void probe(int f, const bc_kernel_table *kt, probe_mem *p)
+{
+    switch (f) {
+    case BC_FAMILY_GEMM: {
+        const bc_gemm g32 = {p->y, p->x, p->w, NULL, NULL, P_GN, P_GC, P_GC,
+                             BC_WF_PANEL(BC_DTYPE_F32), BC_ACT_NONE};
+        const bc_gemm g16 = {p->y, p->x, p->w, NULL, NULL, P_GN, P_GC, P_GC,
+                             BC_WF_PANEL(BC_DTYPE_BF16), BC_ACT_NONE};
+        kt->gemm_part(&g32, 0, P_GN, 0, P_GC, p->scratch);
+        kt->gemm_part(&g16, 0, P_GN, 0, P_GC, p->scratch);
+        break;
+    }
+    case BC_FAMILY_DECODE_F32: case BC_FAMILY_DECODE_ROWS: {
+        const int wf = family_wf(f);
+        const bc_gemm g = {p->y, p->x, p->w, NULL, NULL, 1, P_DC, P_DC, wf, BC_ACT_NONE};
+        kt->wf[wf].rows_part(&g, 0, P_DC);
+        break;
+    }
+    case BC_FAMILY_DECODE_BF16: {
+        const int wf = family_wf(f);
+        const bc_gemm g = {p->y, p->x, p->w, NULL, NULL, 1, 2048, 1024, wf, BC_ACT_NONE};
+        kt->wf[wf].rows_part(&g, 0, 1024);
+        break;
+    }
+    case BC_FAMILY_DECODE_Q8_0: {
+        const int wf = family_wf(f);
+        const bc_gemm g = {p->y, p->x, p->w, NULL, NULL, 1, 2048, 2048, wf, BC_ACT_NONE};
+        kt->wf[wf].rows_part(&g, 0, 2048);
+        break;
+    }
+    case BC_FAMILY_ATTENTION: {
+        /* a KV cache of P_TK keys as decoding sees it (keys in transposed
+         * tiles, values in rows): one query of P_NH heads, then a prompt's
+         * tile of P_TQ queries of one head */
+        bc_attn a;
+        memset(&a, 0, sizeof a);
+        a.out = p->y;
+        a.q = p->r;
+        a.ldo = a.ldq = P_NH * P_DH;
+        a.k = p->x;
+        a.v = p->x + P_TK * P_DH;
+        a.ldk = a.ldv = P_DH;
+        a.khs = a.vhs = 0;
+        a.k_tiled = 1;
+        a.tk = P_TK;
+        a.n_heads = P_NH;
+        a.d_head = P_DH;
+        a.kv_group = P_NH;
+        a.causal = 1;
+        a.tq = 1;
+        a.q_pos0 = P_TK - 1;
+        kt->attn_decode(&a, 0, 0, P_NH, p->scratch);
+        a.tq = P_TQ;
+        a.q_pos0 = P_TK - P_TQ;
+        for (size_t i0 = 0; i0 < P_TQ; i0 += kt->attn_bq)
+            kt->attn_unit(&a, 0, i0, p->scratch);
+        break;
+    }
+    default:  /* BC_FAMILY_ELEMENTWISE */
+        kt->swiglu(p->y, p->x, p->r, P_EW);
+        kt->act(p->y, p->y, P_EW, BC_ACT_GELU_TANH);
+        kt->add(p->y, p->y, p->r, P_EW);
+        break;
+    }
+}
+
+#define ROUNDS 4  /* timed rounds per candidate, after one untimed */
+#define TIE 0.02
+
+/* Measure the families with todo[f] set; choose each one's fastest. */
+static int tune(const int todo[BC_NFAMILIES])
+{
+    int c[BC_NISAS];
+    const int nc = candidates(c);
+    if (nc < 2) {
+        for (int f = 0; f < BC_NFAMILIES; f++)
+            if (todo[f]) {
+                g_choice[f] = c[0];
+                g_how[f] = BC_CHOSEN_WIDEST;
+            }
+        return BC_OK;
+    }
+    probe_mem p;
+    if (probe_alloc(&p, nc, c))
+        return BC_ENOMEM;
+    for (int f = 0; f < BC_NFAMILIES; f++) {
+        if (!todo[f])
+            continue;
+        double best[BC_NISAS];
+        for (int i = 0; i < nc; i++) {
+            probe(f, bc_rt_table_of(c[i]), &p);  /* untimed: the code and data warm */
+            best[i] = INFINITY;
+        }
+        for (int r = 0; r < ROUNDS; r++)
+            for (int k = 0; k < nc; k++) {
+                const int i = r % 2 ? nc - 1 - k : k;  /* the order alternates */
+                const double t0 = cpu_now();
+                probe(f, bc_rt_table_of(c[i]), &p);
+                const double h = g_handicap[f][c[i]];
+                if (h > 0.0)
+                    while (cpu_now() - t0 < h)  /* a test's deliberately slow variant */
+                        ;
+                const double t = cpu_now() - t0;
+                if (t < best[i])
+                    best[i] = t;
+            }
+        int win = 0;
+        for (int i = 0; i < BC_NISAS; i++)
+            g_sec[f][i] = 0.0;
+        for (int i = 0; i < nc; i++) {
+            g_sec[f][c[i]] = best[i];
+            /* a narrower variant must be clearly faster: within TIE of the
+             * wider, noise decides nothing and the wider stays */
+            if (best[i] < best[win] * (1.0 - TIE))
+                win = i;
+        }
+        g_choice[f] = c[win];
+        g_how[f] = BC_CHOSEN_TIMED;
+    }
+    probe_free(&p);
+    return BC_OK;
+}
+
+/* Choose the families not chosen yet (under g_mu). */
+static void choose_missing(void)
+{
+    int todo[BC_NFAMILIES], any = 0;
+    for (int f = 0; f < BC_NFAMILIES; f++)
+        any |= todo[f] = g_choice[f] < 0;
+    if (any && tune(todo) != BC_OK) {
+        int c[BC_NISAS];
+        candidates(c);
+        for (int f = 0; f < BC_NFAMILIES; f++)
+            if (g_choice[f] < 0) {  /* no memory for the probes: the widest */
+                g_choice[f] = c[0];
+                g_how[f] = BC_CHOSEN_WIDEST;
+            }
+    }
+}
+
+/* Republish the table for the current choices (under g_mu). */
+static void publish(void)
+{
+    const bc_kernel_table *t = assemble();
+    STOREP(&g_auto, t);
+}
+
+const bc_kernel_table *bc_rt_auto_table(void)
+{
+    const bc_kernel_table *t = LOADP(&g_auto);
+    if (t)
+        return t;
+    LOCK();
+    choose_missing();
+    publish();
+    t = g_auto;
+    UNLOCK();
+    /* without memory for even the table: every family the widest */
+    return t ? t : bc_rt_table_of(bc_rt_best_isa());
+}
+
+/* ---- the entry points ---------------------------------------------------- */
+
+int bc_kernel_choice(int *isa, int *how, double *seconds, int family, size_t n_seconds)
+{
+    if (!isa || !how)
+        return BC_ENULL;
+    if (family < 0 || family >= BC_NFAMILIES)
+        return BC_EOPTION;
+    if (seconds && n_seconds < BC_NISAS)
+        return BC_ESIZE;
+    const int forced = bc_rt_forced_isa();
+    LOCK();
+    if (forced < 0)
+        choose_missing();
+    const int i = forced >= 0 ? forced : g_choice[family];
+    const int h = forced >= 0 ? BC_CHOSEN_FORCED : g_how[family];
+    double s[BC_NISAS];
+    memcpy(s, g_sec[family], sizeof s);
+    UNLOCK();
+    *isa = i;
+    *how = h;
+    if (seconds)
+        memcpy(seconds, s, sizeof s);
+    return BC_OK;
+}
+
+int bc_set_kernel_choice(int family, int isa)
+{
+    if (family < 0 || family >= BC_NFAMILIES || !is_candidate(isa))
+        return BC_EOPTION;
+    LOCK();
+    g_choice[family] = isa;
+    g_how[family] = BC_CHOSEN_GIVEN;
+    STOREP(&g_auto, (const bc_kernel_table *)NULL);  /* reassembled at the next call */
+    UNLOCK();
+    return BC_OK;
+}
+
+int bc_tune_kernels(void)
+{
+    int todo[BC_NFAMILIES];
+    for (int f = 0; f < BC_NFAMILIES; f++)
+        todo[f] = 1;
+    LOCK();
+    const int st = tune(todo);
+    if (!st)
+        STOREP(&g_auto, (const bc_kernel_table *)NULL);
+    UNLOCK();
+    return st;
+}
+
+int bc_tune_handicap(int family, int isa, double seconds)
+{
+    if (family < 0 || family >= BC_NFAMILIES || isa < 0 || isa >= BC_NISAS
+        || !(seconds >= 0.0 && seconds <= 1.0))
+        return BC_EOPTION;
+    LOCK();
+    g_handicap[family][isa] = seconds;
+    UNLOCK();
+    return BC_OK;
+}
