@@ -27,13 +27,11 @@ side by side; each call then uses up to ``get_num_threads()`` threads itself.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
-import stat
-import tempfile
 from typing import Dict, Optional
 
+from . import _files
 from ._native import check, ffi, lib
 from ._args import as_choice, as_int
 from ._errors import BlockcValueError
@@ -312,12 +310,8 @@ def _read_cache(path: str) -> Optional[dict]:
     """The cache's choices, or None when the file is missing, not a regular file,
     too large, not JSON, or not for this CPU and build."""
     try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _CACHE_MAX:
-            return None
-        with open(path, "rb") as f:
-            data = json.loads(f.read(_CACHE_MAX + 1).decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+        data = _files.read_json(path, "the kernel cache", limit=_CACHE_MAX, depth=4)
+    except (OSError, ValueError):
         return None
     if (not isinstance(data, dict) or data.get("format") != _CACHE_FORMAT
             or data.get("key") != _cache_key()):
@@ -328,26 +322,6 @@ def _read_cache(path: str) -> Optional[dict]:
             or not isinstance(seconds, dict)):
         return None
     return data
-
-
-def _write_atomic(path: str, text: str) -> None:
-    """path <- text, whole or not at all (a temporary file in the same directory,
-    flushed and synced, then renamed over path)."""
-    d = os.path.dirname(path) or "."
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".kernels-", suffix=".tmp", dir=d)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _save_cache() -> None:
@@ -365,11 +339,11 @@ def _save_cache() -> None:
             return  # forced, or one candidate: nothing measured worth keeping
         choices[name] = ISAS[isa[0]]
         seconds[name] = {ISAS[i]: float(sec[i]) for i in range(len(ISAS)) if sec[i] > 0}
-    text = json.dumps({"format": _CACHE_FORMAT, "key": _cache_key(), "choices": choices,
-                       "seconds": seconds}, indent=1, sort_keys=True)
     try:
-        _write_atomic(path, text)
-    except OSError:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        _files.write_json(path, {"format": _CACHE_FORMAT, "key": _cache_key(),
+                                 "choices": choices, "seconds": seconds}, indent=1)
+    except (OSError, ValueError):
         pass
 
 
