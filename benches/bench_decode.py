@@ -1,6 +1,8 @@
 """Benchmark: generating tokens (decode), blockc against its peers on the same weights.
 
-GPT-2 small (random N(0, 0.02) weights, 50,257-token vocabulary), a prompt, then
+GPT-2 small (random N(0, 0.02) weights, 50,257-token vocabulary; or with --model
+smollm2 the SmolLM2-135M shape: a Llama of 30 layers, width 576, 9 heads, 3 K/V
+heads, d_ff 1536, a tied 49,152-token vocabulary), a prompt, then
 --new greedy tokens through a KV cache, timed from the first generated token
 (the prompt is prefilled untimed), at two context lengths (the prompt sized so
 that prompt + new tokens reach ~128 and ~1000 positions), on 1 and 2 threads:
@@ -13,6 +15,11 @@ that prompt + new tokens reach ~128 and ~1000 positions), on 1 and 2 threads:
                blocks, so the same int8 weights); when llama-cpp-python and gguf
                are installed
 
+blockc runs each precision three ways, alternating with the rest: as chosen
+("auto": each kernel family the variant that measured fastest, blockc.runtime),
+and forced to each instruction set with FMA the CPU has (BLOCKC_ISA=avx2,
+avx512): a column each, and auto / the best forced one.
+
 Engines alternate within each round (a busy neighbour slows all alike); every
 figure is the median of --repeats rounds. The read bandwidth of this machine is
 measured in the same run (benches/machine.py) and every row is also given as a
@@ -23,6 +30,7 @@ blockc.ops.linear at M=1 streaming a 1 x 768 by 768 x 50,257 float32 product
 against NumPy.
 
     python benches/bench_decode.py                  # the table (about 10 minutes)
+    python benches/bench_decode.py --model smollm2  # the SmolLM2-135M shape (section decode-smollm2)
     python benches/bench_decode.py --layers 4 --new 32 --repeats 1   # a quick look
 
 With --docs the output also replaces the "decode" section of docs/speed.md.
@@ -47,6 +55,85 @@ from bench_linear import burst  # noqa: E402
 from machine import read_bandwidth  # noqa: E402
 
 PRECISIONS = ("float32", "bfloat16", "q8_0")
+
+
+def smollm2_config(layers: int = 30) -> "blockc.GPTConfig":
+    """The shape of SmolLM2-135M (HuggingFaceTB/SmolLM2-135M): a small instruct model
+    CPU users run; deep (30 layers) and narrow (576)."""
+    return blockc.GPTConfig(vocab=49152, context=2048, width=576, heads=9, layers=layers,
+                            kv_heads=3, d_ff=1536, eps=1e-5, tie_weights=True, norm="rms",
+                            activation="swiglu", positions="rope", qkv_bias=False,
+                            out_bias=False, mlp_bias=False)
+
+
+def variants() -> List[str]:
+    """blockc's ways to run: "auto" (measured choices), then every FMA instruction set
+    this CPU has, forced."""
+    have = blockc.runtime.ISAS.index(blockc.best_isa())
+    return ["auto"] + [i for i in ("avx2", "avx512") if blockc.runtime.ISAS.index(i) <= have]
+
+
+def with_isa(fn: Callable[[], float], isa: str) -> Callable[[], float]:
+    """fn run with the instruction set `isa` (or "auto") in force, then auto again."""
+    def run() -> float:
+        blockc.set_isa(isa)
+        try:
+            return fn()
+        finally:
+            blockc.set_isa("auto")
+    return run
+
+
+def _stat() -> List[int]:
+    try:
+        with open("/proc/stat") as f:
+            return [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return []
+
+
+class Machine:
+    """The CPU (model name and SIMD flags), the load average, the kernels chosen, and
+    the steal time over the run (/proc/stat): what every table states."""
+
+    def __init__(self) -> None:
+        self.t0 = _stat()
+
+    @staticmethod
+    def cpu() -> str:
+        name, flags = "?", []
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    if line.startswith("model name") and name == "?":
+                        name = line.split(":", 1)[1].strip()
+                    if line.startswith("flags"):
+                        flags = [fl for fl in line.split(":", 1)[1].split()
+                                 if fl.startswith(("avx2", "avx512", "avx_vnni", "amx", "fma"))]
+                        break
+        except OSError:
+            pass
+        return f"{name}, {os.cpu_count()} CPUs; {' '.join(sorted(flags)) or 'no AVX2'}"
+
+    def header(self) -> str:
+        try:
+            load = f"load average {os.getloadavg()[0]:.2f} at the start"
+        except (AttributeError, OSError):
+            load = "load average n/a"
+        choices = "; ".join(blockc.runtime.describe_choices().splitlines())
+        return f"CPU: {self.cpu()}\n{load}\nblockc auto kernels: {choices}"
+
+    def footer(self) -> str:
+        t1 = _stat()
+        if len(t1) < 8 or len(self.t0) < 8:
+            return "steal: n/a"
+        d = [b - a for a, b in zip(self.t0, t1)]
+        try:
+            load = f"{os.getloadavg()[0]:.2f}"
+        except (AttributeError, OSError):
+            load = "n/a"
+        return (f"steal {100 * d[7] / max(1, sum(d)):.1f}% of CPU time during the run; "
+                f"load average {load} at the end")
 
 
 def blockc_runner(m: "blockc.GPT", prompt: np.ndarray, new: int) -> Callable[[], float]:
@@ -92,6 +179,26 @@ def llama_runner(llm, prompt: np.ndarray, new: int) -> Callable[[], float]:
     return run
 
 
+def open_llama(llama_cpp, path: str, kind: str, **kw):
+    """llama_cpp.Llama(path, **kw); for q8_0 without llama.cpp's extra buffer types
+    (use_extra_bufts = false): on an AMX CPU (this session's Xeon) llama-cpp-python
+    0.3.36 repacks q8_0 weights into one and then crashes in the first decode."""
+    if kind != "q8_0":
+        return llama_cpp.Llama(model_path=path, **kw)
+    import llama_cpp.llama as ll
+    orig = ll.llama_cpp.llama_model_default_params
+
+    def params():
+        p = orig()
+        p.use_extra_bufts = False
+        return p
+    ll.llama_cpp.llama_model_default_params = params
+    try:
+        return llama_cpp.Llama(model_path=path, **kw)
+    finally:
+        ll.llama_cpp.llama_model_default_params = orig
+
+
 def step_bytes(m: "blockc.GPT", mean_pos: float) -> float:
     """Bytes one decode step reads: every tensor but the embedding tables (one row of
     each; a tied head reads the token table whole), and the keys and values of every
@@ -106,7 +213,8 @@ def step_bytes(m: "blockc.GPT", mean_pos: float) -> float:
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--model", choices=("gpt2", "smollm2"), default="gpt2")
+    ap.add_argument("--layers", type=int, default=None, help="(12 for gpt2, 30 for smollm2)")
     ap.add_argument("--new", type=int, default=128, help="generated tokens per run (128)")
     ap.add_argument("--contexts", default="128,1000", help="contexts reached (128,1000)")
     ap.add_argument("--threads", default="1,2")
@@ -126,21 +234,23 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             import gguf  # noqa: F401
             import llama_cpp
-            from gguf_export import write_gpt2
+            from gguf_export import write_gpt2, write_llama
         except ImportError:
             llama_cpp = None
 
-    cfg = blockc.GPTConfig.preset("gpt2", layers=args.layers)
+    smol = args.model == "smollm2"
+    cfg = (smollm2_config(args.layers or 30) if smol
+           else blockc.GPTConfig.preset("gpt2", layers=args.layers or 12))
+    if smol:
+        torch = None  # the chapter's PyTorch modules are GPT-2's (bench_llama has transformers)
+    machine = Machine()
     m32 = blockc.GPT.random(cfg, seed=0)
     models = {"float32": m32, "bfloat16": m32.astype("bfloat16"), "q8_0": m32.astype("q8_0")}
     bw = read_bandwidth()
-    try:
-        load = f"load average {os.getloadavg()[0]:.2f} at the start; "
-    except (AttributeError, OSError):
-        load = ""
-    print(f"{load}GPT-2 small widths: V={cfg.vocab} D={cfg.width} H={cfg.heads} L={cfg.layers}, "
-          f"{blockc.gpt_parameter_count(cfg):,} parameters, random weights; blockc ISA "
-          f"{blockc.get_isa()}")
+    print(machine.header())
+    print(f"{'SmolLM2-135M' if smol else 'GPT-2 small'} widths: V={cfg.vocab} D={cfg.width} "
+          f"H={cfg.heads} KV={cfg.kv_heads_} F={cfg.d_ff_} L={cfg.layers}, "
+          f"{blockc.gpt_parameter_count(cfg):,} parameters, random weights")
     print("read bandwidth (benches/machine.py): " + (", ".join(
         f"{t} thread{'s' if t > 1 else ''} {g:.1f} GB/s" for t, g in bw.items()) or "n/a"))
     sizes = ", ".join(f"{k} {m.nbytes / 1e6:.0f} MB" for k, m in models.items())
@@ -152,11 +262,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     if llama_cpp is not None:
         for kind, src in (("f32", m32), ("f16", m32), ("bf16", m32), ("q8_0", models["q8_0"])):
             ggufs[kind] = os.path.join(tmp.name, f"gpt2-{kind}.gguf")
-            write_gpt2(src, ggufs[kind], kind)
+            (write_llama if smol else write_gpt2)(src, ggufs[kind], kind)
         print(f"llama.cpp {llama_cpp.__version__} (llama-cpp-python), GGUF from the same "
-              "weights: f32, f16, bf16, q8_0 (blockc's own q8_0 blocks)")
+              "weights: f32, f16, bf16, q8_0 (blockc's own q8_0 blocks; q8_0 without extra "
+              "buffer types: their repacked q8_0 crashes on this AMX CPU)")
     else:
-        print("llama.cpp: not installed (pip install llama-cpp-python gguf)")
+        print("llama.cpp: not installed (pip install llama-cpp-python gguf): no peer column")
     tms = {}
     if torch is not None:
         from torch_ref import GPT as TorchGPT
@@ -175,13 +286,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                 torch.set_num_threads(th)
             runners = {}
             for p in PRECISIONS:
-                runners[("blockc", p)] = blockc_runner(models[p], prompt, args.new)
+                for v in variants():
+                    runners[("blockc", p, v)] = with_isa(blockc_runner(models[p], prompt, args.new), v)
             for p, tm in tms.items():
                 runners[("PyTorch", p)] = torch_runner(torch, tm, prompt, args.new)
             llms = []
             for kind, path in ggufs.items():
-                llm = llama_cpp.Llama(model_path=path, n_ctx=ctx + 8, n_batch=ctx + 8, n_threads=th,
-                                      n_threads_batch=th, verbose=False)
+                llm = open_llama(llama_cpp, path, kind, n_ctx=ctx + 8, n_batch=ctx + 8,
+                                 n_threads=th, n_threads_batch=th, verbose=False)
                 llms.append(llm)
                 runners[("llama.cpp", kind)] = llama_runner(llm, prompt, args.new)
             for fn in runners.values():  # warm-up
@@ -193,20 +305,31 @@ def main(argv: Optional[List[str]] = None) -> int:
                     times[k].append(runners[k]())
             for k in keys:
                 rate = args.new / statistics.median(times[k])
-                rows.append((ctx, th, k[0], k[1], rate))
+                rows.append((ctx, th, k[0], k[1], k[2] if len(k) > 2 else "", rate))
             del llms
 
-    def rate_of(ctx, th, engine, prec):
+    def rate_of(ctx, th, engine, prec, v=""):
         for r in rows:
-            if r[:4] == (ctx, th, engine, prec):
-                return r[4]
+            if r[:5] == (ctx, th, engine, prec, v if engine == "blockc" else ""):
+                return r[5]
         return None
 
     same = {"float32": "f32", "bfloat16": "f16", "q8_0": "q8_0"}
     print()
-    print("| context | threads | engine | weights | tokens/s | % of bound | / llama.cpp | / PyTorch f32 |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for ctx, th, engine, prec, rate in rows:
+    forced = variants()[1:]
+    print("| context | threads | engine | weights | tokens/s | "
+          + " | ".join(f"forced {v}" for v in forced) + " | auto / best forced | % of bound "
+          "| / llama.cpp | / PyTorch f32 |")
+    print("| --- " * (9 + len(forced)) + "|")
+    for ctx, th, engine, prec, v, rate in rows:
+        if engine == "blockc" and v != "auto":
+            continue  # a column of the auto row
+        cols = ["" for _ in forced]
+        vs_best = ""
+        if engine == "blockc":
+            f_rates = [rate_of(ctx, th, engine, prec, f) for f in forced]
+            cols = [f"{r:.1f}" for r in f_rates]
+            vs_best = f"{rate / max(f_rates):.2f}" if f_rates else ""
         bound = ""
         if engine == "blockc" and th in bw:
             b = bw[th] * 1e9 / step_bytes(models[prec], ctx - args.new / 2)
@@ -217,8 +340,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             tr = rate_of(ctx, th, "PyTorch", "float32")
             vs_l = f"{rate / lr:.2f}x ({same[prec]})" if lr else ""
             vs_t = f"{rate / tr:.2f}x" if tr else ""
-        print(f"| {ctx} | {th} | {engine} | {prec} | {rate:.1f} | {bound} | {vs_l} | {vs_t} |")
-    print("% of bound: tokens/s over read bandwidth / bytes a step reads (that precision's "
+        print(f"| {ctx} | {th} | {engine} | {prec} | {rate:.1f} | " + " | ".join(cols)
+              + f" | {vs_best} | {bound} | {vs_l} | {vs_t} |")
+    print("tokens/s: blockc as chosen (auto); forced: BLOCKC_ISA for every kernel; % of bound: "
+          "tokens/s over read bandwidth / bytes a step reads (that precision's "
           "weights and the KV cache); / llama.cpp: against llama.cpp at the same size of "
           "weights (bfloat16 against f16); > 1 means blockc is faster")
 
@@ -263,9 +388,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"ops.linear 1 x 768 @ (50257 x 768)^T, {blockc.get_num_threads()} threads: blockc "
           f"{b:.1f} GB/s ({100 * b / top:.0f}% of {top:.1f} GB/s), NumPy {n:.1f} GB/s "
           "(alternating bursts after a pause, benches/bench_linear.py)")
+    print(machine.footer())
     tmp.cleanup()
     return 0
 
 
 if __name__ == "__main__":
-    run_bench(main, "speed.md", "decode")
+    run_bench(main, "speed.md", "decode-smollm2" if "smollm2" in sys.argv else "decode")

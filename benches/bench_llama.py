@@ -1,7 +1,11 @@
 """Benchmark: a Llama-shaped decoder of GPT-2 small's size, blockc against its peers.
 
 D=768, 12 layers, 12 query heads and 4 K/V heads, SwiGLU MLP of 2048, RMSNorm,
-rotary positions, a 32,000-token vocabulary, untied head; random weights. The
+rotary positions, a 32,000-token vocabulary, untied head; random weights (or
+with --shape smollm2 the shape of SmolLM2-135M: 30 layers, width 576, 9 heads,
+3 K/V heads, d_ff 1536, a tied 49,152-token vocabulary; section llama-smollm2).
+blockc runs as chosen (auto: each kernel family its measured variant) and
+forced to each FMA instruction set the CPU has (a column each). The
 peers run the same weights:
 
   transformers  LlamaForCausalLM (eager PyTorch, its default SDPA attention),
@@ -32,6 +36,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 import warnings
@@ -40,7 +45,8 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 
 import blockc
-from bench_decode import blockc_runner, llama_runner, step_bytes  # noqa: E402
+from bench_decode import (Machine, blockc_runner, llama_runner, open_llama,  # noqa: E402
+                          smollm2_config, step_bytes, variants, with_isa)
 from doc_section import run as run_bench  # noqa: E402
 from machine import read_bandwidth  # noqa: E402
 
@@ -92,7 +98,8 @@ def alternate(runners: Dict[tuple, Callable[[], float]], repeats: int) -> Dict[t
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--shape", choices=("llama", "smollm2"), default="llama")
+    ap.add_argument("--layers", type=int, default=None, help="(12; 30 for smollm2)")
     ap.add_argument("--seq", type=int, default=1024, help="prefill tokens (1024)")
     ap.add_argument("--new", type=int, default=64, help="decoded tokens per run (64)")
     ap.add_argument("--contexts", default="128,1000")
@@ -120,17 +127,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         except ImportError:
             llama_cpp = None
 
-    cfg = llama_config(args.layers)
+    smol = args.shape == "smollm2"
+    cfg = smollm2_config(args.layers or 30) if smol else llama_config(args.layers or 12)
+    machine = Machine()
     m32 = blockc.GPT.random(cfg, seed=0)
     models = {"float32": m32, "bfloat16": m32.astype("bfloat16"), "q8_0": m32.astype("q8_0")}
     bw = read_bandwidth()
-    try:
-        load = f"load average {os.getloadavg()[0]:.2f} at the start; "
-    except (AttributeError, OSError):
-        load = ""
-    print(f"{load}Llama-shaped: V={cfg.vocab} D={cfg.width} H={cfg.heads} KV={cfg.kv_heads_} "
-          f"F={cfg.d_ff_} L={cfg.layers}, {blockc.gpt_parameter_count(cfg):,} parameters, random "
-          f"weights; blockc ISA {blockc.get_isa()}")
+    print(machine.header())
+    print(f"{'SmolLM2-135M-shaped' if smol else 'Llama-shaped'}: V={cfg.vocab} D={cfg.width} "
+          f"H={cfg.heads} KV={cfg.kv_heads_} F={cfg.d_ff_} L={cfg.layers}, "
+          f"{blockc.gpt_parameter_count(cfg):,} parameters, random weights")
     print("read bandwidth (benches/machine.py): " + (", ".join(
         f"{t} thread{'s' if t > 1 else ''} {g:.1f} GB/s" for t, g in bw.items()) or "n/a"))
     tmp = tempfile.TemporaryDirectory()
@@ -147,7 +153,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         for kind, src in (("f32", m32), ("f16", m32), ("bf16", m32), ("q8_0", models["q8_0"])):
             ggufs[kind] = os.path.join(tmp.name, f"llama-{kind}.gguf")
             write_llama(src, ggufs[kind], kind)
-        print(f"llama.cpp {llama_cpp.__version__} (llama-cpp-python), GGUF from the same weights")
+        print(f"llama.cpp {llama_cpp.__version__} (llama-cpp-python), GGUF from the same weights "
+              "(q8_0 without extra buffer types: their repacked q8_0 crashes on this AMX CPU)")
+    else:
+        print("llama.cpp: not installed (pip install llama-cpp-python gguf): no peer column")
     rng = np.random.default_rng(1)
 
     # parity first: the peers compute the same model
@@ -159,7 +168,7 @@ def main(argv: Optional[List[str]] = None) -> int:
               f"(largest {np.abs(ref).max():.2f}); greedy 32 tokens equal: "
               f"{np.array_equal(m32.generate(ids[:, :8], 32), hms['float32'].generate(torch.as_tensor(ids[:, :8]), max_new_tokens=32, do_sample=False, pad_token_id=0, eos_token_id=None).numpy())}")
     if ggufs:
-        llm = llama_cpp.Llama(model_path=ggufs["f32"], n_ctx=128, logits_all=True, verbose=False)
+        llm = open_llama(llama_cpp, ggufs["f32"], "f32", n_ctx=128, logits_all=True, verbose=False)
         llm.eval([int(i) for i in ids[0]])
         diff = np.abs(np.array(llm.scores[:64]) - m32(ids)[0]).max()
         print(f"parity: max |blockc - llama.cpp f32| logit {diff:.1e} (llama.cpp keeps its KV "
@@ -176,15 +185,17 @@ def main(argv: Optional[List[str]] = None) -> int:
             torch.set_num_threads(th)
         runners: Dict[tuple, Callable[[], float]] = {}
         for p in PRECISIONS:
-            runners[("blockc", p, "all")] = timed(lambda mm=models[p]: mm(seq))
-            runners[("blockc", p, "last")] = timed(lambda mm=models[p]: mm(seq, last_only=True))
+            for v in variants():
+                runners[("blockc", p, "all", v)] = with_isa(timed(lambda mm=models[p]: mm(seq)), v)
+                runners[("blockc", p, "last", v)] = with_isa(
+                    timed(lambda mm=models[p]: mm(seq, last_only=True)), v)
         for p, hm in hms.items():
             tseq = torch.as_tensor(seq)
             runners[("transformers", p, "all")] = timed(lambda hm=hm: torch_no_grad(torch, hm, tseq))
         llms = []
         for kind, path in ggufs.items():
-            llm = llama_cpp.Llama(model_path=path, n_ctx=args.seq + 8, n_batch=args.seq + 8,
-                                  n_threads=th, n_threads_batch=th, verbose=False)
+            llm = open_llama(llama_cpp, path, kind, n_ctx=args.seq + 8, n_batch=args.seq + 8,
+                             n_threads=th, n_threads_batch=th, verbose=False)
             llms.append(llm)
             toks = [int(i) for i in seq[0]]
             runners[("llama.cpp", kind, "last")] = timed(lambda llm=llm: (llm.reset(), llm.eval(toks)))
@@ -198,17 +209,28 @@ def main(argv: Optional[List[str]] = None) -> int:
                 return r[-1]
         return None
 
+    forced = variants()[1:]
+    fcols = " | ".join(f"forced {v}" for v in forced)
     print(f"prefill, one sequence of {args.seq} tokens (tokens/s; higher is faster):")
-    print("| threads | engine | weights | logits | tokens/s | / transformers f32 | / llama.cpp |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for th, eng, p, logits, rate in rows:
-        vs_t = vs_l = ""
+    print(f"| threads | engine | weights | logits | tokens/s | {fcols} | auto / best forced "
+          "| / transformers f32 | / llama.cpp |")
+    print("| --- " * (8 + len(forced)) + "|")
+    for r in rows:
+        if r[1] == "blockc" and r[-2] != "auto":
+            continue
+        th, eng, p, logits, rate = r[0], r[1], r[2], r[3], r[-1]
+        vs_t = vs_l = vs_b = ""
+        cols = ["" for _ in forced]
         if eng == "blockc":
+            fr = [find(rows, (th, eng, p, logits, f)) for f in forced]
+            cols = [f"{x:.0f}" for x in fr]
+            vs_b = f"{rate / max(fr):.2f}" if fr else ""
             t = find(rows, (th, "transformers", "float32", "all"))
             vs_t = f"{rate / t:.2f}x" if t and logits == "all" else ""
             lr = find(rows, (th, "llama.cpp", SAME[p], "last"))
             vs_l = f"{rate / lr:.2f}x ({SAME[p]})" if lr and logits == "last" else ""
-        print(f"| {th} | {eng} | {p} | {logits} | {rate:.0f} | {vs_t} | {vs_l} |")
+        print(f"| {th} | {eng} | {p} | {logits} | {rate:.0f} | " + " | ".join(cols)
+              + f" | {vs_b} | {vs_t} | {vs_l} |")
 
     # decode
     drows = []
@@ -218,13 +240,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             blockc.set_num_threads(th)
             if torch is not None:
                 torch.set_num_threads(th)
-            runners = {("blockc", p): blockc_runner(models[p], prompt, args.new) for p in PRECISIONS}
+            runners = {("blockc", p, v): with_isa(blockc_runner(models[p], prompt, args.new), v)
+                       for p in PRECISIONS for v in variants()}
             for p, hm in hms.items():
                 runners[("transformers", p)] = hf_runner(torch, hm, prompt, args.new)
             llms = []
             for kind, path in ggufs.items():
-                llm = llama_cpp.Llama(model_path=path, n_ctx=ctx + 8, n_batch=ctx + 8, n_threads=th,
-                                      n_threads_batch=th, verbose=False)
+                llm = open_llama(llama_cpp, path, kind, n_ctx=ctx + 8, n_batch=ctx + 8,
+                                 n_threads=th, n_threads_batch=th, verbose=False)
                 llms.append(llm)
                 runners[("llama.cpp", kind)] = llama_runner(llm, prompt, args.new)
             for k, t in alternate(runners, args.repeats).items():
@@ -232,11 +255,19 @@ def main(argv: Optional[List[str]] = None) -> int:
             del llms
     print()
     print(f"decode, {args.new} greedy tokens after a prompt (tokens/s):")
-    print("| context | threads | engine | weights | tokens/s | % of bound | / llama.cpp | / transformers f32 |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for ctx, th, eng, p, rate in drows:
-        bound = vs_l = vs_t = ""
+    print(f"| context | threads | engine | weights | tokens/s | {fcols} | auto / best forced "
+          "| % of bound | / llama.cpp | / transformers f32 |")
+    print("| --- " * (9 + len(forced)) + "|")
+    for r in drows:
+        if r[2] == "blockc" and r[-2] != "auto":
+            continue
+        ctx, th, eng, p, rate = r[0], r[1], r[2], r[3], r[-1]
+        bound = vs_l = vs_t = vs_b = ""
+        cols = ["" for _ in forced]
         if eng == "blockc":
+            fr = [find(drows, (ctx, th, eng, p, f)) for f in forced]
+            cols = [f"{x:.1f}" for x in fr]
+            vs_b = f"{rate / max(fr):.2f}" if fr else ""
             if th in bw:
                 b = bw[th] * 1e9 / step_bytes(models[p], ctx - args.new / 2)
                 bound = f"{100 * rate / b:.0f}%"
@@ -244,9 +275,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             tr = find(drows, (ctx, th, "transformers", "float32"))
             vs_l = f"{rate / lr:.2f}x ({SAME[p]})" if lr else ""
             vs_t = f"{rate / tr:.2f}x" if tr else ""
-        print(f"| {ctx} | {th} | {eng} | {p} | {rate:.1f} | {bound} | {vs_l} | {vs_t} |")
-    print("% of bound: tokens/s over read bandwidth / bytes a step reads (that precision's "
+        print(f"| {ctx} | {th} | {eng} | {p} | {rate:.1f} | " + " | ".join(cols)
+              + f" | {vs_b} | {bound} | {vs_l} | {vs_t} |")
+    print("tokens/s: blockc as chosen (auto); forced: BLOCKC_ISA for every kernel; % of bound: "
+          "tokens/s over read bandwidth / bytes a step reads (that precision's "
           "weights and the KV cache at the mean position); > 1x means blockc is faster")
+    print(machine.footer())
     blockc.set_num_threads(0)
     tmp.cleanup()
     return 0
@@ -258,4 +292,4 @@ def torch_no_grad(torch, hm, ids):
 
 
 if __name__ == "__main__":
-    run_bench(main, "speed.md", "llama")
+    run_bench(main, "speed.md", "llama-smollm2" if "smollm2" in sys.argv else "llama")
