@@ -17,6 +17,8 @@ import statistics
 import subprocess
 import sys
 
+from machine import cpu_name, cpu_times
+
 PROBE = r"""
 import json, sys, time, statistics
 import numpy as np
@@ -62,27 +64,6 @@ def run(tree: str, layers: int, dtypes: str) -> dict:
     if r.returncode:
         raise SystemExit(f"{tree}: {r.stderr}")
     return json.loads(r.stdout.strip().splitlines()[-1])
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
-
-
-def cpu_times():
-    """(steal, total) jiffies of all CPUs from /proc/stat, or None."""
-    try:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    return (v[7] if len(v) > 7 else 0), sum(v[:8])
 
 
 def main(argv=None) -> int:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -46,17 +45,7 @@ import support_path  # noqa: F401  (tests/support: the PyTorch reference)
 from doc_section import run as run_bench  # noqa: E402
 from blockc import ops
 from blockc.reference import block as ref
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+from machine import cpu_name  # noqa: E402
 
 
 def interleaved(fns, repeats, inner=1, rounds=3, clock=time.perf_counter):

@@ -52,7 +52,7 @@ import blockc
 import support_path  # noqa: F401  (tests/support: the PyTorch reference)
 from doc_section import run as run_bench  # noqa: E402
 from bench_linear import burst  # noqa: E402
-from machine import read_bandwidth  # noqa: E402
+from machine import cpu_info, read_bandwidth  # noqa: E402
 
 PRECISIONS = ("float32", "bfloat16", "q8_0")
 
@@ -101,19 +101,9 @@ class Machine:
 
     @staticmethod
     def cpu() -> str:
-        name, flags = "?", []
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    if line.startswith("model name") and name == "?":
-                        name = line.split(":", 1)[1].strip()
-                    if line.startswith("flags"):
-                        flags = [fl for fl in line.split(":", 1)[1].split()
-                                 if fl.startswith(("avx2", "avx512", "avx_vnni", "amx", "fma"))]
-                        break
-        except OSError:
-            pass
-        return f"{name}, {os.cpu_count()} CPUs; {' '.join(sorted(flags)) or 'no AVX2'}"
+        name, flags = cpu_info()
+        simd = sorted(fl for fl in flags if fl.startswith(("avx2", "avx512", "avx_vnni", "amx", "fma")))
+        return f"{name}, {os.cpu_count()} CPUs; {' '.join(simd) or 'no AVX2'}"
 
     def header(self) -> str:
         try:

@@ -35,6 +35,7 @@ import tempfile
 from typing import List, Optional
 
 from doc_section import run as run_bench  # noqa: E402
+from machine import cpu_info  # noqa: E402
 
 NEEDS = ("avx512_vnni", "avx512vbmi", "avx512_bf16", "avx512bw", "f16c")
 
@@ -226,23 +227,8 @@ int main(int argc, char **argv)
 """
 
 
-def cpu() -> tuple:
-    name, flags = "?", set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name") and name == "?":
-                    name = line.split(":", 1)[1].strip()
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
-    return name, flags
-
-
 def main(argv: Optional[List[str]] = None) -> int:
-    name, flags = cpu()
+    name, flags = cpu_info()
     missing = [f for f in NEEDS if f not in flags]
     try:
         load = f"load average {os.getloadavg()[0]:.2f} at the start; "

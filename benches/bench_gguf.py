@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -36,6 +35,7 @@ import numpy as np
 
 import blockc
 from doc_section import run as run_bench  # noqa: E402
+from machine import cpu_name  # noqa: E402
 
 TYPES = ("F16", "Q8_0", "Q4_0", "Q4_K_M")
 
@@ -48,16 +48,6 @@ def config(name: str, layers: Optional[int]) -> "blockc.GPTConfig":
                                 rope_theta=100000.0, qkv_bias=False, out_bias=False,
                                 mlp_bias=False)
     return blockc.GPTConfig(vocab=50257, context=1024, width=768, heads=12, layers=layers or 12)
-
-
-def cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def steal() -> str:

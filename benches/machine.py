@@ -23,6 +23,40 @@ import sysconfig
 import tempfile
 from typing import Dict
 
+def cpu_info():
+    """(model name, set of flags) of the first processor in /proc/cpuinfo ("?" and an
+    empty set where there is none): the CPU every bench names beside its figures."""
+    name, flags = "?", set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name") and name == "?":
+                    name = line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    return name, flags
+
+
+def cpu_name() -> str:
+    """The processor's model name, or "unknown CPU"."""
+    name = cpu_info()[0]
+    return "unknown CPU" if name == "?" else name
+
+
+def cpu_times():
+    """(steal, total) jiffies of all CPUs from /proc/stat, or None: two readings give
+    the share of the run the hypervisor took."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (v[7] if len(v) > 7 else 0), sum(v[:8])
+
+
 SOURCE = r"""
 #define _GNU_SOURCE
 #include <pthread.h>

@@ -13,7 +13,8 @@ from .._plot import plot_path, pyplot
 from ..model import ACTIVATIONS, NORMS, PLACEMENTS, POSITIONS
 
 __all__ = ["add_threads", "apply_threads", "positive_int", "require_positive", "plot_path",
-           "pyplot", "write", "add_shape_options", "overrides"]
+           "pyplot", "write", "add_shape_options", "overrides", "add_sampling_options",
+           "sampling_options"]
 
 
 def add_threads(p: argparse.ArgumentParser) -> None:
@@ -25,6 +26,27 @@ def apply_threads(args: argparse.Namespace) -> None:
     """Set the thread count ``--threads`` asked for (checked by the runtime)."""
     if args.threads is not None:
         runtime.set_num_threads(args.threads)
+
+
+SAMPLING = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed")
+
+
+def add_sampling_options(p: argparse.ArgumentParser) -> None:
+    """The sampling options of the commands that generate (``--temperature``, ``--top-k``,
+    ``--top-p``, ``--min-p``, ``--repetition-penalty``, ``--seed``), checked by the
+    generation config they become (:func:`sampling_options`)."""
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (the default)")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--min-p", type=float, default=None)
+    p.add_argument("--repetition-penalty", type=float, default=None)
+    p.add_argument("--seed", type=int, default=None)
+
+
+def sampling_options(args: argparse.Namespace) -> Dict[str, Any]:
+    """The keyword options of ``GPT.generate``/``stream`` that
+    :func:`add_sampling_options` read."""
+    return {name: getattr(args, name) for name in SAMPLING}
 
 
 def positive_int(text: str) -> int:

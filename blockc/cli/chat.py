@@ -18,7 +18,7 @@ from .._errors import BlockcValueError
 from ..chat import end_token_ids
 from ..gpt import DTYPES, GPT
 from ..text import TextStream, Tokenizer
-from ._options import add_threads, apply_threads, write
+from ._options import add_sampling_options, add_threads, apply_threads, sampling_options, write
 
 
 def register(subparsers) -> None:
@@ -30,12 +30,7 @@ def register(subparsers) -> None:
     p.add_argument("--model", required=True, metavar="DIR", help="the checkpoint directory")
     p.add_argument("--system", default=None, help="a system prompt")
     p.add_argument("--max-new-tokens", type=int, default=512, help="longest answer (512)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (the default)")
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--min-p", type=float, default=None)
-    p.add_argument("--repetition-penalty", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None)
+    add_sampling_options(p)
     p.add_argument("--dtype", choices=DTYPES, default=None)
     add_threads(p)
     p.set_defaults(func=run_chat)
@@ -48,9 +43,7 @@ def run_chat(args: argparse.Namespace) -> int:
         raise BlockcValueError(f"{args.model}: no chat template (blockc generate takes raw text)")
     m = GPT.from_pretrained(args.model, dtype=args.dtype)
     ends = sorted(end_token_ids(args.model, tok, m.config.vocab))
-    opts = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                min_p=args.min_p, repetition_penalty=args.repetition_penalty, seed=args.seed,
-                eos_token_id=ends or None)
+    opts = dict(sampling_options(args), eos_token_id=ends or None)
     history = [{"role": "system", "content": args.system}] if args.system else []
     start = list(history)
     interactive = sys.stdin.isatty()

@@ -22,7 +22,7 @@ import numpy as np
 from .._errors import BlockcValueError
 from ..gpt import DTYPES, GPT
 from ..text import TextStream, Tokenizer
-from ._options import add_threads, apply_threads, write
+from ._options import add_sampling_options, add_threads, apply_threads, sampling_options, write
 
 
 def register(subparsers) -> None:
@@ -36,12 +36,7 @@ def register(subparsers) -> None:
     src.add_argument("--ids", help="the prompt as comma-separated token ids")
     p.add_argument("--model", required=True, metavar="DIR", help="the checkpoint directory")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate (64)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (the default)")
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--min-p", type=float, default=None)
-    p.add_argument("--repetition-penalty", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None)
+    add_sampling_options(p)
     p.add_argument("--dtype", choices=DTYPES, default=None,
                    help="weight storage (default: bfloat16 for a bfloat16 checkpoint, else float32)")
     add_threads(p)
@@ -102,9 +97,7 @@ def run_generate(args: argparse.Namespace) -> int:
                 gen = gen.replace(eos_token_id=tok.eos_token_id)
     if args.no_eos:
         gen = gen.replace(eos_token_id=())
-    opts = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                min_p=args.min_p, repetition_penalty=args.repetition_penalty, seed=args.seed,
-                generation_config=gen)
+    opts = dict(sampling_options(args), generation_config=gen)
     stream = TextStream(tok) if tok is not None else None
     n, t1 = 0, time.perf_counter()
     for token in m.stream(np.array(ids), args.max_new_tokens, **opts):
