@@ -7,37 +7,53 @@ trained on a few lines and a ChatML template (tests/support/chat_dirs.py):
   gpt2-small    V=50257 D=768 12 layers, 12 heads, GELU 3072, learned positions, tied
 
   throughput  aggregate completion tokens/s with 1, 4 and 8 concurrent clients, each
-              streaming --requests chat completions of --tokens tokens (ignore_eos, so
-              every request makes exactly that many), the server started with
-              --parallel 8; the ratio to one client's throughput
+              sending --requests completions (``POST /v1/completions``, the same prompts)
+              of --tokens tokens (ignore_eos and min_tokens, so every request makes
+              exactly that many: counted from ``usage``), blockc's server started with
+              --parallel 8 on the model's GGUF file (F32 and Q8_0), llama-cpp-python's
+              server on the same file, --rounds-throughput rounds alternating between
+              the two; the best round, the ratio to one client's, and blockc's to the peer's
   ttft        time to the first token of a chat's second turn (the first turn's
               --system-tokens system prompt, question and answer, then a new question),
               with prefix reuse (the first turn's keys and values kept in the cache) and
               without (--no-prefix-reuse), turns alternating between the two servers;
               the median of --rounds, and the same prompt cold (a fresh system prompt)
 
-The peer, llama-cpp-python's server (``python -m llama_cpp.server``) on the same weights as
-GGUF, is not driven yet: the run says whether llama-cpp-python and its server extra are
-installed, and that no peer row is measured.
+The peer is llama-cpp-python's server (``python -m llama_cpp.server``, run by the interpreter
+--llama-python, default this one, so it can live in a venv of its own) on the file blockc's
+``GPT.save_gguf`` wrote, with the checkpoint's tokenizer in it (padded with added tokens to
+the model's vocabulary: llama.cpp wants a token per embedding row). llama-cpp-python's server has
+no setting for llama.cpp's ``use_extra_bufts``, whose repacked/AMX weight buffers crash on the
+KVM guest the bench was written on with quantised matmuls (benches/bench_gguf.py): the bench
+starts it through a two-line launcher that turns them off in
+``llama_model_default_params`` before running ``llama_cpp.server``'s own main. Without
+llama_cpp.server importable by that interpreter the run says why and has no peer column.
+The completions are not streamed: llama-cpp-python's stream carries no ``usage``, and counting
+chunks would not count tokens (it holds back bytes of an incomplete UTF-8 character).
 Every connection goes to 127.0.0.1. The load average and CPU steal over the run are
 printed (the machine is shared: rerun late for the tables).
 
     python benches/bench_serve.py                      # both shapes (a few minutes)
     python benches/bench_serve.py --shapes gpt2-small --requests 1 --tokens 16   # a look
+    python benches/bench_serve.py --llama-python /work/venv-llama/bin/python    # the peer's venv
 
 With --docs the output also replaces the "serve" section of docs/serving.md.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 import support_path  # noqa: F401  (tests/support on the path)
 
@@ -74,12 +90,110 @@ def make_dir(root: Path, shape: str) -> Path:
     d = root / shape
     chat_dir(d, "chatml")
     cfg = blockc.GPTConfig(**SHAPES[shape])
+    # the tokenizer trained on a few lines has a few hundred tokens; llama.cpp wants one per
+    # row of the embedding, so added special tokens <pad_N> (never in a prompt) fill it up
+    # to V (special: the GGUF's CONTROL tokens; blockc reads 50,000 USER_DEFINED ones slowly)
+    import tokenizers
+    tok = tokenizers.Tokenizer.from_file(str(d / "tokenizer.json"))
+    n = tok.get_vocab_size(with_added_tokens=True)
+    tok.add_tokens([tokenizers.AddedToken(f"<pad_{i}>", special=True, normalized=False)
+                    for i in range(n, cfg.vocab)])
+    assert tok.get_vocab_size(with_added_tokens=True) == cfg.vocab
+    tok.save(str(d / "tokenizer.json"))
     blockc.GPT.random(cfg, seed=0).save_pretrained(d)
     return d
 
 
+def make_gguf(d: Path, dtype: str) -> Path:
+    """The checkpoint `d` as a GGUF file of `dtype` matrices, its tokenizer inside."""
+    f = d.parent / f"{d.name}-{dtype}.gguf"
+    blockc.GPT.from_pretrained(d).save_gguf(f, dtype, tokenizer=d)
+    return f
+
+
+# llama-cpp-python's server with llama.cpp's extra buffer types (weight repacking, AMX) off:
+# the server has no setting for it, and they crash on quantised matmuls on the bench's CPU
+LAUNCH = """
+import runpy, sys
+import llama_cpp.llama_cpp as c
+default = c.llama_model_default_params
+def params():
+    p = default()
+    p.use_extra_bufts = False
+    return p
+c.llama_model_default_params = params
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
+
+
+def peer_version(python: str) -> Tuple[Optional[str], str]:
+    """(llama-cpp-python's version, "") if `python` imports its server, else (None, why)."""
+    try:
+        r = subprocess.run([python, "-c", "import llama_cpp, llama_cpp.server.app; "
+                            "print(llama_cpp.__version__)"], capture_output=True, text=True,
+                           timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"{python} does not run ({e})"
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["?"])[-1]
+        return None, f"{python} cannot import llama_cpp.server ({last})"
+    return r.stdout.strip(), ""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaServer:
+    """llama-cpp-python's server on `gguf` in a subprocess on a free port of 127.0.0.1."""
+
+    def __init__(self, python: str, gguf: Path, threads: int, ctx: int, name: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = gguf.parent / f"llama-server-{time.monotonic_ns()}.log"
+        self.f = open(self.log, "w")
+        self.p = subprocess.Popen(
+            [python, "-c", LAUNCH, "--model", str(gguf), "--model_alias", name,
+             "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(ctx),
+             "--n_threads", str(threads), "--n_threads_batch", str(threads),
+             "--logits_all", "False", "--verbose", "False"],
+            stdout=self.f, stderr=subprocess.STDOUT)
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            if self.p.poll() is not None:
+                self.f.close()
+                raise RuntimeError(f"llama_cpp.server exited: {open(self.log).read()[-2000:]}")
+            try:
+                with urllib.request.urlopen(self.url + "/v1/models", timeout=5) as r:
+                    if name in [m["id"] for m in json.load(r)["data"]]:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("llama_cpp.server did not answer /v1/models in 120 s")
+
+    def client(self):
+        import openai
+        return openai.OpenAI(base_url=self.url + "/v1", api_key="none", max_retries=0,
+                             timeout=300)
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(30)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(30)
+        self.f.close()
+
+
 def throughput(server, clients: int, requests: int, tokens: int) -> float:
-    """Aggregate completion tokens/s of `clients` streaming clients."""
+    """Aggregate completion tokens/s of `clients` clients, each sending `requests`
+    completions of exactly `tokens` tokens (counted from ``usage``)."""
     from serve_proc import NAME
     done: List[int] = []
     lock = threading.Lock()
@@ -89,15 +203,12 @@ def throughput(server, clients: int, requests: int, tokens: int) -> float:
         c = server.client()
         barrier.wait()
         for r in range(requests):
-            n = 0
-            for ch in c.chat.completions.create(
-                    model=NAME, stream=True, max_tokens=tokens, temperature=0.8, seed=i * 100 + r,
-                    messages=[{"role": "user", "content": f"Question {i}.{r}: how are you?"}],
-                    stream_options={"include_usage": True}, extra_body={"ignore_eos": True}):
-                if ch.usage is not None:
-                    n = ch.usage.completion_tokens
+            out = c.completions.create(
+                model=NAME, prompt=f"Question {i}.{r}: how are you?", max_tokens=tokens,
+                temperature=0.8, seed=i * 100 + r,
+                extra_body={"ignore_eos": True, "min_tokens": tokens})
             with lock:
-                done.append(n)
+                done.append(out.usage.completion_tokens)
     ts = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
     t0 = time.perf_counter()
     for t in ts:
@@ -150,49 +261,73 @@ def ttft(servers: Dict[str, object], system_tokens: int, rounds: int) -> Dict[st
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default="smollm2-135m,gpt2-small")
+    ap.add_argument("--dtypes", default="F32,Q8_0", help="GGUF weight types for throughput")
     ap.add_argument("--clients", default="1,4,8")
     ap.add_argument("--requests", type=int, default=2, help="requests per client")
     ap.add_argument("--tokens", type=int, default=32, help="tokens per request")
+    ap.add_argument("--rounds-throughput", type=int, default=2,
+                    help="throughput rounds, alternating blockc and the peer")
     ap.add_argument("--system-tokens", type=int, default=400)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--llama-python", default=sys.executable,
+                    help="the interpreter that runs llama_cpp.server (default: this one)")
     args = ap.parse_args(argv)
-    from serve_proc import Server
-    try:
-        import llama_cpp
-        have = f"llama-cpp-python {llama_cpp.__version__} is installed"
-        import llama_cpp.server.app  # noqa: F401  (its server extra: fastapi, sse-starlette...)
-        peer = have
-    except ImportError as e:
-        peer = None
-        why = (f"{have if 'have' in locals() else 'llama-cpp-python is not installed'}"
-               f" ({e.name or e} missing)")
+    from serve_proc import NAME, Server
+    version, why = peer_version(args.llama_python)
     tot0, steal0 = cpu_times()
     load0 = os.getloadavg()[0]
     print(f"CPU: {cpu_name()}, {os.cpu_count()} logical CPUs; blockc threads {args.threads}; "
           f"load average {load0:.2f} at the start")
-    if peer is None:
+    if version is None:
         print(f"{why}: no llama.cpp server beside it (pip install 'llama-cpp-python[server]')")
     else:
-        print(f"{peer}, but this bench's llama.cpp server runner is not written yet: no peer row")
+        print(f"peer: llama-cpp-python {version}'s server (python -m llama_cpp.server), "
+              f"n_threads {args.threads}, use_extra_bufts off (its repacked/AMX weight "
+              "buffers crash here), logits_all off; it runs one request at a time")
     clients = [int(x) for x in args.clients.split(",")]
+    ctx = 1024
     with tempfile.TemporaryDirectory() as tmp:
         for shape in args.shapes.split(","):
             d = make_dir(Path(tmp), shape)
-            common = ["--threads", str(args.threads), "--ctx-size", "1024"]
-            s = Server(d, "--parallel", "8", *common)
-            try:
-                throughput(s, 1, 1, 4)  # warm up
-                print(f"\n{shape}: {args.requests} streamed chat completions of {args.tokens} "
-                      f"tokens per client, --parallel 8")
-                print(f"{'clients':>8} {'tokens/s':>10} {'x one client':>13}")
-                one = None
+            common = ["--threads", str(args.threads), "--ctx-size", str(ctx)]
+            for dtype in args.dtypes.split(","):
+                f = make_gguf(d, dtype)
+                runners = {"blockc": lambda: Server(f, "--parallel", "8", *common, name=NAME)}
+                if version is not None:
+                    runners["llama.cpp"] = lambda: LlamaServer(args.llama_python, f,
+                                                               args.threads, ctx, NAME)
+                servers: Dict[str, object] = {}
+                try:
+                    for k, start in runners.items():
+                        servers[k] = start()
+                        # warm up: the first requests of a fresh server run several times
+                        # slower (llama.cpp's most, its weights mapped from the file)
+                        throughput(servers[k], 1, 3, args.tokens)
+                    best: Dict[Tuple[str, int], float] = {}
+                    for r in range(args.rounds_throughput):
+                        for c in clients:
+                            order = list(servers) if r % 2 == 0 else list(servers)[::-1]
+                            for k in order:
+                                tps = throughput(servers[k], c, args.requests, args.tokens)
+                                best[k, c] = max(best.get((k, c), 0.0), tps)
+                finally:
+                    for srv in servers.values():
+                        srv.stop()
+                print(f"\n{shape} {dtype}: {args.requests} completions of {args.tokens} tokens "
+                      f"per client; tokens/s, best of {args.rounds_throughput} alternating rounds")
+                head = f"{'clients':>8} {'blockc':>9} {'x one':>6}"
+                if "llama.cpp" in servers:
+                    head += f" {'llama.cpp':>10} {'x one':>6} {'blockc/llama.cpp':>17}"
+                print(head)
                 for c in clients:
-                    tps = throughput(s, c, args.requests, args.tokens)
-                    one = one or tps
-                    print(f"{c:>8} {tps:>10.1f} {tps / one:>13.2f}")
-            finally:
-                s.stop()
+                    b = best["blockc", c]
+                    line = f"{c:>8} {b:>9.1f} {b / best['blockc', clients[0]]:>6.2f}"
+                    if "llama.cpp" in servers:
+                        q = best["llama.cpp", c]
+                        line += (f" {q:>10.1f} {q / best['llama.cpp', clients[0]]:>6.2f}"
+                                 f" {b / q:>17.2f}")
+                    print(line)
             servers = {"reuse": Server(d, "--parallel", "2", *common),
                        "no reuse": Server(d, "--parallel", "2", "--no-prefix-reuse", *common)}
             try:
@@ -202,8 +337,8 @@ def main(argv=None) -> int:
             finally:
                 for srv in servers.values():
                     srv.stop()
-            print(f"time to first token of a second chat turn (~{args.system_tokens}-token system "
-                  f"prompt), median of {args.rounds}:")
+            print(f"{shape}: time to first token of a second chat turn (~{args.system_tokens}-"
+                  f"token system prompt, blockc only), median of {args.rounds}:")
             print(f"  with prefix reuse {t['reuse'] * 1e3:8.1f} ms")
             print(f"  without           {t['no reuse'] * 1e3:8.1f} ms")
             print(f"  cold prompt       {t['cold'] * 1e3:8.1f} ms"
