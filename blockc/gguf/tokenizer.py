@@ -241,8 +241,9 @@ def build(f: GGUFFile) -> Tuple[Any, TokenizerInfo]:
                 if t in named and t not in have]
     if special:
         tok.add_special_tokens(special)
+    vocab = tok.get_vocab()  # once: a dict of the whole vocabulary per token was quadratic
     user = [AddedToken(t, normalized=False, special=False) for t, ty in zip(tokens, types)
-            if ty == _USER_DEFINED and t in tok.get_vocab()]
+            if ty == _USER_DEFINED and t in vocab]
     if user:
         tok.add_tokens(user)
     single, pairs, used = "$A:0", "$A:0 $B:1", []
