@@ -52,7 +52,7 @@ import blockc
 import support_path  # noqa: F401  (tests/support: the PyTorch reference)
 from doc_section import run as run_bench  # noqa: E402
 from bench_linear import burst  # noqa: E402
-from machine import cpu_info, read_bandwidth  # noqa: E402
+from machine import cpu_info, cpu_times, read_bandwidth, steal_share  # noqa: E402
 
 PRECISIONS = ("float32", "bfloat16", "q8_0")
 
@@ -84,20 +84,12 @@ def with_isa(fn: Callable[[], float], isa: str) -> Callable[[], float]:
     return run
 
 
-def _stat() -> List[int]:
-    try:
-        with open("/proc/stat") as f:
-            return [int(v) for v in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return []
-
-
 class Machine:
     """The CPU (model name and SIMD flags), the load average, the kernels chosen, and
     the steal time over the run (/proc/stat): what every table states."""
 
     def __init__(self) -> None:
-        self.t0 = _stat()
+        self.t0 = cpu_times()
 
     @staticmethod
     def cpu() -> str:
@@ -114,15 +106,11 @@ class Machine:
         return f"CPU: {self.cpu()}\n{load}\nblockc auto kernels: {choices}"
 
     def footer(self) -> str:
-        t1 = _stat()
-        if len(t1) < 8 or len(self.t0) < 8:
-            return "steal: n/a"
-        d = [b - a for a, b in zip(self.t0, t1)]
         try:
             load = f"{os.getloadavg()[0]:.2f}"
         except (AttributeError, OSError):
             load = "n/a"
-        return (f"steal {100 * d[7] / max(1, sum(d)):.1f}% of CPU time during the run; "
+        return (f"steal {steal_share(self.t0)} of CPU time during the run; "
                 f"load average {load} at the end")
 
 

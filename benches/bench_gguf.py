@@ -35,7 +35,7 @@ import numpy as np
 
 import blockc
 from doc_section import run as run_bench  # noqa: E402
-from machine import cpu_name  # noqa: E402
+from machine import cpu_name, steal_share  # noqa: E402
 
 TYPES = ("F16", "Q8_0", "Q4_0", "Q4_K_M")
 
@@ -48,14 +48,6 @@ def config(name: str, layers: Optional[int]) -> "blockc.GPTConfig":
                                 rope_theta=100000.0, qkv_bias=False, out_bias=False,
                                 mlp_bias=False)
     return blockc.GPTConfig(vocab=50257, context=1024, width=768, heads=12, layers=layers or 12)
-
-
-def steal() -> str:
-    try:
-        f = open("/proc/stat").readline().split()
-        return f"{100 * int(f[8]) / sum(int(x) for x in f[1:]):.1f}% steal since boot"
-    except (OSError, IndexError, ValueError):
-        return "steal n/a"
 
 
 def kl(p_logits: np.ndarray, q_logits: np.ndarray) -> float:
@@ -132,7 +124,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     contexts = [int(c) for c in args.contexts.split(",")]
     types = args.types.split(",")
     print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; load average "
-          f"{os.getloadavg()[0]:.2f} at the start; {steal()}; ISA {blockc.get_isa()}")
+          f"{os.getloadavg()[0]:.2f} at the start; {steal_share(None)} steal since boot; ISA {blockc.get_isa()}")
     print("llama.cpp: " + (f"llama-cpp-python {llama_cpp.__version__}, use_extra_bufts=False "
                            "(its repacked/AMX weight buffers crash here)" if llama_cpp else
                            "not installed (pip install llama-cpp-python): blockc only"))

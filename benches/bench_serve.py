@@ -59,6 +59,7 @@ import support_path  # noqa: F401  (tests/support on the path)
 
 import blockc
 from doc_section import run as run_bench  # noqa: E402
+from machine import cpu_name, cpu_times, steal_share  # noqa: E402
 
 SHAPES = {
     "smollm2-135m": dict(vocab=49152, context=2048, width=576, heads=9, layers=30, kv_heads=3,
@@ -67,22 +68,6 @@ SHAPES = {
                          tie_weights=True, eps=1e-5),
     "gpt2-small": dict(vocab=50257, context=1024, width=768, heads=12, layers=12),
 }
-
-
-def cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
-
-
-def cpu_times():
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    return sum(v), (v[7] if len(v) > 7 else 0)
 
 
 def make_dir(root: Path, shape: str) -> Path:
@@ -275,7 +260,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from serve_proc import NAME, Server
     version, why = peer_version(args.llama_python)
-    tot0, steal0 = cpu_times()
+    t0 = cpu_times()
     load0 = os.getloadavg()[0]
     print(f"CPU: {cpu_name()}, {os.cpu_count()} logical CPUs; blockc threads {args.threads}; "
           f"load average {load0:.2f} at the start")
@@ -343,9 +328,8 @@ def main(argv=None) -> int:
             print(f"  without           {t['no reuse'] * 1e3:8.1f} ms")
             print(f"  cold prompt       {t['cold'] * 1e3:8.1f} ms"
                   f"   (reuse / cold = {t['reuse'] / t['cold']:.3f})")
-    tot1, steal1 = cpu_times()
-    steal = (steal1 - steal0) / max(1, tot1 - tot0)
-    print(f"\nload average {os.getloadavg()[0]:.2f} at the end; CPU steal {steal:.1%} over the run")
+    print(f"\nload average {os.getloadavg()[0]:.2f} at the end; CPU steal {steal_share(t0)} "
+          f"over the run")
     return 0
 
 

@@ -57,6 +57,16 @@ def cpu_times():
     return (v[7] if len(v) > 7 else 0), sum(v[:8])
 
 
+def steal_share(t0, t1=None) -> str:
+    """The hypervisor's share of CPU time between two :func:`cpu_times` readings (``t1``
+    now when omitted; ``t0`` None: since boot), as "2.3%", or "n/a"."""
+    t1 = cpu_times() if t1 is None else t1
+    if t1 is None:
+        return "n/a"
+    s0, n0 = t0 if t0 is not None else (0, 0)
+    return f"{100 * (t1[0] - s0) / max(1, t1[1] - n0):.1f}%"
+
+
 SOURCE = r"""
 #define _GNU_SOURCE
 #include <pthread.h>

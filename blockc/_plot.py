@@ -4,8 +4,9 @@ from __future__ import annotations
 import os
 
 from ._errors import BlockcValueError
+from ._files import atomic_write
 
-__all__ = ["plot_path", "pyplot"]
+__all__ = ["plot_path", "pyplot", "save_figure"]
 
 
 def plot_path(path: str) -> str:
@@ -32,3 +33,12 @@ def pyplot():
     except ImportError:
         raise BlockcValueError("--plot needs matplotlib (pip install 'blockc[plot]')") from None
     return plt
+
+
+def save_figure(fig, path: str, dpi: "int | None" = None) -> None:
+    """Write matplotlib figure ``fig`` to ``path`` whole or not at all (a temporary file
+    in the same directory renamed over it, :func:`blockc._files.atomic_write`), in the
+    format its extension names (PNG without one)."""
+    ext = os.path.splitext(path)[1].lstrip(".").lower() or "png"
+    with atomic_write(path) as f:
+        fig.savefig(f, format=ext, dpi=dpi)

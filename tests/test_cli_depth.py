@@ -55,3 +55,27 @@ def test_depth_plot_without_matplotlib(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert main(["depth", "--blocks", "2", "--plot", str(tmp_path / "x.png")]) == 2
     assert "needs matplotlib" in capsys.readouterr().err
+
+
+@plots
+def test_depth_plot_is_written_whole_or_not_at_all(monkeypatch, tmp_path, capsys):
+    """A figure that fails half way through leaves the previous plot as it was and no
+    temporary file beside it; a good one replaces it (blockc._plot.save_figure)."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+    out = tmp_path / "depth.png"
+    out.write_bytes(b"previous plot")
+    real = Figure.savefig
+
+    def broken(self, fname, *a, **k):
+        fname.write(b"\x89PNG half a file")
+        raise RuntimeError("renderer failed")
+
+    monkeypatch.setattr(Figure, "savefig", broken)
+    assert main(["depth", "--blocks", "2", "--plot", str(out)]) != 0
+    assert "renderer failed" in capsys.readouterr().err
+    assert out.read_bytes() == b"previous plot"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["depth.png"]
+    monkeypatch.setattr(Figure, "savefig", real)
+    assert main(["depth", "--blocks", "2", "--plot", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -9,11 +9,11 @@ from typing import Any, Dict
 
 from .. import runtime
 from .._errors import BlockcValueError
-from .._plot import plot_path, pyplot
+from .._plot import plot_path, pyplot, save_figure
 from ..model import ACTIVATIONS, NORMS, PLACEMENTS, POSITIONS
 
 __all__ = ["add_threads", "apply_threads", "positive_int", "require_positive", "plot_path",
-           "pyplot", "write", "add_shape_options", "overrides", "add_sampling_options",
+           "pyplot", "save_figure", "write", "add_shape_options", "overrides", "add_sampling_options",
            "sampling_options"]
 
 

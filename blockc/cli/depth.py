@@ -16,7 +16,7 @@ import argparse
 from .._progress import Progress
 from ..engine import ACTIVATIONS, NORMS, PLACEMENTS, BlockConfig
 from ..experiments.depth import depth_input, depth_norms
-from ._options import plot_path, positive_int, pyplot
+from ._options import plot_path, positive_int, pyplot, save_figure
 
 
 def register(subparsers) -> None:
@@ -82,7 +82,7 @@ def run(args) -> int:
                      f"{cfg.activation}")
         ax.legend()
         fig.tight_layout()
-        fig.savefig(path)
+        save_figure(fig, path)
         plt.close(fig)
         print(f"\nwrote {path}")
     return 0

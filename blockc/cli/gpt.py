@@ -12,7 +12,7 @@ from .._errors import BlockcValueError
 from ..experiments.depth import residual_norms
 from ..model import (GPT_PRESETS, GPTConfig, block_parameter_parts, gpt2_shaped,
                      gpt_parameter_count, gpt_parameter_formula, parameter_breakdown)
-from ._options import add_shape_options, overrides, plot_path, pyplot
+from ._options import add_shape_options, overrides, plot_path, pyplot, save_figure
 
 _NAMES = {"gpt2": "GPT-2 small", "gpt2-medium": "GPT-2 medium",
           "gpt2-large": "GPT-2 large", "gpt2-xl": "GPT-2 XL", "llama-7b": "LLaMA-7B",
@@ -113,7 +113,7 @@ def _norms(args) -> int:
         ax.set_title(f"Residual stream norm by depth (random {args.preset}, D={cfg.width})")
         ax.grid(True, alpha=0.3)
         fig.tight_layout()
-        fig.savefig(path, dpi=120)
+        save_figure(fig, path, dpi=120)
         plt.close(fig)
         print(f"wrote {path}")
     return 0

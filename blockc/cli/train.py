@@ -28,7 +28,7 @@ from ..gpt import GPT_PRESETS, GPT, GPTConfig
 from ..text import Tokenizer
 from ..train import AdamW
 from ._options import (add_shape_options, add_threads, apply_threads, overrides, plot_path, pyplot,
-                       require_positive)
+                       require_positive, save_figure)
 
 
 def register(subparsers) -> None:
@@ -315,5 +315,5 @@ def _plot_history(history: Sequence[Dict[str, Any]], path: str) -> None:
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)

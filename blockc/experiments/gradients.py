@@ -437,7 +437,7 @@ def plot_profiles(res: Dict[str, Any], path: str, depth: Optional[int] = None,
     ValueError
         Without matplotlib, or a depth the result does not have.
     """
-    from .._plot import pyplot
+    from .._plot import pyplot, save_figure
     plt = pyplot()
     depth = profile_depth(res) if depth is None else depth
     if depth not in res["depths"]:
@@ -470,7 +470,7 @@ def plot_profiles(res: Dict[str, Any], path: str, depth: Optional[int] = None,
                  f"{res['seeds']} seeds (median, band: min-max)" + (f"; {cpu}" if cpu else ""),
                  fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 
 from .. import _trainer as tr
-from .._plot import pyplot
+from .._plot import pyplot, save_figure
 from ..gpt import GPT, GPTConfig
 from ..train import AdamW
 
@@ -147,7 +147,7 @@ def plot_runs(res: Dict[str, Any], path: str) -> None:
     axes[0][0].set_ylabel("training loss (nats per token)")
     axes[0][-1].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 

@@ -451,7 +451,7 @@ def plot_sweep(res: Dict[str, Any], path: str, title: str = "", cpu: str = "") -
     ValueError
         Without matplotlib.
     """
-    from .._plot import pyplot
+    from .._plot import pyplot, save_figure
     plt = pyplot()
     g = groups(res)
     depths = sorted({k[0] for k in g})
@@ -508,7 +508,7 @@ def plot_sweep(res: Dict[str, Any], path: str, title: str = "", cpu: str = "") -
                  + f"width {s['width']}, {s['steps']} steps of {s['batch']} x {s['seq']} tokens,"
                  f" median and min-max over seeds" + (f"; {cpu}" if cpu else ""), fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
