@@ -206,6 +206,10 @@ def save_dir(m: Model, path: str) -> None:
     # so a config.json never describes weights that are not there yet
     st.write(os.path.join(path, SINGLE), tensors, {"format": "pt"}, bf16=tuple(bf16_names))
     _files.write_json(os.path.join(path, "config.json"), d)
+    # what generate stops at and samples with, as transformers keeps it beside config.json
+    gen = getattr(m, "generation_config", None)  # a GPT's (GenerationMixin); a bare core has none
+    if gen is not None:
+        _files.write_json(os.path.join(path, "generation_config.json"), gen.to_hf_dict())
     _remove_shards(path)
 
 
@@ -289,7 +293,8 @@ class PretrainedMixin:
     def save_pretrained(self, path: Union[str, "os.PathLike[str]"]) -> None:
         """Write this model as a Hugging Face checkpoint directory.
 
-        ``config.json`` and ``model.safetensors`` that ``transformers`` loads
+        ``config.json``, ``generation_config.json`` (:attr:`generation_config`'s ids and
+        sampling options) and ``model.safetensors`` that ``transformers`` loads
         (``GPT2LMHeadModel.from_pretrained(path)`` for GPT-2's architecture):
         float32 weights, a bfloat16 model's matrices as bfloat16, a q8_0 model's
         dequantised weights as float32.
@@ -297,7 +302,7 @@ class PretrainedMixin:
         Parameters
         ----------
         path : str or os.PathLike
-            The directory (made if missing; the two files are replaced, each whole, by
+            The directory (made if missing; the files are replaced, each whole, by
             rename; the index and shards of a sharded checkpoint there are removed).
 
         Raises
@@ -314,7 +319,7 @@ class PretrainedMixin:
         >>> with tempfile.TemporaryDirectory() as d:
         ...     m.save_pretrained(d)
         ...     sorted(os.listdir(d))
-        ['config.json', 'model.safetensors']
+        ['config.json', 'generation_config.json', 'model.safetensors']
         """
         save_dir(self, os.fspath(path))
 

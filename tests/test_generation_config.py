@@ -196,3 +196,24 @@ def test_generate_stop_strings_match_the_whole_decoding_rule(tmp_path):
         got = m.generate(prompt, 30, stop=[stop], tokenizer=btok)[0, 3:]
         k = next(k for k in range(1, len(free) + 1) if stop in btok.decode(free[:k]))
         np.testing.assert_array_equal(got, free[:k])
+
+
+def test_save_pretrained_writes_the_generation_config_transformers_reads(tmp_path):
+    """save_pretrained writes generation_config.json: transformers' GenerationConfig reads
+    the same ids and sampling options from it, and blockc loads the model's config back."""
+    m = model()
+    m.generation_config = GenerationConfig(temperature=0.7, top_k=12, top_p=0.9,
+                                           repetition_penalty=1.1, eos_token_id=(5, 7),
+                                           pad_token_id=1, seed=4)
+    m.save_pretrained(tmp_path)
+    m2 = GPT.from_pretrained(tmp_path)
+    assert m2.generation_config == m.generation_config.replace(seed=None)  # seed: per call
+    greedy = model()
+    greedy.generation_config = GenerationConfig(eos_token_id=3)
+    greedy.save_pretrained(tmp_path / "greedy")
+    assert GPT.from_pretrained(tmp_path / "greedy").generation_config == GenerationConfig(eos_token_id=3)
+    transformers = pytest.importorskip("transformers")
+    g = transformers.GenerationConfig.from_pretrained(str(tmp_path))
+    assert (g.do_sample, g.temperature, g.top_k, g.top_p, g.repetition_penalty) == (True, 0.7, 12, 0.9, 1.1)
+    assert (g.eos_token_id, g.pad_token_id) == ([5, 7], 1)
+    assert transformers.GenerationConfig.from_pretrained(str(tmp_path / "greedy")).do_sample is False

@@ -104,7 +104,7 @@ def test_logits_and_greedy_tokens_match_transformers(files, case):
     err = np.abs(ours - theirs).max() / np.abs(theirs).max()
     assert err < 5e-6, (case, err)
     prompt = ids[:1, :6]
-    got = m.generate(prompt, max_new_tokens=12)
+    got = m.generate(prompt, max_new_tokens=12, eos_token_id=())
     with torch.no_grad():
         want = hf.generate(torch.tensor(prompt), max_new_tokens=12, do_sample=False,
                            eos_token_id=None, pad_token_id=0).numpy()
@@ -115,6 +115,8 @@ def test_special_ids_and_tokenizer_come_from_the_file(files):
     d, name, *_ = files["llama-gqa"]
     m = GPT.from_pretrained(d / name)
     assert m.special_ids == {"bos_token_id": 1, "eos_token_id": 2}
+    # generate, chat and serve stop where the file says (a GGUF has no generation_config.json)
+    assert m.generation_config.eos_token_id == 2 and m.generation_config.bos_token_id == 1
     tok = blockc.Tokenizer.from_pretrained(d / name)
     out = m.generate(tok.encode("The quick")[None], max_new_tokens=4)
     assert len(np.asarray(out).reshape(-1)) >= 4

@@ -935,7 +935,7 @@ def test_save_pretrained_over_a_sharded_checkpoint_removes_its_shards_and_index(
     (d / "notes.txt").write_text("mine")
     new = blockc.GPT.random(TINY, seed=2)
     new.save_pretrained(d)
-    assert sorted(os.listdir(d)) == ["config.json", "model.safetensors", "notes.txt"]
+    assert sorted(os.listdir(d)) == ["config.json", "generation_config.json", "model.safetensors", "notes.txt"]
     assert np.array_equal(blockc.GPT.from_pretrained(d).params, new.params)
 
 

@@ -335,6 +335,29 @@ class GenerationConfig:
         """
         return {k: v for k, v in self.to_dict().items() if k in TOKEN_ID_FIELDS}
 
+    def to_hf_dict(self) -> Dict[str, Any]:
+        """The ``generation_config.json`` transformers reads for this config: the token
+        ids, ``do_sample`` (true when the temperature is above 0) and, when sampling, the
+        sampling options set; :meth:`from_dict` reads it back to this config's ids and
+        sampling options (``seed``, ``stop`` and ``use_cache`` are blockc's per-call
+        options and are not written).
+
+        Returns
+        -------
+        dict
+
+        Examples
+        --------
+        >>> GenerationConfig(temperature=0.7, top_k=40, eos_token_id=2).to_hf_dict()
+        {'eos_token_id': 2, 'do_sample': True, 'temperature': 0.7, 'top_k': 40}
+        """
+        out: Dict[str, Any] = dict(self.token_ids())
+        out["do_sample"] = self.temperature > 0.0
+        if out["do_sample"]:
+            out.update({k: getattr(self, k) for k in _SAMPLING_FIELDS
+                        if getattr(self, k) is not None})
+        return out
+
     # ---- against a model --------------------------------------------------------
 
     @property

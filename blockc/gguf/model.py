@@ -35,6 +35,7 @@ import numpy as np
 
 from .._errors import BlockcTypeError, BlockcValueError
 from ..families import config_to_hf
+from ..generation.config import GenerationConfig
 from ..model import GPTConfig, layout
 from ..reference import ggml
 from ..text import Tokenizer
@@ -254,13 +255,15 @@ def permute(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, 2, rows // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _special_ids(f: fmt.GGUFFile) -> Dict[str, int]:
+def _special_ids(f: fmt.GGUFFile, vocab: int) -> Dict[str, int]:
+    """bos/eos/pad ids of the file's tokenizer metadata that can be tokens: an int below
+    both the tokenizer's and the model's vocabulary (others are left out)."""
     out = {}
-    n = len(f.get("tokenizer.ggml.tokens") or ())
+    n = min(len(f.get("tokenizer.ggml.tokens") or ()) or vocab, vocab)
     for ours, theirs in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),
                          ("pad_token_id", "padding_token_id")):
         v = f.get(f"tokenizer.ggml.{theirs}")
-        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v and (not n or v < n):
+        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n:
             out[ours] = int(v)
     return out
 
@@ -294,7 +297,9 @@ def load(path: str, dtype: Optional[str], cls: Any) -> Any:
     m = _fill(cls(cfg, dtype=chosen), f, spec, check_exact=dtype is None and chosen != "float32")
     if m is None:  # a block blockc's packing would store differently: exactly, as float32
         m = _fill(cls(cfg, dtype="float32"), f, spec, check_exact=False)
-    m.special_ids = _special_ids(f)
+    m.special_ids = _special_ids(f, cfg.vocab)
+    # what generate, chat and serve stop at (a GGUF file has no generation_config.json)
+    m.generation_config = GenerationConfig.from_dict(m.special_ids)
     m.gguf_types = {n: f.tensors[n].type for n, _, _, _ in spec}  # what the file held
     m.gguf_tokenizer = {k: v for k, v in f.fields.items() if k.startswith("tokenizer.")}
     return m
