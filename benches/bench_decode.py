@@ -7,7 +7,8 @@ heads, d_ff 1536, a tied 49,152-token vocabulary), a prompt, then
 (the prompt is prefilled untimed), at two context lengths (the prompt sized so
 that prompt + new tokens reach ~128 and ~1000 positions), on 1 and 2 threads:
 
-  blockc       float32, bfloat16 and q8_0 weights (m.astype), m(token, cache=...)
+  blockc       float32, bfloat16, float16 and q8_0 weights (m.astype), m(token,
+               cache=...)
   PyTorch      eager, the chapter's modules (tests/support/torch_ref.py) with a
                preallocated KV cache, float32 and bfloat16
   llama.cpp    through llama-cpp-python, GGUF files written from the same model
@@ -54,7 +55,7 @@ from doc_section import run as run_bench  # noqa: E402
 from bench_linear import burst  # noqa: E402
 from machine import cpu_info, cpu_times, read_bandwidth, steal_share  # noqa: E402
 
-PRECISIONS = ("float32", "bfloat16", "q8_0")
+PRECISIONS = ("float32", "bfloat16", "float16", "q8_0")
 
 
 def smollm2_config(layers: int = 30) -> "blockc.GPTConfig":
@@ -199,7 +200,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-peers", action="store_true", help="blockc only")
     ap.add_argument("--no-busy", action="store_true", help="skip the busy-neighbour row")
+    ap.add_argument("--precisions", default=",".join(PRECISIONS),
+                    help=f"blockc's weights ({','.join(PRECISIONS)})")
     args = ap.parse_args(argv)
+    precisions = [p for p in args.precisions.split(",") if p]
+    if not precisions or any(p not in PRECISIONS for p in precisions):
+        ap.error(f"--precisions: a comma-separated list of {', '.join(PRECISIONS)}")
     contexts = [int(c) for c in args.contexts.split(",")]
     thread_counts = [int(t) for t in args.threads.split(",")]
 
@@ -223,7 +229,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         torch = None  # the chapter's PyTorch modules are GPT-2's (bench_llama has transformers)
     machine = Machine()
     m32 = blockc.GPT.random(cfg, seed=0)
-    models = {"float32": m32, "bfloat16": m32.astype("bfloat16"), "q8_0": m32.astype("q8_0")}
+    models = {p: m32 if p == "float32" else m32.astype(p) for p in precisions}
     bw = read_bandwidth()
     print(machine.header())
     print(f"{'SmolLM2-135M' if smol else 'GPT-2 small'} widths: V={cfg.vocab} D={cfg.width} "
@@ -238,7 +244,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     tmp = tempfile.TemporaryDirectory()
     ggufs: Dict[str, str] = {}
     if llama_cpp is not None:
-        for kind, src in (("f32", m32), ("f16", m32), ("bf16", m32), ("q8_0", models["q8_0"])):
+        for kind, src in (("f32", m32), ("f16", m32), ("bf16", m32), ("q8_0", m32.astype("q8_0"))):
             ggufs[kind] = os.path.join(tmp.name, f"gpt2-{kind}.gguf")
             (write_llama if smol else write_gpt2)(src, ggufs[kind], kind)
         print(f"llama.cpp {llama_cpp.__version__} (llama-cpp-python), GGUF from the same "
@@ -263,7 +269,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             if torch is not None:
                 torch.set_num_threads(th)
             runners = {}
-            for p in PRECISIONS:
+            for p in precisions:
                 for v in variants():
                     runners[("blockc", p, v)] = with_isa(blockc_runner(models[p], prompt, args.new), v)
             for p, tm in tms.items():
@@ -292,7 +298,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 return r[5]
         return None
 
-    same = {"float32": "f32", "bfloat16": "f16", "q8_0": "q8_0"}
+    same = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "q8_0": "q8_0"}
     print()
     forced = variants()[1:]
     print("| context | threads | engine | weights | tokens/s | "
@@ -322,8 +328,8 @@ def main(argv: Optional[List[str]] = None) -> int:
               + f" | {vs_best} | {bound} | {vs_l} | {vs_t} |")
     print("tokens/s: blockc as chosen (auto); forced: BLOCKC_ISA for every kernel; % of bound: "
           "tokens/s over read bandwidth / bytes a step reads (that precision's "
-          "weights and the KV cache); / llama.cpp: against llama.cpp at the same size of "
-          "weights (bfloat16 against f16); > 1 means blockc is faster")
+          "weights and the KV cache); / llama.cpp: against llama.cpp on the same weights "
+          "(float16 against f16, bfloat16 against bf16); > 1 means blockc is faster")
 
     if not args.no_busy:
         spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])

@@ -10,7 +10,7 @@ from typing import Dict
 from ._native import c_dtypes, lib
 
 __all__ = ["NORMS", "PLACEMENTS", "ACTIVATIONS", "POSITIONS", "DTYPES",
-           "C_NORM", "C_PLACE", "C_ACT", "C_POS", "C_DTYPE"]
+           "C_NORM", "C_PLACE", "C_ACT", "C_POS", "C_DTYPE", "VALUE_LIMIT"]
 
 #: the norm: RMSNorm (gain), LayerNorm (gain and shift), none (chapter 24, exercise 2)
 C_NORM: Dict[str, int] = {"rms": lib.BC_NORM_RMS, "layer": lib.BC_NORM_LAYER,
@@ -25,6 +25,14 @@ C_POS: Dict[str, int] = {"learned": lib.BC_POS_LEARNED, "rope": lib.BC_POS_ROPE}
 #: how a packed matrix stores its weights
 #: (the C library's formats table, csrc/kernels/formats.c: float32, bfloat16, q8_0, q4_0, ...)
 C_DTYPE: Dict[str, int] = c_dtypes()
+
+#: what a format cannot hold (the C pack's BC_EVALUE), for the messages that say so
+VALUE_LIMIT: Dict[str, str] = {
+    "q8_0": "finite weights of magnitude <= 65504 * 127 (the block scale is a half)",
+    "q4_0": "finite weights of magnitude <= 65504 * 8 (the block scale is a half)",
+    "float16": "finite weights of magnitude <= 65504 (the largest half; larger ones are "
+               "refused, not made infinite)",
+}
 
 NORMS = tuple(C_NORM)
 PLACEMENTS = tuple(C_PLACE)

@@ -111,10 +111,14 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
 def c_dtypes() -> dict:
     """``{name: BC_DTYPE_*}`` of every weight format the C library has, in its
     order (its formats' table: csrc/kernels/formats.c), read once at import by the
-    modules that name dtypes, so a format added in C needs no Python edit."""
+    modules that name dtypes, so a format added in C needs no Python edit (a value
+    with no format yet, below BC_NDTYPE, is skipped)."""
     name = ffi.new("char[]", lib.BC_DTYPE_NAME_MAX)
     out = {}
     for code in range(lib.BC_NDTYPE):
-        check(lib.bc_dtype_info(name, lib.BC_DTYPE_NAME_MAX, ffi.NULL, ffi.NULL, code), "dtypes")
+        st = lib.bc_dtype_info(name, lib.BC_DTYPE_NAME_MAX, ffi.NULL, ffi.NULL, code)
+        if st == lib.BC_EOPTION:
+            continue
+        check(st, "dtypes")
         out[ffi.string(name).decode()] = code
     return out

@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from ._args import F32, as_choice, as_f32, as_flag, check_eps
 from ._native import check, cptr, ffi, fptr, lib
-from ._enums import C_DTYPE, DTYPES
+from ._enums import C_DTYPE, DTYPES, VALUE_LIMIT
 from ._errors import BlockcValueError
 
 __all__ = [
@@ -44,7 +44,8 @@ def _vector(a: Any, n: int, name: str, what: str) -> Optional[np.ndarray]:
 
 
 class PackedWeight:
-    """A weight matrix (out, in) packed for the kernels, stored as float32, bfloat16 or q8_0.
+    """A weight matrix (out, in) packed for the kernels, stored as float32, bfloat16,
+    float16, q8_0 or q4_0.
 
     Made by :func:`pack`; :func:`linear` accepts it in place of an array. The
     rows are stored in panels of 16 (bc_engine.h gives the layout), so one row
@@ -71,7 +72,7 @@ class PackedWeight:
 
     @property
     def dtype(self) -> str:
-        """"float32", "bfloat16" or "q8_0"."""
+        """"float32", "bfloat16", "float16", "q8_0" or "q4_0"."""
         return self._dtype
 
     @property
@@ -111,10 +112,11 @@ def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
     ----------
     w : array_like, shape (out, in)
         As PyTorch's ``nn.Linear.weight`` (one row per output); floating.
-    dtype : {"float32", "bfloat16", "q8_0", "q4_0"}, optional
-        float32 as is; bfloat16 rounded to nearest even; q8_0 llama.cpp's blocks
-        of 32 weights of a row with one half-precision scale (d = max|w| / 127,
-        q = round(w / d)): the weights become d * q.
+    dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0"}, optional
+        float32 as is; bfloat16 and float16 (IEEE half) rounded to nearest even;
+        q8_0 llama.cpp's blocks of 32 weights of a row with one half-precision
+        scale (d = max|w| / 127, q = round(w / d)): the weights become d * q;
+        q4_0 llama.cpp's 4-bit blocks (d = m / -8, m the weight of largest magnitude).
 
     Returns
     -------
@@ -144,8 +146,7 @@ def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
     buf = np.empty(int(n[0]), np.uint8)
     st = lib.bc_pack(ffi.from_buffer("char[]", buf), buf.size, cptr(w), C_DTYPE[dtype], rows, cols)
     if st == lib.BC_EVALUE:
-        raise BlockcValueError(f"w: {dtype} needs finite weights of magnitude <= 65504 * "
-                               f"{127 if dtype == 'q8_0' else 8} (the block scale is a half)")
+        raise BlockcValueError(f"w: {dtype} needs {VALUE_LIMIT[dtype]}")
     check(st, "pack")
     return PackedWeight(buf, (rows, cols), dtype)
 
@@ -159,7 +160,7 @@ def linear(x: npt.ArrayLike, w: Union[npt.ArrayLike, PackedWeight],
     x : array_like, shape (..., in)
     w : array_like, shape (out, in), or PackedWeight
         Stored as PyTorch's ``nn.Linear.weight`` is (one row per output), or
-        packed by :func:`pack` (float32, bfloat16 or q8_0 storage).
+        packed by :func:`pack` (any of its storage types).
     b : array_like, shape (out,), optional
 
     Returns

@@ -16,6 +16,9 @@ from support.gguf_files import permute_qk, write_model
 gguf = pytest.importorskip("gguf")
 gq = pytest.importorskip("gguf.quants")
 
+#: GGUF files of one type held in a native format
+NATIVE = {"Q8_0": "q8_0", "BF16": "bfloat16", "Q4_0": "q4_0", "F16": "float16"}
+
 Q4_K_M = {"attn_v.weight": "Q6_K", "ffn_down.weight": "Q6_K", "output.weight": "Q6_K"}
 
 CASES = {  # name -> (arch, write_model options)
@@ -25,6 +28,7 @@ CASES = {  # name -> (arch, write_model options)
     "llama-q4_k_m": ("llama", dict(width=256, d_ff=512, kv_heads=2, default_type="Q4_K",
                                    types=Q4_K_M)),
     "llama-bf16": ("llama", dict(default_type="BF16", kv_heads=2)),
+    "llama-f16": ("llama", dict(default_type="F16", kv_heads=2)),
     "qwen2-tied": ("qwen2", dict(kv_heads=2, tied=True, theta=1e6)),
     "qwen2-q5": ("qwen2", dict(kv_heads=2, default_type="Q5_0", types={"ffn_down.weight": "Q5_1",
                                                                        "attn_q.weight": "Q4_1"})),
@@ -64,7 +68,7 @@ def test_weights_are_the_dequantised_tensors_bit_for_bit(files, case):
             got = got[rows[0]:rows[1]]
         assert np.array_equal(got.view(np.uint32), w.reshape(got.shape).view(np.uint32)), theirs
     types = {t.tensor_type.name for t in peer.tensors if len(t.shape) == 2}
-    assert m.dtype == {"Q8_0": "q8_0", "BF16": "bfloat16", "Q4_0": "q4_0"}.get("".join(types), "float32")
+    assert m.dtype == NATIVE.get("".join(types), "float32")
     assert m.gguf_types["blk.0.ffn_down.weight"] == [t.tensor_type.name for t in peer.tensors
                                                      if t.name == "blk.0.ffn_down.weight"][0]
 
@@ -150,7 +154,7 @@ def test_save_gguf_round_trip(files, tmp_path, dtype):
     if dtype in ("F32",):
         assert np.array_equal(back.params, m.params)
     types = {t.tensor_type.name for t in peer.tensors if len(t.shape) == 2}
-    assert back.dtype == {"Q8_0": "q8_0", "BF16": "bfloat16", "Q4_0": "q4_0"}.get("".join(types), "float32")
+    assert back.dtype == NATIVE.get("".join(types), "float32")
     assert blockc.Tokenizer.from_pretrained(p).encode("hello world").tolist() == \
         blockc.Tokenizer.from_pretrained(d / name).encode("hello world").tolist()
     if dtype == "Q4_K_M":
@@ -243,22 +247,24 @@ def test_cli_convert_both_ways_and_generate(files, tmp_path, capsys):
     assert capsys.readouterr().out.strip()  # the three new tokens, streamed
 
 
-def test_q4_0_native_kernels(tmp_path):
-    """blockc's q4_0 (the 4-bit weights streamed by the decode kernel, no float copy): its
-    blocks are gguf.quants.quantize's, bit for bit; the model computes what float32 does
-    with the dequantised weights, on every instruction set; the same bits at 1 and 2
-    threads and through the cache; a Q4_0 GGUF file loads as q4_0 with the same bytes."""
+@pytest.mark.parametrize("dtype, typ, ratio", [("q4_0", "Q4_0", 5), ("float16", "F16", 1.9)])
+def test_native_kernels(tmp_path, dtype, typ, ratio):
+    """blockc's q4_0 and float16 (the packed weights streamed by the decode kernel, no
+    float copy): their blocks are gguf.quants.quantize's, bit for bit; the model computes
+    what float32 does with the dequantised weights, on every instruction set; the same
+    bits at 1 and 2 threads and through the cache; a GGUF file of the type loads in the
+    format with the same bytes."""
     from blockc import get_isa, get_num_threads, set_isa, set_num_threads
     cfg = GPTConfig.preset("llama-7b", vocab=96, context=64, width=128, heads=4, layers=2,
                            d_ff=160, kv_heads=2)
     m = GPT.random(cfg, seed=5)
-    q = m.astype("q4_0")
-    assert q.dtype == "q4_0" and q.nbytes < m.nbytes / 5
+    q = m.astype(dtype)
+    assert q.dtype == dtype and q.nbytes < m.nbytes / ratio
+    gt = getattr(gguf.GGMLQuantizationType, typ)
     for name, t in q.layout.items():
         if t.packed:
             w = m.read_tensor(name)
-            ref = gq.dequantize(gq.quantize(w, gguf.GGMLQuantizationType.Q4_0),
-                                gguf.GGMLQuantizationType.Q4_0)
+            ref = gq.dequantize(gq.quantize(w, gt), gt)
             assert np.array_equal(q.read_tensor(name).view(np.uint32),
                                   np.asarray(ref, np.float32).view(np.uint32)), name
     f = GPT.from_state_dict(q.state_dict(), cfg)  # float32, the same (dequantised) weights
@@ -286,8 +292,12 @@ def test_q4_0_native_kernels(tmp_path):
     finally:
         set_isa(isa0)
         set_num_threads(th0)
-    q.save_gguf(tmp_path / "q4.gguf", dtype="Q4_0")
-    back = GPT.from_pretrained(tmp_path / "q4.gguf")
-    assert back.dtype == "q4_0" and np.array_equal(back.params, q.params)
-    types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(tmp_path / "q4.gguf")).tensors}
-    assert types["blk.0.attn_q.weight"] == types["output.weight"] == "Q4_0"
+    q.save_gguf(tmp_path / "q.gguf", dtype=typ)
+    back = GPT.from_pretrained(tmp_path / "q.gguf")
+    assert back.dtype == dtype and np.array_equal(back.params, q.params)
+    peer = {t.name: t for t in gguf.GGUFReader(str(tmp_path / "q.gguf")).tensors}
+    assert peer["blk.0.attn_q.weight"].tensor_type.name == peer["output.weight"].tensor_type.name == typ
+    # the file holds the model's very blocks (the gguf package quantises its weights to them)
+    w = q.read_tensor("blocks.1.down.weight")
+    assert np.array_equal(np.asarray(peer["blk.1.ffn_down.weight"].data).view(np.uint8).ravel(),
+                          np.asarray(gq.quantize(w, gt)).view(np.uint8).ravel())

@@ -20,9 +20,10 @@ and are not reordered.
 
 Weights: each tensor is dequantised exactly (:mod:`blockc.reference.ggml`, bit for
 bit what ggml and the gguf package compute). With ``dtype=None`` a model whose
-matrices are all BF16 is held as bfloat16, all Q8_0 as q8_0 and all Q4_0 as q4_0
-(blockc's native formats: its packing finds the same blocks again, checked tensor
-by tensor); any other mix of types is held as float32, the dequantised weights
+matrices are all BF16 is held as bfloat16, all F16 as float16, all Q8_0 as q8_0
+and all Q4_0 as q4_0 (blockc's native formats: F16, Q8_0 and Q4_0 matrices are the
+file's very bytes rearranged into panels, BF16 ones packed and checked tensor by
+tensor); any other mix of types is held as float32, the dequantised weights
 exactly, so the model computes with exactly the weights llama.cpp computes with.
 ``dtype=`` requantises on request.
 """
@@ -292,7 +293,7 @@ def load(path: str, dtype: Optional[str], cls: Any) -> Any:
     chosen = dtype
     if chosen is None:
         chosen = {frozenset({"BF16"}): "bfloat16", frozenset({"Q8_0"}): "q8_0",
-                  frozenset({"Q4_0"}): "q4_0"}.get(
+                  frozenset({"Q4_0"}): "q4_0", frozenset({"F16"}): "float16"}.get(
             frozenset(packed_types), "float32")
     m = _fill(cls(cfg, dtype=chosen), f, spec, check_exact=dtype is None and chosen != "float32")
     if m is None:  # a block blockc's packing would store differently: exactly, as float32
@@ -306,16 +307,22 @@ def load(path: str, dtype: Optional[str], cls: Any) -> Any:
 
 
 # blockc formats whose panels hold a GGUF type's very blocks: rearranged, not requantised
-_RAW = {("q8_0", "Q8_0"), ("q4_0", "Q4_0")}
+_RAW = {("q8_0", "Q8_0"), ("q4_0", "Q4_0"), ("float16", "F16")}
 
 
 def raw_panels(raw: np.ndarray, typ: str) -> np.ndarray:
     """The bytes of blockc's packed matrix (panels of 16 rows, block by block: the 16 rows'
-    half scales, then their quants interleaved, bc_engine.h) holding the rows ``raw``
-    (rows, row bytes) of Q8_0 or Q4_0 blocks as they lie in a GGUF file: the same blocks,
-    rearranged (rows past the end zero)."""
-    bb = {"Q8_0": 34, "Q4_0": 18}[typ]
+    half scales, then their quants interleaved; F16 column by column, bc_engine.h) holding
+    the rows ``raw`` (rows, row bytes) of Q8_0, Q4_0 or F16 blocks as they lie in a GGUF
+    file: the same blocks, rearranged (rows past the end zero)."""
     rows = raw.shape[0]
+    if typ == "F16":  # panel [k][l] = w[16p + l][k], two bytes each
+        cols = raw.shape[1] // 2
+        panels = -(-rows // 16)
+        r = np.zeros((panels * 16, cols, 2), np.uint8)
+        r[:rows] = raw.reshape(rows, cols, 2)
+        return r.reshape(panels, 16, cols, 2).transpose(0, 2, 1, 3).reshape(-1)
+    bb = {"Q8_0": 34, "Q4_0": 18}[typ]
     nb = raw.shape[1] // bb
     panels = -(-rows // 16)
     r = np.zeros((panels * 16, nb, bb), np.uint8)
@@ -327,9 +334,9 @@ def raw_panels(raw: np.ndarray, typ: str) -> np.ndarray:
 
 
 def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool) -> Any:
-    """Write every tensor of ``f`` into ``m``: a Q8_0 / Q4_0 matrix of a q8_0 / q4_0 model
-    as its blocks (rearranged into panels: exact, and no float copy), any other tensor
-    dequantised and packed; with ``check_exact``, None when a matrix packed from floats
+    """Write every tensor of ``f`` into ``m``: an F16 / Q8_0 / Q4_0 matrix of a float16 /
+    q8_0 / q4_0 model as its blocks (rearranged into panels: exact, and no float copy),
+    any other tensor dequantised and packed; with ``check_exact``, None when a matrix packed from floats
     does not read back as the file's dequantised weights bit for bit."""
     lay = m.layout
     params = m.params

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._args import as_choice, as_flag, as_int, as_size, to_numpy
+from .._enums import VALUE_LIMIT
 from .._errors import BlockcTypeError, BlockcValueError
 from .._native import aligned_copy, check, cptr, ffi, fptr, lib, thread_buffer
 from .config import DTYPES, GPTConfig, as_config, gpt_parameter_count
@@ -338,7 +339,7 @@ class Model:
         seed : int >= 0 or None, optional
             Seed of ``numpy.random.default_rng``, drawn from tensor by tensor in
             state-dict order (None: fresh entropy).
-        dtype : {"float32", "bfloat16", "q8_0", "q4_0"}, optional
+        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0"}, optional
             How the matrices are stored (the same float32 draws, then rounded
             or quantised).
 
@@ -385,7 +386,7 @@ class Model:
             Every key and shape is checked against it. For a tied config,
             ``head.weight`` may be present (PyTorch lists it) and must equal
             ``token.weight`` bit for bit.
-        dtype : {"float32", "bfloat16", "q8_0", "q4_0"}, optional
+        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0"}, optional
             How the matrices are stored.
 
         Returns
@@ -478,9 +479,9 @@ class Model:
 
         Parameters
         ----------
-        dtype : {"float32", "bfloat16", "q8_0", "q4_0"}
-            From float32 the weights are rounded (bfloat16) or quantised (q8_0,
-            llama.cpp's rule); from a lower precision they are the weights this
+        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0"}
+            From float32 the weights are rounded (bfloat16, float16) or quantised
+            (q8_0, q4_0: llama.cpp's rules); from a lower precision they are the weights this
             model computes with, exactly, stored anew.
 
         Returns
@@ -582,9 +583,8 @@ class Model:
         rs, cs = (1, rows) if transposed else (cols, 1)
         st = lib.bc_pack_strided(self._cptr + t.offset, t.nbytes, cptr(a), rs, cs, t.dtype, rows, cols)
         if st == lib.BC_EVALUE:
-            raise BlockcValueError(f"state dict entry {name!r}: {self._dtype} needs finite "
-                                   f"weights of magnitude <= 65504 * "
-                                   f"{127 if self._dtype == 'q8_0' else 8}")
+            raise BlockcValueError(f"state dict entry {name!r}: {self._dtype} needs "
+                                   f"{VALUE_LIMIT[self._dtype]}")
         check(st, f"state dict entry {name!r}")
 
     # ---- the internal interface (see blockc.model) ---------------------------
@@ -619,7 +619,8 @@ class Model:
 
     @property
     def dtype(self) -> str:
-        """How the matrices are stored: "float32", "bfloat16" or "q8_0"."""
+        """How the matrices are stored: one of :data:`blockc.model.config.DTYPES`
+        ("float32", "bfloat16", "float16", "q8_0", "q4_0")."""
         return self._dtype
 
     @property

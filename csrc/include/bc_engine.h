@@ -30,7 +30,8 @@ extern "C" {
 #define BC_DTYPE_BF16 1
 #define BC_DTYPE_Q8_0 2
 #define BC_DTYPE_Q4_0 3
-#define BC_NDTYPE 4      /* one past the last dtype */
+#define BC_DTYPE_F16 6
+#define BC_NDTYPE 7      /* one past the last dtype (4 and 5 reserved: no format yet) */
 #define BC_DTYPE_NAME_MAX 16   /* bytes a dtype's name needs, with its NUL */
 
 /* Normalisation kinds and placements of the block. */
@@ -98,14 +99,20 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  j + 16 in the high one); w[16p + l][32b + k] = d[l] * (nibble
  *                  - 8). A block's d = m / -8 for m its weight of largest
  *                  magnitude, nibble = min(15, (int)(w / d + 8.5)).
+ *   BC_DTYPE_F16   as BC_DTYPE_F32 in IEEE halves (uint16, rounded to nearest
+ *                  even: numpy's astype(float16)); a weight must be finite and
+ *                  at most 65504 (the largest half) in magnitude: larger ones,
+ *                  even those that would round down to 65504, are refused
+ *                  rather than stored as infinities.
  * bc_pack_size gives the bytes. */
 
 /* The weight format dtype (0 <= dtype < BC_NDTYPE): its name as Python spells it
- * ("float32", "bfloat16", "q8_0", "q4_0"; NUL-terminated into name, name_cap >
+ * ("float32", "bfloat16", "q8_0", "q4_0", "float16"; NUL-terminated into name, name_cap >
  * its length, at most BC_DTYPE_NAME_MAX), the weights of a row per block and
  * the bytes of one block (a row of cols weights, padded to whole blocks, takes
  * ceil(cols / block) * block_bytes bytes). Any output may be NULL (not
- * wanted). BC_EOPTION for an unknown dtype, BC_ESIZE when name_cap is too
+ * wanted). BC_EOPTION for an unknown dtype (a value below BC_NDTYPE with no
+ * format too), BC_ESIZE when name_cap is too
  * small; nothing written then. */
 int bc_dtype_info(char *name, size_t name_cap, size_t *block, size_t *block_bytes, int dtype);
 
@@ -115,7 +122,7 @@ int bc_pack_size(size_t *bytes, int dtype, size_t rows, size_t cols);
 
 /* out (out_bytes >= bc_pack_size) = w (rows, cols) packed as dtype. BC_EVALUE
  * for q8_0 when a weight is not finite or beyond 65504 * 127 in magnitude, for
- * q4_0 beyond 65504 * 8. */
+ * q4_0 beyond 65504 * 8, for float16 beyond 65504. */
 int bc_pack(void *out, size_t out_bytes, const float *w, int dtype, size_t rows, size_t cols);
 
 /* The same for w(r, c) = w[r * row_stride + c * col_stride]: a transposed w

@@ -76,7 +76,7 @@ typedef struct {
     int mlp_bias;      /* nonzero: up, gate and down biases */
     float eps;         /* norm epsilon (>= 0, finite) */
     int tie_weights;   /* nonzero: the head is token.weight */
-    int dtype;         /* BC_DTYPE_F32, _BF16, _Q8_0 or _Q4_0: the matrices' storage */
+    int dtype;         /* a BC_DTYPE_* with a format (bc_dtype_info): the matrices' storage */
 } bc_gpt_config;
 
 /* A KV cache, in caller-provided buffers, each (B, L, KV, R, Dh) floats with

@@ -53,6 +53,31 @@ static void panels_bf16(float *bp, const void *w, size_t c, size_t o0, size_t nc
     load_panels(BC_DTYPE_BF16, 32, bf16_state, bf16_vec, bp, w, c, o0, nc, p0, kc);
 }
 
+/* ---- float16 panels: F16C's vcvtph2ps on AVX2 and AVX-512, exact in C ----- */
+
+BC_INLINE V f16_state(const unsigned char *panel, size_t k0, size_t lane0)
+{
+    return vzero();
+}
+
+BC_INLINE V f16_vec(const unsigned char *panel, size_t k, size_t lane0, V state)
+{
+    return vload_half((const uint16_t *)panel + k * PW + lane0);
+}
+
+// y (N,OC), x (N,C), w (OC,C) float16 panels; N <= BC_ROWS_MAX
+static void prows_f16(const bc_gemm *g, size_t o0, size_t o1)
+{
+    prows_part(BC_DTYPE_F16, 32, f16_state, f16_vec, g, o0, o1);
+}
+
+// bp (kc, nc) float32 panels <- w (OC,C) float16 panels, columns o0.., rows p0..
+static void panels_f16(float *bp, const void *w, size_t c, size_t o0, size_t nc, size_t p0,
+                       size_t kc)
+{
+    load_panels(BC_DTYPE_F16, 32, f16_state, f16_vec, bp, w, c, o0, nc, p0, kc);
+}
+
 /* ---- q8_0 panels: a block of 32 rows k shares each lane's scale ----------- */
 
 BC_INLINE V q8_0_state(const unsigned char *panel, size_t k0, size_t lane0)
@@ -115,4 +140,5 @@ static void panels_q4_0(float *bp, const void *w, size_t c, size_t o0, size_t nc
     [BC_WF_PANEL(BC_DTYPE_F32)] = {prows_f32, NULL},                  \
     [BC_WF_PANEL(BC_DTYPE_BF16)] = {prows_bf16, panels_bf16},         \
     [BC_WF_PANEL(BC_DTYPE_Q8_0)] = {prows_q8_0, panels_q8_0},         \
-    [BC_WF_PANEL(BC_DTYPE_Q4_0)] = {prows_q4_0, panels_q4_0},
+    [BC_WF_PANEL(BC_DTYPE_Q4_0)] = {prows_q4_0, panels_q4_0},         \
+    [BC_WF_PANEL(BC_DTYPE_F16)] = {prows_f16, panels_f16},

@@ -3,7 +3,8 @@
  * and unpacking (dequantising) a row. Load-time work, in plain C; the
  * kernels that compute on each format are in fast_formats.h.
  *
- * bfloat16 rounds to nearest even. q8_0 is llama.cpp's rule, block by block
+ * bfloat16 and float16 round to nearest even (float16 refuses what a half
+ * cannot hold: no infinities made). q8_0 is llama.cpp's rule, block by block
  * of 32 weights of one row: d = max|w| / 127, q = round(w / d) (half away from
  * zero) computed as round(w * (1/d)), d stored as an IEEE half; the weight is
  * then half(d) * q. */
@@ -49,6 +50,37 @@ static void bf16_unpack_row(float *out, const unsigned char *panel, size_t l, si
     const uint16_t *h = (const uint16_t *)panel;
     for (size_t k = 0; k < cols; k++)
         out[k] = bc_bf16_to_f32(h[k * PW + l]);
+}
+
+/* ---- float16: the same, each weight an IEEE half ------------------------ */
+
+/* The largest half: a float32 weight beyond it is refused, not made infinite
+ * (nor rounded down to it when it is less than half a step beyond). */
+#define F16_MAX_ABS 65504.0f
+
+static int f16_check(const float *w, size_t rs, size_t cs, size_t rows, size_t cols)
+{
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++)
+            if (!(fabsf(w[r * rs + c * cs]) <= F16_MAX_ABS))  /* NaN fails too */
+                return BC_EVALUE;
+    return BC_OK;
+}
+
+static void f16_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                     size_t nk, size_t cols)
+{
+    uint16_t *h = (uint16_t *)panel + k0 * PW;
+    for (size_t l = 0; l < nl; l++)
+        for (size_t k = 0; k < nk; k++)
+            h[k * PW + l] = bc_f32_to_half(tile[l * ld + k]);
+}
+
+static void f16_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const uint16_t *h = (const uint16_t *)panel;
+    for (size_t k = 0; k < cols; k++)
+        out[k] = bc_half_to_f32(h[k * PW + l]);
 }
 
 /* ---- q8_0: per 32 columns a bc_q8_block of the panel's rows -------------- */
@@ -162,9 +194,11 @@ static const bc_format formats[BC_NDTYPE] = {
     [BC_DTYPE_BF16] = {"bfloat16", 1, 2, NULL, bf16_pack, bf16_unpack_row},
     [BC_DTYPE_Q8_0] = {"q8_0", 32, 34, q8_check, q8_pack, q8_unpack_row},
     [BC_DTYPE_Q4_0] = {"q4_0", 32, 18, q4_check, q4_pack, q4_unpack_row},
+    [BC_DTYPE_F16] = {"float16", 1, 2, f16_check, f16_pack, f16_unpack_row},
 };
 
+/* (a value below BC_NDTYPE may have no row yet: its name is NULL) */
 const bc_format *bc_format_of(int dtype)
 {
-    return dtype >= 0 && dtype < BC_NDTYPE ? &formats[dtype] : NULL;
+    return dtype >= 0 && dtype < BC_NDTYPE && formats[dtype].name ? &formats[dtype] : NULL;
 }

@@ -7,7 +7,9 @@
 
 #define NB(n) ((n) * sizeof(float))
 
-static const int DTYPES[4] = {BC_DTYPE_F32, BC_DTYPE_BF16, BC_DTYPE_Q8_0, BC_DTYPE_Q4_0};
+static const int DTYPES[] = {BC_DTYPE_F32, BC_DTYPE_BF16, BC_DTYPE_Q8_0, BC_DTYPE_Q4_0,
+                             BC_DTYPE_F16};
+#define ND ((int)(sizeof DTYPES / sizeof DTYPES[0]))
 
 static size_t packed(int dtype, size_t rows, size_t cols)
 {
@@ -36,15 +38,31 @@ static void size_checks(void)
     EXPECT(packed(BC_DTYPE_Q8_0, 3, 33) == 16 * 2 * 34);
     EXPECT(packed(BC_DTYPE_Q8_0, 768, 3072) == 768 * 96 * 34);
     EXPECT(packed(BC_DTYPE_Q4_0, 3, 33) == 16 * 2 * 18);  /* q4_0: 18 bytes a block */
+    EXPECT(packed(BC_DTYPE_F16, 17, 5) == 32 * 5 * 2);
 }
 
 /* bc_dtype_info: every dtype's name, block and bytes, and their agreement
  * with bc_pack_size; the refusals write nothing. */
 static void dtype_info_checks(void)
 {
-    static const char *const names[BC_NDTYPE] = {"float32", "bfloat16", "q8_0", "q4_0"};
-    static const size_t blocks[BC_NDTYPE] = {1, 1, 32, 32}, bytes[BC_NDTYPE] = {4, 2, 34, 18};
+    /* (a value below BC_NDTYPE without a format yet: no name, refused) */
+    static const char *const names[BC_NDTYPE] = {
+        [BC_DTYPE_F32] = "float32", [BC_DTYPE_BF16] = "bfloat16", [BC_DTYPE_Q8_0] = "q8_0",
+        [BC_DTYPE_Q4_0] = "q4_0", [BC_DTYPE_F16] = "float16"};
+    static const size_t blocks[BC_NDTYPE] = {
+        [BC_DTYPE_F32] = 1, [BC_DTYPE_BF16] = 1, [BC_DTYPE_Q8_0] = 32, [BC_DTYPE_Q4_0] = 32,
+        [BC_DTYPE_F16] = 1};
+    static const size_t bytes[BC_NDTYPE] = {
+        [BC_DTYPE_F32] = 4, [BC_DTYPE_BF16] = 2, [BC_DTYPE_Q8_0] = 34, [BC_DTYPE_Q4_0] = 18,
+        [BC_DTYPE_F16] = 2};
     for (int dt = 0; dt < BC_NDTYPE; dt++) {
+        if (!names[dt]) {
+            size_t *n = h_alloc_bytes(sizeof *n);
+            EXPECT_STATUS(BC_EOPTION, bc_dtype_info(NULL, 0, NULL, NULL, dt));
+            EXPECT_STATUS(BC_EOPTION, bc_pack_size(n, dt, 4, 4));
+            EXPECT(h_untouched(n, sizeof *n));
+            continue;
+        }
         char *name = h_alloc_bytes(BC_DTYPE_NAME_MAX);
         size_t *blk = h_alloc_bytes(sizeof *blk), *nb = h_alloc_bytes(sizeof *nb);
         EXPECT_STATUS(BC_OK, bc_dtype_info(name, BC_DTYPE_NAME_MAX, blk, nb, dt));
@@ -74,7 +92,7 @@ static void roundtrip_checks(size_t rows, size_t cols)
     const size_t n = rows * cols;
     float *w = h_alloc(n), *back = h_alloc(n);
     h_fill(w, n, (uint32_t)(rows * 31 + cols), 2.0f);
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < ND; k++) {
         const int dt = DTYPES[k];
         const size_t nb = packed(dt, rows, cols);
         unsigned char *p = h_alloc_bytes(nb);
@@ -97,6 +115,9 @@ static void roundtrip_checks(size_t rows, size_t cols)
                     memcpy(&v, &b, 4);
                     const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
                     EXPECT(v == r);
+                } else if (dt == BC_DTYPE_F16) {
+                    /* half an ulp of a half (11 bits), or half the smallest subnormal */
+                    EXPECT(fabsf(a - b) <= fmaxf(fabsf(a) * 0x1p-11f, 0x1p-25f));
                 } else if (j < 32 && dt == BC_DTYPE_Q8_0) {
                     /* half a step, plus the scale rounded to a half: 127 d 2^-11 */
                     EXPECT(fabsf(a - b) <= amax / 127.0f * (0.5f + 127.0f / 2048.0f) + 1e-7f);
@@ -119,7 +140,7 @@ static void pack_hostile_checks(void)
     EXPECT_STATUS(BC_ENULL, bc_pack(NULL, nq, w, BC_DTYPE_Q8_0, R, C));
     EXPECT_STATUS(BC_ENULL, bc_pack(q, nq, NULL, BC_DTYPE_Q8_0, R, C));
     EXPECT_STATUS(BC_ESIZE, bc_pack(q, nq, w, BC_DTYPE_Q8_0, 0, C));
-    EXPECT_STATUS(BC_EOPTION, bc_pack(q, nq, w, 7, R, C));
+    EXPECT_STATUS(BC_EOPTION, bc_pack(q, nq, w, BC_NDTYPE, R, C));
     EXPECT_STATUS(BC_EWORKSPACE, bc_pack(q, nq - 1, w, BC_DTYPE_Q8_0, R, C));
     EXPECT_STATUS(BC_EOVERFLOW, bc_pack(q, nq, w, BC_DTYPE_Q8_0, H_NEG, C));
     EXPECT_STATUS(BC_EALIAS, bc_pack((unsigned char *)w + 8, nq, w, BC_DTYPE_F32, 1, 4));
@@ -132,6 +153,27 @@ static void pack_hostile_checks(void)
         w[R * C - 1] = keep;
     }
     EXPECT(h_untouched(q, nq));
+    /* float16 refuses what a half cannot hold (beyond 65504: no infinities made),
+     * keeps 65504 and underflows the tiny to zero */
+    const float badh[] = {NAN, INFINITY, -INFINITY, 65504.5f, -65519.0f};
+    const size_t nh = packed(BC_DTYPE_F16, R, C);
+    unsigned char *hq = h_alloc_bytes(nh);
+    for (int i = 0; i < 5; i++) {
+        const float keep = w[7];
+        w[7] = badh[i];
+        EXPECT_STATUS(BC_EVALUE, bc_pack(hq, nh, w, BC_DTYPE_F16, R, C));
+        w[7] = keep;
+    }
+    EXPECT(h_untouched(hq, nh));
+    {
+        float *e = h_alloc(4), *eb = h_alloc(4);
+        e[0] = 65504.0f; e[1] = -65504.0f; e[2] = 1e-9f; e[3] = 0x1p-24f;
+        const size_t ne = packed(BC_DTYPE_F16, 1, 4);
+        unsigned char *pe = h_alloc_bytes(ne);
+        EXPECT_STATUS(BC_OK, bc_pack(pe, ne, e, BC_DTYPE_F16, 1, 4));
+        EXPECT_STATUS(BC_OK, bc_unpack(eb, pe, ne, BC_DTYPE_F16, 1, 4));
+        EXPECT(eb[0] == 65504.0f && eb[1] == -65504.0f && eb[2] == 0.0f && eb[3] == 0x1p-24f);
+    }
     /* ... which bfloat16 and float32 keep */
     w[0] = NAN;
     w[1] = INFINITY;
@@ -171,7 +213,7 @@ static void linear_checks(size_t n, size_t c, size_t oc)
     h_fill(x, n * c, 11, 1.0f);
     h_fill(w, oc * c, 12, 0.5f);
     h_fill(b, oc, 13, 0.5f);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < ND; k++) {
         const int dt = DTYPES[k];
         const size_t nb = packed(dt, oc, c);
         unsigned char *p = h_alloc_bytes(nb);
@@ -203,7 +245,7 @@ static void linear_hostile_checks(void)
     EXPECT_STATUS(BC_ENULL, bc_linear_packed(y, x, NULL, nb, BC_DTYPE_Q8_0, NULL, N, C, OC));
     EXPECT_STATUS(BC_ESIZE, bc_linear_packed(y, x, p, nb, BC_DTYPE_Q8_0, NULL, 0, C, OC));
     EXPECT_STATUS(BC_ESIZE, bc_linear_packed(y, x, p, nb, BC_DTYPE_Q8_0, NULL, N, 0, OC));
-    EXPECT_STATUS(BC_EOPTION, bc_linear_packed(y, x, p, nb, 5, NULL, N, C, OC));
+    EXPECT_STATUS(BC_EOPTION, bc_linear_packed(y, x, p, nb, BC_NDTYPE, NULL, N, C, OC));
     EXPECT_STATUS(BC_EWORKSPACE, bc_linear_packed(y, x, p, nb - 1, BC_DTYPE_Q8_0, NULL, N, C, OC));
     /* a buffer of the right size for another dtype is still checked against this one */
     EXPECT_STATUS(BC_EWORKSPACE, bc_linear_packed(y, x, p, nb, BC_DTYPE_F32, NULL, N, C, OC));
@@ -224,7 +266,7 @@ static void strided_checks(size_t rows, size_t cols)
     for (size_t r = 0; r < rows; r++)
         for (size_t c = 0; c < cols; c++)
             wt[c * rows + r] = w[r * cols + c];
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < ND; k++) {
         const int dt = DTYPES[k];
         const size_t nb = packed(dt, rows, cols);
         unsigned char *a = h_alloc_bytes(nb), *b = h_alloc_bytes(nb);

@@ -249,7 +249,7 @@ def _cases():
     # -- packed weights
     wp = f32(48, 40)
     pk, n_pack = {}, ffi.new("size_t *")
-    for dt in (lib.BC_DTYPE_F32, lib.BC_DTYPE_BF16, lib.BC_DTYPE_Q8_0):
+    for dt in (lib.BC_DTYPE_F32, lib.BC_DTYPE_BF16, lib.BC_DTYPE_Q8_0, lib.BC_DTYPE_F16):
         lib.bc_pack_size(n_pack, dt, 48, 40)
         pk[dt] = np.zeros(int(n_pack[0]), np.uint8)
     char = lambda a: ffi.from_buffer("char[]", a)  # noqa: E731
@@ -258,7 +258,7 @@ def _cases():
     def _():
         n = ffi.new("size_t *")
         return alternate(lambda: lib.bc_pack_size(n, lib.BC_DTYPE_Q8_0, 48, 40),
-                         lambda: lib.bc_pack_size(n, 7, 48, 40))
+                         lambda: lib.bc_pack_size(n, lib.BC_NDTYPE, 48, 40))
 
     @case("bc_dtype_info")
     def _():
@@ -292,7 +292,30 @@ def _cases():
         return alternate(
             lambda: lib.bc_linear_packed(fptr(yl), cptr(xl), char(q), q.size, lib.BC_DTYPE_Q8_0,
                                          ffi.NULL, 3, 40, 48),
-            lambda: lib.bc_linear_packed(fptr(yl), cptr(xl), char(q), q.size, 9, ffi.NULL, 3, 40, 48))
+            lambda: lib.bc_linear_packed(fptr(yl), cptr(xl), char(q), q.size, lib.BC_NDTYPE,
+                                         ffi.NULL, 3, 40, 48))
+
+    def packed_format(dt):  # pack (good / a weight it refuses), then decode and the GEMM
+        def make():
+            q, xl, yl = pk[dt], f32(5, 40), np.empty((5, 48), np.float32)
+            bad = wp.copy()
+            bad[3, 7] = np.inf
+            lib.bc_pack(char(q), q.size, cptr(wp), dt, 48, 40)
+            calls = [lambda: lib.bc_pack(char(q), q.size, cptr(wp), dt, 48, 40),
+                     lambda: lib.bc_pack(char(q), q.size, cptr(bad), dt, 48, 40),
+                     lambda: lib.bc_linear_packed(fptr(yl), cptr(xl), char(q), q.size, dt,
+                                                  ffi.NULL, 1, 40, 48),
+                     lambda: lib.bc_linear_packed(fptr(yl), cptr(xl), char(q), q.size, dt,
+                                                  ffi.NULL, 5, 40, 48)]
+            state = [0]
+
+            def call():
+                state[0] += 1
+                return calls[state[0] % len(calls)]()
+            return call
+        return make
+
+    case("bc_linear_packed float16")(packed_format(lib.BC_DTYPE_F16))
 
     # -- book mode
     def book_structs():
