@@ -14,6 +14,69 @@
 #include "bc_pack.h"
 #include "gpt_internal.h"
 
+/* Matrix slot k's entry is read (the head when untied, the gate with SwiGLU). */
+static int slot_used(const bc_gpt_config *c, size_t slot)
+{
+    if (slot == BC_GPT_FMT_HEAD)
+        return !c->tie_weights;
+    if (slot < 2)
+        return 1;
+    return (slot - 2) % BC_GPT_NMAT != BC_GPT_MAT_GATE || c->activation == BC_ACT_SWIGLU;
+}
+
+/* The per-matrix formats: each entry of the caller's array read once into m->fmt and
+ * checked there (another thread changing the array meanwhile changes nothing the call
+ * uses); a model whose matrices all share one format is that format's uniform model. */
+static int resolve_formats(model *m, const int *dtypes)
+{
+    bc_gpt_config *c = &m->c;
+    c->dtypes = NULL;  /* never read again: m->fmt is the copy */
+    m->mixed = 0;
+    if (!dtypes)
+        return BC_OK;
+    if (c->layers > BC_GPT_FMT_LAYERS)
+        return BC_EOPTION;
+    const size_t n = BC_GPT_NFMT(c->layers);
+    int first = -1, same = 1;
+    for (size_t i = 0; i < n; i++) {
+        const int v = dtypes[i];
+        if (!bc_format_of(v))
+            return BC_EOPTION;
+        m->fmt[i] = (unsigned char)v;
+        if (!slot_used(c, i))
+            continue;
+        if (first < 0)
+            first = v;
+        else if (v != first)
+            same = 0;
+    }
+    if (same)
+        c->dtype = first;  /* slot 0 is always used: first >= 0 */
+    else
+        m->mixed = 1;
+    return BC_OK;
+}
+
+/* The matrix slot (BC_GPT_FMT_*) of block tensor field f in layer l, or -1 for a vector. */
+static long field_slot(int f, size_t l)
+{
+    switch (f) {
+    case F_QKV_W: return (long)BC_GPT_FMT_LAYER(l, BC_GPT_MAT_QKV);
+    case F_PROJ_W: return (long)BC_GPT_FMT_LAYER(l, BC_GPT_MAT_PROJ);
+    case F_UP_W: return (long)BC_GPT_FMT_LAYER(l, BC_GPT_MAT_UP);
+    case F_GATE_W: return (long)BC_GPT_FMT_LAYER(l, BC_GPT_MAT_GATE);
+    case F_DOWN_W: return (long)BC_GPT_FMT_LAYER(l, BC_GPT_MAT_DOWN);
+    default: return -1;
+    }
+}
+
+/* The format of block tensor t of layer l (float32 for a vector). */
+static int block_fmt(const model *m, const tdesc *t, size_t l)
+{
+    const long slot = field_slot(t->field, l);
+    return slot < 0 ? BC_DTYPE_F32 : bc_gpt_fmt(m, (size_t)slot);
+}
+
 static int resolve(model *m, const bc_gpt_config *cfg)
 {
     if (!cfg)
@@ -54,7 +117,7 @@ static int resolve(model *m, const bc_gpt_config *cfg)
     int st;
     if ((st = bc_mul(&m->qw, c->heads, m->dh)) || (st = bc_mul(&m->kw, m->kv, m->dh)))
         return st;
-    return BC_OK;
+    return resolve_formats(m, m->c.dtypes);  /* the pointer as copied, read once */
 }
 
 static int tensor_bytes(size_t *out, const tdesc *t, int dtype)
@@ -124,14 +187,14 @@ static int make_layout(layout *lo, const model *m)
     lo->block_bytes = 0;
     for (size_t j = 0; j < lo->nblk; j++) {
         lo->blk_off[j] = lo->block_bytes;
-        if ((st = tensor_bytes(&lo->blk_bytes[j], &lo->blk[j], c->dtype))
+        if ((st = tensor_bytes(&lo->blk_bytes[j], &lo->blk[j], block_fmt(m, &lo->blk[j], 0)))
             || (st = bc_add_bytes(&lo->block_bytes, lo->block_bytes, lo->blk_bytes[j]))
             || (st = tensor_elems(&n, &lo->blk[j])) || (st = bc_add(&per, per, n)))
             return st;
     }
     /* token, position, blocks, final norm, head */
     lo->token = 0;
-    if ((st = tensor_bytes(&lo->token_bytes, &token, c->dtype))
+    if ((st = tensor_bytes(&lo->token_bytes, &token, bc_gpt_fmt(m, BC_GPT_FMT_TOKEN)))
         || (st = tensor_elems(&elems, &token)))
         return st;
     off = lo->token_bytes;
@@ -145,8 +208,23 @@ static int make_layout(layout *lo, const model *m)
             return st;
     }
     lo->blocks = off;
-    if ((st = bc_mul_bytes(&blocks, lo->block_bytes, c->layers)) || (st = bc_add_bytes(&off, off, blocks))
-        || (st = bc_mul(&n, per, c->layers)) || (st = bc_add(&elems, elems, n)))
+    if (m->mixed) {
+        /* each layer's block in its own formats (layers <= BC_GPT_FMT_LAYERS) */
+        for (size_t l = 0; l < c->layers; l++) {
+            lo->layer_off[l] = off;
+            for (size_t j = 0; j < lo->nblk; j++) {
+                size_t nb;
+                if ((st = tensor_bytes(&nb, &lo->blk[j], block_fmt(m, &lo->blk[j], l)))
+                    || (st = bc_add_bytes(&off, off, nb)))
+                    return st;
+            }
+        }
+        lo->layer_off[c->layers] = off;
+    } else if ((st = bc_mul_bytes(&blocks, lo->block_bytes, c->layers))
+               || (st = bc_add_bytes(&off, off, blocks))) {
+        return st;
+    }
+    if ((st = bc_mul(&n, per, c->layers)) || (st = bc_add(&elems, elems, n)))
         return st;
     lo->has_norm = c->placement == BC_PLACE_PRE && c->norm != BC_NORM_NONE;
     lo->has_norm_b = lo->has_norm && c->norm == BC_NORM_LAYER;
@@ -162,8 +240,8 @@ static int make_layout(layout *lo, const model *m)
         lo->head_bytes = lo->token_bytes;
     } else {
         lo->head = off;
-        lo->head_bytes = lo->token_bytes;
-        if ((st = bc_add_bytes(&off, off, lo->token_bytes))
+        if ((st = tensor_bytes(&lo->head_bytes, &token, bc_gpt_fmt(m, BC_GPT_FMT_HEAD)))
+            || (st = bc_add_bytes(&off, off, lo->head_bytes))
             || (st = bc_add(&elems, elems, c->vocab * d)))  /* vocab * d: checked above */
             return st;
     }
@@ -172,6 +250,23 @@ static int make_layout(layout *lo, const model *m)
     lo->ntensors = 1 + (size_t)lo->has_pos + lo->nblk * c->layers + (size_t)lo->has_norm
                    + (size_t)lo->has_norm_b + (c->tie_weights ? 0 : 1);
     return BC_OK;
+}
+
+void bc_gpt_block_tensor(size_t *offset, size_t *bytes, const model *m, const layout *lo,
+                         size_t l, size_t j)
+{
+    if (!m->mixed) {
+        *offset = lo->blocks + l * lo->block_bytes + lo->blk_off[j];
+        *bytes = lo->blk_bytes[j];
+        return;
+    }
+    size_t off = lo->layer_off[l], nb = 0;
+    for (size_t i = 0; i <= j; i++) {
+        off += nb;  /* every size and sum checked by make_layout */
+        tensor_bytes(&nb, &lo->blk[i], block_fmt(m, &lo->blk[i], l));
+    }
+    *offset = off;
+    *bytes = nb;
 }
 
 int bc_gpt_checked(model *m, layout *lo, const bc_gpt_config *cfg)
@@ -227,7 +322,7 @@ int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *byte
     layout lo;
     char buf[BC_GPT_NAME_MAX];
     size_t off, nb, rows, cols;
-    int kind, st;
+    int kind, st, fm = BC_DTYPE_F32;
     if (!offset || !bytes || !dtype || !packed || !ndim || !shape)
         return BC_ENULL;
     if ((st = bc_gpt_checked(&m, &lo, cfg)))
@@ -238,15 +333,16 @@ int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *byte
     if (index == 0) {
         snprintf(buf, sizeof buf, "token.weight");
         off = lo.token, nb = lo.token_bytes, rows = m.c.vocab, cols = d, kind = T_MAT;
+        fm = bc_gpt_fmt(&m, BC_GPT_FMT_TOKEN);
     } else if (index == 1 && lo.has_pos) {
         snprintf(buf, sizeof buf, "position.weight");
         off = lo.position, nb = lo.position_bytes, rows = m.c.context, cols = d, kind = T_ROWS;
     } else if (index < first + nblk) {
         const size_t i = (index - first) / lo.nblk, j = (index - first) % lo.nblk;
         snprintf(buf, sizeof buf, "blocks.%zu.%s", i, lo.blk[j].name);
-        off = lo.blocks + i * lo.block_bytes + lo.blk_off[j];
-        nb = lo.blk_bytes[j];
+        bc_gpt_block_tensor(&off, &nb, &m, &lo, i, j);
         rows = lo.blk[j].rows, cols = lo.blk[j].cols, kind = lo.blk[j].kind;
+        fm = block_fmt(&m, &lo.blk[j], i);
     } else if (index == first + nblk && lo.has_norm) {
         snprintf(buf, sizeof buf, "norm.weight");
         off = lo.norm_w, nb = 4 * d, rows = d, cols = 0, kind = T_VEC;
@@ -256,6 +352,7 @@ int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *byte
     } else {
         snprintf(buf, sizeof buf, "head.weight");
         off = lo.head, nb = lo.head_bytes, rows = m.c.vocab, cols = d, kind = T_MAT;
+        fm = bc_gpt_fmt(&m, BC_GPT_FMT_HEAD);
     }
     const size_t len = strlen(buf);
     if (name && name_cap <= len)
@@ -264,7 +361,7 @@ int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *byte
         memcpy(name, buf, len + 1);
     *offset = off;
     *bytes = nb;
-    *dtype = kind == T_MAT ? m.c.dtype : BC_DTYPE_F32;
+    *dtype = fm;
     *packed = kind == T_MAT;
     *ndim = cols ? 2 : 1;
     shape[0] = rows;
@@ -477,7 +574,7 @@ int bc_gpt_embed(float *x, const unsigned char *params, const model *m, const la
             const int st = bc_gpt_id_at(&id, ids, ids_type, r, m->c.vocab);
             if (st)
                 return st;
-            bc_packed_row(x + r * d, params + lo->token, m->c.dtype, d, id);
+            bc_packed_row(x + r * d, params + lo->token, bc_gpt_fmt(m, BC_GPT_FMT_TOKEN), d, id);
             if (lo->has_pos)
                 bc_k_add(x + r * d, x + r * d, pos + p * d, d, cx);
         }
@@ -488,11 +585,12 @@ bc_layer_w bc_gpt_layer_w(const unsigned char *params, const model *m, const lay
 {
     bc_layer_w w;
     memset(&w, 0, sizeof w);
-    const unsigned char *base = params + lo->blocks + l * lo->block_bytes;
-    const int wf = BC_WF_PANEL(m->c.dtype);
     for (size_t j = 0; j < lo->nblk; j++) {
-        const void *t = base + lo->blk_off[j];
+        size_t off, nb;
+        bc_gpt_block_tensor(&off, &nb, m, lo, l, j);
+        const void *t = params + off;
         const float *v = (const float *)t;
+        const int wf = BC_WF_PANEL(block_fmt(m, &lo->blk[j], l));
         switch (lo->blk[j].field) {
         case F_LN1_W: w.ln1_w = v; break;
         case F_LN1_B: w.ln1_b = v; break;
@@ -532,7 +630,8 @@ static void head_forward(float *logits, float *xn, const float *x, const unsigne
         else
             bc_k_layernorm(xn + r * d, xr, g, bb, 1, d, c->eps, cx);
     }
-    bc_k_linear(logits, xn, params + p->lo.head, BC_WF_PANEL(c->dtype), NULL, NULL, rows,
+    const int head_fmt = bc_gpt_fmt(&p->m, c->tie_weights ? BC_GPT_FMT_TOKEN : BC_GPT_FMT_HEAD);
+    bc_k_linear(logits, xn, params + p->lo.head, BC_WF_PANEL(head_fmt), NULL, NULL, rows,
                 d, c->vocab, BC_ACT_NONE, cx);
 }
 

@@ -5,16 +5,31 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "bc_engine.h"
 #include "bc_gpt.h"
 #include "bc_layer.h"
 
 /* ---- the configuration, with its defaults resolved ---------------------- */
 
 typedef struct {
-    bc_gpt_config c;          /* a copy: the caller's struct is read once */
+    bc_gpt_config c;          /* a copy: the caller's struct is read once (c.dtypes NULL) */
     size_t kv, dh, ff;        /* KV heads, head dim, MLP width */
     size_t qw, kw;            /* H Dh, KV Dh */
+    int mixed;                /* nonzero: the matrices' formats are fmt, not c.dtype */
+    unsigned char fmt[BC_GPT_NFMT(BC_GPT_FMT_LAYERS)];  /* the caller's dtypes, checked */
 } model;
+
+/* The format of matrix slot `slot` (BC_GPT_FMT_*): its own, or the model's dtype. */
+static inline int bc_gpt_fmt(const model *m, size_t slot)
+{
+    return m->mixed ? (int)m->fmt[slot] : m->c.dtype;
+}
+
+/* Every matrix stored as float32 (what training needs). */
+static inline int bc_gpt_all_f32(const model *m)
+{
+    return !m->mixed && m->c.dtype == BC_DTYPE_F32;
+}
 
 /* ---- parameter layout --------------------------------------------------- */
 
@@ -33,12 +48,15 @@ typedef struct {
 
 #define MAX_BLK F_N
 
-/* Every offset and size in bytes, computed once per call from the config. */
+/* Every offset and size in bytes, computed once per call from the config. A
+ * mixed model's blocks differ in size: layer l starts at layer_off[l] and its
+ * tensors' offsets and sizes are bc_gpt_block_tensor's. */
 typedef struct {
     size_t nblk;                          /* tensors per block */
     tdesc blk[MAX_BLK];
-    size_t blk_off[MAX_BLK], blk_bytes[MAX_BLK];
-    size_t block_bytes;
+    size_t blk_off[MAX_BLK], blk_bytes[MAX_BLK];  /* uniform models: every layer's */
+    size_t block_bytes;                           /* uniform models: every layer's */
+    size_t layer_off[BC_GPT_FMT_LAYERS + 1];      /* mixed models: layer l's offset */
     size_t token, token_bytes, position, position_bytes, blocks;
     size_t norm_w, norm_b, head, head_bytes, total;
     int has_pos, has_norm, has_norm_b;
@@ -47,6 +65,10 @@ typedef struct {
 
 /* The config resolved and its layout computed (every size checked). */
 int bc_gpt_checked(model *m, layout *lo, const bc_gpt_config *cfg);
+
+/* Offset and bytes of tensor j of layer l's block (the layout's blk[j]). */
+void bc_gpt_block_tensor(size_t *offset, size_t *bytes, const model *m, const layout *lo,
+                         size_t l, size_t j);
 
 /* The layer this model's blocks are. */
 bc_layer_cfg bc_gpt_layer_cfg(const model *m);

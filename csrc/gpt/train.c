@@ -82,7 +82,7 @@ int bc_gpt_train_workspace_size(size_t *n, const bc_gpt_config *cfg, size_t batc
         return BC_ENULL;
     if ((st = bc_gpt_checked(&m, &lo, cfg)))
         return st;
-    if (m.c.dtype != BC_DTYPE_F32)
+    if (!bc_gpt_all_f32(&m))
         return BC_EOPTION;
     if (!batch || !seq)
         return BC_ESIZE;
@@ -171,7 +171,7 @@ int bc_gpt_grad(float *loss, size_t *count, void *grads, const void *params,
     if ((st = bc_gpt_checked(&m, &lo, config)))
         return st;
     const bc_gpt_config *c = &m.c;
-    if (c->dtype != BC_DTYPE_F32 || (ids_type != BC_IDS_INT32 && ids_type != BC_IDS_INT64))
+    if (!bc_gpt_all_f32(&m) || (ids_type != BC_IDS_INT32 && ids_type != BC_IDS_INT64))
         return BC_EOPTION;
     if (!batch || !seq)
         return BC_ESIZE;
@@ -394,7 +394,7 @@ int bc_gpt_adamw(void *params, float *m, float *v, const void *grads, const bc_g
     const bc_adamw_config o = *opt;  /* read once */
     if ((st = bc_gpt_checked(&md, &lo, cfg)))
         return st;
-    if (md.c.dtype != BC_DTYPE_F32 || (o.decay != BC_DECAY_MATRICES && o.decay != BC_DECAY_ALL
+    if (!bc_gpt_all_f32(&md) || (o.decay != BC_DECAY_MATRICES && o.decay != BC_DECAY_ALL
                                        && o.decay != BC_DECAY_NONE)
         || !finite_nonneg(o.lr) || !finite_nonneg(o.eps) || !finite_nonneg(o.weight_decay)
         || !(o.beta1 >= 0.0 && o.beta1 < 1.0) || !(o.beta2 >= 0.0 && o.beta2 < 1.0) || !o.step

@@ -30,9 +30,9 @@
  *   norm.weight (D), norm.bias (D)          the final norm (pre-norm, norm != none)
  *   head.weight (V,D)                       untied only (a tied head reads token.weight)
  * The matrices (every 2-D tensor but the position table) are stored packed
- * (bc_engine.h's bc_pack) in the config's dtype; vectors and the position
- * table are float32. Tensors follow each other with no padding (every size is
- * a multiple of 4 bytes).
+ * (bc_engine.h's bc_pack) in the config's dtype, or each in its own format
+ * (the config's dtypes); vectors and the position table are float32. Tensors
+ * follow each other with no padding (every size is a multiple of 4 bytes).
  */
 #ifndef BC_GPT_H
 #define BC_GPT_H
@@ -51,6 +51,23 @@ extern "C" {
 
 /* Longest tensor name bc_gpt_tensor_info writes, terminating NUL included. */
 #define BC_GPT_NAME_MAX 64
+
+/* One storage format per matrix (bc_gpt_config.dtypes): entry BC_GPT_FMT_TOKEN
+ * is token.weight's, BC_GPT_FMT_HEAD head.weight's (read only when untied),
+ * and layer l's matrix k (BC_GPT_MAT_*) is entry BC_GPT_FMT_LAYER(l, k)
+ * (gate read only with SwiGLU): BC_GPT_NFMT(L) entries, each a BC_DTYPE_*. A
+ * model of more than BC_GPT_FMT_LAYERS layers is stored in one dtype. */
+#define BC_GPT_MAT_QKV 0
+#define BC_GPT_MAT_PROJ 1
+#define BC_GPT_MAT_UP 2
+#define BC_GPT_MAT_GATE 3
+#define BC_GPT_MAT_DOWN 4
+#define BC_GPT_NMAT 5
+#define BC_GPT_FMT_TOKEN 0
+#define BC_GPT_FMT_HEAD 1
+#define BC_GPT_FMT_LAYER(l, k) (2 + (l) * BC_GPT_NMAT + (k))
+#define BC_GPT_NFMT(layers) (2 + (layers) * BC_GPT_NMAT)
+#define BC_GPT_FMT_LAYERS 1024
 
 /* Position encodings. */
 #define BC_POS_LEARNED 0
@@ -77,6 +94,9 @@ typedef struct {
     float eps;         /* norm epsilon (>= 0, finite) */
     int tie_weights;   /* nonzero: the head is token.weight */
     int dtype;         /* a BC_DTYPE_* with a format (bc_dtype_info): the matrices' storage */
+    const int *dtypes; /* NULL: every matrix in dtype; else BC_GPT_NFMT(layers) BC_DTYPE_*
+                        * (see BC_GPT_FMT_*), one per matrix, each read once per call
+                        * into the library's own copy (dtype must still be one) */
 } bc_gpt_config;
 
 /* A KV cache, in caller-provided buffers, each (B, L, KV, R, Dh) floats with
@@ -103,7 +123,8 @@ typedef struct {
 } bc_gpt_cache;
 
 /* Check a configuration: BC_OK, BC_ENULL, BC_ESIZE (a zero size), BC_EOPTION
- * (an unknown option, eps or rope_theta out of range, an odd Dh with RoPE),
+ * (an unknown option, eps or rope_theta out of range, an odd Dh with RoPE, an
+ * unknown dtype or dtypes entry, dtypes with more than BC_GPT_FMT_LAYERS layers),
  * BC_EHEADS (KV does not divide H, or H does not divide D when Dh is 0) or
  * BC_EOVERFLOW (the model is too large to address). */
 int bc_gpt_config_check(const bc_gpt_config *cfg);
@@ -190,7 +211,8 @@ int bc_gpt_cache_copy(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t dst,
                       size_t n);
 
 /* ---- training ------------------------------------------------------------
- * float32 weights only (dtype BC_DTYPE_F32; anything else is BC_EOPTION).
+ * float32 weights only (every matrix BC_DTYPE_F32; anything else, a mixed model
+ * included, is BC_EOPTION).
  * Gradients live in a buffer laid out as the parameters (bc_gpt_param_bytes
  * bytes: every tensor at its offset, a matrix's gradient packed as the matrix
  * is), so the optimizer updates the three buffers tensor by tensor, element by

@@ -1,5 +1,6 @@
 /* t_gpt.c: the GPT's entry points (csrc/bc_gpt.h). */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "harness.h"
@@ -690,6 +691,166 @@ static void variants_checks(void)
     }
 }
 
+/* ---- one storage format per matrix (bc_gpt_config.dtypes) ------------------ */
+
+/* entry i of a mixed model's formats: every format, in turn */
+static int *mixed_formats(const bc_gpt_config *c, int shift)
+{
+    const size_t n = BC_GPT_NFMT(c->layers);
+    int *f = h_alloc_bytes(n * sizeof(int));
+    for (size_t i = 0; i < n; i++)
+        f[i] = (int)((i + (size_t)shift) % BC_NDTYPE);
+    return f;
+}
+
+/* the slot (BC_GPT_FMT_*) of a matrix by its name, -1 for anything else */
+static long slot_of(const char *name, const bc_gpt_config *c)
+{
+    static const char *const kinds[BC_GPT_NMAT] = {"attn.qkv.weight", "attn.proj.weight",
+                                                   "up.weight", "gate.weight", "down.weight"};
+    if (strcmp(name, "token.weight") == 0)
+        return BC_GPT_FMT_TOKEN;
+    if (strcmp(name, "head.weight") == 0)
+        return BC_GPT_FMT_HEAD;
+    for (size_t l = 0; l < c->layers; l++)
+        for (int k = 0; k < BC_GPT_NMAT; k++) {
+            char want[BC_GPT_NAME_MAX];
+            snprintf(want, sizeof want, "blocks.%zu.%s", l, kinds[k]);
+            if (strcmp(name, want) == 0)
+                return (long)BC_GPT_FMT_LAYER(l, k);
+        }
+    return -1;
+}
+
+/* the layout of a mixed model: the tensors tile the buffer, each matrix in its own
+ * format (its bytes that format's), the vectors float32 */
+static void mixed_layout_checks(const bc_gpt_config *c)
+{
+    size_t count = 0, bytes = 0, next = 0;
+    EXPECT_STATUS(BC_OK, bc_gpt_tensor_count(&count, c));
+    EXPECT_STATUS(BC_OK, bc_gpt_param_bytes(&bytes, c));
+    for (size_t i = 0; i < count; i++) {
+        size_t off, nb, nd, shape[2], want;
+        int dt, pk;
+        char name[BC_GPT_NAME_MAX];
+        EXPECT_STATUS(BC_OK, bc_gpt_tensor_info(name, sizeof name, &off, &nb, &dt, &pk, &nd, shape, c, i));
+        const long slot = slot_of(name, c);
+        EXPECT((slot >= 0) == (pk != 0));
+        EXPECT(dt == (slot >= 0 ? c->dtypes[slot] : BC_DTYPE_F32));
+        if (pk)
+            EXPECT_STATUS(BC_OK, bc_pack_size(&want, dt, shape[0], shape[1]));
+        else
+            want = 4 * shape[0] * shape[1];
+        EXPECT(off == next && nb == want);
+        next = off + nb;
+    }
+    EXPECT(next == bytes);
+}
+
+/* x (rows) of every matrix of p (config c) unpacked into q, laid out for f (float32) */
+static unsigned char *as_float32(const unsigned char *p, const bc_gpt_config *c, const bc_gpt_config *f)
+{
+    size_t count = 0, bytes = 0;
+    EXPECT_STATUS(BC_OK, bc_gpt_tensor_count(&count, c));
+    EXPECT_STATUS(BC_OK, bc_gpt_param_bytes(&bytes, f));
+    unsigned char *q = h_alloc_bytes(bytes);
+    for (size_t i = 0; i < count; i++) {
+        size_t off, nb, nd, shape[2], foff, fnb;
+        int dt, pk, fdt, fpk;
+        EXPECT_STATUS(BC_OK, bc_gpt_tensor_info(NULL, 0, &off, &nb, &dt, &pk, &nd, shape, c, i));
+        EXPECT_STATUS(BC_OK, bc_gpt_tensor_info(NULL, 0, &foff, &fnb, &fdt, &fpk, &nd, shape, f, i));
+        if (!pk) {
+            memcpy(q + foff, p + off, nb);
+            continue;
+        }
+        float *w = h_alloc(shape[0] * shape[1]);
+        EXPECT_STATUS(BC_OK, bc_unpack(w, p + off, nb, dt, shape[0], shape[1]));
+        EXPECT_STATUS(BC_OK, bc_pack(q + foff, fnb, w, BC_DTYPE_F32, shape[0], shape[1]));
+    }
+    return q;
+}
+
+static void mixed_checks(void)
+{
+    bc_gpt_config base[3];
+    base[0] = h_llama_config(0);
+    base[1] = h_llama_config(1);
+    base[2] = tiny(0);  /* no SwiGLU: the gate entries are not read */
+    for (int b = 0; b < 3; b++)
+        for (int shift = 0; shift < BC_NDTYPE; shift++) {
+            bc_gpt_config c = base[b];
+            int *f = mixed_formats(&c, shift);
+            c.dtypes = f;
+            EXPECT_STATUS(BC_OK, bc_gpt_config_check(&c));
+            mixed_layout_checks(&c);
+            variant_checks(c);
+            /* the mixed model computes with its dequantised weights: a float32 model of
+             * them gives the same bits (every format feeds the GEMM the same floats) */
+            bc_gpt_config fc = base[b];
+            unsigned char *p = random_params(&c, 31), *q = as_float32(p, &c, &fc);
+            enum { B = 2, T = 4 };
+            size_t nw = 0;
+            EXPECT_STATUS(BC_OK, bc_gpt_workspace_size(&nw, &c, B, T, NULL));
+            float *work = h_alloc(nw), *lm = h_alloc(B * T * c.vocab), *lf = h_alloc(B * T * c.vocab);
+            int64_t ids[B * T];
+            for (int i = 0; i < B * T; i++)
+                ids[i] = (i * 3 + 1) % (int64_t)c.vocab;
+            EXPECT_STATUS(BC_OK, bc_gpt_forward(lm, NULL, NULL, p, &c, ids, BC_IDS_INT64, B, T, 0, work, nw));
+            EXPECT_STATUS(BC_OK, bc_gpt_forward(lf, NULL, NULL, q, &fc, ids, BC_IDS_INT64, B, T, 0, work, nw));
+            EXPECT(memcmp(lm, lf, NB(B * T * c.vocab)) == 0);
+            /* training refuses a mixed model */
+            size_t n = 0;
+            float loss = 0.0f;
+            EXPECT_STATUS(BC_EOPTION, bc_gpt_train_workspace_size(&n, &c, 1, 2));
+            EXPECT_STATUS(BC_EOPTION, bc_gpt_grad(&loss, NULL, NULL, p, &c, ids, ids, BC_IDS_INT64,
+                                                  -100, 1, 2, work, nw));
+            /* every entry checked, read or not; the layer bound */
+            const size_t nf = BC_GPT_NFMT(c.layers);
+            const int bad[] = {-1, BC_NDTYPE, 1000};
+            for (size_t i = 0; i < nf; i++)
+                for (int k = 0; k < 3; k++) {
+                    const int keep = f[i];
+                    f[i] = bad[k];
+                    EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
+                    EXPECT_STATUS(BC_EOPTION, bc_gpt_param_bytes(&n, &c));
+                    f[i] = keep;
+                }
+            EXPECT_STATUS(BC_OK, bc_gpt_config_check(&c));
+        }
+    /* every entry one format: that format's uniform model, bit for bit */
+    for (int dtype = BC_DTYPE_F32; dtype < BC_NDTYPE; dtype++) {
+        bc_gpt_config u = h_llama_config(0), c = u;
+        u.dtype = dtype;
+        const size_t nf = BC_GPT_NFMT(c.layers);
+        int *f = h_alloc_bytes(nf * sizeof(int));
+        for (size_t i = 0; i < nf; i++)
+            f[i] = dtype;
+        c.dtypes = f;
+        c.dtype = (dtype + 1) % BC_NDTYPE;  /* not read: every matrix has its entry */
+        size_t bu = 0, bm = 0, n = 0;
+        EXPECT_STATUS(BC_OK, bc_gpt_param_bytes(&bu, &u));
+        EXPECT_STATUS(BC_OK, bc_gpt_param_bytes(&bm, &c));
+        EXPECT(bu == bm);
+        /* a uniform model: trains when float32 */
+        EXPECT_STATUS(dtype == BC_DTYPE_F32 ? BC_OK : BC_EOPTION,
+                      bc_gpt_train_workspace_size(&n, &c, 1, 2));
+    }
+    /* the bound on layers with per-matrix formats (none without) */
+    bc_gpt_config big = tiny(1);
+    big.layers = BC_GPT_FMT_LAYERS + 1;
+    EXPECT_STATUS(BC_OK, bc_gpt_config_check(&big));
+    big.dtypes = h_alloc_bytes(BC_GPT_NFMT(big.layers) * sizeof(int));
+    memset((void *)big.dtypes, 0, BC_GPT_NFMT(big.layers) * sizeof(int));
+    EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&big));
+    big.layers = BC_GPT_FMT_LAYERS;
+    EXPECT_STATUS(BC_OK, bc_gpt_config_check(&big));
+    /* dtype itself must still be a format */
+    bc_gpt_config c = h_llama_config(0);
+    c.dtypes = mixed_formats(&c, 1);
+    c.dtype = BC_NDTYPE;
+    EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
+}
+
 void test_gpt(void)
 {
     config_checks();
@@ -713,4 +874,5 @@ void test_gpt(void)
     variants_checks();
     forward_checks(1);
     forward_checks(0);
+    mixed_checks();
 }

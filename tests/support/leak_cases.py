@@ -444,6 +444,35 @@ def _cases():
                                       fptr(work), work.size)
         return alternate(lambda: fwd(ids), lambda: fwd(bad_ids))
 
+    # a model of per-matrix formats (bc_gpt_config.dtypes), and one bad entry
+    mixed = blockc.GPT.random(gcfg, seed=0, dtypes={"blocks.0.up.weight": "q4_0",
+                                                    "blocks.1.attn.qkv.weight": "q8_0",
+                                                    "token.weight": "bfloat16"})
+    mc = mixed.c_config
+    bad_fmt = ffi.new("int[]", 2 + 5 * gcfg.layers)
+    bad_fmt[3] = 99
+    bad_mc = ffi.new("bc_gpt_config *")
+    bad_mc[0] = mc[0]
+    bad_mc.dtypes = bad_fmt
+
+    @case("bc_gpt_config_check (per-matrix formats)")
+    def _():
+        return alternate(lambda: lib.bc_gpt_config_check(mc), lambda: lib.bc_gpt_config_check(bad_mc))
+
+    @case("bc_gpt_forward (per-matrix formats)")
+    def _():
+        ids = rng.integers(0, 64, size=(2, 8))
+        lib.bc_gpt_workspace_size(n_out, mc, 2, 8, ffi.NULL)
+        work = np.empty(n_out[0], np.float32)
+        logits = np.empty((2, 8, 64), np.float32)
+        p = ffi.from_buffer("char[]", mixed.params, False)
+
+        def fwd(c):
+            return lib.bc_gpt_forward(fptr(logits), ffi.NULL, ffi.NULL, p, c,
+                                      ffi.from_buffer("int64_t[]", ids), lib.BC_IDS_INT64, 2, 8, 0,
+                                      fptr(work), work.size)
+        return alternate(lambda: fwd(mc), lambda: fwd(bad_mc))
+
     lib.bc_gpt_cache_size(n_out, cc, 2, 16)
     ck, cv = np.zeros(n_out[0], np.float32), np.zeros(n_out[0], np.float32)
     clens = np.array([5, 0], np.uintp)
