@@ -183,7 +183,7 @@ def save_dir(m: Model, path: str) -> None:
     fam = family_of(d)
     os.makedirs(path, exist_ok=True)
     # a bfloat16 model's matrices as BF16 (its vectors stay float32, as it holds them);
-    # a q8_0 model's dequantised weights as float32
+    # a q8_0 (or mixed) model's dequantised weights as float32: exactly its weights
     bf16 = m.dtype == "bfloat16"
     d["torch_dtype"] = "bfloat16" if bf16 else "float32"
     d.update(m.special_ids)  # the end-of-text id etc. of the loaded directory

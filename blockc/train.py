@@ -41,7 +41,8 @@ DECAY = {"matrices": lib.BC_DECAY_MATRICES, "all": lib.BC_DECAY_ALL, "none": lib
 
 def _trainable(m) -> None:
     if m.dtype != "float32":
-        raise BlockcValueError(f"training needs float32 weights, this model stores {m.dtype} "
+        what = "matrices of mixed formats" if m.dtype == "mixed" else m.dtype
+        raise BlockcValueError(f"training needs float32 weights, this model stores {what} "
                                "(m.astype('float32') first)")
 
 

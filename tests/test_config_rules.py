@@ -106,3 +106,60 @@ def test_blockconfig_accepts_exactly_what_c_accepts(f):
     n = ffi.new("size_t *")
     c_ok = lib.bc_block_workspace_size(n, c_block_config(f), 1, 1) == lib.BC_OK
     assert python_ok == c_ok, f
+
+
+# ---- per-matrix formats (bc_gpt_config.dtypes) -----------------------------------------------
+
+FORMAT_CODES = st.one_of(st.sampled_from(sorted(C_DTYPE.values())), st.sampled_from([-1, 99]))
+
+
+@st.composite
+def mixed_fields(draw):
+    layers = draw(st.sampled_from([1, 2, 3, lib.BC_GPT_FMT_LAYERS, lib.BC_GPT_FMT_LAYERS + 1]))
+    f = dict(vocab=16, context=8, width=32, heads=2, layers=layers,
+             tie_weights=draw(st.booleans()),
+             activation=draw(st.sampled_from(["gelu_tanh", "swiglu"])))
+    from blockc.model import matrix_slots
+    names = list(matrix_slots(GPTConfig(**f)))
+    if draw(st.booleans()):  # a few entries of their own, the rest the base format
+        base = draw(st.sampled_from(sorted(C_DTYPE.values())))
+        codes = dict.fromkeys(names, base)
+        for n in draw(st.lists(st.sampled_from(names[:12] + names[-3:]), max_size=4)):
+            codes[n] = draw(FORMAT_CODES)
+    else:
+        codes = {n: draw(FORMAT_CODES) for n in names[:30]}
+        codes.update(dict.fromkeys(names[30:], codes[names[0]]))
+    return f, codes
+
+
+@settings(max_examples=80, deadline=None)
+@given(mixed_fields())
+def test_per_matrix_formats_python_and_c_agree(drawn):
+    """A model of per-matrix formats is valid on both sides or neither: every entry a
+    known format, and at most BC_GPT_FMT_LAYERS layers unless the matrices share one
+    format (both sides then hold that format's uniform model: no dtypes array). The C
+    struct is built here from the drawn codes; unused entries (a tied head, the gate
+    without SwiGLU) stay float32, as the Python side writes them."""
+    from blockc.model import formats, matrix_slots
+    from blockc.model.core import c_struct
+    f, codes = drawn
+    cfg = GPTConfig(**f)
+    names = {v: k for k, v in C_DTYPE.items()}
+    try:
+        fm = formats(cfg, dtypes={n: names.get(c, f"format{c}") for n, c in codes.items()})
+        c_struct(cfg, fm)
+        python_ok = True
+    except BlockcError:
+        python_ok = False
+    slots = matrix_slots(cfg)
+    arr = ffi.new("int[]", 2 + 5 * cfg.layers)
+    for n, c in codes.items():
+        arr[slots[n]] = c
+    cs = ffi.new("bc_gpt_config *")
+    cs[0] = cfg.c_struct()[0]
+    if len(set(codes.values())) > 1:
+        cs.dtypes = arr
+    else:
+        cs.dtype = next(iter(codes.values()))
+    c_ok = lib.bc_gpt_config_check(cs) == lib.BC_OK
+    assert python_ok == c_ok, (f, codes)

@@ -19,17 +19,24 @@ Code outside this package (the mixins, :mod:`blockc.hf`, :mod:`blockc.train`,
 :mod:`blockc.generation`, the benches and the tests) uses only these names,
 never a model's underscored attributes:
 
-``m.config``, ``m.dtype``, ``m.params``, ``m.nbytes``
-    Public: the config, the matrices' storage, the raw buffer (1-D uint8), its size.
+``m.config``, ``m.dtype``, ``m.dtypes``, ``m.params``, ``m.nbytes``
+    Public: the config, the matrices' storage (one format, or ``"mixed"``:
+    :data:`MIXED`), each matrix's format (name -> format, always), the raw buffer
+    (1-D uint8), its size. ``Model(cfg, dtype=..., dtypes={name: format})`` and
+    ``from_state_dict``/``random`` with ``dtypes=`` give matrices their own formats;
+    ``m.astype(d)`` makes every one ``d``. Training needs every matrix float32.
 ``m.layout``
     ``name -> Tensor(offset, nbytes, dtype, packed, shape)`` of every tensor of the
-    buffer, in state-dict order (:func:`layout` computes it for any config/dtype).
+    buffer, in state-dict order (:func:`layout` computes it for any config/dtype/
+    dtypes; :func:`formats` resolves a ``dtypes`` mapping, :func:`matrix_slots`
+    numbers the matrices as ``bc_gpt_config.dtypes`` does).
 ``m.read_tensor(name)``, ``m.write_tensor(name, a, transposed=False)``
     One tensor as float32 (a view for vectors, an unpacked copy for matrices);
     store one (packed again for a matrix; GPT-2's transposed Conv1D weights too).
 ``m.c_config``, ``m.c_params``
-    The C handles: ``bc_gpt_config *`` (``cfg.c_struct(dtype)``) and ``char *`` over
-    the buffer, for the ``lib.bc_gpt_*`` entry points.
+    The C handles: ``bc_gpt_config *`` (``cfg.c_struct(dtype)``, or for a mixed model
+    its own struct whose ``dtypes`` points to an ``int[]`` the model owns) and ``char *``
+    over the buffer, for the ``lib.bc_gpt_*`` entry points.
 ``m.thread_state``
     A ``threading.local``: each thread's workspaces (training keeps its own there).
 ``m.run(ids, cache=None, *, last_only, want_hidden, want_logits, row)``
@@ -45,9 +52,11 @@ from __future__ import annotations
 from .config import (ACTIVATIONS, C_DTYPE, DTYPES, GPT_PRESETS, NORMS, PLACEMENTS, POSITIONS,
                      GPTConfig, as_config, block_parameter_parts, gpt2_shaped,
                      gpt_parameter_count, gpt_parameter_formula, parameter_breakdown)
-from .core import KVCache, Model, Tensor, aligned_copy, check_ids, layout, same_bits
+from .core import (MIXED, KVCache, Model, Tensor, aligned_copy, check_ids, formats, layout,
+                   matrix_slots, same_bits)
 
 __all__ = ["GPTConfig", "GPT_PRESETS", "NORMS", "PLACEMENTS", "ACTIVATIONS", "POSITIONS",
            "DTYPES", "C_DTYPE", "as_config", "gpt_parameter_count", "gpt_parameter_formula",
            "block_parameter_parts", "parameter_breakdown", "gpt2_shaped",
-           "Model", "KVCache", "Tensor", "layout", "check_ids", "same_bits", "aligned_copy"]
+           "Model", "KVCache", "Tensor", "layout", "formats", "matrix_slots", "MIXED", "check_ids",
+           "same_bits", "aligned_copy"]

@@ -18,9 +18,10 @@ from .._args import as_choice, as_flag, as_int, as_size, to_numpy
 from .._enums import VALUE_LIMIT
 from .._errors import BlockcTypeError, BlockcValueError
 from .._native import aligned_copy, check, cptr, ffi, fptr, lib, thread_buffer
-from .config import DTYPES, GPTConfig, as_config, gpt_parameter_count
+from .config import C_DTYPE, DTYPES, GPTConfig, as_config, gpt_parameter_count
 
-__all__ = ["Model", "KVCache", "Tensor", "layout", "check_ids", "same_bits", "aligned_copy"]
+__all__ = ["Model", "KVCache", "Tensor", "layout", "formats", "matrix_slots", "MIXED",
+           "check_ids", "same_bits", "aligned_copy"]
 
 
 class Tensor(NamedTuple):
@@ -32,9 +33,75 @@ class Tensor(NamedTuple):
     shape: Tuple[int, ...]
 
 
-def layout(cfg: GPTConfig, dtype: str = "float32") -> Dict[str, Tensor]:
-    """name -> Tensor for every tensor of the buffer, from C, in state-dict order."""
-    c = cfg.c_struct(dtype)
+#: the name a model whose matrices do not all share one format gives as its dtype
+MIXED = "mixed"
+
+_DTYPE_NAME = {v: k for k, v in C_DTYPE.items()}
+_KINDS = (("attn.qkv.weight", 0), ("attn.proj.weight", 1), ("up.weight", 2), ("gate.weight", 3),
+          ("down.weight", 4))
+
+
+def matrix_slots(cfg: GPTConfig) -> Dict[str, int]:
+    """name -> entry of ``bc_gpt_config.dtypes`` (bc_gpt.h's ``BC_GPT_FMT_*``) of every
+    matrix a model of ``cfg`` has, in state-dict order."""
+    out = {"token.weight": 0}
+    for i in range(cfg.layers):
+        for kind, k in _KINDS:
+            if kind != "gate.weight" or cfg.activation == "swiglu":
+                out[f"blocks.{i}.{kind}"] = 2 + i * 5 + k
+    if not cfg.tie_weights:
+        out["head.weight"] = 1
+    return out
+
+
+def formats(cfg: GPTConfig, dtype: str = "float32",
+            dtypes: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """Every matrix's format: ``dtypes[name]`` where given, else ``dtype`` (checked:
+    unknown names and formats refused by name)."""
+    dtype = as_choice(dtype, "dtype", DTYPES)
+    slots = matrix_slots(cfg)
+    out = dict.fromkeys(slots, dtype)
+    if dtypes is None:
+        return out
+    if not isinstance(dtypes, Mapping):
+        raise BlockcTypeError(f"dtypes must be a mapping of matrix names to formats, got "
+                              f"{type(dtypes).__name__}")
+    for name, d in dict(dtypes).items():  # read once
+        if name not in slots:
+            raise BlockcValueError(f"dtypes: {name!r} is not a matrix of this model (its "
+                                   f"matrices: {', '.join(list(slots)[:4])}, ...)")
+        out[name] = as_choice(d, f"dtypes[{name!r}]", DTYPES)
+    return out
+
+
+def c_struct(cfg: GPTConfig, fmts: Mapping[str, str]) -> Tuple[Any, Any]:
+    """The ``bc_gpt_config *`` of a model of ``cfg`` with matrix formats ``fmts`` (as
+    :func:`formats` returns), and the ``int[]`` its ``dtypes`` points to (None when
+    every matrix shares one format: the config's own struct of that dtype). Keep both
+    alive together."""
+    uniform = set(fmts.values())
+    if len(uniform) == 1:
+        return cfg.c_struct(uniform.pop()), None
+    if cfg.layers > lib.BC_GPT_FMT_LAYERS:
+        raise BlockcValueError(f"a model of {cfg.layers} layers stores its matrices in one "
+                               f"format (per-matrix formats: {lib.BC_GPT_FMT_LAYERS} layers "
+                               "at most)")
+    slots = matrix_slots(cfg)
+    arr = ffi.new("int[]", 2 + 5 * cfg.layers)  # unused entries (tied head, gate) float32: 0
+    for name, d in fmts.items():
+        arr[slots[name]] = C_DTYPE[d]
+    c = ffi.new("bc_gpt_config *")
+    c[0] = cfg.c_struct()[0]
+    c.dtype = C_DTYPE["float32"]
+    c.dtypes = arr
+    return c, arr
+
+
+def layout(cfg: GPTConfig, dtype: str = "float32",
+           dtypes: Optional[Mapping[str, str]] = None) -> Dict[str, Tensor]:
+    """name -> Tensor for every tensor of the buffer, from C, in state-dict order (the
+    matrices in ``dtype``, or ``dtypes[name]`` where given)."""
+    c, _keep = c_struct(cfg, formats(cfg, dtype, dtypes))
     count = ffi.new("size_t *")
     check(lib.bc_gpt_tensor_count(count, c), "layout")
     name = ffi.new("char[]", lib.BC_GPT_NAME_MAX)
@@ -301,14 +368,20 @@ class Model:
     generation mixed in; see :mod:`blockc.model` for the internal interface."""
 
     def __init__(self, cfg: GPTConfig, params: Optional[npt.ArrayLike] = None,
-                 dtype: str = "float32") -> None:
-        """A model of config ``cfg`` storing its matrices as ``dtype``, on ``params``: the raw
+                 dtype: str = "float32", dtypes: Optional[Mapping[str, str]] = None) -> None:
+        """A model of config ``cfg`` storing its matrices as ``dtype`` (or each matrix
+        named in the mapping ``dtypes`` as its format there), on ``params``: the raw
         parameter buffer (1-D uint8 of :attr:`nbytes`, as :attr:`params` returns; adopted
         without a copy when it is one), or all zeros when None."""
         self._cfg = as_config(cfg)
-        self._dtype = as_choice(dtype, "dtype", DTYPES)
-        self._c = self._cfg.c_struct(self._dtype)
-        self._layout = layout(self._cfg, self._dtype)
+        fmts = formats(self._cfg, dtype, dtypes)
+        # the C struct and the dtypes array it points to (None: one format), kept alive
+        # together; C reads the array once per call into its own checked copy
+        self._c, self._c_formats = c_struct(self._cfg, fmts)
+        self._dtypes = fmts
+        kinds = set(fmts.values())
+        self._dtype = kinds.pop() if len(kinds) == 1 else MIXED
+        self._layout = layout(self._cfg, dtype, fmts)
         n = ffi.new("size_t *")
         check(lib.bc_gpt_param_bytes(n, self._c), "GPT")
         nbytes = int(n[0])
@@ -330,7 +403,8 @@ class Model:
     # ---- construction -------------------------------------------------------
 
     @classmethod
-    def random(cls, cfg: GPTConfig, seed: Optional[int] = 0, dtype: str = "float32") -> "Model":
+    def random(cls, cfg: GPTConfig, seed: Optional[int] = 0, dtype: str = "float32",
+               dtypes: Optional[Mapping[str, str]] = None) -> "Model":
         """GPT-2 initialisation: weights N(0, 0.02), biases 0, norm gains 1, shifts 0.
 
         Parameters
@@ -342,6 +416,8 @@ class Model:
         dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0"}, optional
             How the matrices are stored (the same float32 draws, then rounded
             or quantised).
+        dtypes : mapping of str to str, optional
+            Matrix name -> its own format (the others in ``dtype``).
 
         Returns
         -------
@@ -361,7 +437,7 @@ class Model:
         (1, 3, 16)
         """
         seed = None if seed is None else as_int(seed, "seed", 0)
-        m = cls(cfg, dtype=dtype)
+        m = cls(cfg, dtype=dtype, dtypes=dtypes)
         rng = np.random.default_rng(seed)
         for name, t in m._layout.items():
             if len(t.shape) == 2:  # Linear and Embedding weights
@@ -373,7 +449,8 @@ class Model:
 
     @classmethod
     def from_state_dict(cls, sd: Mapping[str, Any], cfg: GPTConfig,
-                        dtype: str = "float32") -> "Model":
+                        dtype: str = "float32",
+                        dtypes: Optional[Mapping[str, str]] = None) -> "Model":
         """Load a state dict keyed as the chapter's PyTorch ``GPT.state_dict()``.
 
         Parameters
@@ -388,6 +465,9 @@ class Model:
             ``token.weight`` bit for bit.
         dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0"}, optional
             How the matrices are stored.
+        dtypes : mapping of str to str, optional
+            Matrix name -> its own format (the others in ``dtype``): each matrix
+            is packed in its own.
 
         Returns
         -------
@@ -399,8 +479,9 @@ class Model:
         TypeError
             ``sd`` is not a mapping or ``cfg`` not a GPTConfig.
         ValueError
-            A missing, unexpected or mis-shaped tensor (named), or a tied head
-            that differs from the token embedding.
+            A missing, unexpected or mis-shaped tensor (named), a tied head
+            that differs from the token embedding, an unknown format or a name
+            in ``dtypes`` that is not a matrix of the model.
 
         Examples
         --------
@@ -411,12 +492,13 @@ class Model:
         True
         """
         cfg = as_config(cfg)
-        m = cls(cfg, dtype=dtype)
+        m = cls(cfg, dtype=dtype, dtypes=dtypes)
         m._load(sd, strict=True)
         return m
 
     def load_state_dict(self, sd: Mapping[str, Any], strict: bool = True) -> None:
-        """Write weights into this model (the matrices packed again in :attr:`dtype`).
+        """Write weights into this model (each matrix packed again in its format,
+        :attr:`dtypes`).
 
         Parameters
         ----------
@@ -475,14 +557,15 @@ class Model:
             self.write_tensor(name, a)
 
     def astype(self, dtype: str) -> "Model":
-        """This model with its matrices stored as ``dtype``: a new model.
+        """This model with every matrix stored as ``dtype``: a new (uniform) model.
 
         Parameters
         ----------
         dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0"}
             From float32 the weights are rounded (bfloat16, float16) or quantised
-            (q8_0, q4_0: llama.cpp's rules); from a lower precision they are the weights this
-            model computes with, exactly, stored anew.
+            (q8_0, q4_0: llama.cpp's rules); from a lower precision (or a mixed
+            model's formats) they are the weights this model computes with,
+            exactly, stored anew.
 
         Returns
         -------
@@ -547,7 +630,7 @@ class Model:
 
     def write_tensor(self, name: str, a: npt.ArrayLike, transposed: bool = False) -> None:
         """Store the float32-convertible array ``a`` as tensor ``name`` (packed again in
-        :attr:`dtype` for a matrix). The caller has checked the shape.
+        its format, ``dtypes[name]``, for a matrix). The caller has checked the shape.
 
         Parameters
         ----------
@@ -583,8 +666,8 @@ class Model:
         rs, cs = (1, rows) if transposed else (cols, 1)
         st = lib.bc_pack_strided(self._cptr + t.offset, t.nbytes, cptr(a), rs, cs, t.dtype, rows, cols)
         if st == lib.BC_EVALUE:
-            raise BlockcValueError(f"state dict entry {name!r}: {self._dtype} needs "
-                                   f"{VALUE_LIMIT[self._dtype]}")
+            fm = self._dtypes[name]
+            raise BlockcValueError(f"state dict entry {name!r}: {fm} needs {VALUE_LIMIT[fm]}")
         check(st, f"state dict entry {name!r}")
 
     # ---- the internal interface (see blockc.model) ---------------------------
@@ -597,7 +680,8 @@ class Model:
 
     @property
     def c_config(self) -> Any:
-        """The ``bc_gpt_config *`` of this model (its config at its dtype)."""
+        """The ``bc_gpt_config *`` of this model (its config at its dtype, or with
+        ``dtypes`` pointing to its per-matrix formats: an ``int[]`` the model owns)."""
         return self._c
 
     @property
@@ -619,9 +703,15 @@ class Model:
 
     @property
     def dtype(self) -> str:
-        """How the matrices are stored: one of :data:`blockc.model.config.DTYPES`
-        ("float32", "bfloat16", "float16", "q8_0", "q4_0")."""
+        """How the matrices are stored: their one format, one of
+        :data:`blockc.model.config.DTYPES` ("float32", "bfloat16", "float16", "q8_0",
+        "q4_0"), or "mixed" when they do not share one (see :attr:`dtypes`)."""
         return self._dtype
+
+    @property
+    def dtypes(self) -> Dict[str, str]:
+        """Matrix name -> its format, for every matrix (a new dict each time)."""
+        return dict(self._dtypes)
 
     @property
     def params(self) -> np.ndarray:
