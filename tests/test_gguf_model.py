@@ -11,13 +11,12 @@ from blockc import BlockcValueError, GPT, GPTConfig
 from blockc import gguf as bg
 from blockc.gguf import model as gm
 from blockc.reference import ggml
-from support.gguf_files import permute_qk, write_model
+from support.gguf_files import native, permute_qk, write_model
 
 gguf = pytest.importorskip("gguf")
 gq = pytest.importorskip("gguf.quants")
 
 #: GGUF files of one type held in a native format
-NATIVE = {"Q8_0": "q8_0", "BF16": "bfloat16", "Q4_0": "q4_0", "F16": "float16"}
 
 Q4_K_M = {"attn_v.weight": "Q6_K", "ffn_down.weight": "Q6_K", "output.weight": "Q6_K"}
 
@@ -37,7 +36,15 @@ CASES = {  # name -> (arch, write_model options)
     "llama-k-quants": ("llama", dict(width=256, d_ff=256, default_type="Q5_K",
                                      types={"ffn_up.weight": "Q6_K", "attn_k.weight": "Q4_K",
                                             "ffn_gate.weight": "F16"})),
+    # every native format in one model, and a fused qkv of Q8_0/Q4_0/Q5_0 parts
+    "llama-mixed-native": ("llama", dict(kv_heads=2, d_ff=256, default_type="Q8_0",
+                                         types={"attn_k.weight": "Q4_0", "attn_v.weight": "Q5_0",
+                                                "attn_output.weight": "Q4_0",
+                                                "ffn_up.weight": "BF16", "ffn_gate.weight": "F32",
+                                                "output.weight": "Q4_0",
+                                                "blk.1.ffn_down.weight": "Q4_K"})),
 }
+
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +74,14 @@ def test_weights_are_the_dequantised_tensors_bit_for_bit(files, case):
         if rows is not None:
             got = got[rows[0]:rows[1]]
         assert np.array_equal(got.view(np.uint32), w.reshape(got.shape).view(np.uint32)), theirs
-    types = {t.tensor_type.name for t in peer.tensors if len(t.shape) == 2}
-    assert m.dtype == NATIVE.get("".join(types), "float32")
+    # each matrix in the native format of its file type(s)
+    types = {}
+    for theirs, ours, rows, heads in gm.names(arch, cfg):
+        if m.layout[ours].packed:
+            types.setdefault(ours, []).append(m.gguf_types[theirs])
+    want = {ours: native(t) for ours, t in types.items()}
+    assert m.dtypes == want
+    assert m.dtype == (want["token.weight"] if len(set(want.values())) == 1 else "mixed")
     assert m.gguf_types["blk.0.ffn_down.weight"] == [t.tensor_type.name for t in peer.tensors
                                                      if t.name == "blk.0.ffn_down.weight"][0]
 
@@ -153,8 +166,15 @@ def test_save_gguf_round_trip(files, tmp_path, dtype):
     back = GPT.from_pretrained(p)
     if dtype in ("F32",):
         assert np.array_equal(back.params, m.params)
-    types = {t.tensor_type.name for t in peer.tensors if len(t.shape) == 2}
-    assert back.dtype == NATIVE.get("".join(types), "float32")
+    types = {}
+    for theirs, ours, rows, heads in gm.names(arch, m.config):
+        if m.layout[ours].packed:
+            types.setdefault(ours, []).append(got[theirs].tensor_type.name)
+    assert back.dtypes == {ours: native(t) for ours, t in types.items()}
+    f32 = GPT.from_pretrained(p, dtype="float32")  # the file's weights, dequantised
+    for ours in m.layout:
+        assert np.array_equal(back.read_tensor(ours).view(np.uint32),
+                              f32.read_tensor(ours).view(np.uint32)), ours
     assert blockc.Tokenizer.from_pretrained(p).encode("hello world").tolist() == \
         blockc.Tokenizer.from_pretrained(d / name).encode("hello world").tolist()
     if dtype == "Q4_K_M":

@@ -19,13 +19,16 @@ Qwen2 files are stored in transformers' order (llama.cpp rotates them NEOX-style
 and are not reordered.
 
 Weights: each tensor is dequantised exactly (:mod:`blockc.reference.ggml`, bit for
-bit what ggml and the gguf package compute). With ``dtype=None`` a model whose
-matrices are all BF16 is held as bfloat16, all F16 as float16, all Q8_0 as q8_0
-and all Q4_0 as q4_0 (blockc's native formats: F16, Q8_0 and Q4_0 matrices are the
-file's very bytes rearranged into panels, BF16 ones packed and checked tensor by
-tensor); any other mix of types is held as float32, the dequantised weights
-exactly, so the model computes with exactly the weights llama.cpp computes with.
-``dtype=`` requantises on request.
+bit what ggml and the gguf package compute). With ``dtype=None`` each matrix is held
+in the cheapest blockc format that holds its file type's weights exactly (:data:`EXACT`,
+one table: Q8_0 -> q8_0, Q4_0 -> q4_0, F16 -> float16, BF16 -> bfloat16, F32 -> float32,
+Q5_0 -> q8_0 until q5_0 exists; Q8_0, Q4_0 and F16 matrices are the file's very bytes
+rearranged into panels, the others packed and checked tensor by tensor; a fused attn.qkv in a format all three of q, k and v fit), the
+others (Q4_1, Q5_1, K-quants until their formats exist) dequantised to float32
+for that matrix only: a file mixing types (Q4_K_M) is a model of mixed formats
+(``m.dtype == "mixed"``, ``m.dtypes`` names each matrix's, ``m.gguf_types`` the
+file's), computing with exactly the weights llama.cpp computes with. ``dtype=``
+makes every matrix that format (requantised, or its blocks converted when exact).
 """
 from __future__ import annotations
 
@@ -289,15 +292,19 @@ def load(path: str, dtype: Optional[str], cls: Any) -> Any:
             raise _fail(path, f"tensor {n!r} has type {t.type}, which blockc does not read (it "
                               f"reads {', '.join(ggml.DEQUANTISE)})")
     lay = layout(cfg)  # shapes, and which tensors are packed matrices
-    packed_types = {f.tensors[n].type for n, ours, _, _ in spec if lay[ours].packed}
-    chosen = dtype
-    if chosen is None:
-        chosen = {frozenset({"BF16"}): "bfloat16", frozenset({"Q8_0"}): "q8_0",
-                  frozenset({"Q4_0"}): "q4_0", frozenset({"F16"}): "float16"}.get(
-            frozenset(packed_types), "float32")
-    m = _fill(cls(cfg, dtype=chosen), f, spec, check_exact=dtype is None and chosen != "float32")
-    if m is None:  # a block blockc's packing would store differently: exactly, as float32
-        m = _fill(cls(cfg, dtype="float32"), f, spec, check_exact=False)
+    # the file's types of each blockc matrix (q, k and v are one matrix: three types)
+    parts: Dict[str, List[str]] = {}
+    for n, ours, _, _ in spec:
+        if lay[ours].packed:
+            parts.setdefault(ours, []).append(f.tensors[n].type)
+    if dtype is None:
+        chosen = {ours: native_format(types) for ours, types in parts.items()}
+    else:
+        chosen = dict.fromkeys(parts, dtype)
+    m = _fill(cls(cfg, dtypes=chosen), f, spec, check_exact=dtype is None)
+    if isinstance(m, set):  # matrices a format's packing would store differently: float32
+        chosen.update(dict.fromkeys(m, "float32"))
+        m = _fill(cls(cfg, dtypes=chosen), f, spec, check_exact=False)
     m.special_ids = _special_ids(f, cfg.vocab)
     # what generate, chat and serve stop at (a GGUF file has no generation_config.json)
     m.generation_config = GenerationConfig.from_dict(m.special_ids)
@@ -306,8 +313,64 @@ def load(path: str, dtype: Optional[str], cls: Any) -> Any:
     return m
 
 
-# blockc formats whose panels hold a GGUF type's very blocks: rearranged, not requantised
-_RAW = {("q8_0", "Q8_0"), ("q4_0", "Q4_0"), ("float16", "F16")}
+#: GGUF type -> the blockc formats that hold its weights exactly, cheapest first. A
+#: format blockc does not have (yet) is skipped, and float32 holds every type, so a new
+#: native format is one entry here (and, when packing the dequantised weights does not
+#: find the file's blocks again, its block converter in _ROWS).
+EXACT: Dict[str, Tuple[str, ...]] = {
+    "F32": ("float32",),
+    "F16": ("float16",),
+    "BF16": ("bfloat16",),
+    "Q8_0": ("q8_0",),
+    "Q4_0": ("q4_0", "q8_0"),   # (q - 8) d: a q8_0 block of the same scale
+    "Q5_0": ("q5_0", "q8_0"),   # (q - 16) d: likewise
+    "Q4_K": ("q4_k",),
+    "Q6_K": ("q6_k",),
+}
+
+
+def native_format(types: List[str]) -> str:
+    """The cheapest blockc format holding exactly the weights of a matrix whose parts
+    (q, k, v of a fused attn.qkv) have the ggml ``types``: a format every part's
+    :data:`EXACT` entry lists, else float32 (the dequantised weights)."""
+    from ..model import DTYPES
+    for cand in EXACT.get(types[0], ()):
+        if cand in DTYPES and all(cand in EXACT.get(t, ()) for t in types[1:]):
+            return cand
+    return "float32"
+
+
+def _q8_0_rows(raw: np.ndarray, typ: str) -> np.ndarray:
+    """Rows of Q4_0 or Q5_0 blocks (rows, row bytes) as Q8_0 blocks of the same weights:
+    the same half scale, the quant minus its offset as an int8 (d (q - o) is exactly the
+    product a Q8_0 block of d and q - o dequantises to)."""
+    bb = ggml.BLOCKS[typ][1]
+    rows = raw.shape[0]
+    b = np.ascontiguousarray(raw).reshape(-1, bb)
+    lo = np.concatenate([b[:, -16:] & 0x0F, b[:, -16:] >> 4], axis=1)
+    if typ == "Q4_0":
+        q = lo.astype(np.int16) - 8
+    else:
+        h = np.ascontiguousarray(b[:, 2:6]).view("<u4").astype(np.uint32)
+        hb = ((h >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
+        q = (lo | (hb << 4)).astype(np.int16) - 16
+    out = np.empty((b.shape[0], 34), np.uint8)
+    out[:, :2] = b[:, :2]
+    out[:, 2:] = q.astype(np.int8).view(np.uint8)
+    return out.reshape(rows, -1)
+
+
+def _same(raw: np.ndarray, typ: str) -> np.ndarray:
+    return raw
+
+
+#: (blockc format, GGUF type) -> the rows of the file's blocks as that format's own GGUF
+#: type (rearranged into panels by _PANELS: exact by construction, no float copy)
+_ROWS = {("q8_0", "Q8_0"): _same, ("q4_0", "Q4_0"): _same, ("float16", "F16"): _same,
+         ("q8_0", "Q4_0"): _q8_0_rows, ("q8_0", "Q5_0"): _q8_0_rows}
+
+#: blockc format -> the GGUF type whose rows raw_panels rearranges into its panels
+_PANELS = {"q8_0": "Q8_0", "q4_0": "Q4_0", "float16": "F16"}
 
 
 def raw_panels(raw: np.ndarray, typ: str) -> np.ndarray:
@@ -334,21 +397,29 @@ def raw_panels(raw: np.ndarray, typ: str) -> np.ndarray:
 
 
 def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool) -> Any:
-    """Write every tensor of ``f`` into ``m``: an F16 / Q8_0 / Q4_0 matrix of a float16 /
-    q8_0 / q4_0 model as its blocks (rearranged into panels: exact, and no float copy),
-    any other tensor dequantised and packed; with ``check_exact``, None when a matrix packed from floats
-    does not read back as the file's dequantised weights bit for bit."""
+    """Write every tensor of ``f`` into ``m``: a matrix whose every part has a block
+    converter to its format (_ROWS) as those blocks (rearranged into panels: exact, and
+    no float copy), any other tensor dequantised and packed. With ``check_exact``, the
+    set of the matrices packed from floats that do not read back as the file's
+    dequantised weights bit for bit, when there are any (else ``m``)."""
     lay = m.layout
+    fmts = m.dtypes
     params = m.params
+    types: Dict[str, List[str]] = {}
+    for name, ours, _, _ in spec:
+        types.setdefault(ours, []).append(f.tensors[name].type)
     parts: Dict[str, np.ndarray] = {}
+    inexact = set()
     for name, ours, rows, heads in spec:
         t = f.tensors[name]
         want = lay[ours].shape if rows is None else (rows[1] - rows[0],) + tuple(lay[ours].shape[1:])
         if t.shape != tuple(want):
             raise _fail(f.path, f"tensor {name!r} has shape {t.shape}, expected {tuple(want)} for "
                                 "this file's metadata")
-        raw = lay[ours].packed and (m.dtype, t.type) in _RAW
-        w = t.data if raw else t.to_float32()  # raw: (rows, row bytes) of the file's blocks
+        fm = fmts.get(ours)
+        raw = fm is not None and all((fm, ty) in _ROWS for ty in types[ours])
+        # raw: (rows, row bytes) of the format's own blocks
+        w = _ROWS[fm, t.type](t.data, t.type) if raw else t.to_float32()
         if heads is not None:
             w = unpermute(w, heads)  # whole rows: whole blocks
         if rows is not None:
@@ -362,13 +433,13 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool) -> Any:
             w = parts.pop(ours)
         if raw:
             tl = lay[ours]
-            params[tl.offset:tl.offset + tl.nbytes] = raw_panels(w, t.type)
+            params[tl.offset:tl.offset + tl.nbytes] = raw_panels(w, _PANELS[fm])
             continue
         m.write_tensor(ours, np.ascontiguousarray(w))
-        if check_exact and lay[ours].packed:
+        if check_exact and lay[ours].packed and fm != "float32":
             if not np.array_equal(m.read_tensor(ours).view(np.uint32), w.view(np.uint32)):
-                return None
-    return m
+                inexact.add(ours)
+    return inexact or m
 
 
 # ---- saving -------------------------------------------------------------------------------------

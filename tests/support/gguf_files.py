@@ -232,3 +232,18 @@ def write_model(path, arch: str = "llama", *, width: int = 64, layers: int = 2, 
     w.write_tensors_to_file()
     w.close()
     return sd
+
+
+def native(types):
+    """The format blockc holds a matrix of these file types in (independently of
+    blockc.gguf.model's table): the type's own format, Q4_0/Q5_0/Q8_0 parts as q8_0 (the
+    same weights, exactly), anything else float32."""
+    own = {"F32": "float32", "BF16": "bfloat16", "Q8_0": "q8_0", "Q4_0": "q4_0", "F16": "float16",
+           "Q5_0": "q5_0", "Q4_K": "q4_k", "Q6_K": "q6_k"}
+    import blockc.ops
+    have = set(blockc.ops.DTYPES)
+    if len(set(types)) == 1 and own.get(types[0]) in have:
+        return own[types[0]]
+    if set(types) <= {"Q4_0", "Q5_0", "Q8_0"}:
+        return "q8_0"
+    return "float32"
