@@ -16,7 +16,6 @@ from support.gguf_files import native, permute_qk, write_model
 gguf = pytest.importorskip("gguf")
 gq = pytest.importorskip("gguf.quants")
 
-#: GGUF files of one type held in a native format
 
 Q4_K_M = {"attn_v.weight": "Q6_K", "ffn_down.weight": "Q6_K", "output.weight": "Q6_K"}
 
