@@ -2,8 +2,8 @@
 
 Two models with random weights, shaped like SmolLM2-135M (vocab 49,152, D=576, 30 layers,
 9 query and 3 K/V heads, SwiGLU of 1,536, tied) and GPT-2 small (vocab 50,257, D=768,
-12 layers); each written by blockc's save_gguf as F32 (the reference), F16, Q8_0, Q4_0 and
-Q4_K_M (llama.cpp's recipe; SmolLM's rows of 576 are not whole K-blocks, so llama.cpp's
+12 layers); each written by blockc's save_gguf as F32 (the reference), F16, Q8_0, Q4_0, Q5_0
+and Q4_K_M (llama.cpp's recipe; SmolLM's rows of 576 are not whole K-blocks, so llama.cpp's
 fallback Q5_0 takes them, as its own quantiser does). For each file:
 
   load      GPT.from_pretrained(file) from a warm page cache (best of 3), seconds
@@ -13,8 +13,9 @@ fallback Q5_0 takes them, as its own quantiser does). For each file:
             sequence, blockc's and llama.cpp's (each against blockc's float32 model)
 
 llama.cpp runs through llama-cpp-python when it is installed (it is not in CI); its column
-is then filled. blockc computes Q8_0 files with its q8_0 kernels and the other types with
-their dequantised float32 weights (no 4-bit kernel yet: see docs/speed.md's gguf section).
+is then filled. blockc computes F16, Q8_0, Q4_0 and Q5_0 files with its native float16,
+q8_0, q4_0 and q5_0 kernels (the file's blocks, streamed) and mixed files with their
+dequantised float32 weights.
 Engines alternate within each round; the figures are medians of --repeats rounds.
 
     python benches/bench_gguf.py                      # the tables (long: quantising is NumPy)
@@ -37,7 +38,7 @@ import blockc
 from doc_section import run as run_bench  # noqa: E402
 from machine import cpu_name, steal_share  # noqa: E402
 
-TYPES = ("F16", "Q8_0", "Q4_0", "Q4_K_M")
+TYPES = ("F16", "Q8_0", "Q4_0", "Q5_0", "Q4_K_M")
 
 
 def config(name: str, layers: Optional[int]) -> "blockc.GPTConfig":

@@ -23,13 +23,15 @@ C_ACT: Dict[str, int] = {"gelu_tanh": lib.BC_ACT_GELU_TANH, "gelu": lib.BC_ACT_G
 #: a learned position table or rotary embeddings
 C_POS: Dict[str, int] = {"learned": lib.BC_POS_LEARNED, "rope": lib.BC_POS_ROPE}
 #: how a packed matrix stores its weights
-#: (the C library's formats table, csrc/kernels/formats.c: float32, bfloat16, q8_0, q4_0, ...)
+#: (the C library's formats table, csrc/kernels/formats.c: float32, bfloat16, q8_0, q4_0,
+#: float16, q5_0, ...)
 C_DTYPE: Dict[str, int] = c_dtypes()
 
 #: what a format cannot hold (the C pack's BC_EVALUE), for the messages that say so
 VALUE_LIMIT: Dict[str, str] = {
     "q8_0": "finite weights of magnitude <= 65504 * 127 (the block scale is a half)",
     "q4_0": "finite weights of magnitude <= 65504 * 8 (the block scale is a half)",
+    "q5_0": "finite weights of magnitude <= 65504 * 16 (the block scale is a half)",
     "float16": "finite weights of magnitude <= 65504 (the largest half; larger ones are "
                "refused, not made infinite)",
 }

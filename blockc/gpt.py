@@ -14,7 +14,7 @@ All parameters live in one buffer whose layout (the byte offset, storage and
 shape of every tensor) the C library computes, in the chapter's PyTorch
 ``GPT.state_dict()`` order and names. The weight matrices are stored packed
 for the kernels (panels of 16 rows, in the model's :attr:`GPT.dtype`:
-float32, bfloat16, float16 or llama.cpp's q8_0 and q4_0; or each matrix in its own
+float32, bfloat16, float16 or llama.cpp's q8_0, q4_0 and q5_0; or each matrix in its own
 format, :attr:`GPT.dtypes`, when ``dtype`` is "mixed", as a Q4_K_M GGUF file loads);
 vectors (biases, norm gains) and the position table are float32.
 :meth:`GPT.state_dict` gives the vectors and the position table as views of the buffer and the matrices unpacked, as float32

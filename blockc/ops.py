@@ -45,7 +45,7 @@ def _vector(a: Any, n: int, name: str, what: str) -> Optional[np.ndarray]:
 
 class PackedWeight:
     """A weight matrix (out, in) packed for the kernels, stored as float32, bfloat16,
-    float16, q8_0 or q4_0.
+    float16, q8_0, q4_0 or q5_0.
 
     Made by :func:`pack`; :func:`linear` accepts it in place of an array. The
     rows are stored in panels of 16 (bc_engine.h gives the layout), so one row
@@ -72,7 +72,7 @@ class PackedWeight:
 
     @property
     def dtype(self) -> str:
-        """"float32", "bfloat16", "float16", "q8_0" or "q4_0"."""
+        """"float32", "bfloat16", "float16", "q8_0", "q4_0" or "q5_0"."""
         return self._dtype
 
     @property
@@ -112,11 +112,12 @@ def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
     ----------
     w : array_like, shape (out, in)
         As PyTorch's ``nn.Linear.weight`` (one row per output); floating.
-    dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0"}, optional
+    dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0"}, optional
         float32 as is; bfloat16 and float16 (IEEE half) rounded to nearest even;
         q8_0 llama.cpp's blocks of 32 weights of a row with one half-precision
         scale (d = max|w| / 127, q = round(w / d)): the weights become d * q;
-        q4_0 llama.cpp's 4-bit blocks (d = m / -8, m the weight of largest magnitude).
+        q4_0 and q5_0 llama.cpp's 4- and 5-bit blocks (d = m / -8 and m / -16, m the
+        weight of largest magnitude).
 
     Returns
     -------

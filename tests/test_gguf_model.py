@@ -27,6 +27,7 @@ CASES = {  # name -> (arch, write_model options)
                                    types=Q4_K_M)),
     "llama-bf16": ("llama", dict(default_type="BF16", kv_heads=2)),
     "llama-f16": ("llama", dict(default_type="F16", kv_heads=2)),
+    "llama-q5_0": ("llama", dict(default_type="Q5_0", kv_heads=1)),
     "qwen2-tied": ("qwen2", dict(kv_heads=2, tied=True, theta=1e6)),
     "qwen2-q5": ("qwen2", dict(kv_heads=2, default_type="Q5_0", types={"ffn_down.weight": "Q5_1",
                                                                        "attn_q.weight": "Q4_1"})),
@@ -266,9 +267,38 @@ def test_cli_convert_both_ways_and_generate(files, tmp_path, capsys):
     assert capsys.readouterr().out.strip()  # the three new tokens, streamed
 
 
-@pytest.mark.parametrize("dtype, typ, ratio", [("q4_0", "Q4_0", 5), ("float16", "F16", 1.9)])
+@pytest.mark.parametrize("dtype, typ", [("q4_0", "Q4_0"), ("q5_0", "Q5_0"), ("q8_0", "Q8_0"),
+                                        ("float16", "F16")])
+def test_packed_blocks_are_gguf_quants_blocks(dtype, typ):
+    """blockc's C quantiser (m.astype from float32) stores, matrix by matrix, the very
+    blocks gguf.quants.quantize makes of the same weights (rearranged into panels of 16
+    rows: raw_panels), corner cases included: near-ties of the rounding, an all-zero
+    block, blocks whose scale underflows a half, rows that are not whole panels."""
+    cfg = GPTConfig.preset("llama-7b", vocab=97, context=32, width=64, heads=4, layers=1,
+                           d_ff=96, kv_heads=2)
+    m = GPT.random(cfg, seed=3)
+    w = m.read_tensor("blocks.0.up.weight") * np.float32(25)
+    w[0, :32] = np.arange(32) - 15.5   # x / d + 16.5 lands on and beside integers
+    w[1, :32] = np.arange(32) * np.float32(-0.5)
+    w[2, :32] = 0.0
+    w[3, :32] *= np.float32(1e-30)
+    w[4, 32:64] = np.float32(1.0) + np.arange(32, dtype=np.float32) * np.float32(2 ** -11)
+    m.write_tensor("blocks.0.up.weight", w)
+    q = m.astype(dtype)
+    gt = getattr(gguf.GGMLQuantizationType, typ)
+    for name, t in q.layout.items():
+        if not t.packed:
+            continue
+        a = m.read_tensor(name)
+        blocks = np.asarray(gq.quantize(a, gt)).view(np.uint8).reshape(a.shape[0], -1)
+        got = q.params[t.offset:t.offset + t.nbytes].view(np.uint8)
+        assert np.array_equal(got, gm.raw_panels(blocks, typ)), name
+
+
+@pytest.mark.parametrize("dtype, typ, ratio", [("q4_0", "Q4_0", 5), ("q5_0", "Q5_0", 4),
+                                               ("float16", "F16", 1.9)])
 def test_native_kernels(tmp_path, dtype, typ, ratio):
-    """blockc's q4_0 and float16 (the packed weights streamed by the decode kernel, no
+    """blockc's q4_0, q5_0 and float16 (the packed weights streamed by the decode kernel, no
     float copy): their blocks are gguf.quants.quantize's, bit for bit; the model computes
     what float32 does with the dequantised weights, on every instruction set; the same
     bits at 1 and 2 threads and through the cache; a GGUF file of the type loads in the

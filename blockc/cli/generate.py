@@ -2,7 +2,7 @@
 
     blockc generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T]
                     [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]
-                    [--seed S] [--dtype float32|bfloat16|float16|q8_0|q4_0] [--threads N]
+                    [--seed S] [--dtype float32|bfloat16|float16|q8_0|q4_0|q5_0] [--threads N]
     blockc generate --model DIR --ids 1,2,3 ...       (no tokenizer needed)
 
 The continuation is streamed to stdout as it is made (text with the directory's

@@ -21,9 +21,10 @@ and are not reordered.
 Weights: each tensor is dequantised exactly (:mod:`blockc.reference.ggml`, bit for
 bit what ggml and the gguf package compute). With ``dtype=None`` each matrix is held
 in the cheapest blockc format that holds its file type's weights exactly (:data:`EXACT`,
-one table: Q8_0 -> q8_0, Q4_0 -> q4_0, F16 -> float16, BF16 -> bfloat16, F32 -> float32,
-Q5_0 -> q8_0 until q5_0 exists; Q8_0, Q4_0 and F16 matrices are the file's very bytes
-rearranged into panels, the others packed and checked tensor by tensor; a fused attn.qkv in a format all three of q, k and v fit), the
+one table: Q8_0 -> q8_0, Q4_0 -> q4_0, Q5_0 -> q5_0, F16 -> float16, BF16 -> bfloat16,
+F32 -> float32; Q8_0, Q4_0, Q5_0 and F16 matrices are the file's very bytes rearranged
+into panels, the others packed and checked tensor by tensor; a fused attn.qkv in a
+format all three of q, k and v fit), the
 others (Q4_1, Q5_1, K-quants until their formats exist) dequantised to float32
 for that matrix only: a file mixing types (Q4_K_M) is a model of mixed formats
 (``m.dtype == "mixed"``, ``m.dtypes`` names each matrix's, ``m.gguf_types`` the
@@ -367,17 +368,18 @@ def _same(raw: np.ndarray, typ: str) -> np.ndarray:
 #: (blockc format, GGUF type) -> the rows of the file's blocks as that format's own GGUF
 #: type (rearranged into panels by _PANELS: exact by construction, no float copy)
 _ROWS = {("q8_0", "Q8_0"): _same, ("q4_0", "Q4_0"): _same, ("float16", "F16"): _same,
-         ("q8_0", "Q4_0"): _q8_0_rows, ("q8_0", "Q5_0"): _q8_0_rows}
+         ("q5_0", "Q5_0"): _same, ("q8_0", "Q4_0"): _q8_0_rows, ("q8_0", "Q5_0"): _q8_0_rows}
 
 #: blockc format -> the GGUF type whose rows raw_panels rearranges into its panels
-_PANELS = {"q8_0": "Q8_0", "q4_0": "Q4_0", "float16": "F16"}
+_PANELS = {"q8_0": "Q8_0", "q4_0": "Q4_0", "float16": "F16", "q5_0": "Q5_0"}
 
 
 def raw_panels(raw: np.ndarray, typ: str) -> np.ndarray:
     """The bytes of blockc's packed matrix (panels of 16 rows, block by block: the 16 rows'
-    half scales, then their quants interleaved; F16 column by column, bc_engine.h) holding
-    the rows ``raw`` (rows, row bytes) of Q8_0, Q4_0 or F16 blocks as they lie in a GGUF
-    file: the same blocks, rearranged (rows past the end zero)."""
+    half scales, then (Q5_0) their fifth bits, then their quants interleaved; F16 column by
+    column, bc_engine.h) holding the rows ``raw`` (rows, row bytes) of Q8_0, Q4_0, Q5_0 or
+    F16 blocks as they lie in a GGUF file: the same blocks, rearranged (rows past the end
+    zero)."""
     rows = raw.shape[0]
     if typ == "F16":  # panel [k][l] = w[16p + l][k], two bytes each
         cols = raw.shape[1] // 2
@@ -385,15 +387,16 @@ def raw_panels(raw: np.ndarray, typ: str) -> np.ndarray:
         r = np.zeros((panels * 16, cols, 2), np.uint8)
         r[:rows] = raw.reshape(rows, cols, 2)
         return r.reshape(panels, 16, cols, 2).transpose(0, 2, 1, 3).reshape(-1)
-    bb = {"Q8_0": 34, "Q4_0": 18}[typ]
+    bb, nh = {"Q8_0": (34, 0), "Q4_0": (18, 0), "Q5_0": (22, 4)}[typ]
     nb = raw.shape[1] // bb
     panels = -(-rows // 16)
     r = np.zeros((panels * 16, nb, bb), np.uint8)
     r[:rows] = raw.reshape(rows, nb, bb)
     r = r.reshape(panels, 16, nb, bb)
     d = r[..., :2].transpose(0, 2, 1, 3).reshape(panels, nb, 32)
-    q = r[..., 2:].transpose(0, 2, 3, 1).reshape(panels, nb, 16 * (bb - 2))
-    return np.concatenate([d, q], axis=2).reshape(-1)
+    h = r[..., 2:2 + nh].transpose(0, 2, 1, 3).reshape(panels, nb, 16 * nh)  # each row's uint32
+    q = r[..., 2 + nh:].transpose(0, 2, 3, 1).reshape(panels, nb, 16 * (bb - 2 - nh))
+    return np.concatenate([d, h, q], axis=2).reshape(-1)
 
 
 def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool) -> Any:

@@ -413,7 +413,7 @@ class Model:
         seed : int >= 0 or None, optional
             Seed of ``numpy.random.default_rng``, drawn from tensor by tensor in
             state-dict order (None: fresh entropy).
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0"}, optional
+        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0"}, optional
             How the matrices are stored (the same float32 draws, then rounded
             or quantised).
         dtypes : mapping of str to str, optional
@@ -463,7 +463,7 @@ class Model:
             Every key and shape is checked against it. For a tied config,
             ``head.weight`` may be present (PyTorch lists it) and must equal
             ``token.weight`` bit for bit.
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0"}, optional
+        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0"}, optional
             How the matrices are stored.
         dtypes : mapping of str to str, optional
             Matrix name -> its own format (the others in ``dtype``): each matrix
@@ -561,9 +561,9 @@ class Model:
 
         Parameters
         ----------
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0"}
+        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0"}
             From float32 the weights are rounded (bfloat16, float16) or quantised
-            (q8_0, q4_0: llama.cpp's rules); from a lower precision (or a mixed
+            (q8_0, q4_0, q5_0: llama.cpp's rules); from a lower precision (or a mixed
             model's formats) they are the weights this model computes with,
             exactly, stored anew.
 
@@ -705,7 +705,7 @@ class Model:
     def dtype(self) -> str:
         """How the matrices are stored: their one format, one of
         :data:`blockc.model.config.DTYPES` ("float32", "bfloat16", "float16", "q8_0",
-        "q4_0"), or "mixed" when they do not share one (see :attr:`dtypes`)."""
+        "q4_0", "q5_0"), or "mixed" when they do not share one (see :attr:`dtypes`)."""
         return self._dtype
 
     @property

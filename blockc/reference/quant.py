@@ -1,5 +1,6 @@
 """The NumPy oracle of the weight storage types: the weights a float32 matrix becomes
-when stored as bfloat16, q8_0 or q4_0 (no C; written from the formats' definitions).
+when stored as bfloat16, float16, q8_0, q4_0 or q5_0 (no C; written from the formats'
+definitions).
 
 - bfloat16: the high 16 bits of the float32, rounded to nearest, ties to even
   (NaN stays NaN, what ``torch.Tensor.to(torch.bfloat16)`` does).
@@ -7,6 +8,9 @@ when stored as bfloat16, q8_0 or q4_0 (no C; written from the formats' definitio
   one zero-padded); per block ``d = max|w| / 127`` in float32, ``id = 1 / d`` (0
   when d is 0), ``q = round(w * id)`` rounding half away from zero, ``d`` kept
   as an IEEE half; the weight is then ``float(half(d)) * q``.
+- float16: numpy's ``astype(float16)`` (nearest even), for finite weights of magnitude
+  at most 65504 (blockc refuses the rest).
+- q4_0, q5_0: llama.cpp's reference quantisers, :mod:`blockc.reference.ggml`.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import numpy as np
 from . import ggml
 from .ggml import bfloat16  # noqa: F401 (defined beside the ggml oracle, which rounds BF16 with it)
 
-__all__ = ["bfloat16", "q8_0_blocks", "q8_0", "q4_0"]
+__all__ = ["bfloat16", "float16", "q8_0_blocks", "q8_0", "q4_0", "q5_0"]
 
 
 def _round_half_away(v: np.ndarray) -> np.ndarray:
@@ -51,13 +55,28 @@ def q8_0(w) -> np.ndarray:
     return deq.reshape(a.shape[0], -1)[:, :a.shape[1]]
 
 
-def q4_0(w) -> np.ndarray:
-    """``w`` stored as q4_0 (llama.cpp's ``quantize_row_q4_0_ref``, rows zero-padded to
-    blocks of 32: :mod:`blockc.reference.ggml`), as the float32 weights it becomes."""
+def float16(w) -> np.ndarray:
+    """``w`` stored as float16 (IEEE halves, rounded to nearest even), as float32."""
+    return np.asarray(w, np.float32).astype(np.float16).astype(np.float32)
+
+
+def _ggml_blocks(w, typ: str) -> np.ndarray:
     a = np.ascontiguousarray(w, dtype=np.float32)
     if a.ndim != 2:
         raise ValueError(f"w must be 2-D, got shape {a.shape}")
     rows, cols = a.shape
     pad = np.zeros((rows, (cols + 31) // 32 * 32), np.float32)
     pad[:, :cols] = a
-    return ggml.dequantise(ggml.quantise(pad, "Q4_0"), "Q4_0")[:, :cols]
+    return ggml.dequantise(ggml.quantise(pad, typ), typ)[:, :cols]
+
+
+def q4_0(w) -> np.ndarray:
+    """``w`` stored as q4_0 (llama.cpp's ``quantize_row_q4_0_ref``, rows zero-padded to
+    blocks of 32: :mod:`blockc.reference.ggml`), as the float32 weights it becomes."""
+    return _ggml_blocks(w, "Q4_0")
+
+
+def q5_0(w) -> np.ndarray:
+    """``w`` stored as q5_0 (llama.cpp's ``quantize_row_q5_0_ref``, rows zero-padded to
+    blocks of 32: :mod:`blockc.reference.ggml`), as the float32 weights it becomes."""
+    return _ggml_blocks(w, "Q5_0")

@@ -31,7 +31,8 @@ extern "C" {
 #define BC_DTYPE_Q8_0 2
 #define BC_DTYPE_Q4_0 3
 #define BC_DTYPE_F16 6
-#define BC_NDTYPE 7      /* one past the last dtype (4 and 5 reserved: no format yet) */
+#define BC_DTYPE_Q5_0 7
+#define BC_NDTYPE 8      /* one past the last dtype (4 and 5 reserved: no format yet) */
 #define BC_DTYPE_NAME_MAX 16   /* bytes a dtype's name needs, with its NUL */
 
 /* Normalisation kinds and placements of the block. */
@@ -104,10 +105,19 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  at most 65504 (the largest half) in magnitude: larger ones,
  *                  even those that would round down to 65504, are refused
  *                  rather than stored as infinities.
+ *   BC_DTYPE_Q5_0  llama.cpp's q5_0 (blocks of 32 weights of a row with one
+ *                  scale, 5 bits each): panel p is ceil(cols / 32) blocks of
+ *                  352 bytes, the 16 rows' scales d[l] (IEEE halves), their
+ *                  fifth bits qh[l] (uint32: bit j of weight j), then q[j][l]
+ *                  (16 x 16 bytes: the low four bits of weight j in the low
+ *                  nibble, of weight j + 16 in the high one); w[16p + l][32b +
+ *                  j] = d[l] * ((nibble | bit j of qh[l] << 4) - 16). A block's
+ *                  d = m / -16 for m its weight of largest magnitude, q =
+ *                  min(31, (int)(w / d + 16.5)).
  * bc_pack_size gives the bytes. */
 
 /* The weight format dtype (0 <= dtype < BC_NDTYPE): its name as Python spells it
- * ("float32", "bfloat16", "q8_0", "q4_0", "float16"; NUL-terminated into name, name_cap >
+ * ("float32", "bfloat16", "q8_0", "q4_0", "float16", "q5_0"; NUL-terminated into name, name_cap >
  * its length, at most BC_DTYPE_NAME_MAX), the weights of a row per block and
  * the bytes of one block (a row of cols weights, padded to whole blocks, takes
  * ceil(cols / block) * block_bytes bytes). Any output may be NULL (not
@@ -122,7 +132,7 @@ int bc_pack_size(size_t *bytes, int dtype, size_t rows, size_t cols);
 
 /* out (out_bytes >= bc_pack_size) = w (rows, cols) packed as dtype. BC_EVALUE
  * for q8_0 when a weight is not finite or beyond 65504 * 127 in magnitude, for
- * q4_0 beyond 65504 * 8, for float16 beyond 65504. */
+ * q4_0 beyond 65504 * 8, for q5_0 beyond 65504 * 16, for float16 beyond 65504. */
 int bc_pack(void *out, size_t out_bytes, const float *w, int dtype, size_t rows, size_t cols);
 
 /* The same for w(r, c) = w[r * row_stride + c * col_stride]: a transposed w

@@ -41,6 +41,14 @@ typedef struct {
     uint8_t q[16][BC_PANEL];    /* q[j][row]: weight j low nibble, weight j + 16 high */
 } bc_q4_block;
 
+/* One block of a q5_0 panel: the panel's 16 rows, 32 columns (ggml's block_q5_0
+ * for each row, its fifth bits and nibbles interleaved with the other rows'). */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' scales (IEEE halves) */
+    uint32_t qh[BC_PANEL];      /* qh[row]: bit j the fifth bit of weight j */
+    uint8_t q[16][BC_PANEL];    /* q[j][row]: weight j's low four bits low, j + 16's high */
+} bc_q5_block;
+
 typedef struct {
     const char *name;      /* the format's name in Python ("float32", "bfloat16", "q8_0") */
     size_t block;          /* weights of one row per block */

@@ -122,6 +122,16 @@ static inline V vload_nib8(const uint8_t *p, int hi)
     u = hi ? _mm512_srli_epi32(u, 4) : _mm512_and_si512(u, _mm512_set1_epi32(15));
     return _mm512_cvtepi32_ps(_mm512_sub_epi32(u, _mm512_set1_epi32(8)));
 }
+/* lane i = the low (hi = 0) or high nibble of p[i] with bit j of h[i] as its
+ * fifth bit, less 16 */
+static inline V vload_nib16(const uint8_t *p, const uint32_t *h, int hi, unsigned j)
+{
+    __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    u = hi ? _mm512_srli_epi32(u, 4) : _mm512_and_si512(u, _mm512_set1_epi32(15));
+    __m512i b = _mm512_srl_epi32(_mm512_loadu_si512((const void *)h), _mm_cvtsi32_si128((int)j));
+    b = _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(1)), 4);
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_or_si512(u, b), _mm512_set1_epi32(16)));
+}
 static inline V vload_bf16(const uint16_t *p)
 {
     const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
@@ -239,6 +249,16 @@ static inline V vload_nib8(const uint8_t *p, int hi)
     u = hi ? _mm256_srli_epi32(u, 4) : _mm256_and_si256(u, _mm256_set1_epi32(15));
     return _mm256_cvtepi32_ps(_mm256_sub_epi32(u, _mm256_set1_epi32(8)));
 }
+/* lane i = the low (hi = 0) or high nibble of p[i] with bit j of h[i] as its
+ * fifth bit, less 16 */
+static inline V vload_nib16(const uint8_t *p, const uint32_t *h, int hi, unsigned j)
+{
+    __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    u = hi ? _mm256_srli_epi32(u, 4) : _mm256_and_si256(u, _mm256_set1_epi32(15));
+    __m256i b = _mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)h), _mm_cvtsi32_si128((int)j));
+    b = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(1)), 4);
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_or_si256(u, b), _mm256_set1_epi32(16)));
+}
 static inline V vload_bf16(const uint16_t *p)
 {
     const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
@@ -291,6 +311,15 @@ static inline V vload_nib8(const uint8_t *p, int hi)
     V r;
     for (int i = 0; i < 4; i++)
         r.f[i] = (float)((hi ? p[i] >> 4 : p[i] & 15) - 8);
+    return r;
+}
+/* lane i = the low (hi = 0) or high nibble of p[i] with bit j of h[i] as its
+ * fifth bit, less 16 */
+static inline V vload_nib16(const uint8_t *p, const uint32_t *h, int hi, unsigned j)
+{
+    V r;
+    for (int i = 0; i < 4; i++)
+        r.f[i] = (float)(((hi ? p[i] >> 4 : p[i] & 15) | (int)((h[i] >> j) & 1u) << 4) - 16);
     return r;
 }
 static inline V vload_bf16(const uint16_t *p)

@@ -132,6 +132,34 @@ static void panels_q4_0(float *bp, const void *w, size_t c, size_t o0, size_t nc
     load_panels(BC_DTYPE_Q4_0, 32, q4_0_state, q4_0_vec, bp, w, c, o0, nc, p0, kc);
 }
 
+/* ---- q5_0 panels: as q4_0, a fifth bit from each row's qh ----------------- */
+
+BC_INLINE V q5_0_state(const unsigned char *panel, size_t k0, size_t lane0)
+{
+    return vload_half(((const bc_q5_block *)panel + k0 / 32)->d + lane0);
+}
+
+/* (q - 16) * d: exact in float32, the very weight the file's dequantisation gives */
+BC_INLINE V q5_0_vec(const unsigned char *panel, size_t k, size_t lane0, V state)
+{
+    const bc_q5_block *bl = (const bc_q5_block *)panel + k / 32;
+    const size_t j = k % 32;
+    return vmul(vload_nib16(&bl->q[j % 16][lane0], bl->qh + lane0, j >= 16, (unsigned)j), state);
+}
+
+// y (N,OC), x (N,C), w (OC,C) q5_0 panels; N <= BC_ROWS_MAX
+static void prows_q5_0(const bc_gemm *g, size_t o0, size_t o1)
+{
+    prows_part(BC_DTYPE_Q5_0, 32, q5_0_state, q5_0_vec, g, o0, o1);
+}
+
+// bp (kc, nc) float32 panels <- w (OC,C) q5_0 panels, columns o0.., rows p0..
+static void panels_q5_0(float *bp, const void *w, size_t c, size_t o0, size_t nc, size_t p0,
+                        size_t kc)
+{
+    load_panels(BC_DTYPE_Q5_0, 32, q5_0_state, q5_0_vec, bp, w, c, o0, nc, p0, kc);
+}
+
 /* ---- the entries of the kernel table's wf, by BC_WF_* -------------------- */
 
 /* (a caller's row-major float32 rows: dot products to decode, pack_rows to copy) */
@@ -141,4 +169,5 @@ static void panels_q4_0(float *bp, const void *w, size_t c, size_t o0, size_t nc
     [BC_WF_PANEL(BC_DTYPE_BF16)] = {prows_bf16, panels_bf16},         \
     [BC_WF_PANEL(BC_DTYPE_Q8_0)] = {prows_q8_0, panels_q8_0},         \
     [BC_WF_PANEL(BC_DTYPE_Q4_0)] = {prows_q4_0, panels_q4_0},         \
-    [BC_WF_PANEL(BC_DTYPE_F16)] = {prows_f16, panels_f16},
+    [BC_WF_PANEL(BC_DTYPE_F16)] = {prows_f16, panels_f16},           \
+    [BC_WF_PANEL(BC_DTYPE_Q5_0)] = {prows_q5_0, panels_q5_0},

@@ -3,6 +3,7 @@
  * and unpacking (dequantising) a row. Load-time work, in plain C; the
  * kernels that compute on each format are in fast_formats.h.
  *
+ * q4_0 and q5_0 are llama.cpp's reference quantisers (below).
  * bfloat16 and float16 round to nearest even (float16 refuses what a half
  * cannot hold: no infinities made). q8_0 is llama.cpp's rule, block by block
  * of 32 weights of one row: d = max|w| / 127, q = round(w / d) (half away from
@@ -15,6 +16,10 @@
 #include "bc_half.h"
 
 #define PW BC_PANEL
+
+/* a panel's blocks are the rows' ggml blocks, interleaved: no padding */
+_Static_assert(sizeof(bc_q4_block) == 18 * PW, "bc_q4_block: 16 rows of 18 bytes");
+_Static_assert(sizeof(bc_q5_block) == 22 * PW, "bc_q5_block: 16 rows of 22 bytes");
 
 /* ---- float32: panel [k][l] = w[l][k] ------------------------------------ */
 
@@ -187,6 +192,70 @@ static void q4_unpack_row(float *out, const unsigned char *panel, size_t l, size
     }
 }
 
+/* ---- q5_0: per 32 columns a bc_q5_block of the panel's rows -------------- */
+
+/* A finite weight's q5_0 scale fits a half: |w| <= 65504 * 16. */
+#define Q5_MAX_ABS 1048064.0f
+
+static int q5_check(const float *w, size_t rs, size_t cs, size_t rows, size_t cols)
+{
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++)
+            if (!(fabsf(w[r * rs + c * cs]) <= Q5_MAX_ABS))
+                return BC_EVALUE;
+    return BC_OK;
+}
+
+/* q5_0 of one block of n <= 32 weights (the rest zero), llama.cpp's
+ * quantize_row_q5_0_ref: d = m / -16 for m the first weight of largest
+ * magnitude, q = min(31, (int8)(w / d + 16.5)) computed as w * (1/d) + 16.5;
+ * the low four bits in the nibbles, the fifth in *qh. */
+static void q5_block(uint16_t *d, uint32_t *qh, uint8_t *q, size_t stride, const float *w,
+                     size_t n)
+{
+    float amax = 0.0f, m = 0.0f;
+    for (size_t k = 0; k < n; k++)
+        if (fabsf(w[k]) > amax) {
+            amax = fabsf(w[k]);
+            m = w[k];
+        }
+    const float dd = m / -16.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    *d = bc_f32_to_half(dd);
+    uint32_t h = 0;
+    for (size_t j = 0; j < 16; j++) {
+        const float x0 = j < n ? w[j] * id : 0.0f, x1 = j + 16 < n ? w[j + 16] * id : 0.0f;
+        int q0 = (int8_t)(x0 + 16.5f), q1 = (int8_t)(x1 + 16.5f);
+        q0 = q0 < 31 ? q0 : 31;
+        q1 = q1 < 31 ? q1 : 31;
+        q[j * stride] = (uint8_t)((q0 & 15) | ((q1 & 15) << 4));
+        h |= (uint32_t)(q0 >> 4) << j | (uint32_t)(q1 >> 4) << (j + 16);
+    }
+    *qh = h;
+}
+
+static void q5_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                    size_t nk, size_t cols)
+{
+    bc_q5_block *bl = (bc_q5_block *)panel + k0 / 32;
+    for (size_t b = 0; b < nk; b += 32, bl++) {
+        const size_t n = nk - b < 32 ? nk - b : 32;
+        for (size_t l = 0; l < nl; l++)
+            q5_block(&bl->d[l], &bl->qh[l], &bl->q[0][l], PW, tile + l * ld + b, n);
+    }
+}
+
+static void q5_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q5_block *bl = (const bc_q5_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q5_block *b = bl + k / 32;
+        const size_t j = k % 32;
+        const int nib = j < 16 ? b->q[j][l] & 15 : b->q[j - 16][l] >> 4;
+        const int q = nib | (int)((b->qh[l] >> j) & 1u) << 4;
+        out[k] = bc_half_to_f32(b->d[l]) * (float)(q - 16);
+    }
+}
+
 /* ---- the table, indexed by BC_DTYPE_* ------------------------------------ */
 
 static const bc_format formats[BC_NDTYPE] = {
@@ -195,6 +264,7 @@ static const bc_format formats[BC_NDTYPE] = {
     [BC_DTYPE_Q8_0] = {"q8_0", 32, 34, q8_check, q8_pack, q8_unpack_row},
     [BC_DTYPE_Q4_0] = {"q4_0", 32, 18, q4_check, q4_pack, q4_unpack_row},
     [BC_DTYPE_F16] = {"float16", 1, 2, f16_check, f16_pack, f16_unpack_row},
+    [BC_DTYPE_Q5_0] = {"q5_0", 32, 22, q5_check, q5_pack, q5_unpack_row},
 };
 
 /* (a value below BC_NDTYPE may have no row yet: its name is NULL) */

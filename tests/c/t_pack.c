@@ -8,7 +8,7 @@
 #define NB(n) ((n) * sizeof(float))
 
 static const int DTYPES[] = {BC_DTYPE_F32, BC_DTYPE_BF16, BC_DTYPE_Q8_0, BC_DTYPE_Q4_0,
-                             BC_DTYPE_F16};
+                             BC_DTYPE_F16, BC_DTYPE_Q5_0};
 #define ND ((int)(sizeof DTYPES / sizeof DTYPES[0]))
 
 static size_t packed(int dtype, size_t rows, size_t cols)
@@ -39,6 +39,7 @@ static void size_checks(void)
     EXPECT(packed(BC_DTYPE_Q8_0, 768, 3072) == 768 * 96 * 34);
     EXPECT(packed(BC_DTYPE_Q4_0, 3, 33) == 16 * 2 * 18);  /* q4_0: 18 bytes a block */
     EXPECT(packed(BC_DTYPE_F16, 17, 5) == 32 * 5 * 2);
+    EXPECT(packed(BC_DTYPE_Q5_0, 3, 33) == 16 * 2 * 22);  /* q5_0: 22 bytes a block */
 }
 
 /* bc_dtype_info: every dtype's name, block and bytes, and their agreement
@@ -48,13 +49,13 @@ static void dtype_info_checks(void)
     /* (a value below BC_NDTYPE without a format yet: no name, refused) */
     static const char *const names[BC_NDTYPE] = {
         [BC_DTYPE_F32] = "float32", [BC_DTYPE_BF16] = "bfloat16", [BC_DTYPE_Q8_0] = "q8_0",
-        [BC_DTYPE_Q4_0] = "q4_0", [BC_DTYPE_F16] = "float16"};
+        [BC_DTYPE_Q4_0] = "q4_0", [BC_DTYPE_F16] = "float16", [BC_DTYPE_Q5_0] = "q5_0"};
     static const size_t blocks[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 1, [BC_DTYPE_BF16] = 1, [BC_DTYPE_Q8_0] = 32, [BC_DTYPE_Q4_0] = 32,
-        [BC_DTYPE_F16] = 1};
+        [BC_DTYPE_F16] = 1, [BC_DTYPE_Q5_0] = 32};
     static const size_t bytes[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 4, [BC_DTYPE_BF16] = 2, [BC_DTYPE_Q8_0] = 34, [BC_DTYPE_Q4_0] = 18,
-        [BC_DTYPE_F16] = 2};
+        [BC_DTYPE_F16] = 2, [BC_DTYPE_Q5_0] = 22};
     for (int dt = 0; dt < BC_NDTYPE; dt++) {
         if (!names[dt]) {
             size_t *n = h_alloc_bytes(sizeof *n);
@@ -121,9 +122,12 @@ static void roundtrip_checks(size_t rows, size_t cols)
                 } else if (j < 32 && dt == BC_DTYPE_Q8_0) {
                     /* half a step, plus the scale rounded to a half: 127 d 2^-11 */
                     EXPECT(fabsf(a - b) <= amax / 127.0f * (0.5f + 127.0f / 2048.0f) + 1e-7f);
-                } else if (j < 32) {
+                } else if (j < 32 && dt == BC_DTYPE_Q4_0) {
                     /* q4_0: a step at the clipped end (+8 d stored as 7 d), half one else */
                     EXPECT(fabsf(a - b) <= amax / 8.0f * (1.0f + 8.0f / 2048.0f) + 1e-7f);
+                } else if (j < 32) {
+                    /* q5_0: a step at the clipped end (+16 d stored as 15 d), half one else */
+                    EXPECT(fabsf(a - b) <= amax / 16.0f * (1.0f + 16.0f / 2048.0f) + 1e-7f);
                 }
             }
         }
@@ -153,6 +157,25 @@ static void pack_hostile_checks(void)
         w[R * C - 1] = keep;
     }
     EXPECT(h_untouched(q, nq));
+    /* q5_0: its scale a half too (|w| <= 65504 * 16) */
+    {
+        const size_t n5 = packed(BC_DTYPE_Q5_0, R, C);
+        unsigned char *q5 = h_alloc_bytes(n5);
+        const float bad5[] = {NAN, -INFINITY, 1048064.0f * 1.0001f};
+        for (int i = 0; i < 3; i++) {
+            const float keep = w[R * C - 1];
+            w[R * C - 1] = bad5[i];
+            EXPECT_STATUS(BC_EVALUE, bc_pack(q5, n5, w, BC_DTYPE_Q5_0, R, C));
+            w[R * C - 1] = keep;
+        }
+        EXPECT(h_untouched(q5, n5));
+        w[R * C - 1] = 1048064.0f;
+        EXPECT_STATUS(BC_OK, bc_pack(q5, n5, w, BC_DTYPE_Q5_0, R, C));
+        float *back5 = h_alloc(R * C);
+        EXPECT_STATUS(BC_OK, bc_unpack(back5, q5, n5, BC_DTYPE_Q5_0, R, C));
+        EXPECT(back5[R * C - 1] == 1048064.0f && h_finite(back5, R * C));
+        h_fill(w, R * C, 3, 1.0f);
+    }
     /* float16 refuses what a half cannot hold (beyond 65504: no infinities made),
      * keeps 65504 and underflows the tiny to zero */
     const float badh[] = {NAN, INFINITY, -INFINITY, 65504.5f, -65519.0f};

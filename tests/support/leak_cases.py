@@ -249,7 +249,8 @@ def _cases():
     # -- packed weights
     wp = f32(48, 40)
     pk, n_pack = {}, ffi.new("size_t *")
-    for dt in (lib.BC_DTYPE_F32, lib.BC_DTYPE_BF16, lib.BC_DTYPE_Q8_0, lib.BC_DTYPE_F16):
+    for dt in (lib.BC_DTYPE_F32, lib.BC_DTYPE_BF16, lib.BC_DTYPE_Q8_0, lib.BC_DTYPE_F16,
+               lib.BC_DTYPE_Q5_0):
         lib.bc_pack_size(n_pack, dt, 48, 40)
         pk[dt] = np.zeros(int(n_pack[0]), np.uint8)
     char = lambda a: ffi.from_buffer("char[]", a)  # noqa: E731
@@ -316,6 +317,7 @@ def _cases():
         return make
 
     case("bc_linear_packed float16")(packed_format(lib.BC_DTYPE_F16))
+    case("bc_linear_packed q5_0")(packed_format(lib.BC_DTYPE_Q5_0))
 
     # -- book mode
     def book_structs():
