@@ -162,7 +162,7 @@ def test_reads_every_value_type_and_tensor_type(tmp_path):
         assert t.offset + f.data_offset == pt.data_offset
         ref = np.asarray(gq.dequantize(pt.data, pt.tensor_type), np.float32).reshape(t.shape)
         assert np.array_equal(t.to_float32().view(np.uint32), ref.view(np.uint32)), pt.name
-    assert not t.data.flags.writeable  # a view into the read-only mapping
+    assert not t.data.flags.writeable  # read-only, like a mapping's view
 
 
 def test_write_is_read_back_by_the_peer(tmp_path):
@@ -306,6 +306,56 @@ def test_truncated_at_every_byte(tmp_path):
         q.write_bytes(b[:n])
         with pytest.raises(BlockcValueError):
             bg.read(q)
+
+
+def test_a_file_truncated_under_the_reader_is_an_error_not_sigbus(tmp_path):
+    """read() keeps the file open and reads a tensor's bytes when asked: a file truncated
+    after its header was read (another process rewriting it in place) is a ValueError
+    naming the tensor, never SIGBUS as a mapping gives; the data read before are whole."""
+    import subprocess
+    import sys
+    rng = np.random.default_rng(8)
+    p = peer_file(tmp_path / "a.gguf", {"w": ("Q8_0", weights(rng, 64, 256)),
+                                        "v": ("F32", weights(rng, 64, 256))})
+    prog = f"""
+import os, sys
+import numpy as np
+from blockc import BlockcValueError
+from blockc import gguf as bg
+f = bg.read({str(p)!r})
+w = f.tensors["w"].data.copy()
+os.truncate({str(p)!r}, f.data_offset + f.tensors["v"].offset + 100)
+assert np.array_equal(f.tensors["w"].data, w) or f.tensors["w"].offset > f.tensors["v"].offset
+try:
+    f.tensors["v"].data
+except BlockcValueError as e:
+    print("refused:", e)
+    sys.exit(0)
+sys.exit(3)
+"""
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=60,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])   # -7 would be SIGBUS
+    assert "tensor 'v'" in r.stdout and "bytes short" in r.stdout
+
+
+def test_a_header_longer_than_the_first_read_is_read_whole(tmp_path, monkeypatch):
+    """The header is read as a prefix grown until it fits: a prefix of 64 bytes (every
+    string, array and tensor info crossing its end at some growth) reads the same file."""
+    from blockc.gguf import format as fmt
+    rng = np.random.default_rng(9)
+    p = peer_file(tmp_path / "a.gguf", {"w": ("Q4_0", weights(rng, 4, 256))},
+                  extra={"long.text": "x" * 5000})
+    whole = bg.read(p)
+    monkeypatch.setattr(fmt, "_HEADER_PREFIX", 64)
+    small = bg.read(p)
+    assert small.metadata.keys() == whole.metadata.keys()
+    assert small.get("long.text") == "x" * 5000 and small.get("t.strs") == ["a", "", "üüü"]
+    assert np.array_equal(small.tensors["w"].data, whole.tensors["w"].data)
+    with small:
+        pass
+    with pytest.raises(BlockcValueError, match="closed"):
+        small.tensors["w"].data
 
 
 def test_not_a_regular_file(tmp_path):

@@ -1,4 +1,4 @@
-"""Reading and writing GGUF files (llama.cpp's format), zero-copy, treating every file as hostile.
+"""Reading and writing GGUF files (llama.cpp's format), treating every file as hostile.
 
 The format (versions 2 and 3, little-endian)::
 
@@ -14,16 +14,20 @@ type, a uint64 count and the elements. ``ne[0]`` is the fastest-varying
 dimension: a (rows, cols) matrix is stored with ``ne = [cols, rows]`` and
 rows of whole quantisation blocks.
 
-:func:`read` memory-maps the file and returns NumPy views into it (nothing is
-copied; the pages are read when used). Before anything is mapped into an array,
-every field is checked against the file's size: every count (a count is bounded
+:func:`read` reads the header (a prefix of the file, grown until the header
+fits) and keeps the file open; a tensor's ``data`` are read from it when asked
+for (``os.preadv`` into a new array, one copy from the page cache), never
+mapped: a file truncated or rewritten under a mapping kills the reader with
+SIGBUS, while a short read here is a :class:`blockc.BlockcValueError` naming
+the tensor (the policy of issue 19, as for safetensors). Before anything is
+read into an array, every field is checked against the file's size: every count (a count is bounded
 by the bytes left: a lying count cannot make it loop or allocate), every string
 length, every array, each tensor's dimensions (1 to 4 of them, each >= 1, the
 product below 2**40, the row a whole number of blocks), its type, its offset
 (aligned, its bytes inside the data, no two tensors overlapping); duplicate keys
 and tensor names, nested arrays and invalid UTF-8 are refused. Every error is a
 :class:`blockc.BlockcValueError` naming the file and the key or tensor. Pure
-Python and NumPy: no C code reads the header (mmap slicing is bounds-checked).
+Python and NumPy: no C code reads the header (every slice is bounds-checked).
 
 :func:`write` writes a file atomically (a unique temporary name in the same
 directory, flushed and fsynced, then renamed over the target), so a file blockc
@@ -31,7 +35,6 @@ writes appears whole or not at all.
 """
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
@@ -48,6 +51,7 @@ MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 _MAX_DIMS = 4
 _MAX_ELEMENTS = 2 ** 40  # blockc's limit on one tensor (BC_MAX_ELEMENTS)
+_HEADER_PREFIX = 1 << 22  # bytes :func:`read` reads first for the header (grown as needed)
 
 # ---- the value types of the metadata ------------------------------------------------------------
 
@@ -128,14 +132,27 @@ class GGUFTensor:
 
     ``type`` is the ggml type name ("Q4_K", ...); ``shape`` is NumPy order (the last
     dimension varies fastest: ``ne`` reversed, a matrix (rows, cols)); ``data`` is a
-    read-only uint8 view of its bytes, shaped (rows..., bytes per row).
+    read-only uint8 array of its bytes, shaped (rows..., bytes per row): for a file
+    (:func:`read`) read from it each time it is asked for (nothing is kept), for
+    :func:`parse_bytes` a view into the bytes given.
     """
-    __slots__ = ("name", "type", "shape", "offset", "nbytes", "data", "file")
+    __slots__ = ("name", "type", "shape", "offset", "nbytes", "_data", "_source", "file")
 
     def __init__(self, name: str, type: str, shape: Tuple[int, ...], offset: int, nbytes: int,
-                 data: Optional[np.ndarray], file: str):
+                 data: Optional[np.ndarray], file: str, source: Optional[Tuple[Any, int]] = None):
         self.name, self.type, self.shape, self.offset, self.nbytes = name, type, shape, offset, nbytes
-        self.data, self.file = data, file
+        self._data, self._source, self.file = data, source, file
+
+    @property
+    def data(self) -> np.ndarray:
+        """The tensor's bytes (see the class)."""
+        if self._data is not None:
+            return self._data
+        reader, at = self._source
+        a = reader.read_at(at, self.nbytes, f"tensor {self.name!r}")
+        a.flags.writeable = False
+        rb = self.nbytes // max(1, int(np.prod(self.shape[:-1], dtype=np.int64)))
+        return a.reshape(tuple(self.shape[:-1]) + (rb,))
 
     def to_float32(self) -> np.ndarray:
         """The values as a float32 array of :attr:`shape` (dequantised exactly as ggml does).
@@ -159,12 +176,26 @@ class GGUFFile:
     """A parsed GGUF file: ``version``, ``alignment``, ``fields`` (key -> :class:`Value`, in
     the file's order), ``tensors`` (name -> :class:`GGUFTensor`, in the file's order),
     ``data_offset`` (where the tensor data starts). ``metadata`` maps each key to its value
-    alone. The tensors' arrays are views into the file's mapping, kept alive by them."""
+    alone. A file :func:`read` returned stays open (its tensors' ``data`` are read from it)
+    until :meth:`close`, a ``with`` block's end, or collection."""
 
     def __init__(self, path: str, version: int, alignment: int, fields: Dict[str, Value],
-                 tensors: Dict[str, GGUFTensor], data_offset: int):
+                 tensors: Dict[str, GGUFTensor], data_offset: int, reader: Any = None):
         self.path, self.version, self.alignment = path, version, alignment
         self.fields, self.tensors, self.data_offset = fields, tensors, data_offset
+        self._reader = reader
+
+    def close(self) -> None:
+        """Close the file (a tensor's ``data`` can no longer be read); also at exit of a
+        ``with`` block, and when the object is collected."""
+        if self._reader is not None:
+            self._reader.close()
+
+    def __enter__(self) -> "GGUFFile":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     @property
     def metadata(self) -> Dict[str, Any]:
@@ -186,16 +217,62 @@ def _fail(path: str, msg: str) -> BlockcValueError:
     return BlockcValueError(f"{path}: {msg}")
 
 
-class _Cursor:
-    """Reads the header from ``buf`` at ``pos``, every read checked against its length."""
+class _More(Exception):
+    """The header runs past the prefix read so far (not past the file): read more."""
 
-    def __init__(self, buf: Any, path: str):
-        self.buf, self.path, self.pos, self.size = buf, path, 0, len(buf)
+    def __init__(self, upto: int):
+        self.upto = upto
+
+
+class _FileReader:
+    """An open GGUF file read with ``os.preadv``: every read is checked to return all
+    the bytes asked for (a file truncated since it was opened is an error, not SIGBUS)."""
+
+    def __init__(self, fd: int, path: str, size: int):
+        self.fd, self.path, self.size = fd, path, size
+
+    def read_at(self, offset: int, n: int, what: str) -> np.ndarray:
+        """A new uint8 array of the ``n`` bytes at ``offset``."""
+        if self.fd < 0:
+            raise _fail(self.path, f"{what}: the file was closed")
+        out = np.empty(n, np.uint8)
+        view, got = memoryview(out), 0
+        while got < n:
+            k = os.preadv(self.fd, [view[got:]], offset + got)
+            if k <= 0:
+                raise _fail(self.path, f"{what}: the file ended at offset {offset + got}, "
+                                       f"{n - got} bytes short of what its header describes "
+                                       f"(truncated while blockc read it?)")
+            got += k
+        return out
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class _Cursor:
+    """Reads the header from ``buf`` at ``pos``, every read checked against the file's
+    ``size`` (a lying count or length is refused) and against the bytes ``buf`` holds (a
+    prefix of the file: :class:`_More` when the header runs past it)."""
+
+    def __init__(self, buf: Any, path: str, size: Optional[int] = None):
+        self.buf, self.path, self.pos, self.have = buf, path, 0, len(buf)
+        self.size = self.have if size is None else size
+
+    def have_to(self, end: int) -> None:
+        if end > self.have:
+            raise _More(end)
 
     def need(self, n: int, what: str) -> None:
         if n > self.size - self.pos:
             raise _fail(self.path, f"truncated: {what} needs {n} bytes at offset {self.pos}, "
                                    f"the file has {self.size - self.pos} left")
+        self.have_to(self.pos + n)
 
     def scalar(self, vt: int, what: str) -> Any:
         fmt = _STRUCT[vt]
@@ -210,6 +287,7 @@ class _Cursor:
         if n > self.size - self.pos:
             raise _fail(self.path, f"{what}: a string of {n} bytes at offset {self.pos}, longer "
                                    f"than the {self.size - self.pos} bytes left in the file")
+        self.have_to(self.pos + n)
         raw = self.buf[self.pos:self.pos + n]
         self.pos += n
         try:
@@ -237,17 +315,21 @@ class _Cursor:
                                            f"{self.size - self.pos} bytes left")
                 # the strings one by one, every length checked (vocabularies: ~1e5 of them)
                 out: List[str] = []
-                buf, pos, size = self.buf, self.pos, self.size
+                buf, pos, size, have = self.buf, self.pos, self.size, self.have
                 unpack = struct.Struct("<Q").unpack_from
                 for i in range(n):
                     if 8 > size - pos:
                         self.pos = pos
                         raise _fail(self.path, f"{where}[{i}]: truncated at offset {pos}")
+                    if pos + 8 > have:
+                        raise _More(pos + 8)
                     (ln,) = unpack(buf, pos)
                     pos += 8
                     if ln > size - pos:
                         raise _fail(self.path, f"{where}[{i}]: a string of {ln} bytes at offset "
                                                f"{pos}, longer than the {size - pos} bytes left")
+                    if pos + ln > have:
+                        raise _More(pos + ln)
                     try:
                         out.append(bytes(buf[pos:pos + ln]).decode("utf-8"))
                     except UnicodeDecodeError as e:
@@ -259,6 +341,7 @@ class _Cursor:
             if n > (self.size - self.pos) // dt.itemsize:
                 raise _fail(self.path, f"{where}: an array of {n} {ename} cannot fit in the "
                                        f"{self.size - self.pos} bytes left")
+            self.have_to(self.pos + n * dt.itemsize)
             a = np.frombuffer(self.buf, dtype=dt, count=n, offset=self.pos)
             self.pos += n * dt.itemsize
             if et == 7:
@@ -276,9 +359,13 @@ class _Cursor:
         return Value(name, v)
 
 
-def _parse(buf: Any, path: str) -> GGUFFile:
-    """The header of the file whose bytes are ``buf``, every field checked (buf only sliced)."""
-    c = _Cursor(buf, path)
+def _parse(buf: Any, path: str, reader: Optional[_FileReader] = None) -> GGUFFile:
+    """The header of the file whose bytes are ``buf`` (with ``reader``: a prefix of the file
+    it reads, :class:`_More` when the header runs past it), every field checked (buf only
+    sliced); the tensors' data are views into ``buf``, or read by ``reader``."""
+    c = _Cursor(buf, path, None if reader is None else reader.size)
+    if c.size >= 4:
+        c.have_to(4)
     if c.size < 4 or bytes(buf[:4]) != MAGIC:
         raise _fail(path, "not a GGUF file (it does not start with the bytes 'GGUF')")
     c.pos = 4
@@ -360,14 +447,19 @@ def _parse(buf: Any, path: str) -> GGUFFile:
             raise _fail(path, f"tensors {n0!r} and {n1!r} overlap in the data")
     tensors: Dict[str, GGUFTensor] = {}
     for name, tname, shape, off, nbytes, rb in infos:
+        if reader is not None:  # read when asked for (GGUFTensor.data)
+            tensors[name] = GGUFTensor(name, tname, shape, off, nbytes, None, path,
+                                       (reader, start + off))
+            continue
         a = np.frombuffer(buf, dtype=np.uint8, count=nbytes, offset=start + off)
         tensors[name] = GGUFTensor(name, tname, shape, off, nbytes,
                                    a.reshape(shape[:-1] + (rb,)), path)
-    return GGUFFile(path, version, alignment, fields, tensors, start)
+    return GGUFFile(path, version, alignment, fields, tensors, start, reader)
 
 
 def read(path: Union[str, "os.PathLike[str]"]) -> GGUFFile:
-    """The header and tensors of a GGUF file (memory-mapped, zero-copy), every field checked.
+    """The header and tensors of a GGUF file, every field checked; the file stays open and
+    each tensor's ``data`` is read from it when asked for (never mapped: see the module).
 
     Parameters
     ----------
@@ -376,7 +468,8 @@ def read(path: Union[str, "os.PathLike[str]"]) -> GGUFFile:
     Returns
     -------
     GGUFFile
-        Its tensors' ``data`` are read-only views into the mapping.
+        Its tensors' ``data`` are read-only arrays read from the file (a short read, the
+        file truncated since it was opened, is a ValueError naming the tensor).
 
     Raises
     ------
@@ -394,10 +487,21 @@ def read(path: Union[str, "os.PathLike[str]"]) -> GGUFFile:
     """
     path = os.fspath(path)
     with open_regular(path, "a GGUF file") as f:
-        if os.fstat(f.fileno()).st_size == 0:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
             raise _fail(path, "empty file")
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    return _parse(mm, path)
+        reader = _FileReader(os.dup(f.fileno()), path, size)
+    try:
+        want = min(size, _HEADER_PREFIX)
+        while True:
+            prefix = reader.read_at(0, want, "the header")
+            try:
+                return _parse(memoryview(prefix), path, reader)
+            except _More as more:  # a header longer than the prefix (large vocabularies)
+                want = min(size, max(2 * want, more.upto))
+    except BaseException:
+        reader.close()
+        raise
 
 
 def parse_bytes(data: bytes, path: str = "<bytes>") -> GGUFFile:
