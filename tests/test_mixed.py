@@ -301,3 +301,16 @@ def test_mixed_file_logits_match_transformers(gguf_files, name):
         theirs = hf(torch.tensor(ids)).logits.numpy()
     err = np.abs(m(ids) - theirs).max() / np.abs(theirs).max()
     assert err < 5e-6, (name, err)
+
+
+def test_a_format_that_would_store_other_weights_gives_way_to_the_next(gguf_files, monkeypatch):
+    """A format EXACT lists whose packing of the dequantised weights does not give them
+    back bit for bit (bfloat16 for Q8_0's d * q: more than 8 significant bits) is checked
+    tensor by tensor and replaced by the next (q8_0, the file's blocks)."""
+    monkeypatch.setitem(gm.EXACT, "Q8_0", ("bfloat16", "q8_0"))
+    m = GPT.from_pretrained(gguf_files / "mixed.gguf")
+    assert m.dtypes["blocks.0.down.weight"] == "q8_0" and m.dtypes["token.weight"] == "q8_0"
+    ref = GPT.from_pretrained(gguf_files / "mixed.gguf", dtype="float32")
+    for name in m.layout:
+        assert np.array_equal(m.read_tensor(name).view(np.uint32),
+                              ref.read_tensor(name).view(np.uint32)), name

@@ -299,13 +299,18 @@ def load(path: str, dtype: Optional[str], cls: Any) -> Any:
         if lay[ours].packed:
             parts.setdefault(ours, []).append(f.tensors[n].type)
     if dtype is None:
-        chosen = {ours: native_format(types) for ours, types in parts.items()}
+        cands = {ours: exact_formats(types) for ours, types in parts.items()}
     else:
-        chosen = dict.fromkeys(parts, dtype)
-    m = _fill(cls(cfg, dtypes=chosen), f, spec, check_exact=dtype is None)
-    if isinstance(m, set):  # matrices a format's packing would store differently: float32
-        chosen.update(dict.fromkeys(m, "float32"))
-        m = _fill(cls(cfg, dtypes=chosen), f, spec, check_exact=False)
+        cands = {ours: [dtype] for ours in parts}
+    while True:
+        chosen = {ours: c[0] for ours, c in cands.items()}
+        m = _fill(cls(cfg, dtypes=chosen), f, spec, check_exact=dtype is None)
+        if not isinstance(m, set):
+            break
+        # matrices a format's packing stores differently: the next format (float32 last,
+        # which is never checked, so this ends)
+        for ours in m:
+            cands[ours].pop(0)
     m.special_ids = _special_ids(f, cfg.vocab)
     # what generate, chat and serve stop at (a GGUF file has no generation_config.json)
     m.generation_config = GenerationConfig.from_dict(m.special_ids)
@@ -330,15 +335,20 @@ EXACT: Dict[str, Tuple[str, ...]] = {
 }
 
 
-def native_format(types: List[str]) -> str:
-    """The cheapest blockc format holding exactly the weights of a matrix whose parts
-    (q, k, v of a fused attn.qkv) have the ggml ``types``: a format every part's
-    :data:`EXACT` entry lists, else float32 (the dequantised weights)."""
+def exact_formats(types: List[str]) -> List[str]:
+    """The blockc formats that hold exactly the weights of a matrix whose parts (q, k, v
+    of a fused attn.qkv) have the ggml ``types``, cheapest first: those every part's
+    :data:`EXACT` entry lists and blockc has, then float32 (the dequantised weights)."""
     from ..model import DTYPES
-    for cand in EXACT.get(types[0], ()):
-        if cand in DTYPES and all(cand in EXACT.get(t, ()) for t in types[1:]):
-            return cand
-    return "float32"
+    out = [c for c in EXACT.get(types[0], ())
+           if c in DTYPES and c != "float32" and all(c in EXACT.get(t, ()) for t in types[1:])]
+    return out + ["float32"]
+
+
+def native_format(types: List[str]) -> str:
+    """The cheapest of :func:`exact_formats` (loading checks a format packed from floats
+    tensor by tensor and takes the next when it would store other weights)."""
+    return exact_formats(types)[0]
 
 
 def _q8_0_rows(raw: np.ndarray, typ: str) -> np.ndarray:
