@@ -32,7 +32,8 @@ extern "C" {
 #define BC_DTYPE_Q4_0 3
 #define BC_DTYPE_F16 6
 #define BC_DTYPE_Q5_0 7
-#define BC_NDTYPE 8      /* one past the last dtype (4 and 5 reserved: no format yet) */
+#define BC_DTYPE_Q8_0I 8
+#define BC_NDTYPE 9      /* one past the last dtype (4 and 5 reserved: no format yet) */
 #define BC_DTYPE_NAME_MAX 16   /* bytes a dtype's name needs, with its NUL */
 
 /* Normalisation kinds and placements of the block. */
@@ -114,10 +115,28 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  j] = d[l] * ((nibble | bit j of qh[l] << 4) - 16). A block's
  *                  d = m / -16 for m its weight of largest magnitude, q =
  *                  min(31, (int)(w / d + 16.5)).
+ *   BC_DTYPE_Q8_0I q8_0's weights (the same d and q) multiplied by integer dot
+ *                  products: panel p is ceil(cols / 32) blocks of 544 bytes,
+ *                  the 16 rows' scales d[l] (IEEE halves) then u[j][l][t]
+ *                  (8 x 16 x 4 bytes) = q[4j + t][l] + 128. A product
+ *                  quantises each row of x to 8 bits per block of 32 (b:
+ *                  a = max|x|, d_x = a / 127, q_x = round-half-even(x * (127 /
+ *                  a)); a block with a non-finite x has d_x = NaN, one with a <
+ *                  1e-30 is zero) and computes each output as acc = 0, then
+ *                  for each block b in order acc = fma((float)isum_b, d[l] *
+ *                  d_x[b], acc) with isum_b the exact int32 sum of q q_x: the
+ *                  same bits on every instruction set, for any number of rows
+ *                  and threads; about 1e-2 relative error per product from
+ *                  the 8-bit x (q8_0 keeps x exact). At most BC_Q8_0I_MAX_COLS
+ *                  columns (BC_ESIZE past them).
  * bc_pack_size gives the bytes. */
 
+/* Columns a q8_0i matrix can have (a quantised row of x fits a call's scratch). */
+#define BC_Q8_0I_MAX_COLS 65536
+
 /* The weight format dtype (0 <= dtype < BC_NDTYPE): its name as Python spells it
- * ("float32", "bfloat16", "q8_0", "q4_0", "float16", "q5_0"; NUL-terminated into name, name_cap >
+ * ("float32", "bfloat16", "q8_0", "q4_0", "float16", "q5_0",
+ * "q8_0i"; NUL-terminated into name, name_cap >
  * its length, at most BC_DTYPE_NAME_MAX), the weights of a row per block and
  * the bytes of one block (a row of cols weights, padded to whole blocks, takes
  * ceil(cols / block) * block_bytes bytes). Any output may be NULL (not
@@ -127,11 +146,12 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
 int bc_dtype_info(char *name, size_t name_cap, size_t *block, size_t *block_bytes, int dtype);
 
 /* *bytes: the size of a packed (rows, cols) matrix of dtype. BC_ESIZE for a zero
- * size, BC_EOPTION for an unknown dtype, BC_EOVERFLOW past BC_MAX_ELEMENTS. */
+ * size (or more columns than the format holds: q8_0i), BC_EOPTION for an unknown
+ * dtype, BC_EOVERFLOW past BC_MAX_ELEMENTS. */
 int bc_pack_size(size_t *bytes, int dtype, size_t rows, size_t cols);
 
 /* out (out_bytes >= bc_pack_size) = w (rows, cols) packed as dtype. BC_EVALUE
- * for q8_0 when a weight is not finite or beyond 65504 * 127 in magnitude, for
+ * for q8_0 and q8_0i when a weight is not finite or beyond 65504 * 127 in magnitude, for
  * q4_0 beyond 65504 * 8, for q5_0 beyond 65504 * 16, for float16 beyond 65504. */
 int bc_pack(void *out, size_t out_bytes, const float *w, int dtype, size_t rows, size_t cols);
 

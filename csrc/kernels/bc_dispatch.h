@@ -110,6 +110,17 @@ typedef struct {
 
 #define BC_ATT_BK 64   /* keys per tile */
 
+/* Rows of x quantised for integer dot products (q8_0i: bc_engine.h says how),
+ * each row of c columns in nb = ceil(c / 32) blocks: q (nb * 32 int8, zero
+ * past c), then d (nb floats: the blocks' scales), then s (nb int32: -128 *
+ * the block's sum of q, the correction of the weights' +128 bytes), the row
+ * padded to 64 bytes. */
+static inline size_t bc_xq_row_bytes(size_t c)
+{
+    const size_t nb = (c + 31) / 32;
+    return (nb * 40 + 63) / 64 * 64;
+}
+
 /* One weight layout's kernels on one instruction set (bc_kernel_table.wf). */
 typedef struct {
     /* decoding: g->n <= BC_ROWS_MAX rows, columns [o0,o1) (o0 a multiple of
@@ -121,6 +132,12 @@ typedef struct {
      * panels, read where they lie */
     void (*panels)(float *bp, const void *w, size_t c, size_t o0, size_t nc, size_t p0,
                    size_t kc);
+    /* a format that multiplies quantised rows of x (q8_0i; NULL: none): rows
+     * [n0,n1) of g->y (row i's quantised x at xq + (i - n0) * bc_xq_row_bytes(c)),
+     * columns [o0,o1) (o0 a multiple of BC_PANEL); any number of rows, one
+     * chain per output; no scratch. rows_part and panels are unused then. */
+    void (*xq_part)(const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1, size_t o0,
+                    size_t o1);
 } bc_wf_kernels;
 
 /* The kernels of one instruction set. */
@@ -134,6 +151,9 @@ typedef struct {
                       float *scratch);
     /* the layouts' kernels, by BC_WF_* */
     bc_wf_kernels wf[BC_NWF];
+    /* xq (n rows, bc_xq_row_bytes(c) each) <- x (n, c) quantised: the same bytes
+     * on every instruction set */
+    void (*xq_rows)(unsigned char *xq, const float *x, size_t n, size_t c);
     /* attention: head h, queries [i0, i0 + attn_bq) (fewer at the end);
      * scratch: attn_scratch(d_head) floats */
     size_t attn_bq;

@@ -49,6 +49,14 @@ typedef struct {
     uint8_t q[16][BC_PANEL];    /* q[j][row]: weight j's low four bits low, j + 16's high */
 } bc_q5_block;
 
+/* One block of a q8_0i panel: q8_0's weights laid out for integer dot products
+ * (vpdpbusd multiplies 4 bytes of 16 rows per 64-byte vector by 4 bytes of x):
+ * weight q (-127..127) of row l, column 4j + t stored as u[j][l][t] = q + 128. */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' scales (IEEE halves) */
+    uint8_t u[8][BC_PANEL][4];  /* u[j][row][t] = q[4j + t] + 128 */
+} bc_q8i_block;
+
 typedef struct {
     const char *name;      /* the format's name in Python ("float32", "bfloat16", "q8_0") */
     size_t block;          /* weights of one row per block */
@@ -64,9 +72,10 @@ typedef struct {
     /* out (cols) = row l (< BC_PANEL) of a panel of `cols` columns, as the kernels see
      * it (dequantised) */
     void (*unpack_row)(float *out, const unsigned char *panel, size_t l, size_t cols);
+    size_t max_cols;       /* columns a matrix may have; 0: any */
 } bc_format;
 
-/* The row of a BC_DTYPE_*, or NULL for anything else. */
+/* The row of a BC_DTYPE_*, or NULL for anything else (a gap in the numbering too). */
 const bc_format *bc_format_of(int dtype);
 
 /* Bytes of one panel of `cols` columns (no overflow check: callers size the

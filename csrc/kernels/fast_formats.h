@@ -169,5 +169,6 @@ static void panels_q5_0(float *bp, const void *w, size_t c, size_t o0, size_t nc
     [BC_WF_PANEL(BC_DTYPE_BF16)] = {prows_bf16, panels_bf16},         \
     [BC_WF_PANEL(BC_DTYPE_Q8_0)] = {prows_q8_0, panels_q8_0},         \
     [BC_WF_PANEL(BC_DTYPE_Q4_0)] = {prows_q4_0, panels_q4_0},         \
-    [BC_WF_PANEL(BC_DTYPE_F16)] = {prows_f16, panels_f16},           \
-    [BC_WF_PANEL(BC_DTYPE_Q5_0)] = {prows_q5_0, panels_q5_0},
+    [BC_WF_PANEL(BC_DTYPE_F16)] = {prows_f16, panels_f16},            \
+    [BC_WF_PANEL(BC_DTYPE_Q5_0)] = {prows_q5_0, panels_q5_0},         \
+    [BC_WF_PANEL(BC_DTYPE_Q8_0I)] = {NULL, NULL, xq_part_q8_0i},  /* fast_intdot.h */

@@ -8,6 +8,7 @@
  * backward side by side:
  *   fast_linear.h       the GEMM (tile, epilogue) and the backward's products
  *   fast_decode.h       decoding's products (a few rows streaming the weights)
+ *   fast_intdot.h       q8_0i: quantised x, integer dot products (decoding and GEMM)
  *   fast_formats.h      each weight format's readers and kernels (the table's wf)
  *   fast_attention.h    attention: prefill, decoding, backward
  *   fast_elementwise.h  activations, the gated MLP, the residual addition
@@ -15,6 +16,7 @@
  * Every output element is computed by one fixed sequence of operations that
  * does not depend on how the work is split between threads. */
 #include <string.h>
+#include <float.h>
 #include "bc_simd.h"
 #include "bc_dispatch.h"
 #include "bc_format.h"
@@ -25,6 +27,7 @@
 
 #include "fast_linear.h"
 #include "fast_decode.h"
+#include "fast_intdot.h"
 #include "fast_formats.h"
 #include "fast_attention.h"
 #include "fast_elementwise.h"
@@ -40,6 +43,7 @@ const bc_kernel_table BC_KERNEL_TABLE = {
     .gemm_nr = NR,
     .gemm_part = gemm_part,
     .wf = {WF_KERNELS},
+    .xq_rows = xq_rows_q8,
     .attn_bq = BQ,
     .attn_scratch = attn_scratch,
     .attn_unit = attn_unit,

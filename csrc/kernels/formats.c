@@ -8,7 +8,8 @@
  * cannot hold: no infinities made). q8_0 is llama.cpp's rule, block by block
  * of 32 weights of one row: d = max|w| / 127, q = round(w / d) (half away from
  * zero) computed as round(w * (1/d)), d stored as an IEEE half; the weight is
- * then half(d) * q. */
+ * then half(d) * q. q8_0i holds the same d and q, laid out for integer dot
+ * products. */
 #include <math.h>
 
 #include "bc_core.h"
@@ -256,6 +257,41 @@ static void q5_unpack_row(float *out, const unsigned char *panel, size_t l, size
     }
 }
 
+/* ---- q8_0i: q8_0's blocks, each row's weights 4 by 4 (bc_q8i_block) ------- */
+
+static int q8i_check(const float *w, size_t rs, size_t cs, size_t rows, size_t cols)
+{
+    return cols > BC_Q8_0I_MAX_COLS ? BC_ESIZE : q8_check(w, rs, cs, rows, cols);
+}
+
+/* q8_0's rule (q8_block), then each q stored as q + 128: |q| <= 127 by
+ * construction (|w| * (1/d) rounds to at most 127), so the byte is 1..255 and
+ * pmaddubsw's pairs (|q| times a signed 8-bit x) cannot saturate. */
+static void q8i_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                     size_t nk, size_t cols)
+{
+    bc_q8i_block *bl = (bc_q8i_block *)panel + k0 / 32;
+    for (size_t b = 0; b < nk; b += 32, bl++) {
+        const size_t n = nk - b < 32 ? nk - b : 32;
+        for (size_t l = 0; l < nl; l++) {
+            int8_t q[32];
+            q8_block(&bl->d[l], q, 1, tile + l * ld + b, n);
+            for (size_t k = 0; k < 32; k++)
+                bl->u[k / 4][l][k % 4] = (uint8_t)(q[k] + 128);
+        }
+    }
+}
+
+static void q8i_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q8i_block *bl = (const bc_q8i_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q8i_block *b = bl + k / 32;
+        const size_t j = k % 32;
+        out[k] = bc_half_to_f32(b->d[l]) * (float)((int)b->u[j / 4][l][j % 4] - 128);
+    }
+}
+
 /* ---- the table, indexed by BC_DTYPE_* ------------------------------------ */
 
 static const bc_format formats[BC_NDTYPE] = {
@@ -265,6 +301,7 @@ static const bc_format formats[BC_NDTYPE] = {
     [BC_DTYPE_Q4_0] = {"q4_0", 32, 18, q4_check, q4_pack, q4_unpack_row},
     [BC_DTYPE_F16] = {"float16", 1, 2, f16_check, f16_pack, f16_unpack_row},
     [BC_DTYPE_Q5_0] = {"q5_0", 32, 22, q5_check, q5_pack, q5_unpack_row},
+    [BC_DTYPE_Q8_0I] = {"q8_0i", 32, 34, q8i_check, q8i_pack, q8i_unpack_row, BC_Q8_0I_MAX_COLS},
 };
 
 /* (a value below BC_NDTYPE may have no row yet: its name is NULL) */

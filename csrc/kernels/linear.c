@@ -74,6 +74,52 @@ static void rows_unit(const void *arg, size_t u, int t)
     j->kt->wf[j->g->wf].rows_part(j->g, o0, o0 + j->cw < j->g->oc ? o0 + j->cw : j->g->oc);
 }
 
+/* ---- formats on quantised x (q8_0i) ---- */
+
+typedef struct {
+    const bc_gemm *g;
+    const bc_kernel_table *kt;
+    const unsigned char *xq;  /* rows n0.. quantised */
+    size_t n0, n1, cw;        /* the chunk's rows; unit columns */
+} xq_job;
+
+static void xq_unit(const void *arg, size_t u, int t)
+{
+    const xq_job *j = arg;
+    const size_t o0 = u * j->cw, o1 = o0 + j->cw < j->g->oc ? o0 + j->cw : j->g->oc;
+    (void)t;
+    j->kt->wf[j->g->wf].xq_part(j->g, j->xq, j->n0, j->n1, o0, o1);
+}
+
+/* Columns in units of 64 (4 panels), all of a chunk's rows: a unit's panels
+ * stay in L2 while its rows stream past them. */
+#define XQ_UNIT 64
+
+/* The rows of x quantised once, chunk by chunk into the call's scratch (every
+ * thread's slice: the kernels on quantised x need none), each chunk's product
+ * spread over columns. A format's columns are bounded (max_cols) so that one
+ * row always fits. */
+static void linear_xq(const bc_gemm *g, int nt, const bc_ctx *cx)
+{
+    const bc_kernel_table *kt = cx->kt;
+    const size_t rb = bc_xq_row_bytes(g->c);
+    const size_t avail = cx->per_thread * (size_t)cx->threads * sizeof(float);
+    const size_t chunk = avail / rb;
+    unsigned char *xq = (unsigned char *)cx->scratch;
+    if (!chunk)
+        return;  /* cannot happen: bc_packed_bytes bounds the columns */
+    for (size_t n0 = 0; n0 < g->n; n0 += chunk) {
+        const size_t n1 = g->n - n0 < chunk ? g->n : n0 + chunk;
+        kt->xq_rows(xq, g->x + n0 * g->c, n1 - n0, g->c);
+        if (nt <= 1) {
+            kt->wf[g->wf].xq_part(g, xq, n0, n1, 0, g->oc);
+            continue;
+        }
+        const xq_job j = {g, kt, xq, n0, n1, XQ_UNIT};
+        bc_rt_run(nt, (g->oc + XQ_UNIT - 1) / XQ_UNIT, xq_unit, &j);
+    }
+}
+
 /* Bytes of weights a linear streams: float32 rows, or its format's. */
 static double weight_bytes(int wf, size_t c, size_t oc)
 {
@@ -107,6 +153,10 @@ static void linear(float *y, const float *x, const void *w, int wf, const float 
     const bc_kernel_table *kt = cx->kt;
     const int nt = bc_rt_threads(cx, 2.0 * (double)n * (double)c * (double)oc,
                                  weight_bytes(wf, c, oc));
+    if (kt->wf[wf].xq_part) {
+        linear_xq(&g, nt, cx);
+        return;
+    }
     lin_job j = {&g, kt, cx, n, ROWS_UNIT, 0};
     /* a caller's rows take dot products only through bc_k_linear_few */
     if (n <= BC_ROWS_MAX && (wf != BC_WF_ROWS || few)) {

@@ -1,0 +1,392 @@
+/* fast_intdot.h: q8_0i, q8_0's weights multiplied by integer dot products
+ * (part of the kernel template, fast_tmpl.h: included once per instruction
+ * set, after fast_linear.h; its entry of the kernel table's wf is in
+ * fast_formats.h). A product quantises each row of x once (xq_rows_q8: 8 bits
+ * per block of 32, one float scale), then every output runs one chain, the
+ * same on every instruction set and for any number of rows:
+ *     acc = 0;  for each block b in order:  acc = fma((float)isum_b, d_w * d_x, acc)
+ * isum_b = sum_k q_w[k] q_x[k] is exact in int32 (|isum| <= 32 * 127 * 127
+ * < 2^24, so the float conversion is exact too), so each instruction set may
+ * form it as it likes: AVX-512 VNNI's vpdpbusd on the stored bytes q_w + 128
+ * (unsigned) times q_x (signed), corrected by -128 * sum q_x (s, computed with
+ * the quantisation); AVX2's pmaddubsw on |q_w| times q_x with q_w's sign
+ * (pairs at most 2 * 127 * 127: no saturation), then pmaddwd; portable C one
+ * product at a time. Then y = r + acc (acc without r), + b, act, as every
+ * linear. Decoding (up to BC_ROWS_MAX rows) keeps several panels in flight;
+ * more rows run a register tile over a few panels at a time (they stay in L1
+ * while the tile's rows stream past). */
+
+#define XQ_TINY 1e-30f  /* a block whose max |x| is below this is quantised as zeros */
+
+/* ======================================================================== */
+/* Quantising rows of x (bc_xq_row_bytes' layout, bc_dispatch.h)            */
+/* ======================================================================== */
+
+/* One block of m <= 32 floats x: q[0..31] (zero past m), *d, *s. a = max|x|
+ * (exact); any x not finite: d = NaN (the outputs NaN), q = 0; a < XQ_TINY
+ * (zero, or so small that 127 / a would overflow): d = 0, q = 0; else d = a /
+ * 127, q = x * (127 / a) rounded half to even (two IEEE operations), |q| <= 127. */
+#if BC_SIMD == 512
+BC_INLINE void xq_block(int8_t *q, float *d, int32_t *s, const float *x, size_t m)
+{
+    const V lo = vloadn(x, m < 16 ? m : 16), hi = m > 16 ? vloadn(x + 16, m - 16) : vzero();
+    const V alo = _mm512_abs_ps(lo), ahi = _mm512_abs_ps(hi);
+    const __mmask16 bad = _mm512_cmp_ps_mask(alo, vset1(FLT_MAX), _CMP_NLE_UQ)
+                        | _mm512_cmp_ps_mask(ahi, vset1(FLT_MAX), _CMP_NLE_UQ);
+    const float a = _mm512_reduce_max_ps(_mm512_max_ps(alo, ahi));
+    if (bad || !(a >= XQ_TINY)) {
+        memset(q, 0, 32);
+        *d = bad ? NAN : 0.0f;
+        *s = 0;
+        return;
+    }
+    const V inv = vset1(127.0f / a);
+    const __m512i qlo = _mm512_cvt_roundps_epi32(vmul(lo, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512i qhi = _mm512_cvt_roundps_epi32(vmul(hi, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(qlo));
+    _mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtepi32_epi8(qhi));
+    *d = a / 127.0f;
+    *s = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(qlo, qhi));
+}
+#elif BC_SIMD == 256
+BC_INLINE void xq_block(int8_t *q, float *d, int32_t *s, const float *x, size_t m)
+{
+    V v[4];
+    BC_UNROLL
+    for (size_t t = 0; t < 4; t++)
+        v[t] = m >= 8 * t + 8 ? vload(x + 8 * t) : m > 8 * t ? vloadn(x + 8 * t, m - 8 * t) : vzero();
+    const V absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), big = vset1(FLT_MAX);
+    V amax = vzero();
+    int bad = 0;
+    BC_UNROLL
+    for (size_t t = 0; t < 4; t++) {
+        const V a = _mm256_and_ps(v[t], absm);
+        bad |= _mm256_movemask_ps(_mm256_cmp_ps(a, big, _CMP_NLE_UQ));
+        amax = vmax(amax, a);
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    const float a = _mm_cvtss_f32(h);
+    if (bad || !(a >= XQ_TINY)) {
+        memset(q, 0, 32);
+        *d = bad ? NAN : 0.0f;
+        *s = 0;
+        return;
+    }
+    const V inv = vset1(127.0f / a);
+    __m256i qi[4];
+    BC_UNROLL
+    for (size_t t = 0; t < 4; t++)
+        qi[t] = _mm256_cvtps_epi32(vround(vmul(v[t], inv)));  /* integral already: exact */
+    /* int32 -> int8 in order: the packs interleave 4-lane groups, a permute undoes it */
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]),
+                                         _mm256_packs_epi32(qi[2], qi[3]));
+    _mm256_storeu_si256((__m256i *)q,
+                        _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    const __m256i sum = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    *d = a / 127.0f;
+    *s = -128 * _mm_cvtsi128_si32(s4);
+}
+#else
+BC_INLINE void xq_block(int8_t *q, float *d, int32_t *s, const float *x, size_t m)
+{
+    float a = 0.0f;
+    int bad = 0;
+    for (size_t k = 0; k < m; k++) {
+        const float v = fabsf(x[k]);
+        bad |= !(v <= FLT_MAX);
+        a = v > a ? v : a;
+    }
+    if (bad || !(a >= XQ_TINY)) {
+        memset(q, 0, 32);
+        *d = bad ? NAN : 0.0f;
+        *s = 0;
+        return;
+    }
+    const float inv = 127.0f / a;
+    int32_t sum = 0;
+    for (size_t k = 0; k < 32; k++) {
+        /* nearbyintf: half to even in the default rounding mode, as the vector kernels */
+        q[k] = k < m ? (int8_t)nearbyintf(x[k] * inv) : 0;
+        sum += q[k];
+    }
+    *d = a / 127.0f;
+    *s = -128 * sum;
+}
+#endif
+
+// xq (N rows of bc_xq_row_bytes(C)) <- x (N,C)
+static void xq_rows_q8(unsigned char *xq, const float *x, size_t n, size_t c)
+{
+    const size_t nb = (c + 31) / 32, rb = bc_xq_row_bytes(c);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char *row = xq + i * rb;
+        int8_t *q = (int8_t *)row;
+        float *d = (float *)(row + nb * 32);
+        int32_t *s = (int32_t *)(row + nb * 36);
+        for (size_t b = 0; b < nb; b++)
+            xq_block(q + b * 32, d + b, s + b, x + i * c + b * 32, min_sz(32, c - b * 32));
+    }
+}
+
+/* ======================================================================== */
+/* The products                                                              */
+/* ======================================================================== */
+
+#if BC_SIMD == 512
+/* vpdpbusd needs AVX512_VNNI beyond the file's AVX-512F: the functions that
+ * use it say so; xq_part_q8_0i checks the CPU first. */
+#define Q8I_TARGET __attribute__((target("avx512f,avx512vnni,avx2,fma,f16c")))
+#define QD1 8    /* decoding: panels in flight for one row (8 vpdpbusd chains) */
+#define QD 4     /* ... for two or three rows */
+#define QM 6     /* the GEMM tile: rows by */
+#define QN 2     /* panels */
+typedef __m512i IV;
+#elif BC_SIMD == 256
+#define Q8I_TARGET
+#define QD1 2
+#define QD 1
+#define QM 2
+#define QN 1
+typedef __m256i IV;
+#else
+#define Q8I_TARGET
+#define QD1 1
+#define QD 1
+#define QM 4
+#define QN 1
+#endif
+#define QB 4     /* the GEMM's panels per pass of a tile's rows (in L1/L2) */
+#define QR (QM > BC_ROWS_MAX ? QM : BC_ROWS_MAX)  /* rows a tile may have */
+#define QP (QD1 > QN ? QD1 : QN)                    /* panels a tile may have */
+
+static inline int32_t ld32(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Rows i0..i0+mr-1 of y (their quantised x at x0, rb bytes apart) by NP panels
+ * from panel p (np <= NP of them real; the rest repeat the last: computed, not
+ * stored), over nb blocks. */
+#if BC_SIMD == 512 || BC_SIMD == 256
+BC_INLINE Q8I_TARGET void q8i_tile(const int mr, const int NP, const bc_gemm *g,
+                                   const unsigned char *x0, size_t rb, size_t i0, size_t p,
+                                   size_t np, size_t nb)
+{
+    const size_t pb = nb * sizeof(bc_q8i_block), oc = g->oc;
+    const bc_q8i_block *pan[QD1 > QN ? QD1 : QN];
+    BC_UNROLL
+    for (int q = 0; q < NP; q++)
+        pan[q] = (const bc_q8i_block *)((const unsigned char *)g->w
+                                        + (p + ((size_t)q < np ? (size_t)q : np - 1)) * pb);
+    const int8_t *xr[QR];
+    const float *xd[QR];
+    const int32_t *xs[QR];  /* the corrections of the +128 bytes (VNNI only) */
+    BC_UNROLL
+    for (int i = 0; i < mr; i++) {
+        xr[i] = (const int8_t *)(x0 + (size_t)i * rb);
+        xd[i] = (const float *)(x0 + (size_t)i * rb + nb * 32);
+        xs[i] = (const int32_t *)(x0 + (size_t)i * rb + nb * 36);
+    }
+    V f[QR][QP * VPP];
+    BC_UNROLL
+    for (int i = 0; i < mr; i++)
+        BC_UNROLL
+        for (int t = 0; t < NP * VPP; t++)
+            f[i][t] = vzero();
+    for (size_t b = 0; b < nb; b++) {
+        IV acc[QR][QP * VPP];
+#if BC_SIMD == 512
+        BC_UNROLL
+        for (int i = 0; i < mr; i++)
+            BC_UNROLL
+            for (int t = 0; t < NP; t++)
+                acc[i][t] = _mm512_set1_epi32(xs[i][b]);
+        BC_UNROLL
+        for (int j = 0; j < 8; j++) {
+            IV w[QD1 > QN ? QD1 : QN];
+            BC_UNROLL
+            for (int q = 0; q < NP; q++)
+                w[q] = _mm512_loadu_si512((const void *)pan[q][b].u[j]);
+            BC_UNROLL
+            for (int i = 0; i < mr; i++) {
+                const IV xb = _mm512_set1_epi32(ld32(xr[i] + b * 32 + (size_t)j * 4));
+                BC_UNROLL
+                for (int q = 0; q < NP; q++)
+                    acc[i][q] = _mm512_dpbusd_epi32(acc[i][q], w[q], xb);
+            }
+        }
+#else
+        (void)xs;
+        BC_UNROLL
+        for (int i = 0; i < mr; i++)
+            BC_UNROLL
+            for (int t = 0; t < NP * VPP; t++)
+                acc[i][t] = _mm256_setzero_si256();
+        const IV flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+        BC_UNROLL
+        for (int j = 0; j < 8; j++) {
+            IV ws[QP * VPP], aw[QP * VPP];
+            BC_UNROLL
+            for (int t = 0; t < NP * VPP; t++) {
+                ws[t] = _mm256_xor_si256(
+                    _mm256_loadu_si256((const __m256i *)pan[t / VPP][b].u[j][(t % VPP) * VL]), flip);
+                aw[t] = _mm256_abs_epi8(ws[t]);
+            }
+            BC_UNROLL
+            for (int i = 0; i < mr; i++) {
+                const IV xb = _mm256_set1_epi32(ld32(xr[i] + b * 32 + (size_t)j * 4));
+                BC_UNROLL
+                for (int t = 0; t < NP * VPP; t++)
+                    acc[i][t] = _mm256_add_epi32(acc[i][t], _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(aw[t], _mm256_sign_epi8(xb, ws[t])), ones));
+            }
+        }
+#endif
+        BC_UNROLL
+        for (int t = 0; t < NP * VPP; t++) {
+            const V dw = vload_half(pan[t / VPP][b].d + (t % VPP) * VL);
+            BC_UNROLL
+            for (int i = 0; i < mr; i++) {
+#if BC_SIMD == 512
+                const V fs = _mm512_cvtepi32_ps(acc[i][t]);
+#else
+                const V fs = _mm256_cvtepi32_ps(acc[i][t]);
+#endif
+                f[i][t] = vfma(fs, vmul(dw, vset1(xd[i][b])), f[i][t]);
+            }
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int t = 0; t < NP * VPP; t++) {
+            const size_t o = (p + (size_t)(t / VPP)) * PW + (size_t)(t % VPP) * VL;
+            if ((size_t)(t / VPP) >= np || o >= oc)
+                continue;
+            const size_t nv = min_sz(VL, oc - o), row = i0 + (size_t)i;
+            V v = f[i][t];
+            if (g->r)
+                v = vadd(vloadn(g->r + row * oc + o, nv), v);
+            const V bias = g->b ? vloadn(g->b + o, nv) : vzero();
+            vstore_n(g->y + row * oc + o, finish(v, g->b ? &bias : NULL, g->act), nv);
+        }
+}
+#else
+/* portable C: one product at a time, the chain with fmaf */
+BC_INLINE void q8i_tile(const int mr, const int NP, const bc_gemm *g, const unsigned char *x0,
+                        size_t rb, size_t i0, size_t p, size_t np, size_t nb)
+{
+    const size_t pb = nb * sizeof(bc_q8i_block), oc = g->oc;
+    (void)NP;
+    for (int i = 0; i < mr; i++) {
+        const int8_t *xr = (const int8_t *)(x0 + (size_t)i * rb);
+        const float *xd = (const float *)(x0 + (size_t)i * rb + nb * 32);
+        const size_t row = i0 + (size_t)i;
+        for (size_t q = 0; q < np; q++) {
+            const bc_q8i_block *pan =
+                (const bc_q8i_block *)((const unsigned char *)g->w + (p + q) * pb);
+            float f[PW];
+            for (size_t l = 0; l < PW; l++) {
+                float acc = 0.0f;
+                for (size_t b = 0; b < nb; b++) {
+                    int32_t isum = 0;
+                    for (size_t k = 0; k < 32; k++)
+                        isum += ((int32_t)pan[b].u[k / 4][l][k % 4] - 128) * xr[b * 32 + k];
+                    acc = fmaf((float)isum, bc_half_to_f32(pan[b].d[l]) * xd[b], acc);
+                }
+                f[l] = acc;
+            }
+            for (size_t t = 0; t < VPP; t++) {
+                const size_t o = (p + q) * PW + t * VL;
+                if (o >= oc)
+                    continue;
+                const size_t nv = min_sz(VL, oc - o);
+                V v = vload(f + t * VL);
+                if (g->r)
+                    v = vadd(vloadn(g->r + row * oc + o, nv), v);
+                const V bias = g->b ? vloadn(g->b + o, nv) : vzero();
+                vstore_n(g->y + row * oc + o, finish(v, g->b ? &bias : NULL, g->act), nv);
+            }
+        }
+    }
+}
+#endif
+
+/* q8i_tile with its row count (1..QM) a constant, NP panels */
+static Q8I_TARGET void q8i_tile_gemm(int mr, const bc_gemm *g, const unsigned char *x0, size_t rb,
+                                     size_t i0, size_t p, size_t np, size_t nb)
+{
+    switch (mr) {
+    case 1: q8i_tile(1, QN, g, x0, rb, i0, p, np, nb); break;
+    case 2: q8i_tile(2, QN, g, x0, rb, i0, p, np, nb); break;
+#if QM >= 4
+    case 3: q8i_tile(3, QN, g, x0, rb, i0, p, np, nb); break;
+    case 4: q8i_tile(4, QN, g, x0, rb, i0, p, np, nb); break;
+#endif
+#if QM >= 6
+    case 5: q8i_tile(5, QN, g, x0, rb, i0, p, np, nb); break;
+    case 6: q8i_tile(6, QN, g, x0, rb, i0, p, np, nb); break;
+#endif
+    default: break;
+    }
+}
+
+// y (N,OC) rows [n0,n1), columns [o0,o1); xq rows n0.. quantised; w (OC,C) q8_0i panels
+static Q8I_TARGET void q8i_part(const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1,
+                                size_t o0, size_t o1)
+{
+    const size_t nb = (g->c + 31) / 32, rb = bc_xq_row_bytes(g->c);
+    const size_t p0 = o0 / PW, p1 = (o1 + PW - 1) / PW, n = n1 - n0;
+    if (n <= BC_ROWS_MAX) {
+        for (size_t p = p0; p < p1;) {
+            const size_t left = p1 - p;
+            switch (n) {
+            case 1: q8i_tile(1, QD1, g, xq, rb, n0, p, min_sz(QD1, left), nb); p += QD1; break;
+            case 2: q8i_tile(2, QD, g, xq, rb, n0, p, min_sz(QD, left), nb); p += QD; break;
+            default: q8i_tile(3, QD, g, xq, rb, n0, p, min_sz(QD, left), nb); p += QD; break;
+            }
+        }
+        return;
+    }
+    for (size_t pc = p0; pc < p1; pc += QB) {
+        const size_t pe = min_sz(pc + QB, p1);
+        for (size_t i = n0; i < n1; i += QM) {
+            const int mr = (int)min_sz(QM, n1 - i);
+            for (size_t p = pc; p < pe; p += QN)
+                q8i_tile_gemm(mr, g, xq + (i - n0) * rb, rb, i, p, min_sz(QN, pe - p), nb);
+        }
+    }
+}
+
+#if BC_SIMD == 512
+static int has_vnni(void)
+{
+    static int known = -1;  /* a benign race: every thread stores the same value */
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx512vnni") != 0;
+    }
+    return known;
+}
+#endif
+
+// y (N,OC) rows [n0,n1), columns [o0,o1); xq rows n0.. quantised; w (OC,C) q8_0i panels
+static void xq_part_q8_0i(const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1,
+                          size_t o0, size_t o1)
+{
+#if BC_SIMD == 512
+    /* AVX-512F without VNNI: the AVX2 kernel, whose bits are the same */
+    if (!has_vnni()) {
+        bc_kernels_avx2.wf[BC_WF_PANEL(BC_DTYPE_Q8_0I)].xq_part(g, xq, n0, n1, o0, o1);
+        return;
+    }
+#endif
+    q8i_part(g, xq, n0, n1, o0, o1);
+}
+
+#undef Q8I_TARGET
