@@ -190,13 +190,13 @@ def _prompt_and_steps(m, ids):
 def test_every_mix_of_variants_gives_the_same_bits(restore_choices):
     """GEMM, decoding, attention and elementwise variants in any mix: the logits of a
     prompt, of its KV-cache steps (== the full pass), at 1 and 2 threads, equal
-    the all-AVX-512 ones bit for bit, for float32, bfloat16, float16, q8_0, q4_0 and
-    q5_0 weights."""
+    the all-AVX-512 ones bit for bit, for float32, bfloat16, float16, q8_0, q4_0, q5_0
+    and q8_0i weights."""
     ids = np.random.default_rng(0).integers(0, 300, size=(2, 40))
     rng = np.random.default_rng(5)
     mixes = [[1] * 7, [2] * 7] + [list(rng.integers(1, 3, size=7)) for _ in range(4)]
     for m32 in _small_models():
-        for dtype in ("float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0"):
+        for dtype in ("float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i"):
             m = m32 if dtype == "float32" else m32.astype(dtype)
             runtime.set_isa("avx512")
             blockc.set_num_threads(1)

@@ -8,10 +8,11 @@ from helpers import close_k, rnd
 
 import blockc
 from blockc import GPT, GPTConfig, ops
-from blockc.reference import gpt_forward, quant
+from blockc.reference import gpt_forward, intdot, quant
 
 ORACLE = {"float32": lambda w: np.asarray(w, np.float32), "bfloat16": quant.bfloat16,
-          "q8_0": quant.q8_0, "q4_0": quant.q4_0, "q5_0": quant.q5_0, "float16": quant.float16}
+          "q8_0": quant.q8_0, "q4_0": quant.q4_0, "q5_0": quant.q5_0, "float16": quant.float16,
+          "q8_0i": quant.q8_0}
 
 
 def _hard_weights(rows, cols, seed):
@@ -114,7 +115,10 @@ def test_packed_linear_matches_oracle_and_rows_agree(isa, dtype, n, c, oc):
     x, w, b = rnd(n, c, seed=1), rnd(oc, c, seed=2), rnd(oc, seed=3)
     p = ops.pack(w, dtype)
     y = ops.linear(x, p, b)
-    close_k(y, x.astype(np.float64) @ ORACLE[dtype](w).T.astype(np.float64) + b, c)
+    if dtype == "q8_0i":  # 8-bit activations: the integer oracle, bit for bit
+        np.testing.assert_array_equal(y, intdot.linear_q8_0i(x, w, b))
+    else:
+        close_k(y, x.astype(np.float64) @ ORACLE[dtype](w).T.astype(np.float64) + b, c)
     # one row alone gets the bits it gets among many (decoding == prefill)
     for i in range(n):
         np.testing.assert_array_equal(ops.linear(x[i:i + 1], p, b), y[i:i + 1])

@@ -30,6 +30,9 @@ for that matrix only: a file mixing types (Q4_K_M) is a model of mixed formats
 (``m.dtype == "mixed"``, ``m.dtypes`` names each matrix's, ``m.gguf_types`` the
 file's), computing with exactly the weights llama.cpp computes with. ``dtype=``
 makes every matrix that format (requantised, or its blocks converted when exact).
+``dtype="q8_0i"`` holds a Q8_0 file's very blocks for integer dot products (8-bit
+activations, as llama.cpp multiplies them); a q8_0i model saves as Q8_0
+(``save_gguf(path, "Q8_0")``: the same blocks).
 """
 from __future__ import annotations
 
@@ -327,7 +330,7 @@ EXACT: Dict[str, Tuple[str, ...]] = {
     "F32": ("float32",),
     "F16": ("float16",),
     "BF16": ("bfloat16",),
-    "Q8_0": ("q8_0",),
+    "Q8_0": ("q8_0",),          # (q8_0i holds them too, when asked: 8-bit activations)
     "Q4_0": ("q4_0", "q8_0"),   # (q - 8) d: a q8_0 block of the same scale
     "Q5_0": ("q5_0", "q8_0"),   # (q - 16) d: likewise
     "Q4_K": ("q4_k",),
@@ -378,18 +381,20 @@ def _same(raw: np.ndarray, typ: str) -> np.ndarray:
 #: (blockc format, GGUF type) -> the rows of the file's blocks as that format's own GGUF
 #: type (rearranged into panels by _PANELS: exact by construction, no float copy)
 _ROWS = {("q8_0", "Q8_0"): _same, ("q4_0", "Q4_0"): _same, ("float16", "F16"): _same,
-         ("q5_0", "Q5_0"): _same, ("q8_0", "Q4_0"): _q8_0_rows, ("q8_0", "Q5_0"): _q8_0_rows}
+         ("q5_0", "Q5_0"): _same, ("q8_0", "Q4_0"): _q8_0_rows, ("q8_0", "Q5_0"): _q8_0_rows,
+         ("q8_0i", "Q8_0"): _same, ("q8_0i", "Q4_0"): _q8_0_rows, ("q8_0i", "Q5_0"): _q8_0_rows}
 
 #: blockc format -> the GGUF type whose rows raw_panels rearranges into its panels
-_PANELS = {"q8_0": "Q8_0", "q4_0": "Q4_0", "float16": "F16", "q5_0": "Q5_0"}
+_PANELS = {"q8_0": "Q8_0", "q4_0": "Q4_0", "float16": "F16", "q5_0": "Q5_0", "q8_0i": "Q8_0"}
 
 
-def raw_panels(raw: np.ndarray, typ: str) -> np.ndarray:
+def raw_panels(raw: np.ndarray, typ: str, dtype: str = "") -> np.ndarray:
     """The bytes of blockc's packed matrix (panels of 16 rows, block by block: the 16 rows'
     half scales, then (Q5_0) their fifth bits, then their quants interleaved; F16 column by
     column, bc_engine.h) holding the rows ``raw`` (rows, row bytes) of Q8_0, Q4_0, Q5_0 or
     F16 blocks as they lie in a GGUF file: the same blocks, rearranged (rows past the end
-    zero)."""
+    zero). ``dtype="q8_0i"``: Q8_0's
+    quants 4 by 4 per row, each + 128 (q8_0i's panels)."""
     rows = raw.shape[0]
     if typ == "F16":  # panel [k][l] = w[16p + l][k], two bytes each
         cols = raw.shape[1] // 2
@@ -402,8 +407,13 @@ def raw_panels(raw: np.ndarray, typ: str) -> np.ndarray:
     panels = -(-rows // 16)
     r = np.zeros((panels * 16, nb, bb), np.uint8)
     r[:rows] = raw.reshape(rows, nb, bb)
+    if dtype == "q8_0i":  # the real rows' quants + 128 (mod 256: the top bit flipped); the
+        r[:rows, :, 2:] ^= np.uint8(0x80)  # rows past the end stay zero bytes, as bc_pack's
     r = r.reshape(panels, 16, nb, bb)
     d = r[..., :2].transpose(0, 2, 1, 3).reshape(panels, nb, 32)
+    if dtype == "q8_0i":  # u[j][l][t] = q[l][4j + t] + 128
+        q = r[..., 2:].reshape(panels, 16, nb, 8, 4).transpose(0, 2, 3, 1, 4).reshape(panels, nb, 512)
+        return np.concatenate([d, q], axis=2).reshape(-1)
     h = r[..., 2:2 + nh].transpose(0, 2, 1, 3).reshape(panels, nb, 16 * nh)  # each row's uint32
     q = r[..., 2 + nh:].transpose(0, 2, 3, 1).reshape(panels, nb, 16 * (bb - 2 - nh))
     return np.concatenate([d, h, q], axis=2).reshape(-1)
@@ -446,7 +456,7 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool) -> Any:
             w = parts.pop(ours)
         if raw:
             tl = lay[ours]
-            params[tl.offset:tl.offset + tl.nbytes] = raw_panels(w, _PANELS[fm])
+            params[tl.offset:tl.offset + tl.nbytes] = raw_panels(w, _PANELS[fm], fm)
             continue
         m.write_tensor(ours, np.ascontiguousarray(w))
         if check_exact and lay[ours].packed and fm != "float32":

@@ -8,7 +8,7 @@
 #define NB(n) ((n) * sizeof(float))
 
 static const int DTYPES[] = {BC_DTYPE_F32, BC_DTYPE_BF16, BC_DTYPE_Q8_0, BC_DTYPE_Q4_0,
-                             BC_DTYPE_F16, BC_DTYPE_Q5_0};
+                             BC_DTYPE_F16, BC_DTYPE_Q5_0, BC_DTYPE_Q8_0I};
 #define ND ((int)(sizeof DTYPES / sizeof DTYPES[0]))
 
 static size_t packed(int dtype, size_t rows, size_t cols)
@@ -49,13 +49,14 @@ static void dtype_info_checks(void)
     /* (a value below BC_NDTYPE without a format yet: no name, refused) */
     static const char *const names[BC_NDTYPE] = {
         [BC_DTYPE_F32] = "float32", [BC_DTYPE_BF16] = "bfloat16", [BC_DTYPE_Q8_0] = "q8_0",
-        [BC_DTYPE_Q4_0] = "q4_0", [BC_DTYPE_F16] = "float16", [BC_DTYPE_Q5_0] = "q5_0"};
+        [BC_DTYPE_Q4_0] = "q4_0", [BC_DTYPE_F16] = "float16", [BC_DTYPE_Q5_0] = "q5_0",
+        [BC_DTYPE_Q8_0I] = "q8_0i"};
     static const size_t blocks[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 1, [BC_DTYPE_BF16] = 1, [BC_DTYPE_Q8_0] = 32, [BC_DTYPE_Q4_0] = 32,
-        [BC_DTYPE_F16] = 1, [BC_DTYPE_Q5_0] = 32};
+        [BC_DTYPE_F16] = 1, [BC_DTYPE_Q5_0] = 32, [BC_DTYPE_Q8_0I] = 32};
     static const size_t bytes[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 4, [BC_DTYPE_BF16] = 2, [BC_DTYPE_Q8_0] = 34, [BC_DTYPE_Q4_0] = 18,
-        [BC_DTYPE_F16] = 2, [BC_DTYPE_Q5_0] = 22};
+        [BC_DTYPE_F16] = 2, [BC_DTYPE_Q5_0] = 22, [BC_DTYPE_Q8_0I] = 34};
     for (int dt = 0; dt < BC_NDTYPE; dt++) {
         if (!names[dt]) {
             size_t *n = h_alloc_bytes(sizeof *n);
@@ -66,6 +67,13 @@ static void dtype_info_checks(void)
         }
         char *name = h_alloc_bytes(BC_DTYPE_NAME_MAX);
         size_t *blk = h_alloc_bytes(sizeof *blk), *nb = h_alloc_bytes(sizeof *nb);
+        if (!names[dt]) {  /* a gap in the numbering: not a dtype, nothing written */
+            size_t *n = h_alloc_bytes(sizeof *n);
+            EXPECT_STATUS(BC_EOPTION, bc_dtype_info(name, BC_DTYPE_NAME_MAX, blk, nb, dt));
+            EXPECT_STATUS(BC_EOPTION, bc_pack_size(n, dt, 4, 4));
+            EXPECT(h_untouched(name, BC_DTYPE_NAME_MAX) && h_untouched(n, sizeof *n));
+            continue;
+        }
         EXPECT_STATUS(BC_OK, bc_dtype_info(name, BC_DTYPE_NAME_MAX, blk, nb, dt));
         EXPECT(strcmp(name, names[dt]) == 0);
         EXPECT(*blk == blocks[dt] && *nb == bytes[dt]);
@@ -119,7 +127,7 @@ static void roundtrip_checks(size_t rows, size_t cols)
                 } else if (dt == BC_DTYPE_F16) {
                     /* half an ulp of a half (11 bits), or half the smallest subnormal */
                     EXPECT(fabsf(a - b) <= fmaxf(fabsf(a) * 0x1p-11f, 0x1p-25f));
-                } else if (j < 32 && dt == BC_DTYPE_Q8_0) {
+                } else if (j < 32 && (dt == BC_DTYPE_Q8_0 || dt == BC_DTYPE_Q8_0I)) {
                     /* half a step, plus the scale rounded to a half: 127 d 2^-11 */
                     EXPECT(fabsf(a - b) <= amax / 127.0f * (0.5f + 127.0f / 2048.0f) + 1e-7f);
                 } else if (j < 32 && dt == BC_DTYPE_Q4_0) {
@@ -238,6 +246,8 @@ static void linear_checks(size_t n, size_t c, size_t oc)
     h_fill(b, oc, 13, 0.5f);
     for (int k = 0; k < ND; k++) {
         const int dt = DTYPES[k];
+        /* q8_0i's 8-bit activations: about 1e-2 of each product's magnitude */
+        const float tol = dt == BC_DTYPE_Q8_0I ? 2e-2f : 1e-4f;
         const size_t nb = packed(dt, oc, c);
         unsigned char *p = h_alloc_bytes(nb);
         EXPECT_STATUS(BC_OK, bc_pack(p, nb, w, dt, oc, c));
@@ -246,7 +256,7 @@ static void linear_checks(size_t n, size_t c, size_t oc)
         EXPECT_STATUS(BC_OK, bc_linear_packed(y, x, p, nb, dt, b, n, c, oc));
         EXPECT(h_guard_ok(y, NB(n * oc)));
         for (size_t i = 0; i < n * oc; i++)
-            EXPECT(fabsf(y[i] - ref[i]) <= 1e-4f * (1.0f + fabsf(ref[i])) * sqrtf((float)c));
+            EXPECT(fabsf(y[i] - ref[i]) <= tol * (1.0f + fabsf(ref[i])) * sqrtf((float)c));
         for (size_t i = 0; i < n; i++) {
             EXPECT_STATUS(BC_OK, bc_linear_packed(row, x + i * c, p, nb, dt, b, 1, c, oc));
             EXPECT(memcmp(row, y + i * oc, NB(oc)) == 0);
@@ -278,6 +288,48 @@ static void linear_hostile_checks(void)
     EXPECT_STATUS(BC_EALIAS, bc_linear_packed((float *)p, x, p, nb, BC_DTYPE_Q8_0, NULL, N, C, OC));
     EXPECT_STATUS(BC_EALIAS, bc_linear_packed(y, x, p, nb, BC_DTYPE_Q8_0, y + 2, N, C, OC));
     EXPECT(h_untouched(y, NB(N * OC)));
+}
+
+/* q8_0i: the same bits on every instruction set and at any thread count (its
+ * chain is the same everywhere: integer block sums, one fma per block), the
+ * weights q8_0's, and its columns bounded (a quantised row fits the scratch). */
+static void q8i_checks(size_t n, size_t c, size_t oc)
+{
+    float *x = h_alloc(n * c), *w = h_alloc(oc * c), *b = h_alloc(oc);
+    float *y0 = h_alloc(n * oc), *y = h_alloc(n * oc), *w8 = h_alloc(oc * c), *wi = h_alloc(oc * c);
+    h_fill(x, n * c, 21, 1.0f);
+    h_fill(w, oc * c, 22, 0.5f);
+    h_fill(b, oc, 23, 0.5f);
+    const size_t nb = packed(BC_DTYPE_Q8_0I, oc, c);
+    EXPECT(nb == packed(BC_DTYPE_Q8_0, oc, c));
+    unsigned char *p = h_alloc_bytes(nb), *p8 = h_alloc_bytes(nb);
+    EXPECT_STATUS(BC_OK, bc_pack(p, nb, w, BC_DTYPE_Q8_0I, oc, c));
+    EXPECT_STATUS(BC_OK, bc_pack(p8, nb, w, BC_DTYPE_Q8_0, oc, c));
+    EXPECT_STATUS(BC_OK, bc_unpack(wi, p, nb, BC_DTYPE_Q8_0I, oc, c));
+    EXPECT_STATUS(BC_OK, bc_unpack(w8, p8, nb, BC_DTYPE_Q8_0, oc, c));
+    EXPECT(memcmp(wi, w8, NB(oc * c)) == 0);
+    int best = 0, start = 0;
+    EXPECT_STATUS(BC_OK, bc_best_isa(&best));
+    EXPECT_STATUS(BC_OK, bc_get_isa(&start));
+    EXPECT_STATUS(BC_OK, bc_set_isa(BC_ISA_GENERIC));
+    EXPECT_STATUS(BC_OK, bc_linear_packed(y0, x, p, nb, BC_DTYPE_Q8_0I, b, n, c, oc));
+    for (int isa = BC_ISA_GENERIC; isa <= best; isa++)
+        for (int t = 1; t <= 2; t++) {
+            EXPECT_STATUS(BC_OK, bc_set_isa(isa));
+            EXPECT_STATUS(BC_OK, bc_set_num_threads(t));
+            h_refill(y, NB(n * oc));
+            EXPECT_STATUS(BC_OK, bc_linear_packed(y, x, p, nb, BC_DTYPE_Q8_0I, b, n, c, oc));
+            EXPECT(memcmp(y, y0, NB(n * oc)) == 0);
+            EXPECT_STATUS(BC_OK, bc_linear_packed(y, x + (n - 1) * c, p, nb, BC_DTYPE_Q8_0I, b, 1,
+                                                  c, oc));
+            EXPECT(memcmp(y, y0 + (n - 1) * oc, NB(oc)) == 0);
+        }
+    EXPECT_STATUS(BC_OK, bc_set_num_threads(0));
+    EXPECT_STATUS(BC_OK, bc_set_isa(start));
+    size_t sz = 0;
+    EXPECT_STATUS(BC_ESIZE, bc_pack_size(&sz, BC_DTYPE_Q8_0I, 1, BC_Q8_0I_MAX_COLS + 1));
+    EXPECT_STATUS(BC_OK, bc_pack_size(&sz, BC_DTYPE_Q8_0I, 1, BC_Q8_0I_MAX_COLS));
+    EXPECT(sz == 16 * BC_Q8_0I_MAX_COLS / 32 * 34);
 }
 
 /* A transposed matrix (Conv1D's (in, out)) packs, through the strides, to the
@@ -336,4 +388,7 @@ void test_pack(void)
     for (int i = 0; i < 7; i++)
         linear_checks(lin[i][0], lin[i][1], lin[i][2]);
     linear_hostile_checks();
+    q8i_checks(1, 40, 20);
+    q8i_checks(3, 100, 33);
+    q8i_checks(37, 700, 90);
 }

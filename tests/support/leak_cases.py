@@ -250,7 +250,7 @@ def _cases():
     wp = f32(48, 40)
     pk, n_pack = {}, ffi.new("size_t *")
     for dt in (lib.BC_DTYPE_F32, lib.BC_DTYPE_BF16, lib.BC_DTYPE_Q8_0, lib.BC_DTYPE_F16,
-               lib.BC_DTYPE_Q5_0):
+               lib.BC_DTYPE_Q5_0, lib.BC_DTYPE_Q8_0I):
         lib.bc_pack_size(n_pack, dt, 48, 40)
         pk[dt] = np.zeros(int(n_pack[0]), np.uint8)
     char = lambda a: ffi.from_buffer("char[]", a)  # noqa: E731
@@ -318,6 +318,16 @@ def _cases():
 
     case("bc_linear_packed float16")(packed_format(lib.BC_DTYPE_F16))
     case("bc_linear_packed q5_0")(packed_format(lib.BC_DTYPE_Q5_0))
+
+    @case("bc_linear_packed q8_0i")
+    def _():  # the integer products: x quantised into the call's scratch, decoding and GEMM
+        q, xl, yl = pk[lib.BC_DTYPE_Q8_0I], f32(9, 40), np.empty((9, 48), np.float32)
+        lib.bc_pack(char(q), q.size, cptr(wp), lib.BC_DTYPE_Q8_0I, 48, 40)
+        return alternate(
+            lambda: lib.bc_linear_packed(fptr(yl), cptr(xl), char(q), q.size, lib.BC_DTYPE_Q8_0I,
+                                         ffi.NULL, 9, 40, 48),
+            lambda: lib.bc_linear_packed(fptr(yl), cptr(xl), char(q), q.size, lib.BC_DTYPE_Q8_0I,
+                                         ffi.NULL, 1, 40, 48))
 
     # -- book mode
     def book_structs():
