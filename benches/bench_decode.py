@@ -7,8 +7,9 @@ heads, d_ff 1536, a tied 49,152-token vocabulary), a prompt, then
 (the prompt is prefilled untimed), at two context lengths (the prompt sized so
 that prompt + new tokens reach ~128 and ~1000 positions), on 1 and 2 threads:
 
-  blockc       float32, bfloat16, float16, q8_0 and q5_0 weights (m.astype),
-               m(token, cache=...)
+  blockc       float32, bfloat16, float16, q8_0, q5_0 and q8_0i weights (m.astype),
+               m(token, cache=...) (q8_0i: q8_0's weights by integer dot products on
+               8-bit activations)
   PyTorch      eager, the chapter's modules (tests/support/torch_ref.py) with a
                preallocated KV cache, float32 and bfloat16
   llama.cpp    through llama-cpp-python, GGUF files written from the same model
@@ -23,7 +24,9 @@ and forced to each instruction set with FMA the CPU has (BLOCKC_ISA=avx2,
 avx512): a column each, and auto / the best forced one.
 
 Engines alternate within each round (a busy neighbour slows all alike); every
-figure is the median of --repeats rounds. The read bandwidth of this machine is
+figure is the median of --repeats rounds. --clock cpu times each run by the process's
+CPU time instead of the wall clock (a neighbour taking the core then does not count;
+meant for 1 thread, where every engine computes on one thread). The read bandwidth of this machine is
 measured in the same run (benches/machine.py) and every row is also given as a
 percentage of its bandwidth bound: bandwidth / bytes one decode step reads (the
 weights, stored as that row's precision, plus the KV cache at the mean position).
@@ -56,7 +59,9 @@ from doc_section import run as run_bench  # noqa: E402
 from bench_linear import burst  # noqa: E402
 from machine import cpu_info, cpu_times, read_bandwidth, steal_share  # noqa: E402
 
-PRECISIONS = ("float32", "bfloat16", "float16", "q8_0", "q5_0")
+PRECISIONS = ("float32", "bfloat16", "float16", "q8_0", "q5_0", "q8_0i")
+CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
+_clock = time.perf_counter
 
 
 def smollm2_config(layers: int = 30) -> "blockc.GPTConfig":
@@ -121,10 +126,10 @@ def blockc_runner(m: "blockc.GPT", prompt: np.ndarray, new: int) -> Callable[[],
     def run() -> float:
         cache = m.new_cache(1, prompt.shape[1] + new)
         tok = np.argmax(m(prompt, cache=cache)[:, -1], axis=-1)[:, None]
-        t0 = time.perf_counter()
+        t0 = _clock()
         for _ in range(new):
             tok = np.argmax(m(tok, cache=cache)[:, -1], axis=-1)[:, None]
-        return time.perf_counter() - t0
+        return _clock() - t0
     return run
 
 
@@ -136,11 +141,11 @@ def torch_runner(torch, tm, prompt: np.ndarray, new: int) -> Callable[[], float]
         cache = tm.new_cache(1, prompt.shape[1] + new)
         tok = tm(ids, cache, 0, last_only=True)[:, -1].argmax(-1, keepdim=True)
         start = prompt.shape[1]
-        t0 = time.perf_counter()
+        t0 = _clock()
         for _ in range(new):
             tok = tm(tok, cache, start, last_only=True)[:, -1].argmax(-1, keepdim=True)
             start += 1
-        return time.perf_counter() - t0
+        return _clock() - t0
     return run
 
 
@@ -151,11 +156,11 @@ def llama_runner(llm, prompt: np.ndarray, new: int) -> Callable[[], float]:
         llm.reset()
         llm.eval(ids)
         tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-        t0 = time.perf_counter()
+        t0 = _clock()
         for _ in range(new):
             llm.eval([tok])
             tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-        return time.perf_counter() - t0
+        return _clock() - t0
     return run
 
 
@@ -203,10 +208,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--no-busy", action="store_true", help="skip the busy-neighbour row")
     ap.add_argument("--precisions", default=",".join(PRECISIONS),
                     help=f"blockc's weights ({','.join(PRECISIONS)})")
+    ap.add_argument("--clock", choices=tuple(CLOCK), default="wall",
+                    help="wall (default) or cpu: the process's CPU time")
     args = ap.parse_args(argv)
     precisions = [p for p in args.precisions.split(",") if p]
     if not precisions or any(p not in PRECISIONS for p in precisions):
         ap.error(f"--precisions: a comma-separated list of {', '.join(PRECISIONS)}")
+    global _clock
+    _clock = CLOCK[args.clock]
     contexts = [int(c) for c in args.contexts.split(",")]
     thread_counts = [int(t) for t in args.threads.split(",")]
 
@@ -240,7 +249,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         f"{t} thread{'s' if t > 1 else ''} {g:.1f} GB/s" for t, g in bw.items()) or "n/a"))
     sizes = ", ".join(f"{k} {m.nbytes / 1e6:.0f} MB" for k, m in models.items())
     print(f"blockc weights: {sizes}; {args.new} new tokens per run, median of {args.repeats} "
-          "rounds, engines alternating")
+          "rounds, engines alternating, {args.clock} clock")
 
     tmp = tempfile.TemporaryDirectory()
     ggufs: Dict[str, str] = {}
@@ -302,7 +311,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 return r[5]
         return None
 
-    same = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "q8_0": "q8_0", "q5_0": "q5_0"}
+    same = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "q8_0": "q8_0", "q5_0": "q5_0",
+            "q8_0i": "q8_0"}
     print()
     forced = variants()[1:]
     print("| context | threads | engine | weights | tokens/s | "

@@ -4,7 +4,8 @@ D=768, 12 layers, 12 query heads and 4 K/V heads, SwiGLU MLP of 2048, RMSNorm,
 rotary positions, a 32,000-token vocabulary, untied head; random weights (or
 with --shape smollm2 the shape of SmolLM2-135M: 30 layers, width 576, 9 heads,
 3 K/V heads, d_ff 1536, a tied 49,152-token vocabulary; section llama-smollm2).
-blockc runs as chosen (auto: each kernel family its measured variant) and
+blockc's weights: float32, bfloat16, q8_0 and q8_0i (q8_0's weights by integer
+dot products on 8-bit activations). blockc runs as chosen (auto: each kernel family its measured variant) and
 forced to each FMA instruction set the CPU has (a column each). The
 peers run the same weights:
 
@@ -50,8 +51,8 @@ from bench_decode import (Machine, blockc_runner, llama_runner, open_llama,  # n
 from doc_section import run as run_bench  # noqa: E402
 from machine import read_bandwidth  # noqa: E402
 
-PRECISIONS = ("float32", "bfloat16", "q8_0")
-SAME = {"float32": "f32", "bfloat16": "bf16", "q8_0": "q8_0"}
+PRECISIONS = ("float32", "bfloat16", "q8_0", "q8_0i")
+SAME = {"float32": "f32", "bfloat16": "bf16", "q8_0": "q8_0", "q8_0i": "q8_0"}
 
 
 def llama_config(layers: int) -> "blockc.GPTConfig":
@@ -131,7 +132,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     cfg = smollm2_config(args.layers or 30) if smol else llama_config(args.layers or 12)
     machine = Machine()
     m32 = blockc.GPT.random(cfg, seed=0)
-    models = {"float32": m32, "bfloat16": m32.astype("bfloat16"), "q8_0": m32.astype("q8_0")}
+    models = {p: m32 if p == "float32" else m32.astype(p) for p in PRECISIONS}
     bw = read_bandwidth()
     print(machine.header())
     print(f"{'SmolLM2-135M-shaped' if smol else 'Llama-shaped'}: V={cfg.vocab} D={cfg.width} "

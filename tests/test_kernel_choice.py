@@ -55,7 +55,7 @@ def test_forcing_an_isa_reports_it_for_every_family(restore_choices):
 
 @two_candidates
 @pytest.mark.parametrize("slow", ["avx512", "avx2"])
-@pytest.mark.parametrize("family", ["decode_q8_0", "gemm", "attention"])
+@pytest.mark.parametrize("family", ["decode_q8_0", "decode_q8_0i", "gemm", "attention"])
 def test_a_deliberately_slow_variant_is_not_chosen(restore_choices, family, slow):
     runtime.set_isa("auto")
     f = runtime.FAMILIES.index(family)
@@ -73,13 +73,13 @@ def test_a_deliberately_slow_variant_is_not_chosen(restore_choices, family, slow
 def test_the_tuning_entry_points_refuse_bad_arguments():
     isa, how = blockc._native.ffi.new("int *"), blockc._native.ffi.new("int *")
     sec = blockc._native.ffi.new("double[3]")
-    assert lib.bc_kernel_choice(isa, how, sec, 7, 3) == lib.BC_EOPTION
+    assert lib.bc_kernel_choice(isa, how, sec, lib.BC_NFAMILIES, 3) == lib.BC_EOPTION
     assert lib.bc_kernel_choice(isa, how, sec, -1, 3) == lib.BC_EOPTION
     assert lib.bc_kernel_choice(isa, how, sec, 0, 2) == lib.BC_ESIZE
     assert lib.bc_kernel_choice(blockc._native.ffi.NULL, how, sec, 0, 3) == lib.BC_ENULL
     assert lib.bc_set_kernel_choice(0, 0) == lib.BC_EOPTION or not HAS_TWO  # generic: never mixed
     assert lib.bc_set_kernel_choice(0, 3) == lib.BC_EOPTION
-    assert lib.bc_set_kernel_choice(7, 1) == lib.BC_EOPTION
+    assert lib.bc_set_kernel_choice(lib.BC_NFAMILIES, 1) == lib.BC_EOPTION
     for bad in (-0.1, 1.5, float("nan")):
         assert lib.bc_tune_handicap(0, 1, bad) == lib.BC_EOPTION
     assert lib.bc_tune_handicap(0, 3, 0.0) == lib.BC_EOPTION
@@ -194,7 +194,8 @@ def test_every_mix_of_variants_gives_the_same_bits(restore_choices):
     and q8_0i weights."""
     ids = np.random.default_rng(0).integers(0, 300, size=(2, 40))
     rng = np.random.default_rng(5)
-    mixes = [[1] * 7, [2] * 7] + [list(rng.integers(1, 3, size=7)) for _ in range(4)]
+    nf = lib.BC_NFAMILIES
+    mixes = [[1] * nf, [2] * nf] + [list(rng.integers(1, 3, size=nf)) for _ in range(4)]
     for m32 in _small_models():
         for dtype in ("float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i"):
             m = m32 if dtype == "float32" else m32.astype(dtype)

@@ -57,13 +57,13 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- state (guarded by g_mu; g_auto published for the fast path) -------- */
 
-static int g_choice[BC_NFAMILIES] = {-1, -1, -1, -1, -1, -1, -1};  /* -1: not chosen yet */
+static int g_choice[BC_NFAMILIES] = {-1, -1, -1, -1, -1, -1, -1, -1};  /* -1: not chosen yet */
 static int g_how[BC_NFAMILIES];
 static double g_sec[BC_NFAMILIES][BC_NISAS];
 static double g_handicap[BC_NFAMILIES][BC_NISAS];
 
 /* Assembled tables, one per choice vector ever used, kept for the process's
- * life (a call may still hold an older one; at most 2^7 vectors of two
+ * life (a call may still hold an older one; at most 2^8 vectors of two
  * candidates). */
 typedef struct mix {
     int isa[BC_NFAMILIES];
@@ -125,6 +125,10 @@ static void take(bc_kernel_table *t, const bc_kernel_table *src, int f)
         t->wf[wf].rows_part = src->wf[wf].rows_part;
         break;
     }
+    case BC_FAMILY_DECODE_Q8_0I:  /* its products, prompts and decoding alike */
+        t->wf[BC_WF_PANEL(BC_DTYPE_Q8_0I)].xq_part = src->wf[BC_WF_PANEL(BC_DTYPE_Q8_0I)].xq_part;
+        t->xq_rows = src->xq_rows;
+        break;
     case BC_FAMILY_ATTENTION:
         t->attn_bq = src->attn_bq;
         t->attn_scratch = src->attn_scratch;
@@ -274,6 +278,15 @@ static void probe(int f, const bc_kernel_table *kt, probe_mem *p)
         const int wf = family_wf(f);
         const bc_gemm g = {p->y, p->x, p->w, NULL, NULL, 1, 2048, 2048, wf, BC_ACT_NONE};
         kt->wf[wf].rows_part(&g, 0, 2048);
+        break;
+    }
+    case BC_FAMILY_DECODE_Q8_0I: {
+        /* one row quantised, then a 2048 x 2048 product (the size of q8_0's) */
+        const int wf = BC_WF_PANEL(BC_DTYPE_Q8_0I);
+        const bc_gemm g = {p->y, p->x, p->w, NULL, NULL, 1, 2048, 2048, wf, BC_ACT_NONE};
+        unsigned char *xq = (unsigned char *)p->scratch;
+        kt->xq_rows(xq, p->x, 1, 2048);
+        kt->wf[wf].xq_part(&g, xq, 0, 1, 0, 2048);
         break;
     }
     case BC_FAMILY_ATTENTION: {
