@@ -72,8 +72,9 @@ def test_each_matrix_packed_in_its_own_format(cfg):
 @pytest.mark.parametrize("cfg", [LLAMA, GPT2], ids=["llama", "gpt2"])
 @pytest.mark.parametrize("shift", [0, 3])
 def test_mixed_model_computes_with_its_weights(cfg, shift, threads):
-    """logits == a float32 model of the same weights, bit for bit, at 1 and 2 threads;
-    cached == uncached; each row of a batch == the row alone."""
+    """logits == a float32 model of the same weights, bit for bit, at 1 and 2 threads
+    (close to it when a matrix is q8_0i: 8-bit activations); cached == uncached; each
+    row of a batch == the row alone."""
     m = GPT.random(cfg, seed=4, dtypes=mix(cfg, shift))
     f = GPT.from_state_dict(m.state_dict(), cfg)
     ids = np.random.default_rng(5).integers(0, cfg.vocab, (3, 12))
@@ -82,7 +83,11 @@ def test_mixed_model_computes_with_its_weights(cfg, shift, threads):
     threads(2)
     two = m(ids)
     np.testing.assert_array_equal(one, two)
-    np.testing.assert_array_equal(one, f(ids))
+    if "q8_0i" in m.dtypes.values():
+        ref = f(ids)
+        assert np.abs(one - ref).max() <= 0.05 * np.abs(ref).max()
+    else:
+        np.testing.assert_array_equal(one, f(ids))
     for b in range(3):
         np.testing.assert_array_equal(m(ids[b:b + 1]), one[b:b + 1])
     cache = m.new_cache(3, cfg.context)
