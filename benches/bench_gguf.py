@@ -74,7 +74,7 @@ def decode_rate(m, prompt: np.ndarray, new: int) -> float:
 def prefill_rate(m, prompt: np.ndarray) -> float:
     cache = m.new_cache(1, prompt.shape[1])
     t0 = time.perf_counter()
-    m(prompt, cache=cache)
+    m(prompt, cache=cache, last_only=True)  # what llama.cpp computes: the last position's logits
     return prompt.shape[1] / (time.perf_counter() - t0)
 
 

@@ -148,14 +148,20 @@ class GGUFTensor:
         """The tensor's bytes (see the class)."""
         if self._data is not None:
             return self._data
+        a = self._read()
+        a.flags.writeable = False
+        return a
+
+    def _read(self) -> np.ndarray:
+        """A new array of the bytes read from the file, shaped (rows..., bytes per row)."""
         reader, at = self._source
         a = reader.read_at(at, self.nbytes, f"tensor {self.name!r}")
-        a.flags.writeable = False
         rb = self.nbytes // max(1, int(np.prod(self.shape[:-1], dtype=np.int64)))
         return a.reshape(tuple(self.shape[:-1]) + (rb,))
 
     def to_float32(self) -> np.ndarray:
-        """The values as a float32 array of :attr:`shape` (dequantised exactly as ggml does).
+        """The values as a new float32 array of :attr:`shape` (dequantised exactly as ggml
+        does; an F32 tensor of a file is its bytes read into the array, no second copy).
 
         Raises
         ------
@@ -166,6 +172,8 @@ class GGUFTensor:
         if self.type not in ggml.DEQUANTISE:
             raise BlockcValueError(f"{self.file}: tensor {self.name!r} has type {self.type}, which "
                                    f"blockc does not read (it reads {', '.join(ggml.DEQUANTISE)})")
+        if self.type == "F32" and self._data is None and np.little_endian:
+            return self._read().reshape(-1).view(np.float32).reshape(self.shape)
         return ggml.dequantise(self.data, self.type).reshape(self.shape)
 
     def __repr__(self) -> str:
