@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 import blockc
+from blockc._enums import DTYPES  # every weight format the C table has
 
 import gilprobe
 
@@ -130,3 +131,24 @@ def test_the_gil_is_released_during_gpt_calls():
 def test_a_gil_holding_call_is_caught():
     # the measure itself: a C loop that keeps the GIL (builtin sum over a range) is seen
     assert _coverage(lambda: sum(range(10_000_000))) <= 0.3
+
+
+def test_packing_gives_the_same_bytes_on_any_thread_count():
+    """bc_pack_strided spreads its panels over the pool: every format packs the same
+    bytes on one thread and on two (a matrix and its transpose, rows not a whole panel)."""
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((300, 512)) * 0.05).astype(np.float32)
+    before = blockc.get_num_threads()
+    try:
+        for dtype in DTYPES:
+            got = []
+            for n in (1, 2):
+                blockc.set_num_threads(n)
+                cfg = blockc.GPTConfig(vocab=300, context=16, width=512, heads=4, layers=1,
+                                       d_ff=512, tie_weights=True)
+                sd = {**blockc.GPT.random(cfg, seed=1).state_dict(), "token.weight": w}
+                m = blockc.GPT.from_state_dict(sd, cfg, dtype=dtype)
+                got.append(np.array(m.params, copy=True))
+            assert np.array_equal(got[0], got[1]), dtype
+    finally:
+        blockc.set_num_threads(before)

@@ -1,7 +1,8 @@
 /* pack.c: packed weight matrices (bc_engine.h): their sizes, packing
  * (quantising), unpacking, one row of one, and the linear on them, written
  * once over the formats' table (bc_format.h): what a format stores and how
- * is its row there. Packing is load-time work, in plain C. */
+ * is its row there. Packing is load-time work, in plain C, spread over the
+ * thread pool a panel at a time. */
 #include <math.h>
 #include <string.h>
 
@@ -9,6 +10,7 @@
 #include "bc_engine.h"
 #include "bc_format.h"
 #include "bc_pack.h"
+#include "bc_rt.h"
 #include "kernels.h"
 
 #define PW BC_PANEL
@@ -87,6 +89,40 @@ static int check_packed(size_t *need, const void *packed, size_t packed_bytes_, 
  * contiguously (rows side by side for a transposed w, cs > rs). */
 #define W(r, c) w[(r) * rs + (c) * cs]
 
+typedef struct {
+    unsigned char *out;
+    size_t pbytes;            /* bytes of one panel */
+    const float *w;
+    size_t rs, cs, rows, cols;
+    const bc_format *f;
+    int by_rows;              /* a transposed w: the PW rows of a column are adjacent */
+} pack_job;
+
+/* panel p of job->out (zeroed, then packed chunk by chunk) from rows 16p.. of w */
+static void pack_panel(const void *arg, size_t p, int thread)
+{
+    const pack_job *j = arg;
+    const float *w = j->w;
+    const size_t rs = j->rs, cs = j->cs, cols = j->cols;
+    unsigned char *panel = j->out + p * j->pbytes;
+    const size_t nl = j->rows - p * PW < PW ? j->rows - p * PW : PW, r0 = p * PW;
+    (void)thread;
+    memset(panel, 0, j->pbytes);
+    for (size_t k0 = 0; k0 < cols; k0 += BC_FORMAT_CHUNK) {
+        const size_t nk = cols - k0 < BC_FORMAT_CHUNK ? cols - k0 : BC_FORMAT_CHUNK;
+        float tile[PW][BC_FORMAT_CHUNK];
+        if (j->by_rows)
+            for (size_t k = 0; k < nk; k++)
+                for (size_t l = 0; l < nl; l++)
+                    tile[l][k] = W(r0 + l, k0 + k);
+        else
+            for (size_t l = 0; l < nl; l++)
+                for (size_t k = 0; k < nk; k++)
+                    tile[l][k] = W(r0 + l, k0 + k);
+        j->f->pack(panel, &tile[0][0], BC_FORMAT_CHUNK, nl, k0, nk, cols);
+    }
+}
+
 int bc_pack_strided(void *out, size_t out_bytes, const float *w, size_t rs, size_t cs,
                     int dtype, size_t rows, size_t cols)
 {
@@ -105,27 +141,14 @@ int bc_pack_strided(void *out, size_t out_bytes, const float *w, size_t rs, size
     const bc_format *f = bc_format_of(dtype);
     if (f->check && (st = f->check(w, rs, cs, rows, cols)))
         return st;
-    const size_t panels = (rows + PW - 1) / PW, pbytes = need / panels;
-    const int by_rows = cs > rs;  /* a transposed w: the PW rows of a column are adjacent */
-    unsigned char *o = out;
-    memset(out, 0, need);
-    for (size_t p = 0; p < panels; p++) {
-        unsigned char *panel = o + p * pbytes;
-        const size_t nl = rows - p * PW < PW ? rows - p * PW : PW, r0 = p * PW;
-        for (size_t k0 = 0; k0 < cols; k0 += BC_FORMAT_CHUNK) {
-            const size_t nk = cols - k0 < BC_FORMAT_CHUNK ? cols - k0 : BC_FORMAT_CHUNK;
-            float tile[PW][BC_FORMAT_CHUNK];
-            if (by_rows)
-                for (size_t k = 0; k < nk; k++)
-                    for (size_t l = 0; l < nl; l++)
-                        tile[l][k] = W(r0 + l, k0 + k);
-            else
-                for (size_t l = 0; l < nl; l++)
-                    for (size_t k = 0; k < nk; k++)
-                        tile[l][k] = W(r0 + l, k0 + k);
-            f->pack(panel, &tile[0][0], BC_FORMAT_CHUNK, nl, k0, nk, cols);
-        }
-    }
+    const size_t panels = (rows + PW - 1) / PW;
+    const pack_job job = {out, need / panels, w, rs, cs, rows, cols, f, cs > rs};
+    bc_ctx cx;
+    /* load-time work spread over the pool, a panel a unit (each panel depends only
+     * on its rows: the same bytes at any thread count); one thread without scratch */
+    const int threads = bc_rt_ctx(&cx, 0) ? 1 : bc_rt_threads(&cx, (double)rows * (double)cols,
+                                                              (double)need);
+    bc_rt_run(threads, panels, pack_panel, &job);
     return BC_OK;
 }
 
