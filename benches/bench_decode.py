@@ -249,7 +249,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         f"{t} thread{'s' if t > 1 else ''} {g:.1f} GB/s" for t, g in bw.items()) or "n/a"))
     sizes = ", ".join(f"{k} {m.nbytes / 1e6:.0f} MB" for k, m in models.items())
     print(f"blockc weights: {sizes}; {args.new} new tokens per run, median of {args.repeats} "
-          "rounds, engines alternating, {args.clock} clock")
+          f"rounds, engines alternating, {args.clock} clock")
 
     tmp = tempfile.TemporaryDirectory()
     ggufs: Dict[str, str] = {}
