@@ -123,14 +123,15 @@ static inline V vload_nib8(const uint8_t *p, int hi)
     return _mm512_cvtepi32_ps(_mm512_sub_epi32(u, _mm512_set1_epi32(8)));
 }
 /* lane i = the low (hi = 0) or high nibble of p[i] with bit j of h[i] as its
- * fifth bit, less 16 */
+ * fifth bit, less 16: the nibble where the bit is set, the nibble - 16 where it
+ * is clear (one test into a mask, one masked subtraction) */
 static inline V vload_nib16(const uint8_t *p, const uint32_t *h, int hi, unsigned j)
 {
     __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
     u = hi ? _mm512_srli_epi32(u, 4) : _mm512_and_si512(u, _mm512_set1_epi32(15));
-    __m512i b = _mm512_srl_epi32(_mm512_loadu_si512((const void *)h), _mm_cvtsi32_si128((int)j));
-    b = _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(1)), 4);
-    return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_or_si512(u, b), _mm512_set1_epi32(16)));
+    const __mmask16 clear = _mm512_testn_epi32_mask(_mm512_loadu_si512((const void *)h),
+                                                    _mm512_set1_epi32((int)(1u << j)));
+    return _mm512_cvtepi32_ps(_mm512_mask_sub_epi32(u, clear, u, _mm512_set1_epi32(16)));
 }
 static inline V vload_bf16(const uint16_t *p)
 {
@@ -250,14 +251,16 @@ static inline V vload_nib8(const uint8_t *p, int hi)
     return _mm256_cvtepi32_ps(_mm256_sub_epi32(u, _mm256_set1_epi32(8)));
 }
 /* lane i = the low (hi = 0) or high nibble of p[i] with bit j of h[i] as its
- * fifth bit, less 16 */
+ * fifth bit, less 16: the nibble where the bit is set, the nibble - 16 where it
+ * is clear (the clear lanes' all-ones, shifted, is -16) */
 static inline V vload_nib16(const uint8_t *p, const uint32_t *h, int hi, unsigned j)
 {
     __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
     u = hi ? _mm256_srli_epi32(u, 4) : _mm256_and_si256(u, _mm256_set1_epi32(15));
-    __m256i b = _mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)h), _mm_cvtsi32_si128((int)j));
-    b = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(1)), 4);
-    return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_or_si256(u, b), _mm256_set1_epi32(16)));
+    const __m256i bit = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)h),
+                                         _mm256_set1_epi32((int)(1u << j)));
+    const __m256i clear = _mm256_cmpeq_epi32(bit, _mm256_setzero_si256());
+    return _mm256_cvtepi32_ps(_mm256_add_epi32(u, _mm256_slli_epi32(clear, 4)));
 }
 static inline V vload_bf16(const uint16_t *p)
 {
