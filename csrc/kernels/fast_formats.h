@@ -5,10 +5,9 @@
  * read its panels (a state for each group of rows, the VL weights of a row
  * as floats), the two kernels made from that (decoding, prows_part; the
  * GEMM's copy, load_panels), and its entry of WF_KERNELS, the kernel table's
- * wf. A format whose decoding is not this chain (integer dot products, say)
- * puts its own rows_part in its entry instead; the GEMM's copy must then
- * give floats whose products match it, or the format documents that a row's
- * bits depend on how many rows came with it. */
+ * wf. A format whose products are not this chain puts its own kernel in its
+ * entry: q8_0i's xq_part (fast_intdot.h) multiplies rows of x quantised once
+ * per product, for any number of rows, by one chain per output. */
 
 /* ---- float32 panels: the GEMM reads them where they lie ------------------- */
 
