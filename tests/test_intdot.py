@@ -192,3 +192,25 @@ def test_gguf_q8_0_files_load_as_q8_0i_with_their_very_blocks(tmp_path):
     np.testing.assert_array_equal(plain.astype("q8_0i").params, m.params)
     ids = np.array([[1, 2, 3, 4]])
     np.testing.assert_array_equal(_bits(back(ids)), _bits(m(ids)))
+
+
+@pytest.mark.skipif("avx2" not in ISAS[: ISAS.index(blockc.best_isa()) + 1], reason="no AVX2")
+def test_avx2s_pmaddubsw_and_avx_vnni_copies_give_the_oracles_bits(tmp_path):
+    """The AVX2 kernels form the integer sums with AVX-VNNI where the CPU has it and
+    with pmaddubsw elsewhere (BLOCKC_AVXVNNI=0 asks for it): both the oracle's bits,
+    decoding and GEMM."""
+    import subprocess
+    import sys
+    x, w = _hard_x(9, 300, seed=3), rnd(70, 300, seed=4) * np.float32(0.1)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "w.npy", w)
+    code = ("import numpy as np, blockc; from blockc import ops; "
+            f"x = np.load({str(tmp_path / 'x.npy')!r}); w = np.load({str(tmp_path / 'w.npy')!r}); "
+            "p = ops.pack(w, 'q8_0i'); "
+            f"np.save({str(tmp_path / 'y.npy')!r}, np.concatenate([ops.linear(x, p), ops.linear(x[:1], p)]))")
+    want = intdot.linear_q8_0i(x, w)
+    for flag in ("0", "1"):
+        env = dict(os.environ, BLOCKC_ISA="avx2", BLOCKC_AVXVNNI=flag)
+        subprocess.run([sys.executable, "-c", code], env=env, check=True)
+        y = np.load(tmp_path / "y.npy")
+        np.testing.assert_array_equal(_bits(y), _bits(np.concatenate([want, want[:1]])), err_msg=flag)

@@ -171,205 +171,40 @@ static inline int32_t ld32(const int8_t *p)
     return v;
 }
 
-/* Rows i0..i0+mr-1 of y (their quantised x at x0, rb bytes apart) by NP panels
- * from panel p (np <= NP of them real; the rest repeat the last: computed, not
- * stored), over nb blocks. */
+#if BC_SIMD == 256
+/* two copies: pmaddubsw on every AVX2 CPU, AVX-VNNI's vpdpbusd where the CPU has it */
+#define Q8I_DP 0
+#define Q8I_FN(name) name##_mad
+#include "fast_intdot_part.h"
+#undef Q8I_DP
+#undef Q8I_FN
+#undef Q8I_TARGET
+#undef Q8I_DP
+#undef Q8I_FN
+#define Q8I_TARGET __attribute__((target("avx2,avxvnni,fma,f16c")))
+#define Q8I_DP 1
+#define Q8I_FN(name) name##_vnni
+#include "fast_intdot_part.h"
+#else
+#define Q8I_DP 1
+#define Q8I_FN(name) name
+#include "fast_intdot_part.h"
+#endif
+
 #if BC_SIMD == 512 || BC_SIMD == 256
-BC_INLINE Q8I_TARGET void q8i_tile(const int mr, const int NP, const bc_gemm *g,
-                                   const unsigned char *x0, size_t rb, size_t i0, size_t p,
-                                   size_t np, size_t nb)
-{
-    const size_t pb = nb * sizeof(bc_q8i_block), oc = g->oc;
-    const bc_q8i_block *pan[QD1 > QN ? QD1 : QN];
-    BC_UNROLL
-    for (int q = 0; q < NP; q++)
-        pan[q] = (const bc_q8i_block *)((const unsigned char *)g->w
-                                        + (p + ((size_t)q < np ? (size_t)q : np - 1)) * pb);
-    const int8_t *xr[QR];
-    const float *xd[QR];
-    const int32_t *xs[QR];  /* the corrections of the +128 bytes (VNNI only) */
-    BC_UNROLL
-    for (int i = 0; i < mr; i++) {
-        xr[i] = (const int8_t *)(x0 + (size_t)i * rb);
-        xd[i] = (const float *)(x0 + (size_t)i * rb + nb * 32);
-        xs[i] = (const int32_t *)(x0 + (size_t)i * rb + nb * 36);
-    }
-    V f[QR][QP * VPP];
-    BC_UNROLL
-    for (int i = 0; i < mr; i++)
-        BC_UNROLL
-        for (int t = 0; t < NP * VPP; t++)
-            f[i][t] = vzero();
-    for (size_t b = 0; b < nb; b++) {
-        IV acc[QR][QP * VPP];
-#if BC_SIMD == 512
-        BC_UNROLL
-        for (int i = 0; i < mr; i++)
-            BC_UNROLL
-            for (int t = 0; t < NP; t++)
-                acc[i][t] = _mm512_set1_epi32(xs[i][b]);
-        BC_UNROLL
-        for (int j = 0; j < 8; j++) {
-            IV w[QD1 > QN ? QD1 : QN];
-            BC_UNROLL
-            for (int q = 0; q < NP; q++)
-                w[q] = _mm512_loadu_si512((const void *)pan[q][b].u[j]);
-            BC_UNROLL
-            for (int i = 0; i < mr; i++) {
-                const IV xb = _mm512_set1_epi32(ld32(xr[i] + b * 32 + (size_t)j * 4));
-                BC_UNROLL
-                for (int q = 0; q < NP; q++)
-                    acc[i][q] = _mm512_dpbusd_epi32(acc[i][q], w[q], xb);
-            }
-        }
-#else
-        (void)xs;
-        BC_UNROLL
-        for (int i = 0; i < mr; i++)
-            BC_UNROLL
-            for (int t = 0; t < NP * VPP; t++)
-                acc[i][t] = _mm256_setzero_si256();
-        const IV flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
-        BC_UNROLL
-        for (int j = 0; j < 8; j++) {
-            IV ws[QP * VPP], aw[QP * VPP];
-            BC_UNROLL
-            for (int t = 0; t < NP * VPP; t++) {
-                ws[t] = _mm256_xor_si256(
-                    _mm256_loadu_si256((const __m256i *)pan[t / VPP][b].u[j][(t % VPP) * VL]), flip);
-                aw[t] = _mm256_abs_epi8(ws[t]);
-            }
-            BC_UNROLL
-            for (int i = 0; i < mr; i++) {
-                const IV xb = _mm256_set1_epi32(ld32(xr[i] + b * 32 + (size_t)j * 4));
-                BC_UNROLL
-                for (int t = 0; t < NP * VPP; t++)
-                    acc[i][t] = _mm256_add_epi32(acc[i][t], _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(aw[t], _mm256_sign_epi8(xb, ws[t])), ones));
-            }
-        }
-#endif
-        BC_UNROLL
-        for (int t = 0; t < NP * VPP; t++) {
-            const V dw = vload_half(pan[t / VPP][b].d + (t % VPP) * VL);
-            BC_UNROLL
-            for (int i = 0; i < mr; i++) {
-#if BC_SIMD == 512
-                const V fs = _mm512_cvtepi32_ps(acc[i][t]);
-#else
-                const V fs = _mm256_cvtepi32_ps(acc[i][t]);
-#endif
-                f[i][t] = vfma(fs, vmul(dw, vset1(xd[i][b])), f[i][t]);
-            }
-        }
-    }
-    for (int i = 0; i < mr; i++)
-        for (int t = 0; t < NP * VPP; t++) {
-            const size_t o = (p + (size_t)(t / VPP)) * PW + (size_t)(t % VPP) * VL;
-            if ((size_t)(t / VPP) >= np || o >= oc)
-                continue;
-            const size_t nv = min_sz(VL, oc - o), row = i0 + (size_t)i;
-            V v = f[i][t];
-            if (g->r)
-                v = vadd(vloadn(g->r + row * oc + o, nv), v);
-            const V bias = g->b ? vloadn(g->b + o, nv) : vzero();
-            vstore_n(g->y + row * oc + o, finish(v, g->b ? &bias : NULL, g->act), nv);
-        }
-}
-#else
-/* portable C: one product at a time, the chain with fmaf */
-BC_INLINE void q8i_tile(const int mr, const int NP, const bc_gemm *g, const unsigned char *x0,
-                        size_t rb, size_t i0, size_t p, size_t np, size_t nb)
-{
-    const size_t pb = nb * sizeof(bc_q8i_block), oc = g->oc;
-    (void)NP;
-    for (int i = 0; i < mr; i++) {
-        const int8_t *xr = (const int8_t *)(x0 + (size_t)i * rb);
-        const float *xd = (const float *)(x0 + (size_t)i * rb + nb * 32);
-        const size_t row = i0 + (size_t)i;
-        for (size_t q = 0; q < np; q++) {
-            const bc_q8i_block *pan =
-                (const bc_q8i_block *)((const unsigned char *)g->w + (p + q) * pb);
-            float f[PW];
-            for (size_t l = 0; l < PW; l++) {
-                float acc = 0.0f;
-                for (size_t b = 0; b < nb; b++) {
-                    int32_t isum = 0;
-                    for (size_t k = 0; k < 32; k++)
-                        isum += ((int32_t)pan[b].u[k / 4][l][k % 4] - 128) * xr[b * 32 + k];
-                    acc = fmaf((float)isum, bc_half_to_f32(pan[b].d[l]) * xd[b], acc);
-                }
-                f[l] = acc;
-            }
-            for (size_t t = 0; t < VPP; t++) {
-                const size_t o = (p + q) * PW + t * VL;
-                if (o >= oc)
-                    continue;
-                const size_t nv = min_sz(VL, oc - o);
-                V v = vload(f + t * VL);
-                if (g->r)
-                    v = vadd(vloadn(g->r + row * oc + o, nv), v);
-                const V bias = g->b ? vloadn(g->b + o, nv) : vzero();
-                vstore_n(g->y + row * oc + o, finish(v, g->b ? &bias : NULL, g->act), nv);
-            }
-        }
-    }
-}
-#endif
-
-/* q8i_tile with its row count (1..QM) a constant, NP panels */
-static Q8I_TARGET void q8i_tile_gemm(int mr, const bc_gemm *g, const unsigned char *x0, size_t rb,
-                                     size_t i0, size_t p, size_t np, size_t nb)
-{
-    switch (mr) {
-    case 1: q8i_tile(1, QN, g, x0, rb, i0, p, np, nb); break;
-    case 2: q8i_tile(2, QN, g, x0, rb, i0, p, np, nb); break;
-#if QM >= 4
-    case 3: q8i_tile(3, QN, g, x0, rb, i0, p, np, nb); break;
-    case 4: q8i_tile(4, QN, g, x0, rb, i0, p, np, nb); break;
-#endif
-#if QM >= 6
-    case 5: q8i_tile(5, QN, g, x0, rb, i0, p, np, nb); break;
-    case 6: q8i_tile(6, QN, g, x0, rb, i0, p, np, nb); break;
-#endif
-    default: break;
-    }
-}
-
-// y (N,OC) rows [n0,n1), columns [o0,o1); xq rows n0.. quantised; w (OC,C) q8_0i panels
-static Q8I_TARGET void q8i_part(const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1,
-                                size_t o0, size_t o1)
-{
-    const size_t nb = (g->c + 31) / 32, rb = bc_xq_row_bytes(g->c);
-    const size_t p0 = o0 / PW, p1 = (o1 + PW - 1) / PW, n = n1 - n0;
-    if (n <= BC_ROWS_MAX) {
-        for (size_t p = p0; p < p1;) {
-            const size_t left = p1 - p;
-            switch (n) {
-            case 1: q8i_tile(1, QD1, g, xq, rb, n0, p, min_sz(QD1, left), nb); p += QD1; break;
-            case 2: q8i_tile(2, QD, g, xq, rb, n0, p, min_sz(QD, left), nb); p += QD; break;
-            default: q8i_tile(3, QD, g, xq, rb, n0, p, min_sz(QD, left), nb); p += QD; break;
-            }
-        }
-        return;
-    }
-    for (size_t pc = p0; pc < p1; pc += QB) {
-        const size_t pe = min_sz(pc + QB, p1);
-        for (size_t i = n0; i < n1; i += QM) {
-            const int mr = (int)min_sz(QM, n1 - i);
-            for (size_t p = pc; p < pe; p += QN)
-                q8i_tile_gemm(mr, g, xq + (i - n0) * rb, rb, i, p, min_sz(QN, pe - p), nb);
-        }
-    }
-}
-
-#if BC_SIMD == 512
+/* The CPU has the VNNI this copy uses (AVX512_VNNI; AVX-VNNI for AVX2, unless
+ * BLOCKC_AVXVNNI=0 asks for pmaddubsw: the tests compare the two). */
 static int has_vnni(void)
 {
     static int known = -1;  /* a benign race: every thread stores the same value */
     if (known < 0) {
         __builtin_cpu_init();
+#if BC_SIMD == 512
         known = __builtin_cpu_supports("avx512vnni") != 0;
+#else
+        const char *off = getenv("BLOCKC_AVXVNNI");
+        known = __builtin_cpu_supports("avxvnni") != 0 && !(off && off[0] == '0');
+#endif
     }
     return known;
 }
@@ -386,7 +221,16 @@ static void xq_part_q8_0i(const bc_gemm *g, const unsigned char *xq, size_t n0, 
         return;
     }
 #endif
+#if BC_SIMD == 256
+    if (has_vnni())
+        q8i_part_vnni(g, xq, n0, n1, o0, o1);
+    else
+        q8i_part_mad(g, xq, n0, n1, o0, o1);
+#else
     q8i_part(g, xq, n0, n1, o0, o1);
+#endif
 }
 
 #undef Q8I_TARGET
+#undef Q8I_DP
+#undef Q8I_FN

@@ -17,6 +17,7 @@
  * does not depend on how the work is split between threads. */
 #include <string.h>
 #include <float.h>
+#include <stdlib.h>  /* getenv: BLOCKC_AVXVNNI (fast_intdot.h) */
 #include "bc_simd.h"
 #include "bc_dispatch.h"
 #include "bc_format.h"
