@@ -258,9 +258,11 @@ class PretrainedMixin:
             F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K tensors, mixed).
         dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i"}, optional
             How blockc stores the matrices; None: bfloat16 for a bfloat16 checkpoint,
-            else float32. For a GGUF file, None: bfloat16 when every matrix is BF16,
-            float16 when every matrix is F16, q8_0 (q4_0, q5_0) when every matrix is
-            Q8_0 (Q4_0, Q5_0), else float32 (the dequantised weights, exactly).
+            else float32. For a GGUF file, None: each matrix in the native format of
+            its file type (BF16 bfloat16, F16 float16, Q8_0 q8_0, Q4_0 q4_0, Q5_0 q5_0;
+            :data:`blockc.gguf.model.EXACT`), any other type float32 (the dequantised
+            weights, exactly); a file mixing types gives ``dtype == "mixed"`` and
+            ``m.dtypes`` naming each matrix's format. A dtype makes every matrix that.
 
         Returns
         -------
