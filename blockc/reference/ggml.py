@@ -330,7 +330,10 @@ def _make_qkx2(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: flo
     diff = (scale[:, None] * L.astype(F32) + xmin[:, None] - x).astype(F32)
     best = _seqsum(w * (diff * diff))
     for step in range(nstep + 1):
-        isc = ((F32(rmin) + F32(rdelta) * F32(step) + F32(nmax)) / rng).astype(F32)
+        # llama.cpp divides by max - min with min the best so far (updated below)
+        rng = np.where(flat, F32(1), xmax - xmin).astype(F32)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            isc = ((F32(rmin) + F32(rdelta) * F32(step) + F32(nmax)) / rng).astype(F32)
         La = np.clip(_nearest_int(isc[:, None] * (x - xmin[:, None])), 0, nmax)
         Lf = La.astype(F32)
         wl = w * Lf
@@ -387,8 +390,9 @@ def _k_common(x: np.ndarray, nmax: int, rmin: float, nstep: int):
     max_min = mn.max(axis=1)
     inv_s = np.where(max_scale > 0, F32(63) / np.where(max_scale > 0, max_scale, 1), 0).astype(F32)
     inv_m = np.where(max_min > 0, F32(63) / np.where(max_min > 0, max_min, 1), 0).astype(F32)
-    ls = np.minimum(63, _nearest_int(inv_s[:, None] * sc))
-    lm = np.minimum(63, _nearest_int(inv_m[:, None] * mn))
+    # ggml: MIN(63, (uint8_t)nearest_int(...)), the int wrapped to a byte first
+    ls = np.minimum(63, _nearest_int(inv_s[:, None] * sc).astype(np.uint8))
+    lm = np.minimum(63, _nearest_int(inv_m[:, None] * mn).astype(np.uint8))
     scales = _pack_scale_min_k4(ls, lm)
     dh = _to_half((max_scale / F32(63)).astype(F32))
     mh = _to_half((max_min / F32(63)).astype(F32))
