@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Dict
 
-from ._native import c_dtypes, lib
+from ._native import c_dtypes, c_whole_blocks, lib
 
 __all__ = ["NORMS", "PLACEMENTS", "ACTIVATIONS", "POSITIONS", "DTYPES",
-           "C_NORM", "C_PLACE", "C_ACT", "C_POS", "C_DTYPE", "VALUE_LIMIT"]
+           "C_NORM", "C_PLACE", "C_ACT", "C_POS", "C_DTYPE", "VALUE_LIMIT",
+           "WHOLE_BLOCKS"]
 
 #: the norm: RMSNorm (gain), LayerNorm (gain and shift), none (chapter 24, exercise 2)
 C_NORM: Dict[str, int] = {"rms": lib.BC_NORM_RMS, "layer": lib.BC_NORM_LAYER,
@@ -26,6 +27,8 @@ C_POS: Dict[str, int] = {"learned": lib.BC_POS_LEARNED, "rope": lib.BC_POS_ROPE}
 #: (the C library's formats table, csrc/kernels/formats.c: float32, bfloat16, q8_0, q4_0,
 #: float16, q5_0, ...)
 C_DTYPE: Dict[str, int] = c_dtypes()
+#: the formats whose matrices' rows must be whole blocks, and the block (q4_k: 256)
+WHOLE_BLOCKS: Dict[str, int] = c_whole_blocks()
 
 #: what a format cannot hold (the C pack's BC_EVALUE), for the messages that say so
 VALUE_LIMIT: Dict[str, str] = {
@@ -33,6 +36,7 @@ VALUE_LIMIT: Dict[str, str] = {
     "q4_0": "finite weights of magnitude <= 65504 * 8 (the block scale is a half)",
     "q5_0": "finite weights of magnitude <= 65504 * 16 (the block scale is a half)",
     "q8_0i": "finite weights of magnitude <= 65504 * 127 (the block scale is a half)",
+    "q4_k": "finite weights of magnitude <= 65504 * 8 (the super-block scales are halves)",
     "float16": "finite weights of magnitude <= 65504 (the largest half; larger ones are "
                "refused, not made infinite)",
 }

@@ -48,7 +48,7 @@ except ImportError:  # the source tree without a build: use an installed blockc'
     ffi, lib = _ext.ffi, _ext.lib
 
 __all__ = ["ffi", "lib", "check", "fptr", "cptr", "thread_buffer", "aligned_zeros", "aligned_copy",
-           "c_dtypes"]
+           "c_dtypes", "c_whole_blocks"]
 
 # status -> exception type; messages come from bc_strerror
 _EXC = {
@@ -121,4 +121,19 @@ def c_dtypes() -> dict:
             continue
         check(st, "dtypes")
         out[ffi.string(name).decode()] = code
+    return out
+
+
+def c_whole_blocks() -> dict:
+    """``{name: block}`` of the weight formats whose rows must be whole blocks
+    (q4_k: 256 columns; llama.cpp's K-quants have no short block), read from the
+    C library: its packing refuses a row of ``block + 1`` columns of these."""
+    block, n = ffi.new("size_t *"), ffi.new("size_t *")
+    name = ffi.new("char[]", lib.BC_DTYPE_NAME_MAX)
+    out = {}
+    for code in range(lib.BC_NDTYPE):
+        check(lib.bc_dtype_info(name, lib.BC_DTYPE_NAME_MAX, block, ffi.NULL, code), "dtypes")
+        b = int(block[0])
+        if b > 1 and lib.bc_pack_size(n, code, 1, b + 1) == lib.BC_ESIZE:
+            out[ffi.string(name).decode()] = b
     return out

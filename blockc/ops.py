@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from ._args import F32, as_choice, as_f32, as_flag, check_eps
 from ._native import check, cptr, ffi, fptr, lib
-from ._enums import C_DTYPE, DTYPES, VALUE_LIMIT
+from ._enums import C_DTYPE, DTYPES, VALUE_LIMIT, WHOLE_BLOCKS
 from ._errors import BlockcValueError
 
 __all__ = [
@@ -112,12 +112,14 @@ def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
     ----------
     w : array_like, shape (out, in)
         As PyTorch's ``nn.Linear.weight`` (one row per output); floating.
-    dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i"}, optional
+    dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_k"}, optional
         float32 as is; bfloat16 and float16 (IEEE half) rounded to nearest even;
         q8_0 llama.cpp's blocks of 32 weights of a row with one half-precision
         scale (d = max|w| / 127, q = round(w / d)): the weights become d * q;
         q4_0 and q5_0 llama.cpp's 4- and 5-bit blocks (d = m / -8 and m / -16, m the
-        weight of largest magnitude).
+        weight of largest magnitude); q4_k its 4-bit super-blocks of 256 (a 6-bit
+        scale and min per 32 weights, by its reference quantiser), so ``in`` must be
+        a multiple of 256.
         q8_0i: q8_0's weights, and :func:`linear` quantises each row of ``x`` to 8
         bits per block of 32 (d_x = max|x| / 127) and multiplies integers: faster,
         about 1e-2 relative error per output where q8_0 keeps ``x`` exact.
@@ -131,9 +133,10 @@ def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
     TypeError
         A non-floating ``w``, a non-str ``dtype``.
     ValueError
-        A shape that is not 2-D with both sizes >= 1, an unknown dtype, (q8_0,
-        q8_0i) a weight that is not finite or too large for a half-precision
-        scale, or (q8_0i) more than 65536 columns.
+        A shape that is not 2-D with both sizes >= 1, an unknown dtype, (q4_k)
+        a number of columns that is not a multiple of 256, (quantised) a weight
+        that is not finite or too large for a half-precision scale, or (q8_0i)
+        more than 65536 columns.
 
     Examples
     --------
@@ -146,6 +149,10 @@ def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
     if w.ndim != 2 or 0 in w.shape:
         raise BlockcValueError(f"w must have shape (out, in) with both >= 1, got {w.shape}")
     rows, cols = w.shape
+    whole = WHOLE_BLOCKS.get(dtype)
+    if whole and cols % whole:
+        raise BlockcValueError(f"w: {dtype} needs rows of whole blocks of {whole} weights, "
+                               f"got {cols} columns")
     n = ffi.new("size_t *")
     st = lib.bc_pack_size(n, C_DTYPE[dtype], rows, cols)
     if st == lib.BC_ESIZE:

@@ -33,6 +33,7 @@ CASES = {  # name -> (arch, write_model options)
                                                                        "attn_q.weight": "Q4_1"})),
     "gpt2": ("gpt2", dict(context=1024, d_ff=256)),
     "gpt2-q4_0-tied": ("gpt2", dict(context=1024, d_ff=256, default_type="Q4_0", tied=True)),
+    "llama-q4_k": ("llama", dict(width=256, d_ff=512, kv_heads=2, default_type="Q4_K")),
     "llama-k-quants": ("llama", dict(width=256, d_ff=256, default_type="Q5_K",
                                      types={"ffn_up.weight": "Q6_K", "attn_k.weight": "Q4_K",
                                             "ffn_gate.weight": "F16"})),
@@ -350,3 +351,68 @@ def test_native_kernels(tmp_path, dtype, typ, ratio):
     w = q.read_tensor("blocks.1.down.weight")
     assert np.array_equal(np.asarray(peer["blk.1.ffn_down.weight"].data).view(np.uint8).ravel(),
                           np.asarray(gq.quantize(w, gt)).view(np.uint8).ravel())
+
+
+def test_q4_k_native_kernels(files, tmp_path):
+    """An all-Q4_K file (the gguf package writes the oracle's blocks) loads as q4_k with
+    its very blocks (the panels give back the file's bytes; no float copy); blockc's C
+    quantiser finds the same blocks from the float weights (astype("q4_k")); the model
+    computes what float32 does with the dequantised weights on every instruction set,
+    the same bits at 1 and 2 threads, for a row alone, through the cache; save_gguf
+    writes the file's bytes again."""
+    from blockc import get_isa, get_num_threads, set_isa, set_num_threads
+    d, name, arch, kw, _ = files["llama-q4_k"]
+    q = GPT.from_pretrained(d / name)
+    assert q.dtype == "q4_k" and q.nbytes < GPT.random(q.config).nbytes / 6
+    peer = {t.name: t for t in gguf.GGUFReader(str(d / name)).tensors}
+    cfg = q.config
+    for theirs, ours, rows, heads in gm.names(arch, cfg):
+        tl = q.layout[ours]
+        if not tl.packed:
+            continue
+        raw = gm.file_rows(q.params[tl.offset:tl.offset + tl.nbytes], "Q4_K", tl.shape[0])
+        if rows is not None:
+            raw = raw[rows[0]:rows[1]]
+        if heads is not None:
+            raw = gm.permute(raw, heads)
+        assert np.array_equal(raw, np.asarray(peer[theirs].data).reshape(raw.shape)), theirs
+    f = GPT.from_state_dict(q.state_dict(), cfg)  # float32, the same (dequantised) weights
+    m = GPT.random(cfg, seed=2)  # the C quantiser against the oracle's blocks
+    qm = m.astype("q4_k")
+    for ours in ("blocks.0.attn.qkv.weight", "blocks.1.down.weight", "token.weight"):
+        tl = qm.layout[ours]
+        got = gm.file_rows(qm.params[tl.offset:tl.offset + tl.nbytes], "Q4_K", tl.shape[0])
+        assert np.array_equal(got, ggml.quantise(m.read_tensor(ours), "Q4_K").reshape(got.shape))
+    ids = np.random.default_rng(0).integers(0, cfg.vocab, (2, 40))
+    want = f(ids)
+    isa0, th0 = get_isa(), get_num_threads()
+    try:
+        by_isa = {}
+        for isa in ("generic", "avx2", "avx512"):
+            try:
+                set_isa(isa)
+            except (ValueError, RuntimeError):
+                continue
+            got = by_isa[isa] = q(ids)
+            assert np.abs(got - want).max() <= 2e-5 * np.abs(want).max(), isa
+        if "avx2" in by_isa and "avx512" in by_isa:  # the same FMA chain: the same bits
+            assert np.array_equal(by_isa["avx2"], by_isa["avx512"])
+        set_isa(isa0)
+        set_num_threads(1)
+        one = q(ids)
+        set_num_threads(2)
+        assert np.array_equal(q(ids), one)
+        assert np.array_equal(q(ids[1:]), one[1:])
+        cache = q.new_cache(2, 40)
+        steps = [q(ids[:, :30], cache=cache)[:, -1:]]
+        for i in range(30, 40):
+            steps.append(q(ids[:, i:i + 1], cache=cache))
+        assert np.array_equal(np.concatenate(steps, axis=1), one[:, 29:])
+    finally:
+        set_isa(isa0)
+        set_num_threads(th0)
+    q.save_gguf(tmp_path / "q4k.gguf", dtype="Q4_K")
+    back = {t.name: t for t in gguf.GGUFReader(str(tmp_path / "q4k.gguf")).tensors}
+    for n, t in peer.items():
+        assert back[n].tensor_type == t.tensor_type and np.array_equal(back[n].data, t.data), n
+    assert np.array_equal(GPT.from_pretrained(tmp_path / "q4k.gguf").params, q.params)

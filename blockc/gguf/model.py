@@ -382,19 +382,75 @@ def _same(raw: np.ndarray, typ: str) -> np.ndarray:
 #: type (rearranged into panels by _PANELS: exact by construction, no float copy)
 _ROWS = {("q8_0", "Q8_0"): _same, ("q4_0", "Q4_0"): _same, ("float16", "F16"): _same,
          ("q5_0", "Q5_0"): _same, ("q8_0", "Q4_0"): _q8_0_rows, ("q8_0", "Q5_0"): _q8_0_rows,
-         ("q8_0i", "Q8_0"): _same, ("q8_0i", "Q4_0"): _q8_0_rows, ("q8_0i", "Q5_0"): _q8_0_rows}
+         ("q8_0i", "Q8_0"): _same, ("q8_0i", "Q4_0"): _q8_0_rows, ("q8_0i", "Q5_0"): _q8_0_rows,
+         ("q4_k", "Q4_K"): _same}
 
 #: blockc format -> the GGUF type whose rows raw_panels rearranges into its panels
-_PANELS = {"q8_0": "Q8_0", "q4_0": "Q4_0", "float16": "F16", "q5_0": "Q5_0", "q8_0i": "Q8_0"}
+_PANELS = {"q8_0": "Q8_0", "q4_0": "Q4_0", "float16": "F16", "q5_0": "Q5_0", "q8_0i": "Q8_0",
+           "q4_k": "Q4_K"}
+
+
+def _k4_unpack(b: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Q4_K's 12 bytes (..., 12) of eight 6-bit scales and eight 6-bit mins -> (..., 8)
+    scales and (..., 8) mins (bytes 0-3: scales 0-3 and the top bits of scales 4-7;
+    4-7: the same for the mins; 8-11: the low nibbles of scales and mins 4-7)."""
+    lo, hi, last = b[..., 0:4], b[..., 4:8], b[..., 8:12]
+    sc = np.concatenate([lo & 63, (last & 15) | ((lo >> 6) << 4)], axis=-1)
+    mn = np.concatenate([hi & 63, (last >> 4) | ((hi >> 6) << 4)], axis=-1)
+    return sc, mn
+
+
+def _k4_pack(sc: np.ndarray, mn: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`_k4_unpack` (every one of the 96 bits is a scale's or a min's)."""
+    out = np.empty(sc.shape[:-1] + (12,), np.uint8)
+    out[..., 0:4] = (sc[..., :4] & 63) | ((sc[..., 4:] >> 4) << 6)
+    out[..., 4:8] = (mn[..., :4] & 63) | ((mn[..., 4:] >> 4) << 6)
+    out[..., 8:12] = (sc[..., 4:] & 15) | ((mn[..., 4:] & 15) << 4)
+    return out
+
+
+def _panel_fields(typ: str) -> Tuple[int, List[Tuple[int, int, int]]]:
+    """(bytes of a row's block in blockc's panels, fields): each field (start, end, unit)
+    of a panel block is the 16 rows' bytes [start, end) of the row's block, in units of
+    ``unit`` bytes interleaved row by row (bc_engine.h): the halves (unit 2) side by side,
+    the quants byte by byte. Q4_K's scales are its 12 bytes unpacked to 16 first."""
+    if typ == "Q4_K":  # d, dmin, sc[8], m[8], qs[128] of a 148-byte row
+        return 148, [(0, 2, 2), (2, 4, 2), (4, 12, 1), (12, 20, 1), (20, 148, 1)]
+    if typ == "Q5_0":  # d, the uint32 of fifth bits, qs[16]
+        return 22, [(0, 2, 2), (2, 6, 4), (6, 22, 1)]
+    if typ == "F16":  # a block of one weight: panel [k][l]
+        return 2, [(0, 2, 2)]
+    bb = {"Q8_0": 34, "Q4_0": 18}[typ]
+    return bb, [(0, 2, 2), (2, bb, 1)]
+
+
+def _q4_k_panels(raw: np.ndarray) -> np.ndarray:
+    """raw_panels of Q4_K rows: every field of the 16 rows' super-blocks interleaved (d,
+    dmin, the 6-bit scales and mins a byte each, the qs byte by byte)."""
+    rows = raw.shape[0]
+    nb = raw.shape[1] // 144
+    blocks = raw.reshape(rows, nb, 144)
+    sc, mn = _k4_unpack(blocks[..., 4:16])
+    blocks = np.concatenate([blocks[..., :4], sc, mn, blocks[..., 16:]], axis=-1)
+    bb, fields = _panel_fields("Q4_K")
+    panels = -(-rows // 16)
+    r = np.zeros((panels * 16, nb, bb), np.uint8)
+    r[:rows] = blocks
+    r = r.reshape(panels, 16, nb, bb)
+    out = [r[..., a:b].reshape(panels, 16, nb, (b - a) // u, u).transpose(0, 2, 3, 1, 4)
+           .reshape(panels, nb, 16 * (b - a)) for a, b, u in fields]
+    return np.concatenate(out, axis=2).reshape(-1)
 
 
 def raw_panels(raw: np.ndarray, typ: str, dtype: str = "") -> np.ndarray:
     """The bytes of blockc's packed matrix (panels of 16 rows, block by block: the 16 rows'
     half scales, then (Q5_0) their fifth bits, then their quants interleaved; F16 column by
-    column, bc_engine.h) holding the rows ``raw`` (rows, row bytes) of Q8_0, Q4_0, Q5_0 or
-    F16 blocks as they lie in a GGUF file: the same blocks, rearranged (rows past the end
-    zero). ``dtype="q8_0i"``: Q8_0's
-    quants 4 by 4 per row, each + 128 (q8_0i's panels)."""
+    column; Q4_K's every field, its 6-bit scales and mins a byte each, bc_engine.h)
+    holding the rows ``raw`` (rows, row bytes) of Q8_0, Q4_0, Q5_0, Q4_K or F16 blocks as
+    they lie in a GGUF file: the same blocks, rearranged (rows past the end zero).
+    ``dtype="q8_0i"``: Q8_0's quants 4 by 4 per row, each + 128 (q8_0i's panels)."""
+    if typ == "Q4_K":
+        return _q4_k_panels(raw)
     rows = raw.shape[0]
     if typ == "F16":  # panel [k][l] = w[16p + l][k], two bytes each
         cols = raw.shape[1] // 2
@@ -417,6 +473,33 @@ def raw_panels(raw: np.ndarray, typ: str, dtype: str = "") -> np.ndarray:
     h = r[..., 2:2 + nh].transpose(0, 2, 1, 3).reshape(panels, nb, 16 * nh)  # each row's uint32
     q = r[..., 2 + nh:].transpose(0, 2, 3, 1).reshape(panels, nb, 16 * (bb - 2 - nh))
     return np.concatenate([d, h, q], axis=2).reshape(-1)
+
+
+#: the formats whose panels :func:`file_rows` reads back as their GGUF type's rows
+#: (q8_0i's quants are rearranged and offset: saved from its weights instead)
+_FILE_ROWS = ("q8_0", "q4_0", "q5_0", "float16", "q4_k")
+
+
+def file_rows(packed: np.ndarray, typ: str, rows: int) -> np.ndarray:
+    """The inverse of :func:`raw_panels` (Q8_0, Q4_0, Q5_0, Q4_K, F16): the (rows, row
+    bytes) of ``typ`` blocks a GGUF file stores for blockc's packed matrix ``packed`` (its
+    bytes) of ``rows`` rows."""
+    bb, fields = _panel_fields(typ)
+    panels = -(-rows // 16)
+    p = np.asarray(packed, np.uint8).reshape(panels, -1, 16 * bb)
+    nb = p.shape[1]
+    r = np.empty((panels, 16, nb, bb), np.uint8)
+    at = 0
+    for a, b, u in fields:
+        n = 16 * (b - a)
+        r[..., a:b] = (p[..., at:at + n].reshape(panels, nb, (b - a) // u, 16, u)
+                       .transpose(0, 3, 1, 2, 4).reshape(panels, 16, nb, b - a))
+        at += n
+    blocks = r.reshape(panels * 16, nb, bb)[:rows]
+    if typ == "Q4_K":
+        k4 = _k4_pack(blocks[..., 4:12], blocks[..., 12:20])
+        blocks = np.concatenate([blocks[..., :4], k4, blocks[..., 20:]], axis=-1)
+    return np.ascontiguousarray(blocks).reshape(rows, -1)
 
 
 def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool) -> Any:
@@ -567,9 +650,9 @@ class GGUFMixin:
         pairing, GPT-2's head written out, the metadata its loader reads). Matrices
         are stored as ``dtype``, quantised by :mod:`blockc.reference.ggml` (blocks
         bit-identical to the gguf package's where it quantises the type); vectors
-        (norms, biases) as F32. The model's own weights are what is quantised: a
-        model loaded from a Q4_K file and saved as Q4_K keeps its blocks only where
-        requantising finds them again (save as F32 to keep its weights exactly).
+        (norms, biases) as F32. The model's own weights are what is quantised; a
+        q8_0, q4_0 or q4_k model's matrices saved as Q8_0, Q4_0 or Q4_K are its
+        blocks as they are (a file loaded and saved again has the same bytes).
 
         Parameters
         ----------
@@ -627,23 +710,30 @@ def save(m: Any, path: str, dtype: str, tokenizer: Optional[Mapping[str, Any]] =
     arch = arch_of(cfg)
     spec = names(arch, cfg)
     lay = m.layout
+    fmts = m.dtypes
     tensors = []
     whole: Dict[str, np.ndarray] = {}
     for name, ours, rows, heads in spec:
-        if rows is None:
-            w = m.read_tensor(ours)
-        else:
-            if ours not in whole:
-                whole[ours] = m.read_tensor(ours)
-            w = whole[ours][rows[0]:rows[1]]
-            if rows[1] == lay[ours].shape[0]:
-                whole.pop(ours)
-        if heads is not None:
-            w = permute(w, heads)
-        w = np.ascontiguousarray(w, dtype=np.float32)
+        tl = lay[ours]
         # the matrices blockc packs take dtype; the rest (norms, biases, GPT-2's position
         # table, which blockc keeps float32) stay F32
-        t = recipe(dtype, name, cfg.layers, w.shape[-1]) if lay[ours].packed else "F32"
+        t = recipe(dtype, name, cfg.layers, tl.shape[-1]) if tl.packed else "F32"
+        # a matrix already in the type: its blocks as they are (exact, no requantising)
+        fm = fmts.get(ours, "")
+        raw = tl.packed and fm in _FILE_ROWS and _PANELS[fm] == t
+        if ours not in whole:
+            whole[ours] = (file_rows(m.params[tl.offset:tl.offset + tl.nbytes], t, tl.shape[0])
+                           if raw else m.read_tensor(ours))
+        w = whole[ours] if rows is None else whole[ours][rows[0]:rows[1]]
+        if rows is None or rows[1] == tl.shape[0]:
+            whole.pop(ours)
+        if heads is not None:
+            w = permute(w, heads)  # whole rows: whole blocks
+        if raw:
+            shape = tuple(w.shape[:1]) + tuple(tl.shape[1:])
+            tensors.append((name, t, shape, np.ascontiguousarray(w)))
+            continue
+        w = np.ascontiguousarray(w, dtype=np.float32)
         tensors.append((name, t, w.shape, ggml.quantise(w, t)))
     extra = dict(tokenizer or {})
     ids = getattr(m, "special_ids", {}) or {}

@@ -18,6 +18,7 @@ from .._args import as_choice, as_flag, as_int, as_size, to_numpy
 from .._enums import VALUE_LIMIT
 from .._errors import BlockcTypeError, BlockcValueError
 from .._native import aligned_copy, check, cptr, ffi, fptr, lib, thread_buffer
+from .._enums import WHOLE_BLOCKS
 from .config import C_DTYPE, DTYPES, GPTConfig, as_config, gpt_parameter_count
 
 __all__ = ["Model", "KVCache", "Tensor", "layout", "formats", "matrix_slots", "MIXED",
@@ -62,6 +63,7 @@ def formats(cfg: GPTConfig, dtype: str = "float32",
     slots = matrix_slots(cfg)
     out = dict.fromkeys(slots, dtype)
     if dtypes is None:
+        _check_whole(cfg, out)
         return out
     if not isinstance(dtypes, Mapping):
         raise BlockcTypeError(f"dtypes must be a mapping of matrix names to formats, got "
@@ -71,7 +73,23 @@ def formats(cfg: GPTConfig, dtype: str = "float32",
             raise BlockcValueError(f"dtypes: {name!r} is not a matrix of this model (its "
                                    f"matrices: {', '.join(list(slots)[:4])}, ...)")
         out[name] = as_choice(d, f"dtypes[{name!r}]", DTYPES)
+    _check_whole(cfg, out)
     return out
+
+
+def _check_whole(cfg: GPTConfig, fmts: Mapping[str, str]) -> None:
+    """A matrix in a format of whole blocks (q4_k: super-blocks of 256 columns) whose
+    rows are not, refused by name (llama.cpp stores such a matrix in another type)."""
+    if not any(d in WHOLE_BLOCKS for d in fmts.values()):
+        return
+    shapes = layout(cfg)  # float32: every shape packs
+    for name, d in fmts.items():
+        whole = WHOLE_BLOCKS.get(d)
+        if whole and shapes[name].shape[1] % whole:
+            raise BlockcValueError(
+                f"{d} needs matrices of whole blocks of {whole} columns: {name!r} "
+                f"{shapes[name].shape} has {shapes[name].shape[1]} (llama.cpp stores such "
+                "a matrix in another type)")
 
 
 def c_struct(cfg: GPTConfig, fmts: Mapping[str, str]) -> Tuple[Any, Any]:
@@ -413,7 +431,7 @@ class Model:
         seed : int >= 0 or None, optional
             Seed of ``numpy.random.default_rng``, drawn from tensor by tensor in
             state-dict order (None: fresh entropy).
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i"}, optional
+        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_k"}, optional
             How the matrices are stored (the same float32 draws, then rounded
             or quantised). q8_0i holds q8_0's weights and multiplies them by
             integer dot products (each activation row quantised to 8 bits per
@@ -431,7 +449,8 @@ class Model:
         TypeError
             A non-GPTConfig ``cfg`` or a non-integer seed.
         ValueError
-            A negative seed or an unknown dtype.
+            A negative seed, an unknown dtype, or (q4_k) a matrix whose columns are
+            not a multiple of 256 (named).
 
         Examples
         --------
@@ -466,7 +485,7 @@ class Model:
             Every key and shape is checked against it. For a tied config,
             ``head.weight`` may be present (PyTorch lists it) and must equal
             ``token.weight`` bit for bit.
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i"}, optional
+        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_k"}, optional
             How the matrices are stored.
         dtypes : mapping of str to str, optional
             Matrix name -> its own format (the others in ``dtype``): each matrix
@@ -484,7 +503,8 @@ class Model:
         ValueError
             A missing, unexpected or mis-shaped tensor (named), a tied head
             that differs from the token embedding, an unknown format or a name
-            in ``dtypes`` that is not a matrix of the model.
+            in ``dtypes`` that is not a matrix of the model, or (q4_k) a matrix
+            whose columns are not a multiple of 256 (named).
 
         Examples
         --------
@@ -564,12 +584,13 @@ class Model:
 
         Parameters
         ----------
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i"}
+        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_k"}
             From float32 the weights are rounded (bfloat16, float16) or quantised
-            (q8_0, q4_0, q5_0: llama.cpp's rules; q8_0i q8_0's weights, multiplied
-            by integer dot products on 8-bit activations); from a lower precision
-            (or a mixed model's formats) they are the weights this model computes
-            with, exactly, stored anew (q8_0 <-> q8_0i keep every weight).
+            (q8_0, q4_0, q5_0, q4_k: llama.cpp's reference quantisers; q8_0i q8_0's
+            weights, multiplied by integer dot products on 8-bit activations); from
+            a lower precision (or a mixed model's formats) they are the weights this
+            model computes with, exactly, stored anew (q8_0 <-> q8_0i keep every
+            weight).
 
         Returns
         -------
@@ -578,7 +599,8 @@ class Model:
         Raises
         ------
         ValueError
-            An unknown dtype.
+            An unknown dtype, or (q4_k) a matrix whose columns are not a multiple of
+            256 (named).
 
         Examples
         --------
@@ -709,7 +731,7 @@ class Model:
     def dtype(self) -> str:
         """How the matrices are stored: their one format, one of
         :data:`blockc.model.config.DTYPES` ("float32", "bfloat16", "float16", "q8_0",
-        "q4_0", "q5_0"), or "mixed" when they do not share one (see :attr:`dtypes`)."""
+        "q4_0", "q5_0", "q4_k"), or "mixed" when they do not share one (see :attr:`dtypes`)."""
         return self._dtype
 
     @property

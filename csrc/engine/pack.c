@@ -24,7 +24,7 @@ int bc_packed_bytes(size_t *out, int dtype, size_t rows, size_t cols)
         return BC_EOPTION;
     if (rows > (size_t)BC_MAX_ELEMENTS || cols > (size_t)BC_MAX_ELEMENTS)
         return BC_EOVERFLOW;
-    if (f->max_cols && cols > f->max_cols)
+    if ((f->max_cols && cols > f->max_cols) || (f->whole && cols % f->block))
         return BC_ESIZE;
     /* rows padded to whole panels, columns to whole blocks */
     const size_t prow = (rows + PW - 1) / PW * PW;

@@ -30,10 +30,11 @@ extern "C" {
 #define BC_DTYPE_BF16 1
 #define BC_DTYPE_Q8_0 2
 #define BC_DTYPE_Q4_0 3
+#define BC_DTYPE_Q4_K 4
 #define BC_DTYPE_F16 6
 #define BC_DTYPE_Q5_0 7
 #define BC_DTYPE_Q8_0I 8
-#define BC_NDTYPE 9      /* one past the last dtype (4 and 5 reserved: no format yet) */
+#define BC_NDTYPE 9      /* one past the last dtype (5 reserved: no format yet) */
 #define BC_DTYPE_NAME_MAX 16   /* bytes a dtype's name needs, with its NUL */
 
 /* Normalisation kinds and placements of the block. */
@@ -101,6 +102,21 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  j + 16 in the high one); w[16p + l][32b + k] = d[l] * (nibble
  *                  - 8). A block's d = m / -8 for m its weight of largest
  *                  magnitude, nibble = min(15, (int)(w / d + 8.5)).
+ *   BC_DTYPE_Q4_K  llama.cpp's Q4_K (super-blocks of 256 weights of a row, 8
+ *                  sub-blocks of 32 with a 6-bit scale and a 6-bit min each):
+ *                  cols must be a multiple of 256 (else BC_ESIZE). Panel p is
+ *                  cols / 256 super-blocks of 2368 bytes (148 a row: Q4_K's
+ *                  144 with its 12 bytes of packed scales and mins spread to
+ *                  16, one byte each, so decoding reads them without
+ *                  unpacking; 4.625 bits a weight): the 16 rows' d[l], then
+ *                  dmin[l] (IEEE halves), sc[j][l], m[j][l] (8 x 16 bytes
+ *                  each, 0..63), q[b][l] (128 x 16 bytes: byte b of the row's
+ *                  Q4_K qs: bytes 32i.. hold sub-block 2i in their low
+ *                  nibbles, 2i + 1 in their high ones); for column 32j + t of a
+ *                  super-block, w = (d[l] sc[j][l]) nibble - (dmin[l] m[j][l]),
+ *                  the two products exact in float32, one rounding in all.
+ *                  Packed by llama.cpp's reference quantiser (make_qkx2_quants
+ *                  per sub-block, then the scales and mins to 6 bits).
  *   BC_DTYPE_F16   as BC_DTYPE_F32 in IEEE halves (uint16, rounded to nearest
  *                  even: numpy's astype(float16)); a weight must be finite and
  *                  at most 65504 (the largest half) in magnitude: larger ones,
@@ -135,7 +151,7 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
 #define BC_Q8_0I_MAX_COLS 65536
 
 /* The weight format dtype (0 <= dtype < BC_NDTYPE): its name as Python spells it
- * ("float32", "bfloat16", "q8_0", "q4_0", "float16", "q5_0",
+ * ("float32", "bfloat16", "q8_0", "q4_0", "q4_k", "float16", "q5_0",
  * "q8_0i"; NUL-terminated into name, name_cap >
  * its length, at most BC_DTYPE_NAME_MAX), the weights of a row per block and
  * the bytes of one block (a row of cols weights, padded to whole blocks, takes
@@ -146,13 +162,14 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
 int bc_dtype_info(char *name, size_t name_cap, size_t *block, size_t *block_bytes, int dtype);
 
 /* *bytes: the size of a packed (rows, cols) matrix of dtype. BC_ESIZE for a zero
- * size (or more columns than the format holds: q8_0i), BC_EOPTION for an unknown
- * dtype, BC_EOVERFLOW past BC_MAX_ELEMENTS. */
+ * size (or more columns than the format holds: q8_0i; or columns not whole
+ * blocks of a format that needs them: q4_k), BC_EOPTION for an unknown dtype,
+ * BC_EOVERFLOW past BC_MAX_ELEMENTS. */
 int bc_pack_size(size_t *bytes, int dtype, size_t rows, size_t cols);
 
 /* out (out_bytes >= bc_pack_size) = w (rows, cols) packed as dtype. BC_EVALUE
  * for q8_0 and q8_0i when a weight is not finite or beyond 65504 * 127 in magnitude, for
- * q4_0 beyond 65504 * 8, for q5_0 beyond 65504 * 16, for float16 beyond 65504. */
+ * q4_0 and q4_k beyond 65504 * 8, for q5_0 beyond 65504 * 16, for float16 beyond 65504. */
 int bc_pack(void *out, size_t out_bytes, const float *w, int dtype, size_t rows, size_t cols);
 
 /* The same for w(r, c) = w[r * row_stride + c * col_stride]: a transposed w

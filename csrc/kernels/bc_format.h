@@ -48,6 +48,16 @@ typedef struct {
     uint32_t qh[BC_PANEL];      /* qh[row]: bit j the fifth bit of weight j */
     uint8_t q[16][BC_PANEL];    /* q[j][row]: weight j's low four bits low, j + 16's high */
 } bc_q5_block;
+/* One super-block of a q4_k panel: the panel's 16 rows, 256 columns (ggml's
+ * block_q4_K for each row, the 6-bit scales and mins one byte each, every
+ * field interleaved with the other rows'). */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' super-block scales (IEEE halves) */
+    uint16_t dmin[BC_PANEL];    /* and their scales of the mins */
+    uint8_t sc[8][BC_PANEL];    /* sc[j][row]: sub-block j's scale, 0..63 */
+    uint8_t m[8][BC_PANEL];     /* m[j][row]: its min, 0..63 */
+    uint8_t q[128][BC_PANEL];   /* q[b][row]: byte b of the row's Q4_K qs */
+} bc_q4k_block;
 
 /* One block of a q8_0i panel: q8_0's weights laid out for integer dot products
  * (vpdpbusd multiplies 4 bytes of 16 rows per 64-byte vector by 4 bytes of x):
@@ -73,6 +83,9 @@ typedef struct {
      * it (dequantised) */
     void (*unpack_row)(float *out, const unsigned char *panel, size_t l, size_t cols);
     size_t max_cols;       /* columns a matrix may have; 0: any */
+    /* nonzero: a row must be whole blocks (cols a multiple of block; q4_k's
+     * super-block has no short form in GGUF) */
+    int whole;
 } bc_format;
 
 /* The row of a BC_DTYPE_*, or NULL for anything else (a gap in the numbering too). */

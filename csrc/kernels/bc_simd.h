@@ -133,6 +133,23 @@ static inline V vload_nib16(const uint8_t *p, const uint32_t *h, int hi, unsigne
                                                     _mm512_set1_epi32((int)(1u << j)));
     return _mm512_cvtepi32_ps(_mm512_mask_sub_epi32(u, clear, u, _mm512_set1_epi32(16)));
 }
+/* lane i = p[i] (unsigned); the low (hi = 0) or high nibble of p[i] */
+static inline V vload_u8(const uint8_t *p)
+{
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+static inline V vload_nib(const uint8_t *p, int hi)
+{
+    __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    u = hi ? _mm512_srli_epi32(u, 4) : _mm512_and_si512(u, _mm512_set1_epi32(15));
+    return _mm512_cvtepi32_ps(u);
+}
+/* -a, the sign flipped (-0 for +0) */
+static inline V vneg(V a)
+{
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a),
+                                                _mm512_set1_epi32((int)0x80000000u)));
+}
 static inline V vload_bf16(const uint16_t *p)
 {
     const __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
@@ -262,6 +279,19 @@ static inline V vload_nib16(const uint8_t *p, const uint32_t *h, int hi, unsigne
     const __m256i clear = _mm256_cmpeq_epi32(bit, _mm256_setzero_si256());
     return _mm256_cvtepi32_ps(_mm256_add_epi32(u, _mm256_slli_epi32(clear, 4)));
 }
+/* lane i = p[i] (unsigned); the low (hi = 0) or high nibble of p[i] */
+static inline V vload_u8(const uint8_t *p)
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+static inline V vload_nib(const uint8_t *p, int hi)
+{
+    __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    u = hi ? _mm256_srli_epi32(u, 4) : _mm256_and_si256(u, _mm256_set1_epi32(15));
+    return _mm256_cvtepi32_ps(u);
+}
+/* -a, the sign flipped (-0 for +0) */
+static inline V vneg(V a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
 static inline V vload_bf16(const uint16_t *p)
 {
     const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
@@ -325,6 +355,17 @@ static inline V vload_nib16(const uint8_t *p, const uint32_t *h, int hi, unsigne
         r.f[i] = (float)(((hi ? p[i] >> 4 : p[i] & 15) | (int)((h[i] >> j) & 1u) << 4) - 16);
     return r;
 }
+/* lane i = p[i] (unsigned); the low (hi = 0) or high nibble of p[i] */
+static inline V vload_u8(const uint8_t *p) { V r; for (int i = 0; i < 4; i++) r.f[i] = (float)p[i]; return r; }
+static inline V vload_nib(const uint8_t *p, int hi)
+{
+    V r;
+    for (int i = 0; i < 4; i++)
+        r.f[i] = (float)(hi ? p[i] >> 4 : p[i] & 15);
+    return r;
+}
+/* -a, the sign flipped (-0 for +0) */
+static inline V vneg(V a) { for (int i = 0; i < 4; i++) a.f[i] = -a.f[i]; return a; }
 static inline V vload_bf16(const uint16_t *p)
 {
     V r;

@@ -41,7 +41,7 @@ BC_INLINE void prows_group(const size_t sg, const wf_state_fn state, const wf_ve
             for (int t = 0; t < G * VPP; t++)
                 acc[i][t] = vzero();
         for (size_t k0 = pc; k0 < pc + kc; k0 += sg) {
-            V d[RACC];
+            wf_st d[RACC];
             BC_UNROLL
             for (int t = 0; t < G * VPP; t++)
                 d[t] = state(pan[t / VPP], k0, (size_t)(t % VPP) * VL);

@@ -11,12 +11,12 @@
 
 /* ---- float32 panels: the GEMM reads them where they lie ------------------- */
 
-BC_INLINE V f32_state(const unsigned char *panel, size_t k0, size_t lane0)
+BC_INLINE wf_st f32_state(const unsigned char *panel, size_t k0, size_t lane0)
 {
-    return vzero();
+    return wf_scale(vzero());
 }
 
-BC_INLINE V f32_vec(const unsigned char *panel, size_t k, size_t lane0, V state)
+BC_INLINE V f32_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
 {
     return vload((const float *)panel + k * PW + lane0);
 }
@@ -29,12 +29,12 @@ static void prows_f32(const bc_gemm *g, size_t o0, size_t o1)
 
 /* ---- bfloat16 panels --------------------------------------------------- */
 
-BC_INLINE V bf16_state(const unsigned char *panel, size_t k0, size_t lane0)
+BC_INLINE wf_st bf16_state(const unsigned char *panel, size_t k0, size_t lane0)
 {
-    return vzero();
+    return wf_scale(vzero());
 }
 
-BC_INLINE V bf16_vec(const unsigned char *panel, size_t k, size_t lane0, V state)
+BC_INLINE V bf16_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
 {
     return vload_bf16((const uint16_t *)panel + k * PW + lane0);
 }
@@ -54,12 +54,12 @@ static void panels_bf16(float *bp, const void *w, size_t c, size_t o0, size_t nc
 
 /* ---- float16 panels: F16C's vcvtph2ps on AVX2 and AVX-512, exact in C ----- */
 
-BC_INLINE V f16_state(const unsigned char *panel, size_t k0, size_t lane0)
+BC_INLINE wf_st f16_state(const unsigned char *panel, size_t k0, size_t lane0)
 {
-    return vzero();
+    return wf_scale(vzero());
 }
 
-BC_INLINE V f16_vec(const unsigned char *panel, size_t k, size_t lane0, V state)
+BC_INLINE V f16_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
 {
     return vload_half((const uint16_t *)panel + k * PW + lane0);
 }
@@ -79,15 +79,15 @@ static void panels_f16(float *bp, const void *w, size_t c, size_t o0, size_t nc,
 
 /* ---- q8_0 panels: a block of 32 rows k shares each lane's scale ----------- */
 
-BC_INLINE V q8_0_state(const unsigned char *panel, size_t k0, size_t lane0)
+BC_INLINE wf_st q8_0_state(const unsigned char *panel, size_t k0, size_t lane0)
 {
-    return vload_half(((const bc_q8_block *)panel + k0 / 32)->d + lane0);
+    return wf_scale(vload_half(((const bc_q8_block *)panel + k0 / 32)->d + lane0));
 }
 
-BC_INLINE V q8_0_vec(const unsigned char *panel, size_t k, size_t lane0, V state)
+BC_INLINE V q8_0_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
 {
     const bc_q8_block *bl = (const bc_q8_block *)panel + k / 32;
-    return vmul(vload_i8(&bl->q[k % 32][lane0]), state);
+    return vmul(vload_i8(&bl->q[k % 32][lane0]), state.s);
 }
 
 // y (N,OC), x (N,C), w (OC,C) q8_0 panels; N <= BC_ROWS_MAX
@@ -105,17 +105,17 @@ static void panels_q8_0(float *bp, const void *w, size_t c, size_t o0, size_t nc
 
 /* ---- q4_0 panels: as q8_0, four bits a weight ---------------------------- */
 
-BC_INLINE V q4_0_state(const unsigned char *panel, size_t k0, size_t lane0)
+BC_INLINE wf_st q4_0_state(const unsigned char *panel, size_t k0, size_t lane0)
 {
-    return vload_half(((const bc_q4_block *)panel + k0 / 32)->d + lane0);
+    return wf_scale(vload_half(((const bc_q4_block *)panel + k0 / 32)->d + lane0));
 }
 
 /* (nibble - 8) * d: exact in float32, the very weight the file's dequantisation gives */
-BC_INLINE V q4_0_vec(const unsigned char *panel, size_t k, size_t lane0, V state)
+BC_INLINE V q4_0_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
 {
     const bc_q4_block *bl = (const bc_q4_block *)panel + k / 32;
     const size_t j = k % 32;
-    return vmul(vload_nib8(&bl->q[j % 16][lane0], j >= 16), state);
+    return vmul(vload_nib8(&bl->q[j % 16][lane0], j >= 16), state.s);
 }
 
 // y (N,OC), x (N,C), w (OC,C) q4_0 panels; N <= BC_ROWS_MAX
@@ -133,17 +133,18 @@ static void panels_q4_0(float *bp, const void *w, size_t c, size_t o0, size_t nc
 
 /* ---- q5_0 panels: as q4_0, a fifth bit from each row's qh ----------------- */
 
-BC_INLINE V q5_0_state(const unsigned char *panel, size_t k0, size_t lane0)
+BC_INLINE wf_st q5_0_state(const unsigned char *panel, size_t k0, size_t lane0)
 {
-    return vload_half(((const bc_q5_block *)panel + k0 / 32)->d + lane0);
+    return wf_scale(vload_half(((const bc_q5_block *)panel + k0 / 32)->d + lane0));
 }
 
 /* (q - 16) * d: exact in float32, the very weight the file's dequantisation gives */
-BC_INLINE V q5_0_vec(const unsigned char *panel, size_t k, size_t lane0, V state)
+BC_INLINE V q5_0_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
 {
     const bc_q5_block *bl = (const bc_q5_block *)panel + k / 32;
     const size_t j = k % 32;
-    return vmul(vload_nib16(&bl->q[j % 16][lane0], bl->qh + lane0, j >= 16, (unsigned)j), state);
+    return vmul(vload_nib16(&bl->q[j % 16][lane0], bl->qh + lane0, j >= 16, (unsigned)j),
+                state.s);
 }
 
 // y (N,OC), x (N,C), w (OC,C) q5_0 panels; N <= BC_ROWS_MAX
@@ -159,6 +160,43 @@ static void panels_q5_0(float *bp, const void *w, size_t c, size_t o0, size_t nc
     load_panels(BC_DTYPE_Q5_0, 32, q5_0_state, q5_0_vec, bp, w, c, o0, nc, p0, kc);
 }
 
+/* ---- q4_k panels: a scale and a min for each sub-block of 32 ------------- */
+
+/* sub-block (k0 % 256) / 32's s = d sc and -(dmin m): both products exact
+ * (an 11-bit half times a 6-bit integer) */
+BC_INLINE wf_st q4_k_state(const unsigned char *panel, size_t k0, size_t lane0)
+{
+    const bc_q4k_block *bl = (const bc_q4k_block *)panel + k0 / 256;
+    const size_t j = k0 % 256 / 32;
+    wf_st st;
+    st.s = vmul(vload_half(bl->d + lane0), vload_u8(bl->sc[j] + lane0));
+    st.m = vneg(vmul(vload_half(bl->dmin + lane0), vload_u8(bl->m[j] + lane0)));
+    return st;
+}
+
+/* s * nibble - dmin m: s * nibble is exact (21 bits), so the FMA rounds once,
+ * as the file's dequantisation (d sc) q - dmin m does */
+BC_INLINE V q4_k_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q4k_block *bl = (const bc_q4k_block *)panel + k / 256;
+    const size_t t = k % 256;
+    return vfma(vload_nib(bl->q[32 * (t / 64) + t % 32] + lane0, (int)(t / 32 % 2)), state.s,
+                state.m);
+}
+
+// y (N,OC), x (N,C), w (OC,C) q4_k panels; N <= BC_ROWS_MAX
+static void prows_q4_k(const bc_gemm *g, size_t o0, size_t o1)
+{
+    prows_part(BC_DTYPE_Q4_K, 32, q4_k_state, q4_k_vec, g, o0, o1);
+}
+
+// bp (kc, nc) float32 panels <- w (OC,C) q4_k panels, columns o0.., rows p0..
+static void panels_q4_k(float *bp, const void *w, size_t c, size_t o0, size_t nc, size_t p0,
+                        size_t kc)
+{
+    load_panels(BC_DTYPE_Q4_K, 32, q4_k_state, q4_k_vec, bp, w, c, o0, nc, p0, kc);
+}
+
 /* ---- the entries of the kernel table's wf, by BC_WF_* -------------------- */
 
 /* (a caller's row-major float32 rows: dot products to decode, pack_rows to copy) */
@@ -170,4 +208,5 @@ static void panels_q5_0(float *bp, const void *w, size_t c, size_t o0, size_t nc
     [BC_WF_PANEL(BC_DTYPE_Q4_0)] = {prows_q4_0, panels_q4_0},         \
     [BC_WF_PANEL(BC_DTYPE_F16)] = {prows_f16, panels_f16},            \
     [BC_WF_PANEL(BC_DTYPE_Q5_0)] = {prows_q5_0, panels_q5_0},         \
+    [BC_WF_PANEL(BC_DTYPE_Q4_K)] = {prows_q4_k, panels_q4_k},         \
     [BC_WF_PANEL(BC_DTYPE_Q8_0I)] = {NULL, NULL, xq_part_q8_0i},  /* fast_intdot.h */

@@ -61,11 +61,25 @@ static void pack_rows(float *restrict bp, const void *rows, size_t c, size_t o0,
 
 /* How the kernels read a format's panel (fast_formats.h): for the group of
  * rows from k0 (a multiple of the format's scale group) the lanes' block
- * state (q8_0: the scales; nothing for float32 and bfloat16), then row k's VL
- * weights of lanes lane0.. as floats. The GEMM's copy and the decoding stream
- * both read a format through these, so they see the same floats. */
-typedef V (*wf_state_fn)(const unsigned char *panel, size_t k0, size_t lane0);
-typedef V (*wf_vec_fn)(const unsigned char *panel, size_t k, size_t lane0, V state);
+ * state (q8_0: the scales in s; q4_k: the scales in s and the negated
+ * offsets in m; nothing for float32 and bfloat16; a field a format leaves
+ * unused costs nothing once inlined), then row k's VL weights of lanes
+ * lane0.. as floats. The GEMM's copy and the decoding stream both read a
+ * format through these, so they see the same floats. */
+typedef struct {
+    V s, m;
+} wf_st;
+typedef wf_st (*wf_state_fn)(const unsigned char *panel, size_t k0, size_t lane0);
+typedef V (*wf_vec_fn)(const unsigned char *panel, size_t k, size_t lane0, wf_st state);
+
+/* The state of a format with one vector a group (the scales, or nothing). */
+BC_INLINE wf_st wf_scale(V s)
+{
+    wf_st r;
+    r.s = s;
+    r.m = s;
+    return r;
+}
 
 /* bp (nc columns of kc rows as float32 panels) <- columns o0.. (a multiple of
  * PW), rows p0..p0+kc (a multiple of sg) of a packed matrix of dtype and c
@@ -80,7 +94,7 @@ BC_INLINE void load_panels(const int dtype, const size_t sg, const wf_state_fn s
         const unsigned char *panel = w + ((o0 + jp) / PW) * pb;
         float *dst = bp + (jp / PW) * kc * PW - p0 * PW;  /* row k at dst + k * PW */
         for (size_t k0 = p0; k0 < p0 + kc; k0 += sg) {
-            V d[VPP];
+            wf_st d[VPP];
             BC_UNROLL
             for (size_t t = 0; t < VPP; t++)
                 d[t] = state(panel, k0, t * VL);

@@ -11,6 +11,7 @@
  * then half(d) * q. q8_0i holds the same d and q, laid out for integer dot
  * products. */
 #include <math.h>
+#include <string.h>
 
 #include "bc_core.h"
 #include "bc_format.h"
@@ -292,6 +293,161 @@ static void q8i_unpack_row(float *out, const unsigned char *panel, size_t l, siz
     }
 }
 
+/* ---- q4_k: per 256 columns a bc_q4k_block of the panel's rows ------------ */
+
+/* llama.cpp's nearest_int for the values quantising meets (|v| < 2^22):
+ * round half to even, as rintf in the default rounding mode. */
+static int q4k_round(float v)
+{
+    return (int)rintf(v);
+}
+
+static int q4k_clip(float v, int hi)
+{
+    if (!(v >= 0.0f) || isinf(v))  /* NaN, inf: what ggml's nearest_int gives, clipped */
+        return 0;
+    const int l = v < (float)hi ? q4k_round(v) : hi;
+    return l < hi ? l : hi;
+}
+
+/* llama.cpp's make_qkx2_quants(32, 15, x, w, L, &min, Laux, -1, 0.1, 20, false)
+ * for one sub-block: a scale s and min m (returned as -m in *the_min) with x ~=
+ * s L + m, L in 0..15, chosen among 21 candidate scales by the weighted
+ * squared error. Every sum is accumulated in order in float32, as the C does. */
+static float q4k_qkx2(uint8_t L[32], float *the_min, const float *x, const float *w)
+{
+    enum { N = 32, NMAX = 15, NSTEP = 20 };
+    const float rmin = -1.0f, rdelta = 0.1f;
+    float lo = x[0], hi = x[0], sum_w = 0.0f, sum_x = 0.0f;
+    for (int i = 0; i < N; i++) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if (lo > 0.0f)
+        lo = 0.0f;
+    if (hi == lo) {
+        memset(L, 0, N);
+        *the_min = -lo;
+        return 0.0f;
+    }
+    float iscale = (float)NMAX / (hi - lo), scale = 1.0f / iscale, best = 0.0f;
+    for (int i = 0; i < N; i++) {
+        L[i] = (uint8_t)q4k_clip(iscale * (x[i] - lo), NMAX);
+        const float diff = scale * (float)L[i] + lo - x[i];
+        best += w[i] * (diff * diff);
+    }
+    for (int is = 0; is <= NSTEP; is++) {
+        uint8_t La[N];
+        float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
+        iscale = (rmin + rdelta * (float)is + (float)NMAX) / (hi - lo);
+        for (int i = 0; i < N; i++) {
+            La[i] = (uint8_t)q4k_clip(iscale * (x[i] - lo), NMAX);
+            const float wl = w[i] * (float)La[i];
+            sum_l += wl;
+            sum_l2 += wl * (float)La[i];
+            sum_xl += wl * x[i];
+        }
+        const float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (!(D > 0.0f))
+            continue;
+        float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+        float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+        if (this_min > 0.0f) {
+            this_min = 0.0f;
+            this_scale = sum_xl / sum_l2;
+        }
+        float mad = 0.0f;
+        for (int i = 0; i < N; i++) {
+            const float diff = this_scale * (float)La[i] + this_min - x[i];
+            mad += w[i] * (diff * diff);
+        }
+        if (mad < best) {
+            memcpy(L, La, N);
+            best = mad;
+            scale = this_scale;
+            lo = this_min;
+        }
+    }
+    *the_min = -lo;
+    return scale;
+}
+
+/* 0..63: ggml's MIN(63, (uint8_t)nearest_int(inv * v)) */
+static uint8_t q4k_six(float inv, float v)
+{
+    const uint8_t u = (uint8_t)q4k_round(inv * v);
+    return u < 63 ? u : 63;
+}
+
+/* One row's super-block of 256 weights, llama.cpp's quantize_row_q4_K_ref:
+ * each sub-block of 32 by make_qkx2_quants (weights rms + |x|), the scales
+ * and mins to 6 bits against the largest of each (d = max / 63, a half), then
+ * every weight again against the stored scale and min: nibble = nearest of
+ * (x + dmin m) / (d sc) in 0..15. Row l of a panel block: fields at [.][l]. */
+static void q4k_row(bc_q4k_block *b, size_t l, const float *x)
+{
+    uint8_t L[256];
+    float scales[8], mins[8], max_scale = 0.0f, max_min = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        const float *xs = x + 32 * j;
+        float w[32], sum_x2 = 0.0f;
+        for (int i = 0; i < 32; i++)
+            sum_x2 += xs[i] * xs[i];
+        const float av_x = sqrtf(sum_x2 / 32.0f);
+        for (int i = 0; i < 32; i++)
+            w[i] = av_x + fabsf(xs[i]);
+        scales[j] = q4k_qkx2(L + 32 * j, &mins[j], xs, w);
+        max_scale = scales[j] > max_scale ? scales[j] : max_scale;
+        max_min = mins[j] > max_min ? mins[j] : max_min;
+    }
+    const float inv_s = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
+    const float inv_m = max_min > 0.0f ? 63.0f / max_min : 0.0f;
+    for (int j = 0; j < 8; j++) {
+        b->sc[j][l] = q4k_six(inv_s, scales[j]);
+        b->m[j][l] = q4k_six(inv_m, mins[j]);
+    }
+    b->d[l] = bc_f32_to_half(max_scale / 63.0f);
+    b->dmin[l] = bc_f32_to_half(max_min / 63.0f);
+    const float d = bc_half_to_f32(b->d[l]), dmin = bc_half_to_f32(b->dmin[l]);
+    for (int j = 0; j < 8; j++) {
+        const float dj = d * (float)b->sc[j][l], dm = dmin * (float)b->m[j][l];
+        if (dj == 0.0f)
+            continue;  /* L stays make_qkx2_quants' */
+        for (int i = 0; i < 32; i++) {
+            const float v = (x[32 * j + i] + dm) / dj;
+            const int q = v > 0.0f ? q4k_round(v < 15.0f ? v : 15.0f) : 0;
+            L[32 * j + i] = (uint8_t)q;
+        }
+    }
+    for (int p = 0; p < 4; p++)
+        for (int i = 0; i < 32; i++)
+            b->q[32 * p + i][l] = (uint8_t)(L[64 * p + i] | (L[64 * p + 32 + i] << 4));
+}
+
+static void q4k_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                     size_t nk, size_t cols)
+{
+    bc_q4k_block *bl = (bc_q4k_block *)panel + k0 / 256;
+    (void)nk;  /* 256: a q4_k row is whole super-blocks (bc_packed_bytes) */
+    for (size_t l = 0; l < nl; l++)
+        q4k_row(bl, l, tile + l * ld);
+}
+
+static void q4k_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q4k_block *bl = (const bc_q4k_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q4k_block *b = bl + k / 256;
+        const size_t t = k % 256, j = t / 32, byte = 32 * (t / 64) + t % 32;
+        const int nib = j % 2 ? b->q[byte][l] >> 4 : b->q[byte][l] & 15;
+        const float s = bc_half_to_f32(b->d[l]) * (float)b->sc[j][l];
+        const float m = bc_half_to_f32(b->dmin[l]) * (float)b->m[j][l];
+        out[k] = s * (float)nib - m;
+    }
+}
+
 /* ---- the table, indexed by BC_DTYPE_* ------------------------------------ */
 
 static const bc_format formats[BC_NDTYPE] = {
@@ -302,6 +458,7 @@ static const bc_format formats[BC_NDTYPE] = {
     [BC_DTYPE_F16] = {"float16", 1, 2, f16_check, f16_pack, f16_unpack_row},
     [BC_DTYPE_Q5_0] = {"q5_0", 32, 22, q5_check, q5_pack, q5_unpack_row},
     [BC_DTYPE_Q8_0I] = {"q8_0i", 32, 34, q8i_check, q8i_pack, q8i_unpack_row, BC_Q8_0I_MAX_COLS},
+    [BC_DTYPE_Q4_K] = {"q4_k", 256, 148, q4_check, q4k_pack, q4k_unpack_row, 0, 1},
 };
 
 /* (a value below BC_NDTYPE may have no row yet: its name is NULL) */

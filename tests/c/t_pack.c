@@ -8,8 +8,14 @@
 #define NB(n) ((n) * sizeof(float))
 
 static const int DTYPES[] = {BC_DTYPE_F32, BC_DTYPE_BF16, BC_DTYPE_Q8_0, BC_DTYPE_Q4_0,
-                             BC_DTYPE_F16, BC_DTYPE_Q5_0, BC_DTYPE_Q8_0I};
+                             BC_DTYPE_F16, BC_DTYPE_Q5_0, BC_DTYPE_Q8_0I, BC_DTYPE_Q4_K};
 #define ND ((int)(sizeof DTYPES / sizeof DTYPES[0]))
+
+/* q4_k's rows are whole super-blocks of 256 */
+static int fits(int dtype, size_t cols)
+{
+    return dtype != BC_DTYPE_Q4_K || cols % 256 == 0;
+}
 
 static size_t packed(int dtype, size_t rows, size_t cols)
 {
@@ -40,6 +46,15 @@ static void size_checks(void)
     EXPECT(packed(BC_DTYPE_Q4_0, 3, 33) == 16 * 2 * 18);  /* q4_0: 18 bytes a block */
     EXPECT(packed(BC_DTYPE_F16, 17, 5) == 32 * 5 * 2);
     EXPECT(packed(BC_DTYPE_Q5_0, 3, 33) == 16 * 2 * 22);  /* q5_0: 22 bytes a block */
+    /* q4_k: 148 bytes a row's super-block of 256; no short super-block */
+    EXPECT(packed(BC_DTYPE_Q4_K, 17, 512) == 32 * 2 * 148);
+    EXPECT(packed(BC_DTYPE_Q4_K, 768, 3072) == 768 * 12 * 148);
+    const size_t short_cols[] = {1, 32, 255, 257, 300};
+    for (int i = 0; i < 5; i++) {
+        *n = 77;
+        EXPECT_STATUS(BC_ESIZE, bc_pack_size(n, BC_DTYPE_Q4_K, 16, short_cols[i]));
+        EXPECT(*n == 77);
+    }
 }
 
 /* bc_dtype_info: every dtype's name, block and bytes, and their agreement
@@ -50,13 +65,13 @@ static void dtype_info_checks(void)
     static const char *const names[BC_NDTYPE] = {
         [BC_DTYPE_F32] = "float32", [BC_DTYPE_BF16] = "bfloat16", [BC_DTYPE_Q8_0] = "q8_0",
         [BC_DTYPE_Q4_0] = "q4_0", [BC_DTYPE_F16] = "float16", [BC_DTYPE_Q5_0] = "q5_0",
-        [BC_DTYPE_Q8_0I] = "q8_0i"};
+        [BC_DTYPE_Q8_0I] = "q8_0i", [BC_DTYPE_Q4_K] = "q4_k"};
     static const size_t blocks[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 1, [BC_DTYPE_BF16] = 1, [BC_DTYPE_Q8_0] = 32, [BC_DTYPE_Q4_0] = 32,
-        [BC_DTYPE_F16] = 1, [BC_DTYPE_Q5_0] = 32, [BC_DTYPE_Q8_0I] = 32};
+        [BC_DTYPE_F16] = 1, [BC_DTYPE_Q5_0] = 32, [BC_DTYPE_Q8_0I] = 32, [BC_DTYPE_Q4_K] = 256};
     static const size_t bytes[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 4, [BC_DTYPE_BF16] = 2, [BC_DTYPE_Q8_0] = 34, [BC_DTYPE_Q4_0] = 18,
-        [BC_DTYPE_F16] = 2, [BC_DTYPE_Q5_0] = 22, [BC_DTYPE_Q8_0I] = 34};
+        [BC_DTYPE_F16] = 2, [BC_DTYPE_Q5_0] = 22, [BC_DTYPE_Q8_0I] = 34, [BC_DTYPE_Q4_K] = 148};
     for (int dt = 0; dt < BC_NDTYPE; dt++) {
         if (!names[dt]) {
             size_t *n = h_alloc_bytes(sizeof *n);
@@ -78,7 +93,12 @@ static void dtype_info_checks(void)
         EXPECT(strcmp(name, names[dt]) == 0);
         EXPECT(*blk == blocks[dt] && *nb == bytes[dt]);
         EXPECT(packed(dt, 16, 3 * *blk) == 16 * 3 * *nb);
-        EXPECT(packed(dt, 1, 3 * *blk + 1) == 16 * 4 * *nb);
+        if (dt == BC_DTYPE_Q4_K) {
+            size_t *m = h_alloc_bytes(sizeof *m);
+            EXPECT_STATUS(BC_ESIZE, bc_pack_size(m, dt, 1, 3 * *blk + 1));
+        } else {
+            EXPECT(packed(dt, 1, 3 * *blk + 1) == 16 * 4 * *nb);
+        }
         EXPECT(h_guard_ok(name, BC_DTYPE_NAME_MAX));
         EXPECT_STATUS(BC_OK, bc_dtype_info(NULL, 0, NULL, NULL, dt));
         /* a buffer one byte short of the name and its NUL */
@@ -103,6 +123,8 @@ static void roundtrip_checks(size_t rows, size_t cols)
     h_fill(w, n, (uint32_t)(rows * 31 + cols), 2.0f);
     for (int k = 0; k < ND; k++) {
         const int dt = DTYPES[k];
+        if (!fits(dt, cols))
+            continue;
         const size_t nb = packed(dt, rows, cols);
         unsigned char *p = h_alloc_bytes(nb);
         EXPECT_STATUS(BC_OK, bc_pack(p, nb, w, dt, rows, cols));
@@ -112,7 +134,7 @@ static void roundtrip_checks(size_t rows, size_t cols)
         EXPECT(h_guard_ok(back, NB(n)));
         for (size_t i = 0; i < rows; i++) {
             float amax = 0.0f;  /* of the row's first block, for the q8_0 bound */
-            for (size_t j = 0; j < cols && j < 32; j++)
+            for (size_t j = 0; j < cols && j < (dt == BC_DTYPE_Q4_K ? 256u : 32u); j++)
                 amax = fmaxf(amax, fabsf(w[i * cols + j]));
             for (size_t j = 0; j < cols; j++) {
                 const float a = w[i * cols + j], b = back[i * cols + j];
@@ -130,6 +152,10 @@ static void roundtrip_checks(size_t rows, size_t cols)
                 } else if (j < 32 && (dt == BC_DTYPE_Q8_0 || dt == BC_DTYPE_Q8_0I)) {
                     /* half a step, plus the scale rounded to a half: 127 d 2^-11 */
                     EXPECT(fabsf(a - b) <= amax / 127.0f * (0.5f + 127.0f / 2048.0f) + 1e-7f);
+                } else if (j < 256 && dt == BC_DTYPE_Q4_K) {
+                    /* q4_k: a loose bound (a sub-block's 6-bit scale and min are
+                     * steps of the super-block's largest); Python checks the bits */
+                    EXPECT(fabsf(a - b) <= amax / 4.0f + 1e-7f);
                 } else if (j < 32 && dt == BC_DTYPE_Q4_0) {
                     /* q4_0: a step at the clipped end (+8 d stored as 7 d), half one else */
                     EXPECT(fabsf(a - b) <= amax / 8.0f * (1.0f + 8.0f / 2048.0f) + 1e-7f);
@@ -205,6 +231,22 @@ static void pack_hostile_checks(void)
         EXPECT_STATUS(BC_OK, bc_unpack(eb, pe, ne, BC_DTYPE_F16, 1, 4));
         EXPECT(eb[0] == 65504.0f && eb[1] == -65504.0f && eb[2] == 0.0f && eb[3] == 0x1p-24f);
     }
+    /* q4_k the same (beyond 65504 * 8), and rows of whole super-blocks only */
+    {
+        float *wk = h_alloc(2 * 256);
+        h_fill(wk, 2 * 256, 4, 1.0f);
+        const size_t nk = packed(BC_DTYPE_Q4_K, 2, 256);
+        unsigned char *qk = h_alloc_bytes(nk);
+        const float badk[] = {NAN, INFINITY, 6e5f};
+        for (int i = 0; i < 3; i++) {
+            wk[300] = badk[i];
+            EXPECT_STATUS(BC_EVALUE, bc_pack(qk, nk, wk, BC_DTYPE_Q4_K, 2, 256));
+        }
+        EXPECT_STATUS(BC_ESIZE, bc_pack(qk, nk, wk, BC_DTYPE_Q4_K, 4, 128));
+        EXPECT(h_untouched(qk, nk));
+        wk[300] = 5e5f;  /* within: packs */
+        EXPECT_STATUS(BC_OK, bc_pack(qk, nk, wk, BC_DTYPE_Q4_K, 2, 256));
+    }
     /* ... which bfloat16 and float32 keep */
     w[0] = NAN;
     w[1] = INFINITY;
@@ -246,6 +288,8 @@ static void linear_checks(size_t n, size_t c, size_t oc)
     h_fill(b, oc, 13, 0.5f);
     for (int k = 0; k < ND; k++) {
         const int dt = DTYPES[k];
+        if (!fits(dt, c))
+            continue;
         /* q8_0i's 8-bit activations: about 1e-2 of each product's magnitude */
         const float tol = dt == BC_DTYPE_Q8_0I ? 2e-2f : 1e-4f;
         const size_t nb = packed(dt, oc, c);
@@ -343,6 +387,8 @@ static void strided_checks(size_t rows, size_t cols)
             wt[c * rows + r] = w[r * cols + c];
     for (int k = 0; k < ND; k++) {
         const int dt = DTYPES[k];
+        if (!fits(dt, cols))
+            continue;
         const size_t nb = packed(dt, rows, cols);
         unsigned char *a = h_alloc_bytes(nb), *b = h_alloc_bytes(nb);
         EXPECT_STATUS(BC_OK, bc_pack(a, nb, w, dt, rows, cols));
@@ -375,17 +421,20 @@ void test_pack(void)
     strided_checks(1, 1);
     strided_checks(17, 33);
     strided_checks(40, 100);
+    strided_checks(17, 256);
     strided_hostile_checks();
     size_checks();
     dtype_info_checks();
-    const size_t shapes[][2] = {{1, 1}, {3, 5}, {16, 32}, {17, 33}, {40, 100}, {5, 64}};
-    for (int i = 0; i < 6; i++)
+    const size_t shapes[][2] = {{1, 1}, {3, 5}, {16, 32}, {17, 33}, {40, 100}, {5, 64},
+                                {17, 256}, {3, 768}};
+    for (int i = 0; i < 8; i++)
         roundtrip_checks(shapes[i][0], shapes[i][1]);
     pack_hostile_checks();
     /* rows across the decoding limit, columns across panels, K across blocks */
     const size_t lin[][3] = {{1, 5, 3}, {2, 33, 17}, {3, 64, 16}, {4, 100, 65}, {7, 300, 40},
-                             {1, 520, 33}, {20, 257, 130}};
-    for (int i = 0; i < 7; i++)
+                             {1, 520, 33}, {20, 257, 130}, {3, 256, 40}, {1, 512, 33},
+                             {20, 768, 130}};
+    for (int i = 0; i < 10; i++)
         linear_checks(lin[i][0], lin[i][1], lin[i][2]);
     linear_hostile_checks();
     q8i_checks(1, 40, 20);
