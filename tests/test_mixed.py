@@ -21,12 +21,14 @@ LLAMA = GPTConfig(vocab=96, context=32, width=64, heads=4, kv_heads=2, layers=3,
                   norm="rms", activation="swiglu", positions="rope", tie_weights=False,
                   qkv_bias=False, out_bias=False, mlp_bias=False, eps=1e-5)
 GPT2 = GPTConfig(vocab=80, context=16, width=32, heads=2, layers=2)  # tied, no gate
+# the formats these small models' rows fit (q4_k's are whole super-blocks of 256: its own test)
+FITS = tuple(d for d in ops.DTYPES if d not in blockc._enums.WHOLE_BLOCKS)
 
 
 def mix(cfg, shift=0):
     """Every format in turn over the matrices."""
     names = list(matrix_slots(cfg))
-    return {n: ops.DTYPES[(i + shift) % len(ops.DTYPES)] for i, n in enumerate(names)}
+    return {n: FITS[(i + shift) % len(FITS)] for i, n in enumerate(names)}
 
 
 def packed_bytes(fmt, rows, cols):
@@ -104,7 +106,7 @@ def test_astype_dtypes_and_repr():
     assert set(d) == set(matrix_slots(LLAMA)) and d["token.weight"] == "float32"
     d["token.weight"] = "q4_0"  # a copy: the model is unchanged
     assert m.dtypes["token.weight"] == "float32"
-    for target in ops.DTYPES:
+    for target in FITS:
         u = m.astype(target)
         assert u.dtype == target and set(u.dtypes.values()) == {target}
         assert u.nbytes == GPT(LLAMA, dtype=target).nbytes
@@ -148,11 +150,11 @@ def test_a_mapping_is_read_once():
 
         def items(self):
             Fickle.n += 1
-            return {"blocks.0.up.weight": ops.DTYPES[Fickle.n % len(ops.DTYPES)]}.items()
+            return {"blocks.0.up.weight": FITS[Fickle.n % len(FITS)]}.items()
 
         def __getitem__(self, k):
             Fickle.n += 1
-            return ops.DTYPES[Fickle.n % len(ops.DTYPES)]
+            return FITS[Fickle.n % len(FITS)]
 
     m = GPT(LLAMA, dtypes=Fickle({"blocks.0.up.weight": "q8_0"}))
     t = m.layout["blocks.0.up.weight"]
@@ -319,3 +321,19 @@ def test_a_format_that_would_store_other_weights_gives_way_to_the_next(gguf_file
     for name in m.layout:
         assert np.array_equal(m.read_tensor(name).view(np.uint32),
                               ref.read_tensor(name).view(np.uint32)), name
+
+
+def test_q4_k_matrices_in_a_mixed_model():
+    """q4_k beside other formats (a model 256 wide): the float32 model of its weights gives
+    the same bits; a q4_k matrix whose rows are not whole super-blocks refused by name."""
+    cfg = GPTConfig(vocab=96, context=16, width=256, heads=4, kv_heads=2, layers=1, d_ff=320,
+                    norm="rms", activation="swiglu", positions="rope", tie_weights=False,
+                    qkv_bias=False, out_bias=False, mlp_bias=False, eps=1e-5)
+    m = GPT.random(cfg, seed=3, dtypes={"blocks.0.up.weight": "q4_k", "token.weight": "q4_k",
+                                        "blocks.0.attn.qkv.weight": "q8_0"})
+    assert m.dtypes["blocks.0.up.weight"] == "q4_k" and m.dtype == MIXED
+    f = m.astype("float32")
+    ids = np.random.default_rng(2).integers(0, cfg.vocab, (2, 9))
+    assert np.array_equal(m(ids), f(ids))
+    with pytest.raises(BlockcValueError, match=r"'blocks.0.down.weight' \(256, 320\) has 320"):
+        GPT(cfg, dtypes={"blocks.0.down.weight": "q4_k"})
