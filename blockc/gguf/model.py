@@ -452,12 +452,12 @@ def raw_panels(raw: np.ndarray, typ: str, dtype: str = "") -> np.ndarray:
     if typ == "Q4_K":
         return _q4_k_panels(raw)
     rows = raw.shape[0]
-    if typ == "F16":  # panel [k][l] = w[16p + l][k], two bytes each
+    if typ == "F16":  # panel [k][l] = w[16p + l][k], two bytes each (moved as uint16s)
         cols = raw.shape[1] // 2
         panels = -(-rows // 16)
-        r = np.zeros((panels * 16, cols, 2), np.uint8)
-        r[:rows] = raw.reshape(rows, cols, 2)
-        return r.reshape(panels, 16, cols, 2).transpose(0, 2, 1, 3).reshape(-1)
+        r = np.zeros((panels * 16, cols), np.uint16)
+        r[:rows] = np.ascontiguousarray(raw).view(np.uint16)
+        return np.ascontiguousarray(r.reshape(panels, 16, cols).transpose(0, 2, 1)).view(np.uint8).reshape(-1)
     bb, nh = {"Q8_0": (34, 0), "Q4_0": (18, 0), "Q5_0": (22, 4)}[typ]
     nb = raw.shape[1] // bb
     panels = -(-rows // 16)
