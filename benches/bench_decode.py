@@ -7,15 +7,15 @@ heads, d_ff 1536, a tied 49,152-token vocabulary), a prompt, then
 (the prompt is prefilled untimed), at two context lengths (the prompt sized so
 that prompt + new tokens reach ~128 and ~1000 positions), on 1 and 2 threads:
 
-  blockc       float32, bfloat16, float16, q8_0, q5_0 and q8_0i weights (m.astype),
+  blockc       float32, bfloat16, float16, q8_0, q5_0, q8_0i, q4_0 and q4_k weights (m.astype),
                m(token, cache=...) (q8_0i: q8_0's weights by integer dot products on
                8-bit activations)
   PyTorch      eager, the chapter's modules (tests/support/torch_ref.py) with a
                preallocated KV cache, float32 and bfloat16
   llama.cpp    through llama-cpp-python, GGUF files written from the same model
                (benches/gguf_export.py): f32, f16, bf16 and q8_0 (q8_0: blockc's own
-               blocks, so the same int8 weights), and q5_0 when blockc's q5_0 runs
-               (its save_gguf: the same blocks); when llama-cpp-python and gguf are
+               blocks, so the same int8 weights), and q5_0, q4_0, q4_k (Q4_K) when
+               blockc's runs (its save_gguf: the same blocks); when llama-cpp-python and gguf are
                installed
 
 blockc runs each precision three ways, alternating with the rest: as chosen
@@ -59,7 +59,7 @@ from doc_section import run as run_bench  # noqa: E402
 from bench_linear import burst  # noqa: E402
 from machine import cpu_info, cpu_times, read_bandwidth, steal_share  # noqa: E402
 
-PRECISIONS = ("float32", "bfloat16", "float16", "q8_0", "q5_0", "q8_0i")
+PRECISIONS = ("float32", "bfloat16", "float16", "q8_0", "q5_0", "q8_0i", "q4_0", "q4_k")
 CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
 _clock = time.perf_counter
 
@@ -168,7 +168,7 @@ def open_llama(llama_cpp, path: str, kind: str, **kw):
     """llama_cpp.Llama(path, **kw); for q8_0 without llama.cpp's extra buffer types
     (use_extra_bufts = false): on an AMX CPU (this session's Xeon) llama-cpp-python
     0.3.36 repacks q8_0 weights into one and then crashes in the first decode."""
-    if kind not in ("q8_0", "q5_0"):
+    if kind not in ("q8_0", "q5_0", "q4_0", "q4_k"):
         return llama_cpp.Llama(model_path=path, **kw)
     import llama_cpp.llama as ll
     orig = ll.llama_cpp.llama_model_default_params
@@ -257,9 +257,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         for kind, src in (("f32", m32), ("f16", m32), ("bf16", m32), ("q8_0", m32.astype("q8_0"))):
             ggufs[kind] = os.path.join(tmp.name, f"gpt2-{kind}.gguf")
             (write_llama if smol else write_gpt2)(src, ggufs[kind], kind)
-        if "q5_0" in models:  # blockc's own q5_0 blocks (requantising them finds them again)
-            ggufs["q5_0"] = os.path.join(tmp.name, "q5_0.gguf")
-            models["q5_0"].save_gguf(ggufs["q5_0"], dtype="Q5_0")
+        for kind in ("q5_0", "q4_0", "q4_k"):  # blockc's own blocks, saved as they are
+            if kind in models:
+                ggufs[kind] = os.path.join(tmp.name, f"{kind}.gguf")
+                models[kind].save_gguf(ggufs[kind], dtype=kind.upper())
         print(f"llama.cpp {llama_cpp.__version__} (llama-cpp-python), GGUF from the same "
               "weights: f32, f16, bf16, q8_0 (blockc's own q8_0 blocks; q8_0 without extra "
               "buffer types: their repacked q8_0 crashes on this AMX CPU)")
@@ -312,7 +313,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return None
 
     same = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "q8_0": "q8_0", "q5_0": "q5_0",
-            "q8_0i": "q8_0"}
+            "q8_0i": "q8_0", "q4_0": "q4_0", "q4_k": "q4_k"}
     print()
     forced = variants()[1:]
     print("| context | threads | engine | weights | tokens/s | "

@@ -259,7 +259,8 @@ class PretrainedMixin:
         dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_k"}, optional
             How blockc stores the matrices; None: bfloat16 for a bfloat16 checkpoint,
             else float32. For a GGUF file, None: each matrix in the native format of
-            its file type (BF16 bfloat16, F16 float16, Q8_0 q8_0, Q4_0 q4_0, Q5_0 q5_0;
+            its file type (BF16 bfloat16, F16 float16, Q8_0 q8_0, Q4_0 q4_0, Q5_0 q5_0, Q4_K
+            q4_k;
             :data:`blockc.gguf.model.EXACT`), any other type float32 (the dequantised
             weights, exactly); a file mixing types gives ``dtype == "mixed"`` and
             ``m.dtypes`` naming each matrix's format. A dtype makes every matrix that.
