@@ -15,16 +15,40 @@
 #define RACC 8
 #endif
 
+/* acc[i][t] = fma(x[i][k], w[k], acc[i][t]) for k = k0..k1-1 in turn, w read by vec */
+BC_INLINE void prows_k(const wf_vec_fn vec, const int n, const int G, const bc_gemm *g,
+                       const unsigned char *const pan[RACC], const wf_st d[RACC],
+                       V acc[BC_ROWS_MAX][RACC], size_t k0, size_t k1)
+{
+    const size_t c = g->c;
+    for (size_t k = k0; k < k1; k++) {
+        V xv[BC_ROWS_MAX];
+        BC_UNROLL
+        for (int i = 0; i < n; i++)
+            xv[i] = vset1(g->x[(size_t)i * c + k]);
+        BC_UNROLL
+        for (int t = 0; t < G * VPP; t++) {
+            const V wv = vec(pan[t / VPP], k, (size_t)(t % VPP) * VL, d[t]);
+            BC_UNROLL
+            for (int i = 0; i < n; i++)
+                acc[i][t] = vfma(xv[i], wv, acc[i][t]);
+        }
+    }
+}
+
 /* Panels p0..p0+np-1 (np <= G) of a matrix of pb bytes a panel for the n <=
  * BC_ROWS_MAX rows of x; panels past np repeat the last one (computed, not
  * stored). Each lane: acc = fma(x[k], w[k], acc) over each BC_KC block of k
  * from 0; y = r + acc (the first block, or acc without r), y + acc (later
  * blocks); then the epilogue (+ b, act). The weights are read with the
  * format's state and vec every sg rows (fast_linear.h: the GEMM's copy reads
- * them so too). */
-BC_INLINE void prows_group(const size_t sg, const wf_state_fn state, const wf_vec_fn vec,
-                           const int n, const int G, const bc_gemm *g, size_t pb, size_t p0,
-                           size_t np)
+ * them so too). A format whose rows k0..k0+sh-1 and k0+sh..k0+sg-1 of each
+ * group read differently (q4_0 and q5_0: the low and the high nibbles) gives
+ * sh < sg and a reader for each half, vec and vec_hi, so that neither decides
+ * per k; the same k in the same order, so the same chain. */
+BC_INLINE void prows_group(const size_t sg, const size_t sh, const wf_state_fn state,
+                           const wf_vec_fn vec, const wf_vec_fn vec_hi, const int n, const int G,
+                           const bc_gemm *g, size_t pb, size_t p0, size_t np)
 {
     const size_t c = g->c, oc = g->oc;
     const unsigned char *pan[RACC];
@@ -46,18 +70,12 @@ BC_INLINE void prows_group(const size_t sg, const wf_state_fn state, const wf_ve
             for (int t = 0; t < G * VPP; t++)
                 d[t] = state(pan[t / VPP], k0, (size_t)(t % VPP) * VL);
             const size_t k1 = min_sz(k0 + sg, pc + kc);
-            for (size_t k = k0; k < k1; k++) {
-                V xv[BC_ROWS_MAX];
-                BC_UNROLL
-                for (int i = 0; i < n; i++)
-                    xv[i] = vset1(g->x[(size_t)i * c + k]);
-                BC_UNROLL
-                for (int t = 0; t < G * VPP; t++) {
-                    const V wv = vec(pan[t / VPP], k, (size_t)(t % VPP) * VL, d[t]);
-                    BC_UNROLL
-                    for (int i = 0; i < n; i++)
-                        acc[i][t] = vfma(xv[i], wv, acc[i][t]);
-                }
+            if (sh < sg) {  /* a constant: the split formats only */
+                const size_t kh = min_sz(k0 + sh, k1);
+                prows_k(vec, n, G, g, pan, d, acc, k0, kh);
+                prows_k(vec_hi, n, G, g, pan, d, acc, kh, k1);
+            } else {
+                prows_k(vec, n, G, g, pan, d, acc, k0, k1);
             }
         }
         BC_UNROLL
@@ -89,22 +107,36 @@ BC_INLINE void prows_group(const size_t sg, const wf_state_fn state, const wf_ve
 
 /* Columns [o0, o1) of every row (o0 a multiple of PW) of a packed matrix of
  * dtype, in groups of PG(n) panels, read as prows_group says. */
-BC_INLINE void prows_part(const int dtype, const size_t sg, const wf_state_fn state,
-                          const wf_vec_fn vec, const bc_gemm *g, size_t o0, size_t o1)
+BC_INLINE void prows_split(const int dtype, const size_t sg, const size_t sh,
+                           const wf_state_fn state, const wf_vec_fn vec, const wf_vec_fn vec_hi,
+                           const bc_gemm *g, size_t o0, size_t o1)
 {
     const size_t p1 = (o1 + PW - 1) / PW;
     const size_t pb = bc_format_panel_bytes(bc_format_of(dtype), g->c);
     for (size_t p = o0 / PW; p < p1;) {
         const size_t left = p1 - p;
         switch (g->n) {
-        case 1: prows_group(sg, state, vec, 1, PG(1), g, pb, p, min_sz(PG(1), left)); p += PG(1);
-                break;
-        case 2: prows_group(sg, state, vec, 2, PG(2), g, pb, p, min_sz(PG(2), left)); p += PG(2);
-                break;
-        default: prows_group(sg, state, vec, 3, PG(3), g, pb, p, min_sz(PG(3), left)); p += PG(3);
-                 break;
+        case 1:
+            prows_group(sg, sh, state, vec, vec_hi, 1, PG(1), g, pb, p, min_sz(PG(1), left));
+            p += PG(1);
+            break;
+        case 2:
+            prows_group(sg, sh, state, vec, vec_hi, 2, PG(2), g, pb, p, min_sz(PG(2), left));
+            p += PG(2);
+            break;
+        default:
+            prows_group(sg, sh, state, vec, vec_hi, 3, PG(3), g, pb, p, min_sz(PG(3), left));
+            p += PG(3);
+            break;
         }
     }
+}
+
+/* prows_split with one reader for every k */
+BC_INLINE void prows_part(const int dtype, const size_t sg, const wf_state_fn state,
+                          const wf_vec_fn vec, const bc_gemm *g, size_t o0, size_t o1)
+{
+    prows_split(dtype, sg, sg, state, vec, vec, g, o0, o1);
 }
 
 /* ======================================================================== */

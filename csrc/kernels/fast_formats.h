@@ -118,10 +118,24 @@ BC_INLINE V q4_0_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st s
     return vmul(vload_nib8(&bl->q[j % 16][lane0], j >= 16), state.s);
 }
 
+/* q4_0_vec for k % 32 < 16 (the low nibbles) and >= 16 (the high ones): decoding
+ * runs each block's halves apart, so no k chooses */
+BC_INLINE V q4_0_lo(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q4_block *bl = (const bc_q4_block *)panel + k / 32;
+    return vmul(vload_nib8(&bl->q[k % 16][lane0], 0), state.s);
+}
+
+BC_INLINE V q4_0_hi(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q4_block *bl = (const bc_q4_block *)panel + k / 32;
+    return vmul(vload_nib8(&bl->q[k % 16][lane0], 1), state.s);
+}
+
 // y (N,OC), x (N,C), w (OC,C) q4_0 panels; N <= BC_ROWS_MAX
 static void prows_q4_0(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_part(BC_DTYPE_Q4_0, 32, q4_0_state, q4_0_vec, g, o0, o1);
+    prows_split(BC_DTYPE_Q4_0, 32, 16, q4_0_state, q4_0_lo, q4_0_hi, g, o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) q4_0 panels, columns o0.., rows p0..
@@ -147,10 +161,25 @@ BC_INLINE V q5_0_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st s
                 state.s);
 }
 
+/* q5_0_vec for each half of a block, as q4_0_lo and q4_0_hi */
+BC_INLINE V q5_0_lo(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q5_block *bl = (const bc_q5_block *)panel + k / 32;
+    const size_t j = k % 16;
+    return vmul(vload_nib16(&bl->q[j][lane0], bl->qh + lane0, 0, (unsigned)j), state.s);
+}
+
+BC_INLINE V q5_0_hi(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q5_block *bl = (const bc_q5_block *)panel + k / 32;
+    const size_t j = k % 16;
+    return vmul(vload_nib16(&bl->q[j][lane0], bl->qh + lane0, 1, (unsigned)j + 16), state.s);
+}
+
 // y (N,OC), x (N,C), w (OC,C) q5_0 panels; N <= BC_ROWS_MAX
 static void prows_q5_0(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_part(BC_DTYPE_Q5_0, 32, q5_0_state, q5_0_vec, g, o0, o1);
+    prows_split(BC_DTYPE_Q5_0, 32, 16, q5_0_state, q5_0_lo, q5_0_hi, g, o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) q5_0 panels, columns o0.., rows p0..
