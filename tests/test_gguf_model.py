@@ -140,6 +140,22 @@ def test_special_ids_and_tokenizer_come_from_the_file(files):
     assert len(np.asarray(out).reshape(-1)) >= 4
 
 
+def test_the_k_quant_mixes_follow_llama_cpp_for_the_output_and_a_tied_embedding():
+    """llama.cpp's rule: the output, or the token embedding of a model without one, is
+    Q6_K in every K mix, Q8_0 when its rows are not whole 256-blocks; an untied model's
+    embedding is the mix's base type (its fallback for such rows)."""
+    for mix in ("Q4_K_M", "Q5_K_M", "Q4_K_S", "Q5_K_S"):
+        base = mix[:4]
+        assert gm.recipe(mix, "output.weight", 12, 768) == "Q6_K"
+        assert gm.recipe(mix, "output.weight", 30, 576) == "Q8_0"
+        assert gm.recipe(mix, "token_embd.weight", 12, 768, tied=True) == "Q6_K"
+        assert gm.recipe(mix, "token_embd.weight", 30, 576, tied=True) == "Q8_0"
+        assert gm.recipe(mix, "token_embd.weight", 12, 768, tied=False) == base
+        assert gm.recipe(mix, "token_embd.weight", 30, 576, tied=False) == \
+            {"Q4_K": "Q5_0", "Q5_K": "Q5_1"}[base]
+    assert gm.recipe("Q4_0", "token_embd.weight", 12, 768, tied=True) == "Q4_0"
+
+
 @pytest.mark.parametrize("dtype", ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
                                    "Q4_K", "Q5_K", "Q6_K", "Q4_K_M"])
 def test_save_gguf_round_trip(files, tmp_path, dtype):
@@ -162,7 +178,7 @@ def test_save_gguf_round_trip(files, tmp_path, dtype):
         if heads is not None:
             w = gm.permute(w, heads)
         t = got[theirs]
-        want_type = gm.recipe(dtype, theirs, m.config.layers, w.shape[-1]) \
+        want_type = gm.recipe(dtype, theirs, m.config.layers, w.shape[-1], m.config.tie_weights) \
             if m.layout[ours].packed else "F32"
         assert t.tensor_type.name == want_type, theirs
         blob = ggml.quantise(w, want_type)

@@ -563,15 +563,17 @@ def _more_bits(i: int, n: int) -> bool:
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
-def recipe(dtype: str, name: str, layers: int, cols: int) -> str:
+def recipe(dtype: str, name: str, layers: int, cols: int, tied: bool = False) -> str:
     """The ggml type of matrix ``name`` (llama.cpp's tensor name) with ``cols`` columns in a
     file of ``dtype``: the type itself, or for the ``_M``/``_S`` mixes llama.cpp's choice
-    (Q6_K for the output and, in ``_M``, for attn_v and ffn_down of the layers
-    ``use_more_bits`` picks); K-quants fall back when ``cols`` is not a multiple of 256."""
+    (Q6_K for the output, which is the token embedding of a ``tied`` model with no
+    output tensor, and, in ``_M``, for attn_v and ffn_down of the layers
+    ``use_more_bits`` picks); K-quants fall back when ``cols`` is not a multiple of 256
+    (the output's Q6_K to Q8_0, as llama.cpp's rule for rows not whole K-blocks)."""
     if dtype in ("Q4_K_M", "Q5_K_M", "Q4_K_S", "Q5_K_S"):
         base = dtype[:4]
         t = base
-        if name == "output.weight":
+        if name == "output.weight" or (tied and name == "token_embd.weight"):
             t = "Q6_K"
         elif dtype.endswith("_M") and (".attn_v." in name or ".ffn_down." in name):
             i = int(name.split(".")[1])
@@ -717,7 +719,7 @@ def save(m: Any, path: str, dtype: str, tokenizer: Optional[Mapping[str, Any]] =
         tl = lay[ours]
         # the matrices blockc packs take dtype; the rest (norms, biases, GPT-2's position
         # table, which blockc keeps float32) stay F32
-        t = recipe(dtype, name, cfg.layers, tl.shape[-1]) if tl.packed else "F32"
+        t = recipe(dtype, name, cfg.layers, tl.shape[-1], cfg.tie_weights) if tl.packed else "F32"
         # a matrix already in the type: its blocks as they are (exact, no requantising)
         fm = fmts.get(ours, "")
         raw = tl.packed and fm in _FILE_ROWS and _PANELS[fm] == t
