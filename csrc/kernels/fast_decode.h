@@ -105,8 +105,33 @@ BC_INLINE void prows_group(const size_t sg, const size_t sh, const wf_state_fn s
 /* panels in flight for n rows: RACC accumulators in all */
 #define PG(n) (RACC / ((n) * VPP) > 0 ? RACC / ((n) * VPP) : 1)
 
+/* One group of panels from p for N rows: PG(N) of them while that many are
+ * left, then the largest of 8, 4, 2, 1 (below PG(N)) that fits, so that no
+ * group computes panels past the matrix (a 64-column unit of a thread, a
+ * matrix's last panels). Each lane's chain does not depend on the group, so
+ * neither do the bits. */
+#define PROWS_STEP(N)                                                                      \
+    do {                                                                                   \
+        if (left >= (size_t)PG(N)) {                                                       \
+            prows_group(sg, sh, state, vec, vec_hi, N, PG(N), g, pb, p, PG(N));            \
+            p += PG(N);                                                                    \
+        } else if (PG(N) > 8 && left >= 8) {                                               \
+            prows_group(sg, sh, state, vec, vec_hi, N, 8, g, pb, p, 8);                    \
+            p += 8;                                                                        \
+        } else if (PG(N) > 4 && left >= 4) {                                               \
+            prows_group(sg, sh, state, vec, vec_hi, N, 4, g, pb, p, 4);                    \
+            p += 4;                                                                        \
+        } else if (PG(N) > 2 && left >= 2) {                                               \
+            prows_group(sg, sh, state, vec, vec_hi, N, 2, g, pb, p, 2);                    \
+            p += 2;                                                                        \
+        } else {                                                                           \
+            prows_group(sg, sh, state, vec, vec_hi, N, 1, g, pb, p, 1);                    \
+            p += 1;                                                                        \
+        }                                                                                  \
+    } while (0)
+
 /* Columns [o0, o1) of every row (o0 a multiple of PW) of a packed matrix of
- * dtype, in groups of PG(n) panels, read as prows_group says. */
+ * dtype, in groups of panels (PROWS_STEP), read as prows_group says. */
 BC_INLINE void prows_split(const int dtype, const size_t sg, const size_t sh,
                            const wf_state_fn state, const wf_vec_fn vec, const wf_vec_fn vec_hi,
                            const bc_gemm *g, size_t o0, size_t o1)
@@ -117,20 +142,19 @@ BC_INLINE void prows_split(const int dtype, const size_t sg, const size_t sh,
         const size_t left = p1 - p;
         switch (g->n) {
         case 1:
-            prows_group(sg, sh, state, vec, vec_hi, 1, PG(1), g, pb, p, min_sz(PG(1), left));
-            p += PG(1);
+            PROWS_STEP(1);
             break;
         case 2:
-            prows_group(sg, sh, state, vec, vec_hi, 2, PG(2), g, pb, p, min_sz(PG(2), left));
-            p += PG(2);
+            PROWS_STEP(2);
             break;
         default:
-            prows_group(sg, sh, state, vec, vec_hi, 3, PG(3), g, pb, p, min_sz(PG(3), left));
-            p += PG(3);
+            PROWS_STEP(3);
             break;
         }
     }
 }
+
+#undef PROWS_STEP
 
 /* prows_split with one reader for every k */
 BC_INLINE void prows_part(const int dtype, const size_t sg, const wf_state_fn state,
