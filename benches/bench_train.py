@@ -64,7 +64,10 @@ def blockc_stepper(m, ids, tg) -> Callable[[], float]:
     return lambda: m.train_step(ids, tg, opt, max_grad_norm=CLIP)
 
 
-def torch_stepper(path: str, ids, tg) -> Callable[[], float]:
+def torch_model(path: str, ids, tg):
+    """transformers' GPT2LMHeadModel of the directory blockc saved, training without dropout
+    (the same function as blockc's), its AdamW (decay on matrices), and the batch as tensors:
+    (model, parameters, optimizer, x, y, vocabulary)."""
     import torch
     import transformers
     hm = transformers.GPT2LMHeadModel.from_pretrained(path, attn_implementation="sdpa")
@@ -78,8 +81,12 @@ def torch_stepper(path: str, ids, tg) -> Callable[[], float]:
     rest = [p for p in params if p.ndim != 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": rest, "weight_decay": 0.0}], lr=LR)
-    x, y = torch.as_tensor(ids), torch.as_tensor(tg)
-    v = hm.config.vocab_size
+    return hm, params, opt, torch.as_tensor(ids), torch.as_tensor(tg), hm.config.vocab_size
+
+
+def torch_stepper(path: str, ids, tg) -> Callable[[], float]:
+    import torch
+    hm, params, opt, x, y, v = torch_model(path, ids, tg)
 
     def step() -> float:
         opt.zero_grad(set_to_none=True)

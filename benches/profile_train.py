@@ -50,7 +50,7 @@ from blockc import ops
 from blockc import train as btrain
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_train import CLIP, LR, SIZES, make  # noqa: E402
+from bench_train import CLIP, LR, SIZES, make, torch_model  # noqa: E402
 from machine import cpu_name, fma_peak  # noqa: E402
 
 
@@ -95,20 +95,7 @@ def blockc_parts(m, ids, tg, repeats: int) -> Dict[str, float]:
 
 def torch_parts(path: str, ids, tg, repeats: int) -> Dict[str, Tuple[float, float]]:
     import torch
-    import transformers
-    hm = transformers.GPT2LMHeadModel.from_pretrained(path, attn_implementation="sdpa")
-    hm.config.use_cache = False
-    hm.train()
-    for mod in hm.modules():
-        if isinstance(mod, torch.nn.Dropout):
-            mod.p = 0.0
-    params = list(hm.parameters())
-    decay = [p for p in params if p.ndim == 2]
-    rest = [p for p in params if p.ndim != 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": rest, "weight_decay": 0.0}], lr=LR)
-    x, y = torch.as_tensor(ids), torch.as_tensor(tg)
-    v = hm.config.vocab_size
+    hm, params, opt, x, y, v = torch_model(path, ids, tg)
 
     def fwd():
         logits = hm(x).logits

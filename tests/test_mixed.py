@@ -15,7 +15,7 @@ from blockc import ops
 from blockc._native import ffi, lib
 from blockc.gguf import model as gm
 from blockc.model import MIXED, formats, layout, matrix_slots
-from support.gguf_files import native, write_model
+from support.gguf_files import assert_dequantised, native, write_model
 
 LLAMA = GPTConfig(vocab=96, context=32, width=64, heads=4, kv_heads=2, layers=3, d_ff=96,
                   norm="rms", activation="swiglu", positions="rope", tie_weights=False,
@@ -236,8 +236,7 @@ def _file_types(m, arch="llama"):
 
 @pytest.mark.parametrize("name", ["mixed.gguf", "q4_k_m.gguf"])
 def test_mixed_file_held_in_its_formats(gguf_files, name, threads):
-    import gguf
-    from gguf import quants
+    pytest.importorskip("gguf")
     m = GPT.from_pretrained(gguf_files / name)
     types = _file_types(m)
     assert m.dtypes == {ours: native(t) for ours, t in types.items()}
@@ -252,17 +251,7 @@ def test_mixed_file_held_in_its_formats(gguf_files, name, threads):
         assert {"Q5_0", "Q8_0"} <= set(sum(types.values(), []))
         assert m.dtypes["blocks.0.attn.qkv.weight"] == native(types["blocks.0.attn.qkv.weight"])
     # every tensor the file's, bit for bit
-    peer = gguf.GGUFReader(str(gguf_files / name))
-    deq = {t.name: np.asarray(quants.dequantize(t.data, t.tensor_type), np.float32)
-           for t in peer.tensors}
-    for theirs, ours, rows, heads in gm.names("llama", m.config):
-        w = deq[theirs]
-        if heads is not None:
-            w = gm.unpermute(w, heads)
-        got = m.read_tensor(ours)
-        if rows is not None:
-            got = got[rows[0]:rows[1]]
-        assert np.array_equal(got.view(np.uint32), w.reshape(got.shape).view(np.uint32)), theirs
+    assert_dequantised(m, gguf_files / name, "llama")
     # the float32 model of the same file computes the same bits; threads, cache, batch
     f = GPT.from_pretrained(gguf_files / name, dtype="float32")
     assert f.dtype == "float32" and m.nbytes < f.nbytes

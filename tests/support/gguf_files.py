@@ -247,3 +247,23 @@ def native(types):
     if set(types) <= {"Q4_0", "Q5_0", "Q8_0"}:
         return "q8_0"
     return "float32"
+
+
+def assert_dequantised(m, path, arch: str) -> None:
+    """Every tensor of blockc model ``m`` equals, bit for bit, the gguf package's
+    dequantisation of the file at ``path``'s tensor (a Llama's q/k rows put back in
+    transformers' order): the peer check of every GGUF load."""
+    import gguf
+    from gguf import quants
+    from blockc.gguf import model as gm
+    peer = gguf.GGUFReader(str(path))
+    deq = {t.name: np.asarray(quants.dequantize(t.data, t.tensor_type), np.float32)
+           for t in peer.tensors}
+    for theirs, ours, rows, heads in gm.names(arch, m.config):
+        w = deq[theirs]
+        if heads is not None:
+            w = gm.unpermute(w, heads)
+        got = m.read_tensor(ours)
+        if rows is not None:
+            got = got[rows[0]:rows[1]]
+        assert np.array_equal(got.view(np.uint32), w.reshape(got.shape).view(np.uint32)), theirs
