@@ -73,6 +73,30 @@ def test_gptconfig_accepts_exactly_what_c_accepts(drawn):
     assert python_ok == c_ok, (f, dtype)
 
 
+def test_whole_block_formats_agree_on_every_matrix_width():
+    """q4_k stores whole 256-column blocks: Python and C refuse the same configs (the
+    width, the heads' width or d_ff not a multiple; found by the test above at width 1)."""
+    base = dict(vocab=300, context=8, width=256, heads=2, layers=1, eps=1e-5, tie_weights=True,
+                norm="rms", placement="pre", activation="swiglu", d_ff=512, positions="rope",
+                kv_heads=None, head_dim=None, residual=True, qkv_bias=False, out_bias=False,
+                mlp_bias=False, rope_theta=1e4)
+    cases = [{}, {"width": 1}, {"width": 300}, {"d_ff": 300}, {"head_dim": 100},
+             {"head_dim": 256}, {"width": 512, "heads": 4, "d_ff": 1024}]
+    seen = set()
+    for change in cases:
+        f = {**base, **change}
+        for dtype in sorted(C_DTYPE):
+            try:
+                GPTConfig(**f).c_struct(dtype)
+                python_ok = True
+            except BlockcError:
+                python_ok = False
+            c_ok = lib.bc_gpt_config_check(c_gpt_config(f, dtype)) == lib.BC_OK
+            assert python_ok == c_ok, (change, dtype)
+            seen.add((dtype == "q4_k", python_ok))
+    assert (True, True) in seen and (True, False) in seen  # both answers met for q4_k
+
+
 # C has no block check of its own: bc_block_workspace_size checks the config, then
 # sizes a workspace, which for a d_ff near 2**40 overflows whatever the config; the
 # sizes drawn stop where the workspace of one position is still representable
