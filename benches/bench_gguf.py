@@ -14,9 +14,9 @@ fallback Q5_0 takes them, as its own quantiser does). For each file:
 
 llama.cpp runs through llama-cpp-python when it is installed (it is not in CI); its column
 is then filled. blockc holds each matrix in the native format of its file type (F16, Q8_0,
-Q4_0, Q5_0 as float16, q8_0, q4_0, q5_0: the file's blocks, streamed by their kernels;
-blockc.gguf.model.EXACT) and any other type's matrices as their dequantised float32 weights,
-so a Q4_K_M file is a model of mixed formats ("blockc holds": mixed).
+Q4_0, Q5_0, Q4_K, Q6_K as float16, q8_0, q4_0, q5_0, q4_k, q6_k: the file's blocks, streamed
+by their kernels; blockc.gguf.model.EXACT) and any other type's matrices as their dequantised
+float32 weights, so a Q4_K_M file is a model of mixed formats ("blockc holds": mixed).
 Engines alternate within each round; the figures are medians of --repeats rounds.
 
     python benches/bench_gguf.py                      # the tables (long: quantising is NumPy)

@@ -74,7 +74,7 @@ def test_gptconfig_accepts_exactly_what_c_accepts(drawn):
 
 
 def test_whole_block_formats_agree_on_every_matrix_width():
-    """q4_k stores whole 256-column blocks: Python and C refuse the same configs (the
+    """q4_k and q6_k store whole 256-column blocks: Python and C refuse the same configs (the
     width, the heads' width or d_ff not a multiple; found by the test above at width 1)."""
     base = dict(vocab=300, context=8, width=256, heads=2, layers=1, eps=1e-5, tie_weights=True,
                 norm="rms", placement="pre", activation="swiglu", d_ff=512, positions="rope",
@@ -93,8 +93,9 @@ def test_whole_block_formats_agree_on_every_matrix_width():
                 python_ok = False
             c_ok = lib.bc_gpt_config_check(c_gpt_config(f, dtype)) == lib.BC_OK
             assert python_ok == c_ok, (change, dtype)
-            seen.add((dtype == "q4_k", python_ok))
-    assert (True, True) in seen and (True, False) in seen  # both answers met for q4_k
+            seen.add((dtype, python_ok))
+    for dtype in ("q4_k", "q6_k"):  # both answers met for each whole-block format
+        assert (dtype, True) in seen and (dtype, False) in seen
 
 
 # C has no block check of its own: bc_block_workspace_size checks the config, then

@@ -34,6 +34,7 @@ CASES = {  # name -> (arch, write_model options)
     "gpt2": ("gpt2", dict(context=1024, d_ff=256)),
     "gpt2-q4_0-tied": ("gpt2", dict(context=1024, d_ff=256, default_type="Q4_0", tied=True)),
     "llama-q4_k": ("llama", dict(width=256, d_ff=512, kv_heads=2, default_type="Q4_K")),
+    "llama-q6_k": ("llama", dict(width=256, d_ff=512, kv_heads=2, default_type="Q6_K")),
     "llama-k-quants": ("llama", dict(width=256, d_ff=256, default_type="Q5_K",
                                      types={"ffn_up.weight": "Q6_K", "attn_k.weight": "Q4_K",
                                             "ffn_gate.weight": "F16"})),
@@ -152,7 +153,7 @@ def test_the_k_quant_mixes_follow_llama_cpp_for_the_output_and_a_tied_embedding(
 def test_save_gguf_round_trip(files, tmp_path, dtype):
     """save_gguf -> the gguf package reads the same tensors (blockc's weights quantised by
     the oracle, in llama.cpp's names and q/k order; a matrix blockc holds in the type
-    itself, q4_k here, its very blocks: the source file's) -> blockc reads the same bits
+    itself, q4_k or q6_k here, its very blocks: the source file's) -> blockc reads the same bits
     back."""
     d, name, arch, *_ = files["llama-q4_k_m"]
     m = GPT.from_pretrained(d / name)
@@ -173,7 +174,7 @@ def test_save_gguf_round_trip(files, tmp_path, dtype):
             if m.layout[ours].packed else "F32"
         assert t.tensor_type.name == want_type, theirs
         blob = ggml.quantise(w, want_type)
-        if want_type == "Q4_K" and m.dtypes[ours] == "q4_k":
+        if want_type in ("Q4_K", "Q6_K") and m.dtypes[ours] == want_type.lower():
             blob = np.asarray(src[theirs].data).reshape(blob.shape)
         assert np.array_equal(np.asarray(t.data).view(np.uint8).reshape(blob.shape), blob), theirs
     back = GPT.from_pretrained(p)
@@ -365,24 +366,26 @@ def test_native_kernels(tmp_path, dtype, typ, ratio):
                           np.asarray(gq.quantize(w, gt)).view(np.uint8).ravel())
 
 
-def test_q4_k_native_kernels(files, tmp_path):
-    """An all-Q4_K file (the gguf package writes the oracle's blocks) loads as q4_k with
-    its very blocks (the panels give back the file's bytes; no float copy); blockc's C
-    quantiser finds the same blocks from the float weights (astype("q4_k")); the model
-    computes what float32 does with the dequantised weights on every instruction set,
-    the same bits at 1 and 2 threads, for a row alone, through the cache; save_gguf
-    writes the file's bytes again."""
+@pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
+def test_k_quant_native_kernels(files, tmp_path, fmt):
+    """An all-Q4_K (all-Q6_K) file (the gguf package writes the oracle's blocks) loads as
+    q4_k (q6_k) with its very blocks (the panels give back the file's bytes; no float
+    copy); blockc's C quantiser finds the same blocks from the float weights
+    (astype(fmt)); the model computes what float32 does with the dequantised weights on
+    every instruction set, the same bits at 1 and 2 threads, for a row alone, through the
+    cache; save_gguf writes the file's bytes again."""
     from blockc import get_isa, get_num_threads, set_isa, set_num_threads
-    d, name, arch, kw, _ = files["llama-q4_k"]
+    typ = fmt.upper()
+    d, name, arch, kw, _ = files[f"llama-{fmt}"]
     q = GPT.from_pretrained(d / name)
-    assert q.dtype == "q4_k" and q.nbytes < GPT.random(q.config).nbytes / 6
+    assert q.dtype == fmt and q.nbytes < GPT.random(q.config).nbytes / {"q4_k": 6, "q6_k": 4.5}[fmt]
     peer = {t.name: t for t in gguf.GGUFReader(str(d / name)).tensors}
     cfg = q.config
     for theirs, ours, rows, heads in gm.names(arch, cfg):
         tl = q.layout[ours]
         if not tl.packed:
             continue
-        raw = gm.file_rows(q.params[tl.offset:tl.offset + tl.nbytes], "Q4_K", tl.shape[0])
+        raw = gm.file_rows(q.params[tl.offset:tl.offset + tl.nbytes], typ, tl.shape[0])
         if rows is not None:
             raw = raw[rows[0]:rows[1]]
         if heads is not None:
@@ -390,11 +393,11 @@ def test_q4_k_native_kernels(files, tmp_path):
         assert np.array_equal(raw, np.asarray(peer[theirs].data).reshape(raw.shape)), theirs
     f = GPT.from_state_dict(q.state_dict(), cfg)  # float32, the same (dequantised) weights
     m = GPT.random(cfg, seed=2)  # the C quantiser against the oracle's blocks
-    qm = m.astype("q4_k")
+    qm = m.astype(fmt)
     for ours in ("blocks.0.attn.qkv.weight", "blocks.1.down.weight", "token.weight"):
         tl = qm.layout[ours]
-        got = gm.file_rows(qm.params[tl.offset:tl.offset + tl.nbytes], "Q4_K", tl.shape[0])
-        assert np.array_equal(got, ggml.quantise(m.read_tensor(ours), "Q4_K").reshape(got.shape))
+        got = gm.file_rows(qm.params[tl.offset:tl.offset + tl.nbytes], typ, tl.shape[0])
+        assert np.array_equal(got, ggml.quantise(m.read_tensor(ours), typ).reshape(got.shape))
     ids = np.random.default_rng(0).integers(0, cfg.vocab, (2, 40))
     want = f(ids)
     isa0, th0 = get_isa(), get_num_threads()
@@ -423,8 +426,8 @@ def test_q4_k_native_kernels(files, tmp_path):
     finally:
         set_isa(isa0)
         set_num_threads(th0)
-    q.save_gguf(tmp_path / "q4k.gguf", dtype="Q4_K")
-    back = {t.name: t for t in gguf.GGUFReader(str(tmp_path / "q4k.gguf")).tensors}
+    q.save_gguf(tmp_path / "k.gguf", dtype=typ)
+    back = {t.name: t for t in gguf.GGUFReader(str(tmp_path / "k.gguf")).tensors}
     for n, t in peer.items():
         assert back[n].tensor_type == t.tensor_type and np.array_equal(back[n].data, t.data), n
-    assert np.array_equal(GPT.from_pretrained(tmp_path / "q4k.gguf").params, q.params)
+    assert np.array_equal(GPT.from_pretrained(tmp_path / "k.gguf").params, q.params)

@@ -1,4 +1,4 @@
-"""Lower-precision weights (bfloat16, float16, q8_0, q4_0, q5_0): the C quantisers against the NumPy
+"""Lower-precision weights (bfloat16, float16, q8_0, q4_0, q5_0, q4_k, q6_k): the C quantisers against the NumPy
 oracle's (and against torch's and llama.cpp's where installed), the packed linear
 on every instruction set, and the whole model's accuracy budget against float32."""
 import numpy as np
@@ -12,8 +12,8 @@ from blockc.reference import gpt_forward, intdot, quant
 
 ORACLE = {"float32": lambda w: np.asarray(w, np.float32), "bfloat16": quant.bfloat16,
           "q8_0": quant.q8_0, "q4_0": quant.q4_0, "q5_0": quant.q5_0, "float16": quant.float16,
-          "q8_0i": quant.q8_0, "q4_k": quant.q4_k}
-WHOLE = {"q4_k": 256}  # formats whose rows are whole blocks
+          "q8_0i": quant.q8_0, "q4_k": quant.q4_k, "q6_k": quant.q6_k}
+WHOLE = {"q4_k": 256, "q6_k": 256}  # formats whose rows are whole blocks
 
 
 def _hard_weights(rows, cols, seed):
@@ -243,35 +243,41 @@ def _k_weights(rows, cols, seed):
     return w
 
 
-def test_q4_k_blocks_are_the_oracle_quantisers_bit_for_bit():
-    """blockc's C quantiser writes, block for block, the Q4_K blocks of the oracle's
-    quantise (llama.cpp's quantize_row_q4_K_ref, make_qkx2_quants): read back out of its
-    panels as a GGUF file holds them; unpack is the oracle's (and the gguf package's)
-    dequantise of those blocks, bit for bit."""
+@pytest.mark.parametrize("dtype", ["q4_k", "q6_k"])
+def test_k_blocks_are_the_oracle_quantisers_bit_for_bit(dtype):
+    """blockc's C quantiser writes, block for block, the Q4_K (Q6_K) blocks of the
+    oracle's quantise (llama.cpp's quantize_row_q4_K_ref with make_qkx2_quants;
+    quantize_row_q6_K_ref with make_qx_quants): read back out of its panels as a GGUF
+    file holds them; unpack is the oracle's (and the gguf package's) dequantise of those
+    blocks, bit for bit; the panels are the file's blocks rearranged (raw_panels)."""
     gguf = pytest.importorskip("gguf")
-    from blockc.gguf.model import file_rows
+    from blockc.gguf.model import file_rows, raw_panels
     from blockc.reference import ggml
+    typ = dtype.upper()
     for rows, cols in ((3, 256), (17, 512), (40, 768)):
         w = _k_weights(rows, cols, rows)
-        p = ops.pack(w, "q4_k")
-        want = ggml.quantise(w, "Q4_K").reshape(rows, -1)
-        np.testing.assert_array_equal(file_rows(p._buf, "Q4_K", rows), want)
-        deq = gguf.quants.dequantize(want, gguf.GGMLQuantizationType.Q4_K)
+        p = ops.pack(w, dtype)
+        want = ggml.quantise(w, typ).reshape(rows, -1)
+        np.testing.assert_array_equal(file_rows(p._buf, typ, rows), want)
+        np.testing.assert_array_equal(raw_panels(want, typ), p._buf.view(np.uint8).reshape(-1))
+        deq = gguf.quants.dequantize(want, getattr(gguf.GGMLQuantizationType, typ))
         np.testing.assert_array_equal(p.unpack().view(np.uint32), deq.view(np.uint32))
-    with pytest.raises(blockc.BlockcValueError, match="q4_k needs finite weights"):
-        ops.pack(np.full((1, 256), np.nan, np.float32), "q4_k")
+    with pytest.raises(blockc.BlockcValueError, match=f"{dtype} needs finite weights"):
+        ops.pack(np.full((1, 256), np.nan, np.float32), dtype)
 
 
-def test_q4_k_model_matches_oracle_cache_and_threads():
-    """A q4_k model: the NumPy oracle's logits on its (dequantised) weights; the KV
-    cache's steps are the full pass's bits; 1 and 2 threads the same bits; a matrix
+@pytest.mark.parametrize("dtype", ["q4_k", "q6_k"])
+def test_k_model_matches_oracle_cache_and_threads(dtype):
+    """A q4_k (q6_k) model: the NumPy oracle's logits on its (dequantised) weights; the
+    KV cache's steps are the full pass's bits; 1 and 2 threads the same bits; a matrix
     whose rows are not whole super-blocks refused by name."""
     cfg = GPTConfig.preset("llama-7b", vocab=301, context=40, width=256, heads=4, layers=2,
                            d_ff=512, kv_heads=2)
-    q = GPT.random(cfg, seed=1, dtype="q4_k")
+    q = GPT.random(cfg, seed=1, dtype=dtype)
     sd = q.state_dict()
     m = GPT.random(cfg, seed=1)
-    np.testing.assert_array_equal(sd["blocks.0.up.weight"], quant.q4_k(m.read_tensor("blocks.0.up.weight")))
+    np.testing.assert_array_equal(sd["blocks.0.up.weight"],
+                                  ORACLE[dtype](m.read_tensor("blocks.0.up.weight")))
     ids = np.random.default_rng(1).integers(0, cfg.vocab, size=(2, 11))
     logits = q(ids)
     np.testing.assert_allclose(logits, gpt_forward(sd, cfg, ids), rtol=0,
@@ -288,7 +294,7 @@ def test_q4_k_model_matches_oracle_cache_and_threads():
         blockc.set_num_threads(0)
     with pytest.raises(blockc.BlockcValueError, match=r"'blocks.0.down.weight' \(256, 300\) has 300"):
         GPT.random(GPTConfig.preset("llama-7b", vocab=64, context=8, width=256, heads=4,
-                                    layers=1, d_ff=300), dtype="q4_k")
+                                    layers=1, d_ff=300), dtype=dtype)
 
 
 def _mean_kl(p_logits, q_logits):
@@ -302,10 +308,10 @@ def _mean_kl(p_logits, q_logits):
 def test_4_bit_mean_kl_budget():
     """The 4-bit formats' accuracy against float32 on a model whose logits are not
     flat (GPT-2's N(0, 0.02) weights doubled: mean entropy 6.0 nats of 6.2): mean
-    KL(float32 || q) over 64 positions below 0.04 nats for q4_0, 0.02 for q4_k
-    (measured 0.022 and 0.011; q8_0 8e-5), q4_k (a scale and a min per 32 weights,
-    fitted by weighted least squares) closer than q4_0, as llama.cpp's perplexity
-    tables rank them. Random weights have no structure to exploit: a worst case."""
+    KL(float32 || q) over 64 positions below 0.04 nats for q4_0, 0.02 for q4_k, 2e-3
+    for q6_k (measured 0.022, 0.011 and 7.5e-4; q8_0 8e-5), and the formats in the
+    order llama.cpp's perplexity tables rank them: q8_0, q6_k, q4_k (a scale and a min
+    per 32 weights, fitted by weighted least squares), q4_0. Random weights have no structure to exploit: a worst case."""
     cfg = GPTConfig.preset("llama-7b", vocab=512, context=64, width=256, heads=4, layers=2,
                            d_ff=512, kv_heads=2)
     m = GPT.random(cfg, seed=0)
@@ -314,6 +320,7 @@ def test_4_bit_mean_kl_budget():
     ids = np.random.default_rng(7).integers(0, cfg.vocab, size=(1, 64))
     ref = m(ids)[0].astype(np.float64)
     kl = {dt: _mean_kl(ref, m.astype(dt)(ids)[0].astype(np.float64))
-          for dt in ("q8_0", "q4_0", "q4_k")}
+          for dt in ("q8_0", "q4_0", "q4_k", "q6_k")}
     assert kl["q8_0"] < 1e-3 and kl["q4_0"] < 0.04 and kl["q4_k"] < 0.02, kl
-    assert kl["q4_k"] < kl["q4_0"], kl
+    assert kl["q6_k"] < 2e-3, kl
+    assert kl["q8_0"] < kl["q6_k"] < kl["q4_k"] < kl["q4_0"], kl

@@ -383,11 +383,11 @@ def _same(raw: np.ndarray, typ: str) -> np.ndarray:
 _ROWS = {("q8_0", "Q8_0"): _same, ("q4_0", "Q4_0"): _same, ("float16", "F16"): _same,
          ("q5_0", "Q5_0"): _same, ("q8_0", "Q4_0"): _q8_0_rows, ("q8_0", "Q5_0"): _q8_0_rows,
          ("q8_0i", "Q8_0"): _same, ("q8_0i", "Q4_0"): _q8_0_rows, ("q8_0i", "Q5_0"): _q8_0_rows,
-         ("q4_k", "Q4_K"): _same}
+         ("q4_k", "Q4_K"): _same, ("q6_k", "Q6_K"): _same}
 
 #: blockc format -> the GGUF type whose rows raw_panels rearranges into its panels
 _PANELS = {"q8_0": "Q8_0", "q4_0": "Q4_0", "float16": "F16", "q5_0": "Q5_0", "q8_0i": "Q8_0",
-           "q4_k": "Q4_K"}
+           "q4_k": "Q4_K", "q6_k": "Q6_K"}
 
 
 def _k4_unpack(b: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -416,6 +416,8 @@ def _panel_fields(typ: str) -> Tuple[int, List[Tuple[int, int, int]]]:
     the quants byte by byte. Q4_K's scales are its 12 bytes unpacked to 16 first."""
     if typ == "Q4_K":  # d, dmin, sc[8], m[8], qs[128] of a 148-byte row
         return 148, [(0, 2, 2), (2, 4, 2), (4, 12, 1), (12, 20, 1), (20, 148, 1)]
+    if typ == "Q6_K":  # a row's ql[128], qh[64], sc[16], d lie in the panel as d, sc, ql, qh
+        return 210, [(208, 210, 2), (192, 208, 1), (0, 128, 1), (128, 192, 1)]
     if typ == "Q5_0":  # d, the uint32 of fifth bits, qs[16]
         return 22, [(0, 2, 2), (2, 6, 4), (6, 22, 1)]
     if typ == "F16":  # a block of one weight: panel [k][l]
@@ -424,15 +426,18 @@ def _panel_fields(typ: str) -> Tuple[int, List[Tuple[int, int, int]]]:
     return bb, [(0, 2, 2), (2, bb, 1)]
 
 
-def _q4_k_panels(raw: np.ndarray) -> np.ndarray:
-    """raw_panels of Q4_K rows: every field of the 16 rows' super-blocks interleaved (d,
-    dmin, the 6-bit scales and mins a byte each, the qs byte by byte)."""
+def _k_panels(raw: np.ndarray, typ: str) -> np.ndarray:
+    """raw_panels of Q4_K or Q6_K rows: every field of the 16 rows' super-blocks
+    interleaved (Q4_K: d, dmin, the 6-bit scales and mins a byte each, the qs byte by
+    byte; Q6_K: d, the int8 scales, ql, qh)."""
     rows = raw.shape[0]
-    nb = raw.shape[1] // 144
-    blocks = raw.reshape(rows, nb, 144)
-    sc, mn = _k4_unpack(blocks[..., 4:16])
-    blocks = np.concatenate([blocks[..., :4], sc, mn, blocks[..., 16:]], axis=-1)
-    bb, fields = _panel_fields("Q4_K")
+    fb = ggml.BLOCKS[typ][1]  # a super-block's bytes in the file
+    nb = raw.shape[1] // fb
+    blocks = raw.reshape(rows, nb, fb)
+    if typ == "Q4_K":
+        sc, mn = _k4_unpack(blocks[..., 4:16])
+        blocks = np.concatenate([blocks[..., :4], sc, mn, blocks[..., 16:]], axis=-1)
+    bb, fields = _panel_fields(typ)
     panels = -(-rows // 16)
     r = np.zeros((panels * 16, nb, bb), np.uint8)
     r[:rows] = blocks
@@ -445,12 +450,13 @@ def _q4_k_panels(raw: np.ndarray) -> np.ndarray:
 def raw_panels(raw: np.ndarray, typ: str, dtype: str = "") -> np.ndarray:
     """The bytes of blockc's packed matrix (panels of 16 rows, block by block: the 16 rows'
     half scales, then (Q5_0) their fifth bits, then their quants interleaved; F16 column by
-    column; Q4_K's every field, its 6-bit scales and mins a byte each, bc_engine.h)
-    holding the rows ``raw`` (rows, row bytes) of Q8_0, Q4_0, Q5_0, Q4_K or F16 blocks as
+    column; Q4_K's every field, its 6-bit scales and mins a byte each; Q6_K's every
+    field, bc_engine.h) holding the rows ``raw`` (rows, row bytes) of Q8_0, Q4_0, Q5_0,
+    Q4_K, Q6_K or F16 blocks as
     they lie in a GGUF file: the same blocks, rearranged (rows past the end zero).
     ``dtype="q8_0i"``: Q8_0's quants 4 by 4 per row, each + 128 (q8_0i's panels)."""
-    if typ == "Q4_K":
-        return _q4_k_panels(raw)
+    if typ in ("Q4_K", "Q6_K"):
+        return _k_panels(raw, typ)
     rows = raw.shape[0]
     if typ == "F16":  # panel [k][l] = w[16p + l][k], two bytes each (moved as uint16s)
         cols = raw.shape[1] // 2
@@ -477,11 +483,11 @@ def raw_panels(raw: np.ndarray, typ: str, dtype: str = "") -> np.ndarray:
 
 #: the formats whose panels :func:`file_rows` reads back as their GGUF type's rows
 #: (q8_0i's quants are rearranged and offset: saved from its weights instead)
-_FILE_ROWS = ("q8_0", "q4_0", "q5_0", "float16", "q4_k")
+_FILE_ROWS = ("q8_0", "q4_0", "q5_0", "float16", "q4_k", "q6_k")
 
 
 def file_rows(packed: np.ndarray, typ: str, rows: int) -> np.ndarray:
-    """The inverse of :func:`raw_panels` (Q8_0, Q4_0, Q5_0, Q4_K, F16): the (rows, row
+    """The inverse of :func:`raw_panels` (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K, F16): the (rows, row
     bytes) of ``typ`` blocks a GGUF file stores for blockc's packed matrix ``packed`` (its
     bytes) of ``rows`` rows."""
     bb, fields = _panel_fields(typ)

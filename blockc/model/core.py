@@ -78,7 +78,7 @@ def formats(cfg: GPTConfig, dtype: str = "float32",
 
 
 def _check_whole(cfg: GPTConfig, fmts: Mapping[str, str]) -> None:
-    """A matrix in a format of whole blocks (q4_k: super-blocks of 256 columns) whose
+    """A matrix in a format of whole blocks (q4_k, q6_k: super-blocks of 256 columns) whose
     rows are not, refused by name (llama.cpp stores such a matrix in another type)."""
     if not any(d in WHOLE_BLOCKS for d in fmts.values()):
         return
@@ -431,7 +431,7 @@ class Model:
         seed : int >= 0 or None, optional
             Seed of ``numpy.random.default_rng``, drawn from tensor by tensor in
             state-dict order (None: fresh entropy).
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_k"}, optional
+        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_k", "q6_k"}, optional
             How the matrices are stored (the same float32 draws, then rounded
             or quantised). q8_0i holds q8_0's weights and multiplies them by
             integer dot products (each activation row quantised to 8 bits per
@@ -449,7 +449,7 @@ class Model:
         TypeError
             A non-GPTConfig ``cfg`` or a non-integer seed.
         ValueError
-            A negative seed, an unknown dtype, or (q4_k) a matrix whose columns are
+            A negative seed, an unknown dtype, or (q4_k, q6_k) a matrix whose columns are
             not a multiple of 256 (named).
 
         Examples
@@ -485,7 +485,7 @@ class Model:
             Every key and shape is checked against it. For a tied config,
             ``head.weight`` may be present (PyTorch lists it) and must equal
             ``token.weight`` bit for bit.
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_k"}, optional
+        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_k", "q6_k"}, optional
             How the matrices are stored.
         dtypes : mapping of str to str, optional
             Matrix name -> its own format (the others in ``dtype``): each matrix
@@ -503,7 +503,7 @@ class Model:
         ValueError
             A missing, unexpected or mis-shaped tensor (named), a tied head
             that differs from the token embedding, an unknown format or a name
-            in ``dtypes`` that is not a matrix of the model, or (q4_k) a matrix
+            in ``dtypes`` that is not a matrix of the model, or (q4_k, q6_k) a matrix
             whose columns are not a multiple of 256 (named).
 
         Examples
@@ -584,9 +584,9 @@ class Model:
 
         Parameters
         ----------
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_k"}
+        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_k", "q6_k"}
             From float32 the weights are rounded (bfloat16, float16) or quantised
-            (q8_0, q4_0, q5_0, q4_k: llama.cpp's reference quantisers; q8_0i q8_0's
+            (q8_0, q4_0, q5_0, q4_k, q6_k: llama.cpp's reference quantisers; q8_0i q8_0's
             weights, multiplied by integer dot products on 8-bit activations); from
             a lower precision (or a mixed model's formats) they are the weights this
             model computes with, exactly, stored anew (q8_0 <-> q8_0i keep every
@@ -599,7 +599,7 @@ class Model:
         Raises
         ------
         ValueError
-            An unknown dtype, or (q4_k) a matrix whose columns are not a multiple of
+            An unknown dtype, or (q4_k, q6_k) a matrix whose columns are not a multiple of
             256 (named).
 
         Examples
@@ -731,7 +731,7 @@ class Model:
     def dtype(self) -> str:
         """How the matrices are stored: their one format, one of
         :data:`blockc.model.config.DTYPES` ("float32", "bfloat16", "float16", "q8_0",
-        "q4_0", "q5_0", "q4_k"), or "mixed" when they do not share one (see :attr:`dtypes`)."""
+        "q4_0", "q5_0", "q4_k", "q6_k"), or "mixed" when they do not share one (see :attr:`dtypes`)."""
         return self._dtype
 
     @property

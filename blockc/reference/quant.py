@@ -1,5 +1,5 @@
 """The NumPy oracle of the weight storage types: the weights a float32 matrix becomes
-when stored as bfloat16, float16, q8_0, q4_0, q5_0 or q4_k (no C; written from the
+when stored as bfloat16, float16, q8_0, q4_0, q5_0, q4_k or q6_k (no C; written from the
 formats' definitions).
 
 - bfloat16: the high 16 bits of the float32, rounded to nearest, ties to even
@@ -21,7 +21,7 @@ import numpy as np
 from . import ggml
 from .ggml import bfloat16  # noqa: F401 (defined beside the ggml oracle, which rounds BF16 with it)
 
-__all__ = ["bfloat16", "float16", "q8_0_blocks", "q8_0", "q4_0", "q5_0", "q4_k"]
+__all__ = ["bfloat16", "float16", "q8_0_blocks", "q8_0", "q4_0", "q5_0", "q4_k", "q6_k"]
 
 
 def _round_half_away(v: np.ndarray) -> np.ndarray:
@@ -86,7 +86,18 @@ def q4_k(w) -> np.ndarray:
     """``w`` stored as q4_k (llama.cpp's ``quantize_row_q4_K_ref``:
     :mod:`blockc.reference.ggml`), as the float32 weights it becomes; the columns a
     multiple of 256 (a Q4_K super-block has no short form)."""
+    return _k_blocks(w, "Q4_K")
+
+
+def q6_k(w) -> np.ndarray:
+    """``w`` stored as q6_k (llama.cpp's ``quantize_row_q6_K_ref``:
+    :mod:`blockc.reference.ggml`), as the float32 weights it becomes; the columns a
+    multiple of 256 (a Q6_K super-block has no short form)."""
+    return _k_blocks(w, "Q6_K")
+
+
+def _k_blocks(w, typ: str) -> np.ndarray:
     a = np.ascontiguousarray(w, dtype=np.float32)
     if a.ndim != 2 or a.shape[1] % 256:
         raise ValueError(f"w must be 2-D with columns a multiple of 256, got shape {a.shape}")
-    return ggml.dequantise(ggml.quantise(a, "Q4_K"), "Q4_K")
+    return ggml.dequantise(ggml.quantise(a, typ), typ)

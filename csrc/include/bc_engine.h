@@ -31,10 +31,11 @@ extern "C" {
 #define BC_DTYPE_Q8_0 2
 #define BC_DTYPE_Q4_0 3
 #define BC_DTYPE_Q4_K 4
+#define BC_DTYPE_Q6_K 5
 #define BC_DTYPE_F16 6
 #define BC_DTYPE_Q5_0 7
 #define BC_DTYPE_Q8_0I 8
-#define BC_NDTYPE 9      /* one past the last dtype (5 reserved: no format yet) */
+#define BC_NDTYPE 9      /* one past the last dtype */
 #define BC_DTYPE_NAME_MAX 16   /* bytes a dtype's name needs, with its NUL */
 
 /* Normalisation kinds and placements of the block. */
@@ -117,6 +118,19 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  the two products exact in float32, one rounding in all.
  *                  Packed by llama.cpp's reference quantiser (make_qkx2_quants
  *                  per sub-block, then the scales and mins to 6 bits).
+ *   BC_DTYPE_Q6_K  llama.cpp's Q6_K (super-blocks of 256 weights of a row, 16
+ *                  sub-blocks of 16 with an int8 scale each, 6 bits a weight):
+ *                  cols must be a multiple of 256 (else BC_ESIZE). Panel p is
+ *                  cols / 256 super-blocks of 3360 bytes (Q6_K's 210 a row,
+ *                  6.5625 bits a weight): the 16 rows' d[l] (IEEE halves),
+ *                  sc[j][l] (16 x 16 int8), ql[b][l] (128 x 16 bytes) and
+ *                  qh[b][l] (64 x 16 bytes), bytes b of the row's Q6_K ql and
+ *                  qh; column t of a super-block (t = 128h + 32g + i, i < 32)
+ *                  is q = (the low (g < 2) or high nibble of ql[64h + 32(g % 2)
+ *                  + i]) | ((qh[32h + i] >> 2g) & 3) << 4, and w = (d[l]
+ *                  sc[t / 16][l]) (q - 32), exact in float32. Packed by
+ *                  llama.cpp's reference quantiser (make_qx_quants per
+ *                  sub-block, then the scales to int8 against the largest).
  *   BC_DTYPE_F16   as BC_DTYPE_F32 in IEEE halves (uint16, rounded to nearest
  *                  even: numpy's astype(float16)); a weight must be finite and
  *                  at most 65504 (the largest half) in magnitude: larger ones,
@@ -151,7 +165,7 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
 #define BC_Q8_0I_MAX_COLS 65536
 
 /* The weight format dtype (0 <= dtype < BC_NDTYPE): its name as Python spells it
- * ("float32", "bfloat16", "q8_0", "q4_0", "q4_k", "float16", "q5_0",
+ * ("float32", "bfloat16", "q8_0", "q4_0", "q4_k", "q6_k", "float16", "q5_0",
  * "q8_0i"; NUL-terminated into name, name_cap >
  * its length, at most BC_DTYPE_NAME_MAX), the weights of a row per block and
  * the bytes of one block (a row of cols weights, padded to whole blocks, takes
@@ -163,13 +177,13 @@ int bc_dtype_info(char *name, size_t name_cap, size_t *block, size_t *block_byte
 
 /* *bytes: the size of a packed (rows, cols) matrix of dtype. BC_ESIZE for a zero
  * size (or more columns than the format holds: q8_0i; or columns not whole
- * blocks of a format that needs them: q4_k), BC_EOPTION for an unknown dtype,
+ * blocks of a format that needs them: q4_k, q6_k), BC_EOPTION for an unknown dtype,
  * BC_EOVERFLOW past BC_MAX_ELEMENTS. */
 int bc_pack_size(size_t *bytes, int dtype, size_t rows, size_t cols);
 
 /* out (out_bytes >= bc_pack_size) = w (rows, cols) packed as dtype. BC_EVALUE
  * for q8_0 and q8_0i when a weight is not finite or beyond 65504 * 127 in magnitude, for
- * q4_0 and q4_k beyond 65504 * 8, for q5_0 beyond 65504 * 16, for float16 beyond 65504. */
+ * q4_0, q4_k and q6_k beyond 65504 * 8, for q5_0 beyond 65504 * 16, for float16 beyond 65504. */
 int bc_pack(void *out, size_t out_bytes, const float *w, int dtype, size_t rows, size_t cols);
 
 /* The same for w(r, c) = w[r * row_stride + c * col_stride]: a transposed w

@@ -59,6 +59,15 @@ typedef struct {
     uint8_t q[128][BC_PANEL];   /* q[b][row]: byte b of the row's Q4_K qs */
 } bc_q4k_block;
 
+/* One super-block of a q6_k panel: the panel's 16 rows, 256 columns (ggml's
+ * block_q6_K for each row, every field interleaved with the other rows'). */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' super-block scales (IEEE halves) */
+    int8_t sc[16][BC_PANEL];    /* sc[j][row]: sub-block j's (16 weights) scale */
+    uint8_t ql[128][BC_PANEL];  /* ql[b][row]: byte b of the row's Q6_K ql (low 4 bits) */
+    uint8_t qh[64][BC_PANEL];   /* qh[b][row]: byte b of its qh (high 2 bits, 4 a byte) */
+} bc_q6k_block;
+
 /* One block of a q8_0i panel: q8_0's weights laid out for integer dot products
  * (vpdpbusd multiplies 4 bytes of 16 rows per 64-byte vector by 4 bytes of x):
  * weight q (-127..127) of row l, column 4j + t stored as u[j][l][t] = q + 128. */
@@ -84,7 +93,7 @@ typedef struct {
     void (*unpack_row)(float *out, const unsigned char *panel, size_t l, size_t cols);
     size_t max_cols;       /* columns a matrix may have; 0: any */
     /* nonzero: a row must be whole blocks (cols a multiple of block; q4_k's
-     * super-block has no short form in GGUF) */
+     * and q6_k's super-blocks have no short form in GGUF) */
     int whole;
 } bc_format;
 

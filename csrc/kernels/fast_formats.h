@@ -226,6 +226,43 @@ static void panels_q4_k(float *bp, const void *w, size_t c, size_t o0, size_t nc
     load_panels(BC_DTYPE_Q4_K, 32, q4_k_state, q4_k_vec, bp, w, c, o0, nc, p0, kc);
 }
 
+/* ---- q6_k panels: an int8 scale for each sub-block of 16 ----------------- */
+
+/* sub-block (k0 % 256) / 16's s = d sc and m = -32 s: both exact (an 11-bit
+ * half times an 8-bit integer, then a power of two) */
+BC_INLINE wf_st q6_k_state(const unsigned char *panel, size_t k0, size_t lane0)
+{
+    const bc_q6k_block *bl = (const bc_q6k_block *)panel + k0 / 256;
+    wf_st st;
+    st.s = vmul(vload_half(bl->d + lane0), vload_i8(bl->sc[k0 % 256 / 16] + lane0));
+    st.m = vmul(st.s, vset1(-32.0f));
+    return st;
+}
+
+/* s q6 - 32 s = s (q6 - 32): every term exact (s (q6 - 32) has at most 23
+ * significant bits), so the FMA gives the file's dequantised weight exactly */
+BC_INLINE V q6_k_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q6k_block *bl = (const bc_q6k_block *)panel + k / 256;
+    const size_t t = k % 256, h = t / 128, g = t % 128 / 32, i = t % 32;
+    return vfma(vload_q6(bl->ql[64 * h + 32 * (g % 2) + i] + lane0, bl->qh[32 * h + i] + lane0,
+                         g >= 2, (unsigned)(2 * g)),
+                state.s, state.m);
+}
+
+// y (N,OC), x (N,C), w (OC,C) q6_k panels; N <= BC_ROWS_MAX
+static void prows_q6_k(const bc_gemm *g, size_t o0, size_t o1)
+{
+    prows_part(BC_DTYPE_Q6_K, 16, q6_k_state, q6_k_vec, g, o0, o1);
+}
+
+// bp (kc, nc) float32 panels <- w (OC,C) q6_k panels, columns o0.., rows p0..
+static void panels_q6_k(float *bp, const void *w, size_t c, size_t o0, size_t nc, size_t p0,
+                        size_t kc)
+{
+    load_panels(BC_DTYPE_Q6_K, 16, q6_k_state, q6_k_vec, bp, w, c, o0, nc, p0, kc);
+}
+
 /* ---- the entries of the kernel table's wf, by BC_WF_* -------------------- */
 
 /* (a caller's row-major float32 rows: dot products to decode, pack_rows to copy) */
@@ -238,4 +275,5 @@ static void panels_q4_k(float *bp, const void *w, size_t c, size_t o0, size_t nc
     [BC_WF_PANEL(BC_DTYPE_F16)] = {prows_f16, panels_f16},            \
     [BC_WF_PANEL(BC_DTYPE_Q5_0)] = {prows_q5_0, panels_q5_0},         \
     [BC_WF_PANEL(BC_DTYPE_Q4_K)] = {prows_q4_k, panels_q4_k},         \
+    [BC_WF_PANEL(BC_DTYPE_Q6_K)] = {prows_q6_k, panels_q6_k},         \
     [BC_WF_PANEL(BC_DTYPE_Q8_0I)] = {NULL, NULL, xq_part_q8_0i},  /* fast_intdot.h */

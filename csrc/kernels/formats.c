@@ -3,7 +3,7 @@
  * and unpacking (dequantising) a row. Load-time work, in plain C; the
  * kernels that compute on each format are in fast_formats.h.
  *
- * q4_0 and q5_0 are llama.cpp's reference quantisers (below).
+ * q4_0, q5_0, q4_k and q6_k are llama.cpp's reference quantisers (below).
  * bfloat16 and float16 round to nearest even (float16 refuses what a half
  * cannot hold: no infinities made). q8_0 is llama.cpp's rule, block by block
  * of 32 weights of one row: d = max|w| / 127, q = round(w / d) (half away from
@@ -448,6 +448,150 @@ static void q4k_unpack_row(float *out, const unsigned char *panel, size_t l, siz
     }
 }
 
+/* ---- q6_k: per 256 columns a bc_q6k_block of the panel's rows ------------ */
+
+_Static_assert(sizeof(bc_q6k_block) == 210 * PW, "bc_q6k_block: 16 rows of 210 bytes");
+
+/* ggml's GROUP_MAX_EPS: a group whose largest magnitude is below it is zero */
+#define Q6K_GROUP_EPS 1e-15f
+
+/* l = nearest(v) clipped to [-32, 31] (the clip first: the same integer, and
+ * no float beyond an int's range is converted) */
+static int q6k_level(float v)
+{
+    v = v < -32.0f ? -32.0f : v > 31.0f ? 31.0f : v;
+    return q4k_round(v);
+}
+
+/* Sums of (x^2 x) l and (x^2 l) l over one sub-block of 16 for the levels of
+ * iscale x, accumulated in order in float32 (make_qx_quants, rmse_type 1). */
+static void q6k_sums(int8_t lv[16], float *sumlx, float *suml2, const float *x, float iscale)
+{
+    float a = 0.0f, b = 0.0f;
+    for (int i = 0; i < 16; i++) {
+        const int l = q6k_level(iscale * x[i]);
+        const float w = x[i] * x[i], lf = (float)l;
+        lv[i] = (int8_t)l;
+        a += w * x[i] * lf;
+        b += w * lf * lf;
+    }
+    *sumlx = a;
+    *suml2 = b;
+}
+
+/* llama.cpp's make_qx_quants(16, 32, x, L, rmse_type 1, NULL) for one sub-block:
+ * the scale s with x ~= s (L - 32), L in 0..63, the best of 19 candidates by
+ * the x^2-weighted error (0 and L = 0 when every |x| < GROUP_MAX_EPS). */
+static float q6k_qx(uint8_t L[16], const float *x)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int i = 0; i < 16; i++)
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            max = x[i];
+        }
+    if (amax < Q6K_GROUP_EPS) {
+        memset(L, 0, 16);
+        return 0.0f;
+    }
+    int8_t lv[16], best_lv[16];
+    float sumlx, suml2;
+    q6k_sums(best_lv, &sumlx, &suml2, x, -32.0f / max);
+    float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f, best = scale * sumlx;
+    for (int is = -9; is <= 9; is++) {
+        if (is == 0)
+            continue;
+        q6k_sums(lv, &sumlx, &suml2, x, -(32.0f + 0.1f * (float)is) / max);
+        if (suml2 > 0.0f && sumlx * sumlx > best * suml2) {
+            memcpy(best_lv, lv, sizeof lv);
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    for (int i = 0; i < 16; i++)
+        L[i] = (uint8_t)(best_lv[i] + 32);
+    return scale;
+}
+
+/* One row's super-block of 256 weights, llama.cpp's quantize_row_q6_K_ref:
+ * each sub-block of 16 by make_qx_quants, the scales to int8 against the one
+ * of largest magnitude (d = -max / 128, a half), then every weight again
+ * against its stored scale: q = nearest(x / (d sc)) + 32 in 0..63. Row l of a
+ * panel block: fields at [.][l]. */
+static void q6k_row(bc_q6k_block *b, size_t l, const float *x)
+{
+    uint8_t L[256];
+    float scales[16], max_scale = 0.0f, max_abs = 0.0f;
+    for (int j = 0; j < 16; j++) {
+        scales[j] = q6k_qx(L + 16 * j, x + 16 * j);
+        if (fabsf(scales[j]) > max_abs) {
+            max_abs = fabsf(scales[j]);
+            max_scale = scales[j];
+        }
+    }
+    if (max_abs < Q6K_GROUP_EPS) {  /* the whole super-block zero, as llama.cpp's memset */
+        b->d[l] = 0;
+        for (int j = 0; j < 16; j++)
+            b->sc[j][l] = 0;
+        for (int i = 0; i < 128; i++)
+            b->ql[i][l] = 0;
+        for (int i = 0; i < 64; i++)
+            b->qh[i][l] = 0;
+        return;
+    }
+    const float iscale = -128.0f / max_scale;
+    b->d[l] = bc_f32_to_half(1.0f / iscale);
+    for (int j = 0; j < 16; j++) {
+        const int s = q4k_round(iscale * scales[j]);  /* |.| <= 128 */
+        b->sc[j][l] = (int8_t)(s < 127 ? s : 127);
+    }
+    const float d = bc_half_to_f32(b->d[l]);
+    for (int j = 0; j < 16; j++) {
+        const float dj = d * (float)b->sc[j][l];
+        if (dj == 0.0f)
+            continue;  /* L stays make_qx_quants' */
+        for (int i = 0; i < 16; i++)
+            L[16 * j + i] = (uint8_t)(q6k_level(x[16 * j + i] / dj) + 32);
+    }
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *g = L + 128 * h;  /* four groups of 32: g, g + 32, g + 64, g + 96 */
+        for (int i = 0; i < 32; i++) {
+            b->ql[64 * h + i][l] = (uint8_t)((g[i] & 15) | (g[64 + i] & 15) << 4);
+            b->ql[64 * h + 32 + i][l] = (uint8_t)((g[32 + i] & 15) | (g[96 + i] & 15) << 4);
+            b->qh[32 * h + i][l] = (uint8_t)(g[i] >> 4 | (g[32 + i] >> 4) << 2
+                                             | (g[64 + i] >> 4) << 4 | (g[96 + i] >> 4) << 6);
+        }
+    }
+}
+
+static void q6k_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                     size_t nk, size_t cols)
+{
+    bc_q6k_block *bl = (bc_q6k_block *)panel + k0 / 256;
+    (void)nk;  /* 256: a q6_k row is whole super-blocks (bc_packed_bytes) */
+    for (size_t l = 0; l < nl; l++)
+        q6k_row(bl, l, tile + l * ld);
+}
+
+/* the six-bit q of column t (< 256) of row l of a super-block */
+static int q6k_q(const bc_q6k_block *b, size_t l, size_t t)
+{
+    const size_t h = t / 128, g = t % 128 / 32, i = t % 32;
+    const int lo = b->ql[64 * h + 32 * (g % 2) + i][l];
+    return (g < 2 ? lo & 15 : lo >> 4) | ((b->qh[32 * h + i][l] >> (2 * g)) & 3) << 4;
+}
+
+static void q6k_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q6k_block *bl = (const bc_q6k_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q6k_block *b = bl + k / 256;
+        const size_t t = k % 256;
+        const float s = bc_half_to_f32(b->d[l]) * (float)b->sc[t / 16][l];
+        out[k] = s * (float)(q6k_q(b, l, t) - 32);
+    }
+}
+
 /* ---- the table, indexed by BC_DTYPE_* ------------------------------------ */
 
 static const bc_format formats[BC_NDTYPE] = {
@@ -459,6 +603,7 @@ static const bc_format formats[BC_NDTYPE] = {
     [BC_DTYPE_Q5_0] = {"q5_0", 32, 22, q5_check, q5_pack, q5_unpack_row},
     [BC_DTYPE_Q8_0I] = {"q8_0i", 32, 34, q8i_check, q8i_pack, q8i_unpack_row, BC_Q8_0I_MAX_COLS},
     [BC_DTYPE_Q4_K] = {"q4_k", 256, 148, q4_check, q4k_pack, q4k_unpack_row, 0, 1},
+    [BC_DTYPE_Q6_K] = {"q6_k", 256, 210, q4_check, q6k_pack, q6k_unpack_row, 0, 1},
 };
 
 /* (a value below BC_NDTYPE may have no row yet: its name is NULL) */

@@ -8,13 +8,19 @@
 #define NB(n) ((n) * sizeof(float))
 
 static const int DTYPES[] = {BC_DTYPE_F32, BC_DTYPE_BF16, BC_DTYPE_Q8_0, BC_DTYPE_Q4_0,
-                             BC_DTYPE_F16, BC_DTYPE_Q5_0, BC_DTYPE_Q8_0I, BC_DTYPE_Q4_K};
+                             BC_DTYPE_F16, BC_DTYPE_Q5_0, BC_DTYPE_Q8_0I, BC_DTYPE_Q4_K,
+                             BC_DTYPE_Q6_K};
 #define ND ((int)(sizeof DTYPES / sizeof DTYPES[0]))
 
-/* q4_k's rows are whole super-blocks of 256 */
+/* the K-quants' rows (q4_k, q6_k) are whole super-blocks of 256 */
+static int whole_k(int dtype)
+{
+    return dtype == BC_DTYPE_Q4_K || dtype == BC_DTYPE_Q6_K;
+}
+
 static int fits(int dtype, size_t cols)
 {
-    return dtype != BC_DTYPE_Q4_K || cols % 256 == 0;
+    return !whole_k(dtype) || cols % 256 == 0;
 }
 
 static size_t packed(int dtype, size_t rows, size_t cols)
@@ -53,8 +59,12 @@ static void size_checks(void)
     for (int i = 0; i < 5; i++) {
         *n = 77;
         EXPECT_STATUS(BC_ESIZE, bc_pack_size(n, BC_DTYPE_Q4_K, 16, short_cols[i]));
+        EXPECT_STATUS(BC_ESIZE, bc_pack_size(n, BC_DTYPE_Q6_K, 16, short_cols[i]));
         EXPECT(*n == 77);
     }
+    /* q6_k: 210 bytes a row's super-block of 256 (Q6_K's own) */
+    EXPECT(packed(BC_DTYPE_Q6_K, 17, 512) == 32 * 2 * 210);
+    EXPECT(packed(BC_DTYPE_Q6_K, 50257, 768) == 50272 * 3 * 210);
 }
 
 /* bc_dtype_info: every dtype's name, block and bytes, and their agreement
@@ -65,13 +75,15 @@ static void dtype_info_checks(void)
     static const char *const names[BC_NDTYPE] = {
         [BC_DTYPE_F32] = "float32", [BC_DTYPE_BF16] = "bfloat16", [BC_DTYPE_Q8_0] = "q8_0",
         [BC_DTYPE_Q4_0] = "q4_0", [BC_DTYPE_F16] = "float16", [BC_DTYPE_Q5_0] = "q5_0",
-        [BC_DTYPE_Q8_0I] = "q8_0i", [BC_DTYPE_Q4_K] = "q4_k"};
+        [BC_DTYPE_Q8_0I] = "q8_0i", [BC_DTYPE_Q4_K] = "q4_k", [BC_DTYPE_Q6_K] = "q6_k"};
     static const size_t blocks[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 1, [BC_DTYPE_BF16] = 1, [BC_DTYPE_Q8_0] = 32, [BC_DTYPE_Q4_0] = 32,
-        [BC_DTYPE_F16] = 1, [BC_DTYPE_Q5_0] = 32, [BC_DTYPE_Q8_0I] = 32, [BC_DTYPE_Q4_K] = 256};
+        [BC_DTYPE_F16] = 1, [BC_DTYPE_Q5_0] = 32, [BC_DTYPE_Q8_0I] = 32, [BC_DTYPE_Q4_K] = 256,
+        [BC_DTYPE_Q6_K] = 256};
     static const size_t bytes[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 4, [BC_DTYPE_BF16] = 2, [BC_DTYPE_Q8_0] = 34, [BC_DTYPE_Q4_0] = 18,
-        [BC_DTYPE_F16] = 2, [BC_DTYPE_Q5_0] = 22, [BC_DTYPE_Q8_0I] = 34, [BC_DTYPE_Q4_K] = 148};
+        [BC_DTYPE_F16] = 2, [BC_DTYPE_Q5_0] = 22, [BC_DTYPE_Q8_0I] = 34, [BC_DTYPE_Q4_K] = 148,
+        [BC_DTYPE_Q6_K] = 210};
     for (int dt = 0; dt < BC_NDTYPE; dt++) {
         if (!names[dt]) {
             size_t *n = h_alloc_bytes(sizeof *n);
@@ -93,7 +105,7 @@ static void dtype_info_checks(void)
         EXPECT(strcmp(name, names[dt]) == 0);
         EXPECT(*blk == blocks[dt] && *nb == bytes[dt]);
         EXPECT(packed(dt, 16, 3 * *blk) == 16 * 3 * *nb);
-        if (dt == BC_DTYPE_Q4_K) {
+        if (whole_k(dt)) {
             size_t *m = h_alloc_bytes(sizeof *m);
             EXPECT_STATUS(BC_ESIZE, bc_pack_size(m, dt, 1, 3 * *blk + 1));
         } else {
@@ -134,7 +146,7 @@ static void roundtrip_checks(size_t rows, size_t cols)
         EXPECT(h_guard_ok(back, NB(n)));
         for (size_t i = 0; i < rows; i++) {
             float amax = 0.0f;  /* of the row's first block, for the q8_0 bound */
-            for (size_t j = 0; j < cols && j < (dt == BC_DTYPE_Q4_K ? 256u : 32u); j++)
+            for (size_t j = 0; j < cols && j < (whole_k(dt) ? 256u : 32u); j++)
                 amax = fmaxf(amax, fabsf(w[i * cols + j]));
             for (size_t j = 0; j < cols; j++) {
                 const float a = w[i * cols + j], b = back[i * cols + j];
@@ -156,6 +168,10 @@ static void roundtrip_checks(size_t rows, size_t cols)
                     /* q4_k: a loose bound (a sub-block's 6-bit scale and min are
                      * steps of the super-block's largest); Python checks the bits */
                     EXPECT(fabsf(a - b) <= amax / 4.0f + 1e-7f);
+                } else if (j < 256 && dt == BC_DTYPE_Q6_K) {
+                    /* q6_k: half a step of a sub-block's scale (about amax / 32, its
+                     * int8 against the largest) at most, loosely; Python checks the bits */
+                    EXPECT(fabsf(a - b) <= amax / 16.0f + 1e-7f);
                 } else if (j < 32 && dt == BC_DTYPE_Q4_0) {
                     /* q4_0: a step at the clipped end (+8 d stored as 7 d), half one else */
                     EXPECT(fabsf(a - b) <= amax / 8.0f * (1.0f + 8.0f / 2048.0f) + 1e-7f);
@@ -231,21 +247,22 @@ static void pack_hostile_checks(void)
         EXPECT_STATUS(BC_OK, bc_unpack(eb, pe, ne, BC_DTYPE_F16, 1, 4));
         EXPECT(eb[0] == 65504.0f && eb[1] == -65504.0f && eb[2] == 0.0f && eb[3] == 0x1p-24f);
     }
-    /* q4_k the same (beyond 65504 * 8), and rows of whole super-blocks only */
-    {
+    /* q4_k and q6_k the same (beyond 65504 * 8), and rows of whole super-blocks only */
+    for (int kq = 0; kq < 2; kq++) {
+        const int dk = kq ? BC_DTYPE_Q6_K : BC_DTYPE_Q4_K;
         float *wk = h_alloc(2 * 256);
         h_fill(wk, 2 * 256, 4, 1.0f);
-        const size_t nk = packed(BC_DTYPE_Q4_K, 2, 256);
+        const size_t nk = packed(dk, 2, 256);
         unsigned char *qk = h_alloc_bytes(nk);
         const float badk[] = {NAN, INFINITY, 6e5f};
         for (int i = 0; i < 3; i++) {
             wk[300] = badk[i];
-            EXPECT_STATUS(BC_EVALUE, bc_pack(qk, nk, wk, BC_DTYPE_Q4_K, 2, 256));
+            EXPECT_STATUS(BC_EVALUE, bc_pack(qk, nk, wk, dk, 2, 256));
         }
-        EXPECT_STATUS(BC_ESIZE, bc_pack(qk, nk, wk, BC_DTYPE_Q4_K, 4, 128));
+        EXPECT_STATUS(BC_ESIZE, bc_pack(qk, nk, wk, dk, 4, 128));
         EXPECT(h_untouched(qk, nk));
         wk[300] = 5e5f;  /* within: packs */
-        EXPECT_STATUS(BC_OK, bc_pack(qk, nk, wk, BC_DTYPE_Q4_K, 2, 256));
+        EXPECT_STATUS(BC_OK, bc_pack(qk, nk, wk, dk, 2, 256));
     }
     /* ... which bfloat16 and float32 keep */
     w[0] = NAN;

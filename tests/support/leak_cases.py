@@ -253,9 +253,10 @@ def _cases():
                lib.BC_DTYPE_Q5_0, lib.BC_DTYPE_Q8_0I):
         lib.bc_pack_size(n_pack, dt, 48, 40)
         pk[dt] = np.zeros(int(n_pack[0]), np.uint8)
-    wk = f32(20, 256)  # q4_k: rows of whole super-blocks of 256
-    lib.bc_pack_size(n_pack, lib.BC_DTYPE_Q4_K, 20, 256)
-    pk[lib.BC_DTYPE_Q4_K] = np.zeros(int(n_pack[0]), np.uint8)
+    wk = f32(20, 256)  # q4_k, q6_k: rows of whole super-blocks of 256
+    for dt in (lib.BC_DTYPE_Q4_K, lib.BC_DTYPE_Q6_K):
+        lib.bc_pack_size(n_pack, dt, 20, 256)
+        pk[dt] = np.zeros(int(n_pack[0]), np.uint8)
     char = lambda a: ffi.from_buffer("char[]", a)  # noqa: E731
 
     @case("bc_pack_size")
@@ -332,25 +333,34 @@ def _cases():
             lambda: lib.bc_linear_packed(fptr(yl), cptr(xl), char(q), q.size, lib.BC_DTYPE_Q8_0I,
                                          ffi.NULL, 1, 40, 48))
 
-    @case("bc_linear_packed q4_k")
-    def _():  # rows of whole super-blocks: pack (good / a weight it refuses / short rows),
-        k, xk, yk = pk[lib.BC_DTYPE_Q4_K], f32(5, 256), np.empty((5, 20), np.float32)
-        bad = wk.copy()  # then decode and the GEMM
+    def whole_k_case(dk):
+        """rows of whole super-blocks: pack (good / a weight it refuses / short rows),
+        then decode and the GEMM"""
+        k, xk, yk = pk[dk], f32(5, 256), np.empty((5, 20), np.float32)
+        bad = wk.copy()
         bad[3, 7] = np.inf
-        lib.bc_pack(char(k), k.size, cptr(wk), lib.BC_DTYPE_Q4_K, 20, 256)
-        calls = [lambda: lib.bc_pack(char(k), k.size, cptr(wk), lib.BC_DTYPE_Q4_K, 20, 256),
-                 lambda: lib.bc_pack(char(k), k.size, cptr(bad), lib.BC_DTYPE_Q4_K, 20, 256),
-                 lambda: lib.bc_pack(char(k), k.size, cptr(wk), lib.BC_DTYPE_Q4_K, 40, 128),
+        lib.bc_pack(char(k), k.size, cptr(wk), dk, 20, 256)
+        calls = [lambda: lib.bc_pack(char(k), k.size, cptr(wk), dk, 20, 256),
+                 lambda: lib.bc_pack(char(k), k.size, cptr(bad), dk, 20, 256),
+                 lambda: lib.bc_pack(char(k), k.size, cptr(wk), dk, 40, 128),
                  lambda: lib.bc_linear_packed(fptr(yk), cptr(xk), char(k), k.size,
-                                              lib.BC_DTYPE_Q4_K, ffi.NULL, 1, 256, 20),
+                                              dk, ffi.NULL, 1, 256, 20),
                  lambda: lib.bc_linear_packed(fptr(yk), cptr(xk), char(k), k.size,
-                                              lib.BC_DTYPE_Q4_K, ffi.NULL, 5, 256, 20)]
+                                              dk, ffi.NULL, 5, 256, 20)]
         state = [0]
 
         def call():
             state[0] += 1
             return calls[state[0] % len(calls)]()
         return call
+
+    @case("bc_linear_packed q4_k")
+    def _():
+        return whole_k_case(lib.BC_DTYPE_Q4_K)
+
+    @case("bc_linear_packed q6_k")
+    def _():
+        return whole_k_case(lib.BC_DTYPE_Q6_K)
 
     # -- book mode
     def book_structs():
