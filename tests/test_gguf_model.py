@@ -378,7 +378,7 @@ def test_k_quant_native_kernels(files, tmp_path, fmt):
     typ = fmt.upper()
     d, name, arch, kw, _ = files[f"llama-{fmt}"]
     q = GPT.from_pretrained(d / name)
-    assert q.dtype == fmt and q.nbytes < GPT.random(q.config).nbytes / {"q4_k": 6, "q6_k": 4.5}[fmt]
+    assert q.dtype == fmt and q.nbytes < GPT.random(q.config).nbytes / {"q4_k": 6, "q6_k": 3.5}[fmt]
     peer = {t.name: t for t in gguf.GGUFReader(str(d / name)).tensors}
     cfg = q.config
     for theirs, ours, rows, heads in gm.names(arch, cfg):

@@ -409,15 +409,39 @@ def _k4_pack(sc: np.ndarray, mn: np.ndarray) -> np.ndarray:
     return out
 
 
+def _q6_widen(b: np.ndarray) -> np.ndarray:
+    """Q6_K super-blocks (..., 210: ql[128], qh[64], int8 sc[16], d) -> blockc's rows of
+    them (..., 274: d, sc[16], q[256] with q the six-bit value - 32, an int8)."""
+    lead = b.shape[:-1]
+    f = b.reshape(-1, 210)
+    q = ggml.q6_k_values(f[:, :128], f[:, 128:192]).astype(np.int16) - 32
+    out = np.concatenate([f[:, 208:210], f[:, 192:208], q.astype(np.int8).view(np.uint8)], axis=1)
+    return out.reshape(lead + (274,))
+
+
+def _q6_narrow(b: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`_q6_widen` (every quant in -32..31: its six bits)."""
+    lead = b.shape[:-1]
+    f = b.reshape(-1, 274)
+    g = (f[:, 18:].view(np.int8).astype(np.int16) + 32).astype(np.uint8).reshape(-1, 2, 4, 32)
+    ql = np.concatenate([g[:, :, 0] & 15 | (g[:, :, 2] & 15) << 4,
+                         g[:, :, 1] & 15 | (g[:, :, 3] & 15) << 4], axis=2).reshape(-1, 128)
+    qh = (g[:, :, 0] >> 4 | (g[:, :, 1] >> 4) << 2 | (g[:, :, 2] >> 4) << 4
+          | (g[:, :, 3] >> 4) << 6).reshape(-1, 64)
+    out = np.concatenate([ql, qh, f[:, 2:18], f[:, 0:2]], axis=1)
+    return out.reshape(lead + (210,))
+
+
 def _panel_fields(typ: str) -> Tuple[int, List[Tuple[int, int, int]]]:
     """(bytes of a row's block in blockc's panels, fields): each field (start, end, unit)
     of a panel block is the 16 rows' bytes [start, end) of the row's block, in units of
     ``unit`` bytes interleaved row by row (bc_engine.h): the halves (unit 2) side by side,
-    the quants byte by byte. Q4_K's scales are its 12 bytes unpacked to 16 first."""
+    the quants byte by byte. Q4_K's scales are its 12 bytes unpacked to 16 first, Q6_K's
+    quants widened to a byte each (:func:`_q6_widen`)."""
     if typ == "Q4_K":  # d, dmin, sc[8], m[8], qs[128] of a 148-byte row
         return 148, [(0, 2, 2), (2, 4, 2), (4, 12, 1), (12, 20, 1), (20, 148, 1)]
-    if typ == "Q6_K":  # a row's ql[128], qh[64], sc[16], d lie in the panel as d, sc, ql, qh
-        return 210, [(208, 210, 2), (192, 208, 1), (0, 128, 1), (128, 192, 1)]
+    if typ == "Q6_K":  # d, sc[16], q[256] of a 274-byte row: its quants widened, q - 32
+        return 274, [(0, 2, 2), (2, 18, 1), (18, 274, 1)]
     if typ == "Q5_0":  # d, the uint32 of fifth bits, qs[16]
         return 22, [(0, 2, 2), (2, 6, 4), (6, 22, 1)]
     if typ == "F16":  # a block of one weight: panel [k][l]
@@ -429,7 +453,7 @@ def _panel_fields(typ: str) -> Tuple[int, List[Tuple[int, int, int]]]:
 def _k_panels(raw: np.ndarray, typ: str) -> np.ndarray:
     """raw_panels of Q4_K or Q6_K rows: every field of the 16 rows' super-blocks
     interleaved (Q4_K: d, dmin, the 6-bit scales and mins a byte each, the qs byte by
-    byte; Q6_K: d, the int8 scales, ql, qh)."""
+    byte; Q6_K: d, the int8 scales, each quant a byte)."""
     rows = raw.shape[0]
     fb = ggml.BLOCKS[typ][1]  # a super-block's bytes in the file
     nb = raw.shape[1] // fb
@@ -437,6 +461,8 @@ def _k_panels(raw: np.ndarray, typ: str) -> np.ndarray:
     if typ == "Q4_K":
         sc, mn = _k4_unpack(blocks[..., 4:16])
         blocks = np.concatenate([blocks[..., :4], sc, mn, blocks[..., 16:]], axis=-1)
+    else:
+        blocks = _q6_widen(blocks)
     bb, fields = _panel_fields(typ)
     panels = -(-rows // 16)
     r = np.zeros((panels * 16, nb, bb), np.uint8)
@@ -505,6 +531,8 @@ def file_rows(packed: np.ndarray, typ: str, rows: int) -> np.ndarray:
     if typ == "Q4_K":
         k4 = _k4_pack(blocks[..., 4:12], blocks[..., 12:20])
         blocks = np.concatenate([blocks[..., :4], k4, blocks[..., 20:]], axis=-1)
+    if typ == "Q6_K":
+        blocks = _q6_narrow(blocks)
     return np.ascontiguousarray(blocks).reshape(rows, -1)
 
 

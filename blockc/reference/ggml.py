@@ -33,7 +33,7 @@ from typing import Callable, Dict, Tuple
 
 import numpy as np
 
-__all__ = ["DEQUANTISE", "QUANTISE", "BLOCKS", "dequantise", "quantise"]
+__all__ = ["DEQUANTISE", "QUANTISE", "BLOCKS", "dequantise", "quantise", "q6_k_values"]
 
 F32 = np.float32
 
@@ -142,7 +142,7 @@ def _dq_q5_k(b):
     return (ds * q - dm).reshape(n, 256)
 
 
-def _q6_k_q(ql: np.ndarray, qh: np.ndarray) -> np.ndarray:
+def q6_k_values(ql: np.ndarray, qh: np.ndarray) -> np.ndarray:
     """(n, 128) ql and (n, 64) qh -> (n, 256) six-bit values 0..63, in weight order."""
     n = ql.shape[0]
     out = np.empty((n, 2, 4, 32), np.uint8)
@@ -158,7 +158,7 @@ def _q6_k_q(ql: np.ndarray, qh: np.ndarray) -> np.ndarray:
 
 def _dq_q6_k(b):
     n = b.shape[0]
-    q = (_q6_k_q(b[:, 0:128], b[:, 128:192]).astype(np.int8) - 32).astype(F32)
+    q = (q6_k_values(b[:, 0:128], b[:, 128:192]).astype(np.int8) - 32).astype(F32)
     sc = np.ascontiguousarray(b[:, 192:208]).view(np.int8).astype(F32)
     d = _half(b[:, 208:210])
     ds = (d * sc).reshape(n, 16, 1)

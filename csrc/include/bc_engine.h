@@ -121,15 +121,13 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *   BC_DTYPE_Q6_K  llama.cpp's Q6_K (super-blocks of 256 weights of a row, 16
  *                  sub-blocks of 16 with an int8 scale each, 6 bits a weight):
  *                  cols must be a multiple of 256 (else BC_ESIZE). Panel p is
- *                  cols / 256 super-blocks of 3360 bytes (Q6_K's 210 a row,
- *                  6.5625 bits a weight): the 16 rows' d[l] (IEEE halves),
- *                  sc[j][l] (16 x 16 int8), ql[b][l] (128 x 16 bytes) and
- *                  qh[b][l] (64 x 16 bytes), bytes b of the row's Q6_K ql and
- *                  qh; column t of a super-block (t = 128h + 32g + i, i < 32)
- *                  is q = (the low (g < 2) or high nibble of ql[64h + 32(g % 2)
- *                  + i]) | ((qh[32h + i] >> 2g) & 3) << 4, and w = (d[l]
- *                  sc[t / 16][l]) (q - 32), exact in float32. Packed by
- *                  llama.cpp's reference quantiser (make_qx_quants per
+ *                  cols / 256 super-blocks of 4384 bytes (274 a row: Q6_K's
+ *                  210 with its 6-bit quants widened to a byte each, so
+ *                  decoding converts them as q8_0's; 8.56 bits a weight): the
+ *                  16 rows' d[l] (IEEE halves), sc[j][l] (16 x 16 int8),
+ *                  q[t][l] (256 x 16 int8: column t's six-bit value less 32);
+ *                  w = (d[l] sc[t / 16][l]) q[t][l], exact in float32. Packed
+ *                  by llama.cpp's reference quantiser (make_qx_quants per
  *                  sub-block, then the scales to int8 against the largest).
  *   BC_DTYPE_F16   as BC_DTYPE_F32 in IEEE halves (uint16, rounded to nearest
  *                  even: numpy's astype(float16)); a weight must be finite and

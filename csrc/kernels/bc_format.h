@@ -60,12 +60,13 @@ typedef struct {
 } bc_q4k_block;
 
 /* One super-block of a q6_k panel: the panel's 16 rows, 256 columns (ggml's
- * block_q6_K for each row, every field interleaved with the other rows'). */
+ * block_q6_K for each row, its 6-bit quants widened to a signed byte each,
+ * q - 32, so decoding converts them as q8_0's: 274 bytes a row against the
+ * file's 210; every field interleaved with the other rows'). */
 typedef struct {
     uint16_t d[BC_PANEL];       /* the rows' super-block scales (IEEE halves) */
     int8_t sc[16][BC_PANEL];    /* sc[j][row]: sub-block j's (16 weights) scale */
-    uint8_t ql[128][BC_PANEL];  /* ql[b][row]: byte b of the row's Q6_K ql (low 4 bits) */
-    uint8_t qh[64][BC_PANEL];   /* qh[b][row]: byte b of its qh (high 2 bits, 4 a byte) */
+    int8_t q[256][BC_PANEL];    /* q[t][row]: weight t's six-bit value less 32, -32..31 */
 } bc_q6k_block;
 
 /* One block of a q8_0i panel: q8_0's weights laid out for integer dot products

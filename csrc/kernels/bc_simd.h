@@ -144,16 +144,6 @@ static inline V vload_nib(const uint8_t *p, int hi)
     u = hi ? _mm512_srli_epi32(u, 4) : _mm512_and_si512(u, _mm512_set1_epi32(15));
     return _mm512_cvtepi32_ps(u);
 }
-/* lane i = q6 = the low (hi = 0) or high nibble of ql[i] | ((qh[i] >> s) & 3) << 4,
- * 0..63 (a Q6_K weight before its offset of 32) */
-static inline V vload_q6(const uint8_t *ql, const uint8_t *qh, int hi, unsigned s)
-{
-    __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)ql));
-    u = hi ? _mm512_srli_epi32(u, 4) : _mm512_and_si512(u, _mm512_set1_epi32(15));
-    __m512i h = _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qh)), 4);
-    h = _mm512_and_si512(_mm512_srl_epi32(h, _mm_cvtsi32_si128((int)s)), _mm512_set1_epi32(0x30));
-    return _mm512_cvtepi32_ps(_mm512_or_si512(u, h));
-}
 /* -a, the sign flipped (-0 for +0) */
 static inline V vneg(V a)
 {
@@ -300,16 +290,6 @@ static inline V vload_nib(const uint8_t *p, int hi)
     u = hi ? _mm256_srli_epi32(u, 4) : _mm256_and_si256(u, _mm256_set1_epi32(15));
     return _mm256_cvtepi32_ps(u);
 }
-/* lane i = q6 = the low (hi = 0) or high nibble of ql[i] | ((qh[i] >> s) & 3) << 4,
- * 0..63 (a Q6_K weight before its offset of 32) */
-static inline V vload_q6(const uint8_t *ql, const uint8_t *qh, int hi, unsigned s)
-{
-    __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)ql));
-    u = hi ? _mm256_srli_epi32(u, 4) : _mm256_and_si256(u, _mm256_set1_epi32(15));
-    __m256i h = _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)qh)), 4);
-    h = _mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128((int)s)), _mm256_set1_epi32(0x30));
-    return _mm256_cvtepi32_ps(_mm256_or_si256(u, h));
-}
 /* -a, the sign flipped (-0 for +0) */
 static inline V vneg(V a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
 static inline V vload_bf16(const uint16_t *p)
@@ -382,15 +362,6 @@ static inline V vload_nib(const uint8_t *p, int hi)
     V r;
     for (int i = 0; i < 4; i++)
         r.f[i] = (float)(hi ? p[i] >> 4 : p[i] & 15);
-    return r;
-}
-/* lane i = q6 = the low (hi = 0) or high nibble of ql[i] | ((qh[i] >> s) & 3) << 4,
- * 0..63 (a Q6_K weight before its offset of 32) */
-static inline V vload_q6(const uint8_t *ql, const uint8_t *qh, int hi, unsigned s)
-{
-    V r;
-    for (int i = 0; i < 4; i++)
-        r.f[i] = (float)((hi ? ql[i] >> 4 : ql[i] & 15) | ((qh[i] >> s) & 3) << 4);
     return r;
 }
 /* -a, the sign flipped (-0 for +0) */

@@ -226,28 +226,21 @@ static void panels_q4_k(float *bp, const void *w, size_t c, size_t o0, size_t nc
     load_panels(BC_DTYPE_Q4_K, 32, q4_k_state, q4_k_vec, bp, w, c, o0, nc, p0, kc);
 }
 
-/* ---- q6_k panels: an int8 scale for each sub-block of 16 ----------------- */
+/* ---- q6_k panels: as q8_0, an int8 scale for each sub-block of 16 ---------- */
 
-/* sub-block (k0 % 256) / 16's s = d sc and m = -32 s: both exact (an 11-bit
- * half times an 8-bit integer, then a power of two) */
+/* sub-block (k0 % 256) / 16's s = d sc: exact (an 11-bit half times an 8-bit
+ * integer) */
 BC_INLINE wf_st q6_k_state(const unsigned char *panel, size_t k0, size_t lane0)
 {
     const bc_q6k_block *bl = (const bc_q6k_block *)panel + k0 / 256;
-    wf_st st;
-    st.s = vmul(vload_half(bl->d + lane0), vload_i8(bl->sc[k0 % 256 / 16] + lane0));
-    st.m = vmul(st.s, vset1(-32.0f));
-    return st;
+    return wf_scale(vmul(vload_half(bl->d + lane0), vload_i8(bl->sc[k0 % 256 / 16] + lane0)));
 }
 
-/* s q6 - 32 s = s (q6 - 32): every term exact (s (q6 - 32) has at most 23
- * significant bits), so the FMA gives the file's dequantised weight exactly */
+/* s (q - 32): exact (at most 23 significant bits), the file's dequantised weight */
 BC_INLINE V q6_k_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
 {
     const bc_q6k_block *bl = (const bc_q6k_block *)panel + k / 256;
-    const size_t t = k % 256, h = t / 128, g = t % 128 / 32, i = t % 32;
-    return vfma(vload_q6(bl->ql[64 * h + 32 * (g % 2) + i] + lane0, bl->qh[32 * h + i] + lane0,
-                         g >= 2, (unsigned)(2 * g)),
-                state.s, state.m);
+    return vmul(vload_i8(&bl->q[k % 256][lane0]), state.s);
 }
 
 // y (N,OC), x (N,C), w (OC,C) q6_k panels; N <= BC_ROWS_MAX

@@ -450,7 +450,7 @@ static void q4k_unpack_row(float *out, const unsigned char *panel, size_t l, siz
 
 /* ---- q6_k: per 256 columns a bc_q6k_block of the panel's rows ------------ */
 
-_Static_assert(sizeof(bc_q6k_block) == 210 * PW, "bc_q6k_block: 16 rows of 210 bytes");
+_Static_assert(sizeof(bc_q6k_block) == 274 * PW, "bc_q6k_block: 16 rows of 274 bytes");
 
 /* ggml's GROUP_MAX_EPS: a group whose largest magnitude is below it is zero */
 #define Q6K_GROUP_EPS 1e-15f
@@ -533,10 +533,8 @@ static void q6k_row(bc_q6k_block *b, size_t l, const float *x)
         b->d[l] = 0;
         for (int j = 0; j < 16; j++)
             b->sc[j][l] = 0;
-        for (int i = 0; i < 128; i++)
-            b->ql[i][l] = 0;
-        for (int i = 0; i < 64; i++)
-            b->qh[i][l] = 0;
+        for (int t = 0; t < 256; t++)
+            b->q[t][l] = -32;
         return;
     }
     const float iscale = -128.0f / max_scale;
@@ -553,15 +551,8 @@ static void q6k_row(bc_q6k_block *b, size_t l, const float *x)
         for (int i = 0; i < 16; i++)
             L[16 * j + i] = (uint8_t)(q6k_level(x[16 * j + i] / dj) + 32);
     }
-    for (int h = 0; h < 2; h++) {
-        const uint8_t *g = L + 128 * h;  /* four groups of 32: g, g + 32, g + 64, g + 96 */
-        for (int i = 0; i < 32; i++) {
-            b->ql[64 * h + i][l] = (uint8_t)((g[i] & 15) | (g[64 + i] & 15) << 4);
-            b->ql[64 * h + 32 + i][l] = (uint8_t)((g[32 + i] & 15) | (g[96 + i] & 15) << 4);
-            b->qh[32 * h + i][l] = (uint8_t)(g[i] >> 4 | (g[32 + i] >> 4) << 2
-                                             | (g[64 + i] >> 4) << 4 | (g[96 + i] >> 4) << 6);
-        }
-    }
+    for (int t = 0; t < 256; t++)
+        b->q[t][l] = (int8_t)(L[t] - 32);
 }
 
 static void q6k_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
@@ -573,14 +564,6 @@ static void q6k_pack(unsigned char *panel, const float *tile, size_t ld, size_t 
         q6k_row(bl, l, tile + l * ld);
 }
 
-/* the six-bit q of column t (< 256) of row l of a super-block */
-static int q6k_q(const bc_q6k_block *b, size_t l, size_t t)
-{
-    const size_t h = t / 128, g = t % 128 / 32, i = t % 32;
-    const int lo = b->ql[64 * h + 32 * (g % 2) + i][l];
-    return (g < 2 ? lo & 15 : lo >> 4) | ((b->qh[32 * h + i][l] >> (2 * g)) & 3) << 4;
-}
-
 static void q6k_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
 {
     const bc_q6k_block *bl = (const bc_q6k_block *)panel;
@@ -588,7 +571,7 @@ static void q6k_unpack_row(float *out, const unsigned char *panel, size_t l, siz
         const bc_q6k_block *b = bl + k / 256;
         const size_t t = k % 256;
         const float s = bc_half_to_f32(b->d[l]) * (float)b->sc[t / 16][l];
-        out[k] = s * (float)(q6k_q(b, l, t) - 32);
+        out[k] = s * (float)b->q[t][l];
     }
 }
 
@@ -603,7 +586,7 @@ static const bc_format formats[BC_NDTYPE] = {
     [BC_DTYPE_Q5_0] = {"q5_0", 32, 22, q5_check, q5_pack, q5_unpack_row},
     [BC_DTYPE_Q8_0I] = {"q8_0i", 32, 34, q8i_check, q8i_pack, q8i_unpack_row, BC_Q8_0I_MAX_COLS},
     [BC_DTYPE_Q4_K] = {"q4_k", 256, 148, q4_check, q4k_pack, q4k_unpack_row, 0, 1},
-    [BC_DTYPE_Q6_K] = {"q6_k", 256, 210, q4_check, q6k_pack, q6k_unpack_row, 0, 1},
+    [BC_DTYPE_Q6_K] = {"q6_k", 256, 274, q4_check, q6k_pack, q6k_unpack_row, 0, 1},
 };
 
 /* (a value below BC_NDTYPE may have no row yet: its name is NULL) */

@@ -62,9 +62,9 @@ static void size_checks(void)
         EXPECT_STATUS(BC_ESIZE, bc_pack_size(n, BC_DTYPE_Q6_K, 16, short_cols[i]));
         EXPECT(*n == 77);
     }
-    /* q6_k: 210 bytes a row's super-block of 256 (Q6_K's own) */
-    EXPECT(packed(BC_DTYPE_Q6_K, 17, 512) == 32 * 2 * 210);
-    EXPECT(packed(BC_DTYPE_Q6_K, 50257, 768) == 50272 * 3 * 210);
+    /* q6_k: 274 bytes a row's super-block of 256 (Q6_K's 210, its quants a byte each) */
+    EXPECT(packed(BC_DTYPE_Q6_K, 17, 512) == 32 * 2 * 274);
+    EXPECT(packed(BC_DTYPE_Q6_K, 50257, 768) == 50272 * 3 * 274);
 }
 
 /* bc_dtype_info: every dtype's name, block and bytes, and their agreement
@@ -83,7 +83,7 @@ static void dtype_info_checks(void)
     static const size_t bytes[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 4, [BC_DTYPE_BF16] = 2, [BC_DTYPE_Q8_0] = 34, [BC_DTYPE_Q4_0] = 18,
         [BC_DTYPE_F16] = 2, [BC_DTYPE_Q5_0] = 22, [BC_DTYPE_Q8_0I] = 34, [BC_DTYPE_Q4_K] = 148,
-        [BC_DTYPE_Q6_K] = 210};
+        [BC_DTYPE_Q6_K] = 274};
     for (int dt = 0; dt < BC_NDTYPE; dt++) {
         if (!names[dt]) {
             size_t *n = h_alloc_bytes(sizeof *n);
