@@ -58,6 +58,7 @@ import support_path  # noqa: F401  (tests/support: the PyTorch reference)
 from doc_section import run as run_bench  # noqa: E402
 from bench_linear import burst  # noqa: E402
 from machine import cpu_info, cpu_times, read_bandwidth, steal_share  # noqa: E402
+from llama_peer import extra_bufts_off  # noqa: E402
 
 PRECISIONS = ("float32", "bfloat16", "float16", "q8_0", "q5_0", "q8_0i", "q4_0", "q4_k")
 CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -165,23 +166,12 @@ def llama_runner(llm, prompt: np.ndarray, new: int) -> Callable[[], float]:
 
 
 def open_llama(llama_cpp, path: str, kind: str, **kw):
-    """llama_cpp.Llama(path, **kw); for q8_0 without llama.cpp's extra buffer types
-    (use_extra_bufts = false): on an AMX CPU (this session's Xeon) llama-cpp-python
-    0.3.36 repacks q8_0 weights into one and then crashes in the first decode."""
+    """llama_cpp.Llama(path, **kw); a quantised file without llama.cpp's extra buffer
+    types (benches/llama_peer.py: their repacked weights crash on this AMX CPU)."""
     if kind not in ("q8_0", "q5_0", "q4_0", "q4_k"):
         return llama_cpp.Llama(model_path=path, **kw)
-    import llama_cpp.llama as ll
-    orig = ll.llama_cpp.llama_model_default_params
-
-    def params():
-        p = orig()
-        p.use_extra_bufts = False
-        return p
-    ll.llama_cpp.llama_model_default_params = params
-    try:
+    with extra_bufts_off():
         return llama_cpp.Llama(model_path=path, **kw)
-    finally:
-        ll.llama_cpp.llama_model_default_params = orig
 
 
 def step_bytes(m: "blockc.GPT", mean_pos: float) -> float:

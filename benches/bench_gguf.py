@@ -38,6 +38,7 @@ import numpy as np
 import blockc
 from doc_section import run as run_bench  # noqa: E402
 from machine import cpu_name, steal_share  # noqa: E402
+from llama_peer import NOTE, patch_extra_bufts  # noqa: E402
 
 TYPES = ("F16", "Q8_0", "Q4_0", "Q5_0", "Q4_K_M")
 
@@ -110,25 +111,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = ap.parse_args(argv)
     try:
         import llama_cpp
-        import llama_cpp.llama_cpp as llama_c
     except ImportError:
         llama_cpp = None
-    else:  # the weight-repacking (and AMX) buffers off: with them this build of llama.cpp
-        # crashes on every quantised matmul on the KVM guest it was measured on
-        default_params = llama_c.llama_model_default_params
-
-        def no_extra_bufts():
-            p = default_params()
-            p.use_extra_bufts = False
-            return p
-        llama_c.llama_model_default_params = no_extra_bufts
+    else:  # the weight-repacking (and AMX) buffers off for every file (llama_peer)
+        patch_extra_bufts()
     threads = [int(t) for t in args.threads.split(",")]
     contexts = [int(c) for c in args.contexts.split(",")]
     types = args.types.split(",")
     print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; load average "
           f"{os.getloadavg()[0]:.2f} at the start; {steal_share(None)} steal since boot; ISA {blockc.get_isa()}")
-    print("llama.cpp: " + (f"llama-cpp-python {llama_cpp.__version__}, use_extra_bufts=False "
-                           "(its repacked/AMX weight buffers crash here)" if llama_cpp else
+    print("llama.cpp: " + (f"llama-cpp-python {llama_cpp.__version__}, {NOTE}" if llama_cpp else
                            "not installed (pip install llama-cpp-python): blockc only"))
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as d:

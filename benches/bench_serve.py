@@ -60,6 +60,7 @@ import support_path  # noqa: F401  (tests/support on the path)
 import blockc
 from doc_section import run as run_bench  # noqa: E402
 from machine import cpu_name, cpu_times, steal_share  # noqa: E402
+from llama_peer import LAUNCH  # noqa: E402  (llama-cpp-python's server, extra buffer types off)
 
 SHAPES = {
     "smollm2-135m": dict(vocab=49152, context=2048, width=576, heads=9, layers=30, kv_heads=3,
@@ -96,19 +97,6 @@ def make_gguf(d: Path, dtype: str) -> Path:
     return f
 
 
-# llama-cpp-python's server with llama.cpp's extra buffer types (weight repacking, AMX) off:
-# the server has no setting for it, and they crash on quantised matmuls on the bench's CPU
-LAUNCH = """
-import runpy, sys
-import llama_cpp.llama_cpp as c
-default = c.llama_model_default_params
-def params():
-    p = default()
-    p.use_extra_bufts = False
-    return p
-c.llama_model_default_params = params
-runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
-"""
 
 
 def peer_version(python: str) -> Tuple[Optional[str], str]:

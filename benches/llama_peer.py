@@ -1,0 +1,59 @@
+"""llama.cpp through llama-cpp-python, as the benches' peer: one home for its workaround.
+
+llama-cpp-python 0.3.36 on an AMX CPU (the Intel Xeon KVM guests these benches were run on)
+repacks quantised weights into llama.cpp's extra buffer types (its CPU "repack" and AMX
+buffers) and then crashes in the first quantised matmul. Its Python API has no switch for
+them, so :func:`patch_extra_bufts` wraps ``llama_model_default_params`` to return
+``use_extra_bufts = False``; every model loaded after it (``llama_cpp.Llama``, the server)
+runs llama.cpp's plain CPU kernels. bench_decode and bench_llama turn them off for their
+quantised files only, bench_gguf for every file, bench_serve in the server's process
+(:data:`LAUNCH`).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Callable, Iterator
+
+__all__ = ["patch_extra_bufts", "extra_bufts_off", "LAUNCH", "NOTE"]
+
+#: what a bench prints beside the peer's version
+NOTE = "use_extra_bufts=False (its repacked/AMX weight buffers crash here)"
+
+
+def patch_extra_bufts() -> Callable[[], None]:
+    """Make llama.cpp load every later model without its extra buffer types; returns the
+    function that undoes it."""
+    import llama_cpp.llama_cpp as c
+    default = c.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+    c.llama_model_default_params = params
+
+    def restore() -> None:
+        c.llama_model_default_params = default
+    return restore
+
+
+@contextlib.contextmanager
+def extra_bufts_off() -> Iterator[None]:
+    """:func:`patch_extra_bufts` for the models loaded inside the ``with``."""
+    restore = patch_extra_bufts()
+    try:
+        yield
+    finally:
+        restore()
+
+
+#: a launcher for ``python -c``: llama-cpp-python's server (which has no setting for it)
+#: with the extra buffer types off, then the server's own main
+LAUNCH = f"""
+import runpy, sys
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+import llama_peer
+llama_peer.patch_extra_bufts()
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
