@@ -68,8 +68,8 @@ int bc_best_isa(int *isa);
 /* The variant kernel family `family` (BC_FAMILY_*) runs now: *isa (BC_ISA_*),
  * *how (BC_CHOSEN_*), and seconds[i] (n_seconds >= BC_NISAS; or seconds NULL)
  * the time one probe of instruction set i took when last measured (0: not
- * measured). Asking measures the families not chosen yet (a few milliseconds
- * in all, once per process) unless an instruction set is forced.
+ * measured). Asking measures the families not chosen yet (a few tens of
+ * milliseconds in all, once per process) unless an instruction set is forced.
  * BC_ENULL, BC_EOPTION (family), BC_ESIZE (n_seconds). */
 int bc_kernel_choice(int *isa, int *how, double *seconds, int family, size_t n_seconds);
 

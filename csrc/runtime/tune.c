@@ -6,8 +6,8 @@
  * installed with bc_set_kernel_choice, e.g. from a cache) are probed, each
  * candidate on a small problem of the family's kind, a few rounds in turn on
  * the calling thread, the least thread CPU time of each kept (a neighbour
- * that takes the core away costs wall time, not CPU time); a few
- * milliseconds in all. The kernels a call runs are then one table assembled
+ * that takes the core away costs wall time, not CPU time); a few tens of
+ * milliseconds in all (the decoders stream 34 MiB of probe weights). The kernels a call runs are then one table assembled
  * from the chosen variants' tables (auto_table).
  *
  * The candidates are the instruction sets with FMA (AVX2, AVX-512): on packed
@@ -181,8 +181,13 @@ static double cpu_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Probe sizes. Decoding streams a 4 MiB matrix (past the L2 of the CPUs
- * measured, 1-2 MiB a core); a prompt multiplies 64 rows by 256 x 256. */
+/* Probe sizes. Decoding streams a 4 MiB matrix, each call the next of
+ * P_NREG (34 MiB in all): a model's weights come from past the L2 (1-2 MiB a
+ * core on the CPUs measured), and a matrix read again at once would come from
+ * it. That matters: on an Intel Xeon (Emerald Rapids, KVM) the AVX2 bfloat16
+ * decoder was 7% faster than AVX-512's on one warm 4 MiB matrix, and 7-25%
+ * slower on matrices streamed from beyond L2, as a model's are. A prompt
+ * multiplies 64 rows by 256 x 256. */
 #define P_DC 1024                 /* decode f32: c x oc = 1024 x 1024 */
 #define P_BIG (2048u * 2048u)     /* bytes-ish: bf16 2048 x 1024, q8_0 2048 x 2048 */
 #define P_GN 64
@@ -194,13 +199,15 @@ static double cpu_now(void)
 #define P_EW 32768                /* elementwise floats */
 
 typedef struct {
-    unsigned char *w;   /* weights: P_WBYTES, every 4-byte word 0x3c23d70a */
+    unsigned char *w;   /* weights: P_NREG regions of P_WBYTES, every 4-byte word 0x3c23d70a */
+    size_t next;        /* the region the next decoding probe streams */
     float *x, *y, *r;   /* inputs and outputs, P_XF floats each */
     float *scratch;     /* the largest any candidate asks for */
 } probe_mem;
 
 /* q8_0 2048 x 2048: 128 panels of 64 blocks */
 #define P_WBYTES ((size_t)(2048 / BC_PANEL) * (2048 / 32) * sizeof(bc_q8_block))
+#define P_NREG 8
 #define P_XF ((size_t)P_EW > 3 * (size_t)P_TK * P_DH ? (size_t)P_EW : 3 * (size_t)P_TK * P_DH)
 
 static size_t probe_scratch(int nc, const int *c)
@@ -227,7 +234,7 @@ static void probe_free(probe_mem *p)
 static int probe_alloc(probe_mem *p, int nc, const int *c)
 {
     memset(p, 0, sizeof *p);
-    p->w = malloc(P_WBYTES);
+    p->w = malloc(P_NREG * P_WBYTES);
     p->x = malloc(P_XF * sizeof(float));
     p->y = malloc(P_XF * sizeof(float));
     p->r = malloc(P_XF * sizeof(float));
@@ -239,7 +246,7 @@ static int probe_alloc(probe_mem *p, int nc, const int *c)
     /* every reading of the bytes is finite and normal: float32 0.01, bfloat16
      * 0.00998 and -1.5e14, halves 1.03 and -112.6, any int8 */
     const uint32_t word = 0x3c23d70au;
-    for (size_t i = 0; i + 4 <= P_WBYTES; i += 4)
+    for (size_t i = 0; i + 4 <= P_NREG * P_WBYTES; i += 4)
         memcpy(p->w + i, &word, 4);
     for (size_t i = 0; i < P_XF; i++) {
         p->x[i] = 0.5f - (float)(i % 7) * 0.125f;
@@ -247,6 +254,12 @@ static int probe_alloc(probe_mem *p, int nc, const int *c)
         p->y[i] = 0.0f;
     }
     return BC_OK;
+}
+
+/* The weights of the next decoding probe: the regions in turn. */
+static const unsigned char *probe_weights(probe_mem *p)
+{
+    return p->w + (p->next++ % P_NREG) * P_WBYTES;
 }
 
 /* One probe of family f on kt. */
@@ -264,26 +277,30 @@ static void probe(int f, const bc_kernel_table *kt, probe_mem *p)
     }
     case BC_FAMILY_DECODE_F32: case BC_FAMILY_DECODE_ROWS: {
         const int wf = family_wf(f);
-        const bc_gemm g = {p->y, p->x, p->w, NULL, NULL, 1, P_DC, P_DC, wf, BC_ACT_NONE};
+        const bc_gemm g = {p->y, p->x, probe_weights(p), NULL, NULL, 1, P_DC, P_DC, wf,
+                           BC_ACT_NONE};
         kt->wf[wf].rows_part(&g, 0, P_DC);
         break;
     }
     case BC_FAMILY_DECODE_BF16: {
         const int wf = family_wf(f);
-        const bc_gemm g = {p->y, p->x, p->w, NULL, NULL, 1, 2048, 1024, wf, BC_ACT_NONE};
+        const bc_gemm g = {p->y, p->x, probe_weights(p), NULL, NULL, 1, 2048, 1024, wf,
+                           BC_ACT_NONE};
         kt->wf[wf].rows_part(&g, 0, 1024);
         break;
     }
     case BC_FAMILY_DECODE_Q8_0: {
         const int wf = family_wf(f);
-        const bc_gemm g = {p->y, p->x, p->w, NULL, NULL, 1, 2048, 2048, wf, BC_ACT_NONE};
+        const bc_gemm g = {p->y, p->x, probe_weights(p), NULL, NULL, 1, 2048, 2048, wf,
+                           BC_ACT_NONE};
         kt->wf[wf].rows_part(&g, 0, 2048);
         break;
     }
     case BC_FAMILY_DECODE_Q8_0I: {
         /* one row quantised, then a 2048 x 2048 product (the size of q8_0's) */
         const int wf = BC_WF_PANEL(BC_DTYPE_Q8_0I);
-        const bc_gemm g = {p->y, p->x, p->w, NULL, NULL, 1, 2048, 2048, wf, BC_ACT_NONE};
+        const bc_gemm g = {p->y, p->x, probe_weights(p), NULL, NULL, 1, 2048, 2048, wf,
+                           BC_ACT_NONE};
         unsigned char *xq = (unsigned char *)p->scratch;
         kt->xq_rows(xq, p->x, 1, 2048);
         kt->wf[wf].xq_part(&g, xq, 0, 1, 0, 2048);
