@@ -7,8 +7,8 @@ heads, d_ff 1536, a tied 49,152-token vocabulary), a prompt, then
 (the prompt is prefilled untimed), at two context lengths (the prompt sized so
 that prompt + new tokens reach ~128 and ~1000 positions), on 1 and 2 threads:
 
-  blockc       float32, bfloat16, float16, q8_0, q5_0, q8_0i, q4_0 and q4_k weights (m.astype),
-               m(token, cache=...) (q8_0i: q8_0's weights by integer dot products on
+  blockc       float32, bfloat16, float16, q8_0, q5_0, q8_0i, q4_0, q4_0i and q4_k weights
+               (m.astype), m(token, cache=...) (q8_0i, q4_0i: q8_0's, q4_0's weights by integer dot products on
                8-bit activations)
   PyTorch      eager, the chapter's modules (tests/support/torch_ref.py) with a
                preallocated KV cache, float32 and bfloat16
@@ -60,7 +60,7 @@ from bench_linear import burst  # noqa: E402
 from machine import cpu_info, cpu_times, read_bandwidth, steal_share  # noqa: E402
 from llama_peer import extra_bufts_off  # noqa: E402
 
-PRECISIONS = ("float32", "bfloat16", "float16", "q8_0", "q5_0", "q8_0i", "q4_0", "q4_k")
+PRECISIONS = ("float32", "bfloat16", "float16", "q8_0", "q5_0", "q8_0i", "q4_0", "q4_0i", "q4_k")
 CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
 _clock = time.perf_counter
 
@@ -248,9 +248,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             ggufs[kind] = os.path.join(tmp.name, f"gpt2-{kind}.gguf")
             (write_llama if smol else write_gpt2)(src, ggufs[kind], kind)
         for kind in ("q5_0", "q4_0", "q4_k"):  # blockc's own blocks, saved as they are
-            if kind in models:
+            src = models.get(kind) or (models.get("q4_0i") if kind == "q4_0" else None)
+            if src is not None:  # (q4_0i's weights are q4_0's: the same file)
                 ggufs[kind] = os.path.join(tmp.name, f"{kind}.gguf")
-                models[kind].save_gguf(ggufs[kind], dtype=kind.upper())
+                src.save_gguf(ggufs[kind], dtype=kind.upper())
         print(f"llama.cpp {llama_cpp.__version__} (llama-cpp-python), GGUF from the same "
               "weights: f32, f16, bf16, q8_0 (blockc's own q8_0 blocks; q8_0 without extra "
               "buffer types: their repacked q8_0 crashes on this AMX CPU)")
@@ -303,7 +304,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return None
 
     same = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "q8_0": "q8_0", "q5_0": "q5_0",
-            "q8_0i": "q8_0", "q4_0": "q4_0", "q4_k": "q4_k"}
+            "q8_0i": "q8_0", "q4_0": "q4_0", "q4_0i": "q4_0", "q4_k": "q4_k"}
     print()
     forced = variants()[1:]
     print("| context | threads | engine | weights | tokens/s | "

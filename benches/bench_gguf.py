@@ -16,7 +16,9 @@ llama.cpp runs through llama-cpp-python when it is installed (it is not in CI); 
 is then filled. blockc holds each matrix in the native format of its file type (F16, Q8_0,
 Q4_0, Q5_0, Q4_K, Q6_K as float16, q8_0, q4_0, q5_0, q4_k, q6_k: the file's blocks, streamed
 by their kernels; blockc.gguf.model.EXACT) and any other type's matrices as their dequantised
-float32 weights, so a Q4_K_M file is a model of mixed formats ("blockc holds": mixed).
+float32 weights, so a Q4_K_M file is a model of mixed formats ("blockc holds": mixed). The Q8_0 and Q4_0
+files are run once more as q8_0i and q4_0i (from_pretrained(file, dtype=...): the same
+blocks, multiplied by integer dot products on 8-bit activations, as llama.cpp does).
 Engines alternate within each round; the figures are medians of --repeats rounds.
 
     python benches/bench_gguf.py                      # the tables (long: quantising is NumPy)
@@ -146,13 +148,19 @@ def main(argv: Optional[List[str]] = None) -> int:
             print("| file | blockc holds | load s | KL blockc | KL llama.cpp |")
             print("|---|---|---|---|---|")
             models = {}
-            for t in ["F32"] + types:
+            # each row: (label, the file's type, blockc's dtype: None for the file's own);
+            # Q8_0 and Q4_0 files once more as q8_0i / q4_0i (integer dot products, as
+            # llama.cpp multiplies them)
+            rows_of = [(t, t, None) for t in ["F32"] + types]
+            rows_of += [(f"{t} as {t.lower()}i", t, f"{t.lower()}i") for t in ("Q8_0", "Q4_0")
+                        if t in types]
+            for label, t, dt in rows_of:
                 loads = []
                 for _ in range(3):
                     t0 = time.perf_counter()
-                    mt = blockc.GPT.from_pretrained(files[t])
+                    mt = blockc.GPT.from_pretrained(files[t], dtype=dt)
                     loads.append(time.perf_counter() - t0)
-                models[t] = mt
+                models[label] = mt
                 k_b = kl(ref, mt(text)[0])
                 k_l = "n/a"
                 if llama_cpp is not None:
@@ -161,11 +169,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                     llm.eval([int(i) for i in text[0]])
                     k_l = f"{kl(ref, np.array(llm.scores[:text.shape[1]])):.2e}"
                     del llm
-                print(f"| {t} | {mt.dtype} | {min(loads):.3f} | {k_b:.2e} | {k_l} |")
+                print(f"| {label} | {mt.dtype} | {min(loads):.3f} | {k_b:.2e} | {k_l} |")
             print("\n| file | threads | context | blockc decode tok/s | llama.cpp decode tok/s | "
                   "ratio | blockc prefill tok/s | llama.cpp prefill tok/s |")
             print("|---|---|---|---|---|---|---|---|")
-            for t in types + ["F32"]:
+            for label, t, _ in rows_of[1:] + rows_of[:1]:
                 for th in threads:
                     blockc.set_num_threads(th)
                     for ctx in contexts:
@@ -178,8 +186,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         rows: Dict[str, List[float]] = {"bd": [], "ld": [], "bp": [], "lp": []}
                         pre = prompt[:, :128]
                         for _ in range(args.repeats):
-                            rows["bd"].append(decode_rate(models[t], prompt, args.new))
-                            rows["bp"].append(prefill_rate(models[t], pre))
+                            rows["bd"].append(decode_rate(models[label], prompt, args.new))
+                            rows["bp"].append(prefill_rate(models[label], pre))
                             if llm is not None:
                                 rows["ld"].append(llama_decode(llm, prompt, args.new))
                                 rows["lp"].append(llama_prefill(llm, pre))
@@ -188,7 +196,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
                         def fmt(v):
                             return f"{v:.1f}" if v else "n/a"
-                        print(f"| {t} | {th} | {ctx} | {fmt(med['bd'])} | {fmt(med['ld'])} | "
+                        print(f"| {label} | {th} | {ctx} | {fmt(med['bd'])} | {fmt(med['ld'])} | "
                               f"{ratio} | {fmt(med['bp'])} | {fmt(med['lp'])} |")
                         del llm
     print(f"\nload average {os.getloadavg()[0]:.2f} at the end")

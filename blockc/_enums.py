@@ -36,6 +36,7 @@ VALUE_LIMIT: Dict[str, str] = {
     "q4_0": "finite weights of magnitude <= 65504 * 8 (the block scale is a half)",
     "q5_0": "finite weights of magnitude <= 65504 * 16 (the block scale is a half)",
     "q8_0i": "finite weights of magnitude <= 65504 * 127 (the block scale is a half)",
+    "q4_0i": "finite weights of magnitude <= 65504 * 8 (the block scale is a half)",
     "q4_k": "finite weights of magnitude <= 65504 * 8 (the super-block scales are halves)",
     "q6_k": "finite weights of magnitude <= 65504 * 8 (the super-block scales are halves)",
     "float16": "finite weights of magnitude <= 65504 (the largest half; larger ones are "

@@ -12,7 +12,7 @@ from blockc.reference import gpt_forward, intdot, quant
 
 ORACLE = {"float32": lambda w: np.asarray(w, np.float32), "bfloat16": quant.bfloat16,
           "q8_0": quant.q8_0, "q4_0": quant.q4_0, "q5_0": quant.q5_0, "float16": quant.float16,
-          "q8_0i": quant.q8_0, "q4_k": quant.q4_k, "q6_k": quant.q6_k}
+          "q8_0i": quant.q8_0, "q4_0i": quant.q4_0, "q4_k": quant.q4_k, "q6_k": quant.q6_k}
 WHOLE = {"q4_k": 256, "q6_k": 256}  # formats whose rows are whole blocks
 
 
@@ -121,8 +121,9 @@ def test_packed_linear_matches_oracle_and_rows_agree(isa, dtype, n, c, oc):
     x, w, b = rnd(n, c, seed=1), rnd(oc, c, seed=2), rnd(oc, seed=3)
     p = ops.pack(w, dtype)
     y = ops.linear(x, p, b)
-    if dtype == "q8_0i":  # 8-bit activations: the integer oracle, bit for bit
-        np.testing.assert_array_equal(y, intdot.linear_q8_0i(x, w, b))
+    if dtype in ("q8_0i", "q4_0i"):  # 8-bit activations: the integer oracle, bit for bit
+        oracle = intdot.linear_q8_0i if dtype == "q8_0i" else intdot.linear_q4_0i
+        np.testing.assert_array_equal(y, oracle(x, w, b))
     else:
         close_k(y, x.astype(np.float64) @ ORACLE[dtype](w).T.astype(np.float64) + b, c)
     # one row alone gets the bits it gets among many (decoding == prefill)

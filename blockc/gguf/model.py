@@ -21,17 +21,18 @@ and are not reordered.
 Weights: each tensor is dequantised exactly (:mod:`blockc.reference.ggml`, bit for
 bit what ggml and the gguf package compute). With ``dtype=None`` each matrix is held
 in the cheapest blockc format that holds its file type's weights exactly (:data:`EXACT`,
-one table: Q8_0 -> q8_0, Q4_0 -> q4_0, Q5_0 -> q5_0, F16 -> float16, BF16 -> bfloat16,
-F32 -> float32; Q8_0, Q4_0, Q5_0 and F16 matrices are the file's very bytes rearranged
-into panels, the others packed and checked tensor by tensor; a fused attn.qkv in a
-format all three of q, k and v fit), the
-others (Q4_1, Q5_1, K-quants until their formats exist) dequantised to float32
+one table: Q8_0 -> q8_0, Q4_0 -> q4_0, Q5_0 -> q5_0, Q4_K -> q4_k, Q6_K -> q6_k, F16 ->
+float16, BF16 -> bfloat16, F32 -> float32; Q8_0, Q4_0, Q5_0, Q4_K, Q6_K and F16 matrices are
+the file's very bytes rearranged into panels, the others packed and checked tensor by
+tensor; a fused attn.qkv in a format all three of q, k and v fit), the
+others (Q4_1, Q5_1, Q5_K) dequantised to float32
 for that matrix only: a file mixing types (Q4_K_M) is a model of mixed formats
 (``m.dtype == "mixed"``, ``m.dtypes`` names each matrix's, ``m.gguf_types`` the
 file's), computing with exactly the weights llama.cpp computes with. ``dtype=``
 makes every matrix that format (requantised, or its blocks converted when exact).
-``dtype="q8_0i"`` holds a Q8_0 file's very blocks for integer dot products (8-bit
-activations, as llama.cpp multiplies them); a q8_0i model saves as Q8_0
+``dtype="q8_0i"`` (``"q4_0i"``) holds a Q8_0 (Q4_0) file's very blocks for integer dot
+products (8-bit activations, as llama.cpp multiplies them); a q8_0i (q4_0i) model saves as
+Q8_0 (Q4_0)
 (``save_gguf(path, "Q8_0")``: the same blocks).
 """
 from __future__ import annotations
@@ -331,7 +332,7 @@ EXACT: Dict[str, Tuple[str, ...]] = {
     "F16": ("float16",),
     "BF16": ("bfloat16",),
     "Q8_0": ("q8_0",),          # (q8_0i holds them too, when asked: 8-bit activations)
-    "Q4_0": ("q4_0", "q8_0"),   # (q - 8) d: a q8_0 block of the same scale
+    "Q4_0": ("q4_0", "q8_0"),   # (q - 8) d: a q8_0 block of the same scale (q4_0i when asked)
     "Q5_0": ("q5_0", "q8_0"),   # (q - 16) d: likewise
     "Q4_K": ("q4_k",),
     "Q6_K": ("q6_k",),
@@ -383,10 +384,12 @@ def _same(raw: np.ndarray, typ: str) -> np.ndarray:
 _ROWS = {("q8_0", "Q8_0"): _same, ("q4_0", "Q4_0"): _same, ("float16", "F16"): _same,
          ("q5_0", "Q5_0"): _same, ("q8_0", "Q4_0"): _q8_0_rows, ("q8_0", "Q5_0"): _q8_0_rows,
          ("q8_0i", "Q8_0"): _same, ("q8_0i", "Q4_0"): _q8_0_rows, ("q8_0i", "Q5_0"): _q8_0_rows,
+         ("q4_0i", "Q4_0"): _same,
          ("q4_k", "Q4_K"): _same, ("q6_k", "Q6_K"): _same}
 
 #: blockc format -> the GGUF type whose rows raw_panels rearranges into its panels
 _PANELS = {"q8_0": "Q8_0", "q4_0": "Q4_0", "float16": "F16", "q5_0": "Q5_0", "q8_0i": "Q8_0",
+           "q4_0i": "Q4_0",
            "q4_k": "Q4_K", "q6_k": "Q6_K"}
 
 
@@ -480,7 +483,8 @@ def raw_panels(raw: np.ndarray, typ: str, dtype: str = "") -> np.ndarray:
     field, bc_engine.h) holding the rows ``raw`` (rows, row bytes) of Q8_0, Q4_0, Q5_0,
     Q4_K, Q6_K or F16 blocks as
     they lie in a GGUF file: the same blocks, rearranged (rows past the end zero).
-    ``dtype="q8_0i"``: Q8_0's quants 4 by 4 per row, each + 128 (q8_0i's panels)."""
+    ``dtype="q8_0i"``: Q8_0's quants 4 by 4 per row, each + 128 (q8_0i's panels);
+    ``dtype="q4_0i"``: Q4_0's bytes 4 by 4 per row (q4_0i's panels)."""
     if typ in ("Q4_K", "Q6_K"):
         return _k_panels(raw, typ)
     rows = raw.shape[0]
@@ -499,8 +503,10 @@ def raw_panels(raw: np.ndarray, typ: str, dtype: str = "") -> np.ndarray:
         r[:rows, :, 2:] ^= np.uint8(0x80)  # rows past the end stay zero bytes, as bc_pack's
     r = r.reshape(panels, 16, nb, bb)
     d = r[..., :2].transpose(0, 2, 1, 3).reshape(panels, nb, 32)
-    if dtype == "q8_0i":  # u[j][l][t] = q[l][4j + t] + 128
-        q = r[..., 2:].reshape(panels, 16, nb, 8, 4).transpose(0, 2, 3, 1, 4).reshape(panels, nb, 512)
+    if dtype in ("q8_0i", "q4_0i"):  # u[j][l][t] = byte 4j + t of row l's quants
+        nq = bb - 2
+        q = (r[..., 2:].reshape(panels, 16, nb, nq // 4, 4).transpose(0, 2, 3, 1, 4)
+             .reshape(panels, nb, 16 * nq))
         return np.concatenate([d, q], axis=2).reshape(-1)
     h = r[..., 2:2 + nh].transpose(0, 2, 1, 3).reshape(panels, nb, 16 * nh)  # each row's uint32
     q = r[..., 2 + nh:].transpose(0, 2, 3, 1).reshape(panels, nb, 16 * (bb - 2 - nh))
@@ -508,7 +514,7 @@ def raw_panels(raw: np.ndarray, typ: str, dtype: str = "") -> np.ndarray:
 
 
 #: the formats whose panels :func:`file_rows` reads back as their GGUF type's rows
-#: (q8_0i's quants are rearranged and offset: saved from its weights instead)
+#: (q8_0i's and q4_0i's quants are rearranged: saved from their weights instead)
 _FILE_ROWS = ("q8_0", "q4_0", "q5_0", "float16", "q4_k", "q6_k")
 
 

@@ -1,4 +1,5 @@
-"""The NumPy oracle of q8_0i: q8_0's weights multiplied by integer dot products.
+"""The NumPy oracle of q8_0i and q4_0i: q8_0's (q4_0's) weights multiplied by integer
+dot products.
 
 A product quantises each row of x per block of 32 columns (the last one
 zero-padded): ``a = max|x|`` (float32), ``d_x = a / 127`` and
@@ -6,7 +7,8 @@ zero-padded): ``a = max|x|`` (float32), ``d_x = a / 127`` and
 block holding a non-finite x gets ``d_x = NaN`` and ``q_x = 0``, one with
 ``a < 1e-30`` (zero, or too small for ``127 / a``) ``d_x = 0`` and ``q_x = 0``.
 The weights are q8_0's (:func:`blockc.reference.quant.q8_0_blocks`: half ``d_w``,
-int8 ``q_w``). Each output is then one chain over the blocks in order::
+int8 ``q_w``), or q4_0's (llama.cpp's blocks, :mod:`blockc.reference.ggml`: half ``d_w``,
+``q_w`` = nibble - 8). Each output is then one chain over the blocks in order::
 
     acc = 0
     for b in blocks:  acc = fmaf(float(isum_b), d_w[b] * d_x[b], acc)
@@ -22,9 +24,10 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from . import ggml
 from .quant import q8_0_blocks
 
-__all__ = ["quantise_rows", "fmaf", "linear_q8_0i"]
+__all__ = ["quantise_rows", "fmaf", "linear_q8_0i", "linear_q4_0i", "q4_0_blocks"]
 
 F32 = np.float32
 _TINY = F32(1e-30)
@@ -75,8 +78,34 @@ def linear_q8_0i(x, w, b: Optional[np.ndarray] = None,
                  r: Optional[np.ndarray] = None) -> np.ndarray:
     """y (n, out) = r + x (n, c) @ w (out, c)^T + b with w stored as q8_0i, as the
     C library computes it (the chain in the module's docstring)."""
+    return _linear_int(x, *q8_0_blocks(w), b, r)
+
+
+def q4_0_blocks(w) -> Tuple[np.ndarray, np.ndarray]:
+    """(d, q) of ``w`` (out, c) stored as q4_0 (llama.cpp's ``quantize_row_q4_0_ref``,
+    rows zero-padded to blocks of 32): d (out, blocks) float32 (halves), q (out, blocks,
+    32) int8, the nibbles less 8."""
+    a = np.ascontiguousarray(w, dtype=F32)
+    out, c = a.shape
+    nb = (c + 31) // 32
+    padded = np.zeros((out, nb * 32), F32)
+    padded[:, :c] = a
+    raw = ggml.quantise(padded, "Q4_0").reshape(out, nb, 18)
+    d = np.ascontiguousarray(raw[..., :2]).view(np.float16)[..., 0].astype(F32)
+    qs = raw[..., 2:]
+    q = np.concatenate([qs & 15, qs >> 4], axis=-1).astype(np.int8) - 8
+    return d, q
+
+
+def linear_q4_0i(x, w, b: Optional[np.ndarray] = None,
+                 r: Optional[np.ndarray] = None) -> np.ndarray:
+    """y (n, out) = r + x (n, c) @ w (out, c)^T + b with w stored as q4_0i, as the
+    C library computes it (q8_0i's chain on q4_0's weights)."""
+    return _linear_int(x, *q4_0_blocks(w), b, r)
+
+
+def _linear_int(x, dw, qw, b, r) -> np.ndarray:
     xq, dx = quantise_rows(x)
-    dw, qw = q8_0_blocks(w)
     dw = dw.astype(F32)
     n, nb = dx.shape
     out = dw.shape[0]

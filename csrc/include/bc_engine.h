@@ -35,7 +35,8 @@ extern "C" {
 #define BC_DTYPE_F16 6
 #define BC_DTYPE_Q5_0 7
 #define BC_DTYPE_Q8_0I 8
-#define BC_NDTYPE 9      /* one past the last dtype */
+#define BC_DTYPE_Q4_0I 9
+#define BC_NDTYPE 10     /* one past the last dtype */
 #define BC_DTYPE_NAME_MAX 16   /* bytes a dtype's name needs, with its NUL */
 
 /* Normalisation kinds and placements of the block. */
@@ -157,6 +158,15 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  and threads; about 1e-2 relative error per product from
  *                  the 8-bit x (q8_0 keeps x exact). At most BC_Q8_0I_MAX_COLS
  *                  columns (BC_ESIZE past them).
+ *   BC_DTYPE_Q4_0I q4_0's weights (the same d and nibbles) multiplied by
+ *                  integer dot products as q8_0i's: panel p is ceil(cols / 32)
+ *                  blocks of 288 bytes, the 16 rows' scales d[l] (IEEE halves)
+ *                  then u[j][l][t] (4 x 16 x 4 bytes) = byte 4j + t of row l's
+ *                  q4_0 block (weight 4j + t in the low nibble, 4j + t + 16 in
+ *                  the high one); each output's chain is q8_0i's with isum_b =
+ *                  sum (nibble - 8) q_x, exact: the same bits on every
+ *                  instruction set, for any number of rows and threads. At
+ *                  most BC_Q8_0I_MAX_COLS columns.
  * bc_pack_size gives the bytes. */
 
 /* Columns a q8_0i matrix can have (a quantised row of x fits a call's scratch). */
@@ -164,7 +174,7 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
 
 /* The weight format dtype (0 <= dtype < BC_NDTYPE): its name as Python spells it
  * ("float32", "bfloat16", "q8_0", "q4_0", "q4_k", "q6_k", "float16", "q5_0",
- * "q8_0i"; NUL-terminated into name, name_cap >
+ * "q8_0i", "q4_0i"; NUL-terminated into name, name_cap >
  * its length, at most BC_DTYPE_NAME_MAX), the weights of a row per block and
  * the bytes of one block (a row of cols weights, padded to whole blocks, takes
  * ceil(cols / block) * block_bytes bytes). Any output may be NULL (not

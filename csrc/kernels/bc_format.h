@@ -77,6 +77,14 @@ typedef struct {
     uint8_t u[8][BC_PANEL][4];  /* u[j][row][t] = q[4j + t] + 128 */
 } bc_q8i_block;
 
+/* One block of a q4_0i panel: q4_0's bytes laid out for integer dot products
+ * as q8_0i's (a 64-byte vector holds 4 bytes of each of the 16 rows: their low
+ * nibbles are weights 4j..4j+3, their high ones 4j+16..4j+19). */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' scales (IEEE halves) */
+    uint8_t u[4][BC_PANEL][4];  /* u[j][row][t] = byte 4j + t of the row's q4_0 block */
+} bc_q4i_block;
+
 typedef struct {
     const char *name;      /* the format's name in Python ("float32", "bfloat16", "q8_0") */
     size_t block;          /* weights of one row per block */

@@ -1,4 +1,4 @@
-/* fast_intdot.h: q8_0i, q8_0's weights multiplied by integer dot products
+/* fast_intdot.h: q8_0i and q4_0i, q8_0's and q4_0's weights multiplied by integer dot products
  * (part of the kernel template, fast_tmpl.h: included once per instruction
  * set, after fast_linear.h; its entry of the kernel table's wf is in
  * fast_formats.h). A product quantises each row of x once (xq_rows_q8: 8 bits
@@ -210,25 +210,40 @@ static int has_vnni(void)
 }
 #endif
 
-// y (N,OC) rows [n0,n1), columns [o0,o1); xq rows n0.. quantised; w (OC,C) q8_0i panels
-static void xq_part_q8_0i(const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1,
-                          size_t o0, size_t o1)
+/* The products on q8_0i (q4 = 0) or q4_0i (q4 = 1) panels, by the copy the CPU runs. */
+static void xq_part_int(int q4, const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1,
+                        size_t o0, size_t o1)
 {
 #if BC_SIMD == 512
     /* AVX-512F without VNNI: the AVX2 kernel, whose bits are the same */
     if (!has_vnni()) {
-        bc_kernels_avx2.wf[BC_WF_PANEL(BC_DTYPE_Q8_0I)].xq_part(g, xq, n0, n1, o0, o1);
+        const int wf = BC_WF_PANEL(q4 ? BC_DTYPE_Q4_0I : BC_DTYPE_Q8_0I);
+        bc_kernels_avx2.wf[wf].xq_part(g, xq, n0, n1, o0, o1);
         return;
     }
 #endif
 #if BC_SIMD == 256
     if (has_vnni())
-        q8i_part_vnni(g, xq, n0, n1, o0, o1);
+        q8i_part_vnni(q4, g, xq, n0, n1, o0, o1);
     else
-        q8i_part_mad(g, xq, n0, n1, o0, o1);
+        q8i_part_mad(q4, g, xq, n0, n1, o0, o1);
 #else
-    q8i_part(g, xq, n0, n1, o0, o1);
+    q8i_part(q4, g, xq, n0, n1, o0, o1);
 #endif
+}
+
+// y (N,OC) rows [n0,n1), columns [o0,o1); xq rows n0.. quantised; w (OC,C) q8_0i panels
+static void xq_part_q8_0i(const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1,
+                          size_t o0, size_t o1)
+{
+    xq_part_int(0, g, xq, n0, n1, o0, o1);
+}
+
+// y (N,OC) rows [n0,n1), columns [o0,o1); xq rows n0.. quantised; w (OC,C) q4_0i panels
+static void xq_part_q4_0i(const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1,
+                          size_t o0, size_t o1)
+{
+    xq_part_int(1, g, xq, n0, n1, o0, o1);
 }
 
 #undef Q8I_TARGET

@@ -9,7 +9,7 @@
  * of 32 weights of one row: d = max|w| / 127, q = round(w / d) (half away from
  * zero) computed as round(w * (1/d)), d stored as an IEEE half; the weight is
  * then half(d) * q. q8_0i holds the same d and q, laid out for integer dot
- * products. */
+ * products; q4_0i q4_0's likewise. */
 #include <math.h>
 #include <string.h>
 
@@ -290,6 +290,43 @@ static void q8i_unpack_row(float *out, const unsigned char *panel, size_t l, siz
         const bc_q8i_block *b = bl + k / 32;
         const size_t j = k % 32;
         out[k] = bc_half_to_f32(b->d[l]) * (float)((int)b->u[j / 4][l][j % 4] - 128);
+    }
+}
+
+/* ---- q4_0i: q4_0's blocks, each row's bytes 4 by 4 (bc_q4i_block) -------- */
+
+_Static_assert(sizeof(bc_q4i_block) == 18 * PW, "bc_q4i_block: 16 rows of 18 bytes");
+
+static int q4i_check(const float *w, size_t rs, size_t cs, size_t rows, size_t cols)
+{
+    return cols > BC_Q8_0I_MAX_COLS ? BC_ESIZE : q4_check(w, rs, cs, rows, cols);
+}
+
+/* q4_0's rule (q4_block), each row's 16 bytes then 4 by 4 */
+static void q4i_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                     size_t nk, size_t cols)
+{
+    bc_q4i_block *bl = (bc_q4i_block *)panel + k0 / 32;
+    for (size_t b = 0; b < nk; b += 32, bl++) {
+        const size_t n = nk - b < 32 ? nk - b : 32;
+        for (size_t l = 0; l < nl; l++) {
+            uint8_t q[16];
+            q4_block(&bl->d[l], q, 1, tile + l * ld + b, n);
+            for (size_t j = 0; j < 16; j++)
+                bl->u[j / 4][l][j % 4] = q[j];
+        }
+    }
+}
+
+static void q4i_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q4i_block *bl = (const bc_q4i_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q4i_block *b = bl + k / 32;
+        const size_t j = k % 16;
+        const int byte = b->u[j / 4][l][j % 4];
+        const int nib = k % 32 < 16 ? byte & 15 : byte >> 4;
+        out[k] = bc_half_to_f32(b->d[l]) * (float)(nib - 8);
     }
 }
 
@@ -585,6 +622,7 @@ static const bc_format formats[BC_NDTYPE] = {
     [BC_DTYPE_F16] = {"float16", 1, 2, f16_check, f16_pack, f16_unpack_row},
     [BC_DTYPE_Q5_0] = {"q5_0", 32, 22, q5_check, q5_pack, q5_unpack_row},
     [BC_DTYPE_Q8_0I] = {"q8_0i", 32, 34, q8i_check, q8i_pack, q8i_unpack_row, BC_Q8_0I_MAX_COLS},
+    [BC_DTYPE_Q4_0I] = {"q4_0i", 32, 18, q4i_check, q4i_pack, q4i_unpack_row, BC_Q8_0I_MAX_COLS},
     [BC_DTYPE_Q4_K] = {"q4_k", 256, 148, q4_check, q4k_pack, q4k_unpack_row, 0, 1},
     [BC_DTYPE_Q6_K] = {"q6_k", 256, 274, q4_check, q6k_pack, q6k_unpack_row, 0, 1},
 };

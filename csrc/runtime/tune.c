@@ -127,6 +127,7 @@ static void take(bc_kernel_table *t, const bc_kernel_table *src, int f)
     }
     case BC_FAMILY_DECODE_Q8_0I:  /* its products, prompts and decoding alike */
         t->wf[BC_WF_PANEL(BC_DTYPE_Q8_0I)].xq_part = src->wf[BC_WF_PANEL(BC_DTYPE_Q8_0I)].xq_part;
+        t->wf[BC_WF_PANEL(BC_DTYPE_Q4_0I)].xq_part = src->wf[BC_WF_PANEL(BC_DTYPE_Q4_0I)].xq_part;
         t->xq_rows = src->xq_rows;
         break;
     case BC_FAMILY_ATTENTION:

@@ -9,7 +9,7 @@
 
 static const int DTYPES[] = {BC_DTYPE_F32, BC_DTYPE_BF16, BC_DTYPE_Q8_0, BC_DTYPE_Q4_0,
                              BC_DTYPE_F16, BC_DTYPE_Q5_0, BC_DTYPE_Q8_0I, BC_DTYPE_Q4_K,
-                             BC_DTYPE_Q6_K};
+                             BC_DTYPE_Q6_K, BC_DTYPE_Q4_0I};
 #define ND ((int)(sizeof DTYPES / sizeof DTYPES[0]))
 
 /* the K-quants' rows (q4_k, q6_k) are whole super-blocks of 256 */
@@ -75,15 +75,16 @@ static void dtype_info_checks(void)
     static const char *const names[BC_NDTYPE] = {
         [BC_DTYPE_F32] = "float32", [BC_DTYPE_BF16] = "bfloat16", [BC_DTYPE_Q8_0] = "q8_0",
         [BC_DTYPE_Q4_0] = "q4_0", [BC_DTYPE_F16] = "float16", [BC_DTYPE_Q5_0] = "q5_0",
-        [BC_DTYPE_Q8_0I] = "q8_0i", [BC_DTYPE_Q4_K] = "q4_k", [BC_DTYPE_Q6_K] = "q6_k"};
+        [BC_DTYPE_Q8_0I] = "q8_0i", [BC_DTYPE_Q4_K] = "q4_k", [BC_DTYPE_Q6_K] = "q6_k",
+        [BC_DTYPE_Q4_0I] = "q4_0i"};
     static const size_t blocks[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 1, [BC_DTYPE_BF16] = 1, [BC_DTYPE_Q8_0] = 32, [BC_DTYPE_Q4_0] = 32,
         [BC_DTYPE_F16] = 1, [BC_DTYPE_Q5_0] = 32, [BC_DTYPE_Q8_0I] = 32, [BC_DTYPE_Q4_K] = 256,
-        [BC_DTYPE_Q6_K] = 256};
+        [BC_DTYPE_Q6_K] = 256, [BC_DTYPE_Q4_0I] = 32};
     static const size_t bytes[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 4, [BC_DTYPE_BF16] = 2, [BC_DTYPE_Q8_0] = 34, [BC_DTYPE_Q4_0] = 18,
         [BC_DTYPE_F16] = 2, [BC_DTYPE_Q5_0] = 22, [BC_DTYPE_Q8_0I] = 34, [BC_DTYPE_Q4_K] = 148,
-        [BC_DTYPE_Q6_K] = 274};
+        [BC_DTYPE_Q6_K] = 274, [BC_DTYPE_Q4_0I] = 18};
     for (int dt = 0; dt < BC_NDTYPE; dt++) {
         if (!names[dt]) {
             size_t *n = h_alloc_bytes(sizeof *n);
@@ -172,7 +173,7 @@ static void roundtrip_checks(size_t rows, size_t cols)
                     /* q6_k: half a step of a sub-block's scale (about amax / 32, its
                      * int8 against the largest) at most, loosely; Python checks the bits */
                     EXPECT(fabsf(a - b) <= amax / 16.0f + 1e-7f);
-                } else if (j < 32 && dt == BC_DTYPE_Q4_0) {
+                } else if (j < 32 && (dt == BC_DTYPE_Q4_0 || dt == BC_DTYPE_Q4_0I)) {
                     /* q4_0: a step at the clipped end (+8 d stored as 7 d), half one else */
                     EXPECT(fabsf(a - b) <= amax / 8.0f * (1.0f + 8.0f / 2048.0f) + 1e-7f);
                 } else if (j < 32) {
@@ -308,7 +309,7 @@ static void linear_checks(size_t n, size_t c, size_t oc)
         if (!fits(dt, c))
             continue;
         /* q8_0i's 8-bit activations: about 1e-2 of each product's magnitude */
-        const float tol = dt == BC_DTYPE_Q8_0I ? 2e-2f : 1e-4f;
+        const float tol = dt == BC_DTYPE_Q8_0I || dt == BC_DTYPE_Q4_0I ? 2e-2f : 1e-4f;
         const size_t nb = packed(dt, oc, c);
         unsigned char *p = h_alloc_bytes(nb);
         EXPECT_STATUS(BC_OK, bc_pack(p, nb, w, dt, oc, c));
@@ -351,46 +352,53 @@ static void linear_hostile_checks(void)
     EXPECT(h_untouched(y, NB(N * OC)));
 }
 
-/* q8_0i: the same bits on every instruction set and at any thread count (its
- * chain is the same everywhere: integer block sums, one fma per block), the
- * weights q8_0's, and its columns bounded (a quantised row fits the scratch). */
-static void q8i_checks(size_t n, size_t c, size_t oc)
+/* q8_0i (q4_0i): the same bits on every instruction set and at any thread
+ * count (its chain is the same everywhere: integer block sums, one fma per
+ * block), the weights q8_0's (q4_0's), and its columns bounded (a quantised
+ * row fits the scratch). */
+static void intdot_checks(int di, int dq, size_t n, size_t c, size_t oc)
 {
     float *x = h_alloc(n * c), *w = h_alloc(oc * c), *b = h_alloc(oc);
     float *y0 = h_alloc(n * oc), *y = h_alloc(n * oc), *w8 = h_alloc(oc * c), *wi = h_alloc(oc * c);
     h_fill(x, n * c, 21, 1.0f);
     h_fill(w, oc * c, 22, 0.5f);
     h_fill(b, oc, 23, 0.5f);
-    const size_t nb = packed(BC_DTYPE_Q8_0I, oc, c);
-    EXPECT(nb == packed(BC_DTYPE_Q8_0, oc, c));
+    const size_t nb = packed(di, oc, c);
+    EXPECT(nb == packed(dq, oc, c));
     unsigned char *p = h_alloc_bytes(nb), *p8 = h_alloc_bytes(nb);
-    EXPECT_STATUS(BC_OK, bc_pack(p, nb, w, BC_DTYPE_Q8_0I, oc, c));
-    EXPECT_STATUS(BC_OK, bc_pack(p8, nb, w, BC_DTYPE_Q8_0, oc, c));
-    EXPECT_STATUS(BC_OK, bc_unpack(wi, p, nb, BC_DTYPE_Q8_0I, oc, c));
-    EXPECT_STATUS(BC_OK, bc_unpack(w8, p8, nb, BC_DTYPE_Q8_0, oc, c));
+    EXPECT_STATUS(BC_OK, bc_pack(p, nb, w, di, oc, c));
+    EXPECT_STATUS(BC_OK, bc_pack(p8, nb, w, dq, oc, c));
+    EXPECT_STATUS(BC_OK, bc_unpack(wi, p, nb, di, oc, c));
+    EXPECT_STATUS(BC_OK, bc_unpack(w8, p8, nb, dq, oc, c));
     EXPECT(memcmp(wi, w8, NB(oc * c)) == 0);
     int best = 0, start = 0;
     EXPECT_STATUS(BC_OK, bc_best_isa(&best));
     EXPECT_STATUS(BC_OK, bc_get_isa(&start));
     EXPECT_STATUS(BC_OK, bc_set_isa(BC_ISA_GENERIC));
-    EXPECT_STATUS(BC_OK, bc_linear_packed(y0, x, p, nb, BC_DTYPE_Q8_0I, b, n, c, oc));
+    EXPECT_STATUS(BC_OK, bc_linear_packed(y0, x, p, nb, di, b, n, c, oc));
     for (int isa = BC_ISA_GENERIC; isa <= best; isa++)
         for (int t = 1; t <= 2; t++) {
             EXPECT_STATUS(BC_OK, bc_set_isa(isa));
             EXPECT_STATUS(BC_OK, bc_set_num_threads(t));
             h_refill(y, NB(n * oc));
-            EXPECT_STATUS(BC_OK, bc_linear_packed(y, x, p, nb, BC_DTYPE_Q8_0I, b, n, c, oc));
+            EXPECT_STATUS(BC_OK, bc_linear_packed(y, x, p, nb, di, b, n, c, oc));
             EXPECT(memcmp(y, y0, NB(n * oc)) == 0);
-            EXPECT_STATUS(BC_OK, bc_linear_packed(y, x + (n - 1) * c, p, nb, BC_DTYPE_Q8_0I, b, 1,
+            EXPECT_STATUS(BC_OK, bc_linear_packed(y, x + (n - 1) * c, p, nb, di, b, 1,
                                                   c, oc));
             EXPECT(memcmp(y, y0 + (n - 1) * oc, NB(oc)) == 0);
         }
     EXPECT_STATUS(BC_OK, bc_set_num_threads(0));
     EXPECT_STATUS(BC_OK, bc_set_isa(start));
     size_t sz = 0;
-    EXPECT_STATUS(BC_ESIZE, bc_pack_size(&sz, BC_DTYPE_Q8_0I, 1, BC_Q8_0I_MAX_COLS + 1));
-    EXPECT_STATUS(BC_OK, bc_pack_size(&sz, BC_DTYPE_Q8_0I, 1, BC_Q8_0I_MAX_COLS));
-    EXPECT(sz == 16 * BC_Q8_0I_MAX_COLS / 32 * 34);
+    EXPECT_STATUS(BC_ESIZE, bc_pack_size(&sz, di, 1, BC_Q8_0I_MAX_COLS + 1));
+    EXPECT_STATUS(BC_OK, bc_pack_size(&sz, di, 1, BC_Q8_0I_MAX_COLS));
+    EXPECT(sz == packed(dq, 16, BC_Q8_0I_MAX_COLS));
+}
+
+static void q8i_checks(size_t n, size_t c, size_t oc)
+{
+    intdot_checks(BC_DTYPE_Q8_0I, BC_DTYPE_Q8_0, n, c, oc);
+    intdot_checks(BC_DTYPE_Q4_0I, BC_DTYPE_Q4_0, n, c, oc);
 }
 
 /* A transposed matrix (Conv1D's (in, out)) packs, through the strides, to the

@@ -250,7 +250,7 @@ def _cases():
     wp = f32(48, 40)
     pk, n_pack = {}, ffi.new("size_t *")
     for dt in (lib.BC_DTYPE_F32, lib.BC_DTYPE_BF16, lib.BC_DTYPE_Q8_0, lib.BC_DTYPE_F16,
-               lib.BC_DTYPE_Q5_0, lib.BC_DTYPE_Q8_0I):
+               lib.BC_DTYPE_Q5_0, lib.BC_DTYPE_Q8_0I, lib.BC_DTYPE_Q4_0I):
         lib.bc_pack_size(n_pack, dt, 48, 40)
         pk[dt] = np.zeros(int(n_pack[0]), np.uint8)
     wk = f32(20, 256)  # q4_k, q6_k: rows of whole super-blocks of 256
@@ -323,15 +323,23 @@ def _cases():
     case("bc_linear_packed float16")(packed_format(lib.BC_DTYPE_F16))
     case("bc_linear_packed q5_0")(packed_format(lib.BC_DTYPE_Q5_0))
 
-    @case("bc_linear_packed q8_0i")
-    def _():  # the integer products: x quantised into the call's scratch, decoding and GEMM
-        q, xl, yl = pk[lib.BC_DTYPE_Q8_0I], f32(9, 40), np.empty((9, 48), np.float32)
-        lib.bc_pack(char(q), q.size, cptr(wp), lib.BC_DTYPE_Q8_0I, 48, 40)
+    def intdot_case(di):
+        """the integer products: x quantised into the call's scratch, decoding and GEMM"""
+        q, xl, yl = pk[di], f32(9, 40), np.empty((9, 48), np.float32)
+        lib.bc_pack(char(q), q.size, cptr(wp), di, 48, 40)
         return alternate(
-            lambda: lib.bc_linear_packed(fptr(yl), cptr(xl), char(q), q.size, lib.BC_DTYPE_Q8_0I,
+            lambda: lib.bc_linear_packed(fptr(yl), cptr(xl), char(q), q.size, di,
                                          ffi.NULL, 9, 40, 48),
-            lambda: lib.bc_linear_packed(fptr(yl), cptr(xl), char(q), q.size, lib.BC_DTYPE_Q8_0I,
+            lambda: lib.bc_linear_packed(fptr(yl), cptr(xl), char(q), q.size, di,
                                          ffi.NULL, 1, 40, 48))
+
+    @case("bc_linear_packed q8_0i")
+    def _():
+        return intdot_case(lib.BC_DTYPE_Q8_0I)
+
+    @case("bc_linear_packed q4_0i")
+    def _():
+        return intdot_case(lib.BC_DTYPE_Q4_0I)
 
     def whole_k_case(dk):
         """rows of whole super-blocks: pack (good / a weight it refuses / short rows),
