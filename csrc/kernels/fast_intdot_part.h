@@ -9,6 +9,21 @@
 /* Rows i0..i0+mr-1 of y (their quantised x at x0, rb bytes apart) by NP panels
  * from panel p (np <= NP of them real; the rest repeat the last: computed, not
  * stored), over nb blocks. */
+#if BC_SIMD == 256
+/* acc + each 32-bit lane's sum of 4 products of unsigned bytes w by signed bytes x:
+ * AVX-VNNI's vpdpbusd, or pmaddubsw then pmaddwd (q4_0i's w are nibbles: pairs at
+ * most 2 * 15 * 128, no saturation) */
+BC_INLINE Q8I_TARGET IV Q8I_FN(dot4_256)(IV acc, IV w, IV x)
+{
+#if Q8I_DP
+    return _mm256_dpbusd_avx_epi32(acc, w, x);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x),
+                                                   _mm256_set1_epi16(1)));
+#endif
+}
+#endif
+
 #if BC_SIMD == 512 || BC_SIMD == 256
 BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int q4, const int mr, const int NP,
                                    const bc_gemm *g, const unsigned char *x0, size_t rb,
@@ -85,12 +100,13 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int q4, const int mr, const int
                 }
             }
         }
-#elif Q8I_DP  /* AVX-VNNI: vpdpbusd on 256 bits, as AVX-512's */
+#else  /* AVX2: AVX-VNNI's vpdpbusd on 256 bits (Q8I_DP), or pmaddubsw */
         BC_UNROLL
-        for (int i = 0; i < mr; i++)
-            BC_UNROLL
+        for (int i = 0; i < mr; i++)  /* the corrections of unsigned weights: -8 (q4_0i) */
+            BC_UNROLL                 /* or -128 (q8_0i with vpdpbusd) times sum q_x */
             for (int t = 0; t < NP * VPP; t++)
-                acc[i][t] = _mm256_set1_epi32(q4 ? xs[i][b] / 16 : xs[i][b]);
+                acc[i][t] = q4 ? _mm256_set1_epi32(xs[i][b] / 16)
+                            : Q8I_DP ? _mm256_set1_epi32(xs[i][b]) : _mm256_setzero_si256();
         if (q4) {
             const IV low = _mm256_set1_epi8(15);
             BC_UNROLL
@@ -108,13 +124,12 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int q4, const int mr, const int
                     const IV xl = _mm256_set1_epi32(ld32(xr[i] + b * 32 + (size_t)j * 4));
                     const IV xh = _mm256_set1_epi32(ld32(xr[i] + b * 32 + 16 + (size_t)j * 4));
                     BC_UNROLL
-                    for (int t = 0; t < NP * VPP; t++) {
-                        acc[i][t] = _mm256_dpbusd_avx_epi32(acc[i][t], wl[t], xl);
-                        acc[i][t] = _mm256_dpbusd_avx_epi32(acc[i][t], wh[t], xh);
-                    }
+                    for (int t = 0; t < NP * VPP; t++)
+                        acc[i][t] = Q8I_FN(dot4_256)(Q8I_FN(dot4_256)(acc[i][t], wl[t], xl), wh[t], xh);
                 }
             }
         } else {
+#if Q8I_DP
             BC_UNROLL
             for (int j = 0; j < 8; j++) {
                 IV w[QP * VPP];
@@ -129,40 +144,8 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int q4, const int mr, const int
                         acc[i][t] = _mm256_dpbusd_avx_epi32(acc[i][t], w[t], xb);
                 }
             }
-        }
 #else
-        BC_UNROLL
-        for (int i = 0; i < mr; i++)  /* q4_0i's nibbles are unsigned: -8 sum q_x */
-            BC_UNROLL
-            for (int t = 0; t < NP * VPP; t++)
-                acc[i][t] = q4 ? _mm256_set1_epi32(xs[i][b] / 16) : _mm256_setzero_si256();
-        const IV flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
-        if (q4) {  /* pmaddubsw's pairs at most 2 * 15 * 128: no saturation */
-            const IV low = _mm256_set1_epi8(15);
-            BC_UNROLL
-            for (int j = 0; j < 4; j++) {
-                IV wl[QP * VPP], wh[QP * VPP];
-                BC_UNROLL
-                for (int t = 0; t < NP * VPP; t++) {
-                    const IV raw = _mm256_loadu_si256(
-                        (const __m256i *)pan4[t / VPP][b].u[j][(t % VPP) * VL]);
-                    wl[t] = _mm256_and_si256(raw, low);
-                    wh[t] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-                }
-                BC_UNROLL
-                for (int i = 0; i < mr; i++) {
-                    const IV xl = _mm256_set1_epi32(ld32(xr[i] + b * 32 + (size_t)j * 4));
-                    const IV xh = _mm256_set1_epi32(ld32(xr[i] + b * 32 + 16 + (size_t)j * 4));
-                    BC_UNROLL
-                    for (int t = 0; t < NP * VPP; t++) {
-                        acc[i][t] = _mm256_add_epi32(acc[i][t], _mm256_madd_epi16(
-                            _mm256_maddubs_epi16(wl[t], xl), ones));
-                        acc[i][t] = _mm256_add_epi32(acc[i][t], _mm256_madd_epi16(
-                            _mm256_maddubs_epi16(wh[t], xh), ones));
-                    }
-                }
-            }
-        } else {
+            const IV flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
             BC_UNROLL
             for (int j = 0; j < 8; j++) {
                 IV ws[QP * VPP], aw[QP * VPP];
@@ -181,6 +164,7 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int q4, const int mr, const int
                             _mm256_maddubs_epi16(aw[t], _mm256_sign_epi8(xb, ws[t])), ones));
                 }
             }
+#endif
         }
 #endif
         BC_UNROLL
