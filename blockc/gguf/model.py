@@ -426,11 +426,7 @@ def _q6_narrow(b: np.ndarray) -> np.ndarray:
     """The inverse of :func:`_q6_widen` (every quant in -32..31: its six bits)."""
     lead = b.shape[:-1]
     f = b.reshape(-1, 274)
-    g = (f[:, 18:].view(np.int8).astype(np.int16) + 32).astype(np.uint8).reshape(-1, 2, 4, 32)
-    ql = np.concatenate([g[:, :, 0] & 15 | (g[:, :, 2] & 15) << 4,
-                         g[:, :, 1] & 15 | (g[:, :, 3] & 15) << 4], axis=2).reshape(-1, 128)
-    qh = (g[:, :, 0] >> 4 | (g[:, :, 1] >> 4) << 2 | (g[:, :, 2] >> 4) << 4
-          | (g[:, :, 3] >> 4) << 6).reshape(-1, 64)
+    ql, qh = ggml.q6_k_bits((f[:, 18:].view(np.int8).astype(np.int16) + 32).astype(np.uint8))
     out = np.concatenate([ql, qh, f[:, 2:18], f[:, 0:2]], axis=1)
     return out.reshape(lead + (210,))
 

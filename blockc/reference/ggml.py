@@ -33,7 +33,7 @@ from typing import Callable, Dict, Tuple
 
 import numpy as np
 
-__all__ = ["DEQUANTISE", "QUANTISE", "BLOCKS", "dequantise", "quantise", "q6_k_values"]
+__all__ = ["DEQUANTISE", "QUANTISE", "BLOCKS", "dequantise", "quantise", "q6_k_values", "q6_k_bits"]
 
 F32 = np.float32
 
@@ -154,6 +154,21 @@ def q6_k_values(ql: np.ndarray, qh: np.ndarray) -> np.ndarray:
         out[:, h, 2] = (lo[:, :32] >> 4) | (((hi >> 4) & 3) << 4)
         out[:, h, 3] = (lo[:, 32:] >> 4) | (((hi >> 6) & 3) << 4)
     return out.reshape(n, 256)
+
+
+def q6_k_bits(q: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The inverse of :func:`q6_k_values`: (n, 256) six-bit values 0..63 in weight order ->
+    (n, 128) ql and (n, 64) qh."""
+    n = q.shape[0]
+    ql = np.empty((n, 128), np.uint8)
+    qh = np.empty((n, 64), np.uint8)
+    for h in range(2):
+        g = q[:, 128 * h:128 * h + 128].reshape(n, 4, 32)
+        ql[:, 64 * h:64 * h + 32] = (g[:, 0] & 0x0F) | ((g[:, 2] & 0x0F) << 4)
+        ql[:, 64 * h + 32:64 * h + 64] = (g[:, 1] & 0x0F) | ((g[:, 3] & 0x0F) << 4)
+        qh[:, 32 * h:32 * h + 32] = ((g[:, 0] >> 4) | ((g[:, 1] >> 4) << 2) | ((g[:, 2] >> 4) << 4)
+                                     | ((g[:, 3] >> 4) << 6))
+    return ql, qh
 
 
 def _dq_q6_k(b):
@@ -483,14 +498,7 @@ def _q_q6_k(x):
     q = np.clip(q, -32, 31) + 32
     L = np.where(nz[:, :, None], q, L).reshape(n, 256)
     L = np.where(zero[:, None], 0, L).astype(np.uint8)
-    ql = np.empty((n, 128), np.uint8)
-    qh = np.empty((n, 64), np.uint8)
-    for h in range(2):
-        g = L[:, 128 * h:128 * h + 128].reshape(n, 4, 32)
-        ql[:, 64 * h:64 * h + 32] = (g[:, 0] & 0x0F) | ((g[:, 2] & 0x0F) << 4)
-        ql[:, 64 * h + 32:64 * h + 64] = (g[:, 1] & 0x0F) | ((g[:, 3] & 0x0F) << 4)
-        qh[:, 32 * h:32 * h + 32] = ((g[:, 0] >> 4) | ((g[:, 1] >> 4) << 2) | ((g[:, 2] >> 4) << 4)
-                                     | ((g[:, 3] >> 4) << 6))
+    ql, qh = q6_k_bits(L)
     return np.concatenate([ql, qh, s8.view(np.uint8), dh], axis=1)
 
 

@@ -246,39 +246,34 @@ BC_INLINE void Q8I_FN(q8i_tile)(const int q4, const int mr, const int NP, const 
 }
 #endif
 
-/* q8i_tile with its row count (1..QM) a constant, NP panels */
+/* q8i_tile with its row count (1..QM) a constant, NP panels (q4 a constant too) */
+BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile_rows)(const int q4, int mr, const bc_gemm *g,
+                                        const unsigned char *x0, size_t rb, size_t i0, size_t p,
+                                        size_t np, size_t nb)
+{
+    switch (mr) {
+    case 1: Q8I_FN(q8i_tile)(q4, 1, QN, g, x0, rb, i0, p, np, nb); break;
+    case 2: Q8I_FN(q8i_tile)(q4, 2, QN, g, x0, rb, i0, p, np, nb); break;
+#if QM >= 4
+    case 3: Q8I_FN(q8i_tile)(q4, 3, QN, g, x0, rb, i0, p, np, nb); break;
+    case 4: Q8I_FN(q8i_tile)(q4, 4, QN, g, x0, rb, i0, p, np, nb); break;
+#endif
+#if QM >= 6
+    case 5: Q8I_FN(q8i_tile)(q4, 5, QN, g, x0, rb, i0, p, np, nb); break;
+    case 6: Q8I_FN(q8i_tile)(q4, 6, QN, g, x0, rb, i0, p, np, nb); break;
+#endif
+    default: break;
+    }
+}
+
+/* The GEMM's tile, one copy for q8_0i and one for q4_0i (kept out of line) */
 static Q8I_TARGET void Q8I_FN(q8i_tile_gemm)(int q4, int mr, const bc_gemm *g, const unsigned char *x0,
                                      size_t rb, size_t i0, size_t p, size_t np, size_t nb)
 {
-#define Q8I_GEMM(q4c)                                                                      \
-    switch (mr) {                                                                          \
-    case 1: Q8I_FN(q8i_tile)(q4c, 1, QN, g, x0, rb, i0, p, np, nb); break;                 \
-    case 2: Q8I_FN(q8i_tile)(q4c, 2, QN, g, x0, rb, i0, p, np, nb); break;                 \
-    Q8I_GEMM_4(q4c)                                                                        \
-    Q8I_GEMM_6(q4c)                                                                        \
-    default: break;                                                                        \
-    }
-#if QM >= 4
-#define Q8I_GEMM_4(q4c)                                                                    \
-    case 3: Q8I_FN(q8i_tile)(q4c, 3, QN, g, x0, rb, i0, p, np, nb); break;                 \
-    case 4: Q8I_FN(q8i_tile)(q4c, 4, QN, g, x0, rb, i0, p, np, nb); break;
-#else
-#define Q8I_GEMM_4(q4c)
-#endif
-#if QM >= 6
-#define Q8I_GEMM_6(q4c)                                                                    \
-    case 5: Q8I_FN(q8i_tile)(q4c, 5, QN, g, x0, rb, i0, p, np, nb); break;                 \
-    case 6: Q8I_FN(q8i_tile)(q4c, 6, QN, g, x0, rb, i0, p, np, nb); break;
-#else
-#define Q8I_GEMM_6(q4c)
-#endif
     if (q4)
-        Q8I_GEMM(1)
+        Q8I_FN(q8i_tile_rows)(1, mr, g, x0, rb, i0, p, np, nb);
     else
-        Q8I_GEMM(0)
-#undef Q8I_GEMM
-#undef Q8I_GEMM_4
-#undef Q8I_GEMM_6
+        Q8I_FN(q8i_tile_rows)(0, mr, g, x0, rb, i0, p, np, nb);
 }
 
 /* Decoding: n <= BC_ROWS_MAX rows, panels p0.. in groups of QD1 (one row) or QD. */
