@@ -318,11 +318,19 @@ def test_one_request_with_seven_in_flight_equals_its_solo_run(server):
             r = c.completions.create(**kw)
             with lock:
                 return r, running[0]
-        res = _run_all([lambda i=i: other(i) for i in range(7)] + [target])
-        got, in_flight = res[-1]
-        assert in_flight == 7
-        assert got.choices[0].text == solo.text
-        assert got.choices[0].logprobs.token_logprobs == solo.logprobs.token_logprobs
+        # equal bits every round; all 7 others still streaming in at least one of three (a
+        # loaded machine can start the target so late that the others have ended: a round
+        # without company proves nothing, so it is run again)
+        seen = []
+        for _ in range(3):
+            res = _run_all([lambda i=i: other(i) for i in range(7)] + [target])
+            got, in_flight = res[-1]
+            assert got.choices[0].text == solo.text
+            assert got.choices[0].logprobs.token_logprobs == solo.logprobs.token_logprobs
+            seen.append(in_flight)
+            if in_flight == 7:
+                break
+        assert 7 in seen, seen
 
 
 def test_a_client_killed_mid_stream_frees_its_slot(server):
