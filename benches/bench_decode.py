@@ -58,7 +58,7 @@ import support_path  # noqa: F401  (tests/support: the PyTorch reference)
 from doc_section import run as run_bench  # noqa: E402
 from bench_linear import burst  # noqa: E402
 from machine import cpu_info, cpu_times, read_bandwidth, steal_share  # noqa: E402
-from llama_peer import extra_bufts_off  # noqa: E402
+from llama_peer import NOTE, open_model  # noqa: E402
 
 PRECISIONS = ("float32", "bfloat16", "float16", "q8_0", "q5_0", "q8_0i", "q4_0", "q4_0i", "q4_k")
 CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -165,15 +165,6 @@ def llama_runner(llm, prompt: np.ndarray, new: int) -> Callable[[], float]:
     return run
 
 
-def open_llama(llama_cpp, path: str, kind: str, **kw):
-    """llama_cpp.Llama(path, **kw); a quantised file without llama.cpp's extra buffer
-    types (benches/llama_peer.py: their repacked weights crash on this AMX CPU)."""
-    if kind not in ("q8_0", "q5_0", "q4_0", "q4_k"):
-        return llama_cpp.Llama(model_path=path, **kw)
-    with extra_bufts_off():
-        return llama_cpp.Llama(model_path=path, **kw)
-
-
 def step_bytes(m: "blockc.GPT", mean_pos: float) -> float:
     """Bytes one decode step reads: every tensor but the embedding tables (one row of
     each; a tied head reads the token table whole), and the keys and values of every
@@ -253,8 +244,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 ggufs[kind] = os.path.join(tmp.name, f"{kind}.gguf")
                 src.save_gguf(ggufs[kind], dtype=kind.upper())
         print(f"llama.cpp {llama_cpp.__version__} (llama-cpp-python), GGUF from the same "
-              "weights: f32, f16, bf16, q8_0 (blockc's own q8_0 blocks; q8_0 without extra "
-              "buffer types: their repacked q8_0 crashes on this AMX CPU)")
+              f"weights: f32, f16, bf16, q8_0 (blockc's own q8_0 blocks); {NOTE}")
     else:
         print("llama.cpp: not installed (pip install llama-cpp-python gguf): no peer column")
     tms = {}
@@ -281,7 +271,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 runners[("PyTorch", p)] = torch_runner(torch, tm, prompt, args.new)
             llms = []
             for kind, path in ggufs.items():
-                llm = open_llama(llama_cpp, path, kind, n_ctx=ctx + 8, n_batch=ctx + 8,
+                llm = open_model(llama_cpp, path, n_ctx=ctx + 8, n_batch=ctx + 8,
                                  n_threads=th, n_threads_batch=th, verbose=False)
                 llms.append(llm)
                 runners[("llama.cpp", kind)] = llama_runner(llm, prompt, args.new)

@@ -40,7 +40,7 @@ import numpy as np
 import blockc
 from doc_section import run as run_bench  # noqa: E402
 from machine import cpu_name, steal_share  # noqa: E402
-from llama_peer import NOTE, patch_extra_bufts  # noqa: E402
+from llama_peer import NOTE, open_model  # noqa: E402
 
 TYPES = ("F16", "Q8_0", "Q4_0", "Q5_0", "Q4_K_M")
 
@@ -115,8 +115,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         import llama_cpp
     except ImportError:
         llama_cpp = None
-    else:  # the weight-repacking (and AMX) buffers off for every file (llama_peer)
-        patch_extra_bufts()
     threads = [int(t) for t in args.threads.split(",")]
     contexts = [int(c) for c in args.contexts.split(",")]
     types = args.types.split(",")
@@ -164,7 +162,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 k_b = kl(ref, mt(text)[0])
                 k_l = "n/a"
                 if llama_cpp is not None:
-                    llm = llama_cpp.Llama(model_path=files[t], n_ctx=256, logits_all=True,
+                    llm = open_model(llama_cpp, files[t], n_ctx=256, logits_all=True,
                                           n_threads=threads[-1], verbose=False)
                     llm.eval([int(i) for i in text[0]])
                     k_l = f"{kl(ref, np.array(llm.scores[:text.shape[1]])):.2e}"
@@ -180,7 +178,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                         prompt = rng.integers(0, cfg.vocab, (1, max(1, ctx - args.new)))
                         llm = None
                         if llama_cpp is not None:
-                            llm = llama_cpp.Llama(model_path=files[t], n_ctx=ctx + 8,
+                            llm = open_model(llama_cpp, files[t], n_ctx=ctx + 8,
                                                   n_batch=ctx + 8, n_threads=th,
                                                   n_threads_batch=th, verbose=False)
                         rows: Dict[str, List[float]] = {"bd": [], "ld": [], "bp": [], "lp": []}

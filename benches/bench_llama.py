@@ -46,8 +46,9 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 
 import blockc
-from bench_decode import (Machine, blockc_runner, llama_runner, open_llama,  # noqa: E402
-                          smollm2_config, step_bytes, variants, with_isa)
+from bench_decode import (Machine, blockc_runner, llama_runner, smollm2_config,  # noqa: E402
+                          step_bytes, variants, with_isa)
+from llama_peer import NOTE, open_model  # noqa: E402
 from doc_section import run as run_bench  # noqa: E402
 from machine import read_bandwidth  # noqa: E402
 
@@ -154,8 +155,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         for kind, src in (("f32", m32), ("f16", m32), ("bf16", m32), ("q8_0", models["q8_0"])):
             ggufs[kind] = os.path.join(tmp.name, f"llama-{kind}.gguf")
             write_llama(src, ggufs[kind], kind)
-        print(f"llama.cpp {llama_cpp.__version__} (llama-cpp-python), GGUF from the same weights "
-              "(q8_0 without extra buffer types: their repacked q8_0 crashes on this AMX CPU)")
+        print(f"llama.cpp {llama_cpp.__version__} (llama-cpp-python), GGUF from the same weights; "
+              f"{NOTE}")
     else:
         print("llama.cpp: not installed (pip install llama-cpp-python gguf): no peer column")
     rng = np.random.default_rng(1)
@@ -169,7 +170,7 @@ def main(argv: Optional[List[str]] = None) -> int:
               f"(largest {np.abs(ref).max():.2f}); greedy 32 tokens equal: "
               f"{np.array_equal(m32.generate(ids[:, :8], 32), hms['float32'].generate(torch.as_tensor(ids[:, :8]), max_new_tokens=32, do_sample=False, pad_token_id=0, eos_token_id=None).numpy())}")
     if ggufs:
-        llm = open_llama(llama_cpp, ggufs["f32"], "f32", n_ctx=128, logits_all=True, verbose=False)
+        llm = open_model(llama_cpp, ggufs["f32"], n_ctx=128, logits_all=True, verbose=False)
         llm.eval([int(i) for i in ids[0]])
         diff = np.abs(np.array(llm.scores[:64]) - m32(ids)[0]).max()
         print(f"parity: max |blockc - llama.cpp f32| logit {diff:.1e} (llama.cpp keeps its KV "
@@ -195,7 +196,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             runners[("transformers", p, "all")] = timed(lambda hm=hm: torch_no_grad(torch, hm, tseq))
         llms = []
         for kind, path in ggufs.items():
-            llm = open_llama(llama_cpp, path, kind, n_ctx=args.seq + 8, n_batch=args.seq + 8,
+            llm = open_model(llama_cpp, path, n_ctx=args.seq + 8, n_batch=args.seq + 8,
                              n_threads=th, n_threads_batch=th, verbose=False)
             llms.append(llm)
             toks = [int(i) for i in seq[0]]
@@ -247,7 +248,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 runners[("transformers", p)] = hf_runner(torch, hm, prompt, args.new)
             llms = []
             for kind, path in ggufs.items():
-                llm = open_llama(llama_cpp, path, kind, n_ctx=ctx + 8, n_batch=ctx + 8,
+                llm = open_model(llama_cpp, path, n_ctx=ctx + 8, n_batch=ctx + 8,
                                  n_threads=th, n_threads_batch=th, verbose=False)
                 llms.append(llm)
                 runners[("llama.cpp", kind)] = llama_runner(llm, prompt, args.new)

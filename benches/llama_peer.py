@@ -5,9 +5,10 @@ repacks quantised weights into llama.cpp's extra buffer types (its CPU "repack" 
 buffers) and then crashes in the first quantised matmul. Its Python API has no switch for
 them, so :func:`patch_extra_bufts` wraps ``llama_model_default_params`` to return
 ``use_extra_bufts = False``; every model loaded after it (``llama_cpp.Llama``, the server)
-runs llama.cpp's plain CPU kernels. bench_decode and bench_llama turn them off for their
-quantised files only, bench_gguf for every file, bench_serve in the server's process
-(:data:`LAUNCH`).
+runs llama.cpp's plain CPU kernels. Every bench opens its files through :func:`open_model`
+(the buffers off for every file, so one llama.cpp configuration stands behind every table; on
+x86 they hold only quantised types, so a f32/f16/bf16 file runs the same kernels either way),
+bench_serve through the server's process (:data:`LAUNCH`).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import contextlib
 import os
 from typing import Callable, Iterator
 
-__all__ = ["patch_extra_bufts", "extra_bufts_off", "LAUNCH", "NOTE"]
+__all__ = ["open_model", "patch_extra_bufts", "extra_bufts_off", "LAUNCH", "NOTE"]
 
 #: what a bench prints beside the peer's version
 NOTE = "use_extra_bufts=False (its repacked/AMX weight buffers crash here)"
@@ -46,6 +47,12 @@ def extra_bufts_off() -> Iterator[None]:
         yield
     finally:
         restore()
+
+
+def open_model(llama_cpp, path: str, **kw):
+    """``llama_cpp.Llama(model_path=path, **kw)`` without the extra buffer types."""
+    with extra_bufts_off():
+        return llama_cpp.Llama(model_path=path, **kw)
 
 
 #: a launcher for ``python -c``: llama-cpp-python's server (which has no setting for it)
