@@ -25,18 +25,27 @@ from typing import Dict
 
 def cpu_info():
     """(model name, set of flags) of the first processor in /proc/cpuinfo ("?" and an
-    empty set where there is none): the CPU every bench names beside its figures."""
-    name, flags = "?", set()
+    empty set where there is none): the CPU every bench names beside its figures. The
+    name carries the family, model and stepping ("family 6 model 207 stepping 2"): a
+    virtual machine's model name is often generic ("Intel(R) Xeon(R) Processor") and
+    those numbers are what tell its generation."""
+    name, flags, ids = "?", set(), {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
-                if line.startswith("model name") and name == "?":
-                    name = line.split(":", 1)[1].strip()
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if key == "model name" and name == "?":
+                    name = value
+                elif key in ("cpu family", "model", "stepping") and key not in ids:
+                    ids[key] = value
+                elif key == "flags":
+                    flags = set(value.split())
                     break
     except OSError:
         pass
+    if name != "?" and len(ids) == 3:
+        name += f" (family {ids['cpu family']} model {ids['model']} stepping {ids['stepping']})"
     return name, flags
 
 
