@@ -271,7 +271,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 runners[("PyTorch", p)] = torch_runner(torch, tm, prompt, args.new)
             llms = []
             for kind, path in ggufs.items():
-                llm = open_model(llama_cpp, path, n_ctx=ctx + 8, n_batch=ctx + 8,
+                llm = open_model(llama_cpp, path, kind, n_ctx=ctx + 8, n_batch=ctx + 8,
                                  n_threads=th, n_threads_batch=th, verbose=False)
                 llms.append(llm)
                 runners[("llama.cpp", kind)] = llama_runner(llm, prompt, args.new)

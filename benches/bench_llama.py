@@ -170,7 +170,7 @@ def main(argv: Optional[List[str]] = None) -> int:
               f"(largest {np.abs(ref).max():.2f}); greedy 32 tokens equal: "
               f"{np.array_equal(m32.generate(ids[:, :8], 32), hms['float32'].generate(torch.as_tensor(ids[:, :8]), max_new_tokens=32, do_sample=False, pad_token_id=0, eos_token_id=None).numpy())}")
     if ggufs:
-        llm = open_model(llama_cpp, ggufs["f32"], n_ctx=128, logits_all=True, verbose=False)
+        llm = open_model(llama_cpp, ggufs["f32"], "f32", n_ctx=128, logits_all=True, verbose=False)
         llm.eval([int(i) for i in ids[0]])
         diff = np.abs(np.array(llm.scores[:64]) - m32(ids)[0]).max()
         print(f"parity: max |blockc - llama.cpp f32| logit {diff:.1e} (llama.cpp keeps its KV "
@@ -196,7 +196,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             runners[("transformers", p, "all")] = timed(lambda hm=hm: torch_no_grad(torch, hm, tseq))
         llms = []
         for kind, path in ggufs.items():
-            llm = open_model(llama_cpp, path, n_ctx=args.seq + 8, n_batch=args.seq + 8,
+            llm = open_model(llama_cpp, path, kind, n_ctx=args.seq + 8, n_batch=args.seq + 8,
                              n_threads=th, n_threads_batch=th, verbose=False)
             llms.append(llm)
             toks = [int(i) for i in seq[0]]
@@ -248,7 +248,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 runners[("transformers", p)] = hf_runner(torch, hm, prompt, args.new)
             llms = []
             for kind, path in ggufs.items():
-                llm = open_model(llama_cpp, path, n_ctx=ctx + 8, n_batch=ctx + 8,
+                llm = open_model(llama_cpp, path, kind, n_ctx=ctx + 8, n_batch=ctx + 8,
                                  n_threads=th, n_threads_batch=th, verbose=False)
                 llms.append(llm)
                 runners[("llama.cpp", kind)] = llama_runner(llm, prompt, args.new)

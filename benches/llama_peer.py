@@ -5,10 +5,10 @@ repacks quantised weights into llama.cpp's extra buffer types (its CPU "repack" 
 buffers) and then crashes in the first quantised matmul. Its Python API has no switch for
 them, so :func:`patch_extra_bufts` wraps ``llama_model_default_params`` to return
 ``use_extra_bufts = False``; every model loaded after it (``llama_cpp.Llama``, the server)
-runs llama.cpp's plain CPU kernels. Every bench opens its files through :func:`open_model`
-(the buffers off for every file, so one llama.cpp configuration stands behind every table; on
-x86 they hold only quantised types, so a f32/f16/bf16 file runs the same kernels either way),
-bench_serve through the server's process (:data:`LAUNCH`).
+runs llama.cpp's plain CPU kernels. Every bench opens its files through :func:`open_model`,
+which turns them off for quantised files only: an f16 file's matrices go to the AMX buffer
+and its own f16 kernels, which run (and are llama.cpp's faster f16 path on such a CPU), and
+f32/bf16 files use no extra buffer. bench_serve launches the server through :data:`LAUNCH`.
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from typing import Callable, Iterator
 __all__ = ["open_model", "patch_extra_bufts", "extra_bufts_off", "LAUNCH", "NOTE"]
 
 #: what a bench prints beside the peer's version
-NOTE = "use_extra_bufts=False (its repacked/AMX weight buffers crash here)"
+NOTE = ("use_extra_bufts=False for quantised files (its repacked/AMX weight buffers crash "
+        "here), on for f32/f16/bf16")
 
 
 def patch_extra_bufts() -> Callable[[], None]:
@@ -49,8 +50,15 @@ def extra_bufts_off() -> Iterator[None]:
         restore()
 
 
-def open_model(llama_cpp, path: str, **kw):
-    """``llama_cpp.Llama(model_path=path, **kw)`` without the extra buffer types."""
+#: the weight types whose files keep llama.cpp's extra buffer types
+UNQUANTISED = ("f32", "f16", "bf16")
+
+
+def open_model(llama_cpp, path: str, kind: str, **kw):
+    """``llama_cpp.Llama(model_path=path, **kw)`` for a file of weight type ``kind`` ("f32",
+    "F16", "q8_0", "Q4_K_M", ...): the extra buffer types off unless it is unquantised."""
+    if kind.lower() in UNQUANTISED:
+        return llama_cpp.Llama(model_path=path, **kw)
     with extra_bufts_off():
         return llama_cpp.Llama(model_path=path, **kw)
 
