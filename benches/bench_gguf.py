@@ -163,7 +163,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 k_l = "n/a"
                 if llama_cpp is not None:
                     llm = open_model(llama_cpp, files[t], t, n_ctx=256, logits_all=True,
-                                          n_threads=threads[-1], verbose=False)
+                                     n_threads=threads[-1], verbose=False)
                     llm.eval([int(i) for i in text[0]])
                     k_l = f"{kl(ref, np.array(llm.scores[:text.shape[1]])):.2e}"
                     del llm
@@ -179,8 +179,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         llm = None
                         if llama_cpp is not None:
                             llm = open_model(llama_cpp, files[t], t, n_ctx=ctx + 8,
-                                                  n_batch=ctx + 8, n_threads=th,
-                                                  n_threads_batch=th, verbose=False)
+                                             n_batch=ctx + 8, n_threads=th,
+                                             n_threads_batch=th, verbose=False)
                         rows: Dict[str, List[float]] = {"bd": [], "ld": [], "bp": [], "lp": []}
                         pre = prompt[:, :128]
                         for _ in range(args.repeats):
