@@ -47,7 +47,8 @@ except ImportError:  # the source tree without a build: use an installed blockc'
             "in place (`pip install -e .`)") from None
     ffi, lib = _ext.ffi, _ext.lib
 
-__all__ = ["ffi", "lib", "check", "fptr", "cptr", "thread_buffer", "aligned_zeros", "aligned_copy",
+__all__ = ["ffi", "lib", "check", "fptr", "cptr", "thread_buffer", "output_empty", "aligned_zeros",
+           "aligned_copy",
            "c_dtypes", "c_whole_blocks"]
 
 # status -> exception type; messages come from bc_strerror
@@ -90,6 +91,27 @@ def thread_buffer(holder, n: int):
         buf = np.empty(max(n, 1), dtype=np.float32)
         holder.buf, holder.ptr = buf, fptr(buf)
     return holder.ptr, buf
+
+
+#: Bytes from which :func:`output_empty` advises small pages: NumPy's own threshold
+#: for asking for huge pages (4 MiB).
+SMALL_PAGES_FROM = 1 << 22
+
+
+def output_empty(shape, dtype: "np.typing.DTypeLike" = np.float32) -> np.ndarray:
+    """``np.empty(shape, dtype)`` for an output the C library is about to write once
+    (logits, hidden states, a linear's result): from :data:`SMALL_PAGES_FROM` bytes
+    on, the pages inside it are advised small (``bc_advise_small_pages``) before any
+    is touched. NumPy asks for transparent huge pages on every large array; under a
+    hypervisor the first write to a fresh 2 MiB page can cost many times what its
+    512 small pages do, and a fresh output is all first writes (benches/bench_pages.py
+    measures both). A normal NumPy array: it owns its memory and nothing else
+    changes."""
+    a = np.empty(shape, dtype)
+    if a.nbytes >= SMALL_PAGES_FROM:
+        check(lib.bc_advise_small_pages(ffi.cast("void *", a.ctypes.data), a.nbytes),
+              "output_empty")
+    return a
 
 
 def aligned_zeros(n: int, dtype: "np.typing.DTypeLike" = np.float32) -> np.ndarray:

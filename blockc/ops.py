@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._args import F32, as_choice, as_f32, as_flag, check_eps
-from ._native import check, cptr, ffi, fptr, lib
+from ._native import check, cptr, ffi, fptr, lib, output_empty
 from ._enums import C_DTYPE, DTYPES, VALUE_LIMIT, WHOLE_BLOCKS
 from ._errors import BlockcValueError
 
@@ -217,7 +217,7 @@ def linear(x: npt.ArrayLike, w: Union[npt.ArrayLike, PackedWeight],
         raise BlockcValueError(f"x must have shape (..., {c}) to match w of shape {w.shape}, got {x.shape}")
     b = _vector(b, oc, "b", "one bias per output row of w")
     n = x.size // c if c else int(np.prod(x.shape[:-1]))
-    y = np.empty(x.shape[:-1] + (oc,), F32)
+    y = output_empty(x.shape[:-1] + (oc,))
     if n == 0 or oc == 0:
         return y
     if c == 0:

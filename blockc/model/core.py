@@ -17,7 +17,7 @@ import numpy.typing as npt
 from .._args import as_choice, as_flag, as_int, as_size, to_numpy
 from .._enums import VALUE_LIMIT
 from .._errors import BlockcTypeError, BlockcValueError
-from .._native import aligned_copy, check, cptr, ffi, fptr, lib, thread_buffer
+from .._native import aligned_copy, check, cptr, ffi, fptr, lib, output_empty, thread_buffer
 from .._enums import WHOLE_BLOCKS
 from .config import C_DTYPE, DTYPES, GPTConfig, as_config, gpt_parameter_count
 
@@ -903,8 +903,8 @@ class Model:
         work, buf = thread_buffer(self._tls, int(n[0]))
         logits = None
         if want_logits:
-            logits = np.empty((b, 1 if last_only else t, cfg.vocab), dtype=np.float32)
-        hidden = np.empty((cfg.layers, b, t, cfg.width), dtype=np.float32) if want_hidden else None
+            logits = output_empty((b, 1 if last_only else t, cfg.vocab))
+        hidden = output_empty((cfg.layers, b, t, cfg.width)) if want_hidden else None
         wide = a.dtype == np.int64
         ids_ptr = ffi.from_buffer("int64_t[]" if wide else "int32_t[]", a, require_writable=False)
         check(lib.bc_gpt_forward(fptr(logits) if logits is not None else ffi.NULL,

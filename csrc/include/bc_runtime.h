@@ -88,6 +88,18 @@ int bc_tune_kernels(void);
  * (family, isa; seconds < 0, > 1 or NaN). */
 int bc_tune_handicap(int family, int isa, double seconds);
 
+/* Advise the system that the whole pages inside [p, p + bytes) (memory a
+ * caller has allocated and not written yet: an output about to be written
+ * once) be backed by small pages rather than transparent huge pages. Linux:
+ * madvise(MADV_NOHUGEPAGE); elsewhere nothing. The contents and the memory's
+ * ownership do not change. Why: NumPy asks for huge pages on every array of
+ * 4 MiB or more, and under a hypervisor the first write to each fresh 2 MiB
+ * page can cost far more than the 512 small pages it replaces (measured by
+ * benches/bench_pages.py). Advice only: a system that refuses it (no huge
+ * pages, an unmapped range) is not an error. BC_ENULL when p is NULL and
+ * bytes > 0. */
+int bc_advise_small_pages(void *p, size_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,6 +17,7 @@
 #endif
 #if defined(__linux__)
 #include <sched.h>
+#include <sys/mman.h>  /* madvise */
 #endif
 
 /* Atomic int accesses: GCC/clang builtins; elsewhere (MSVC) aligned int
@@ -321,6 +322,23 @@ static void free64(void *p)
 #else
     free(p);
 #endif
+}
+
+int bc_advise_small_pages(void *p, size_t bytes)
+{
+    if (!p && bytes)
+        return BC_ENULL;
+#if defined(__linux__) && defined(MADV_NOHUGEPAGE)
+    const long page_l = sysconf(_SC_PAGESIZE);
+    const uintptr_t page = page_l > 0 ? (uintptr_t)page_l : 4096u;
+    const uintptr_t a = (uintptr_t)p;
+    if (bytes > UINTPTR_MAX - a)
+        return BC_EOVERFLOW;
+    const uintptr_t lo = (a + page - 1) / page * page, hi = (a + bytes) / page * page;
+    if (hi > lo)
+        (void)madvise((void *)lo, (size_t)(hi - lo), MADV_NOHUGEPAGE);  /* advice: a refusal is not an error */
+#endif
+    return BC_OK;
 }
 
 /* The calling thread's scratch, at least n floats, or NULL. */

@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <math.h>
 #include <string.h>
+#include <stdint.h>
 
 #include "harness.h"
 
@@ -231,9 +232,31 @@ static void determinism_checks(void)
     EXPECT_STATUS(BC_OK, bc_set_isa(start));
 }
 
+/* bc_advise_small_pages: advice that changes no byte of the memory it is given
+ * (its effect on the pages is tests/test_pages.py's, read from smaps). */
+static void pages_checks(void)
+{
+    EXPECT_STATUS(BC_OK, bc_advise_small_pages(NULL, 0));
+    EXPECT_STATUS(BC_ENULL, bc_advise_small_pages(NULL, 1));
+    /* a range past the end of the address space: refused before any call */
+    EXPECT_STATUS(BC_EOVERFLOW, bc_advise_small_pages((void *)(UINTPTR_MAX - 15), 64));
+    const size_t n = (size_t)3 << 20;  /* 12 MiB: whole huge pages inside */
+    float *p = h_alloc(n);
+    h_fill(p, n, 7u, 1.0f);
+    float *copy = h_alloc(n);
+    memcpy(copy, p, NB(n));
+    EXPECT_STATUS(BC_OK, bc_advise_small_pages(p, NB(n)));
+    EXPECT_STATUS(BC_OK, bc_advise_small_pages(p + 1, 5));  /* no whole page inside */
+    EXPECT(memcmp(p, copy, NB(n)) == 0);
+    EXPECT(h_guard_ok(p, NB(n)));
+    p[n - 1] = -p[n - 1];  /* still writable */
+    EXPECT(p[n - 1] == -copy[n - 1]);
+}
+
 void test_runtime(void)
 {
     settings_checks();
+    pages_checks();
     choice_checks();
     determinism_checks();
 }
