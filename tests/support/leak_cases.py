@@ -132,6 +132,13 @@ def _cases():
         return alternate(lambda: lib.bc_set_kernel_choice(1, chosen),
                          lambda: lib.bc_set_kernel_choice(1, 99))
 
+    @case("bc_advise_small_pages")
+    def _():
+        buf = np.empty(3 << 20, np.float32)  # 12 MiB: whole huge pages inside
+        ptr = ffi.cast("void *", buf.ctypes.data)
+        return alternate(lambda: (buf, lib.bc_advise_small_pages(ptr, buf.nbytes))[1],
+                         lambda: lib.bc_advise_small_pages(ffi.NULL, 1))
+
     @case("bc_tune_kernels")
     def _():
         return alternate(lambda: lib.bc_tune_kernels(), lambda: lib.bc_tune_handicap(0, 1, -1.0))
