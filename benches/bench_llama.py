@@ -25,6 +25,12 @@ peers run the same weights:
             tokens/s and as a percentage of the bandwidth bound (read bandwidth of
             this machine measured in the run / the bytes one step reads)
 
+Under the prefill table, per thread count: the arithmetic of a float32 prompt
+with every position's logits (the products, the attention's two, the head) over
+the measured time, for blockc and transformers, as a share of the machine's FMA
+peak (benches/machine.py fma_peak, measured in the run): how far above
+transformers any engine could be on this CPU.
+
 Engines alternate within each round; every figure is the median of --repeats rounds.
 
     python benches/bench_llama.py                 # the tables (about 15 minutes)
@@ -50,7 +56,7 @@ from bench_decode import (Machine, blockc_runner, llama_runner, smollm2_config, 
                           step_bytes, variants, with_isa)
 from llama_peer import NOTE, open_model  # noqa: E402
 from doc_section import run as run_bench  # noqa: E402
-from machine import read_bandwidth  # noqa: E402
+from machine import fma_peak, read_bandwidth  # noqa: E402
 
 PRECISIONS = ("float32", "bfloat16", "q8_0", "q8_0i")
 SAME = {"float32": "f32", "bfloat16": "bf16", "q8_0": "q8_0", "q8_0i": "q8_0"}
@@ -98,6 +104,16 @@ def alternate(runners: Dict[tuple, Callable[[], float]], repeats: int) -> Dict[t
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def prefill_flops(cfg: "blockc.GPTConfig", t: int) -> float:
+    """Floating-point operations of a float32 prompt of t tokens with every position's
+    logits: the layers' products (2 per weight and token), causal attention's two
+    products (2 t^2 width per layer, half of the t x t scores), the head."""
+    d, kv = cfg.width, cfg.kv_heads_ * (cfg.width // cfg.heads)
+    f = cfg.d_ff_ * (3 if cfg.activation == "swiglu" else 2)
+    per_layer = 2 * t * (2 * d * d + 2 * d * kv + f * d) + 2 * t * t * d
+    return cfg.layers * per_layer + 2 * t * d * cfg.vocab
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", choices=("llama", "smollm2"), default="llama")
@@ -135,6 +151,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     m32 = blockc.GPT.random(cfg, seed=0)
     models = {p: m32 if p == "float32" else m32.astype(p) for p in PRECISIONS}
     bw = read_bandwidth()
+    peak = fma_peak()
     print(machine.header())
     print(f"{'SmolLM2-135M-shaped' if smol else 'Llama-shaped'}: V={cfg.vocab} D={cfg.width} "
           f"H={cfg.heads} KV={cfg.kv_heads_} F={cfg.d_ff_} L={cfg.layers}, "
@@ -233,6 +250,19 @@ def main(argv: Optional[List[str]] = None) -> int:
             vs_l = f"{rate / lr:.2f}x ({SAME[p]})" if lr and logits == "last" else ""
         print(f"| {th} | {eng} | {p} | {logits} | {rate:.0f} | " + " | ".join(cols)
               + f" | {vs_b} | {vs_t} | {vs_l} |")
+    gflop = prefill_flops(cfg, args.seq) / 1e9
+    for th in thread_counts:
+        parts = []
+        for eng in ("blockc", "transformers"):
+            rate = find(rows, (th, eng, "float32", "all") + (("auto",) if eng == "blockc" else ()))
+            if rate:
+                g = gflop * rate / args.seq
+                share = f" ({100 * g / peak[th]:.0f}% of it)" if th in peak else ""
+                parts.append(f"{eng} {g:.0f} GFLOP/s{share}")
+        if parts:
+            pk = f"FMA peak {peak[th]:.0f} GFLOP/s" if th in peak else "FMA peak n/a"
+            print(f"float32 prompt, all logits, {th} thread{'s' if th > 1 else ''}: {gflop:.0f} "
+                  f"GFLOP; {pk}; " + ", ".join(parts))
 
     # decode
     drows = []
