@@ -71,7 +71,7 @@ import numpy.typing as npt
 
 import numpy as np
 
-from ._native import check, cptr, ffi, fptr, lib, thread_buffer
+from ._native import check, cptr, ffi, fptr, lib, output_empty, thread_buffer
 from ._args import (F32, MAX_ELEMENTS, as_choice, as_f32, as_flag, as_int, as_seed, as_size,
                     check_eps)
 from ._enums import ACTIVATIONS, C_ACT, C_NORM, C_PLACE, NORMS, PLACEMENTS
@@ -428,7 +428,7 @@ def block_forward(x: npt.ArrayLike, W: Union[Mapping[str, Any], PreparedBlock],
         b, t = 1, shape[0]
     else:
         x, b, t = _input(x, cfg)  # raises the shape error
-    y = np.empty(shape, F32)
+    y = output_empty(shape)
     if b and t:
         work, n = workspace(cfg, b, t)
         st = lib.bc_block_forward(fptr(y), cptr(x), cfg._c, p._c, b, t, work, n)
@@ -480,11 +480,11 @@ def stack_forward(x: npt.ArrayLike, Ws: Sequence[Union[Mapping[str, Any], Prepar
     x, b, t = _input(x, cfg)
     n = len(preps)
     if return_hidden:
-        out = np.empty((n + 1,) + x.shape, F32)
+        out = output_empty((n + 1,) + x.shape)
         out[0] = x
-        y, hidden = np.empty(x.shape, F32), out[1:]
+        y, hidden = output_empty(x.shape), out[1:]
     else:
-        out = y = np.array(x, dtype=F32, copy=True) if n == 0 else np.empty(x.shape, F32)
+        out = y = np.array(x, dtype=F32, copy=True) if n == 0 else output_empty(x.shape)
         hidden = None
     if n and b and t:
         ws = ffi.new("bc_block_weights[]", n)
@@ -547,7 +547,7 @@ def stack_backward(x: npt.ArrayLike, Ws: Sequence[Union[Mapping[str, Any], Prepa
     grads = [{k: np.zeros(a.shape, F32) for k, a in p.arrays.items()} for p in preps]
     if n == 0:
         return np.array(dy, dtype=F32, copy=True), grads
-    dx = np.empty(x.shape, F32)
+    dx = output_empty(x.shape)
     if not (b and t):
         dx[...] = 0.0
         return dx, grads

@@ -273,7 +273,7 @@ def rmsnorm(x: npt.ArrayLike, weight: Optional[npt.ArrayLike] = None,
     n, c = _rows(x, "x")
     g = _vector(weight, c, "weight", "one gain per feature")
     e = check_eps(eps)
-    y = np.empty_like(x)
+    y = output_empty(x.shape)
     if n:
         check(lib.bc_rmsnorm(fptr(y), cptr(x), cptr(g) if g is not None else ffi.NULL, n, c, e),
               "rmsnorm")
@@ -312,7 +312,7 @@ def layernorm(x: npt.ArrayLike, weight: Optional[npt.ArrayLike] = None,
     g = _vector(weight, c, "weight", "one gain per feature")
     b = _vector(bias, c, "bias", "one shift per feature")
     e = check_eps(eps)
-    y = np.empty_like(x)
+    y = output_empty(x.shape)
     if n:
         check(lib.bc_layernorm(fptr(y), cptr(x), cptr(g) if g is not None else ffi.NULL,
                                cptr(b) if b is not None else ffi.NULL, n, c, e), "layernorm")
@@ -360,7 +360,7 @@ def attention(q: npt.ArrayLike, k: npt.ArrayLike, v: npt.ArrayLike,
     tk = k.shape[-2]
     if v.shape != k.shape:
         raise BlockcValueError(f"v must have the shape of k {k.shape}, got {v.shape}")
-    y = np.empty(q.shape, F32)
+    y = output_empty(q.shape)
     bh = int(np.prod(lead, dtype=np.int64))
     if bh == 0 or tq == 0:
         return y
@@ -373,7 +373,7 @@ def attention(q: npt.ArrayLike, k: npt.ArrayLike, v: npt.ArrayLike,
 
 def _act(x: Any, kind: int, where: str) -> np.ndarray:
     x = as_f32(x, "x")
-    y = np.empty_like(x)
+    y = output_empty(x.shape)
     if x.size:
         check(lib.bc_activation(fptr(y), cptr(x), x.size, kind), where)
     return y
@@ -516,7 +516,7 @@ def swiglu(gate: npt.ArrayLike, up: npt.ArrayLike) -> np.ndarray:
     array([0.       , 1.4621172], dtype=float32)
     """
     gate, up = _same(gate, up, "gate", "up")
-    y = np.empty_like(gate)
+    y = output_empty(gate.shape)
     if y.size:
         check(lib.bc_swiglu(fptr(y), cptr(gate), cptr(up), y.size), "swiglu")
     return y
@@ -546,7 +546,7 @@ def residual_add(x: npt.ArrayLike, sub: npt.ArrayLike) -> np.ndarray:
     array([1.1, 1.8, 3.3, 3.9], dtype=float32)
     """
     x, sub = _same(x, sub, "x", "sub")
-    y = np.empty_like(x)
+    y = output_empty(x.shape)
     if y.size:
         check(lib.bc_residual_add(fptr(y), cptr(x), cptr(sub), y.size), "residual_add")
     return y
