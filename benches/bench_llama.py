@@ -52,6 +52,7 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 
 import blockc
+from blockc.model import block_parameter_parts
 from bench_decode import (Machine, blockc_runner, llama_runner, smollm2_config,  # noqa: E402
                           step_bytes, variants, with_isa)
 from llama_peer import NOTE, open_model  # noqa: E402
@@ -106,12 +107,13 @@ def alternate(runners: Dict[tuple, Callable[[], float]], repeats: int) -> Dict[t
 
 def prefill_flops(cfg: "blockc.GPTConfig", t: int) -> float:
     """Floating-point operations of a float32 prompt of t tokens with every position's
-    logits: the layers' products (2 per weight and token), causal attention's two
-    products (2 t^2 width per layer, half of the t x t scores), the head."""
-    d, kv = cfg.width, cfg.kv_heads_ * (cfg.width // cfg.heads)
-    f = cfg.d_ff_ * (3 if cfg.activation == "swiglu" else 2)
-    per_layer = 2 * t * (2 * d * d + 2 * d * kv + f * d) + 2 * t * t * d
-    return cfg.layers * per_layer + 2 * t * d * cfg.vocab
+    logits: the layers' products (2 per matrix weight and token: the attention's and
+    the MLP's parts of blockc.model.block_parameter_parts), causal attention's two
+    products (2 t^2 H Dh per layer, half of the t x t scores), the head."""
+    weights = sum(n for part, _, n in block_parameter_parts(cfg)
+                  if part.startswith(("attention", "MLP")))
+    per_layer = 2 * t * weights + 2 * t * t * cfg.heads * cfg.head_dim_
+    return cfg.layers * per_layer + 2 * t * cfg.width * cfg.vocab
 
 
 def main(argv: Optional[List[str]] = None) -> int:
