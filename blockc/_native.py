@@ -109,8 +109,7 @@ def output_empty(shape, dtype: "np.typing.DTypeLike" = np.float32) -> np.ndarray
     changes."""
     a = np.empty(shape, dtype)
     if a.nbytes >= SMALL_PAGES_FROM:
-        check(lib.bc_advise_small_pages(ffi.cast("void *", a.ctypes.data), a.nbytes),
-              "output_empty")
+        check(lib.bc_advise_small_pages(ffi.from_buffer(a), a.nbytes), "output_empty")
     return a
 
 

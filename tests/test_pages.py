@@ -77,7 +77,7 @@ def test_c_entry_point_statuses():
     assert lib.bc_advise_small_pages(ffi.NULL, 1) == lib.BC_ENULL
     buf = np.arange(3 * MIB, dtype=np.float32)
     before = buf.copy()
-    assert lib.bc_advise_small_pages(ffi.cast("void *", buf.ctypes.data), buf.nbytes) == lib.BC_OK
+    assert lib.bc_advise_small_pages(ffi.from_buffer(buf), buf.nbytes) == lib.BC_OK
     np.testing.assert_array_equal(buf, before)   # advice: no byte changes
 
 

@@ -135,8 +135,8 @@ def _cases():
     @case("bc_advise_small_pages")
     def _():
         buf = np.empty(3 << 20, np.float32)  # 12 MiB: whole huge pages inside
-        ptr = ffi.cast("void *", buf.ctypes.data)
-        return alternate(lambda: (buf, lib.bc_advise_small_pages(ptr, buf.nbytes))[1],
+        ptr = ffi.from_buffer(buf)  # keeps buf alive
+        return alternate(lambda: lib.bc_advise_small_pages(ptr, buf.nbytes),
                          lambda: lib.bc_advise_small_pages(ffi.NULL, 1))
 
     @case("bc_tune_kernels")
