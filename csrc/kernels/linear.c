@@ -67,11 +67,53 @@ static void gemm_unit(const void *arg, size_t u, int t)
                      o0 + j->cw < g->oc ? o0 + j->cw : g->oc, bc_rt_slice(j->cx, t));
 }
 
+/* Products on quantised x, and decoding's on panels, split the columns of w
+ * into units of whole panels claimed in order. Decoding (up to BC_ROWS_MAX
+ * rows) gives each thread one unit, an even share: its kernel keeps up to 16
+ * panels in flight, and the integer formats, bound by their arithmetic, ran a
+ * quarter slower in units of 4 panels (a decode step on two threads, measured
+ * with benches); a late helper's unit is still taken by whoever is free. A
+ * prompt's rows (quantised x) take units of 4 panels, their panels kept in L2
+ * while the rows stream past. The bits do not depend on the units. */
+#define COL_UNIT 64  /* 4 panels */
+
+typedef struct {
+    size_t w, oc;  /* columns a unit, in all */
+} col_units;
+
+static col_units col_plan(size_t oc, size_t n, int nt)
+{
+    const size_t np = (oc + BC_PANEL - 1) / BC_PANEL;
+    const col_units cu = {n <= BC_ROWS_MAX ? (np + (size_t)nt - 1) / (size_t)nt * BC_PANEL
+                                           : COL_UNIT, oc};
+    return cu;
+}
+
+static size_t col_count(col_units cu)
+{
+    return (cu.oc + cu.w - 1) / cu.w;
+}
+
+/* Unit u's columns [*o0, *o1). */
+static void col_range(col_units cu, size_t u, size_t *o0, size_t *o1)
+{
+    *o0 = u * cu.w;
+    *o1 = *o0 + cu.w < cu.oc ? *o0 + cu.w : cu.oc;
+}
+
+typedef struct {
+    const bc_gemm *g;
+    const bc_kernel_table *kt;
+    col_units cu;
+} rows_job;
+
 static void rows_unit(const void *arg, size_t u, int t)
 {
-    const lin_job *j = arg;
-    const size_t o0 = u * j->cw;
-    j->kt->wf[j->g->wf].rows_part(j->g, o0, o0 + j->cw < j->g->oc ? o0 + j->cw : j->g->oc);
+    const rows_job *j = arg;
+    size_t o0, o1;
+    (void)t;
+    col_range(j->cu, u, &o0, &o1);
+    j->kt->wf[j->g->wf].rows_part(j->g, o0, o1);
 }
 
 /* ---- formats on quantised x (q8_0i) ---- */
@@ -80,20 +122,18 @@ typedef struct {
     const bc_gemm *g;
     const bc_kernel_table *kt;
     const unsigned char *xq;  /* rows n0.. quantised */
-    size_t n0, n1, cw;        /* the chunk's rows; unit columns */
+    size_t n0, n1;            /* the chunk's rows */
+    col_units cu;             /* its columns (col_plan) */
 } xq_job;
 
 static void xq_unit(const void *arg, size_t u, int t)
 {
     const xq_job *j = arg;
-    const size_t o0 = u * j->cw, o1 = o0 + j->cw < j->g->oc ? o0 + j->cw : j->g->oc;
+    size_t o0, o1;
     (void)t;
+    col_range(j->cu, u, &o0, &o1);
     j->kt->wf[j->g->wf].xq_part(j->g, j->xq, j->n0, j->n1, o0, o1);
 }
-
-/* Columns in units of 64 (4 panels), all of a chunk's rows: a unit's panels
- * stay in L2 while its rows stream past them. */
-#define XQ_UNIT 64
 
 /* The rows of x quantised once, chunk by chunk into the call's scratch (every
  * thread's slice: the kernels on quantised x need none), each chunk's product
@@ -115,8 +155,8 @@ static void linear_xq(const bc_gemm *g, int nt, const bc_ctx *cx)
             kt->wf[g->wf].xq_part(g, xq, n0, n1, 0, g->oc);
             continue;
         }
-        const xq_job j = {g, kt, xq, n0, n1, XQ_UNIT};
-        bc_rt_run(nt, (g->oc + XQ_UNIT - 1) / XQ_UNIT, xq_unit, &j);
+        const xq_job j = {g, kt, xq, n0, n1, col_plan(g->oc, n1 - n0, nt)};
+        bc_rt_run(nt, col_count(j.cu), xq_unit, &j);
     }
 }
 
@@ -127,10 +167,6 @@ static double weight_bytes(int wf, size_t c, size_t oc)
                                         : bc_format_weight_bytes(bc_format_of(BC_WF_DTYPE(wf)));
     return per * (double)c * (double)oc;
 }
-
-/* Decoding: columns in units of 64 (4 panels), at most a few per thread
- * beyond that, so that a preempted helper holds little. */
-#define ROWS_UNIT 64
 
 // y (N,OC), x (N,C), w (OC,C) in layout wf, b (OC) or NULL, r (N,OC) or NULL (may be y)
 static void linear(float *y, const float *x, const void *w, int wf, const float *b,
@@ -157,17 +193,17 @@ static void linear(float *y, const float *x, const void *w, int wf, const float 
         linear_xq(&g, nt, cx);
         return;
     }
-    lin_job j = {&g, kt, cx, n, ROWS_UNIT, 0};
     /* a caller's rows take dot products only through bc_k_linear_few */
     if (n <= BC_ROWS_MAX && (wf != BC_WF_ROWS || few)) {
-        const size_t units = (oc + ROWS_UNIT - 1) / ROWS_UNIT;
         if (nt <= 1) {
             kt->wf[wf].rows_part(&g, 0, oc);
             return;
         }
-        bc_rt_run(nt, units, rows_unit, &j);
+        const rows_job rj = {&g, kt, col_plan(oc, n, nt)};
+        bc_rt_run(nt, col_count(rj.cu), rows_unit, &rj);
         return;
     }
+    lin_job j = {&g, kt, cx, 0, 0, 0};
     if (nt <= 1) {
         kt->gemm_part(&g, 0, n, 0, oc, bc_rt_slice(cx, 0));
         return;
