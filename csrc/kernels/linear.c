@@ -77,43 +77,18 @@ static void gemm_unit(const void *arg, size_t u, int t)
  * while the rows stream past. The bits do not depend on the units. */
 #define COL_UNIT 64  /* 4 panels */
 
-typedef struct {
-    size_t w, oc;  /* columns a unit, in all */
-} col_units;
-
-static col_units col_plan(size_t oc, size_t n, int nt)
+/* The columns of a unit of a product of n rows of x on nt threads. */
+static size_t unit_cols(size_t oc, size_t n, int nt)
 {
     const size_t np = (oc + BC_PANEL - 1) / BC_PANEL;
-    const col_units cu = {n <= BC_ROWS_MAX ? (np + (size_t)nt - 1) / (size_t)nt * BC_PANEL
-                                           : COL_UNIT, oc};
-    return cu;
+    return n <= BC_ROWS_MAX ? (np + (size_t)nt - 1) / (size_t)nt * BC_PANEL : COL_UNIT;
 }
-
-static size_t col_count(col_units cu)
-{
-    return (cu.oc + cu.w - 1) / cu.w;
-}
-
-/* Unit u's columns [*o0, *o1). */
-static void col_range(col_units cu, size_t u, size_t *o0, size_t *o1)
-{
-    *o0 = u * cu.w;
-    *o1 = *o0 + cu.w < cu.oc ? *o0 + cu.w : cu.oc;
-}
-
-typedef struct {
-    const bc_gemm *g;
-    const bc_kernel_table *kt;
-    col_units cu;
-} rows_job;
 
 static void rows_unit(const void *arg, size_t u, int t)
 {
-    const rows_job *j = arg;
-    size_t o0, o1;
-    (void)t;
-    col_range(j->cu, u, &o0, &o1);
-    j->kt->wf[j->g->wf].rows_part(j->g, o0, o1);
+    const lin_job *j = arg;
+    const size_t o0 = u * j->cw;
+    j->kt->wf[j->g->wf].rows_part(j->g, o0, o0 + j->cw < j->g->oc ? o0 + j->cw : j->g->oc);
 }
 
 /* ---- formats on quantised x (q8_0i) ---- */
@@ -122,16 +97,14 @@ typedef struct {
     const bc_gemm *g;
     const bc_kernel_table *kt;
     const unsigned char *xq;  /* rows n0.. quantised */
-    size_t n0, n1;            /* the chunk's rows */
-    col_units cu;             /* its columns (col_plan) */
+    size_t n0, n1, cw;        /* the chunk's rows; unit columns (unit_cols) */
 } xq_job;
 
 static void xq_unit(const void *arg, size_t u, int t)
 {
     const xq_job *j = arg;
-    size_t o0, o1;
+    const size_t o0 = u * j->cw, o1 = o0 + j->cw < j->g->oc ? o0 + j->cw : j->g->oc;
     (void)t;
-    col_range(j->cu, u, &o0, &o1);
     j->kt->wf[j->g->wf].xq_part(j->g, j->xq, j->n0, j->n1, o0, o1);
 }
 
@@ -155,8 +128,8 @@ static void linear_xq(const bc_gemm *g, int nt, const bc_ctx *cx)
             kt->wf[g->wf].xq_part(g, xq, n0, n1, 0, g->oc);
             continue;
         }
-        const xq_job j = {g, kt, xq, n0, n1, col_plan(g->oc, n1 - n0, nt)};
-        bc_rt_run(nt, col_count(j.cu), xq_unit, &j);
+        const xq_job j = {g, kt, xq, n0, n1, unit_cols(g->oc, n1 - n0, nt)};
+        bc_rt_run(nt, (g->oc + j.cw - 1) / j.cw, xq_unit, &j);
     }
 }
 
@@ -193,17 +166,17 @@ static void linear(float *y, const float *x, const void *w, int wf, const float 
         linear_xq(&g, nt, cx);
         return;
     }
+    lin_job j = {&g, kt, cx, 0, 0, 0};
     /* a caller's rows take dot products only through bc_k_linear_few */
     if (n <= BC_ROWS_MAX && (wf != BC_WF_ROWS || few)) {
         if (nt <= 1) {
             kt->wf[wf].rows_part(&g, 0, oc);
             return;
         }
-        const rows_job rj = {&g, kt, col_plan(oc, n, nt)};
-        bc_rt_run(nt, col_count(rj.cu), rows_unit, &rj);
+        j.cw = unit_cols(oc, n, nt);
+        bc_rt_run(nt, (oc + j.cw - 1) / j.cw, rows_unit, &j);
         return;
     }
-    lin_job j = {&g, kt, cx, 0, 0, 0};
     if (nt <= 1) {
         kt->gemm_part(&g, 0, n, 0, oc, bc_rt_slice(cx, 0));
         return;
