@@ -15,7 +15,7 @@
   mix.
 - ``kernel_choices()``: what each family runs and why (timed, cached, forced),
   with the probe times; ``tune_kernels()`` measures again. The measurement (a
-  few tens of milliseconds) runs once per machine: its result is kept in
+  0.1-0.2 s) runs once per machine: its result is kept in
   ``$XDG_CACHE_HOME/blockc/`` (``~/.cache/blockc/``), one file per CPU model,
   flags and build, written whole or not at all; a file that does not parse or
   does not match is ignored and replaced. ``BLOCKC_KERNEL_CACHE=path`` puts it

@@ -102,14 +102,26 @@ BC_INLINE void prows_group(const size_t sg, const size_t sh, const wf_state_fn s
         }
 }
 
-/* panels in flight for n rows: RACC accumulators in all */
-#define PG(n) (RACC / ((n) * VPP) > 0 ? RACC / ((n) * VPP) : 1)
+/* Panels in flight for n rows: RACC accumulators in all, and at most gmax
+ * panels. The formats read at the memory's speed (float32, bfloat16, float16:
+ * one load, at most a conversion, and an FMA per weight) stream PG_STREAM
+ * panels at a time, since a core's prefetchers keep a few streams ahead and
+ * not 16: on an Intel Xeon (family 6 model 167, KVM) the AVX-512 bfloat16
+ * decoder read matrices streamed from memory (288 MB) at 12-14.5 GB/s with
+ * 16 panels in flight and at 13.5-15.4 with 4, as AVX2 does with its 4 (whose
+ * 8 accumulators already make 4 panels). 4 chains of FMAs on AVX-512 still
+ * consume 64 bytes a cycle, past any memory's speed. The formats that convert
+ * more (q8_0 and the 4-bit ones) are bound by their arithmetic and keep RACC
+ * chains: 4 panels made q8_0 14% slower. */
+#define PG_STREAM 4
+#define PG_ALL(n) (RACC / ((n) * VPP) > 0 ? RACC / ((n) * VPP) : 1)
+#define PG(n) (PG_ALL(n) < gmax ? PG_ALL(n) : gmax)
 
 /* One group of panels from p for N rows: PG(N) of them while that many are
  * left, then the largest of 8, 4, 2, 1 (below PG(N)) that fits, so that no
- * group computes panels past the matrix (a 64-column unit of a thread, a
- * matrix's last panels). Each lane's chain does not depend on the group, so
- * neither do the bits. */
+ * group computes panels past the matrix (a thread's share, a matrix's last
+ * panels). Each lane's chain does not depend on the group, so neither do the
+ * bits. */
 #define PROWS_STEP(N)                                                                      \
     do {                                                                                   \
         if (left >= (size_t)PG(N)) {                                                       \
@@ -131,8 +143,9 @@ BC_INLINE void prows_group(const size_t sg, const size_t sh, const wf_state_fn s
     } while (0)
 
 /* Columns [o0, o1) of every row (o0 a multiple of PW) of a packed matrix of
- * dtype, in groups of panels (PROWS_STEP), read as prows_group says. */
-BC_INLINE void prows_split(const int dtype, const size_t sg, const size_t sh,
+ * dtype, in groups of at most gmax panels (PROWS_STEP), read as prows_group
+ * says. */
+BC_INLINE void prows_split(const int dtype, const int gmax, const size_t sg, const size_t sh,
                            const wf_state_fn state, const wf_vec_fn vec, const wf_vec_fn vec_hi,
                            const bc_gemm *g, size_t o0, size_t o1)
 {
@@ -155,12 +168,15 @@ BC_INLINE void prows_split(const int dtype, const size_t sg, const size_t sh,
 }
 
 #undef PROWS_STEP
+#undef PG
+#undef PG_ALL
 
 /* prows_split with one reader for every k */
-BC_INLINE void prows_part(const int dtype, const size_t sg, const wf_state_fn state,
-                          const wf_vec_fn vec, const bc_gemm *g, size_t o0, size_t o1)
+BC_INLINE void prows_part(const int dtype, const int gmax, const size_t sg,
+                          const wf_state_fn state, const wf_vec_fn vec, const bc_gemm *g,
+                          size_t o0, size_t o1)
 {
-    prows_split(dtype, sg, sg, state, vec, vec, g, o0, o1);
+    prows_split(dtype, gmax, sg, sg, state, vec, vec, g, o0, o1);
 }
 
 /* ======================================================================== */

@@ -24,7 +24,7 @@ BC_INLINE V f32_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st st
 // y (N,OC), x (N,C), w (OC,C) float32 panels; N <= BC_ROWS_MAX
 static void prows_f32(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_part(BC_DTYPE_F32, 32, f32_state, f32_vec, g, o0, o1);
+    prows_part(BC_DTYPE_F32, PG_STREAM, 32, f32_state, f32_vec, g, o0, o1);
 }
 
 /* ---- bfloat16 panels --------------------------------------------------- */
@@ -42,7 +42,7 @@ BC_INLINE V bf16_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st s
 // y (N,OC), x (N,C), w (OC,C) bfloat16 panels; N <= BC_ROWS_MAX
 static void prows_bf16(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_part(BC_DTYPE_BF16, 32, bf16_state, bf16_vec, g, o0, o1);
+    prows_part(BC_DTYPE_BF16, PG_STREAM, 32, bf16_state, bf16_vec, g, o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) bfloat16 panels, columns o0.., rows p0..
@@ -67,7 +67,7 @@ BC_INLINE V f16_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st st
 // y (N,OC), x (N,C), w (OC,C) float16 panels; N <= BC_ROWS_MAX
 static void prows_f16(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_part(BC_DTYPE_F16, 32, f16_state, f16_vec, g, o0, o1);
+    prows_part(BC_DTYPE_F16, PG_STREAM, 32, f16_state, f16_vec, g, o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) float16 panels, columns o0.., rows p0..
@@ -93,7 +93,7 @@ BC_INLINE V q8_0_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st s
 // y (N,OC), x (N,C), w (OC,C) q8_0 panels; N <= BC_ROWS_MAX
 static void prows_q8_0(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_part(BC_DTYPE_Q8_0, 32, q8_0_state, q8_0_vec, g, o0, o1);
+    prows_part(BC_DTYPE_Q8_0, RACC, 32, q8_0_state, q8_0_vec, g, o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) q8_0 panels, columns o0.., rows p0..
@@ -135,7 +135,7 @@ BC_INLINE V q4_0_hi(const unsigned char *panel, size_t k, size_t lane0, wf_st st
 // y (N,OC), x (N,C), w (OC,C) q4_0 panels; N <= BC_ROWS_MAX
 static void prows_q4_0(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_split(BC_DTYPE_Q4_0, 32, 16, q4_0_state, q4_0_lo, q4_0_hi, g, o0, o1);
+    prows_split(BC_DTYPE_Q4_0, RACC, 32, 16, q4_0_state, q4_0_lo, q4_0_hi, g, o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) q4_0 panels, columns o0.., rows p0..
@@ -179,7 +179,7 @@ BC_INLINE V q5_0_hi(const unsigned char *panel, size_t k, size_t lane0, wf_st st
 // y (N,OC), x (N,C), w (OC,C) q5_0 panels; N <= BC_ROWS_MAX
 static void prows_q5_0(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_split(BC_DTYPE_Q5_0, 32, 16, q5_0_state, q5_0_lo, q5_0_hi, g, o0, o1);
+    prows_split(BC_DTYPE_Q5_0, RACC, 32, 16, q5_0_state, q5_0_lo, q5_0_hi, g, o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) q5_0 panels, columns o0.., rows p0..
@@ -216,7 +216,7 @@ BC_INLINE V q4_k_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st s
 // y (N,OC), x (N,C), w (OC,C) q4_k panels; N <= BC_ROWS_MAX
 static void prows_q4_k(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_part(BC_DTYPE_Q4_K, 32, q4_k_state, q4_k_vec, g, o0, o1);
+    prows_part(BC_DTYPE_Q4_K, RACC, 32, q4_k_state, q4_k_vec, g, o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) q4_k panels, columns o0.., rows p0..
@@ -246,7 +246,7 @@ BC_INLINE V q6_k_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st s
 // y (N,OC), x (N,C), w (OC,C) q6_k panels; N <= BC_ROWS_MAX
 static void prows_q6_k(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_part(BC_DTYPE_Q6_K, 16, q6_k_state, q6_k_vec, g, o0, o1);
+    prows_part(BC_DTYPE_Q6_K, RACC, 16, q6_k_state, q6_k_vec, g, o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) q6_k panels, columns o0.., rows p0..

@@ -7,7 +7,8 @@
  * candidate on a small problem of the family's kind, a few rounds in turn on
  * the calling thread, the least thread CPU time of each kept (a neighbour
  * that takes the core away costs wall time, not CPU time); a few tens of
- * milliseconds in all (the decoders stream 34 MiB of probe weights). The kernels a call runs are then one table assembled
+ * milliseconds in all (the decoders stream 34 MiB of probe weights, each
+ * matrix evicted from the caches first). The kernels a call runs are then one table assembled
  * from the chosen variants' tables (auto_table).
  *
  * The candidates are the instruction sets with FMA (AVX2, AVX-512): on packed
@@ -31,6 +32,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <emmintrin.h>  /* _mm_clflush, _mm_mfence: SSE2, every x86-64 */
+#endif
 
 #include "bc_core.h"
 #include "bc_rt.h"
@@ -183,12 +188,13 @@ static double cpu_now(void)
 }
 
 /* Probe sizes. Decoding streams a 4 MiB matrix, each call the next of
- * P_NREG (34 MiB in all): a model's weights come from past the L2 (1-2 MiB a
- * core on the CPUs measured), and a matrix read again at once would come from
- * it. That matters: on an Intel Xeon (Emerald Rapids, KVM) the AVX2 bfloat16
- * decoder was 7% faster than AVX-512's on one warm 4 MiB matrix, and 7-25%
- * slower on matrices streamed from beyond L2, as a model's are. A prompt
- * multiplies 64 rows by 256 x 256. */
+ * P_NREG (34 MiB in all), evicted from the caches before it is timed
+ * (probe_evict): a model's weights come from memory, and where they come from
+ * decides. On an Intel Xeon (Emerald Rapids, KVM) the AVX2 bfloat16 decoder
+ * was 7% faster than AVX-512's on one warm 4 MiB matrix, and 7-25% slower on
+ * matrices from beyond L2; on a later one (family 6 model 167) 18% slower
+ * from its L3 and 7-10% faster from memory. A prompt multiplies 64 rows by
+ * 256 x 256. */
 #define P_DC 1024                 /* decode f32: c x oc = 1024 x 1024 */
 #define P_BIG (2048u * 2048u)     /* bytes-ish: bf16 2048 x 1024, q8_0 2048 x 2048 */
 #define P_GN 64
@@ -261,6 +267,31 @@ static int probe_alloc(probe_mem *p, int nc, const int *c)
 static const unsigned char *probe_weights(probe_mem *p)
 {
     return p->w + (p->next++ % P_NREG) * P_WBYTES;
+}
+
+/* Does family f stream weights (a decoding probe)? */
+static int family_streams(int f)
+{
+    return f == BC_FAMILY_DECODE_F32 || f == BC_FAMILY_DECODE_BF16 || f == BC_FAMILY_DECODE_Q8_0
+           || f == BC_FAMILY_DECODE_ROWS || f == BC_FAMILY_DECODE_Q8_0I;
+}
+
+/* Evict the weights of the next decoding probe from every cache level (x86's
+ * clflush; elsewhere nothing), untimed, so that the probe reads them from
+ * memory as decoding reads a model's. Beyond L2 is not far enough: a server's
+ * L3 (480 MiB on the Intel Xeon family 6 model 167 measured) holds all 34 MiB
+ * of them, and from L3 the AVX-512 bfloat16 decoder was 18% faster than
+ * AVX2's, where on a 270 MB model, streamed from memory, it was 7-10% slower. */
+static void probe_evict(const probe_mem *p)
+{
+#if defined(__x86_64__) || defined(_M_X64)
+    const unsigned char *r = p->w + (p->next % P_NREG) * P_WBYTES;
+    for (size_t i = 0; i < P_WBYTES; i += 64)
+        _mm_clflush(r + i);
+    _mm_mfence();
+#else
+    (void)p;
+#endif
 }
 
 /* One probe of family f on kt. */
@@ -373,6 +404,8 @@ static int tune(const int todo[BC_NFAMILIES])
         for (int r = 0; r < ROUNDS; r++)
             for (int k = 0; k < nc; k++) {
                 const int i = r % 2 ? nc - 1 - k : k;  /* the order alternates */
+                if (family_streams(f))
+                    probe_evict(&p);
                 const double t0 = cpu_now();
                 probe(f, bc_rt_table_of(c[i]), &p);
                 const double h = g_handicap[f][c[i]];
