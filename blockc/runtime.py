@@ -14,8 +14,8 @@
   within float32 tolerance; the FMA variants give a GPT the same bits in any
   mix.
 - ``kernel_choices()``: what each family runs and why (timed, cached, forced),
-  with the probe times; ``tune_kernels()`` measures again. The measurement (a
-  0.1-0.2 s) runs once per machine: its result is kept in
+  with the probe times; ``tune_kernels()`` measures again. The measurement
+  (0.1-0.2 s) runs once per machine: its result is kept in
   ``$XDG_CACHE_HOME/blockc/`` (``~/.cache/blockc/``), one file per CPU model,
   flags and build, written whole or not at all; a file that does not parse or
   does not match is ignored and replaced. ``BLOCKC_KERNEL_CACHE=path`` puts it

@@ -75,6 +75,27 @@ def test_cached_steps_are_the_bits_of_the_whole_sequence(cfg, seed):
     np.testing.assert_array_equal(np.concatenate(steps, axis=1), whole)
 
 
+@pytest.mark.parametrize("head_dim", [16, 32, 64, 80])
+@pytest.mark.parametrize("kv", [1, 3, 9])
+def test_decoding_attention_over_several_key_tiles_is_the_whole_passs_bits(isa, threads,
+                                                                          head_dim, kv):
+    # 9 query heads on 1, 3 or 9 K/V heads (decoding runs up to 4 of a group side by
+    # side), head sizes of 1-8 vectors on every instruction set (whole vectors, the
+    # 4-vector path, a partial last vector), 150 keys: three tiles of 64, the last short
+    cfg = GPTConfig(vocab=50, context=150, width=48, heads=9, layers=1, kv_heads=kv,
+                    head_dim=head_dim, **LLAMA)
+    m = perturbed(cfg, seed=head_dim + kv)
+    ids = np.random.default_rng(kv).integers(0, cfg.vocab, size=(1, cfg.context))
+    close(m(ids), gpt_forward(m.state_dict(), cfg, ids), tol=5e-5)
+    for n in (1, 2):
+        threads(n)
+        whole = m(ids)
+        cache = m.new_cache(1, cfg.context)
+        steps = [m(ids[:, :70], cache=cache)] + [m(ids[:, t:t + 1], cache=cache)
+                                                 for t in range(70, cfg.context)]
+        np.testing.assert_array_equal(np.concatenate(steps, axis=1), whole)
+
+
 def test_rope_is_the_rotate_half_layout():
     # a vector at position p: pair (i, i + Dh/2) turned by p * theta^(-2i/Dh)
     from blockc.reference.gpt import rope, rope_angles

@@ -269,6 +269,168 @@ static void attn_unit(const bc_attn *A, size_t h, size_t i0, float *scratch)
 #define KLANES (BC_ATT_BK / VL)  /* vectors of keys in a tile */
 #define DCHUNK 8                  /* head-dim vectors a PV pass keeps in flight */
 
+/* o[c VL..] = fma(v[j][c VL..], p[j], o) for keys j = 0..nk-1 in turn, from
+ * o * alpha (rescale) or 0: nc <= DCHUNK whole head-dim vectors side by side,
+ * in registers. */
+// o (nc VL), v (nk, ldv) from the vectors' first lane, p (nk)
+BC_INLINE void pv_chains(const int nc, float *o, int rescale, float alpha, const float *v,
+                         size_t ldv, const float *p, size_t nk)
+{
+    V acc[DCHUNK];
+    BC_UNROLL
+    for (int c = 0; c < nc; c++)
+        acc[c] = rescale ? vmul(vload(o + (size_t)c * VL), vset1(alpha)) : vzero();
+    for (size_t j = 0; j < nk; j++) {
+        const V pj = vset1(p[j]);
+        BC_UNROLL
+        for (int c = 0; c < nc; c++)
+            acc[c] = vfma(vload(v + j * ldv + (size_t)c * VL), pj, acc[c]);
+    }
+    BC_UNROLL
+    for (int c = 0; c < nc; c++)
+        vstore(o + (size_t)c * VL, acc[c]);
+}
+
+/* query heads a decoding tile runs side by side: as many as keep their score
+ * chains (KLANES each) in 16 registers (4 on AVX-512, 1 on AVX2); HMAX bounds
+ * every instruction set's */
+#define HMAX 4
+#define HP (KLANES <= 4 ? HMAX : 1)
+
+/* One tile of nk keys for hn <= HP query heads of one K/V head, side by side
+ * (each head's chains are attn_unit's, in the same order; the heads only
+ * interleave): scores s[g] = kt . q[g] (KLANES chains over d), the running
+ * max m[g] and sum l[g] in key order, s[g] = exp(s[g] - max), then the output
+ * o[g] rescaled by exp(old max - max) (when rescale) and fma'd with v[j] *
+ * s[g][j] in key order. */
+// q (hn, Dh) scaled; kt (Dh, BK) the tile's keys transposed; v (nk, ldv); s (hn, BK); o (hn, Dh); m, l (hn)
+BC_INLINE void heads_tile(const int hn, const float *q, const float *kt, const float *v,
+                          size_t ldv, size_t dh, size_t nk, int rescale, float *s, float *o,
+                          float *m, float *l)
+{
+    /* scores: hn x KLANES chains, each fma over d in order from 0 */
+    V acc[HMAX][KLANES];
+    BC_UNROLL
+    for (int g = 0; g < hn; g++)
+        BC_UNROLL
+        for (int a = 0; a < KLANES; a++)
+            acc[g][a] = vzero();
+    for (size_t d = 0; d < dh; d++) {
+        V kd[KLANES];
+        BC_UNROLL
+        for (int a = 0; a < KLANES; a++)
+            kd[a] = vload(kt + d * BC_ATT_BK + (size_t)a * VL);
+        BC_UNROLL
+        for (int g = 0; g < hn; g++) {
+            const V qd = vset1(q[(size_t)g * dh + d]);
+            BC_UNROLL
+            for (int a = 0; a < KLANES; a++)
+                acc[g][a] = vfma(kd[a], qd, acc[g][a]);
+        }
+    }
+    BC_UNROLL
+    for (int g = 0; g < hn; g++)
+        BC_UNROLL
+        for (int a = 0; a < KLANES; a++)
+            vstore(s + (size_t)g * BC_ATT_BK + (size_t)a * VL, acc[g][a]);
+    /* the running max and sum of each head, in key order */
+    float t[HMAX], lg[HMAX], alpha[HMAX];
+    BC_UNROLL
+    for (int g = 0; g < hn; g++)
+        t[g] = m[g];
+    for (size_t j = 0; j < nk; j++)
+        BC_UNROLL
+        for (int g = 0; g < hn; g++) {
+            const float sj = s[(size_t)g * BC_ATT_BK + j];
+            t[g] = t[g] > sj ? t[g] : sj;  /* vmax(t, s): the second operand on NaN */
+        }
+    BC_UNROLL
+    for (int g = 0; g < hn; g++) {
+        float al[VL];
+        vstore(al, vexp(vset1(m[g] - t[g])));
+        alpha[g] = al[0];
+        float *sg = s + (size_t)g * BC_ATT_BK;
+        BC_UNROLL
+        for (int a = 0; a < KLANES; a++)
+            vstore(sg + (size_t)a * VL, vexp(vsub(vload(sg + (size_t)a * VL), vset1(t[g]))));
+        lg[g] = l[g] * alpha[g];
+    }
+    for (size_t j = 0; j < nk; j++)
+        BC_UNROLL
+        for (int g = 0; g < hn; g++)
+            lg[g] += s[(size_t)g * BC_ATT_BK + j];
+    BC_UNROLL
+    for (int g = 0; g < hn; g++) {
+        m[g] = t[g];
+        l[g] = lg[g];
+    }
+    /* PV: Dh = 4 vectors (64 on AVX-512) for every head side by side; else a
+     * head at a time, up to DCHUNK head-dim vectors side by side. Each
+     * head-dim vector is one chain: fma over the keys in order. */
+    if (dh == 4 * VL) {
+        V ov[HMAX][4];
+        BC_UNROLL
+        for (int g = 0; g < hn; g++)
+            BC_UNROLL
+            for (int c = 0; c < 4; c++)
+                ov[g][c] = rescale ? vmul(vload(o + (size_t)g * dh + (size_t)c * VL), vset1(alpha[g]))
+                                   : vzero();
+        for (size_t j = 0; j < nk; j++) {
+            V vj[4];
+            BC_UNROLL
+            for (int c = 0; c < 4; c++)
+                vj[c] = vload(v + j * ldv + (size_t)c * VL);
+            BC_UNROLL
+            for (int g = 0; g < hn; g++) {
+                const V pj = vset1(s[(size_t)g * BC_ATT_BK + j]);
+                BC_UNROLL
+                for (int c = 0; c < 4; c++)
+                    ov[g][c] = vfma(vj[c], pj, ov[g][c]);
+            }
+        }
+        BC_UNROLL
+        for (int g = 0; g < hn; g++)
+            BC_UNROLL
+            for (int c = 0; c < 4; c++)
+                vstore(o + (size_t)g * dh + (size_t)c * VL, ov[g][c]);
+        return;
+    }
+    for (int g = 0; g < hn; g++) {
+        const float *sg = s + (size_t)g * BC_ATT_BK;
+        float *og = o + (size_t)g * dh;
+        for (size_t d0 = 0; d0 < dh; d0 += DCHUNK * VL) {
+            const size_t nc = min_sz(DCHUNK, (dh - d0 + VL - 1) / VL);
+            const size_t last = min_sz(VL, dh - d0 - (nc - 1) * VL);  /* lanes of the last vector */
+            const float *vk = v + d0;
+            if (last == VL) {  /* whole vectors: the accumulators stay in registers */
+                switch (nc) {
+                case 8: pv_chains(8, og + d0, rescale, alpha[g], vk, ldv, sg, nk); break;
+                case 7: pv_chains(7, og + d0, rescale, alpha[g], vk, ldv, sg, nk); break;
+                case 6: pv_chains(6, og + d0, rescale, alpha[g], vk, ldv, sg, nk); break;
+                case 5: pv_chains(5, og + d0, rescale, alpha[g], vk, ldv, sg, nk); break;
+                case 4: pv_chains(4, og + d0, rescale, alpha[g], vk, ldv, sg, nk); break;
+                case 3: pv_chains(3, og + d0, rescale, alpha[g], vk, ldv, sg, nk); break;
+                case 2: pv_chains(2, og + d0, rescale, alpha[g], vk, ldv, sg, nk); break;
+                default: pv_chains(1, og + d0, rescale, alpha[g], vk, ldv, sg, nk); break;
+                }
+                continue;
+            }
+            V ov[DCHUNK];
+            for (size_t c = 0; c < nc; c++) {
+                const size_t nd = c + 1 < nc ? VL : last;
+                ov[c] = rescale ? vmul(vloadn(og + d0 + c * VL, nd), vset1(alpha[g])) : vzero();
+            }
+            for (size_t j = 0; j < nk; j++) {
+                const V pj = vset1(sg[j]);
+                for (size_t c = 0; c < nc; c++)
+                    ov[c] = vfma(vloadn(vk + j * ldv + c * VL, c + 1 < nc ? VL : last), pj, ov[c]);
+            }
+            for (size_t c = 0; c < nc; c++)
+                vstoren(og + d0 + c * VL, ov[c], c + 1 < nc ? VL : last);
+        }
+    }
+}
+
 /* Query row i, query heads h0..h0+nh-1 (nh <= BQ, all reading K/V head
  * h0 / kv_group). scratch: attn_scratch(Dh) floats: the tile's keys
  * transposed (Dh, BK), then per head the scaled query (Dh), the output (Dh)
@@ -326,72 +488,17 @@ static void attn_decode(const bc_attn *A, size_t i, size_t h0, size_t nh, float 
                     vstore(kbuf + (d0 + dd) * BC_ATT_BK + jb, t[dd]);
             }
         }
-        for (size_t g = 0; g < nh; g++) {
-            /* scores: KLANES chains, each fma over d in order from 0 */
-            const float *q = qs + g * dh;
-            float *s = sc + g * BC_ATT_BK, *og = o + g * dh;
-            V acc[KLANES];
-            BC_UNROLL
-            for (int a = 0; a < KLANES; a++)
-                acc[a] = vzero();
-            for (size_t d = 0; d < dh; d++) {
-                const V qd = vset1(q[d]);
-                BC_UNROLL
-                for (int a = 0; a < KLANES; a++)
-                    acc[a] = vfma(vload(kt + d * BC_ATT_BK + (size_t)a * VL), qd, acc[a]);
+        const float *vt = vh + j0 * A->ldv;
+        const int rescale = j0 > 0;
+        for (size_t g = 0; g < nh; g += HP) {  /* HP heads side by side: their chains in flight */
+            const float *qg = qs + g * dh;
+            float *sg = sc + g * BC_ATT_BK, *og = o + g * dh;
+            switch (min_sz(HP, nh - g)) {
+            case 4: heads_tile(4, qg, kt, vt, A->ldv, dh, nk, rescale, sg, og, m + g, l + g); break;
+            case 3: heads_tile(3, qg, kt, vt, A->ldv, dh, nk, rescale, sg, og, m + g, l + g); break;
+            case 2: heads_tile(2, qg, kt, vt, A->ldv, dh, nk, rescale, sg, og, m + g, l + g); break;
+            default: heads_tile(1, qg, kt, vt, A->ldv, dh, nk, rescale, sg, og, m + g, l + g); break;
             }
-            BC_UNROLL
-            for (int a = 0; a < KLANES; a++)
-                vstore(s + (size_t)a * VL, acc[a]);
-            /* the running max and sum, in key order */
-            float t = m[g];
-            for (size_t j = 0; j < nk; j++)
-                t = t > s[j] ? t : s[j];  /* vmax(t, s): the second operand on NaN */
-            float alpha[VL];
-            vstore(alpha, vexp(vset1(m[g] - t)));
-            BC_UNROLL
-            for (int a = 0; a < KLANES; a++)
-                vstore(s + (size_t)a * VL, vexp(vsub(vload(s + (size_t)a * VL), vset1(t))));
-            float lg = l[g] * alpha[0];
-            for (size_t j = 0; j < nk; j++)
-                lg += s[j];
-            /* PV: up to DCHUNK head-dim vectors side by side, each fma over the keys in order */
-            for (size_t d0 = 0; d0 < dh; d0 += DCHUNK * VL) {
-                V ov[DCHUNK];
-                const size_t nc = min_sz(DCHUNK, (dh - d0 + VL - 1) / VL);
-                const size_t last = min_sz(VL, dh - d0 - (nc - 1) * VL);  /* lanes of the last vector */
-                for (size_t c = 0; c < nc; c++) {
-                    const size_t nd = c + 1 < nc ? VL : last;
-                    ov[c] = j0 ? vmul(vloadn(og + d0 + c * VL, nd), vset1(alpha[0])) : vzero();
-                }
-                const float *vk = vh + j0 * A->ldv + d0;
-                if (nc == DCHUNK && last == VL) {  /* the accumulators stay in registers */
-                    V acc[DCHUNK];
-                    BC_UNROLL
-                    for (int c = 0; c < DCHUNK; c++)
-                        acc[c] = ov[c];
-                    for (size_t j = 0; j < nk; j++) {
-                        const V pj = vset1(s[j]);
-                        BC_UNROLL
-                        for (int c = 0; c < DCHUNK; c++)
-                            acc[c] = vfma(vload(vk + j * A->ldv + (size_t)c * VL), pj, acc[c]);
-                    }
-                    BC_UNROLL
-                    for (int c = 0; c < DCHUNK; c++)
-                        ov[c] = acc[c];
-                } else {
-                    for (size_t j = 0; j < nk; j++) {
-                        const V pj = vset1(s[j]);
-                        for (size_t c = 0; c < nc; c++)
-                            ov[c] = vfma(vloadn(vk + j * A->ldv + c * VL, c + 1 < nc ? VL : last),
-                                         pj, ov[c]);
-                    }
-                }
-                for (size_t c = 0; c < nc; c++)
-                    vstoren(og + d0 + c * VL, ov[c], c + 1 < nc ? VL : last);
-            }
-            m[g] = t;
-            l[g] = lg;
         }
     }
     for (size_t g = 0; g < nh; g++) {
