@@ -6,10 +6,10 @@
  * installed with bc_set_kernel_choice, e.g. from a cache) are probed, each
  * candidate on a small problem of the family's kind, a few rounds in turn on
  * the calling thread, the least thread CPU time of each kept (a neighbour
- * that takes the core away costs wall time, not CPU time); a few tens of
- * milliseconds in all (the decoders stream 34 MiB of probe weights, each
- * matrix evicted from the caches first). The kernels a call runs are then one table assembled
- * from the chosen variants' tables (auto_table).
+ * that takes the core away costs wall time, not CPU time); 0.1-0.2 s in all
+ * (the decoders stream 34 MiB of probe weights, each matrix evicted from the
+ * caches first). The kernels a call runs are then one table assembled from
+ * the chosen variants' tables (auto_table).
  *
  * The candidates are the instruction sets with FMA (AVX2, AVX-512): on packed
  * weights their GEMM tile and their decoding rows compute every element by
@@ -286,10 +286,11 @@ static size_t family_regions(int f)
 
 /* Evict the next decoding probe's `regions` weight regions from every cache
  * level (x86's clflush; elsewhere nothing), untimed, so that the probe reads
- * them from memory as decoding reads a model's. Beyond L2 is not far enough: a server's
- * L3 (480 MiB on the Intel Xeon family 6 model 167 measured) holds all 34 MiB
- * of them, and from L3 the AVX-512 bfloat16 decoder was 18% faster than
- * AVX2's, where on a 270 MB model, streamed from memory, it was 7-10% slower. */
+ * them from memory as decoding reads a model's. Beyond L2 is not far enough:
+ * a server's L3 (480 MiB on the Intel Xeon family 6 model 167 measured) holds
+ * all 34 MiB of them, and from L3 the AVX-512 bfloat16 decoder was 18% faster
+ * than AVX2's, where on a 270 MB model, streamed from memory, it was 7-10%
+ * slower. */
 static void probe_evict(const probe_mem *p, size_t regions)
 {
 #if defined(__x86_64__) || defined(_M_X64)
