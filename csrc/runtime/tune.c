@@ -193,10 +193,9 @@ static double cpu_now(void)
  * decides. On an Intel Xeon (Emerald Rapids, KVM) the AVX2 bfloat16 decoder
  * was 7% faster than AVX-512's on one warm 4 MiB matrix, and 7-25% slower on
  * matrices from beyond L2; on a later one (family 6 model 167) 18% slower
- * from its L3 and 7-10% faster from memory. A prompt multiplies 64 rows by
- * 256 x 256. */
-#define P_DC 1024                 /* decode f32: c x oc = 1024 x 1024 */
-#define P_BIG (2048u * 2048u)     /* bytes-ish: bf16 2048 x 1024, q8_0 2048 x 2048 */
+ * from its L3 and 7-10% faster from memory. q8_0 streams two shapes (its
+ * case below). A prompt multiplies 64 rows by 256 x 256. */
+#define P_DC 1024                 /* decode f32: c x oc = 1024 x 1024; bf16 2048 x 1024 */
 #define P_GN 64
 #define P_GC 256
 #define P_TK 512                  /* attention: keys */
@@ -204,6 +203,8 @@ static double cpu_now(void)
 #define P_NH 4                    /* query heads on one K/V head */
 #define P_TQ 32                   /* a prompt's query tile */
 #define P_EW 32768                /* elementwise floats */
+#define P_QN 576                  /* q8_0's narrow matrix: 576 x 3584, then 2048 x 1024 */
+#define P_QNO 3584
 
 typedef struct {
     unsigned char *w;   /* weights: P_NREG regions of P_WBYTES, every 4-byte word 0x3c23d70a */
@@ -215,6 +216,9 @@ typedef struct {
 /* q8_0 2048 x 2048: 128 panels of 64 blocks */
 #define P_WBYTES ((size_t)(2048 / BC_PANEL) * (2048 / 32) * sizeof(bc_q8_block))
 #define P_NREG 8
+_Static_assert((P_QN / 32) * (P_QNO / BC_PANEL) + (2048 / 32) * (1024 / BC_PANEL) <=
+                   (2048 / 32) * (2048 / BC_PANEL),
+               "q8_0's two probe matrices fit one region");
 #define P_XF ((size_t)P_EW > 3 * (size_t)P_TK * P_DH ? (size_t)P_EW : 3 * (size_t)P_TK * P_DH)
 
 static size_t probe_scratch(int nc, const int *c)
@@ -334,10 +338,21 @@ static void probe(int f, const bc_kernel_table *kt, probe_mem *p)
         break;
     }
     case BC_FAMILY_DECODE_Q8_0: {
+        /* a narrow model's matrix and a wide one's, half the region each:
+         * how many panels the decoder keeps in flight matters by their size.
+         * On an Intel Xeon (family 6 model 167, KVM), from memory, AVX-512's
+         * 16 panels read 576-row matrices 24-45% faster than AVX2's 4, and
+         * 2048-row ones up to 5% slower; a probe of 2048 rows alone chose
+         * AVX2, and a SmolLM2-shaped decode ran 18% slower than AVX-512's */
         const int wf = family_wf(f);
-        const bc_gemm g = {p->y, p->x, probe_weights(p), NULL, NULL, 1, 2048, 2048, wf,
-                           BC_ACT_NONE};
-        kt->wf[wf].rows_part(&g, 0, 2048);
+        const unsigned char *w = probe_weights(p);
+        const size_t narrow = bc_format_panel_bytes(bc_format_of(BC_DTYPE_Q8_0), P_QN) *
+                              (P_QNO / BC_PANEL);
+        const bc_gemm gn = {p->y, p->x, w, NULL, NULL, 1, P_QN, P_QNO, wf, BC_ACT_NONE};
+        const bc_gemm gw = {p->y, p->x, w + narrow, NULL, NULL, 1, 2048, 1024, wf,
+                            BC_ACT_NONE};
+        kt->wf[wf].rows_part(&gn, 0, P_QNO);
+        kt->wf[wf].rows_part(&gw, 0, 1024);
         break;
     }
     case BC_FAMILY_DECODE_Q8_0I: {
