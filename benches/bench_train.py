@@ -167,8 +167,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             torch = None
     sizes = ["gpt-10m"] if args.quick else list(SIZES)
     repeats = 3 if args.quick else args.repeats
-    print(f"load average {os.getloadavg()[0]:.2f}; {os.cpu_count()} CPUs; blockc "
-          f"{blockc.__version__} ({blockc.get_isa()}); "
+    from bench_decode import Machine  # here: the memory children stay lean
+    machine = Machine()
+    print(machine.header())
+    print(f"blockc {blockc.__version__} ({blockc.get_isa()}); "
           + (f"torch {torch.__version__}" if torch else "no PyTorch"))
     print(f"median of {repeats} alternating rounds after 2 warm-up steps; a step is forward, "
           f"backward, clip to norm {CLIP}, AdamW")
@@ -227,6 +229,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     print()
     for r in mem_rows:
         print(r)
+    print()
+    print(machine.footer())
     return 0
 
 
