@@ -195,7 +195,7 @@ static double cpu_now(void)
  * matrices from beyond L2; on a later one (family 6 model 167) 18% slower
  * from its L3 and 7-10% faster from memory. q8_0 streams two shapes (its
  * case below). A prompt multiplies 64 rows by 256 x 256. */
-#define P_DC 1024                 /* decode f32: c x oc = 1024 x 1024; bf16 2048 x 1024 */
+#define P_DC 1024                 /* decode f32: c x oc = 1024 x 1024 */
 #define P_GN 64
 #define P_GC 256
 #define P_TK 512                  /* attention: keys */
@@ -341,9 +341,9 @@ static void probe(int f, const bc_kernel_table *kt, probe_mem *p)
         /* a narrow model's matrix and a wide one's, half the region each:
          * how many panels the decoder keeps in flight matters by their size.
          * On an Intel Xeon (family 6 model 167, KVM), from memory, AVX-512's
-         * 16 panels read 576-row matrices 24-45% faster than AVX2's 4, and
-         * 2048-row ones up to 5% slower; a probe of 2048 rows alone chose
-         * AVX2, and a SmolLM2-shaped decode ran 18% slower than AVX-512's */
+         * 16 panels read 576-row matrices at least 24% faster than AVX2's 4,
+         * and 2048-row ones up to 5% slower; a probe of 2048 rows alone chose
+         * AVX2, and a SmolLM2-shaped decode ran 18-20% slower than AVX-512's */
         const int wf = family_wf(f);
         const unsigned char *w = probe_weights(p);
         const size_t narrow = bc_format_panel_bytes(bc_format_of(BC_DTYPE_Q8_0), P_QN) *
