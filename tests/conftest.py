@@ -35,3 +35,20 @@ def threads():
     """blockc.set_num_threads, the default thread count restored after the test."""
     yield blockc.set_num_threads
     blockc.set_num_threads(0)
+
+
+@pytest.fixture(scope="session")
+def c_objects(tmp_path_factory):
+    """The library's C sources compiled once per session (build_driver.objects, one
+    compiler per CPU): the C programs of test_c_driver and test_c_alloc link them."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "c"))
+    try:
+        import build_driver
+    finally:
+        sys.path.pop(0)
+    # the compiler must not inherit a sanitizer runtime preloaded into this process
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    try:
+        return build_driver.objects(str(tmp_path_factory.mktemp("c-objects")), env=env)
+    except RuntimeError as e:
+        pytest.fail(str(e))

@@ -80,14 +80,15 @@ int main(void)
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="GNU ld's --wrap")
 @pytest.mark.skipif(shutil.which(build_driver.compiler()[0]) is None, reason="no C compiler")
-def test_single_kernel_calls_allocate_nothing(tmp_path):
+def test_single_kernel_calls_allocate_nothing(tmp_path, c_objects):
     src = tmp_path / "count_alloc.c"
     src.write_text(PROGRAM)
     exe = str(tmp_path / "count_alloc")
     wrap = ["-Wl," + ",".join(f"--wrap={f}" for f in WRAPPED)]
     # the compiler and the program must not inherit a preloaded sanitizer runtime
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "BLOCKC_ISA")}
-    build = subprocess.run(build_driver.command(exe, tests=[str(src)], ldflags_extra=wrap),
+    build = subprocess.run(build_driver.command(exe, tests=[str(src)], ldflags_extra=wrap,
+                                                objects=c_objects),
                            env=env, capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
     run = subprocess.run([exe], env=env, capture_output=True, text=True, timeout=120)
@@ -153,7 +154,7 @@ int main(void)
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="GNU ld's --wrap")
 @pytest.mark.skipif(shutil.which(build_driver.compiler()[0]) is None, reason="no C compiler")
-def test_scratch_allocation_failure_is_a_status_and_writes_nothing(tmp_path):
+def test_scratch_allocation_failure_is_a_status_and_writes_nothing(tmp_path, c_objects):
     # the only memory the library allocates is its scratch, taken before any output
     # is written: when it cannot be had, every entry point returns BC_ENOMEM (6)
     # and leaves its output as it was (no fallback arithmetic, no partial result)
@@ -162,7 +163,8 @@ def test_scratch_allocation_failure_is_a_status_and_writes_nothing(tmp_path):
     exe = str(tmp_path / "failing_alloc")
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "BLOCKC_ISA")}
     build = subprocess.run(build_driver.command(exe, tests=[str(src)],
-                                                ldflags_extra=["-Wl,--wrap=posix_memalign"]),
+                                                ldflags_extra=["-Wl,--wrap=posix_memalign"],
+                                                objects=c_objects),
                            env=env, capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
     run = subprocess.run([exe], env=env, capture_output=True, text=True, timeout=120)

@@ -21,11 +21,12 @@ def _have_compiler():
 
 
 @pytest.fixture(scope="module")
-def driver(tmp_path_factory):
+def driver(tmp_path_factory, c_objects):
     exe = str(tmp_path_factory.mktemp("driver") / "driver")
     # the compiler must not inherit a sanitizer runtime preloaded into this process
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    build = subprocess.run(build_driver.command(exe), env=env, capture_output=True, text=True)
+    build = subprocess.run(build_driver.command(exe, objects=c_objects), env=env,
+                           capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
     return exe
 
