@@ -247,6 +247,23 @@ def test_model_grad_matches_the_oracle(name):
     assert_grads(g, rg)
 
 
+
+@pytest.mark.parametrize("heads,kv_heads,head_dim,t", [(4, 2, 20, 150), (3, 1, 36, 129),
+                                                      (2, 2, 64, 65)])
+def test_model_grad_crosses_attention_tiles_with_shared_kv_heads_on_every_isa(
+        isa, heads, kv_heads, head_dim, t):
+    # the attention backward's register tiles: contexts past one and two key tiles (64),
+    # head sizes that are not a whole number of vectors, query heads sharing a K/V head
+    cfg = GPTConfig(vocab=40, context=t, width=32, heads=heads, kv_heads=kv_heads,
+                    head_dim=head_dim, layers=1, norm="rms", activation="swiglu",
+                    positions="rope", d_ff=24, qkv_bias=False, out_bias=False, mlp_bias=False)
+    m = perturbed(cfg, seed=t)
+    ids, tg = batch(cfg, b=2, seed=t)
+    loss, g = m.grad(ids, tg)
+    rloss, rg = ref.gpt_grad(m.state_dict(), cfg, ids, tg)
+    assert loss == pytest.approx(rloss, rel=2e-6)
+    assert_grads(g, rg)
+
 def test_loss_over_only_ignored_targets_is_nan_and_the_step_changes_nothing():
     cfg = GPTConfig(**MODELS["gpt2_tied"])
     m = perturbed(cfg)

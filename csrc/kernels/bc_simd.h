@@ -1,8 +1,8 @@
 /* bc_simd.h: a tiny vector layer, one section per instruction set.
  * Loads, stores (whole and the first n lanes), arithmetic, masks (vfill_lo,
  * vkeep_lo), the VL x VL register transpose (vtranspose), exp and the
- * activations, and the generic helpers over them (dot products, axpy, a
- * shifted exp): the kernels of fast_tmpl.h's op files use nothing else.
+ * activations, and the generic helpers over them (min_sz, a partial
+ * store): the kernels of fast_tmpl.h's op files use nothing else.
  *
  * Included once per translation unit by fast_avx512.c (BC_SIMD == 512),
  * fast_avx2.c (256) and fast_generic.c (0), each of which compiles the
@@ -453,91 +453,6 @@ BC_INLINE void vstore_n(float *p, V v, size_t n)
         vstore(p, v);
     else
         vstoren(p, v, n);
-}
-
-/* sum_d a[d] b[d]: VL partial sums, then the lanes added in order */
-static inline float vdot(const float *a, const float *b, size_t n)
-{
-    V acc = vzero();
-    size_t d = 0;
-    for (; d + VL <= n; d += VL)
-        acc = vfma(vload(a + d), vload(b + d), acc);
-    if (d < n)
-        acc = vfma(vloadn(a + d, n - d), vloadn(b + d, n - d), acc);
-    float t[VL];
-    vstore(t, acc);
-    float s = 0.0f;
-    for (int i = 0; i < VL; i++)
-        s += t[i];
-    return s;
-}
-
-/* out[j] = scale * (a . b_j) for the n rows b_j = b + j ldb, each sum as vdot's
- * (the same bits); four rows at a time so their lane sums run side by side. */
-static inline void vdot_rows(float *out, const float *a, const float *b, size_t ldb, size_t n,
-                             size_t dh, float scale)
-{
-    size_t j = 0;
-    for (; j + 4 <= n; j += 4) {
-        const float *b0 = b + j * ldb, *b1 = b0 + ldb, *b2 = b1 + ldb, *b3 = b2 + ldb;
-        V c0 = vzero(), c1 = vzero(), c2 = vzero(), c3 = vzero();
-        size_t d = 0;
-        for (; d + VL <= dh; d += VL) {
-            const V av = vload(a + d);
-            c0 = vfma(av, vload(b0 + d), c0);
-            c1 = vfma(av, vload(b1 + d), c1);
-            c2 = vfma(av, vload(b2 + d), c2);
-            c3 = vfma(av, vload(b3 + d), c3);
-        }
-        if (d < dh) {
-            const size_t r = dh - d;
-            const V av = vloadn(a + d, r);
-            c0 = vfma(av, vloadn(b0 + d, r), c0);
-            c1 = vfma(av, vloadn(b1 + d, r), c1);
-            c2 = vfma(av, vloadn(b2 + d, r), c2);
-            c3 = vfma(av, vloadn(b3 + d, r), c3);
-        }
-        float t0[VL], t1[VL], t2[VL], t3[VL];
-        vstore(t0, c0);
-        vstore(t1, c1);
-        vstore(t2, c2);
-        vstore(t3, c3);
-        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-        for (int l = 0; l < VL; l++) {
-            s0 += t0[l];
-            s1 += t1[l];
-            s2 += t2[l];
-            s3 += t3[l];
-        }
-        out[j] = s0 * scale;
-        out[j + 1] = s1 * scale;
-        out[j + 2] = s2 * scale;
-        out[j + 3] = s3 * scale;
-    }
-    for (; j < n; j++)
-        out[j] = vdot(a, b + j * ldb, dh) * scale;
-}
-
-/* y[d] += alpha x[d] */
-static inline void vaxpy(float *y, float alpha, const float *x, size_t n)
-{
-    const V a = vset1(alpha);
-    size_t d = 0;
-    for (; d + VL <= n; d += VL)
-        vstore(y + d, vfma(a, vload(x + d), vload(y + d)));
-    if (d < n)
-        vstoren(y + d, vfma(a, vloadn(x + d, n - d), vloadn(y + d, n - d)), n - d);
-}
-
-/* p[j] = exp(s[j] - lse) for j < n (in place) */
-static inline void vexp_shift(float *p, float lse, size_t n)
-{
-    const V l = vset1(lse);
-    size_t j = 0;
-    for (; j + VL <= n; j += VL)
-        vstore(p + j, vexp(vsub(vload(p + j), l)));
-    if (j < n)
-        vstoren(p + j, vexp(vsub(vloadn(p + j, n - j), l)), n - j);
 }
 
 

@@ -269,6 +269,34 @@ static void attn_unit(const bc_attn *A, size_t h, size_t i0, float *scratch)
 #define KLANES (BC_ATT_BK / VL)  /* vectors of keys in a tile */
 #define DCHUNK 8                  /* head-dim vectors a PV pass keeps in flight */
 
+/* kt (Dh, BK) = rows x[0..nk) (stride ld; nk <= BK) transposed, lanes past
+ * nk zero: VL x VL blocks through registers. Decoding's keys, the backward's
+ * keys and values. */
+// kt (Dh, BK); x (nk, ld)
+static void kv_transpose(float *kt, const float *x, size_t ld, size_t nk, size_t dh)
+{
+    for (size_t jb = 0; jb < BC_ATT_BK; jb += VL) {
+        const size_t rows = jb < nk ? min_sz(VL, nk - jb) : 0;
+        for (size_t d0 = 0; d0 < dh; d0 += VL) {
+            const size_t nd = min_sz(VL, dh - d0);
+            V r[VL], t[VL];
+            const float *xr = x + jb * ld + d0;
+            if (rows == VL && nd == VL) {
+                BC_UNROLL
+                for (size_t j = 0; j < VL; j++)
+                    r[j] = vload(xr + j * ld);
+            } else {
+                BC_UNROLL
+                for (size_t j = 0; j < VL; j++)
+                    r[j] = j < rows ? vloadn(xr + j * ld, nd) : vzero();
+            }
+            vtranspose(t, r);
+            for (size_t dd = 0; dd < nd; dd++)
+                vstore(kt + (d0 + dd) * BC_ATT_BK + jb, t[dd]);
+        }
+    }
+}
+
 /* o[c VL..] = fma(v[j][c VL..], p[j], o) for keys j = 0..nk-1 in turn, from
  * o * alpha (rescale) or 0: nc <= DCHUNK whole head-dim vectors side by side,
  * in registers. */
@@ -468,26 +496,8 @@ static void attn_decode(const bc_attn *A, size_t i, size_t h0, size_t nh, float 
         const float *kt = kbuf;
         if (A->k_tiled)
             kt = kh + j0 * dh;
-        else for (size_t jb = 0; jb < BC_ATT_BK; jb += VL) {
-            const size_t rows = jb < nk ? min_sz(VL, nk - jb) : 0;
-            for (size_t d0 = 0; d0 < dh; d0 += VL) {
-                const size_t nd = min_sz(VL, dh - d0);
-                V r[VL], t[VL];
-                const float *kr = kh + (j0 + jb) * A->ldk + d0;
-                if (rows == VL && nd == VL) {
-                    BC_UNROLL
-                    for (size_t j = 0; j < VL; j++)
-                        r[j] = vload(kr + j * A->ldk);
-                } else {
-                    BC_UNROLL
-                    for (size_t j = 0; j < VL; j++)
-                        r[j] = j < rows ? vloadn(kr + j * A->ldk, nd) : vzero();
-                }
-                vtranspose(t, r);
-                for (size_t dd = 0; dd < nd; dd++)
-                    vstore(kbuf + (d0 + dd) * BC_ATT_BK + jb, t[dd]);
-            }
-        }
+        else
+            kv_transpose(kbuf, kh + j0 * A->ldk, A->ldk, nk, dh);
         const float *vt = vh + j0 * A->ldv;
         const int rescale = j0 > 0;
         for (size_t g = 0; g < nh; g += HP) {  /* HP heads side by side: their chains in flight */
@@ -512,75 +522,195 @@ static void attn_decode(const bc_attn *A, size_t i, size_t h0, size_t nh, float 
 /* ======================================================================== */
 /* Attention backward, flash style: no (T, T) matrix. For query i and key j  */
 /* of one head, s = (q_i . k_j) / sqrt(Dh) recomputed, p = exp(s - lse_i),   */
-/* dv_j += p do_i, dp = do_i . v_j, ds = p (dp - D_i) with D_i = do_i . o_i,  */
-/* dk_j += ds q_i / sqrt(Dh), dq_i += ds k_j / sqrt(Dh). Keys and queries    */
-/* are each owned by one unit (dk, dv by key tile, dq by query tile), so     */
-/* nothing is added from two threads and the bits do not depend on them.    */
+/* dv_j += p do_i, dp = do_i . v_j, ds = p (dp - D_i) / sqrt(Dh) with        */
+/* D_i = do_i . o_i, dk_j += ds q_i, dq_i += ds k_j. Keys and queries are    */
+/* each owned by one unit (dk, dv by key tile, dq by query tile), so nothing */
+/* is added from two threads and the bits do not depend on them. Within a   */
+/* unit every product is a register tile (abk: MR rows by two vectors of     */
+/* lanes) over blocks of BC_ATT_BK queries and keys: scores and dp of a      */
+/* block at once, the keys and values transposed once per key tile.         */
 /* ======================================================================== */
 
-/* dk (BK, Dh), dv (BK, Dh), p (BK), dp (BK) */
+/* dst[i ldc + l] = (accumulate ? dst[i ldc + l] : 0) + sum_t a[i sa + t st] b[t ldb + l]
+ * for rb rows i (1..MR) and the first nl lanes l (nl = 2 VL, or fewer when
+ * part: loads and stores masked). One fma chain per element, t in order. */
+BC_INLINE void abk(const int rb, const int part, size_t nt, const float *restrict a, size_t sa,
+                   size_t st, const float *restrict b, size_t ldb, size_t nl,
+                   float *restrict dst, size_t ldc, int accumulate)
+{
+    const size_t n0 = part ? min_sz(nl, VL) : VL, n1 = part ? nl - n0 : VL;
+    V c0[MR], c1[MR];
+    BC_UNROLL
+    for (int i = 0; i < rb; i++) {
+        if (!accumulate) {
+            c0[i] = vzero();
+            c1[i] = vzero();
+        } else if (part) {
+            c0[i] = vloadn(dst + i * ldc, n0);
+            c1[i] = vloadn(dst + i * ldc + VL, n1);
+        } else {
+            c0[i] = vload(dst + i * ldc);
+            c1[i] = vload(dst + i * ldc + VL);
+        }
+    }
+    for (size_t t = 0; t < nt; t++) {
+        const float *bt = b + t * ldb, *at = a + t * st;
+        const V b0 = part ? vloadn(bt, n0) : vload(bt);
+        const V b1 = part ? vloadn(bt + VL, n1) : vload(bt + VL);
+        BC_UNROLL
+        for (int i = 0; i < rb; i++) {
+            const V av = vset1(at[i * sa]);
+            c0[i] = vfma(av, b0, c0[i]);
+            c1[i] = vfma(av, b1, c1[i]);
+        }
+    }
+    BC_UNROLL
+    for (int i = 0; i < rb; i++) {
+        if (part) {
+            vstoren(dst + i * ldc, c0[i], n0);
+            vstoren(dst + i * ldc + VL, c1[i], n1);
+        } else {
+            vstore(dst + i * ldc, c0[i]);
+            vstore(dst + i * ldc + VL, c1[i]);
+        }
+    }
+}
+
+/* abk() with rb a compile-time constant; part a constant in each copy */
+BC_INLINE void abk_rb(const int part, int rb, size_t nt, const float *a, size_t sa, size_t st,
+                      const float *b, size_t ldb, size_t nl, float *dst, size_t ldc,
+                      int accumulate)
+{
+    switch (rb) {
+    case 1: abk(1, part, nt, a, sa, st, b, ldb, nl, dst, ldc, accumulate); break;
+    case 2: abk(2, part, nt, a, sa, st, b, ldb, nl, dst, ldc, accumulate); break;
+    case 3: abk(3, part, nt, a, sa, st, b, ldb, nl, dst, ldc, accumulate); break;
+    case 4: abk(4, part, nt, a, sa, st, b, ldb, nl, dst, ldc, accumulate); break;
+#if MR >= 6
+    case 5: abk(5, part, nt, a, sa, st, b, ldb, nl, dst, ldc, accumulate); break;
+    case 6: abk(6, part, nt, a, sa, st, b, ldb, nl, dst, ldc, accumulate); break;
+#endif
+#if MR >= 14
+    case 7: abk(7, part, nt, a, sa, st, b, ldb, nl, dst, ldc, accumulate); break;
+    case 8: abk(8, part, nt, a, sa, st, b, ldb, nl, dst, ldc, accumulate); break;
+    case 9: abk(9, part, nt, a, sa, st, b, ldb, nl, dst, ldc, accumulate); break;
+    case 10: abk(10, part, nt, a, sa, st, b, ldb, nl, dst, ldc, accumulate); break;
+    case 11: abk(11, part, nt, a, sa, st, b, ldb, nl, dst, ldc, accumulate); break;
+    case 12: abk(12, part, nt, a, sa, st, b, ldb, nl, dst, ldc, accumulate); break;
+    case 13: abk(13, part, nt, a, sa, st, b, ldb, nl, dst, ldc, accumulate); break;
+    case 14: abk(14, part, nt, a, sa, st, b, ldb, nl, dst, ldc, accumulate); break;
+#endif
+    default: break;
+    }
+}
+
+/* dst (n, nl; ldc) (+)= A (n, nt; rows sa, terms st) . B (nt, nl; ldb), in
+ * register tiles of MR rows and 2 VL lanes (the last lanes masked) */
+static void abk_rows(size_t n, size_t nl, size_t nt, const float *a, size_t sa, size_t st,
+                     const float *b, size_t ldb, float *dst, size_t ldc, int accumulate)
+{
+    for (size_t l = 0; l < nl; l += 2 * VL) {
+        const size_t w = min_sz(2 * VL, nl - l);
+        for (size_t i = 0; i < n; i += MR) {
+            const int rb = (int)min_sz(MR, n - i);
+            if (w == 2 * VL)
+                abk_rb(0, rb, nt, a + i * sa, sa, st, b + l, ldb, w, dst + i * ldc + l, ldc,
+                       accumulate);
+            else
+                abk_rb(1, rb, nt, a + i * sa, sa, st, b + l, ldb, w, dst + i * ldc + l, ldc,
+                       accumulate);
+        }
+    }
+}
+
+/* Queries q0..q0+nq of head h against keys j0..j0+nk, in place, rows of
+ * BC_ATT_BK lanes: s (q . k unscaled) becomes p = exp(s scale - lse_i), dp
+ * (do . v) becomes ds = p (dp - D_i) scale. Lanes of keys the query does not
+ * see (causal) or past nk are exactly 0 in both. */
+static void ab_probs(float *s, float *dp, size_t nq, size_t ncol, const bc_attn_bwd *A,
+                     size_t h, size_t q0, size_t j0, size_t nk, float scale)
+{
+    const V sc = vset1(scale);
+    for (size_t i = 0; i < nq; i++) {
+        const size_t qi = q0 + i;
+        const size_t lim = !A->causal ? nk : qi < j0 ? 0 : min_sz(nk, qi - j0 + 1);
+        const V lse = vset1(A->lse[h * A->t + qi]), di = vset1(A->dsum[h * A->t + qi]);
+        float *si = s + i * BC_ATT_BK, *dpi = dp + i * BC_ATT_BK;
+        for (size_t l = 0; l < ncol; l += VL) {
+            V p = vexp(vsub(vmul(vload(si + l), sc), lse));
+            V ds = vmul(vmul(p, vsub(vload(dpi + l), di)), sc);
+            if (l + VL > lim) {
+                const size_t keep = lim > l ? lim - l : 0;
+                p = vkeep_lo(vzero(), p, keep);
+                ds = vkeep_lo(vzero(), ds, keep);
+            }
+            vstore(si + l, p);
+            vstore(dpi + l, ds);
+        }
+    }
+}
+
+/* kt, vt (Dh, BK), s, dp (BK, BK), dk, dv (BK, Dh); attn_bwd_q uses the first four and dq (BK, Dh) */
 static size_t attn_bwd_scratch(size_t d_head)
 {
-    return 2 * BC_ATT_BK * d_head + 2 * BC_ATT_BK + 2 * VL;
+    return 4 * BC_ATT_BK * d_head + 2 * BC_ATT_BK * BC_ATT_BK;
 }
 
 /* dk, dv of K/V head g, keys [j0, j0 + BK): every query head of the group in
- * order, every query that sees them in order. */
+ * order, the queries that see them in blocks of BK, in order. */
 // dk, dv (T, KV*Dh) rows j0..j0+BK of K/V head g; q, do (T, H*Dh); k, v (T, KV*Dh); lse, D (H, T)
 static void attn_bwd_kv(const bc_attn_bwd *A, size_t g, size_t j0, float *scratch)
 {
     const size_t dh = A->d_head, t = A->t, nk = min_sz(BC_ATT_BK, t - j0);
-    const size_t qw = A->n_heads * dh, kw = qw / A->kv_group;
+    const size_t ncol = (nk + 2 * VL - 1) / (2 * VL) * (2 * VL);
     const float scale = 1.0f / sqrtf((float)dh);
-    float *dk = scratch, *dv = dk + BC_ATT_BK * dh, *p = dv + BC_ATT_BK * dh, *dp = p + BC_ATT_BK;
+    float *kt = scratch, *vt = kt + dh * BC_ATT_BK, *s = vt + dh * BC_ATT_BK;
+    float *dp = s + BC_ATT_BK * BC_ATT_BK, *dk = dp + BC_ATT_BK * BC_ATT_BK;
+    float *dv = dk + BC_ATT_BK * dh;
+    kv_transpose(kt, A->k + j0 * A->ldq + g * dh, A->ldq, nk, dh);
+    kv_transpose(vt, A->v + j0 * A->ldq + g * dh, A->ldq, nk, dh);
     memset(dk, 0, 2 * BC_ATT_BK * dh * sizeof(float));
-    const float *kg = A->k + g * dh, *vg = A->v + g * dh;
     for (size_t h = g * A->kv_group; h < (g + 1) * A->kv_group; h++) {
-        for (size_t i = A->causal ? j0 : 0; i < t; i++) {
-            const float *qi = A->q + i * A->ldq + h * dh, *doi = A->dout + i * A->ldo + h * dh;
-            const size_t n = A->causal ? min_sz(nk, i - j0 + 1) : nk;
-            vdot_rows(p, qi, kg + j0 * A->ldq, A->ldq, n, dh, scale);
-            vdot_rows(dp, doi, vg + j0 * A->ldq, A->ldq, n, dh, 1.0f);
-            vexp_shift(p, A->lse[h * t + i], n);
-            const float di = A->dsum[h * t + i];
-            for (size_t j = 0; j < n; j++) {
-                vaxpy(dv + j * dh, p[j], doi, dh);
-                vaxpy(dk + j * dh, p[j] * (dp[j] - di) * scale, qi, dh);
-            }
+        for (size_t q0 = A->causal ? j0 : 0; q0 < t; q0 += BC_ATT_BK) {
+            const size_t nq = min_sz(BC_ATT_BK, t - q0);
+            const float *q = A->q + q0 * A->ldq + h * dh, *dout = A->dout + q0 * A->ldo + h * dh;
+            abk_rows(nq, ncol, dh, q, A->ldq, 1, kt, BC_ATT_BK, s, BC_ATT_BK, 0);
+            abk_rows(nq, ncol, dh, dout, A->ldo, 1, vt, BC_ATT_BK, dp, BC_ATT_BK, 0);
+            ab_probs(s, dp, nq, ncol, A, h, q0, j0, nk, scale);
+            /* dv (nk, Dh) += p^T do, dk (nk, Dh) += ds^T q */
+            abk_rows(nk, dh, nq, s, 1, BC_ATT_BK, dout, A->ldo, dv, dh, 1);
+            abk_rows(nk, dh, nq, dp, 1, BC_ATT_BK, q, A->ldq, dk, dh, 1);
         }
     }
     for (size_t j = 0; j < nk; j++) {
         memcpy(A->dk + (j0 + j) * A->ldd + g * dh, dk + j * dh, dh * sizeof(float));
         memcpy(A->dv + (j0 + j) * A->ldd + g * dh, dv + j * dh, dh * sizeof(float));
     }
-    (void)kw;
 }
 
-/* dq of query head h, queries [i0, i0 + BK): the keys each sees, in order. */
+/* dq of query head h, queries [i0, i0 + BK): the keys they see, in tiles of BK, in order. */
 // dq (T, H*Dh) rows i0..i0+BK of head h; q, do (T, H*Dh); k, v (T, KV*Dh); lse, D (H, T)
 static void attn_bwd_q(const bc_attn_bwd *A, size_t h, size_t i0, float *scratch)
 {
     const size_t dh = A->d_head, t = A->t, nq = min_sz(BC_ATT_BK, t - i0);
-    const size_t g = h / A->kv_group;
+    const size_t g = h / A->kv_group, kend = A->causal ? i0 + nq : t;
     const float scale = 1.0f / sqrtf((float)dh);
-    float *dq = scratch, *p = dq + BC_ATT_BK * dh, *dp = p + BC_ATT_BK;
-    const float *kg = A->k + g * dh, *vg = A->v + g * dh;
-    for (size_t i = 0; i < nq; i++) {
-        const size_t qi_ = i0 + i;
-        const float *qi = A->q + qi_ * A->ldq + h * dh, *doi = A->dout + qi_ * A->ldo + h * dh;
-        float *dqi = dq + i * dh;
-        memset(dqi, 0, dh * sizeof(float));
-        const size_t kend = A->causal ? qi_ + 1 : t;
-        const float lse = A->lse[h * t + qi_], di = A->dsum[h * t + qi_];
-        for (size_t j0 = 0; j0 < kend; j0 += BC_ATT_BK) {
-            const size_t n = min_sz(BC_ATT_BK, kend - j0);
-            vdot_rows(p, qi, kg + j0 * A->ldq, A->ldq, n, dh, scale);
-            vdot_rows(dp, doi, vg + j0 * A->ldq, A->ldq, n, dh, 1.0f);
-            vexp_shift(p, lse, n);
-            for (size_t j = 0; j < n; j++)
-                vaxpy(dqi, p[j] * (dp[j] - di) * scale, kg + (j0 + j) * A->ldq, dh);
-        }
-        memcpy(A->dq + qi_ * A->ldd + h * dh, dqi, dh * sizeof(float));
+    float *kt = scratch, *vt = kt + dh * BC_ATT_BK, *s = vt + dh * BC_ATT_BK;
+    float *dp = s + BC_ATT_BK * BC_ATT_BK, *dq = dp + BC_ATT_BK * BC_ATT_BK;
+    const float *q = A->q + i0 * A->ldq + h * dh, *dout = A->dout + i0 * A->ldo + h * dh;
+    memset(dq, 0, nq * dh * sizeof(float));
+    for (size_t j0 = 0; j0 < kend; j0 += BC_ATT_BK) {
+        const size_t nk = min_sz(BC_ATT_BK, kend - j0);
+        const size_t ncol = (nk + 2 * VL - 1) / (2 * VL) * (2 * VL);
+        const float *k = A->k + j0 * A->ldq + g * dh;
+        kv_transpose(kt, k, A->ldq, nk, dh);
+        kv_transpose(vt, A->v + j0 * A->ldq + g * dh, A->ldq, nk, dh);
+        abk_rows(nq, ncol, dh, q, A->ldq, 1, kt, BC_ATT_BK, s, BC_ATT_BK, 0);
+        abk_rows(nq, ncol, dh, dout, A->ldo, 1, vt, BC_ATT_BK, dp, BC_ATT_BK, 0);
+        ab_probs(s, dp, nq, ncol, A, h, i0, j0, nk, scale);
+        /* dq (nq, Dh) += ds k */
+        abk_rows(nq, dh, nk, dp, BC_ATT_BK, 1, k, A->ldq, dq, dh, 1);
     }
+    for (size_t i = 0; i < nq; i++)
+        memcpy(A->dq + (i0 + i) * A->ldd + h * dh, dq + i * dh, dh * sizeof(float));
 }
-
