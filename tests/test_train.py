@@ -248,13 +248,15 @@ def test_model_grad_matches_the_oracle(name):
 
 
 
-@pytest.mark.parametrize("heads,kv_heads,head_dim,t", [(4, 2, 20, 150), (3, 1, 36, 129),
-                                                      (2, 2, 64, 65)])
+@pytest.mark.parametrize("heads,kv_heads,head_dim,t,width", [(4, 2, 20, 150, 32),
+                                                            (3, 1, 36, 129, 32),
+                                                            (2, 2, 64, 65, 136)])
 def test_model_grad_crosses_attention_tiles_with_shared_kv_heads_on_every_isa(
-        isa, heads, kv_heads, head_dim, t):
+        isa, heads, kv_heads, head_dim, t, width):
     # the attention backward's register tiles: contexts past one and two key tiles (64),
-    # head sizes that are not a whole number of vectors, query heads sharing a K/V head
-    cfg = GPTConfig(vocab=40, context=t, width=32, heads=heads, kv_heads=kv_heads,
+    # head sizes that are not a whole number of vectors, query heads sharing a K/V head;
+    # a width past the 112 rows of x^T the weight gradients' product packs at once
+    cfg = GPTConfig(vocab=40, context=t, width=width, heads=heads, kv_heads=kv_heads,
                     head_dim=head_dim, layers=1, norm="rms", activation="swiglu",
                     positions="rope", d_ff=24, qkv_bias=False, out_bias=False, mlp_bias=False)
     m = perturbed(cfg, seed=t)

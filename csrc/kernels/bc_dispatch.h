@@ -53,8 +53,13 @@ typedef struct {
     int act;                     /* BC_ACT_* or BC_ACT_NONE */
 } bc_gemm;
 
-/* Scratch floats one thread needs for gemm_part. */
-#define BC_GEMM_SCRATCH (BC_KC * BC_NC + 16 * BC_KC + 64)
+/* Rows of A the backward's product packs at once when A's rows are columns of
+ * a (dw = dy^T x): a multiple of MR is used, at least MR on every ISA. */
+#define BC_MM_MC 112
+
+/* Scratch floats one thread needs for gemm_part and mm_part: a B block and
+ * rows of A (MR of them for gemm_part, BC_MM_MC for mm_part). */
+#define BC_GEMM_SCRATCH (BC_KC * BC_NC + BC_MM_MC * BC_KC + 64)
 
 /* The backward's products (bc_k_mm): C (M,N) = [C +] A (M,K) B (K,N).
  *   A(i,k) = a[i*a_rs + k*a_cs]: rows (a_cs == 1) or columns (a_rs == 1) of a

@@ -312,6 +312,32 @@ static void mm_pack_b(float *restrict bp, const bc_mm *g, size_t jc, size_t nc, 
     }
 }
 
+_Static_assert(MR <= BC_MM_MC, "mm_part: a block of A's rows holds a tile");
+#define MM_MC (BC_MM_MC / MR * MR)  /* rows of A packed at once: whole tiles */
+
+/* ap (mc rows of kc) <- A(i, k) = a[i + k cs] (A's rows are a's columns):
+ * VL x VL blocks through a register transpose, each of a's rows read VL
+ * floats at a time across the block */
+// ap (mc, kc); a from the block's first row and first k
+static void mm_pack_a_cols(float *restrict ap, const float *restrict a, size_t cs, size_t mc,
+                           size_t kc)
+{
+    for (size_t k0 = 0; k0 < kc; k0 += VL) {
+        const size_t nk = min_sz(VL, kc - k0);
+        for (size_t i0 = 0; i0 < mc; i0 += VL) {
+            const size_t ni = min_sz(VL, mc - i0);
+            V r[VL], t[VL];
+            BC_UNROLL
+            for (size_t k = 0; k < VL; k++)
+                r[k] = k >= nk ? vzero() : ni == VL ? vload(a + (k0 + k) * cs + i0)
+                                                    : vloadn(a + (k0 + k) * cs + i0, ni);
+            vtranspose(t, r);
+            for (size_t i = 0; i < ni; i++)
+                vstore_n(ap + (i0 + i) * kc + k0, t[i], nk);
+        }
+    }
+}
+
 /* Rows [i0,i1) x columns [j0,j1) of C over all of K, in BC_KC blocks added in
  * order (the first block onto C itself when accumulating): every element's
  * chain depends on K alone, not on the split. */
@@ -319,52 +345,44 @@ static void mm_pack_b(float *restrict bp, const bc_mm *g, size_t jc, size_t nc, 
 static void mm_part(const bc_mm *g, size_t i0, size_t i1, size_t j0, size_t j1, float *scratch)
 {
     float *bp = scratch;                   /* BC_KC x BC_NC */
-    float *ap = scratch + BC_KC * BC_NC;   /* MR x BC_KC: rows of A, when A is columns */
+    float *ap = scratch + BC_KC * BC_NC;   /* MM_MC x BC_KC: rows of A, when A is columns */
     for (size_t jc = j0; jc < j1; jc += BC_NC) {
         const size_t nc = min_sz(BC_NC, j1 - jc);
         for (size_t pc = 0; pc < g->k; pc += BC_KC) {
             const size_t kc = min_sz(BC_KC, g->k - pc);
             mm_pack_b(bp, g, jc, nc, pc, kc);
-            for (size_t ic = i0; ic < i1; ic += MR) {
-                const int mr = (int)min_sz(MR, i1 - ic);
-                const float *a;
-                size_t lda;
-                if (g->a_cs == 1) {
-                    a = g->a + ic * g->a_rs + pc;
-                    lda = g->a_rs;
-                } else {  /* A's rows are columns of a: copied side by side, each
-                           * of a's rows (k) read once across the tile's mr columns */
-                    for (size_t k = 0; k < kc; k++) {
-                        const float *src = g->a + ic * g->a_rs + (pc + k) * g->a_cs;
-                        for (int i = 0; i < mr; i++)
-                            ap[(size_t)i * kc + k] = src[(size_t)i * g->a_rs];
+            for (size_t icb = i0; icb < i1; icb += MM_MC) {
+                const size_t mc = min_sz(MM_MC, i1 - icb);
+                if (g->a_cs != 1)  /* A's rows are columns of a (a_rs == 1) */
+                    mm_pack_a_cols(ap, g->a + icb + pc * g->a_cs, g->a_cs, mc, kc);
+                for (size_t ic = icb; ic < icb + mc; ic += MR) {
+                    const int mr = (int)min_sz(MR, icb + mc - ic);
+                    const float *a = g->a_cs == 1 ? g->a + ic * g->a_rs + pc : ap + (ic - icb) * kc;
+                    const size_t lda = g->a_cs == 1 ? g->a_rs : kc;
+                    for (size_t jr = 0; jr < nc; jr += NR) {
+                        const size_t j = jc + jr;
+                        tile_io io;
+                        if (g->c_panels) {
+                            io.y = g->c + (j / PW) * g->m * PW + ic * PW + j % PW;
+                            io.ldy = PW;
+                            io.y1 = j % PW + VL < PW ? VL : g->m * PW + VL - PW;
+                        } else {
+                            io.y = g->c + ic * g->ldc + j;
+                            io.ldy = g->ldc;
+                            io.y1 = VL;
+                        }
+                        io.b = NULL;
+                        io.r = g->accumulate ? io.y : NULL;
+                        io.ldr = io.ldy;
+                        io.r1 = io.y1;
+                        io.nv = min_sz(NR, nc - jr);
+                        io.first = pc == 0;
+                        io.last = pc + kc == g->k;
+                        io.act = BC_ACT_NONE;
+                        const float *b0 = pcol(bp, kc, jr);
+                        const float *b1 = io.nv > VL ? pcol(bp, kc, jr + VL) : b0;
+                        tile_any(mr, kc, a, lda, b0, b1, &io);
                     }
-                    a = ap;
-                    lda = kc;
-                }
-                for (size_t jr = 0; jr < nc; jr += NR) {
-                    const size_t j = jc + jr;
-                    tile_io io;
-                    if (g->c_panels) {
-                        io.y = g->c + (j / PW) * g->m * PW + ic * PW + j % PW;
-                        io.ldy = PW;
-                        io.y1 = j % PW + VL < PW ? VL : g->m * PW + VL - PW;
-                    } else {
-                        io.y = g->c + ic * g->ldc + j;
-                        io.ldy = g->ldc;
-                        io.y1 = VL;
-                    }
-                    io.b = NULL;
-                    io.r = g->accumulate ? io.y : NULL;
-                    io.ldr = io.ldy;
-                    io.r1 = io.y1;
-                    io.nv = min_sz(NR, nc - jr);
-                    io.first = pc == 0;
-                    io.last = pc + kc == g->k;
-                    io.act = BC_ACT_NONE;
-                    const float *b0 = pcol(bp, kc, jr);
-                    const float *b1 = io.nv > VL ? pcol(bp, kc, jr + VL) : b0;
-                    tile_any(mr, kc, a, lda, b0, b1, &io);
                 }
             }
         }
