@@ -32,6 +32,8 @@ blockc.train's internals (the C calls train_step makes), since the public
 
     python benches/profile_train.py              # both models (about 3 minutes)
     python benches/profile_train.py --quick      # gpt-10m only, 3 calls a part
+
+With --docs the output also replaces the "train-profile" section of docs/speed.md.
 """
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ from blockc import train as btrain
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_train import CLIP, LR, SIZES, make, torch_model  # noqa: E402
+from doc_section import run as run_bench  # noqa: E402
 from machine import cpu_name, fma_peak  # noqa: E402
 
 
@@ -251,4 +254,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_bench(main, "speed.md", "train-profile")

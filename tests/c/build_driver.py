@@ -51,7 +51,7 @@ def _library(sanitize, debug):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    return cflags + ["-g"], ldflags, srcs, incs
+    return cflags + ([] if "-g" in cflags else ["-g"]), ldflags, srcs, incs
 
 
 def objects(outdir, sanitize=False, debug=False, env=None, jobs=None):
