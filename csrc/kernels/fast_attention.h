@@ -623,14 +623,21 @@ static void abk_rows(size_t n, size_t nl, size_t nt, const float *a, size_t sa, 
     }
 }
 
-/* Queries q0..q0+nq of head h against keys j0..j0+nk, in place, rows of
- * BC_ATT_BK lanes: s (q . k unscaled) becomes p = exp(s scale - lse_i), dp
- * (do . v) becomes ds = p (dp - D_i) scale. Lanes of keys the query does not
- * see (causal) or past nk are exactly 0 in both. */
-static void ab_probs(float *s, float *dp, size_t nq, size_t ncol, const bc_attn_bwd *A,
-                     size_t h, size_t q0, size_t j0, size_t nk, float scale)
+/* Queries q0..q0+nq of head h against the key tile j0..j0+nk, whose keys and
+ * values kt, vt are transposed (kv_transpose): s (nq, BK) = q . k and dp
+ * (nq, BK) = do . v as tiles, then in place p = exp(s / sqrt(Dh) - lse_i) and
+ * ds = p (dp - D_i) / sqrt(Dh). Lanes of keys the query does not see (causal)
+ * or past nk are exactly 0 in both. */
+// s, dp (nq, BK); kt, vt (Dh, BK); q, do (T, H*Dh) rows q0.. of head h; lse, D (H, T)
+static void ab_block(float *s, float *dp, const float *kt, const float *vt, const bc_attn_bwd *A,
+                     size_t h, size_t q0, size_t nq, size_t j0, size_t nk)
 {
-    const V sc = vset1(scale);
+    const size_t dh = A->d_head, ncol = (nk + 2 * VL - 1) / (2 * VL) * (2 * VL);
+    const V sc = vset1(1.0f / sqrtf((float)dh));
+    abk_rows(nq, ncol, dh, A->q + q0 * A->ldq + h * dh, A->ldq, 1, kt, BC_ATT_BK, s,
+             BC_ATT_BK, 0);
+    abk_rows(nq, ncol, dh, A->dout + q0 * A->ldo + h * dh, A->ldo, 1, vt, BC_ATT_BK, dp,
+             BC_ATT_BK, 0);
     for (size_t i = 0; i < nq; i++) {
         const size_t qi = q0 + i;
         const size_t lim = !A->causal ? nk : qi < j0 ? 0 : min_sz(nk, qi - j0 + 1);
@@ -662,8 +669,6 @@ static size_t attn_bwd_scratch(size_t d_head)
 static void attn_bwd_kv(const bc_attn_bwd *A, size_t g, size_t j0, float *scratch)
 {
     const size_t dh = A->d_head, t = A->t, nk = min_sz(BC_ATT_BK, t - j0);
-    const size_t ncol = (nk + 2 * VL - 1) / (2 * VL) * (2 * VL);
-    const float scale = 1.0f / sqrtf((float)dh);
     float *kt = scratch, *vt = kt + dh * BC_ATT_BK, *s = vt + dh * BC_ATT_BK;
     float *dp = s + BC_ATT_BK * BC_ATT_BK, *dk = dp + BC_ATT_BK * BC_ATT_BK;
     float *dv = dk + BC_ATT_BK * dh;
@@ -674,9 +679,7 @@ static void attn_bwd_kv(const bc_attn_bwd *A, size_t g, size_t j0, float *scratc
         for (size_t q0 = A->causal ? j0 : 0; q0 < t; q0 += BC_ATT_BK) {
             const size_t nq = min_sz(BC_ATT_BK, t - q0);
             const float *q = A->q + q0 * A->ldq + h * dh, *dout = A->dout + q0 * A->ldo + h * dh;
-            abk_rows(nq, ncol, dh, q, A->ldq, 1, kt, BC_ATT_BK, s, BC_ATT_BK, 0);
-            abk_rows(nq, ncol, dh, dout, A->ldo, 1, vt, BC_ATT_BK, dp, BC_ATT_BK, 0);
-            ab_probs(s, dp, nq, ncol, A, h, q0, j0, nk, scale);
+            ab_block(s, dp, kt, vt, A, h, q0, nq, j0, nk);
             /* dv (nk, Dh) += p^T do, dk (nk, Dh) += ds^T q */
             abk_rows(nk, dh, nq, s, 1, BC_ATT_BK, dout, A->ldo, dv, dh, 1);
             abk_rows(nk, dh, nq, dp, 1, BC_ATT_BK, q, A->ldq, dk, dh, 1);
@@ -694,20 +697,15 @@ static void attn_bwd_q(const bc_attn_bwd *A, size_t h, size_t i0, float *scratch
 {
     const size_t dh = A->d_head, t = A->t, nq = min_sz(BC_ATT_BK, t - i0);
     const size_t g = h / A->kv_group, kend = A->causal ? i0 + nq : t;
-    const float scale = 1.0f / sqrtf((float)dh);
     float *kt = scratch, *vt = kt + dh * BC_ATT_BK, *s = vt + dh * BC_ATT_BK;
     float *dp = s + BC_ATT_BK * BC_ATT_BK, *dq = dp + BC_ATT_BK * BC_ATT_BK;
-    const float *q = A->q + i0 * A->ldq + h * dh, *dout = A->dout + i0 * A->ldo + h * dh;
     memset(dq, 0, nq * dh * sizeof(float));
     for (size_t j0 = 0; j0 < kend; j0 += BC_ATT_BK) {
         const size_t nk = min_sz(BC_ATT_BK, kend - j0);
-        const size_t ncol = (nk + 2 * VL - 1) / (2 * VL) * (2 * VL);
         const float *k = A->k + j0 * A->ldq + g * dh;
         kv_transpose(kt, k, A->ldq, nk, dh);
         kv_transpose(vt, A->v + j0 * A->ldq + g * dh, A->ldq, nk, dh);
-        abk_rows(nq, ncol, dh, q, A->ldq, 1, kt, BC_ATT_BK, s, BC_ATT_BK, 0);
-        abk_rows(nq, ncol, dh, dout, A->ldo, 1, vt, BC_ATT_BK, dp, BC_ATT_BK, 0);
-        ab_probs(s, dp, nq, ncol, A, h, i0, j0, nk, scale);
+        ab_block(s, dp, kt, vt, A, h, i0, nq, j0, nk);
         /* dq (nq, Dh) += ds k */
         abk_rows(nq, dh, nk, dp, BC_ATT_BK, 1, k, A->ldq, dq, dh, 1);
     }

@@ -109,7 +109,7 @@ static void col_unit(const void *arg, size_t u, int t)
     (void)t;
     const col_job *j = arg;
     const size_t o0 = u * COL_UNIT, o1 = min_z(o0 + COL_UNIT, j->oc);
-    float *restrict db = j->db + o0;   /* db and dy never overlap: lanes vectorise */
+    float *restrict db = j->db + o0;   /* db and dy never overlap: no reload after a store */
     for (size_t i = 0; i < j->n; i++) {
         const float *restrict r = j->dy + i * j->oc + o0;
         for (size_t o = 0; o < o1 - o0; o++)
