@@ -281,16 +281,25 @@ static void mm_pack_b(float *restrict bp, const bc_mm *g, size_t jc, size_t nc, 
                       size_t kc)
 {
     const size_t ncp = (nc + PW - 1) / PW * PW;
-    if (g->b_kind == BC_MM_B_ROWS) {
+    if (g->b_kind == BC_MM_B_ROWS) {  /* a panel's row is VPP vectors: copied as such */
         for (size_t jp = 0; jp < ncp; jp += PW) {
-            const size_t w = jp + PW <= nc ? PW : nc > jp ? nc - jp : 0;
+            const size_t w = jp + PW <= nc ? PW : nc - jp;  /* jp < nc: ncp rounds nc up */
             float *dst = bp + (jp / PW) * kc * PW;
-            for (size_t k = 0; k < kc; k++) {
-                const float *src = g->b + (pc + k) * g->ldb + jc + jp;
-                memcpy(dst + k * PW, src, w * sizeof(float));
-                if (w < PW)
-                    memset(dst + k * PW + w, 0, (PW - w) * sizeof(float));
+            const float *src = g->b + pc * g->ldb + jc + jp;
+            if (w == PW) {
+                for (size_t k = 0; k < kc; k++)
+                    BC_UNROLL
+                    for (size_t t = 0; t < VPP; t++)
+                        vstore(dst + k * PW + t * VL, vload(src + k * g->ldb + t * VL));
+                continue;
             }
+            for (size_t k = 0; k < kc; k++)
+                BC_UNROLL
+                for (size_t t = 0; t < VPP; t++) {
+                    const size_t l = t * VL;
+                    vstore(dst + k * PW + l,
+                           l < w ? vloadn(src + k * g->ldb + l, min_sz(VL, w - l)) : vzero());
+                }
         }
         return;
     }
