@@ -6,6 +6,7 @@ finite differences of the forward oracle; blockc's C gradients against the
 oracle for every block option and model shape; and PyTorch's autograd and
 torch.optim.AdamW as the peers (skipped without torch; CI installs it)."""
 import itertools
+import math
 import threading
 
 import numpy as np
@@ -362,6 +363,50 @@ def test_adamw_five_steps_equal_torch(decay, clip):
     for k, p in tp.items():
         np.testing.assert_allclose(got[k], p.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=k)
     assert opt.steps == 5
+
+
+def _adamw_numpy(p, m, v, g, step, lr, betas, eps, wd, gscale):
+    """torch's single-tensor AdamW step in float32, one IEEE operation at a time, in
+    blockc's documented order (bc_adamw_args), the scalars as blockc forms them (double,
+    then float32): NumPy rounds each operation once, as the kernels do."""
+    f = np.float32
+    b1, b2 = betas
+    bc1, bc2 = 1.0 - b1 ** step, 1.0 - b2 ** step
+    if gscale != 1.0:
+        g = g * f(gscale)
+    m = m + f(1.0 - b1) * (g - m)
+    v = v * f(b2) + (f(1.0 - b2) * g) * g
+    den = np.sqrt(v) / f(math.sqrt(bc2)) + f(eps)
+    p = p * f(1.0 - lr * wd) + f(-lr / bc1) * (m / den)
+    return p, m, v
+
+
+def test_adamw_is_numpys_float32_update_bit_for_bit_on_every_isa(isa):
+    """The vector kernel's AdamW (with tails: tensors of 15, 32 x 15, ... floats) gives
+    the bits of the update written out in NumPy float32, clipped and not, with decay on
+    the matrices only: the same bits on every instruction set."""
+    blockc.set_isa(isa)
+    cfg = GPTConfig(vocab=37, context=8, width=30, heads=2, layers=2, d_ff=45)
+    m = perturbed(cfg)
+    lr, betas, eps, wd = 2e-2, (0.8, 0.95), 1e-6, 0.1
+    opt = AdamW(m, lr=lr, betas=betas, eps=eps, weight_decay=wd)
+    p = {k: a.copy() for k, a in m.state_dict().items()}  # (views of the parameters)
+    mom = {k: np.zeros_like(a) for k, a in p.items()}
+    sq = {k: np.zeros_like(a) for k, a in p.items()}
+    for step, clip in enumerate([None, 0.05, 1e3], start=1):
+        g = random_grads(m, step)
+        opt.step(g, max_grad_norm=clip)
+        scale = 1.0
+        if clip is not None:
+            scale = min(1.0, clip / (opt.last_grad_norm + 1e-6))
+        for k in p:
+            p[k], mom[k], sq[k] = _adamw_numpy(p[k], mom[k], sq[k], g[k], step, lr, betas, eps,
+                                               wd if p[k].ndim == 2 else 0.0, scale)
+    got, st = m.state_dict(), opt.state_dict()
+    for k in p:
+        np.testing.assert_array_equal(got[k].view(np.uint32), p[k].view(np.uint32), err_msg=k)
+        np.testing.assert_array_equal(st["exp_avg"][k], mom[k], err_msg=k)
+        np.testing.assert_array_equal(st["exp_avg_sq"][k], sq[k], err_msg=k)
 
 
 def test_adamw_state_round_trips_and_training_resumes_exactly():

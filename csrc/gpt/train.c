@@ -297,15 +297,32 @@ typedef struct {
     double *part;
 } norm_job;
 
+#define NORM_LANES 16  /* independent sums per chunk: not one chain of dependent adds */
+#if defined(__GNUC__) && !defined(__clang__)
+#define NORM_UNROLL _Pragma("GCC unroll 16")  /* the lanes in registers, not on the stack */
+#else
+#define NORM_UNROLL
+#endif
+
+/* part[u] = the sum of g[i]^2 over chunk u: element i0 + l adds (exactly squared,
+ * in double) into lane l % NORM_LANES in order, then the lanes pairwise */
 static void norm_unit(const void *arg, size_t u, int th)
 {
     (void)th;
     const norm_job *j = arg;
-    const size_t i1 = (u + 1) * j->chunk < j->n ? (u + 1) * j->chunk : j->n;
-    double s = 0.0;
-    for (size_t i = u * j->chunk; i < i1; i++)
-        s += (double)j->g[i] * j->g[i];
-    j->part[u] = s;
+    const size_t i0 = u * j->chunk, i1 = (u + 1) * j->chunk < j->n ? (u + 1) * j->chunk : j->n;
+    double s[NORM_LANES] = {0.0};
+    size_t i = i0;
+    for (; i + NORM_LANES <= i1; i += NORM_LANES)
+        NORM_UNROLL
+        for (size_t l = 0; l < NORM_LANES; l++)
+            s[l] += (double)j->g[i + l] * j->g[i + l];
+    for (size_t l = 0; i + l < i1; l++)
+        s[l] += (double)j->g[i + l] * j->g[i + l];
+    for (size_t w = NORM_LANES / 2; w >= 1; w /= 2)
+        for (size_t l = 0; l < w; l++)
+            s[l] += s[l + w];
+    j->part[u] = s[0];
 }
 
 int bc_gpt_grad_norm(double *norm, const void *grads, const bc_gpt_config *cfg)
@@ -343,30 +360,20 @@ typedef struct {
     float *p, *m, *v;
     const float *g;
     size_t n;
-    float decay, b1, b2, omb1, omb2, step, bc2s, eps, gscale;
+    bc_adamw_args a;
+    const bc_kernel_table *kt;
 } adam_job;
 
 #define ADAM_UNIT 16384
 
-/* torch.optim.AdamW's single-tensor update, in its order of float32 operations */
+/* torch.optim.AdamW's single-tensor update, in its order of float32 operations
+ * (the kernel table's adamw: the same bits on every instruction set) */
 static void adam_unit(const void *arg, size_t u, int th)
 {
     (void)th;
     const adam_job *j = arg;
-    const size_t i1 = (u + 1) * ADAM_UNIT < j->n ? (u + 1) * ADAM_UNIT : j->n;
-    for (size_t i = u * ADAM_UNIT; i < i1; i++) {
-        float g = j->g[i];
-        if (j->gscale != 1.0f)
-            g *= j->gscale;
-        float p = j->p[i] * j->decay;
-        const float m = j->m[i] + j->omb1 * (g - j->m[i]);
-        const float v = j->v[i] * j->b2 + j->omb2 * g * g;
-        const float denom = sqrtf(v) / j->bc2s + j->eps;
-        p = p + j->step * (m / denom);
-        j->p[i] = p;
-        j->m[i] = m;
-        j->v[i] = v;
-    }
+    const size_t i0 = u * ADAM_UNIT, i1 = (u + 1) * ADAM_UNIT < j->n ? (u + 1) * ADAM_UNIT : j->n;
+    j->kt->adamw(j->p + i0, j->m + i0, j->v + i0, j->g + i0, i1 - i0, &j->a);
 }
 
 static void adam_run(const adam_job *j, const bc_ctx *cx)
@@ -437,9 +444,10 @@ int bc_gpt_adamw(void *params, float *m, float *v, const void *grads, const bc_g
             const int dec = o.decay == BC_DECAY_ALL || (o.decay == BC_DECAY_MATRICES && t[k].matrix);
             const size_t i0 = t[k].off / 4;
             const adam_job j = {pp + i0, m + i0, v + i0, gg + i0, t[k].bytes / 4,
-                                dec ? decay : 1.0f, (float)o.beta1, (float)o.beta2,
-                                (float)(1.0 - o.beta1), (float)(1.0 - o.beta2), step, bc2s,
-                                (float)o.eps, (float)o.grad_scale};
+                                {dec ? decay : 1.0f, (float)o.beta2, (float)(1.0 - o.beta1),
+                                 (float)(1.0 - o.beta2), step, bc2s, (float)o.eps,
+                                 (float)o.grad_scale},
+                                cx.kt};
             adam_run(&j, &cx);
         }
     }

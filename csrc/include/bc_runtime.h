@@ -34,7 +34,7 @@ extern "C" {
 #define BC_FAMILY_DECODE_Q8_0 3  /* ... on q8_0 panels */
 #define BC_FAMILY_DECODE_ROWS 4  /* ... on a caller's row-major float32 weights */
 #define BC_FAMILY_ATTENTION 5    /* attention: prompts, decoding, backward */
-#define BC_FAMILY_ELEMENTWISE 6  /* activations, SwiGLU, additions, their backward, cross-entropy */
+#define BC_FAMILY_ELEMENTWISE 6  /* activations, SwiGLU, additions, their backward, cross-entropy, AdamW */
 #define BC_FAMILY_DECODE_Q8_0I 7 /* q8_0i: quantising x, its integer products (any rows) */
 #define BC_NFAMILIES 8
 

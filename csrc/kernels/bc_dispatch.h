@@ -115,6 +115,15 @@ typedef struct {
 
 #define BC_ATT_BK 64   /* keys per tile */
 
+/* One AdamW update (torch.optim.AdamW's single-tensor step, its float32
+ * operations in its order, each rounded once: the same bits on every
+ * instruction set): g' = g * gscale (gscale != 1 only), p' = p * decay,
+ * m' = m + omb1 (g' - m), v' = v b2 + (omb2 g') g',
+ * p'' = p' + step (m' / (sqrt(v') / bc2s + eps)). */
+typedef struct {
+    float decay, b2, omb1, omb2, step, bc2s, eps, gscale;
+} bc_adamw_args;
+
 /* Rows of x quantised for integer dot products (q8_0i: bc_engine.h says how),
  * each row of c columns in nb = ceil(c / 32) blocks: q (nb * 32 int8, zero
  * past c), then d (nb floats: the blocks' scales), then s (nb int32: -128 *
@@ -191,6 +200,9 @@ typedef struct {
      * not NULL; it may be z) dz = scale * (softmax(z) - onehot(target)) */
     void (*xent_row)(float *dz, float *loss, const float *z, size_t v, size_t target,
                      float scale);
+    /* AdamW on p, m, v (n) in place from the gradient g (n): bc_adamw_args */
+    void (*adamw)(float *p, float *m, float *v, const float *g, size_t n,
+                  const bc_adamw_args *a);
 } bc_kernel_table;
 
 /* Column blocks of the backward's products: a multiple of every NR and of BC_PANEL. */

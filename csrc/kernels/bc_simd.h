@@ -61,6 +61,7 @@ static inline V vadd(V a, V b) { return _mm512_add_ps(a, b); }
 static inline V vsub(V a, V b) { return _mm512_sub_ps(a, b); }
 static inline V vmul(V a, V b) { return _mm512_mul_ps(a, b); }
 static inline V vdiv(V a, V b) { return _mm512_div_ps(a, b); }
+static inline V vsqrt(V a) { return _mm512_sqrt_ps(a); }
 /* max(a, b); a NaN in b is kept (the second operand wins on NaN) */
 static inline V vmax(V a, V b) { return _mm512_max_ps(a, b); }
 static inline V vmin(V a, V b) { return _mm512_min_ps(a, b); }
@@ -203,6 +204,7 @@ static inline V vadd(V a, V b) { return _mm256_add_ps(a, b); }
 static inline V vsub(V a, V b) { return _mm256_sub_ps(a, b); }
 static inline V vmul(V a, V b) { return _mm256_mul_ps(a, b); }
 static inline V vdiv(V a, V b) { return _mm256_div_ps(a, b); }
+static inline V vsqrt(V a) { return _mm256_sqrt_ps(a); }
 static inline V vmax(V a, V b) { return _mm256_max_ps(a, b); }
 static inline V vmin(V a, V b) { return _mm256_min_ps(a, b); }
 static inline V vfill_lo(V v, size_t n, float f)
@@ -322,6 +324,7 @@ static inline V vadd(V a, V b) { for (int i = 0; i < 4; i++) a.f[i] += b.f[i]; r
 static inline V vsub(V a, V b) { for (int i = 0; i < 4; i++) a.f[i] -= b.f[i]; return a; }
 static inline V vmul(V a, V b) { for (int i = 0; i < 4; i++) a.f[i] *= b.f[i]; return a; }
 static inline V vdiv(V a, V b) { for (int i = 0; i < 4; i++) a.f[i] /= b.f[i]; return a; }
+static inline V vsqrt(V a) { for (int i = 0; i < 4; i++) a.f[i] = sqrtf(a.f[i]); return a; }
 static inline V vmax(V a, V b) { for (int i = 0; i < 4; i++) a.f[i] = a.f[i] > b.f[i] ? a.f[i] : b.f[i]; return a; }
 static inline V vmin(V a, V b) { for (int i = 0; i < 4; i++) a.f[i] = a.f[i] < b.f[i] ? a.f[i] : b.f[i]; return a; }
 static inline V vfill_lo(V v, size_t n, float f) { for (size_t i = 0; i < n && i < 4; i++) v.f[i] = f; return v; }

@@ -113,3 +113,36 @@ static void add(float *y, const float *a, const float *b, size_t n)
     if (i < n)
         vstoren(y + i, vadd(vloadn(a + i, n - i), vloadn(b + i, n - i)), n - i);
 }
+
+/* ---- the optimizer: AdamW (bc_adamw_args) -------------------------------- */
+
+// p, m, v (n) updated in place; g (n)
+static void adamw(float *p, float *m, float *v, const float *g, size_t n, const bc_adamw_args *a)
+{
+    const V decay = vset1(a->decay), b2 = vset1(a->b2), omb1 = vset1(a->omb1);
+    const V omb2 = vset1(a->omb2), step = vset1(a->step), bc2s = vset1(a->bc2s);
+    const V eps = vset1(a->eps), gscale = vset1(a->gscale);
+    const int scaled = a->gscale != 1.0f;
+    for (size_t i = 0; i < n; i += VL) {
+        const size_t k = min_sz(VL, n - i);
+        V gv = k == VL ? vload(g + i) : vloadn(g + i, k);
+        if (scaled)
+            gv = vmul(gv, gscale);
+        const V p0 = k == VL ? vload(p + i) : vloadn(p + i, k);
+        const V m0 = k == VL ? vload(m + i) : vloadn(m + i, k);
+        const V v0 = k == VL ? vload(v + i) : vloadn(v + i, k);
+        const V m1 = vadd(m0, vmul(omb1, vsub(gv, m0)));
+        const V v1 = vadd(vmul(v0, b2), vmul(vmul(omb2, gv), gv));
+        const V den = vadd(vdiv(vsqrt(v1), bc2s), eps);
+        const V p1 = vadd(vmul(p0, decay), vmul(step, vdiv(m1, den)));
+        if (k == VL) {
+            vstore(p + i, p1);
+            vstore(m + i, m1);
+            vstore(v + i, v1);
+        } else {
+            vstoren(p + i, p1, k);
+            vstoren(m + i, m1, k);
+            vstoren(v + i, v1, k);
+        }
+    }
+}

@@ -11,7 +11,7 @@
  *   fast_intdot.h       q8_0i: quantised x, integer dot products (decoding and GEMM)
  *   fast_formats.h      each weight format's readers and kernels (the table's wf)
  *   fast_attention.h    attention: prefill, decoding, backward
- *   fast_elementwise.h  activations, the gated MLP, the residual addition
+ *   fast_elementwise.h  activations, the gated MLP, the residual addition, AdamW
  *   fast_loss.h         the cross-entropy and its gradient
  * Every output element is computed by one fixed sequence of operations that
  * does not depend on how the work is split between threads. */
@@ -59,4 +59,5 @@ const bc_kernel_table BC_KERNEL_TABLE = {
     .act_bwd = act_bwd,
     .swiglu_bwd = swiglu_bwd,
     .xent_row = xent_row,
+    .adamw = adamw,
 };

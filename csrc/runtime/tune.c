@@ -151,6 +151,7 @@ static void take(bc_kernel_table *t, const bc_kernel_table *src, int f)
         t->act_bwd = src->act_bwd;
         t->swiglu_bwd = src->swiglu_bwd;
         t->xent_row = src->xent_row;
+        t->adamw = src->adamw;
         break;
     }
 }
