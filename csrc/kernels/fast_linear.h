@@ -303,23 +303,29 @@ static void mm_pack_b(float *restrict bp, const bc_mm *g, size_t jc, size_t nc, 
         }
         return;
     }
-    /* panels: B(k, j) at b[(k/PW)*ldb*PW + j*PW + k%PW], PW consecutive k together */
+    /* panels: B(k, j) at b[(k/PW)*ldb*PW + j*PW + k%PW], PW consecutive k together
+     * (pc a multiple of PW): each PW x PW block, a column's PW floats a vector,
+     * transposed VL x VL at a time into rows of k; a matrix's panels hold whole
+     * blocks of k (zero past its rows), columns past nc are zero */
     for (size_t jp = 0; jp < ncp; jp += PW) {
         float *dst = bp + (jp / PW) * kc * PW;
-        for (size_t jj = 0; jj < PW; jj++) {
-            const size_t j = jp + jj;
-            if (j >= nc) {
-                for (size_t k = 0; k < kc; k++)
-                    dst[k * PW + jj] = 0.0f;
-                continue;
-            }
-            for (size_t k = 0; k < kc; k++) {
-                const size_t kk = pc + k;
-                dst[k * PW + jj] = g->b[(kk / PW) * g->ldb * PW + (jc + j) * PW + kk % PW];
-            }
+        for (size_t k0 = 0; k0 < kc; k0 += PW) {
+            const size_t nk = min_sz(PW, kc - k0);
+            const float *src = g->b + ((pc + k0) / PW) * g->ldb * PW + (jc + jp) * PW;
+            for (size_t jb = 0; jb < PW; jb += VL)
+                for (size_t kb = 0; kb < nk; kb += VL) {
+                    V r[VL], t[VL];
+                    BC_UNROLL
+                    for (size_t j = 0; j < VL; j++)
+                        r[j] = jp + jb + j < nc ? vload(src + (jb + j) * PW + kb) : vzero();
+                    vtranspose(t, r);  /* t[k] lane j = r[j] lane k */
+                    for (size_t k = 0; k < VL && kb + k < nk; k++)
+                        vstore(dst + (k0 + kb + k) * PW + jb, t[k]);
+                }
         }
     }
 }
+_Static_assert(BC_KC % PW == 0, "mm_pack_b: a block of k starts a panel of B's k");
 
 _Static_assert(MR <= BC_MM_MC, "mm_part: a block of A's rows holds a tile");
 #define MM_MC (BC_MM_MC / MR * MR)  /* rows of A packed at once: whole tiles */
