@@ -35,27 +35,31 @@ static inline const float *pcol(const float *base, size_t kc, size_t o)
     return base + (o / PW) * kc * PW + o % PW;
 }
 
+/* Rows 0..nk-1 of a panel, PW floats apart from dst, <- the transpose of a
+ * VL x VL block whose row j (j < nj; zero past) is nk <= VL floats at src +
+ * j * ld: VL loads, a register transpose, nk stores. */
+BC_INLINE void pack_block_t(float *dst, const float *src, size_t ld, size_t nj, size_t nk)
+{
+    V r[VL], o[VL];
+    BC_UNROLL
+    for (size_t j = 0; j < VL; j++)
+        r[j] = j >= nj ? vzero() : nk == VL ? vload(src + j * ld) : vloadn(src + j * ld, nk);
+    vtranspose(o, r);
+    for (size_t k = 0; k < nk; k++)
+        vstore(dst + k * PW, o[k]);
+}
+
 /* bp (nc columns of kc rows as float32 panels) <- rows o0.. of a row-major w,
- * columns p0..p0+kc; zero past nc. VL x VL blocks: VL row loads, a register
- * transpose, VL stores. */
+ * columns p0..p0+kc; zero past nc: VL x VL blocks transposed (pack_block_t). */
 static void pack_rows(float *restrict bp, const void *rows, size_t c, size_t o0, size_t nc,
                       size_t p0, size_t kc)
 {
     const float *restrict w = rows;
     for (size_t jp = 0; jp < nc; jp += VL) {
-        const size_t rows = min_sz(VL, nc - jp);
         float *dst = bp + (jp / PW) * kc * PW + jp % PW;
         const float *src = w + (o0 + jp) * c + p0;
-        for (size_t k = 0; k < kc; k += VL) {
-            const size_t nk = min_sz(VL, kc - k);
-            V r[VL], o[VL];
-            BC_UNROLL
-            for (size_t j = 0; j < VL; j++)
-                r[j] = j < rows ? vloadn(src + j * c + k, nk) : vzero();
-            vtranspose(o, r);
-            for (size_t kk = 0; kk < nk; kk++)
-                vstore(dst + (k + kk) * PW, o[kk]);
-        }
+        for (size_t k = 0; k < kc; k += VL)
+            pack_block_t(dst + k * PW, src + k, c, min_sz(VL, nc - jp), min_sz(VL, kc - k));
     }
 }
 
@@ -304,24 +308,20 @@ static void mm_pack_b(float *restrict bp, const bc_mm *g, size_t jc, size_t nc, 
         return;
     }
     /* panels: B(k, j) at b[(k/PW)*ldb*PW + j*PW + k%PW], PW consecutive k together
-     * (pc a multiple of PW): each PW x PW block, a column's PW floats a vector,
-     * transposed VL x VL at a time into rows of k; a matrix's panels hold whole
-     * blocks of k (zero past its rows), columns past nc are zero */
+     * (pc a multiple of PW): each PW x PW block, column j's PW floats a row of
+     * PW apart, transposed VL x VL at a time (pack_block_t) into rows of k;
+     * columns past nc are zero */
     for (size_t jp = 0; jp < ncp; jp += PW) {
         float *dst = bp + (jp / PW) * kc * PW;
         for (size_t k0 = 0; k0 < kc; k0 += PW) {
             const size_t nk = min_sz(PW, kc - k0);
             const float *src = g->b + ((pc + k0) / PW) * g->ldb * PW + (jc + jp) * PW;
-            for (size_t jb = 0; jb < PW; jb += VL)
-                for (size_t kb = 0; kb < nk; kb += VL) {
-                    V r[VL], t[VL];
-                    BC_UNROLL
-                    for (size_t j = 0; j < VL; j++)
-                        r[j] = jp + jb + j < nc ? vload(src + (jb + j) * PW + kb) : vzero();
-                    vtranspose(t, r);  /* t[k] lane j = r[j] lane k */
-                    for (size_t k = 0; k < VL && kb + k < nk; k++)
-                        vstore(dst + (k0 + kb + k) * PW + jb, t[k]);
-                }
+            for (size_t jb = 0; jb < PW; jb += VL) {
+                const size_t nj = jp + jb < nc ? min_sz(VL, nc - jp - jb) : 0;
+                for (size_t kb = 0; kb < nk; kb += VL)
+                    pack_block_t(dst + (k0 + kb) * PW + jb, src + jb * PW + kb, PW, nj,
+                                 min_sz(VL, nk - kb));
+            }
         }
     }
 }
