@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Dict
 
-from ._native import c_dtypes, c_whole_blocks, lib
+from ._native import c_dtypes, c_max_cols, c_whole_blocks, lib
 
 __all__ = ["NORMS", "PLACEMENTS", "ACTIVATIONS", "POSITIONS", "DTYPES",
            "C_NORM", "C_PLACE", "C_ACT", "C_POS", "C_DTYPE", "VALUE_LIMIT",
-           "WHOLE_BLOCKS"]
+           "WHOLE_BLOCKS", "MAX_COLS"]
 
 #: the norm: RMSNorm (gain), LayerNorm (gain and shift), none (chapter 24, exercise 2)
 C_NORM: Dict[str, int] = {"rms": lib.BC_NORM_RMS, "layer": lib.BC_NORM_LAYER,
@@ -29,6 +29,8 @@ C_POS: Dict[str, int] = {"learned": lib.BC_POS_LEARNED, "rope": lib.BC_POS_ROPE}
 C_DTYPE: Dict[str, int] = c_dtypes()
 #: the formats whose matrices' rows must be whole blocks, and the block (q4_k: 256)
 WHOLE_BLOCKS: Dict[str, int] = c_whole_blocks()
+#: the formats whose matrices hold at most so many columns (q8_0i, q4_0i: 65536)
+MAX_COLS: Dict[str, int] = c_max_cols()
 
 #: what a format cannot hold (the C pack's BC_EVALUE), for the messages that say so
 VALUE_LIMIT: Dict[str, str] = {

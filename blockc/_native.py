@@ -161,3 +161,23 @@ def c_whole_blocks() -> dict:
         if b > 1 and lib.bc_pack_size(n, code, 1, b + 1) == lib.BC_ESIZE:
             out[ffi.string(name).decode()] = b
     return out
+
+
+def c_max_cols() -> dict:
+    """``{name: columns}`` of the weight formats whose matrices have a bounded number
+    of columns (q8_0i, q4_0i: BC_Q8_0I_MAX_COLS, so one row's int32 sums cannot
+    overflow), read from the C library: its packing refuses one whole block more."""
+    block, n = ffi.new("size_t *"), ffi.new("size_t *")
+    name = ffi.new("char[]", lib.BC_DTYPE_NAME_MAX)
+    limit = lib.BC_Q8_0I_MAX_COLS
+    out = {}
+    for code in range(lib.BC_NDTYPE):
+        st = lib.bc_dtype_info(name, lib.BC_DTYPE_NAME_MAX, block, ffi.NULL, code)
+        if st == lib.BC_EOPTION:
+            continue
+        check(st, "dtypes")
+        check(lib.bc_pack_size(n, code, 1, limit), "dtypes")  # the bound itself packs
+        # 256 whole blocks past it (a multiple of every block, the K-quants' 256 too)
+        if lib.bc_pack_size(n, code, 1, limit + 256 * int(block[0])) == lib.BC_ESIZE:
+            out[ffi.string(name).decode()] = limit
+    return out

@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from ._args import F32, as_choice, as_f32, as_flag, check_eps
 from ._native import check, cptr, ffi, fptr, lib, output_empty
-from ._enums import C_DTYPE, DTYPES, VALUE_LIMIT, WHOLE_BLOCKS
+from ._enums import C_DTYPE, DTYPES, MAX_COLS, VALUE_LIMIT, WHOLE_BLOCKS
 from ._errors import BlockcValueError
 
 __all__ = [
@@ -156,7 +156,7 @@ def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
     n = ffi.new("size_t *")
     st = lib.bc_pack_size(n, C_DTYPE[dtype], rows, cols)
     if st == lib.BC_ESIZE:
-        raise BlockcValueError(f"w: {dtype} holds at most {lib.BC_Q8_0I_MAX_COLS} columns, "
+        raise BlockcValueError(f"w: {dtype} holds at most {MAX_COLS[dtype]} columns, "
                                f"got {cols}")
     check(st, "pack")
     buf = np.empty(int(n[0]), np.uint8)

@@ -98,6 +98,42 @@ def test_whole_block_formats_agree_on_every_matrix_width():
         assert (dtype, True) in seen and (dtype, False) in seen
 
 
+def test_bounded_column_formats_agree_at_the_bound():
+    """q8_0i and q4_0i hold at most BC_Q8_0I_MAX_COLS columns (int32 sums of a row): the
+    width, the heads' width and d_ff each at the bound and one block past it, uniform and
+    as one matrix's own format (found by the property test above: 2**20 heads of width 1).
+    The bound is C's; both sides must meet accept and refuse."""
+    from blockc.model import formats, matrix_slots
+    from blockc.model.core import c_struct
+    top = lib.BC_Q8_0I_MAX_COLS
+    base = dict(vocab=64, context=8, width=64, heads=2, layers=1, eps=1e-5, tie_weights=True,
+                norm="rms", placement="pre", activation="swiglu", d_ff=128, positions="rope",
+                kv_heads=None, head_dim=None, residual=True, qkv_bias=False, out_bias=False,
+                mlp_bias=False, rope_theta=1e4)
+    seen = set()
+    for change in ({"d_ff": top}, {"d_ff": top + 32}, {"width": top, "d_ff": 64},
+                   {"width": top + 32, "d_ff": 64}, {"head_dim": top // 2},
+                   {"head_dim": top // 2 + 32}):
+        f = {**base, **change}
+        for dtype in ("q8_0i", "q4_0i"):
+            seen.add(_agree(f, dtype))
+        # the down projection alone in q8_0i (its columns are d_ff), the rest float32
+        cfg = GPTConfig(**f)
+        try:
+            c_struct(cfg, formats(cfg, dtypes={"blocks.0.down.weight": "q8_0i"}))
+            python_ok = True
+        except BlockcError:
+            python_ok = False
+        arr = ffi.new("int[]", 2 + 5 * cfg.layers)
+        arr[matrix_slots(cfg)["blocks.0.down.weight"]] = C_DTYPE["q8_0i"]
+        cs = ffi.new("bc_gpt_config *")
+        cs[0] = cfg.c_struct()[0]
+        cs.dtypes = arr
+        assert python_ok == (lib.bc_gpt_config_check(cs) == lib.BC_OK), change
+        seen.add(("down", python_ok))
+    assert seen == {True, False, ("down", True), ("down", False)}
+
+
 # C has no block check of its own: bc_block_workspace_size checks the config, then
 # sizes a workspace, which for a d_ff near 2**40 overflows whatever the config; the
 # sizes drawn stop where the workspace of one position is still representable

@@ -13,7 +13,7 @@ import numpy as np
 
 from .._args import as_choice, as_flag, as_real, as_size, check_eps
 from .._enums import (ACTIVATIONS, C_ACT, C_DTYPE, C_NORM, C_PLACE, C_POS, DTYPES, NORMS,
-                      PLACEMENTS, POSITIONS, WHOLE_BLOCKS)
+                      MAX_COLS, PLACEMENTS, POSITIONS, WHOLE_BLOCKS)
 from .._errors import BlockcTypeError, BlockcValueError
 from .._native import check, ffi, lib
 from ..engine import BlockConfig
@@ -311,7 +311,8 @@ class GPTConfig:
         Raises
         ------
         ValueError
-            An unknown dtype, or one of whole blocks (q4_k) the matrices' columns are not.
+            An unknown dtype, or one of whole blocks (q4_k) the matrices' columns are not,
+            or one of bounded columns (q8_0i) a matrix has more columns than.
 
         Examples
         --------
@@ -321,13 +322,16 @@ class GPTConfig:
         c = self._cs.get(dtype)
         if c is None:
             as_choice(dtype, "dtype", DTYPES)
-            whole = WHOLE_BLOCKS.get(dtype)
-            if whole:  # every matrix's columns: the width, the heads' width, d_ff
-                for what, cols in (("width", self.width), ("heads * head_dim",
-                                   self.heads * self.head_dim_), ("d_ff", self.d_ff_)):
-                    if cols % whole:
-                        raise BlockcValueError(f"{dtype} needs matrices of whole blocks of "
-                                               f"{whole} columns; {what} is {cols}")
+            whole, most = WHOLE_BLOCKS.get(dtype), MAX_COLS.get(dtype)
+            # every matrix's columns: the width, the heads' width, d_ff
+            for what, cols in (("width", self.width), ("heads * head_dim",
+                               self.heads * self.head_dim_), ("d_ff", self.d_ff_)):
+                if whole and cols % whole:
+                    raise BlockcValueError(f"{dtype} needs matrices of whole blocks of "
+                                           f"{whole} columns; {what} is {cols}")
+                if most and cols > most:
+                    raise BlockcValueError(f"{dtype} holds matrices of at most {most} "
+                                           f"columns; {what} is {cols}")
             c = ffi.new("bc_gpt_config *", dict(
                 vocab=self.vocab, context=self.context, width=self.width, heads=self.heads,
                 layers=self.layers, kv_heads=self.kv_heads_, head_dim=self.head_dim_,

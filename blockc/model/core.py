@@ -18,7 +18,7 @@ from .._args import as_choice, as_flag, as_int, as_size, to_numpy
 from .._enums import VALUE_LIMIT
 from .._errors import BlockcTypeError, BlockcValueError
 from .._native import aligned_copy, check, cptr, ffi, fptr, lib, output_empty, thread_buffer
-from .._enums import WHOLE_BLOCKS
+from .._enums import MAX_COLS, WHOLE_BLOCKS
 from .config import C_DTYPE, DTYPES, GPTConfig, as_config, gpt_parameter_count
 
 __all__ = ["Model", "KVCache", "Tensor", "layout", "formats", "matrix_slots", "MIXED",
@@ -63,7 +63,7 @@ def formats(cfg: GPTConfig, dtype: str = "float32",
     slots = matrix_slots(cfg)
     out = dict.fromkeys(slots, dtype)
     if dtypes is None:
-        _check_whole(cfg, out)
+        _check_columns(cfg, out)
         return out
     if not isinstance(dtypes, Mapping):
         raise BlockcTypeError(f"dtypes must be a mapping of matrix names to formats, got "
@@ -73,23 +73,27 @@ def formats(cfg: GPTConfig, dtype: str = "float32",
             raise BlockcValueError(f"dtypes: {name!r} is not a matrix of this model (its "
                                    f"matrices: {', '.join(list(slots)[:4])}, ...)")
         out[name] = as_choice(d, f"dtypes[{name!r}]", DTYPES)
-    _check_whole(cfg, out)
+    _check_columns(cfg, out)
     return out
 
 
-def _check_whole(cfg: GPTConfig, fmts: Mapping[str, str]) -> None:
+def _check_columns(cfg: GPTConfig, fmts: Mapping[str, str]) -> None:
     """A matrix in a format of whole blocks (q4_k, q6_k: super-blocks of 256 columns) whose
-    rows are not, refused by name (llama.cpp stores such a matrix in another type)."""
-    if not any(d in WHOLE_BLOCKS for d in fmts.values()):
+    rows are not (llama.cpp stores such a matrix in another type), or in a format of bounded
+    columns (q8_0i, q4_0i) with more, refused by name."""
+    if not any(d in WHOLE_BLOCKS or d in MAX_COLS for d in fmts.values()):
         return
     shapes = layout(cfg)  # float32: every shape packs
     for name, d in fmts.items():
-        whole = WHOLE_BLOCKS.get(d)
-        if whole and shapes[name].shape[1] % whole:
+        whole, most, cols = WHOLE_BLOCKS.get(d), MAX_COLS.get(d), shapes[name].shape[1]
+        if whole and cols % whole:
             raise BlockcValueError(
                 f"{d} needs matrices of whole blocks of {whole} columns: {name!r} "
-                f"{shapes[name].shape} has {shapes[name].shape[1]} (llama.cpp stores such "
-                "a matrix in another type)")
+                f"{shapes[name].shape} has {cols} (llama.cpp stores such a matrix in "
+                "another type)")
+        if most and cols > most:
+            raise BlockcValueError(f"{d} holds matrices of at most {most} columns: {name!r} "
+                                   f"{shapes[name].shape} has {cols}")
 
 
 def c_struct(cfg: GPTConfig, fmts: Mapping[str, str]) -> Tuple[Any, Any]:
