@@ -431,3 +431,30 @@ def test_k_quant_native_kernels(files, tmp_path, fmt):
     for n, t in peer.items():
         assert back[n].tensor_type == t.tensor_type and np.array_equal(back[n].data, t.data), n
     assert np.array_equal(GPT.from_pretrained(tmp_path / "k.gguf").params, q.params)
+
+
+@pytest.mark.parametrize("typ", ["Q8_0", "Q4_0", "Q5_0"])
+def test_a_block_scale_that_is_not_a_number_is_refused_by_name(tmp_path, typ):
+    """A Q8_0, Q4_0 or Q5_0 block whose half scale is infinite or NaN: the file is refused,
+    naming the tensor, the row and the block (its weights are not numbers; the kernels read a
+    block as fma(f, 2^e d, -(2^e + z) d), exact for finite scales only). The same file with
+    the scale finite loads."""
+    p = tmp_path / "m.gguf"
+    write_model(p, "llama", kv_heads=2, default_type=typ)
+    g = bg.read(p)
+    bb = {"Q8_0": 34, "Q4_0": 18, "Q5_0": 22}[typ]
+    for half, ok in ((0x7C00, False), (0xFE00, False), (0xFC00, False), (0x7BFF, True)):
+        tensors = []
+        for t in g.tensors.values():
+            data = np.array(t.data, np.uint8)  # a copy: (rows, row bytes)
+            if t.name == "blk.1.ffn_up.weight":
+                data.reshape(data.shape[0], -1, bb)[2, 1, :2] = np.frombuffer(
+                    np.uint16(half).tobytes(), np.uint8)
+            tensors.append((t.name, t.type, t.shape, data))
+        bg.write(tmp_path / "bad.gguf", dict(g.fields), tensors)
+        if ok:
+            GPT.from_pretrained(tmp_path / "bad.gguf")
+            continue
+        with pytest.raises(BlockcValueError, match=r"'blk.1.ffn_up.weight': row 2, block 1 has "
+                                                   "an infinite or NaN scale"):
+            GPT.from_pretrained(tmp_path / "bad.gguf")

@@ -131,6 +131,27 @@ def test_packed_linear_matches_oracle_and_rows_agree(isa, dtype, n, c, oc):
         np.testing.assert_array_equal(ops.linear(x[i:i + 1], p, b), y[i:i + 1])
 
 
+@pytest.mark.parametrize("dtype", [d for d in ops.DTYPES if d not in ("float32", "q8_0i",
+                                                                      "q4_0i")])
+def test_kernels_read_the_unpacked_weights_bit_for_bit(isa, dtype):
+    """x = the identity: y = w^T, so each product of the packed matrix gives back the very
+    weights unpack gives (the kernels' own readers: q4_0 reads a nibble as a float's mantissa
+    and one FMA, exact only if its constants are), on decoding's path (one row) and the GEMM's
+    (all of them), for block scales from half subnormals to the largest halves."""
+    c = 256
+    w = rnd(48, c, seed=7)
+    top = {"float16": 6e4, "bfloat16": 1e30}.get(dtype, 4.5e5)  # below each VALUE_LIMIT
+    for r, f in enumerate([1e-7, 3e-6, 1e-3, 1.0, 7.0, 1e3, 4e4, top] * 6):
+        w[r] *= np.float32(f) / np.abs(w[r]).max()
+    w[5, 64:96] = 0.0  # an all-zero block
+    p = ops.pack(w, dtype)
+    want = p.unpack().T
+    eye = np.eye(c, dtype=np.float32)
+    np.testing.assert_array_equal(ops.linear(eye, p), want)
+    for i in (0, 15, 16, 17, 31, 32, 100, 255):  # each half of a block, each block
+        np.testing.assert_array_equal(ops.linear(eye[i:i + 1], p), want[i:i + 1])
+
+
 def test_packed_linear_same_bits_at_any_thread_count():
     x, p = rnd(70, 200, seed=4), ops.pack(rnd(300, 200, seed=5), "q8_0")
     want = ops.linear(x, p)

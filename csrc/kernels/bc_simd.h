@@ -123,6 +123,24 @@ static inline V vload_nib8(const uint8_t *p, int hi)
     u = hi ? _mm512_srli_epi32(u, 4) : _mm512_and_si512(u, _mm512_set1_epi32(15));
     return _mm512_cvtepi32_ps(_mm512_sub_epi32(u, _mm512_set1_epi32(8)));
 }
+/* lane i = the float 1 + n 2^-15 (hi = 0: n the low nibble of p[i]) or 1 + n 2^-11
+ * (hi = 1: the high nibble): p broadcast to each 128-bit lane, byte i moved to bits
+ * 8-15 of lane i (vpshufb), the other nibble masked off and the exponent of 1 set in
+ * one vpternlogd ((a & b) | c: 0xEA). Exact, so fma(it, 2^15 d, -(2^15 + z) d) (hi:
+ * 2^11) is (n - z) d exactly for a half d and z <= 16: three instructions where a
+ * widening, a mask, a subtraction, a conversion and a multiply were five. */
+static inline V vload_nibm(const uint8_t *p, int hi)
+{
+    const __m512i b = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p));
+    const __m512i at8 = _mm512_set_epi32(
+        (int)0x80800F80, (int)0x80800E80, (int)0x80800D80, (int)0x80800C80,
+        (int)0x80800B80, (int)0x80800A80, (int)0x80800980, (int)0x80800880,
+        (int)0x80800780, (int)0x80800680, (int)0x80800580, (int)0x80800480,
+        (int)0x80800380, (int)0x80800280, (int)0x80800180, (int)0x80800080);
+    return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
+        _mm512_shuffle_epi8(b, at8), _mm512_set1_epi32(hi ? 0xF000 : 0x0F00),
+        _mm512_set1_epi32(0x3F800000), 0xEA));
+}
 /* lane i = the low (hi = 0) or high nibble of p[i] with bit j of h[i] as its
  * fifth bit, less 16: the nibble where the bit is set, the nibble - 16 where it
  * is clear (one test into a mask, one masked subtraction) */
@@ -268,6 +286,19 @@ static inline V vload_nib8(const uint8_t *p, int hi)
     __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
     u = hi ? _mm256_srli_epi32(u, 4) : _mm256_and_si256(u, _mm256_set1_epi32(15));
     return _mm256_cvtepi32_ps(_mm256_sub_epi32(u, _mm256_set1_epi32(8)));
+}
+/* lane i = the float 1 + n 2^-15 (hi = 0: n the low nibble of p[i]) or 1 + n 2^-11
+ * (hi = 1), as the AVX-512 vload_nibm: p's 8 bytes broadcast, byte i moved to bits
+ * 8-15 of lane i (vpshufb), then a mask and an or */
+static inline V vload_nibm(const uint8_t *p, int hi)
+{
+    const __m256i b = _mm256_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)p));
+    const __m256i at8 = _mm256_set_epi32(
+        (int)0x80800780, (int)0x80800680, (int)0x80800580, (int)0x80800480,
+        (int)0x80800380, (int)0x80800280, (int)0x80800180, (int)0x80800080);
+    const __m256i u = _mm256_and_si256(_mm256_shuffle_epi8(b, at8),
+                                       _mm256_set1_epi32(hi ? 0xF000 : 0x0F00));
+    return _mm256_castsi256_ps(_mm256_or_si256(u, _mm256_set1_epi32(0x3F800000)));
 }
 /* lane i = the low (hi = 0) or high nibble of p[i] with bit j of h[i] as its
  * fifth bit, less 16: the nibble where the bit is set, the nibble - 16 where it

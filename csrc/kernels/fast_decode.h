@@ -45,7 +45,8 @@ BC_INLINE void prows_k(const wf_vec_fn vec, const int n, const int G, const bc_g
  * them so too). A format whose rows k0..k0+sh-1 and k0+sh..k0+sg-1 of each
  * group read differently (q4_0 and q5_0: the low and the high nibbles) gives
  * sh < sg and a reader for each half, vec and vec_hi, so that neither decides
- * per k; the same k in the same order, so the same chain. */
+ * per k, and a state for each (state at the half's first row); the same k in the
+ * same order, so the same chain. */
 BC_INLINE void prows_group(const size_t sg, const size_t sh, const wf_state_fn state,
                            const wf_vec_fn vec, const wf_vec_fn vec_hi, const int n, const int G,
                            const bc_gemm *g, size_t pb, size_t p0, size_t np)
@@ -73,6 +74,9 @@ BC_INLINE void prows_group(const size_t sg, const size_t sh, const wf_state_fn s
             if (sh < sg) {  /* a constant: the split formats only */
                 const size_t kh = min_sz(k0 + sh, k1);
                 prows_k(vec, n, G, g, pan, d, acc, k0, kh);
+                BC_UNROLL
+                for (int t = 0; t < G * VPP; t++)  /* the second half's state */
+                    d[t] = state(pan[t / VPP], kh, (size_t)(t % VPP) * VL);
                 prows_k(vec_hi, n, G, g, pan, d, acc, kh, k1);
             } else {
                 prows_k(vec, n, G, g, pan, d, acc, k0, k1);

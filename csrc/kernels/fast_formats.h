@@ -105,21 +105,43 @@ static void panels_q8_0(float *bp, const void *w, size_t c, size_t o0, size_t nc
 
 /* ---- q4_0 panels: as q8_0, four bits a weight ---------------------------- */
 
+#if BC_SIMD
+/* The vector instruction sets read a nibble n as the float f = 1 + n 2^-e
+ * (vload_nibm: e = 15 for the low nibbles, rows k % 32 < 16 of a block, and 11
+ * for the high ones) and the weight as fma(f, 2^e d, -(2^e + 8) d): both constants
+ * exact (an 11-bit half times 2^e, and times 8 (2^(e-3) + 1): at most 24 bits),
+ * so the one rounding of (n - 8) d, representable, leaves it exact: the very
+ * weight the file's dequantisation gives. The state is a half's (k0: its first
+ * row), so decoding computes it for each half (prows_split) and the GEMM's copy
+ * reads groups of 16 rows. */
+BC_INLINE wf_st q4_0_state(const unsigned char *panel, size_t k0, size_t lane0)
+{
+    const V d = vload_half(((const bc_q4_block *)panel + k0 / 32)->d + lane0);
+    const float e = k0 % 32 < 16 ? 32768.0f : 2048.0f;
+    wf_st st;
+    st.s = vmul(d, vset1(e));
+    st.m = vmul(d, vset1(-(e + 8.0f)));
+    return st;
+}
+
+BC_INLINE V q4_0_lo(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q4_block *bl = (const bc_q4_block *)panel + k / 32;
+    return vfma(vload_nibm(&bl->q[k % 16][lane0], 0), state.s, state.m);
+}
+
+BC_INLINE V q4_0_hi(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q4_block *bl = (const bc_q4_block *)panel + k / 32;
+    return vfma(vload_nibm(&bl->q[k % 16][lane0], 1), state.s, state.m);
+}
+#else
+/* Portable C has no fused multiply-add: (nibble - 8) * d, exact in float32 */
 BC_INLINE wf_st q4_0_state(const unsigned char *panel, size_t k0, size_t lane0)
 {
     return wf_scale(vload_half(((const bc_q4_block *)panel + k0 / 32)->d + lane0));
 }
 
-/* (nibble - 8) * d: exact in float32, the very weight the file's dequantisation gives */
-BC_INLINE V q4_0_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
-{
-    const bc_q4_block *bl = (const bc_q4_block *)panel + k / 32;
-    const size_t j = k % 32;
-    return vmul(vload_nib8(&bl->q[j % 16][lane0], j >= 16), state.s);
-}
-
-/* q4_0_vec for k % 32 < 16 (the low nibbles) and >= 16 (the high ones): decoding
- * runs each block's halves apart, so no k chooses */
 BC_INLINE V q4_0_lo(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
 {
     const bc_q4_block *bl = (const bc_q4_block *)panel + k / 32;
@@ -130,6 +152,14 @@ BC_INLINE V q4_0_hi(const unsigned char *panel, size_t k, size_t lane0, wf_st st
 {
     const bc_q4_block *bl = (const bc_q4_block *)panel + k / 32;
     return vmul(vload_nib8(&bl->q[k % 16][lane0], 1), state.s);
+}
+#endif
+
+/* q4_0_lo or q4_0_hi by the row (the GEMM's copy; decoding runs each half apart,
+ * so that no k chooses) */
+BC_INLINE V q4_0_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+{
+    return k % 32 < 16 ? q4_0_lo(panel, k, lane0, state) : q4_0_hi(panel, k, lane0, state);
 }
 
 // y (N,OC), x (N,C), w (OC,C) q4_0 panels; N <= BC_ROWS_MAX
@@ -142,7 +172,7 @@ static void prows_q4_0(const bc_gemm *g, size_t o0, size_t o1)
 static void panels_q4_0(float *bp, const void *w, size_t c, size_t o0, size_t nc, size_t p0,
                         size_t kc)
 {
-    load_panels(BC_DTYPE_Q4_0, 32, q4_0_state, q4_0_vec, bp, w, c, o0, nc, p0, kc);
+    load_panels(BC_DTYPE_Q4_0, 16, q4_0_state, q4_0_vec, bp, w, c, o0, nc, p0, kc);
 }
 
 /* ---- q5_0 panels: as q4_0, a fifth bit from each row's qh ----------------- */

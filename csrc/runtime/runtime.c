@@ -55,7 +55,7 @@ static int detect_best(void)
     /* F16C converts q8_0's half-precision scales (every AVX2 CPU has it) */
     const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
                      && __builtin_cpu_supports("f16c");
-    if (avx2 && __builtin_cpu_supports("avx512f"))
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
         return BC_ISA_AVX512;
     if (avx2)
         return BC_ISA_AVX2;
