@@ -116,13 +116,6 @@ static inline V vload_i8(const int8_t *p)
 {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
 }
-/* lane i = the low (hi = 0) or high nibble of p[i], less 8 */
-static inline V vload_nib8(const uint8_t *p, int hi)
-{
-    __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-    u = hi ? _mm512_srli_epi32(u, 4) : _mm512_and_si512(u, _mm512_set1_epi32(15));
-    return _mm512_cvtepi32_ps(_mm512_sub_epi32(u, _mm512_set1_epi32(8)));
-}
 /* lane i = the float 1 + n 2^-15 (hi = 0: n the low nibble of p[i]) or 1 + n 2^-11
  * (hi = 1: the high nibble): p broadcast to each 128-bit lane, byte i moved to bits
  * 8-15 of lane i (vpshufb), the other nibble masked off and the exponent of 1 set in
@@ -141,16 +134,22 @@ static inline V vload_nibm(const uint8_t *p, int hi)
         _mm512_shuffle_epi8(b, at8), _mm512_set1_epi32(hi ? 0xF000 : 0x0F00),
         _mm512_set1_epi32(0x3F800000), 0xEA));
 }
-/* lane i = the low (hi = 0) or high nibble of p[i] with bit j of h[i] as its
- * fifth bit, less 16: the nibble where the bit is set, the nibble - 16 where it
- * is clear (one test into a mask, one masked subtraction) */
-static inline V vload_nib16(const uint8_t *p, const uint32_t *h, int hi, unsigned j)
+/* lane i = (q - 16) d exactly, for q the low (hi = 0) or high nibble of p[i] with bit
+ * j of h[i] as its fifth bit, given a = 2^e d and d16 = 16 d (e: vload_nibm's 15 or
+ * 11): fma(f, a, -a) = n d (exact: representable), less d16 where the bit is clear
+ * (one test into a mask, one masked subtraction: exact too). Six instructions with
+ * the FMA that uses the weight, where widening and converting made seven. */
+static inline V vdeq_q5(const uint8_t *p, const uint32_t *h, int hi, unsigned j, V a, V d16)
 {
-    __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-    u = hi ? _mm512_srli_epi32(u, 4) : _mm512_and_si512(u, _mm512_set1_epi32(15));
+    static const uint32_t bit[32] = {  /* read as a broadcast operand, not built per weight */
+        1u << 0, 1u << 1, 1u << 2, 1u << 3, 1u << 4, 1u << 5, 1u << 6, 1u << 7, 1u << 8,
+        1u << 9, 1u << 10, 1u << 11, 1u << 12, 1u << 13, 1u << 14, 1u << 15, 1u << 16,
+        1u << 17, 1u << 18, 1u << 19, 1u << 20, 1u << 21, 1u << 22, 1u << 23, 1u << 24,
+        1u << 25, 1u << 26, 1u << 27, 1u << 28, 1u << 29, 1u << 30, 1u << 31};
+    const V nd = _mm512_fmsub_ps(vload_nibm(p, hi), a, a);
     const __mmask16 clear = _mm512_testn_epi32_mask(_mm512_loadu_si512((const void *)h),
-                                                    _mm512_set1_epi32((int)(1u << j)));
-    return _mm512_cvtepi32_ps(_mm512_mask_sub_epi32(u, clear, u, _mm512_set1_epi32(16)));
+                                                    _mm512_set1_epi32((int)bit[j]));
+    return _mm512_mask_sub_ps(nd, clear, nd, d16);
 }
 /* lane i = p[i] (unsigned); the low (hi = 0) or high nibble of p[i] */
 static inline V vload_u8(const uint8_t *p)
@@ -279,13 +278,6 @@ BC_INLINE void vtranspose(V o[VL], const V r[VL])
 static inline V vload_i8(const int8_t *p)
 {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
-}
-/* lane i = the low (hi = 0) or high nibble of p[i], less 8 */
-static inline V vload_nib8(const uint8_t *p, int hi)
-{
-    __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
-    u = hi ? _mm256_srli_epi32(u, 4) : _mm256_and_si256(u, _mm256_set1_epi32(15));
-    return _mm256_cvtepi32_ps(_mm256_sub_epi32(u, _mm256_set1_epi32(8)));
 }
 /* lane i = the float 1 + n 2^-15 (hi = 0: n the low nibble of p[i]) or 1 + n 2^-11
  * (hi = 1), as the AVX-512 vload_nibm: p's 8 bytes broadcast, byte i moved to bits

@@ -177,21 +177,39 @@ static void panels_q4_0(float *bp, const void *w, size_t c, size_t o0, size_t nc
 
 /* ---- q5_0 panels: as q4_0, a fifth bit from each row's qh ----------------- */
 
+#if BC_SIMD == 512
+/* AVX-512 reads the nibble as q4_0 does (vload_nibm) and the fifth bit into a mask
+ * (vdeq_q5): the state is a half's 2^e d and 16 d, both exact. AVX2 and portable C
+ * widen and convert: on AVX2 the mask is a vector and saves no instruction. */
+BC_INLINE wf_st q5_0_state(const unsigned char *panel, size_t k0, size_t lane0)
+{
+    const V d = vload_half(((const bc_q5_block *)panel + k0 / 32)->d + lane0);
+    wf_st st;
+    st.s = vmul(d, vset1(k0 % 32 < 16 ? 32768.0f : 2048.0f));
+    st.m = vmul(d, vset1(16.0f));
+    return st;
+}
+
+BC_INLINE V q5_0_lo(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q5_block *bl = (const bc_q5_block *)panel + k / 32;
+    const size_t j = k % 16;
+    return vdeq_q5(&bl->q[j][lane0], bl->qh + lane0, 0, (unsigned)j, state.s, state.m);
+}
+
+BC_INLINE V q5_0_hi(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q5_block *bl = (const bc_q5_block *)panel + k / 32;
+    const size_t j = k % 16;
+    return vdeq_q5(&bl->q[j][lane0], bl->qh + lane0, 1, (unsigned)j + 16, state.s, state.m);
+}
+#else
 BC_INLINE wf_st q5_0_state(const unsigned char *panel, size_t k0, size_t lane0)
 {
     return wf_scale(vload_half(((const bc_q5_block *)panel + k0 / 32)->d + lane0));
 }
 
 /* (q - 16) * d: exact in float32, the very weight the file's dequantisation gives */
-BC_INLINE V q5_0_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
-{
-    const bc_q5_block *bl = (const bc_q5_block *)panel + k / 32;
-    const size_t j = k % 32;
-    return vmul(vload_nib16(&bl->q[j % 16][lane0], bl->qh + lane0, j >= 16, (unsigned)j),
-                state.s);
-}
-
-/* q5_0_vec for each half of a block, as q4_0_lo and q4_0_hi */
 BC_INLINE V q5_0_lo(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
 {
     const bc_q5_block *bl = (const bc_q5_block *)panel + k / 32;
@@ -205,6 +223,13 @@ BC_INLINE V q5_0_hi(const unsigned char *panel, size_t k, size_t lane0, wf_st st
     const size_t j = k % 16;
     return vmul(vload_nib16(&bl->q[j][lane0], bl->qh + lane0, 1, (unsigned)j + 16), state.s);
 }
+#endif
+
+/* q5_0_lo or q5_0_hi by the row (the GEMM's copy) */
+BC_INLINE V q5_0_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+{
+    return k % 32 < 16 ? q5_0_lo(panel, k, lane0, state) : q5_0_hi(panel, k, lane0, state);
+}
 
 // y (N,OC), x (N,C), w (OC,C) q5_0 panels; N <= BC_ROWS_MAX
 static void prows_q5_0(const bc_gemm *g, size_t o0, size_t o1)
@@ -216,7 +241,7 @@ static void prows_q5_0(const bc_gemm *g, size_t o0, size_t o1)
 static void panels_q5_0(float *bp, const void *w, size_t c, size_t o0, size_t nc, size_t p0,
                         size_t kc)
 {
-    load_panels(BC_DTYPE_Q5_0, 32, q5_0_state, q5_0_vec, bp, w, c, o0, nc, p0, kc);
+    load_panels(BC_DTYPE_Q5_0, 16, q5_0_state, q5_0_vec, bp, w, c, o0, nc, p0, kc);
 }
 
 /* ---- q4_k panels: a scale and a min for each sub-block of 32 ------------- */
