@@ -129,55 +129,46 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def c_dtypes() -> dict:
-    """``{name: BC_DTYPE_*}`` of every weight format the C library has, in its
-    order (its formats' table: csrc/kernels/formats.c), read once at import by the
-    modules that name dtypes, so a format added in C needs no Python edit (a value
-    with no format yet, below BC_NDTYPE, is skipped)."""
+def _c_formats():
+    """``(BC_DTYPE_*, name, block)`` of every weight format the C library has, in its
+    order (its formats' table: csrc/kernels/formats.c); a value with no format yet,
+    below BC_NDTYPE, is skipped."""
+    block = ffi.new("size_t *")
     name = ffi.new("char[]", lib.BC_DTYPE_NAME_MAX)
-    out = {}
     for code in range(lib.BC_NDTYPE):
-        st = lib.bc_dtype_info(name, lib.BC_DTYPE_NAME_MAX, ffi.NULL, ffi.NULL, code)
+        st = lib.bc_dtype_info(name, lib.BC_DTYPE_NAME_MAX, block, ffi.NULL, code)
         if st == lib.BC_EOPTION:
             continue
         check(st, "dtypes")
-        out[ffi.string(name).decode()] = code
-    return out
+        yield code, ffi.string(name).decode(), int(block[0])
+
+
+def c_dtypes() -> dict:
+    """``{name: BC_DTYPE_*}`` of every weight format the C library has, in its
+    order, read once at import by the modules that name dtypes, so a format added
+    in C needs no Python edit."""
+    return {name: code for code, name, _ in _c_formats()}
 
 
 def c_whole_blocks() -> dict:
     """``{name: block}`` of the weight formats whose rows must be whole blocks
     (q4_k: 256 columns; llama.cpp's K-quants have no short block), read from the
     C library: its packing refuses a row of ``block + 1`` columns of these."""
-    block, n = ffi.new("size_t *"), ffi.new("size_t *")
-    name = ffi.new("char[]", lib.BC_DTYPE_NAME_MAX)
-    out = {}
-    for code in range(lib.BC_NDTYPE):
-        st = lib.bc_dtype_info(name, lib.BC_DTYPE_NAME_MAX, block, ffi.NULL, code)
-        if st == lib.BC_EOPTION:  # a value with no format yet
-            continue
-        check(st, "dtypes")
-        b = int(block[0])
-        if b > 1 and lib.bc_pack_size(n, code, 1, b + 1) == lib.BC_ESIZE:
-            out[ffi.string(name).decode()] = b
-    return out
+    n = ffi.new("size_t *")
+    return {name: b for code, name, b in _c_formats()
+            if b > 1 and lib.bc_pack_size(n, code, 1, b + 1) == lib.BC_ESIZE}
 
 
 def c_max_cols() -> dict:
     """``{name: columns}`` of the weight formats whose matrices have a bounded number
     of columns (q8_0i, q4_0i: BC_Q8_0I_MAX_COLS, so one row's int32 sums cannot
-    overflow), read from the C library: its packing refuses one whole block more."""
-    block, n = ffi.new("size_t *"), ffi.new("size_t *")
-    name = ffi.new("char[]", lib.BC_DTYPE_NAME_MAX)
+    overflow), read from the C library: its packing takes the bound and refuses 256
+    whole blocks more (a multiple of every block, the K-quants' 256 too)."""
+    n = ffi.new("size_t *")
     limit = lib.BC_Q8_0I_MAX_COLS
     out = {}
-    for code in range(lib.BC_NDTYPE):
-        st = lib.bc_dtype_info(name, lib.BC_DTYPE_NAME_MAX, block, ffi.NULL, code)
-        if st == lib.BC_EOPTION:
-            continue
-        check(st, "dtypes")
-        check(lib.bc_pack_size(n, code, 1, limit), "dtypes")  # the bound itself packs
-        # 256 whole blocks past it (a multiple of every block, the K-quants' 256 too)
-        if lib.bc_pack_size(n, code, 1, limit + 256 * int(block[0])) == lib.BC_ESIZE:
-            out[ffi.string(name).decode()] = limit
+    for code, name, b in _c_formats():
+        check(lib.bc_pack_size(n, code, 1, limit), "dtypes")
+        if lib.bc_pack_size(n, code, 1, limit + 256 * b) == lib.BC_ESIZE:
+            out[name] = limit
     return out

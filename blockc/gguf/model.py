@@ -538,15 +538,16 @@ def file_rows(packed: np.ndarray, typ: str, rows: int) -> np.ndarray:
     return np.ascontiguousarray(blocks).reshape(rows, -1)
 
 
-#: the block types whose blocks start with their half scale, and their bytes a block
-_SCALE_FIRST = {"Q8_0": 34, "Q4_0": 18, "Q5_0": 22}
+#: the block types whose blocks start with their half scale
+_SCALE_FIRST = ("Q8_0", "Q4_0", "Q5_0")
 
 
-def _check_scales(path: str, name: str, raw: np.ndarray, block: int) -> None:
-    """Refuse a tensor ``name`` whose blocks (``raw``: rows of ``block``-byte blocks, each
+def _check_scales(path: str, name: str, raw: np.ndarray, typ: str) -> None:
+    """Refuse a tensor ``name`` whose blocks (``raw``: rows of ``typ``'s blocks, each
     starting with its half scale) have an infinite or NaN scale: its weights are not
     numbers, and the kernels read a block's weights as fma(f, 2^e d, -(2^e + z) d) (exact
     for every finite d), so such a block would not even give the dequantised infinities."""
+    block = fmt.type_size(typ)[1]
     d = np.ascontiguousarray(raw.reshape(raw.shape[0], -1, block)[..., :2]).view(np.uint16)
     bad = np.argwhere((d & 0x7C00) == 0x7C00)
     if bad.size:
@@ -579,7 +580,7 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool) -> Any:
         # raw: (rows, row bytes) of the format's own blocks
         w = _ROWS[fm, t.type](t.data, t.type) if raw else t.to_float32()
         if raw and _PANELS[fm] in _SCALE_FIRST:  # w: rows of _PANELS[fm]'s blocks
-            _check_scales(f.path, name, w, _SCALE_FIRST[_PANELS[fm]])
+            _check_scales(f.path, name, w, _PANELS[fm])
         if heads is not None:
             w = unpermute(w, heads)  # whole rows: whole blocks
         if rows is not None:

@@ -114,10 +114,17 @@ static void panels_q8_0(float *bp, const void *w, size_t c, size_t o0, size_t nc
  * weight the file's dequantisation gives. The state is a half's (k0: its first
  * row), so decoding computes it for each half (prows_split) and the GEMM's copy
  * reads groups of 16 rows. */
+/* 2^e of the nibbles of rows k0.. of a block: vload_nibm's 2^15 for the low
+ * nibbles (k0 % 32 < 16), 2^11 for the high ones */
+BC_INLINE float nibm_scale(size_t k0)
+{
+    return k0 % 32 < 16 ? 32768.0f : 2048.0f;
+}
+
 BC_INLINE wf_st q4_0_state(const unsigned char *panel, size_t k0, size_t lane0)
 {
     const V d = vload_half(((const bc_q4_block *)panel + k0 / 32)->d + lane0);
-    const float e = k0 % 32 < 16 ? 32768.0f : 2048.0f;
+    const float e = nibm_scale(k0);
     wf_st st;
     st.s = vmul(d, vset1(e));
     st.m = vmul(d, vset1(-(e + 8.0f)));
@@ -185,7 +192,7 @@ BC_INLINE wf_st q5_0_state(const unsigned char *panel, size_t k0, size_t lane0)
 {
     const V d = vload_half(((const bc_q5_block *)panel + k0 / 32)->d + lane0);
     wf_st st;
-    st.s = vmul(d, vset1(k0 % 32 < 16 ? 32768.0f : 2048.0f));
+    st.s = vmul(d, vset1(nibm_scale(k0)));
     st.m = vmul(d, vset1(16.0f));
     return st;
 }
