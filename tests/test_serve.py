@@ -251,6 +251,47 @@ def test_a_second_turn_reuses_the_first_turns_cache(server, local):
     assert b.usage.prompt_tokens_details.cached_tokens >= a.usage.prompt_tokens - 2
 
 
+def test_a_half_cache_server_answers_what_generate_does_with_one(model_dir, local):
+    """--cache-dtype float16: concurrent requests, chunked prompts and a second turn
+    from a reused prefix, each the tokens generate(cache_dtype="float16") makes."""
+    s = Server(model_dir, "--parallel", "3", "--prefill-chunk", "8", "--cache-dtype", "float16")
+    try:
+        c = s.client()
+        reqs = [dict(model=NAME, messages=_msgs(q), max_tokens=16, temperature=0)
+                for q in QUESTIONS[:4]]
+        got = _run_all([lambda kw=kw: c.chat.completions.create(**kw) for kw in reqs])
+        for kw, r in zip(reqs, got):
+            ids = local[1].apply_chat_template(kw["messages"]).ids
+            assert r.choices[0].message.content == _generate(local, ids, 16,
+                                                             cache_dtype="float16")[0]
+        turn2 = reqs[0]["messages"] + [
+            {"role": "assistant", "content": got[0].choices[0].message.content},
+            {"role": "user", "content": "And then?"}]
+        b = c.chat.completions.create(model=NAME, messages=turn2, max_tokens=16, temperature=0)
+        assert b.usage.prompt_tokens_details.cached_tokens > 0
+        ids = local[1].apply_chat_template(turn2).ids
+        assert b.choices[0].message.content == _generate(local, ids, 16, cache_dtype="float16")[0]
+        # the log-probabilities are the half cache's, not a float cache's
+        m = local[0]
+        r = c.chat.completions.create(model=NAME, messages=reqs[1]["messages"], max_tokens=6,
+                                      temperature=0, logprobs=True,
+                                      extra_body={"ignore_eos": True})
+        ids = local[1].apply_chat_template(reqs[1]["messages"]).ids
+        toks = m.generate(ids[None], 6, cache_dtype="float16")[0, len(ids):]
+        seq = np.concatenate([ids, toks])[None]
+        gaps = {}
+        for dt in ("float16", "float32"):
+            logits = m(seq, cache=m.new_cache(1, seq.shape[1], dtype=dt))
+            row = logits[0, len(ids) - 1:-1].astype(np.float64)
+            row = row - row.max(-1, keepdims=True)
+            row -= np.log(np.exp(row).sum(-1, keepdims=True))
+            gaps[dt] = max(abs(e.logprob - row[i, t])
+                           for i, (e, t) in enumerate(zip(r.choices[0].logprobs.content, toks)))
+        assert gaps["float16"] < 1e-7 and gaps["float32"] > 1e-6, gaps
+    finally:
+        s.stop()
+
+
 # ---- concurrency --------------------------------------------------------------------------
 
 def _run_all(fns):

@@ -10,11 +10,11 @@ from typing import Any, Dict
 from .. import runtime
 from .._errors import BlockcValueError
 from .._plot import plot_path, pyplot, save_figure
-from ..model import ACTIVATIONS, NORMS, PLACEMENTS, POSITIONS
+from ..model import ACTIVATIONS, CACHE_DTYPES, NORMS, PLACEMENTS, POSITIONS
 
 __all__ = ["add_threads", "apply_threads", "positive_int", "require_positive", "plot_path",
            "pyplot", "save_figure", "write", "add_shape_options", "overrides", "add_sampling_options",
-           "sampling_options"]
+           "sampling_options", "add_cache_dtype"]
 
 
 def add_threads(p: argparse.ArgumentParser) -> None:
@@ -28,25 +28,34 @@ def apply_threads(args: argparse.Namespace) -> None:
         runtime.set_num_threads(args.threads)
 
 
+def add_cache_dtype(p: argparse.ArgumentParser) -> None:
+    """``--cache-dtype``: what the KV cache keeps keys and values as (float32; float16
+    halves its memory and what each decoding step reads from it)."""
+    p.add_argument("--cache-dtype", choices=tuple(CACHE_DTYPES), default="float32",
+                   help="the KV cache's element type (float32; float16: half the memory)")
+
+
 SAMPLING = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed")
 
 
 def add_sampling_options(p: argparse.ArgumentParser) -> None:
     """The sampling options of the commands that generate (``--temperature``, ``--top-k``,
-    ``--top-p``, ``--min-p``, ``--repetition-penalty``, ``--seed``), checked by the
-    generation config they become (:func:`sampling_options`)."""
+    ``--top-p``, ``--min-p``, ``--repetition-penalty``, ``--seed``) and their
+    ``--cache-dtype``, checked by the generation config they become
+    (:func:`sampling_options`)."""
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (the default)")
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--min-p", type=float, default=None)
     p.add_argument("--repetition-penalty", type=float, default=None)
     p.add_argument("--seed", type=int, default=None)
+    add_cache_dtype(p)
 
 
 def sampling_options(args: argparse.Namespace) -> Dict[str, Any]:
     """The keyword options of ``GPT.generate``/``stream`` that
-    :func:`add_sampling_options` read."""
-    return {name: getattr(args, name) for name in SAMPLING}
+    :func:`add_sampling_options` read (the sampling ones and ``cache_dtype``)."""
+    return dict({name: getattr(args, name) for name in SAMPLING}, cache_dtype=args.cache_dtype)
 
 
 def positive_int(text: str) -> int:

@@ -14,7 +14,7 @@ import sys
 
 from .._errors import BlockcValueError
 from ..gpt import DTYPES
-from ._options import add_threads
+from ._options import add_cache_dtype, add_threads
 
 
 def register(subparsers) -> None:
@@ -43,6 +43,7 @@ def register(subparsers) -> None:
     p.add_argument("--api-key", default=os.environ.get("BLOCKC_API_KEY"),
                    help="require 'Authorization: Bearer KEY' (default: $BLOCKC_API_KEY)")
     p.add_argument("--dtype", choices=DTYPES, default=None)
+    add_cache_dtype(p)
     add_threads(p)
     p.set_defaults(func=run_serve)
 
@@ -62,7 +63,8 @@ def settings_from_args(args: argparse.Namespace):
     return Settings(model=args.model, model_name=args.model_name, host=args.host, port=args.port,
                     parallel=args.parallel, ctx_size=args.ctx_size, max_queue=args.max_queue,
                     max_body_bytes=args.max_body, prefill_chunk=args.prefill_chunk,
-                    prefix_reuse=not args.no_prefix_reuse, api_key=args.api_key,
+                    prefix_reuse=not args.no_prefix_reuse, cache_dtype=args.cache_dtype,
+                    api_key=args.api_key,
                     dtype=args.dtype, threads=args.threads)
 
 

@@ -20,9 +20,10 @@ import warnings
 from dataclasses import dataclass, fields, replace as _dc_replace
 from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple, Union
 
-from .._args import as_flag, as_int, as_real
+from .._args import as_choice, as_flag, as_int, as_real
 from .._errors import BlockcTypeError, BlockcValueError
 from ..families import read_config
+from ..model import CACHE_DTYPES
 
 __all__ = ["GenerationConfig", "ResolvedGeneration", "TOKEN_ID_FIELDS", "token_ids",
            "checked_token_ids"]
@@ -82,6 +83,7 @@ class ResolvedGeneration(NamedTuple):
     repetition_penalty: Optional[float]
     seed: Optional[int]
     use_cache: bool
+    cache_dtype: str              # the KV cache's element type (a CACHE_DTYPES name)
     eos: Tuple[int, ...]          # the end ids (empty: none)
     pad: int                      # the pad id (pad_token_id, else the first end id, else 0)
     stop: Optional[Tuple[str, ...]]
@@ -109,6 +111,9 @@ class GenerationConfig:
         Seed of each row's ``numpy.random.default_rng``.
     use_cache : bool, optional
         Decode through a KV cache (the default) or recompute every step.
+    cache_dtype : {"float32", "float16"}, optional
+        What that cache keeps keys and values as (:meth:`blockc.GPT.new_cache`):
+        ``"float16"`` halves its memory and what each step reads at long contexts.
     eos_token_id : int or sequence of int, optional
         The end ids: a row stops when it emits one. An empty sequence: none.
     pad_token_id : int, optional
@@ -141,6 +146,7 @@ class GenerationConfig:
     repetition_penalty: Optional[float] = None
     seed: Optional[int] = None
     use_cache: bool = True
+    cache_dtype: str = "float32"
     eos_token_id: Union[int, Tuple[int, ...], None] = None
     pad_token_id: Optional[int] = None
     bos_token_id: Optional[int] = None
@@ -170,6 +176,7 @@ class GenerationConfig:
         if self.seed is not None:
             set_("seed", as_int(self.seed, "seed", 0))
         set_("use_cache", as_flag(self.use_cache, "use_cache"))
+        set_("cache_dtype", as_choice(self.cache_dtype, "cache_dtype", tuple(CACHE_DTYPES)))
         eos = self.eos_token_id
         if isinstance(eos, (list, tuple)):
             set_("eos_token_id", tuple(as_int(e, "eos_token_id", 0) for e in eos))
@@ -339,7 +346,7 @@ class GenerationConfig:
         """The ``generation_config.json`` transformers reads for this config: the token
         ids, ``do_sample`` (true when the temperature is above 0) and, when sampling, the
         sampling options set; :meth:`from_dict` reads it back to this config's ids and
-        sampling options (``seed``, ``stop`` and ``use_cache`` are blockc's per-call
+        sampling options (``seed``, ``stop``, ``use_cache`` and ``cache_dtype`` are blockc's per-call
         options and are not written).
 
         Returns
@@ -396,5 +403,5 @@ class GenerationConfig:
         pad = 0 if pad is None else as_int(pad, "pad_token_id", 0, vocab - 1)
         top_k = None if self.top_k is None else min(self.top_k, vocab)
         return ResolvedGeneration(self.temperature, top_k, self.top_p, self.min_p,
-                                  self.repetition_penalty, self.seed, self.use_cache, eos, pad,
-                                  self.stop)
+                                  self.repetition_penalty, self.seed, self.use_cache,
+                                  self.cache_dtype, eos, pad, self.stop)

@@ -61,7 +61,7 @@ class GenerationMixin:
                  min_p: Optional[float] = None, repetition_penalty: Optional[float] = None,
                  eos_token_id: Union[int, Sequence[int], None] = None,
                  pad_token_id: Optional[int] = None, stop: Optional[Sequence[str]] = None,
-                 tokenizer: Any = None,
+                 cache_dtype: Optional[str] = None, tokenizer: Any = None,
                  streamer: Optional[Callable[[np.ndarray], None]] = None,
                  generation_config: Optional[GenerationConfig] = None
                  ) -> Union[np.ndarray, List[np.ndarray]]:
@@ -95,6 +95,12 @@ class GenerationMixin:
             Run the prompt once and feed each new token alone through a KV cache
             (the default); False recomputes the whole sequence for every token
             (same tokens, slower).
+        cache_dtype : {"float32", "float16"}, optional
+            What the KV cache keeps keys and values as (default ``"float32"``).
+            ``"float16"`` halves the cache's memory and the bytes each step reads
+            from it, storing keys and values rounded to half precision: the
+            tokens are then those of that rounding (:class:`blockc.KVCache`), the
+            same whatever the batch or the thread count.
         top_p : float in (0, 1], optional
             Sample among the fewest most likely tokens whose probabilities sum past
             ``top_p`` (nucleus sampling).
@@ -152,7 +158,8 @@ class GenerationMixin:
         """
         options = dict(temperature=temperature, top_k=top_k, seed=seed, use_cache=use_cache,
                        top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty,
-                       eos_token_id=eos_token_id, pad_token_id=pad_token_id, stop=stop)
+                       eos_token_id=eos_token_id, pad_token_id=pad_token_id, stop=stop,
+                       cache_dtype=cache_dtype)
         run = self.prepare_generation(ids, max_new_tokens, generation_config, tokenizer, **options)
         rows, steps = run.rows, []
         for toks in run:
@@ -174,7 +181,7 @@ class GenerationMixin:
         **options
             As :meth:`generate` (temperature, top_k, top_p, min_p,
             repetition_penalty, eos_token_id, pad_token_id, stop, tokenizer, seed,
-            use_cache, generation_config).
+            use_cache, cache_dtype, generation_config).
 
         Yields
         ------
@@ -349,7 +356,7 @@ class Generation:
             buf[:len(r)] = r
         cache = None
         if self.use_cache:
-            cache = m.new_cache(b, max(lens) + self.n - 1)
+            cache = m.new_cache(b, max(lens) + self.n - 1, self.options.cache_dtype)
         stops = ([StopStrings(self.tok, self.stop) for _ in range(b)]
                  if self.stop is not None else None)
         for step in range(self.n):

@@ -41,6 +41,9 @@ never a model's underscored attributes:
     A ``threading.local``: each thread's workspaces (training keeps its own there).
 ``m.run(ids, cache=None, *, last_only, want_hidden, want_logits, row)``
     The forward pass: (logits, hidden). ``m(ids)`` and the generation loop call it.
+``m.new_cache(batch, capacity, dtype)``, :data:`CACHE_DTYPES`
+    A :class:`KVCache` for ``run``; the element types a cache can keep (name ->
+    NumPy type).
 ``m.special_ids``
     config.json's bos/eos/pad token ids of a loaded checkpoint (written back on save).
 :func:`check_ids`, :func:`as_config`, :func:`same_bits`, :func:`aligned_copy`
@@ -52,11 +55,11 @@ from __future__ import annotations
 from .config import (ACTIVATIONS, C_DTYPE, DTYPES, GPT_PRESETS, NORMS, PLACEMENTS, POSITIONS,
                      GPTConfig, as_config, block_parameter_parts, gpt2_shaped,
                      gpt_parameter_count, gpt_parameter_formula, parameter_breakdown)
-from .core import (MIXED, KVCache, Model, Tensor, aligned_copy, check_ids, formats, layout,
-                   matrix_slots, same_bits)
+from .core import (CACHE_DTYPES, MIXED, KVCache, Model, Tensor, aligned_copy, check_ids,
+                   formats, layout, matrix_slots, same_bits)
 
 __all__ = ["GPTConfig", "GPT_PRESETS", "NORMS", "PLACEMENTS", "ACTIVATIONS", "POSITIONS",
            "DTYPES", "C_DTYPE", "as_config", "gpt_parameter_count", "gpt_parameter_formula",
            "block_parameter_parts", "parameter_breakdown", "gpt2_shaped",
-           "Model", "KVCache", "Tensor", "layout", "formats", "matrix_slots", "MIXED", "check_ids",
+           "Model", "KVCache", "CACHE_DTYPES", "Tensor", "layout", "formats", "matrix_slots", "MIXED", "check_ids",
            "same_bits", "aligned_copy"]

@@ -170,10 +170,19 @@ def check_ids(ids: Any, cfg: GPTConfig, start: int = 0) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int32 if a.dtype == np.int32 else np.int64)
 
 
+#: the element types a KV cache can keep, and NumPy's name for each
+CACHE_DTYPES: Dict[str, Any] = {"float32": np.float32, "float16": np.float16}
+
+
 class KVCache:
     """Keys and values of every layer for ``batch`` sequences of up to ``capacity`` tokens.
 
-    Made by :meth:`GPT.new_cache`; ``m(ids, cache=cache)`` appends to it. A cache
+    Made by :meth:`GPT.new_cache`; ``m(ids, cache=cache)`` appends to it. A
+    ``float16`` cache keeps IEEE halves (half the memory, half the bytes a decoding
+    step reads at long contexts): each key and value is stored rounded to nearest,
+    saturating at +-65504, and attention reads the rounded ones back, so a
+    sequence's logits are the same bits however its tokens are split into calls,
+    but differ from a ``float32`` cache's within half precision. A cache
     belongs to the model that made it (another model, even of the same config,
     refuses it, and so does every model a cache constructed directly) and its state
     cannot be replaced from Python: ``k`` and ``v`` (layers, batch, capacity,
@@ -184,12 +193,14 @@ class KVCache:
     turns (a lock), so two threads appending to it never write the same positions.
     """
     __slots__ = ("_cfg", "_owner", "_k", "_v", "_batch", "_capacity", "_lengths", "_lock",
-                 "_row_floats")
+                 "_row_elems", "_dtype")
 
-    def __init__(self, cfg: GPTConfig, batch: int, capacity: int, _owner: object = None):
+    def __init__(self, cfg: GPTConfig, batch: int, capacity: int, dtype: str = "float32",
+                 _owner: object = None):
         cfg = as_config(cfg)
         batch = as_size(batch, "batch")
         capacity = as_size(capacity, "capacity")
+        dtype = as_choice(dtype, "dtype", tuple(CACHE_DTYPES))
         if capacity > cfg.context:
             raise BlockcValueError("Requested cache exceeds the context limit "
                                    f"({capacity} > {cfg.context})")
@@ -199,10 +210,10 @@ class KVCache:
         # to whole tiles of 64 positions; keys transposed tile by tile (bc_gpt.h)
         rows = int(n[0]) // (cfg.layers * batch * cfg.kv_heads_ * cfg.head_dim_)
         shape = (batch, cfg.layers, cfg.kv_heads_, rows, cfg.head_dim_)
-        self._cfg, self._owner = cfg, _owner
-        self._k = np.zeros(shape, dtype=np.float32)
-        self._v = np.zeros(shape, dtype=np.float32)
-        self._row_floats = int(n[0]) // batch
+        self._cfg, self._owner, self._dtype = cfg, _owner, dtype
+        self._k = np.zeros(shape, dtype=CACHE_DTYPES[dtype])
+        self._v = np.zeros(shape, dtype=CACHE_DTYPES[dtype])
+        self._row_elems = int(n[0]) // batch
         self._batch, self._capacity = batch, capacity
         self._lengths = np.zeros(batch, dtype=np.uintp)  # size_t, written by C under the lock
         self._lock = threading.Lock()
@@ -210,15 +221,21 @@ class KVCache:
     @property
     def k(self) -> np.ndarray:
         """The keys (layers, batch, capacity, kv_heads * head_dim) after the rotary
-        embedding: a read-only copy (the cache keeps them transposed in tiles)."""
+        embedding: a read-only float32 copy (the cache keeps them transposed in tiles)."""
         B, L, G, R, dh = self._k.shape
         tiles = self._k.reshape(B, L, G, R // 64, dh, 64).transpose(0, 1, 2, 3, 5, 4)
         return _logical(tiles.reshape(B, L, G, R, dh), self._capacity)
 
     @property
     def v(self) -> np.ndarray:
-        """The values (layers, batch, capacity, kv_heads * head_dim): a read-only copy."""
+        """The values (layers, batch, capacity, kv_heads * head_dim): a read-only
+        float32 copy."""
         return _logical(self._v, self._capacity)
+
+    @property
+    def dtype(self) -> str:
+        """What the cache keeps its keys and values as: ``"float32"`` or ``"float16"``."""
+        return self._dtype
 
     @property
     def batch(self) -> int:
@@ -351,33 +368,36 @@ class KVCache:
         start = as_int(start, "start", 0, self._batch - 1)
         stop = as_int(stop, "stop", start + 1, self._batch)
         out = object.__new__(KVCache)
-        out._cfg, out._owner, out._lock = self._cfg, self._owner, self._lock
+        out._cfg, out._owner, out._lock, out._dtype = self._cfg, self._owner, self._lock, self._dtype
         out._k, out._v = self._k[start:stop], self._v[start:stop]
         out._lengths = self._lengths[start:stop]
-        out._row_floats, out._batch, out._capacity = self._row_floats, stop - start, self._capacity
+        out._row_elems, out._batch, out._capacity = self._row_elems, stop - start, self._capacity
         return out
 
     def _c(self, row: Optional[int] = None):
         """The C struct over the whole cache, or over sequence ``row`` alone (batch 1)."""
         lengths = ffi.from_buffer("size_t[]", self._lengths)
+        elem = "float[]" if self._dtype == "float32" else "uint16_t[]"
+        k, v = ffi.from_buffer(elem, self._k), ffi.from_buffer(elem, self._v)
+        code = C_DTYPE[self._dtype]
         if row is None:
-            return ffi.new("bc_gpt_cache *", dict(k=fptr(self._k), v=fptr(self._v), batch=self._batch,
+            return ffi.new("bc_gpt_cache *", dict(k=k, v=v, batch=self._batch, dtype=code,
                                                   capacity=self._capacity, lengths=lengths))
-        off = row * self._row_floats
-        return ffi.new("bc_gpt_cache *", dict(k=fptr(self._k) + off, v=fptr(self._v) + off,
-                                              batch=1, capacity=self._capacity,
-                                              lengths=lengths + row))
+        off = row * self._row_elems
+        return ffi.new("bc_gpt_cache *", dict(k=k + off, v=v + off, batch=1, dtype=code,
+                                              capacity=self._capacity, lengths=lengths + row))
 
     def __repr__(self):
-        return f"KVCache(batch={self._batch}, capacity={self._capacity}, length={self.length})"
+        dt = "" if self._dtype == "float32" else f", dtype={self._dtype!r}"
+        return f"KVCache(batch={self._batch}, capacity={self._capacity}, length={self.length}{dt})"
 
 
 def _logical(a: np.ndarray, capacity: int) -> np.ndarray:
     """(batch, layers, kv heads, R, head dim) -> a read-only (layers, batch, capacity,
     kv heads * head dim) copy."""
     B, L, G, R, dh = a.shape
-    out = np.ascontiguousarray(a[:, :, :, :capacity].transpose(1, 0, 3, 2, 4)).reshape(
-        L, B, capacity, G * dh)
+    out = np.ascontiguousarray(a[:, :, :, :capacity].transpose(1, 0, 3, 2, 4),
+                               dtype=np.float32).reshape(L, B, capacity, G * dh)
     out.setflags(write=False)
     return out
 
@@ -803,7 +823,7 @@ class Model:
             out["head.weight"] = out["token.weight"]
         return out
 
-    def new_cache(self, batch: int, capacity: int) -> KVCache:
+    def new_cache(self, batch: int, capacity: int, dtype: str = "float32") -> KVCache:
         """An empty KV cache, owned by this model.
 
         Parameters
@@ -812,6 +832,10 @@ class Model:
             Sequences.
         capacity : int in [1, context]
             Positions each sequence can hold.
+        dtype : {"float32", "float16"}, optional
+            What it keeps keys and values as: ``"float16"`` halves its memory and
+            what a long context's decoding step reads, rounding each key and value
+            to half precision (see :class:`KVCache`).
 
         Returns
         -------
@@ -822,15 +846,17 @@ class Model:
         TypeError
             Sizes that are not integers.
         ValueError
-            Sizes below 1, or a capacity past the context.
+            Sizes below 1, a capacity past the context, or another dtype.
 
         Examples
         --------
         >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
         >>> m.new_cache(2, 8)
         KVCache(batch=2, capacity=8, length=0)
+        >>> m.new_cache(1, 8, dtype="float16").dtype
+        'float16'
         """
-        return KVCache(self._cfg, batch, capacity, _owner=self)
+        return KVCache(self._cfg, batch, capacity, dtype, _owner=self)
 
     # ---- forward ------------------------------------------------------------
 

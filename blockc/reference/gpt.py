@@ -73,7 +73,16 @@ def _norm(x, p: Dict[str, np.ndarray], name: str, kind: str, eps: float):
     return x
 
 
-def _attention(x, p, pre: str, cfg: Any, angles):
+def _cache_round(a: np.ndarray, kv_dtype: Any) -> np.ndarray:
+    """a as a KV cache of kv_dtype keeps it: saturated at that type's largest
+    finite value (NaN stays NaN), rounded to nearest, read back in a's type."""
+    if kv_dtype is None:
+        return a
+    top = np.finfo(kv_dtype).max
+    return np.clip(a, -top, top).astype(kv_dtype).astype(a.dtype)
+
+
+def _attention(x, p, pre: str, cfg: Any, angles, kv_dtype: Any = None):
     *lead, t, _ = x.shape
     h, kv = cfg.heads, _get(cfg, "kv_heads", cfg.heads)
     dh = _get(cfg, "head_dim", cfg.width // cfg.heads)
@@ -84,6 +93,7 @@ def _attention(x, p, pre: str, cfg: Any, angles):
     v = np.swapaxes(v.reshape(*lead, t, kv, dh), -2, -3)
     if angles is not None:
         q, k = rope(q, angles), rope(k, angles)
+    k, v = _cache_round(k, kv_dtype), _cache_round(v, kv_dtype)
     k, v = np.repeat(k, h // kv, axis=-3), np.repeat(v, h // kv, axis=-3)
     y = np.swapaxes(block.attention(q, k, v, causal=True), -2, -3).reshape(*lead, t, h * dh)
     return block.linear(y, p[pre + "attn.proj.weight"], p.get(pre + "attn.proj.bias"))
@@ -100,9 +110,10 @@ def _mlp(x, p, pre: str, cfg: Any):
 
 
 def gpt_forward(sd: Mapping[str, Any], cfg: Any, ids: Any, return_hidden: bool = False,
-                dtype=np.float64) -> Any:
+                dtype=np.float64, kv_dtype: Any = None) -> Any:
     """ids (B,T) -> logits (B,T,V); with ``return_hidden`` also hidden (L,B,T,D),
-    the residual stream after every block."""
+    the residual stream after every block. kv_dtype (e.g. np.float16): attention
+    reads every key and value as a KV cache of that type keeps it."""
     ids = np.asarray(ids)
     b, t = ids.shape
     if t > cfg.context:
@@ -121,10 +132,12 @@ def gpt_forward(sd: Mapping[str, Any], cfg: Any, ids: Any, return_hidden: bool =
     for i in range(cfg.layers):
         pre = f"blocks.{i}."
         if place == "pre":
-            x = res * x + _attention(_norm(x, p, pre + "ln1", norm, eps), p, pre, cfg, angles)
+            x = res * x + _attention(_norm(x, p, pre + "ln1", norm, eps), p, pre, cfg, angles,
+                                      kv_dtype)
             x = res * x + _mlp(_norm(x, p, pre + "ln2", norm, eps), p, pre, cfg)
         else:
-            x = _norm(res * x + _attention(x, p, pre, cfg, angles), p, pre + "ln1", norm, eps)
+            x = _norm(res * x + _attention(x, p, pre, cfg, angles, kv_dtype), p, pre + "ln1",
+                      norm, eps)
             x = _norm(res * x + _mlp(x, p, pre, cfg), p, pre + "ln2", norm, eps)
         hidden.append(x)
     if place == "pre":

@@ -58,7 +58,7 @@ class Service:
             int(e) for e in gen_eos if 0 <= int(e) < self.model.config.vocab}
         self.created = int(time.time())
         self.engine = Engine(self.model, s.parallel, self.capacity, s.max_queue, s.prefill_chunk,
-                             s.prefix_reuse)
+                             s.prefix_reuse, s.cache_dtype)
         self.draining = False
 
     # ---- requests to jobs -------------------------------------------------------------

@@ -152,16 +152,21 @@ class Engine:
         Requests waiting for a slot before :meth:`submit` raises :class:`QueueFull`.
     prefill_chunk : int
         Prompt tokens per scheduler step.
+    prefix_reuse : bool
+        Continue a prompt from the longest prefix a slot still holds.
+    cache_dtype : {"float32", "float16"}
+        The slots' KV cache (:meth:`blockc.GPT.new_cache`).
     """
 
     def __init__(self, model: Any, parallel: int = 4, capacity: int = 1024, max_queue: int = 64,
-                 prefill_chunk: int = 128, prefix_reuse: bool = True):
+                 prefill_chunk: int = 128, prefix_reuse: bool = True,
+                 cache_dtype: str = "float32"):
         self.model = model
         self.parallel, self.capacity = int(parallel), int(capacity)
         self.max_queue, self.chunk = int(max_queue), int(prefill_chunk)
         self.prefix_reuse = bool(prefix_reuse)
         self.vocab = model.config.vocab
-        self.cache = model.new_cache(self.parallel + 1, self.capacity)
+        self.cache = model.new_cache(self.parallel + 1, self.capacity, cache_dtype)
         self._scratch = self.parallel
         self._slots = [_Slot() for _ in range(self.parallel)]
         self._n_dec = 0

@@ -18,7 +18,8 @@ class Settings:
     parallel: requests decoded together (KV cache slots). ctx_size: positions per slot
     (prompt + completion; default the model's context, at most 2048). max_queue:
     requests waiting for a slot before 429. max_body_bytes: the largest request
-    body (413 past it). prefill_chunk: prompt tokens per scheduler step. api_key: when
+    body (413 past it). prefill_chunk: prompt tokens per scheduler step. cache_dtype:
+    what the slots' KV cache keeps ("float32", or "float16": half the memory). api_key: when
     set, every /v1 request needs ``Authorization: Bearer <api_key>``. drain_timeout:
     seconds SIGTERM waits for running requests.
     """
@@ -32,6 +33,7 @@ class Settings:
     max_body_bytes: int = 1 << 20
     prefill_chunk: int = 128
     prefix_reuse: bool = True
+    cache_dtype: str = "float32"
     api_key: Optional[str] = None
     dtype: Optional[str] = None
     threads: Optional[int] = None

@@ -60,6 +60,9 @@ typedef struct {
     const float *cs;
     float *k, *v;
     size_t seq_stride, cap;
+    uint16_t *k16, *v16;  /* a half cache, in place of k and v: the same layout in IEEE
+                           * halves (strides in elements), each stored key and value
+                           * rounded to nearest, saturating at +-65504 */
 } bc_layer_pos;
 
 /* What a training forward keeps of one layer for the backward (N = B*T rows):

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "bc_check.h"
+#include "bc_half.h"
 #include "bc_layer.h"
 
 /* The workspace (floats), n = B*T rows: xn (n,D) the normed input; sub (n,D)
@@ -73,6 +74,33 @@ static void cache_store(float *kc, float *vc, const float *k, const float *v, si
     }
 }
 
+/* float -> the half cache's element: rounded to nearest even, finite values
+ * past the half range saturated at +-65504 (an infinite key would make every
+ * score of its head NaN); NaN stays NaN */
+static uint16_t cache_half(float f)
+{
+    const float top = 65504.0f;
+    return bc_f32_to_half(f > top ? top : f < -top ? -top : f);
+}
+
+/* cache_store into a half cache (the same layout, in elements) */
+static void cache_store16(uint16_t *kc, uint16_t *vc, const float *k, const float *v, size_t lds,
+                          size_t t, size_t pos0, size_t kv_heads, size_t dh, size_t cap)
+{
+    for (size_t g = 0; g < kv_heads; g++) {
+        uint16_t *kg = kc + g * cap * dh, *vg = vc + g * cap * dh;
+        for (size_t i = 0; i < t; i++) {
+            const size_t p = pos0 + i;
+            const float *ki = k + i * lds + g * dh, *vi = v + i * lds + g * dh;
+            uint16_t *tile = kg + (p - p % BC_ATT_BK) * dh + p % BC_ATT_BK, *vr = vg + p * dh;
+            for (size_t d = 0; d < dh; d++) {
+                tile[d * BC_ATT_BK] = cache_half(ki[d]);
+                vr[d] = cache_half(vi[d]);
+            }
+        }
+    }
+}
+
 // out (N,D) = r + proj(attention(qkv(a (N,D)))); r (N,D) or NULL, may be out;
 // lse (B,H,T) or NULL: the attention's log-sum-exps (a training forward's record)
 static void attn_sublayer(float *out, const float *a, const float *r, const bc_layer_cfg *c,
@@ -86,7 +114,7 @@ static void attn_sublayer(float *out, const float *a, const float *r, const bc_l
         float *q = qkv + s * t * ld;
         const size_t p0 = pos->pos0 ? pos->pos0[s] : 0;
         /* the call's own keys and values, rows of the q/k/v buffer */
-        bc_kv kv = {q + qw, q + qw + kw, ld, ld, dh, dh, 0};
+        bc_kv kv = {q + qw, q + qw + kw, ld, ld, dh, dh, 0, NULL, NULL};
         size_t tk = t;
         if (pos->cs) {
             const float *cs = pos->cs + s * t * dh;
@@ -96,7 +124,13 @@ static void attn_sublayer(float *out, const float *a, const float *r, const bc_l
         if (pos->k) {
             float *kc = pos->k + s * pos->seq_stride, *vc = pos->v + s * pos->seq_stride;
             cache_store(kc, vc, q + qw, q + qw + kw, ld, t, p0, c->kv_heads, dh, pos->cap);
-            const bc_kv cached = {kc, vc, dh, dh, pos->cap * dh, pos->cap * dh, 1};
+            const bc_kv cached = {kc, vc, dh, dh, pos->cap * dh, pos->cap * dh, 1, NULL, NULL};
+            kv = cached;
+            tk = p0 + t;
+        } else if (pos->k16) {  /* the call's keys too are read back rounded, as later calls will */
+            uint16_t *kc = pos->k16 + s * pos->seq_stride, *vc = pos->v16 + s * pos->seq_stride;
+            cache_store16(kc, vc, q + qw, q + qw + kw, ld, t, p0, c->kv_heads, dh, pos->cap);
+            const bc_kv cached = {NULL, NULL, dh, dh, pos->cap * dh, pos->cap * dh, 1, kc, vc};
             kv = cached;
             tk = p0 + t;
         }

@@ -1,14 +1,15 @@
 /* cache.c: operations on a KV cache's sequences (bc_gpt.h): truncating one,
  * copying a prefix from one sequence to another. The layout is bc_gpt.h's:
- * sequence b, layer l, K/V head g at ((b L + l) KV + g) R Dh floats, R the
+ * sequence b, layer l, K/V head g at ((b L + l) KV + g) R Dh elements (floats,
+ * or halves for a BC_DTYPE_F16 cache), R the
  * capacity in whole tiles of BC_ATT_BK positions; keys transposed tile by tile
  * (position p, dimension d at (p / BK) BK Dh + d BK + p % BK), values as rows. */
 #include <string.h>
 #include "gpt_internal.h"
 #include "bc_check.h"
 
-/* The cache's fields read once into *cc and checked; *block: floats of one
- * (sequence, layer, K/V head) block; *total: floats of each of k and v. */
+/* The cache's fields read once into *cc and checked; *block: elements of one
+ * (sequence, layer, K/V head) block; *total: elements of each of k and v. */
 static int cache_checked(bc_gpt_cache *cc, model *m, size_t *block, size_t *total,
                          const bc_gpt_cache *cache, const bc_gpt_config *cfg)
 {
@@ -21,6 +22,8 @@ static int cache_checked(bc_gpt_cache *cc, model *m, size_t *block, size_t *tota
         return st;
     if (!cc->k || !cc->v)
         return BC_ENULL;
+    if (cc->dtype != BC_DTYPE_F32 && cc->dtype != BC_DTYPE_F16)
+        return BC_EOPTION;
     if (!cc->batch || !cc->capacity)
         return BC_ESIZE;
     if ((st = bc_gpt_cache_size(total, &m->c, cc->batch, cc->capacity)))
@@ -28,9 +31,11 @@ static int cache_checked(bc_gpt_cache *cc, model *m, size_t *block, size_t *tota
     const size_t rows = (cc->capacity + BC_ATT_BK - 1) / BC_ATT_BK * BC_ATT_BK;
     *block = rows * m->dh;  /* <= total, which did not overflow */
     const size_t lengths_n = cc->lengths ? 2 * cc->batch : 0;  /* size_t in floats, at most */
-    if (bc_overlap(cc->k, *total, cc->v, *total)
-        || (lengths_n && (bc_overlap(cc->k, *total, (const float *)cc->lengths, lengths_n)
-                          || bc_overlap(cc->v, *total, (const float *)cc->lengths, lengths_n))))
+    const size_t kv_n = cc->dtype == BC_DTYPE_F16 ? *total / 2 + *total % 2 : *total;  /* floats */
+    const float *k = cc->k, *v = cc->v;
+    if (bc_overlap(k, kv_n, v, kv_n)
+        || (lengths_n && (bc_overlap(k, kv_n, (const float *)cc->lengths, lengths_n)
+                          || bc_overlap(v, kv_n, (const float *)cc->lengths, lengths_n))))
         return BC_EALIAS;
     return BC_OK;
 }
@@ -66,18 +71,18 @@ int bc_gpt_cache_truncate(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t 
     return BC_OK;
 }
 
-// dst, src: one (layer, head) block each, R Dh floats; the first n positions copied
-static void copy_block(float *dk, float *dv, const float *sk, const float *sv, size_t n,
-                       size_t dh)
+// dst, src: one (layer, head) block each, R Dh elements of es bytes; the first n positions copied
+static void copy_block(unsigned char *dk, unsigned char *dv, const unsigned char *sk,
+                       const unsigned char *sv, size_t n, size_t dh, size_t es)
 {
     const size_t bk = BC_ATT_BK, whole = n / bk, rest = n % bk;
-    memcpy(dk, sk, whole * bk * dh * sizeof(float));  /* whole tiles as they lie */
+    memcpy(dk, sk, whole * bk * dh * es);  /* whole tiles as they lie */
     if (rest) {
         const size_t t = whole * bk * dh;
         for (size_t d = 0; d < dh; d++)  /* the last tile: its first `rest` lanes per dimension */
-            memcpy(dk + t + d * bk, sk + t + d * bk, rest * sizeof(float));
+            memcpy(dk + (t + d * bk) * es, sk + (t + d * bk) * es, rest * es);
     }
-    memcpy(dv, sv, n * dh * sizeof(float));
+    memcpy(dv, sv, n * dh * es);
 }
 
 int bc_gpt_cache_copy(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t dst, size_t src,
@@ -99,9 +104,11 @@ int bc_gpt_cache_copy(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t dst,
         return BC_ERANGE;
     if (dst != src) {
         const size_t per_seq = m.c.layers * m.kv;  /* blocks per sequence: total / batch / block */
+        const size_t es = cc.dtype == BC_DTYPE_F16 ? sizeof(uint16_t) : sizeof(float);
+        unsigned char *k = cc.k, *v = cc.v;
         for (size_t j = 0; j < per_seq; j++) {
-            const size_t so = (src * per_seq + j) * block, d = (dst * per_seq + j) * block;
-            copy_block(cc.k + d, cc.v + d, cc.k + so, cc.v + so, n, m.dh);
+            const size_t so = (src * per_seq + j) * block * es, d = (dst * per_seq + j) * block * es;
+            copy_block(k + d, v + d, k + so, v + so, n, m.dh, es);
         }
     }
     if (cc.lengths)

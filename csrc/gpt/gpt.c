@@ -508,6 +508,8 @@ static int forward_plan(fwd_plan *p, const float *logits, const float *hidden,
         const bc_gpt_cache cc = *cache;  /* read once */
         if (!cc.k || !cc.v)
             return BC_ENULL;
+        if (cc.dtype != BC_DTYPE_F32 && cc.dtype != BC_DTYPE_F16)
+            return BC_EOPTION;
         if (cc.batch != batch || !cc.capacity)
             return BC_ESIZE;
         if (cc.capacity > c->context)
@@ -518,6 +520,8 @@ static int forward_plan(fwd_plan *p, const float *logits, const float *hidden,
             return BC_ECONTEXT;
         if ((st = bc_gpt_cache_size(&cache_n, c, batch, cc.capacity)))
             return st;
+        if (cc.dtype == BC_DTYPE_F16)  /* halves: the overlap checks count floats */
+            cache_n = cache_n / 2 + cache_n % 2;
         p->c = cc;
     } else if (seq > c->context) {
         return BC_ECONTEXT;
@@ -536,7 +540,8 @@ static int forward_plan(fwd_plan *p, const float *logits, const float *hidden,
     const size_t ids_n = ids_type == BC_IDS_INT64 ? 2 * p->n : p->n;
     const float *in[2] = {(const float *)params, (const float *)ids};
     const size_t in_n[2] = {p->lo.total / 4, ids_n};
-    const float *out[6] = {logits, hidden, work, cache ? p->c.k : NULL, cache ? p->c.v : NULL,
+    const float *out[6] = {logits, hidden, work, cache ? (const float *)p->c.k : NULL,
+                           cache ? (const float *)p->c.v : NULL,
                            lengths_n ? (const float *)p->c.lengths : NULL};
     const size_t out_n[6] = {logits_n, hidden_n, p->w.total, cache_n, cache_n, lengths_n};
     for (int i = 0; i < 6; i++) {
@@ -663,11 +668,18 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
     /* the cache: sequence b, layer l at (b * L + l) * KV R Dh */
     const size_t rows = p.has_cache ? cache_rows(p.c.capacity) : 0;
     const size_t layer_kv = rows * p.m.kw, seq_kv = layer_kv * c->layers;
+    const int half = p.has_cache && p.c.dtype == BC_DTYPE_F16;
     for (size_t l = 0; l < c->layers; l++) {
         const bc_layer_w w = bc_gpt_layer_w(prm, &p.m, &p.lo, l);
-        const bc_layer_pos pos = {p.pos0, c->positions == BC_POS_ROPE ? cs : NULL,
-                                  p.has_cache ? p.c.k + l * layer_kv : NULL,
-                                  p.has_cache ? p.c.v + l * layer_kv : NULL, seq_kv, rows};
+        bc_layer_pos pos = {p.pos0, c->positions == BC_POS_ROPE ? cs : NULL, NULL, NULL,
+                            seq_kv, rows, NULL, NULL};
+        if (half) {  /* element offsets into the caller's halves or floats */
+            pos.k16 = (uint16_t *)p.c.k + l * layer_kv;
+            pos.v16 = (uint16_t *)p.c.v + l * layer_kv;
+        } else if (p.has_cache) {
+            pos.k = (float *)p.c.k + l * layer_kv;
+            pos.v = (float *)p.c.v + l * layer_kv;
+        }
         bc_layer_forward(x, x, &lc, &w, &pos, batch, seq, lwork, NULL, &cx);
         if (hidden)
             memcpy(hidden + l * p.nd, x, p.nd * sizeof(float));

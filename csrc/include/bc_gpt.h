@@ -99,7 +99,7 @@ typedef struct {
                         * into the library's own copy (dtype must still be one) */
 } bc_gpt_config;
 
-/* A KV cache, in caller-provided buffers, each (B, L, KV, R, Dh) floats with
+/* A KV cache, in caller-provided buffers, each (B, L, KV, R, Dh) elements with
  * R = capacity rounded up to a multiple of 64 (bc_gpt_cache_size): for
  * sequence b, layer l, K/V head g the block at ((b * L + l) * KV + g) * R * Dh
  * holds
@@ -112,14 +112,22 @@ typedef struct {
  * lengths is not NULL, lengths[b] for sequence b (length is then ignored):
  * each sequence continues at its own position. bc_gpt_forward stores the new
  * keys and values after the stored ones and advances length (or every
- * lengths[b]) by T. */
+ * lengths[b]) by T.
+ * dtype: the elements' type. BC_DTYPE_F32 (0): floats. BC_DTYPE_F16: IEEE
+ * halves (uint16), half the memory and half the bytes a decoding step reads;
+ * each key and value is stored rounded to nearest even, finite values past
+ * the half range saturated at +-65504, and attention reads them back, the
+ * call's own keys included: a sequence's logits are the same bits however its
+ * tokens were split into calls, but not a float cache's (nor a forward without
+ * a cache). Anything else: BC_EOPTION. */
 typedef struct {
-    float *k;
-    float *v;
+    void *k;
+    void *v;
     size_t batch;
     size_t capacity;  /* <= context */
     size_t length;    /* <= capacity */
     size_t *lengths;  /* NULL, or (batch) per-sequence lengths, each <= capacity */
+    int dtype;        /* BC_DTYPE_F32 or BC_DTYPE_F16 */
 } bc_gpt_cache;
 
 /* Check a configuration: BC_OK, BC_ENULL, BC_ESIZE (a zero size), BC_EOPTION
@@ -148,7 +156,7 @@ int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *byte
                        int *dtype, int *packed, size_t *ndim, size_t shape[2],
                        const bc_gpt_config *cfg, size_t index);
 
-/* n: floats in each of the cache's k and v buffers, batch * L * KV * R * Dh (R:
+/* n: elements (of the cache's dtype) in each of its k and v buffers, batch * L * KV * R * Dh (R:
  * capacity rounded up to a multiple of 64).
  * BC_ECONTEXT when capacity > context, BC_ESIZE when batch or capacity is 0. */
 int bc_gpt_cache_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t capacity);
@@ -174,7 +182,7 @@ int bc_gpt_workspace_size(size_t *n, const bc_gpt_config *cfg, size_t batch, siz
  *           another thread during the call never index outside the table.
  *   work    work_size floats, at least bc_gpt_workspace_size(...).
  * Errors (nothing written): BC_ENOMEM (the kernels' scratch), BC_ENULL, BC_ESIZE (B or T zero, cache batch mismatch,
- * a cache length > capacity), BC_EOPTION (ids_type), BC_ERANGE (an id outside [0,V)),
+ * a cache length > capacity), BC_EOPTION (ids_type, the cache's dtype), BC_ERANGE (an id outside [0,V)),
  * BC_ECONTEXT (start + T beyond the context or the cache's capacity, or capacity
  * beyond the context), BC_EOVERFLOW, BC_EWORKSPACE, BC_EALIAS (logits, hidden, work,
  * the cache's k and v and its lengths overlap each other, the parameters or the ids). */

@@ -65,8 +65,8 @@ void bc_k_attention_lse(float *out, size_t ldo, float *lse, const float *q, size
     if (tq == 0 || n_heads == 0 || d_head == 0 || kv_heads == 0)
         return;
     const bc_attn A = {out, q, ldo, ldq, kv->k, kv->v, kv->ldk, kv->ldv, kv->khs, kv->vhs,
-                       kv->k_tiled, tq, tk, n_heads, d_head, q_pos0, n_heads / kv_heads, causal,
-                       lse};
+                       kv->k_tiled, kv->k16, kv->v16, tq, tk, n_heads, d_head, q_pos0,
+                       n_heads / kv_heads, causal, lse};
     const bc_kernel_table *kt = cx->kt;
     const size_t bq = kt->attn_bq;
     const size_t nqt = (tq + bq - 1) / bq, units = nqt * n_heads;

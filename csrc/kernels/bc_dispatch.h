@@ -94,6 +94,7 @@ typedef struct {
     const float *k, *v;            /* laid out as bc_kv (kernels.h) says */
     size_t ldk, ldv, khs, vhs;
     int k_tiled;
+    const uint16_t *k16, *v16;     /* a half cache's, in place of k and v (bc_kv) */
     size_t tq, tk, n_heads, d_head, q_pos0;
     size_t kv_group;   /* query heads per K/V head: head h reads K/V head h / kv_group */
     int causal;

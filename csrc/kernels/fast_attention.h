@@ -14,13 +14,45 @@
 
 #define BQ NR  /* queries per unit; a unit of at most VL queries runs on one vector */
 
-/* Qt (Dh, BQ), Ot (Dh, BQ), St (BK, BQ), m (BQ), l (BQ) */
-/* attn_unit's, or attn_decode's: (Dh, BK) transposed keys and (2 Dh + BK) per head */
+/* attn_unit's: Qt (Dh, BQ), Ot (Dh, BQ), St (BK, BQ), m (BQ), l (BQ), then a
+ * half cache's tile widened, keys (Dh, BK) and values (BK, Dh); or
+ * attn_decode's: (Dh, BK) transposed keys, (2 Dh + BK) per head, then a half
+ * cache's values (BK, Dh) */
 static size_t attn_scratch(size_t d_head)
 {
-    const size_t unit = (2 * d_head + BC_ATT_BK + 2) * BQ;
-    const size_t decode = d_head * BC_ATT_BK + (2 * d_head + BC_ATT_BK) * BQ;
+    const size_t unit = (2 * d_head + BC_ATT_BK + 2) * BQ + 2 * d_head * BC_ATT_BK;
+    const size_t decode = 2 * d_head * BC_ATT_BK + (2 * d_head + BC_ATT_BK) * BQ;
     return unit > decode ? unit : decode;
+}
+
+/* One tile of a half cache as floats: kf = the tile's keys, transposed as they
+ * lie (lanes of keys past nk 0), and vf = its nk values' rows: exactly the
+ * halves' values, so the chains that read them are a float cache's. */
+// kf (Dh, BK), vf (nk, Dh); k16 (Dh, BK) halves, v16 (nk, ldv) halves
+static void kv_widen(float *kf, float *vf, const uint16_t *k16, const uint16_t *v16, size_t ldv,
+                     size_t nk, size_t dh)
+{
+    const size_t kw = nk / VL * VL, vw = dh / VL * VL;
+    for (size_t d = 0; d < dh; d++) {
+        const uint16_t *src = k16 + d * BC_ATT_BK;
+        float *dst = kf + d * BC_ATT_BK;
+        size_t j = 0;
+        for (; j < kw; j += VL)
+            vstore(dst + j, vload_half(src + j));
+        for (; j < nk; j++)
+            dst[j] = bc_half_to_f32(src[j]);
+        for (; j < BC_ATT_BK; j++)
+            dst[j] = 0.0f;
+    }
+    for (size_t j = 0; j < nk; j++) {
+        const uint16_t *src = v16 + j * ldv;
+        float *dst = vf + j * dh;
+        size_t d = 0;
+        for (; d < vw; d += VL)
+            vstore(dst + d, vload_half(src + d));
+        for (; d < dh; d++)
+            dst[d] = bc_half_to_f32(src[d]);
+    }
 }
 
 /* dst[i] (rb rows of nv*VL lanes) = (accumulate ? alpha * dst[i] : 0)
@@ -144,7 +176,9 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
 {
     const size_t bq = (size_t)nv * VL;
     const size_t dh = A->d_head, off = h * dh, kvh = h / A->kv_group;
-    const float *kh = A->k + kvh * A->khs, *vh = A->v + kvh * A->vhs;
+    const int half = A->k16 != NULL;  /* a half cache: each tile widened into kf, vf */
+    const float *kh = half ? NULL : A->k + kvh * A->khs, *vh = half ? NULL : A->v + kvh * A->vhs;
+    float *kf = scratch + (2 * dh + BC_ATT_BK + 2) * BQ, *vf = kf + dh * BC_ATT_BK;
     float *qt = scratch;                 /* (Dh, bq) scaled queries, transposed */
     float *ot = qt + dh * bq;            /* (Dh, bq) unnormalised output, transposed */
     float *st = ot + dh * bq;            /* (BK, bq) scores, then probabilities */
@@ -180,7 +214,11 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
     for (size_t j0 = 0; j0 < kend; j0 += BC_ATT_BK) {
         const size_t nk = min_sz(BC_ATT_BK, kend - j0);
         /* St (nk, bq) = K[j0:j0+nk] . Qt */
-        if (A->k_tiled)  /* the tile's keys transposed: key +1, dimension +BK */
+        if (half) {
+            kv_widen(kf, vf, A->k16 + kvh * A->khs + j0 * dh, A->v16 + kvh * A->vhs + j0 * A->ldv,
+                     A->ldv, nk, dh);
+            mk_rows(nk, nv, dh, kf, 1, BC_ATT_BK, qt, st, NULL, 0, NULL);
+        } else if (A->k_tiled)  /* the tile's keys transposed: key +1, dimension +BK */
             mk_rows(nk, nv, dh, kh + j0 * dh, 1, BC_ATT_BK, qt, st, NULL, 0, NULL);
         else
             mk_rows(nk, nv, dh, kh + j0 * A->ldk, A->ldk, 1, qt, st, NULL, 0, NULL);
@@ -231,7 +269,10 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
             vstore(alpha + VL, s1);
         }
         /* Ot (Dh, bq) = alpha * Ot + V[j0:j0+nk]^T . P */
-        mk_rows(dh, nv, nk, vh + j0 * A->ldv, 1, A->ldv, st, ot, alpha, j0 > 0,
+        if (half)
+            mk_rows(dh, nv, nk, vf, 1, dh, st, ot, alpha, j0 > 0, any_masked ? lim : NULL);
+        else
+            mk_rows(dh, nv, nk, vh + j0 * A->ldv, 1, A->ldv, st, ot, alpha, j0 > 0,
                     any_masked ? lim : NULL);
     }
     for (size_t i = 0; i < nq; i++) {
@@ -297,12 +338,32 @@ static void kv_transpose(float *kt, const float *x, size_t ld, size_t nk, size_t
     }
 }
 
-/* o[c VL..] = fma(v[j][c VL..], p[j], o) for keys j = 0..nk-1 in turn, from
- * o * alpha (rescale) or 0: nc <= DCHUNK whole head-dim vectors side by side,
- * in registers. */
-// o (nc VL), v (nk, ldv) from the vectors' first lane, p (nk)
-BC_INLINE void pv_chains(const int nc, float *o, int rescale, float alpha, const float *v,
-                         size_t ldv, const float *p, size_t nk)
+/* A decoding tile's keys and values where they lie: floats (k, v) or, from a
+ * half cache, IEEE halves (k16, v16) read straight into the same float
+ * vectors; keys (Dh, BK) transposed, values nk rows of ldv. */
+typedef struct {
+    const float *k, *v;
+    const uint16_t *k16, *v16;
+    size_t ldv;
+} kv_tile;
+
+// VL lanes from element i of the tile's keys, or of its values
+BC_INLINE V tile_k(const int half, const kv_tile *t, size_t i)
+{
+    return half ? vload_half(t->k16 + i) : vload(t->k + i);
+}
+
+BC_INLINE V tile_v(const int half, const kv_tile *t, size_t i)
+{
+    return half ? vload_half(t->v16 + i) : vload(t->v + i);
+}
+
+/* o[c VL..] = fma(v[j][d0 + c VL..], p[j], o) for keys j = 0..nk-1 in turn,
+ * from o * alpha (rescale) or 0: nc <= DCHUNK whole head-dim vectors side by
+ * side, in registers. */
+// o (nc VL), the tile's values (nk, ldv) from column d0, p (nk)
+BC_INLINE void pv_chains(const int nc, const int half, float *o, int rescale, float alpha,
+                         const kv_tile *t, size_t d0, const float *p, size_t nk)
 {
     V acc[DCHUNK];
     BC_UNROLL
@@ -312,7 +373,7 @@ BC_INLINE void pv_chains(const int nc, float *o, int rescale, float alpha, const
         const V pj = vset1(p[j]);
         BC_UNROLL
         for (int c = 0; c < nc; c++)
-            acc[c] = vfma(vload(v + j * ldv + (size_t)c * VL), pj, acc[c]);
+            acc[c] = vfma(tile_v(half, t, j * t->ldv + d0 + (size_t)c * VL), pj, acc[c]);
     }
     BC_UNROLL
     for (int c = 0; c < nc; c++)
@@ -331,10 +392,11 @@ BC_INLINE void pv_chains(const int nc, float *o, int rescale, float alpha, const
  * max m[g] and sum l[g] in key order, s[g] = exp(s[g] - max), then the output
  * o[g] rescaled by exp(old max - max) (when rescale) and fma'd with v[j] *
  * s[g][j] in key order. */
-// q (hn, Dh) scaled; kt (Dh, BK) the tile's keys transposed; v (nk, ldv); s (hn, BK); o (hn, Dh); m, l (hn)
-BC_INLINE void heads_tile(const int hn, const float *q, const float *kt, const float *v,
-                          size_t ldv, size_t dh, size_t nk, int rescale, float *s, float *o,
-                          float *m, float *l)
+// q (hn, Dh) scaled; tl: the tile's keys (Dh, BK) transposed and values (nk, ldv), floats
+// or (half) halves with Dh whole vectors; s (hn, BK); o (hn, Dh); m, l (hn)
+BC_INLINE void heads_tile(const int hn, const int half, const float *q, const kv_tile *tl,
+                          size_t dh, size_t nk, int rescale, float *s, float *o, float *m,
+                          float *l)
 {
     /* scores: hn x KLANES chains, each fma over d in order from 0 */
     V acc[HMAX][KLANES];
@@ -347,7 +409,7 @@ BC_INLINE void heads_tile(const int hn, const float *q, const float *kt, const f
         V kd[KLANES];
         BC_UNROLL
         for (int a = 0; a < KLANES; a++)
-            kd[a] = vload(kt + d * BC_ATT_BK + (size_t)a * VL);
+            kd[a] = tile_k(half, tl, d * BC_ATT_BK + (size_t)a * VL);
         BC_UNROLL
         for (int g = 0; g < hn; g++) {
             const V qd = vset1(q[(size_t)g * dh + d]);
@@ -407,7 +469,7 @@ BC_INLINE void heads_tile(const int hn, const float *q, const float *kt, const f
             V vj[4];
             BC_UNROLL
             for (int c = 0; c < 4; c++)
-                vj[c] = vload(v + j * ldv + (size_t)c * VL);
+                vj[c] = tile_v(half, tl, j * tl->ldv + (size_t)c * VL);
             BC_UNROLL
             for (int g = 0; g < hn; g++) {
                 const V pj = vset1(s[(size_t)g * BC_ATT_BK + j]);
@@ -429,20 +491,23 @@ BC_INLINE void heads_tile(const int hn, const float *q, const float *kt, const f
         for (size_t d0 = 0; d0 < dh; d0 += DCHUNK * VL) {
             const size_t nc = min_sz(DCHUNK, (dh - d0 + VL - 1) / VL);
             const size_t last = min_sz(VL, dh - d0 - (nc - 1) * VL);  /* lanes of the last vector */
-            const float *vk = v + d0;
             if (last == VL) {  /* whole vectors: the accumulators stay in registers */
+                float *od = og + d0;
                 switch (nc) {
-                case 8: pv_chains(8, og + d0, rescale, alpha[g], vk, ldv, sg, nk); break;
-                case 7: pv_chains(7, og + d0, rescale, alpha[g], vk, ldv, sg, nk); break;
-                case 6: pv_chains(6, og + d0, rescale, alpha[g], vk, ldv, sg, nk); break;
-                case 5: pv_chains(5, og + d0, rescale, alpha[g], vk, ldv, sg, nk); break;
-                case 4: pv_chains(4, og + d0, rescale, alpha[g], vk, ldv, sg, nk); break;
-                case 3: pv_chains(3, og + d0, rescale, alpha[g], vk, ldv, sg, nk); break;
-                case 2: pv_chains(2, og + d0, rescale, alpha[g], vk, ldv, sg, nk); break;
-                default: pv_chains(1, og + d0, rescale, alpha[g], vk, ldv, sg, nk); break;
+                case 8: pv_chains(8, half, od, rescale, alpha[g], tl, d0, sg, nk); break;
+                case 7: pv_chains(7, half, od, rescale, alpha[g], tl, d0, sg, nk); break;
+                case 6: pv_chains(6, half, od, rescale, alpha[g], tl, d0, sg, nk); break;
+                case 5: pv_chains(5, half, od, rescale, alpha[g], tl, d0, sg, nk); break;
+                case 4: pv_chains(4, half, od, rescale, alpha[g], tl, d0, sg, nk); break;
+                case 3: pv_chains(3, half, od, rescale, alpha[g], tl, d0, sg, nk); break;
+                case 2: pv_chains(2, half, od, rescale, alpha[g], tl, d0, sg, nk); break;
+                default: pv_chains(1, half, od, rescale, alpha[g], tl, d0, sg, nk); break;
                 }
                 continue;
             }
+            /* a part vector: floats only (a half cache's tile is widened first) */
+            const float *vk = tl->v + d0;
+            const size_t ldv = tl->ldv;
             V ov[DCHUNK];
             for (size_t c = 0; c < nc; c++) {
                 const size_t nd = c + 1 < nc ? VL : last;
@@ -459,6 +524,19 @@ BC_INLINE void heads_tile(const int hn, const float *q, const float *kt, const f
     }
 }
 
+/* heads_tile with hn (1..HMAX) a compile-time constant; half a constant in each copy */
+BC_INLINE void heads_tile_n(size_t hn, const int half, const float *q, const kv_tile *t,
+                            size_t dh, size_t nk, int rescale, float *s, float *o, float *m,
+                            float *l)
+{
+    switch (hn) {
+    case 4: heads_tile(4, half, q, t, dh, nk, rescale, s, o, m, l); break;
+    case 3: heads_tile(3, half, q, t, dh, nk, rescale, s, o, m, l); break;
+    case 2: heads_tile(2, half, q, t, dh, nk, rescale, s, o, m, l); break;
+    default: heads_tile(1, half, q, t, dh, nk, rescale, s, o, m, l); break;
+    }
+}
+
 /* Query row i, query heads h0..h0+nh-1 (nh <= BQ, all reading K/V head
  * h0 / kv_group). scratch: attn_scratch(Dh) floats: the tile's keys
  * transposed (Dh, BK), then per head the scaled query (Dh), the output (Dh)
@@ -469,12 +547,15 @@ BC_INLINE void heads_tile(const int hn, const float *q, const float *kt, const f
 static void attn_decode(const bc_attn *A, size_t i, size_t h0, size_t nh, float *scratch)
 {
     const size_t dh = A->d_head, kvh = h0 / A->kv_group;
-    const float *kh = A->k + kvh * A->khs, *vh = A->v + kvh * A->vhs;
+    const int half = A->k16 != NULL;  /* a half cache */
+    const int direct = half && dh % VL == 0;  /* its halves read in place */
+    const float *kh = half ? NULL : A->k + kvh * A->khs, *vh = half ? NULL : A->v + kvh * A->vhs;
     const float scale = 1.0f / sqrtf((float)dh);
     size_t kend = A->tk;
     if (A->causal)
         kend = min_sz(kend, A->q_pos0 + i + 1);
     float *kbuf = scratch, *qs = kbuf + dh * BC_ATT_BK, *o = qs + nh * dh, *sc = o + nh * dh;
+    float *vbuf = kbuf + dh * BC_ATT_BK + (2 * dh + BC_ATT_BK) * BQ;
     if (kend == 0) {
         for (size_t g = 0; g < nh; g++)
             memset(A->out + i * A->ldo + (h0 + g) * dh, 0, dh * sizeof(float));
@@ -490,25 +571,34 @@ static void attn_decode(const bc_attn *A, size_t i, size_t h0, size_t nh, float 
     }
     for (size_t j0 = 0; j0 < kend; j0 += BC_ATT_BK) {
         const size_t nk = min_sz(BC_ATT_BK, kend - j0);
-        /* kt (Dh, BK) = the tile's keys transposed: where they lie in a tiled
-         * cache (keys past the length: computed, never used), else transposed
-         * here, VL x VL blocks in registers (keys past nk zero) */
-        const float *kt = kbuf;
-        if (A->k_tiled)
-            kt = kh + j0 * dh;
-        else
+        /* the tile's keys (Dh, BK) transposed: where they lie in a tiled cache
+         * (keys past the length: computed, never used), floats or halves read
+         * in place; else transposed here, VL x VL blocks in registers (keys
+         * past nk zero). A half cache whose Dh is not whole vectors: the tile
+         * widened to floats first. */
+        kv_tile tl = {kbuf, vh ? vh + j0 * A->ldv : NULL, NULL, NULL, A->ldv};
+        if (direct) {
+            tl.k16 = A->k16 + kvh * A->khs + j0 * dh;
+            tl.v16 = A->v16 + kvh * A->vhs + j0 * A->ldv;
+        } else if (half) {
+            kv_widen(kbuf, vbuf, A->k16 + kvh * A->khs + j0 * dh,
+                     A->v16 + kvh * A->vhs + j0 * A->ldv, A->ldv, nk, dh);
+            tl.v = vbuf;
+            tl.ldv = dh;
+        } else if (A->k_tiled) {
+            tl.k = kh + j0 * dh;
+        } else {
             kv_transpose(kbuf, kh + j0 * A->ldk, A->ldk, nk, dh);
-        const float *vt = vh + j0 * A->ldv;
+        }
         const int rescale = j0 > 0;
         for (size_t g = 0; g < nh; g += HP) {  /* HP heads side by side: their chains in flight */
             const float *qg = qs + g * dh;
             float *sg = sc + g * BC_ATT_BK, *og = o + g * dh;
-            switch (min_sz(HP, nh - g)) {
-            case 4: heads_tile(4, qg, kt, vt, A->ldv, dh, nk, rescale, sg, og, m + g, l + g); break;
-            case 3: heads_tile(3, qg, kt, vt, A->ldv, dh, nk, rescale, sg, og, m + g, l + g); break;
-            case 2: heads_tile(2, qg, kt, vt, A->ldv, dh, nk, rescale, sg, og, m + g, l + g); break;
-            default: heads_tile(1, qg, kt, vt, A->ldv, dh, nk, rescale, sg, og, m + g, l + g); break;
-            }
+            const size_t hn = min_sz(HP, nh - g);
+            if (direct)
+                heads_tile_n(hn, 1, qg, &tl, dh, nk, rescale, sg, og, m + g, l + g);
+            else
+                heads_tile_n(hn, 0, qg, &tl, dh, nk, rescale, sg, og, m + g, l + g);
         }
     }
     for (size_t g = 0; g < nh; g++) {

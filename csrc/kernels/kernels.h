@@ -11,6 +11,7 @@
 #define BC_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "bc_engine.h"  /* BC_ACT_* */
 #include "bc_rt.h"
 
@@ -41,11 +42,15 @@ void bc_k_linear_few(float *y, const float *x, const float *w, const float *b, s
  *   tiled  (k_tiled) k[g * khs + (j / BK) * Dh * BK + d * BK + j % BK]: a cache's
  *          keys transposed in tiles of BK = BC_ATT_BK, written once, which the
  *          decoding kernel streams as they lie;
- *   values v[g * vhs + j * ldv + d]. */
+ *   values v[g * vhs + j * ldv + d].
+ * A half cache (k16, v16 not NULL; k and v NULL; k_tiled): the same places in
+ * IEEE halves, which the kernels widen a tile at a time: the bits of a float
+ * cache holding the halves' values. */
 typedef struct {
     const float *k, *v;
     size_t ldk, ldv, khs, vhs;
     int k_tiled;
+    const uint16_t *k16, *v16;
 } bc_kv;
 
 /* Multi-head scaled dot-product attention for one sequence.

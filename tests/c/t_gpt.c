@@ -396,7 +396,7 @@ static void forward_checks(int tied)
     EXPECT_STATUS(BC_EALIAS, FWD(p + np - 1, NULL, NULL, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nw));
     EXPECT_STATUS(BC_EALIAS, FWD((float *)ids, NULL, NULL, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nw));
     bc_gpt_cache ov = cache;
-    ov.v = cache.k + 1;
+    ov.v = (float *)cache.k + 1;
     EXPECT_STATUS(BC_EALIAS, FWD(logits, hidden, &ov, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nwc));
     ov = cache;
     ov.k = hidden;
@@ -440,6 +440,12 @@ static void forward_checks(int tied)
     EXPECT(k.length == 3);
     k = cache; k.length = H_NEG;
     EXPECT_STATUS(BC_ESIZE, FWD(logits, hidden, &k, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nwc));
+    const int bad_dtypes[] = {BC_DTYPE_BF16, -1, 1000};  /* float32 and float16 caches only */
+    for (int i = 0; i < 3; i++) {
+        k = cache; k.dtype = bad_dtypes[i];
+        EXPECT_STATUS(BC_EOPTION, FWD(logits, hidden, &k, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nwc));
+        EXPECT_STATUS(BC_EOPTION, bc_gpt_cache_truncate(&k, &c, 0, 0));
+    }
     k = cache;
     EXPECT_STATUS(BC_EWORKSPACE, FWD(logits, hidden, &k, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nwc - 1));
     ids[0] = V;
@@ -557,6 +563,34 @@ static void variant_checks(bc_gpt_config c)
     }
     EXPECT_STATUS(BC_OK, bc_set_num_threads(0));
     EXPECT(h_guard_ok(full, NB(B * T * V)) && h_guard_ok(cache.k, NB(nc)) && h_guard_ok(cache.v, NB(nc)));
+
+    /* a half cache: the prompt in one call, then again one token at a time (on
+     * 1 and 3 threads): the same bits, finite, near the float cache's (the
+     * accuracy itself is the NumPy oracle's test, tests/test_half_cache.py) */
+    const size_t nh = (nc + 1) / 2;  /* floats holding nc halves */
+    bc_gpt_cache half = {h_alloc(nh), h_alloc(nh), B, T, 0, NULL, BC_DTYPE_F16};
+    EXPECT_STATUS(BC_OK, bc_gpt_forward(again, NULL, &half, p, &c, ids, BC_IDS_INT64, B, T, 0, work, nwc));
+    EXPECT(half.length == T && h_finite(again, B * T * V));
+    float worst = 0.0f, top = 0.0f;
+    for (size_t i = 0; i < (size_t)B * T * V; i++) {
+        const float d = fabsf(again[i] - full[i]), a = fabsf(full[i]);
+        worst = d > worst ? d : worst;
+        top = a > top ? a : top;
+    }
+    EXPECT(worst <= 5e-2f * (top > 1.0f ? top : 1.0f));  /* 0.013 * top at most seen (q4_0i) */
+    for (int threads = 1; threads <= 3; threads += 2) {
+        EXPECT_STATUS(BC_OK, bc_set_num_threads(threads));
+        half.length = 0;
+        for (int t = 0; t < T; t++) {
+            for (int b = 0; b < B; b++)
+                col[b] = ids[b * T + t];
+            EXPECT_STATUS(BC_OK, bc_gpt_forward(step, NULL, &half, p, &c, col, BC_IDS_INT64, B, 1, 1, work, nwc));
+            for (int b = 0; b < B; b++)
+                EXPECT(memcmp(step + b * V, again + (b * T + t) * V, NB(V)) == 0);
+        }
+    }
+    EXPECT_STATUS(BC_OK, bc_set_num_threads(0));
+    EXPECT(h_guard_ok(half.k, NB(nh)) && h_guard_ok(half.v, NB(nh)));
 }
 
 /* A batch whose sequences sit at different positions (cache->lengths): each
