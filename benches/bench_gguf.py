@@ -7,7 +7,9 @@ and Q4_K_M (llama.cpp's recipe; SmolLM's rows of 576 are not whole K-blocks, so 
 fallback Q5_0 takes them, as its own quantiser does). For each file:
 
   load      GPT.from_pretrained(file) from a warm page cache (best of 3), seconds
-  decode    greedy tokens/s through the KV cache at contexts ~128 and ~1000, 1 and 2 threads
+  decode    greedy tokens/s through the KV cache at contexts ~128 and ~1000, 1 and 2 threads:
+            blockc's float32 cache and its float16 one (new_cache(dtype="float16"): what
+            llama.cpp keeps by default, F16 keys and values)
   prefill   tokens/s of one prompt of 128 tokens (the last position's logits)
   accuracy  mean KL(float32 || file) of the next-token distributions over a 128-token
             sequence, blockc's and llama.cpp's (each against blockc's float32 model)
@@ -66,8 +68,8 @@ def kl(p_logits: np.ndarray, q_logits: np.ndarray) -> float:
     return float((np.exp(lp) * (lp - lq)).sum(-1).mean())
 
 
-def decode_rate(m, prompt: np.ndarray, new: int) -> float:
-    cache = m.new_cache(1, prompt.shape[1] + new)
+def decode_rate(m, prompt: np.ndarray, new: int, cache_dtype: str = "float32") -> float:
+    cache = m.new_cache(1, prompt.shape[1] + new, dtype=cache_dtype)
     tok = np.argmax(m(prompt, cache=cache)[:, -1], axis=-1)[:, None]
     t0 = time.perf_counter()
     for _ in range(new):
@@ -168,9 +170,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                     k_l = f"{kl(ref, np.array(llm.scores[:text.shape[1]])):.2e}"
                     del llm
                 print(f"| {label} | {mt.dtype} | {min(loads):.3f} | {k_b:.2e} | {k_l} |")
-            print("\n| file | threads | context | blockc decode tok/s | llama.cpp decode tok/s | "
-                  "ratio | blockc prefill tok/s | llama.cpp prefill tok/s |")
-            print("|---|---|---|---|---|---|---|---|")
+            print("\n| file | threads | context | blockc decode tok/s | blockc, float16 cache | "
+                  "llama.cpp decode tok/s (f16 cache) | ratio | ratio, float16 cache | "
+                  "blockc prefill tok/s | llama.cpp prefill tok/s |")
+            print("|---|---|---|---|---|---|---|---|---|---|")
             for label, t, _ in rows_of[1:] + rows_of[:1]:
                 for th in threads:
                     blockc.set_num_threads(th)
@@ -181,21 +184,26 @@ def main(argv: Optional[List[str]] = None) -> int:
                             llm = open_model(llama_cpp, files[t], t, n_ctx=ctx + 8,
                                              n_batch=ctx + 8, n_threads=th,
                                              n_threads_batch=th, verbose=False)
-                        rows: Dict[str, List[float]] = {"bd": [], "ld": [], "bp": [], "lp": []}
+                        rows: Dict[str, List[float]] = {"bd": [], "bh": [], "ld": [], "bp": [],
+                                                        "lp": []}
                         pre = prompt[:, :128]
                         for _ in range(args.repeats):
                             rows["bd"].append(decode_rate(models[label], prompt, args.new))
+                            rows["bh"].append(decode_rate(models[label], prompt, args.new,
+                                                          "float16"))
                             rows["bp"].append(prefill_rate(models[label], pre))
                             if llm is not None:
                                 rows["ld"].append(llama_decode(llm, prompt, args.new))
                                 rows["lp"].append(llama_prefill(llm, pre))
                         med = {k: statistics.median(v) if v else None for k, v in rows.items()}
                         ratio = f"{med['bd'] / med['ld']:.2f}" if med["ld"] else "n/a"
+                        ratio_h = f"{med['bh'] / med['ld']:.2f}" if med["ld"] else "n/a"
 
                         def fmt(v):
                             return f"{v:.1f}" if v else "n/a"
-                        print(f"| {label} | {th} | {ctx} | {fmt(med['bd'])} | {fmt(med['ld'])} | "
-                              f"{ratio} | {fmt(med['bp'])} | {fmt(med['lp'])} |")
+                        print(f"| {label} | {th} | {ctx} | {fmt(med['bd'])} | {fmt(med['bh'])} | "
+                              f"{fmt(med['ld'])} | {ratio} | {ratio_h} | {fmt(med['bp'])} | "
+                              f"{fmt(med['lp'])} |")
                         del llm
     print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
     return 0
