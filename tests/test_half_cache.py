@@ -16,6 +16,12 @@ CONFIGS = {
     "llama": GPTConfig(vocab=50, context=160, width=32, heads=4, layers=2, kv_heads=2,
                        norm="rms", activation="swiglu", positions="rope", d_ff=48,
                        qkv_bias=False, out_bias=False, mlp_bias=False, tie_weights=False),
+    # head sizes of whole vectors on every instruction set (16: one AVX-512 vector, 64:
+    # four): decoding reads the halves in place there, and widens them for the sizes above
+    "dh16": GPTConfig(vocab=50, context=160, width=64, heads=4, layers=2, kv_heads=2,
+                      norm="rms", activation="swiglu", positions="rope", d_ff=96,
+                      qkv_bias=False, out_bias=False, mlp_bias=False),
+    "dh64": GPTConfig(vocab=50, context=160, width=128, heads=2, layers=2, d_ff=256),
 }
 
 
@@ -42,11 +48,12 @@ def test_a_half_cache_is_the_oracle_that_rounds_keys_and_values(name):
     sd = m.state_dict()
     rounded = gpt_forward(sd, cfg, ids, kv_dtype=np.float16)
     exact = gpt_forward(sd, cfg, ids)
-    near = np.abs(got - rounded).max()
-    far = np.abs(got - exact).max()
-    assert near < 2e-6, near
+    # the oracle rounds float64 keys, blockc float32 ones: a key within float32 noise of a
+    # half's rounding midpoint may round the other way (a few in 10^4), hence the max's margin
+    assert np.abs(got - rounded).max() < 1e-5
     # the rounding is what moved the logits: without it they would sit near `exact`
-    assert far > 20 * near, (near, far)
+    near, far = np.abs(got - rounded).mean(), np.abs(got - exact).mean()
+    assert far > 10 * near, (near, far)
     # and a float cache keeps the exact ones
     f32 = _in_calls(m, ids, [70] + [1] * 80, m.new_cache(1, 150))
     assert np.abs(f32 - exact).max() < 2e-5
