@@ -56,24 +56,6 @@ static void norm(float *y, const float *x, const float *g, const float *b,
         memcpy(y, x, n * c->d * sizeof(float));
 }
 
-// the cache's positions pos0..pos0+T-1 of one sequence <- k, v (T, .) row stride lds:
-// for each K/V head g, keys into transposed tiles, values into rows
-static void cache_store(float *kc, float *vc, const float *k, const float *v, size_t lds,
-                        size_t t, size_t pos0, size_t kv_heads, size_t dh, size_t cap)
-{
-    for (size_t g = 0; g < kv_heads; g++) {
-        float *kg = kc + g * cap * dh, *vg = vc + g * cap * dh;
-        for (size_t i = 0; i < t; i++) {
-            const size_t p = pos0 + i;
-            const float *ki = k + i * lds + g * dh;
-            float *tile = kg + (p - p % BC_ATT_BK) * dh + p % BC_ATT_BK;
-            for (size_t d = 0; d < dh; d++)
-                tile[d * BC_ATT_BK] = ki[d];
-            memcpy(vg + p * dh, v + i * lds + g * dh, dh * sizeof(float));
-        }
-    }
-}
-
 /* float -> the half cache's element: rounded to nearest even, finite values
  * past the half range saturated at +-65504 (an infinite key would make every
  * score of its head NaN); NaN stays NaN */
@@ -83,22 +65,28 @@ static uint16_t cache_half(float f)
     return bc_f32_to_half(f > top ? top : f < -top ? -top : f);
 }
 
-/* cache_store into a half cache (the same layout, in elements) */
-static void cache_store16(uint16_t *kc, uint16_t *vc, const float *k, const float *v, size_t lds,
-                          size_t t, size_t pos0, size_t kv_heads, size_t dh, size_t cap)
+// the cache's positions pos0..pos0+T-1 of one sequence <- k, v (T, .) row stride lds:
+// for each K/V head g, keys into transposed tiles, values into rows; a float cache
+// (kc, vc) or a half one (kc16, vc16: the same places, the other NULL)
+static void cache_store(float *kc, float *vc, uint16_t *kc16, uint16_t *vc16, const float *k,
+                        const float *v, size_t lds, size_t t, size_t pos0, size_t kv_heads,
+                        size_t dh, size_t cap)
 {
-    for (size_t g = 0; g < kv_heads; g++) {
-        uint16_t *kg = kc + g * cap * dh, *vg = vc + g * cap * dh;
+    for (size_t g = 0; g < kv_heads; g++)
         for (size_t i = 0; i < t; i++) {
-            const size_t p = pos0 + i;
+            const size_t p = pos0 + i, head = g * cap * dh;
+            const size_t kt = head + (p - p % BC_ATT_BK) * dh + p % BC_ATT_BK, vr = head + p * dh;
             const float *ki = k + i * lds + g * dh, *vi = v + i * lds + g * dh;
-            uint16_t *tile = kg + (p - p % BC_ATT_BK) * dh + p % BC_ATT_BK, *vr = vg + p * dh;
             for (size_t d = 0; d < dh; d++) {
-                tile[d * BC_ATT_BK] = cache_half(ki[d]);
-                vr[d] = cache_half(vi[d]);
+                if (kc16) {
+                    kc16[kt + d * BC_ATT_BK] = cache_half(ki[d]);
+                    vc16[vr + d] = cache_half(vi[d]);
+                } else {
+                    kc[kt + d * BC_ATT_BK] = ki[d];
+                    vc[vr + d] = vi[d];
+                }
             }
         }
-    }
 }
 
 // out (N,D) = r + proj(attention(qkv(a (N,D)))); r (N,D) or NULL, may be out;
@@ -121,16 +109,12 @@ static void attn_sublayer(float *out, const float *a, const float *r, const bc_l
             bc_k_rope(q, ld, t, c->heads, dh, cs, cx);
             bc_k_rope(q + qw, ld, t, c->kv_heads, dh, cs, cx);
         }
-        if (pos->k) {
-            float *kc = pos->k + s * pos->seq_stride, *vc = pos->v + s * pos->seq_stride;
-            cache_store(kc, vc, q + qw, q + qw + kw, ld, t, p0, c->kv_heads, dh, pos->cap);
-            const bc_kv cached = {kc, vc, dh, dh, pos->cap * dh, pos->cap * dh, 1, NULL, NULL};
-            kv = cached;
-            tk = p0 + t;
-        } else if (pos->k16) {  /* the call's keys too are read back rounded, as later calls will */
-            uint16_t *kc = pos->k16 + s * pos->seq_stride, *vc = pos->v16 + s * pos->seq_stride;
-            cache_store16(kc, vc, q + qw, q + qw + kw, ld, t, p0, c->kv_heads, dh, pos->cap);
-            const bc_kv cached = {NULL, NULL, dh, dh, pos->cap * dh, pos->cap * dh, 1, kc, vc};
+        if (pos->k || pos->k16) {  /* a half cache's own keys too are read back rounded */
+            const size_t off = s * pos->seq_stride;
+            float *kc = pos->k ? pos->k + off : NULL, *vc = pos->k ? pos->v + off : NULL;
+            uint16_t *kh = pos->k ? NULL : pos->k16 + off, *vh = pos->k ? NULL : pos->v16 + off;
+            cache_store(kc, vc, kh, vh, q + qw, q + qw + kw, ld, t, p0, c->kv_heads, dh, pos->cap);
+            const bc_kv cached = {kc, vc, dh, dh, pos->cap * dh, pos->cap * dh, 1, kh, vh};
             kv = cached;
             tk = p0 + t;
         }

@@ -25,6 +25,16 @@ static size_t attn_scratch(size_t d_head)
     return unit > decode ? unit : decode;
 }
 
+// dst (n) = src (n) halves as floats
+static void widen(float *dst, const uint16_t *src, size_t n)
+{
+    size_t i = 0;
+    for (; i + VL <= n; i += VL)
+        vstore(dst + i, vload_half(src + i));
+    for (; i < n; i++)
+        dst[i] = bc_half_to_f32(src[i]);
+}
+
 /* One tile of a half cache as floats: kf = the tile's keys, transposed as they
  * lie (lanes of keys past nk 0), and vf = its nk values' rows: exactly the
  * halves' values, so the chains that read them are a float cache's. */
@@ -32,27 +42,12 @@ static size_t attn_scratch(size_t d_head)
 static void kv_widen(float *kf, float *vf, const uint16_t *k16, const uint16_t *v16, size_t ldv,
                      size_t nk, size_t dh)
 {
-    const size_t kw = nk / VL * VL, vw = dh / VL * VL;
     for (size_t d = 0; d < dh; d++) {
-        const uint16_t *src = k16 + d * BC_ATT_BK;
-        float *dst = kf + d * BC_ATT_BK;
-        size_t j = 0;
-        for (; j < kw; j += VL)
-            vstore(dst + j, vload_half(src + j));
-        for (; j < nk; j++)
-            dst[j] = bc_half_to_f32(src[j]);
-        for (; j < BC_ATT_BK; j++)
-            dst[j] = 0.0f;
+        widen(kf + d * BC_ATT_BK, k16 + d * BC_ATT_BK, nk);
+        memset(kf + d * BC_ATT_BK + nk, 0, (BC_ATT_BK - nk) * sizeof(float));
     }
-    for (size_t j = 0; j < nk; j++) {
-        const uint16_t *src = v16 + j * ldv;
-        float *dst = vf + j * dh;
-        size_t d = 0;
-        for (; d < vw; d += VL)
-            vstore(dst + d, vload_half(src + d));
-        for (; d < dh; d++)
-            dst[d] = bc_half_to_f32(src[d]);
-    }
+    for (size_t j = 0; j < nk; j++)
+        widen(vf + j * dh, v16 + j * ldv, dh);
 }
 
 /* dst[i] (rb rows of nv*VL lanes) = (accumulate ? alpha * dst[i] : 0)
