@@ -238,6 +238,12 @@ class KVCache:
         return self._dtype
 
     @property
+    def nbytes(self) -> int:
+        """Bytes of its keys and values (all ``batch`` sequences' whole capacity, in tiles
+        of 64 positions)."""
+        return int(self._k.nbytes + self._v.nbytes)
+
+    @property
     def batch(self) -> int:
         return self._batch
 
