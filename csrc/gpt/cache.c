@@ -9,8 +9,9 @@
 #include "bc_check.h"
 
 /* The cache's fields read once into *cc and checked; *block: elements of one
- * (sequence, layer, K/V head) block; *total: elements of each of k and v. */
-static int cache_checked(bc_gpt_cache *cc, model *m, size_t *block, size_t *total,
+ * (sequence, layer, K/V head) block; *total: elements of each of k and v; *es:
+ * an element's bytes. */
+static int cache_checked(bc_gpt_cache *cc, model *m, size_t *block, size_t *total, size_t *es,
                          const bc_gpt_cache *cache, const bc_gpt_config *cfg)
 {
     layout lo;
@@ -22,8 +23,8 @@ static int cache_checked(bc_gpt_cache *cc, model *m, size_t *block, size_t *tota
         return st;
     if (!cc->k || !cc->v)
         return BC_ENULL;
-    if (cc->dtype != BC_DTYPE_F32 && cc->dtype != BC_DTYPE_F16)
-        return BC_EOPTION;
+    if ((st = bc_gpt_cache_elem(es, cc->dtype)))
+        return st;
     if (!cc->batch || !cc->capacity)
         return BC_ESIZE;
     if ((st = bc_gpt_cache_size(total, &m->c, cc->batch, cc->capacity)))
@@ -31,7 +32,7 @@ static int cache_checked(bc_gpt_cache *cc, model *m, size_t *block, size_t *tota
     const size_t rows = (cc->capacity + BC_ATT_BK - 1) / BC_ATT_BK * BC_ATT_BK;
     *block = rows * m->dh;  /* <= total, which did not overflow */
     const size_t lengths_n = cc->lengths ? 2 * cc->batch : 0;  /* size_t in floats, at most */
-    const size_t kv_n = cc->dtype == BC_DTYPE_F16 ? *total / 2 + *total % 2 : *total;  /* floats */
+    const size_t kv_n = bc_gpt_cache_floats(*total, *es);
     const float *k = cc->k, *v = cc->v;
     if (bc_overlap(k, kv_n, v, kv_n)
         || (lengths_n && (bc_overlap(k, kv_n, (const float *)cc->lengths, lengths_n)
@@ -54,9 +55,9 @@ int bc_gpt_cache_truncate(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t 
 {
     bc_gpt_cache cc;
     model m;
-    size_t block, total, len;
+    size_t block, total, len, es;
     int st;
-    if ((st = cache_checked(&cc, &m, &block, &total, cache, cfg)))
+    if ((st = cache_checked(&cc, &m, &block, &total, &es, cache, cfg)))
         return st;
     if (seq >= cc.batch)
         return BC_ERANGE;
@@ -90,9 +91,9 @@ int bc_gpt_cache_copy(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t dst,
 {
     bc_gpt_cache cc;
     model m;
-    size_t block, total, len;
+    size_t block, total, len, es;
     int st;
-    if ((st = cache_checked(&cc, &m, &block, &total, cache, cfg)))
+    if ((st = cache_checked(&cc, &m, &block, &total, &es, cache, cfg)))
         return st;
     if (dst >= cc.batch || src >= cc.batch)
         return BC_ERANGE;
@@ -104,7 +105,6 @@ int bc_gpt_cache_copy(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t dst,
         return BC_ERANGE;
     if (dst != src) {
         const size_t per_seq = m.c.layers * m.kv;  /* blocks per sequence: total / batch / block */
-        const size_t es = cc.dtype == BC_DTYPE_F16 ? sizeof(uint16_t) : sizeof(float);
         unsigned char *k = cc.k, *v = cc.v;
         for (size_t j = 0; j < per_seq; j++) {
             const size_t so = (src * per_seq + j) * block * es, d = (dst * per_seq + j) * block * es;

@@ -508,8 +508,9 @@ static int forward_plan(fwd_plan *p, const float *logits, const float *hidden,
         const bc_gpt_cache cc = *cache;  /* read once */
         if (!cc.k || !cc.v)
             return BC_ENULL;
-        if (cc.dtype != BC_DTYPE_F32 && cc.dtype != BC_DTYPE_F16)
-            return BC_EOPTION;
+        size_t es;
+        if ((st = bc_gpt_cache_elem(&es, cc.dtype)))
+            return st;
         if (cc.batch != batch || !cc.capacity)
             return BC_ESIZE;
         if (cc.capacity > c->context)
@@ -520,8 +521,7 @@ static int forward_plan(fwd_plan *p, const float *logits, const float *hidden,
             return BC_ECONTEXT;
         if ((st = bc_gpt_cache_size(&cache_n, c, batch, cc.capacity)))
             return st;
-        if (cc.dtype == BC_DTYPE_F16)  /* halves: the overlap checks count floats */
-            cache_n = cache_n / 2 + cache_n % 2;
+        cache_n = bc_gpt_cache_floats(cache_n, es);
         p->c = cc;
     } else if (seq > c->context) {
         return BC_ECONTEXT;

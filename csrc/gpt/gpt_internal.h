@@ -88,4 +88,20 @@ int bc_gpt_embed(float *x, const unsigned char *params, const model *m, const la
 /* The id at row i, or BC_ERANGE outside [0, vocab) (read once). */
 int bc_gpt_id_at(size_t *id, const void *ids, int ids_type, size_t i, size_t vocab);
 
+/* A KV cache's element size in bytes for its dtype (BC_DTYPE_F32: 4,
+ * BC_DTYPE_F16: 2); BC_EOPTION for any other. */
+static inline int bc_gpt_cache_elem(size_t *es, int dtype)
+{
+    if (dtype != BC_DTYPE_F32 && dtype != BC_DTYPE_F16)
+        return BC_EOPTION;
+    *es = dtype == BC_DTYPE_F16 ? sizeof(uint16_t) : sizeof(float);
+    return BC_OK;
+}
+
+/* Floats spanning n cache elements of es bytes: what the overlap checks count. */
+static inline size_t bc_gpt_cache_floats(size_t n, size_t es)
+{
+    return es == sizeof(float) ? n : n / 2 + n % 2;
+}
+
 #endif

@@ -208,13 +208,16 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
     size_t lim[BC_ATT_BK];
     for (size_t j0 = 0; j0 < kend; j0 += BC_ATT_BK) {
         const size_t nk = min_sz(BC_ATT_BK, kend - j0);
-        /* St (nk, bq) = K[j0:j0+nk] . Qt */
-        if (half) {
+        /* the tile's values (nk rows of ldv), and its keys where they lie; a half
+         * cache's tile widened into kf, vf first */
+        const float *kt = half ? kf : kh + j0 * dh, *vt = half ? vf : vh + j0 * A->ldv;
+        const size_t ldv = half ? dh : A->ldv;
+        if (half)
             kv_widen(kf, vf, A->k16 + kvh * A->khs + j0 * dh, A->v16 + kvh * A->vhs + j0 * A->ldv,
                      A->ldv, nk, dh);
-            mk_rows(nk, nv, dh, kf, 1, BC_ATT_BK, qt, st, NULL, 0, NULL);
-        } else if (A->k_tiled)  /* the tile's keys transposed: key +1, dimension +BK */
-            mk_rows(nk, nv, dh, kh + j0 * dh, 1, BC_ATT_BK, qt, st, NULL, 0, NULL);
+        /* St (nk, bq) = K[j0:j0+nk] . Qt */
+        if (half || A->k_tiled)  /* the tile's keys transposed: key +1, dimension +BK */
+            mk_rows(nk, nv, dh, kt, 1, BC_ATT_BK, qt, st, NULL, 0, NULL);
         else
             mk_rows(nk, nv, dh, kh + j0 * A->ldk, A->ldk, 1, qt, st, NULL, 0, NULL);
         /* causal: lanes i with q_pos0 + i0 + i < j do not see key j */
@@ -264,11 +267,7 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
             vstore(alpha + VL, s1);
         }
         /* Ot (Dh, bq) = alpha * Ot + V[j0:j0+nk]^T . P */
-        if (half)
-            mk_rows(dh, nv, nk, vf, 1, dh, st, ot, alpha, j0 > 0, any_masked ? lim : NULL);
-        else
-            mk_rows(dh, nv, nk, vh + j0 * A->ldv, 1, A->ldv, st, ot, alpha, j0 > 0,
-                    any_masked ? lim : NULL);
+        mk_rows(dh, nv, nk, vt, 1, ldv, st, ot, alpha, j0 > 0, any_masked ? lim : NULL);
     }
     for (size_t i = 0; i < nq; i++) {
         float *oi = A->out + (i0 + i) * A->ldo + off;
