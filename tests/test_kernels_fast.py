@@ -45,6 +45,26 @@ def test_linear_matches_oracle_at_tile_edges(isa, n, c, oc):
     close_k(ops.linear(x, w), oracle_linear(x, w), c)
 
 
+@pytest.mark.parametrize("layout", ["rows", "float32", "bfloat16"])
+def test_linear_row_does_not_depend_on_how_many_rows_share_the_call(isa, layout, threads):
+    # 1000 rows: past the output's row blocks on every instruction set (16 MR rows
+    # where float32 panels are read in place, 64 MR where each block copies the
+    # weights); 300 columns of x: two K blocks. A few rows (still the GEMM: more
+    # than 3) at the start, across a block's end and at the end give the full
+    # call's bits, on 1 and 2 threads.
+    x, w, b = rnd(1000, 300, seed=11), rnd(70, 300, seed=12), rnd(70, seed=13)
+    wl = w if layout == "rows" else ops.pack(w, dtype=layout)
+    threads(1)
+    full = ops.linear(x, wl, b)
+    want = oracle_linear(x, w if layout == "rows" else wl.unpack(), b)
+    close_k(full, want, 300)
+    for n in (1, 2):
+        threads(n)
+        np.testing.assert_array_equal(ops.linear(x, wl, b), full)
+        for i0, i1 in ((0, 5), (220, 230), (380, 400), (890, 900), (993, 1000)):
+            np.testing.assert_array_equal(ops.linear(x[i0:i1], wl, b), full[i0:i1])
+
+
 def test_linear_batched_leading_axes(isa):
     x, w, b = rnd(2, 3, 19, 40, seed=1), rnd(70, 40, seed=2), rnd(70, seed=3)
     got = ops.linear(x, w, b)

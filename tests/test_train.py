@@ -267,6 +267,26 @@ def test_model_grad_crosses_attention_tiles_with_shared_kv_heads_on_every_isa(
     assert loss == pytest.approx(rloss, rel=2e-6)
     assert_grads(g, rg)
 
+def test_model_grad_past_the_products_row_blocks_on_every_isa(isa, threads):
+    # 2 x 460 tokens: the forward's products take their output rows in blocks (16 MR
+    # rows on float32 weights), dx's products in blocks of 64 MR (896 with AVX-512):
+    # the oracle's gradient, and the same bits on 1 and 2 threads (whose units block
+    # the rows differently)
+    cfg = GPTConfig(vocab=40, context=460, width=40, heads=2, layers=1)
+    m = perturbed(cfg, seed=3)
+    ids, tg = batch(cfg, b=2, seed=3)
+    threads(1)
+    loss, g = m.grad(ids, tg)
+    rloss, rg = ref.gpt_grad(m.state_dict(), cfg, ids, tg)
+    assert loss == pytest.approx(rloss, rel=2e-6)
+    assert_grads(g, rg)
+    threads(2)
+    loss2, g2 = m.grad(ids, tg)
+    assert loss2 == loss
+    for k in g:
+        np.testing.assert_array_equal(g2[k], g[k])
+
+
 def test_loss_over_only_ignored_targets_is_nan_and_the_step_changes_nothing():
     cfg = GPTConfig(**MODELS["gpt2_tied"])
     m = perturbed(cfg)

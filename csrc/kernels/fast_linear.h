@@ -211,6 +211,83 @@ static void tile_any(int mr, size_t kc, const float *a, size_t lda, const float 
     }
 }
 
+/* Rows of one block of a product's output [i0, i1): the output's rows are
+ * taken in blocks, each block's K blocks summed before the next block starts,
+ * so that the block's NC output columns stay in L2 between its K blocks
+ * (when every row went through each K block in turn, an output of more rows
+ * than L2 holds went to memory and back once a K block). A block of about
+ * 16 MR rows (224 with AVX-512: 224 KiB of output beside the 256 KiB weight
+ * block); where each block must copy the weights again (any layout but
+ * float32 panels, and the backward's B) about 64 MR, so the copies stay a
+ * small part of the work. Equal blocks of whole tiles, one block when the
+ * rows fit; the order of every element's sums is the same for any block. */
+static size_t row_block(size_t i0, size_t i1, int copies)
+{
+    const size_t most = (copies ? 64 : 16) * (size_t)MR, rows = i1 - i0;
+    if (rows <= most)
+        return rows;
+    const size_t blocks = (rows + most - 1) / most;
+    return ((rows + blocks - 1) / blocks + MR - 1) / MR * MR;
+}
+
+typedef void (*wf_copy_fn)(float *, const void *, size_t, size_t, size_t, size_t, size_t);
+
+/* Rows [i0,i1) x columns [jc,jc+nc) of y over all of C, in BC_KC blocks
+ * added in order: each block of w as float32 panels (where they lie, or
+ * copied into bp by copy_w), then the tiles. */
+// y (N,OC), x (N,C), w (OC,C) in layout g->wf, b (OC), r (N,OC)
+static void gemm_block(const bc_gemm *g, size_t i0, size_t i1, size_t jc, size_t nc,
+                       wf_copy_fn copy_w, float *scratch)
+{
+    float *bp = scratch;                   /* BC_KC x BC_NC */
+    float *ap = scratch + BC_KC * BC_NC;   /* MR x BC_KC: rows of x, when copied */
+    /* Rows of x 4 KiB apart (C a multiple of 1024) all fall in one L1 set and
+     * evict each other; then each tile's rows are first copied side by side.
+     * The values and their order are the same either way. */
+    const int copy_a = g->c % 1024 == 0;
+    for (size_t pc = 0; pc < g->c; pc += BC_KC) {
+        const size_t kc = min_sz(BC_KC, g->c - pc);
+        const float *blk;
+        size_t bkc;  /* rows of one panel of blk */
+        if (!copy_w) {
+            blk = (const float *)g->w + (jc / PW) * g->c * PW + pc * PW;
+            bkc = g->c;
+        } else {
+            copy_w(bp, g->w, g->c, jc, nc, pc, kc);
+            blk = bp;
+            bkc = kc;
+        }
+        for (size_t ic = i0; ic < i1; ic += MR) {
+            const int mr = (int)min_sz(MR, i1 - ic);
+            const float *a = g->x + ic * g->c + pc;
+            size_t lda = g->c;
+            if (copy_a) {
+                for (int i = 0; i < mr; i++)
+                    memcpy(ap + (size_t)i * kc, a + (size_t)i * g->c, kc * sizeof(float));
+                a = ap;
+                lda = kc;
+            }
+            for (size_t jr = 0; jr < nc; jr += NR) {
+                tile_io io;
+                io.y = g->y + ic * g->oc + jc + jr;
+                io.ldy = g->oc;
+                io.b = g->b ? g->b + jc + jr : NULL;
+                io.r = g->r ? g->r + ic * g->oc + jc + jr : NULL;
+                io.ldr = g->oc;
+                io.y1 = io.r1 = VL;
+                io.nv = min_sz(NR, nc - jr);
+                io.first = pc == 0;
+                io.last = pc + kc == g->c;
+                io.act = g->act;
+                const float *b0 = pcol(blk, bkc, jr);
+                /* past the last panel the second half is computed, not stored */
+                const float *b1 = io.nv > VL ? pcol(blk, bkc, jr + VL) : b0;
+                tile_any(mr, kc, a, lda, b0, b1, &io);
+            }
+        }
+    }
+}
+
 /* The rows [n0,n1) x columns [o0,o1) of y, any layout; o0 and o1 - o0
  * (unless o1 == oc) are multiples of NR and of PW. scratch: BC_GEMM_SCRATCH
  * floats. */
@@ -218,60 +295,12 @@ static void tile_any(int mr, size_t kc, const float *a, size_t lda, const float 
 static void gemm_part(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t o1,
                       float *scratch)
 {
-    float *bp = scratch;                   /* BC_KC x BC_NC */
-    float *ap = scratch + BC_KC * BC_NC;   /* MR x BC_KC: rows of x, when copied */
     /* the layout's copy into float32 panels (none: float32 panels, used where they lie) */
-    void (*const copy_w)(float *, const void *, size_t, size_t, size_t, size_t, size_t) =
-        BC_KERNEL_TABLE.wf[g->wf].panels;
-    /* Rows of x 4 KiB apart (C a multiple of 1024) all fall in one L1 set and
-     * evict each other; then each tile's rows are first copied side by side.
-     * The values and their order are the same either way. */
-    const int copy_a = g->c % 1024 == 0;
-    for (size_t jc = o0; jc < o1; jc += BC_NC) {
-        const size_t nc = min_sz(BC_NC, o1 - jc);
-        for (size_t pc = 0; pc < g->c; pc += BC_KC) {
-            const size_t kc = min_sz(BC_KC, g->c - pc);
-            /* the block's panels: where they lie, or copied */
-            const float *blk;
-            size_t bkc;  /* rows of one panel of blk */
-            if (!copy_w) {
-                blk = (const float *)g->w + (jc / PW) * g->c * PW + pc * PW;
-                bkc = g->c;
-            } else {
-                copy_w(bp, g->w, g->c, jc, nc, pc, kc);
-                blk = bp;
-                bkc = kc;
-            }
-            for (size_t ic = n0; ic < n1; ic += MR) {
-                const int mr = (int)min_sz(MR, n1 - ic);
-                const float *a = g->x + ic * g->c + pc;
-                size_t lda = g->c;
-                if (copy_a) {
-                    for (int i = 0; i < mr; i++)
-                        memcpy(ap + (size_t)i * kc, a + (size_t)i * g->c, kc * sizeof(float));
-                    a = ap;
-                    lda = kc;
-                }
-                for (size_t jr = 0; jr < nc; jr += NR) {
-                    tile_io io;
-                    io.y = g->y + ic * g->oc + jc + jr;
-                    io.ldy = g->oc;
-                    io.b = g->b ? g->b + jc + jr : NULL;
-                    io.r = g->r ? g->r + ic * g->oc + jc + jr : NULL;
-                    io.ldr = g->oc;
-                    io.y1 = io.r1 = VL;
-                    io.nv = min_sz(NR, nc - jr);
-                    io.first = pc == 0;
-                    io.last = pc + kc == g->c;
-                    io.act = g->act;
-                    const float *b0 = pcol(blk, bkc, jr);
-                    /* past the last panel the second half is computed, not stored */
-                    const float *b1 = io.nv > VL ? pcol(blk, bkc, jr + VL) : b0;
-                    tile_any(mr, kc, a, lda, b0, b1, &io);
-                }
-            }
-        }
-    }
+    const wf_copy_fn copy_w = BC_KERNEL_TABLE.wf[g->wf].panels;
+    const size_t mc = row_block(n0, n1, copy_w != NULL);
+    for (size_t jc = o0; jc < o1; jc += BC_NC)
+        for (size_t ic = n0; ic < n1; ic += mc)
+            gemm_block(g, ic, min_sz(ic + mc, n1), jc, min_sz(BC_NC, o1 - jc), copy_w, scratch);
 }
 
 /* ======================================================================== */
@@ -353,53 +382,61 @@ static void mm_pack_a_cols(float *restrict ap, const float *restrict a, size_t c
     }
 }
 
-/* Rows [i0,i1) x columns [j0,j1) of C over all of K, in BC_KC blocks added in
- * order (the first block onto C itself when accumulating): every element's
- * chain depends on K alone, not on the split. */
+/* Rows [i0,i1) x columns [jc,jc+nc) of C over all of K, in BC_KC blocks
+ * added in order (the first block onto C itself when accumulating): every
+ * element's chain depends on K alone, not on the split. */
 // C (M,N), A (M,K), B (K,N) as bc_mm lays them out
-static void mm_part(const bc_mm *g, size_t i0, size_t i1, size_t j0, size_t j1, float *scratch)
+static void mm_block(const bc_mm *g, size_t i0, size_t i1, size_t jc, size_t nc, float *scratch)
 {
     float *bp = scratch;                   /* BC_KC x BC_NC */
     float *ap = scratch + BC_KC * BC_NC;   /* MM_MC x BC_KC: rows of A, when A is columns */
-    for (size_t jc = j0; jc < j1; jc += BC_NC) {
-        const size_t nc = min_sz(BC_NC, j1 - jc);
-        for (size_t pc = 0; pc < g->k; pc += BC_KC) {
-            const size_t kc = min_sz(BC_KC, g->k - pc);
-            mm_pack_b(bp, g, jc, nc, pc, kc);
-            for (size_t icb = i0; icb < i1; icb += MM_MC) {
-                const size_t mc = min_sz(MM_MC, i1 - icb);
-                if (g->a_cs != 1)  /* A's rows are columns of a (a_rs == 1) */
-                    mm_pack_a_cols(ap, g->a + icb + pc * g->a_cs, g->a_cs, mc, kc);
-                for (size_t ic = icb; ic < icb + mc; ic += MR) {
-                    const int mr = (int)min_sz(MR, icb + mc - ic);
-                    const float *a = g->a_cs == 1 ? g->a + ic * g->a_rs + pc : ap + (ic - icb) * kc;
-                    const size_t lda = g->a_cs == 1 ? g->a_rs : kc;
-                    for (size_t jr = 0; jr < nc; jr += NR) {
-                        const size_t j = jc + jr;
-                        tile_io io;
-                        if (g->c_panels) {
-                            io.y = g->c + (j / PW) * g->m * PW + ic * PW + j % PW;
-                            io.ldy = PW;
-                            io.y1 = j % PW + VL < PW ? VL : g->m * PW + VL - PW;
-                        } else {
-                            io.y = g->c + ic * g->ldc + j;
-                            io.ldy = g->ldc;
-                            io.y1 = VL;
-                        }
-                        io.b = NULL;
-                        io.r = g->accumulate ? io.y : NULL;
-                        io.ldr = io.ldy;
-                        io.r1 = io.y1;
-                        io.nv = min_sz(NR, nc - jr);
-                        io.first = pc == 0;
-                        io.last = pc + kc == g->k;
-                        io.act = BC_ACT_NONE;
-                        const float *b0 = pcol(bp, kc, jr);
-                        const float *b1 = io.nv > VL ? pcol(bp, kc, jr + VL) : b0;
-                        tile_any(mr, kc, a, lda, b0, b1, &io);
+    for (size_t pc = 0; pc < g->k; pc += BC_KC) {
+        const size_t kc = min_sz(BC_KC, g->k - pc);
+        mm_pack_b(bp, g, jc, nc, pc, kc);
+        for (size_t icb = i0; icb < i1; icb += MM_MC) {
+            const size_t mc = min_sz(MM_MC, i1 - icb);
+            if (g->a_cs != 1)  /* A's rows are columns of a (a_rs == 1) */
+                mm_pack_a_cols(ap, g->a + icb + pc * g->a_cs, g->a_cs, mc, kc);
+            for (size_t ic = icb; ic < icb + mc; ic += MR) {
+                const int mr = (int)min_sz(MR, icb + mc - ic);
+                const float *a = g->a_cs == 1 ? g->a + ic * g->a_rs + pc : ap + (ic - icb) * kc;
+                const size_t lda = g->a_cs == 1 ? g->a_rs : kc;
+                for (size_t jr = 0; jr < nc; jr += NR) {
+                    const size_t j = jc + jr;
+                    tile_io io;
+                    if (g->c_panels) {
+                        io.y = g->c + (j / PW) * g->m * PW + ic * PW + j % PW;
+                        io.ldy = PW;
+                        io.y1 = j % PW + VL < PW ? VL : g->m * PW + VL - PW;
+                    } else {
+                        io.y = g->c + ic * g->ldc + j;
+                        io.ldy = g->ldc;
+                        io.y1 = VL;
                     }
+                    io.b = NULL;
+                    io.r = g->accumulate ? io.y : NULL;
+                    io.ldr = io.ldy;
+                    io.r1 = io.y1;
+                    io.nv = min_sz(NR, nc - jr);
+                    io.first = pc == 0;
+                    io.last = pc + kc == g->k;
+                    io.act = BC_ACT_NONE;
+                    const float *b0 = pcol(bp, kc, jr);
+                    const float *b1 = io.nv > VL ? pcol(bp, kc, jr + VL) : b0;
+                    tile_any(mr, kc, a, lda, b0, b1, &io);
                 }
             }
         }
     }
+}
+
+/* Rows [i0,i1) x columns [j0,j1) of C: NC columns at a time, the rows in
+ * blocks (row_block: B is packed again for each). */
+// C (M,N), A (M,K), B (K,N) as bc_mm lays them out
+static void mm_part(const bc_mm *g, size_t i0, size_t i1, size_t j0, size_t j1, float *scratch)
+{
+    const size_t mb = row_block(i0, i1, 1);
+    for (size_t jc = j0; jc < j1; jc += BC_NC)
+        for (size_t ib = i0; ib < i1; ib += mb)
+            mm_block(g, ib, min_sz(ib + mb, i1), jc, min_sz(BC_NC, j1 - jc), scratch);
 }
