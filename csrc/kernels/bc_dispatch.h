@@ -197,6 +197,8 @@ typedef struct {
     void (*act_bwd)(float *dx, const float *dy, const float *x, size_t n, int kind);
     void (*swiglu_bwd)(float *dgate, float *dup, const float *dy, const float *gate,
                        const float *up, size_t n);
+    /* a bias's gradient: db[o] += dy[i][o] for rows i in order, o in [o0,o1) */
+    void (*colsum)(float *db, const float *dy, size_t n, size_t oc, size_t o0, size_t o1);
     /* one row of the cross-entropy: *loss = logsumexp(z) - z[target], and (dz
      * not NULL; it may be z) dz = scale * (softmax(z) - onehot(target)) */
     void (*xent_row)(float *dz, float *loss, const float *z, size_t v, size_t target,

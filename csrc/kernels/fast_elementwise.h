@@ -114,6 +114,38 @@ static void add(float *y, const float *a, const float *b, size_t n)
         vstoren(y + i, vadd(vloadn(a + i, n - i), vloadn(b + i, n - i)), n - i);
 }
 
+/* ---- a bias's gradient: the column sums of dy ------------------------------ */
+
+/* db[o] += dy[i][o] for i = 0, 1, ... in order: each column's chain is the
+ * scalar loop's; 4 VL columns at a time held in registers down the rows. */
+// db (OC), dy (N,OC): columns [o0,o1)
+static void colsum(float *db, const float *dy, size_t n, size_t oc, size_t o0, size_t o1)
+{
+    size_t o = o0;
+    for (; o + 4 * VL <= o1; o += 4 * VL) {
+        V s0 = vload(db + o), s1 = vload(db + o + VL);
+        V s2 = vload(db + o + 2 * VL), s3 = vload(db + o + 3 * VL);
+        for (size_t i = 0; i < n; i++) {
+            const float *r = dy + i * oc + o;
+            s0 = vadd(s0, vload(r));
+            s1 = vadd(s1, vload(r + VL));
+            s2 = vadd(s2, vload(r + 2 * VL));
+            s3 = vadd(s3, vload(r + 3 * VL));
+        }
+        vstore(db + o, s0);
+        vstore(db + o + VL, s1);
+        vstore(db + o + 2 * VL, s2);
+        vstore(db + o + 3 * VL, s3);
+    }
+    for (; o < o1; o += VL) {
+        const size_t k = min_sz(VL, o1 - o);
+        V s = vloadn(db + o, k);
+        for (size_t i = 0; i < n; i++)
+            s = vadd(s, vloadn(dy + i * oc + o, k));
+        vstore_n(db + o, s, k);
+    }
+}
+
 /* ---- the optimizer: AdamW (bc_adamw_args) -------------------------------- */
 
 // p, m, v (n) updated in place; g (n)

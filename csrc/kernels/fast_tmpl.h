@@ -58,6 +58,7 @@ const bc_kernel_table BC_KERNEL_TABLE = {
     .attn_bwd_q = attn_bwd_q,
     .act_bwd = act_bwd,
     .swiglu_bwd = swiglu_bwd,
+    .colsum = colsum,
     .xent_row = xent_row,
     .adamw = adamw,
 };

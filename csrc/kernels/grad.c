@@ -102,25 +102,21 @@ typedef struct {
     float *db;
     const float *dy;
     size_t n, oc;
+    const bc_kernel_table *kt;
 } col_job;
 
 static void col_unit(const void *arg, size_t u, int t)
 {
     (void)t;
     const col_job *j = arg;
-    const size_t o0 = u * COL_UNIT, o1 = min_z(o0 + COL_UNIT, j->oc);
-    float *restrict db = j->db + o0;   /* db and dy never overlap: no reload after a store */
-    for (size_t i = 0; i < j->n; i++) {
-        const float *restrict r = j->dy + i * j->oc + o0;
-        for (size_t o = 0; o < o1 - o0; o++)
-            db[o] += r[o];
-    }
+    const size_t o0 = u * COL_UNIT;
+    j->kt->colsum(j->db, j->dy, j->n, j->oc, o0, min_z(o0 + COL_UNIT, j->oc));
 }
 
 // db (OC) += sum_i dy (N,OC)[i]
 void bc_k_colsum(float *db, const float *dy, size_t n, size_t oc, const bc_ctx *cx)
 {
-    const col_job j = {db, dy, n, oc};
+    const col_job j = {db, dy, n, oc, cx->kt};
     const size_t units = (oc + COL_UNIT - 1) / COL_UNIT;
     const int nt = bc_rt_threads(cx, (double)n * (double)oc, 4.0 * (double)n * (double)oc);
     if (nt <= 1 || units == 1) {
