@@ -27,6 +27,42 @@ static void mm_unit(const void *arg, size_t u, int t)
                        bc_rt_slice(j->cx, t));
 }
 
+/* Work units for nt threads: blocks of rh rows (whole tiles) by cw columns
+ * (BC_NC, or halves of it down to 64), about four per thread. Of the splits
+ * with enough units, the one packing least: every column unit packs its rows
+ * of A again when they are columns of a (transposes), every row unit packs
+ * its columns of B again (a copy of rows, transposes of panels). One unit on
+ * one thread. Which unit a thread takes does not change any element's bits. */
+static void mm_plan(const bc_mm *m, size_t mr, int nt, size_t *rh, size_t *cw)
+{
+    const size_t full = (m->m + mr - 1) / mr * mr;
+    *rh = full;
+    *cw = BC_NC;
+    if (nt <= 1)
+        return;
+    const size_t want = 4 * (size_t)nt;
+    const double a_cost = m->a_cs != 1 ? 2.0 * (double)m->m * (double)m->k : 0.0;
+    const double b_cost = (m->b_kind == BC_MM_B_ROWS ? 1.0 : 2.0) * (double)m->k * (double)m->n;
+    double best = -1.0;
+    size_t most = 0;
+    for (size_t c = BC_NC; c >= 64; c /= 2) {
+        const size_t ncu = (m->n + c - 1) / c;
+        for (size_t r = full;; r = ((r / 2) + mr - 1) / mr * mr) {
+            const size_t nru = (m->m + r - 1) / r, units = ncu * nru;
+            const double cost = a_cost * (double)ncu + b_cost * (double)nru + 1e-3 * (double)units;
+            if (units >= want ? best < 0.0 || cost < best : best < 0.0 && units > most) {
+                if (units >= want)
+                    best = cost;
+                most = units;
+                *rh = r;
+                *cw = c;
+            }
+            if (r <= 8 * mr)
+                break;
+        }
+    }
+}
+
 // C (M,N) = [C +] A (M,K) B (K,N)
 void bc_k_mm(const bc_mm *m, const bc_ctx *cx)
 {
@@ -46,22 +82,8 @@ void bc_k_mm(const bc_mm *m, const bc_ctx *cx)
     const double flops = 2.0 * (double)m->m * (double)m->n * (double)m->k;
     const int nt = bc_rt_threads(cx, flops, 4.0 * ((double)m->m * (double)m->k
                                                    + (double)m->k * (double)m->n));
-    const size_t mr = cx->kt->gemm_mr;
-    size_t cw = BC_NC, rh = (m->m + mr - 1) / mr * mr;
-    /* about four units per thread: columns split first (a split of rows packs B
-     * again), down to 64, then rows */
-    const size_t want = 4 * (size_t)nt;
-    for (;;) {
-        const size_t units = ((m->n + cw - 1) / cw) * ((m->m + rh - 1) / rh);
-        if (nt <= 1 || units >= want)
-            break;
-        if (cw > 64)
-            cw /= 2;
-        else if (rh > 8 * mr)
-            rh = ((rh / 2) + mr - 1) / mr * mr;
-        else
-            break;
-    }
+    size_t rh, cw;
+    mm_plan(m, cx->kt->gemm_mr, nt, &rh, &cw);
     mm_job j = {m, cx, rh, cw, (m->n + cw - 1) / cw};
     const size_t units = j.ncu * ((m->m + rh - 1) / rh);
     if (nt <= 1 || units == 1) {
