@@ -211,7 +211,7 @@ static void tile_any(int mr, size_t kc, const float *a, size_t lda, const float 
     }
 }
 
-/* Rows of one block of a product's output [i0, i1): the output's rows are
+/* Rows of one block of a product's output (rows: the output's rows). They are
  * taken in blocks, each block's K blocks summed before the next block starts,
  * so that the block's NC output columns stay in L2 between its K blocks
  * (when every row went through each K block in turn, an output of more rows
@@ -221,9 +221,9 @@ static void tile_any(int mr, size_t kc, const float *a, size_t lda, const float 
  * float32 panels, and the backward's B) about 64 MR, so the copies stay a
  * small part of the work. Equal blocks of whole tiles, one block when the
  * rows fit; the order of every element's sums is the same for any block. */
-static size_t row_block(size_t i0, size_t i1, int copies)
+static size_t row_block(size_t rows, int copies)
 {
-    const size_t most = (copies ? 64 : 16) * (size_t)MR, rows = i1 - i0;
+    const size_t most = (copies ? 64 : 16) * (size_t)MR;
     if (rows <= most)
         return rows;
     const size_t blocks = (rows + most - 1) / most;
@@ -297,7 +297,7 @@ static void gemm_part(const bc_gemm *g, size_t n0, size_t n1, size_t o0, size_t 
 {
     /* the layout's copy into float32 panels (none: float32 panels, used where they lie) */
     const wf_copy_fn copy_w = BC_KERNEL_TABLE.wf[g->wf].panels;
-    const size_t mc = row_block(n0, n1, copy_w != NULL);
+    const size_t mc = row_block(n1 - n0, copy_w != NULL);
     for (size_t jc = o0; jc < o1; jc += BC_NC)
         for (size_t ic = n0; ic < n1; ic += mc)
             gemm_block(g, ic, min_sz(ic + mc, n1), jc, min_sz(BC_NC, o1 - jc), copy_w, scratch);
@@ -435,7 +435,7 @@ static void mm_block(const bc_mm *g, size_t i0, size_t i1, size_t jc, size_t nc,
 // C (M,N), A (M,K), B (K,N) as bc_mm lays them out
 static void mm_part(const bc_mm *g, size_t i0, size_t i1, size_t j0, size_t j1, float *scratch)
 {
-    const size_t mb = row_block(i0, i1, 1);
+    const size_t mb = row_block(i1 - i0, 1);
     for (size_t jc = j0; jc < j1; jc += BC_NC)
         for (size_t ib = i0; ib < i1; ib += mb)
             mm_block(g, ib, min_sz(ib + mb, i1), jc, min_sz(BC_NC, j1 - jc), scratch);

@@ -50,9 +50,13 @@ static void mm_plan(const bc_mm *m, size_t mr, int nt, size_t *rh, size_t *cw)
         for (size_t r = full;; r = ((r / 2) + mr - 1) / mr * mr) {
             const size_t nru = (m->m + r - 1) / r, units = ncu * nru;
             const double cost = a_cost * (double)ncu + b_cost * (double)nru + 1e-3 * (double)units;
-            if (units >= want ? best < 0.0 || cost < best : best < 0.0 && units > most) {
-                if (units >= want)
+            if (units >= want) {
+                if (best < 0.0 || cost < best) {
                     best = cost;
+                    *rh = r;
+                    *cw = c;
+                }
+            } else if (best < 0.0 && units > most) {  /* none has enough yet: the most units */
                 most = units;
                 *rh = r;
                 *cw = c;
