@@ -7,9 +7,10 @@ heads, d_ff 1536, a tied 49,152-token vocabulary), a prompt, then
 (the prompt is prefilled untimed), at two context lengths (the prompt sized so
 that prompt + new tokens reach ~128 and ~1000 positions), on 1 and 2 threads:
 
-  blockc       float32, bfloat16, float16, q8_0, q5_0, q8_0i, q4_0, q4_0i and q4_k weights
-               (m.astype), m(token, cache=...) (q8_0i, q4_0i: q8_0's, q4_0's weights by integer dot products on
-               8-bit activations)
+  blockc       float32, bfloat16, bfloat16i, float16, q8_0, q5_0, q8_0i, q4_0, q4_0i and q4_k
+               weights (m.astype), m(token, cache=...) (q8_0i, q4_0i: q8_0's, q4_0's weights by
+               integer dot products on 8-bit activations; bfloat16i: bfloat16's by bfloat16
+               dot products, vdpbf16ps where the CPU has AVX512_BF16)
   PyTorch      eager, the chapter's modules (tests/support/torch_ref.py) with a
                preallocated KV cache, float32 and bfloat16
   llama.cpp    through llama-cpp-python, GGUF files written from the same model
@@ -60,7 +61,8 @@ from bench_linear import burst  # noqa: E402
 from machine import cpu_info, cpu_times, read_bandwidth, steal_share  # noqa: E402
 from llama_peer import NOTE, open_model  # noqa: E402
 
-PRECISIONS = ("float32", "bfloat16", "float16", "q8_0", "q5_0", "q8_0i", "q4_0", "q4_0i", "q4_k")
+PRECISIONS = ("float32", "bfloat16", "bfloat16i", "float16", "q8_0", "q5_0", "q8_0i", "q4_0",
+              "q4_0i", "q4_k")
 CLOCK = {"wall": time.perf_counter, "cpu": time.process_time}
 _clock = time.perf_counter
 
@@ -293,7 +295,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 return r[5]
         return None
 
-    same = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "q8_0": "q8_0", "q5_0": "q5_0",
+    same = {"float32": "f32", "bfloat16": "bf16", "bfloat16i": "bf16", "float16": "f16",
+            "q8_0": "q8_0", "q5_0": "q5_0",
             "q8_0i": "q8_0", "q4_0": "q4_0", "q4_0i": "q4_0", "q4_k": "q4_k"}
     print()
     forced = variants()[1:]

@@ -4,8 +4,9 @@ D=768, 12 layers, 12 query heads and 4 K/V heads, SwiGLU MLP of 2048, RMSNorm,
 rotary positions, a 32,000-token vocabulary, untied head; random weights (or
 with --shape smollm2 the shape of SmolLM2-135M: 30 layers, width 576, 9 heads,
 3 K/V heads, d_ff 1536, a tied 49,152-token vocabulary; section llama-smollm2).
-blockc's weights: float32, bfloat16, q8_0 and q8_0i (q8_0's weights by integer
-dot products on 8-bit activations). blockc runs as chosen (auto: each kernel family its measured variant) and
+blockc's weights: float32, bfloat16, bfloat16i (bfloat16's weights by bfloat16 dot
+products: vdpbf16ps where the CPU has AVX512_BF16), q8_0 and q8_0i (q8_0's weights by
+integer dot products on 8-bit activations). blockc runs as chosen (auto: each kernel family its measured variant) and
 forced to each FMA instruction set the CPU has (a column each). The
 peers run the same weights:
 
@@ -59,8 +60,10 @@ from llama_peer import NOTE, open_model  # noqa: E402
 from doc_section import run as run_bench  # noqa: E402
 from machine import fma_peak, read_bandwidth  # noqa: E402
 
-PRECISIONS = ("float32", "bfloat16", "q8_0", "q8_0i")
-SAME = {"float32": "f32", "bfloat16": "bf16", "q8_0": "q8_0", "q8_0i": "q8_0"}
+PRECISIONS = ("float32", "bfloat16", "bfloat16i", "q8_0", "q8_0i")
+SAME = {"float32": "f32", "bfloat16": "bf16", "bfloat16i": "bf16", "q8_0": "q8_0", "q8_0i": "q8_0"}
+#: transformers' weights each blockc precision is also compared with (its bfloat16)
+SAME_HF = {"bfloat16": "bfloat16", "bfloat16i": "bfloat16"}
 
 
 def llama_config(layers: int) -> "blockc.GPTConfig":
@@ -234,13 +237,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     fcols = " | ".join(f"forced {v}" for v in forced)
     print(f"prefill, one sequence of {args.seq} tokens (tokens/s; higher is faster):")
     print(f"| threads | engine | weights | logits | tokens/s | {fcols} | auto / best forced "
-          "| / transformers f32 | / llama.cpp |")
-    print("| --- " * (8 + len(forced)) + "|")
+          "| / transformers f32 | / transformers bf16 | / llama.cpp |")
+    print("| --- " * (9 + len(forced)) + "|")
     for r in rows:
         if r[1] == "blockc" and r[-2] != "auto":
             continue
         th, eng, p, logits, rate = r[0], r[1], r[2], r[3], r[-1]
-        vs_t = vs_l = vs_b = ""
+        vs_t = vs_h = vs_l = vs_b = ""
         cols = ["" for _ in forced]
         if eng == "blockc":
             fr = [find(rows, (th, eng, p, logits, f)) for f in forced]
@@ -248,10 +251,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             vs_b = f"{rate / max(fr):.2f}" if fr else ""
             t = find(rows, (th, "transformers", "float32", "all"))
             vs_t = f"{rate / t:.2f}x" if t and logits == "all" else ""
+            h = find(rows, (th, "transformers", SAME_HF.get(p, ""), "all"))
+            vs_h = f"{rate / h:.2f}x" if h and logits == "all" else ""
             lr = find(rows, (th, "llama.cpp", SAME[p], "last"))
             vs_l = f"{rate / lr:.2f}x ({SAME[p]})" if lr and logits == "last" else ""
         print(f"| {th} | {eng} | {p} | {logits} | {rate:.0f} | " + " | ".join(cols)
-              + f" | {vs_b} | {vs_t} | {vs_l} |")
+              + f" | {vs_b} | {vs_t} | {vs_h} | {vs_l} |")
     gflop = prefill_flops(cfg, args.seq) / 1e9
     for th in thread_counts:
         parts = []

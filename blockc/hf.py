@@ -256,7 +256,7 @@ class PretrainedMixin:
         path : str or os.PathLike
             The directory, or a ``.gguf`` file (llama, qwen2 or gpt2 architecture; F32,
             F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K tensors, mixed).
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "q4_k", "q6_k"}, optional
+        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "bfloat16i", "q4_k", "q6_k"}, optional
             How blockc stores the matrices; None: bfloat16 for a bfloat16 checkpoint,
             else float32. For a GGUF file, None: each matrix in the native format of
             its file type (BF16 bfloat16, F16 float16, Q8_0 q8_0, Q4_0 q4_0, Q5_0 q5_0, Q4_K

@@ -112,7 +112,7 @@ def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
     ----------
     w : array_like, shape (out, in)
         As PyTorch's ``nn.Linear.weight`` (one row per output); floating.
-    dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "q4_k", "q6_k"}, optional
+    dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "bfloat16i", "q4_k", "q6_k"}, optional
         float32 as is; bfloat16 and float16 (IEEE half) rounded to nearest even;
         q8_0 llama.cpp's blocks of 32 weights of a row with one half-precision
         scale (d = max|w| / 127, q = round(w / d)): the weights become d * q;
@@ -123,6 +123,11 @@ def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
         q8_0i (q4_0i): q8_0's (q4_0's) weights, and :func:`linear` quantises each row of ``x`` to 8
         bits per block of 32 (d_x = max|x| / 127) and multiplies integers: faster,
         about 1e-2 relative error per output where q8_0 keeps ``x`` exact.
+        bfloat16i: bfloat16's weights (a subnormal stored as zero), and :func:`linear`
+        rounds each row of ``x`` to bfloat16 and multiplies bfloat16 pairs in
+        vdpbf16ps's order and rounding (the same bits on every CPU; emulated where the
+        CPU has no AVX512_BF16): about 1e-3 relative error per output where bfloat16
+        keeps ``x`` exact.
 
     Returns
     -------
@@ -135,8 +140,8 @@ def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
     ValueError
         A shape that is not 2-D with both sizes >= 1, an unknown dtype, (q4_k, q6_k)
         a number of columns that is not a multiple of 256, (quantised) a weight
-        that is not finite or too large for a half-precision scale, or (q8_0i, q4_0i)
-        more than 65536 columns.
+        that is not finite or too large for a half-precision scale, or (q8_0i, q4_0i,
+        bfloat16i) more than 65536 columns.
 
     Examples
     --------

@@ -55,7 +55,8 @@ def test_forcing_an_isa_reports_it_for_every_family(restore_choices):
 
 @two_candidates
 @pytest.mark.parametrize("slow", ["avx512", "avx2"])
-@pytest.mark.parametrize("family", ["decode_q8_0", "decode_q8_0i", "gemm", "attention"])
+@pytest.mark.parametrize("family", ["decode_q8_0", "decode_q8_0i", "decode_bf16i", "gemm",
+                                    "attention"])
 def test_a_deliberately_slow_variant_is_not_chosen(restore_choices, family, slow):
     runtime.set_isa("auto")
     f = runtime.FAMILIES.index(family)
@@ -190,14 +191,20 @@ def _prompt_and_steps(m, ids):
 def test_every_mix_of_variants_gives_the_same_bits(restore_choices):
     """GEMM, decoding, attention and elementwise variants in any mix: the logits of a
     prompt, of its KV-cache steps (== the full pass), at 1 and 2 threads, equal
-    the all-AVX-512 ones bit for bit, for float32, bfloat16, float16, q8_0, q4_0, q5_0
-    and q8_0i weights."""
+    the all-AVX-512 ones bit for bit, for float32, bfloat16, float16, q8_0, q4_0, q5_0,
+    q8_0i and bfloat16i weights (whose prompts run the GEMM family's variant and whose
+    decoding their own family's)."""
     ids = np.random.default_rng(0).integers(0, 300, size=(2, 40))
     rng = np.random.default_rng(5)
     nf = lib.BC_NFAMILIES
     mixes = [[1] * nf, [2] * nf] + [list(rng.integers(1, 3, size=nf)) for _ in range(4)]
+    gemm, bf16i = runtime.FAMILIES.index("gemm"), runtime.FAMILIES.index("decode_bf16i")
+    for a, b in ((1, 2), (2, 1)):  # prompts on one instruction set, decoding on the other
+        mixes.append([2] * nf)
+        mixes[-1][gemm], mixes[-1][bf16i] = a, b
     for m32 in _small_models():
-        for dtype in ("float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i"):
+        for dtype in ("float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i",
+                      "bfloat16i"):
             m = m32 if dtype == "float32" else m32.astype(dtype)
             runtime.set_isa("avx512")
             blockc.set_num_threads(1)

@@ -8,11 +8,12 @@ from helpers import close_k, rnd
 
 import blockc
 from blockc import GPT, GPTConfig, ops
-from blockc.reference import gpt_forward, intdot, quant
+from blockc.reference import bf16dot, gpt_forward, intdot, quant
 
 ORACLE = {"float32": lambda w: np.asarray(w, np.float32), "bfloat16": quant.bfloat16,
           "q8_0": quant.q8_0, "q4_0": quant.q4_0, "q5_0": quant.q5_0, "float16": quant.float16,
-          "q8_0i": quant.q8_0, "q4_0i": quant.q4_0, "q4_k": quant.q4_k, "q6_k": quant.q6_k}
+          "q8_0i": quant.q8_0, "q4_0i": quant.q4_0, "q4_k": quant.q4_k, "q6_k": quant.q6_k,
+          "bfloat16i": bf16dot.round_bf16}
 WHOLE = {"q4_k": 256, "q6_k": 256}  # formats whose rows are whole blocks
 
 
@@ -121,8 +122,9 @@ def test_packed_linear_matches_oracle_and_rows_agree(isa, dtype, n, c, oc):
     x, w, b = rnd(n, c, seed=1), rnd(oc, c, seed=2), rnd(oc, seed=3)
     p = ops.pack(w, dtype)
     y = ops.linear(x, p, b)
-    if dtype in ("q8_0i", "q4_0i"):  # 8-bit activations: the integer oracle, bit for bit
-        oracle = intdot.linear_q8_0i if dtype == "q8_0i" else intdot.linear_q4_0i
+    if dtype in ("q8_0i", "q4_0i", "bfloat16i"):  # rounded x: their oracles, bit for bit
+        oracle = {"q8_0i": intdot.linear_q8_0i, "q4_0i": intdot.linear_q4_0i,
+                  "bfloat16i": bf16dot.linear_bfloat16i}[dtype]
         np.testing.assert_array_equal(y, oracle(x, w, b))
     else:
         close_k(y, x.astype(np.float64) @ ORACLE[dtype](w).T.astype(np.float64) + b, c)

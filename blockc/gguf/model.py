@@ -33,7 +33,8 @@ makes every matrix that format (requantised, or its blocks converted when exact)
 ``dtype="q8_0i"`` (``"q4_0i"``) holds a Q8_0 (Q4_0) file's very blocks for integer dot
 products (8-bit activations, as llama.cpp multiplies them); a q8_0i (q4_0i) model saves as
 Q8_0 (Q4_0)
-(``save_gguf(path, "Q8_0")``: the same blocks).
+(``save_gguf(path, "Q8_0")``: the same blocks). ``dtype="bfloat16i"`` holds a BF16 file's
+weights (subnormals as zeros) for bfloat16 dot products, and saves as BF16.
 """
 from __future__ import annotations
 

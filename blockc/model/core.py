@@ -461,12 +461,14 @@ class Model:
         seed : int >= 0 or None, optional
             Seed of ``numpy.random.default_rng``, drawn from tensor by tensor in
             state-dict order (None: fresh entropy).
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "q4_k", "q6_k"}, optional
+        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "bfloat16i", "q4_k", "q6_k"}, optional
             How the matrices are stored (the same float32 draws, then rounded
             or quantised). q8_0i holds q8_0's weights and multiplies them by
             integer dot products (each activation row quantised to 8 bits per
             block of 32): faster decoding, about 1e-2 relative error per product
-            where q8_0 keeps the activations exact.
+            where q8_0 keeps the activations exact. bfloat16i holds bfloat16's
+            weights and multiplies them by bfloat16 dot products (each activation
+            row rounded to bfloat16; AVX512_BF16's vdpbf16ps where the CPU has it).
         dtypes : mapping of str to str, optional
             Matrix name -> its own format (the others in ``dtype``).
 
@@ -515,7 +517,7 @@ class Model:
             Every key and shape is checked against it. For a tied config,
             ``head.weight`` may be present (PyTorch lists it) and must equal
             ``token.weight`` bit for bit.
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "q4_k", "q6_k"}, optional
+        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "bfloat16i", "q4_k", "q6_k"}, optional
             How the matrices are stored.
         dtypes : mapping of str to str, optional
             Matrix name -> its own format (the others in ``dtype``): each matrix
@@ -614,13 +616,14 @@ class Model:
 
         Parameters
         ----------
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "q4_k", "q6_k"}
+        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "bfloat16i", "q4_k", "q6_k"}
             From float32 the weights are rounded (bfloat16, float16) or quantised
             (q8_0, q4_0, q5_0, q4_k, q6_k: llama.cpp's reference quantisers; q8_0i (q4_0i) q8_0's (q4_0's)
-            weights, multiplied by integer dot products on 8-bit activations); from
-            a lower precision (or a mixed model's formats) they are the weights this
-            model computes with, exactly, stored anew (q8_0 <-> q8_0i, q4_0 <-> q4_0i keep every
-            weight).
+            weights, multiplied by integer dot products on 8-bit activations;
+            bfloat16i bfloat16's, on bfloat16 activations); from a lower precision
+            (or a mixed model's formats) they are the weights this model computes
+            with, exactly, stored anew (q8_0 <-> q8_0i, q4_0 <-> q4_0i and bfloat16
+            <-> bfloat16i keep every weight but bfloat16i's subnormals, zeros).
 
         Returns
         -------

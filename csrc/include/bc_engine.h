@@ -36,7 +36,8 @@ extern "C" {
 #define BC_DTYPE_Q5_0 7
 #define BC_DTYPE_Q8_0I 8
 #define BC_DTYPE_Q4_0I 9
-#define BC_NDTYPE 10     /* one past the last dtype */
+#define BC_DTYPE_BF16I 10
+#define BC_NDTYPE 11     /* one past the last dtype */
 #define BC_DTYPE_NAME_MAX 16   /* bytes a dtype's name needs, with its NUL */
 
 /* Normalisation kinds and placements of the block. */
@@ -167,6 +168,21 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  sum (nibble - 8) q_x, exact: the same bits on every
  *                  instruction set, for any number of rows and threads. At
  *                  most BC_Q8_0I_MAX_COLS columns.
+ *   BC_DTYPE_BF16I bfloat16's weights multiplied by bfloat16 dot products
+ *                  (AVX512_BF16's vdpbf16ps): panel p is ceil(cols / 2)
+ *                  pairs of 64 bytes, u[j][l][t] (16 x 2 uint16) = the
+ *                  bfloat16 of w[16p + l][2j + t] (rounded to nearest even;
+ *                  subnormals stored as zeros of their sign; zero past cols).
+ *                  A product rounds each row of x to bfloat16 the same way
+ *                  (x_b) and computes each output as acc = 0, then for each
+ *                  pair j in order acc = ftz(fma(w[2j+1], x_b[2j+1], acc)),
+ *                  acc = ftz(fma(w[2j], x_b[2j], acc)), ftz flushing a
+ *                  subnormal result to a zero of its sign (vdpbf16ps's order
+ *                  and rounding, measured on an AMD Zen 4): the same bits on
+ *                  every instruction set (emulated where the CPU lacks
+ *                  AVX512_BF16), for any number of rows and threads; each x
+ *                  off by at most 2^-9 of itself (bfloat16 keeps x exact).
+ *                  At most BC_Q8_0I_MAX_COLS columns.
  * bc_pack_size gives the bytes. */
 
 /* Columns a q8_0i matrix can have (a quantised row of x fits a call's scratch). */
@@ -174,7 +190,7 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
 
 /* The weight format dtype (0 <= dtype < BC_NDTYPE): its name as Python spells it
  * ("float32", "bfloat16", "q8_0", "q4_0", "q4_k", "q6_k", "float16", "q5_0",
- * "q8_0i", "q4_0i"; NUL-terminated into name, name_cap >
+ * "q8_0i", "q4_0i", "bfloat16i"; NUL-terminated into name, name_cap >
  * its length, at most BC_DTYPE_NAME_MAX), the weights of a row per block and
  * the bytes of one block (a row of cols weights, padded to whole blocks, takes
  * ceil(cols / block) * block_bytes bytes). Any output may be NULL (not

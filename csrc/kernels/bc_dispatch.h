@@ -125,13 +125,18 @@ typedef struct {
     float decay, b2, omb1, omb2, step, bc2s, eps, gscale;
 } bc_adamw_args;
 
-/* Rows of x quantised for integer dot products (q8_0i: bc_engine.h says how),
- * each row of c columns in nb = ceil(c / 32) blocks: q (nb * 32 int8, zero
- * past c), then d (nb floats: the blocks' scales), then s (nb int32: -128 *
- * the block's sum of q, the correction of the weights' +128 bytes), the row
- * padded to 64 bytes. */
-static inline size_t bc_xq_row_bytes(size_t c)
+/* Rows of x rounded once per product for the formats that multiply them so
+ * (bc_wf_kernels.xq_part), each row of c columns padded to 64 bytes:
+ *   q8_0i, q4_0i (bc_engine.h says how): nb = ceil(c / 32) blocks: q (nb * 32
+ *     int8, zero past c), then d (nb floats: the blocks' scales), then s (nb
+ *     int32: -128 * the block's sum of q, the correction of the weights' +128
+ *     bytes);
+ *   bfloat16i: ceil(c / 2) pairs, uint16 [2j + t] the bfloat16 of x[2j + t]
+ *     (zero past c). */
+static inline size_t bc_xq_row_bytes(int dtype, size_t c)
 {
+    if (dtype == BC_DTYPE_BF16I)
+        return ((c + 1) / 2 * 4 + 63) / 64 * 64;
     const size_t nb = (c + 31) / 32;
     return (nb * 40 + 63) / 64 * 64;
 }
@@ -147,11 +152,21 @@ typedef struct {
      * panels, read where they lie */
     void (*panels)(float *bp, const void *w, size_t c, size_t o0, size_t nc, size_t p0,
                    size_t kc);
-    /* a format that multiplies quantised rows of x (q8_0i; NULL: none): rows
-     * [n0,n1) of g->y (row i's quantised x at xq + (i - n0) * bc_xq_row_bytes(c)),
-     * columns [o0,o1) (o0 a multiple of BC_PANEL); any number of rows, one
-     * chain per output; no scratch. rows_part and panels are unused then. */
+    /* a format that multiplies rows of x rounded once per product (q8_0i,
+     * bfloat16i; NULL: none): rows [n0,n1) of g->y (row i's rounded x at xq +
+     * (i - n0) * bc_xq_row_bytes(dtype, c)), columns [o0,o1) (o0 a multiple of
+     * BC_PANEL); any number of rows, one chain per output; no scratch.
+     * rows_part and panels are unused then. */
     void (*xq_part)(const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1, size_t o0,
+                    size_t o1);
+    /* its rounding: xq (n rows, bc_xq_row_bytes(dtype, c) each) <- x (n, c), the
+     * same bytes on every instruction set */
+    void (*xq_rows)(unsigned char *xq, const float *x, size_t n, size_t c);
+    /* xq_part again, called for more than BC_ROWS_MAX rows (prompts): a field of
+     * its own so that prompts run the GEMM family's choice of instruction set and
+     * decoding its format's (on a Zen 4, AVX2's bfloat16i decoded as fast as
+     * AVX-512's from memory and ran prompts at a third of its speed) */
+    void (*xq_gemm)(const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1, size_t o0,
                     size_t o1);
 } bc_wf_kernels;
 
@@ -166,9 +181,6 @@ typedef struct {
                       float *scratch);
     /* the layouts' kernels, by BC_WF_* */
     bc_wf_kernels wf[BC_NWF];
-    /* xq (n rows, bc_xq_row_bytes(c) each) <- x (n, c) quantised: the same bytes
-     * on every instruction set */
-    void (*xq_rows)(unsigned char *xq, const float *x, size_t n, size_t c);
     /* attention: head h, queries [i0, i0 + attn_bq) (fewer at the end);
      * scratch: attn_scratch(d_head) floats */
     size_t attn_bq;

@@ -85,6 +85,13 @@ typedef struct {
     uint8_t u[4][BC_PANEL][4];  /* u[j][row][t] = byte 4j + t of the row's q4_0 block */
 } bc_q4i_block;
 
+/* One pair of columns of a bfloat16i panel: vdpbf16ps multiplies a 32-bit lane
+ * of bfloat16 pairs by another, so a 64-byte vector holds 2 columns of 16 rows:
+ * u[l][t] the bfloat16 of row l, column 2j + t (subnormals flushed to zero). */
+typedef struct {
+    uint16_t u[BC_PANEL][2];
+} bc_bf16i_pair;
+
 typedef struct {
     const char *name;      /* the format's name in Python ("float32", "bfloat16", "q8_0") */
     size_t block;          /* weights of one row per block */

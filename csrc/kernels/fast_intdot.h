@@ -119,10 +119,10 @@ BC_INLINE void xq_block(int8_t *q, float *d, int32_t *s, const float *x, size_t 
 }
 #endif
 
-// xq (N rows of bc_xq_row_bytes(C)) <- x (N,C)
+// xq (N rows of bc_xq_row_bytes(BC_DTYPE_Q8_0I, C)) <- x (N,C)
 static void xq_rows_q8(unsigned char *xq, const float *x, size_t n, size_t c)
 {
-    const size_t nb = (c + 31) / 32, rb = bc_xq_row_bytes(c);
+    const size_t nb = (c + 31) / 32, rb = bc_xq_row_bytes(BC_DTYPE_Q8_0I, c);
     for (size_t i = 0; i < n; i++) {
         unsigned char *row = xq + i * rb;
         int8_t *q = (int8_t *)row;

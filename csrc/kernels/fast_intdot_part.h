@@ -295,7 +295,7 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_decode)(const int q4, const bc_gemm *g, con
 static Q8I_TARGET void Q8I_FN(q8i_part)(int q4, const bc_gemm *g, const unsigned char *xq, size_t n0,
                                 size_t n1, size_t o0, size_t o1)
 {
-    const size_t nb = (g->c + 31) / 32, rb = bc_xq_row_bytes(g->c);
+    const size_t nb = (g->c + 31) / 32, rb = bc_xq_row_bytes(BC_DTYPE_Q8_0I, g->c);
     const size_t p0 = o0 / PW, p1 = (o1 + PW - 1) / PW, n = n1 - n0;
     if (n <= BC_ROWS_MAX) {
         if (q4)

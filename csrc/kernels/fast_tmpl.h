@@ -9,6 +9,7 @@
  *   fast_linear.h       the GEMM (tile, epilogue) and the backward's products
  *   fast_decode.h       decoding's products (a few rows streaming the weights)
  *   fast_intdot.h       q8_0i: quantised x, integer dot products (decoding and GEMM)
+ *   fast_bf16dot.h      bfloat16i: x rounded to bfloat16, bfloat16 dot products
  *   fast_formats.h      each weight format's readers and kernels (the table's wf)
  *   fast_attention.h    attention: prefill, decoding, backward
  *   fast_elementwise.h  activations, the gated MLP, the residual addition, AdamW
@@ -29,6 +30,7 @@
 #include "fast_linear.h"
 #include "fast_decode.h"
 #include "fast_intdot.h"
+#include "fast_bf16dot.h"
 #include "fast_formats.h"
 #include "fast_attention.h"
 #include "fast_elementwise.h"
@@ -44,7 +46,6 @@ const bc_kernel_table BC_KERNEL_TABLE = {
     .gemm_nr = NR,
     .gemm_part = gemm_part,
     .wf = {WF_KERNELS},
-    .xq_rows = xq_rows_q8,
     .attn_bq = BQ,
     .attn_scratch = attn_scratch,
     .attn_unit = attn_unit,

@@ -612,6 +612,39 @@ static void q6k_unpack_row(float *out, const unsigned char *panel, size_t l, siz
     }
 }
 
+/* ---- bfloat16i: bfloat16's weights, each row's columns 2 by 2 (bc_bf16i_pair) */
+
+static int bf16i_check(const float *w, size_t rs, size_t cs, size_t rows, size_t cols)
+{
+    (void)w, (void)rs, (void)cs, (void)rows;
+    return cols > BC_Q8_0I_MAX_COLS ? BC_ESIZE : BC_OK;
+}
+
+/* bfloat16's rounding, a subnormal result then a zero of its sign (vdpbf16ps
+ * reads subnormals as zeros: stored so, every instruction set reads the same) */
+static uint16_t bf16i_of(float f)
+{
+    const uint16_t h = bc_f32_to_bf16(f);
+    return (h & 0x7f80u) == 0 ? (uint16_t)(h & 0x8000u) : h;
+}
+
+static void bf16i_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                       size_t nk, size_t cols)
+{
+    bc_bf16i_pair *pr = (bc_bf16i_pair *)panel + k0 / 2;
+    (void)cols;
+    for (size_t l = 0; l < nl; l++)
+        for (size_t k = 0; k < nk; k++)
+            pr[k / 2].u[l][k % 2] = bf16i_of(tile[l * ld + k]);
+}
+
+static void bf16i_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_bf16i_pair *pr = (const bc_bf16i_pair *)panel;
+    for (size_t k = 0; k < cols; k++)
+        out[k] = bc_bf16_to_f32(pr[k / 2].u[l][k % 2]);
+}
+
 /* ---- the table, indexed by BC_DTYPE_* ------------------------------------ */
 
 static const bc_format formats[BC_NDTYPE] = {
@@ -623,6 +656,8 @@ static const bc_format formats[BC_NDTYPE] = {
     [BC_DTYPE_Q5_0] = {"q5_0", 32, 22, q5_check, q5_pack, q5_unpack_row},
     [BC_DTYPE_Q8_0I] = {"q8_0i", 32, 34, q8i_check, q8i_pack, q8i_unpack_row, BC_Q8_0I_MAX_COLS},
     [BC_DTYPE_Q4_0I] = {"q4_0i", 32, 18, q4i_check, q4i_pack, q4i_unpack_row, BC_Q8_0I_MAX_COLS},
+    [BC_DTYPE_BF16I] = {"bfloat16i", 2, 4, bf16i_check, bf16i_pack, bf16i_unpack_row,
+                        BC_Q8_0I_MAX_COLS},
     [BC_DTYPE_Q4_K] = {"q4_k", 256, 148, q4_check, q4k_pack, q4k_unpack_row, 0, 1},
     [BC_DTYPE_Q6_K] = {"q6_k", 256, 274, q4_check, q6k_pack, q6k_unpack_row, 0, 1},
 };

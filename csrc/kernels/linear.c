@@ -91,7 +91,7 @@ static void rows_unit(const void *arg, size_t u, int t)
     j->kt->wf[j->g->wf].rows_part(j->g, o0, o0 + j->cw < j->g->oc ? o0 + j->cw : j->g->oc);
 }
 
-/* ---- formats on quantised x (q8_0i) ---- */
+/* ---- formats on x rounded once per product (q8_0i, bfloat16i) ---- */
 
 typedef struct {
     const bc_gemm *g;
@@ -100,12 +100,20 @@ typedef struct {
     size_t n0, n1, cw;        /* the chunk's rows; unit columns (unit_cols) */
 } xq_job;
 
+/* The kernel for n rows: decoding's (xq_part) up to BC_ROWS_MAX, the prompts' (xq_gemm)
+ * above; the same bits either way. */
+typedef void (*xq_kernel)(const bc_gemm *, const unsigned char *, size_t, size_t, size_t, size_t);
+static xq_kernel xq_fn(const bc_kernel_table *kt, int wf, size_t n)
+{
+    return n <= BC_ROWS_MAX ? kt->wf[wf].xq_part : kt->wf[wf].xq_gemm;
+}
+
 static void xq_unit(const void *arg, size_t u, int t)
 {
     const xq_job *j = arg;
     const size_t o0 = u * j->cw, o1 = o0 + j->cw < j->g->oc ? o0 + j->cw : j->g->oc;
     (void)t;
-    j->kt->wf[j->g->wf].xq_part(j->g, j->xq, j->n0, j->n1, o0, o1);
+    xq_fn(j->kt, j->g->wf, j->n1 - j->n0)(j->g, j->xq, j->n0, j->n1, o0, o1);
 }
 
 /* The rows of x quantised once, chunk by chunk into the call's scratch (every
@@ -115,7 +123,7 @@ static void xq_unit(const void *arg, size_t u, int t)
 static void linear_xq(const bc_gemm *g, int nt, const bc_ctx *cx)
 {
     const bc_kernel_table *kt = cx->kt;
-    const size_t rb = bc_xq_row_bytes(g->c);
+    const size_t rb = bc_xq_row_bytes(BC_WF_DTYPE(g->wf), g->c);
     const size_t avail = cx->per_thread * (size_t)cx->threads * sizeof(float);
     const size_t chunk = avail / rb;
     unsigned char *xq = (unsigned char *)cx->scratch;
@@ -123,9 +131,9 @@ static void linear_xq(const bc_gemm *g, int nt, const bc_ctx *cx)
         return;  /* cannot happen: bc_packed_bytes bounds the columns */
     for (size_t n0 = 0; n0 < g->n; n0 += chunk) {
         const size_t n1 = g->n - n0 < chunk ? g->n : n0 + chunk;
-        kt->xq_rows(xq, g->x + n0 * g->c, n1 - n0, g->c);
+        kt->wf[g->wf].xq_rows(xq, g->x + n0 * g->c, n1 - n0, g->c);
         if (nt <= 1) {
-            kt->wf[g->wf].xq_part(g, xq, n0, n1, 0, g->oc);
+            xq_fn(kt, g->wf, n1 - n0)(g, xq, n0, n1, 0, g->oc);
             continue;
         }
         const xq_job j = {g, kt, xq, n0, n1, unit_cols(g->oc, n1 - n0, nt)};

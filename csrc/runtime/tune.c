@@ -62,7 +62,8 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- state (guarded by g_mu; g_auto published for the fast path) -------- */
 
-static int g_choice[BC_NFAMILIES] = {-1, -1, -1, -1, -1, -1, -1, -1};  /* -1: not chosen yet */
+static int g_choice[BC_NFAMILIES] = {-1, -1, -1, -1, -1, -1, -1, -1, -1};  /* -1: not chosen yet */
+_Static_assert(BC_NFAMILIES == 9, "g_choice: one -1 per family");
 static int g_how[BC_NFAMILIES];
 static double g_sec[BC_NFAMILIES][BC_NISAS];
 static double g_handicap[BC_NFAMILIES][BC_NISAS];
@@ -120,8 +121,10 @@ static void take(bc_kernel_table *t, const bc_kernel_table *src, int f)
         t->gemm_mr = src->gemm_mr;
         t->gemm_nr = src->gemm_nr;
         t->gemm_part = src->gemm_part;
-        for (int wf = 0; wf < BC_NWF; wf++)  /* the GEMM's copies of each layout's blocks */
+        for (int wf = 0; wf < BC_NWF; wf++) {  /* the GEMM's copies of each layout's blocks */
             t->wf[wf].panels = src->wf[wf].panels;
+            t->wf[wf].xq_gemm = src->wf[wf].xq_gemm;  /* and the prompts on rounded x */
+        }
         t->mm_part = src->mm_part;  /* shares the tile and its MR */
         break;
     case BC_FAMILY_DECODE_F32: case BC_FAMILY_DECODE_BF16: case BC_FAMILY_DECODE_Q8_0:
@@ -130,11 +133,16 @@ static void take(bc_kernel_table *t, const bc_kernel_table *src, int f)
         t->wf[wf].rows_part = src->wf[wf].rows_part;
         break;
     }
-    case BC_FAMILY_DECODE_Q8_0I:  /* its products, prompts and decoding alike */
-        t->wf[BC_WF_PANEL(BC_DTYPE_Q8_0I)].xq_part = src->wf[BC_WF_PANEL(BC_DTYPE_Q8_0I)].xq_part;
-        t->wf[BC_WF_PANEL(BC_DTYPE_Q4_0I)].xq_part = src->wf[BC_WF_PANEL(BC_DTYPE_Q4_0I)].xq_part;
-        t->xq_rows = src->xq_rows;
+    case BC_FAMILY_DECODE_Q8_0I: case BC_FAMILY_DECODE_BF16I: {
+        /* their decoding and the rounding of x (prompts: the GEMM family's) */
+        const int w0 = BC_WF_PANEL(f == BC_FAMILY_DECODE_BF16I ? BC_DTYPE_BF16I : BC_DTYPE_Q8_0I);
+        const int w1 = BC_WF_PANEL(f == BC_FAMILY_DECODE_BF16I ? BC_DTYPE_BF16I : BC_DTYPE_Q4_0I);
+        t->wf[w0].xq_part = src->wf[w0].xq_part;
+        t->wf[w0].xq_rows = src->wf[w0].xq_rows;
+        t->wf[w1].xq_part = src->wf[w1].xq_part;
+        t->wf[w1].xq_rows = src->wf[w1].xq_rows;
         break;
+    }
     case BC_FAMILY_ATTENTION:
         t->attn_bq = src->attn_bq;
         t->attn_scratch = src->attn_scratch;
@@ -280,7 +288,7 @@ static size_t family_regions(int f)
 {
     switch (f) {
     case BC_FAMILY_DECODE_F32: case BC_FAMILY_DECODE_BF16: case BC_FAMILY_DECODE_Q8_0:
-    case BC_FAMILY_DECODE_ROWS:
+    case BC_FAMILY_DECODE_ROWS: case BC_FAMILY_DECODE_BF16I:
         return 1;
     case BC_FAMILY_DECODE_Q8_0I:
         return 2;
@@ -367,9 +375,19 @@ static void probe(int f, const bc_kernel_table *kt, probe_mem *p)
         const bc_gemm g4 = {p->y, p->x, probe_weights(p), NULL, NULL, 1, 2048, 2048, w4,
                             BC_ACT_NONE};
         unsigned char *xq = (unsigned char *)p->scratch;
-        kt->xq_rows(xq, p->x, 1, 2048);
+        kt->wf[w8].xq_rows(xq, p->x, 1, 2048);
         kt->wf[w8].xq_part(&g8, xq, 0, 1, 0, 2048);
         kt->wf[w4].xq_part(&g4, xq, 0, 1, 0, 2048);
+        break;
+    }
+    case BC_FAMILY_DECODE_BF16I: {
+        /* one row rounded, then a 2048 x 1024 product (bfloat16's probe) */
+        const int wf = BC_WF_PANEL(BC_DTYPE_BF16I);
+        const bc_gemm g = {p->y, p->x, probe_weights(p), NULL, NULL, 1, 2048, 1024, wf,
+                           BC_ACT_NONE};
+        unsigned char *xq = (unsigned char *)p->scratch;
+        kt->wf[wf].xq_rows(xq, p->x, 1, 2048);
+        kt->wf[wf].xq_part(&g, xq, 0, 1, 0, 1024);
         break;
     }
     case BC_FAMILY_ATTENTION: {

@@ -876,11 +876,12 @@ static void mixed_checks(void)
                 ids[i] = (i * 3 + 1) % (int64_t)c.vocab;
             EXPECT_STATUS(BC_OK, bc_gpt_forward(lm, NULL, NULL, p, &c, ids, BC_IDS_INT64, B, T, 0, work, nw));
             EXPECT_STATUS(BC_OK, bc_gpt_forward(lf, NULL, NULL, q, &fc, ids, BC_IDS_INT64, B, T, 0, work, nw));
-            /* (q8_0i and q4_0i multiply 8-bit activations: close to their weights'
-             * float32 model, not equal) */
+            /* (q8_0i and q4_0i multiply 8-bit activations, bfloat16i bfloat16
+             * ones: close to their weights' float32 model, not equal) */
             int integer = 0;
             for (size_t i = 0; i < BC_GPT_NFMT(c.layers); i++)
-                integer |= f[i] == BC_DTYPE_Q8_0I || f[i] == BC_DTYPE_Q4_0I;
+                integer |= f[i] == BC_DTYPE_Q8_0I || f[i] == BC_DTYPE_Q4_0I ||
+                           f[i] == BC_DTYPE_BF16I;
             if (!integer) {
                 EXPECT(memcmp(lm, lf, NB(B * T * c.vocab)) == 0);
             } else {

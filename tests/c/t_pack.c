@@ -9,7 +9,7 @@
 
 static const int DTYPES[] = {BC_DTYPE_F32, BC_DTYPE_BF16, BC_DTYPE_Q8_0, BC_DTYPE_Q4_0,
                              BC_DTYPE_F16, BC_DTYPE_Q5_0, BC_DTYPE_Q8_0I, BC_DTYPE_Q4_K,
-                             BC_DTYPE_Q6_K, BC_DTYPE_Q4_0I};
+                             BC_DTYPE_Q6_K, BC_DTYPE_Q4_0I, BC_DTYPE_BF16I};
 #define ND ((int)(sizeof DTYPES / sizeof DTYPES[0]))
 
 /* the K-quants' rows (q4_k, q6_k) are whole super-blocks of 256 */
@@ -76,15 +76,15 @@ static void dtype_info_checks(void)
         [BC_DTYPE_F32] = "float32", [BC_DTYPE_BF16] = "bfloat16", [BC_DTYPE_Q8_0] = "q8_0",
         [BC_DTYPE_Q4_0] = "q4_0", [BC_DTYPE_F16] = "float16", [BC_DTYPE_Q5_0] = "q5_0",
         [BC_DTYPE_Q8_0I] = "q8_0i", [BC_DTYPE_Q4_K] = "q4_k", [BC_DTYPE_Q6_K] = "q6_k",
-        [BC_DTYPE_Q4_0I] = "q4_0i"};
+        [BC_DTYPE_Q4_0I] = "q4_0i", [BC_DTYPE_BF16I] = "bfloat16i"};
     static const size_t blocks[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 1, [BC_DTYPE_BF16] = 1, [BC_DTYPE_Q8_0] = 32, [BC_DTYPE_Q4_0] = 32,
         [BC_DTYPE_F16] = 1, [BC_DTYPE_Q5_0] = 32, [BC_DTYPE_Q8_0I] = 32, [BC_DTYPE_Q4_K] = 256,
-        [BC_DTYPE_Q6_K] = 256, [BC_DTYPE_Q4_0I] = 32};
+        [BC_DTYPE_Q6_K] = 256, [BC_DTYPE_Q4_0I] = 32, [BC_DTYPE_BF16I] = 2};
     static const size_t bytes[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 4, [BC_DTYPE_BF16] = 2, [BC_DTYPE_Q8_0] = 34, [BC_DTYPE_Q4_0] = 18,
         [BC_DTYPE_F16] = 2, [BC_DTYPE_Q5_0] = 22, [BC_DTYPE_Q8_0I] = 34, [BC_DTYPE_Q4_K] = 148,
-        [BC_DTYPE_Q6_K] = 274, [BC_DTYPE_Q4_0I] = 18};
+        [BC_DTYPE_Q6_K] = 274, [BC_DTYPE_Q4_0I] = 18, [BC_DTYPE_BF16I] = 4};
     for (int dt = 0; dt < BC_NDTYPE; dt++) {
         if (!names[dt]) {
             size_t *n = h_alloc_bytes(sizeof *n);
@@ -153,11 +153,13 @@ static void roundtrip_checks(size_t rows, size_t cols)
                 const float a = w[i * cols + j], b = back[i * cols + j];
                 if (dt == BC_DTYPE_F32) {
                     EXPECT(memcmp(&a, &b, 4) == 0);
-                } else if (dt == BC_DTYPE_BF16) {
+                } else if (dt == BC_DTYPE_BF16 || dt == BC_DTYPE_BF16I) {
                     uint32_t u, v;
                     memcpy(&u, &a, 4);
                     memcpy(&v, &b, 4);
-                    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+                    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+                    if (dt == BC_DTYPE_BF16I && (r & 0x7f800000u) == 0)
+                        r &= 0x80000000u;  /* bfloat16i: a subnormal is stored as zero */
                     EXPECT(v == r);
                 } else if (dt == BC_DTYPE_F16) {
                     /* half an ulp of a half (11 bits), or half the smallest subnormal */
@@ -308,8 +310,10 @@ static void linear_checks(size_t n, size_t c, size_t oc)
         const int dt = DTYPES[k];
         if (!fits(dt, c))
             continue;
-        /* q8_0i's 8-bit activations: about 1e-2 of each product's magnitude */
-        const float tol = dt == BC_DTYPE_Q8_0I || dt == BC_DTYPE_Q4_0I ? 2e-2f : 1e-4f;
+        /* q8_0i's 8-bit activations: about 1e-2 of each product's magnitude;
+         * bfloat16i's rounded ones 2^-9 */
+        const float tol = dt == BC_DTYPE_Q8_0I || dt == BC_DTYPE_Q4_0I ? 2e-2f
+                        : dt == BC_DTYPE_BF16I ? 4e-3f : 1e-4f;
         const size_t nb = packed(dt, oc, c);
         unsigned char *p = h_alloc_bytes(nb);
         EXPECT_STATUS(BC_OK, bc_pack(p, nb, w, dt, oc, c));
@@ -352,10 +356,11 @@ static void linear_hostile_checks(void)
     EXPECT(h_untouched(y, NB(N * OC)));
 }
 
-/* q8_0i (q4_0i): the same bits on every instruction set and at any thread
- * count (its chain is the same everywhere: integer block sums, one fma per
- * block), the weights q8_0's (q4_0's), and its columns bounded (a quantised
- * row fits the scratch). */
+/* q8_0i (q4_0i, bfloat16i): the same bits on every instruction set and at any
+ * thread count (its chain is the same everywhere: integer block sums, one fma
+ * per block; bfloat16i's vdpbf16ps or its emulation), the weights q8_0's
+ * (q4_0's, bfloat16's), and its columns bounded (a rounded row fits the
+ * scratch). */
 static void intdot_checks(int di, int dq, size_t n, size_t c, size_t oc)
 {
     float *x = h_alloc(n * c), *w = h_alloc(oc * c), *b = h_alloc(oc);
@@ -364,7 +369,7 @@ static void intdot_checks(int di, int dq, size_t n, size_t c, size_t oc)
     h_fill(w, oc * c, 22, 0.5f);
     h_fill(b, oc, 23, 0.5f);
     const size_t nb = packed(di, oc, c);
-    EXPECT(nb == packed(dq, oc, c));
+    EXPECT(nb == packed(dq, oc, di == BC_DTYPE_BF16I ? c + c % 2 : c));  /* (pairs of columns) */
     unsigned char *p = h_alloc_bytes(nb), *p8 = h_alloc_bytes(nb);
     EXPECT_STATUS(BC_OK, bc_pack(p, nb, w, di, oc, c));
     EXPECT_STATUS(BC_OK, bc_pack(p8, nb, w, dq, oc, c));
@@ -399,6 +404,7 @@ static void q8i_checks(size_t n, size_t c, size_t oc)
 {
     intdot_checks(BC_DTYPE_Q8_0I, BC_DTYPE_Q8_0, n, c, oc);
     intdot_checks(BC_DTYPE_Q4_0I, BC_DTYPE_Q4_0, n, c, oc);
+    intdot_checks(BC_DTYPE_BF16I, BC_DTYPE_BF16, n, c, oc);
 }
 
 /* A transposed matrix (Conv1D's (in, out)) packs, through the strides, to the
@@ -464,5 +470,6 @@ void test_pack(void)
     linear_hostile_checks();
     q8i_checks(1, 40, 20);
     q8i_checks(3, 100, 33);
+    q8i_checks(2, 41, 17);
     q8i_checks(37, 700, 90);
 }

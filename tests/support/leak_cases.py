@@ -257,7 +257,7 @@ def _cases():
     wp = f32(48, 40)
     pk, n_pack = {}, ffi.new("size_t *")
     for dt in (lib.BC_DTYPE_F32, lib.BC_DTYPE_BF16, lib.BC_DTYPE_Q8_0, lib.BC_DTYPE_F16,
-               lib.BC_DTYPE_Q5_0, lib.BC_DTYPE_Q8_0I, lib.BC_DTYPE_Q4_0I):
+               lib.BC_DTYPE_Q5_0, lib.BC_DTYPE_Q8_0I, lib.BC_DTYPE_Q4_0I, lib.BC_DTYPE_BF16I):
         lib.bc_pack_size(n_pack, dt, 48, 40)
         pk[dt] = np.zeros(int(n_pack[0]), np.uint8)
     wk = f32(20, 256)  # q4_k, q6_k: rows of whole super-blocks of 256
@@ -331,7 +331,8 @@ def _cases():
     case("bc_linear_packed q5_0")(packed_format(lib.BC_DTYPE_Q5_0))
 
     def intdot_case(di):
-        """the integer products: x quantised into the call's scratch, decoding and GEMM"""
+        """the products on rounded x (q8_0i, q4_0i, bfloat16i): x rounded into the call's
+        scratch, decoding and GEMM"""
         q, xl, yl = pk[di], f32(9, 40), np.empty((9, 48), np.float32)
         lib.bc_pack(char(q), q.size, cptr(wp), di, 48, 40)
         return alternate(
@@ -347,6 +348,10 @@ def _cases():
     @case("bc_linear_packed q4_0i")
     def _():
         return intdot_case(lib.BC_DTYPE_Q4_0I)
+
+    @case("bc_linear_packed bfloat16i")
+    def _():
+        return intdot_case(lib.BC_DTYPE_BF16I)
 
     def whole_k_case(dk):
         """rows of whole super-blocks: pack (good / a weight it refuses / short rows),
