@@ -29,7 +29,7 @@ C_POS: Dict[str, int] = {"learned": lib.BC_POS_LEARNED, "rope": lib.BC_POS_ROPE}
 C_DTYPE: Dict[str, int] = c_dtypes()
 #: the formats whose matrices' rows must be whole blocks, and the block (q4_k: 256)
 WHOLE_BLOCKS: Dict[str, int] = c_whole_blocks()
-#: the formats whose matrices hold at most so many columns (q8_0i, q4_0i: 65536)
+#: the formats whose matrices hold at most so many columns (q8_0i, q4_0i, bfloat16i: 65536)
 MAX_COLS: Dict[str, int] = c_max_cols()
 
 #: what a format cannot hold (the C pack's BC_EVALUE), for the messages that say so

@@ -161,8 +161,8 @@ def c_whole_blocks() -> dict:
 
 def c_max_cols() -> dict:
     """``{name: columns}`` of the weight formats whose matrices have a bounded number
-    of columns (q8_0i, q4_0i: BC_Q8_0I_MAX_COLS, so one row's int32 sums cannot
-    overflow), read from the C library: its packing takes the bound and refuses 256
+    of columns (q8_0i, q4_0i, bfloat16i: BC_Q8_0I_MAX_COLS, so one row's int32 sums
+    cannot overflow and a rounded row fits a call's scratch), read from the C library: its packing takes the bound and refuses 256
     whole blocks more (a multiple of every block, the K-quants' 256 too)."""
     n = ffi.new("size_t *")
     limit = lib.BC_Q8_0I_MAX_COLS

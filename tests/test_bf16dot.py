@@ -4,8 +4,8 @@ bfloat16 once per product; vdpbf16ps where the CPU has AVX512_BF16).
 The C kernels against the NumPy oracle (blockc.reference.bf16dot) bit for bit on
 every instruction set and on the FMA copy that stands in for vdpbf16ps; subnormal
 products and sums flushed as vdpbf16ps flushes them; the same bits for any number
-of rows, threads, cached or not; the model's accuracy budget (mean KL from
-float32) beside bfloat16's; GGUF."""
+of rows; the model's accuracy budget (mean KL from float32) beside bfloat16's; GGUF.
+Threads, the KV cache and the weights against bfloat16's: test_intdot.py's ROUNDED."""
 import os
 import subprocess
 import sys
@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import rnd
+from helpers import mean_kl, rnd
 
 import blockc
 from blockc import GPT, GPTConfig, ops
@@ -139,16 +139,6 @@ def test_a_non_finite_activation_makes_its_rows_outputs_non_finite():
     np.testing.assert_array_equal(_bits(y[0]), _bits(bf16dot.linear_bfloat16i(x[:1], w)[0]))
 
 
-def test_same_bits_at_any_thread_count(threads):
-    x, p = rnd(300, 200, seed=4), ops.pack(rnd(300, 200, seed=5), "bfloat16i")
-    threads(1)
-    want = ops.linear(x, p)
-    for t in (2, 3):
-        threads(t)
-        np.testing.assert_array_equal(_bits(ops.linear(x, p)), _bits(want))
-        np.testing.assert_array_equal(_bits(ops.linear(x[:2], p)), _bits(want[:2]))
-
-
 def test_pack_refuses_more_columns_than_a_rounded_row_holds():
     with pytest.raises(ValueError, match="bfloat16i holds at most 65536 columns"):
         ops.pack(np.zeros((1, 65537), np.float32), "bfloat16i")
@@ -166,49 +156,11 @@ def test_the_oracle_flushes_and_rounds_as_documented():
     assert y[0, 0] == one + np.float32(2 ** -9)
 
 
-# ---- the model -----------------------------------------------------------------------
+# ---- the model (its prompt, cache, rows, threads and weights: test_intdot.py's ROUNDED) --
 
 LLAMA = GPTConfig(vocab=300, context=64, width=96, heads=3, layers=2, kv_heads=1, d_ff=160,
                   tie_weights=True, norm="rms", activation="swiglu", positions="rope",
                   qkv_bias=False, out_bias=False, mlp_bias=False)
-GPT2 = GPTConfig.preset("gpt2", layers=2, width=64, heads=4, vocab=301, context=64)
-
-
-@pytest.mark.parametrize("cfg", [LLAMA, GPT2], ids=["llama", "gpt2"])
-def test_model_prompt_cache_rows_and_threads_agree(cfg, threads):
-    m = GPT.random(cfg, seed=3, dtype="bfloat16i")
-    ids = np.random.default_rng(2).integers(0, cfg.vocab, size=(3, 20))
-    threads(1)
-    full = m(ids)
-    cache = m.new_cache(3, 20)
-    steps = [m(ids[:, :5], cache=cache)] + [m(ids[:, t:t + 1], cache=cache) for t in range(5, 20)]
-    np.testing.assert_array_equal(_bits(np.concatenate(steps, axis=1)), _bits(full))
-    np.testing.assert_array_equal(_bits(m(ids[1:2])), _bits(full[1:2]))  # a row alone
-    threads(2)
-    np.testing.assert_array_equal(_bits(m(ids)), _bits(full))
-
-
-def test_bfloat16_and_bfloat16i_hold_the_same_weights_and_training_refuses_them():
-    m = GPT.random(LLAMA, seed=4, dtype="bfloat16")
-    mi = m.astype("bfloat16i")
-    assert mi.dtype == "bfloat16i" and mi.nbytes == m.nbytes
-    np.testing.assert_array_equal(GPT.random(LLAMA, seed=4, dtype="bfloat16i").params, mi.params)
-    for name, a in m.state_dict().items():
-        np.testing.assert_array_equal(mi.state_dict()[name], a, err_msg=name)
-    np.testing.assert_array_equal(mi.astype("bfloat16").params, m.params)
-    with pytest.raises(ValueError, match="training needs float32 weights"):
-        blockc.AdamW(mi)
-
-
-def _mean_kl(p_logits, q_logits):
-    """mean over positions of KL(softmax(p) || softmax(q)), in float64."""
-    p = p_logits.astype(np.float64).reshape(-1, p_logits.shape[-1])
-    q = q_logits.astype(np.float64).reshape(-1, q_logits.shape[-1])
-    lp = p - p.max(-1, keepdims=True)
-    lp -= np.log(np.exp(lp).sum(-1, keepdims=True))
-    lq = q - q.max(-1, keepdims=True)
-    lq -= np.log(np.exp(lq).sum(-1, keepdims=True))
-    return float(np.mean(np.sum(np.exp(lp) * (lp - lq), axis=-1)))
 
 
 def test_accuracy_budget_mean_kl_from_float32():
@@ -221,7 +173,7 @@ def test_accuracy_budget_mean_kl_from_float32():
     m = GPT.from_state_dict(sd, LLAMA)
     ids = np.random.default_rng(12).integers(0, LLAMA.vocab, size=(3, 48))
     ref = m(ids)
-    kl = {dt: _mean_kl(ref, m.astype(dt)(ids)) for dt in ("bfloat16", "bfloat16i", "q8_0")}
+    kl = {dt: mean_kl(ref, m.astype(dt)(ids)) for dt in ("bfloat16", "bfloat16i", "q8_0")}
     assert kl["bfloat16"] < kl["bfloat16i"] <= 3 * kl["bfloat16"], kl
     assert kl["bfloat16i"] <= 0.5 * kl["q8_0"], kl
 

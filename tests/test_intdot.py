@@ -1,5 +1,5 @@
 """q8_0i and q4_0i: q8_0's and q4_0's weights multiplied by integer dot products on
-8-bit activations.
+8-bit activations (the model tests also bfloat16i's, test_bf16dot.py).
 
 The C kernels against the NumPy oracle (blockc.reference.intdot) bit for bit on
 every instruction set; the same bits for any number of rows, threads, cached or
@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from helpers import rnd
+from helpers import mean_kl, rnd
 
 import blockc
 from blockc import GPT, GPTConfig, ops
@@ -18,6 +18,9 @@ from blockc.reference import intdot, quant
 ISAS = ("generic", "avx2", "avx512")
 #: each integer format, its oracle product and the float format of its weights
 INT = {"q8_0i": (intdot.linear_q8_0i, "q8_0"), "q4_0i": (intdot.linear_q4_0i, "q4_0")}
+#: every format on x rounded once per product (bfloat16i: test_bf16dot.py), and the format
+#: of its weights
+ROUNDED = {**{fmt: plain for fmt, (_, plain) in INT.items()}, "bfloat16i": "bfloat16"}
 
 
 def _bits(a):
@@ -98,7 +101,7 @@ def test_a_non_finite_activation_makes_its_rows_outputs_nan(fmt):
     np.testing.assert_array_equal(_bits(y), _bits(INT[fmt][0](x, w)))
 
 
-@pytest.mark.parametrize("fmt", list(INT))
+@pytest.mark.parametrize("fmt", list(ROUNDED))
 def test_same_bits_at_any_thread_count(threads, fmt):
     x, p = rnd(300, 200, seed=4), ops.pack(rnd(300, 200, seed=5), fmt)
     threads(1)
@@ -145,7 +148,7 @@ LLAMA = GPTConfig(vocab=300, context=64, width=96, heads=3, layers=2, kv_heads=1
 GPT2 = GPTConfig.preset("gpt2", layers=2, width=64, heads=4, vocab=301, context=64)
 
 
-@pytest.mark.parametrize("fmt", list(INT))
+@pytest.mark.parametrize("fmt", list(ROUNDED))
 @pytest.mark.parametrize("cfg", [LLAMA, GPT2], ids=["llama", "gpt2"])
 def test_model_prompt_cache_rows_and_threads_agree(cfg, threads, fmt):
     m = GPT.random(cfg, seed=3, dtype=fmt)
@@ -160,9 +163,9 @@ def test_model_prompt_cache_rows_and_threads_agree(cfg, threads, fmt):
     np.testing.assert_array_equal(_bits(m(ids)), _bits(full))
 
 
-@pytest.mark.parametrize("fmt", list(INT))
-def test_integer_and_float_formats_hold_the_same_weights_and_training_refuses_them(fmt):
-    plain = INT[fmt][1]
+@pytest.mark.parametrize("fmt", list(ROUNDED))
+def test_rounded_x_and_float_formats_hold_the_same_weights_and_training_refuses_them(fmt):
+    plain = ROUNDED[fmt]
     m = GPT.random(LLAMA, seed=4, dtype=plain)
     mi = m.astype(fmt)
     assert mi.dtype == fmt and mi.nbytes == m.nbytes
@@ -172,17 +175,6 @@ def test_integer_and_float_formats_hold_the_same_weights_and_training_refuses_th
     np.testing.assert_array_equal(mi.astype(plain).params, m.params)
     with pytest.raises(ValueError, match="training needs float32 weights"):
         blockc.AdamW(mi)
-
-
-def _mean_kl(p_logits, q_logits):
-    """mean over positions of KL(softmax(p) || softmax(q)), in float64."""
-    p = p_logits.astype(np.float64).reshape(-1, p_logits.shape[-1])
-    q = q_logits.astype(np.float64).reshape(-1, q_logits.shape[-1])
-    lp = p - p.max(-1, keepdims=True)
-    lp -= np.log(np.exp(lp).sum(-1, keepdims=True))
-    lq = q - q.max(-1, keepdims=True)
-    lq -= np.log(np.exp(lq).sum(-1, keepdims=True))
-    return float(np.mean(np.sum(np.exp(lp) * (lp - lq), axis=-1)))
 
 
 def test_accuracy_budget_mean_kl_from_float32():
@@ -198,7 +190,7 @@ def test_accuracy_budget_mean_kl_from_float32():
     m = GPT.from_state_dict(sd, LLAMA)
     ids = np.random.default_rng(12).integers(0, LLAMA.vocab, size=(3, 48))
     ref = m(ids)
-    kl = {dt: _mean_kl(ref, m.astype(dt)(ids)) for dt in ("q8_0", "q8_0i", "q4_0", "q4_0i")}
+    kl = {dt: mean_kl(ref, m.astype(dt)(ids)) for dt in ("q8_0", "q8_0i", "q4_0", "q4_0i")}
     assert kl["q8_0"] <= 5e-4, kl
     assert kl["q8_0i"] <= 1e-3, kl
     assert kl["q8_0"] < kl["q8_0i"] <= 3 * kl["q8_0"], kl

@@ -4,7 +4,7 @@ on every instruction set, and the whole model's accuracy budget against float32.
 import numpy as np
 import pytest
 
-from helpers import close_k, rnd
+from helpers import close_k, mean_kl, rnd
 
 import blockc
 from blockc import GPT, GPTConfig, ops
@@ -321,14 +321,6 @@ def test_k_model_matches_oracle_cache_and_threads(dtype):
                                     layers=1, d_ff=300), dtype=dtype)
 
 
-def _mean_kl(p_logits, q_logits):
-    p = p_logits - p_logits.max(-1, keepdims=True)
-    q = q_logits - q_logits.max(-1, keepdims=True)
-    lp = p - np.log(np.exp(p).sum(-1, keepdims=True))
-    lq = q - np.log(np.exp(q).sum(-1, keepdims=True))
-    return float((np.exp(lp) * (lp - lq)).sum(-1).mean())
-
-
 def test_4_bit_mean_kl_budget():
     """The 4-bit formats' accuracy against float32 on a model whose logits are not
     flat (GPT-2's N(0, 0.02) weights doubled: mean entropy 6.0 nats of 6.2): mean
@@ -343,7 +335,7 @@ def test_4_bit_mean_kl_budget():
     m = GPT.from_state_dict(sd, cfg)
     ids = np.random.default_rng(7).integers(0, cfg.vocab, size=(1, 64))
     ref = m(ids)[0].astype(np.float64)
-    kl = {dt: _mean_kl(ref, m.astype(dt)(ids)[0].astype(np.float64))
+    kl = {dt: mean_kl(ref, m.astype(dt)(ids)[0].astype(np.float64))
           for dt in ("q8_0", "q4_0", "q4_k", "q6_k")}
     assert kl["q8_0"] < 1e-3 and kl["q4_0"] < 0.04 and kl["q4_k"] < 0.02, kl
     assert kl["q6_k"] < 2e-3, kl

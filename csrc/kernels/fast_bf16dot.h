@@ -84,14 +84,7 @@ typedef __m256i BV;
 #define BF_D 4    /* ... for two or three rows */
 #define BF_M 6    /* the GEMM tile: rows by */
 #define BF_N 4    /* panels */
-#include "fast_bf16dot_part.h"
-#undef BF_DP
-#undef BF_FN
-#undef BF_TARGET
-#undef BF_D1
-#undef BF_D
-#undef BF_M
-#undef BF_N
+#include "fast_bf16dot_part.h"  /* (which undefines its BF_* parameters) */
 #endif
 #define BF_DP 0
 #define BF_FN(name) name##_fma
@@ -107,14 +100,7 @@ typedef __m256i BV;
 #define BF_M 3
 #define BF_N 1
 #endif
-#include "fast_bf16dot_part.h"
-#undef BF_DP
-#undef BF_FN
-#undef BF_TARGET
-#undef BF_D1
-#undef BF_D
-#undef BF_M
-#undef BF_N
+#include "fast_bf16dot_part.h"  /* (which undefines its BF_* parameters) */
 #undef bv_load
 #undef bv_hi
 #undef bv_lo

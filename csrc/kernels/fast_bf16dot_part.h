@@ -2,8 +2,9 @@
  * of fast_bf16dot.h, which includes it once per way of running the chain:
  * BF_FN names the copy, BF_TARGET its instruction-set attribute, BF_DP
  * selects vdpbf16ps (AVX-512 with AVX512_BF16) over FMAs on the converted
- * halves in FTZ/DAZ mode; BF_D1, BF_D, BF_M, BF_N the tiles). Every copy
- * computes every output by the same chain. */
+ * halves in FTZ/DAZ mode; BF_D1, BF_D, BF_M, BF_N the tiles; all undefined at
+ * the end, ready for the next copy). Every copy computes every output by the
+ * same chain. */
 
 /* The raw chains of rows x0.. (mr of them, rb bytes apart) by NP panels from
  * panel p (np <= NP real; the rest repeat the last: computed, not stored), over
@@ -150,3 +151,11 @@ static void BF_FN(bf16i_part)(const bc_gemm *g, const unsigned char *xq, size_t 
         }
     }
 }
+
+#undef BF_DP
+#undef BF_FN
+#undef BF_TARGET
+#undef BF_D1
+#undef BF_D
+#undef BF_M
+#undef BF_N

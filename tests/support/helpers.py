@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-__all__ = ["rnd", "close", "close_k", "plots"]
+__all__ = ["rnd", "close", "close_k", "mean_kl", "plots"]
 
 #: a test that draws with matplotlib: skipped under the sanitizer run, where matplotlib's
 #: C++ extension aborts with ASan LD_PRELOADed (and without matplotlib)
@@ -29,3 +29,14 @@ def close(got, want, tol=2e-5):
 def close_k(got, want, k):
     """float32 tolerance for sums of k products of unit-size numbers."""
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6 * np.sqrt(k) + 1e-6)
+
+
+def mean_kl(p_logits, q_logits):
+    """Mean over positions of KL(softmax(p) || softmax(q)), in float64."""
+    p = np.asarray(p_logits, np.float64).reshape(-1, np.shape(p_logits)[-1])
+    q = np.asarray(q_logits, np.float64).reshape(-1, np.shape(q_logits)[-1])
+    lp = p - p.max(-1, keepdims=True)
+    lp -= np.log(np.exp(lp).sum(-1, keepdims=True))
+    lq = q - q.max(-1, keepdims=True)
+    lq -= np.log(np.exp(lq).sum(-1, keepdims=True))
+    return float(np.mean(np.sum(np.exp(lp) * (lp - lq), axis=-1)))
