@@ -30,6 +30,15 @@ static inline uint16_t bc_f32_to_bf16(float f)
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+/* bc_f32_to_bf16, then a subnormal result as a zero of its sign: bfloat16i's
+ * weights and rows of x (vdpbf16ps reads subnormals as zeros; stored so, every
+ * instruction set reads the same) */
+static inline uint16_t bc_f32_to_bf16_ftz(float f)
+{
+    const uint16_t h = bc_f32_to_bf16(f);
+    return (h & 0x7f80u) == 0 ? (uint16_t)(h & 0x8000u) : h;
+}
+
 /* float -> IEEE half bits, rounded to nearest even; overflow gives infinity,
  * NaN a quiet NaN, tiny values subnormals or zero. */
 static inline uint16_t bc_f32_to_half(float f)

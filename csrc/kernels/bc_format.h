@@ -107,7 +107,8 @@ typedef struct {
     /* out (cols) = row l (< BC_PANEL) of a panel of `cols` columns, as the kernels see
      * it (dequantised) */
     void (*unpack_row)(float *out, const unsigned char *panel, size_t l, size_t cols);
-    size_t max_cols;       /* columns a matrix may have; 0: any */
+    size_t max_cols;       /* columns a matrix may have (bc_packed_bytes refuses more, before
+                            * check sees the weights); 0: any */
     /* nonzero: a row must be whole blocks (cols a multiple of block; q4_k's
      * and q6_k's super-blocks have no short form in GGUF) */
     int whole;

@@ -17,21 +17,14 @@
  * panels in flight; more rows run a register tile over a few panels at a
  * time (they stay in L2 while the tile's rows stream past). */
 
-/* x rounded as the pack rounds the weights (formats.c's bf16i_of) */
-BC_INLINE uint16_t bf16i_round(float f)
-{
-    const uint16_t h = bc_f32_to_bf16(f);
-    return (h & 0x7f80u) == 0 ? (uint16_t)(h & 0x8000u) : h;
-}
-
-// xq (N rows of bc_xq_row_bytes(BC_DTYPE_BF16I, C)) <- x (N,C) rounded to bfloat16
+// xq (N rows of bc_xq_row_bytes(BC_DTYPE_BF16I, C)) <- x (N,C) rounded as the weights are
 static void xq_rows_bf16(unsigned char *xq, const float *x, size_t n, size_t c)
 {
     const size_t rb = bc_xq_row_bytes(BC_DTYPE_BF16I, c);
     for (size_t i = 0; i < n; i++) {
         uint16_t *h = (uint16_t *)(xq + i * rb);
         for (size_t k = 0; k < c; k++)
-            h[k] = bf16i_round(x[i * c + k]);
+            h[k] = bc_f32_to_bf16_ftz(x[i * c + k]);
         for (size_t k = c; k < rb / 2; k++)
             h[k] = 0;
     }

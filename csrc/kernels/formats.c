@@ -260,11 +260,6 @@ static void q5_unpack_row(float *out, const unsigned char *panel, size_t l, size
 
 /* ---- q8_0i: q8_0's blocks, each row's weights 4 by 4 (bc_q8i_block) ------- */
 
-static int q8i_check(const float *w, size_t rs, size_t cs, size_t rows, size_t cols)
-{
-    return cols > BC_Q8_0I_MAX_COLS ? BC_ESIZE : q8_check(w, rs, cs, rows, cols);
-}
-
 /* q8_0's rule (q8_block), then each q stored as q + 128: |q| <= 127 by
  * construction (|w| * (1/d) rounds to at most 127), so the byte is 1..255 and
  * pmaddubsw's pairs (|q| times a signed 8-bit x) cannot saturate. */
@@ -296,11 +291,6 @@ static void q8i_unpack_row(float *out, const unsigned char *panel, size_t l, siz
 /* ---- q4_0i: q4_0's blocks, each row's bytes 4 by 4 (bc_q4i_block) -------- */
 
 _Static_assert(sizeof(bc_q4i_block) == 18 * PW, "bc_q4i_block: 16 rows of 18 bytes");
-
-static int q4i_check(const float *w, size_t rs, size_t cs, size_t rows, size_t cols)
-{
-    return cols > BC_Q8_0I_MAX_COLS ? BC_ESIZE : q4_check(w, rs, cs, rows, cols);
-}
 
 /* q4_0's rule (q4_block), each row's 16 bytes then 4 by 4 */
 static void q4i_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
@@ -614,20 +604,6 @@ static void q6k_unpack_row(float *out, const unsigned char *panel, size_t l, siz
 
 /* ---- bfloat16i: bfloat16's weights, each row's columns 2 by 2 (bc_bf16i_pair) */
 
-static int bf16i_check(const float *w, size_t rs, size_t cs, size_t rows, size_t cols)
-{
-    (void)w, (void)rs, (void)cs, (void)rows;
-    return cols > BC_Q8_0I_MAX_COLS ? BC_ESIZE : BC_OK;
-}
-
-/* bfloat16's rounding, a subnormal result then a zero of its sign (vdpbf16ps
- * reads subnormals as zeros: stored so, every instruction set reads the same) */
-static uint16_t bf16i_of(float f)
-{
-    const uint16_t h = bc_f32_to_bf16(f);
-    return (h & 0x7f80u) == 0 ? (uint16_t)(h & 0x8000u) : h;
-}
-
 static void bf16i_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
                        size_t nk, size_t cols)
 {
@@ -635,7 +611,7 @@ static void bf16i_pack(unsigned char *panel, const float *tile, size_t ld, size_
     (void)cols;
     for (size_t l = 0; l < nl; l++)
         for (size_t k = 0; k < nk; k++)
-            pr[k / 2].u[l][k % 2] = bf16i_of(tile[l * ld + k]);
+            pr[k / 2].u[l][k % 2] = bc_f32_to_bf16_ftz(tile[l * ld + k]);
 }
 
 static void bf16i_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
@@ -654,10 +630,9 @@ static const bc_format formats[BC_NDTYPE] = {
     [BC_DTYPE_Q4_0] = {"q4_0", 32, 18, q4_check, q4_pack, q4_unpack_row},
     [BC_DTYPE_F16] = {"float16", 1, 2, f16_check, f16_pack, f16_unpack_row},
     [BC_DTYPE_Q5_0] = {"q5_0", 32, 22, q5_check, q5_pack, q5_unpack_row},
-    [BC_DTYPE_Q8_0I] = {"q8_0i", 32, 34, q8i_check, q8i_pack, q8i_unpack_row, BC_Q8_0I_MAX_COLS},
-    [BC_DTYPE_Q4_0I] = {"q4_0i", 32, 18, q4i_check, q4i_pack, q4i_unpack_row, BC_Q8_0I_MAX_COLS},
-    [BC_DTYPE_BF16I] = {"bfloat16i", 2, 4, bf16i_check, bf16i_pack, bf16i_unpack_row,
-                        BC_Q8_0I_MAX_COLS},
+    [BC_DTYPE_Q8_0I] = {"q8_0i", 32, 34, q8_check, q8i_pack, q8i_unpack_row, BC_Q8_0I_MAX_COLS},
+    [BC_DTYPE_Q4_0I] = {"q4_0i", 32, 18, q4_check, q4i_pack, q4i_unpack_row, BC_Q8_0I_MAX_COLS},
+    [BC_DTYPE_BF16I] = {"bfloat16i", 2, 4, NULL, bf16i_pack, bf16i_unpack_row, BC_Q8_0I_MAX_COLS},
     [BC_DTYPE_Q4_K] = {"q4_k", 256, 148, q4_check, q4k_pack, q4k_unpack_row, 0, 1},
     [BC_DTYPE_Q6_K] = {"q6_k", 256, 274, q4_check, q6k_pack, q6k_unpack_row, 0, 1},
 };
