@@ -24,13 +24,16 @@ blockc runs each precision three ways, alternating with the rest: as chosen
 and forced to each instruction set with FMA the CPU has (BLOCKC_ISA=avx2,
 avx512): a column each, and auto / the best forced one.
 
-Engines alternate within each round (a busy neighbour slows all alike); every
-figure is the median of --repeats rounds. --clock cpu times each run by the process's
+Engines and thread counts alternate within each round (a busy neighbour slows all
+alike); every figure is the median of --repeats rounds. --clock cpu times each run by the process's
 CPU time instead of the wall clock (a neighbour taking the core then does not count;
-meant for 1 thread, where every engine computes on one thread). The read bandwidth of this machine is
-measured in the same run (benches/machine.py) and every row is also given as a
-percentage of its bandwidth bound: bandwidth / bytes one decode step reads (the
-weights, stored as that row's precision, plus the KV cache at the mean position).
+meant for 1 thread, where every engine computes on one thread). The read bandwidth of this
+machine is measured at the start of every round, for each thread count
+(benches/machine.py ReadBound: a shared host's bandwidth moves from minute to minute), and
+every row is also given as a percentage of its bandwidth bound: the rounds' median
+bandwidth / bytes one decode step reads (the weights, stored as that row's precision, plus
+the KV cache at the mean position). A second table puts each precision's 2 threads / 1
+thread beside llama.cpp's and beside the bound's own ratio, all from the same rounds.
 Then one row with a busy neighbour (a second process spinning on a core), and
 blockc.ops.linear at M=1 streaming a 1 x 768 by 768 x 50,257 float32 product
 against NumPy.
@@ -58,7 +61,7 @@ import blockc
 import support_path  # noqa: F401  (tests/support: the PyTorch reference)
 from doc_section import run as run_bench  # noqa: E402
 from bench_linear import burst  # noqa: E402
-from machine import cpu_info, cpu_times, read_bandwidth, steal_share  # noqa: E402
+from machine import ReadBound, cpu_info, cpu_times, read_bandwidth, steal_share  # noqa: E402
 from llama_peer import NOTE, open_model  # noqa: E402
 
 PRECISIONS = ("float32", "bfloat16", "bfloat16i", "float16", "q8_0", "q5_0", "q8_0i", "q4_0",
@@ -81,6 +84,16 @@ def variants() -> List[str]:
     this CPU has, forced."""
     have = blockc.runtime.ISAS.index(blockc.best_isa())
     return ["auto"] + [i for i in ("avx2", "avx512") if blockc.runtime.ISAS.index(i) <= have]
+
+
+def with_threads(fn: Callable[[], float], threads: int, torch=None) -> Callable[[], float]:
+    """fn run on `threads` threads (blockc's, and PyTorch's when given)."""
+    def run() -> float:
+        blockc.set_num_threads(threads)
+        if torch is not None:
+            torch.set_num_threads(threads)
+        return fn()
+    return run
 
 
 def with_isa(fn: Callable[[], float], isa: str) -> Callable[[], float]:
@@ -228,7 +241,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"{'SmolLM2-135M' if smol else 'GPT-2 small'} widths: V={cfg.vocab} D={cfg.width} "
           f"H={cfg.heads} KV={cfg.kv_heads_} F={cfg.d_ff_} L={cfg.layers}, "
           f"{blockc.gpt_parameter_count(cfg):,} parameters, random weights")
-    print("read bandwidth (benches/machine.py): " + (", ".join(
+    print("read bandwidth at the start (benches/machine.py): " + (", ".join(
         f"{t} thread{'s' if t > 1 else ''} {g:.1f} GB/s" for t, g in bw.items()) or "n/a"))
     sizes = ", ".join(f"{k} {m.nbytes / 1e6:.0f} MB" for k, m in models.items())
     print(f"blockc weights: {sizes}; {args.new} new tokens per run, median of {args.repeats} "
@@ -257,37 +270,46 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"PyTorch {torch.__version__} eager, float32 and bfloat16")
 
     rows = []
+    bound: Dict[tuple, List[float]] = {}  # (ctx, threads) -> GB/s, one reading a round
     rng = np.random.default_rng(1)
+    reader = ReadBound()
     for ctx in contexts:
+        # every thread count in the same rounds: a ratio of 2 threads to 1 (and the
+        # bound's own ratio) compares figures measured minutes, not a table, apart
         prompt = rng.integers(0, cfg.vocab, size=(1, max(1, ctx - args.new)))
-        mean_pos = prompt.shape[1] + args.new / 2
+        runners = {}
+        llms = []
         for th in thread_counts:
-            blockc.set_num_threads(th)
-            if torch is not None:
-                torch.set_num_threads(th)
-            runners = {}
             for p in precisions:
                 for v in variants():
-                    runners[("blockc", p, v)] = with_isa(blockc_runner(models[p], prompt, args.new), v)
+                    runners[(th, "blockc", p, v)] = with_threads(
+                        with_isa(blockc_runner(models[p], prompt, args.new), v), th, torch)
             for p, tm in tms.items():
-                runners[("PyTorch", p)] = torch_runner(torch, tm, prompt, args.new)
-            llms = []
+                runners[(th, "PyTorch", p)] = with_threads(
+                    torch_runner(torch, tm, prompt, args.new), th, torch)
             for kind, path in ggufs.items():
                 llm = open_model(llama_cpp, path, kind, n_ctx=ctx + 8, n_batch=ctx + 8,
                                  n_threads=th, n_threads_batch=th, verbose=False)
                 llms.append(llm)
-                runners[("llama.cpp", kind)] = llama_runner(llm, prompt, args.new)
-            for fn in runners.values():  # warm-up
-                fn()
-            times: Dict[tuple, List[float]] = {k: [] for k in runners}
-            keys = list(runners)
-            for r in range(args.repeats):
-                for k in (keys if r % 2 == 0 else keys[::-1]):
-                    times[k].append(runners[k]())
-            for k in keys:
-                rate = args.new / statistics.median(times[k])
-                rows.append((ctx, th, k[0], k[1], k[2] if len(k) > 2 else "", rate))
-            del llms
+                runners[(th, "llama.cpp", kind)] = llama_runner(llm, prompt, args.new)
+        for fn in runners.values():  # warm-up
+            fn()
+        times: Dict[tuple, List[float]] = {k: [] for k in runners}
+        keys = list(runners)
+        for r in range(args.repeats):
+            for th in thread_counts:
+                bound.setdefault((ctx, th), []).append(reader(th))
+            for k in (keys if r % 2 == 0 else keys[::-1]):
+                times[k].append(runners[k]())
+        for k in keys:
+            rate = args.new / statistics.median(times[k])
+            rows.append((ctx, k[0], k[1], k[2], k[3] if len(k) > 3 else "", rate))
+        del llms
+    reader.close()
+    bw_at = {k: statistics.median(v) for k, v in bound.items()}
+    print("read bandwidth measured in the rounds (median, min-max): " + "; ".join(
+        f"ctx {c} {t} thread{'s' if t > 1 else ''} {bw_at[c, t]:.1f} GB/s "
+        f"({min(v):.1f}-{max(v):.1f})" for (c, t), v in bound.items()))
 
     def rate_of(ctx, th, engine, prec, v=""):
         for r in rows:
@@ -313,10 +335,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             f_rates = [rate_of(ctx, th, engine, prec, f) for f in forced]
             cols = [f"{r:.1f}" for r in f_rates]
             vs_best = f"{rate / max(f_rates):.2f}" if f_rates else ""
-        bound = ""
-        if engine == "blockc" and th in bw:
-            b = bw[th] * 1e9 / step_bytes(models[prec], ctx - args.new / 2)
-            bound = f"{100 * rate / b:.0f}%"
+        pct = ""
+        if engine == "blockc" and bw_at.get((ctx, th), 0) > 0:
+            b = bw_at[ctx, th] * 1e9 / step_bytes(models[prec], ctx - args.new / 2)
+            pct = f"{100 * rate / b:.0f}%"
         vs_l = vs_t = ""
         if engine == "blockc":
             lr = rate_of(ctx, th, "llama.cpp", same[prec])
@@ -324,11 +346,26 @@ def main(argv: Optional[List[str]] = None) -> int:
             vs_l = f"{rate / lr:.2f}x ({same[prec]})" if lr else ""
             vs_t = f"{rate / tr:.2f}x" if tr else ""
         print(f"| {ctx} | {th} | {engine} | {prec} | {rate:.1f} | " + " | ".join(cols)
-              + f" | {vs_best} | {bound} | {vs_l} | {vs_t} |")
+              + f" | {vs_best} | {pct} | {vs_l} | {vs_t} |")
     print("tokens/s: blockc as chosen (auto); forced: BLOCKC_ISA for every kernel; % of bound: "
           "tokens/s over read bandwidth / bytes a step reads (that precision's "
-          "weights and the KV cache); / llama.cpp: against llama.cpp on the same weights "
+          "weights and the KV cache; the bandwidth measured in the same rounds); / llama.cpp: "
+          "against llama.cpp on the same weights "
           "(float16 against f16, bfloat16 against bf16); > 1 means blockc is faster")
+    if 1 in thread_counts and 2 in thread_counts:
+        print()
+        print("2 threads / 1 thread, measured in the same rounds; the bound's own ratio is "
+              "what a memory-bound row can reach:")
+        print()
+        print("| context | weights | blockc | llama.cpp (same weights) | read bound |")
+        print("| --- | --- | --- | --- | --- |")
+        for ctx in contexts:
+            b2 = bw_at.get((ctx, 2), 0) / bw_at.get((ctx, 1), float("nan"))
+            for prec in precisions:
+                one, two = (rate_of(ctx, t, "blockc", prec, "auto") for t in (1, 2))
+                l1, l2 = (rate_of(ctx, t, "llama.cpp", same[prec]) for t in (1, 2))
+                peer = f"{l2 / l1:.2f} ({same[prec]})" if l1 and l2 else ""
+                print(f"| {ctx} | {prec} | {two / one:.2f} | {peer} | {b2:.2f} |")
 
     if not args.no_busy:
         spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])

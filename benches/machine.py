@@ -114,8 +114,9 @@ static void *reader(void *arg)
     return NULL;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    const int only = argc > 1 ? atoi(argv[1]) : 0;  /* one thread count, or both */
     const size_t bytes = (size_t)1 << 30, n = bytes / sizeof(float);
     float *p = aligned_alloc(64, bytes);
     if (!p)
@@ -125,6 +126,8 @@ int main(void)
     const int streams[] = {1, 2, 4, 8};
     const size_t chunks[] = {4096, 16384};
     for (int threads = 1; threads <= 2; threads++) {
+        if (only && threads != only)
+            continue;
         double best = 0;
         for (int c = 0; c < 2; c++)
             for (int k = 0; k < 4; k++)
@@ -204,6 +207,47 @@ int main(void)
     return 0;
 }
 """
+
+
+class ReadBound:
+    """The read bandwidth measured again at every call, for one thread count: the
+    program of :func:`read_bandwidth` compiled once. A shared host's memory bandwidth
+    moves with its neighbours (seen here: 2 threads 35 GB/s, then 55 a few minutes
+    later, no steal), so a bench that times rounds measures the bound in the same
+    rounds and states its % of bound against that. A call returns GB/s, or nan when
+    no C compiler works; close() (or a with block) removes the program."""
+
+    def __init__(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory()
+        cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
+        src, self._exe = os.path.join(self._tmp.name, "m.c"), os.path.join(self._tmp.name, "m")
+        with open(src, "w") as f:
+            f.write(SOURCE)
+        try:
+            subprocess.run(cc + ["-O3", "-march=native", "-funroll-loops", "-pthread", src,
+                                 "-o", self._exe], check=True, capture_output=True)
+        except (OSError, subprocess.CalledProcessError):
+            self._exe = None
+
+    def __call__(self, threads: int) -> float:
+        if self._exe is None:
+            return float("nan")
+        try:
+            out = subprocess.run([self._exe, str(threads)], check=True, capture_output=True,
+                                 text=True).stdout
+        except (OSError, subprocess.CalledProcessError):
+            return float("nan")
+        return float(out.split()[1])
+
+    def close(self) -> None:
+        """Remove the compiled program."""
+        self._tmp.cleanup()
+
+    def __enter__(self) -> "ReadBound":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _compile_run(source: str, flags) -> Dict[int, float]:
