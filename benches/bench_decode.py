@@ -236,7 +236,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     machine = Machine()
     m32 = blockc.GPT.random(cfg, seed=0)
     models = {p: m32 if p == "float32" else m32.astype(p) for p in precisions}
-    bw = read_bandwidth()
+    reader = ReadBound()  # the read bound, measured now and in every round
+    bw = read_bandwidth(reader=reader)
     print(machine.header())
     print(f"{'SmolLM2-135M' if smol else 'GPT-2 small'} widths: V={cfg.vocab} D={cfg.width} "
           f"H={cfg.heads} KV={cfg.kv_heads_} F={cfg.d_ff_} L={cfg.layers}, "
@@ -272,7 +273,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     rows = []
     bound: Dict[tuple, List[float]] = {}  # (ctx, threads) -> GB/s, one reading a round
     rng = np.random.default_rng(1)
-    reader = ReadBound()
     for ctx in contexts:
         # every thread count in the same rounds: a ratio of 2 threads to 1 (and the
         # bound's own ratio) compares figures measured minutes, not a table, apart

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-from typing import Dict
+from typing import Dict, Optional
 
 def cpu_info():
     """(model name, set of flags) of the first processor in /proc/cpuinfo ("?" and an
@@ -209,6 +209,9 @@ int main(void)
 """
 
 
+READ_FLAGS = ["-O3", "-march=native", "-funroll-loops"]
+
+
 class ReadBound:
     """The read bandwidth measured again at every call, for one thread count: the
     program of :func:`read_bandwidth` compiled once. A shared host's memory bandwidth
@@ -219,25 +222,12 @@ class ReadBound:
 
     def __init__(self) -> None:
         self._tmp = tempfile.TemporaryDirectory()
-        cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
-        src, self._exe = os.path.join(self._tmp.name, "m.c"), os.path.join(self._tmp.name, "m")
-        with open(src, "w") as f:
-            f.write(SOURCE)
-        try:
-            subprocess.run(cc + ["-O3", "-march=native", "-funroll-loops", "-pthread", src,
-                                 "-o", self._exe], check=True, capture_output=True)
-        except (OSError, subprocess.CalledProcessError):
-            self._exe = None
+        self._exe = _compile(SOURCE, READ_FLAGS, self._tmp.name)
 
     def __call__(self, threads: int) -> float:
         if self._exe is None:
             return float("nan")
-        try:
-            out = subprocess.run([self._exe, str(threads)], check=True, capture_output=True,
-                                 text=True).stdout
-        except (OSError, subprocess.CalledProcessError):
-            return float("nan")
-        return float(out.split()[1])
+        return _run(self._exe, str(threads)).get(threads, float("nan"))
 
     def close(self) -> None:
         """Remove the compiled program."""
@@ -250,30 +240,53 @@ class ReadBound:
         self.close()
 
 
-def _compile_run(source: str, flags) -> Dict[int, float]:
-    """Compile and run a measuring program printing "threads value" lines ({} on failure)."""
+def _compile(source: str, flags, folder: str) -> Optional[str]:
+    """Compile a measuring program into `folder`: its path, or None when no C compiler
+    works."""
     cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
-    with tempfile.TemporaryDirectory() as tmp:
-        src, exe = os.path.join(tmp, "m.c"), os.path.join(tmp, "m")
-        with open(src, "w") as f:
-            f.write(source)
-        try:
-            subprocess.run(cc + flags + ["-pthread", src, "-o", exe], check=True,
-                           capture_output=True)
-            out = subprocess.run([exe], check=True, capture_output=True, text=True).stdout
-        except (OSError, subprocess.CalledProcessError):
-            return {}
+    src, exe = os.path.join(folder, "m.c"), os.path.join(folder, "m")
+    with open(src, "w") as f:
+        f.write(source)
+    try:
+        subprocess.run(cc + flags + ["-pthread", src, "-o", exe], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return exe
+
+
+def _run(exe: str, *args: str) -> Dict[int, float]:
+    """Run a measuring program: its "threads value" lines as a dict ({} on failure)."""
+    try:
+        out = subprocess.run([exe, *args], check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {}
     return {int(a): float(b) for a, b in (line.split() for line in out.splitlines())}
 
 
-def read_bandwidth(runs: int = 3) -> Dict[int, float]:
+def _compile_run(source: str, flags) -> Dict[int, float]:
+    """Compile and run a measuring program once ({} on failure)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = _compile(source, flags, tmp)
+        return _run(exe) if exe else {}
+
+
+def read_bandwidth(runs: int = 3, reader: Optional[ReadBound] = None) -> Dict[int, float]:
     """{threads: GB/s} for 1 and 2 threads, the best of ``runs`` runs (empty when no C
-    compiler works). The best: on a shared machine a neighbour only ever lowers a run's
-    figure, and a bound measured low would put a % of the bound above 100."""
+    compiler works); through ``reader`` when given (a bench that measures again later),
+    else a ReadBound of its own. The best: on a shared machine a neighbour only ever
+    lowers a run's figure, and a bound measured low would put a % of the bound above 100."""
+    own = reader is None
+    reader = ReadBound() if own else reader
     best: Dict[int, float] = {}
-    for _ in range(runs):
-        for t, v in _compile_run(SOURCE, ["-O3", "-march=native", "-funroll-loops"]).items():
-            best[t] = max(best.get(t, 0.0), v)
+    try:
+        for _ in range(runs):
+            for t in (1, 2):
+                v = reader(t)
+                if v == v:  # not nan
+                    best[t] = max(best.get(t, 0.0), v)
+    finally:
+        if own:
+            reader.close()
     return best
 
 
