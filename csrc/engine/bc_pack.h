@@ -11,6 +11,6 @@ int bc_packed_bytes(size_t *out, int dtype, size_t rows, size_t cols);
 /* out (cols) = row o of a packed (rows, cols) matrix of dtype, as the kernels
  * see it (dequantised). No checks: a known dtype, o < rows, the buffer the
  * right size. */
-void bc_packed_row(float *out, const void *packed, int dtype, size_t cols, size_t o);
+void bc_packed_row(float *out, const void *packed, int dtype, size_t rows, size_t cols, size_t o);
 
 #endif

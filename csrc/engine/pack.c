@@ -98,16 +98,43 @@ typedef struct {
     int by_rows;              /* a transposed w: the PW rows of a column are adjacent */
 } pack_job;
 
-/* panel p of job->out (zeroed, then packed chunk by chunk) from rows 16p.. of w */
+/* Bytes of a chunk's blocks of one panel, for any format (at most 4 bytes a
+ * weight: float32's). */
+#define CHUNK_PANEL_BYTES (BC_FORMAT_CHUNK * 4 * PW)
+
+/* The chunk of columns k0.. of a panel of a grouped format, its blocks side by
+ * side at chunk, to or from their places in the matrix (at: bc_format_panel_at) */
+static void chunk_scatter(unsigned char *m, const unsigned char *chunk, const bc_format *f,
+                          bc_panel_at at, size_t k0, size_t nk)
+{
+    const size_t bb = f->block_bytes * PW, b0 = k0 / f->block;
+    for (size_t b = 0; b < (nk + f->block - 1) / f->block; b++)
+        memcpy(m + at.origin + (b0 + b) * at.stride, chunk + b * bb, bb);
+}
+
+static void chunk_gather(unsigned char *chunk, const unsigned char *m, const bc_format *f,
+                         bc_panel_at at, size_t k0, size_t nk)
+{
+    const size_t bb = f->block_bytes * PW, b0 = k0 / f->block;
+    for (size_t b = 0; b < (nk + f->block - 1) / f->block; b++)
+        memcpy(chunk + b * bb, m + at.origin + (b0 + b) * at.stride, bb);
+}
+
+/* panel p of job->out (zeroed, then packed chunk by chunk) from rows 16p.. of w;
+ * a grouped format's chunk by chunk through a zeroed copy, then to its places */
 static void pack_panel(const void *arg, size_t p, int thread)
 {
     const pack_job *j = arg;
     const float *w = j->w;
     const size_t rs = j->rs, cs = j->cs, cols = j->cols;
+    const int grouped = j->f->group > 1;
+    const bc_panel_at at = bc_format_panel_at(j->f, cols, (j->rows + PW - 1) / PW, p);
     unsigned char *panel = j->out + p * j->pbytes;
     const size_t nl = j->rows - p * PW < PW ? j->rows - p * PW : PW, r0 = p * PW;
+    _Alignas(64) unsigned char chunk[CHUNK_PANEL_BYTES];
     (void)thread;
-    memset(panel, 0, j->pbytes);
+    if (!grouped)
+        memset(panel, 0, j->pbytes);
     for (size_t k0 = 0; k0 < cols; k0 += BC_FORMAT_CHUNK) {
         const size_t nk = cols - k0 < BC_FORMAT_CHUNK ? cols - k0 : BC_FORMAT_CHUNK;
         float tile[PW][BC_FORMAT_CHUNK];
@@ -119,7 +146,13 @@ static void pack_panel(const void *arg, size_t p, int thread)
             for (size_t l = 0; l < nl; l++)
                 for (size_t k = 0; k < nk; k++)
                     tile[l][k] = W(r0 + l, k0 + k);
-        j->f->pack(panel, &tile[0][0], BC_FORMAT_CHUNK, nl, k0, nk, cols);
+        if (grouped) {
+            memset(chunk, 0, sizeof chunk);
+            j->f->pack(chunk, &tile[0][0], BC_FORMAT_CHUNK, nl, 0, nk, nk);
+            chunk_scatter(j->out, chunk, j->f, at, k0, nk);
+        } else {
+            j->f->pack(panel, &tile[0][0], BC_FORMAT_CHUNK, nl, k0, nk, cols);
+        }
     }
 }
 
@@ -160,11 +193,21 @@ int bc_pack(void *out, size_t out_bytes, const float *w, int dtype, size_t rows,
 }
 
 // out (cols), row o of packed (rows, cols)
-void bc_packed_row(float *out, const void *packed, int dtype, size_t cols, size_t o)
+void bc_packed_row(float *out, const void *packed, int dtype, size_t rows, size_t cols, size_t o)
 {
     const bc_format *f = bc_format_of(dtype);
-    const size_t pbytes = bc_format_panel_bytes(f, cols);
-    f->unpack_row(out, (const unsigned char *)packed + (o / PW) * pbytes, o % PW, cols);
+    if (f->group <= 1) {
+        const size_t pbytes = bc_format_panel_bytes(f, cols);
+        f->unpack_row(out, (const unsigned char *)packed + (o / PW) * pbytes, o % PW, cols);
+        return;
+    }
+    const bc_panel_at at = bc_format_panel_at(f, cols, (rows + PW - 1) / PW, o / PW);
+    _Alignas(64) unsigned char chunk[CHUNK_PANEL_BYTES];
+    for (size_t k0 = 0; k0 < cols; k0 += BC_FORMAT_CHUNK) {
+        const size_t nk = cols - k0 < BC_FORMAT_CHUNK ? cols - k0 : BC_FORMAT_CHUNK;
+        chunk_gather(chunk, packed, f, at, k0, nk);
+        f->unpack_row(out + k0, chunk, o % PW, nk);
+    }
 }
 
 int bc_unpack(float *out, const void *packed, size_t packed_bytes_, int dtype, size_t rows,
@@ -180,7 +223,7 @@ int bc_unpack(float *out, const void *packed, size_t packed_bytes_, int dtype, s
     if (overlap_bytes(out, nw * sizeof(float), packed, need))
         return BC_EALIAS;
     for (size_t o = 0; o < rows; o++)
-        bc_packed_row(out + o * cols, packed, dtype, cols, o);
+        bc_packed_row(out + o * cols, packed, dtype, rows, cols, o);
     return BC_OK;
 }
 

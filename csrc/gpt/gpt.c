@@ -579,7 +579,8 @@ int bc_gpt_embed(float *x, const unsigned char *params, const model *m, const la
             const int st = bc_gpt_id_at(&id, ids, ids_type, r, m->c.vocab);
             if (st)
                 return st;
-            bc_packed_row(x + r * d, params + lo->token, bc_gpt_fmt(m, BC_GPT_FMT_TOKEN), d, id);
+            bc_packed_row(x + r * d, params + lo->token, bc_gpt_fmt(m, BC_GPT_FMT_TOKEN),
+                          m->c.vocab, d, id);
             if (lo->has_pos)
                 bc_k_add(x + r * d, x + r * d, pos + p * d, d, cx);
         }

@@ -172,7 +172,11 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  (AVX512_BF16's vdpbf16ps): panel p is ceil(cols / 2)
  *                  pairs of 64 bytes, u[j][l][t] (16 x 2 uint16) = the
  *                  bfloat16 of w[16p + l][2j + t] (rounded to nearest even;
- *                  subnormals stored as zeros of their sign; zero past cols).
+ *                  subnormals stored as zeros of their sign; zero past cols),
+ *                  the panels interleaved pair by pair in runs of 4 (n of
+ *                  them in a run: 4, or the panels left in the last): pair
+ *                  j of panel p at byte 64 (ceil(cols / 2) (p - p % 4) +
+ *                  j n + p % 4), so that decoding streams a run as one.
  *                  A product rounds each row of x to bfloat16 the same way
  *                  (x_b) and computes each output as acc = 0, then for each
  *                  pair j in order acc = ftz(fma(w[2j+1], x_b[2j+1], acc)),

@@ -77,6 +77,7 @@ typedef __m256i BV;
 #define BF_D 4    /* ... for two or three rows */
 #define BF_M 6    /* the GEMM tile: rows by */
 #define BF_N 4    /* panels */
+#define BF_JB 64  /* pairs a block, where decoding takes a run in more than one tile */
 #include "fast_bf16dot_part.h"  /* (which undefines its BF_* parameters) */
 #endif
 #define BF_DP 0
@@ -93,6 +94,7 @@ typedef __m256i BV;
 #define BF_M 3
 #define BF_N 1
 #endif
+#define BF_JB 64
 #include "fast_bf16dot_part.h"  /* (which undefines its BF_* parameters) */
 #undef bv_load
 #undef bv_hi
@@ -138,19 +140,21 @@ static void xq_part_bf16i(const bc_gemm *g, const unsigned char *xq, size_t n0, 
                           size_t o0, size_t o1)
 {
     const size_t npair = (g->c + 1) / 2, rb = bc_xq_row_bytes(BC_DTYPE_BF16I, g->c);
-    const size_t pb = npair * sizeof(bc_bf16i_pair);
+    const size_t panels = (g->oc + PW - 1) / PW;
     for (size_t i = n0; i < n1; i++) {
         const uint16_t *xr = (const uint16_t *)(xq + (i - n0) * rb);
         for (size_t p = o0 / PW; p < (o1 + PW - 1) / PW; p++) {
-            const bc_bf16i_pair *pan =
-                (const bc_bf16i_pair *)((const unsigned char *)g->w + p * pb);
+            const bc_panel_at at =
+                bc_format_panel_at(bc_format_of(BC_DTYPE_BF16I), g->c, panels, p);
+            const unsigned char *pan = (const unsigned char *)g->w + at.origin;
             float acc[PW];
             for (size_t l = 0; l < PW; l++) {
                 float a = 0.0f;
                 for (size_t j = 0; j < npair; j++) {
-                    a = bf16i_ftz(fmaf(bc_bf16_to_f32(pan[j].u[l][1]),
+                    const bc_bf16i_pair *pr = (const bc_bf16i_pair *)(pan + j * at.stride);
+                    a = bf16i_ftz(fmaf(bc_bf16_to_f32(pr->u[l][1]),
                                        bc_bf16_to_f32(xr[2 * j + 1]), a));
-                    a = bf16i_ftz(fmaf(bc_bf16_to_f32(pan[j].u[l][0]),
+                    a = bf16i_ftz(fmaf(bc_bf16_to_f32(pr->u[l][0]),
                                        bc_bf16_to_f32(xr[2 * j]), a));
                 }
                 acc[l] = a;

@@ -7,18 +7,26 @@
  * same chain. */
 
 /* The raw chains of rows x0.. (mr of them, rb bytes apart) by NP panels from
- * panel p (np <= NP real; the rest repeat the last: computed, not stored), over
- * npair pairs of columns, into acc (mr rows of NP * PW floats). */
+ * panel p, the first's pairs at at.origin + j * at.stride of w (at: its
+ * bc_format_panel_at), the next ones' a pair further, and past its run, in
+ * the runs after it (np <= NP real; the rest repeat the last: computed, not
+ * stored; panels beyond the first run only in whole runs, which share the
+ * stride), over pairs j0..j1-1 of columns, from zero (cont 0) or from acc's
+ * sums, into acc (mr rows of NP * PW floats). */
 BC_INLINE BF_TARGET void BF_FN(bf16i_chains)(const int mr, const int NP, const bc_gemm *g,
-                                             const unsigned char *x0, size_t rb, size_t p,
-                                             size_t np, size_t npair, float *acc)
+                                             const unsigned char *x0, size_t rb,
+                                             bc_panel_at at, size_t np, size_t j0, size_t j1,
+                                             int cont, float *acc)
 {
-    const size_t pb = npair * sizeof(bc_bf16i_pair);
-    const bc_bf16i_pair *pan[BF_D1 > BF_N ? BF_D1 : BF_N];
+    const size_t st = at.stride, G = BC_BF16I_GROUP;
+    const size_t rbytes = G * ((g->c + 1) / 2) * sizeof(bc_bf16i_pair);  /* a whole run */
+    const unsigned char *pan[BF_D1 > BF_N ? BF_D1 : BF_N];
     BC_UNROLL
-    for (int q = 0; q < NP; q++)
-        pan[q] = (const bc_bf16i_pair *)((const unsigned char *)g->w
-                                         + (p + ((size_t)q < np ? (size_t)q : np - 1)) * pb);
+    for (int q = 0; q < NP; q++) {
+        const size_t qq = (size_t)q < np ? (size_t)q : np - 1;
+        pan[q] = (const unsigned char *)g->w + at.origin + qq / G * rbytes
+                 + qq % G * sizeof(bc_bf16i_pair);
+    }
     const uint16_t *xr[BF_M > BC_ROWS_MAX ? BF_M : BC_ROWS_MAX];
     BC_UNROLL
     for (int i = 0; i < mr; i++)
@@ -29,12 +37,13 @@ BC_INLINE BF_TARGET void BF_FN(bf16i_chains)(const int mr, const int NP, const b
     for (int i = 0; i < mr; i++)
         BC_UNROLL
         for (int q = 0; q < NP; q++)
-            a[i][q] = _mm512_setzero_ps();
-    for (size_t j = 0; j < npair; j++) {
+            a[i][q] = cont ? _mm512_loadu_ps(acc + (size_t)i * NP * PW + (size_t)q * PW)
+                           : _mm512_setzero_ps();
+    for (size_t j = j0; j < j1; j++) {
         __m512i w[BF_D1 > BF_N ? BF_D1 : BF_N];
         BC_UNROLL
         for (int q = 0; q < NP; q++)
-            w[q] = _mm512_loadu_si512((const void *)&pan[q][j]);
+            w[q] = _mm512_loadu_si512((const void *)(pan[q] + j * st));
         BC_UNROLL
         for (int i = 0; i < mr; i++) {
             uint32_t pair;
@@ -56,12 +65,13 @@ BC_INLINE BF_TARGET void BF_FN(bf16i_chains)(const int mr, const int NP, const b
     for (int i = 0; i < mr; i++)
         BC_UNROLL
         for (int t = 0; t < NP * VPP; t++)
-            a[i][t] = vzero();
-    for (size_t j = 0; j < npair; j++) {
+            a[i][t] = cont ? vload(acc + (size_t)i * NP * PW + (size_t)t * VL) : vzero();
+    for (size_t j = j0; j < j1; j++) {
         V wo[(BF_D1 > BF_N ? BF_D1 : BF_N) * VPP], we[(BF_D1 > BF_N ? BF_D1 : BF_N) * VPP];
         BC_UNROLL
         for (int t = 0; t < NP * VPP; t++) {
-            const BV raw = bv_load(pan[t / VPP][j].u[(t % VPP) * VL]);
+            const BV raw = bv_load(((const bc_bf16i_pair *)(pan[t / VPP] + j * st))
+                                       ->u[(t % VPP) * VL]);
             wo[t] = bv_hi(raw);  /* column 2j + 1 */
             we[t] = bv_lo(raw);  /* column 2j */
         }
@@ -86,10 +96,12 @@ BC_INLINE BF_TARGET void BF_FN(bf16i_chains)(const int mr, const int NP, const b
  * panels; the GEMM: 1..BF_M rows by BF_N panels), kept out of line: the FMA
  * copy sets FTZ and DAZ around it alone (the compiler moves no arithmetic
  * past the barriers, and none of the caller's into the mode) */
-static __attribute__((noinline)) BF_TARGET void BF_FN(bf16i_raw)(int decode, int mr, const bc_gemm *g,
-                                                                 const unsigned char *x0, size_t rb,
-                                                                 size_t p, size_t np, size_t npair,
-                                                                 float *acc)
+static __attribute__((noinline)) BF_TARGET void BF_FN(bf16i_raw)(int decode, int mr,
+                                                                 const bc_gemm *g,
+                                                                 const unsigned char *x0,
+                                                                 size_t rb, bc_panel_at at,
+                                                                 size_t np, size_t j0, size_t j1,
+                                                                 int cont, float *acc)
 {
 #if !BF_DP
     const unsigned int csr = _mm_getcsr();
@@ -98,21 +110,21 @@ static __attribute__((noinline)) BF_TARGET void BF_FN(bf16i_raw)(int decode, int
 #endif
     if (decode) {
         switch (mr) {
-        case 1: BF_FN(bf16i_chains)(1, BF_D1, g, x0, rb, p, np, npair, acc); break;
-        case 2: BF_FN(bf16i_chains)(2, BF_D, g, x0, rb, p, np, npair, acc); break;
-        default: BF_FN(bf16i_chains)(3, BF_D, g, x0, rb, p, np, npair, acc); break;
+        case 1: BF_FN(bf16i_chains)(1, BF_D1, g, x0, rb, at, np, j0, j1, cont, acc); break;
+        case 2: BF_FN(bf16i_chains)(2, BF_D, g, x0, rb, at, np, j0, j1, cont, acc); break;
+        default: BF_FN(bf16i_chains)(3, BF_D, g, x0, rb, at, np, j0, j1, cont, acc); break;
         }
     } else {
         switch (mr) {
-        case 1: BF_FN(bf16i_chains)(1, BF_N, g, x0, rb, p, np, npair, acc); break;
-        case 2: BF_FN(bf16i_chains)(2, BF_N, g, x0, rb, p, np, npair, acc); break;
+        case 1: BF_FN(bf16i_chains)(1, BF_N, g, x0, rb, at, np, j0, j1, cont, acc); break;
+        case 2: BF_FN(bf16i_chains)(2, BF_N, g, x0, rb, at, np, j0, j1, cont, acc); break;
 #if BF_M >= 3
-        case 3: BF_FN(bf16i_chains)(3, BF_N, g, x0, rb, p, np, npair, acc); break;
+        case 3: BF_FN(bf16i_chains)(3, BF_N, g, x0, rb, at, np, j0, j1, cont, acc); break;
 #endif
 #if BF_M >= 6
-        case 4: BF_FN(bf16i_chains)(4, BF_N, g, x0, rb, p, np, npair, acc); break;
-        case 5: BF_FN(bf16i_chains)(5, BF_N, g, x0, rb, p, np, npair, acc); break;
-        case 6: BF_FN(bf16i_chains)(6, BF_N, g, x0, rb, p, np, npair, acc); break;
+        case 4: BF_FN(bf16i_chains)(4, BF_N, g, x0, rb, at, np, j0, j1, cont, acc); break;
+        case 5: BF_FN(bf16i_chains)(5, BF_N, g, x0, rb, at, np, j0, j1, cont, acc); break;
+        case 6: BF_FN(bf16i_chains)(6, BF_N, g, x0, rb, at, np, j0, j1, cont, acc); break;
 #endif
         default: break;
         }
@@ -128,14 +140,35 @@ static void BF_FN(bf16i_part)(const bc_gemm *g, const unsigned char *xq, size_t 
                               size_t o0, size_t o1)
 {
     const size_t npair = (g->c + 1) / 2, rb = bc_xq_row_bytes(BC_DTYPE_BF16I, g->c);
-    const size_t p0 = o0 / PW, p1 = (o1 + PW - 1) / PW, n = n1 - n0;
+    const size_t p0 = o0 / PW, p1 = (o1 + PW - 1) / PW, n = n1 - n0, panels = (g->oc + PW - 1) / PW;
+    const bc_format *f = bc_format_of(BC_DTYPE_BF16I);
     float acc[(BF_M > BC_ROWS_MAX ? BF_M : BC_ROWS_MAX) * (BF_D1 > BF_N ? BF_D1 : BF_N) * PW];
     if (n <= BC_ROWS_MAX) {
-        const size_t per = n == 1 ? BF_D1 : BF_D;
-        for (size_t p = p0; p < p1; p += per) {
-            const size_t np = min_sz(per, p1 - p);
-            BF_FN(bf16i_raw)(1, (int)n, g, xq, rb, p, np, npair, acc);
-            bf16i_finish(g, acc, per * PW, (int)n, n0, p, np);
+        /* per panels at once: whole runs side by side, or a run's panels (those in
+         * [p0, p1)), per at a time, in blocks of BF_JB pairs when they take more
+         * than one tile, so that each block of the run streams once */
+        const size_t per = n == 1 ? BF_D1 : BF_D, tile = (size_t)n * per * PW;
+        float run[BC_ROWS_MAX * BC_BF16I_GROUP * PW];
+        const size_t G = BC_BF16I_GROUP, whole = panels / G * G;  /* panels in whole runs */
+        for (size_t p = p0; p < p1;) {
+            if (per > G && p % G == 0 && p + per <= min_sz(p1, whole)) {  /* whole runs */
+                BF_FN(bf16i_raw)(1, (int)n, g, xq, rb, bc_format_panel_at(f, g->c, panels, p),
+                                 per, 0, npair, 0, run);
+                bf16i_finish(g, run, per * PW, (int)n, n0, p, per);
+                p += per;
+                continue;
+            }
+            const size_t pe = min_sz(p1, p - p % G + G);
+            const size_t jb = pe - p <= per ? npair : BF_JB;
+            for (size_t j0 = 0; j0 < npair; j0 += jb)
+                for (size_t q = p; q < pe; q += per)
+                    BF_FN(bf16i_raw)(1, (int)n, g, xq, rb, bc_format_panel_at(f, g->c, panels, q),
+                                     min_sz(per, pe - q), j0, min_sz(j0 + jb, npair), j0 > 0,
+                                     run + (q - p) / per * tile);
+            for (size_t q = p; q < pe; q += per)
+                bf16i_finish(g, run + (q - p) / per * tile, per * PW, (int)n, n0, q,
+                             min_sz(per, pe - q));
+            p = pe;
         }
         return;
     }
@@ -143,10 +176,13 @@ static void BF_FN(bf16i_part)(const bc_gemm *g, const unsigned char *xq, size_t 
         const size_t pe = min_sz(pc + 4 * BF_N, p1);
         for (size_t i = n0; i < n1; i += BF_M) {
             const int mr = (int)min_sz(BF_M, n1 - i);
-            for (size_t p = pc; p < pe; p += BF_N) {
-                const size_t np = min_sz(BF_N, pe - p);
-                BF_FN(bf16i_raw)(0, mr, g, xq + (i - n0) * rb, rb, p, np, npair, acc);
+            for (size_t p = pc; p < pe;) {
+                const size_t np = min_sz(min_sz(BF_N, pe - p),
+                                         BC_BF16I_GROUP - p % BC_BF16I_GROUP);
+                BF_FN(bf16i_raw)(0, mr, g, xq + (i - n0) * rb, rb,
+                                 bc_format_panel_at(f, g->c, panels, p), np, 0, npair, 0, acc);
                 bf16i_finish(g, acc, BF_N * PW, mr, i, p, np);
+                p += np;
             }
         }
     }
@@ -159,3 +195,4 @@ static void BF_FN(bf16i_part)(const bc_gemm *g, const unsigned char *xq, size_t 
 #undef BF_D
 #undef BF_M
 #undef BF_N
+#undef BF_JB

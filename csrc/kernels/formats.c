@@ -632,7 +632,8 @@ static const bc_format formats[BC_NDTYPE] = {
     [BC_DTYPE_Q5_0] = {"q5_0", 32, 22, q5_check, q5_pack, q5_unpack_row},
     [BC_DTYPE_Q8_0I] = {"q8_0i", 32, 34, q8_check, q8i_pack, q8i_unpack_row, BC_Q8_0I_MAX_COLS},
     [BC_DTYPE_Q4_0I] = {"q4_0i", 32, 18, q4_check, q4i_pack, q4i_unpack_row, BC_Q8_0I_MAX_COLS},
-    [BC_DTYPE_BF16I] = {"bfloat16i", 2, 4, NULL, bf16i_pack, bf16i_unpack_row, BC_Q8_0I_MAX_COLS},
+    [BC_DTYPE_BF16I] = {"bfloat16i", 2, 4, NULL, bf16i_pack, bf16i_unpack_row, BC_Q8_0I_MAX_COLS,
+                        .group = BC_BF16I_GROUP},
     [BC_DTYPE_Q4_K] = {"q4_k", 256, 148, q4_check, q4k_pack, q4k_unpack_row, 0, 1},
     [BC_DTYPE_Q6_K] = {"q6_k", 256, 274, q4_check, q6k_pack, q6k_unpack_row, 0, 1},
 };

@@ -407,6 +407,36 @@ static void q8i_checks(size_t n, size_t c, size_t oc)
     intdot_checks(BC_DTYPE_BF16I, BC_DTYPE_BF16, n, c, oc);
 }
 
+/* bfloat16i's bytes lie where bc_engine.h says: pair j of panel p at byte
+ * 64 (npair (p - p % 4) + j n + p % 4), n the panels of p's run of 4; row l,
+ * column 2j + t at 4 l + 2 t within it; zero past the rows and the columns.
+ * The weights are small integers, so their bfloat16 is their float's high half. */
+static void bf16i_layout_checks(size_t rows, size_t cols)
+{
+    float *w = h_alloc(rows * cols);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++)
+            w[r * cols + c] = (float)((r * 7 + c * 3) % 255) - 127.0f;
+    const size_t nb = packed(BC_DTYPE_BF16I, rows, cols), panels = (rows + 15) / 16;
+    const size_t npair = (cols + 1) / 2;
+    unsigned char *p8 = h_alloc_bytes(nb);
+    EXPECT_STATUS(BC_OK, bc_pack(p8, nb, w, BC_DTYPE_BF16I, rows, cols));
+    EXPECT(nb == panels * npair * 64);
+    size_t bad = 0;
+    for (size_t r = 0; r < panels * 16; r++)
+        for (size_t c = 0; c < 2 * npair; c++) {
+            const size_t p = r / 16, l = r % 16, j = c / 2, t = c % 2, p0 = p - p % 4;
+            const size_t n = panels - p0 < 4 ? panels - p0 : 4;
+            uint16_t got;
+            memcpy(&got, p8 + 64 * (npair * p0 + j * n + p % 4) + 4 * l + 2 * t, 2);
+            uint32_t bits = 0;
+            if (r < rows && c < cols)
+                memcpy(&bits, &w[r * cols + c], 4);
+            bad += got != (uint16_t)(bits >> 16);
+        }
+    EXPECT(bad == 0);
+}
+
 /* A transposed matrix (Conv1D's (in, out)) packs, through the strides, to the
  * bytes its contiguous transpose packs to. */
 static void strided_checks(size_t rows, size_t cols)
@@ -472,4 +502,13 @@ void test_pack(void)
     q8i_checks(3, 100, 33);
     q8i_checks(2, 41, 17);
     q8i_checks(37, 700, 90);
+    /* bfloat16i's runs of 4 panels: whole runs two at a time, a short last run,
+     * a run taken in blocks of pairs (two and three rows, AVX2) */
+    q8i_checks(1, 300, 200);
+    q8i_checks(1, 64, 256);
+    q8i_checks(2, 300, 100);
+    q8i_checks(3, 301, 130);
+    const size_t lay[][2] = {{1, 1}, {17, 3}, {64, 8}, {90, 33}, {200, 300}};
+    for (int i = 0; i < 5; i++)
+        bf16i_layout_checks(lay[i][0], lay[i][1]);
 }
