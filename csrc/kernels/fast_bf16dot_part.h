@@ -11,12 +11,11 @@
  * bc_format_panel_at), the next ones' a pair further, and past its run, in
  * the runs after it (np <= NP real; the rest repeat the last: computed, not
  * stored; panels beyond the first run only in whole runs, which share the
- * stride), over pairs j0..j1-1 of columns, from zero (cont 0) or from acc's
- * sums, into acc (mr rows of NP * PW floats). */
+ * stride), over npair pairs of columns, into acc (mr rows of NP * PW floats). */
 BC_INLINE BF_TARGET void BF_FN(bf16i_chains)(const int mr, const int NP, const bc_gemm *g,
                                              const unsigned char *x0, size_t rb,
-                                             bc_panel_at at, size_t np, size_t j0, size_t j1,
-                                             int cont, float *acc)
+                                             bc_panel_at at, size_t np, size_t npair,
+                                             float *acc)
 {
     const size_t st = at.stride, G = BC_BF16I_GROUP;
     const size_t rbytes = G * ((g->c + 1) / 2) * sizeof(bc_bf16i_pair);  /* a whole run */
@@ -37,9 +36,8 @@ BC_INLINE BF_TARGET void BF_FN(bf16i_chains)(const int mr, const int NP, const b
     for (int i = 0; i < mr; i++)
         BC_UNROLL
         for (int q = 0; q < NP; q++)
-            a[i][q] = cont ? _mm512_loadu_ps(acc + (size_t)i * NP * PW + (size_t)q * PW)
-                           : _mm512_setzero_ps();
-    for (size_t j = j0; j < j1; j++) {
+            a[i][q] = _mm512_setzero_ps();
+    for (size_t j = 0; j < npair; j++) {
         __m512i w[BF_D1 > BF_N ? BF_D1 : BF_N];
         BC_UNROLL
         for (int q = 0; q < NP; q++)
@@ -65,8 +63,8 @@ BC_INLINE BF_TARGET void BF_FN(bf16i_chains)(const int mr, const int NP, const b
     for (int i = 0; i < mr; i++)
         BC_UNROLL
         for (int t = 0; t < NP * VPP; t++)
-            a[i][t] = cont ? vload(acc + (size_t)i * NP * PW + (size_t)t * VL) : vzero();
-    for (size_t j = j0; j < j1; j++) {
+            a[i][t] = vzero();
+    for (size_t j = 0; j < npair; j++) {
         V wo[(BF_D1 > BF_N ? BF_D1 : BF_N) * VPP], we[(BF_D1 > BF_N ? BF_D1 : BF_N) * VPP];
         BC_UNROLL
         for (int t = 0; t < NP * VPP; t++) {
@@ -100,8 +98,8 @@ static __attribute__((noinline)) BF_TARGET void BF_FN(bf16i_raw)(int decode, int
                                                                  const bc_gemm *g,
                                                                  const unsigned char *x0,
                                                                  size_t rb, bc_panel_at at,
-                                                                 size_t np, size_t j0, size_t j1,
-                                                                 int cont, float *acc)
+                                                                 size_t np, size_t npair,
+                                                                 float *acc)
 {
 #if !BF_DP
     const unsigned int csr = _mm_getcsr();
@@ -110,21 +108,21 @@ static __attribute__((noinline)) BF_TARGET void BF_FN(bf16i_raw)(int decode, int
 #endif
     if (decode) {
         switch (mr) {
-        case 1: BF_FN(bf16i_chains)(1, BF_D1, g, x0, rb, at, np, j0, j1, cont, acc); break;
-        case 2: BF_FN(bf16i_chains)(2, BF_D, g, x0, rb, at, np, j0, j1, cont, acc); break;
-        default: BF_FN(bf16i_chains)(3, BF_D, g, x0, rb, at, np, j0, j1, cont, acc); break;
+        case 1: BF_FN(bf16i_chains)(1, BF_D1, g, x0, rb, at, np, npair, acc); break;
+        case 2: BF_FN(bf16i_chains)(2, BF_D, g, x0, rb, at, np, npair, acc); break;
+        default: BF_FN(bf16i_chains)(3, BF_D, g, x0, rb, at, np, npair, acc); break;
         }
     } else {
         switch (mr) {
-        case 1: BF_FN(bf16i_chains)(1, BF_N, g, x0, rb, at, np, j0, j1, cont, acc); break;
-        case 2: BF_FN(bf16i_chains)(2, BF_N, g, x0, rb, at, np, j0, j1, cont, acc); break;
+        case 1: BF_FN(bf16i_chains)(1, BF_N, g, x0, rb, at, np, npair, acc); break;
+        case 2: BF_FN(bf16i_chains)(2, BF_N, g, x0, rb, at, np, npair, acc); break;
 #if BF_M >= 3
-        case 3: BF_FN(bf16i_chains)(3, BF_N, g, x0, rb, at, np, j0, j1, cont, acc); break;
+        case 3: BF_FN(bf16i_chains)(3, BF_N, g, x0, rb, at, np, npair, acc); break;
 #endif
 #if BF_M >= 6
-        case 4: BF_FN(bf16i_chains)(4, BF_N, g, x0, rb, at, np, j0, j1, cont, acc); break;
-        case 5: BF_FN(bf16i_chains)(5, BF_N, g, x0, rb, at, np, j0, j1, cont, acc); break;
-        case 6: BF_FN(bf16i_chains)(6, BF_N, g, x0, rb, at, np, j0, j1, cont, acc); break;
+        case 4: BF_FN(bf16i_chains)(4, BF_N, g, x0, rb, at, np, npair, acc); break;
+        case 5: BF_FN(bf16i_chains)(5, BF_N, g, x0, rb, at, np, npair, acc); break;
+        case 6: BF_FN(bf16i_chains)(6, BF_N, g, x0, rb, at, np, npair, acc); break;
 #endif
         default: break;
         }
@@ -143,32 +141,19 @@ static void BF_FN(bf16i_part)(const bc_gemm *g, const unsigned char *xq, size_t 
     const size_t p0 = o0 / PW, p1 = (o1 + PW - 1) / PW, n = n1 - n0, panels = (g->oc + PW - 1) / PW;
     const bc_format *f = bc_format_of(BC_DTYPE_BF16I);
     float acc[(BF_M > BC_ROWS_MAX ? BF_M : BC_ROWS_MAX) * (BF_D1 > BF_N ? BF_D1 : BF_N) * PW];
+    _Static_assert(BF_D1 % BC_BF16I_GROUP == 0 && BF_D % BC_BF16I_GROUP == 0,
+                   "decoding takes whole runs of panels");
     if (n <= BC_ROWS_MAX) {
-        /* per panels at once: whole runs side by side, or a run's panels (those in
-         * [p0, p1)), per at a time, in blocks of BF_JB pairs when they take more
-         * than one tile, so that each block of the run streams once */
-        const size_t per = n == 1 ? BF_D1 : BF_D, tile = (size_t)n * per * PW;
-        float run[BC_ROWS_MAX * BC_BF16I_GROUP * PW];
-        const size_t G = BC_BF16I_GROUP, whole = panels / G * G;  /* panels in whole runs */
+        /* per panels at once, whole runs side by side; else what is left of a run
+         * (a run cut by [p0, p1), or the short last one) */
+        const size_t per = n == 1 ? BF_D1 : BF_D, G = BC_BF16I_GROUP, whole = panels / G * G;
         for (size_t p = p0; p < p1;) {
-            if (per > G && p % G == 0 && p + per <= min_sz(p1, whole)) {  /* whole runs */
-                BF_FN(bf16i_raw)(1, (int)n, g, xq, rb, bc_format_panel_at(f, g->c, panels, p),
-                                 per, 0, npair, 0, run);
-                bf16i_finish(g, run, per * PW, (int)n, n0, p, per);
-                p += per;
-                continue;
-            }
-            const size_t pe = min_sz(p1, p - p % G + G);
-            const size_t jb = pe - p <= per ? npair : BF_JB;
-            for (size_t j0 = 0; j0 < npair; j0 += jb)
-                for (size_t q = p; q < pe; q += per)
-                    BF_FN(bf16i_raw)(1, (int)n, g, xq, rb, bc_format_panel_at(f, g->c, panels, q),
-                                     min_sz(per, pe - q), j0, min_sz(j0 + jb, npair), j0 > 0,
-                                     run + (q - p) / per * tile);
-            for (size_t q = p; q < pe; q += per)
-                bf16i_finish(g, run + (q - p) / per * tile, per * PW, (int)n, n0, q,
-                             min_sz(per, pe - q));
-            p = pe;
+            const size_t np = p % G == 0 && p + per <= min_sz(p1, whole)
+                                  ? per : min_sz(p1, p - p % G + G) - p;
+            BF_FN(bf16i_raw)(1, (int)n, g, xq, rb, bc_format_panel_at(f, g->c, panels, p), np,
+                             npair, acc);
+            bf16i_finish(g, acc, per * PW, (int)n, n0, p, np);
+            p += np;
         }
         return;
     }
@@ -180,7 +165,7 @@ static void BF_FN(bf16i_part)(const bc_gemm *g, const unsigned char *xq, size_t 
                 const size_t np = min_sz(min_sz(BF_N, pe - p),
                                          BC_BF16I_GROUP - p % BC_BF16I_GROUP);
                 BF_FN(bf16i_raw)(0, mr, g, xq + (i - n0) * rb, rb,
-                                 bc_format_panel_at(f, g->c, panels, p), np, 0, npair, 0, acc);
+                                 bc_format_panel_at(f, g->c, panels, p), np, npair, acc);
                 bf16i_finish(g, acc, BF_N * PW, mr, i, p, np);
                 p += np;
             }
@@ -195,4 +180,3 @@ static void BF_FN(bf16i_part)(const bc_gemm *g, const unsigned char *xq, size_t 
 #undef BF_D
 #undef BF_M
 #undef BF_N
-#undef BF_JB
