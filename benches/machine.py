@@ -240,15 +240,16 @@ class ReadBound:
         self.close()
 
 
-def _compile(source: str, flags, folder: str) -> Optional[str]:
-    """Compile a measuring program into `folder`: its path, or None when no C compiler
-    works."""
+def _compile(source: str, flags, folder: str, libs=()) -> Optional[str]:
+    """Compile a measuring program into `folder` (``libs``: linker arguments after the
+    source): its path, or None when no C compiler works."""
     cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
     src, exe = os.path.join(folder, "m.c"), os.path.join(folder, "m")
     with open(src, "w") as f:
         f.write(source)
     try:
-        subprocess.run(cc + flags + ["-pthread", src, "-o", exe], check=True, capture_output=True)
+        subprocess.run(cc + flags + ["-pthread", src, "-o", exe, *libs], check=True,
+                       capture_output=True)
     except (OSError, subprocess.CalledProcessError):
         return None
     return exe
