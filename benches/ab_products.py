@@ -191,12 +191,14 @@ def extension(root: str) -> str:
 
 
 def commit(root: str) -> str:
-    """The short commit of the checkout at ``root`` ("+" when its tree has changes), or
-    its path when it is not a git checkout."""
+    """The short commit of the checkout at ``root`` ("+" when what builds the extension
+    has changes: csrc, build_ffi.py, setup.py), or its path when it is not a git
+    checkout."""
     try:
         head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], check=True,
                               capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "-uno"], check=True,
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "-uno", "--",
+                                "csrc", "build_ffi.py", "setup.py"], check=True,
                                capture_output=True, text=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return root
