@@ -93,7 +93,8 @@ typedef struct {
 } bc_bf16i_pair;
 
 /* bfloat16i's panels interleave 4 by 4 (bc_format_panel_at): the panels its
- * decoding keeps in flight on AVX2, half of AVX-512's (two runs at once) */
+ * decoding keeps in flight on AVX2, half of AVX-512's on one thread (two runs
+ * at once; on threads, a unit is one run: linear.c) */
 #define BC_BF16I_GROUP 4
 
 typedef struct {
@@ -140,9 +141,9 @@ static inline size_t bc_format_panel_bytes(const bc_format *f, size_t cols)
  * panels left) interleaves block by block, block b of the run's panels side
  * by side, so that decoding, which streams a run's panels together, reads
  * one run of memory instead of `group` (bfloat16i on an AMD Zen 4, a decode
- * step's products on one thread: 14% faster with AVX-512 FMAs, 25% with
- * AVX2; vdpbf16ps, two runs at once, within 3%). The run takes the bytes its
- * panels would take apart. */
+ * step's products on one thread: 0.88 of the time with vdpbf16ps, 0.76 with
+ * AVX2, 0.89 with AVX-512 FMAs; docs/speed.md, benches/ab_products.py). The
+ * run takes the bytes its panels would take apart. */
 typedef struct {
     size_t origin, stride;
 } bc_panel_at;

@@ -6,8 +6,8 @@
  * the end, ready for the next copy). Every copy computes every output by the
  * same chain. */
 
-/* The raw chains of rows x0.. (mr of them, rb bytes apart) by NP panels from
- * panel p, the first's pairs at at.origin + j * at.stride of w (at: its
+/* The raw chains of rows x0.. (mr of them, rb bytes apart) by NP panels, the
+ * first's pairs at at.origin + j * at.stride of w (at: its
  * bc_format_panel_at), the next ones' a pair further, and past its run, in
  * the runs after it (np <= NP real; the rest repeat the last: computed, not
  * stored; panels beyond the first run only in whole runs, which share the

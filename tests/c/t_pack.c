@@ -502,8 +502,8 @@ void test_pack(void)
     q8i_checks(3, 100, 33);
     q8i_checks(2, 41, 17);
     q8i_checks(37, 700, 90);
-    /* bfloat16i's runs of 4 panels: whole runs two at a time, a short last run,
-     * a run taken in blocks of pairs (two and three rows, AVX2) */
+    /* bfloat16i's runs of 4 panels: whole runs two at a time (one row, AVX-512),
+     * a short last run, a run a tile (two and three rows) */
     q8i_checks(1, 300, 200);
     q8i_checks(1, 64, 256);
     q8i_checks(2, 300, 100);
