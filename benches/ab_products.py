@@ -19,7 +19,7 @@ old build), the CPU, the load average and the hypervisor's steal.
 
 ``--ways`` runs each build as the environment asks it to (BLOCKC_ISA forces an
 instruction set; avx512-fma is AVX-512 without vdpbf16ps); ``--docs`` writes the
-table into docs/speed.md.
+table into docs/speed.md, section ab-products-<dtype>.
 """
 from __future__ import annotations
 
@@ -238,11 +238,14 @@ def main(argv=None) -> int:
     ap.add_argument("--ways", default="auto",
                     help=f"comma-separated, of {', '.join(WAYS)} (avx512-fma: AVX-512 without "
                          "vdpbf16ps)")
-    ap.add_argument("--rows", type=int, default=1, choices=(1, 2, 3, 4),
-                    help="rows of x a product takes (decoding 1-3 sequences at once)")
+    ap.add_argument("--rows", default="1",
+                    help="rows of x a product takes (decoding 1-3 sequences at once; 1-4), "
+                         "comma-separated")
     ap.add_argument("--passes", type=int, default=40)
     a = ap.parse_args(argv)
-    ways = a.ways.split(",")
+    ways, rows = a.ways.split(","), a.rows.split(",")
+    if any(r not in ("1", "2", "3", "4") for r in rows):
+        sys.exit(f"--rows: {a.rows!r} is not a list of 1-4")
     for w in ways:
         if w not in WAYS:
             sys.exit(f"--ways: {w!r} is not one of {', '.join(WAYS)}")
@@ -259,20 +262,20 @@ def main(argv=None) -> int:
         if exe is None:
             sys.exit("no C compiler")
         print()
-        print("| way | threads | build | median GB/s | best GB/s | time / old (q1, median, q3) |")
-        print("| --- | --- | --- | --- | --- | --- |")
+        print("| way | threads | rows | build | median GB/s | best GB/s "
+              "| time / old (q1, median, q3) |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
         t0 = cpu_times()
-        for way in ways:
-            for th in a.threads.split(","):
-                args = [a.dtype, th, str(a.rows), str(a.passes), str(layers), str(len(shapes))]
-                args += [str(n) for s in shapes for n in s] + libs
-                secs, nbytes = measure(exe, args, way)
-                for v in (0, 1, 2):
-                    order = sorted(secs[v])
-                    gb = [nbytes[v] / secs[v][p] / 1e9 for p in order]
-                    q1, q2, q3 = quartiles([secs[v][p] / secs[0][p] for p in order])
-                    print(f"| {way} | {th} | {names[v]} | {statistics.median(gb):.1f} "
-                          f"| {max(gb):.1f} | {q1:.3f}, {q2:.3f}, {q3:.3f} |")
+        for way, th, r in ((w, t, r) for w in ways for t in a.threads.split(",") for r in rows):
+            args = [a.dtype, th, r, str(a.passes), str(layers), str(len(shapes))]
+            args += [str(n) for s in shapes for n in s] + libs
+            secs, nbytes = measure(exe, args, way)
+            for v in (0, 1, 2):
+                order = sorted(secs[v])
+                gb = [nbytes[v] / secs[v][p] / 1e9 for p in order]
+                q1, q2, q3 = quartiles([secs[v][p] / secs[0][p] for p in order])
+                print(f"| {way} | {th} | {r} | {names[v]} | {statistics.median(gb):.1f} "
+                      f"| {max(gb):.1f} | {q1:.3f}, {q2:.3f}, {q3:.3f} |")
     print()
     print(f"steal {steal_share(t0)} of CPU time during the run; "
           f"load average {os.getloadavg()[0]:.2f} at the end")
@@ -281,4 +284,6 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     from doc_section import run as run_bench
-    run_bench(main, "speed.md", "ab-products")
+    pre = argparse.ArgumentParser(add_help=False)  # the section is the format's
+    pre.add_argument("--dtype", default="bfloat16i")
+    run_bench(main, "speed.md", f"ab-products-{pre.parse_known_args()[0].dtype}")

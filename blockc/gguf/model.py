@@ -473,6 +473,19 @@ def _k_panels(raw: np.ndarray, typ: str) -> np.ndarray:
     return np.concatenate(out, axis=2).reshape(-1)
 
 
+#: q8_0i's and q4_0i's panels in runs of this many (BC_INTDOT_GROUP, bc_format.h)
+_RUN = 4
+
+
+def _runs(p: np.ndarray) -> np.ndarray:
+    """The bytes of panels ``p`` (panels, blocks, a panel block's bytes) with each run of
+    :data:`_RUN` panels (the last: those left) interleaved block by block: block b of
+    panel q of a run of n at b * n + q (bc_engine.h, q8_0i)."""
+    panels, whole = p.shape[0], p.shape[0] // _RUN * _RUN
+    runs = p[:whole].reshape(whole // _RUN, _RUN, *p.shape[1:]).swapaxes(1, 2)
+    return np.concatenate([runs.reshape(-1), p[whole:].swapaxes(0, 1).reshape(-1)])
+
+
 def raw_panels(raw: np.ndarray, typ: str, dtype: str = "") -> np.ndarray:
     """The bytes of blockc's packed matrix (panels of 16 rows, block by block: the 16 rows'
     half scales, then (Q5_0) their fifth bits, then their quants interleaved; F16 column by
@@ -481,7 +494,8 @@ def raw_panels(raw: np.ndarray, typ: str, dtype: str = "") -> np.ndarray:
     Q4_K, Q6_K or F16 blocks as
     they lie in a GGUF file: the same blocks, rearranged (rows past the end zero).
     ``dtype="q8_0i"``: Q8_0's quants 4 by 4 per row, each + 128 (q8_0i's panels);
-    ``dtype="q4_0i"``: Q4_0's bytes 4 by 4 per row (q4_0i's panels)."""
+    ``dtype="q4_0i"``: Q4_0's bytes 4 by 4 per row (q4_0i's panels); either's panels in
+    runs of 4 (:func:`_runs`)."""
     if typ in ("Q4_K", "Q6_K"):
         return _k_panels(raw, typ)
     rows = raw.shape[0]
@@ -504,7 +518,7 @@ def raw_panels(raw: np.ndarray, typ: str, dtype: str = "") -> np.ndarray:
         nq = bb - 2
         q = (r[..., 2:].reshape(panels, 16, nb, nq // 4, 4).transpose(0, 2, 3, 1, 4)
              .reshape(panels, nb, 16 * nq))
-        return np.concatenate([d, q], axis=2).reshape(-1)
+        return _runs(np.concatenate([d, q], axis=2))
     h = r[..., 2:2 + nh].transpose(0, 2, 1, 3).reshape(panels, nb, 16 * nh)  # each row's uint32
     q = r[..., 2 + nh:].transpose(0, 2, 3, 1).reshape(panels, nb, 16 * (bb - 2 - nh))
     return np.concatenate([d, h, q], axis=2).reshape(-1)

@@ -146,9 +146,12 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  d = m / -16 for m its weight of largest magnitude, q =
  *                  min(31, (int)(w / d + 16.5)).
  *   BC_DTYPE_Q8_0I q8_0's weights (the same d and q) multiplied by integer dot
- *                  products: panel p is ceil(cols / 32) blocks of 544 bytes,
- *                  the 16 rows' scales d[l] (IEEE halves) then u[j][l][t]
- *                  (8 x 16 x 4 bytes) = q[4j + t][l] + 128. A product
+ *                  products: panel p is nb = ceil(cols / 32) blocks of 544
+ *                  bytes, the 16 rows' scales d[l] (IEEE halves) then
+ *                  u[j][l][t] (8 x 16 x 4 bytes) = q[4j + t][l] + 128, the
+ *                  panels interleaved block by block in runs of 4 (n of them
+ *                  in a run: 4, or the panels left in the last): block b of
+ *                  panel p at byte 544 (nb (p - p % 4) + b n + p % 4). A product
  *                  quantises each row of x to 8 bits per block of 32 (b:
  *                  a = max|x|, d_x = a / 127, q_x = round-half-even(x * (127 /
  *                  a)); a block with a non-finite x has d_x = NaN, one with a <
@@ -164,8 +167,10 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  blocks of 288 bytes, the 16 rows' scales d[l] (IEEE halves)
  *                  then u[j][l][t] (4 x 16 x 4 bytes) = byte 4j + t of row l's
  *                  q4_0 block (weight 4j + t in the low nibble, 4j + t + 16 in
- *                  the high one); each output's chain is q8_0i's with isum_b =
- *                  sum (nibble - 8) q_x, exact: the same bits on every
+ *                  the high one), in runs of 4 as q8_0i's (block b of panel p
+ *                  at byte 288 (nb (p - p % 4) + b n + p % 4)); each output's
+ *                  chain is q8_0i's with isum_b = sum (nibble - 8) q_x,
+ *                  exact: the same bits on every
  *                  instruction set, for any number of rows and threads. At
  *                  most BC_Q8_0I_MAX_COLS columns.
  *   BC_DTYPE_BF16I bfloat16's weights multiplied by bfloat16 dot products

@@ -92,6 +92,11 @@ typedef struct {
     uint16_t u[BC_PANEL][2];
 } bc_bf16i_pair;
 
+/* q8_0i's and q4_0i's panels interleave 4 by 4, block by block
+ * (bc_format_panel_at): a decoding tile takes whole runs (fast_intdot.h) and
+ * reads each block of its panels in turn, one stretch of memory */
+#define BC_INTDOT_GROUP 4
+
 /* bfloat16i's panels interleave 4 by 4 (bc_format_panel_at): the panels its
  * decoding keeps in flight on AVX2, half of AVX-512's on one thread (two runs
  * at once; on threads, a unit is one run: linear.c) */

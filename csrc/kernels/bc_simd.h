@@ -40,6 +40,15 @@
 #define BC_UNROLL
 #endif
 
+/* A loop kept rolled: its body indexes arrays by the counter, which then stay in memory. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define BC_NO_UNROLL _Pragma("GCC unroll 1")
+#elif defined(__clang__)
+#define BC_NO_UNROLL _Pragma("nounroll")
+#else
+#define BC_NO_UNROLL
+#endif
+
 #define BC_LN2_HI 0.693359375f
 #define BC_LN2_LO -2.12194440e-4f
 #define BC_LOG2E 1.44269504088896341f

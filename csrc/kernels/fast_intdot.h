@@ -12,9 +12,10 @@
  * the quantisation); AVX2's pmaddubsw on |q_w| times q_x with q_w's sign
  * (pairs at most 2 * 127 * 127: no saturation), then pmaddwd; portable C one
  * product at a time. Then y = r + acc (acc without r), + b, act, as every
- * linear. Decoding (up to BC_ROWS_MAX rows) keeps several panels in flight;
- * more rows run a register tile over a few panels at a time (they stay in L1
- * while the tile's rows stream past). */
+ * linear. The panels lie in runs of 4, block by block (BC_INTDOT_GROUP):
+ * decoding (up to BC_ROWS_MAX rows) takes a run at a time and reads its blocks
+ * in memory order; more rows run a register tile over a run's panels, a few at
+ * a time (they stay in L1/L2 while the tile's rows stream past). */
 
 #define XQ_TINY 1e-30f  /* a block whose max |x| is below this is quantised as zeros */
 
@@ -141,28 +142,21 @@ static void xq_rows_q8(unsigned char *xq, const float *x, size_t n, size_t c)
 /* vpdpbusd needs AVX512_VNNI beyond the file's AVX-512F: the functions that
  * use it say so; xq_part_q8_0i checks the CPU first. */
 #define Q8I_TARGET __attribute__((target("avx512f,avx512vnni,avx2,fma,f16c")))
-#define QD1 8    /* decoding: panels in flight for one row (8 vpdpbusd chains) */
-#define QD 4     /* ... for two or three rows */
 #define QM 6     /* the GEMM tile: rows by */
 #define QN 2     /* panels */
 typedef __m512i IV;
 #elif BC_SIMD == 256
 #define Q8I_TARGET
-#define QD1 2
-#define QD 1
 #define QM 2
 #define QN 1
 typedef __m256i IV;
 #else
 #define Q8I_TARGET
-#define QD1 1
-#define QD 1
 #define QM 4
 #define QN 1
 #endif
-#define QB 4     /* the GEMM's panels per pass of a tile's rows (in L1/L2) */
 #define QR (QM > BC_ROWS_MAX ? QM : BC_ROWS_MAX)  /* rows a tile may have */
-#define QP (QD1 > QN ? QD1 : QN)                    /* panels a tile may have */
+#define QP (BC_INTDOT_GROUP > QN ? BC_INTDOT_GROUP : QN)  /* panels a tile may have */
 
 static inline int32_t ld32(const int8_t *p)
 {

@@ -6,9 +6,6 @@
  * whichever forms them. q4 (a constant) says which weights: q8_0i's bytes
  * (q + 128) or q4_0i's nibbles (q + 8, two a byte). */
 
-/* Rows i0..i0+mr-1 of y (their quantised x at x0, rb bytes apart) by NP panels
- * from panel p (np <= NP of them real; the rest repeat the last: computed, not
- * stored), over nb blocks. */
 #if BC_SIMD == 256
 /* acc + each 32-bit lane's sum of 4 products of unsigned bytes w by signed bytes x:
  * AVX-VNNI's vpdpbusd, or pmaddubsw then pmaddwd (q4_0i's w are nibbles: pairs at
@@ -25,160 +22,190 @@ BC_INLINE Q8I_TARGET IV Q8I_FN(dot4_256)(IV acc, IV w, IV x)
 #endif
 
 #if BC_SIMD == 512 || BC_SIMD == 256
+#if BC_SIMD == 512
+#define IV_DOT(acc, w, x) _mm512_dpbusd_epi32((acc), (w), (x))
+#define IV_LOAD(p) _mm512_loadu_si512((const void *)(p))
+#define IV_SET1(v) _mm512_set1_epi32(v)
+#define IV_AND(a, b) _mm512_and_si512((a), (b))
+#define IV_SRL4(a) _mm512_srli_epi32((a), 4)
+#define IV_FLOAT(a) _mm512_cvtepi32_ps(a)
+#define IV_ADD(a, b) _mm512_add_epi32((a), (b))
+#define Q8I_SPLIT 1  /* two chains a panel: vpdpbusd's latency (4 cycles on AMD Zen 4) */
+#else
+#define IV_DOT(acc, w, x) Q8I_FN(dot4_256)((acc), (w), (x))
+#define IV_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
+#define IV_SET1(v) _mm256_set1_epi32(v)
+#define IV_AND(a, b) _mm256_and_si256((a), (b))
+#define IV_SRL4(a) _mm256_srli_epi32((a), 4)
+#define IV_FLOAT(a) _mm256_cvtepi32_ps(a)
+#define IV_ADD(a, b) _mm256_add_epi32((a), (b))
+#define Q8I_SPLIT 0
+#endif
+
+/* One block of one panel, for rows 0..mr-1 of x: f[i * fs + h] (row i, the
+ * panel's vector h) = fma((float)isum, d_w d_x, f[i * fs + h]), the integer
+ * sums formed as this copy forms them, its bytes read in memory order. blk: the
+ * panel's block b (a bc_q4i_block when q4, else a bc_q8i_block). */
+BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int q4, const int mr, V *f, size_t fs,
+                                            const unsigned char *blk, const int8_t *const *xr,
+                                            const float *const *xd, const int32_t *const *xs,
+                                            size_t b)
+{
+    const bc_q8i_block *w8 = (const bc_q8i_block *)blk;
+    const bc_q4i_block *w4 = (const bc_q4i_block *)blk;
+    IV acc[QR][VPP], acc2[QR][VPP];  /* acc2: a second chain (AVX-512), added at the end */
+    BC_UNROLL
+    for (int i = 0; i < mr; i++)  /* the corrections of unsigned weights: -8 (q4_0i) */
+        BC_UNROLL                 /* or -128 (q8_0i by vpdpbusd) times sum q_x */
+        for (int h = 0; h < VPP; h++) {
+            acc[i][h] = IV_SET1(q4 ? xs[i][b] / 16 : Q8I_DP ? xs[i][b] : 0);
+            acc2[i][h] = IV_SET1(0);
+        }
+    if (q4) {  /* a vector of bytes: its low nibbles weights 4j.., its high 4j + 16.. */
+        const IV low = IV_SET1(0x0F0F0F0F);
+        BC_UNROLL
+        for (int j = 0; j < 4; j++) {
+            IV wl[VPP], wh[VPP];
+            BC_UNROLL
+            for (int h = 0; h < VPP; h++) {
+                const IV raw = IV_LOAD(w4->u[j][h * VL]);
+                wl[h] = IV_AND(raw, low);
+                wh[h] = IV_AND(IV_SRL4(raw), low);
+            }
+            BC_UNROLL
+            for (int i = 0; i < mr; i++) {
+                const IV xl = IV_SET1(ld32(xr[i] + b * 32 + (size_t)j * 4));
+                const IV xh = IV_SET1(ld32(xr[i] + b * 32 + 16 + (size_t)j * 4));
+                BC_UNROLL
+                for (int h = 0; h < VPP; h++) {
+                    acc[i][h] = IV_DOT(acc[i][h], wl[h], xl);
+                    if (Q8I_SPLIT)
+                        acc2[i][h] = IV_DOT(acc2[i][h], wh[h], xh);
+                    else
+                        acc[i][h] = IV_DOT(acc[i][h], wh[h], xh);
+                }
+            }
+        }
+    } else {
+        BC_UNROLL
+        for (int j = 0; j < 8; j++) {
+            IV w[VPP];
+#if !Q8I_DP
+            IV aw[VPP];  /* pmaddubsw: |q_w| times q_x with q_w's sign (pairs at most 2 * 127 * 127) */
+#endif
+            BC_UNROLL
+            for (int h = 0; h < VPP; h++) {
+                w[h] = IV_LOAD(w8->u[j][h * VL]);
+#if !Q8I_DP
+                w[h] = _mm256_xor_si256(w[h], _mm256_set1_epi8((char)0x80));
+                aw[h] = _mm256_abs_epi8(w[h]);
+#endif
+            }
+            BC_UNROLL
+            for (int i = 0; i < mr; i++) {
+                const IV xb = IV_SET1(ld32(xr[i] + b * 32 + (size_t)j * 4));
+                BC_UNROLL
+                for (int h = 0; h < VPP; h++)
+#if Q8I_DP
+                {
+                    if (Q8I_SPLIT && j % 2)
+                        acc2[i][h] = IV_DOT(acc2[i][h], w[h], xb);
+                    else
+                        acc[i][h] = IV_DOT(acc[i][h], w[h], xb);
+                }
+#else
+                    acc[i][h] = _mm256_add_epi32(acc[i][h], _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(aw[h], _mm256_sign_epi8(xb, w[h])),
+                        _mm256_set1_epi16(1)));
+#endif
+            }
+        }
+    }
+    if (Q8I_SPLIT)
+        BC_UNROLL
+        for (int i = 0; i < mr; i++)
+            BC_UNROLL
+            for (int h = 0; h < VPP; h++)
+                acc[i][h] = IV_ADD(acc[i][h], acc2[i][h]);
+    BC_UNROLL
+    for (int h = 0; h < VPP; h++) {
+        const V dw = vload_half((q4 ? w4->d : w8->d) + h * VL);
+        BC_UNROLL
+        for (int i = 0; i < mr; i++)
+            f[(size_t)i * fs + (size_t)h] = vfma(IV_FLOAT(acc[i][h]), vmul(dw, vset1(xd[i][b])),
+                                                 f[(size_t)i * fs + (size_t)h]);
+    }
+}
+
+#undef IV_DOT
+#undef IV_LOAD
+#undef IV_SET1
+#undef IV_AND
+#undef IV_SRL4
+#undef IV_FLOAT
+#undef IV_ADD
+#undef Q8I_SPLIT
+#endif
+
+/* Where each of NP panels from panel p lies (np <= NP of them real; the rest
+ * repeat the last): its block b at org[q] + b * st[q] (bc_format_panel_at). */
+BC_INLINE void Q8I_FN(q8i_where)(const int q4, const int NP, const bc_gemm *g, size_t p,
+                                 size_t np, const unsigned char **org, size_t *st)
+{
+    const bc_format *fmt = bc_format_of(q4 ? BC_DTYPE_Q4_0I : BC_DTYPE_Q8_0I);
+    const size_t panels = (g->oc + PW - 1) / PW;
+    BC_UNROLL
+    for (int q = 0; q < NP; q++) {
+        const bc_panel_at at = bc_format_panel_at(fmt, g->c, panels,
+                                                  p + ((size_t)q < np ? (size_t)q : np - 1));
+        org[q] = (const unsigned char *)g->w + at.origin;
+        st[q] = at.stride;
+    }
+}
+
+/* Rows i0..i0+mr-1 of y (their quantised x at x0, rb bytes apart) by NP panels
+ * from panel p (np <= NP of them real, all in one run; the rest repeat the
+ * last: computed, not stored), over nb blocks. Block by block, each panel's in
+ * turn: a run's blocks lie side by side, so a whole run is read in memory
+ * order (AMD Zen 4: a decoding step's q8_0i products 0.85 of the time of
+ * 8 panels in flight in 8 streams, 0.70 for two and three rows; AVX2 0.60 for
+ * one row, 1.05 / 1.12 for two / three, docs/speed.md). One row runs the
+ * panels unrolled (their sums in registers), more rows one panel at a time
+ * (every row's and panel's sums would not fit), the partial outputs in memory. */
+#if BC_SIMD == 512 || BC_SIMD == 256
 BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int q4, const int mr, const int NP,
                                    const bc_gemm *g, const unsigned char *x0, size_t rb,
                                    size_t i0, size_t p, size_t np, size_t nb)
 {
-    const size_t pb = nb * (q4 ? sizeof(bc_q4i_block) : sizeof(bc_q8i_block)), oc = g->oc;
-    const bc_q8i_block *pan[QD1 > QN ? QD1 : QN];
-    const bc_q4i_block *pan4[QD1 > QN ? QD1 : QN];
-    BC_UNROLL
-    for (int q = 0; q < NP; q++) {
-        const unsigned char *at = (const unsigned char *)g->w
-                                  + (p + ((size_t)q < np ? (size_t)q : np - 1)) * pb;
-        pan[q] = (const bc_q8i_block *)at;
-        pan4[q] = (const bc_q4i_block *)at;
-    }
+    const size_t oc = g->oc, bb = q4 ? sizeof(bc_q4i_block) : sizeof(bc_q8i_block);
+    const unsigned char *org[QP];
+    size_t st[QP];
+    Q8I_FN(q8i_where)(q4, NP, g, p, np, org, st);
     const int8_t *xr[QR];
     const float *xd[QR];
-    const int32_t *xs[QR];  /* the corrections of the +128 bytes (VNNI only) */
+    const int32_t *xs[QR];  /* the corrections of the unsigned weights */
     BC_UNROLL
     for (int i = 0; i < mr; i++) {
         xr[i] = (const int8_t *)(x0 + (size_t)i * rb);
         xd[i] = (const float *)(x0 + (size_t)i * rb + nb * 32);
         xs[i] = (const int32_t *)(x0 + (size_t)i * rb + nb * 36);
     }
-    V f[QR][QP * VPP];
+    V f[QR * QP * VPP];  /* row i, panel q, vector h at f[i * QP * VPP + q * VPP + h] */
     BC_UNROLL
     for (int i = 0; i < mr; i++)
         BC_UNROLL
         for (int t = 0; t < NP * VPP; t++)
-            f[i][t] = vzero();
+            f[i * QP * VPP + t] = vzero();
     for (size_t b = 0; b < nb; b++) {
-        IV acc[QR][QP * VPP];
-#if BC_SIMD == 512
-        BC_UNROLL
-        for (int i = 0; i < mr; i++)
+        if (mr == 1) {
             BC_UNROLL
-            for (int t = 0; t < NP; t++)  /* -128 (q8_0i) or -8 (q4_0i) sum q_x */
-                acc[i][t] = _mm512_set1_epi32(q4 ? xs[i][b] / 16 : xs[i][b]);
-        if (q4) {  /* a vector of bytes: its low nibbles weights 4j.., its high 4j + 16.. */
-            const IV low = _mm512_set1_epi32(0x0F0F0F0F);  /* (AVX-512F: no byte ops needed) */
-            BC_UNROLL
-            for (int j = 0; j < 4; j++) {
-                IV wl[QD1 > QN ? QD1 : QN], wh[QD1 > QN ? QD1 : QN];
-                BC_UNROLL
-                for (int q = 0; q < NP; q++) {
-                    const IV raw = _mm512_loadu_si512((const void *)pan4[q][b].u[j]);
-                    wl[q] = _mm512_and_si512(raw, low);
-                    wh[q] = _mm512_and_si512(_mm512_srli_epi32(raw, 4), low);
-                }
-                BC_UNROLL
-                for (int i = 0; i < mr; i++) {
-                    const IV xl = _mm512_set1_epi32(ld32(xr[i] + b * 32 + (size_t)j * 4));
-                    const IV xh = _mm512_set1_epi32(ld32(xr[i] + b * 32 + 16 + (size_t)j * 4));
-                    BC_UNROLL
-                    for (int q = 0; q < NP; q++) {
-                        acc[i][q] = _mm512_dpbusd_epi32(acc[i][q], wl[q], xl);
-                        acc[i][q] = _mm512_dpbusd_epi32(acc[i][q], wh[q], xh);
-                    }
-                }
-            }
-        } else {
-            BC_UNROLL
-            for (int j = 0; j < 8; j++) {
-                IV w[QD1 > QN ? QD1 : QN];
-                BC_UNROLL
-                for (int q = 0; q < NP; q++)
-                    w[q] = _mm512_loadu_si512((const void *)pan[q][b].u[j]);
-                BC_UNROLL
-                for (int i = 0; i < mr; i++) {
-                    const IV xb = _mm512_set1_epi32(ld32(xr[i] + b * 32 + (size_t)j * 4));
-                    BC_UNROLL
-                    for (int q = 0; q < NP; q++)
-                        acc[i][q] = _mm512_dpbusd_epi32(acc[i][q], w[q], xb);
-                }
-            }
-        }
-#else  /* AVX2: AVX-VNNI's vpdpbusd on 256 bits (Q8I_DP), or pmaddubsw */
-        BC_UNROLL
-        for (int i = 0; i < mr; i++)  /* the corrections of unsigned weights: -8 (q4_0i) */
-            BC_UNROLL                 /* or -128 (q8_0i with vpdpbusd) times sum q_x */
-            for (int t = 0; t < NP * VPP; t++)
-                acc[i][t] = q4 ? _mm256_set1_epi32(xs[i][b] / 16)
-                            : Q8I_DP ? _mm256_set1_epi32(xs[i][b]) : _mm256_setzero_si256();
-        if (q4) {
-            const IV low = _mm256_set1_epi8(15);
-            BC_UNROLL
-            for (int j = 0; j < 4; j++) {
-                IV wl[QP * VPP], wh[QP * VPP];
-                BC_UNROLL
-                for (int t = 0; t < NP * VPP; t++) {
-                    const IV raw = _mm256_loadu_si256(
-                        (const __m256i *)pan4[t / VPP][b].u[j][(t % VPP) * VL]);
-                    wl[t] = _mm256_and_si256(raw, low);
-                    wh[t] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-                }
-                BC_UNROLL
-                for (int i = 0; i < mr; i++) {
-                    const IV xl = _mm256_set1_epi32(ld32(xr[i] + b * 32 + (size_t)j * 4));
-                    const IV xh = _mm256_set1_epi32(ld32(xr[i] + b * 32 + 16 + (size_t)j * 4));
-                    BC_UNROLL
-                    for (int t = 0; t < NP * VPP; t++)
-                        acc[i][t] = Q8I_FN(dot4_256)(Q8I_FN(dot4_256)(acc[i][t], wl[t], xl), wh[t], xh);
-                }
-            }
-        } else {
-#if Q8I_DP
-            BC_UNROLL
-            for (int j = 0; j < 8; j++) {
-                IV w[QP * VPP];
-                BC_UNROLL
-                for (int t = 0; t < NP * VPP; t++)
-                    w[t] = _mm256_loadu_si256((const __m256i *)pan[t / VPP][b].u[j][(t % VPP) * VL]);
-                BC_UNROLL
-                for (int i = 0; i < mr; i++) {
-                    const IV xb = _mm256_set1_epi32(ld32(xr[i] + b * 32 + (size_t)j * 4));
-                    BC_UNROLL
-                    for (int t = 0; t < NP * VPP; t++)
-                        acc[i][t] = _mm256_dpbusd_avx_epi32(acc[i][t], w[t], xb);
-                }
-            }
-#else
-            const IV flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
-            BC_UNROLL
-            for (int j = 0; j < 8; j++) {
-                IV ws[QP * VPP], aw[QP * VPP];
-                BC_UNROLL
-                for (int t = 0; t < NP * VPP; t++) {
-                    ws[t] = _mm256_xor_si256(
-                        _mm256_loadu_si256((const __m256i *)pan[t / VPP][b].u[j][(t % VPP) * VL]), flip);
-                    aw[t] = _mm256_abs_epi8(ws[t]);
-                }
-                BC_UNROLL
-                for (int i = 0; i < mr; i++) {
-                    const IV xb = _mm256_set1_epi32(ld32(xr[i] + b * 32 + (size_t)j * 4));
-                    BC_UNROLL
-                    for (int t = 0; t < NP * VPP; t++)
-                        acc[i][t] = _mm256_add_epi32(acc[i][t], _mm256_madd_epi16(
-                            _mm256_maddubs_epi16(aw[t], _mm256_sign_epi8(xb, ws[t])), ones));
-                }
-            }
-#endif
-        }
-#endif
-        BC_UNROLL
-        for (int t = 0; t < NP * VPP; t++) {
-            const V dw = vload_half((q4 ? pan4[t / VPP][b].d : pan[t / VPP][b].d) + (t % VPP) * VL);
-            BC_UNROLL
-            for (int i = 0; i < mr; i++) {
-#if BC_SIMD == 512
-                const V fs = _mm512_cvtepi32_ps(acc[i][t]);
-#else
-                const V fs = _mm256_cvtepi32_ps(acc[i][t]);
-#endif
-                f[i][t] = vfma(fs, vmul(dw, vset1(xd[i][b])), f[i][t]);
-            }
+            for (int q = 0; q < NP; q++)
+                Q8I_FN(q8i_block)(q4, mr, f + q * VPP, QP * VPP, org[q] + b * st[q], xr, xd, xs, b);
+        } else {  /* the panels of one run: their blocks b side by side */
+            const unsigned char *blk = org[0] + b * st[0];
+            BC_NO_UNROLL
+            for (size_t q = 0; q < np; q++, blk += bb)
+                Q8I_FN(q8i_block)(q4, mr, f + q * VPP, QP * VPP, blk, xr, xd, xs, b);
         }
     }
     for (int i = 0; i < mr; i++)
@@ -187,7 +214,7 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int q4, const int mr, const int
             if ((size_t)(t / VPP) >= np || o >= oc)
                 continue;
             const size_t nv = min_sz(VL, oc - o), row = i0 + (size_t)i;
-            V v = f[i][t];
+            V v = f[i * QP * VPP + t];
             if (g->r)
                 v = vadd(vloadn(g->r + row * oc + o, nv), v);
             const V bias = g->b ? vloadn(g->b + o, nv) : vzero();
@@ -200,32 +227,33 @@ BC_INLINE void Q8I_FN(q8i_tile)(const int q4, const int mr, const int NP, const 
                         const unsigned char *x0, size_t rb, size_t i0, size_t p, size_t np,
                         size_t nb)
 {
-    const size_t pb = nb * (q4 ? sizeof(bc_q4i_block) : sizeof(bc_q8i_block)), oc = g->oc;
-    (void)NP;
+    const size_t oc = g->oc;
+    const unsigned char *org[QP];
+    size_t st[QP];
+    Q8I_FN(q8i_where)(q4, NP, g, p, np, org, st);
     for (int i = 0; i < mr; i++) {
         const int8_t *xr = (const int8_t *)(x0 + (size_t)i * rb);
         const float *xd = (const float *)(x0 + (size_t)i * rb + nb * 32);
         const size_t row = i0 + (size_t)i;
         for (size_t q = 0; q < np; q++) {
-            const unsigned char *at = (const unsigned char *)g->w + (p + q) * pb;
-            const bc_q8i_block *pan = (const bc_q8i_block *)at;
-            const bc_q4i_block *pan4 = (const bc_q4i_block *)at;
             float f[PW];
             for (size_t l = 0; l < PW; l++) {
                 float acc = 0.0f;
                 for (size_t b = 0; b < nb; b++) {
+                    const bc_q8i_block *blk = (const bc_q8i_block *)(org[q] + b * st[q]);
+                    const bc_q4i_block *blk4 = (const bc_q4i_block *)(org[q] + b * st[q]);
                     int32_t isum = 0;
                     for (size_t k = 0; k < 32; k++) {
                         int32_t w;
                         if (q4) {
-                            const int byte = pan4[b].u[k % 16 / 4][l][k % 4];
+                            const int byte = blk4->u[k % 16 / 4][l][k % 4];
                             w = (k < 16 ? byte & 15 : byte >> 4) - 8;
                         } else {
-                            w = (int32_t)pan[b].u[k / 4][l][k % 4] - 128;
+                            w = (int32_t)blk->u[k / 4][l][k % 4] - 128;
                         }
                         isum += w * xr[b * 32 + k];
                     }
-                    const uint16_t dw = q4 ? pan4[b].d[l] : pan[b].d[l];
+                    const uint16_t dw = q4 ? blk4->d[l] : blk->d[l];
                     acc = fmaf((float)isum, bc_half_to_f32(dw) * xd[b], acc);
                 }
                 f[l] = acc;
@@ -276,17 +304,20 @@ static Q8I_TARGET void Q8I_FN(q8i_tile_gemm)(int q4, int mr, const bc_gemm *g, c
         Q8I_FN(q8i_tile_rows)(0, mr, g, x0, rb, i0, p, np, nb);
 }
 
-/* Decoding: n <= BC_ROWS_MAX rows, panels p0.. in groups of QD1 (one row) or QD. */
+/* Decoding: n <= BC_ROWS_MAX rows, a run of panels at a time (its panels'
+ * blocks side by side: a tile reads one stretch of memory), or what is left of
+ * one (a run cut by [p0, p1)). */
 BC_INLINE Q8I_TARGET void Q8I_FN(q8i_decode)(const int q4, const bc_gemm *g, const unsigned char *xq,
                                      size_t rb, size_t n0, size_t n, size_t p0, size_t p1,
                                      size_t nb)
 {
-    for (size_t p = p0; p < p1;) {
-        const size_t left = p1 - p;
+    const size_t G = BC_INTDOT_GROUP;
+    for (size_t p = p0, np; p < p1; p += np) {
+        np = min_sz(p1, p - p % G + G) - p;
         switch (n) {
-        case 1: Q8I_FN(q8i_tile)(q4, 1, QD1, g, xq, rb, n0, p, min_sz(QD1, left), nb); p += QD1; break;
-        case 2: Q8I_FN(q8i_tile)(q4, 2, QD, g, xq, rb, n0, p, min_sz(QD, left), nb); p += QD; break;
-        default: Q8I_FN(q8i_tile)(q4, 3, QD, g, xq, rb, n0, p, min_sz(QD, left), nb); p += QD; break;
+        case 1: Q8I_FN(q8i_tile)(q4, 1, G, g, xq, rb, n0, p, np, nb); break;
+        case 2: Q8I_FN(q8i_tile)(q4, 2, G, g, xq, rb, n0, p, np, nb); break;
+        default: Q8I_FN(q8i_tile)(q4, 3, G, g, xq, rb, n0, p, np, nb); break;
         }
     }
 }
@@ -304,8 +335,8 @@ static Q8I_TARGET void Q8I_FN(q8i_part)(int q4, const bc_gemm *g, const unsigned
             Q8I_FN(q8i_decode)(0, g, xq, rb, n0, n, p0, p1, nb);
         return;
     }
-    for (size_t pc = p0; pc < p1; pc += QB) {
-        const size_t pe = min_sz(pc + QB, p1);
+    for (size_t pc = p0, pe; pc < p1; pc = pe) {  /* a run at a time (its panels in L1/L2) */
+        pe = min_sz(p1, pc - pc % BC_INTDOT_GROUP + BC_INTDOT_GROUP);
         for (size_t i = n0; i < n1; i += QM) {
             const int mr = (int)min_sz(QM, n1 - i);
             for (size_t p = pc; p < pe; p += QN)

@@ -437,6 +437,30 @@ static void bf16i_layout_checks(size_t rows, size_t cols)
     EXPECT(bad == 0);
 }
 
+/* q8_0i's and q4_0i's blocks lie where bc_engine.h says: block b of panel p at
+ * byte B (nb (p - p % 4) + b n + p % 4), B a block's bytes (its 16 rows'), nb
+ * the blocks of a row, n the panels of p's run of 4; each block as the panel
+ * packed alone holds it (whose bytes the round trips check). */
+static void intdot_layout_checks(int dt, size_t rows, size_t cols)
+{
+    float *w = h_alloc(rows * cols);
+    h_fill(w, rows * cols, (uint32_t)(rows + 3 * cols), 1.0f);
+    const size_t bytes = packed(dt, rows, cols), panels = (rows + 15) / 16, nb = (cols + 31) / 32;
+    const size_t bb = dt == BC_DTYPE_Q8_0I ? 544 : 288;  /* (bc_engine.h) */
+    unsigned char *m = h_alloc_bytes(bytes), *one = h_alloc_bytes(nb * bb);
+    EXPECT_STATUS(BC_OK, bc_pack(m, bytes, w, dt, rows, cols));
+    EXPECT(bytes == panels * nb * bb);
+    size_t bad = 0;
+    for (size_t p = 0; p < panels; p++) {
+        const size_t nl = rows - 16 * p < 16 ? rows - 16 * p : 16;
+        const size_t p0 = p - p % 4, n = panels - p0 < 4 ? panels - p0 : 4;
+        EXPECT_STATUS(BC_OK, bc_pack(one, nb * bb, w + 16 * p * cols, dt, nl, cols));
+        for (size_t b = 0; b < nb; b++)
+            bad += memcmp(m + bb * (nb * p0 + b * n + p % 4), one + b * bb, bb) != 0;
+    }
+    EXPECT(bad == 0);
+}
+
 /* A transposed matrix (Conv1D's (in, out)) packs, through the strides, to the
  * bytes its contiguous transpose packs to. */
 static void strided_checks(size_t rows, size_t cols)
@@ -502,13 +526,16 @@ void test_pack(void)
     q8i_checks(3, 100, 33);
     q8i_checks(2, 41, 17);
     q8i_checks(37, 700, 90);
-    /* bfloat16i's runs of 4 panels: whole runs two at a time (one row, AVX-512),
-     * a short last run, a run a tile (two and three rows) */
+    /* runs of 4 panels (bfloat16i's, q8_0i's, q4_0i's): whole runs two at a
+     * time (one row, AVX-512), a short last run, a run a tile (two and three rows) */
     q8i_checks(1, 300, 200);
     q8i_checks(1, 64, 256);
     q8i_checks(2, 300, 100);
     q8i_checks(3, 301, 130);
     const size_t lay[][2] = {{1, 1}, {17, 3}, {64, 8}, {90, 33}, {200, 300}};
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 5; i++) {
         bf16i_layout_checks(lay[i][0], lay[i][1]);
+        intdot_layout_checks(BC_DTYPE_Q8_0I, lay[i][0], lay[i][1]);
+        intdot_layout_checks(BC_DTYPE_Q4_0I, lay[i][0], lay[i][1]);
+    }
 }
