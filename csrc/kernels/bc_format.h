@@ -99,7 +99,7 @@ typedef struct {
 
 /* bfloat16i's panels interleave 4 by 4 (bc_format_panel_at): the panels its
  * decoding keeps in flight on AVX2, half of AVX-512's on one thread (two runs
- * at once; on threads, a unit is one run: linear.c) */
+ * at once; on threads, a thread's share is whole runs: linear.c) */
 #define BC_BF16I_GROUP 4
 
 typedef struct {

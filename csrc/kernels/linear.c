@@ -73,19 +73,23 @@ static void gemm_unit(const void *arg, size_t u, int t)
  * panels in flight, and the integer formats, bound by their arithmetic, ran a
  * quarter slower in units of 4 panels (a decode step on two threads, measured
  * with benches); a late helper's unit is still taken by whoever is free. A
- * format that interleaves its panels decodes a run a unit (bfloat16i on an AMD
- * Zen 4, two threads: even shares cutting runs in two ran 3-5% slower). A
- * prompt's rows (quantised x) take units of 4 panels, their panels kept in L2
- * while the rows stream past. The bits do not depend on the units. */
+ * format that interleaves its panels in runs rounds the share up to whole
+ * runs (an AMD Zen 4, two threads: bfloat16i's even shares cutting runs in two
+ * ran 3-5% slower; q8_0i's units of one run, claimed in turn, 8% slower than
+ * whole-run shares, benches/ab_products.py). A prompt's rows (quantised x) take
+ * units of 4 panels, their panels kept in L2 while the rows stream past. The
+ * bits do not depend on the units. */
 #define COL_UNIT 64  /* 4 panels */
 
 /* The columns of a unit of a product of n rows of x on nt threads. */
 static size_t unit_cols(size_t oc, size_t n, int nt, size_t group)
 {
-    const size_t np = (oc + BC_PANEL - 1) / BC_PANEL;
-    if (n <= BC_ROWS_MAX && group > 1)
-        return group * BC_PANEL;  /* a format's run of panels (bc_format_panel_at) */
-    return n <= BC_ROWS_MAX ? (np + (size_t)nt - 1) / (size_t)nt * BC_PANEL : COL_UNIT;
+    const size_t np = (oc + BC_PANEL - 1) / BC_PANEL, share = (np + (size_t)nt - 1) / (size_t)nt;
+    if (n > BC_ROWS_MAX)
+        return COL_UNIT;
+    if (group > 1)  /* whole runs of the format's panels (bc_format_panel_at) */
+        return (share + group - 1) / group * group * BC_PANEL;
+    return share * BC_PANEL;
 }
 
 static void rows_unit(const void *arg, size_t u, int t)
