@@ -167,9 +167,10 @@ BC_INLINE void Q8I_FN(q8i_where)(const int q4, const int NP, const bc_gemm *g, s
  * from panel p (np <= NP of them real, all in one run; the rest repeat the
  * last: computed, not stored), over nb blocks. Block by block, each panel's in
  * turn: a run's blocks lie side by side, so a whole run is read in memory
- * order (AMD Zen 4: a decoding step's q8_0i products 0.85 of the time of
- * 8 panels in flight in 8 streams, 0.70 for two and three rows; AVX2 0.60 for
- * one row, 1.05 / 1.12 for two / three, docs/speed.md). One row runs the
+ * order (AMD Zen 4, a decoding step's q8_0i products on one thread: 0.74 of
+ * the time of the old tiles, 8 panels in flight in 8 streams; 0.67 for two and
+ * three rows; AVX2 0.56 for one row, 1.17 / 1.13 for two / three: section
+ * ab-products-q8_0i of docs/speed.md). One row runs the
  * panels unrolled (their sums in registers), more rows one panel at a time
  * (every row's and panel's sums would not fit), the partial outputs in memory. */
 #if BC_SIMD == 512 || BC_SIMD == 256
