@@ -30,7 +30,6 @@ BC_INLINE Q8I_TARGET IV Q8I_FN(dot4_256)(IV acc, IV w, IV x)
 #define IV_SRL4(a) _mm512_srli_epi32((a), 4)
 #define IV_FLOAT(a) _mm512_cvtepi32_ps(a)
 #define IV_ADD(a, b) _mm512_add_epi32((a), (b))
-#define Q8I_SPLIT 1  /* two chains a panel: vpdpbusd's latency (4 cycles on AMD Zen 4) */
 #else
 #define IV_DOT(acc, w, x) Q8I_FN(dot4_256)((acc), (w), (x))
 #define IV_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
@@ -39,101 +38,103 @@ BC_INLINE Q8I_TARGET IV Q8I_FN(dot4_256)(IV acc, IV w, IV x)
 #define IV_SRL4(a) _mm256_srli_epi32((a), 4)
 #define IV_FLOAT(a) _mm256_cvtepi32_ps(a)
 #define IV_ADD(a, b) _mm256_add_epi32((a), (b))
-#define Q8I_SPLIT 0
 #endif
 
-/* One block of one panel, for rows 0..mr-1 of x: f[i * fs + h] (row i, the
- * panel's vector h) = fma((float)isum, d_w d_x, f[i * fs + h]), the integer
- * sums formed as this copy forms them, its bytes read in memory order. blk: the
- * panel's block b (a bc_q4i_block when q4, else a bc_q8i_block). */
-BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int q4, const int mr, V *f, size_t fs,
-                                            const unsigned char *blk, const int8_t *const *xr,
-                                            const float *const *xd, const int32_t *const *xs,
-                                            size_t b)
+/* Block b of NB panels, for rows 0..mr-1 of x: f[i * fs + k * VPP + h] (row i,
+ * panel k's vector h) = fma((float)isum, d_w d_x, that), the integer sums
+ * formed as this copy forms them. blk[k]: panel k's block b (bc_q4i_block when
+ * q4, else bc_q8i_block). One panel (decoding) reads its block's bytes in
+ * order, in two chains a panel when spl (vpdpbusd's latency); several (the
+ * GEMM, its weights in L1/L2) share each broadcast of x. */
+BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int q4, const int mr, const int NB,
+                                            const int spl, V *f, size_t fs,
+                                            const unsigned char *const *blk,
+                                            const int8_t *const *xr, const float *const *xd,
+                                            const int32_t *const *xs, size_t b)
 {
-    const bc_q8i_block *w8 = (const bc_q8i_block *)blk;
-    const bc_q4i_block *w4 = (const bc_q4i_block *)blk;
-    IV acc[QR][VPP], acc2[QR][VPP];  /* acc2: a second chain (AVX-512), added at the end */
+    IV acc[QR][QN * VPP], acc2[QR][QN * VPP];  /* acc2: the second chain (spl) */
     BC_UNROLL
     for (int i = 0; i < mr; i++)  /* the corrections of unsigned weights: -8 (q4_0i) */
         BC_UNROLL                 /* or -128 (q8_0i by vpdpbusd) times sum q_x */
-        for (int h = 0; h < VPP; h++) {
-            acc[i][h] = IV_SET1(q4 ? xs[i][b] / 16 : Q8I_DP ? xs[i][b] : 0);
-            acc2[i][h] = IV_SET1(0);
+        for (int t = 0; t < NB * VPP; t++) {
+            acc[i][t] = IV_SET1(q4 ? xs[i][b] / 16 : Q8I_DP ? xs[i][b] : 0);
+            acc2[i][t] = IV_SET1(0);
         }
     if (q4) {  /* a vector of bytes: its low nibbles weights 4j.., its high 4j + 16.. */
         const IV low = IV_SET1(0x0F0F0F0F);
         BC_UNROLL
         for (int j = 0; j < 4; j++) {
-            IV wl[VPP], wh[VPP];
+            IV wl[QN * VPP], wh[QN * VPP];
             BC_UNROLL
-            for (int h = 0; h < VPP; h++) {
-                const IV raw = IV_LOAD(w4->u[j][h * VL]);
-                wl[h] = IV_AND(raw, low);
-                wh[h] = IV_AND(IV_SRL4(raw), low);
+            for (int t = 0; t < NB * VPP; t++) {
+                const IV raw = IV_LOAD(((const bc_q4i_block *)blk[t / VPP])->u[j][t % VPP * VL]);
+                wl[t] = IV_AND(raw, low);
+                wh[t] = IV_AND(IV_SRL4(raw), low);
             }
             BC_UNROLL
             for (int i = 0; i < mr; i++) {
                 const IV xl = IV_SET1(ld32(xr[i] + b * 32 + (size_t)j * 4));
                 const IV xh = IV_SET1(ld32(xr[i] + b * 32 + 16 + (size_t)j * 4));
                 BC_UNROLL
-                for (int h = 0; h < VPP; h++) {
-                    acc[i][h] = IV_DOT(acc[i][h], wl[h], xl);
-                    if (Q8I_SPLIT)
-                        acc2[i][h] = IV_DOT(acc2[i][h], wh[h], xh);
+                for (int t = 0; t < NB * VPP; t++) {
+                    acc[i][t] = IV_DOT(acc[i][t], wl[t], xl);
+                    if (spl)
+                        acc2[i][t] = IV_DOT(acc2[i][t], wh[t], xh);
                     else
-                        acc[i][h] = IV_DOT(acc[i][h], wh[h], xh);
+                        acc[i][t] = IV_DOT(acc[i][t], wh[t], xh);
                 }
             }
         }
     } else {
         BC_UNROLL
         for (int j = 0; j < 8; j++) {
-            IV w[VPP];
+            IV w[QN * VPP];
 #if !Q8I_DP
-            IV aw[VPP];  /* pmaddubsw: |q_w| times q_x with q_w's sign (pairs at most 2 * 127 * 127) */
+            IV aw[QN * VPP];  /* pmaddubsw: |q_w| times q_x with q_w's sign (pairs at most 2 * 127 * 127) */
 #endif
             BC_UNROLL
-            for (int h = 0; h < VPP; h++) {
-                w[h] = IV_LOAD(w8->u[j][h * VL]);
+            for (int t = 0; t < NB * VPP; t++) {
+                w[t] = IV_LOAD(((const bc_q8i_block *)blk[t / VPP])->u[j][t % VPP * VL]);
 #if !Q8I_DP
-                w[h] = _mm256_xor_si256(w[h], _mm256_set1_epi8((char)0x80));
-                aw[h] = _mm256_abs_epi8(w[h]);
+                w[t] = _mm256_xor_si256(w[t], _mm256_set1_epi8((char)0x80));
+                aw[t] = _mm256_abs_epi8(w[t]);
 #endif
             }
             BC_UNROLL
             for (int i = 0; i < mr; i++) {
                 const IV xb = IV_SET1(ld32(xr[i] + b * 32 + (size_t)j * 4));
                 BC_UNROLL
-                for (int h = 0; h < VPP; h++)
+                for (int t = 0; t < NB * VPP; t++)
 #if Q8I_DP
                 {
-                    if (Q8I_SPLIT && j % 2)
-                        acc2[i][h] = IV_DOT(acc2[i][h], w[h], xb);
+                    if (spl && j % 2)
+                        acc2[i][t] = IV_DOT(acc2[i][t], w[t], xb);
                     else
-                        acc[i][h] = IV_DOT(acc[i][h], w[h], xb);
+                        acc[i][t] = IV_DOT(acc[i][t], w[t], xb);
                 }
 #else
-                    acc[i][h] = _mm256_add_epi32(acc[i][h], _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(aw[h], _mm256_sign_epi8(xb, w[h])),
+                    acc[i][t] = _mm256_add_epi32(acc[i][t], _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(aw[t], _mm256_sign_epi8(xb, w[t])),
                         _mm256_set1_epi16(1)));
 #endif
             }
         }
     }
-    if (Q8I_SPLIT)
+    if (spl)
         BC_UNROLL
         for (int i = 0; i < mr; i++)
             BC_UNROLL
-            for (int h = 0; h < VPP; h++)
-                acc[i][h] = IV_ADD(acc[i][h], acc2[i][h]);
+            for (int t = 0; t < NB * VPP; t++)
+                acc[i][t] = IV_ADD(acc[i][t], acc2[i][t]);
     BC_UNROLL
-    for (int h = 0; h < VPP; h++) {
-        const V dw = vload_half((q4 ? w4->d : w8->d) + h * VL);
+    for (int t = 0; t < NB * VPP; t++) {
+        const uint16_t *d = q4 ? ((const bc_q4i_block *)blk[t / VPP])->d
+                               : ((const bc_q8i_block *)blk[t / VPP])->d;
+        const V dw = vload_half(d + t % VPP * VL);
         BC_UNROLL
         for (int i = 0; i < mr; i++)
-            f[(size_t)i * fs + (size_t)h] = vfma(IV_FLOAT(acc[i][h]), vmul(dw, vset1(xd[i][b])),
-                                                 f[(size_t)i * fs + (size_t)h]);
+            f[(size_t)i * fs + (size_t)t] = vfma(IV_FLOAT(acc[i][t]), vmul(dw, vset1(xd[i][b])),
+                                                 f[(size_t)i * fs + (size_t)t]);
     }
 }
 
@@ -144,7 +145,6 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int q4, const int mr, V *f, si
 #undef IV_SRL4
 #undef IV_FLOAT
 #undef IV_ADD
-#undef Q8I_SPLIT
 #endif
 
 /* Where each of NP panels from panel p lies (np <= NP of them real; the rest
@@ -172,9 +172,11 @@ BC_INLINE void Q8I_FN(q8i_where)(const int q4, const int NP, const bc_gemm *g, s
  * three rows; AVX2 0.56 for one row, 1.17 / 1.13 for two / three: section
  * ab-products-q8_0i of docs/speed.md). One row runs the
  * panels unrolled (their sums in registers), more rows one panel at a time
- * (every row's and panel's sums would not fit), the partial outputs in memory. */
+ * (every row's and panel's sums would not fit), the partial outputs in memory.
+ * The GEMM's tile (gemm: its panels from L1/L2, the rows streaming past)
+ * takes its NP <= QN panels together, sharing each broadcast of x. */
 #if BC_SIMD == 512 || BC_SIMD == 256
-BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int q4, const int mr, const int NP,
+BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int q4, const int gemm, const int mr, const int NP,
                                    const bc_gemm *g, const unsigned char *x0, size_t rb,
                                    size_t i0, size_t p, size_t np, size_t nb)
 {
@@ -198,15 +200,23 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int q4, const int mr, const int
         for (int t = 0; t < NP * VPP; t++)
             f[i * QP * VPP + t] = vzero();
     for (size_t b = 0; b < nb; b++) {
-        if (mr == 1) {
+        if (gemm) {  /* NP <= QN panels side by side */
+            const unsigned char *blk[QN];
             BC_UNROLL
             for (int q = 0; q < NP; q++)
-                Q8I_FN(q8i_block)(q4, mr, f + q * VPP, QP * VPP, org[q] + b * st[q], xr, xd, xs, b);
+                blk[q] = org[q] + b * st[q];
+            Q8I_FN(q8i_block)(q4, mr, NP, 0, f, QP * VPP, blk, xr, xd, xs, b);
+        } else if (mr == 1) {
+            BC_UNROLL
+            for (int q = 0; q < NP; q++) {
+                const unsigned char *blk = org[q] + b * st[q];
+                Q8I_FN(q8i_block)(q4, mr, 1, Q8I_SPLIT, f + q * VPP, QP * VPP, &blk, xr, xd, xs, b);
+            }
         } else {  /* the panels of one run: their blocks b side by side */
             const unsigned char *blk = org[0] + b * st[0];
             BC_NO_UNROLL
             for (size_t q = 0; q < np; q++, blk += bb)
-                Q8I_FN(q8i_block)(q4, mr, f + q * VPP, QP * VPP, blk, xr, xd, xs, b);
+                Q8I_FN(q8i_block)(q4, mr, 1, Q8I_SPLIT, f + q * VPP, QP * VPP, &blk, xr, xd, xs, b);
         }
     }
     for (int i = 0; i < mr; i++)
@@ -224,13 +234,14 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int q4, const int mr, const int
 }
 #else
 /* portable C: one product at a time, the chain with fmaf */
-BC_INLINE void Q8I_FN(q8i_tile)(const int q4, const int mr, const int NP, const bc_gemm *g,
+BC_INLINE void Q8I_FN(q8i_tile)(const int q4, const int gemm, const int mr, const int NP, const bc_gemm *g,
                         const unsigned char *x0, size_t rb, size_t i0, size_t p, size_t np,
                         size_t nb)
 {
     const size_t oc = g->oc;
     const unsigned char *org[QP];
     size_t st[QP];
+    (void)gemm;
     Q8I_FN(q8i_where)(q4, NP, g, p, np, org, st);
     for (int i = 0; i < mr; i++) {
         const int8_t *xr = (const int8_t *)(x0 + (size_t)i * rb);
@@ -281,15 +292,15 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile_rows)(const int q4, int mr, const bc_g
                                         size_t np, size_t nb)
 {
     switch (mr) {
-    case 1: Q8I_FN(q8i_tile)(q4, 1, QN, g, x0, rb, i0, p, np, nb); break;
-    case 2: Q8I_FN(q8i_tile)(q4, 2, QN, g, x0, rb, i0, p, np, nb); break;
+    case 1: Q8I_FN(q8i_tile)(q4, 1, 1, QN, g, x0, rb, i0, p, np, nb); break;
+    case 2: Q8I_FN(q8i_tile)(q4, 1, 2, QN, g, x0, rb, i0, p, np, nb); break;
 #if QM >= 4
-    case 3: Q8I_FN(q8i_tile)(q4, 3, QN, g, x0, rb, i0, p, np, nb); break;
-    case 4: Q8I_FN(q8i_tile)(q4, 4, QN, g, x0, rb, i0, p, np, nb); break;
+    case 3: Q8I_FN(q8i_tile)(q4, 1, 3, QN, g, x0, rb, i0, p, np, nb); break;
+    case 4: Q8I_FN(q8i_tile)(q4, 1, 4, QN, g, x0, rb, i0, p, np, nb); break;
 #endif
 #if QM >= 6
-    case 5: Q8I_FN(q8i_tile)(q4, 5, QN, g, x0, rb, i0, p, np, nb); break;
-    case 6: Q8I_FN(q8i_tile)(q4, 6, QN, g, x0, rb, i0, p, np, nb); break;
+    case 5: Q8I_FN(q8i_tile)(q4, 1, 5, QN, g, x0, rb, i0, p, np, nb); break;
+    case 6: Q8I_FN(q8i_tile)(q4, 1, 6, QN, g, x0, rb, i0, p, np, nb); break;
 #endif
     default: break;
     }
@@ -316,9 +327,9 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_decode)(const int q4, const bc_gemm *g, con
     for (size_t p = p0, np; p < p1; p += np) {
         np = min_sz(p1, p - p % G + G) - p;
         switch (n) {
-        case 1: Q8I_FN(q8i_tile)(q4, 1, G, g, xq, rb, n0, p, np, nb); break;
-        case 2: Q8I_FN(q8i_tile)(q4, 2, G, g, xq, rb, n0, p, np, nb); break;
-        default: Q8I_FN(q8i_tile)(q4, 3, G, g, xq, rb, n0, p, np, nb); break;
+        case 1: Q8I_FN(q8i_tile)(q4, 0, 1, G, g, xq, rb, n0, p, np, nb); break;
+        case 2: Q8I_FN(q8i_tile)(q4, 0, 2, G, g, xq, rb, n0, p, np, nb); break;
+        default: Q8I_FN(q8i_tile)(q4, 0, 3, G, g, xq, rb, n0, p, np, nb); break;
         }
     }
 }
