@@ -481,7 +481,7 @@ def _runs(p: np.ndarray) -> np.ndarray:
     """The bytes of panels ``p`` (panels, blocks, a panel block's bytes) with each run of
     :data:`_RUN` panels (the last: those left) interleaved block by block: block b of
     panel q of a run of n at b * n + q (bc_engine.h, q8_0i)."""
-    panels, whole = p.shape[0], p.shape[0] // _RUN * _RUN
+    whole = p.shape[0] // _RUN * _RUN
     runs = p[:whole].reshape(whole // _RUN, _RUN, *p.shape[1:]).swapaxes(1, 2)
     return np.concatenate([runs.reshape(-1), p[whole:].swapaxes(0, 1).reshape(-1)])
 

@@ -526,8 +526,8 @@ void test_pack(void)
     q8i_checks(3, 100, 33);
     q8i_checks(2, 41, 17);
     q8i_checks(37, 700, 90);
-    /* runs of 4 panels (bfloat16i's, q8_0i's, q4_0i's): whole runs two at a
-     * time (one row, AVX-512), a short last run, a run a tile (two and three rows) */
+    /* runs of 4 panels (bfloat16i's, q8_0i's, q4_0i's): whole runs, two at a
+     * time for bfloat16i's one row on AVX-512, a short last run, a run a tile */
     q8i_checks(1, 300, 200);
     q8i_checks(1, 64, 256);
     q8i_checks(2, 300, 100);
