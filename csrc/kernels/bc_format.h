@@ -163,6 +163,20 @@ static inline bc_panel_at bc_format_panel_at(const bc_format *f, size_t cols, si
     return at;
 }
 
+/* How many panels from p a decoding walk over [p, p1) takes next: per of them
+ * (a multiple of the format's group) when p starts a run and whole runs reach
+ * that far, else what is left of p's run (a run cut by p1, or the short last
+ * run), so that a tile never spans a run's end: q8_0i and q4_0i take one run
+ * (per = group), bfloat16i one or two. */
+static inline size_t bc_format_run_take(size_t group, size_t panels, size_t p, size_t p1,
+                                        size_t per)
+{
+    const size_t whole = panels / group * group, end = p - p % group + group;
+    if (p % group == 0 && p + per <= (p1 < whole ? p1 : whole))
+        return per;
+    return (p1 < end ? p1 : end) - p;
+}
+
 /* Bytes per weight (the memory a product streams). */
 static inline double bc_format_weight_bytes(const bc_format *f)
 {

@@ -144,12 +144,10 @@ static void BF_FN(bf16i_part)(const bc_gemm *g, const unsigned char *xq, size_t 
     _Static_assert(BF_D1 % BC_BF16I_GROUP == 0 && BF_D % BC_BF16I_GROUP == 0,
                    "decoding takes whole runs of panels");
     if (n <= BC_ROWS_MAX) {
-        /* per panels at once, whole runs side by side; else what is left of a run
-         * (a run cut by [p0, p1), or the short last one) */
-        const size_t per = n == 1 ? BF_D1 : BF_D, G = BC_BF16I_GROUP, whole = panels / G * G;
+        /* per panels at once, whole runs side by side; else what is left of a run */
+        const size_t per = n == 1 ? BF_D1 : BF_D;
         for (size_t p = p0; p < p1;) {
-            const size_t np = p % G == 0 && p + per <= min_sz(p1, whole)
-                                  ? per : min_sz(p1, p - p % G + G) - p;
+            const size_t np = bc_format_run_take(BC_BF16I_GROUP, panels, p, p1, per);
             BF_FN(bf16i_raw)(1, (int)n, g, xq, rb, bc_format_panel_at(f, g->c, panels, p), np,
                              npair, acc);
             bf16i_finish(g, acc, per * PW, (int)n, n0, p, np);

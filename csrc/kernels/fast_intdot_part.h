@@ -323,9 +323,9 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_decode)(const int q4, const bc_gemm *g, con
                                      size_t rb, size_t n0, size_t n, size_t p0, size_t p1,
                                      size_t nb)
 {
-    const size_t G = BC_INTDOT_GROUP;
+    const size_t G = BC_INTDOT_GROUP, panels = (g->oc + PW - 1) / PW;
     for (size_t p = p0, np; p < p1; p += np) {
-        np = min_sz(p1, p - p % G + G) - p;
+        np = bc_format_run_take(G, panels, p, p1, G);
         switch (n) {
         case 1: Q8I_FN(q8i_tile)(q4, 0, 1, G, g, xq, rb, n0, p, np, nb); break;
         case 2: Q8I_FN(q8i_tile)(q4, 0, 2, G, g, xq, rb, n0, p, np, nb); break;
