@@ -30,7 +30,7 @@ extern "C" {
  * rows) differs in the last bits between its variants. */
 #define BC_FAMILY_GEMM 0         /* prompts: the GEMM tile of every layout, the backward's products */
 #define BC_FAMILY_DECODE_F32 1   /* up to 3 rows on float32 panels (decoding) */
-#define BC_FAMILY_DECODE_BF16 2  /* ... on bfloat16 panels */
+#define BC_FAMILY_DECODE_BF16 2  /* ... on bfloat16 and float16 panels */
 #define BC_FAMILY_DECODE_Q8_0 3  /* ... on q8_0 panels */
 #define BC_FAMILY_DECODE_ROWS 4  /* ... on a caller's row-major float32 weights */
 #define BC_FAMILY_ATTENTION 5    /* attention: prompts, decoding, backward */

@@ -116,8 +116,16 @@ BC_INLINE void prows_group(const size_t sg, const size_t sh, const wf_state_fn s
  * 8 accumulators already make 4 panels). 4 chains of FMAs on AVX-512 still
  * consume 64 bytes a cycle, past any memory's speed. The formats that convert
  * more (q8_0 and the 4-bit ones) are bound by their arithmetic and keep RACC
- * chains: 4 panels made q8_0 14% slower. */
+ * chains: 4 panels made q8_0 14% slower. The formats of two bytes a weight
+ * (bfloat16, float16) stream PG_STREAM2 panels, twice as many, so that a step
+ * of k reads as many bytes as float32's (256 on AVX-512; AVX2's 8 accumulators
+ * keep it at 4): on an AMD Zen 5 (family 26 model 2) a SmolLM2 step's products
+ * on one row took 0.90 (bfloat16) and 0.88 (float16) of the time they took on
+ * 4 panels, 0.93-0.95 on 2-3 rows and 2 threads, where float32 on 8 panels
+ * took 1.05-1.13 (benches/ab_products.py; docs/speed.md). 16 panels: slower
+ * again (1.2 of 8's). */
 #define PG_STREAM 4
+#define PG_STREAM2 8
 #define PG_ALL(n) (RACC / ((n) * VPP) > 0 ? RACC / ((n) * VPP) : 1)
 #define PG(n) (PG_ALL(n) < gmax ? PG_ALL(n) : gmax)
 

@@ -42,7 +42,7 @@ BC_INLINE V bf16_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st s
 // y (N,OC), x (N,C), w (OC,C) bfloat16 panels; N <= BC_ROWS_MAX
 static void prows_bf16(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_part(BC_DTYPE_BF16, PG_STREAM, 32, bf16_state, bf16_vec, g, o0, o1);
+    prows_part(BC_DTYPE_BF16, PG_STREAM2, 32, bf16_state, bf16_vec, g, o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) bfloat16 panels, columns o0.., rows p0..
@@ -67,7 +67,7 @@ BC_INLINE V f16_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st st
 // y (N,OC), x (N,C), w (OC,C) float16 panels; N <= BC_ROWS_MAX
 static void prows_f16(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_part(BC_DTYPE_F16, PG_STREAM, 32, f16_state, f16_vec, g, o0, o1);
+    prows_part(BC_DTYPE_F16, PG_STREAM2, 32, f16_state, f16_vec, g, o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) float16 panels, columns o0.., rows p0..

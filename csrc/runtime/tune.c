@@ -131,6 +131,9 @@ static void take(bc_kernel_table *t, const bc_kernel_table *src, int f)
     case BC_FAMILY_DECODE_ROWS: {
         const int wf = family_wf(f);
         t->wf[wf].rows_part = src->wf[wf].rows_part;
+        if (f == BC_FAMILY_DECODE_BF16)  /* float16's decoder: the same reads, another conversion */
+            t->wf[BC_WF_PANEL(BC_DTYPE_F16)].rows_part =
+                src->wf[BC_WF_PANEL(BC_DTYPE_F16)].rows_part;
         break;
     }
     case BC_FAMILY_DECODE_Q8_0I: case BC_FAMILY_DECODE_BF16I: {

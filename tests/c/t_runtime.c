@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "harness.h"
+#include "bc_rt.h"  /* the assembled table (internal): which variant a layout decodes with */
 
 #define NB(n) ((n) * sizeof(float))
 
@@ -99,6 +100,16 @@ static void choice_checks(void)
             EXPECT_STATUS(BC_OK, bc_kernel_choice(&isa, &how, sec, BC_FAMILY_DECODE_BF16, BC_NISAS));
             EXPECT(isa != slow && how == BC_CHOSEN_TIMED && sec[slow] >= h && sec[isa] < h);
             EXPECT_STATUS(BC_OK, bc_tune_handicap(BC_FAMILY_DECODE_BF16, slow, 0.0));
+        }
+        /* float16's decoder goes with bfloat16's family, not the GEMM's */
+        const int f16 = BC_WF_PANEL(BC_DTYPE_F16), bf16 = BC_WF_PANEL(BC_DTYPE_BF16);
+        for (int v = BC_ISA_AVX2; v <= BC_ISA_AVX512; v++) {
+            EXPECT_STATUS(BC_OK, bc_set_kernel_choice(BC_FAMILY_GEMM, BC_ISA_AVX2 + BC_ISA_AVX512 - v));
+            EXPECT_STATUS(BC_OK, bc_set_kernel_choice(BC_FAMILY_DECODE_BF16, v));
+            const bc_kernel_table *t = bc_rt_auto_table(), *want = bc_rt_table_of(v);
+            EXPECT(t->wf[f16].rows_part == want->wf[f16].rows_part);
+            EXPECT(t->wf[bf16].rows_part == want->wf[bf16].rows_part);
+            EXPECT(t->wf[f16].panels != want->wf[f16].panels);  /* prompts: the GEMM's */
         }
         EXPECT_STATUS(BC_OK, bc_set_kernel_choice(BC_FAMILY_GEMM, BC_ISA_AVX2));
         EXPECT_STATUS(BC_OK, bc_kernel_choice(&isa, &how, NULL, BC_FAMILY_GEMM, 0));
