@@ -120,8 +120,8 @@ BC_INLINE void prows_group(const size_t sg, const size_t sh, const wf_state_fn s
  * (bfloat16, float16) stream PG_STREAM2 panels, twice as many, so that a step
  * of k reads as many bytes as float32's (256 on AVX-512; AVX2's 8 accumulators
  * keep it at 4): on an AMD Zen 5 (family 26 model 2) a SmolLM2 step's products
- * on one row took 0.90 (bfloat16) and 0.88 (float16) of the time they took on
- * 4 panels, 0.93-0.95 on 2-3 rows and 2 threads, where float32 on 8 panels
+ * on one row took 0.90 (bfloat16) and 0.91 (float16) of the time they took on
+ * 4 panels, 0.92-0.96 on 2-3 rows and 2 threads, where float32 on 8 panels
  * took 1.05-1.13 (benches/ab_products.py; docs/speed.md). 16 panels: slower
  * again (1.2 of 8's). */
 #define PG_STREAM 4
