@@ -300,7 +300,7 @@ static void sizes_checks(void)
 {
     bc_gpt_config c = tiny(1);
     size_t *n = h_alloc_bytes(sizeof *n);
-    bc_gpt_cache cache = {NULL, NULL, 1, 6, 0, NULL};
+    bc_gpt_cache cache = {NULL, NULL, 1, 6, 0, NULL, BC_DTYPE_F32};
 
     EXPECT_STATUS(BC_ENULL, bc_gpt_cache_size(NULL, &c, 1, 4));
     EXPECT_STATUS(BC_ENULL, bc_gpt_cache_size(n, NULL, 1, 4));
@@ -353,7 +353,7 @@ static void forward_checks(int tied)
     EXPECT_STATUS(BC_OK, bc_gpt_param_bytes(&nbytes, &c));
     const size_t np = nbytes / 4;  /* float32: any floats are valid parameters */
     EXPECT_STATUS(BC_OK, bc_gpt_cache_size(&nc, &c, B, 6));
-    bc_gpt_cache cache = {h_alloc(nc), h_alloc(nc), B, 6, 0, NULL};
+    bc_gpt_cache cache = {h_alloc(nc), h_alloc(nc), B, 6, 0, NULL, BC_DTYPE_F32};
     EXPECT_STATUS(BC_OK, bc_gpt_workspace_size(&nw, &c, B, T, NULL));
     EXPECT_STATUS(BC_OK, bc_gpt_workspace_size(&nwc, &c, B, T, &cache));
     float *p = h_alloc(np), *work = h_alloc(nwc > nw ? nwc : nw);
@@ -532,7 +532,7 @@ static void variant_checks(bc_gpt_config c)
     unsigned char *p = random_params(&c, 77);
     size_t nw = 0, nwc = 0, nc = 0;
     EXPECT_STATUS(BC_OK, bc_gpt_cache_size(&nc, &c, B, T));
-    bc_gpt_cache cache = {h_alloc(nc), h_alloc(nc), B, T, 0, NULL};
+    bc_gpt_cache cache = {h_alloc(nc), h_alloc(nc), B, T, 0, NULL, BC_DTYPE_F32};
     EXPECT_STATUS(BC_OK, bc_gpt_workspace_size(&nw, &c, B, T, NULL));
     EXPECT_STATUS(BC_OK, bc_gpt_workspace_size(&nwc, &c, B, T, &cache));
     float *work = h_alloc(nw > nwc ? nw : nwc), *full = h_alloc(B * T * V), *step = h_alloc(B * V);
@@ -613,16 +613,16 @@ static void ragged_checks(int dtype)
     float *work = h_alloc(nw), *lg = h_alloc(B * V), *solo = h_alloc(V);
     const int64_t prompt0[3] = {1, 2, 3}, prompt1[5] = {4, 5, 6, 7, 8};
     /* prefill each sequence into its own part of the batched cache */
-    bc_gpt_cache r0 = {k, v, 1, CAP, 0, lengths}, r1 = {k + nc1, v + nc1, 1, CAP, 0, lengths + 1};
+    bc_gpt_cache r0 = {k, v, 1, CAP, 0, lengths, BC_DTYPE_F32}, r1 = {k + nc1, v + nc1, 1, CAP, 0, lengths + 1, BC_DTYPE_F32};
     EXPECT_STATUS(BC_OK, bc_gpt_forward(NULL, NULL, &r0, p, &c, prompt0, BC_IDS_INT64, 1, 3, 1, work, nw));
     EXPECT_STATUS(BC_OK, bc_gpt_forward(NULL, NULL, &r1, p, &c, prompt1, BC_IDS_INT64, 1, 5, 1, work, nw));
     EXPECT(lengths[0] == 3 && lengths[1] == 5);
     /* one step of both: sequence 1's row equals sequence 1 alone */
-    bc_gpt_cache both = {k, v, B, CAP, 0, lengths};
+    bc_gpt_cache both = {k, v, B, CAP, 0, lengths, BC_DTYPE_F32};
     const int64_t step[B] = {9, 10};
     EXPECT_STATUS(BC_OK, bc_gpt_forward(lg, NULL, &both, p, &c, step, BC_IDS_INT64, B, 1, 1, work, nw));
     EXPECT(lengths[0] == 4 && lengths[1] == 6);
-    bc_gpt_cache alone = {k1, v1, 1, CAP, 0, NULL};
+    bc_gpt_cache alone = {k1, v1, 1, CAP, 0, NULL, BC_DTYPE_F32};
     const int64_t seq1[6] = {4, 5, 6, 7, 8, 10};
     EXPECT_STATUS(BC_OK, bc_gpt_forward(NULL, NULL, &alone, p, &c, seq1, BC_IDS_INT64, 1, 5, 1, work, nw));
     EXPECT_STATUS(BC_OK, bc_gpt_forward(solo, NULL, &alone, p, &c, seq1 + 5, BC_IDS_INT64, 1, 1, 1, work, nw));
@@ -636,7 +636,7 @@ static void ragged_checks(int dtype)
     EXPECT_STATUS(BC_ECONTEXT, bc_gpt_forward(lg, NULL, &both, p, &c, step, BC_IDS_INT64, B, 1, 1, work, nw));
     EXPECT(lengths[0] == 4 && lengths[1] == CAP);
     lengths[1] = 6;
-    bc_gpt_cache over = {k, v, B, CAP, 0, (size_t *)(void *)lg};  /* lengths inside the logits */
+    bc_gpt_cache over = {k, v, B, CAP, 0, (size_t *)(void *)lg, BC_DTYPE_F32};  /* lengths inside the logits */
     EXPECT_STATUS(BC_EALIAS, bc_gpt_forward(lg, NULL, &over, p, &c, step, BC_IDS_INT64, B, 1, 1, work, nw));
     EXPECT(memcmp(keep, lg, NB(B * V)) == 0);
 }
@@ -661,12 +661,12 @@ static void cache_ops_checks(int dtype)
     int64_t ids[T];
     for (size_t i = 0; i < T; i++)
         ids[i] = (int64_t)((i * 7 + 3) % V);
-    bc_gpt_cache r0 = {k, v, 1, CAP, 0, lengths}, r2 = {k + 2 * nc1, v + 2 * nc1, 1, CAP, 0, lengths + 2};
-    bc_gpt_cache all = {k, v, B, CAP, 0, lengths};
+    bc_gpt_cache r0 = {k, v, 1, CAP, 0, lengths, BC_DTYPE_F32}, r2 = {k + 2 * nc1, v + 2 * nc1, 1, CAP, 0, lengths + 2, BC_DTYPE_F32};
+    bc_gpt_cache all = {k, v, B, CAP, 0, lengths, BC_DTYPE_F32};
     EXPECT_STATUS(BC_OK, bc_gpt_forward(NULL, NULL, &r0, p, &c, ids, BC_IDS_INT64, 1, T - 1, 1, work, nw));
     EXPECT(lengths[0] == T - 1);
     /* the whole sequence in one batch-1 cache: the logits to match */
-    bc_gpt_cache alone = {k1, v1, 1, CAP, 0, NULL};
+    bc_gpt_cache alone = {k1, v1, 1, CAP, 0, NULL, BC_DTYPE_F32};
     EXPECT_STATUS(BC_OK, bc_gpt_forward(want, NULL, &alone, p, &c, ids, BC_IDS_INT64, 1, T, 1, work, nw));
     /* sequence 0's 66 positions into sequence 2, then the last token there */
     EXPECT_STATUS(BC_OK, bc_gpt_cache_copy(&all, &c, 2, 0, T - 1));
@@ -676,7 +676,7 @@ static void cache_ops_checks(int dtype)
     /* a shorter prefix (inside the first tile): truncate, recompute the rest */
     EXPECT_STATUS(BC_OK, bc_gpt_cache_copy(&all, &c, 1, 0, 10));
     EXPECT(lengths[1] == 10);
-    bc_gpt_cache r1 = {k + nc1, v + nc1, 1, CAP, 0, lengths + 1};
+    bc_gpt_cache r1 = {k + nc1, v + nc1, 1, CAP, 0, lengths + 1, BC_DTYPE_F32};
     EXPECT_STATUS(BC_OK, bc_gpt_forward(lg, NULL, &r1, p, &c, ids + 10, BC_IDS_INT64, 1, T - 10, 1, work, nw));
     EXPECT(memcmp(lg, want, NB(V)) == 0);
     EXPECT_STATUS(BC_OK, bc_gpt_cache_truncate(&all, &c, 0, 3));
@@ -714,7 +714,7 @@ static void cache_ops_checks(int dtype)
     EXPECT(lengths[0] == CAP + 1 && lengths[1] == 4 && lengths[2] == 2);
     EXPECT(memcmp(kk, k, NB(nc)) == 0);
     /* a shared length (lengths NULL): truncate cuts it; batch 1 copies onto itself */
-    bc_gpt_cache shared = {k1, v1, 1, CAP, T, NULL};
+    bc_gpt_cache shared = {k1, v1, 1, CAP, T, NULL, BC_DTYPE_F32};
     EXPECT_STATUS(BC_OK, bc_gpt_cache_truncate(&shared, &c, 0, 7));
     EXPECT(shared.length == 7);
     EXPECT_STATUS(BC_OK, bc_gpt_cache_copy(&shared, &c, 0, 0, 2));
