@@ -19,7 +19,8 @@ old build), the CPU, the load average and the hypervisor's steal.
 
 ``--ways`` runs each build as the environment asks it to (BLOCKC_ISA forces an
 instruction set; avx512-fma is AVX-512 without vdpbf16ps); ``--docs`` writes the
-table into docs/speed.md, section ab-products-<dtype>.
+table into docs/speed.md, section ab-products-<dtype> (ab-products-<dtype>-<tag> with
+``--tag``, for a second change to the same format).
 """
 from __future__ import annotations
 
@@ -242,6 +243,7 @@ def main(argv=None) -> int:
                     help="rows of x a product takes (decoding 1-3 sequences at once; 1-4), "
                          "comma-separated")
     ap.add_argument("--passes", type=int, default=40)
+    ap.add_argument("--tag", default="", help="with --docs: the section ab-products-<dtype>-<tag>")
     a = ap.parse_args(argv)
     ways, rows = a.ways.split(","), a.rows.split(",")
     if any(r not in ("1", "2", "3", "4") for r in rows):
@@ -286,4 +288,6 @@ if __name__ == "__main__":
     from doc_section import run as run_bench
     pre = argparse.ArgumentParser(add_help=False)  # the section is the format's
     pre.add_argument("--dtype", default="bfloat16i")
-    run_bench(main, "speed.md", f"ab-products-{pre.parse_known_args()[0].dtype}")
+    pre.add_argument("--tag", default="")
+    known = pre.parse_known_args()[0]
+    run_bench(main, "speed.md", f"ab-products-{known.dtype}" + (f"-{known.tag}" if known.tag else ""))

@@ -473,7 +473,8 @@ def _k_panels(raw: np.ndarray, typ: str) -> np.ndarray:
     return np.concatenate(out, axis=2).reshape(-1)
 
 
-#: q8_0i's and q4_0i's panels in runs of this many (BC_INTDOT_GROUP, bc_format.h)
+#: q8_0i's, q4_0i's and float16's panels in runs of this many (BC_INTDOT_GROUP and
+#: BC_HALF_GROUP, bc_format.h)
 _RUN = 4
 
 
@@ -486,25 +487,37 @@ def _runs(p: np.ndarray) -> np.ndarray:
     return np.concatenate([runs.reshape(-1), p[whole:].swapaxes(0, 1).reshape(-1)])
 
 
+def _unruns(b: np.ndarray, panels: int, bb: int) -> np.ndarray:
+    """The inverse of :func:`_runs`: the bytes ``b`` of ``panels`` panels in runs ->
+    (panels, blocks, bb) with a panel's blocks of ``bb`` bytes side by side."""
+    nb = b.size // (panels * bb)
+    whole = panels // _RUN * _RUN
+    cut = whole * nb * bb
+    runs = b[:cut].reshape(whole // _RUN, nb, _RUN, bb).swapaxes(1, 2).reshape(whole, nb, bb)
+    rest = b[cut:].reshape(nb, panels - whole, bb).swapaxes(0, 1)
+    return np.concatenate([runs, rest])
+
+
 def raw_panels(raw: np.ndarray, typ: str, dtype: str = "") -> np.ndarray:
     """The bytes of blockc's packed matrix (panels of 16 rows, block by block: the 16 rows'
     half scales, then (Q5_0) their fifth bits, then their quants interleaved; F16 column by
-    column; Q4_K's every field, its 6-bit scales and mins a byte each; Q6_K's every
-    field, bc_engine.h) holding the rows ``raw`` (rows, row bytes) of Q8_0, Q4_0, Q5_0,
-    Q4_K, Q6_K or F16 blocks as
-    they lie in a GGUF file: the same blocks, rearranged (rows past the end zero).
+    column, its panels in runs of 4 (:func:`_runs`); Q4_K's every field, its 6-bit scales
+    and mins a byte each; Q6_K's every field, bc_engine.h) holding the rows ``raw`` (rows,
+    row bytes) of Q8_0, Q4_0, Q5_0, Q4_K, Q6_K or F16 blocks as they lie in a GGUF file:
+    the same blocks, rearranged (rows past the end zero).
     ``dtype="q8_0i"``: Q8_0's quants 4 by 4 per row, each + 128 (q8_0i's panels);
     ``dtype="q4_0i"``: Q4_0's bytes 4 by 4 per row (q4_0i's panels); either's panels in
-    runs of 4 (:func:`_runs`)."""
+    runs of 4."""
     if typ in ("Q4_K", "Q6_K"):
         return _k_panels(raw, typ)
     rows = raw.shape[0]
-    if typ == "F16":  # panel [k][l] = w[16p + l][k], two bytes each (moved as uint16s)
+    if typ == "F16":  # panel [k][l] = w[16p + l][k], two bytes each (moved as uint16s), in runs
         cols = raw.shape[1] // 2
         panels = -(-rows // 16)
         r = np.zeros((panels * 16, cols), np.uint16)
         r[:rows] = np.ascontiguousarray(raw).view(np.uint16)
-        return np.ascontiguousarray(r.reshape(panels, 16, cols).transpose(0, 2, 1)).view(np.uint8).reshape(-1)
+        p = np.ascontiguousarray(r.reshape(panels, 16, cols).transpose(0, 2, 1))
+        return _runs(p.view(np.uint8).reshape(panels, cols, 32))
     bb, nh = {"Q8_0": (34, 0), "Q4_0": (18, 0), "Q5_0": (22, 4)}[typ]
     nb = raw.shape[1] // bb
     panels = -(-rows // 16)
@@ -535,7 +548,8 @@ def file_rows(packed: np.ndarray, typ: str, rows: int) -> np.ndarray:
     bytes) of ``rows`` rows."""
     bb, fields = _panel_fields(typ)
     panels = -(-rows // 16)
-    p = np.asarray(packed, np.uint8).reshape(panels, -1, 16 * bb)
+    p = np.asarray(packed, np.uint8).reshape(-1)
+    p = _unruns(p, panels, 16 * bb) if typ == "F16" else p.reshape(panels, -1, 16 * bb)
     nb = p.shape[1]
     r = np.empty((panels, 16, nb, bb), np.uint8)
     at = 0

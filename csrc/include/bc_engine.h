@@ -92,7 +92,11 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  * row of x gets the same bits alone or among many.
  *   BC_DTYPE_F32   panel p: cols x 16 floats, [k][l] = w[16p + l][k];
  *   BC_DTYPE_BF16  the same in bfloat16 (uint16, the high half of a float32,
- *                  rounded to nearest even);
+ *                  rounded to nearest even), the panels interleaved column by
+ *                  column in runs of 4 (n of them in a run: 4, or the panels
+ *                  left in the last): w[16p + l][k] at byte 32 (cols (p - p %
+ *                  4) + k n + p % 4) + 2 l, so that decoding streams a run as
+ *                  one;
  *   BC_DTYPE_Q8_0  llama.cpp's q8_0 (blocks of 32 weights of a row with one
  *                  scale): panel p is ceil(cols / 32) blocks of 544 bytes, the
  *                  16 rows' scales d[l] (IEEE halves) then q[k][l] (32 x 16
@@ -131,8 +135,9 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  w = (d[l] sc[t / 16][l]) q[t][l], exact in float32. Packed
  *                  by llama.cpp's reference quantiser (make_qx_quants per
  *                  sub-block, then the scales to int8 against the largest).
- *   BC_DTYPE_F16   as BC_DTYPE_F32 in IEEE halves (uint16, rounded to nearest
- *                  even: numpy's astype(float16)); a weight must be finite and
+ *   BC_DTYPE_F16   as BC_DTYPE_BF16 in IEEE halves (uint16, rounded to nearest
+ *                  even: numpy's astype(float16); the same runs of 4); a weight
+ *                  must be finite and
  *                  at most 65504 (the largest half) in magnitude: larger ones,
  *                  even those that would round down to 65504, are refused
  *                  rather than stored as infinities.

@@ -148,10 +148,9 @@ typedef struct {
     void (*rows_part)(const bc_gemm *g, size_t o0, size_t o1);
     /* the GEMM's copy of a block of w: bp (nc columns of kc rows as float32
      * panels, zero past nc) <- columns o0.. (a multiple of BC_PANEL), rows
-     * p0..p0+kc (p0 a multiple of BC_KC) of w (oc, c); NULL: w is float32
+     * p0..p0+kc (p0 a multiple of BC_KC) of g->w (oc, c); NULL: w is float32
      * panels, read where they lie */
-    void (*panels)(float *bp, const void *w, size_t c, size_t o0, size_t nc, size_t p0,
-                   size_t kc);
+    void (*panels)(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_t p0, size_t kc);
     /* a format that multiplies rows of x rounded once per product (q8_0i,
      * bfloat16i; NULL: none): rows [n0,n1) of g->y (row i's rounded x at xq +
      * (i - n0) * bc_xq_row_bytes(dtype, c)), columns [o0,o1) (o0 a multiple of

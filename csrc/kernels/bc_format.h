@@ -102,6 +102,12 @@ typedef struct {
  * at once; on threads, a thread's share is whole runs: linear.c) */
 #define BC_BF16I_GROUP 4
 
+/* bfloat16's and float16's panels interleave 4 by 4 too (bc_format_panel_at):
+ * their decoding streams 8 panels on AVX-512 (fast_decode.h, PG_STREAM2),
+ * two runs, where apart they were 8 streams of 32 bytes a row k; AVX2's 4
+ * are one run */
+#define BC_HALF_GROUP 4
+
 typedef struct {
     const char *name;      /* the format's name in Python ("float32", "bfloat16", "q8_0") */
     size_t block;          /* weights of one row per block */

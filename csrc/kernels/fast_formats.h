@@ -11,96 +11,93 @@
 
 /* ---- float32 panels: the GEMM reads them where they lie ------------------- */
 
-BC_INLINE wf_st f32_state(const unsigned char *panel, size_t k0, size_t lane0)
+BC_INLINE wf_st f32_state(const unsigned char *panel, size_t st, size_t k0, size_t lane0)
 {
     return wf_scale(vzero());
 }
 
-BC_INLINE V f32_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+BC_INLINE V f32_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
 {
-    return vload((const float *)panel + k * PW + lane0);
+    return vload((const float *)(panel + k * st) + lane0);
 }
 
 // y (N,OC), x (N,C), w (OC,C) float32 panels; N <= BC_ROWS_MAX
 static void prows_f32(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_part(BC_DTYPE_F32, PG_STREAM, 32, f32_state, f32_vec, g, o0, o1);
+    prows_part(BC_DTYPE_F32, PW * sizeof(float), PG_STREAM, 32, f32_state, f32_vec, g, o0, o1);
 }
 
 /* ---- bfloat16 panels --------------------------------------------------- */
 
-BC_INLINE wf_st bf16_state(const unsigned char *panel, size_t k0, size_t lane0)
+BC_INLINE wf_st bf16_state(const unsigned char *panel, size_t st, size_t k0, size_t lane0)
 {
     return wf_scale(vzero());
 }
 
-BC_INLINE V bf16_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+BC_INLINE V bf16_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
 {
-    return vload_bf16((const uint16_t *)panel + k * PW + lane0);
+    return vload_bf16((const uint16_t *)(panel + k * st) + lane0);
 }
 
 // y (N,OC), x (N,C), w (OC,C) bfloat16 panels; N <= BC_ROWS_MAX
 static void prows_bf16(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_part(BC_DTYPE_BF16, PG_STREAM2, 32, bf16_state, bf16_vec, g, o0, o1);
+    prows_part(BC_DTYPE_BF16, 0, PG_STREAM2, 32, bf16_state, bf16_vec, g, o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) bfloat16 panels, columns o0.., rows p0..
-static void panels_bf16(float *bp, const void *w, size_t c, size_t o0, size_t nc, size_t p0,
-                        size_t kc)
+static void panels_bf16(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_t p0, size_t kc)
 {
-    load_panels(BC_DTYPE_BF16, 32, bf16_state, bf16_vec, bp, w, c, o0, nc, p0, kc);
+    load_panels(BC_DTYPE_BF16, 32, bf16_state, bf16_vec, bp, g, o0, nc, p0, kc);
 }
 
 /* ---- float16 panels: F16C's vcvtph2ps on AVX2 and AVX-512, exact in C ----- */
 
-BC_INLINE wf_st f16_state(const unsigned char *panel, size_t k0, size_t lane0)
+BC_INLINE wf_st f16_state(const unsigned char *panel, size_t st, size_t k0, size_t lane0)
 {
     return wf_scale(vzero());
 }
 
-BC_INLINE V f16_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+BC_INLINE V f16_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
 {
-    return vload_half((const uint16_t *)panel + k * PW + lane0);
+    return vload_half((const uint16_t *)(panel + k * st) + lane0);
 }
 
 // y (N,OC), x (N,C), w (OC,C) float16 panels; N <= BC_ROWS_MAX
 static void prows_f16(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_part(BC_DTYPE_F16, PG_STREAM2, 32, f16_state, f16_vec, g, o0, o1);
+    prows_part(BC_DTYPE_F16, 0, PG_STREAM2, 32, f16_state, f16_vec, g, o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) float16 panels, columns o0.., rows p0..
-static void panels_f16(float *bp, const void *w, size_t c, size_t o0, size_t nc, size_t p0,
-                       size_t kc)
+static void panels_f16(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_t p0, size_t kc)
 {
-    load_panels(BC_DTYPE_F16, 32, f16_state, f16_vec, bp, w, c, o0, nc, p0, kc);
+    load_panels(BC_DTYPE_F16, 32, f16_state, f16_vec, bp, g, o0, nc, p0, kc);
 }
 
 /* ---- q8_0 panels: a block of 32 rows k shares each lane's scale ----------- */
 
-BC_INLINE wf_st q8_0_state(const unsigned char *panel, size_t k0, size_t lane0)
+BC_INLINE wf_st q8_0_state(const unsigned char *panel, size_t st, size_t k0, size_t lane0)
 {
-    return wf_scale(vload_half(((const bc_q8_block *)panel + k0 / 32)->d + lane0));
+    return wf_scale(vload_half(((const bc_q8_block *)(panel + k0 / 32 * st))->d + lane0));
 }
 
-BC_INLINE V q8_0_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+BC_INLINE V q8_0_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
 {
-    const bc_q8_block *bl = (const bc_q8_block *)panel + k / 32;
+    const bc_q8_block *bl = (const bc_q8_block *)(panel + k / 32 * st);
     return vmul(vload_i8(&bl->q[k % 32][lane0]), state.s);
 }
 
 // y (N,OC), x (N,C), w (OC,C) q8_0 panels; N <= BC_ROWS_MAX
 static void prows_q8_0(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_part(BC_DTYPE_Q8_0, RACC, 32, q8_0_state, q8_0_vec, g, o0, o1);
+    prows_part(BC_DTYPE_Q8_0, sizeof(bc_q8_block), RACC, 32, q8_0_state, q8_0_vec, g, o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) q8_0 panels, columns o0.., rows p0..
-static void panels_q8_0(float *bp, const void *w, size_t c, size_t o0, size_t nc, size_t p0,
-                        size_t kc)
+static void panels_q8_0(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_t p0, size_t kc)
 {
-    load_panels(BC_DTYPE_Q8_0, 32, q8_0_state, q8_0_vec, bp, w, c, o0, nc, p0, kc);
+    load_panels(BC_DTYPE_Q8_0, 32, q8_0_state, q8_0_vec, bp, g, o0, nc, p0, kc);
 }
 
 /* ---- q4_0 panels: as q8_0, four bits a weight ---------------------------- */
@@ -121,65 +118,65 @@ BC_INLINE float nibm_scale(size_t k0)
     return k0 % 32 < 16 ? 32768.0f : 2048.0f;
 }
 
-BC_INLINE wf_st q4_0_state(const unsigned char *panel, size_t k0, size_t lane0)
+BC_INLINE wf_st q4_0_state(const unsigned char *panel, size_t st, size_t k0, size_t lane0)
 {
-    const V d = vload_half(((const bc_q4_block *)panel + k0 / 32)->d + lane0);
+    const V d = vload_half(((const bc_q4_block *)(panel + k0 / 32 * st))->d + lane0);
     const float e = nibm_scale(k0);
-    wf_st st;
-    st.s = vmul(d, vset1(e));
-    st.m = vmul(d, vset1(-(e + 8.0f)));
-    return st;
+    wf_st r;
+    r.s = vmul(d, vset1(e));
+    r.m = vmul(d, vset1(-(e + 8.0f)));
+    return r;
 }
 
-BC_INLINE V q4_0_lo(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+BC_INLINE V q4_0_lo(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
 {
-    const bc_q4_block *bl = (const bc_q4_block *)panel + k / 32;
+    const bc_q4_block *bl = (const bc_q4_block *)(panel + k / 32 * st);
     return vfma(vload_nibm(&bl->q[k % 16][lane0], 0), state.s, state.m);
 }
 
-BC_INLINE V q4_0_hi(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+BC_INLINE V q4_0_hi(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
 {
-    const bc_q4_block *bl = (const bc_q4_block *)panel + k / 32;
+    const bc_q4_block *bl = (const bc_q4_block *)(panel + k / 32 * st);
     return vfma(vload_nibm(&bl->q[k % 16][lane0], 1), state.s, state.m);
 }
 #else
 /* Portable C has no fused multiply-add: (nibble - 8) * d, exact in float32 */
-BC_INLINE wf_st q4_0_state(const unsigned char *panel, size_t k0, size_t lane0)
+BC_INLINE wf_st q4_0_state(const unsigned char *panel, size_t st, size_t k0, size_t lane0)
 {
-    return wf_scale(vload_half(((const bc_q4_block *)panel + k0 / 32)->d + lane0));
+    return wf_scale(vload_half(((const bc_q4_block *)(panel + k0 / 32 * st))->d + lane0));
 }
 
-BC_INLINE V q4_0_lo(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+BC_INLINE V q4_0_lo(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
 {
-    const bc_q4_block *bl = (const bc_q4_block *)panel + k / 32;
+    const bc_q4_block *bl = (const bc_q4_block *)(panel + k / 32 * st);
     return vmul(vload_nib8(&bl->q[k % 16][lane0], 0), state.s);
 }
 
-BC_INLINE V q4_0_hi(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+BC_INLINE V q4_0_hi(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
 {
-    const bc_q4_block *bl = (const bc_q4_block *)panel + k / 32;
+    const bc_q4_block *bl = (const bc_q4_block *)(panel + k / 32 * st);
     return vmul(vload_nib8(&bl->q[k % 16][lane0], 1), state.s);
 }
 #endif
 
 /* q4_0_lo or q4_0_hi by the row (the GEMM's copy; decoding runs each half apart,
  * so that no k chooses) */
-BC_INLINE V q4_0_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+BC_INLINE V q4_0_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
 {
-    return k % 32 < 16 ? q4_0_lo(panel, k, lane0, state) : q4_0_hi(panel, k, lane0, state);
+    return k % 32 < 16 ? q4_0_lo(panel, st, k, lane0, state) : q4_0_hi(panel, st, k, lane0, state);
 }
 
 // y (N,OC), x (N,C), w (OC,C) q4_0 panels; N <= BC_ROWS_MAX
 static void prows_q4_0(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_split(BC_DTYPE_Q4_0, RACC, 32, 16, q4_0_state, q4_0_lo, q4_0_hi, g, o0, o1);
+    prows_split(BC_DTYPE_Q4_0, sizeof(bc_q4_block), RACC, 32, 16, q4_0_state, q4_0_lo, q4_0_hi,
+                g, o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) q4_0 panels, columns o0.., rows p0..
-static void panels_q4_0(float *bp, const void *w, size_t c, size_t o0, size_t nc, size_t p0,
-                        size_t kc)
+static void panels_q4_0(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_t p0, size_t kc)
 {
-    load_panels(BC_DTYPE_Q4_0, 16, q4_0_state, q4_0_vec, bp, w, c, o0, nc, p0, kc);
+    load_panels(BC_DTYPE_Q4_0, 16, q4_0_state, q4_0_vec, bp, g, o0, nc, p0, kc);
 }
 
 /* ---- q5_0 panels: as q4_0, a fifth bit from each row's qh ----------------- */
@@ -188,88 +185,88 @@ static void panels_q4_0(float *bp, const void *w, size_t c, size_t o0, size_t nc
 /* AVX-512 reads the nibble as q4_0 does (vload_nibm) and the fifth bit into a mask
  * (vdeq_q5): the state is a half's 2^e d and 16 d, both exact. AVX2 and portable C
  * widen and convert: on AVX2 the mask is a vector and saves no instruction. */
-BC_INLINE wf_st q5_0_state(const unsigned char *panel, size_t k0, size_t lane0)
+BC_INLINE wf_st q5_0_state(const unsigned char *panel, size_t st, size_t k0, size_t lane0)
 {
-    const V d = vload_half(((const bc_q5_block *)panel + k0 / 32)->d + lane0);
-    wf_st st;
-    st.s = vmul(d, vset1(nibm_scale(k0)));
-    st.m = vmul(d, vset1(16.0f));
-    return st;
+    const V d = vload_half(((const bc_q5_block *)(panel + k0 / 32 * st))->d + lane0);
+    wf_st r;
+    r.s = vmul(d, vset1(nibm_scale(k0)));
+    r.m = vmul(d, vset1(16.0f));
+    return r;
 }
 
-BC_INLINE V q5_0_lo(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+BC_INLINE V q5_0_lo(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
 {
-    const bc_q5_block *bl = (const bc_q5_block *)panel + k / 32;
+    const bc_q5_block *bl = (const bc_q5_block *)(panel + k / 32 * st);
     const size_t j = k % 16;
     return vdeq_q5(&bl->q[j][lane0], bl->qh + lane0, 0, (unsigned)j, state.s, state.m);
 }
 
-BC_INLINE V q5_0_hi(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+BC_INLINE V q5_0_hi(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
 {
-    const bc_q5_block *bl = (const bc_q5_block *)panel + k / 32;
+    const bc_q5_block *bl = (const bc_q5_block *)(panel + k / 32 * st);
     const size_t j = k % 16;
     return vdeq_q5(&bl->q[j][lane0], bl->qh + lane0, 1, (unsigned)j + 16, state.s, state.m);
 }
 #else
-BC_INLINE wf_st q5_0_state(const unsigned char *panel, size_t k0, size_t lane0)
+BC_INLINE wf_st q5_0_state(const unsigned char *panel, size_t st, size_t k0, size_t lane0)
 {
-    return wf_scale(vload_half(((const bc_q5_block *)panel + k0 / 32)->d + lane0));
+    return wf_scale(vload_half(((const bc_q5_block *)(panel + k0 / 32 * st))->d + lane0));
 }
 
 /* (q - 16) * d: exact in float32, the very weight the file's dequantisation gives */
-BC_INLINE V q5_0_lo(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+BC_INLINE V q5_0_lo(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
 {
-    const bc_q5_block *bl = (const bc_q5_block *)panel + k / 32;
+    const bc_q5_block *bl = (const bc_q5_block *)(panel + k / 32 * st);
     const size_t j = k % 16;
     return vmul(vload_nib16(&bl->q[j][lane0], bl->qh + lane0, 0, (unsigned)j), state.s);
 }
 
-BC_INLINE V q5_0_hi(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+BC_INLINE V q5_0_hi(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
 {
-    const bc_q5_block *bl = (const bc_q5_block *)panel + k / 32;
+    const bc_q5_block *bl = (const bc_q5_block *)(panel + k / 32 * st);
     const size_t j = k % 16;
     return vmul(vload_nib16(&bl->q[j][lane0], bl->qh + lane0, 1, (unsigned)j + 16), state.s);
 }
 #endif
 
 /* q5_0_lo or q5_0_hi by the row (the GEMM's copy) */
-BC_INLINE V q5_0_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+BC_INLINE V q5_0_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
 {
-    return k % 32 < 16 ? q5_0_lo(panel, k, lane0, state) : q5_0_hi(panel, k, lane0, state);
+    return k % 32 < 16 ? q5_0_lo(panel, st, k, lane0, state) : q5_0_hi(panel, st, k, lane0, state);
 }
 
 // y (N,OC), x (N,C), w (OC,C) q5_0 panels; N <= BC_ROWS_MAX
 static void prows_q5_0(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_split(BC_DTYPE_Q5_0, RACC, 32, 16, q5_0_state, q5_0_lo, q5_0_hi, g, o0, o1);
+    prows_split(BC_DTYPE_Q5_0, sizeof(bc_q5_block), RACC, 32, 16, q5_0_state, q5_0_lo, q5_0_hi,
+                g, o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) q5_0 panels, columns o0.., rows p0..
-static void panels_q5_0(float *bp, const void *w, size_t c, size_t o0, size_t nc, size_t p0,
-                        size_t kc)
+static void panels_q5_0(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_t p0, size_t kc)
 {
-    load_panels(BC_DTYPE_Q5_0, 16, q5_0_state, q5_0_vec, bp, w, c, o0, nc, p0, kc);
+    load_panels(BC_DTYPE_Q5_0, 16, q5_0_state, q5_0_vec, bp, g, o0, nc, p0, kc);
 }
 
 /* ---- q4_k panels: a scale and a min for each sub-block of 32 ------------- */
 
 /* sub-block (k0 % 256) / 32's s = d sc and -(dmin m): both products exact
  * (an 11-bit half times a 6-bit integer) */
-BC_INLINE wf_st q4_k_state(const unsigned char *panel, size_t k0, size_t lane0)
+BC_INLINE wf_st q4_k_state(const unsigned char *panel, size_t st, size_t k0, size_t lane0)
 {
-    const bc_q4k_block *bl = (const bc_q4k_block *)panel + k0 / 256;
+    const bc_q4k_block *bl = (const bc_q4k_block *)(panel + k0 / 256 * st);
     const size_t j = k0 % 256 / 32;
-    wf_st st;
-    st.s = vmul(vload_half(bl->d + lane0), vload_u8(bl->sc[j] + lane0));
-    st.m = vneg(vmul(vload_half(bl->dmin + lane0), vload_u8(bl->m[j] + lane0)));
-    return st;
+    wf_st r;
+    r.s = vmul(vload_half(bl->d + lane0), vload_u8(bl->sc[j] + lane0));
+    r.m = vneg(vmul(vload_half(bl->dmin + lane0), vload_u8(bl->m[j] + lane0)));
+    return r;
 }
 
 /* s * nibble - dmin m: s * nibble is exact (21 bits), so the FMA rounds once,
  * as the file's dequantisation (d sc) q - dmin m does */
-BC_INLINE V q4_k_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+BC_INLINE V q4_k_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
 {
-    const bc_q4k_block *bl = (const bc_q4k_block *)panel + k / 256;
+    const bc_q4k_block *bl = (const bc_q4k_block *)(panel + k / 256 * st);
     const size_t t = k % 256;
     return vfma(vload_nib(bl->q[32 * (t / 64) + t % 32] + lane0, (int)(t / 32 % 2)), state.s,
                 state.m);
@@ -278,44 +275,42 @@ BC_INLINE V q4_k_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st s
 // y (N,OC), x (N,C), w (OC,C) q4_k panels; N <= BC_ROWS_MAX
 static void prows_q4_k(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_part(BC_DTYPE_Q4_K, RACC, 32, q4_k_state, q4_k_vec, g, o0, o1);
+    prows_part(BC_DTYPE_Q4_K, sizeof(bc_q4k_block), RACC, 32, q4_k_state, q4_k_vec, g, o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) q4_k panels, columns o0.., rows p0..
-static void panels_q4_k(float *bp, const void *w, size_t c, size_t o0, size_t nc, size_t p0,
-                        size_t kc)
+static void panels_q4_k(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_t p0, size_t kc)
 {
-    load_panels(BC_DTYPE_Q4_K, 32, q4_k_state, q4_k_vec, bp, w, c, o0, nc, p0, kc);
+    load_panels(BC_DTYPE_Q4_K, 32, q4_k_state, q4_k_vec, bp, g, o0, nc, p0, kc);
 }
 
 /* ---- q6_k panels: as q8_0, an int8 scale for each sub-block of 16 ---------- */
 
 /* sub-block (k0 % 256) / 16's s = d sc: exact (an 11-bit half times an 8-bit
  * integer) */
-BC_INLINE wf_st q6_k_state(const unsigned char *panel, size_t k0, size_t lane0)
+BC_INLINE wf_st q6_k_state(const unsigned char *panel, size_t st, size_t k0, size_t lane0)
 {
-    const bc_q6k_block *bl = (const bc_q6k_block *)panel + k0 / 256;
+    const bc_q6k_block *bl = (const bc_q6k_block *)(panel + k0 / 256 * st);
     return wf_scale(vmul(vload_half(bl->d + lane0), vload_i8(bl->sc[k0 % 256 / 16] + lane0)));
 }
 
 /* s (q - 32): exact (at most 23 significant bits), the file's dequantised weight */
-BC_INLINE V q6_k_vec(const unsigned char *panel, size_t k, size_t lane0, wf_st state)
+BC_INLINE V q6_k_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
 {
-    const bc_q6k_block *bl = (const bc_q6k_block *)panel + k / 256;
+    const bc_q6k_block *bl = (const bc_q6k_block *)(panel + k / 256 * st);
     return vmul(vload_i8(&bl->q[k % 256][lane0]), state.s);
 }
 
 // y (N,OC), x (N,C), w (OC,C) q6_k panels; N <= BC_ROWS_MAX
 static void prows_q6_k(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_part(BC_DTYPE_Q6_K, RACC, 16, q6_k_state, q6_k_vec, g, o0, o1);
+    prows_part(BC_DTYPE_Q6_K, sizeof(bc_q6k_block), RACC, 16, q6_k_state, q6_k_vec, g, o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) q6_k panels, columns o0.., rows p0..
-static void panels_q6_k(float *bp, const void *w, size_t c, size_t o0, size_t nc, size_t p0,
-                        size_t kc)
+static void panels_q6_k(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_t p0, size_t kc)
 {
-    load_panels(BC_DTYPE_Q6_K, 16, q6_k_state, q6_k_vec, bp, w, c, o0, nc, p0, kc);
+    load_panels(BC_DTYPE_Q6_K, 16, q6_k_state, q6_k_vec, bp, g, o0, nc, p0, kc);
 }
 
 /* ---- the entries of the kernel table's wf, by BC_WF_* -------------------- */

@@ -51,10 +51,11 @@ BC_INLINE void pack_block_t(float *dst, const float *src, size_t ld, size_t nj, 
 
 /* bp (nc columns of kc rows as float32 panels) <- rows o0.. of a row-major w,
  * columns p0..p0+kc; zero past nc: VL x VL blocks transposed (pack_block_t). */
-static void pack_rows(float *restrict bp, const void *rows, size_t c, size_t o0, size_t nc,
-                      size_t p0, size_t kc)
+static void pack_rows(float *restrict bp, const bc_gemm *g, size_t o0, size_t nc, size_t p0,
+                      size_t kc)
 {
-    const float *restrict w = rows;
+    const float *restrict w = g->w;
+    const size_t c = g->c;
     for (size_t jp = 0; jp < nc; jp += VL) {
         float *dst = bp + (jp / PW) * kc * PW + jp % PW;
         const float *src = w + (o0 + jp) * c + p0;
@@ -68,13 +69,17 @@ static void pack_rows(float *restrict bp, const void *rows, size_t c, size_t o0,
  * state (q8_0: the scales in s; q4_k: the scales in s and the negated
  * offsets in m; nothing for float32 and bfloat16; a field a format leaves
  * unused costs nothing once inlined), then row k's VL weights of lanes
- * lane0.. as floats. The GEMM's copy and the decoding stream both read a
- * format through these, so they see the same floats. */
+ * lane0.. as floats. The panel's block b lies at panel + b * st
+ * (bc_format_panel_at: one block of 16 rows apart, or a run's blocks apart
+ * where the format interleaves its panels in runs). The GEMM's copy and the
+ * decoding stream both read a format through these, so they see the same
+ * floats. */
 typedef struct {
     V s, m;
 } wf_st;
-typedef wf_st (*wf_state_fn)(const unsigned char *panel, size_t k0, size_t lane0);
-typedef V (*wf_vec_fn)(const unsigned char *panel, size_t k, size_t lane0, wf_st state);
+typedef wf_st (*wf_state_fn)(const unsigned char *panel, size_t st, size_t k0, size_t lane0);
+typedef V (*wf_vec_fn)(const unsigned char *panel, size_t st, size_t k, size_t lane0,
+                       wf_st state);
 
 /* The state of a format with one vector a group (the scales, or nothing). */
 BC_INLINE wf_st wf_scale(V s)
@@ -86,27 +91,28 @@ BC_INLINE wf_st wf_scale(V s)
 }
 
 /* bp (nc columns of kc rows as float32 panels) <- columns o0.. (a multiple of
- * PW), rows p0..p0+kc (a multiple of sg) of a packed matrix of dtype and c
- * rows, read with state and vec every sg rows. */
+ * PW), rows p0..p0+kc (a multiple of sg) of g's packed matrix (dtype), read with state and vec every sg rows. */
 BC_INLINE void load_panels(const int dtype, const size_t sg, const wf_state_fn state,
-                           const wf_vec_fn vec, float *restrict bp, const void *wv, size_t c,
-                           size_t o0, size_t nc, size_t p0, size_t kc)
+                           const wf_vec_fn vec, float *restrict bp, const bc_gemm *g, size_t o0,
+                           size_t nc, size_t p0, size_t kc)
 {
-    const unsigned char *w = wv;
-    const size_t pb = bc_format_panel_bytes(bc_format_of(dtype), c);
+    const unsigned char *w = g->w;
+    const bc_format *f = bc_format_of(dtype);
+    const size_t panels = (g->oc + PW - 1) / PW;
     for (size_t jp = 0; jp < nc; jp += PW) {
-        const unsigned char *panel = w + ((o0 + jp) / PW) * pb;
+        const bc_panel_at at = bc_format_panel_at(f, g->c, panels, (o0 + jp) / PW);
+        const unsigned char *panel = w + at.origin;
         float *dst = bp + (jp / PW) * kc * PW - p0 * PW;  /* row k at dst + k * PW */
         for (size_t k0 = p0; k0 < p0 + kc; k0 += sg) {
             wf_st d[VPP];
             BC_UNROLL
             for (size_t t = 0; t < VPP; t++)
-                d[t] = state(panel, k0, t * VL);
+                d[t] = state(panel, at.stride, k0, t * VL);
             const size_t k1 = min_sz(k0 + sg, p0 + kc);
             for (size_t k = k0; k < k1; k++)
                 BC_UNROLL
                 for (size_t t = 0; t < VPP; t++)
-                    vstore(dst + k * PW + t * VL, vec(panel, k, t * VL, d[t]));
+                    vstore(dst + k * PW + t * VL, vec(panel, at.stride, k, t * VL, d[t]));
         }
     }
 }
@@ -230,7 +236,7 @@ static size_t row_block(size_t rows, int copies)
     return ((rows + blocks - 1) / blocks + MR - 1) / MR * MR;
 }
 
-typedef void (*wf_copy_fn)(float *, const void *, size_t, size_t, size_t, size_t, size_t);
+typedef void (*wf_copy_fn)(float *, const bc_gemm *, size_t, size_t, size_t, size_t);
 
 /* Rows [i0,i1) x columns [jc,jc+nc) of y over all of C, in BC_KC blocks
  * added in order: each block of w as float32 panels (where they lie, or
@@ -253,7 +259,7 @@ static void gemm_block(const bc_gemm *g, size_t i0, size_t i1, size_t jc, size_t
             blk = (const float *)g->w + (jc / PW) * g->c * PW + pc * PW;
             bkc = g->c;
         } else {
-            copy_w(bp, g->w, g->c, jc, nc, pc, kc);
+            copy_w(bp, g, jc, nc, pc, kc);
             blk = bp;
             bkc = kc;
         }

@@ -625,10 +625,12 @@ static void bf16i_unpack_row(float *out, const unsigned char *panel, size_t l, s
 
 static const bc_format formats[BC_NDTYPE] = {
     [BC_DTYPE_F32] = {"float32", 1, 4, NULL, f32_pack, f32_unpack_row},
-    [BC_DTYPE_BF16] = {"bfloat16", 1, 2, NULL, bf16_pack, bf16_unpack_row},
+    [BC_DTYPE_BF16] = {"bfloat16", 1, 2, NULL, bf16_pack, bf16_unpack_row,
+                       .group = BC_HALF_GROUP},
     [BC_DTYPE_Q8_0] = {"q8_0", 32, 34, q8_check, q8_pack, q8_unpack_row},
     [BC_DTYPE_Q4_0] = {"q4_0", 32, 18, q4_check, q4_pack, q4_unpack_row},
-    [BC_DTYPE_F16] = {"float16", 1, 2, f16_check, f16_pack, f16_unpack_row},
+    [BC_DTYPE_F16] = {"float16", 1, 2, f16_check, f16_pack, f16_unpack_row,
+                      .group = BC_HALF_GROUP},
     [BC_DTYPE_Q5_0] = {"q5_0", 32, 22, q5_check, q5_pack, q5_unpack_row},
     [BC_DTYPE_Q8_0I] = {"q8_0i", 32, 34, q8_check, q8i_pack, q8i_unpack_row, BC_Q8_0I_MAX_COLS,
                         .group = BC_INTDOT_GROUP},

@@ -190,7 +190,8 @@ static void linear(float *y, const float *x, const void *w, int wf, const float 
             kt->wf[wf].rows_part(&g, 0, oc);
             return;
         }
-        j.cw = unit_cols(oc, n, nt, 0);
+        const size_t group = wf == BC_WF_ROWS ? 0 : bc_format_of(BC_WF_DTYPE(wf))->group;
+        j.cw = unit_cols(oc, n, nt, group);
         bc_rt_run(nt, (oc + j.cw - 1) / j.cw, rows_unit, &j);
         return;
     }

@@ -437,6 +437,50 @@ static void bf16i_layout_checks(size_t rows, size_t cols)
     EXPECT(bad == 0);
 }
 
+/* The IEEE half of an integer |v| < 2048 (exact), computed apart from the library. */
+static uint16_t half_of_int(int v)
+{
+    const unsigned a = (unsigned)(v < 0 ? -v : v), sign = v < 0 ? 0x8000u : 0u;
+    if (a == 0)
+        return (uint16_t)sign;
+    unsigned e = 0;
+    while ((a >> (e + 1)) != 0)
+        e++;
+    return (uint16_t)(sign | (e + 15) << 10 | ((a << (10 - e)) & 0x3ffu));
+}
+
+/* bfloat16's and float16's weights lie where bc_engine.h says: weight (row
+ * 16p + l, column k) at byte 32 (cols (p - p % 4) + k n + p % 4) + 2 l, n the
+ * panels of p's run of 4 (the last run: those left); zero past the rows. */
+static void half_layout_checks(int dt, size_t rows, size_t cols)
+{
+    float *w = h_alloc(rows * cols);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++)
+            w[r * cols + c] = (float)((r * 7 + c * 3) % 255) - 127.0f;
+    const size_t nb = packed(dt, rows, cols), panels = (rows + 15) / 16;
+    unsigned char *p8 = h_alloc_bytes(nb);
+    EXPECT_STATUS(BC_OK, bc_pack(p8, nb, w, dt, rows, cols));
+    EXPECT(nb == panels * cols * 32);
+    size_t bad = 0;
+    for (size_t r = 0; r < panels * 16; r++)
+        for (size_t k = 0; k < cols; k++) {
+            const size_t p = r / 16, l = r % 16, p0 = p - p % 4;
+            const size_t n = panels - p0 < 4 ? panels - p0 : 4;
+            uint16_t got, want = 0;
+            memcpy(&got, p8 + 32 * (cols * p0 + k * n + p % 4) + 2 * l, 2);
+            if (r < rows) {
+                const int v = (int)((r * 7 + k * 3) % 255) - 127;
+                uint32_t bits;
+                const float f = (float)v;
+                memcpy(&bits, &f, 4);
+                want = dt == BC_DTYPE_BF16 ? (uint16_t)(bits >> 16) : half_of_int(v);
+            }
+            bad += got != want;
+        }
+    EXPECT(bad == 0);
+}
+
 /* q8_0i's and q4_0i's blocks lie where bc_engine.h says: block b of panel p at
  * byte B (nb (p - p % 4) + b n + p % 4), B a block's bytes (its 16 rows'), nb
  * the blocks of a row, n the panels of p's run of 4; each block as the panel
@@ -526,8 +570,10 @@ void test_pack(void)
     q8i_checks(3, 100, 33);
     q8i_checks(2, 41, 17);
     q8i_checks(37, 700, 90);
-    /* runs of 4 panels (bfloat16i's, q8_0i's, q4_0i's): whole runs, two at a
-     * time for bfloat16i's one row on AVX-512, a short last run, a run a tile */
+    /* runs of 4 panels (bfloat16i's, q8_0i's, q4_0i's, bfloat16's, float16's):
+     * whole runs, two at a time for one row on AVX-512, a short last run, a run
+     * a tile (bfloat16's and float16's: linear_checks' shapes of 65-130
+     * outputs, against their unpacked weights) */
     q8i_checks(1, 300, 200);
     q8i_checks(1, 64, 256);
     q8i_checks(2, 300, 100);
@@ -535,6 +581,8 @@ void test_pack(void)
     const size_t lay[][2] = {{1, 1}, {17, 3}, {64, 8}, {90, 33}, {200, 300}};
     for (int i = 0; i < 5; i++) {
         bf16i_layout_checks(lay[i][0], lay[i][1]);
+        half_layout_checks(BC_DTYPE_BF16, lay[i][0], lay[i][1]);
+        half_layout_checks(BC_DTYPE_F16, lay[i][0], lay[i][1]);
         intdot_layout_checks(BC_DTYPE_Q8_0I, lay[i][0], lay[i][1]);
         intdot_layout_checks(BC_DTYPE_Q4_0I, lay[i][0], lay[i][1]);
     }
