@@ -5,7 +5,8 @@
  * of one row in `block_bytes` bytes, a panel of `cols` columns is
  * ceil(cols / block) blocks of each of its BC_PANEL rows, and the format says
  * how they lie (float32 and bfloat16 interleave the rows column by column,
- * q8_0 block by block). Everything that is the same for every format (sizes,
+ * q8_0 block by block; bfloat16 and float16 interleave their panels too, in
+ * runs: bc_format_panel_at). Everything that is the same for every format (sizes,
  * checks of sizes and buffers, the walk over panels, threads) is written once
  * over this table (pack.c, linear.c); what differs is a row here and its
  * kernels in fast_formats.h (the decoding and the GEMM's copy on each
