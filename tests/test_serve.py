@@ -359,11 +359,12 @@ def test_one_request_with_seven_in_flight_equals_its_solo_run(server):
             r = c.completions.create(**kw)
             with lock:
                 return r, running[0]
-        # equal bits every round; all 7 others still streaming in at least one of three (a
+        # equal bits every round; all 7 others still streaming in at least one of five (a
         # loaded machine can start the target so late that the others have ended: a round
-        # without company proves nothing, so it is run again)
+        # without company proves nothing, so it is run again; a full suite on a 2-core Zen 5
+        # once saw 4, 6 and 3 in three rounds)
         seen = []
-        for _ in range(3):
+        for _ in range(5):
             res = _run_all([lambda i=i: other(i) for i in range(7)] + [target])
             got, in_flight = res[-1]
             assert got.choices[0].text == solo.text
