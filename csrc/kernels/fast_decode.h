@@ -14,9 +14,7 @@
 #else
 #define RACC 8
 #endif
-#ifndef PF_AHEAD
-#define PF_AHEAD 1
-#endif
+#define PF_AHEAD 1                  /* turns a run's first group prefetches ahead (prows_turns) */
 #define PG_SUBS 4                   /* groups a run of panels is cut in, at most (prows_split) */
 
 /* acc[i][t] = fma(x[i][k], w[k], acc[i][t]) for k = k0..k1-1 in turn, w read by vec */
@@ -258,6 +256,22 @@ BC_INLINE void prows_turns(const size_t sg, const size_t sh, const wf_state_fn s
         }                                                                                  \
     } while (0)
 
+/* STEP(1), STEP(2) or STEP(3) by g's rows (a constant N for each kernel). */
+#define PROWS_BY_ROWS(STEP)                                                                \
+    do {                                                                                   \
+        switch (g->n) {                                                                    \
+        case 1:                                                                            \
+            STEP(1);                                                                       \
+            break;                                                                         \
+        case 2:                                                                            \
+            STEP(2);                                                                       \
+            break;                                                                         \
+        default:                                                                           \
+            STEP(3);                                                                       \
+            break;                                                                         \
+        }                                                                                  \
+    } while (0)
+
 /* Panels [p, end) of g's rows in groups of at most gmax panels (PROWS_STEP). */
 BC_INLINE void prows_span(const size_t bs, const int gmax, const size_t sg, const size_t sh,
                           const wf_state_fn state, const wf_vec_fn vec, const wf_vec_fn vec_hi,
@@ -265,17 +279,7 @@ BC_INLINE void prows_span(const size_t bs, const int gmax, const size_t sg, cons
 {
     while (p < end) {
         const size_t left = end - p;
-        switch (g->n) {
-        case 1:
-            PROWS_STEP(1);
-            break;
-        case 2:
-            PROWS_STEP(2);
-            break;
-        default:
-            PROWS_STEP(3);
-            break;
-        }
+        PROWS_BY_ROWS(PROWS_STEP);
     }
 }
 
@@ -287,10 +291,10 @@ BC_INLINE void prows_span(const size_t bs, const int gmax, const size_t sg, cons
 #define PGR(N) ((N) == 3 && VPP == 2 ? 2 : PG(N))
 #define PROWS_RUN(N)                                                                       \
     do {                                                                                   \
-        if (grp / (size_t)PGR(N) == 2)                                                      \
-            prows_turns(sg, sh, state, vec, vec_hi, N, PGR(N), 2, g, f, p);            \
+        if (grp / (size_t)PGR(N) == 2)                                                     \
+            prows_turns(sg, sh, state, vec, vec_hi, N, PGR(N), 2, g, f, p);                \
         else                                                                               \
-            prows_turns(sg, sh, state, vec, vec_hi, N, PGR(N), PG_SUBS, g, f, p);      \
+            prows_turns(sg, sh, state, vec, vec_hi, N, PGR(N), PG_SUBS, g, f, p);          \
     } while (0)
 
 /* Columns [o0, o1) of every row (o0 a multiple of PW; of a run, for a format
@@ -311,7 +315,9 @@ BC_INLINE void prows_split(const int dtype, const size_t bs, const int gmax, con
 {
     const bc_format *f = bc_format_of(dtype);
     const size_t p1 = (o1 + PW - 1) / PW, panels = (g->oc + PW - 1) / PW;
-    const size_t grp = BC_HALF_GROUP;  /* the formats of runs decoded here: bfloat16, float16 */
+    /* the group of the formats of runs decoded here (bfloat16, float16) as a constant, so
+     * that AVX-512, whose groups of panels cover a run, compiles no turns */
+    const size_t grp = BC_HALF_GROUP;
     if (bs) {  /* panels apart (a constant: no walk over runs compiled) */
         prows_span(bs, gmax, sg, sh, state, vec, vec_hi, g, f, o0 / PW, p1);
         return;
@@ -324,17 +330,7 @@ BC_INLINE void prows_split(const int dtype, const size_t bs, const int gmax, con
         if (!cut || end - p < grp) {
             prows_span(bs, gmax, sg, sh, state, vec, vec_hi, g, f, p, end);
         } else {
-            switch (g->n) {
-            case 1:
-                PROWS_RUN(1);
-                break;
-            case 2:
-                PROWS_RUN(2);
-                break;
-            default:
-                PROWS_RUN(3);
-                break;
-            }
+            PROWS_BY_ROWS(PROWS_RUN);
         }
         p = end;
     }
@@ -342,6 +338,8 @@ BC_INLINE void prows_split(const int dtype, const size_t bs, const int gmax, con
 
 #undef PROWS_STEP
 #undef PROWS_RUN
+#undef PROWS_BY_ROWS
+#undef PGR
 #undef PG
 #undef PG_ALL
 

@@ -91,7 +91,8 @@ BC_INLINE wf_st wf_scale(V s)
 }
 
 /* bp (nc columns of kc rows as float32 panels) <- columns o0.. (a multiple of
- * PW), rows p0..p0+kc (a multiple of sg) of g's packed matrix (dtype), read with state and vec every sg rows. */
+ * PW), rows p0..p0+kc (a multiple of sg) of g's packed matrix (dtype), read
+ * with state and vec every sg rows. */
 BC_INLINE void load_panels(const int dtype, const size_t sg, const wf_state_fn state,
                            const wf_vec_fn vec, float *restrict bp, const bc_gemm *g, size_t o0,
                            size_t nc, size_t p0, size_t kc)

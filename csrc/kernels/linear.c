@@ -81,9 +81,11 @@ static void gemm_unit(const void *arg, size_t u, int t)
  * bits do not depend on the units. */
 #define COL_UNIT 64  /* 4 panels */
 
-/* The columns of a unit of a product of n rows of x on nt threads. */
-static size_t unit_cols(size_t oc, size_t n, int nt, size_t group)
+/* The columns of a unit of a product of n rows of x on nt threads, w in
+ * layout wf. */
+static size_t unit_cols(size_t oc, size_t n, int nt, int wf)
 {
+    const size_t group = wf == BC_WF_ROWS ? 0 : bc_format_of(BC_WF_DTYPE(wf))->group;
     const size_t np = (oc + BC_PANEL - 1) / BC_PANEL, share = (np + (size_t)nt - 1) / (size_t)nt;
     if (n > BC_ROWS_MAX)
         return COL_UNIT;
@@ -144,8 +146,7 @@ static void linear_xq(const bc_gemm *g, int nt, const bc_ctx *cx)
             xq_fn(kt, g->wf, n1 - n0)(g, xq, n0, n1, 0, g->oc);
             continue;
         }
-        const size_t group = bc_format_of(BC_WF_DTYPE(g->wf))->group;
-        const xq_job j = {g, kt, xq, n0, n1, unit_cols(g->oc, n1 - n0, nt, group)};
+        const xq_job j = {g, kt, xq, n0, n1, unit_cols(g->oc, n1 - n0, nt, g->wf)};
         bc_rt_run(nt, (g->oc + j.cw - 1) / j.cw, xq_unit, &j);
     }
 }
@@ -190,8 +191,7 @@ static void linear(float *y, const float *x, const void *w, int wf, const float 
             kt->wf[wf].rows_part(&g, 0, oc);
             return;
         }
-        const size_t group = wf == BC_WF_ROWS ? 0 : bc_format_of(BC_WF_DTYPE(wf))->group;
-        j.cw = unit_cols(oc, n, nt, group);
+        j.cw = unit_cols(oc, n, nt, wf);
         bc_rt_run(nt, (oc + j.cw - 1) / j.cw, rows_unit, &j);
         return;
     }
