@@ -57,6 +57,29 @@ def test_the_product_is_the_oracle_bit_for_bit(isa, n, c, oc):
     np.testing.assert_array_equal(_bits(ops.linear(x, p)), _bits(bf16dot.linear_bfloat16i(x, w)))
 
 
+def test_x_rounds_to_infinity_past_bfloat16s_largest_and_keeps_nan_and_infinity(isa):
+    """Each row of x holds one value at the edge of the range (in the vector part of
+    the row and in its tail); w the identity, so output j is x's column j as
+    rounded: past bfloat16's largest finite (0x7f7f) it is infinite, NaN stays NaN
+    (a NaN whose high half alone would read as infinity too)."""
+    big = np.uint32([0x7F7F7FFF, 0x7F7F8000, 0x7F7FFFFF, 0x7F800000, 0x7FC00000, 0xFF7F8000,
+                     0xFF800000, 0x00800000, 0x007FFFFF, 0x7F800001, 0xFFFFFFFF]).view(np.float32)
+    c = 40
+    x = np.tile(rnd(1, c, seed=11), (2 * big.size, 1))
+    cols = [3 + i % 20 for i in range(big.size)] + [c - 1 - i % 8 for i in range(big.size)]
+    for i, col in enumerate(cols):
+        x[i, col] = big[i % big.size]
+    with np.errstate(invalid="ignore", over="ignore"):
+        y = ops.linear(x, ops.pack(np.eye(c, dtype=np.float32), "bfloat16i"))
+        want = bf16dot.round_bf16(x)
+    got = y[np.arange(len(cols)), cols]
+    exp = want[np.arange(len(cols)), cols]
+    assert np.isinf(exp).sum() == 10 and np.isnan(exp).sum() == 6  # the cases are there
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(exp))
+    ok = ~np.isnan(exp)
+    np.testing.assert_array_equal(_bits(got[ok]), _bits(exp[ok]))
+
+
 def _tiny(seed):
     """x and w whose products and partial sums lie around FLT_MIN (2^-126), a tenth of
     x subnormal: where flushing decides the bits."""

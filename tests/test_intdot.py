@@ -103,7 +103,8 @@ def test_a_non_finite_activation_makes_its_rows_outputs_nan(fmt):
 
 @pytest.mark.parametrize("fmt", list(ROUNDED))
 def test_same_bits_at_any_thread_count(threads, fmt):
-    x, p = rnd(300, 200, seed=4), ops.pack(rnd(300, 200, seed=5), fmt)
+    # 400 x 200 values: enough that every thread rounds some of the rows of x
+    x, p = rnd(400, 200, seed=4), ops.pack(rnd(300, 200, seed=5), fmt)
     threads(1)
     want = ops.linear(x, p)
     for t in (2, 3):

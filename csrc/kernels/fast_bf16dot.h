@@ -17,14 +17,84 @@
  * panels in flight; more rows run a register tile over a few panels at a
  * time (they stay in L2 while the tile's rows stream past). */
 
+#if BC_SIMD == 512 || BC_SIMD == 256
+#if BC_SIMD == 512
+typedef __m512i RI;
+#define ri_load(p) _mm512_loadu_si512((const void *)(p))
+#define ri_set1(v) _mm512_set1_epi32((int)(v))
+#define ri_and _mm512_and_si512
+#define ri_or _mm512_or_si512
+#define ri_add _mm512_add_epi32
+#define ri_srli _mm512_srli_epi32
+#define ri_sel_gt(a, b, t, f) _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask((a), (b)), (f), (t))
+#define ri_sel_eq(a, b, t, f) _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask((a), (b)), (f), (t))
+#else
+typedef __m256i RI;
+#define ri_load(p) _mm256_loadu_si256((const __m256i *)(p))
+#define ri_set1(v) _mm256_set1_epi32((int)(v))
+#define ri_and _mm256_and_si256
+#define ri_or _mm256_or_si256
+#define ri_add _mm256_add_epi32
+#define ri_srli _mm256_srli_epi32
+#define ri_sel_gt(a, b, t, f) _mm256_blendv_epi8((f), (t), _mm256_cmpgt_epi32((a), (b)))
+#define ri_sel_eq(a, b, t, f) _mm256_blendv_epi8((f), (t), _mm256_cmpeq_epi32((a), (b)))
+#endif
+#define RL ((size_t)sizeof(RI) / 4)  /* lanes */
+
+/* bc_f32_to_bf16_ftz on the lanes of u (float bits), each result in its
+ * lane's low 16 bits: round to nearest even, NaN quiet, a subnormal result a
+ * zero of its sign */
+BC_INLINE RI bf16_ftz_lanes(RI u)
+{
+    const RI rounded = ri_srli(ri_add(ri_add(u, ri_set1(0x7fffu)),
+                                      ri_and(ri_srli(u, 16), ri_set1(1u))), 16);
+    const RI h = ri_sel_gt(ri_and(u, ri_set1(0x7fffffffu)), ri_set1(0x7f800000u),
+                           ri_or(ri_srli(u, 16), ri_set1(0x40u)), rounded);
+    return ri_sel_eq(ri_and(h, ri_set1(0x7f80u)), ri_set1(0u), ri_and(h, ri_set1(0x8000u)), h);
+}
+
+// h (C) <- x (C): RL columns at a time, the tail by bc_f32_to_bf16_ftz
+static void xq_row_bf16(uint16_t *h, const float *x, size_t c)
+{
+    size_t k = 0;
+    for (; k + RL <= c; k += RL) {
+        const RI r = bf16_ftz_lanes(ri_load(x + k));
+#if BC_SIMD == 512
+        _mm256_storeu_si256((__m256i *)(h + k), _mm512_cvtepi32_epi16(r));
+#else
+        /* the pack works per 128-bit lane: its low 64 bits of each hold the four */
+        const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+        _mm_storeu_si128((__m128i *)(h + k), _mm256_castsi256_si128(p));
+#endif
+    }
+    for (; k < c; k++)
+        h[k] = bc_f32_to_bf16_ftz(x[k]);
+}
+#undef ri_load
+#undef ri_set1
+#undef ri_and
+#undef ri_or
+#undef ri_add
+#undef ri_srli
+#undef ri_sel_gt
+#undef ri_sel_eq
+#undef RL
+#else
+// h (C) <- x (C)
+static void xq_row_bf16(uint16_t *h, const float *x, size_t c)
+{
+    for (size_t k = 0; k < c; k++)
+        h[k] = bc_f32_to_bf16_ftz(x[k]);
+}
+#endif
+
 // xq (N rows of bc_xq_row_bytes(BC_DTYPE_BF16I, C)) <- x (N,C) rounded as the weights are
 static void xq_rows_bf16(unsigned char *xq, const float *x, size_t n, size_t c)
 {
     const size_t rb = bc_xq_row_bytes(BC_DTYPE_BF16I, c);
     for (size_t i = 0; i < n; i++) {
         uint16_t *h = (uint16_t *)(xq + i * rb);
-        for (size_t k = 0; k < c; k++)
-            h[k] = bc_f32_to_bf16_ftz(x[i * c + k]);
+        xq_row_bf16(h, x + i * c, c);
         for (size_t k = c; k < rb / 2; k++)
             h[k] = 0;
     }

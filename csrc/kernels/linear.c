@@ -126,10 +126,29 @@ static void xq_unit(const void *arg, size_t u, int t)
     xq_fn(j->kt, j->g->wf, j->n1 - j->n0)(j->g, j->xq, j->n0, j->n1, o0, o1);
 }
 
+/* Values of x from which a chunk's rows are quantised by every thread */
+#define XQ_SPREAD ((size_t)1 << 16)
+
+/* One chunk's rows of x to quantise (xq_row: one row, on any thread). */
+typedef struct {
+    const bc_kernel_table *kt;
+    int wf;
+    unsigned char *xq;
+    const float *x;
+    size_t c, rb;
+} xq_rows_job;
+
+static void xq_row(const void *arg, size_t i)
+{
+    const xq_rows_job *j = arg;
+    j->kt->wf[j->wf].xq_rows(j->xq + i * j->rb, j->x + i * j->c, 1, j->c);
+}
+
 /* The rows of x quantised once, chunk by chunk into the call's scratch (every
- * thread's slice: the kernels on quantised x need none), each chunk's product
- * spread over columns. A format's columns are bounded (max_cols) so that one
- * row always fits. */
+ * thread's slice: the kernels on quantised x need none; the rows spread over
+ * the threads, each row's bytes its own), each chunk's product spread over
+ * columns. A format's columns are bounded (max_cols) so that one row always
+ * fits. */
 static void linear_xq(const bc_gemm *g, int nt, const bc_ctx *cx)
 {
     const bc_kernel_table *kt = cx->kt;
@@ -141,7 +160,10 @@ static void linear_xq(const bc_gemm *g, int nt, const bc_ctx *cx)
         return;  /* cannot happen: bc_packed_bytes bounds the columns */
     for (size_t n0 = 0; n0 < g->n; n0 += chunk) {
         const size_t n1 = g->n - n0 < chunk ? g->n : n0 + chunk;
-        kt->wf[g->wf].xq_rows(xq, g->x + n0 * g->c, n1 - n0, g->c);
+        const xq_rows_job rj = {kt, g->wf, xq, g->x + n0 * g->c, g->c, rb};
+        /* a few rows (decoding) are quantised where they are: less than a
+         * hand-over of work costs */
+        bc_rt_rows((n1 - n0) * g->c >= XQ_SPREAD ? nt : 1, n1 - n0, xq_row, &rj);
         if (nt <= 1) {
             xq_fn(kt, g->wf, n1 - n0)(g, xq, n0, n1, 0, g->oc);
             continue;
