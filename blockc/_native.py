@@ -6,6 +6,8 @@ which hand NumPy buffers to C without copying.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._errors import BlockcError, BlockcMemoryError, BlockcValueError
@@ -100,17 +102,26 @@ SMALL_PAGES_FROM = 1 << 22
 
 def output_empty(shape, dtype: "np.typing.DTypeLike" = np.float32) -> np.ndarray:
     """``np.empty(shape, dtype)`` for an output the C library is about to write once
-    (logits, hidden states, a linear's result): from :data:`SMALL_PAGES_FROM` bytes
-    on, the pages inside it are advised small (``bc_advise_small_pages``) before any
-    is touched. NumPy asks for transparent huge pages on every large array; under a
+    (logits, hidden states, a linear's result). From :data:`SMALL_PAGES_FROM` bytes
+    on, the memory comes from the C library's kept outputs (``bc_out_take``): a
+    block an earlier output handed back when one fits, its pages already mapped (a
+    fresh output is all first writes, each page a fault: a prompt's logits lose a
+    tenth of their time to them), else a fresh block advised onto small pages
+    (NumPy asks for transparent huge pages on every large array, and under a
     hypervisor the first write to a fresh 2 MiB page can cost many times what its
-    512 small pages do, and a fresh output is all first writes (benches/bench_pages.py
-    measures both). A normal NumPy array: it owns its memory and nothing else
-    changes."""
-    a = np.empty(shape, dtype)
-    if a.nbytes >= SMALL_PAGES_FROM:
-        check(lib.bc_advise_small_pages(ffi.from_buffer(a), a.nbytes), "output_empty")
-    return a
+    512 small pages do; benches/bench_pages.py measures both). The block goes back
+    when the last array viewing it is gone. The array does not own its memory
+    (``a.base`` holds it), so ``a.resize`` refuses; everything else is NumPy's.
+    ``BLOCKC_OUTPUT_POOL=0`` keeps no blocks."""
+    dt = np.dtype(dtype)
+    shp = (int(shape),) if np.ndim(shape) == 0 else tuple(int(n) for n in shape)
+    nbytes = math.prod(shp) * dt.itemsize
+    if nbytes < SMALL_PAGES_FROM or nbytes >= 1 << 62:  # (NumPy refuses the impossible)
+        return np.empty(shp, dt)
+    out = ffi.new("void **")
+    check(lib.bc_out_take(out, nbytes), "output_empty")
+    block = ffi.gc(out[0], lib.bc_out_give, size=nbytes)
+    return np.frombuffer(ffi.buffer(block, nbytes), dt).reshape(shp)
 
 
 def aligned_zeros(n: int, dtype: "np.typing.DTypeLike" = np.float32) -> np.ndarray:

@@ -101,6 +101,32 @@ int bc_tune_handicap(int family, int isa, double seconds);
  * bytes > 0. */
 int bc_advise_small_pages(void *p, size_t bytes);
 
+/* Large outputs' memory, kept between outputs. A fresh output of many
+ * megabytes is all first writes, each page a fault (a 1024-token prompt's
+ * 201 MB of logits: ~70 ms on one thread of an AMD Zen 5); a block handed back
+ * is kept mapped for the next output it fits: at most BC_OUT_KEEP blocks and
+ * BC_OUT_KEEP_BYTES in all, the oldest freed first. BLOCKC_OUTPUT_POOL=0 (read
+ * once) keeps none. Thread-safe. */
+#define BC_OUT_KEEP 4
+#define BC_OUT_KEEP_BYTES 536870912
+
+/* *p = bytes (> 0) of 64-byte aligned memory, contents unspecified: a kept
+ * block that holds them and is less than twice their size, else a fresh one
+ * advised onto small pages (bc_advise_small_pages). Hand it back with
+ * bc_out_give. BC_ENULL, BC_ESIZE (bytes 0 or past the address space),
+ * BC_ENOMEM (*p NULL then). */
+int bc_out_take(void **p, size_t bytes);
+
+/* Hand back p (from bc_out_take; NULL: nothing): kept, or freed. The caller
+ * must not touch it after. */
+int bc_out_give(void *p);
+
+/* *blocks, *bytes (capacities) kept now. BC_ENULL. */
+int bc_out_kept(size_t *blocks, size_t *bytes);
+
+/* Free every kept block (memory back to the system now). */
+int bc_out_release(void);
+
 #ifdef __cplusplus
 }
 #endif

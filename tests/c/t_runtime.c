@@ -264,10 +264,64 @@ static void pages_checks(void)
     EXPECT(p[n - 1] == -copy[n - 1]);
 }
 
+/* bc_out_take / bc_out_give: a block handed back is the next one taken when it
+ * fits (less than twice the bytes asked), never while a caller holds it; the
+ * kept list bounded by BC_OUT_KEEP blocks (the oldest dropped first). */
+static void outbuf_checks(void)
+{
+    void *p = NULL, *q = NULL, *r = NULL;
+    size_t blocks = 9, bytes = 9;
+    EXPECT_STATUS(BC_ENULL, bc_out_take(NULL, 64));
+    EXPECT_STATUS(BC_ESIZE, bc_out_take(&p, 0));
+    EXPECT(p == NULL);
+    EXPECT_STATUS(BC_ESIZE, bc_out_take(&p, SIZE_MAX - 8));
+    EXPECT_STATUS(BC_ENULL, bc_out_kept(NULL, &bytes));
+    EXPECT_STATUS(BC_OK, bc_out_give(NULL));
+    EXPECT_STATUS(BC_OK, bc_out_release());
+    EXPECT_STATUS(BC_OK, bc_out_kept(&blocks, &bytes));
+    EXPECT(blocks == 0 && bytes == 0);
+
+    const size_t n = 100000;
+    EXPECT_STATUS(BC_OK, bc_out_take(&p, n));
+    EXPECT(p != NULL && (uintptr_t)p % 64 == 0);
+    memset(p, 0x5a, n);  /* every byte writable */
+    EXPECT_STATUS(BC_OK, bc_out_take(&q, n));  /* p is held: not q */
+    EXPECT(q != NULL && q != p);
+    EXPECT_STATUS(BC_OK, bc_out_give(p));
+    EXPECT_STATUS(BC_OK, bc_out_kept(&blocks, &bytes));
+    EXPECT(blocks == 1 && bytes == n);
+    EXPECT_STATUS(BC_OK, bc_out_take(&r, n / 2 - 1));  /* p would waste half: a fresh one */
+    EXPECT(r != p);
+    EXPECT_STATUS(BC_OK, bc_out_give(r));
+    EXPECT_STATUS(BC_OK, bc_out_take(&r, n - 10));  /* p fits: it comes back */
+    EXPECT(r == p);
+    EXPECT_STATUS(BC_OK, bc_out_give(r));
+    EXPECT_STATUS(BC_OK, bc_out_give(q));
+    EXPECT_STATUS(BC_OK, bc_out_kept(&blocks, &bytes));
+    EXPECT(blocks == 3 && bytes == 2 * n + n / 2 - 1);
+
+    /* more blocks handed back than are kept: the oldest go */
+    void *many[BC_OUT_KEEP + 2];
+    for (size_t i = 0; i < BC_OUT_KEEP + 2; i++)
+        EXPECT_STATUS(BC_OK, bc_out_take(&many[i], 1000 * (i + 1)));
+    for (size_t i = 0; i < BC_OUT_KEEP + 2; i++)
+        EXPECT_STATUS(BC_OK, bc_out_give(many[i]));
+    EXPECT_STATUS(BC_OK, bc_out_kept(&blocks, &bytes));
+    EXPECT(blocks == BC_OUT_KEEP);
+    size_t newest = 0;
+    for (size_t i = 2; i < BC_OUT_KEEP + 2; i++)
+        newest += 1000 * (i + 1);
+    EXPECT(bytes == newest);
+    EXPECT_STATUS(BC_OK, bc_out_release());
+    EXPECT_STATUS(BC_OK, bc_out_kept(&blocks, &bytes));
+    EXPECT(blocks == 0 && bytes == 0);
+}
+
 void test_runtime(void)
 {
     settings_checks();
     pages_checks();
+    outbuf_checks();
     choice_checks();
     determinism_checks();
 }

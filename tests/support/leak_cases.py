@@ -139,6 +139,36 @@ def _cases():
         return alternate(lambda: lib.bc_advise_small_pages(ptr, buf.nbytes),
                          lambda: lib.bc_advise_small_pages(ffi.NULL, 1))
 
+    out = ffi.new("void **")
+    nblk, nbytes = ffi.new("size_t *"), ffi.new("size_t *")
+
+    def take_give(n):
+        assert lib.bc_out_take(out, n) == lib.BC_OK
+        return lib.bc_out_give(out[0])
+
+    @case("bc_out_take")
+    def _():  # sizes the kept list takes turns holding: its steady state, then nothing more
+        sizes = [1000, 3000, 700000]
+        turn = [0]
+
+        def good():
+            turn[0] += 1
+            return take_give(sizes[turn[0] % 3])
+        return alternate(good, lambda: lib.bc_out_take(out, 0))
+
+    @case("bc_out_give")
+    def _():
+        return alternate(lambda: take_give(5000), lambda: lib.bc_out_give(ffi.NULL))
+
+    @case("bc_out_kept")
+    def _():
+        return alternate(lambda: lib.bc_out_kept(nblk, nbytes),
+                         lambda: lib.bc_out_kept(ffi.NULL, nbytes))
+
+    @case("bc_out_release")
+    def _():
+        return alternate(lambda: (take_give(2000), lib.bc_out_release()), lib.bc_out_release)
+
     @case("bc_tune_kernels")
     def _():
         return alternate(lambda: lib.bc_tune_kernels(), lambda: lib.bc_tune_handicap(0, 1, -1.0))
