@@ -3,18 +3,21 @@
 D=768, 12 layers, 12 query heads and 4 K/V heads, SwiGLU MLP of 2048, RMSNorm,
 rotary positions, a 32,000-token vocabulary, untied head; random weights (or
 with --shape smollm2 the shape of SmolLM2-135M: 30 layers, width 576, 9 heads,
-3 K/V heads, d_ff 1536, a tied 49,152-token vocabulary; section llama-smollm2).
+3 K/V heads, d_ff 1536, a tied 49,152-token vocabulary; section llama-smollm2; or
+with --shape gpt2 GPT-2 small itself, prefill only by default: its decode table is
+bench_decode.py's; section llama-gpt2).
 blockc's weights: float32, bfloat16, bfloat16i (bfloat16's weights by bfloat16 dot
 products: vdpbf16ps where the CPU has AVX512_BF16), q8_0 and q8_0i (q8_0's weights by
 integer dot products on 8-bit activations). blockc runs as chosen (auto: each kernel family its measured variant) and
 forced to each FMA instruction set the CPU has (a column each). The
 peers run the same weights:
 
-  transformers  LlamaForCausalLM (eager PyTorch, its default SDPA attention),
+  transformers  LlamaForCausalLM (GPT2LMHeadModel for gpt2; eager PyTorch, its
+                default SDPA attention),
                 loaded from the directory blockc's save_pretrained writes; float32
                 and bfloat16
   llama.cpp     through llama-cpp-python, GGUF files written from the same model
-                (benches/gguf_export.py write_llama: f32, f16, bf16, and q8_0 from
+                (benches/gguf_export.py write_llama or write_gpt2: f32, f16, bf16, and q8_0 from
                 blockc's own q8_0 blocks); when llama-cpp-python and gguf are
                 installed
 
@@ -121,17 +124,20 @@ def prefill_flops(cfg: "blockc.GPTConfig", t: int) -> float:
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shape", choices=("llama", "smollm2"), default="llama")
+    ap.add_argument("--shape", choices=("llama", "smollm2", "gpt2"), default="llama")
     ap.add_argument("--layers", type=int, default=None, help="(12; 30 for smollm2)")
     ap.add_argument("--seq", type=int, default=1024, help="prefill tokens (1024)")
     ap.add_argument("--new", type=int, default=64, help="decoded tokens per run (64)")
-    ap.add_argument("--contexts", default="128,1000")
+    ap.add_argument("--contexts", default=None,
+                    help="decode contexts (128,1000; none for gpt2); empty: no decode")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-peers", action="store_true")
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' renamings
-    contexts = [int(c) for c in args.contexts.split(",")]
+    if args.contexts is None:
+        args.contexts = "" if args.shape == "gpt2" else "128,1000"
+    contexts = [int(c) for c in args.contexts.split(",") if c]
     thread_counts = [int(t) for t in args.threads.split(",")]
 
     torch = transformers = llama_cpp = None
@@ -146,19 +152,22 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             import gguf  # noqa: F401
             import llama_cpp
-            from gguf_export import write_llama
+            from gguf_export import write_gpt2, write_llama
         except ImportError:
             llama_cpp = None
 
-    smol = args.shape == "smollm2"
-    cfg = smollm2_config(args.layers or 30) if smol else llama_config(args.layers or 12)
+    smol, gpt2 = args.shape == "smollm2", args.shape == "gpt2"
+    cfg = (smollm2_config(args.layers or 30) if smol
+           else blockc.GPTConfig.preset("gpt2", layers=args.layers or 12) if gpt2
+           else llama_config(args.layers or 12))
+    name = "SmolLM2-135M-shaped" if smol else "GPT-2 small" if gpt2 else "Llama-shaped"
     machine = Machine()
     m32 = blockc.GPT.random(cfg, seed=0)
     models = {p: m32 if p == "float32" else m32.astype(p) for p in PRECISIONS}
     bw = read_bandwidth()
     peak = fma_peak()
     print(machine.header())
-    print(f"{'SmolLM2-135M-shaped' if smol else 'Llama-shaped'}: V={cfg.vocab} D={cfg.width} "
+    print(f"{name}: V={cfg.vocab} D={cfg.width} "
           f"H={cfg.heads} KV={cfg.kv_heads_} F={cfg.d_ff_} L={cfg.layers}, "
           f"{blockc.gpt_parameter_count(cfg):,} parameters, random weights")
     print("read bandwidth (benches/machine.py): " + (", ".join(
@@ -167,16 +176,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     hms = {}
     if transformers is not None:
         m32.save_pretrained(tmp.name + "/hf")
-        hm = transformers.LlamaForCausalLM.from_pretrained(tmp.name + "/hf").eval()
-        hms = {"float32": hm, "bfloat16": transformers.LlamaForCausalLM.from_pretrained(
+        auto = transformers.AutoModelForCausalLM
+        hm = auto.from_pretrained(tmp.name + "/hf").eval()
+        hms = {"float32": hm, "bfloat16": auto.from_pretrained(
             tmp.name + "/hf", dtype=torch.bfloat16).eval()}
-        print(f"transformers {transformers.__version__} LlamaForCausalLM, torch {torch.__version__}"
+        print(f"transformers {transformers.__version__} {type(hm).__name__}, torch {torch.__version__}"
               f" ({hm.config._attn_implementation} attention), float32 and bfloat16")
     ggufs: Dict[str, str] = {}
     if llama_cpp is not None:
         for kind, src in (("f32", m32), ("f16", m32), ("bf16", m32), ("q8_0", models["q8_0"])):
             ggufs[kind] = os.path.join(tmp.name, f"llama-{kind}.gguf")
-            write_llama(src, ggufs[kind], kind)
+            (write_gpt2 if gpt2 else write_llama)(src, ggufs[kind], kind)
         print(f"llama.cpp {llama_cpp.__version__} (llama-cpp-python), GGUF from the same weights; "
               f"{NOTE}")
     else:
@@ -292,33 +302,34 @@ def main(argv: Optional[List[str]] = None) -> int:
             for k, t in alternate(runners, args.repeats).items():
                 drows.append((ctx, th) + k + (args.new / t,))
             del llms
-    print()
-    print(f"decode, {args.new} greedy tokens after a prompt (tokens/s):")
-    print(f"| context | threads | engine | weights | tokens/s | {fcols} | auto / best forced "
-          "| % of bound | / llama.cpp | / transformers f32 |")
-    print("| --- " * (9 + len(forced)) + "|")
-    for r in drows:
-        if r[2] == "blockc" and r[-2] != "auto":
-            continue
-        ctx, th, eng, p, rate = r[0], r[1], r[2], r[3], r[-1]
-        bound = vs_l = vs_t = vs_b = ""
-        cols = ["" for _ in forced]
-        if eng == "blockc":
-            fr = [find(drows, (ctx, th, eng, p, f)) for f in forced]
-            cols = [f"{x:.1f}" for x in fr]
-            vs_b = f"{rate / max(fr):.2f}" if fr else ""
-            if th in bw:
-                b = bw[th] * 1e9 / step_bytes(models[p], ctx - args.new / 2)
-                bound = f"{100 * rate / b:.0f}%"
-            lr = find(drows, (ctx, th, "llama.cpp", SAME[p]))
-            tr = find(drows, (ctx, th, "transformers", "float32"))
-            vs_l = f"{rate / lr:.2f}x ({SAME[p]})" if lr else ""
-            vs_t = f"{rate / tr:.2f}x" if tr else ""
-        print(f"| {ctx} | {th} | {eng} | {p} | {rate:.1f} | " + " | ".join(cols)
-              + f" | {vs_b} | {bound} | {vs_l} | {vs_t} |")
-    print("tokens/s: blockc as chosen (auto); forced: BLOCKC_ISA for every kernel; % of bound: "
-          "tokens/s over read bandwidth / bytes a step reads (that precision's "
-          "weights and the KV cache at the mean position); > 1x means blockc is faster")
+    if contexts:
+        print()
+        print(f"decode, {args.new} greedy tokens after a prompt (tokens/s):")
+        print(f"| context | threads | engine | weights | tokens/s | {fcols} | auto / best forced "
+              "| % of bound | / llama.cpp | / transformers f32 |")
+        print("| --- " * (9 + len(forced)) + "|")
+        for r in drows:
+            if r[2] == "blockc" and r[-2] != "auto":
+                continue
+            ctx, th, eng, p, rate = r[0], r[1], r[2], r[3], r[-1]
+            bound = vs_l = vs_t = vs_b = ""
+            cols = ["" for _ in forced]
+            if eng == "blockc":
+                fr = [find(drows, (ctx, th, eng, p, f)) for f in forced]
+                cols = [f"{x:.1f}" for x in fr]
+                vs_b = f"{rate / max(fr):.2f}" if fr else ""
+                if th in bw:
+                    b = bw[th] * 1e9 / step_bytes(models[p], ctx - args.new / 2)
+                    bound = f"{100 * rate / b:.0f}%"
+                lr = find(drows, (ctx, th, "llama.cpp", SAME[p]))
+                tr = find(drows, (ctx, th, "transformers", "float32"))
+                vs_l = f"{rate / lr:.2f}x ({SAME[p]})" if lr else ""
+                vs_t = f"{rate / tr:.2f}x" if tr else ""
+            print(f"| {ctx} | {th} | {eng} | {p} | {rate:.1f} | " + " | ".join(cols)
+                  + f" | {vs_b} | {bound} | {vs_l} | {vs_t} |")
+        print("tokens/s: blockc as chosen (auto); forced: BLOCKC_ISA for every kernel; % of bound: "
+              "tokens/s over read bandwidth / bytes a step reads (that precision's "
+              "weights and the KV cache at the mean position); > 1x means blockc is faster")
     print(machine.footer())
     blockc.set_num_threads(0)
     tmp.cleanup()
@@ -331,4 +342,5 @@ def torch_no_grad(torch, hm, ids):
 
 
 if __name__ == "__main__":
-    run_bench(main, "speed.md", "llama-smollm2" if "smollm2" in sys.argv else "llama")
+    run_bench(main, "speed.md", "llama-smollm2" if "smollm2" in sys.argv
+              else "llama-gpt2" if "gpt2" in sys.argv else "llama")
