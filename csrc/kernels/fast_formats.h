@@ -272,10 +272,18 @@ BC_INLINE V q4_k_vec(const unsigned char *panel, size_t st, size_t k, size_t lan
                 state.m);
 }
 
+/* q4_k decodes at most 8 panels at a time on every instruction set (AVX2's RACC;
+ * AVX-512 would take 16 for one row): on an AMD Zen 5 one row read 28-30 G weights
+ * a second on 8 against 25-26 on 16 (3072 x 768 products), and a GPT-2 held in
+ * q4_k decoded 199-211 tokens/s against 156-173 on one thread; two and three rows
+ * take 8 and 5 either way. On 8, q6_k read slower and q5_0 within a few percent. */
+#define Q4K_PANELS 8
+
 // y (N,OC), x (N,C), w (OC,C) q4_k panels; N <= BC_ROWS_MAX
 static void prows_q4_k(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_part(BC_DTYPE_Q4_K, sizeof(bc_q4k_block), RACC, 32, q4_k_state, q4_k_vec, g, o0, o1);
+    prows_part(BC_DTYPE_Q4_K, sizeof(bc_q4k_block), Q4K_PANELS, 32, q4_k_state, q4_k_vec, g,
+               o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) q4_k panels, columns o0.., rows p0..
