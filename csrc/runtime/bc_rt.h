@@ -4,7 +4,7 @@
  * table (instruction set) and the thread cap in force at that moment, and
  * scratch for every thread it may use. All of one call then runs on what the
  * context holds, whatever another thread sets meanwhile (bc_set_isa,
- * bc_set_num_threads), and the only allocation the library makes, the
+ * bc_set_num_threads), and the only allocation a kernel call makes, the
  * scratch, fails before anything is written: as BC_ENOMEM from the entry point.
  */
 #ifndef BC_RT_H
@@ -37,6 +37,11 @@ static inline float *bc_rt_slice(const bc_ctx *cx, int t)
 {
     return cx->scratch + (size_t)t * cx->per_thread;
 }
+
+/* bytes of 64-byte aligned memory, or NULL; freed by bc_rt_free64 (NULL:
+ * nothing). The kernels' scratch and the kept outputs (outbuf.c). */
+void *bc_rt_alloc64(size_t bytes);
+void bc_rt_free64(void *p);
 
 /* One unit of a job: fn(arg, unit, thread), thread in [0, threads). */
 typedef void (*bc_unit_fn)(const void *arg, size_t unit, int thread);

@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "bc_core.h"
-#include "bc_runtime.h"
+#include "bc_rt.h"  /* bc_rt_alloc64 */
 
 #if !defined(_WIN32)
 #include <pthread.h>
@@ -51,25 +51,10 @@ static size_t cap_of(const unsigned char *blk)
 
 static unsigned char *blk_new(size_t bytes)
 {
-    void *p = NULL;
-#if defined(_WIN32)
-    p = _aligned_malloc(OUT_HEAD + bytes, 64);
-#else
-    if (posix_memalign(&p, 64, OUT_HEAD + bytes) != 0)
-        p = NULL;
-#endif
+    unsigned char *p = bc_rt_alloc64(OUT_HEAD + bytes);
     if (p)
         memcpy(p, &bytes, sizeof bytes);
     return p;
-}
-
-static void blk_free(unsigned char *blk)
-{
-#if defined(_WIN32)
-    _aligned_free(blk);
-#else
-    free(blk);
-#endif
 }
 
 /* keeping is on unless BLOCKC_OUTPUT_POOL=0 (read once; under the lock) */
@@ -140,7 +125,7 @@ int bc_out_give(void *p)
     }
     OUT_UNLOCK();
     for (size_t i = 0; i < nd; i++)  /* freed outside the lock: munmap can be slow */
-        blk_free(drop[i]);
+        bc_rt_free64(drop[i]);
     return BC_OK;
 }
 
@@ -164,6 +149,6 @@ int bc_out_release(void)
         drop[nd++] = unkeep(0);
     OUT_UNLOCK();
     for (size_t i = 0; i < nd; i++)
-        blk_free(drop[i]);
+        bc_rt_free64(drop[i]);
     return BC_OK;
 }

@@ -297,7 +297,7 @@ static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 static void scratch_free(void *arg)
 {
     scratch_t *s = arg;
-    free(s->p);
+    bc_rt_free64(s->p);
     s->p = NULL;
     s->n = 0;
 }
@@ -305,7 +305,7 @@ static void scratch_free(void *arg)
 static void key_init(void) { (void)pthread_key_create(&g_key, scratch_free); }
 #endif
 
-static void *alloc64(size_t bytes)
+void *bc_rt_alloc64(size_t bytes)
 {
 #if defined(_WIN32)
     return _aligned_malloc(bytes, 64);
@@ -315,7 +315,7 @@ static void *alloc64(size_t bytes)
 #endif
 }
 
-static void free64(void *p)
+void bc_rt_free64(void *p)
 {
 #if defined(_WIN32)
     _aligned_free(p);
@@ -350,10 +350,10 @@ static float *scratch_get(size_t n)
     if (n > SIZE_MAX / sizeof(float) / 2)
         return NULL;
     const size_t want = n + n / 4 + 16;  /* some headroom against regrowing */
-    float *p = alloc64(want * sizeof(float));
+    float *p = bc_rt_alloc64(want * sizeof(float));
     if (!p)
         return NULL;
-    free64(s->p);
+    bc_rt_free64(s->p);
     s->p = p;
     s->n = want;
 #ifdef BC_HAVE_PTHREAD
