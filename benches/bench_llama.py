@@ -245,6 +245,12 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     forced = variants()[1:]
     fcols = " | ".join(f"forced {v}" for v in forced)
+
+    def forced_cells(rs, key, rate, fmt):
+        """blockc's row `key` forced to each variant (formatted), and auto / the best of them."""
+        fr = [find(rs, key + (f,)) for f in forced]
+        return [format(x, fmt) for x in fr], (f"{rate / max(fr):.2f}" if fr else "")
+
     print(f"prefill, one sequence of {args.seq} tokens (tokens/s; higher is faster):")
     print(f"| threads | engine | weights | logits | tokens/s | {fcols} | auto / best forced "
           "| / transformers f32 | / transformers bf16 | / llama.cpp |")
@@ -256,9 +262,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         vs_t = vs_h = vs_l = vs_b = ""
         cols = ["" for _ in forced]
         if eng == "blockc":
-            fr = [find(rows, (th, eng, p, logits, f)) for f in forced]
-            cols = [f"{x:.0f}" for x in fr]
-            vs_b = f"{rate / max(fr):.2f}" if fr else ""
+            cols, vs_b = forced_cells(rows, (th, eng, p, logits), rate, ".0f")
             t = find(rows, (th, "transformers", "float32", "all"))
             vs_t = f"{rate / t:.2f}x" if t and logits == "all" else ""
             h = find(rows, (th, "transformers", SAME_HF.get(p, ""), "all"))
@@ -315,9 +319,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             bound = vs_l = vs_t = vs_b = ""
             cols = ["" for _ in forced]
             if eng == "blockc":
-                fr = [find(drows, (ctx, th, eng, p, f)) for f in forced]
-                cols = [f"{x:.1f}" for x in fr]
-                vs_b = f"{rate / max(fr):.2f}" if fr else ""
+                cols, vs_b = forced_cells(drows, (ctx, th, eng, p), rate, ".1f")
                 if th in bw:
                     b = bw[th] * 1e9 / step_bytes(models[p], ctx - args.new / 2)
                     bound = f"{100 * rate / b:.0f}%"
