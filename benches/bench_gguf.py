@@ -18,9 +18,10 @@ llama.cpp runs through llama-cpp-python when it is installed (it is not in CI); 
 is then filled. blockc holds each matrix in the native format of its file type (F16, Q8_0,
 Q4_0, Q5_0, Q4_K, Q6_K as float16, q8_0, q4_0, q5_0, q4_k, q6_k: the file's blocks, streamed
 by their kernels; blockc.gguf.model.EXACT) and any other type's matrices as their dequantised
-float32 weights, so a Q4_K_M file is a model of mixed formats ("blockc holds": mixed). The Q8_0 and Q4_0
-files are run once more as q8_0i and q4_0i (from_pretrained(file, dtype=...): the same
-blocks, multiplied by integer dot products on 8-bit activations, as llama.cpp does).
+float32 weights, so a Q4_K_M file is a model of mixed formats ("blockc holds": mixed). The Q8_0,
+Q4_0, Q5_0 and Q4_K_M files are run once more with dtype="integer" (from_pretrained(file,
+dtype="integer"): each matrix's very blocks as q8_0i, q4_0i, q5_0i or q4_ki, multiplied by
+integer dot products on 8-bit activations, as llama.cpp does; Q6_K and others as without it).
 Engines alternate within each round; the figures are medians of --repeats rounds.
 
     python benches/bench_gguf.py                      # the tables (long: quantising is NumPy)
@@ -149,10 +150,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             print("|---|---|---|---|---|")
             models = {}
             # each row: (label, the file's type, blockc's dtype: None for the file's own);
-            # Q8_0 and Q4_0 files once more as q8_0i / q4_0i (integer dot products, as
+            # the quantised files once more with dtype="integer" (integer dot products, as
             # llama.cpp multiplies them)
             rows_of = [(t, t, None) for t in ["F32"] + types]
-            rows_of += [(f"{t} as {t.lower()}i", t, f"{t.lower()}i") for t in ("Q8_0", "Q4_0")
+            rows_of += [(f"{t} as integer", t, "integer") for t in ("Q8_0", "Q4_0", "Q5_0", "Q4_K_M")
                         if t in types]
             for label, t, dt in rows_of:
                 loads = []

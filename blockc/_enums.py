@@ -29,7 +29,7 @@ C_POS: Dict[str, int] = {"learned": lib.BC_POS_LEARNED, "rope": lib.BC_POS_ROPE}
 C_DTYPE: Dict[str, int] = c_dtypes()
 #: the formats whose matrices' rows must be whole blocks, and the block (q4_k: 256)
 WHOLE_BLOCKS: Dict[str, int] = c_whole_blocks()
-#: the formats whose matrices hold at most so many columns (q8_0i, q4_0i, bfloat16i: 65536)
+#: the formats whose matrices hold at most so many columns (q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, bfloat16i: 65536)
 MAX_COLS: Dict[str, int] = c_max_cols()
 
 #: what a format cannot hold (the C pack's BC_EVALUE), for the messages that say so
@@ -39,8 +39,11 @@ VALUE_LIMIT: Dict[str, str] = {
     "q5_0": "finite weights of magnitude <= 65504 * 16 (the block scale is a half)",
     "q8_0i": "finite weights of magnitude <= 65504 * 127 (the block scale is a half)",
     "q4_0i": "finite weights of magnitude <= 65504 * 8 (the block scale is a half)",
+    "q5_0i": "finite weights of magnitude <= 65504 * 16 (the block scale is a half)",
     "q4_k": "finite weights of magnitude <= 65504 * 8 (the super-block scales are halves)",
     "q6_k": "finite weights of magnitude <= 65504 * 8 (the super-block scales are halves)",
+    "q4_ki": "finite weights of magnitude <= 65504 * 8 (the super-block scales are halves)",
+    "q6_ki": "finite weights of magnitude <= 65504 * 8 (the super-block scales are halves)",
     "float16": "finite weights of magnitude <= 65504 (the largest half; larger ones are "
                "refused, not made infinite)",
 }

@@ -28,8 +28,12 @@ from .generation.config import TOKEN_ID_FIELDS, GenerationConfig, token_ids
 from .families import FAMILIES, Name, config_to_hf, family_of, read_config  # noqa: F401 (re-exported)
 from .model import DTYPES, GPTConfig, Model, layout, same_bits
 
-__all__ = ["config_from_hf", "config_to_hf", "load_dir", "save_dir", "read_config",
+__all__ = ["LOAD_DTYPES", "config_from_hf", "config_to_hf", "load_dir", "save_dir", "read_config",
            "PretrainedMixin"]
+
+#: what ``from_pretrained``'s dtype may be: a format, or "integer" (GGUF files: each matrix
+#: in the integer-product format of its file type, blockc.gguf.model.INTEGER)
+LOAD_DTYPES = DTYPES + ("integer",)
 
 M = TypeVar("M", bound=Model)
 
@@ -256,7 +260,7 @@ class PretrainedMixin:
         path : str or os.PathLike
             The directory, or a ``.gguf`` file (llama, qwen2 or gpt2 architecture; F32,
             F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K tensors, mixed).
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "bfloat16i", "q4_k", "q6_k"}, optional
+        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "q5_0i", "bfloat16i", "q4_k", "q4_ki", "q6_k", "q6_ki", "integer"}, optional
             How blockc stores the matrices; None: bfloat16 for a bfloat16 checkpoint,
             else float32. For a GGUF file, None: each matrix in the native format of
             its file type (BF16 bfloat16, F16 float16, Q8_0 q8_0, Q4_0 q4_0, Q5_0 q5_0, Q4_K
@@ -264,6 +268,10 @@ class PretrainedMixin:
             :data:`blockc.gguf.model.EXACT`), any other type float32 (the dequantised
             weights, exactly); a file mixing types gives ``dtype == "mixed"`` and
             ``m.dtypes`` naming each matrix's format. A dtype makes every matrix that.
+            ``"integer"`` (GGUF files only): each matrix in the format that multiplies
+            its file type's very blocks by integer dot products, 8-bit activations as
+            llama.cpp's (Q8_0 q8_0i, Q4_0 q4_0i, Q5_0 q5_0i, Q4_K q4_ki, Q6_K q6_ki;
+            :data:`blockc.gguf.model.INTEGER`), the others as with None.
 
         Returns
         -------
@@ -288,9 +296,13 @@ class PretrainedMixin:
         True
         """
         if dtype is not None:
-            as_choice(dtype, "dtype", DTYPES)
+            as_choice(dtype, "dtype", LOAD_DTYPES)
         if is_gguf(path):  # a GGUF file (blockc.gguf.model)
             return load_gguf(path, dtype, cls)
+        if dtype == "integer":
+            raise BlockcValueError("dtype 'integer' takes a GGUF file's blocks as they are; "
+                                   f"{os.fspath(path)!r} is not a GGUF file (pick a format by "
+                                   "name, e.g. 'q8_0i')")
         return load_dir(path, dtype, cls)
 
     def save_pretrained(self, path: Union[str, "os.PathLike[str]"]) -> None:

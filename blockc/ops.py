@@ -112,7 +112,7 @@ def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
     ----------
     w : array_like, shape (out, in)
         As PyTorch's ``nn.Linear.weight`` (one row per output); floating.
-    dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "bfloat16i", "q4_k", "q6_k"}, optional
+    dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "q5_0i", "bfloat16i", "q4_k", "q4_ki", "q6_k", "q6_ki"}, optional
         float32 as is; bfloat16 and float16 (IEEE half) rounded to nearest even;
         q8_0 llama.cpp's blocks of 32 weights of a row with one half-precision
         scale (d = max|w| / 127, q = round(w / d)): the weights become d * q;
@@ -120,9 +120,10 @@ def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
         weight of largest magnitude); q4_k its 4-bit super-blocks of 256 (a 6-bit
         scale and min per 32 weights, by its reference quantiser) and q6_k its 6-bit
         ones (an int8 scale per 16 weights), so ``in`` must be a multiple of 256.
-        q8_0i (q4_0i): q8_0's (q4_0's) weights, and :func:`linear` quantises each row of ``x`` to 8
-        bits per block of 32 (d_x = max|x| / 127) and multiplies integers: faster,
-        about 1e-2 relative error per output where q8_0 keeps ``x`` exact.
+        q8_0i (q4_0i, q5_0i, q4_ki): q8_0's (q4_0's, q5_0's, q4_k's) weights, and
+        :func:`linear` quantises each row of ``x`` to 8 bits per block of 32 (d_x =
+        max|x| / 127) and multiplies integers: faster, about 1e-2 relative error per
+        output where the plain formats keep ``x`` exact.
         bfloat16i: bfloat16's weights (a subnormal stored as zero), and :func:`linear`
         rounds each row of ``x`` to bfloat16 and multiplies bfloat16 pairs in
         vdpbf16ps's order and rounding (the same bits on every CPU; emulated where the
@@ -138,10 +139,10 @@ def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
     TypeError
         A non-floating ``w``, a non-str ``dtype``.
     ValueError
-        A shape that is not 2-D with both sizes >= 1, an unknown dtype, (q4_k, q6_k)
-        a number of columns that is not a multiple of 256, (quantised) a weight
+        A shape that is not 2-D with both sizes >= 1, an unknown dtype, (q4_k, q4_ki,
+        q6_k) a number of columns that is not a multiple of 256, (quantised) a weight
         that is not finite or too large for a half-precision scale, or (q8_0i, q4_0i,
-        bfloat16i) more than 65536 columns.
+        q5_0i, q4_ki, bfloat16i) more than 65536 columns.
 
     Examples
     --------

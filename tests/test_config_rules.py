@@ -7,7 +7,7 @@ import math
 from hypothesis import given, settings, strategies as st
 
 from blockc import BlockConfig, BlockcError, GPTConfig
-from blockc._enums import C_ACT, C_DTYPE, C_NORM, C_PLACE, C_POS
+from blockc._enums import C_ACT, C_DTYPE, C_NORM, C_PLACE, C_POS, WHOLE_BLOCKS
 from blockc._native import ffi, lib
 
 SIZES = st.one_of(st.integers(0, 12), st.sampled_from([2 ** 20, 2 ** 40, 2 ** 40 + 1, 2 ** 41]))
@@ -94,7 +94,7 @@ def test_whole_block_formats_agree_on_every_matrix_width():
         f = {**base, **change}
         for dtype in sorted(C_DTYPE):
             seen.add((dtype, _agree(f, dtype)))
-    for dtype in ("q4_k", "q6_k"):  # both answers met for each whole-block format
+    for dtype in WHOLE_BLOCKS:  # both answers met for each whole-block format
         assert (dtype, True) in seen and (dtype, False) in seen
 
 

@@ -458,3 +458,58 @@ def test_a_block_scale_that_is_not_a_number_is_refused_by_name(tmp_path, typ):
         with pytest.raises(BlockcValueError, match=r"'blk.1.ffn_up.weight': row 2, block 1 has "
                                                    "an infinite or NaN scale"):
             GPT.from_pretrained(tmp_path / "bad.gguf")
+
+
+def _integer(types):
+    """The format dtype="integer" holds a matrix of these file types in (spelled here,
+    apart from blockc.gguf.model's table): the type's integer format, Q4_0/Q5_0/Q8_0
+    parts mixed as q8_0i, anything else as dtype=None does."""
+    own = {"Q8_0": "q8_0i", "Q4_0": "q4_0i", "Q5_0": "q5_0i", "Q4_K": "q4_ki", "Q6_K": "q6_ki"}
+    if len(set(types)) == 1 and types[0] in own:
+        return own[types[0]]
+    if set(types) <= {"Q4_0", "Q5_0", "Q8_0"}:
+        return "q8_0i"
+    return native(types)
+
+
+@pytest.mark.parametrize("case", ["llama-q4_k_m", "llama-q5_0", "llama-mixed-native",
+                                  "llama-q4_k", "llama-q6_k", "gpt2-q4_0-tied", "llama-mha-q8_0"])
+def test_integer_dtype_holds_each_matrix_in_its_types_integer_format(files, tmp_path, case):
+    """from_pretrained(file, dtype="integer"): each matrix in the integer format of its
+    file type (8-bit activations, as llama.cpp multiplies them), holding the dequantised
+    tensors bit for bit (the same weights as dtype=None); the logits near those of the
+    exact activations (8-bit x: about 1e-2 of each product); a Q4_K file saves back
+    byte for byte, and a Q6_K file (q4_ki's and q6_ki's blocks read back, not quantised
+    again); a directory, which
+    has no blocks, is refused by name."""
+    d, name, arch, kw, _ = files[case]
+    plain = GPT.from_pretrained(d / name)
+    m = GPT.from_pretrained(d / name, dtype="integer")
+    assert_dequantised(m, d / name, arch)
+    types = {}
+    for theirs, ours, rows, heads in gm.names(arch, m.config):
+        if m.layout[ours].packed:
+            types.setdefault(ours, []).append(m.gguf_types[theirs])
+    assert m.dtypes == {ours: _integer(t) for ours, t in types.items()}
+    assert any(f.endswith("i") for f in m.dtypes.values())
+    ids = np.random.default_rng(3).integers(0, m.config.vocab, (2, 24))
+    want, got = plain(ids), m(ids)
+    rel = np.sqrt(np.mean((got - want) ** 2) / np.mean(want ** 2))
+    assert 0 < rel < 5e-2, rel
+    if case in ("llama-q4_k", "llama-q6_k"):
+        m.save_gguf(tmp_path / "back.gguf", case[-4:].upper())
+        peer = {t.name: t for t in gguf.GGUFReader(str(d / name)).tensors}
+        back = {t.name: t for t in gguf.GGUFReader(str(tmp_path / "back.gguf")).tensors}
+        for n, t in peer.items():
+            assert back[n].tensor_type == t.tensor_type and np.array_equal(back[n].data, t.data), n
+    m.save_pretrained(tmp_path / "hf")
+    with pytest.raises(BlockcValueError, match="dtype 'integer' takes a GGUF file's blocks"):
+        GPT.from_pretrained(tmp_path / "hf", dtype="integer")
+
+
+def test_cli_generate_takes_the_integer_dtype(files, capsys):
+    from blockc.cli import main
+    d, name, *_ = files["llama-q4_k_m"]
+    assert main(["generate", "--model", str(d / name), "--dtype", "integer", "--prompt",
+                 "The quick", "--max-new-tokens", "3"]) == 0
+    assert capsys.readouterr().out.strip()

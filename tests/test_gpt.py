@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 import blockc
 from blockc import GPT, GPTConfig, gpt_parameter_count, gpt_parameter_formula
+from blockc._enums import WHOLE_BLOCKS
 from blockc._native import ffi, lib
 from blockc.cli import main as cli_main
 from blockc.reference import gpt_forward
@@ -84,7 +85,7 @@ def test_parameter_count_matches_formula_and_layout(v, c, h, dh, n_layers, tied)
     if n_layers <= 4 and v * h * dh < 200_000:
         # the layout tiles the buffer exactly: no gaps, no overlaps, every dtype
         for dtype in blockc.gpt.DTYPES:
-            if (h * dh) % 256 and dtype in ("q4_k", "q6_k"):  # whole super-blocks only
+            if (h * dh) % 256 and dtype in WHOLE_BLOCKS:  # whole super-blocks only
                 with pytest.raises(blockc.BlockcValueError, match="whole blocks of 256"):
                     blockc.model.layout(cfg, dtype)
                 continue

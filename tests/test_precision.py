@@ -12,9 +12,14 @@ from blockc.reference import bf16dot, gpt_forward, intdot, quant
 
 ORACLE = {"float32": lambda w: np.asarray(w, np.float32), "bfloat16": quant.bfloat16,
           "q8_0": quant.q8_0, "q4_0": quant.q4_0, "q5_0": quant.q5_0, "float16": quant.float16,
-          "q8_0i": quant.q8_0, "q4_0i": quant.q4_0, "q4_k": quant.q4_k, "q6_k": quant.q6_k,
+          "q8_0i": quant.q8_0, "q4_0i": quant.q4_0, "q5_0i": quant.q5_0, "q4_ki": quant.q4_k, "q6_ki": quant.q6_k, "q4_k": quant.q4_k, "q6_k": quant.q6_k,
           "bfloat16i": bf16dot.round_bf16}
-WHOLE = {"q4_k": 256, "q6_k": 256}  # formats whose rows are whole blocks
+WHOLE = {"q4_k": 256, "q6_k": 256, "q4_ki": 256, "q6_ki": 256}  # formats whose rows are whole blocks
+#: the formats that multiply x rounded once per product, and their oracles
+ROUNDED_X = {"q8_0i": intdot.linear_q8_0i, "q4_0i": intdot.linear_q4_0i,
+             "q5_0i": intdot.linear_q5_0i, "q4_ki": intdot.linear_q4_ki,
+             "q6_ki": intdot.linear_q6_ki,
+             "bfloat16i": bf16dot.linear_bfloat16i}
 
 
 def _hard_weights(rows, cols, seed):
@@ -122,10 +127,8 @@ def test_packed_linear_matches_oracle_and_rows_agree(isa, dtype, n, c, oc):
     x, w, b = rnd(n, c, seed=1), rnd(oc, c, seed=2), rnd(oc, seed=3)
     p = ops.pack(w, dtype)
     y = ops.linear(x, p, b)
-    if dtype in ("q8_0i", "q4_0i", "bfloat16i"):  # rounded x: their oracles, bit for bit
-        oracle = {"q8_0i": intdot.linear_q8_0i, "q4_0i": intdot.linear_q4_0i,
-                  "bfloat16i": bf16dot.linear_bfloat16i}[dtype]
-        np.testing.assert_array_equal(y, oracle(x, w, b))
+    if dtype in ROUNDED_X:  # rounded x: their oracles, bit for bit
+        np.testing.assert_array_equal(y, ROUNDED_X[dtype](x, w, b))
     else:
         close_k(y, x.astype(np.float64) @ ORACLE[dtype](w).T.astype(np.float64) + b, c)
     # one row alone gets the bits it gets among many (decoding == prefill)
@@ -133,8 +136,8 @@ def test_packed_linear_matches_oracle_and_rows_agree(isa, dtype, n, c, oc):
         np.testing.assert_array_equal(ops.linear(x[i:i + 1], p, b), y[i:i + 1])
 
 
-@pytest.mark.parametrize("dtype", [d for d in ops.DTYPES if d not in ("float32", "q8_0i",
-                                                                      "q4_0i")])
+@pytest.mark.parametrize("dtype", [d for d in ops.DTYPES if d != "float32"
+                                   and (d not in ROUNDED_X or d == "bfloat16i")])
 def test_kernels_read_the_unpacked_weights_bit_for_bit(isa, dtype):
     """x = the identity: y = w^T, so each product of the packed matrix gives back the very
     weights unpack gives (the kernels' own readers: q4_0 reads a nibble as a float's mantissa

@@ -16,7 +16,8 @@ import numpy as np
 
 from .._errors import BlockcValueError
 from ..chat import end_token_ids
-from ..gpt import DTYPES, GPT
+from ..gpt import GPT
+from ..hf import LOAD_DTYPES
 from ..text import TextStream, Tokenizer
 from ._options import add_sampling_options, add_threads, apply_threads, sampling_options, write
 
@@ -31,7 +32,7 @@ def register(subparsers) -> None:
     p.add_argument("--system", default=None, help="a system prompt")
     p.add_argument("--max-new-tokens", type=int, default=512, help="longest answer (512)")
     add_sampling_options(p)
-    p.add_argument("--dtype", choices=DTYPES, default=None)
+    p.add_argument("--dtype", choices=LOAD_DTYPES, default=None)
     add_threads(p)
     p.set_defaults(func=run_chat)
 

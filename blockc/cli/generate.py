@@ -20,7 +20,8 @@ import warnings
 import numpy as np
 
 from .._errors import BlockcValueError
-from ..gpt import DTYPES, GPT
+from ..gpt import GPT
+from ..hf import LOAD_DTYPES
 from ..text import TextStream, Tokenizer
 from ._options import add_sampling_options, add_threads, apply_threads, sampling_options, write
 
@@ -37,7 +38,7 @@ def register(subparsers) -> None:
     p.add_argument("--model", required=True, metavar="DIR", help="the checkpoint directory")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate (64)")
     add_sampling_options(p)
-    p.add_argument("--dtype", choices=DTYPES, default=None,
+    p.add_argument("--dtype", choices=LOAD_DTYPES, default=None,
                    help="weight storage (default: bfloat16 for a bfloat16 checkpoint, else float32)")
     add_threads(p)
     p.add_argument("--no-eos", action="store_true", help="do not stop at the end-of-text token")

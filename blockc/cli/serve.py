@@ -13,7 +13,7 @@ import os
 import sys
 
 from .._errors import BlockcValueError
-from ..gpt import DTYPES
+from ..hf import LOAD_DTYPES
 from ._options import add_cache_dtype, add_threads
 
 
@@ -42,7 +42,7 @@ def register(subparsers) -> None:
                    help="recompute every prompt (no reuse of cached prefixes)")
     p.add_argument("--api-key", default=os.environ.get("BLOCKC_API_KEY"),
                    help="require 'Authorization: Bearer KEY' (default: $BLOCKC_API_KEY)")
-    p.add_argument("--dtype", choices=DTYPES, default=None)
+    p.add_argument("--dtype", choices=LOAD_DTYPES, default=None)
     add_cache_dtype(p)
     add_threads(p)
     p.set_defaults(func=run_serve)

@@ -20,6 +20,7 @@ from .._errors import BlockcTypeError, BlockcValueError
 from .._native import aligned_copy, check, cptr, ffi, fptr, lib, output_empty, thread_buffer
 from .._enums import MAX_COLS, WHOLE_BLOCKS
 from .config import C_DTYPE, DTYPES, GPTConfig, as_config, gpt_parameter_count
+from .panels import repack
 
 __all__ = ["Model", "KVCache", "Tensor", "layout", "formats", "matrix_slots", "MIXED",
            "check_ids", "same_bits", "aligned_copy"]
@@ -461,7 +462,7 @@ class Model:
         seed : int >= 0 or None, optional
             Seed of ``numpy.random.default_rng``, drawn from tensor by tensor in
             state-dict order (None: fresh entropy).
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "bfloat16i", "q4_k", "q6_k"}, optional
+        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "q5_0i", "bfloat16i", "q4_k", "q4_ki", "q6_k", "q6_ki"}, optional
             How the matrices are stored (the same float32 draws, then rounded
             or quantised). q8_0i holds q8_0's weights and multiplies them by
             integer dot products (each activation row quantised to 8 bits per
@@ -517,7 +518,7 @@ class Model:
             Every key and shape is checked against it. For a tied config,
             ``head.weight`` may be present (PyTorch lists it) and must equal
             ``token.weight`` bit for bit.
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "bfloat16i", "q4_k", "q6_k"}, optional
+        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "q5_0i", "bfloat16i", "q4_k", "q4_ki", "q6_k", "q6_ki"}, optional
             How the matrices are stored.
         dtypes : mapping of str to str, optional
             Matrix name -> its own format (the others in ``dtype``): each matrix
@@ -616,14 +617,16 @@ class Model:
 
         Parameters
         ----------
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "bfloat16i", "q4_k", "q6_k"}
+        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "q5_0i", "bfloat16i", "q4_k", "q4_ki", "q6_k", "q6_ki"}
             From float32 the weights are rounded (bfloat16, float16) or quantised
-            (q8_0, q4_0, q5_0, q4_k, q6_k: llama.cpp's reference quantisers; q8_0i (q4_0i) q8_0's (q4_0's)
-            weights, multiplied by integer dot products on 8-bit activations;
+            (q8_0, q4_0, q5_0, q4_k, q6_k: llama.cpp's reference quantisers; q8_0i (q4_0i,
+            q5_0i, q4_ki) q8_0's (q4_0's, q5_0's, q4_k's) weights, multiplied by integer
+            dot products on 8-bit activations;
             bfloat16i bfloat16's, on bfloat16 activations); from a lower precision
             (or a mixed model's formats) they are the weights this model computes
-            with, exactly, stored anew (q8_0 <-> q8_0i, q4_0 <-> q4_0i and bfloat16
-            <-> bfloat16i keep every weight but bfloat16i's subnormals, zeros).
+            with, exactly, stored anew (q8_0 <-> q8_0i, q4_0 <-> q4_0i, q5_0 <-> q5_0i,
+            q4_k <-> q4_ki (their very blocks) and bfloat16 <-> bfloat16i keep every weight
+            but bfloat16i's subnormals, zeros).
 
         Returns
         -------
@@ -644,8 +647,15 @@ class Model:
         dtype = as_choice(dtype, "dtype", DTYPES)
         m = type(self)(self._cfg, dtype=dtype)
         m.special_ids = dict(self.special_ids)
-        for name in self._layout:
-            m.write_tensor(name, self.read_tensor(name))
+        for name, t in self._layout.items():
+            # the same blocks in another layout (q4_k <-> q4_ki): moved, not requantised
+            raw = repack(self._params[t.offset:t.offset + t.nbytes], self._dtypes[name],
+                         dtype, t.shape[0]) if t.packed else None
+            if raw is not None:
+                u = m._layout[name]
+                m._params[u.offset:u.offset + u.nbytes] = raw
+            else:
+                m.write_tensor(name, self.read_tensor(name))
         return m
 
     # ---- tensors in the buffer ----------------------------------------------

@@ -33,7 +33,8 @@ from typing import Callable, Dict, Tuple
 
 import numpy as np
 
-__all__ = ["DEQUANTISE", "QUANTISE", "BLOCKS", "dequantise", "quantise", "q6_k_values", "q6_k_bits"]
+__all__ = ["DEQUANTISE", "QUANTISE", "BLOCKS", "dequantise", "quantise", "q6_k_values", "q6_k_bits",
+           "scale_min_k4", "k_nibbles"]
 
 F32 = np.float32
 
@@ -65,7 +66,7 @@ def _bits32(qh: np.ndarray) -> np.ndarray:
     return ((h >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
 
 
-def _scale_min_k4(sc: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+def scale_min_k4(sc: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """The eight 6-bit scales and mins of K-quant blocks' 12 bytes, each (n, 8) uint8."""
     s = sc.astype(np.uint8)
     d = np.empty((s.shape[0], 8), np.uint8)
@@ -113,7 +114,7 @@ def _dq_q5_1(b):
     return _half(b[:, :2]) * q.astype(F32) + _half(b[:, 2:4])
 
 
-def _k_qs4(qs: np.ndarray) -> np.ndarray:
+def k_nibbles(qs: np.ndarray) -> np.ndarray:
     """(n, 128) bytes of K-quant nibbles -> (n, 8, 32): sub-block 2i the low nibbles of
     bytes 32i.., sub-block 2i+1 their high nibbles."""
     q = qs.reshape(-1, 4, 1, 32)
@@ -123,8 +124,8 @@ def _k_qs4(qs: np.ndarray) -> np.ndarray:
 def _dq_q4_k(b):
     n = b.shape[0]
     d, dmin = _half(b[:, 0:2]), _half(b[:, 2:4])
-    sc, m = _scale_min_k4(b[:, 4:16])
-    q = _k_qs4(b[:, 16:144]).astype(F32)
+    sc, m = scale_min_k4(b[:, 4:16])
+    q = k_nibbles(b[:, 16:144]).astype(F32)
     ds = (d * sc.astype(F32)).reshape(n, 8, 1)
     dm = (dmin * m.astype(F32)).reshape(n, 8, 1)
     return (ds * q - dm).reshape(n, 256)
@@ -133,10 +134,10 @@ def _dq_q4_k(b):
 def _dq_q5_k(b):
     n = b.shape[0]
     d, dmin = _half(b[:, 0:2]), _half(b[:, 2:4])
-    sc, m = _scale_min_k4(b[:, 4:16])
+    sc, m = scale_min_k4(b[:, 4:16])
     qh = b[:, 16:48]
     high = ((qh.reshape(n, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & 1)
-    q = (_k_qs4(b[:, 48:176]) | (high << 4)).astype(F32)
+    q = (k_nibbles(b[:, 48:176]) | (high << 4)).astype(F32)
     ds = (d * sc.astype(F32)).reshape(n, 8, 1)
     dm = (dmin * m.astype(F32)).reshape(n, 8, 1)
     return (ds * q - dm).reshape(n, 256)
@@ -383,7 +384,7 @@ def _k_weights(x: np.ndarray) -> np.ndarray:
     return (av[:, None] + np.abs(x)).astype(F32)
 
 
-def _pack_scale_min_k4(ls: np.ndarray, lm: np.ndarray) -> np.ndarray:
+def _packscale_min_k4(ls: np.ndarray, lm: np.ndarray) -> np.ndarray:
     """(n, 8) 6-bit scales and mins -> (n, 12) bytes (get_scale_min_k4's inverse)."""
     ls, lm = ls.astype(np.uint8), lm.astype(np.uint8)
     out = np.zeros((ls.shape[0], 12), np.uint8)
@@ -408,10 +409,10 @@ def _k_common(x: np.ndarray, nmax: int, rmin: float, nstep: int):
     # ggml: MIN(63, (uint8_t)nearest_int(...)), the int wrapped to a byte first
     ls = np.minimum(63, _nearest_int(inv_s[:, None] * sc).astype(np.uint8))
     lm = np.minimum(63, _nearest_int(inv_m[:, None] * mn).astype(np.uint8))
-    scales = _pack_scale_min_k4(ls, lm)
+    scales = _packscale_min_k4(ls, lm)
     dh = _to_half((max_scale / F32(63)).astype(F32))
     mh = _to_half((max_min / F32(63)).astype(F32))
-    s6, m6 = _scale_min_k4(scales)
+    s6, m6 = scale_min_k4(scales)
     d = (_half(dh) * s6.astype(F32)).astype(F32)      # (n, 8)
     dm = (_half(mh) * m6.astype(F32)).astype(F32)
     nz = d != 0

@@ -1,5 +1,6 @@
-"""The NumPy oracle of q8_0i and q4_0i: q8_0's (q4_0's) weights multiplied by integer
-dot products.
+"""The NumPy oracle of q8_0i, q4_0i, q5_0i, q4_ki and q6_ki: q8_0's (q4_0's, q5_0's, q4_k's,
+q6_k's) weights multiplied by integer dot products (q4_ki's and q6_ki's chains:
+:func:`linear_q4_ki`, :func:`linear_q6_ki`).
 
 A product quantises each row of x per block of 32 columns (the last one
 zero-padded): ``a = max|x|`` (float32), ``d_x = a / 127`` and
@@ -7,8 +8,8 @@ zero-padded): ``a = max|x|`` (float32), ``d_x = a / 127`` and
 block holding a non-finite x gets ``d_x = NaN`` and ``q_x = 0``, one with
 ``a < 1e-30`` (zero, or too small for ``127 / a``) ``d_x = 0`` and ``q_x = 0``.
 The weights are q8_0's (:func:`blockc.reference.quant.q8_0_blocks`: half ``d_w``,
-int8 ``q_w``), or q4_0's (llama.cpp's blocks, :mod:`blockc.reference.ggml`: half ``d_w``,
-``q_w`` = nibble - 8). Each output is then one chain over the blocks in order::
+int8 ``q_w``), q4_0's (llama.cpp's blocks, :mod:`blockc.reference.ggml`: half ``d_w``,
+``q_w`` = nibble - 8) or q5_0's (``q_w`` = the five bits - 16). Each output is then one chain over the blocks in order::
 
     acc = 0
     for b in blocks:  acc = fmaf(float(isum_b), d_w[b] * d_x[b], acc)
@@ -27,7 +28,9 @@ import numpy as np
 from . import ggml
 from .quant import q8_0_blocks
 
-__all__ = ["quantise_rows", "fmaf", "linear_q8_0i", "linear_q4_0i", "q4_0_blocks"]
+__all__ = ["quantise_rows", "fmaf", "linear_q8_0i", "linear_q4_0i", "linear_q5_0i",
+           "linear_q4_ki", "linear_q6_ki", "q4_0_blocks", "q5_0_blocks", "q4_k_blocks",
+           "q6_k_blocks"]
 
 F32 = np.float32
 _TINY = F32(1e-30)
@@ -81,20 +84,38 @@ def linear_q8_0i(x, w, b: Optional[np.ndarray] = None,
     return _linear_int(x, *q8_0_blocks(w), b, r)
 
 
-def q4_0_blocks(w) -> Tuple[np.ndarray, np.ndarray]:
-    """(d, q) of ``w`` (out, c) stored as q4_0 (llama.cpp's ``quantize_row_q4_0_ref``,
-    rows zero-padded to blocks of 32): d (out, blocks) float32 (halves), q (out, blocks,
-    32) int8, the nibbles less 8."""
+def _ggml_blocks(w, typ: str) -> np.ndarray:
+    """llama.cpp's blocks of ``w`` (out, c) in ``typ`` (rows zero-padded to blocks of 32):
+    (out, blocks, block bytes) uint8."""
     a = np.ascontiguousarray(w, dtype=F32)
     out, c = a.shape
     nb = (c + 31) // 32
     padded = np.zeros((out, nb * 32), F32)
     padded[:, :c] = a
-    raw = ggml.quantise(padded, "Q4_0").reshape(out, nb, 18)
+    return ggml.quantise(padded, typ).reshape(out, nb, -1)
+
+
+def q4_0_blocks(w) -> Tuple[np.ndarray, np.ndarray]:
+    """(d, q) of ``w`` (out, c) stored as q4_0 (llama.cpp's ``quantize_row_q4_0_ref``,
+    rows zero-padded to blocks of 32): d (out, blocks) float32 (halves), q (out, blocks,
+    32) int8, the nibbles less 8."""
+    raw = _ggml_blocks(w, "Q4_0")
     d = np.ascontiguousarray(raw[..., :2]).view(np.float16)[..., 0].astype(F32)
     qs = raw[..., 2:]
     q = np.concatenate([qs & 15, qs >> 4], axis=-1).astype(np.int8) - 8
     return d, q
+
+
+def q5_0_blocks(w) -> Tuple[np.ndarray, np.ndarray]:
+    """(d, q) of ``w`` (out, c) stored as q5_0 (llama.cpp's ``quantize_row_q5_0_ref``):
+    as :func:`q4_0_blocks`, q the five bits (nibble and bit k of the block's qh) less 16."""
+    raw = _ggml_blocks(w, "Q5_0")
+    d = np.ascontiguousarray(raw[..., :2]).view(np.float16)[..., 0].astype(F32)
+    qh = np.ascontiguousarray(raw[..., 2:6]).view("<u4")[..., 0]
+    bits = ((qh[..., None] >> np.arange(32, dtype=np.uint32)) & 1).astype(np.int16)
+    qs = raw[..., 6:]
+    nib = np.concatenate([qs & 15, qs >> 4], axis=-1).astype(np.int16)
+    return d, (nib | bits << 4).astype(np.int8) - 16
 
 
 def linear_q4_0i(x, w, b: Optional[np.ndarray] = None,
@@ -102,6 +123,105 @@ def linear_q4_0i(x, w, b: Optional[np.ndarray] = None,
     """y (n, out) = r + x (n, c) @ w (out, c)^T + b with w stored as q4_0i, as the
     C library computes it (q8_0i's chain on q4_0's weights)."""
     return _linear_int(x, *q4_0_blocks(w), b, r)
+
+
+def linear_q5_0i(x, w, b: Optional[np.ndarray] = None,
+                 r: Optional[np.ndarray] = None) -> np.ndarray:
+    """y (n, out) = r + x (n, c) @ w (out, c)^T + b with w stored as q5_0i, as the
+    C library computes it (q8_0i's chain on q5_0's weights)."""
+    return _linear_int(x, *q5_0_blocks(w), b, r)
+
+
+def q4_k_blocks(w) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(d, dmin, sc, m, q) of ``w`` (out, c) stored as q4_k (llama.cpp's
+    ``quantize_row_q4_K_ref``; c a multiple of 256): d, dmin (out, super-blocks) float32
+    (halves), sc, m (out, super-blocks, 8) the 6-bit scales and mins, q (out,
+    super-blocks, 8, 32) the nibbles of each sub-block."""
+    a = np.ascontiguousarray(w, dtype=F32)
+    if a.ndim != 2 or a.shape[1] % 256:
+        raise ValueError(f"w must be 2-D with columns a multiple of 256, got shape {a.shape}")
+    out, c = a.shape
+    raw = ggml.quantise(a, "Q4_K").reshape(-1, 144)
+    half = lambda b: np.ascontiguousarray(b).view(np.float16)[:, 0].astype(F32)  # noqa: E731
+    sc, m = ggml.scale_min_k4(raw[:, 4:16])
+    q = ggml.k_nibbles(raw[:, 16:144])
+    ns = c // 256
+    return (half(raw[:, 0:2]).reshape(out, ns), half(raw[:, 2:4]).reshape(out, ns),
+            sc.reshape(out, ns, 8), m.reshape(out, ns, 8), q.reshape(out, ns, 8, 32))
+
+
+def linear_q4_ki(x, w, b: Optional[np.ndarray] = None,
+                 r: Optional[np.ndarray] = None) -> np.ndarray:
+    """y (n, out) = r + x (n, c) @ w (out, c)^T + b with w stored as q4_ki, as the C
+    library computes it: x quantised as for q8_0i (sub-block j of super-block s is x's
+    block 8s + j), then per output, for each super-block and each of its sub-blocks in
+    order, ``acc = fmaf(isum, (d sc) d_x, acc)`` and ``acc = fmaf(-(dmin m), d_x
+    sum(q_x), acc)`` (``isum`` the exact sum of nibble times q_x; ``d sc`` and ``dmin m``
+    exact in float32; ``d_x sum(q_x)`` rounded to float32)."""
+    d, dmin, sc, m, q = q4_k_blocks(w)
+    xq, dx = quantise_rows(x)
+    n, nb = dx.shape
+    out, ns = d.shape
+    if nb != ns * 8:
+        raise ValueError(f"x has {x.shape[1]} columns, w {ns * 256}")
+    qw = q.reshape(out, nb, 32).astype(np.int64)
+    isum = np.einsum("nbk,obk->nob", xq.astype(np.int64), qw)
+    xm = (dx * xq.astype(np.int64).sum(axis=-1).astype(F32)).astype(F32)  # (n, nb)
+    dsc = (d[:, :, None] * sc.astype(F32)).astype(F32).reshape(out, nb)
+    dm = (dmin[:, :, None] * m.astype(F32)).astype(F32).reshape(out, nb)
+    acc = np.zeros((n, out), F32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for blk in range(nb):
+            scale = (dsc[None, :, blk] * dx[:, None, blk]).astype(F32)
+            acc = fmaf(isum[:, :, blk].astype(F32), scale, acc)
+            acc = fmaf(np.broadcast_to(-dm[None, :, blk], acc.shape),
+                       np.broadcast_to(xm[:, None, blk], acc.shape), acc)
+        y = acc if r is None else (np.asarray(r, F32) + acc).astype(F32)
+        if b is not None:
+            y = (y + np.asarray(b, F32)).astype(F32)
+    return y
+
+
+def q6_k_blocks(w) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(d, sc, q) of ``w`` (out, c) stored as q6_k (llama.cpp's ``quantize_row_q6_K_ref``;
+    c a multiple of 256): d (out, super-blocks) float32 (halves), sc (out, super-blocks,
+    16) the int8 scales, q (out, super-blocks, 16, 16) the six-bit values less 32."""
+    a = np.ascontiguousarray(w, dtype=F32)
+    if a.ndim != 2 or a.shape[1] % 256:
+        raise ValueError(f"w must be 2-D with columns a multiple of 256, got shape {a.shape}")
+    out, c = a.shape
+    raw = ggml.quantise(a, "Q6_K").reshape(-1, 210)
+    ns = c // 256
+    q = ggml.q6_k_values(raw[:, :128], raw[:, 128:192]).astype(np.int16) - 32
+    d = np.ascontiguousarray(raw[:, 208:210]).view(np.float16)[:, 0].astype(F32)
+    sc = np.ascontiguousarray(raw[:, 192:208]).view(np.int8)
+    return d.reshape(out, ns), sc.reshape(out, ns, 16), q.reshape(out, ns, 16, 16)
+
+
+def linear_q6_ki(x, w, b: Optional[np.ndarray] = None,
+                 r: Optional[np.ndarray] = None) -> np.ndarray:
+    """y (n, out) = r + x (n, c) @ w (out, c)^T + b with w stored as q6_ki, as the C
+    library computes it: x quantised as for q8_0i, then per output, for each super-block
+    and each of its sub-blocks of 16 in order (x block j / 2), ``acc = fmaf(isum, (d sc)
+    d_x, acc)`` (``isum`` the exact sum of (q - 32) q_x; ``d sc`` exact in float32)."""
+    d, sc, q = q6_k_blocks(w)
+    xq, dx = quantise_rows(x)
+    n, nb = dx.shape
+    out, ns = d.shape
+    if nb != ns * 8:
+        raise ValueError(f"x has {x.shape[1]} columns, w {ns * 256}")
+    isum = np.einsum("nbk,obk->nob", xq.reshape(n, 2 * nb, 16).astype(np.int64),
+                     q.reshape(out, 2 * nb, 16).astype(np.int64))
+    ds = (d[:, :, None] * sc.astype(F32)).astype(F32).reshape(out, 2 * nb)
+    acc = np.zeros((n, out), F32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for j in range(2 * nb):
+            scale = (ds[None, :, j] * dx[:, None, j // 2]).astype(F32)
+            acc = fmaf(isum[:, :, j].astype(F32), scale, acc)
+        y = acc if r is None else (np.asarray(r, F32) + acc).astype(F32)
+        if b is not None:
+            y = (y + np.asarray(b, F32)).astype(F32)
+    return y
 
 
 def _linear_int(x, dw, qw, b, r) -> np.ndarray:

@@ -37,7 +37,10 @@ extern "C" {
 #define BC_DTYPE_Q8_0I 8
 #define BC_DTYPE_Q4_0I 9
 #define BC_DTYPE_BF16I 10
-#define BC_NDTYPE 11     /* one past the last dtype */
+#define BC_DTYPE_Q5_0I 11
+#define BC_DTYPE_Q4_KI 12
+#define BC_DTYPE_Q6_KI 13
+#define BC_NDTYPE 14     /* one past the last dtype */
 #define BC_DTYPE_NAME_MAX 16   /* bytes a dtype's name needs, with its NUL */
 
 /* Normalisation kinds and placements of the block. */
@@ -197,6 +200,53 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  AVX512_BF16), for any number of rows and threads; each x
  *                  off by at most 2^-9 of itself (bfloat16 keeps x exact).
  *                  At most BC_Q8_0I_MAX_COLS columns.
+ *   BC_DTYPE_Q5_0I q5_0's weights (the same d, nibbles and fifth bits)
+ *                  multiplied by integer dot products as q8_0i's: panel p is
+ *                  ceil(cols / 32) blocks of 352 bytes, the 16 rows' scales
+ *                  d[l] (IEEE halves), then u[j][l][t] (4 x 16 x 4 bytes) =
+ *                  byte 4j + t of row l's q5_0 nibbles (weight 4j + t's low
+ *                  four bits in the low nibble, 4j + t + 16's in the high
+ *                  one), then h[j][s] (4 x 2 uint64): bit 4l + t the fifth
+ *                  bit of row l's weight 4j + t + 16s; in runs of 4 as
+ *                  q8_0i's (block b of panel p at byte 352 (nb (p - p % 4) +
+ *                  b n + p % 4)); each output's chain is q8_0i's with isum_b
+ *                  = sum (q - 16) q_x, exact: the same bits on every
+ *                  instruction set, for any number of rows and threads. At
+ *                  most BC_Q8_0I_MAX_COLS columns.
+ *   BC_DTYPE_Q4_KI q4_k's weights (the same super-blocks) multiplied by
+ *                  integer dot products: panel p is cols / 256 blocks of 2368
+ *                  bytes, q4_k's d[l], dmin[l], sc[j][l] and m[j][l] as they
+ *                  lie in BC_DTYPE_Q4_K, then u[g][l][t] (32 x 16 x 4 bytes) =
+ *                  byte 4g + t of row l's Q4_K qs (sub-block 2 (g / 8) in the
+ *                  low nibbles, 2 (g / 8) + 1 in the high ones); in runs of 4
+ *                  as q8_0i's (block b of panel p at byte 2368 (nb (p - p %
+ *                  4) + b n + p % 4)). x is quantised as q8_0i's (blocks of
+ *                  32: sub-block j of super-block S is x block 8S + j); each
+ *                  output's chain: acc = 0, then for each super-block and
+ *                  each of its sub-blocks j in order (x block b) acc =
+ *                  fma((float)isum_j, (d[l] sc[j][l]) d_x[b], acc), then acc
+ *                  = fma(-(dmin[l] m[j][l]), d_x[b] (float)sum q_x, acc), with
+ *                  isum_j the exact int32 sum of nibble q_x (d sc and dmin m
+ *                  exact in float): the same bits on every instruction set,
+ *                  for any number of rows and threads. Columns a multiple of
+ *                  256, at most BC_Q8_0I_MAX_COLS.
+ *   BC_DTYPE_Q6_KI q6_k's weights (the same super-blocks, at the file's 210
+ *                  bytes a row: q6_k widens each quant to a byte) multiplied
+ *                  by integer dot products: panel p is cols / 256 blocks of
+ *                  3360 bytes, the 16 rows' d[l] (IEEE halves), sc[j][l] (16
+ *                  x 16 int8: sub-block j's scale), then ql[g][l][t] (32 x 16
+ *                  x 4) = byte 4g + t of row l's Q6_K ql and qh[g][l][t] (16 x
+ *                  16 x 4) = byte 4g + t of its qh (the file's bits: weight
+ *                  128h + 32q + i, i < 32, has the low four bits of ql byte
+ *                  64h + 32 (q % 2) + i (its high nibble when q >= 2) and bits
+ *                  2q, 2q + 1 of qh byte 32h + i); in runs of 4 as q8_0i's.
+ *                  x is quantised as q8_0i's; each output's chain: acc = 0,
+ *                  then for each super-block and each sub-block j of 16 in
+ *                  order (x block b = j / 2) acc = fma((float)isum_j, (d[l]
+ *                  sc[j][l]) d_x[b], acc), with isum_j the exact int32 sum of
+ *                  (q - 32) q_x (d sc exact in float): the same bits on every
+ *                  instruction set, for any number of rows and threads.
+ *                  Columns a multiple of 256, at most BC_Q8_0I_MAX_COLS.
  * bc_pack_size gives the bytes. */
 
 /* Columns a q8_0i matrix can have (a quantised row of x fits a call's scratch). */
@@ -204,7 +254,7 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
 
 /* The weight format dtype (0 <= dtype < BC_NDTYPE): its name as Python spells it
  * ("float32", "bfloat16", "q8_0", "q4_0", "q4_k", "q6_k", "float16", "q5_0",
- * "q8_0i", "q4_0i", "bfloat16i"; NUL-terminated into name, name_cap >
+ * "q8_0i", "q4_0i", "bfloat16i", "q5_0i", "q4_ki", "q6_ki"; NUL-terminated into name, name_cap >
  * its length, at most BC_DTYPE_NAME_MAX), the weights of a row per block and
  * the bytes of one block (a row of cols weights, padded to whole blocks, takes
  * ceil(cols / block) * block_bytes bytes). Any output may be NULL (not

@@ -86,6 +86,40 @@ typedef struct {
     uint8_t u[4][BC_PANEL][4];  /* u[j][row][t] = byte 4j + t of the row's q4_0 block */
 } bc_q4i_block;
 
+/* One block of a q5_0i panel: q4_0i's scales and nibbles (the same offsets),
+ * then the fifth bits, one 64-bit word per vector of nibbles and per half:
+ * bit 4 row + t of h[j][s] is the fifth bit of the row's weight 4j + t + 16s,
+ * the byte lane of that weight's nibble in u[j] (AVX-512 takes it as a mask). */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' scales (IEEE halves) */
+    uint8_t u[4][BC_PANEL][4];  /* u[j][row][t] = byte 4j + t of the row's q5_0 nibbles */
+    uint64_t h[4][2];           /* h[j][s]: bit 4 row + t the fifth bit of weight 4j + t + 16s */
+} bc_q5i_block;
+
+/* One super-block of a q4_ki panel: q4_k's scales (the same fields at the
+ * same offsets as bc_q4k_block), then its nibbles laid out for integer dot
+ * products as q4_0i's: a 64-byte vector holds 4 bytes of each of the 16 rows,
+ * u[g] bytes 4g..4g+3 of the rows' Q4_K qs (sub-block 2 (g / 8) the low
+ * nibbles, 2 (g / 8) + 1 the high ones, weights 4 (g % 8)..). */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' super-block scales (IEEE halves) */
+    uint16_t dmin[BC_PANEL];    /* and their scales of the mins */
+    uint8_t sc[8][BC_PANEL];    /* sc[j][row]: sub-block j's scale, 0..63 */
+    uint8_t m[8][BC_PANEL];     /* m[j][row]: its min, 0..63 */
+    uint8_t u[32][BC_PANEL][4]; /* u[g][row][t] = byte 4g + t of the row's Q4_K qs */
+} bc_q4ki_block;
+
+/* One super-block of a q6_ki panel: q6_k's scales and the file's own bits
+ * (not widened: 210 bytes a row), its ql and qh bytes 4 by 4 per row so that
+ * a 64-byte vector holds 4 bytes of each of the 16 rows (bc_engine.h says
+ * which weight each bit is). */
+typedef struct {
+    uint16_t d[BC_PANEL];        /* the rows' super-block scales (IEEE halves) */
+    int8_t sc[16][BC_PANEL];     /* sc[j][row]: sub-block j's (16 weights) scale */
+    uint8_t ql[32][BC_PANEL][4]; /* ql[g][row][t] = byte 4g + t of the row's Q6_K ql */
+    uint8_t qh[16][BC_PANEL][4]; /* qh[g][row][t] = byte 4g + t of its qh */
+} bc_q6ki_block;
+
 /* One pair of columns of a bfloat16i panel: vdpbf16ps multiplies a 32-bit lane
  * of bfloat16 pairs by another, so a 64-byte vector holds 2 columns of 16 rows:
  * u[l][t] the bfloat16 of row l, column 2j + t (subnormals flushed to zero). */
@@ -93,7 +127,7 @@ typedef struct {
     uint16_t u[BC_PANEL][2];
 } bc_bf16i_pair;
 
-/* q8_0i's and q4_0i's panels interleave 4 by 4, block by block
+/* q8_0i's, q4_0i's, q5_0i's, q4_ki's and q6_ki's panels interleave 4 by 4, block by block
  * (bc_format_panel_at): a decoding tile takes whole runs (fast_intdot.h) and
  * reads each block of its panels in turn, one stretch of memory */
 #define BC_INTDOT_GROUP 4

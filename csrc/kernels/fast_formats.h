@@ -324,7 +324,7 @@ static void panels_q6_k(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_
 /* ---- the entries of the kernel table's wf, by BC_WF_* -------------------- */
 
 /* (a caller's row-major float32 rows: dot products to decode, pack_rows to copy;
- * q8_0i and q4_0i: fast_intdot.h, bfloat16i: fast_bf16dot.h) */
+ * q8_0i, q4_0i, q5_0i, q4_ki and q6_ki: fast_intdot.h, bfloat16i: fast_bf16dot.h) */
 #define WF_KERNELS                                                    \
     [BC_WF_ROWS] = {rows_dot, pack_rows},                             \
     [BC_WF_PANEL(BC_DTYPE_F32)] = {prows_f32, NULL},                  \
@@ -337,4 +337,7 @@ static void panels_q6_k(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_
     [BC_WF_PANEL(BC_DTYPE_Q6_K)] = {prows_q6_k, panels_q6_k},         \
     [BC_WF_PANEL(BC_DTYPE_Q8_0I)] = {NULL, NULL, xq_part_q8_0i, xq_rows_q8, xq_part_q8_0i},     \
     [BC_WF_PANEL(BC_DTYPE_Q4_0I)] = {NULL, NULL, xq_part_q4_0i, xq_rows_q8, xq_part_q4_0i},     \
+    [BC_WF_PANEL(BC_DTYPE_Q5_0I)] = {NULL, NULL, xq_part_q5_0i, xq_rows_q8, xq_part_q5_0i},     \
+    [BC_WF_PANEL(BC_DTYPE_Q4_KI)] = {NULL, NULL, xq_part_q4_ki, xq_rows_q8, xq_part_q4_ki},     \
+    [BC_WF_PANEL(BC_DTYPE_Q6_KI)] = {NULL, NULL, xq_part_q6_ki, xq_rows_q6, xq_part_q6_ki},     \
     [BC_WF_PANEL(BC_DTYPE_BF16I)] = {NULL, NULL, xq_part_bf16i, xq_rows_bf16, xq_part_bf16i},

@@ -1,4 +1,4 @@
-/* fast_intdot.h: q8_0i and q4_0i, q8_0's and q4_0's weights multiplied by integer dot products
+/* fast_intdot.h: q8_0i, q4_0i, q5_0i and q4_ki: q8_0's, q4_0's, q5_0's and q4_k's weights multiplied by integer dot products
  * (part of the kernel template, fast_tmpl.h: included once per instruction
  * set, after fast_linear.h; its entry of the kernel table's wf is in
  * fast_formats.h). A product quantises each row of x once (xq_rows_q8: 8 bits
@@ -120,10 +120,10 @@ BC_INLINE void xq_block(int8_t *q, float *d, int32_t *s, const float *x, size_t 
 }
 #endif
 
-// xq (N rows of bc_xq_row_bytes(BC_DTYPE_Q8_0I, C)) <- x (N,C)
-static void xq_rows_q8(unsigned char *xq, const float *x, size_t n, size_t c)
+// xq (N rows of rb bytes) <- x (N,C)
+static void xq_rows_at(unsigned char *xq, size_t rb, const float *x, size_t n, size_t c)
 {
-    const size_t nb = (c + 31) / 32, rb = bc_xq_row_bytes(BC_DTYPE_Q8_0I, c);
+    const size_t nb = (c + 31) / 32;
     for (size_t i = 0; i < n; i++) {
         unsigned char *row = xq + i * rb;
         int8_t *q = (int8_t *)row;
@@ -134,6 +134,29 @@ static void xq_rows_q8(unsigned char *xq, const float *x, size_t n, size_t c)
     }
 }
 
+// xq (N rows of bc_xq_row_bytes(BC_DTYPE_Q8_0I, C)) <- x (N,C)
+static void xq_rows_q8(unsigned char *xq, const float *x, size_t n, size_t c)
+{
+    xq_rows_at(xq, bc_xq_row_bytes(BC_DTYPE_Q8_0I, c), x, n, c);
+}
+
+// xq (N rows of bc_xq_row_bytes(BC_DTYPE_Q6_KI, C)) <- x (N,C): q8_0i's, then each block's half sums
+static void xq_rows_q6(unsigned char *xq, const float *x, size_t n, size_t c)
+{
+    const size_t nb = (c + 31) / 32, rb = bc_xq_row_bytes(BC_DTYPE_Q6_KI, c);
+    xq_rows_at(xq, rb, x, n, c);
+    for (size_t i = 0; i < n; i++) {
+        const int8_t *q = (const int8_t *)(xq + i * rb);
+        int32_t *s16 = (int32_t *)(xq + i * rb + nb * 40);
+        for (size_t h = 0; h < 2 * nb; h++) {
+            int32_t sum = 0;
+            for (size_t k = 0; k < 16; k++)
+                sum += q[16 * h + k];
+            s16[h] = sum;
+        }
+    }
+}
+
 /* ======================================================================== */
 /* The products                                                              */
 /* ======================================================================== */
@@ -141,7 +164,7 @@ static void xq_rows_q8(unsigned char *xq, const float *x, size_t n, size_t c)
 #if BC_SIMD == 512
 /* vpdpbusd needs AVX512_VNNI beyond the file's AVX-512F: the functions that
  * use it say so; xq_part_q8_0i checks the CPU first. */
-#define Q8I_TARGET __attribute__((target("avx512f,avx512vnni,avx2,fma,f16c")))
+#define Q8I_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c")))
 #define QM 6     /* the GEMM tile: rows by */
 #define QN 2     /* panels */
 #define Q8I_SPLIT 1  /* decoding: two chains a panel (vpdpbusd's latency, 4 cycles on AMD Zen 4) */
@@ -159,6 +182,57 @@ typedef __m256i IV;
 #define Q8I_SPLIT 0
 #endif
 #define QR (QM > BC_ROWS_MAX ? QM : BC_ROWS_MAX)  /* rows a tile may have */
+
+/* The integer formats the tiles serve (fast_intdot_part.h's fk, a constant in each copy) */
+#define FK_Q8 0  /* q8_0i: bytes q + 128 */
+#define FK_Q4 1  /* q4_0i: nibbles q + 8 */
+#define FK_Q5 2  /* q5_0i: nibbles and fifth bits, q + 16 */
+#define FK_Q4K 3 /* q4_ki: q4_k's nibbles (unsigned) by sub-blocks of a super-block */
+#define FK_Q6K 4 /* q6_ki: q6_k's six bits (unsigned, q + 32) by sub-blocks of 16 */
+
+/* Decoding prefetches each block's bytes this far ahead (a run's blocks lie in
+ * the order the tile reads them, so the bytes ahead are the next ones it
+ * reads). AMD Zen 5, one row of 96 matrices of 3072 x 768 from memory, one
+ * thread, GB/s without / with: q8_0i 37 / 37, q4_0i 31 / 37, q5_0i 28 / 38,
+ * q4_ki 23 / 36, q6_ki 16 / 35 (16 KiB: within 10% either way) */
+#define INT_AHEAD 8192
+
+static inline int fk_dtype(int fk)
+{
+    return fk == FK_Q4 ? BC_DTYPE_Q4_0I : fk == FK_Q5 ? BC_DTYPE_Q5_0I
+         : fk == FK_Q4K ? BC_DTYPE_Q4_KI : fk == FK_Q6K ? BC_DTYPE_Q6_KI : BC_DTYPE_Q8_0I;
+}
+
+/* bytes of one block of a panel (its 16 rows) */
+static inline size_t fk_block_bytes(int fk)
+{
+    return fk == FK_Q4 ? sizeof(bc_q4i_block) : fk == FK_Q5 ? sizeof(bc_q5i_block)
+         : fk == FK_Q4K ? sizeof(bc_q4ki_block) : fk == FK_Q6K ? sizeof(bc_q6ki_block)
+         : sizeof(bc_q8i_block);
+}
+
+#if BC_SIMD == 512
+/* w + 16 in each byte lane whose bit of the 64-bit word at bits is set */
+BC_INLINE IV q5i_fifth_512(IV w, const unsigned char *bits)
+{
+    uint64_t m;
+    memcpy(&m, bits, 8);
+    return _mm512_mask_add_epi8(w, _cvtu64_mask64(m), w, _mm512_set1_epi8(16));
+}
+#elif BC_SIMD == 256
+/* the same for 32 lanes and the 32-bit word at bits: byte i of the vector is
+ * byte i / 8 of the word, kept where its bit i % 8 is set */
+BC_INLINE IV q5i_fifth_256(IV w, const unsigned char *bits)
+{
+    uint32_t m;
+    memcpy(&m, bits, 4);
+    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)m), pick), bit);
+    return _mm256_or_si256(w, _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), _mm256_set1_epi8(16)));
+}
+#endif
 #define QP (BC_INTDOT_GROUP > QN ? BC_INTDOT_GROUP : QN)  /* panels a tile may have */
 
 static inline int32_t ld32(const int8_t *p)
@@ -207,25 +281,24 @@ static int has_vnni(void)
 }
 #endif
 
-/* The products on q8_0i (q4 = 0) or q4_0i (q4 = 1) panels, by the copy the CPU runs. */
-static void xq_part_int(int q4, const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1,
+/* The products on q8_0i, q4_0i or q5_0i (fk) panels, by the copy the CPU runs. */
+static void xq_part_int(int fk, const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1,
                         size_t o0, size_t o1)
 {
 #if BC_SIMD == 512
     /* AVX-512F without VNNI: the AVX2 kernel, whose bits are the same */
     if (!has_vnni()) {
-        const int wf = BC_WF_PANEL(q4 ? BC_DTYPE_Q4_0I : BC_DTYPE_Q8_0I);
-        bc_kernels_avx2.wf[wf].xq_part(g, xq, n0, n1, o0, o1);
+        bc_kernels_avx2.wf[BC_WF_PANEL(fk_dtype(fk))].xq_part(g, xq, n0, n1, o0, o1);
         return;
     }
 #endif
 #if BC_SIMD == 256
     if (has_vnni())
-        q8i_part_vnni(q4, g, xq, n0, n1, o0, o1);
+        q8i_part_vnni(fk, g, xq, n0, n1, o0, o1);
     else
-        q8i_part_mad(q4, g, xq, n0, n1, o0, o1);
+        q8i_part_mad(fk, g, xq, n0, n1, o0, o1);
 #else
-    q8i_part(q4, g, xq, n0, n1, o0, o1);
+    q8i_part(fk, g, xq, n0, n1, o0, o1);
 #endif
 }
 
@@ -233,16 +306,39 @@ static void xq_part_int(int q4, const bc_gemm *g, const unsigned char *xq, size_
 static void xq_part_q8_0i(const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1,
                           size_t o0, size_t o1)
 {
-    xq_part_int(0, g, xq, n0, n1, o0, o1);
+    xq_part_int(FK_Q8, g, xq, n0, n1, o0, o1);
 }
 
 // y (N,OC) rows [n0,n1), columns [o0,o1); xq rows n0.. quantised; w (OC,C) q4_0i panels
 static void xq_part_q4_0i(const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1,
                           size_t o0, size_t o1)
 {
-    xq_part_int(1, g, xq, n0, n1, o0, o1);
+    xq_part_int(FK_Q4, g, xq, n0, n1, o0, o1);
+}
+
+// y (N,OC) rows [n0,n1), columns [o0,o1); xq rows n0.. quantised; w (OC,C) q5_0i panels
+static void xq_part_q5_0i(const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1,
+                          size_t o0, size_t o1)
+{
+    xq_part_int(FK_Q5, g, xq, n0, n1, o0, o1);
+}
+
+// y (N,OC) rows [n0,n1), columns [o0,o1); xq rows n0.. quantised; w (OC,C) q4_ki panels
+static void xq_part_q4_ki(const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1,
+                          size_t o0, size_t o1)
+{
+    xq_part_int(FK_Q4K, g, xq, n0, n1, o0, o1);
+}
+
+// y (N,OC) rows [n0,n1), columns [o0,o1); xq rows n0.. quantised (with s16); w (OC,C) q6_ki panels
+static void xq_part_q6_ki(const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1,
+                          size_t o0, size_t o1)
+{
+    xq_part_int(FK_Q6K, g, xq, n0, n1, o0, o1);
 }
 
 #undef Q8I_TARGET
 #undef Q8I_DP
 #undef Q8I_FN
+
+

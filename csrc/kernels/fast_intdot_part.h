@@ -1,10 +1,11 @@
-/* fast_intdot_part.h: q8_0i's and q4_0i's tiles and their walk over a product
+/* fast_intdot_part.h: q8_0i's, q4_0i's, q5_0i's, q4_ki's and q6_ki's tiles and their walk over a product
  * (part of fast_intdot.h, which includes it once per way of forming the
  * integer sums: Q8I_FN names the copy, Q8I_TARGET its instruction-set
  * attribute, Q8I_DP on AVX2 selects AVX-VNNI's vpdpbusd over pmaddubsw). Every
  * copy computes every output by the same chain: the sums are exact integers
- * whichever forms them. q4 (a constant) says which weights: q8_0i's bytes
- * (q + 128) or q4_0i's nibbles (q + 8, two a byte). */
+ * whichever forms them. fk (a constant, FK_*) says which weights: q8_0i's
+ * bytes (q + 128), q4_0i's nibbles (q + 8, two a byte) or q5_0i's (q + 16:
+ * the nibbles and their fifth bits, 16 added where a bit is set). */
 
 #if BC_SIMD == 256
 /* acc + each 32-bit lane's sum of 4 products of unsigned bytes w by signed bytes x:
@@ -30,6 +31,11 @@ BC_INLINE Q8I_TARGET IV Q8I_FN(dot4_256)(IV acc, IV w, IV x)
 #define IV_SRL4(a) _mm512_srli_epi32((a), 4)
 #define IV_FLOAT(a) _mm512_cvtepi32_ps(a)
 #define IV_ADD(a, b) _mm512_add_epi32((a), (b))
+#define IV_OR(a, b) _mm512_or_si512((a), (b))
+#define IV_SLL(a, n) _mm512_slli_epi32((a), (n))
+#define IV_SRL(a, n) _mm512_srli_epi32((a), (n))
+/* w + 16 in the byte lanes whose bit of the 64-bit word at bits is set (vpaddb under a mask) */
+#define IV_FIFTH(w, bits, h) q5i_fifth_512((w), (bits))
 #else
 #define IV_DOT(acc, w, x) Q8I_FN(dot4_256)((acc), (w), (x))
 #define IV_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
@@ -38,15 +44,20 @@ BC_INLINE Q8I_TARGET IV Q8I_FN(dot4_256)(IV acc, IV w, IV x)
 #define IV_SRL4(a) _mm256_srli_epi32((a), 4)
 #define IV_FLOAT(a) _mm256_cvtepi32_ps(a)
 #define IV_ADD(a, b) _mm256_add_epi32((a), (b))
+#define IV_OR(a, b) _mm256_or_si256((a), (b))
+#define IV_SLL(a, n) _mm256_slli_epi32((a), (n))
+#define IV_SRL(a, n) _mm256_srli_epi32((a), (n))
+/* the same for the 32 lanes of vector h (rows 8h..8h+7): bits 32h.. of the word */
+#define IV_FIFTH(w, bits, h) q5i_fifth_256((w), (bits) + 4 * (h))
 #endif
 
 /* Block b of NB panels, for rows 0..mr-1 of x: f[i * fs + k * VPP + h] (row i,
  * panel k's vector h) = fma((float)isum, d_w d_x, that), the integer sums
- * formed as this copy forms them. blk[k]: panel k's block b (bc_q4i_block when
- * q4, else bc_q8i_block). One panel (decoding) reads its block's bytes in
+ * formed as this copy forms them. blk[k]: panel k's block b (bc_q8i_block,
+ * bc_q4i_block or bc_q5i_block by fk). One panel (decoding) reads its block's bytes in
  * order, in two chains a panel when spl (vpdpbusd's latency); several (the
  * GEMM, its weights in L1/L2) share each broadcast of x. */
-BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int q4, const int mr, const int NB,
+BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int fk, const int mr, const int NB,
                                             const int spl, V *f, size_t fs,
                                             const unsigned char *const *blk,
                                             const int8_t *const *xr, const float *const *xd,
@@ -54,22 +65,29 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int q4, const int mr, const in
 {
     IV acc[QR][QN * VPP], acc2[QR][QN * VPP];  /* acc2: the second chain (spl) */
     BC_UNROLL
-    for (int i = 0; i < mr; i++)  /* the corrections of unsigned weights: -8 (q4_0i) */
-        BC_UNROLL                 /* or -128 (q8_0i by vpdpbusd) times sum q_x */
+    for (int i = 0; i < mr; i++)  /* the corrections of unsigned weights: -8 (q4_0i), -16 */
+        BC_UNROLL                 /* (q5_0i) or -128 (q8_0i by vpdpbusd) times sum q_x */
         for (int t = 0; t < NB * VPP; t++) {
-            acc[i][t] = IV_SET1(q4 ? xs[i][b] / 16 : Q8I_DP ? xs[i][b] : 0);
+            acc[i][t] = IV_SET1(fk == FK_Q4 ? xs[i][b] / 16 : fk == FK_Q5 ? xs[i][b] / 8
+                                : Q8I_DP ? xs[i][b] : 0);
             acc2[i][t] = IV_SET1(0);
         }
-    if (q4) {  /* a vector of bytes: its low nibbles weights 4j.., its high 4j + 16.. */
+    if (fk != FK_Q8) {  /* a vector of bytes: its low nibbles weights 4j.., its high 4j + 16.. */
         const IV low = IV_SET1(0x0F0F0F0F);
         BC_UNROLL
         for (int j = 0; j < 4; j++) {
             IV wl[QN * VPP], wh[QN * VPP];
             BC_UNROLL
-            for (int t = 0; t < NB * VPP; t++) {
+            for (int t = 0; t < NB * VPP; t++) {  /* (q5_0i's nibbles lie where q4_0i's do) */
                 const IV raw = IV_LOAD(((const bc_q4i_block *)blk[t / VPP])->u[j][t % VPP * VL]);
                 wl[t] = IV_AND(raw, low);
                 wh[t] = IV_AND(IV_SRL4(raw), low);
+                if (fk == FK_Q5) {
+                    const unsigned char *h =
+                        (const unsigned char *)((const bc_q5i_block *)blk[t / VPP])->h[j];
+                    wl[t] = IV_FIFTH(wl[t], h, t % VPP);
+                    wh[t] = IV_FIFTH(wh[t], h + 8, t % VPP);
+                }
             }
             BC_UNROLL
             for (int i = 0; i < mr; i++) {
@@ -128,13 +146,148 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int q4, const int mr, const in
                 acc[i][t] = IV_ADD(acc[i][t], acc2[i][t]);
     BC_UNROLL
     for (int t = 0; t < NB * VPP; t++) {
-        const uint16_t *d = q4 ? ((const bc_q4i_block *)blk[t / VPP])->d
-                               : ((const bc_q8i_block *)blk[t / VPP])->d;
+        const uint16_t *d = fk != FK_Q8 ? ((const bc_q4i_block *)blk[t / VPP])->d
+                                        : ((const bc_q8i_block *)blk[t / VPP])->d;
         const V dw = vload_half(d + t % VPP * VL);
         BC_UNROLL
         for (int i = 0; i < mr; i++)
             f[(size_t)i * fs + (size_t)t] = vfma(IV_FLOAT(acc[i][t]), vmul(dw, vset1(xd[i][b])),
                                                  f[(size_t)i * fs + (size_t)t]);
+    }
+}
+
+/* Super-block S of NB q4_ki panels (bc_q4ki_block), rows 0..mr-1 of x: for
+ * each sub-block j (x block b = 8S + j), its integer sums (nibbles times q_x,
+ * no correction: q4_k's nibbles are unsigned), then f = fma((float)isum,
+ * (d sc_j) d_x, f) and f = fma(-(dmin m_j), d_x (float)sum q_x, f), per
+ * panel vector as q8i_block's. */
+BC_INLINE Q8I_TARGET void Q8I_FN(q4ki_block)(const int mr, const int NB, const int spl, V *f,
+                                             size_t fs, const unsigned char *const *blk,
+                                             const int8_t *const *xr, const float *const *xd,
+                                             const int32_t *const *xs, size_t S)
+{
+    const IV low = IV_SET1(0x0F0F0F0F);
+    V dv[QN * VPP], mv[QN * VPP];
+    BC_UNROLL
+    for (int t = 0; t < NB * VPP; t++) {
+        const bc_q4ki_block *k = (const bc_q4ki_block *)blk[t / VPP];
+        dv[t] = vload_half(k->d + t % VPP * VL);
+        mv[t] = vload_half(k->dmin + t % VPP * VL);
+    }
+    BC_NO_UNROLL
+    for (int j = 0; j < 8; j++) {
+        const size_t b = 8 * S + (size_t)j;
+        IV acc[QR][QN * VPP], acc2[QR][QN * VPP];
+        BC_UNROLL
+        for (int i = 0; i < mr; i++)
+            BC_UNROLL
+            for (int t = 0; t < NB * VPP; t++) {
+                acc[i][t] = IV_SET1(0);
+                acc2[i][t] = IV_SET1(0);
+            }
+        BC_UNROLL
+        for (int g = 0; g < 8; g++) {
+            IV w[QN * VPP];
+            BC_UNROLL
+            for (int t = 0; t < NB * VPP; t++) {
+                const IV raw = IV_LOAD(((const bc_q4ki_block *)blk[t / VPP])->u[j / 2 * 8 + g][t % VPP * VL]);
+                w[t] = IV_AND(j % 2 ? IV_SRL4(raw) : raw, low);
+            }
+            BC_UNROLL
+            for (int i = 0; i < mr; i++) {
+                const IV xb = IV_SET1(ld32(xr[i] + b * 32 + (size_t)g * 4));
+                BC_UNROLL
+                for (int t = 0; t < NB * VPP; t++) {
+                    if (spl && g % 2)
+                        acc2[i][t] = IV_DOT(acc2[i][t], w[t], xb);
+                    else
+                        acc[i][t] = IV_DOT(acc[i][t], w[t], xb);
+                }
+            }
+        }
+        BC_UNROLL
+        for (int t = 0; t < NB * VPP; t++) {
+            const bc_q4ki_block *k = (const bc_q4ki_block *)blk[t / VPP];
+            const V dsc = vmul(dv[t], vload_u8(k->sc[j] + t % VPP * VL));  /* exact */
+            const V dm = vmul(mv[t], vload_u8(k->m[j] + t % VPP * VL));    /* exact */
+            BC_UNROLL
+            for (int i = 0; i < mr; i++) {
+                V *fi = &f[(size_t)i * fs + (size_t)t];
+                const IV a = spl ? IV_ADD(acc[i][t], acc2[i][t]) : acc[i][t];
+                const float xm = xd[i][b] * (float)(-xs[i][b] / 128);  /* d_x sum q_x */
+                *fi = vfma(IV_FLOAT(a), vmul(dsc, vset1(xd[i][b])), *fi);
+                *fi = vfnma(dm, vset1(xm), *fi);
+            }
+        }
+    }
+}
+
+/* Super-block S of NB q6_ki panels (bc_q6ki_block), rows 0..mr-1 of x: x block
+ * b = 8S + k holds sub-blocks 2k and 2k + 1 (16 weights each); each weight's
+ * six bits (0..63) made in integer lanes from its nibble of ql and its two
+ * bits of qh, the sums corrected by -32 times the half's sum of q_x (s16, after
+ * s in the row), then f = fma((float)isum, (d sc_j) d_x, f) per sub-block. */
+BC_INLINE Q8I_TARGET void Q8I_FN(q6ki_block)(const int mr, const int NB, V *f, size_t fs,
+                                             const unsigned char *const *blk,
+                                             const int8_t *const *xr, const float *const *xd,
+                                             const int32_t *const *s16, size_t S)
+{
+    const IV low = IV_SET1(0x0F0F0F0F), top = IV_SET1(0x30303030);
+    V dv[QN * VPP];
+    BC_UNROLL
+    for (int t = 0; t < NB * VPP; t++)
+        dv[t] = vload_half(((const bc_q6ki_block *)blk[t / VPP])->d + t % VPP * VL);
+    BC_UNROLL
+    for (int k = 0; k < 8; k++) {
+        const int h = k / 4, q = k % 4;
+        const size_t b = 8 * S + (size_t)k;
+        IV acc[QR][QN * VPP], acc2[QR][QN * VPP];  /* sub-blocks 2k and 2k + 1 */
+        BC_UNROLL
+        for (int i = 0; i < mr; i++)
+            BC_UNROLL
+            for (int t = 0; t < NB * VPP; t++) {
+                acc[i][t] = IV_SET1(-32 * s16[i][2 * b]);
+                acc2[i][t] = IV_SET1(-32 * s16[i][2 * b + 1]);
+            }
+        BC_UNROLL
+        for (int g = 0; g < 8; g++) {
+            IV w[QN * VPP];
+            BC_UNROLL
+            for (int t = 0; t < NB * VPP; t++) {
+                const bc_q6ki_block *K = (const bc_q6ki_block *)blk[t / VPP];
+                const IV raw = IV_LOAD(K->ql[16 * h + 8 * (q % 2) + g][t % VPP * VL]);
+                const IV hb = IV_LOAD(K->qh[8 * h + g][t % VPP * VL]);
+                /* bits 2q, 2q + 1 of each byte to bits 4, 5 (shifts within 32-bit
+                 * lanes: the mask keeps each byte's own bits) */
+                const IV hi = q == 0 ? IV_SLL(hb, 4) : q == 1 ? IV_SLL(hb, 2) : q == 2 ? hb
+                            : IV_SRL(hb, 2);
+                w[t] = IV_OR(IV_AND(q < 2 ? raw : IV_SRL4(raw), low), IV_AND(hi, top));
+            }
+            BC_UNROLL
+            for (int i = 0; i < mr; i++) {
+                const IV xb = IV_SET1(ld32(xr[i] + b * 32 + (size_t)g * 4));
+                BC_UNROLL
+                for (int t = 0; t < NB * VPP; t++) {
+                    if (g < 4)
+                        acc[i][t] = IV_DOT(acc[i][t], w[t], xb);
+                    else
+                        acc2[i][t] = IV_DOT(acc2[i][t], w[t], xb);
+                }
+            }
+        }
+        BC_UNROLL
+        for (int t = 0; t < NB * VPP; t++) {
+            const bc_q6ki_block *K = (const bc_q6ki_block *)blk[t / VPP];
+            const V ds0 = vmul(dv[t], vload_i8(K->sc[2 * k] + t % VPP * VL));      /* exact */
+            const V ds1 = vmul(dv[t], vload_i8(K->sc[2 * k + 1] + t % VPP * VL));
+            BC_UNROLL
+            for (int i = 0; i < mr; i++) {
+                V *fi = &f[(size_t)i * fs + (size_t)t];
+                const V dx = vset1(xd[i][b]);
+                *fi = vfma(IV_FLOAT(acc[i][t]), vmul(ds0, dx), *fi);
+                *fi = vfma(IV_FLOAT(acc2[i][t]), vmul(ds1, dx), *fi);
+            }
+        }
     }
 }
 
@@ -145,14 +298,18 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int q4, const int mr, const in
 #undef IV_SRL4
 #undef IV_FLOAT
 #undef IV_ADD
+#undef IV_FIFTH
+#undef IV_OR
+#undef IV_SLL
+#undef IV_SRL
 #endif
 
 /* Where each of NP panels from panel p lies (np <= NP of them real; the rest
  * repeat the last): its block b at org[q] + b * st[q] (bc_format_panel_at). */
-BC_INLINE void Q8I_FN(q8i_where)(const int q4, const int NP, const bc_gemm *g, size_t p,
+BC_INLINE void Q8I_FN(q8i_where)(const int fk, const int NP, const bc_gemm *g, size_t p,
                                  size_t np, const unsigned char **org, size_t *st)
 {
-    const bc_format *fmt = bc_format_of(q4 ? BC_DTYPE_Q4_0I : BC_DTYPE_Q8_0I);
+    const bc_format *fmt = bc_format_of(fk_dtype(fk));
     const size_t panels = (g->oc + PW - 1) / PW;
     BC_UNROLL
     for (int q = 0; q < NP; q++) {
@@ -162,6 +319,30 @@ BC_INLINE void Q8I_FN(q8i_where)(const int q4, const int NP, const bc_gemm *g, s
         st[q] = at.stride;
     }
 }
+
+#if BC_SIMD == 512 || BC_SIMD == 256
+/* Block b of the format fk (q4_ki, q6_ki: super-block b) into f, as q8i_block
+ * (s16: q6_ki's half sums of the rows of x) */
+BC_INLINE Q8I_TARGET void Q8I_FN(int_block)(const int fk, const int mr, const int NB,
+                                            const int spl, V *f, size_t fs,
+                                            const unsigned char *const *blk,
+                                            const int8_t *const *xr, const float *const *xd,
+                                            const int32_t *const *xs,
+                                            const int32_t *const *s16, size_t b)
+{
+    if (NB == 1) {  /* decoding: a block's bytes INT_AHEAD on (the tile reads memory in order) */
+        const size_t bb = fk_block_bytes(fk);
+        for (size_t o = 0; o < bb; o += 64)
+            __builtin_prefetch(blk[0] + INT_AHEAD + o, 0, 0);
+    }
+    if (fk == FK_Q4K)
+        Q8I_FN(q4ki_block)(mr, NB, spl, f, fs, blk, xr, xd, xs, b);
+    else if (fk == FK_Q6K)
+        Q8I_FN(q6ki_block)(mr, NB, f, fs, blk, xr, xd, s16, b);
+    else
+        Q8I_FN(q8i_block)(fk, mr, NB, spl, f, fs, blk, xr, xd, xs, b);
+}
+#endif
 
 /* Rows i0..i0+mr-1 of y (their quantised x at x0, rb bytes apart) by NP panels
  * from panel p (np <= NP of them real, all in one run; the rest repeat the
@@ -176,22 +357,24 @@ BC_INLINE void Q8I_FN(q8i_where)(const int q4, const int NP, const bc_gemm *g, s
  * The GEMM's tile (gemm: its panels from L1/L2, the rows streaming past)
  * takes its NP <= QN panels together, sharing each broadcast of x. */
 #if BC_SIMD == 512 || BC_SIMD == 256
-BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int q4, const int gemm, const int mr, const int NP,
+BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int fk, const int gemm, const int mr, const int NP,
                                    const bc_gemm *g, const unsigned char *x0, size_t rb,
                                    size_t i0, size_t p, size_t np, size_t nb)
 {
-    const size_t oc = g->oc, bb = q4 ? sizeof(bc_q4i_block) : sizeof(bc_q8i_block);
+    const size_t oc = g->oc, bb = fk_block_bytes(fk);
+    const size_t nfb = fk == FK_Q4K || fk == FK_Q6K ? nb / 8 : nb;  /* the format's blocks (super-blocks: 8 of x's) */
     const unsigned char *org[QP];
     size_t st[QP];
-    Q8I_FN(q8i_where)(q4, NP, g, p, np, org, st);
+    Q8I_FN(q8i_where)(fk, NP, g, p, np, org, st);
     const int8_t *xr[QR];
     const float *xd[QR];
-    const int32_t *xs[QR];  /* the corrections of the unsigned weights */
+    const int32_t *xs[QR], *s16[QR];  /* the corrections of the unsigned weights */
     BC_UNROLL
     for (int i = 0; i < mr; i++) {
         xr[i] = (const int8_t *)(x0 + (size_t)i * rb);
         xd[i] = (const float *)(x0 + (size_t)i * rb + nb * 32);
         xs[i] = (const int32_t *)(x0 + (size_t)i * rb + nb * 36);
+        s16[i] = (const int32_t *)(x0 + (size_t)i * rb + nb * 40);  /* (q6_ki's rows only) */
     }
     V f[QR * QP * VPP];  /* row i, panel q, vector h at f[i * QP * VPP + q * VPP + h] */
     BC_UNROLL
@@ -199,24 +382,24 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int q4, const int gemm, const i
         BC_UNROLL
         for (int t = 0; t < NP * VPP; t++)
             f[i * QP * VPP + t] = vzero();
-    for (size_t b = 0; b < nb; b++) {
+    for (size_t b = 0; b < nfb; b++) {
         if (gemm) {  /* NP <= QN panels side by side */
             const unsigned char *blk[QN];
             BC_UNROLL
             for (int q = 0; q < NP; q++)
                 blk[q] = org[q] + b * st[q];
-            Q8I_FN(q8i_block)(q4, mr, NP, 0, f, QP * VPP, blk, xr, xd, xs, b);
-        } else if (mr == 1) {
+            Q8I_FN(int_block)(fk, mr, NP, 0, f, QP * VPP, blk, xr, xd, xs, s16, b);
+        } else if (mr == 1 && fk != FK_Q4K && fk != FK_Q6K) {
             BC_UNROLL
             for (int q = 0; q < NP; q++) {
                 const unsigned char *blk = org[q] + b * st[q];
-                Q8I_FN(q8i_block)(q4, mr, 1, Q8I_SPLIT, f + q * VPP, QP * VPP, &blk, xr, xd, xs, b);
+                Q8I_FN(int_block)(fk, mr, 1, Q8I_SPLIT, f + q * VPP, QP * VPP, &blk, xr, xd, xs, s16, b);
             }
         } else {  /* the panels of one run: their blocks b side by side */
             const unsigned char *blk = org[0] + b * st[0];
             BC_NO_UNROLL
             for (size_t q = 0; q < np; q++, blk += bb)
-                Q8I_FN(q8i_block)(q4, mr, 1, Q8I_SPLIT, f + q * VPP, QP * VPP, &blk, xr, xd, xs, b);
+                Q8I_FN(int_block)(fk, mr, 1, Q8I_SPLIT, f + q * VPP, QP * VPP, &blk, xr, xd, xs, s16, b);
         }
     }
     for (int i = 0; i < mr; i++)
@@ -234,7 +417,7 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int q4, const int gemm, const i
 }
 #else
 /* portable C: one product at a time, the chain with fmaf */
-BC_INLINE void Q8I_FN(q8i_tile)(const int q4, const int gemm, const int mr, const int NP, const bc_gemm *g,
+BC_INLINE void Q8I_FN(q8i_tile)(const int fk, const int gemm, const int mr, const int NP, const bc_gemm *g,
                         const unsigned char *x0, size_t rb, size_t i0, size_t p, size_t np,
                         size_t nb)
 {
@@ -242,7 +425,7 @@ BC_INLINE void Q8I_FN(q8i_tile)(const int q4, const int gemm, const int mr, cons
     const unsigned char *org[QP];
     size_t st[QP];
     (void)gemm;
-    Q8I_FN(q8i_where)(q4, NP, g, p, np, org, st);
+    Q8I_FN(q8i_where)(fk, NP, g, p, np, org, st);
     for (int i = 0; i < mr; i++) {
         const int8_t *xr = (const int8_t *)(x0 + (size_t)i * rb);
         const float *xd = (const float *)(x0 + (size_t)i * rb + nb * 32);
@@ -251,21 +434,62 @@ BC_INLINE void Q8I_FN(q8i_tile)(const int q4, const int gemm, const int mr, cons
             float f[PW];
             for (size_t l = 0; l < PW; l++) {
                 float acc = 0.0f;
+                if (fk == FK_Q6K) {
+                    for (size_t j = 0; j < 2 * nb; j++) {  /* sub-block j % 16 of super-block j / 16 */
+                        const bc_q6ki_block *k = (const bc_q6ki_block *)(org[q] + j / 16 * st[q]);
+                        const size_t b = j / 2;
+                        int32_t isum = 0;
+                        for (size_t e = 0; e < 16; e++) {
+                            const size_t w = j % 16 * 16 + e;  /* weight of the super-block */
+                            const size_t h = w / 128, qq = w % 128 / 32, i = w % 32;
+                            const size_t lb = 64 * h + 32 * (qq % 2) + i, hb = 32 * h + i;
+                            const int lo = (k->ql[lb / 4][l][lb % 4] >> (qq >= 2 ? 4 : 0)) & 15;
+                            const int hi = (k->qh[hb / 4][l][hb % 4] >> (2 * qq)) & 3;
+                            isum += ((lo | hi << 4) - 32) * xr[j * 16 + e];
+                        }
+                        const float ds = bc_half_to_f32(k->d[l]) * (float)k->sc[j % 16][l];
+                        acc = fmaf((float)isum, ds * xd[b], acc);
+                    }
+                    f[l] = acc;
+                    continue;
+                }
+                if (fk == FK_Q4K) {
+                    for (size_t b = 0; b < nb; b++) {  /* sub-block b % 8 of super-block b / 8 */
+                        const bc_q4ki_block *k = (const bc_q4ki_block *)(org[q] + b / 8 * st[q]);
+                        const size_t j = b % 8;
+                        int32_t isum = 0, xsum = 0;
+                        for (size_t i = 0; i < 32; i++) {
+                            const int byte = k->u[j / 2 * 8 + i / 4][l][i % 4];
+                            isum += (j % 2 ? byte >> 4 : byte & 15) * xr[b * 32 + i];
+                            xsum += xr[b * 32 + i];
+                        }
+                        const float dsc = bc_half_to_f32(k->d[l]) * (float)k->sc[j][l];
+                        const float dm = bc_half_to_f32(k->dmin[l]) * (float)k->m[j][l];
+                        acc = fmaf((float)isum, dsc * xd[b], acc);
+                        acc = fmaf(-dm, xd[b] * (float)xsum, acc);
+                    }
+                    f[l] = acc;
+                    continue;
+                }
                 for (size_t b = 0; b < nb; b++) {
                     const bc_q8i_block *blk = (const bc_q8i_block *)(org[q] + b * st[q]);
                     const bc_q4i_block *blk4 = (const bc_q4i_block *)(org[q] + b * st[q]);
+                    const bc_q5i_block *blk5 = (const bc_q5i_block *)(org[q] + b * st[q]);
                     int32_t isum = 0;
                     for (size_t k = 0; k < 32; k++) {
                         int32_t w;
-                        if (q4) {
+                        if (fk != FK_Q8) {
                             const int byte = blk4->u[k % 16 / 4][l][k % 4];
                             w = (k < 16 ? byte & 15 : byte >> 4) - 8;
+                            if (fk == FK_Q5)  /* + 16 (fifth bit) - 8 */
+                                w += (int32_t)((blk5->h[k % 16 / 4][k / 16] >> (4 * l + k % 4)) & 1u)
+                                     * 16 - 8;
                         } else {
                             w = (int32_t)blk->u[k / 4][l][k % 4] - 128;
                         }
                         isum += w * xr[b * 32 + k];
                     }
-                    const uint16_t dw = q4 ? blk4->d[l] : blk->d[l];
+                    const uint16_t dw = fk != FK_Q8 ? blk4->d[l] : blk->d[l];
                     acc = fmaf((float)isum, bc_half_to_f32(dw) * xd[b], acc);
                 }
                 f[l] = acc;
@@ -286,40 +510,46 @@ BC_INLINE void Q8I_FN(q8i_tile)(const int q4, const int gemm, const int mr, cons
 }
 #endif
 
-/* q8i_tile with its row count (1..QM) a constant, NP panels (q4 a constant too) */
-BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile_rows)(const int q4, int mr, const bc_gemm *g,
+/* q8i_tile with its row count (1..QM) a constant, NP panels (fk a constant too) */
+BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile_rows)(const int fk, int mr, const bc_gemm *g,
                                         const unsigned char *x0, size_t rb, size_t i0, size_t p,
                                         size_t np, size_t nb)
 {
     switch (mr) {
-    case 1: Q8I_FN(q8i_tile)(q4, 1, 1, QN, g, x0, rb, i0, p, np, nb); break;
-    case 2: Q8I_FN(q8i_tile)(q4, 1, 2, QN, g, x0, rb, i0, p, np, nb); break;
+    case 1: Q8I_FN(q8i_tile)(fk, 1, 1, QN, g, x0, rb, i0, p, np, nb); break;
+    case 2: Q8I_FN(q8i_tile)(fk, 1, 2, QN, g, x0, rb, i0, p, np, nb); break;
 #if QM >= 4
-    case 3: Q8I_FN(q8i_tile)(q4, 1, 3, QN, g, x0, rb, i0, p, np, nb); break;
-    case 4: Q8I_FN(q8i_tile)(q4, 1, 4, QN, g, x0, rb, i0, p, np, nb); break;
+    case 3: Q8I_FN(q8i_tile)(fk, 1, 3, QN, g, x0, rb, i0, p, np, nb); break;
+    case 4: Q8I_FN(q8i_tile)(fk, 1, 4, QN, g, x0, rb, i0, p, np, nb); break;
 #endif
 #if QM >= 6
-    case 5: Q8I_FN(q8i_tile)(q4, 1, 5, QN, g, x0, rb, i0, p, np, nb); break;
-    case 6: Q8I_FN(q8i_tile)(q4, 1, 6, QN, g, x0, rb, i0, p, np, nb); break;
+    case 5: Q8I_FN(q8i_tile)(fk, 1, 5, QN, g, x0, rb, i0, p, np, nb); break;
+    case 6: Q8I_FN(q8i_tile)(fk, 1, 6, QN, g, x0, rb, i0, p, np, nb); break;
 #endif
     default: break;
     }
 }
 
-/* The GEMM's tile, one copy for q8_0i and one for q4_0i (kept out of line) */
-static Q8I_TARGET void Q8I_FN(q8i_tile_gemm)(int q4, int mr, const bc_gemm *g, const unsigned char *x0,
+/* The GEMM's tile, one copy per format (kept out of line) */
+static Q8I_TARGET void Q8I_FN(q8i_tile_gemm)(int fk, int mr, const bc_gemm *g, const unsigned char *x0,
                                      size_t rb, size_t i0, size_t p, size_t np, size_t nb)
 {
-    if (q4)
-        Q8I_FN(q8i_tile_rows)(1, mr, g, x0, rb, i0, p, np, nb);
+    if (fk == FK_Q4)
+        Q8I_FN(q8i_tile_rows)(FK_Q4, mr, g, x0, rb, i0, p, np, nb);
+    else if (fk == FK_Q5)
+        Q8I_FN(q8i_tile_rows)(FK_Q5, mr, g, x0, rb, i0, p, np, nb);
+    else if (fk == FK_Q4K)
+        Q8I_FN(q8i_tile_rows)(FK_Q4K, mr, g, x0, rb, i0, p, np, nb);
+    else if (fk == FK_Q6K)
+        Q8I_FN(q8i_tile_rows)(FK_Q6K, mr, g, x0, rb, i0, p, np, nb);
     else
-        Q8I_FN(q8i_tile_rows)(0, mr, g, x0, rb, i0, p, np, nb);
+        Q8I_FN(q8i_tile_rows)(FK_Q8, mr, g, x0, rb, i0, p, np, nb);
 }
 
 /* Decoding: n <= BC_ROWS_MAX rows, a run of panels at a time (its panels'
  * blocks side by side: a tile reads one stretch of memory), or what is left of
  * one (a run cut by [p0, p1)). */
-BC_INLINE Q8I_TARGET void Q8I_FN(q8i_decode)(const int q4, const bc_gemm *g, const unsigned char *xq,
+BC_INLINE Q8I_TARGET void Q8I_FN(q8i_decode)(const int fk, const bc_gemm *g, const unsigned char *xq,
                                      size_t rb, size_t n0, size_t n, size_t p0, size_t p1,
                                      size_t nb)
 {
@@ -327,24 +557,30 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_decode)(const int q4, const bc_gemm *g, con
     for (size_t p = p0, np; p < p1; p += np) {
         np = bc_format_run_take(G, panels, p, p1, G);
         switch (n) {
-        case 1: Q8I_FN(q8i_tile)(q4, 0, 1, G, g, xq, rb, n0, p, np, nb); break;
-        case 2: Q8I_FN(q8i_tile)(q4, 0, 2, G, g, xq, rb, n0, p, np, nb); break;
-        default: Q8I_FN(q8i_tile)(q4, 0, 3, G, g, xq, rb, n0, p, np, nb); break;
+        case 1: Q8I_FN(q8i_tile)(fk, 0, 1, G, g, xq, rb, n0, p, np, nb); break;
+        case 2: Q8I_FN(q8i_tile)(fk, 0, 2, G, g, xq, rb, n0, p, np, nb); break;
+        default: Q8I_FN(q8i_tile)(fk, 0, 3, G, g, xq, rb, n0, p, np, nb); break;
         }
     }
 }
 
-// y (N,OC) rows [n0,n1), columns [o0,o1); xq rows n0.. quantised; w (OC,C) q8_0i (q4: q4_0i) panels
-static Q8I_TARGET void Q8I_FN(q8i_part)(int q4, const bc_gemm *g, const unsigned char *xq, size_t n0,
+// y (N,OC) rows [n0,n1), columns [o0,o1); xq rows n0.. quantised; w (OC,C) q8_0i, q4_0i, q5_0i, q4_ki or q6_ki (fk) panels
+static Q8I_TARGET void Q8I_FN(q8i_part)(int fk, const bc_gemm *g, const unsigned char *xq, size_t n0,
                                 size_t n1, size_t o0, size_t o1)
 {
-    const size_t nb = (g->c + 31) / 32, rb = bc_xq_row_bytes(BC_DTYPE_Q8_0I, g->c);
+    const size_t nb = (g->c + 31) / 32, rb = bc_xq_row_bytes(fk_dtype(fk), g->c);
     const size_t p0 = o0 / PW, p1 = (o1 + PW - 1) / PW, n = n1 - n0;
     if (n <= BC_ROWS_MAX) {
-        if (q4)
-            Q8I_FN(q8i_decode)(1, g, xq, rb, n0, n, p0, p1, nb);
+        if (fk == FK_Q4)
+            Q8I_FN(q8i_decode)(FK_Q4, g, xq, rb, n0, n, p0, p1, nb);
+        else if (fk == FK_Q5)
+            Q8I_FN(q8i_decode)(FK_Q5, g, xq, rb, n0, n, p0, p1, nb);
+        else if (fk == FK_Q4K)
+            Q8I_FN(q8i_decode)(FK_Q4K, g, xq, rb, n0, n, p0, p1, nb);
+        else if (fk == FK_Q6K)
+            Q8I_FN(q8i_decode)(FK_Q6K, g, xq, rb, n0, n, p0, p1, nb);
         else
-            Q8I_FN(q8i_decode)(0, g, xq, rb, n0, n, p0, p1, nb);
+            Q8I_FN(q8i_decode)(FK_Q8, g, xq, rb, n0, n, p0, p1, nb);
         return;
     }
     for (size_t pc = p0, pe; pc < p1; pc = pe) {  /* a run at a time (its panels in L1/L2) */
@@ -352,7 +588,7 @@ static Q8I_TARGET void Q8I_FN(q8i_part)(int q4, const bc_gemm *g, const unsigned
         for (size_t i = n0; i < n1; i += QM) {
             const int mr = (int)min_sz(QM, n1 - i);
             for (size_t p = pc; p < pe; p += QN)
-                Q8I_FN(q8i_tile_gemm)(q4, mr, g, xq + (i - n0) * rb, rb, i, p, min_sz(QN, pe - p), nb);
+                Q8I_FN(q8i_tile_gemm)(fk, mr, g, xq + (i - n0) * rb, rb, i, p, min_sz(QN, pe - p), nb);
         }
     }
 }

@@ -9,8 +9,9 @@
  * of 32 weights of one row: d = max|w| / 127, q = round(w / d) (half away from
  * zero) computed as round(w * (1/d)), d stored as an IEEE half; the weight is
  * then half(d) * q. q8_0i holds the same d and q, laid out for integer dot
- * products; q4_0i q4_0's likewise. */
+ * products; q4_0i q4_0's, q5_0i q5_0's, q4_ki q4_k's and q6_ki q6_k's likewise. */
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "bc_core.h"
@@ -320,6 +321,44 @@ static void q4i_unpack_row(float *out, const unsigned char *panel, size_t l, siz
     }
 }
 
+/* ---- q5_0i: q5_0's blocks, each row's bytes 4 by 4, its fifth bits as masks */
+
+_Static_assert(sizeof(bc_q5i_block) == 22 * PW, "bc_q5i_block: 16 rows of 22 bytes");
+_Static_assert(offsetof(bc_q5i_block, u) == offsetof(bc_q4i_block, u),
+               "bc_q5i_block: q4_0i's nibbles at q4_0i's offset");
+
+/* q5_0's rule (q5_block), each row's 16 bytes 4 by 4, bit k of its qh to h */
+static void q5i_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                     size_t nk, size_t cols)
+{
+    bc_q5i_block *bl = (bc_q5i_block *)panel + k0 / 32;
+    for (size_t b = 0; b < nk; b += 32, bl++) {
+        const size_t n = nk - b < 32 ? nk - b : 32;
+        for (size_t l = 0; l < nl; l++) {
+            uint8_t q[16];
+            uint32_t qh;
+            q5_block(&bl->d[l], &qh, q, 1, tile + l * ld + b, n);
+            for (size_t j = 0; j < 16; j++)
+                bl->u[j / 4][l][j % 4] = q[j];
+            for (size_t k = 0; k < 32; k++)
+                bl->h[k % 16 / 4][k / 16] |= (uint64_t)((qh >> k) & 1u) << (4 * l + k % 4);
+        }
+    }
+}
+
+static void q5i_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q5i_block *bl = (const bc_q5i_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q5i_block *b = bl + k / 32;
+        const size_t j = k % 32, i = j % 16;
+        const int byte = b->u[i / 4][l][i % 4];
+        const int nib = j < 16 ? byte & 15 : byte >> 4;
+        const int q = nib | (int)((b->h[i / 4][j / 16] >> (4 * l + i % 4)) & 1u) << 4;
+        out[k] = bc_half_to_f32(b->d[l]) * (float)(q - 16);
+    }
+}
+
 /* ---- q4_k: per 256 columns a bc_q4k_block of the panel's rows ------------ */
 
 /* llama.cpp's nearest_int for the values quantising meets (|v| < 2^22):
@@ -475,6 +514,39 @@ static void q4k_unpack_row(float *out, const unsigned char *panel, size_t l, siz
     }
 }
 
+/* ---- q4_ki: q4_k's super-blocks, each row's nibble bytes 4 by 4 ---------- */
+
+_Static_assert(sizeof(bc_q4ki_block) == 148 * PW, "bc_q4ki_block: 16 rows of 148 bytes");
+_Static_assert(offsetof(bc_q4ki_block, u) == offsetof(bc_q4k_block, q),
+               "bc_q4ki_block: q4_k's scales where q4_k has them");
+
+/* q4_k's super-block (one chunk of 256 columns: a grouped format's pack sees
+ * one), its qs bytes then 4 by 4 */
+static void q4ki_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                      size_t nk, size_t cols)
+{
+    bc_q4k_block k;
+    memset(&k, 0, sizeof k);
+    q4k_pack((unsigned char *)&k, tile, ld, nl, 0, nk, 256);
+    bc_q4ki_block *b = (bc_q4ki_block *)panel + k0 / 256;
+    memcpy(b, &k, offsetof(bc_q4k_block, q));
+    for (size_t l = 0; l < nl; l++)
+        for (size_t i = 0; i < 128; i++)
+            b->u[i / 4][l][i % 4] = k.q[i][l];
+}
+
+static void q4ki_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q4ki_block *bl = (const bc_q4ki_block *)panel;
+    for (size_t s = 0; s < cols / 256; s++) {
+        bc_q4k_block k;
+        memcpy(&k, bl + s, offsetof(bc_q4k_block, q));
+        for (size_t i = 0; i < 128; i++)
+            k.q[i][l] = bl[s].u[i / 4][l][i % 4];
+        q4k_unpack_row(out + 256 * s, (const unsigned char *)&k, l, 256);
+    }
+}
+
 /* ---- q6_k: per 256 columns a bc_q6k_block of the panel's rows ------------ */
 
 _Static_assert(sizeof(bc_q6k_block) == 274 * PW, "bc_q6k_block: 16 rows of 274 bytes");
@@ -602,6 +674,49 @@ static void q6k_unpack_row(float *out, const unsigned char *panel, size_t l, siz
     }
 }
 
+/* ---- q6_ki: q6_k's super-blocks, the file's bits 4 bytes by 4 ----------- */
+
+_Static_assert(sizeof(bc_q6ki_block) == 210 * PW, "bc_q6ki_block: 16 rows of 210 bytes");
+
+/* q6_k's super-block (one chunk of 256 columns), each six-bit value's bits
+ * put where Q6_K keeps them (bc_engine.h) */
+static void q6ki_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                      size_t nk, size_t cols)
+{
+    bc_q6k_block k;
+    memset(&k, 0, sizeof k);
+    q6k_pack((unsigned char *)&k, tile, ld, nl, 0, nk, 256);
+    bc_q6ki_block *b = (bc_q6ki_block *)panel + k0 / 256;
+    memcpy(b->d, k.d, sizeof b->d);
+    memcpy(b->sc, k.sc, sizeof b->sc);
+    for (size_t l = 0; l < nl; l++)
+        for (size_t w = 0; w < 256; w++) {
+            const unsigned v = (unsigned)(k.q[w][l] + 32);  /* 0..63 */
+            const size_t h = w / 128, q = w % 128 / 32, i = w % 32;
+            const size_t lb = 64 * h + 32 * (q % 2) + i, hb = 32 * h + i;
+            b->ql[lb / 4][l][lb % 4] |= (uint8_t)((v & 15u) << (q >= 2 ? 4 : 0));
+            b->qh[hb / 4][l][hb % 4] |= (uint8_t)((v >> 4) << (2 * q));
+        }
+}
+
+static void q6ki_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q6ki_block *bl = (const bc_q6ki_block *)panel;
+    for (size_t s = 0; s < cols / 256; s++) {
+        bc_q6k_block k;
+        memcpy(k.d, bl[s].d, sizeof k.d);
+        memcpy(k.sc, bl[s].sc, sizeof k.sc);
+        for (size_t w = 0; w < 256; w++) {
+            const size_t h = w / 128, q = w % 128 / 32, i = w % 32;
+            const size_t lb = 64 * h + 32 * (q % 2) + i, hb = 32 * h + i;
+            const unsigned lo = (bl[s].ql[lb / 4][l][lb % 4] >> (q >= 2 ? 4 : 0)) & 15u;
+            const unsigned hi = (bl[s].qh[hb / 4][l][hb % 4] >> (2 * q)) & 3u;
+            k.q[w][l] = (int8_t)((int)(lo | hi << 4) - 32);
+        }
+        q6k_unpack_row(out + 256 * s, (const unsigned char *)&k, l, 256);
+    }
+}
+
 /* ---- bfloat16i: bfloat16's weights, each row's columns 2 by 2 (bc_bf16i_pair) */
 
 static void bf16i_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
@@ -638,8 +753,14 @@ static const bc_format formats[BC_NDTYPE] = {
                         .group = BC_INTDOT_GROUP},
     [BC_DTYPE_BF16I] = {"bfloat16i", 2, 4, NULL, bf16i_pack, bf16i_unpack_row, BC_Q8_0I_MAX_COLS,
                         .group = BC_BF16I_GROUP},
+    [BC_DTYPE_Q5_0I] = {"q5_0i", 32, 22, q5_check, q5i_pack, q5i_unpack_row, BC_Q8_0I_MAX_COLS,
+                        .group = BC_INTDOT_GROUP},
     [BC_DTYPE_Q4_K] = {"q4_k", 256, 148, q4_check, q4k_pack, q4k_unpack_row, 0, 1},
     [BC_DTYPE_Q6_K] = {"q6_k", 256, 274, q4_check, q6k_pack, q6k_unpack_row, 0, 1},
+    [BC_DTYPE_Q4_KI] = {"q4_ki", 256, 148, q4_check, q4ki_pack, q4ki_unpack_row, BC_Q8_0I_MAX_COLS,
+                        1, BC_INTDOT_GROUP},
+    [BC_DTYPE_Q6_KI] = {"q6_ki", 256, 210, q4_check, q6ki_pack, q6ki_unpack_row, BC_Q8_0I_MAX_COLS,
+                        1, BC_INTDOT_GROUP},
 };
 
 /* (a value below BC_NDTYPE may have no row yet: its name is NULL) */

@@ -144,6 +144,14 @@ static void take(bc_kernel_table *t, const bc_kernel_table *src, int f)
         t->wf[w0].xq_rows = src->wf[w0].xq_rows;
         t->wf[w1].xq_part = src->wf[w1].xq_part;
         t->wf[w1].xq_rows = src->wf[w1].xq_rows;
+        if (f == BC_FAMILY_DECODE_Q8_0I) {  /* q5_0i, q4_ki, q6_ki: the same tiles, other blocks */
+            const int more[] = {BC_WF_PANEL(BC_DTYPE_Q5_0I), BC_WF_PANEL(BC_DTYPE_Q4_KI),
+                                BC_WF_PANEL(BC_DTYPE_Q6_KI)};
+            for (int k = 0; k < 3; k++) {
+                t->wf[more[k]].xq_part = src->wf[more[k]].xq_part;
+                t->wf[more[k]].xq_rows = src->wf[more[k]].xq_rows;
+            }
+        }
         break;
     }
     case BC_FAMILY_ATTENTION:

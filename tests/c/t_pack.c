@@ -9,13 +9,15 @@
 
 static const int DTYPES[] = {BC_DTYPE_F32, BC_DTYPE_BF16, BC_DTYPE_Q8_0, BC_DTYPE_Q4_0,
                              BC_DTYPE_F16, BC_DTYPE_Q5_0, BC_DTYPE_Q8_0I, BC_DTYPE_Q4_K,
-                             BC_DTYPE_Q6_K, BC_DTYPE_Q4_0I, BC_DTYPE_BF16I};
+                             BC_DTYPE_Q6_K, BC_DTYPE_Q4_0I, BC_DTYPE_BF16I, BC_DTYPE_Q5_0I,
+                             BC_DTYPE_Q4_KI, BC_DTYPE_Q6_KI};
 #define ND ((int)(sizeof DTYPES / sizeof DTYPES[0]))
 
-/* the K-quants' rows (q4_k, q6_k) are whole super-blocks of 256 */
+/* the K-quants' rows (q4_k, q6_k, q4_ki, q6_ki) are whole super-blocks of 256 */
 static int whole_k(int dtype)
 {
-    return dtype == BC_DTYPE_Q4_K || dtype == BC_DTYPE_Q6_K;
+    return dtype == BC_DTYPE_Q4_K || dtype == BC_DTYPE_Q6_K || dtype == BC_DTYPE_Q4_KI ||
+           dtype == BC_DTYPE_Q6_KI;
 }
 
 static int fits(int dtype, size_t cols)
@@ -76,15 +78,18 @@ static void dtype_info_checks(void)
         [BC_DTYPE_F32] = "float32", [BC_DTYPE_BF16] = "bfloat16", [BC_DTYPE_Q8_0] = "q8_0",
         [BC_DTYPE_Q4_0] = "q4_0", [BC_DTYPE_F16] = "float16", [BC_DTYPE_Q5_0] = "q5_0",
         [BC_DTYPE_Q8_0I] = "q8_0i", [BC_DTYPE_Q4_K] = "q4_k", [BC_DTYPE_Q6_K] = "q6_k",
-        [BC_DTYPE_Q4_0I] = "q4_0i", [BC_DTYPE_BF16I] = "bfloat16i"};
+        [BC_DTYPE_Q4_0I] = "q4_0i", [BC_DTYPE_BF16I] = "bfloat16i", [BC_DTYPE_Q5_0I] = "q5_0i",
+        [BC_DTYPE_Q4_KI] = "q4_ki", [BC_DTYPE_Q6_KI] = "q6_ki"};
     static const size_t blocks[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 1, [BC_DTYPE_BF16] = 1, [BC_DTYPE_Q8_0] = 32, [BC_DTYPE_Q4_0] = 32,
         [BC_DTYPE_F16] = 1, [BC_DTYPE_Q5_0] = 32, [BC_DTYPE_Q8_0I] = 32, [BC_DTYPE_Q4_K] = 256,
-        [BC_DTYPE_Q6_K] = 256, [BC_DTYPE_Q4_0I] = 32, [BC_DTYPE_BF16I] = 2};
+        [BC_DTYPE_Q6_K] = 256, [BC_DTYPE_Q4_0I] = 32, [BC_DTYPE_BF16I] = 2, [BC_DTYPE_Q5_0I] = 32,
+        [BC_DTYPE_Q4_KI] = 256, [BC_DTYPE_Q6_KI] = 256};
     static const size_t bytes[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 4, [BC_DTYPE_BF16] = 2, [BC_DTYPE_Q8_0] = 34, [BC_DTYPE_Q4_0] = 18,
         [BC_DTYPE_F16] = 2, [BC_DTYPE_Q5_0] = 22, [BC_DTYPE_Q8_0I] = 34, [BC_DTYPE_Q4_K] = 148,
-        [BC_DTYPE_Q6_K] = 274, [BC_DTYPE_Q4_0I] = 18, [BC_DTYPE_BF16I] = 4};
+        [BC_DTYPE_Q6_K] = 274, [BC_DTYPE_Q4_0I] = 18, [BC_DTYPE_BF16I] = 4, [BC_DTYPE_Q5_0I] = 22,
+        [BC_DTYPE_Q4_KI] = 148, [BC_DTYPE_Q6_KI] = 210};
     for (int dt = 0; dt < BC_NDTYPE; dt++) {
         if (!names[dt]) {
             size_t *n = h_alloc_bytes(sizeof *n);
@@ -167,11 +172,11 @@ static void roundtrip_checks(size_t rows, size_t cols)
                 } else if (j < 32 && (dt == BC_DTYPE_Q8_0 || dt == BC_DTYPE_Q8_0I)) {
                     /* half a step, plus the scale rounded to a half: 127 d 2^-11 */
                     EXPECT(fabsf(a - b) <= amax / 127.0f * (0.5f + 127.0f / 2048.0f) + 1e-7f);
-                } else if (j < 256 && dt == BC_DTYPE_Q4_K) {
+                } else if (j < 256 && (dt == BC_DTYPE_Q4_K || dt == BC_DTYPE_Q4_KI)) {
                     /* q4_k: a loose bound (a sub-block's 6-bit scale and min are
                      * steps of the super-block's largest); Python checks the bits */
                     EXPECT(fabsf(a - b) <= amax / 4.0f + 1e-7f);
-                } else if (j < 256 && dt == BC_DTYPE_Q6_K) {
+                } else if (j < 256 && (dt == BC_DTYPE_Q6_K || dt == BC_DTYPE_Q6_KI)) {
                     /* q6_k: half a step of a sub-block's scale (about amax / 32, its
                      * int8 against the largest) at most, loosely; Python checks the bits */
                     EXPECT(fabsf(a - b) <= amax / 16.0f + 1e-7f);
@@ -312,7 +317,8 @@ static void linear_checks(size_t n, size_t c, size_t oc)
             continue;
         /* q8_0i's 8-bit activations: about 1e-2 of each product's magnitude;
          * bfloat16i's rounded ones 2^-9 */
-        const float tol = dt == BC_DTYPE_Q8_0I || dt == BC_DTYPE_Q4_0I ? 2e-2f
+        const float tol = dt == BC_DTYPE_Q8_0I || dt == BC_DTYPE_Q4_0I || dt == BC_DTYPE_Q5_0I ||
+                          dt == BC_DTYPE_Q4_KI || dt == BC_DTYPE_Q6_KI ? 2e-2f
                         : dt == BC_DTYPE_BF16I ? 4e-3f : 1e-4f;
         const size_t nb = packed(dt, oc, c);
         unsigned char *p = h_alloc_bytes(nb);
@@ -356,7 +362,7 @@ static void linear_hostile_checks(void)
     EXPECT(h_untouched(y, NB(N * OC)));
 }
 
-/* q8_0i (q4_0i, bfloat16i): the same bits on every instruction set and at any
+/* q8_0i (q4_0i, q5_0i, bfloat16i): the same bits on every instruction set and at any
  * thread count (its chain is the same everywhere: integer block sums, one fma
  * per block; bfloat16i's vdpbf16ps or its emulation), the weights q8_0's
  * (q4_0's, bfloat16's), and its columns bounded (a rounded row fits the
@@ -368,13 +374,18 @@ static void intdot_checks(int di, int dq, size_t n, size_t c, size_t oc)
     h_fill(x, n * c, 21, 1.0f);
     h_fill(w, oc * c, 22, 0.5f);
     h_fill(b, oc, 23, 0.5f);
-    const size_t nb = packed(di, oc, c);
-    EXPECT(nb == packed(dq, oc, di == BC_DTYPE_BF16I ? c + c % 2 : c));  /* (pairs of columns) */
-    unsigned char *p = h_alloc_bytes(nb), *p8 = h_alloc_bytes(nb);
+    /* the same bytes as the plain format's (bfloat16i: pairs of columns), but
+     * q6_ki's 210 a row's super-block where q6_k widens its quants to 274 */
+    const size_t nb = packed(di, oc, c), n8 = packed(dq, oc, c);
+    if (di == BC_DTYPE_Q6_KI)
+        EXPECT(nb * 274 == n8 * 210);
+    else
+        EXPECT(nb == packed(dq, oc, di == BC_DTYPE_BF16I ? c + c % 2 : c));
+    unsigned char *p = h_alloc_bytes(nb), *p8 = h_alloc_bytes(n8);
     EXPECT_STATUS(BC_OK, bc_pack(p, nb, w, di, oc, c));
-    EXPECT_STATUS(BC_OK, bc_pack(p8, nb, w, dq, oc, c));
+    EXPECT_STATUS(BC_OK, bc_pack(p8, n8, w, dq, oc, c));
     EXPECT_STATUS(BC_OK, bc_unpack(wi, p, nb, di, oc, c));
-    EXPECT_STATUS(BC_OK, bc_unpack(w8, p8, nb, dq, oc, c));
+    EXPECT_STATUS(BC_OK, bc_unpack(w8, p8, n8, dq, oc, c));
     EXPECT(memcmp(wi, w8, NB(oc * c)) == 0);
     int best = 0, start = 0;
     EXPECT_STATUS(BC_OK, bc_best_isa(&best));
@@ -397,13 +408,19 @@ static void intdot_checks(int di, int dq, size_t n, size_t c, size_t oc)
     size_t sz = 0;
     EXPECT_STATUS(BC_ESIZE, bc_pack_size(&sz, di, 1, BC_Q8_0I_MAX_COLS + 1));
     EXPECT_STATUS(BC_OK, bc_pack_size(&sz, di, 1, BC_Q8_0I_MAX_COLS));
-    EXPECT(sz == packed(dq, 16, BC_Q8_0I_MAX_COLS));
+    EXPECT(sz * (di == BC_DTYPE_Q6_KI ? 274 : 1) ==
+           packed(dq, 16, BC_Q8_0I_MAX_COLS) * (di == BC_DTYPE_Q6_KI ? 210 : 1));
 }
 
 static void q8i_checks(size_t n, size_t c, size_t oc)
 {
     intdot_checks(BC_DTYPE_Q8_0I, BC_DTYPE_Q8_0, n, c, oc);
     intdot_checks(BC_DTYPE_Q4_0I, BC_DTYPE_Q4_0, n, c, oc);
+    intdot_checks(BC_DTYPE_Q5_0I, BC_DTYPE_Q5_0, n, c, oc);
+    if (c % 256 == 0) {  /* q4_ki, q6_ki: whole super-blocks */
+        intdot_checks(BC_DTYPE_Q4_KI, BC_DTYPE_Q4_K, n, c, oc);
+        intdot_checks(BC_DTYPE_Q6_KI, BC_DTYPE_Q6_K, n, c, oc);
+    }
     intdot_checks(BC_DTYPE_BF16I, BC_DTYPE_BF16, n, c, oc);
 }
 
@@ -481,7 +498,7 @@ static void half_layout_checks(int dt, size_t rows, size_t cols)
     EXPECT(bad == 0);
 }
 
-/* q8_0i's and q4_0i's blocks lie where bc_engine.h says: block b of panel p at
+/* q8_0i's, q4_0i's, q5_0i's, q4_ki's and q6_ki's blocks lie where bc_engine.h says: block b of panel p at
  * byte B (nb (p - p % 4) + b n + p % 4), B a block's bytes (its 16 rows'), nb
  * the blocks of a row, n the panels of p's run of 4; each block as the panel
  * packed alone holds it (whose bytes the round trips check). */
@@ -489,8 +506,10 @@ static void intdot_layout_checks(int dt, size_t rows, size_t cols)
 {
     float *w = h_alloc(rows * cols);
     h_fill(w, rows * cols, (uint32_t)(rows + 3 * cols), 1.0f);
-    const size_t bytes = packed(dt, rows, cols), panels = (rows + 15) / 16, nb = (cols + 31) / 32;
-    const size_t bb = dt == BC_DTYPE_Q8_0I ? 544 : 288;  /* (bc_engine.h) */
+    const size_t blk = dt == BC_DTYPE_Q4_KI || dt == BC_DTYPE_Q6_KI ? 256 : 32;
+    const size_t bytes = packed(dt, rows, cols), panels = (rows + 15) / 16, nb = (cols + blk - 1) / blk;
+    const size_t bb = dt == BC_DTYPE_Q8_0I ? 544 : dt == BC_DTYPE_Q5_0I ? 352
+                    : dt == BC_DTYPE_Q4_KI ? 2368 : dt == BC_DTYPE_Q6_KI ? 3360 : 288;  /* (bc_engine.h) */
     unsigned char *m = h_alloc_bytes(bytes), *one = h_alloc_bytes(nb * bb);
     EXPECT_STATUS(BC_OK, bc_pack(m, bytes, w, dt, rows, cols));
     EXPECT(bytes == panels * nb * bb);
@@ -578,6 +597,11 @@ void test_pack(void)
     q8i_checks(1, 64, 256);
     q8i_checks(2, 300, 100);
     q8i_checks(3, 301, 130);
+    q8i_checks(1, 256, 20);  /* (q4_ki's and q6_ki's whole super-blocks too) */
+    q8i_checks(3, 512, 33);
+    q8i_checks(37, 768, 90);
+    q8i_checks(1, 512, 200);
+    q8i_checks(2, 256, 100);
     const size_t lay[][2] = {{1, 1}, {17, 3}, {64, 8}, {90, 33}, {200, 300}};
     for (int i = 0; i < 5; i++) {
         bf16i_layout_checks(lay[i][0], lay[i][1]);
@@ -585,5 +609,8 @@ void test_pack(void)
         half_layout_checks(BC_DTYPE_F16, lay[i][0], lay[i][1]);
         intdot_layout_checks(BC_DTYPE_Q8_0I, lay[i][0], lay[i][1]);
         intdot_layout_checks(BC_DTYPE_Q4_0I, lay[i][0], lay[i][1]);
+        intdot_layout_checks(BC_DTYPE_Q5_0I, lay[i][0], lay[i][1]);
+        intdot_layout_checks(BC_DTYPE_Q4_KI, lay[i][0], 256 * (i % 3 + 1));
+        intdot_layout_checks(BC_DTYPE_Q6_KI, lay[i][0], 256 * (i % 3 + 1));
     }
 }

@@ -287,11 +287,11 @@ def _cases():
     wp = f32(48, 40)
     pk, n_pack = {}, ffi.new("size_t *")
     for dt in (lib.BC_DTYPE_F32, lib.BC_DTYPE_BF16, lib.BC_DTYPE_Q8_0, lib.BC_DTYPE_F16,
-               lib.BC_DTYPE_Q5_0, lib.BC_DTYPE_Q8_0I, lib.BC_DTYPE_Q4_0I, lib.BC_DTYPE_BF16I):
+               lib.BC_DTYPE_Q5_0, lib.BC_DTYPE_Q8_0I, lib.BC_DTYPE_Q4_0I, lib.BC_DTYPE_Q5_0I, lib.BC_DTYPE_BF16I):
         lib.bc_pack_size(n_pack, dt, 48, 40)
         pk[dt] = np.zeros(int(n_pack[0]), np.uint8)
-    wk = f32(20, 256)  # q4_k, q6_k: rows of whole super-blocks of 256
-    for dt in (lib.BC_DTYPE_Q4_K, lib.BC_DTYPE_Q6_K):
+    wk = f32(20, 256)  # q4_k, q6_k, q4_ki, q6_ki: rows of whole super-blocks of 256
+    for dt in (lib.BC_DTYPE_Q4_K, lib.BC_DTYPE_Q6_K, lib.BC_DTYPE_Q4_KI, lib.BC_DTYPE_Q6_KI):
         lib.bc_pack_size(n_pack, dt, 20, 256)
         pk[dt] = np.zeros(int(n_pack[0]), np.uint8)
     char = lambda a: ffi.from_buffer("char[]", a)  # noqa: E731
@@ -379,6 +379,10 @@ def _cases():
     def _():
         return intdot_case(lib.BC_DTYPE_Q4_0I)
 
+    @case("bc_linear_packed q5_0i")
+    def _():
+        return intdot_case(lib.BC_DTYPE_Q5_0I)
+
     @case("bc_linear_packed bfloat16i")
     def _():
         return intdot_case(lib.BC_DTYPE_BF16I)
@@ -411,6 +415,14 @@ def _cases():
     @case("bc_linear_packed q6_k")
     def _():
         return whole_k_case(lib.BC_DTYPE_Q6_K)
+
+    @case("bc_linear_packed q4_ki")
+    def _():  # (and x quantised into the call's scratch)
+        return whole_k_case(lib.BC_DTYPE_Q4_KI)
+
+    @case("bc_linear_packed q6_ki")
+    def _():
+        return whole_k_case(lib.BC_DTYPE_Q6_KI)
 
     # -- book mode
     def book_structs():
