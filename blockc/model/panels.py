@@ -163,11 +163,15 @@ def raw_panels(raw: np.ndarray, typ: str, dtype: str = "") -> np.ndarray:
     if dtype == "q5_0i":  # d, u[j][l][t] = nibble byte 4j + t, h[j][s] bit 4l + t = qh bit 16s + 4j + t
         u = (r[..., 6:].reshape(panels, 16, nb, 4, 4).transpose(0, 2, 3, 1, 4)
              .reshape(panels, nb, 256))
-        qh = np.ascontiguousarray(r[..., 2:6]).view("<u4")[..., 0]  # (panels, 16, nb)
-        bits = ((qh[..., None] >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
-        bits = bits.reshape(panels, 16, nb, 2, 4, 4).transpose(0, 2, 4, 3, 1, 5)
-        h = np.packbits(bits.reshape(panels, nb, 8, 64), axis=-1, bitorder="little")
-        return _runs(np.concatenate([d, u, h.reshape(panels, nb, 64)], axis=2))
+        qh = np.ascontiguousarray(r[..., 2:6]).view("<u4")[..., 0].astype(np.uint64)
+        qh = qh.transpose(0, 2, 1)  # (panels, nb, 16 rows)
+        at = np.arange(16, dtype=np.uint64) * np.uint64(4)  # row l's 4 bits at 4l
+        h = np.empty((panels, nb, 4, 2), "<u8")
+        for j in range(4):
+            for s in range(2):  # bits 16s + 4j .. + 3 of each row, side by side (disjoint: sum = or)
+                four = (qh >> np.uint64(16 * s + 4 * j)) & np.uint64(15)
+                h[..., j, s] = (four << at).sum(axis=-1, dtype=np.uint64)
+        return _runs(np.concatenate([d, u, h.view(np.uint8).reshape(panels, nb, 64)], axis=2))
     if dtype in ("q8_0i", "q4_0i"):  # u[j][l][t] = byte 4j + t of row l's quants
         nq = bb - 2
         q = (r[..., 2:].reshape(panels, 16, nb, nq // 4, 4).transpose(0, 2, 3, 1, 4)
