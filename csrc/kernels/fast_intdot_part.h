@@ -330,10 +330,11 @@ BC_INLINE Q8I_TARGET void Q8I_FN(int_block)(const int fk, const int mr, const in
                                             const int32_t *const *xs,
                                             const int32_t *const *s16, size_t b)
 {
-    if (NB == 1) {  /* decoding: a block's bytes INT_AHEAD on (the tile reads memory in order) */
+    if (NB == 1) {  /* decoding: a block's bytes INT_AHEAD on (the tile reads memory in order;
+                     * an address, not a pointer: past the matrix's end it names nothing) */
         const size_t bb = fk_block_bytes(fk);
         for (size_t o = 0; o < bb; o += 64)
-            __builtin_prefetch(blk[0] + INT_AHEAD + o, 0, 0);
+            __builtin_prefetch((const void *)((uintptr_t)blk[0] + INT_AHEAD + o), 0, 0);
     }
     if (fk == FK_Q4K)
         Q8I_FN(q4ki_block)(mr, NB, spl, f, fs, blk, xr, xd, xs, b);
