@@ -96,6 +96,14 @@ typedef struct {
     uint64_t h[4][2];           /* h[j][s]: bit 4 row + t the fifth bit of weight 4j + t + 16s */
 } bc_q5i_block;
 
+/* Weight k (0..31) of row l of a q5_0i block: its five bits, 0..31 (q + 16) */
+static inline int bc_q5i_quant(const bc_q5i_block *b, size_t l, size_t k)
+{
+    const size_t i = k % 16;
+    const int byte = b->u[i / 4][l][i % 4];
+    return (k < 16 ? byte & 15 : byte >> 4) | (int)((b->h[i / 4][k / 16] >> (4 * l + i % 4)) & 1u) << 4;
+}
+
 /* One super-block of a q4_ki panel: q4_k's scales (the same fields at the
  * same offsets as bc_q4k_block), then its nibbles laid out for integer dot
  * products as q4_0i's: a 64-byte vector holds 4 bytes of each of the 16 rows,
@@ -109,6 +117,15 @@ typedef struct {
     uint8_t u[32][BC_PANEL][4]; /* u[g][row][t] = byte 4g + t of the row's Q4_K qs */
 } bc_q4ki_block;
 
+/* Weight w (0..255) of row l of a q4_ki super-block: its nibble, 0..15 (sub-block
+ * w / 32 of the pair w / 64: the low nibbles of the pair's 32 bytes, then the high) */
+static inline int bc_q4ki_nibble(const bc_q4ki_block *b, size_t l, size_t w)
+{
+    const size_t byte = 32 * (w / 64) + w % 32;
+    const int v = b->u[byte / 4][l][byte % 4];
+    return w / 32 % 2 ? v >> 4 : v & 15;
+}
+
 /* One super-block of a q6_ki panel: q6_k's scales and the file's own bits
  * (not widened: 210 bytes a row), its ql and qh bytes 4 by 4 per row so that
  * a 64-byte vector holds 4 bytes of each of the 16 rows (bc_engine.h says
@@ -119,6 +136,31 @@ typedef struct {
     uint8_t ql[32][BC_PANEL][4]; /* ql[g][row][t] = byte 4g + t of the row's Q6_K ql */
     uint8_t qh[16][BC_PANEL][4]; /* qh[g][row][t] = byte 4g + t of its qh */
 } bc_q6ki_block;
+
+/* Where weight w (0..255) of a q6_ki (Q6_K) super-block keeps its bits: byte ql
+ * of ql, its low four bits from bit ls (0 or 4), and byte qh of qh, its two high
+ * bits from bit hs */
+typedef struct {
+    size_t ql, qh;
+    unsigned ls, hs;
+} bc_q6k_at;
+
+static inline bc_q6k_at bc_q6k_where(size_t w)
+{
+    const size_t h = w / 128, q = w % 128 / 32, i = w % 32;
+    const bc_q6k_at at = {64 * h + 32 * (q % 2) + i, 32 * h + i, q >= 2 ? 4u : 0u,
+                          (unsigned)(2 * q)};
+    return at;
+}
+
+/* Weight w of row l of a q6_ki super-block: its six bits, 0..63 (q + 32) */
+static inline int bc_q6ki_quant(const bc_q6ki_block *b, size_t l, size_t w)
+{
+    const bc_q6k_at at = bc_q6k_where(w);
+    const unsigned lo = (unsigned)(b->ql[at.ql / 4][l][at.ql % 4] >> at.ls) & 15u;
+    const unsigned hi = (unsigned)(b->qh[at.qh / 4][l][at.qh % 4] >> at.hs) & 3u;
+    return (int)(lo | hi << 4);
+}
 
 /* One pair of columns of a bfloat16i panel: vdpbf16ps multiplies a 32-bit lane
  * of bfloat16 pairs by another, so a 64-byte vector holds 2 columns of 16 rows:

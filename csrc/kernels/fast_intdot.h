@@ -203,6 +203,13 @@ static inline int fk_dtype(int fk)
          : fk == FK_Q4K ? BC_DTYPE_Q4_KI : fk == FK_Q6K ? BC_DTYPE_Q6_KI : BC_DTYPE_Q8_0I;
 }
 
+/* x's blocks of 32 per block of the format: 8 for the super-blocks of 256
+ * (q4_ki, q6_ki: a block function of their own, a run's panels one at a time) */
+static inline size_t fk_x_blocks(int fk)
+{
+    return fk == FK_Q4K || fk == FK_Q6K ? 8 : 1;
+}
+
 /* bytes of one block of a panel (its 16 rows) */
 static inline size_t fk_block_bytes(int fk)
 {

@@ -4,8 +4,9 @@
  * attribute, Q8I_DP on AVX2 selects AVX-VNNI's vpdpbusd over pmaddubsw). Every
  * copy computes every output by the same chain: the sums are exact integers
  * whichever forms them. fk (a constant, FK_*) says which weights: q8_0i's
- * bytes (q + 128), q4_0i's nibbles (q + 8, two a byte) or q5_0i's (q + 16:
- * the nibbles and their fifth bits, 16 added where a bit is set). */
+ * bytes (q + 128), q4_0i's nibbles (q + 8, two a byte), q5_0i's (q + 16:
+ * the nibbles and their fifth bits, 16 added where a bit is set), or the
+ * super-blocks of q4_ki and q6_ki (their own block functions). */
 
 #if BC_SIMD == 256
 /* acc + each 32-bit lane's sum of 4 products of unsigned bytes w by signed bytes x:
@@ -205,6 +206,10 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q4ki_block)(const int mr, const int NB, const i
                 }
             }
         }
+        V xm[QR];  /* d_x sum q_x of each row (s = -128 sum q_x) */
+        BC_UNROLL
+        for (int i = 0; i < mr; i++)
+            xm[i] = vset1(xd[i][b] * (float)(-xs[i][b] / 128));
         BC_UNROLL
         for (int t = 0; t < NB * VPP; t++) {
             const bc_q4ki_block *k = (const bc_q4ki_block *)blk[t / VPP];
@@ -214,9 +219,8 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q4ki_block)(const int mr, const int NB, const i
             for (int i = 0; i < mr; i++) {
                 V *fi = &f[(size_t)i * fs + (size_t)t];
                 const IV a = spl ? IV_ADD(acc[i][t], acc2[i][t]) : acc[i][t];
-                const float xm = xd[i][b] * (float)(-xs[i][b] / 128);  /* d_x sum q_x */
                 *fi = vfma(IV_FLOAT(a), vmul(dsc, vset1(xd[i][b])), *fi);
-                *fi = vfnma(dm, vset1(xm), *fi);
+                *fi = vfnma(dm, xm[i], *fi);
             }
         }
     }
@@ -363,7 +367,7 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int fk, const int gemm, const i
                                    size_t i0, size_t p, size_t np, size_t nb)
 {
     const size_t oc = g->oc, bb = fk_block_bytes(fk);
-    const size_t nfb = fk == FK_Q4K || fk == FK_Q6K ? nb / 8 : nb;  /* the format's blocks (super-blocks: 8 of x's) */
+    const size_t nfb = nb / fk_x_blocks(fk);  /* the format's blocks */
     const unsigned char *org[QP];
     size_t st[QP];
     Q8I_FN(q8i_where)(fk, NP, g, p, np, org, st);
@@ -390,7 +394,7 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int fk, const int gemm, const i
             for (int q = 0; q < NP; q++)
                 blk[q] = org[q] + b * st[q];
             Q8I_FN(int_block)(fk, mr, NP, 0, f, QP * VPP, blk, xr, xd, xs, s16, b);
-        } else if (mr == 1 && fk != FK_Q4K && fk != FK_Q6K) {
+        } else if (mr == 1 && fk_x_blocks(fk) == 1) {
             BC_UNROLL
             for (int q = 0; q < NP; q++) {
                 const unsigned char *blk = org[q] + b * st[q];
@@ -440,14 +444,8 @@ BC_INLINE void Q8I_FN(q8i_tile)(const int fk, const int gemm, const int mr, cons
                         const bc_q6ki_block *k = (const bc_q6ki_block *)(org[q] + j / 16 * st[q]);
                         const size_t b = j / 2;
                         int32_t isum = 0;
-                        for (size_t e = 0; e < 16; e++) {
-                            const size_t w = j % 16 * 16 + e;  /* weight of the super-block */
-                            const size_t h = w / 128, qq = w % 128 / 32, i = w % 32;
-                            const size_t lb = 64 * h + 32 * (qq % 2) + i, hb = 32 * h + i;
-                            const int lo = (k->ql[lb / 4][l][lb % 4] >> (qq >= 2 ? 4 : 0)) & 15;
-                            const int hi = (k->qh[hb / 4][l][hb % 4] >> (2 * qq)) & 3;
-                            isum += ((lo | hi << 4) - 32) * xr[j * 16 + e];
-                        }
+                        for (size_t e = 0; e < 16; e++)
+                            isum += (bc_q6ki_quant(k, l, j % 16 * 16 + e) - 32) * xr[j * 16 + e];
                         const float ds = bc_half_to_f32(k->d[l]) * (float)k->sc[j % 16][l];
                         acc = fmaf((float)isum, ds * xd[b], acc);
                     }
@@ -460,8 +458,7 @@ BC_INLINE void Q8I_FN(q8i_tile)(const int fk, const int gemm, const int mr, cons
                         const size_t j = b % 8;
                         int32_t isum = 0, xsum = 0;
                         for (size_t i = 0; i < 32; i++) {
-                            const int byte = k->u[j / 2 * 8 + i / 4][l][i % 4];
-                            isum += (j % 2 ? byte >> 4 : byte & 15) * xr[b * 32 + i];
+                            isum += bc_q4ki_nibble(k, l, 32 * j + i) * xr[b * 32 + i];
                             xsum += xr[b * 32 + i];
                         }
                         const float dsc = bc_half_to_f32(k->d[l]) * (float)k->sc[j][l];
@@ -475,16 +472,14 @@ BC_INLINE void Q8I_FN(q8i_tile)(const int fk, const int gemm, const int mr, cons
                 for (size_t b = 0; b < nb; b++) {
                     const bc_q8i_block *blk = (const bc_q8i_block *)(org[q] + b * st[q]);
                     const bc_q4i_block *blk4 = (const bc_q4i_block *)(org[q] + b * st[q]);
-                    const bc_q5i_block *blk5 = (const bc_q5i_block *)(org[q] + b * st[q]);
                     int32_t isum = 0;
                     for (size_t k = 0; k < 32; k++) {
                         int32_t w;
-                        if (fk != FK_Q8) {
+                        if (fk == FK_Q5) {
+                            w = bc_q5i_quant((const bc_q5i_block *)(org[q] + b * st[q]), l, k) - 16;
+                        } else if (fk == FK_Q4) {
                             const int byte = blk4->u[k % 16 / 4][l][k % 4];
                             w = (k < 16 ? byte & 15 : byte >> 4) - 8;
-                            if (fk == FK_Q5)  /* + 16 (fifth bit) - 8 */
-                                w += (int32_t)((blk5->h[k % 16 / 4][k / 16] >> (4 * l + k % 4)) & 1u)
-                                     * 16 - 8;
                         } else {
                             w = (int32_t)blk->u[k / 4][l][k % 4] - 128;
                         }

@@ -351,11 +351,7 @@ static void q5i_unpack_row(float *out, const unsigned char *panel, size_t l, siz
     const bc_q5i_block *bl = (const bc_q5i_block *)panel;
     for (size_t k = 0; k < cols; k++) {
         const bc_q5i_block *b = bl + k / 32;
-        const size_t j = k % 32, i = j % 16;
-        const int byte = b->u[i / 4][l][i % 4];
-        const int nib = j < 16 ? byte & 15 : byte >> 4;
-        const int q = nib | (int)((b->h[i / 4][j / 16] >> (4 * l + i % 4)) & 1u) << 4;
-        out[k] = bc_half_to_f32(b->d[l]) * (float)(q - 16);
+        out[k] = bc_half_to_f32(b->d[l]) * (float)(bc_q5i_quant(b, l, k % 32) - 16);
     }
 }
 
@@ -692,10 +688,9 @@ static void q6ki_pack(unsigned char *panel, const float *tile, size_t ld, size_t
     for (size_t l = 0; l < nl; l++)
         for (size_t w = 0; w < 256; w++) {
             const unsigned v = (unsigned)(k.q[w][l] + 32);  /* 0..63 */
-            const size_t h = w / 128, q = w % 128 / 32, i = w % 32;
-            const size_t lb = 64 * h + 32 * (q % 2) + i, hb = 32 * h + i;
-            b->ql[lb / 4][l][lb % 4] |= (uint8_t)((v & 15u) << (q >= 2 ? 4 : 0));
-            b->qh[hb / 4][l][hb % 4] |= (uint8_t)((v >> 4) << (2 * q));
+            const bc_q6k_at at = bc_q6k_where(w);
+            b->ql[at.ql / 4][l][at.ql % 4] |= (uint8_t)((v & 15u) << at.ls);
+            b->qh[at.qh / 4][l][at.qh % 4] |= (uint8_t)((v >> 4) << at.hs);
         }
 }
 
@@ -706,13 +701,8 @@ static void q6ki_unpack_row(float *out, const unsigned char *panel, size_t l, si
         bc_q6k_block k;
         memcpy(k.d, bl[s].d, sizeof k.d);
         memcpy(k.sc, bl[s].sc, sizeof k.sc);
-        for (size_t w = 0; w < 256; w++) {
-            const size_t h = w / 128, q = w % 128 / 32, i = w % 32;
-            const size_t lb = 64 * h + 32 * (q % 2) + i, hb = 32 * h + i;
-            const unsigned lo = (bl[s].ql[lb / 4][l][lb % 4] >> (q >= 2 ? 4 : 0)) & 15u;
-            const unsigned hi = (bl[s].qh[hb / 4][l][hb % 4] >> (2 * q)) & 3u;
-            k.q[w][l] = (int8_t)((int)(lo | hi << 4) - 32);
-        }
+        for (size_t w = 0; w < 256; w++)
+            k.q[w][l] = (int8_t)(bc_q6ki_quant(bl + s, l, w) - 32);
         q6k_unpack_row(out + 256 * s, (const unsigned char *)&k, l, 256);
     }
 }

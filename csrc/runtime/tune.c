@@ -137,20 +137,18 @@ static void take(bc_kernel_table *t, const bc_kernel_table *src, int f)
         break;
     }
     case BC_FAMILY_DECODE_Q8_0I: case BC_FAMILY_DECODE_BF16I: {
-        /* their decoding and the rounding of x (prompts: the GEMM family's) */
-        const int w0 = BC_WF_PANEL(f == BC_FAMILY_DECODE_BF16I ? BC_DTYPE_BF16I : BC_DTYPE_Q8_0I);
-        const int w1 = BC_WF_PANEL(f == BC_FAMILY_DECODE_BF16I ? BC_DTYPE_BF16I : BC_DTYPE_Q4_0I);
-        t->wf[w0].xq_part = src->wf[w0].xq_part;
-        t->wf[w0].xq_rows = src->wf[w0].xq_rows;
-        t->wf[w1].xq_part = src->wf[w1].xq_part;
-        t->wf[w1].xq_rows = src->wf[w1].xq_rows;
-        if (f == BC_FAMILY_DECODE_Q8_0I) {  /* q5_0i, q4_ki, q6_ki: the same tiles, other blocks */
-            const int more[] = {BC_WF_PANEL(BC_DTYPE_Q5_0I), BC_WF_PANEL(BC_DTYPE_Q4_KI),
-                                BC_WF_PANEL(BC_DTYPE_Q6_KI)};
-            for (int k = 0; k < 3; k++) {
-                t->wf[more[k]].xq_part = src->wf[more[k]].xq_part;
-                t->wf[more[k]].xq_rows = src->wf[more[k]].xq_rows;
-            }
+        /* their formats' decoding and rounding of x (prompts: the GEMM family's);
+         * the integer formats share one tile source, other blocks */
+        static const int integer[] = {BC_DTYPE_Q8_0I, BC_DTYPE_Q4_0I, BC_DTYPE_Q5_0I,
+                                      BC_DTYPE_Q4_KI, BC_DTYPE_Q6_KI};
+        static const int bf16[] = {BC_DTYPE_BF16I};
+        const int bf = f == BC_FAMILY_DECODE_BF16I;
+        const int *dts = bf ? bf16 : integer;
+        const size_t n = bf ? 1 : sizeof integer / sizeof integer[0];
+        for (size_t k = 0; k < n; k++) {
+            const int wf = BC_WF_PANEL(dts[k]);
+            t->wf[wf].xq_part = src->wf[wf].xq_part;
+            t->wf[wf].xq_rows = src->wf[wf].xq_rows;
         }
         break;
     }
