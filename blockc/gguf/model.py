@@ -370,7 +370,7 @@ def integer_formats(types: List[str]) -> List[str]:
     ints = {INTEGER.get(t) for t in types}
     if len(ints) == 1 and None not in ints:
         lead = [ints.pop()]
-    elif all(t in ("Q8_0", "Q4_0", "Q5_0") for t in types):
+    elif all(("q8_0i", t) in _ROWS for t in types):
         lead = ["q8_0i"]
     else:
         lead = []
@@ -408,13 +408,10 @@ def _same(raw: np.ndarray, typ: str) -> np.ndarray:
 
 
 #: (blockc format, GGUF type) -> the rows of the file's blocks as that format's own GGUF
-#: type (rearranged into panels by PANELS: exact by construction, no float copy)
-_ROWS = {("q8_0", "Q8_0"): _same, ("q4_0", "Q4_0"): _same, ("float16", "F16"): _same,
-         ("q5_0", "Q5_0"): _same, ("q8_0", "Q4_0"): _q8_0_rows, ("q8_0", "Q5_0"): _q8_0_rows,
-         ("q8_0i", "Q8_0"): _same, ("q8_0i", "Q4_0"): _q8_0_rows, ("q8_0i", "Q5_0"): _q8_0_rows,
-         ("q4_0i", "Q4_0"): _same, ("q5_0i", "Q5_0"): _same,
-         ("q4_k", "Q4_K"): _same, ("q6_k", "Q6_K"): _same, ("q4_ki", "Q4_K"): _same,
-         ("q6_ki", "Q6_K"): _same}
+#: type (rearranged into panels by PANELS: exact by construction, no float copy): every
+#: format's own type as it is, and Q4_0's and Q5_0's blocks as Q8_0's for q8_0 and q8_0i
+_ROWS = {**{(fm, typ): _same for fm, typ in PANELS.items()},
+         **{(fm, typ): _q8_0_rows for fm in ("q8_0", "q8_0i") for typ in ("Q4_0", "Q5_0")}}
 
 #: the block types whose blocks start with their half scale
 _SCALE_FIRST = ("Q8_0", "Q4_0", "Q5_0")
