@@ -1,4 +1,5 @@
-/* fast_intdot.h: q8_0i, q4_0i, q5_0i and q4_ki: q8_0's, q4_0's, q5_0's and q4_k's weights multiplied by integer dot products
+/* fast_intdot.h: q8_0i, q4_0i, q5_0i, q4_ki and q6_ki: q8_0's, q4_0's, q5_0's, q4_k's and q6_k's
+ * weights multiplied by integer dot products
  * (part of the kernel template, fast_tmpl.h: included once per instruction
  * set, after fast_linear.h; its entry of the kernel table's wf is in
  * fast_formats.h). A product quantises each row of x once (xq_rows_q8: 8 bits
@@ -288,7 +289,7 @@ static int has_vnni(void)
 }
 #endif
 
-/* The products on q8_0i, q4_0i or q5_0i (fk) panels, by the copy the CPU runs. */
+/* The products on q8_0i, q4_0i, q5_0i, q4_ki or q6_ki (fk) panels, by the copy the CPU runs. */
 static void xq_part_int(int fk, const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1,
                         size_t o0, size_t o1)
 {
