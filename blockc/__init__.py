@@ -13,15 +13,38 @@ Every exception blockc raises derives from :class:`BlockcError` (and from
 from __future__ import annotations
 
 from ._errors import BlockcError, BlockcMemoryError, BlockcTypeError, BlockcValueError
-from . import book, ops, safetensors
-from .text import TextStream, Tokenizer
-from .engine import (BlockConfig, PreparedBlock, block_backward, block_forward, count_parameters,
-                     init_block, init_blocks, prepare, stack_backward, stack_forward)
+import sys as _sys
+
+from . import block, book, checkpoint, text
+from .block import engine, ops
+from .book import listings, rng
+from .checkpoint import families, gguf, hf, safetensors
+from .text import chat
+from .text import tokenizer as _text_tokenizer
+from .text.tokenizer import TextStream, Tokenizer
+from .block.engine import (BlockConfig, PreparedBlock, block_backward, block_forward,
+                           count_parameters, init_block, init_blocks, prepare, stack_backward,
+                           stack_forward)
 from .gpt import GPT, GPTConfig, KVCache, gpt_parameter_count, gpt_parameter_formula
 from .generation import GenerationConfig
 from .train import AdamW
-from .rng import CRand
+from .book.rng import CRand
 from .runtime import best_isa, get_isa, get_num_threads, set_isa, set_num_threads
+
+#: The modules that moved into folders (issue 48) keep their old import paths:
+#: ``import blockc.hf`` is :mod:`blockc.checkpoint.hf`, ``blockc.gguf.model`` is
+#: :mod:`blockc.checkpoint.gguf.model`, and so on. Attributes of the package
+#: (``blockc.hf``) come from the imports above; these entries serve ``import``.
+MOVED_MODULES = {
+    "engine": "block.engine", "ops": "block.ops", "listings": "book.listings",
+    "rng": "book.rng", "hf": "checkpoint.hf", "safetensors": "checkpoint.safetensors",
+    "families": "checkpoint.families", "gguf": "checkpoint.gguf",
+    "gguf.format": "checkpoint.gguf.format", "gguf.model": "checkpoint.gguf.model",
+    "gguf.tokenizer": "text.gguf", "chat": "text.chat",
+}
+for _old, _new in MOVED_MODULES.items():
+    _sys.modules[f"{__name__}.{_old}"] = _sys.modules[f"{__name__}.{_new}"]
+del _old, _new
 
 
 def _version() -> str:

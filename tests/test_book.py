@@ -7,7 +7,7 @@ from hypothesis.extra.numpy import arrays
 from blockc import book, listings
 from blockc import reference
 from blockc._native import ffi, lib
-from blockc.rng import CRand
+from blockc.book.rng import CRand
 
 ref = reference.book
 SEEDS = [0, 1, 42, 2**31 + 5, 2**32 - 1]

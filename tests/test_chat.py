@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import blockc
-from blockc.chat import ChatTemplate, ChatTemplateError, load_chat_template, special_tokens
+from blockc.text.chat import ChatTemplate, ChatTemplateError, load_chat_template, special_tokens
 from chat_dirs import STYLES, chat_dir
 
 pytest.importorskip("jinja2")
@@ -176,7 +176,7 @@ def test_blockc_chat_answers_what_generate_makes_from_the_templated_history(tmp_
 
 def test_a_gguf_files_template_renders_as_the_directorys(tmp_path):
     from chat_dirs import chat_model_dir
-    from blockc.chat import end_token_ids
+    from blockc.text.chat import end_token_ids
     m, _ = chat_model_dir(tmp_path, "llama3", llama=True)
     tok = blockc.Tokenizer.from_pretrained(tmp_path)
     m.save_gguf(tmp_path / "m.gguf", tokenizer=tok)

@@ -12,7 +12,7 @@ from helpers import close
 
 import blockc
 from blockc import BlockConfig, block_forward, count_parameters, init_block, init_blocks, stack_forward
-from blockc.engine import PreparedBlock, avg_norm, prepare
+from blockc.block.engine import PreparedBlock, avg_norm, prepare
 from blockc.reference import block as ref
 from blockc.experiments.depth import BOOK_INPUT as X_BOOK
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from blockc import BlockConfig, block_forward, book, init_block, init_blocks, stack_forward
-from blockc.engine import avg_norm
+from blockc.block.engine import avg_norm
 
 CFG = BlockConfig()
 

@@ -9,7 +9,7 @@ import pytest
 import blockc
 from blockc import BlockcValueError, GPT, GPTConfig
 from blockc import gguf as bg
-from blockc.gguf import model as gm
+from blockc.checkpoint.gguf import model as gm
 from blockc.reference import ggml
 from support.gguf_files import assert_dequantised, native, permute_qk, write_model
 

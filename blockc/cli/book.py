@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 
 from .._args import as_seed
-from ..listings import figures, format_figures, listing_name, render
-from ..rng import GENERATORS
+from ..book.listings import figures, format_figures, listing_name, render
+from ..book.rng import GENERATORS
 from ._options import write
 
 

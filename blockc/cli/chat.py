@@ -15,10 +15,10 @@ import sys
 import numpy as np
 
 from .._errors import BlockcValueError
-from ..chat import end_token_ids
+from ..text.chat import end_token_ids
 from ..gpt import GPT
-from ..hf import LOAD_DTYPES
-from ..text import TextStream, Tokenizer
+from ..checkpoint.hf import LOAD_DTYPES
+from ..text.tokenizer import TextStream, Tokenizer
 from ._options import add_sampling_options, add_threads, apply_threads, sampling_options, write
 
 

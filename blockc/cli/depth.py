@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 from .._progress import Progress
-from ..engine import ACTIVATIONS, NORMS, PLACEMENTS, BlockConfig
+from ..block.engine import ACTIVATIONS, NORMS, PLACEMENTS, BlockConfig
 from ..experiments.depth import depth_input, depth_norms
 from ._options import plot_path, positive_int, pyplot, save_figure
 

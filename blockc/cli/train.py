@@ -22,10 +22,10 @@ from typing import Any, Dict, Optional, Sequence
 import numpy as np
 
 from .. import _files
-from .. import _trainer as tr
+from ..train import fit as tr
 from .._errors import BlockcValueError
 from ..gpt import GPT_PRESETS, GPT, GPTConfig
-from ..text import Tokenizer
+from ..text.tokenizer import Tokenizer
 from ..train import AdamW
 from ._options import (add_shape_options, add_threads, apply_threads, overrides, plot_path, pyplot,
                        require_positive, save_figure)

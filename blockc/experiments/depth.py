@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import book
 from .._progress import Progress
-from ..engine import BlockConfig, avg_norm, block_forward, iter_blocks
+from ..block.engine import BlockConfig, avg_norm, block_forward, iter_blocks
 from ..model import GPTConfig, Model
 
 __all__ = ["BOOK_INPUT", "BOOK_WORDS", "depth_input", "depth_norms", "residual_norms"]

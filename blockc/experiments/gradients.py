@@ -29,10 +29,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import numpy.typing as npt
 
-from .. import _trainer as tr
+from ..train import fit as tr
 from .._args import as_choice, as_int, as_seed
 from .._errors import BlockcValueError
-from ..engine import BlockConfig, block_backward
+from ..block.engine import BlockConfig, block_backward
 from ..gpt import GPT, GPTConfig
 from ..reference.grad import cross_entropy, layernorm_bwd, rmsnorm_bwd
 from ._report import fmt, spread, write_section

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import numpy as np
 
 
-from .. import _trainer as tr
+from ..train import fit as tr
 from .._plot import pyplot, save_figure
 from ..gpt import GPT, GPTConfig
 from ..train import AdamW

@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .. import _trainer as tr
+from ..train import fit as tr
 from .._args import as_choice, as_int, as_real
 from .._errors import BlockcValueError
 from ..gpt import GPT, GPTConfig

@@ -16,8 +16,8 @@ from .._enums import (ACTIVATIONS, C_ACT, C_DTYPE, C_NORM, C_PLACE, C_POS, DTYPE
                       MAX_COLS, PLACEMENTS, POSITIONS, WHOLE_BLOCKS)
 from .._errors import BlockcTypeError, BlockcValueError
 from .._native import check, ffi, lib
-from ..engine import BlockConfig
-from ..families import config_to_hf, family_of, read_config
+from ..block.engine import BlockConfig
+from ..checkpoint.families import config_to_hf, family_of, read_config
 
 __all__ = ["GPTConfig", "GPT_PRESETS", "NORMS", "PLACEMENTS", "ACTIVATIONS", "POSITIONS", "DTYPES",
            "C_DTYPE", "as_config", "gpt_parameter_count", "gpt_parameter_formula",

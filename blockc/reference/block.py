@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Mapping
 
 import numpy as np
 
-from ..rng import CRand
+from ..book.rng import CRand
 
 __all__ = [
     "linear", "rmsnorm", "layernorm", "attention", "gelu_tanh", "gelu", "relu", "silu",

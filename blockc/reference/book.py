@@ -14,8 +14,8 @@ from typing import Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
-from .._book_common import REAL_MODELS, book_array, check_keys, real_params_rows
-from ..rng import CRand
+from ..book.common import REAL_MODELS, book_array, check_keys, real_params_rows
+from ..book.rng import CRand
 from .._errors import BlockcValueError
 
 __all__ = [

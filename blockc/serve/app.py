@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..chat import end_token_ids
+from ..text.chat import end_token_ids
 from .engine import Draining, Engine, Job, QueueFull, TextTail
 from .sampling import RowSampler, sampling_from_request
 from .settings import Settings

@@ -255,7 +255,7 @@ def assert_dequantised(m, path, arch: str) -> None:
     transformers' order): the peer check of every GGUF load."""
     import gguf
     from gguf import quants
-    from blockc.gguf import model as gm
+    from blockc.checkpoint.gguf import model as gm
     peer = gguf.GGUFReader(str(path))
     deq = {t.name: np.asarray(quants.dequantize(t.data, t.tensor_type), np.float32)
            for t in peer.tensors}

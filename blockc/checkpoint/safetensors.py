@@ -39,9 +39,9 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
-from . import _files
-from ._args import MAX_ELEMENTS
-from ._errors import BlockcTypeError, BlockcValueError
+from .. import _files
+from .._args import MAX_ELEMENTS
+from .._errors import BlockcTypeError, BlockcValueError
 
 __all__ = ["read", "write", "Tensor", "DTYPES", "MAX_HEADER", "MAX_DIMS"]
 

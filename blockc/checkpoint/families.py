@@ -19,8 +19,8 @@ import os
 import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from . import _files
-from ._errors import BlockcValueError
+from .. import _files
+from .._errors import BlockcValueError
 
 __all__ = ["FAMILIES", "Name", "family_of", "config_to_hf", "read_config"]
 

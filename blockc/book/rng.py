@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._args import as_choice, as_int, as_seed
+from .._args import as_choice, as_int, as_seed
 
 __all__ = ["CRand", "GENERATORS", "generator_id"]
 

@@ -27,10 +27,10 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import numpy as np
 import numpy.typing as npt
 
-from ._args import as_choice, as_int, as_real, check_keys, to_numpy
-from ._errors import BlockcTypeError, BlockcValueError
-from ._native import aligned_zeros, check, ffi, fptr, lib
-from .model import Model, check_ids
+from .._args import as_choice, as_int, as_real, check_keys, to_numpy
+from .._errors import BlockcTypeError, BlockcValueError
+from .._native import aligned_zeros, check, ffi, fptr, lib
+from ..model import Model, check_ids
 
 __all__ = ["AdamW", "DECAY", "TrainingMixin"]
 

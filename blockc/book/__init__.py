@@ -30,11 +30,11 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
-from ._book_common import REAL_MODELS, book_array, check_keys, real_params_rows
-from ._native import check, cptr, ffi, fptr, lib
+from .common import REAL_MODELS, book_array, check_keys, real_params_rows
+from .._native import check, cptr, ffi, fptr, lib
 from .rng import generator_id
-from ._args import as_int, as_seed
-from ._errors import BlockcValueError
+from .._args import as_int, as_seed
+from .._errors import BlockcValueError
 
 __all__ = [
     "FFN_D_MODEL", "FFN_D_FF", "RESIDUAL_DIM", "SEQ_LEN", "D_MODEL", "N_HEADS",

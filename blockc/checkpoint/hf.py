@@ -19,14 +19,14 @@ from typing import Any, Dict, List, Optional, Type, TypeVar, Union
 
 import numpy as np
 
-from . import _files
+from .. import _files
 from . import safetensors as st
-from ._args import as_choice
-from ._errors import BlockcValueError
+from .._args import as_choice
+from .._errors import BlockcValueError
 from .gguf.model import is_gguf, load as load_gguf
-from .generation.config import TOKEN_ID_FIELDS, GenerationConfig, token_ids
+from ..generation.config import TOKEN_ID_FIELDS, GenerationConfig, token_ids
 from .families import FAMILIES, Name, config_to_hf, family_of, read_config  # noqa: F401 (re-exported)
-from .model import DTYPES, GPTConfig, Model, layout, same_bits
+from ..model import DTYPES, GPTConfig, Model, layout, same_bits
 
 __all__ = ["LOAD_DTYPES", "config_from_hf", "config_to_hf", "load_dir", "save_dir", "read_config",
            "PretrainedMixin"]

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Iterable, List, Optional
 
-from . import book
-from ._errors import BlockcValueError
+from .. import book
+from .._errors import BlockcValueError
 
 __all__ = ["LISTINGS", "listing_name", "render", "Figure", "figures", "BOOK_FIGURES",
            "GLIBC_FIGURES", "format_figures"]

@@ -10,8 +10,8 @@ from typing import Callable, Dict, List, Mapping, Tuple
 
 import numpy as np
 
-from ._args import as_f32, check_keys as _check_keys
-from ._errors import BlockcValueError
+from .._args import as_f32, check_keys as _check_keys
+from .._errors import BlockcValueError
 
 __all__ = ["REAL_MODELS", "book_array", "check_keys", "real_params_rows"]
 

@@ -37,12 +37,12 @@ and the mixins, and keeps every name it always had.
 """
 from __future__ import annotations
 
-from .generation import GenerationMixin
-from .gguf.model import GGUFMixin
-from .hf import PretrainedMixin
-from .model import (ACTIVATIONS, DTYPES, GPT_PRESETS, NORMS, PLACEMENTS, POSITIONS, GPTConfig,  # noqa: F401
+from ..generation import GenerationMixin
+from ..checkpoint.gguf.model import GGUFMixin
+from ..checkpoint.hf import PretrainedMixin
+from ..model import (ACTIVATIONS, DTYPES, GPT_PRESETS, NORMS, PLACEMENTS, POSITIONS, GPTConfig,  # noqa: F401
                     KVCache, Model, gpt_parameter_count, gpt_parameter_formula)
-from .train import TrainingMixin
+from ..train import TrainingMixin
 
 __all__ = ["GPTConfig", "GPT", "KVCache", "gpt_parameter_count", "gpt_parameter_formula",
            "GPT_PRESETS", "DTYPES"]

@@ -23,10 +23,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import _files
-from . import safetensors as stf
-from ._errors import BlockcValueError
-from .train import AdamW
+from .. import _files
+from ..checkpoint import safetensors as stf
+from .._errors import BlockcValueError
+from . import AdamW
 
 __all__ = ["batch_at", "evaluate", "fit", "save_run", "load_optimizer", "read_state",
            "split", "text_tokens", "sha256", "STATE", "OPTIMIZER", "RUN_FILES"]

@@ -26,9 +26,9 @@ from typing import Any, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
-from . import _files
-from ._args import as_flag, as_int, to_numpy
-from ._errors import BlockcTypeError, BlockcValueError
+from .. import _files
+from .._args import as_flag, as_int, to_numpy
+from .._errors import BlockcTypeError, BlockcValueError
 
 __all__ = ["Tokenizer", "TextStream"]
 
@@ -112,7 +112,7 @@ class Tokenizer:
         tk = _tokenizers()
         path = os.fspath(path)
         if path.endswith(".gguf") and os.path.isfile(path):  # the tokenizer a GGUF describes
-            from .gguf.tokenizer import load
+            from .gguf import load
             return load(path, cls)
         d = path if os.path.isdir(path) else os.path.dirname(path)
         f = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path

@@ -71,11 +71,11 @@ import numpy.typing as npt
 
 import numpy as np
 
-from ._native import check, cptr, ffi, fptr, lib, output_empty, thread_buffer
-from ._args import (F32, MAX_ELEMENTS, as_choice, as_f32, as_flag, as_int, as_seed, as_size,
+from .._native import check, cptr, ffi, fptr, lib, output_empty, thread_buffer
+from .._args import (F32, MAX_ELEMENTS, as_choice, as_f32, as_flag, as_int, as_seed, as_size,
                     check_eps)
-from ._enums import ACTIVATIONS, C_ACT, C_NORM, C_PLACE, NORMS, PLACEMENTS
-from ._errors import BlockcTypeError, BlockcValueError
+from .._enums import ACTIVATIONS, C_ACT, C_NORM, C_PLACE, NORMS, PLACEMENTS
+from .._errors import BlockcTypeError, BlockcValueError
 
 __all__ = [
     "BlockConfig", "PreparedBlock", "prepare", "init_block", "init_blocks", "iter_blocks",

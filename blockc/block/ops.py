@@ -23,10 +23,10 @@ from typing import Any, Optional, Tuple, Union
 import numpy as np
 import numpy.typing as npt
 
-from ._args import F32, as_choice, as_f32, as_flag, check_eps
-from ._native import check, cptr, ffi, fptr, lib, output_empty
-from ._enums import C_DTYPE, DTYPES, MAX_COLS, VALUE_LIMIT, WHOLE_BLOCKS
-from ._errors import BlockcValueError
+from .._args import F32, as_choice, as_f32, as_flag, check_eps
+from .._native import check, cptr, ffi, fptr, lib, output_empty
+from .._enums import C_DTYPE, DTYPES, MAX_COLS, VALUE_LIMIT, WHOLE_BLOCKS
+from .._errors import BlockcValueError
 
 __all__ = [
     "linear", "pack", "PackedWeight", "DTYPES", "rmsnorm", "layernorm", "attention", "gelu_tanh",

@@ -1,0 +1,11 @@
+"""Text: tokenizers and chat templates.
+
+- :mod:`blockc.text.tokenizer`: :class:`Tokenizer` (a ``tokenizer.json`` through the
+  ``tokenizers`` package, or a GGUF file's vocabulary) and :class:`TextStream`;
+- :mod:`blockc.text.gguf`: the tokenizer a GGUF file's metadata describes;
+- :mod:`blockc.text.chat`: chat templates (jinja2, sandboxed).
+"""
+from . import chat, gguf, tokenizer
+from .tokenizer import TextStream, Tokenizer
+
+__all__ = ["chat", "gguf", "tokenizer", "Tokenizer", "TextStream"]
