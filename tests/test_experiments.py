@@ -201,7 +201,7 @@ def test_the_learning_rate_schedule_is_the_warmup_asked_for():
     r = W.run_point({"variant": "pre-norm", "depth": 1, "lr": 1e-3, "warmup": 4, "clip": None,
                      "seed": 0}, s)
     assert r["status"] in W.STATUSES and r["steps_run"] == 6
-    lrs = [blockc._trainer.lr_at(i, 1e-3, 4, 6, "constant") for i in range(6)]
+    lrs = [blockc.train.fit.lr_at(i, 1e-3, 4, 6, "constant") for i in range(6)]
     assert lrs == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3])
 
 

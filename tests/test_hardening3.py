@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 import blockc
-from blockc import _files, _trainer as tr
+from blockc import _files
+from blockc.train import fit as tr
 from blockc import safetensors as bst
 from blockc._errors import BlockcValueError
 
@@ -437,7 +438,7 @@ def test_a_save_killed_by_a_full_disk_leaves_the_previous_checkpoint(tmp_path):
     before = snapshot(d)
     r = run_python(f"""
         import resource, signal, numpy as np, blockc
-        from blockc import _trainer as tr
+        from blockc.train import fit as tr
         cfg = blockc.GPTConfig(vocab=64, context=16, width=16, heads=2, layers=2)
         m = blockc.GPT.random(cfg, seed=3)
         opt = blockc.AdamW(m)
@@ -456,7 +457,7 @@ def test_a_save_killed_by_a_full_disk_leaves_the_previous_checkpoint(tmp_path):
 
 RUN_WRITER = """
     import sys, time, numpy as np, blockc
-    from blockc import _trainer as tr
+    from blockc.train import fit as tr
     path, me, until = sys.argv[1], int(sys.argv[2]), time.time() + float(sys.argv[3])
     cfg = blockc.GPTConfig(vocab=64, context=16, width=16, heads=2, layers=2)
     m = blockc.GPT.random(cfg, seed=me)
@@ -470,7 +471,7 @@ RUN_WRITER = """
 
 RUN_READER = """
     import sys, time, numpy as np, blockc
-    from blockc import _trainer as tr
+    from blockc.train import fit as tr
     from blockc import BlockcValueError
     path, until = sys.argv[1], time.time() + float(sys.argv[2])
     cfg = blockc.GPTConfig(vocab=64, context=16, width=16, heads=2, layers=2)

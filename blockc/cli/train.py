@@ -7,7 +7,7 @@
 as bytes when there is none), holds out its tail, prints each step's loss and
 tokens/s, evaluates on the tail, and writes a run directory that
 ``GPT.from_pretrained`` loads and ``--resume`` continues exactly (the loop and
-the run directory are :mod:`blockc._trainer`).
+the run directory are :mod:`blockc.train.fit`).
 """
 from __future__ import annotations
 
