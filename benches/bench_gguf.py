@@ -17,7 +17,7 @@ fallback Q5_0 takes them, as its own quantiser does). For each file:
 llama.cpp runs through llama-cpp-python when it is installed (it is not in CI); its column
 is then filled. blockc holds each matrix in the native format of its file type (F16, Q8_0,
 Q4_0, Q5_0, Q4_K, Q6_K as float16, q8_0, q4_0, q5_0, q4_k, q6_k: the file's blocks, streamed
-by their kernels; blockc.gguf.model.EXACT) and any other type's matrices as their dequantised
+by their kernels; blockc.checkpoint.gguf.EXACT) and any other type's matrices as their dequantised
 float32 weights, so a Q4_K_M file is a model of mixed formats ("blockc holds": mixed). The Q8_0,
 Q4_0, Q5_0 and Q4_K_M files are run once more with dtype="integer" (from_pretrained(file,
 dtype="integer"): each matrix's very blocks as q8_0i, q4_0i, q5_0i or q4_ki, multiplied by

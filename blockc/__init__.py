@@ -15,10 +15,11 @@ from __future__ import annotations
 from ._errors import BlockcError, BlockcMemoryError, BlockcTypeError, BlockcValueError
 import sys as _sys
 
-from . import block, book, checkpoint, text
+from . import block, book, checkpoint, io, text
 from .block import engine, ops
 from .book import listings, rng
-from .checkpoint import families, gguf, hf, safetensors
+from .checkpoint import families, hf
+from .io import gguf, safetensors
 from .text import chat
 from .text import tokenizer as _text_tokenizer
 from .text.tokenizer import TextStream, Tokenizer
@@ -33,13 +34,13 @@ from .runtime import best_isa, get_isa, get_num_threads, set_isa, set_num_thread
 
 #: The modules that moved into folders (issue 48) keep their old import paths:
 #: ``import blockc.hf`` is :mod:`blockc.checkpoint.hf`, ``blockc.gguf.model`` is
-#: :mod:`blockc.checkpoint.gguf.model`, and so on. Attributes of the package
+#: :mod:`blockc.checkpoint.gguf`, and so on. Attributes of the package
 #: (``blockc.hf``) come from the imports above; these entries serve ``import``.
 MOVED_MODULES = {
     "engine": "block.engine", "ops": "block.ops", "listings": "book.listings",
-    "rng": "book.rng", "hf": "checkpoint.hf", "safetensors": "checkpoint.safetensors",
-    "families": "checkpoint.families", "gguf": "checkpoint.gguf",
-    "gguf.format": "checkpoint.gguf.format", "gguf.model": "checkpoint.gguf.model",
+    "rng": "book.rng", "hf": "checkpoint.hf", "safetensors": "io.safetensors",
+    "families": "checkpoint.families", "gguf": "io.gguf", "gguf.format": "io.gguf",
+    "gguf.model": "checkpoint.gguf",
     "gguf.tokenizer": "text.gguf", "chat": "text.chat",
 }
 for _old, _new in MOVED_MODULES.items():

@@ -342,7 +342,7 @@ sys.exit(3)
 def test_a_header_longer_than_the_first_read_is_read_whole(tmp_path, monkeypatch):
     """The header is read as a prefix grown until it fits: a prefix of 64 bytes (every
     string, array and tensor info crossing its end at some growth) reads the same file."""
-    from blockc.checkpoint.gguf import format as fmt
+    from blockc.io import gguf as fmt
     rng = np.random.default_rng(9)
     p = peer_file(tmp_path / "a.gguf", {"w": ("Q4_0", weights(rng, 4, 256))},
                   extra={"long.text": "x" * 5000})

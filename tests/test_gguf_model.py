@@ -9,7 +9,7 @@ import pytest
 import blockc
 from blockc import BlockcValueError, GPT, GPTConfig
 from blockc import gguf as bg
-from blockc.checkpoint.gguf import model as gm
+from blockc.checkpoint import gguf as gm
 from blockc.reference import ggml
 from support.gguf_files import assert_dequantised, native, permute_qk, write_model
 
@@ -462,7 +462,7 @@ def test_a_block_scale_that_is_not_a_number_is_refused_by_name(tmp_path, typ):
 
 def _integer(types):
     """The format dtype="integer" holds a matrix of these file types in (spelled here,
-    apart from blockc.gguf.model's table): the type's integer format, Q4_0/Q5_0/Q8_0
+    apart from blockc.checkpoint.gguf's table): the type's integer format, Q4_0/Q5_0/Q8_0
     parts mixed as q8_0i, anything else as dtype=None does."""
     own = {"Q8_0": "q8_0i", "Q4_0": "q4_0i", "Q5_0": "q5_0i", "Q4_K": "q4_ki", "Q6_K": "q6_ki"}
     if len(set(types)) == 1 and types[0] in own:

@@ -13,7 +13,7 @@ import blockc
 from blockc import BlockcError, BlockcTypeError, BlockcValueError, GPT, GPTConfig
 from blockc import ops
 from blockc._native import ffi, lib
-from blockc.checkpoint.gguf import model as gm
+from blockc.checkpoint import gguf as gm
 from blockc.model import MIXED, formats, layout, matrix_slots
 from support.gguf_files import assert_dequantised, native, write_model
 

@@ -278,7 +278,7 @@ def test_k_blocks_are_the_oracle_quantisers_bit_for_bit(dtype):
     file holds them; unpack is the oracle's (and the gguf package's) dequantise of those
     blocks, bit for bit; the panels are the file's blocks rearranged (raw_panels)."""
     gguf = pytest.importorskip("gguf")
-    from blockc.checkpoint.gguf.model import file_rows, raw_panels
+    from blockc.checkpoint.gguf import file_rows, raw_panels
     from blockc.reference import ggml
     typ = dtype.upper()
     for rows, cols in ((3, 256), (17, 512), (40, 768)):

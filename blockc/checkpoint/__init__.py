@@ -1,14 +1,13 @@
-"""Checkpoints: what is read from and written to files.
+"""Checkpoints: a model's files read into a model and written back.
 
-- :mod:`blockc.checkpoint.safetensors`: the safetensors reader and writer;
+- :mod:`blockc.checkpoint.families`: the model families, what each names in a checkpoint;
 - :mod:`blockc.checkpoint.hf`: Hugging Face checkpoint directories (``from_pretrained``,
   ``save_pretrained``);
-- :mod:`blockc.checkpoint.families`: the model families, what each names in a checkpoint;
-- :mod:`blockc.checkpoint.gguf`: llama.cpp's GGUF files (the format, the models).
+- :mod:`blockc.checkpoint.gguf`: models in llama.cpp's GGUF files (load, save, convert).
 
-Every file is hostile input: offsets, sizes and shapes are checked before memory is
-touched, nothing is unpickled, and what is not a regular file is refused.
+The bytes of the files go through :mod:`blockc.io` (safetensors, GGUF), which checks
+every offset, size and shape before memory is touched.
 """
-from . import families, gguf, hf, safetensors
+from . import families, gguf, hf
 
-__all__ = ["families", "gguf", "hf", "safetensors"]
+__all__ = ["families", "gguf", "hf"]

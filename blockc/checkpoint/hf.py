@@ -20,10 +20,10 @@ from typing import Any, Dict, List, Optional, Type, TypeVar, Union
 import numpy as np
 
 from .. import _files
-from . import safetensors as st
+from ..io import safetensors as st
 from .._args import as_choice
 from .._errors import BlockcValueError
-from .gguf.model import is_gguf, load as load_gguf
+from .gguf import is_gguf, load as load_gguf
 from ..generation.config import TOKEN_ID_FIELDS, GenerationConfig, token_ids
 from .families import FAMILIES, Name, config_to_hf, family_of, read_config  # noqa: F401 (re-exported)
 from ..model import DTYPES, GPTConfig, Model, layout, same_bits
@@ -32,7 +32,7 @@ __all__ = ["LOAD_DTYPES", "config_from_hf", "config_to_hf", "load_dir", "save_di
            "PretrainedMixin"]
 
 #: what ``from_pretrained``'s dtype may be: a format, or "integer" (GGUF files: each matrix
-#: in the integer-product format of its file type, blockc.gguf.model.INTEGER)
+#: in the integer-product format of its file type, blockc.checkpoint.gguf.INTEGER)
 LOAD_DTYPES = DTYPES + ("integer",)
 
 M = TypeVar("M", bound=Model)
@@ -246,7 +246,7 @@ class PretrainedMixin:
     def from_pretrained(cls: Type[M], path: Union[str, "os.PathLike[str]"],
                         dtype: Optional[str] = None) -> M:
         """Load a Hugging Face checkpoint directory (as ``transformers`` writes it), or a
-        GGUF file (llama.cpp's; see :mod:`blockc.gguf.model`).
+        GGUF file (llama.cpp's; see :mod:`blockc.checkpoint.gguf`).
 
         ``config.json`` and ``model.safetensors``, or shards listed by
         ``model.safetensors.index.json``; names with or without the
@@ -265,13 +265,13 @@ class PretrainedMixin:
             else float32. For a GGUF file, None: each matrix in the native format of
             its file type (BF16 bfloat16, F16 float16, Q8_0 q8_0, Q4_0 q4_0, Q5_0 q5_0, Q4_K
             q4_k, Q6_K q6_k;
-            :data:`blockc.gguf.model.EXACT`), any other type float32 (the dequantised
+            :data:`blockc.checkpoint.gguf.EXACT`), any other type float32 (the dequantised
             weights, exactly); a file mixing types gives ``dtype == "mixed"`` and
             ``m.dtypes`` naming each matrix's format. A dtype makes every matrix that.
             ``"integer"`` (GGUF files only): each matrix in the format that multiplies
             its file type's very blocks by integer dot products, 8-bit activations as
             llama.cpp's (Q8_0 q8_0i, Q4_0 q4_0i, Q5_0 q5_0i, Q4_K q4_ki, Q6_K q6_ki;
-            :data:`blockc.gguf.model.INTEGER`), the others as with None.
+            :data:`blockc.checkpoint.gguf.INTEGER`), the others as with None.
 
         Returns
         -------
@@ -297,7 +297,7 @@ class PretrainedMixin:
         """
         if dtype is not None:
             as_choice(dtype, "dtype", LOAD_DTYPES)
-        if is_gguf(path):  # a GGUF file (blockc.gguf.model)
+        if is_gguf(path):  # a GGUF file (blockc.checkpoint.gguf)
             return load_gguf(path, dtype, cls)
         if dtype == "integer":
             raise BlockcValueError("dtype 'integer' takes a GGUF file's blocks as they are; "

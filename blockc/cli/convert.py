@@ -13,7 +13,7 @@ import json
 import os
 
 from .. import _files
-from ..checkpoint import safetensors as stf
+from ..io import safetensors as stf
 from .._errors import BlockcValueError
 from ..gpt import GPT, GPTConfig
 
@@ -64,7 +64,7 @@ def _check_dst(args: argparse.Namespace) -> None:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from ..checkpoint.gguf.model import is_gguf
+    from ..checkpoint.gguf import is_gguf
     _check_dst(args)
     if args.dst.endswith(".gguf"):
         m = GPT.from_pretrained(args.src)

@@ -57,7 +57,7 @@ def settings_from_args(args: argparse.Namespace):
         raise BlockcValueError(f"--port must be in [0, 65535], got {args.port}")
     if args.ctx_size is not None and args.ctx_size < 2:
         raise BlockcValueError("--ctx-size must be >= 2")
-    from ..checkpoint.gguf.model import is_gguf
+    from ..checkpoint.gguf import is_gguf
     if not os.path.isdir(args.model) and not is_gguf(args.model):
         raise BlockcValueError(f"--model {args.model}: not a directory or a GGUF file")
     return Settings(model=args.model, model_name=args.model_name, host=args.host, port=args.port,

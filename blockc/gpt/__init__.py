@@ -38,7 +38,7 @@ and the mixins, and keeps every name it always had.
 from __future__ import annotations
 
 from ..generation import GenerationMixin
-from ..checkpoint.gguf.model import GGUFMixin
+from ..checkpoint.gguf import GGUFMixin
 from ..checkpoint.hf import PretrainedMixin
 from ..model import (ACTIVATIONS, DTYPES, GPT_PRESETS, NORMS, PLACEMENTS, POSITIONS, GPTConfig,  # noqa: F401
                     KVCache, Model, gpt_parameter_count, gpt_parameter_formula)

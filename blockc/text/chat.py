@@ -32,6 +32,7 @@ import numpy as np
 
 from .. import _files
 from .._errors import BlockcTypeError, BlockcValueError
+from ..io.gguf import read as read_gguf
 
 __all__ = ["ChatTemplate", "ChatPrompt", "ChatTemplateError", "load_chat_template",
            "special_tokens", "apply_chat_template", "end_token_ids"]
@@ -355,8 +356,7 @@ def load_chat_template(path: Union[str, "os.PathLike[str]"]) -> Optional[str]:
 
 
 def _gguf_template(path: str) -> Optional[str]:
-    from ..checkpoint.gguf.format import read  # blockc's reader: every length checked, tensors untouched
-    t = read(path).get("tokenizer.chat_template")
+    t = read_gguf(path).get("tokenizer.chat_template")  # blockc's reader: lengths checked, tensors untouched
     if t is not None and not isinstance(t, str):
         raise BlockcValueError(f"{path}: metadata key 'tokenizer.chat_template' must be a string")
     return t
@@ -462,8 +462,7 @@ def end_token_ids(path: Union[str, "os.PathLike[str]"], tokenizer: Any = None,
     p = os.fspath(path)
     ids = set()
     if os.path.isfile(p) and p.endswith(".gguf"):  # llama.cpp's end-of-text and end-of-turn ids
-        from ..checkpoint.gguf.format import read
-        f = read(p)
+        f = read_gguf(p)
         found = [f.get("tokenizer.ggml.eos_token_id"), f.get("tokenizer.ggml.eot_token_id")]
     else:
         d = p if os.path.isdir(p) else os.path.dirname(p)

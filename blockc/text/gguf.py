@@ -26,7 +26,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from .._errors import BlockcTypeError, BlockcValueError
-from ..checkpoint.gguf.format import GGUFFile
+from ..io.gguf import GGUFFile, Value, read
+from .chat import ChatTemplate
 
 __all__ = ["build", "TokenizerInfo", "PRE_TOKENIZER_SPLITS"]
 
@@ -267,14 +268,12 @@ def load(path: str, cls: Any) -> Any:
     """A :class:`blockc.Tokenizer` (``cls``) of the GGUF file ``path``: its tokenizer, end
     and begin ids, and chat template (a :class:`blockc.chat.ChatTemplate` seeing the file's
     special tokens, when jinja2 is installed)."""
-    from ..checkpoint.gguf.format import read
     f = read(path)
     tok, info = build(f)
     tokens = f.get("tokenizer.ggml.tokens")
     chat = None
     if info["chat_template"] is not None:
         try:
-            from .chat import ChatTemplate
             specials = {k: tokens[info[k + "_id"]] for k in ("bos_token", "eos_token", "unk_token",
                                                             "pad_token")
                         if info[k + "_id"] is not None}
@@ -287,7 +286,6 @@ def load(path: str, cls: Any) -> Any:
 
 
 def _fields_of_file(path: str) -> Dict[str, Any]:
-    from ..checkpoint.gguf.format import read
     return {k: v for k, v in read(path).fields.items() if k.startswith("tokenizer.")}
 
 
@@ -305,7 +303,6 @@ def export(tok: Any, add_bos: Optional[bool] = None, chat_template: Optional[str
         A tokenizer that is not BPE, or neither byte-level nor SentencePiece-style.
     """
     import json
-    from ..checkpoint.gguf.format import Value
     d = json.loads(tok.to_str())
     model = d.get("model") or {}
     if model.get("type") != "BPE":
@@ -397,7 +394,6 @@ def placeholder(vocab: int) -> Dict[str, Any]:
     """A byte-level vocabulary of ``vocab`` tokens (``<t0>``, ``<t1>``, ..., then ``a``,
     ``b``, ``ab`` and one merge): what llama.cpp needs to load a model that has no
     tokenizer and run its token ids."""
-    from ..checkpoint.gguf.format import Value
     n = max(int(vocab), 3)
     tokens = [f"<t{i}>" for i in range(n - 3)] + ["a", "b", "ab"]
     return {"tokenizer.ggml.model": Value("STRING", "gpt2"),

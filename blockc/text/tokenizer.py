@@ -29,6 +29,7 @@ import numpy as np
 from .. import _files
 from .._args import as_flag, as_int, to_numpy
 from .._errors import BlockcTypeError, BlockcValueError
+from . import chat, gguf
 
 __all__ = ["Tokenizer", "TextStream"]
 
@@ -112,8 +113,7 @@ class Tokenizer:
         tk = _tokenizers()
         path = os.fspath(path)
         if path.endswith(".gguf") and os.path.isfile(path):  # the tokenizer a GGUF describes
-            from .gguf import load
-            return load(path, cls)
+            return gguf.load(path, cls)
         d = path if os.path.isdir(path) else os.path.dirname(path)
         f = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
         if not os.path.lexists(f):
@@ -259,10 +259,9 @@ class Tokenizer:
     def chat_template(self) -> Any:
         """The checkpoint's :class:`blockc.chat.ChatTemplate` (read on first use), or None."""
         if self._chat is None and self._dir is not None:
-            from .chat import ChatTemplate, load_chat_template, special_tokens
-            src = load_chat_template(self._dir)
+            src = chat.load_chat_template(self._dir)
             if src is not None:
-                self._chat = ChatTemplate(src, special_tokens(self._dir))
+                self._chat = chat.ChatTemplate(src, chat.special_tokens(self._dir))
         return self._chat
 
     def apply_chat_template(self, messages: Sequence[Any], add_generation_prompt: bool = True,
@@ -302,12 +301,11 @@ class Tokenizer:
         >>> tok.apply_chat_template([{"role": "user", "content": "Hi"}]).text  # doctest: +SKIP
         '<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n'
         """
-        from .chat import apply_chat_template
         template = self.chat_template
         if template is None:
             raise BlockcValueError("this tokenizer has no chat template (chat_template.jinja, "
                                    "tokenizer_config.json's chat_template or chat_template.json)")
-        return apply_chat_template(self, template, messages, add_generation_prompt, **variables)
+        return chat.apply_chat_template(self, template, messages, add_generation_prompt, **variables)
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size}, eos_token_id={self.eos_token_id})"

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from .. import _files
-from ..checkpoint import safetensors as stf
+from ..io import safetensors as stf
 from .._errors import BlockcValueError
 from . import AdamW
 

@@ -236,7 +236,7 @@ def write_model(path, arch: str = "llama", *, width: int = 64, layers: int = 2, 
 
 def native(types):
     """The format blockc holds a matrix of these file types in (independently of
-    blockc.gguf.model's table): the type's own format, Q4_0/Q5_0/Q8_0 parts as q8_0 (the
+    blockc.checkpoint.gguf's table): the type's own format, Q4_0/Q5_0/Q8_0 parts as q8_0 (the
     same weights, exactly), anything else float32."""
     own = {"F32": "float32", "BF16": "bfloat16", "Q8_0": "q8_0", "Q4_0": "q4_0", "F16": "float16",
            "Q5_0": "q5_0", "Q4_K": "q4_k", "Q6_K": "q6_k"}
@@ -255,7 +255,7 @@ def assert_dequantised(m, path, arch: str) -> None:
     transformers' order): the peer check of every GGUF load."""
     import gguf
     from gguf import quants
-    from blockc.checkpoint.gguf import model as gm
+    from blockc.checkpoint import gguf as gm
     peer = gguf.GGUFReader(str(path))
     deq = {t.name: np.asarray(quants.dequantize(t.data, t.tensor_type), np.float32)
            for t in peer.tensors}

@@ -47,15 +47,15 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from ..._errors import BlockcTypeError, BlockcValueError
-from ..families import config_to_hf
-from ...generation.config import GenerationConfig
-from ...model import GPTConfig, layout
-from ...model.panels import FILE_ROWS, PANELS, file_rows, raw_panels  # noqa: F401 (file_rows re-exported)
-from ...reference import ggml
-from ...text.tokenizer import Tokenizer
-from . import format as fmt
-from ...text.gguf import metadata_of, placeholder
+from .._errors import BlockcTypeError, BlockcValueError
+from .families import config_to_hf
+from ..generation.config import GenerationConfig
+from ..model import DTYPES, GPTConfig, layout
+from ..model.panels import FILE_ROWS, PANELS, file_rows, raw_panels  # noqa: F401 (file_rows re-exported)
+from ..reference import ggml
+from ..text.tokenizer import Tokenizer
+from ..io import gguf as fmt
+from ..text.gguf import metadata_of, placeholder
 
 __all__ = ["load", "save", "config_from_gguf", "ARCHITECTURES", "GGUF_DTYPES", "recipe",
            "GGUFMixin", "is_gguf", "INTEGER"]
@@ -351,7 +351,6 @@ def exact_formats(types: List[str]) -> List[str]:
     """The blockc formats that hold exactly the weights of a matrix whose parts (q, k, v
     of a fused attn.qkv) have the ggml ``types``, cheapest first: those every part's
     :data:`EXACT` entry lists and blockc has, then float32 (the dequantised weights)."""
-    from ...model import DTYPES
     out = [c for c in EXACT.get(types[0], ())
            if c in DTYPES and c != "float32" and all(c in EXACT.get(t, ()) for t in types[1:])]
     return out + ["float32"]
