@@ -104,7 +104,7 @@ def test_bounded_column_formats_agree_at_the_bound():
     as one matrix's own format (found by the property test above: 2**20 heads of width 1).
     The bound is C's; both sides must meet accept and refuse."""
     from blockc.model import formats, matrix_slots
-    from blockc.model.core import c_struct
+    from blockc.model.layout import c_struct
     top = lib.BC_Q8_0I_MAX_COLS
     base = dict(vocab=64, context=8, width=64, heads=2, layers=1, eps=1e-5, tie_weights=True,
                 norm="rms", placement="pre", activation="swiglu", d_ff=128, positions="rope",
@@ -202,7 +202,7 @@ def test_per_matrix_formats_python_and_c_agree(drawn):
     struct is built here from the drawn codes; unused entries (a tied head, the gate
     without SwiGLU) stay float32, as the Python side writes them."""
     from blockc.model import formats, matrix_slots
-    from blockc.model.core import c_struct
+    from blockc.model.layout import c_struct
     f, codes = drawn
     cfg = GPTConfig(**f)
     names = {v: k for k, v in C_DTYPE.items()}

@@ -3,9 +3,11 @@
 - :mod:`blockc.model.config`: :class:`GPTConfig`, the presets, the parameter
   counts (the formula and its breakdown), and the option tuples with their C
   enum values.
-- :mod:`blockc.model.core`: :class:`Model` (the parameter buffer, its layout,
-  tensor reads and writes, the C handles, the per-thread workspace, the forward
-  pass) and :class:`KVCache`.
+- :mod:`blockc.model.layout`: where each tensor of the parameter buffer lives
+  (:func:`layout`, :class:`Tensor`), each matrix's format, the C config struct;
+- :mod:`blockc.model.cache`: :class:`KVCache`;
+- :mod:`blockc.model.core`: :class:`Model` (the parameter buffer, tensor reads and
+  writes, the C handles, the per-thread workspace, the forward pass).
 
 :class:`blockc.GPT` (in :mod:`blockc.gpt`) is ``Model`` with three mixins, each in
 its own module, each importing this package and never :mod:`blockc.gpt`:
@@ -55,8 +57,10 @@ from __future__ import annotations
 from .config import (ACTIVATIONS, C_DTYPE, DTYPES, GPT_PRESETS, NORMS, PLACEMENTS, POSITIONS,
                      GPTConfig, as_config, block_parameter_parts, gpt2_shaped,
                      gpt_parameter_count, gpt_parameter_formula, parameter_breakdown)
-from .core import (CACHE_DTYPES, MIXED, KVCache, Model, Tensor, aligned_copy, check_ids,
-                   formats, layout, matrix_slots, same_bits)
+from .cache import CACHE_DTYPES, KVCache
+from .core import Model, same_bits
+from .layout import MIXED, Tensor, check_ids, formats, layout, matrix_slots
+from .._native import aligned_copy
 
 __all__ = ["GPTConfig", "GPT_PRESETS", "NORMS", "PLACEMENTS", "ACTIVATIONS", "POSITIONS",
            "DTYPES", "C_DTYPE", "as_config", "gpt_parameter_count", "gpt_parameter_formula",

@@ -9,136 +9,22 @@ the internal interface :mod:`blockc.model` documents.
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
 
-from .._args import as_choice, as_flag, as_int, as_size, to_numpy
+from .._args import as_choice, as_flag, as_int, to_numpy
 from .._enums import VALUE_LIMIT
 from .._errors import BlockcTypeError, BlockcValueError
 from .._native import aligned_copy, check, cptr, ffi, fptr, lib, output_empty, thread_buffer
-from .._enums import MAX_COLS, WHOLE_BLOCKS
-from .config import C_DTYPE, DTYPES, GPTConfig, as_config, gpt_parameter_count
+from .cache import KVCache
+from .config import DTYPES, GPTConfig, as_config, gpt_parameter_count
+from .layout import MIXED, Tensor, c_struct, check_ids, formats, layout
 from .panels import repack
 
-__all__ = ["Model", "KVCache", "Tensor", "layout", "formats", "matrix_slots", "MIXED",
-           "check_ids", "same_bits", "aligned_copy"]
+__all__ = ["Model", "same_bits"]
 
-
-class Tensor(NamedTuple):
-    """Where a tensor of the layout lives: byte offset and size, storage, shape."""
-    offset: int
-    nbytes: int
-    dtype: int      # BC_DTYPE_* of its storage
-    packed: bool    # a packed matrix (else float32, row-major)
-    shape: Tuple[int, ...]
-
-
-#: the name a model whose matrices do not all share one format gives as its dtype
-MIXED = "mixed"
-
-_DTYPE_NAME = {v: k for k, v in C_DTYPE.items()}
-_KINDS = (("attn.qkv.weight", 0), ("attn.proj.weight", 1), ("up.weight", 2), ("gate.weight", 3),
-          ("down.weight", 4))
-
-
-def matrix_slots(cfg: GPTConfig) -> Dict[str, int]:
-    """name -> entry of ``bc_gpt_config.dtypes`` (bc_gpt.h's ``BC_GPT_FMT_*``) of every
-    matrix a model of ``cfg`` has, in state-dict order."""
-    out = {"token.weight": 0}
-    for i in range(cfg.layers):
-        for kind, k in _KINDS:
-            if kind != "gate.weight" or cfg.activation == "swiglu":
-                out[f"blocks.{i}.{kind}"] = 2 + i * 5 + k
-    if not cfg.tie_weights:
-        out["head.weight"] = 1
-    return out
-
-
-def formats(cfg: GPTConfig, dtype: str = "float32",
-            dtypes: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """Every matrix's format: ``dtypes[name]`` where given, else ``dtype`` (checked:
-    unknown names and formats refused by name)."""
-    dtype = as_choice(dtype, "dtype", DTYPES)
-    slots = matrix_slots(cfg)
-    out = dict.fromkeys(slots, dtype)
-    if dtypes is None:
-        _check_columns(cfg, out)
-        return out
-    if not isinstance(dtypes, Mapping):
-        raise BlockcTypeError(f"dtypes must be a mapping of matrix names to formats, got "
-                              f"{type(dtypes).__name__}")
-    for name, d in dict(dtypes).items():  # read once
-        if name not in slots:
-            raise BlockcValueError(f"dtypes: {name!r} is not a matrix of this model (its "
-                                   f"matrices: {', '.join(list(slots)[:4])}, ...)")
-        out[name] = as_choice(d, f"dtypes[{name!r}]", DTYPES)
-    _check_columns(cfg, out)
-    return out
-
-
-def _check_columns(cfg: GPTConfig, fmts: Mapping[str, str]) -> None:
-    """A matrix in a format of whole blocks (q4_k, q6_k: super-blocks of 256 columns) whose
-    rows are not (llama.cpp stores such a matrix in another type), or in a format of bounded
-    columns (q8_0i, q4_0i) with more, refused by name."""
-    if not any(d in WHOLE_BLOCKS or d in MAX_COLS for d in fmts.values()):
-        return
-    shapes = layout(cfg)  # float32: every shape packs
-    for name, d in fmts.items():
-        whole, most, cols = WHOLE_BLOCKS.get(d), MAX_COLS.get(d), shapes[name].shape[1]
-        if whole and cols % whole:
-            raise BlockcValueError(
-                f"{d} needs matrices of whole blocks of {whole} columns: {name!r} "
-                f"{shapes[name].shape} has {cols} (llama.cpp stores such a matrix in "
-                "another type)")
-        if most and cols > most:
-            raise BlockcValueError(f"{d} holds matrices of at most {most} columns: {name!r} "
-                                   f"{shapes[name].shape} has {cols}")
-
-
-def c_struct(cfg: GPTConfig, fmts: Mapping[str, str]) -> Tuple[Any, Any]:
-    """The ``bc_gpt_config *`` of a model of ``cfg`` with matrix formats ``fmts`` (as
-    :func:`formats` returns), and the ``int[]`` its ``dtypes`` points to (None when
-    every matrix shares one format: the config's own struct of that dtype). Keep both
-    alive together."""
-    uniform = set(fmts.values())
-    if len(uniform) == 1:
-        return cfg.c_struct(uniform.pop()), None
-    if cfg.layers > lib.BC_GPT_FMT_LAYERS:
-        raise BlockcValueError(f"a model of {cfg.layers} layers stores its matrices in one "
-                               f"format (per-matrix formats: {lib.BC_GPT_FMT_LAYERS} layers "
-                               "at most)")
-    slots = matrix_slots(cfg)
-    arr = ffi.new("int[]", 2 + 5 * cfg.layers)  # unused entries (tied head, gate) float32: 0
-    for name, d in fmts.items():
-        arr[slots[name]] = C_DTYPE[d]
-    c = ffi.new("bc_gpt_config *")
-    c[0] = cfg.c_struct()[0]
-    c.dtype = C_DTYPE["float32"]
-    c.dtypes = arr
-    return c, arr
-
-
-def layout(cfg: GPTConfig, dtype: str = "float32",
-           dtypes: Optional[Mapping[str, str]] = None) -> Dict[str, Tensor]:
-    """name -> Tensor for every tensor of the buffer, from C, in state-dict order (the
-    matrices in ``dtype``, or ``dtypes[name]`` where given)."""
-    c, _keep = c_struct(cfg, formats(cfg, dtype, dtypes))
-    count = ffi.new("size_t *")
-    check(lib.bc_gpt_tensor_count(count, c), "layout")
-    name = ffi.new("char[]", lib.BC_GPT_NAME_MAX)
-    off, nb, ndim, shape = (ffi.new("size_t *"), ffi.new("size_t *"), ffi.new("size_t *"),
-                            ffi.new("size_t[2]"))
-    dt, packed = ffi.new("int *"), ffi.new("int *")
-    out: Dict[str, Tensor] = {}
-    for i in range(int(count[0])):
-        check(lib.bc_gpt_tensor_info(name, lib.BC_GPT_NAME_MAX, off, nb, dt, packed, ndim, shape,
-                                     c, i), "layout")
-        shp = (int(shape[0]), int(shape[1])) if ndim[0] == 2 else (int(shape[0]),)
-        out[ffi.string(name).decode()] = Tensor(int(off[0]), int(nb[0]), int(dt[0]),
-                                                 bool(packed[0]), shp)
-    return out
 
 
 def _state_array(name: str, value: Any) -> np.ndarray:
@@ -147,268 +33,6 @@ def _state_array(name: str, value: Any) -> np.ndarray:
     if a.dtype.kind not in "fiu":
         raise BlockcValueError(f"state dict entry {name!r} must hold real numbers, got dtype {a.dtype}")
     return a
-
-
-def check_ids(ids: Any, cfg: GPTConfig, start: int = 0) -> np.ndarray:
-    """ids as a new C-contiguous int32 or int64 (B, T) array (the two types C reads;
-    int32 stays int32), validated against the model. Always a copy: the ids are
-    small, and the copy is what was checked, whatever another thread does to the
-    caller's array meanwhile."""
-    a = np.array(to_numpy(ids, "ids"), copy=True)  # checked below, then used: this copy
-    if a.dtype.kind not in "iu" or a.dtype == np.bool_:
-        raise BlockcTypeError(f"ids must be integers, got dtype {a.dtype}")
-    if a.ndim != 2:
-        raise BlockcValueError(f"ids must have shape (B, T), got shape {a.shape}")
-    if a.shape[0] == 0 or a.shape[1] == 0:
-        raise BlockcValueError(f"ids must have B >= 1 and T >= 1, got shape {a.shape}")
-    if a.size:
-        lo, hi = int(a.min()), int(a.max())
-        if lo < 0 or hi >= cfg.vocab:
-            raise BlockcValueError(f"ids must lie in [0, {cfg.vocab}), got values in [{lo}, {hi}]")
-    if start + a.shape[1] > cfg.context:
-        raise BlockcValueError(f"Sequence exceeds the model's context of {cfg.context} "
-                               f"(positions {start}..{start + a.shape[1] - 1})")
-    return np.ascontiguousarray(a, dtype=np.int32 if a.dtype == np.int32 else np.int64)
-
-
-#: the element types a KV cache can keep, and NumPy's name for each
-CACHE_DTYPES: Dict[str, Any] = {"float32": np.float32, "float16": np.float16}
-
-
-class KVCache:
-    """Keys and values of every layer for ``batch`` sequences of up to ``capacity`` tokens.
-
-    Made by :meth:`GPT.new_cache`; ``m(ids, cache=cache)`` appends to it. A
-    ``float16`` cache keeps IEEE halves (half the memory, half the bytes a decoding
-    step reads at long contexts): each key and value is stored rounded to nearest,
-    saturating at +-65504, and attention reads the rounded ones back, so a
-    sequence's logits are the same bits however its tokens are split into calls,
-    but differ from a ``float32`` cache's within half precision. A cache
-    belongs to the model that made it (another model, even of the same config,
-    refuses it, and so does every model a cache constructed directly) and its state
-    cannot be replaced from Python: ``k`` and ``v`` (layers, batch, capacity,
-    kv_heads * head_dim; the keys after the rotary embedding) are read-only copies,
-    ``length`` (positions filled), ``lengths`` (per sequence: generation with
-    prompts of different lengths fills them unevenly), ``batch`` and ``capacity``
-    read-only properties; :meth:`reset` empties it. Calls that share one cache take
-    turns (a lock), so two threads appending to it never write the same positions.
-    """
-    __slots__ = ("_cfg", "_owner", "_k", "_v", "_batch", "_capacity", "_lengths", "_lock",
-                 "_row_elems", "_dtype")
-
-    def __init__(self, cfg: GPTConfig, batch: int, capacity: int, dtype: str = "float32",
-                 _owner: object = None):
-        cfg = as_config(cfg)
-        batch = as_size(batch, "batch")
-        capacity = as_size(capacity, "capacity")
-        dtype = as_choice(dtype, "dtype", tuple(CACHE_DTYPES))
-        if capacity > cfg.context:
-            raise BlockcValueError("Requested cache exceeds the context limit "
-                                   f"({capacity} > {cfg.context})")
-        n = ffi.new("size_t *")
-        check(lib.bc_gpt_cache_size(n, cfg.c_struct(), batch, capacity), "new_cache")
-        # the C layout: (batch, layers, kv heads, R, head dim), R = capacity rounded up
-        # to whole tiles of 64 positions; keys transposed tile by tile (bc_gpt.h)
-        rows = int(n[0]) // (cfg.layers * batch * cfg.kv_heads_ * cfg.head_dim_)
-        shape = (batch, cfg.layers, cfg.kv_heads_, rows, cfg.head_dim_)
-        self._cfg, self._owner, self._dtype = cfg, _owner, dtype
-        self._k = np.zeros(shape, dtype=CACHE_DTYPES[dtype])
-        self._v = np.zeros(shape, dtype=CACHE_DTYPES[dtype])
-        self._row_elems = int(n[0]) // batch
-        self._batch, self._capacity = batch, capacity
-        self._lengths = np.zeros(batch, dtype=np.uintp)  # size_t, written by C under the lock
-        self._lock = threading.Lock()
-
-    @property
-    def k(self) -> np.ndarray:
-        """The keys (layers, batch, capacity, kv_heads * head_dim) after the rotary
-        embedding: a read-only float32 copy (the cache keeps them transposed in tiles)."""
-        B, L, G, R, dh = self._k.shape
-        tiles = self._k.reshape(B, L, G, R // 64, dh, 64).transpose(0, 1, 2, 3, 5, 4)
-        return _logical(tiles.reshape(B, L, G, R, dh), self._capacity)
-
-    @property
-    def v(self) -> np.ndarray:
-        """The values (layers, batch, capacity, kv_heads * head_dim): a read-only
-        float32 copy."""
-        return _logical(self._v, self._capacity)
-
-    @property
-    def dtype(self) -> str:
-        """What the cache keeps its keys and values as: ``"float32"`` or ``"float16"``."""
-        return self._dtype
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of its keys and values (all ``batch`` sequences' whole capacity, in tiles
-        of 64 positions)."""
-        return int(self._k.nbytes + self._v.nbytes)
-
-    @property
-    def batch(self) -> int:
-        return self._batch
-
-    @property
-    def capacity(self) -> int:
-        return self._capacity
-
-    @property
-    def length(self) -> int:
-        """Positions filled (the largest over the sequences, when they differ)."""
-        return int(self._lengths.max())
-
-    @property
-    def lengths(self) -> Tuple[int, ...]:
-        """Positions filled, per sequence."""
-        return tuple(int(n) for n in self._lengths)
-
-    @property
-    def cfg(self) -> GPTConfig:
-        return self._cfg
-
-    def reset(self) -> None:
-        """Forget every stored position (length 0).
-
-        Examples
-        --------
-        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
-        >>> c = m.new_cache(1, 8); _ = m(np.array([[1, 2]]), cache=c); c.length
-        2
-        >>> c.reset(); c.length
-        0
-        """
-        with self._lock:
-            self._lengths[:] = 0
-
-    def truncate(self, seq: int, n: int) -> None:
-        """Forget sequence ``seq``'s positions from ``n`` on: it continues at position ``n``.
-
-        Parameters
-        ----------
-        seq : int in [0, batch)
-        n : int in [0, lengths[seq]]
-
-        Raises
-        ------
-        TypeError
-            Indices that are not integers.
-        ValueError
-            ``seq`` outside the batch, or ``n`` past the sequence's length.
-
-        Examples
-        --------
-        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
-        >>> c = m.new_cache(2, 8); _ = m(np.array([[1, 2, 3], [4, 5, 6]]), cache=c)
-        >>> c.truncate(1, 1); c.lengths
-        (3, 1)
-        """
-        seq = as_int(seq, "seq", 0, self._batch - 1)
-        n = as_int(n, "n", 0)
-        with self._lock:
-            if n > int(self._lengths[seq]):
-                raise BlockcValueError(f"n must be at most sequence {seq}'s length "
-                                       f"{int(self._lengths[seq])}, got {n}")
-            check(lib.bc_gpt_cache_truncate(self._c(), self._cfg.c_struct(), seq, n), "truncate")
-
-    def copy_prefix(self, dst: int, src: int, n: int) -> None:
-        """Copy sequence ``src``'s first ``n`` positions into sequence ``dst``, whose
-        length becomes ``n``: ``dst`` then continues with the bits ``src`` would
-        (a conversation's next turn reuses its earlier keys and values instead of
-        recomputing them).
-
-        Parameters
-        ----------
-        dst, src : int in [0, batch)
-        n : int in [0, lengths[src]]
-
-        Raises
-        ------
-        TypeError
-            Indices that are not integers.
-        ValueError
-            An index outside the batch, or ``n`` past ``src``'s length.
-
-        Examples
-        --------
-        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
-        >>> c = m.new_cache(2, 8); _ = m(np.array([[1, 2, 3], [4, 5, 6]]), cache=c)
-        >>> c.copy_prefix(1, 0, 2); c.lengths
-        (3, 2)
-        """
-        dst = as_int(dst, "dst", 0, self._batch - 1)
-        src = as_int(src, "src", 0, self._batch - 1)
-        n = as_int(n, "n", 0)
-        with self._lock:
-            if n > int(self._lengths[src]):
-                raise BlockcValueError(f"n must be at most sequence {src}'s length "
-                                       f"{int(self._lengths[src])}, got {n}")
-            check(lib.bc_gpt_cache_copy(self._c(), self._cfg.c_struct(), dst, src, n), "copy_prefix")
-
-    def view(self, start: int, stop: int) -> "KVCache":
-        """Sequences ``start`` .. ``stop - 1`` as a cache of their own, sharing this
-        one's memory, lengths and lock: a model run on the view reads and appends to
-        those sequences alone (a server decodes its active slots without touching
-        the rest).
-
-        Parameters
-        ----------
-        start : int in [0, batch)
-        stop : int in (start, batch]
-
-        Returns
-        -------
-        KVCache
-
-        Raises
-        ------
-        TypeError
-            Indices that are not integers.
-        ValueError
-            An empty or out-of-range span.
-
-        Examples
-        --------
-        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
-        >>> c = m.new_cache(3, 8); _ = m(np.array([[1], [2]]), cache=c.view(1, 3)); c.lengths
-        (0, 1, 1)
-        """
-        start = as_int(start, "start", 0, self._batch - 1)
-        stop = as_int(stop, "stop", start + 1, self._batch)
-        out = object.__new__(KVCache)
-        out._cfg, out._owner, out._lock, out._dtype = self._cfg, self._owner, self._lock, self._dtype
-        out._k, out._v = self._k[start:stop], self._v[start:stop]
-        out._lengths = self._lengths[start:stop]
-        out._row_elems, out._batch, out._capacity = self._row_elems, stop - start, self._capacity
-        return out
-
-    def _c(self, row: Optional[int] = None):
-        """The C struct over the whole cache, or over sequence ``row`` alone (batch 1)."""
-        lengths = ffi.from_buffer("size_t[]", self._lengths)
-        elem = "float[]" if self._dtype == "float32" else "uint16_t[]"
-        k, v = ffi.from_buffer(elem, self._k), ffi.from_buffer(elem, self._v)
-        code = C_DTYPE[self._dtype]
-        if row is None:
-            return ffi.new("bc_gpt_cache *", dict(k=k, v=v, batch=self._batch, dtype=code,
-                                                  capacity=self._capacity, lengths=lengths))
-        off = row * self._row_elems
-        return ffi.new("bc_gpt_cache *", dict(k=k + off, v=v + off, batch=1, dtype=code,
-                                              capacity=self._capacity, lengths=lengths + row))
-
-    def __repr__(self):
-        dt = "" if self._dtype == "float32" else f", dtype={self._dtype!r}"
-        return f"KVCache(batch={self._batch}, capacity={self._capacity}, length={self.length}{dt})"
-
-
-def _logical(a: np.ndarray, capacity: int) -> np.ndarray:
-    """(batch, layers, kv heads, R, head dim) -> a read-only (layers, batch, capacity,
-    kv heads * head dim) copy."""
-    B, L, G, R, dh = a.shape
-    out = np.ascontiguousarray(a[:, :, :, :capacity].transpose(1, 0, 3, 2, 4),
-                               dtype=np.float32).reshape(L, B, capacity, G * dh)
-    out.setflags(write=False)
-    return out
-
-
 
 
 class Model:
@@ -921,15 +545,14 @@ class Model:
         if cache is None:
             return self._run_at(ids, None, 0, last_only, want_hidden, want_logits, None)
         self._own(cache)
-        with cache._lock:
-            lengths = cache._lengths if row is None else cache._lengths[row:row + 1]
-            return self._run_at(ids, cache, int(lengths.max()), last_only, want_hidden,
-                             want_logits, row)
+        with cache.lock:
+            return self._run_at(ids, cache, cache.start(row), last_only, want_hidden,
+                                want_logits, row)
 
     def _own(self, cache: Any) -> None:
         if not isinstance(cache, KVCache):
             raise BlockcTypeError(f"cache must be a blockc.KVCache, got {type(cache).__name__}")
-        if cache._owner is not self:
+        if not cache.belongs_to(self):
             raise BlockcValueError("cache belongs to another model: make it with this "
                                    "model's new_cache()")
 
@@ -940,13 +563,13 @@ class Model:
         b, t = a.shape
         c_cache = ffi.NULL
         if cache is not None:
-            rows = cache._batch if row is None else 1
+            rows = cache.rows(row)
             if rows != b:
                 raise BlockcValueError(f"ids have batch {b} but the cache holds {rows} rows")
-            if start + t > cache._capacity:
-                raise BlockcValueError(f"Sequence exceeds the cache's capacity of {cache._capacity} "
+            if start + t > cache.capacity:
+                raise BlockcValueError(f"Sequence exceeds the cache's capacity of {cache.capacity} "
                                        f"(length {start} + {t} tokens)")
-            c_cache = cache._c(row)
+            c_cache = cache.c_struct(row)
         n = ffi.new("size_t *")
         check(lib.bc_gpt_workspace_size(n, self._c, b, t, c_cache), "GPT forward")
         work, buf = thread_buffer(self._tls, int(n[0]))
@@ -1042,7 +665,6 @@ class Model:
         return (f"{type(self).__name__}(vocab={c.vocab}, context={c.context}, width={c.width}, heads={c.heads}, "
                 f"layers={c.layers}, tie_weights={c.tie_weights}, dtype={self._dtype!r}, "
                 f"parameters={self.num_parameters():,})")
-
 
 
 def same_bits(a: Any, b: Any) -> bool:
