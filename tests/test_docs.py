@@ -1,8 +1,11 @@
 """The examples in the public docstrings run and print what they say (doctest), and
 every public function documents its parameters, return value and errors (numpydoc)."""
 import doctest
+import glob
 import importlib
 import inspect
+import os
+import re
 
 import numpy as np
 import pytest
@@ -130,3 +133,54 @@ def _user_checkpoint(d, llama=False):
     cfg = blockc.GPTConfig(vocab=tok.get_vocab_size(), context=96, width=32, heads=4, layers=2,
                            **arch)
     blockc.GPT.random(cfg, seed=0).save_pretrained(d)
+
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _doc_pages():
+    docs = os.path.join(_ROOT, "docs")
+    return sorted(os.path.relpath(p, docs).replace(os.sep, "/")
+                  for p in glob.glob(os.path.join(docs, "**", "*.md"), recursive=True))
+
+
+def test_speed_md_is_a_summary_not_a_lab_log():
+    # the headline tables only; the rest lives in docs/results/ (issue 48)
+    with open(os.path.join(_ROOT, "docs", "speed.md"), encoding="utf-8") as f:
+        assert len(f.read().splitlines()) < 400
+
+
+def _writers():
+    """(page, the source that names its sections) for every program writing docs/: each
+    bench's ``run_bench(main, PAGE, SECTION)`` call (benches/doc_section.py), and the
+    `blockc experiment` command, whose --markdown docs/training.md gets one section per
+    experiment (named in blockc/cli/experiment.py)."""
+    for path in sorted(glob.glob(os.path.join(_ROOT, "benches", "*.py"))):
+        with open(path, encoding="utf-8") as f:
+            src = f.read()
+        for page, section in re.findall(r'run_bench\(main, "([^"]+)", (.*)\)\s*$', src, re.M):
+            yield page, section
+    with open(os.path.join(_ROOT, "blockc", "cli", "experiment.py"), encoding="utf-8") as f:
+        yield "training.md", f.read()
+
+
+def _names_section(src, name):
+    # the section's name as a string literal, or an f-string that makes it
+    # (ab_products.py: f"ab-products-{dtype}", with f"-{tag}")
+    if f'"{name}"' in src or f"'{name}'" in src:
+        return True
+    return any(name.startswith(prefix) for prefix in re.findall(r'f"([\w.-]+-)\{', src))
+
+
+@pytest.mark.parametrize("page", _doc_pages())
+def test_every_docs_section_has_a_writer_naming_it_and_its_page(page):
+    # no figure in docs/ is typed by hand: each <!-- X:begin --> ... <!-- X:end --> section
+    # is written by a program that names both the page and the section it writes
+    with open(os.path.join(_ROOT, "docs", *page.split("/")), encoding="utf-8") as f:
+        text = f.read()
+    names = re.findall(r"^<!-- ([\w.-]+):begin -->$", text, flags=re.M)
+    assert sorted(names) == sorted(re.findall(r"^<!-- ([\w.-]+):end -->$", text, flags=re.M)), page
+    writers = list(_writers())
+    for name in names:
+        assert any(p == page and _names_section(src, name) for p, src in writers), \
+            f"docs/{page}: no bench writes section {name!r} into it"
