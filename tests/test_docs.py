@@ -62,18 +62,26 @@ def test_numpydoc_sections(name, fn):
     assert "Examples\n--------" in doc, name
 
 
+#: the pages whose Python examples run as written: the README's one per part, the guide's
+#: and the server page's (moved out of the README, issue 48)
+EXAMPLE_PAGES = ("README.md", "docs/guide.md", "docs/serving.md")
+
+
 def _readme_blocks():
-    import os
-    import re
-    text = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                             "README.md"), encoding="utf-8").read()
-    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    blocks = []
+    for page in EXAMPLE_PAGES:
+        with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                               *page.split("/")), encoding="utf-8") as f:
+            text = f.read()
+        blocks += [(page, b) for b in re.findall(r"```python\n(.*?)```", text, flags=re.S)]
+    return blocks
 
 
-@pytest.mark.parametrize("i", range(len(_readme_blocks())))
+@pytest.mark.parametrize("i", range(len(_readme_blocks())),
+                         ids=[f"{p}-{n}" for n, (p, _) in enumerate(_readme_blocks())])
 def test_readme_examples_run_and_print_what_they_say(i, capsys, tmp_path, monkeypatch):
     # each `print(...)  # value` line in the README's Python examples prints that value
-    code = _readme_blocks()[i]
+    page, code = _readme_blocks()[i]
     if '"gpt2/"' in code:  # a checkpoint directory the user has: made here, never downloaded
         _user_checkpoint(tmp_path / "gpt2")
         monkeypatch.chdir(tmp_path)
@@ -100,7 +108,7 @@ def test_readme_examples_run_and_print_what_they_say(i, capsys, tmp_path, monkey
         server = Server(tmp_path / "chat", "--api-key", "sekrit", name="chat")
         code = code.replace("127.0.0.1:8000", f"127.0.0.1:{server.port}")
     try:
-        exec(compile(code, f"README block {i}", "exec"), {})
+        exec(compile(code, f"{page} block {i}", "exec"), {})
     finally:
         if server is not None:
             server.stop()
