@@ -12,9 +12,10 @@ import pytest
 
 import blockc
 
-MODULES = ["blockc.ops", "blockc.engine", "blockc.gpt", "blockc.runtime", "blockc.book",
-           "blockc.rng", "blockc.text", "blockc.model.config", "blockc.model.core", "blockc.hf",
-           "blockc.train", "blockc.generation.loop", "blockc.generation.config"]
+MODULES = ["blockc.block.ops", "blockc.block.engine", "blockc.gpt", "blockc.runtime",
+           "blockc.book", "blockc.book.rng", "blockc.text.tokenizer", "blockc.text.chat",
+           "blockc.model.config", "blockc.model.core", "blockc.checkpoint.hf", "blockc.train",
+           "blockc.generation.loop", "blockc.generation.config"]
 # the examples are written against the public API (GPT's methods live in the modules
 # of the model core and its mixins, which do not import GPT)
 API = {name: getattr(blockc, name) for name in blockc.__all__}
