@@ -19,7 +19,7 @@ old build), the CPU, the load average and the hypervisor's steal.
 
 ``--ways`` runs each build as the environment asks it to (BLOCKC_ISA forces an
 instruction set; avx512-fma is AVX-512 without vdpbf16ps); ``--docs`` writes the
-table into docs/speed.md, section ab-products-<dtype> (ab-products-<dtype>-<tag> with
+table into docs/results/panels.md, section ab-products-<dtype> (ab-products-<dtype>-<tag> with
 ``--tag``, for a second change to the same format).
 """
 from __future__ import annotations
@@ -290,4 +290,4 @@ if __name__ == "__main__":
     pre.add_argument("--dtype", default="bfloat16i")
     pre.add_argument("--tag", default="")
     known = pre.parse_known_args()[0]
-    run_bench(main, "speed.md", f"ab-products-{known.dtype}" + (f"-{known.tag}" if known.tag else ""))
+    run_bench(main, "results/panels.md", f"ab-products-{known.dtype}" + (f"-{known.tag}" if known.tag else ""))

@@ -26,7 +26,7 @@ NumPy's OpenBLAS: this machine's environment may set OPENBLAS_CORETYPE, which
 slows current NumPy; for the comparison run with it unset, e.g.
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benches/bench_block.py
 
-With --docs the output also replaces the "block" section of docs/speed.md.
+With --docs the output also replaces the "block" section of docs/results/kernels.md.
 """
 from __future__ import annotations
 
@@ -258,4 +258,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    run_bench(main, "speed.md", "block")
+    run_bench(main, "results/kernels.md", "block")

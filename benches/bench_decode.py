@@ -42,7 +42,8 @@ against NumPy.
     python benches/bench_decode.py --model smollm2  # the SmolLM2-135M shape (section decode-smollm2)
     python benches/bench_decode.py --layers 4 --new 32 --repeats 1   # a quick look
 
-With --docs the output also replaces the "decode" section of docs/speed.md.
+With --docs the output also replaces the "decode" section of docs/results/generation.md
+("decode-smollm2" with --model smollm2).
 """
 from __future__ import annotations
 
@@ -414,4 +415,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    run_bench(main, "speed.md", "decode-smollm2" if "smollm2" in sys.argv else "decode")
+    run_bench(main, "results/generation.md", "decode-smollm2" if "smollm2" in sys.argv else "decode")

@@ -251,4 +251,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    run_bench(main, "speed.md", "dots")
+    run_bench(main, "results/kernels.md", "dots")

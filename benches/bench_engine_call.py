@@ -19,7 +19,7 @@ Ratios are peer time / blockc time (> 1: blockc is faster).
     python benches/bench_engine_call.py
     python benches/bench_engine_call.py --d-model 768 --heads 12 --seq 128 --number 20
 
-With --docs the output also replaces the "engine-call" section of docs/speed.md.
+With --docs the output also replaces the "engine-call" section of docs/results/kernels.md.
 """
 from __future__ import annotations
 
@@ -101,4 +101,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    run_bench(main, "speed.md", "engine-call")
+    run_bench(main, "results/kernels.md", "engine-call")

@@ -14,7 +14,7 @@ The speedup column is PyTorch time / blockc time (> 1: blockc is faster).
     python benches/bench_gpt.py --layers 4 --repeats 3
     python benches/bench_gpt.py --threads 1         # both libraries on one thread
 
-With --docs the output also replaces the "gpt" section of docs/speed.md.
+With --docs the output also replaces the "gpt" section of docs/results/generation.md.
 """
 from __future__ import annotations
 
@@ -160,4 +160,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    run_bench(main, "speed.md", "gpt")
+    run_bench(main, "results/generation.md", "gpt")

@@ -17,7 +17,7 @@ for M >= 64, GB/s of weights for M = 1.
     python benches/bench_linear.py
     python benches/bench_linear.py --threads 2 --sizes 64,1024
 
-With --docs the output also replaces the "linear" section of docs/speed.md.
+With --docs the output also replaces the "linear" section of docs/results/kernels.md.
 """
 from __future__ import annotations
 
@@ -119,4 +119,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    run_bench(main, "speed.md", "linear")
+    run_bench(main, "results/kernels.md", "linear")

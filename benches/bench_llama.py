@@ -40,7 +40,8 @@ Engines alternate within each round; every figure is the median of --repeats rou
     python benches/bench_llama.py                 # the tables (about 15 minutes)
     python benches/bench_llama.py --layers 2 --repeats 1 --new 16   # a quick look
 
-With --docs the output also replaces the "llama" section of docs/speed.md.
+With --docs the output also replaces the "llama" section of docs/speed.md (the
+other shapes: their sections of docs/results/generation.md).
 """
 from __future__ import annotations
 
@@ -344,5 +345,10 @@ def torch_no_grad(torch, hm, ids):
 
 
 if __name__ == "__main__":
-    run_bench(main, "speed.md", "llama-smollm2" if "smollm2" in sys.argv
-              else "llama-gpt2" if "gpt2" in sys.argv else "llama")
+    # the Llama shape is speed.md's headline table, the other shapes results/generation.md's
+    if "smollm2" in sys.argv:
+        run_bench(main, "results/generation.md", "llama-smollm2")
+    elif "gpt2" in sys.argv:
+        run_bench(main, "results/generation.md", "llama-gpt2")
+    else:
+        run_bench(main, "speed.md", "llama")

@@ -15,7 +15,7 @@ the loaders alternating within each round, median of --repeats rounds:
     python benches/bench_load.py              # the table (about a minute)
     python benches/bench_load.py --layers 2   # a quick look
 
-With --docs the output also replaces the "load" section of docs/speed.md.
+With --docs the output also replaces the "load" section of docs/results/generation.md.
 """
 from __future__ import annotations
 
@@ -126,4 +126,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    run_bench(main, "speed.md", "load")
+    run_bench(main, "results/generation.md", "load")

@@ -18,7 +18,7 @@ Attention FLOPs are 4 T^2 D / 2 (the causal half of QK^T and PV). Median of
     python benches/bench_long.py
     python benches/bench_long.py --sizes 1024,8192 --repeats 1
 
-With --docs the output also replaces the "long" section of docs/speed.md.
+With --docs the output also replaces the "long" section of docs/results/kernels.md.
 """
 from __future__ import annotations
 
@@ -144,4 +144,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    run_bench(main, "speed.md", "long")
+    run_bench(main, "results/kernels.md", "long")

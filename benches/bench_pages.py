@@ -21,7 +21,7 @@ runs it, and with every kept block released before each call.
 
     python benches/bench_pages.py [--rounds 8] [--docs]
 
-With --docs the output also replaces the "pages" section of docs/speed.md.
+With --docs the output also replaces the "pages" section of docs/results/kernels.md.
 """
 from __future__ import annotations
 
@@ -132,4 +132,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    run_bench(main, "speed.md", "pages")
+    run_bench(main, "results/kernels.md", "pages")

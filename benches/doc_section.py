@@ -6,6 +6,11 @@ output also captured; at the end the capture replaces the section between
 marker dialect, blockc.experiments._report's too), headed by
 the command and the date. Only a run with ``--docs`` records (a quick run with
 other options should not overwrite the published table).
+
+The page is a path under docs/: "speed.md" for the headline tables a user reads,
+"results/<topic>.md" for the rest (the A/B studies, the other shapes, the history).
+Each bench names its page and section literally in its ``run(main, page, section)``
+call; tests/test_docs.py checks that every section in docs/ has such a writer.
 """
 from __future__ import annotations
 
@@ -37,17 +42,18 @@ class _Tee(io.TextIOBase):
 
 
 def write_section(doc: str, name: str, body: str) -> None:
-    """Replace the body between the section's markers in docs/<doc> (which must have them)."""
-    path = os.path.join(DOCS, doc)
+    """Replace the body between the section's markers in docs/<doc> (which must have them);
+    ``doc`` is a path under docs/, as "speed.md" or "results/panels.md"."""
+    path = os.path.join(DOCS, *doc.split("/"))
     text = open(path, encoding="utf-8").read()
     begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"  # the experiments' dialect too
     if text.count(begin) != 1 or text.count(end) != 1 or text.index(end) < text.index(begin):
         raise SystemExit(f"{path} must have section {name!r} once, {begin} before {end}")
     pat = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
     text = pat.sub(lambda _: f"{begin}\n{body.rstrip()}\n{end}", text)
-    # a unique temporary file in docs/, renamed over the page: two benches finishing at
+    # a unique temporary file beside the page, renamed over it: two benches finishing at
     # once never interleave their writes, and a failure leaves the page as it was
-    fd, tmp = tempfile.mkstemp(prefix=f".{doc}.", dir=DOCS)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=os.path.dirname(path))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

@@ -33,7 +33,7 @@ blockc.train's internals (the C calls train_step makes), since the public
     python benches/profile_train.py              # both models (about 3 minutes)
     python benches/profile_train.py --quick      # gpt-10m only, 3 calls a part
 
-With --docs the output also replaces the "train-profile" section of docs/speed.md.
+With --docs the output also replaces the "train-profile" section of docs/results/training-step.md.
 """
 from __future__ import annotations
 
@@ -254,4 +254,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    run_bench(main, "speed.md", "train-profile")
+    run_bench(main, "results/training-step.md", "train-profile")

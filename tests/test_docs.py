@@ -1,17 +1,21 @@
 """The examples in the public docstrings run and print what they say (doctest), and
 every public function documents its parameters, return value and errors (numpydoc)."""
 import doctest
+import glob
 import importlib
 import inspect
+import os
+import re
 
 import numpy as np
 import pytest
 
 import blockc
 
-MODULES = ["blockc.block.ops", "blockc.block.engine", "blockc.gpt", "blockc.runtime", "blockc.book",
-           "blockc.book.rng", "blockc.text.tokenizer", "blockc.model.config", "blockc.model.core",
-           "blockc.model.cache", "blockc.model.layout", "blockc.checkpoint.hf", "blockc.train",
+MODULES = ["blockc.block.ops", "blockc.block.engine", "blockc.gpt", "blockc.runtime",
+           "blockc.book", "blockc.book.rng", "blockc.text.tokenizer", "blockc.text.chat",
+           "blockc.model.config", "blockc.model.core", "blockc.model.cache", "blockc.model.layout",
+           "blockc.checkpoint.hf", "blockc.train",
            "blockc.generation.loop", "blockc.generation.config"]
 # the examples are written against the public API (GPT's methods live in the modules
 # of the model core and its mixins, which do not import GPT)
@@ -60,18 +64,26 @@ def test_numpydoc_sections(name, fn):
     assert "Examples\n--------" in doc, name
 
 
+#: the pages whose Python examples run as written: the README's one per part, the guide's
+#: and the server page's (moved out of the README, issue 48)
+EXAMPLE_PAGES = ("README.md", "docs/guide.md", "docs/serving.md")
+
+
 def _readme_blocks():
-    import os
-    import re
-    text = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                             "README.md"), encoding="utf-8").read()
-    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    blocks = []
+    for page in EXAMPLE_PAGES:
+        with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                               *page.split("/")), encoding="utf-8") as f:
+            text = f.read()
+        blocks += [(page, b) for b in re.findall(r"```python\n(.*?)```", text, flags=re.S)]
+    return blocks
 
 
-@pytest.mark.parametrize("i", range(len(_readme_blocks())))
+@pytest.mark.parametrize("i", range(len(_readme_blocks())),
+                         ids=[f"{p}-{n}" for n, (p, _) in enumerate(_readme_blocks())])
 def test_readme_examples_run_and_print_what_they_say(i, capsys, tmp_path, monkeypatch):
     # each `print(...)  # value` line in the README's Python examples prints that value
-    code = _readme_blocks()[i]
+    page, code = _readme_blocks()[i]
     if '"gpt2/"' in code:  # a checkpoint directory the user has: made here, never downloaded
         _user_checkpoint(tmp_path / "gpt2")
         monkeypatch.chdir(tmp_path)
@@ -98,7 +110,7 @@ def test_readme_examples_run_and_print_what_they_say(i, capsys, tmp_path, monkey
         server = Server(tmp_path / "chat", "--api-key", "sekrit", name="chat")
         code = code.replace("127.0.0.1:8000", f"127.0.0.1:{server.port}")
     try:
-        exec(compile(code, f"README block {i}", "exec"), {})
+        exec(compile(code, f"{page} block {i}", "exec"), {})
     finally:
         if server is not None:
             server.stop()
@@ -131,3 +143,54 @@ def _user_checkpoint(d, llama=False):
     cfg = blockc.GPTConfig(vocab=tok.get_vocab_size(), context=96, width=32, heads=4, layers=2,
                            **arch)
     blockc.GPT.random(cfg, seed=0).save_pretrained(d)
+
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _doc_pages():
+    docs = os.path.join(_ROOT, "docs")
+    return sorted(os.path.relpath(p, docs).replace(os.sep, "/")
+                  for p in glob.glob(os.path.join(docs, "**", "*.md"), recursive=True))
+
+
+def test_speed_md_is_a_summary_not_a_lab_log():
+    # the headline tables only; the rest lives in docs/results/ (issue 48)
+    with open(os.path.join(_ROOT, "docs", "speed.md"), encoding="utf-8") as f:
+        assert len(f.read().splitlines()) < 400
+
+
+def _writers():
+    """(page, the source that names its sections) for every program writing docs/: each
+    bench's ``run_bench(main, PAGE, SECTION)`` call (benches/doc_section.py), and the
+    `blockc experiment` command, whose --markdown docs/training.md gets one section per
+    experiment (named in blockc/cli/experiment.py)."""
+    for path in sorted(glob.glob(os.path.join(_ROOT, "benches", "*.py"))):
+        with open(path, encoding="utf-8") as f:
+            src = f.read()
+        for page, section in re.findall(r'run_bench\(main, "([^"]+)", (.*)\)\s*$', src, re.M):
+            yield page, section
+    with open(os.path.join(_ROOT, "blockc", "cli", "experiment.py"), encoding="utf-8") as f:
+        yield "training.md", f.read()
+
+
+def _names_section(src, name):
+    # the section's name as a string literal, or an f-string that makes it
+    # (ab_products.py: f"ab-products-{dtype}", with f"-{tag}")
+    if f'"{name}"' in src or f"'{name}'" in src:
+        return True
+    return any(name.startswith(prefix) for prefix in re.findall(r'f"([\w.-]+-)\{', src))
+
+
+@pytest.mark.parametrize("page", _doc_pages())
+def test_every_docs_section_has_a_writer_naming_it_and_its_page(page):
+    # no figure in docs/ is typed by hand: each <!-- X:begin --> ... <!-- X:end --> section
+    # is written by a program that names both the page and the section it writes
+    with open(os.path.join(_ROOT, "docs", *page.split("/")), encoding="utf-8") as f:
+        text = f.read()
+    names = re.findall(r"^<!-- ([\w.-]+):begin -->$", text, flags=re.M)
+    assert sorted(names) == sorted(re.findall(r"^<!-- ([\w.-]+):end -->$", text, flags=re.M)), page
+    writers = list(_writers())
+    for name in names:
+        assert any(p == page and _names_section(src, name) for p, src in writers), \
+            f"docs/{page}: no bench writes section {name!r} into it"

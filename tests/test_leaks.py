@@ -1,6 +1,6 @@
 """Leaks (issue 6): every public C entry point and the main Python calls, called
 over and over (good and failing arguments alternately), leave the C heap where it
-was. The README's 20,000-call figures come from ``python benches/leaks.py``; this
+was. docs/reliability.md's 20,000-call figures come from ``python benches/leaks.py``; this
 test runs fewer calls in-process and looks at glibc's count of bytes malloc'd
 and not freed, which shows even a 16-byte-a-call leak."""
 import os

@@ -230,7 +230,7 @@ static inline size_t bc_format_panel_bytes(const bc_format *f, size_t cols)
  * by side, so that decoding, which streams a run's panels together, reads
  * one run of memory instead of `group` (bfloat16i on an AMD Zen 4, a decode
  * step's products on one thread: 0.88 of the time with vdpbf16ps, 0.76 with
- * AVX2, 0.89 with AVX-512 FMAs; docs/speed.md, benches/ab_products.py). The
+ * AVX2, 0.89 with AVX-512 FMAs; docs/results/panels.md, benches/ab_products.py). The
  * run takes the bytes its panels would take apart. */
 typedef struct {
     size_t origin, stride;

@@ -224,7 +224,7 @@ BC_INLINE void prows_turns(const size_t sg, const size_t sh, const wf_state_fn s
  * keep it at 4): on an AMD Zen 5 (family 26 model 2) a SmolLM2 step's products
  * on one row took 0.90 (bfloat16) and 0.91 (float16) of the time they took on
  * 4 panels, 0.92-0.96 on 2-3 rows and 2 threads, where float32 on 8 panels
- * took 1.05-1.13 (benches/ab_products.py; docs/speed.md). 16 panels: slower
+ * took 1.05-1.13 (benches/ab_products.py; docs/results/panels.md). 16 panels: slower
  * again (1.2 of 8's). */
 #define PG_STREAM 4
 #define PG_STREAM2 8

@@ -356,7 +356,7 @@ BC_INLINE Q8I_TARGET void Q8I_FN(int_block)(const int fk, const int mr, const in
  * order (AMD Zen 4, a decoding step's q8_0i products on one thread: 0.74 of
  * the time of the old tiles, 8 panels in flight in 8 streams; 0.67 for two and
  * three rows; AVX2 0.56 for one row, 1.17 / 1.13 for two / three: section
- * ab-products-q8_0i of docs/speed.md). One row runs the
+ * ab-products-q8_0i of docs/results/panels.md). One row runs the
  * panels unrolled (their sums in registers), more rows one panel at a time
  * (every row's and panel's sums would not fit), the partial outputs in memory.
  * The GEMM's tile (gemm: its panels from L1/L2, the rows streaming past)
