@@ -68,7 +68,7 @@ _INTS = ("UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "UINT64", "INT64
 
 class GGUFMetadata:
     """A parsed GGUF file's metadata and tensor names as a family reads them: keys under
-    its architecture (``md.int("block_count")`` reads ``{arch}.block_count``), typed,
+    its architecture (``md.integer("block_count")`` reads ``{arch}.block_count``), typed,
     every refusal naming the file.
 
     Parameters
@@ -95,7 +95,7 @@ class GGUFMetadata:
         v = self.file.get(self.key(suffix))
         return default if v is None else v
 
-    def int(self, suffix: str, default: Optional[int] = None) -> int:
+    def integer(self, suffix: str, default: Optional[int] = None) -> int:
         """``{arch}.suffix`` as an integer in [1, 2**31] (``default`` when absent; missing
         and no default: refused)."""
         key = self.key(suffix)
@@ -162,7 +162,7 @@ GGUF_REFUSE: Dict[str, Tuple[Any, str]] = {
 
 # ---- the record --------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a record is itself: compared and hashed by identity
 class Family:
     """One model family, on both checkpoint sides.
 
@@ -313,11 +313,11 @@ def _gguf_sizes(md: GGUFMetadata) -> Dict[str, Any]:
                         "rotary frequencies scaled per dimension (Llama 3.1's rope scaling)")
     if any(".ffn_gate_inp." in n or "_exps." in n for n in md.file.tensors):
         raise md.refuse("tensor 'ffn_gate_inp'", "present", "a mixture of experts")
-    context = md.int("context_length")
-    width = md.int("embedding_length")
-    layers = md.int("block_count")
-    heads = md.int("attention.head_count")
-    d_ff = md.int("feed_forward_length")
+    context = md.integer("context_length")
+    width = md.integer("embedding_length")
+    layers = md.integer("block_count")
+    heads = md.integer("attention.head_count")
+    d_ff = md.integer("feed_forward_length")
     window = md.get("attention.sliding_window")
     if window is not None and window < context:
         raise md.refuse(md.key("attention.sliding_window"), window,
@@ -576,13 +576,13 @@ def _llama_from_gguf(md: GGUFMetadata, *, biases: Optional[Tuple[bool, bool]],
     on all of q/k/v/output or on none), ``why`` saying so when the file differs."""
     out = _gguf_sizes(md)
     width, heads = out["width"], out["heads"]
-    kv = md.int("attention.head_count_kv", heads)
-    head_dim = md.int("attention.key_length", width // heads if width % heads == 0 else 0)
-    vdim = md.int("attention.value_length", head_dim)
+    kv = md.integer("attention.head_count_kv", heads)
+    head_dim = md.integer("attention.key_length", width // heads if width % heads == 0 else 0)
+    vdim = md.integer("attention.value_length", head_dim)
     if vdim != head_dim:
         raise md.refuse(md.key("attention.value_length"), vdim,
                         f"value heads of another width than the key heads ({head_dim})")
-    rot = md.int("rope.dimension_count", head_dim)
+    rot = md.integer("rope.dimension_count", head_dim)
     if rot != head_dim:
         raise md.refuse(md.key("rope.dimension_count"), rot,
                         f"rotary embeddings on part of each head of {head_dim}")
