@@ -29,8 +29,8 @@ import numpy as np
 from ._errors import BlockcValueError
 
 __all__ = ["atomic_write", "write_json", "write_bytes", "replace_dir", "temp_dir_for",
-           "open_regular", "read_bytes", "read_json", "read_config", "loads_json", "check_output_file",
-           "check_output_dir", "MAX_JSON_BYTES", "MAX_JSON_DEPTH"]
+           "open_regular", "read_bytes", "read_json", "read_config", "loads_json",
+           "check_output_file", "check_output_dir", "MAX_JSON_BYTES", "MAX_JSON_DEPTH"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 

@@ -109,7 +109,8 @@ def test_gguf_names_and_keys_are_llama_cpp_ones(fam, cfg):
     known = {g.TENSOR_NAMES[t] for t in g.MODEL_TENSORS[enum]}
     for name, _, _, _ in fam.gguf_names(cfg):
         base, kind = name.rsplit(".", 1)
-        assert kind in ("weight", "bias") and re.sub(r"^blk\.\d+\.", "blk.{bid}.", base) in known, name
+        generic = re.sub(r"^blk\.\d+\.", "blk.{bid}.", base)
+        assert kind in ("weight", "bias") and generic in known, name
     keys = _gguf_keys()
     for suffix in list(fam.to_gguf(cfg)) + list(fam.gguf_refuse):
         assert "{arch}." + suffix in keys, suffix

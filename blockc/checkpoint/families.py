@@ -226,8 +226,9 @@ class Family:
         out = []
         for t in self.tensors(cfg):
             if t.gguf is None:
-                raise BlockcValueError(f"GPTConfig: a {(self.architectures or (self.name,))[0]} GGUF "
-                                       f"file has no tensor for {t.ours!r}")
+                arch = (self.architectures or (self.name,))[0]
+                raise BlockcValueError(f"GPTConfig: a {arch} GGUF file has no tensor for "
+                                       f"{t.ours!r}")
             out.append((t.gguf, t.ours, t.rows, t.permuted))
         return out
 
@@ -405,9 +406,12 @@ def _gpt2_to_gguf(cfg: Any) -> Dict[str, Tuple[str, Any]]:
 
 
 # (blockc, transformers, llama.cpp, Conv1D: stored transposed) of a GPT-2 layer's tensors
-_GPT2_LAYER = (("ln1", "ln_1", "attn_norm", False), ("attn.qkv", "attn.c_attn", "attn_qkv", True),
-               ("attn.proj", "attn.c_proj", "attn_output", True), ("ln2", "ln_2", "ffn_norm", False),
-               ("up", "mlp.c_fc", "ffn_up", True), ("down", "mlp.c_proj", "ffn_down", True))
+_GPT2_LAYER = (("ln1", "ln_1", "attn_norm", False),
+               ("attn.qkv", "attn.c_attn", "attn_qkv", True),
+               ("attn.proj", "attn.c_proj", "attn_output", True),
+               ("ln2", "ln_2", "ffn_norm", False),
+               ("up", "mlp.c_fc", "ffn_up", True),
+               ("down", "mlp.c_proj", "ffn_down", True))
 
 
 def _gpt2_tensors(cfg: Any) -> List[TensorName]:
@@ -499,7 +503,8 @@ def _no_biases(d: Mapping[str, Any]) -> Tuple[bool, bool, bool]:
 
 def _llama_from_hf(d: Mapping[str, Any], *, model: str,
                    window_of: Callable[[Mapping[str, Any]], Any],
-                   biases_of: Callable[[Mapping[str, Any]], Tuple[bool, bool, bool]]) -> Dict[str, Any]:
+                   biases_of: Callable[[Mapping[str, Any]], Tuple[bool, bool, bool]],
+                   ) -> Dict[str, Any]:
     """A Llama-shaped config.json (RMSNorm, rotary positions, SwiGLU, grouped K/V heads);
     ``model`` names the family in refusals."""
     act = _str(d, "hidden_act", "silu")
@@ -636,7 +641,8 @@ def _llama_tensors(cfg: Any, *, permuted: bool) -> List[TensorName]:
                      g + "attn_output.weight"))
         if cfg.out_bias:
             out.append(T(b + "attn.proj.bias", h + "self_attn.o_proj.bias", g + "attn_output.bias"))
-        out.append(T(b + "ln2.weight", h + "post_attention_layernorm.weight", g + "ffn_norm.weight"))
+        out.append(T(b + "ln2.weight", h + "post_attention_layernorm.weight",
+                     g + "ffn_norm.weight"))
         for part in ("gate", "up", "down"):
             out.append(T(b + part + ".weight", h + f"mlp.{part}_proj.weight",
                          g + f"ffn_{part}.weight"))

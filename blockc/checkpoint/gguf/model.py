@@ -48,8 +48,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from ..._errors import BlockcTypeError, BlockcValueError
-from ..families import (GGUF_FAMILIES, GGUFMetadata, Spec, family_of_arch,  # noqa: F401 (Spec re-exported)
-                        family_of_config)
+from ..families import (GGUF_FAMILIES, GGUFMetadata, Spec,  # noqa: F401 (Spec re-exported)
+                        family_of_arch, family_of_config)
 from ...generation.config import GenerationConfig
 from ...model import GPTConfig, layout
 from ...model.panels import FILE_ROWS, PANELS, file_rows, raw_panels  # noqa: F401 (file_rows re-exported)
