@@ -29,8 +29,8 @@ import numpy as np
 from ._errors import BlockcValueError
 
 __all__ = ["atomic_write", "write_json", "write_bytes", "replace_dir", "temp_dir_for",
-           "open_regular", "read_bytes", "read_json", "loads_json", "check_output_file",
-           "check_output_dir", "MAX_JSON_BYTES", "MAX_JSON_DEPTH"]
+           "open_regular", "read_bytes", "read_json", "read_config", "loads_json",
+           "check_output_file", "check_output_dir", "MAX_JSON_BYTES", "MAX_JSON_DEPTH"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -285,6 +285,28 @@ def read_json(path: PathLike, what: str = "", limit: int = MAX_JSON_BYTES,
     """
     path = os.fspath(path)
     return loads_json(read_bytes(path, limit, what), path, depth)
+
+
+def read_config(path: PathLike) -> dict:
+    """A checkpoint's ``config.json`` (``path`` its directory or the file itself; any JSON
+    object file, such as ``generation_config.json``) as a dict.
+
+    Raises
+    ------
+    ValueError
+        No such file, or not a JSON object (as :func:`read_json` refuses too), naming it.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    try:  # a regular file, bounded in size and depth (a FIFO or /dev/zero is refused)
+        d = read_json(path, "a config.json")
+    except FileNotFoundError:
+        raise BlockcValueError(f"{path}: no such file (a checkpoint directory has a "
+                               "config.json)") from None
+    if not isinstance(d, dict):
+        raise BlockcValueError(f"{path}: must hold a JSON object")
+    return d
 
 
 def check_output_file(path: PathLike, option: str) -> str:

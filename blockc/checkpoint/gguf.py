@@ -47,8 +47,9 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from .._errors import BlockcTypeError, BlockcValueError
-from .families import config_to_hf
+from .._errors import BlockcValueError
+from .families import (GGUF_FAMILIES, GGUFMetadata, Spec,  # noqa: F401 (Spec re-exported)
+                       family_of_arch, family_of_config)
 from ..generation.config import GenerationConfig
 from ..model import DTYPES, GPTConfig, layout
 from ..model.panels import FILE_ROWS, PANELS, file_rows, raw_panels  # noqa: F401 (file_rows re-exported)
@@ -60,57 +61,13 @@ from ..text.gguf import metadata_of, placeholder
 __all__ = ["load", "save", "config_from_gguf", "ARCHITECTURES", "GGUF_DTYPES", "recipe",
            "GGUFMixin", "is_gguf", "INTEGER"]
 
-ARCHITECTURES = ("llama", "qwen2", "gpt2")
-
-# metadata that changes what a model computes, refused when present with a non-neutral value
-_REFUSE_KEYS = {
-    "rope.scaling.type": ("none", "rotary angles scaled"),
-    "rope.scaling.factor": (1.0, "rotary angles scaled"),
-    "rope.scaling.attn_factor": (1.0, "attention scaled for rotary scaling"),
-    "expert_count": (0, "a mixture of experts"),
-    "expert_used_count": (0, "a mixture of experts"),
-    "attn_logit_softcapping": (0.0, "soft-capped attention logits"),
-    "final_logit_softcapping": (0.0, "soft-capped output logits"),
-    "logit_scale": (1.0, "scaled output logits"),
-    "attention.clamp_kqv": (0.0, "clamped q/k/v"),
-    "embedding_scale": (1.0, "a scaled embedding"),
-    "residual_scale": (1.0, "scaled residuals"),
-    "attention.scale": (0.0, "a non-default attention scale"),
-}
+#: llama.cpp's general.architecture names blockc reads (the families' GGUF side:
+#: :mod:`blockc.checkpoint.families`)
+ARCHITECTURES = tuple(GGUF_FAMILIES)
 
 
 def _fail(path: str, msg: str) -> BlockcValueError:
     return BlockcValueError(f"{path}: {msg}")
-
-
-def _refuse(path: str, what: str, value: Any, why: str) -> BlockcValueError:
-    return _fail(path, f"{what}={value!r}: {why}; blockc does not compute that, so it refuses "
-                       "rather than load a model that computes differently")
-
-
-def _int(f: fmt.GGUFFile, key: str, default: Optional[int] = None) -> int:
-    v = f.fields.get(key)
-    if v is None:
-        if default is None:
-            raise _fail(f.path, f"metadata key {key!r} is missing")
-        return default
-    if v.type not in ("UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "UINT64", "INT64") \
-            or not 1 <= v.value <= 2 ** 31:
-        raise _fail(f.path, f"metadata key {key!r} must be a positive integer, got {v.type} "
-                            f"{v.value!r}")
-    return int(v.value)
-
-
-def _real(f: fmt.GGUFFile, key: str, default: float) -> float:
-    v = f.fields.get(key)
-    if v is None:
-        return default
-    if v.type not in ("FLOAT32", "FLOAT64") or not np.isfinite(v.value) or v.value < 0:
-        raise _fail(f.path, f"metadata key {key!r} must be a finite number >= 0, got {v.type} "
-                            f"{v.value!r}")
-    if v.type == "FLOAT32":  # the shortest decimal of the float32: 1e-05, not 9.99999974e-06
-        return float(str(np.float32(v.value)))
-    return float(v.value)
 
 
 def _tensor(f: fmt.GGUFFile, name: str) -> fmt.GGUFTensor:
@@ -122,7 +79,7 @@ def _tensor(f: fmt.GGUFFile, name: str) -> fmt.GGUFTensor:
 
 def config_from_gguf(f: fmt.GGUFFile) -> Dict[str, Any]:
     """The :class:`blockc.GPTConfig` fields of a parsed GGUF file's model, everything blockc
-    would compute differently refused by name.
+    would compute differently refused by name (its family's record reads the metadata).
 
     Parameters
     ----------
@@ -135,70 +92,11 @@ def config_from_gguf(f: fmt.GGUFFile) -> Dict[str, Any]:
     Raises
     ------
     ValueError
-        An architecture other than llama, qwen2 and gpt2, or a feature blockc does not
-        compute (named), or metadata missing or of the wrong type (named).
+        An architecture blockc does not run (:data:`ARCHITECTURES`), or a feature blockc
+        does not compute (named), or metadata missing or of the wrong type (named).
     """
-    arch = f.get("general.architecture")
-    if arch not in ARCHITECTURES:
-        raise _fail(f.path, f"general.architecture {arch!r} is not one blockc runs "
-                            f"({', '.join(ARCHITECTURES)})")
-    for suffix, (neutral, why) in _REFUSE_KEYS.items():
-        v = f.get(f"{arch}.{suffix}")
-        if v is not None and v != neutral and not (suffix == "rope.scaling.type" and v == "linear"
-                                                   and f.get(f"{arch}.rope.scaling.factor", 1.0) == 1.0):
-            raise _refuse(f.path, f"{arch}.{suffix}", v, why)
-    if "rope_freqs.weight" in f.tensors:
-        raise _refuse(f.path, "tensor 'rope_freqs.weight'", "present",
-                      "rotary frequencies scaled per dimension (Llama 3.1's rope scaling)")
-    if any(".ffn_gate_inp." in n or "_exps." in n for n in f.tensors):
-        raise _refuse(f.path, "tensor 'ffn_gate_inp'", "present", "a mixture of experts")
-    context = _int(f, f"{arch}.context_length")
-    width = _int(f, f"{arch}.embedding_length")
-    layers = _int(f, f"{arch}.block_count")
-    heads = _int(f, f"{arch}.attention.head_count")
-    d_ff = _int(f, f"{arch}.feed_forward_length")
-    window = f.get(f"{arch}.attention.sliding_window")
-    if window is not None and window < context:
-        raise _refuse(f.path, f"{arch}.attention.sliding_window", window,
-                      f"a sliding window narrower than the context ({context})")
-    vocab = _tensor(f, "token_embd.weight").shape[0]
-    out = _tensor_output(f)
-    tie = out is None
-    if arch == "gpt2":
-        for n in ("attn_q", "attn_k", "attn_v", "ffn_gate"):
-            if f"blk.0.{n}.weight" in f.tensors:
-                raise _fail(f.path, f"tensor 'blk.0.{n}.weight': a GPT-2 file has fused attn_qkv "
-                                    "and no gate")
-        return dict(vocab=vocab, context=context, width=width, heads=heads, layers=layers,
-                    eps=_real(f, "gpt2.attention.layer_norm_epsilon", 1e-5), tie_weights=tie,
-                    d_ff=None if d_ff == 4 * width else d_ff, activation="gelu_tanh")
-    kv = _int(f, f"{arch}.attention.head_count_kv", heads)
-    head_dim = _int(f, f"{arch}.attention.key_length", width // heads if width % heads == 0 else 0)
-    vdim = _int(f, f"{arch}.attention.value_length", head_dim)
-    if vdim != head_dim:
-        raise _refuse(f.path, f"{arch}.attention.value_length", vdim,
-                      f"value heads of another width than the key heads ({head_dim})")
-    rot = _int(f, f"{arch}.rope.dimension_count", head_dim)
-    if rot != head_dim:
-        raise _refuse(f.path, f"{arch}.rope.dimension_count", rot,
-                      f"rotary embeddings on part of each head of {head_dim}")
-    if heads % kv:
-        raise _fail(f.path, f"{arch}.attention.head_count_kv={kv} does not divide head_count={heads}")
-    qkv_bias = "blk.0.attn_q.bias" in f.tensors
-    out_bias = "blk.0.attn_output.bias" in f.tensors
-    if arch == "qwen2" and (not qkv_bias or out_bias):
-        raise _fail(f.path, "a qwen2 file has attn_q/k/v biases and no attn_output bias")
-    if arch == "llama" and qkv_bias != out_bias:
-        raise _fail(f.path, "a llama file has biases on all of q/k/v/output or on none")
-    if "blk.0.ffn_up.bias" in f.tensors or "blk.0.attn_norm.bias" in f.tensors:
-        raise _refuse(f.path, "tensor 'blk.0.ffn_up.bias'", "present", "MLP or norm biases")
-    return dict(vocab=vocab, context=context, width=width, heads=heads, layers=layers,
-                eps=_real(f, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5), tie_weights=tie,
-                norm="rms", placement="pre", activation="swiglu", d_ff=d_ff, positions="rope",
-                rope_theta=_real(f, f"{arch}.rope.freq_base", 10000.0),
-                kv_heads=None if kv == heads else kv,
-                head_dim=None if head_dim * heads == width else head_dim, residual=True,
-                qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=False)
+    fam = family_of_arch(f.get("general.architecture"), f.path)
+    return fam.read_gguf(GGUFMetadata(f, tied=_tensor_output(f) is None))
 
 
 def _tensor_output(f: fmt.GGUFFile) -> Optional[fmt.GGUFTensor]:
@@ -212,49 +110,11 @@ def _tensor_output(f: fmt.GGUFFile) -> Optional[fmt.GGUFTensor]:
     return out
 
 
-Spec = Tuple[str, str, Optional[Tuple[int, int]], Optional[int]]
-
-
 def names(arch: str, cfg) -> List[Spec]:
     """(llama.cpp name, blockc name, rows of the blockc tensor it fills or None, heads of
-    the q/k reordering to undo or None) for every tensor of a model of ``cfg``."""
-    out: List[Spec] = [("token_embd.weight", "token.weight", None, None)]
-    if arch == "gpt2":
-        out.append(("position_embd.weight", "position.weight", None, None))
-        for i in range(cfg.layers):
-            g, b = f"blk.{i}.", f"blocks.{i}."
-            for ours, theirs in (("ln1", "attn_norm"), ("attn.qkv", "attn_qkv"),
-                                 ("attn.proj", "attn_output"), ("ln2", "ffn_norm"),
-                                 ("up", "ffn_up"), ("down", "ffn_down")):
-                out += [(g + theirs + ".weight", b + ours + ".weight", None, None),
-                        (g + theirs + ".bias", b + ours + ".bias", None, None)]
-        out += [("output_norm.weight", "norm.weight", None, None),
-                ("output_norm.bias", "norm.bias", None, None)]
-    else:
-        q, kv = cfg.heads * cfg.head_dim_, cfg.kv_heads_ * cfg.head_dim_
-        perm = arch == "llama"
-        for i in range(cfg.layers):
-            g, b = f"blk.{i}.", f"blocks.{i}."
-            out.append((g + "attn_norm.weight", b + "ln1.weight", None, None))
-            parts = (("attn_q", (0, q), cfg.heads), ("attn_k", (q, q + kv), cfg.kv_heads_),
-                     ("attn_v", (q + kv, q + 2 * kv), None))
-            for part, rows, heads in parts:
-                out.append((g + part + ".weight", b + "attn.qkv.weight", rows,
-                            heads if perm else None))
-            if cfg.qkv_bias:
-                for part, rows, heads in parts:
-                    out.append((g + part + ".bias", b + "attn.qkv.bias", rows,
-                                heads if perm else None))
-            out.append((g + "attn_output.weight", b + "attn.proj.weight", None, None))
-            if cfg.out_bias:
-                out.append((g + "attn_output.bias", b + "attn.proj.bias", None, None))
-            out.append((g + "ffn_norm.weight", b + "ln2.weight", None, None))
-            for theirs, ours in (("ffn_gate", "gate"), ("ffn_up", "up"), ("ffn_down", "down")):
-                out.append((g + theirs + ".weight", b + ours + ".weight", None, None))
-        out.append(("output_norm.weight", "norm.weight", None, None))
-    if not cfg.tie_weights:
-        out.append(("output.weight", "head.weight", None, None))
-    return out
+    the q/k reordering to undo or None) for every tensor of a model of ``cfg`` in a file
+    of architecture ``arch`` (its family's table)."""
+    return family_of_arch(arch, "GGUF").gguf_names(cfg)
 
 
 def unpermute(w: np.ndarray, heads: int) -> np.ndarray:
@@ -523,23 +383,9 @@ def _metadata(m: Any, arch: str, dtype: str, extra: Mapping[str, Any]) -> Dict[s
     md: Dict[str, Any] = {"general.architecture": V("STRING", arch),
                           "general.name": V("STRING", str(extra.get("general.name", "blockc"))),
                           "general.file_type": V("UINT32", _FILE_TYPE.get(dtype, 0)),
-                          "general.quantization_version": V("UINT32", 2),
-                          f"{arch}.context_length": V("UINT32", cfg.context),
-                          f"{arch}.embedding_length": V("UINT32", cfg.width),
-                          f"{arch}.block_count": V("UINT32", cfg.layers),
-                          f"{arch}.feed_forward_length": V("UINT32", cfg.d_ff_),
-                          f"{arch}.attention.head_count": V("UINT32", cfg.heads)}
-    if arch == "gpt2":
-        md["gpt2.attention.layer_norm_epsilon"] = V("FLOAT32", cfg.eps)
-    else:
-        md[f"{arch}.attention.head_count_kv"] = V("UINT32", cfg.kv_heads_)
-        md[f"{arch}.attention.layer_norm_rms_epsilon"] = V("FLOAT32", cfg.eps)
-        md[f"{arch}.rope.freq_base"] = V("FLOAT32", cfg.rope_theta)
-        md[f"{arch}.rope.dimension_count"] = V("UINT32", cfg.head_dim_)
-        if cfg.head_dim_ * cfg.heads != cfg.width:
-            md[f"{arch}.attention.key_length"] = V("UINT32", cfg.head_dim_)
-            md[f"{arch}.attention.value_length"] = V("UINT32", cfg.head_dim_)
-        md[f"{arch}.vocab_size"] = V("UINT32", cfg.vocab)
+                          "general.quantization_version": V("UINT32", 2)}
+    for suffix, (typ, value) in family_of_arch(arch, "GGUF").to_gguf(cfg).items():
+        md[f"{arch}.{suffix}"] = V(typ, value)
     for k, v in extra.items():
         if k.startswith("tokenizer."):
             md[k] = v
@@ -626,9 +472,15 @@ class GGUFMixin:
 
 
 def arch_of(cfg) -> str:
-    """llama.cpp's architecture name for a config (refusing what none of them is)."""
-    mt = config_to_hf(cfg)["model_type"]
-    return mt
+    """llama.cpp's architecture name for a config (refusing what none of them is): its
+    family's (:func:`blockc.checkpoint.families.family_of_config`)."""
+    fam = family_of_config(cfg)
+    if not fam.architectures or fam.to_gguf is None:
+        raise BlockcValueError(f"GPTConfig: llama.cpp has no architecture of the {fam.name} "
+                               "family")
+    fam.to_gguf(cfg)  # refuses, before any work, a config the file cannot hold
+    fam.gguf_names(cfg)  # (and a tensor it has no name for)
+    return fam.architectures[0]
 
 
 def save(m: Any, path: str, dtype: str, tokenizer: Optional[Mapping[str, Any]] = None) -> None:

@@ -6,8 +6,8 @@ A directory as ``transformers`` writes it: ``config.json`` and ``model.safetenso
 (:mod:`blockc.safetensors`) and never contacts the Hub, never unpickles
 (``pytorch_model.bin`` is refused, with the conversion to do).
 
-The families (config fields and tensor names per ``model_type``) are in
-:mod:`blockc.families`; this module reads and writes the directories, through
+The families (config fields and tensor names per ``model_type``) are the records of
+:mod:`blockc.checkpoint.families`; this module reads and writes the directories, through
 the model core's interface (:mod:`blockc.model`), and gives :class:`blockc.GPT`
 its ``from_pretrained`` and ``save_pretrained`` (:class:`PretrainedMixin`).
 """
@@ -25,7 +25,8 @@ from .._args import as_choice
 from .._errors import BlockcValueError
 from .gguf import is_gguf, load as load_gguf
 from ..generation.config import TOKEN_ID_FIELDS, GenerationConfig, token_ids
-from .families import FAMILIES, Name, config_to_hf, family_of, read_config  # noqa: F401 (re-exported)
+from .families import (FAMILIES, Name, config_to_hf, family_of, family_of_config,  # noqa: F401 (re-exported)
+                       read_config)
 from ..model import DTYPES, GPTConfig, Model, layout, same_bits
 
 __all__ = ["LOAD_DTYPES", "config_from_hf", "config_to_hf", "load_dir", "save_dir", "read_config",
@@ -183,8 +184,8 @@ special_ids = token_ids
 def save_dir(m: Model, path: str) -> None:
     """Write m as a transformers checkpoint directory (see :meth:`blockc.GPT.save_pretrained`)."""
     cfg = m.config
-    d = config_to_hf(cfg)
-    fam = family_of(d)
+    fam = family_of_config(cfg)
+    d = fam.to_hf(cfg)
     os.makedirs(path, exist_ok=True)
     # a bfloat16 model's matrices as BF16 (its vectors stay float32, as it holds them);
     # a q8_0 (or mixed) model's dequantised weights as float32: exactly its weights

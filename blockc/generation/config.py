@@ -22,7 +22,7 @@ from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple, Union
 
 from .._args import as_choice, as_flag, as_int, as_real
 from .._errors import BlockcTypeError, BlockcValueError
-from ..checkpoint.families import read_config
+from .._files import read_config
 from ..model import CACHE_DTYPES
 
 __all__ = ["GenerationConfig", "ResolvedGeneration", "TOKEN_ID_FIELDS", "token_ids",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -17,11 +17,10 @@ from .._enums import (ACTIVATIONS, C_ACT, C_DTYPE, C_NORM, C_PLACE, C_POS, DTYPE
 from .._errors import BlockcTypeError, BlockcValueError
 from .._native import check, ffi, lib
 from ..block.engine import BlockConfig
-from ..checkpoint.families import config_to_hf, family_of, read_config
 
 __all__ = ["GPTConfig", "GPT_PRESETS", "NORMS", "PLACEMENTS", "ACTIVATIONS", "POSITIONS", "DTYPES",
            "C_DTYPE", "as_config", "gpt_parameter_count", "gpt_parameter_formula",
-           "block_parameter_parts", "parameter_breakdown", "gpt2_shaped"]
+           "block_parameter_parts", "parameter_breakdown", "gpt2_shaped", "register_hf_codec"]
 
 _LLAMA = dict(norm="rms", activation="swiglu", positions="rope", tie_weights=False,
               qkv_bias=False, out_bias=False, mlp_bias=False)
@@ -43,6 +42,40 @@ GPT_PRESETS: Dict[str, Dict[str, Any]] = {
 }
 
 
+# The Hugging Face config converters (GPTConfig fields of a config.json, and the way back):
+# the model core knows no checkpoint family; blockc.checkpoint.families registers them at
+# import (as ``import blockc`` does), and GPTConfig.from_hf / to_hf call them
+_HF_CODEC: Dict[str, Callable[..., Any]] = {}
+
+
+def register_hf_codec(fields_of: Callable[[Any], Dict[str, Any]],
+                      to_hf: Callable[["GPTConfig"], Dict[str, Any]]) -> None:
+    """Register what :meth:`GPTConfig.from_hf` and :meth:`GPTConfig.to_hf` call (done by
+    :mod:`blockc.checkpoint.families`, the registry of the model families).
+
+    Parameters
+    ----------
+    fields_of : callable
+        A Hugging Face config (a mapping, a ``config.json`` file or its directory) ->
+        the GPTConfig fields, refusing what blockc computes differently.
+    to_hf : callable
+        GPTConfig -> its ``config.json`` dict.
+
+    Raises
+    ------
+    TypeError
+        Either is not callable.
+    """
+    if not callable(fields_of) or not callable(to_hf):
+        raise BlockcTypeError("register_hf_codec takes two callables")
+    _HF_CODEC.update(fields_of=fields_of, to_hf=to_hf)
+
+
+def _hf_codec(name: str) -> Callable[..., Any]:
+    f = _HF_CODEC.get(name)
+    if f is None:  # pragma: no cover - import blockc registers them
+        raise BlockcValueError("no Hugging Face families are registered (import blockc.checkpoint)")
+    return f
 
 
 @dataclass(frozen=True)
@@ -234,7 +267,7 @@ class GPTConfig:
     @classmethod
     def from_hf(cls, config: Union[Mapping[str, Any], str, "os.PathLike[str]"]) -> "GPTConfig":
         """The config of a Hugging Face model: its ``config.json`` (a dict, the file or
-        its directory).
+        its directory), read by its family's record (:mod:`blockc.checkpoint.families`).
 
         Parameters
         ----------
@@ -246,6 +279,8 @@ class GPTConfig:
 
         Raises
         ------
+        TypeError
+            ``config`` is neither a mapping nor a path.
         ValueError
             A model_type blockc does not run, or a field whose value would compute
             differently (named, with the value): never loaded silently.
@@ -255,14 +290,11 @@ class GPTConfig:
         >>> GPTConfig.from_hf({"model_type": "gpt2", "n_layer": 2}).layers
         2
         """
-        if isinstance(config, (str, os.PathLike)):
-            config = read_config(config)
-        if not isinstance(config, Mapping):
-            raise BlockcTypeError(f"config must be a mapping or a path, got {type(config).__name__}")
-        return cls(**family_of(config).config(config))
+        return cls(**_hf_codec("fields_of")(config))
 
     def to_hf(self) -> Dict[str, Any]:
-        """This config as a Hugging Face ``config.json`` dict.
+        """This config as a Hugging Face ``config.json`` dict (written by the record of the
+        family it is, :mod:`blockc.checkpoint.families`).
 
         Returns
         -------
@@ -278,7 +310,7 @@ class GPTConfig:
         >>> GPTConfig.preset("gpt2", layers=2).to_hf()["n_layer"]
         2
         """
-        return config_to_hf(self)
+        return _hf_codec("to_hf")(self)
 
     @property
     def head_dim_(self) -> int:
