@@ -14,8 +14,8 @@ import pytest  # noqa: E402
 import blockc  # noqa: E402
 from blockc.runtime import ISAS  # noqa: E402
 
-# every instruction set this CPU has, or only the one BLOCKC_ISA forces (CI runs
-# the kernel tests a second time with BLOCKC_ISA=generic: the portable path alone)
+# every instruction set this CPU has, or only the one BLOCKC_ISA forces (test_isa_forced
+# runs the kernel tests a second time with BLOCKC_ISA=generic: the portable path alone)
 _forced = os.environ.get("BLOCKC_ISA")
 SUPPORTED_ISAS = ([blockc.get_isa()] if _forced in ISAS
                   else list(ISAS[: ISAS.index(blockc.best_isa()) + 1]))
