@@ -26,10 +26,18 @@ from ..checkpoint.families import read_config
 from ..model import CACHE_DTYPES
 
 __all__ = ["GenerationConfig", "ResolvedGeneration", "TOKEN_ID_FIELDS", "token_ids",
-           "checked_token_ids"]
+           "checked_token_ids", "end_ids", "GGUF_END_KEYS"]
 
 #: the token ids a checkpoint's config.json / generation_config.json may give
 TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+#: a GGUF file's metadata keys of the ids that end a generation: llama.cpp's end of text
+#: and end of turn (a chat model's answer ends at its end-of-turn token)
+GGUF_END_KEYS = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id")
+
+#: GenerationConfig's token ids -> a GGUF file's metadata keys of them (besides the end ids)
+_GGUF_IDS = (("bos_token_id", "tokenizer.ggml.bos_token_id"),
+             ("pad_token_id", "tokenizer.ggml.padding_token_id"))
 
 #: generation_config.json's sampling fields blockc reads (when its do_sample is true)
 _SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")
@@ -308,6 +316,52 @@ class GenerationConfig:
             d.update(ids)
         return cls.from_dict(d)
 
+    @classmethod
+    def from_gguf(cls, metadata: Mapping[str, Any], vocab: Optional[int] = None
+                  ) -> "GenerationConfig":
+        """The generation config of a GGUF file's metadata (a GGUF file has no
+        ``generation_config.json``): its bos and pad ids, and as end ids its end of
+        text and its end of turn (:data:`GGUF_END_KEYS`, in that order, once each), as
+        llama.cpp stops at both. An id that is not an int below both the file's token
+        count and ``vocab`` is left out.
+
+        Parameters
+        ----------
+        metadata : mapping
+            The file's metadata, key -> value (:attr:`blockc.gguf.GGUFFile.metadata`).
+        vocab : int, optional
+            The model's vocabulary.
+
+        Returns
+        -------
+        GenerationConfig
+
+        Raises
+        ------
+        TypeError
+            ``metadata`` is not a mapping.
+
+        Examples
+        --------
+        >>> GenerationConfig.from_gguf({"tokenizer.ggml.eos_token_id": 2,
+        ...                             "tokenizer.ggml.eot_token_id": 7}).eos_token_id
+        (2, 7)
+        """
+        if not isinstance(metadata, Mapping):
+            raise BlockcTypeError(f"metadata must be a mapping, got {type(metadata).__name__}")
+        toks = metadata.get("tokenizer.ggml.tokens")
+        n = len(toks) if isinstance(toks, (list, tuple)) and toks else None
+        n = vocab if n is None else n if vocab is None else min(n, vocab)
+
+        def ok(v: Any) -> bool:
+            return _is_id(v) and (n is None or v < n)
+        kw: Dict[str, Any] = {ours: metadata[key] for ours, key in _GGUF_IDS
+                              if ok(metadata.get(key))}
+        ends = tuple(dict.fromkeys(metadata[k] for k in GGUF_END_KEYS if ok(metadata.get(k))))
+        if ends:
+            kw["eos_token_id"] = ends[0] if len(ends) == 1 else ends
+        return cls(**kw)
+
     def to_dict(self) -> Dict[str, Any]:
         """The options that differ from the defaults, JSON-ready (tuples as lists).
 
@@ -405,3 +459,53 @@ class GenerationConfig:
         return ResolvedGeneration(self.temperature, top_k, self.top_p, self.min_p,
                                   self.repetition_penalty, self.seed, self.use_cache,
                                   self.cache_dtype, eos, pad, self.stop)
+
+
+def end_ids(config: GenerationConfig, tokenizer: Any = None,
+            vocab: Optional[int] = None) -> Tuple[int, ...]:
+    """The ids that end a generation: the one rule ``blockc generate``, ``blockc chat``
+    and the server ask (:meth:`blockc.GPT.generate` stops at ``config``'s own).
+
+    ``config``'s end ids (a loaded checkpoint's: ``generation_config.json``'s, else
+    ``config.json``'s; a GGUF file's end of text and end of turn), then the
+    tokenizer's end token when it has one that ``config`` does not list (vLLM's rule:
+    a chat tokenizer names its end of turn). Ids at or past ``vocab`` are left out
+    (the tokenizer's with a warning: it is not a token of this model).
+
+    Parameters
+    ----------
+    config : GenerationConfig
+    tokenizer : blockc.text.Tokenizer, optional
+        Anything with an ``eos_token_id`` (an int or None).
+    vocab : int, optional
+        The model's vocabulary.
+
+    Returns
+    -------
+    tuple of int
+        In that order, each once (empty: nothing ends the generation but its length).
+
+    Raises
+    ------
+    TypeError
+        ``config`` is not a GenerationConfig.
+
+    Examples
+    --------
+    >>> end_ids(GenerationConfig(eos_token_id=(2, 7)), vocab=16)
+    (2, 7)
+    """
+    if not isinstance(config, GenerationConfig):
+        raise BlockcTypeError("config must be a blockc.generation.GenerationConfig, got "
+                              f"{type(config).__name__}")
+    if vocab is not None:
+        vocab = as_int(vocab, "vocab", 1)
+    ids = [e for e in config.eos_ids if vocab is None or e < vocab]
+    t = getattr(tokenizer, "eos_token_id", None)
+    if _is_id(t) and t not in ids:
+        if vocab is not None and t >= vocab:
+            warnings.warn(f"the tokenizer's end token {t} is not a token id of this model (the "
+                          f"vocabulary has {vocab}): ignored", UserWarning, stacklevel=2)
+        else:
+            ids.append(int(t))
+    return tuple(dict.fromkeys(ids))
