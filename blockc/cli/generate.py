@@ -59,6 +59,7 @@ def _write(text: str) -> None:
 
 def run_generate(args: argparse.Namespace) -> int:
     apply_threads(args)
+    sampling = sampling_options(args)  # checked before the weights are read
     tok = None
     if args.prompt is not None:
         tok = Tokenizer.from_pretrained(args.model)  # checked before the weights are read
@@ -85,7 +86,7 @@ def run_generate(args: argparse.Namespace) -> int:
     gen = gen.replace(eos_token_id=end_ids(gen, tok, m.config.vocab))
     if args.no_eos:
         gen = gen.replace(eos_token_id=())
-    opts = dict(sampling_options(args), generation_config=gen)
+    opts = dict(sampling, generation_config=gen)
     stream = TextStream(tok) if tok is not None else None
     n, t1 = 0, time.perf_counter()
     for token in m.stream(np.array(ids), args.max_new_tokens, **opts):
