@@ -303,3 +303,12 @@ def test_temperature_is_declared_once():
                           for _ in re.finditer(r"temperature:", text)]
     assert sorted(found) == [os.path.join("generation", "config.py"),
                              os.path.join("generation", "loop.py")]
+
+
+def test_a_logit_bias_of_nan_is_refused_naming_the_field():
+    from blockc.serve.types import APIError, parse_completion
+    import json as _json
+    body = _json.loads('{"model": "x", "prompt": "hi", "logit_bias": {"5": NaN}}')
+    with pytest.raises(APIError) as e:
+        parse_completion(body, ["x"])
+    assert (e.value.status, e.value.param) == (400, "logit_bias")

@@ -202,6 +202,9 @@ def _common(body: Any, served: Sequence[str]) -> Dict[str, Any]:
                                param="logit_bias", code="invalid_value") from None
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise _type_error("logit_bias", "an object of numbers", v)
+            if not math.isfinite(v):  # JSON's NaN would pass the range and poison the logits
+                raise APIError(400, f"'logit_bias' values must be finite, got {v!r}",
+                               param="logit_bias", code="invalid_value")
             _range("logit_bias", float(v), -100.0, 100.0)
             logit_bias[tok] = float(v)
     return dict(
