@@ -6,7 +6,6 @@ lines and a ChatML template (tests/support/chat_dirs.py); nothing downloaded."""
 import io
 import sys
 
-import numpy as np
 import pytest
 
 import blockc

@@ -42,7 +42,8 @@ def register(subparsers) -> None:
     p.add_argument("--dtype", choices=LOAD_DTYPES, default=None,
                    help="weight storage (default: bfloat16 for a bfloat16 checkpoint, else float32)")
     add_threads(p)
-    p.add_argument("--no-eos", action="store_true", help="do not stop at the end ids (end of text, end of turn)")
+    p.add_argument("--no-eos", action="store_true",
+                   help="do not stop at the end ids (end of text, end of turn)")
     p.add_argument("--no-special-tokens", action="store_true",
                    help="encode --prompt without the tokenizer's special tokens (by default "
                         "they are added, as transformers' tokenizers add them: a Llama "
