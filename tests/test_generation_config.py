@@ -264,7 +264,7 @@ def test_the_commands_flags_are_the_options_declarations(capsys):
     for flag, bad, words in [("--top-p", "2", "--top-p must be in (0, 1], got 2.0"),
                              ("--min-p", "1.5", "--min-p must be in [0, 1]"),
                              ("--repetition-penalty", "0", "--repetition-penalty must be > 0"),
-                             ("--temperature", "-1", "--temperature must be >= 0")]:
+                             ("--temperature", "-1", "--temperature must be finite and >= 0")]:
         assert main(["generate", "--model", "no-such-dir", "--ids", "1", flag, bad]) == 2
         assert words in capsys.readouterr().err
 

@@ -174,8 +174,9 @@ class Option:
                     isinstance(x, str) and x for x in value):
                 raise BlockcTypeError(f"{name} must be a sequence of non-empty str")
             return tuple(value)
-        v: Union[int, float] = as_int(value, name) if k == "int" else as_real(value, name)
         lo, hi = self.lo, self.hi
+        v: Union[int, float] = (as_int(value, name, None if lo is None else int(lo)) if k == "int"
+                                else as_real(value, name, lo))
         if ((lo is not None and (v < lo or (self.lo_open and v == lo)))
                 or (hi is not None and (v > hi or (self.hi_open and v == hi)))):
             raise BlockcValueError(f"{name} must be {self.span()}, got {value!r}")
