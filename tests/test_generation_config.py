@@ -217,3 +217,98 @@ def test_save_pretrained_writes_the_generation_config_transformers_reads(tmp_pat
     assert (g.do_sample, g.temperature, g.top_k, g.top_p, g.repetition_penalty) == (True, 0.7, 12, 0.9, 1.1)
     assert (g.eos_token_id, g.pad_token_id) == ([5, 7], 1)
     assert transformers.GenerationConfig.from_pretrained(str(tmp_path / "greedy")).do_sample is False
+
+
+# ---- one spelling (issue 48): the flags and the request fields are the options ----------
+
+def test_resolve_runs_once_per_generation(monkeypatch):
+    from blockc.serve.sampling import sampling_from_request
+    from blockc.serve.types import parse_chat
+    calls = []
+    resolve = GenerationConfig.resolve
+
+    def counted(self, vocab):
+        calls.append(vocab)
+        return resolve(self, vocab)
+    monkeypatch.setattr(GenerationConfig, "resolve", counted)
+    m = model(1)
+    m.generate(np.array([[1, 2], [3, 4]]), 5, temperature=1.0, top_k=3, top_p=0.9, seed=2,
+               repetition_penalty=1.2)
+    assert calls == [CFG.vocab]
+    list(m.stream([1, 2], 4, temperature=0.5, min_p=0.1, seed=1))
+    assert calls == [CFG.vocab] * 2
+    req = parse_chat({"model": "x", "messages": [{"role": "user", "content": "hi"}],
+                      "temperature": 0.7, "top_k": 5, "n": 3}, ["x"])
+    s = sampling_from_request(req, CFG.vocab)
+    assert calls == [CFG.vocab] * 3
+    assert (s.options.temperature, s.options.top_k, s.config.top_p) == (0.7, 5, 1.0)
+
+
+def test_the_commands_flags_are_the_options_declarations(capsys):
+    from blockc.cli import build_parser
+    from blockc.generation.config import options
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices
+    cli = {n: o for n, (o, _) in options().items() if o.cli}
+    assert set(cli) == {"temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed",
+                        "cache_dtype"}
+    for command in ("generate", "chat"):
+        acts = {a.dest: a for a in sub[command]._actions}
+        for name, o in cli.items():
+            a = acts[name]
+            assert a.option_strings == ["--" + name.replace("_", "-")]
+            assert a.default == getattr(GenerationConfig(), name)  # greedy unless asked
+            assert a.help.startswith(o.help) and o.span() in a.help
+    assert sub["generate"]._option_string_actions["--top-k"].type is int
+    assert sub["serve"]._option_string_actions["--cache-dtype"].choices == ("float32", "float16")
+    # checked as the option is, before any file is read (the model does not exist)
+    for flag, bad, words in [("--top-p", "2", "--top-p must be in (0, 1], got 2.0"),
+                             ("--min-p", "1.5", "--min-p must be in [0, 1]"),
+                             ("--repetition-penalty", "0", "--repetition-penalty must be > 0"),
+                             ("--temperature", "-1", "--temperature must be finite and >= 0")]:
+        assert main(["generate", "--model", "no-such-dir", "--ids", "1", flag, bad]) == 2
+        assert words in capsys.readouterr().err
+
+
+def test_the_servers_fields_are_the_options_with_openais_defaults():
+    from blockc.serve.types import APIError, parse_completion
+    body = {"model": "x", "prompt": "hi"}
+    req = parse_completion(body, ["x"])
+    assert req.generation == {"temperature": 1.0, "top_k": None, "top_p": 1.0, "min_p": None,
+                              "repetition_penalty": None, "seed": None}
+    assert req.temperature == 1.0 and req.seed is None  # read through
+    assert parse_completion({**body, "top_p": 0}, ["x"]).generation["top_p"] == 1e-12
+    assert parse_completion({**body, "seed": 3, "min_p": 0.5}, ["x"]).generation["min_p"] == 0.5
+    for field, bad, status in [("temperature", 2.5, 400), ("temperature", -0.5, 400),
+                               ("temperature", "hot", 422), ("top_p", 1.5, 400),
+                               ("top_p", -1, 400), ("top_k", 0, 400), ("top_k", 1.5, 422),
+                               ("min_p", 1.5, 400), ("repetition_penalty", 0, 400),
+                               ("seed", -1, 400), ("seed", 2 ** 63, 400)]:
+        with pytest.raises(APIError) as e:
+            parse_completion({**body, field: bad}, ["x"])
+        assert (e.value.status, e.value.param) == (status, field), (field, bad)
+        assert f"'{field}'" in e.value.message
+
+
+def test_temperature_is_declared_once():
+    """`grep -rn 'temperature:' blockc` finds GenerationConfig's field and generate's keyword."""
+    import os
+    import re
+    root = os.path.dirname(blockc.__file__)
+    found = []
+    for d, _, files in os.walk(root):
+        for f in files:
+            if f.endswith(".py"):
+                text = open(os.path.join(d, f), encoding="utf-8").read()
+                found += [os.path.relpath(os.path.join(d, f), root)
+                          for _ in re.finditer(r"temperature:", text)]
+    assert sorted(found) == [os.path.join("generation", "config.py"),
+                             os.path.join("generation", "loop.py")]
+
+
+def test_a_logit_bias_of_nan_is_refused_naming_the_field():
+    from blockc.serve.types import APIError, parse_completion
+    import json as _json
+    body = _json.loads('{"model": "x", "prompt": "hi", "logit_bias": {"5": NaN}}')
+    with pytest.raises(APIError) as e:
+        parse_completion(body, ["x"])
+    assert (e.value.status, e.value.param) == (400, "logit_bias")

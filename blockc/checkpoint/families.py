@@ -10,7 +10,7 @@ name and the GGUF name (:class:`TensorName`: GPT-2's ``Conv1D`` weights stored t
 ``(in, out)``, so a square ``attn.c_proj`` cannot load the wrong way round; row slices of
 a fused tensor, q, k and v of ``attn.qkv``; the heads of llama.cpp's q/k reordering).
 
-Both loaders (:mod:`blockc.checkpoint.hf`, :mod:`blockc.checkpoint.gguf.model`) and both
+Both loaders (:mod:`blockc.checkpoint.hf`, :mod:`blockc.checkpoint.gguf`) and both
 savers read these records and nothing else about a family: no module outside this one
 compares a family's name. A new family is one record here (and :data:`REGISTRY` lists
 it); a new way of computing is a GPTConfig field and its C side.

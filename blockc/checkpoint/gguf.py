@@ -184,8 +184,9 @@ def load(path: str, dtype: Optional[str], cls: Any) -> Any:
         for ours in m:
             cands[ours].pop(0)
     m.special_ids = _special_ids(f, cfg.vocab)
-    # what generate, chat and serve stop at (a GGUF file has no generation_config.json)
-    m.generation_config = GenerationConfig.from_dict(m.special_ids)
+    # what generate, chat and serve stop at (a GGUF file has no generation_config.json):
+    # its end of text and its end of turn
+    m.generation_config = GenerationConfig.from_gguf(f.metadata, cfg.vocab)
     m.gguf_types = {n: f.tensors[n].type for n, _, _, _ in spec}  # what the file held
     m.gguf_tokenizer = {k: v for k, v in f.fields.items() if k.startswith("tokenizer.")}
     return m

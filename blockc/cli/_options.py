@@ -10,11 +10,12 @@ from typing import Any, Dict
 from .. import runtime
 from .._errors import BlockcValueError
 from .._plot import plot_path, pyplot, save_figure
-from ..model import ACTIVATIONS, CACHE_DTYPES, NORMS, PLACEMENTS, POSITIONS
+from ..generation.config import options
+from ..model import ACTIVATIONS, NORMS, PLACEMENTS, POSITIONS
 
 __all__ = ["add_threads", "apply_threads", "positive_int", "require_positive", "plot_path",
            "pyplot", "save_figure", "write", "add_shape_options", "overrides", "add_sampling_options",
-           "sampling_options", "add_cache_dtype"]
+           "sampling_options", "add_cache_dtype", "add_generation_option", "SAMPLING"]
 
 
 def add_threads(p: argparse.ArgumentParser) -> None:
@@ -28,34 +29,56 @@ def apply_threads(args: argparse.Namespace) -> None:
         runtime.set_num_threads(args.threads)
 
 
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_generation_option(p: argparse.ArgumentParser, name: str) -> None:
+    """The flag of the GenerationConfig option ``name`` (``top_p`` -> ``--top-p``), made
+    from its declaration: its type, choices, help and range, its default the option's.
+    Values are checked as the option checks them (:func:`sampling_options`)."""
+    o, default = options()[name]
+    help = o.help + (f"; {o.span()}" if o.span() else "")
+    if o.kind == "choice":
+        p.add_argument(_flag(name), choices=o.choices, default=default, help=help)
+    else:
+        p.add_argument(_flag(name), type=int if o.kind == "int" else float, default=default,
+                       help=help)
+
+
 def add_cache_dtype(p: argparse.ArgumentParser) -> None:
     """``--cache-dtype``: what the KV cache keeps keys and values as (float32; float16
     halves its memory and what each decoding step reads from it)."""
-    p.add_argument("--cache-dtype", choices=tuple(CACHE_DTYPES), default="float32",
-                   help="the KV cache's element type (float32; float16: half the memory)")
+    add_generation_option(p, "cache_dtype")
 
 
-SAMPLING = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed")
+#: the GenerationConfig options the commands that generate take as flags (its ``cli`` ones)
+SAMPLING = tuple(name for name, (o, _) in options().items() if o.cli)
 
 
 def add_sampling_options(p: argparse.ArgumentParser) -> None:
-    """The sampling options of the commands that generate (``--temperature``, ``--top-k``,
-    ``--top-p``, ``--min-p``, ``--repetition-penalty``, ``--seed``) and their
-    ``--cache-dtype``, checked by the generation config they become
-    (:func:`sampling_options`)."""
-    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (the default)")
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--min-p", type=float, default=None)
-    p.add_argument("--repetition-penalty", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None)
-    add_cache_dtype(p)
+    """The generation options of the commands that generate, one flag per option
+    GenerationConfig declares for the command line (``--temperature``, ``--top-k``,
+    ``--top-p``, ``--min-p``, ``--repetition-penalty``, ``--seed``, ``--cache-dtype``):
+    read back and checked by :func:`sampling_options`."""
+    for name in SAMPLING:
+        add_generation_option(p, name)
 
 
 def sampling_options(args: argparse.Namespace) -> Dict[str, Any]:
-    """The keyword options of ``GPT.generate``/``stream`` that
-    :func:`add_sampling_options` read (the sampling ones and ``cache_dtype``)."""
-    return dict({name: getattr(args, name) for name in SAMPLING}, cache_dtype=args.cache_dtype)
+    """The keyword options of ``GPT.generate``/``stream`` that :func:`add_sampling_options`
+    read, each checked as its GenerationConfig option (before any weights are read).
+
+    Raises
+    ------
+    ValueError
+        A value out of its option's range, naming the flag.
+    """
+    out = {}
+    for name in SAMPLING:
+        v = getattr(args, name)
+        out[name] = None if v is None else options()[name][0].check(v, _flag(name))
+    return out
 
 
 def positive_int(text: str) -> int:

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 from .._errors import BlockcValueError
-from ..text.chat import end_token_ids
+from ..generation.config import end_ids
 from ..gpt import GPT
 from ..checkpoint.hf import LOAD_DTYPES
 from ..text.tokenizer import TextStream, Tokenizer
@@ -39,12 +39,13 @@ def register(subparsers) -> None:
 
 def run_chat(args: argparse.Namespace) -> int:
     apply_threads(args)
+    sampling = sampling_options(args)  # checked before the weights are read
     tok = Tokenizer.from_pretrained(args.model)
     if tok.chat_template is None:
         raise BlockcValueError(f"{args.model}: no chat template (blockc generate takes raw text)")
     m = GPT.from_pretrained(args.model, dtype=args.dtype)
-    ends = sorted(end_token_ids(args.model, tok, m.config.vocab))
-    opts = dict(sampling_options(args), eos_token_id=ends or None)
+    ends = end_ids(m.generation_config, tok, m.config.vocab)  # as generate and the server
+    opts = dict(sampling, eos_token_id=ends)
     history = [{"role": "system", "content": args.system}] if args.system else []
     start = list(history)
     interactive = sys.stdin.isatty()

@@ -7,19 +7,20 @@
 
 The continuation is streamed to stdout as it is made (text with the directory's
 tokenizer.json; with --ids, the new ids separated by spaces), and generation
-stops at the model's end tokens (its generation config: config.json's and
-generation_config.json's eos_token_id, else the tokenizer's end token).
+stops at the model's end tokens (:func:`blockc.generation.config.end_ids`: its
+generation config's, a GGUF file's end of text and end of turn, and the tokenizer's
+end token), as ``blockc chat`` and the server do.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 import time
-import warnings
 
 import numpy as np
 
 from .._errors import BlockcValueError
+from ..generation.config import end_ids
 from ..gpt import GPT
 from ..checkpoint.hf import LOAD_DTYPES
 from ..text.tokenizer import TextStream, Tokenizer
@@ -41,7 +42,8 @@ def register(subparsers) -> None:
     p.add_argument("--dtype", choices=LOAD_DTYPES, default=None,
                    help="weight storage (default: bfloat16 for a bfloat16 checkpoint, else float32)")
     add_threads(p)
-    p.add_argument("--no-eos", action="store_true", help="do not stop at the end-of-text token")
+    p.add_argument("--no-eos", action="store_true",
+                   help="do not stop at the end ids (end of text, end of turn)")
     p.add_argument("--no-special-tokens", action="store_true",
                    help="encode --prompt without the tokenizer's special tokens (by default "
                         "they are added, as transformers' tokenizers add them: a Llama "
@@ -58,6 +60,7 @@ def _write(text: str) -> None:
 
 def run_generate(args: argparse.Namespace) -> int:
     apply_threads(args)
+    sampling = sampling_options(args)  # checked before the weights are read
     tok = None
     if args.prompt is not None:
         tok = Tokenizer.from_pretrained(args.model)  # checked before the weights are read
@@ -74,31 +77,17 @@ def run_generate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     m = GPT.from_pretrained(args.model, dtype=args.dtype)
     load = time.perf_counter() - t0
-    # the end ids: the checkpoint's generation config (a GGUF file's: its special ids),
-    # else the tokenizer's end token
-    gen = m.generation_config
-    vocab = m.config.vocab
-
-    def in_vocab(v):  # a fallback's ids that are this model's (from_pretrained warned of the rest)
-        vals = [x for x in (v if isinstance(v, (list, tuple)) else [v])
-                if type(x) is int and 0 <= x < vocab]
-        return (tuple(vals) if isinstance(v, (list, tuple)) else vals[0]) if vals else None
-    if gen.eos_token_id is None and in_vocab(m.special_ids.get("eos_token_id")) is not None:
-        gen = gen.replace(eos_token_id=in_vocab(m.special_ids["eos_token_id"]))
     if tok is not None:
         ids = list(tok.encode(args.prompt, add_special_tokens=not args.no_special_tokens))
         if not ids:
             raise BlockcValueError("--prompt encodes to no tokens")
-        if gen.eos_token_id is None and tok.eos_token_id is not None:
-            if in_vocab(tok.eos_token_id) is None:
-                warnings.warn(f"{args.model}: the tokenizer's end token {tok.eos_token_id} is "
-                              f"not a token id of this model (the vocabulary has {vocab}): "
-                              "ignored")
-            else:
-                gen = gen.replace(eos_token_id=tok.eos_token_id)
+    # the end ids: the one rule (the checkpoint's generation config, a GGUF file's end of
+    # text and end of turn, and the tokenizer's end token)
+    gen = m.generation_config
+    gen = gen.replace(eos_token_id=end_ids(gen, tok, m.config.vocab))
     if args.no_eos:
         gen = gen.replace(eos_token_id=())
-    opts = dict(sampling_options(args), generation_config=gen)
+    opts = dict(sampling, generation_config=gen)
     stream = TextStream(tok) if tok is not None else None
     n, t1 = 0, time.perf_counter()
     for token in m.stream(np.array(ids), args.max_new_tokens, **opts):

@@ -2,7 +2,9 @@
 
 - :mod:`blockc.generation.config`: :class:`GenerationConfig`, every option of a
   generation in one place, read from a checkpoint's config.json and
-  generation_config.json.
+  generation_config.json (each option declared once, with what the commands' flags
+  and the server's request fields are made from), and :func:`end_ids`, the one rule
+  of where a generation ends.
 - :mod:`blockc.generation.logits`: the logits processors and the sampler
   (:class:`SamplingOptions`, :func:`next_tokens`, ...), in NumPy.
 - :mod:`blockc.generation.loop`: :class:`GenerationMixin` (``GPT.generate`` and
@@ -11,11 +13,11 @@
 """
 from __future__ import annotations
 
-from .config import GenerationConfig, ResolvedGeneration
+from .config import GenerationConfig, ResolvedGeneration, end_ids
 from .logits import (SamplingOptions, apply_penalty, min_p_mask, next_tokens, processed_logits,
                      top_k_mask, top_p_mask)
 from .loop import Generation, GenerationMixin, StopStrings
 
 __all__ = ["SamplingOptions", "next_tokens", "processed_logits", "apply_penalty", "top_k_mask",
            "top_p_mask", "min_p_mask", "GenerationMixin", "Generation", "StopStrings",
-           "GenerationConfig", "ResolvedGeneration"]
+           "GenerationConfig", "ResolvedGeneration", "end_ids"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, fields, replace as _dc_replace
+from dataclasses import dataclass, field, fields, replace as _dc_replace
 from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple, Union
 
 from .._args import as_choice, as_flag, as_int, as_real
@@ -25,11 +25,19 @@ from .._errors import BlockcTypeError, BlockcValueError
 from .._files import read_config
 from ..model import CACHE_DTYPES
 
-__all__ = ["GenerationConfig", "ResolvedGeneration", "TOKEN_ID_FIELDS", "token_ids",
-           "checked_token_ids"]
+__all__ = ["GenerationConfig", "ResolvedGeneration", "Option", "API", "options",
+           "TOKEN_ID_FIELDS", "token_ids", "checked_token_ids", "end_ids", "GGUF_END_KEYS"]
 
 #: the token ids a checkpoint's config.json / generation_config.json may give
 TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+#: a GGUF file's metadata keys of the ids that end a generation: llama.cpp's end of text
+#: and end of turn (a chat model's answer ends at its end-of-turn token)
+GGUF_END_KEYS = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id")
+
+#: GenerationConfig's token ids -> a GGUF file's metadata keys of them (besides the end ids)
+_GGUF_IDS = (("bos_token_id", "tokenizer.ggml.bos_token_id"),
+             ("pad_token_id", "tokenizer.ggml.padding_token_id"))
 
 #: generation_config.json's sampling fields blockc reads (when its do_sample is true)
 _SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")
@@ -74,24 +82,118 @@ def checked_token_ids(d: Mapping[str, Any], where: str,
     return out
 
 
-class ResolvedGeneration(NamedTuple):
-    """A GenerationConfig checked against a model's vocabulary: what the loop reads."""
-    temperature: float
-    top_k: Optional[int]          # at most the vocabulary
-    top_p: Optional[float]
-    min_p: Optional[float]
-    repetition_penalty: Optional[float]
-    seed: Optional[int]
-    use_cache: bool
-    cache_dtype: str              # the KV cache's element type (a CACHE_DTYPES name)
-    eos: Tuple[int, ...]          # the end ids (empty: none)
-    pad: int                      # the pad id (pad_token_id, else the first end id, else 0)
-    stop: Optional[Tuple[str, ...]]
+@dataclass(frozen=True)
+class API:
+    """How the server's requests give an option (OpenAI's field, or an extension's).
+
+    Parameters
+    ----------
+    default : object
+        The request's default when the field is absent (OpenAI's: temperature 1, top_p 1).
+    lo, hi : float, optional
+        The request's range when the API's differs from the option's (OpenAI's
+        temperature in [0, 2]; top_p from 0).
+    least : float, optional
+        A request's value below the option's range (an API's 0 that the option
+        excludes) is raised to this one: OpenAI's top_p of 0 keeps the most likely token.
+    """
+    default: Any = None
+    lo: Optional[float] = None
+    hi: Optional[float] = None
+    least: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of :class:`GenerationConfig`, declared once: its kind, range and help,
+    from which its check, ``blockc generate``'s and ``blockc chat``'s flag (``--top-p``)
+    and the server's request field are made.
+
+    Parameters
+    ----------
+    help : str
+        One line: what the option does.
+    kind : {"real", "int", "flag", "choice", "id", "ids", "strs"}
+        A finite real, an int, a bool, one of ``choices``, a token id, an id or a
+        sequence of ids, a sequence of non-empty strings.
+    lo, hi : float, optional
+        The range (None: unbounded on that side).
+    lo_open, hi_open : bool, optional
+        ``lo`` (``hi``) itself excluded.
+    choices : tuple of str, optional
+        For ``kind="choice"``.
+    cli : bool, optional
+        A flag of the commands that generate.
+    api : API, optional
+        A field of the server's requests.
+    """
+    help: str
+    kind: str = "real"
+    lo: Optional[float] = None
+    hi: Optional[float] = None
+    lo_open: bool = False
+    hi_open: bool = False
+    choices: Tuple[str, ...] = ()
+    cli: bool = False
+    api: Optional[API] = None
+
+    def span(self) -> str:
+        """The range in words ("in (0, 1]", ">= 0"; "" when unbounded)."""
+        lo, hi = self.lo, self.hi
+        if lo is not None and hi is not None:
+            return f"in {'(' if self.lo_open else '['}{lo:g}, {hi:g}{')' if self.hi_open else ']'}"
+        if lo is not None:
+            return f"{'>' if self.lo_open else '>='} {lo:g}"
+        if hi is not None:
+            return f"{'<' if self.hi_open else '<='} {hi:g}"
+        return ""
+
+    def check(self, value: Any, name: str) -> Any:
+        """``value`` as the option holds it, checked (the errors name ``name``).
+
+        Raises
+        ------
+        TypeError
+            A value of the wrong type.
+        ValueError
+            A value out of range.
+        """
+        k = self.kind
+        if k == "flag":
+            return as_flag(value, name)
+        if k == "choice":
+            return as_choice(value, name, self.choices)
+        if k == "id":
+            return as_int(value, name, 0)
+        if k == "ids":
+            if isinstance(value, (list, tuple)):
+                return tuple(as_int(e, name, 0) for e in value)
+            return as_int(value, name, 0)
+        if k == "strs":
+            if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(
+                    isinstance(x, str) and x for x in value):
+                raise BlockcTypeError(f"{name} must be a sequence of non-empty str")
+            return tuple(value)
+        lo, hi = self.lo, self.hi
+        v: Union[int, float] = (as_int(value, name, None if lo is None else int(lo)) if k == "int"
+                                else as_real(value, name, lo))
+        if ((lo is not None and (v < lo or (self.lo_open and v == lo)))
+                or (hi is not None and (v > hi or (self.hi_open and v == hi)))):
+            raise BlockcValueError(f"{name} must be {self.span()}, got {value!r}")
+        return v
+
+
+def _option(default: Any, help: str, **spec: Any) -> Any:
+    return field(default=default, metadata={"option": Option(help, **spec)})
 
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    """Every option of a generation, checked when the config is made.
+    """Every option of a generation, declared once and checked when the config is made.
+
+    Each field's :class:`Option` (:func:`options`) gives its kind, range and help; the
+    commands' flags (``--temperature``, ...) and the server's request fields
+    (``temperature``, with OpenAI's defaults) are made from them.
 
     Parameters
     ----------
@@ -139,58 +241,41 @@ class GenerationConfig:
     2
     """
 
-    temperature: float = 0.0
-    top_k: Optional[int] = None
-    top_p: Optional[float] = None
-    min_p: Optional[float] = None
-    repetition_penalty: Optional[float] = None
-    seed: Optional[int] = None
-    use_cache: bool = True
-    cache_dtype: str = "float32"
-    eos_token_id: Union[int, Tuple[int, ...], None] = None
-    pad_token_id: Optional[int] = None
-    bos_token_id: Optional[int] = None
-    stop: Optional[Tuple[str, ...]] = None
+    temperature: float = _option(
+        0.0, "0: greedy (the default); else sample from softmax(logits / temperature)",
+        lo=0.0, cli=True, api=API(default=1.0, hi=2.0))
+    top_k: Optional[int] = _option(
+        None, "sample among the logits >= the k-th largest", kind="int", lo=1, cli=True,
+        api=API())
+    top_p: Optional[float] = _option(
+        None, "nucleus sampling: the fewest most likely tokens whose probabilities sum past it",
+        lo=0.0, hi=1.0, lo_open=True, cli=True, api=API(default=1.0, lo=0.0, least=1e-12))
+    min_p: Optional[float] = _option(
+        None, "the tokens at least min_p times as likely as the most likely one",
+        lo=0.0, hi=1.0, cli=True, api=API())
+    repetition_penalty: Optional[float] = _option(
+        None, "divide the positive logits (multiply the negative ones) of the tokens already "
+        "in the row (1: none)", lo=0.0, lo_open=True, cli=True, api=API())
+    seed: Optional[int] = _option(
+        None, "seed of each row's random generator", kind="int", lo=0, cli=True,
+        api=API(hi=2 ** 63 - 1))
+    use_cache: bool = _option(True, "decode through a KV cache", kind="flag")
+    cache_dtype: str = _option(
+        "float32", "the KV cache's element type (float32; float16: half the memory)",
+        kind="choice", choices=tuple(CACHE_DTYPES), cli=True)
+    eos_token_id: Union[int, Tuple[int, ...], None] = _option(
+        None, "the end ids: a row stops when it emits one", kind="ids")
+    pad_token_id: Optional[int] = _option(None, "filler after a row's end", kind="id")
+    bos_token_id: Optional[int] = _option(None, "the checkpoint's beginning-of-sequence id",
+                                          kind="id")
+    stop: Optional[Tuple[str, ...]] = _option(
+        None, "stop a row when its text contains one", kind="strs")
 
     def __post_init__(self) -> None:
-        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen)
-        set_("temperature", as_real(self.temperature, "temperature", 0.0))
-        if self.top_k is not None:
-            set_("top_k", as_int(self.top_k, "top_k", 1))
-        if self.top_p is not None:
-            p = as_real(self.top_p, "top_p", 0.0)
-            if not 0.0 < p <= 1.0:
-                raise BlockcValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-            set_("top_p", p)
-        if self.min_p is not None:
-            p = as_real(self.min_p, "min_p", 0.0)
-            if p > 1.0:
-                raise BlockcValueError(f"min_p must be in [0, 1], got {self.min_p!r}")
-            set_("min_p", p)
-        if self.repetition_penalty is not None:
-            r = as_real(self.repetition_penalty, "repetition_penalty", 0.0)
-            if r <= 0.0:
-                raise BlockcValueError(f"repetition_penalty must be > 0, got "
-                                       f"{self.repetition_penalty!r}")
-            set_("repetition_penalty", r)
-        if self.seed is not None:
-            set_("seed", as_int(self.seed, "seed", 0))
-        set_("use_cache", as_flag(self.use_cache, "use_cache"))
-        set_("cache_dtype", as_choice(self.cache_dtype, "cache_dtype", tuple(CACHE_DTYPES)))
-        eos = self.eos_token_id
-        if isinstance(eos, (list, tuple)):
-            set_("eos_token_id", tuple(as_int(e, "eos_token_id", 0) for e in eos))
-        elif eos is not None:
-            set_("eos_token_id", as_int(eos, "eos_token_id", 0))
-        for name in ("pad_token_id", "bos_token_id"):
-            if getattr(self, name) is not None:
-                set_(name, as_int(getattr(self, name), name, 0))
-        if self.stop is not None:
-            stop = self.stop
-            if isinstance(stop, str) or not isinstance(stop, (list, tuple)) or not all(
-                    isinstance(x, str) and x for x in stop):
-                raise BlockcTypeError("stop must be a sequence of non-empty str")
-            set_("stop", tuple(stop))
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is not None or f.default is not None:  # None: unset, where that is the default
+                object.__setattr__(self, f.name, f.metadata["option"].check(v, f.name))
 
     # ---- making one -------------------------------------------------------------
 
@@ -308,6 +393,52 @@ class GenerationConfig:
             d.update(ids)
         return cls.from_dict(d)
 
+    @classmethod
+    def from_gguf(cls, metadata: Mapping[str, Any], vocab: Optional[int] = None
+                  ) -> "GenerationConfig":
+        """The generation config of a GGUF file's metadata (a GGUF file has no
+        ``generation_config.json``): its bos and pad ids, and as end ids its end of
+        text and its end of turn (:data:`GGUF_END_KEYS`, in that order, once each), as
+        llama.cpp stops at both. An id that is not an int below both the file's token
+        count and ``vocab`` is left out.
+
+        Parameters
+        ----------
+        metadata : mapping
+            The file's metadata, key -> value (:attr:`blockc.gguf.GGUFFile.metadata`).
+        vocab : int, optional
+            The model's vocabulary.
+
+        Returns
+        -------
+        GenerationConfig
+
+        Raises
+        ------
+        TypeError
+            ``metadata`` is not a mapping.
+
+        Examples
+        --------
+        >>> GenerationConfig.from_gguf({"tokenizer.ggml.eos_token_id": 2,
+        ...                             "tokenizer.ggml.eot_token_id": 7}).eos_token_id
+        (2, 7)
+        """
+        if not isinstance(metadata, Mapping):
+            raise BlockcTypeError(f"metadata must be a mapping, got {type(metadata).__name__}")
+        toks = metadata.get("tokenizer.ggml.tokens")
+        n = len(toks) if isinstance(toks, (list, tuple)) and toks else None
+        n = vocab if n is None else n if vocab is None else min(n, vocab)
+
+        def ok(v: Any) -> bool:
+            return _is_id(v) and (n is None or v < n)
+        kw: Dict[str, Any] = {ours: metadata[key] for ours, key in _GGUF_IDS
+                              if ok(metadata.get(key))}
+        ends = tuple(dict.fromkeys(metadata[k] for k in GGUF_END_KEYS if ok(metadata.get(k))))
+        if ends:
+            kw["eos_token_id"] = ends[0] if len(ends) == 1 else ends
+        return cls(**kw)
+
     def to_dict(self) -> Dict[str, Any]:
         """The options that differ from the defaults, JSON-ready (tuples as lists).
 
@@ -373,10 +504,11 @@ class GenerationConfig:
         e = self.eos_token_id
         return () if e is None else e if isinstance(e, tuple) else (e,)
 
-    def resolve(self, vocab: int) -> ResolvedGeneration:
+    def resolve(self, vocab: int) -> "ResolvedGeneration":
         """The options checked against a vocabulary of ``vocab`` tokens: the end and
         pad ids in range, the pad chosen (``pad_token_id``, else the first end id,
-        else 0), top-k capped at the vocabulary.
+        else 0), top-k capped at the vocabulary. Done once per generation: the loop
+        and the sampler read what it returns.
 
         Parameters
         ----------
@@ -393,8 +525,9 @@ class GenerationConfig:
 
         Examples
         --------
-        >>> GenerationConfig(top_k=50, eos_token_id=3).resolve(vocab=16)[:2]
-        (0.0, 16)
+        >>> r = GenerationConfig(top_k=50, eos_token_id=3).resolve(vocab=16)
+        >>> r.top_k, r.eos, r.pad
+        (16, (3,), 3)
         """
         vocab = as_int(vocab, "vocab", 1)
         eos = tuple(as_int(e, "eos_token_id", 0, vocab - 1) for e in self.eos_ids)
@@ -402,6 +535,106 @@ class GenerationConfig:
         pad = eos[0] if pad is None and eos else pad
         pad = 0 if pad is None else as_int(pad, "pad_token_id", 0, vocab - 1)
         top_k = None if self.top_k is None else min(self.top_k, vocab)
-        return ResolvedGeneration(self.temperature, top_k, self.top_p, self.min_p,
-                                  self.repetition_penalty, self.seed, self.use_cache,
-                                  self.cache_dtype, eos, pad, self.stop)
+        return ResolvedGeneration(_dc_replace(self, top_k=top_k, eos_token_id=eos,
+                                              pad_token_id=pad), vocab)
+
+
+_NAMES = frozenset(f.name for f in fields(GenerationConfig))
+
+
+def options() -> Dict[str, Tuple[Option, Any]]:
+    """Every option of :class:`GenerationConfig`: name -> (its :class:`Option`, its
+    default), in the fields' order: what the commands' flags and the server's request
+    fields are made from.
+
+    Returns
+    -------
+    dict
+
+    Examples
+    --------
+    >>> o, default = options()["top_p"]
+    >>> o.span(), default, o.api.default
+    ('in (0, 1]', None, 1.0)
+    """
+    return {f.name: (f.metadata["option"], f.default) for f in fields(GenerationConfig)}
+
+
+class ResolvedGeneration(NamedTuple):
+    """A GenerationConfig checked against a model's vocabulary (:meth:`GenerationConfig.resolve`):
+    what the loop and the sampler read.
+
+    ``config`` is the resolved config (top-k at most ``vocab``, the end ids a tuple, the
+    pad chosen); its options read through (``r.temperature`` is ``r.config.temperature``).
+    """
+    config: GenerationConfig
+    vocab: int
+
+    @property
+    def eos(self) -> Tuple[int, ...]:
+        """The end ids (empty: none)."""
+        return self.config.eos_ids
+
+    @property
+    def pad(self) -> int:
+        """The pad id (pad_token_id, else the first end id, else 0)."""
+        return self.config.pad_token_id
+
+    @property
+    def greedy(self) -> bool:
+        """Temperature 0: the argmax."""
+        return self.config.temperature == 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _NAMES:
+            return getattr(self.config, name)
+        raise AttributeError(f"ResolvedGeneration has no attribute {name!r}")
+
+def end_ids(config: GenerationConfig, tokenizer: Any = None,
+            vocab: Optional[int] = None) -> Tuple[int, ...]:
+    """The ids that end a generation: the one rule ``blockc generate``, ``blockc chat``
+    and the server ask (:meth:`blockc.GPT.generate` stops at ``config``'s own).
+
+    ``config``'s end ids (a loaded checkpoint's: ``generation_config.json``'s, else
+    ``config.json``'s; a GGUF file's end of text and end of turn), then the
+    tokenizer's end token when it has one that ``config`` does not list (vLLM's rule:
+    a chat tokenizer names its end of turn). Ids at or past ``vocab`` are left out
+    (the tokenizer's with a warning: it is not a token of this model).
+
+    Parameters
+    ----------
+    config : GenerationConfig
+    tokenizer : blockc.text.Tokenizer, optional
+        Anything with an ``eos_token_id`` (an int or None).
+    vocab : int, optional
+        The model's vocabulary.
+
+    Returns
+    -------
+    tuple of int
+        In that order, each once (empty: nothing ends the generation but its length).
+
+    Raises
+    ------
+    TypeError
+        ``config`` is not a GenerationConfig.
+
+    Examples
+    --------
+    >>> end_ids(GenerationConfig(eos_token_id=(2, 7)), vocab=16)
+    (2, 7)
+    """
+    if not isinstance(config, GenerationConfig):
+        raise BlockcTypeError("config must be a blockc.generation.GenerationConfig, got "
+                              f"{type(config).__name__}")
+    if vocab is not None:
+        vocab = as_int(vocab, "vocab", 1)
+    ids = [e for e in config.eos_ids if vocab is None or e < vocab]
+    t = getattr(tokenizer, "eos_token_id", None)
+    if _is_id(t) and t not in ids:
+        if vocab is not None and t >= vocab:
+            warnings.warn(f"the tokenizer's end token {t} is not a token id of this model (the "
+                          f"vocabulary has {vocab}): ignored", UserWarning, stacklevel=2)
+        else:
+            ids.append(int(t))
+    return tuple(dict.fromkeys(ids))

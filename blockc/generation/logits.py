@@ -15,33 +15,50 @@ for a seed, whatever blockc's thread count.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from .._errors import BlockcValueError
-from .config import GenerationConfig
+from .._errors import BlockcTypeError, BlockcValueError
+from .config import GenerationConfig, ResolvedGeneration
 
 __all__ = ["SamplingOptions", "next_tokens", "processed_logits", "apply_penalty", "top_k_mask", "top_p_mask",
            "min_p_mask"]
 
 
-class SamplingOptions:
-    """The checked options of one generation (see :meth:`blockc.GPT.generate`)."""
-    __slots__ = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")
+#: SamplingOptions' positional options, in its signature's order
+_POSITIONAL = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")
 
-    def __init__(self, temperature: float = 0.0, top_k: Optional[int] = None,
-                 top_p: Optional[float] = None, min_p: Optional[float] = None,
-                 repetition_penalty: Optional[float] = None, vocab: int = 1):
-        # checked once, by GenerationConfig (top-k capped at the vocabulary)
-        r = GenerationConfig(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                             repetition_penalty=repetition_penalty).resolve(vocab)
-        self.temperature, self.top_k, self.top_p = r.temperature, r.top_k, r.top_p
-        self.min_p, self.repetition_penalty = r.min_p, r.repetition_penalty
 
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
+def SamplingOptions(*args: Any, vocab: int = 1, **options: Any) -> ResolvedGeneration:
+    """The sampler's options: ``GenerationConfig(**options).resolve(vocab)`` (checked once,
+    there; kept as the spelling of callers that sample without a generation).
+
+    Parameters
+    ----------
+    *args
+        temperature, top_k, top_p, min_p, repetition_penalty, in that order.
+    vocab : int >= 1, optional
+    **options
+        Those options (and any other GenerationConfig option) by name.
+
+    Returns
+    -------
+    ResolvedGeneration
+
+    Examples
+    --------
+    >>> SamplingOptions(1.0, top_k=50, vocab=8).top_k
+    8
+    """
+    if len(args) > len(_POSITIONAL):
+        raise BlockcTypeError(f"SamplingOptions takes at most {len(_POSITIONAL)} positional "
+                              f"options, got {len(args)}")
+    twice = sorted(set(_POSITIONAL[:len(args)]) & set(options))
+    if twice:
+        raise BlockcTypeError(f"SamplingOptions got {twice[0]!r} twice")
+    options.update(zip(_POSITIONAL, args))
+    return GenerationConfig(**options).resolve(vocab)
 
 
 def apply_penalty(z: np.ndarray, seen: Sequence[np.ndarray], penalty: float) -> np.ndarray:
@@ -87,7 +104,7 @@ def min_p_mask(z: np.ndarray, min_p: float) -> np.ndarray:
     return probs >= min_p * probs.max(axis=-1, keepdims=True)
 
 
-def processed_logits(logits: np.ndarray, opts: SamplingOptions,
+def processed_logits(logits: np.ndarray, opts: ResolvedGeneration,
                      seen: Optional[Sequence[np.ndarray]] = None) -> np.ndarray:
     """The logits (B, V) after the processors, float64: penalised; then, unless greedy,
     shifted so each row's largest is 0, divided by the temperature, and -inf where
@@ -114,7 +131,7 @@ def processed_logits(logits: np.ndarray, opts: SamplingOptions,
     return np.where(keep, z, -np.inf)
 
 
-def next_tokens(logits: np.ndarray, opts: SamplingOptions, rngs: Sequence[np.random.Generator],
+def next_tokens(logits: np.ndarray, opts: ResolvedGeneration, rngs: Sequence[np.random.Generator],
                 seen: Optional[Sequence[np.ndarray]] = None) -> np.ndarray:
     """The next token of every row of logits (B, V): int64 (B,); row b draws from rngs[b]."""
     z = processed_logits(logits, opts, seen)

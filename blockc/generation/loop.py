@@ -16,7 +16,7 @@ from .._args import as_int, to_numpy
 from .._errors import BlockcTypeError, BlockcValueError
 from ..model import Model, check_ids
 from .config import GenerationConfig, ResolvedGeneration
-from .logits import SamplingOptions, next_tokens
+from .logits import next_tokens
 
 __all__ = ["GenerationMixin", "Generation", "StopStrings"]
 
@@ -323,8 +323,7 @@ class Generation:
     def __init__(self, m: Any, rows: List[np.ndarray], ragged: bool, n: int,
                  options: ResolvedGeneration, tokenizer: Any = None):
         self.m, self.rows, self.ragged, self.n, self.options = m, rows, ragged, n, options
-        self.opts = SamplingOptions(options.temperature, options.top_k, options.top_p,
-                                    options.min_p, options.repetition_penalty, m.config.vocab)
+        self.opts = options  # resolved once (prepare_generation): what the sampler reads
         # every row its own generator: with a seed, a row draws what it draws alone
         self.rngs = [np.random.default_rng(options.seed) for _ in rows]
         self.use_cache, self.eos, self.pad = options.use_cache, options.eos, options.pad

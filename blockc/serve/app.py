@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..text.chat import end_token_ids
+from ..generation.config import end_ids
 from .engine import Draining, Engine, Job, QueueFull, TextTail
 from .sampling import RowSampler, sampling_from_request
 from .settings import Settings
@@ -52,10 +52,9 @@ class Service:
         ctx = self.model.config.context
         self.capacity = min(ctx, s.ctx_size or min(ctx, 2048))
         self.name = s.served_name
-        gen_eos = self.model.generation_config.eos_token_id  # the checkpoint's, as generate's
-        gen_eos = () if gen_eos is None else gen_eos if isinstance(gen_eos, tuple) else (gen_eos,)
-        self.end_ids = end_token_ids(s.model, tokenizer, self.model.config.vocab) | {
-            int(e) for e in gen_eos if 0 <= int(e) < self.model.config.vocab}
+        # the one end-id rule, as blockc generate and blockc chat ask it
+        self.end_ids = frozenset(end_ids(self.model.generation_config, tokenizer,
+                                         self.model.config.vocab))
         self.created = int(time.time())
         self.engine = Engine(self.model, s.parallel, self.capacity, s.max_queue, s.prefill_chunk,
                              s.prefix_reuse, s.cache_dtype)

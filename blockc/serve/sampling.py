@@ -24,7 +24,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from ..generation import GenerationConfig, SamplingOptions, next_tokens
+from ..generation import GenerationConfig, ResolvedGeneration, next_tokens
 from .types import APIError, SamplingRequest
 
 __all__ = ["Sampling", "sampling_from_request", "RowSampler"]
@@ -32,10 +32,11 @@ __all__ = ["Sampling", "sampling_from_request", "RowSampler"]
 
 @dataclass(frozen=True)
 class Sampling:
-    """One request's options, checked: ``config`` what GPT.generate takes, the rest
-    OpenAI's fields it has not."""
+    """One request's options, checked: ``config`` what GPT.generate takes, ``options``
+    it resolved against the vocabulary (what the sampler reads), the rest OpenAI's
+    fields it has not."""
     config: GenerationConfig
-    options: SamplingOptions
+    options: ResolvedGeneration
     seed: Optional[int]
     frequency_penalty: float
     presence_penalty: float
@@ -53,13 +54,9 @@ def sampling_from_request(req: SamplingRequest, vocab: int) -> Sampling:
     APIError
         A logit_bias key outside the vocabulary, a top_k or option blockc refuses.
     """
-    try:  # OpenAI's top_p of 0 keeps the most likely token: a top_p that small does
-        g = GenerationConfig(temperature=req.temperature, top_k=req.top_k,
-                             top_p=max(req.top_p, 1e-12), min_p=req.min_p,
-                             repetition_penalty=req.repetition_penalty, seed=req.seed)
+    try:  # every option checked already (types.py, by its declaration): resolved once
+        g = GenerationConfig(**req.generation)
         r = g.resolve(vocab)
-        opts = SamplingOptions(r.temperature, r.top_k, r.top_p, r.min_p, r.repetition_penalty,
-                               vocab)
     except ValueError as e:
         raise APIError(400, str(e), code="invalid_value") from None
     bad = [k for k in req.logit_bias if not 0 <= k < vocab]
@@ -67,7 +64,7 @@ def sampling_from_request(req: SamplingRequest, vocab: int) -> Sampling:
         raise APIError(400, f"'logit_bias' token {bad[0]} is outside the vocabulary "
                        f"[0, {vocab})", param="logit_bias", code="invalid_value")
     ids = np.array(sorted(req.logit_bias), dtype=np.int64)
-    return Sampling(g, opts, g.seed, req.frequency_penalty, req.presence_penalty, ids,
+    return Sampling(g, r, g.seed, req.frequency_penalty, req.presence_penalty, ids,
                     np.array([req.logit_bias[int(i)] for i in ids], np.float64),
                     req.top_logprobs, req.logprobs)
 

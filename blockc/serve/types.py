@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+from ..generation.config import options
+
 __all__ = ["APIError", "SamplingRequest", "ChatRequest", "CompletionRequest", "parse_chat",
            "parse_completion", "error_body", "usage", "chat_response", "chat_chunk",
            "completion_response", "model_object"]
@@ -43,26 +45,33 @@ def error_body(message: str, type: str = "invalid_request_error", param: Optiona
 
 @dataclass
 class SamplingRequest:
-    """What every generating request carries (the chat and completion fields alike)."""
+    """What every generating request carries (the chat and completion fields alike).
+
+    ``generation`` holds the request's :class:`blockc.generation.GenerationConfig`
+    options, checked: one per option that declares a request field
+    (:func:`blockc.generation.config.options`: ``temperature``, ``top_p``, ``seed``,
+    and the extensions ``top_k``, ``min_p``, ``repetition_penalty``), OpenAI's default
+    where the body has none; ``req.temperature`` reads it there.
+    """
     model: str
     max_tokens: Optional[int] = None
-    temperature: float = 1.0
-    top_p: float = 1.0
     n: int = 1
     stream: bool = False
     include_usage: bool = False
     stop: List[str] = field(default_factory=list)
-    seed: Optional[int] = None
     logprobs: bool = False
     top_logprobs: int = 0
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     logit_bias: Dict[int, float] = field(default_factory=dict)
-    # extensions (llama.cpp's and vLLM's names)
-    top_k: Optional[int] = None
-    min_p: Optional[float] = None
-    repetition_penalty: Optional[float] = None
-    ignore_eos: bool = False
+    ignore_eos: bool = False  # an extension (vLLM's name)
+    generation: Dict[str, Any] = field(default_factory=lambda: _generation({}))
+
+    def __getattr__(self, name: str) -> Any:
+        g = self.__dict__.get("generation")
+        if g is not None and name in g:
+            return g[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
 
 @dataclass
@@ -193,19 +202,40 @@ def _common(body: Any, served: Sequence[str]) -> Dict[str, Any]:
                                param="logit_bias", code="invalid_value") from None
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise _type_error("logit_bias", "an object of numbers", v)
+            if not math.isfinite(v):  # JSON's NaN would pass the range and poison the logits
+                raise APIError(400, f"'logit_bias' values must be finite, got {v!r}",
+                               param="logit_bias", code="invalid_value")
             _range("logit_bias", float(v), -100.0, 100.0)
             logit_bias[tok] = float(v)
     return dict(
         model=model, max_tokens=max_tokens, stream=stream, include_usage=include_usage,
-        temperature=_num(body, "temperature", 1.0, 0.0, 2.0),
-        top_p=_num(body, "top_p", 1.0, 0.0, 1.0),
-        n=_int(body, "n", 1, 1, 16), stop=stops, seed=_int(body, "seed", None, 0, 2 ** 63 - 1),
+        n=_int(body, "n", 1, 1, 16), stop=stops,
         frequency_penalty=_num(body, "frequency_penalty", 0.0, -2.0, 2.0),
         presence_penalty=_num(body, "presence_penalty", 0.0, -2.0, 2.0),
-        logit_bias=logit_bias,
-        top_k=_int(body, "top_k", None, 1), min_p=_num(body, "min_p", None, 0.0, 1.0),
-        repetition_penalty=_num(body, "repetition_penalty", None, 0.0),
-        ignore_eos=_bool(body, "ignore_eos", False))
+        logit_bias=logit_bias, ignore_eos=_bool(body, "ignore_eos", False),
+        generation=_generation(body))
+
+
+def _generation(body: Mapping[str, Any]) -> Dict[str, Any]:
+    """The GenerationConfig options a body gives, made from their declarations (each
+    option's ``api``): the JSON type (422), the API's range where it differs from the
+    option's (OpenAI's temperature <= 2), then the option's own check (400), each error
+    naming the field; absent fields take the API's default (OpenAI's)."""
+    out: Dict[str, Any] = {}
+    for name, (o, _) in options().items():
+        a = o.api
+        if a is None:
+            continue
+        v = (_int if o.kind == "int" else _num)(body, name, a.default, a.lo, a.hi)
+        if v is not None:
+            if a.least is not None:
+                v = max(v, a.least)
+            try:
+                v = o.check(v, f"'{name}'")
+            except (TypeError, ValueError) as e:
+                raise APIError(400, str(e), param=name, code="invalid_value") from None
+        out[name] = v
+    return out
 
 
 def parse_chat(body: Any, served: Sequence[str]) -> ChatRequest:

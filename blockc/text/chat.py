@@ -32,6 +32,7 @@ import numpy as np
 
 from .. import _files
 from .._errors import BlockcTypeError, BlockcValueError
+from ..generation.config import GenerationConfig, end_ids
 from ..io.gguf import read as read_gguf
 
 __all__ = ["ChatTemplate", "ChatPrompt", "ChatTemplateError", "load_chat_template",
@@ -432,10 +433,12 @@ def apply_chat_template(tokenizer: Any, template: ChatTemplate,
 
 def end_token_ids(path: Union[str, "os.PathLike[str]"], tokenizer: Any = None,
                   vocab: Optional[int] = None) -> frozenset:
-    """Every id that ends a chat model's turn: ``generation_config.json``'s and
-    ``config.json``'s ``eos_token_id`` (an int or a list: chat models list their
-    end-of-turn token there), or a GGUF file's ``tokenizer.ggml.eos_token_id`` and
-    ``eot_token_id``; and the tokenizer's ``eos_token_id``.
+    """Every id that ends a chat model's turn, by the one rule
+    (:func:`blockc.generation.config.end_ids`) over the checkpoint's generation config
+    without loading its weights: ``generation_config.json``'s ``eos_token_id``, else
+    ``config.json``'s (an int or a list: chat models list their end-of-turn token
+    there), or a GGUF file's ``tokenizer.ggml.eos_token_id`` and ``eot_token_id``;
+    and the tokenizer's ``eos_token_id``.
 
     Parameters
     ----------
@@ -460,19 +463,9 @@ def end_token_ids(path: Union[str, "os.PathLike[str]"], tokenizer: Any = None,
     [128001, 128008, 128009]
     """
     p = os.fspath(path)
-    ids = set()
     if os.path.isfile(p) and p.endswith(".gguf"):  # llama.cpp's end-of-text and end-of-turn ids
-        f = read_gguf(p)
-        found = [f.get("tokenizer.ggml.eos_token_id"), f.get("tokenizer.ggml.eot_token_id")]
+        g = GenerationConfig.from_gguf(read_gguf(p).metadata, vocab)
     else:
         d = p if os.path.isdir(p) else os.path.dirname(p)
-        found = []
-        for name in ("generation_config.json", "config.json"):
-            e = _read_json(os.path.join(d, name)).get("eos_token_id")
-            found += e if isinstance(e, list) else [e]
-    for x in found:
-        if isinstance(x, int) and not isinstance(x, bool) and x >= 0:
-            ids.add(x)
-    if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    return frozenset(i for i in ids if vocab is None or i < vocab)
+        g = GenerationConfig.from_pretrained(d, _read_json(os.path.join(d, "config.json")), vocab)
+    return frozenset(end_ids(g, tokenizer, vocab))
