@@ -10,12 +10,34 @@ from typing import Any, Dict
 from .. import runtime
 from .._errors import BlockcValueError
 from .._plot import plot_path, pyplot, save_figure
+from ..checkpoint.locate import resolve
 from ..generation.config import options
 from ..model import ACTIVATIONS, NORMS, PLACEMENTS, POSITIONS
 
-__all__ = ["add_threads", "apply_threads", "positive_int", "require_positive", "plot_path",
+__all__ = ["add_model", "model_path", "add_threads", "apply_threads", "positive_int", "require_positive", "plot_path",
            "pyplot", "save_figure", "write", "add_shape_options", "overrides", "add_sampling_options",
            "sampling_options", "add_cache_dtype", "add_generation_option", "SAMPLING"]
+
+
+def add_model(p: argparse.ArgumentParser, required: bool = True, what: str = "") -> None:
+    """``--model PATH|ID`` (with ``--file`` and ``--revision`` for a Hub id): what
+    :func:`model_path` resolves."""
+    p.add_argument("--model", required=required, metavar="PATH|ID",
+                   help=(what or "the model") + ": a checkpoint directory (config.json and "
+                        "safetensors), a .gguf file, or a Hugging Face Hub id already in the "
+                        "local Hugging Face cache ($HF_HUB_CACHE, $HF_HOME; `blockc models` "
+                        "lists them, `blockc pull ID` downloads one)")
+    p.add_argument("--file", default=None, metavar="NAME.gguf",
+                   help="with a Hub id whose repository holds several GGUF files: the one to load")
+    p.add_argument("--revision", default="main",
+                   help="with a Hub id: the branch, tag or commit of the cache (main)")
+
+
+def model_path(args: argparse.Namespace) -> str:
+    """The path ``--model`` names (:func:`blockc.checkpoint.locate.resolve`): the file or
+    directory itself, or a Hub id's snapshot in the local cache; an error names what is
+    wrong (no such file, a directory without config.json, a Hub id not in the cache)."""
+    return resolve(args.model, file=args.file, revision=args.revision)
 
 
 def add_threads(p: argparse.ArgumentParser) -> None:

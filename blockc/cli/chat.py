@@ -19,7 +19,7 @@ from ..generation.config import end_ids
 from ..gpt import GPT
 from ..checkpoint.hf import LOAD_DTYPES
 from ..text.tokenizer import TextStream, Tokenizer
-from ._options import add_sampling_options, add_threads, apply_threads, sampling_options, write
+from ._options import add_model, add_sampling_options, add_threads, apply_threads, model_path, sampling_options, write
 
 
 def register(subparsers) -> None:
@@ -28,7 +28,7 @@ def register(subparsers) -> None:
         description="A terminal conversation with a checkpoint directory that has a chat "
                     "template: history kept and re-templated each turn, answers streamed, "
                     "/reset and /exit; Ctrl-C stops the current answer.")
-    p.add_argument("--model", required=True, metavar="DIR", help="the checkpoint directory")
+    add_model(p, what="the chat model")
     p.add_argument("--system", default=None, help="a system prompt")
     p.add_argument("--max-new-tokens", type=int, default=512, help="longest answer (512)")
     add_sampling_options(p)
@@ -39,6 +39,7 @@ def register(subparsers) -> None:
 
 def run_chat(args: argparse.Namespace) -> int:
     apply_threads(args)
+    args.model = model_path(args)  # a path, or a Hub id in the cache: checked first
     sampling = sampling_options(args)  # checked before the weights are read
     tok = Tokenizer.from_pretrained(args.model)
     if tok.chat_template is None:

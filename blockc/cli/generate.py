@@ -24,7 +24,7 @@ from ..generation.config import end_ids
 from ..gpt import GPT
 from ..checkpoint.hf import LOAD_DTYPES
 from ..text.tokenizer import TextStream, Tokenizer
-from ._options import add_sampling_options, add_threads, apply_threads, sampling_options, write
+from ._options import add_model, add_sampling_options, add_threads, apply_threads, model_path, sampling_options, write
 
 
 def register(subparsers) -> None:
@@ -36,7 +36,7 @@ def register(subparsers) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="the prompt text (needs the directory's tokenizer.json)")
     src.add_argument("--ids", help="the prompt as comma-separated token ids")
-    p.add_argument("--model", required=True, metavar="DIR", help="the checkpoint directory")
+    add_model(p, what="the model")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate (64)")
     add_sampling_options(p)
     p.add_argument("--dtype", choices=LOAD_DTYPES, default=None,
@@ -60,6 +60,7 @@ def _write(text: str) -> None:
 
 def run_generate(args: argparse.Namespace) -> int:
     apply_threads(args)
+    args.model = model_path(args)  # a path, or a Hub id in the cache: checked first
     sampling = sampling_options(args)  # checked before the weights are read
     tok = None
     if args.prompt is not None:

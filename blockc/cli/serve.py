@@ -14,7 +14,7 @@ import sys
 
 from .._errors import BlockcValueError
 from ..checkpoint.hf import LOAD_DTYPES
-from ._options import add_cache_dtype, add_threads
+from ._options import add_cache_dtype, add_model, add_threads, model_path
 
 
 def register(subparsers) -> None:
@@ -24,9 +24,10 @@ def register(subparsers) -> None:
                     "POST /v1/completions, GET /v1/models, GET /health, GET /metrics), requests "
                     "batched together as they come and go; each request's tokens are the bits it "
                     "gets alone.")
-    p.add_argument("--model", required=True, metavar="DIR", help="the checkpoint directory")
+    add_model(p, what="the model to serve")
     p.add_argument("--model-name", default=None,
-                   help="the id clients send as 'model' (default: the directory's name)")
+                   help="the id clients send as 'model' (default: the Hub id, or the "
+                        "directory's or file's name)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (8000; 0: any free port)")
     p.add_argument("--parallel", type=int, default=4, help="requests decoded together (4)")
@@ -57,10 +58,14 @@ def settings_from_args(args: argparse.Namespace):
         raise BlockcValueError(f"--port must be in [0, 65535], got {args.port}")
     if args.ctx_size is not None and args.ctx_size < 2:
         raise BlockcValueError("--ctx-size must be >= 2")
+    path = model_path(args)  # a path, or a Hub id in the local cache
     from ..checkpoint.gguf import is_gguf
-    if not os.path.isdir(args.model) and not is_gguf(args.model):
+    if not os.path.isdir(path) and not is_gguf(path):
         raise BlockcValueError(f"--model {args.model}: not a directory or a GGUF file")
-    return Settings(model=args.model, model_name=args.model_name, host=args.host, port=args.port,
+    name = args.model_name
+    if name is None and path != args.model:  # a Hub id: clients name it so
+        name = args.model
+    return Settings(model=path, model_name=name, host=args.host, port=args.port,
                     parallel=args.parallel, ctx_size=args.ctx_size, max_queue=args.max_queue,
                     max_body_bytes=args.max_body, prefill_chunk=args.prefill_chunk,
                     prefix_reuse=not args.no_prefix_reuse, cache_dtype=args.cache_dtype,
