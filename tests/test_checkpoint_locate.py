@@ -172,3 +172,78 @@ def test_is_hub_id():
     assert is_hub_id("org/name") and is_hub_id("gpt2") and is_hub_id("a.b/c-d_e")
     assert not is_hub_id("/abs/path") and not is_hub_id("./x") and not is_hub_id("a/b/c")
     assert not is_hub_id("../x") and not is_hub_id("org/..")
+
+
+# -- blockc pull, against a stand-in for the Hub on 127.0.0.1 --------------------------------
+
+def _pull(argv, cache, endpoint, offline=False):
+    import subprocess
+    import sys
+    env = dict(os.environ, HF_HUB_CACHE=str(cache), HF_ENDPOINT=endpoint,
+               HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_XET="1", HF_TOKEN="")
+    env.pop("HF_HUB_OFFLINE", None)
+    if offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    return subprocess.run([sys.executable, "-m", "blockc", "pull"] + argv, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_pull_downloads_a_checkpoint_into_the_cache_that_then_loads_offline(tmp_path, model_dir):
+    pytest.importorskip("huggingface_hub")
+    from fake_hub import FakeHub
+    src, m = model_dir
+    files = {f: (src / f).read_bytes() for f in os.listdir(src)}
+    files["pytorch_model.bin"] = b"\x80\x04 a pickle that must never be fetched"
+    cache = tmp_path / "hub"
+    with FakeHub({"someone/tiny-chat": files}) as hub:
+        r = _pull(["someone/tiny-chat"], cache, hub.url)
+        assert r.returncode == 0, r.stderr
+        fetched = {p.rsplit("/", 1)[-1] for meth, p in hub.requests if meth == "GET"
+                   and "/resolve/" in p}
+    assert fetched == set(files) - {"pytorch_model.bin"}
+    assert "blockc chat --model someone/tiny-chat" in r.stderr
+    path = r.stdout.strip()
+    assert os.path.samefile(path, resolve("someone/tiny-chat", cache_dir=str(cache)))
+    g = blockc.GPT.from_pretrained(path)
+    assert np.array_equal(g([[1, 2, 3]]), m([[1, 2, 3]]))
+
+
+@pytest.mark.slow
+def test_pull_of_a_gguf_repository_needs_a_file_and_fetches_only_it(tmp_path):
+    pytest.importorskip("huggingface_hub")
+    gguf_files = pytest.importorskip("gguf_files")
+    pytest.importorskip("gguf")
+    from fake_hub import FakeHub
+    a = tmp_path / "a.gguf"
+    gguf_files.write_model(a, default_type="Q8_0")
+    files = {"m-Q8_0.gguf": a.read_bytes(), "m-F16.gguf": b"GGUF never fetched"}
+    cache = tmp_path / "hub"
+    with FakeHub({"someone/m-GGUF": files}) as hub:
+        r = _pull(["someone/m-GGUF"], cache, hub.url)
+        assert r.returncode == 2 and "name one with --file (m-F16.gguf, m-Q8_0.gguf)" in r.stderr
+        r = _pull(["someone/m-GGUF", "--file", "m-Q8_0.gguf"], cache, hub.url)
+        assert r.returncode == 0, r.stderr
+        got = [p for meth, p in hub.requests if meth == "GET" and "/resolve/" in p]
+        assert got and all(p.endswith("m-Q8_0.gguf") for p in got)
+        r = _pull(["nobody/absent"], cache, hub.url)
+        assert r.returncode == 2 and "no such repository" in r.stderr, r.stderr
+    path = resolve("someone/m-GGUF", file="m-Q8_0.gguf", cache_dir=str(cache))
+    assert blockc.GPT.from_pretrained(path).dtype == "q8_0"
+
+
+@pytest.mark.slow
+def test_pull_says_why_it_cannot_download(tmp_path):
+    pytest.importorskip("huggingface_hub")
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    r = _pull(["someone/x"], tmp_path / "hub", f"http://127.0.0.1:{port}")
+    assert r.returncode == 1 and "cannot download someone/x" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    r = _pull(["someone/x"], tmp_path / "hub", f"http://127.0.0.1:{port}", offline=True)
+    assert r.returncode == 1 and "HF_HUB_OFFLINE" in r.stderr, r.stderr
+    r = _pull(["not a hub id"], tmp_path / "hub", f"http://127.0.0.1:{port}")
+    assert r.returncode == 2 and "not a Hub id" in r.stderr

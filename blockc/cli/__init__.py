@@ -16,12 +16,12 @@ from typing import List, Optional
 
 from .. import __version__
 from .._errors import BlockcError
-from . import book, chat, convert, depth, experiment, generate, gpt, models, serve, train
+from . import book, chat, convert, depth, experiment, generate, gpt, models, pull, serve, train
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
 #: the command modules, in the order their commands are listed in --help
-COMMANDS = (book, gpt, depth, generate, chat, serve, models, convert, train, experiment)
+COMMANDS = (book, gpt, depth, generate, chat, serve, models, pull, convert, train, experiment)
 
 EPILOG = """exit status:
   0  success
