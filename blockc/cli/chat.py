@@ -39,8 +39,8 @@ def register(subparsers) -> None:
 
 def run_chat(args: argparse.Namespace) -> int:
     apply_threads(args)
-    args.model = model_path(args)  # a path, or a Hub id in the cache: checked first
-    sampling = sampling_options(args)  # checked before the weights are read
+    sampling = sampling_options(args)  # checked before any file is read
+    args.model = model_path(args)  # a path, or a Hub id in the cache
     tok = Tokenizer.from_pretrained(args.model)
     if tok.chat_template is None:
         raise BlockcValueError(f"{args.model}: no chat template (blockc generate takes raw text)")
