@@ -1,0 +1,453 @@
+"""Tool calls and reasoning in a model's reply: the families' tool-call formats, which
+one a chat template uses, and the parsers that turn generated text into OpenAI's
+``content``, ``reasoning_content`` and ``tool_calls`` (whole, or streamed as deltas).
+
+The formats (facts of each family's chat template; nothing of another project's code):
+
+- ``hermes``: Hermes / Qwen2.5 / Qwen3, ``<tool_call>\\n{"name": ..., "arguments": {...}}
+  \\n</tool_call>``, one block per call (parallel calls: several blocks);
+- ``llama3``: Llama 3.1 / 3.2 / 3.3 JSON tool calling, ``{"name": ..., "parameters":
+  {...}}`` (optionally after ``<|python_tag|>``; parallel calls separated by ``;``);
+- ``mistral``: ``[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]``.
+
+Thinking: text between ``<think>`` and ``</think>`` (a template that opens the tag in
+the generation prompt, as Qwen3's and DeepSeek-R1's do, makes the reply start inside it:
+``starts_in_reasoning``) is ``reasoning_content``; the rest is ``content``.
+
+The tools reach the template as ``tools=`` (transformers' convention: a list of
+OpenAI's ``{"type": "function", "function": {...}}``), through
+:meth:`blockc.text.ChatTemplate.render`'s variables.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+from .._errors import BlockcTypeError, BlockcValueError
+
+__all__ = ["ToolFormat", "FORMATS", "get_format", "detect_format", "tool_specs", "ToolCall",
+           "Delta", "ReplyParser", "parse_reply", "THINK_OPEN", "THINK_CLOSE"]
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    """A family's tool-call syntax: ``begin`` (call_open JSON call_close) separated by
+    ``separator`` ... ``end``; the JSON is ``{"name": NAME, args_key: {...}}``.
+
+    Attributes
+    ----------
+    name : str
+    begin, end : str
+        Around all the calls ("" for none).
+    call_open, call_close : str
+        Around each call's JSON.
+    separator : str
+        Between two calls.
+    args_key : str
+        The arguments' key in a call's JSON (``arguments`` or ``parameters``).
+    parallel : bool
+        Whether the syntax carries several calls.
+    starts : tuple of str
+        The texts that begin a reply of tool calls (the parser watches for them).
+    """
+    name: str
+    begin: str
+    end: str
+    call_open: str
+    call_close: str
+    separator: str
+    args_key: str
+    parallel: bool = True
+    starts: Tuple[str, ...] = field(default=())
+
+
+FORMATS: Dict[str, ToolFormat] = {
+    "hermes": ToolFormat("hermes", "", "", "<tool_call>\n", "\n</tool_call>", "\n", "arguments",
+                         starts=("<tool_call>",)),
+    "llama3": ToolFormat("llama3", "", "", "", "", "; ", "parameters",
+                         starts=("<|python_tag|>", "{\"name\"", "{\"type\": \"function\"")),
+    "mistral": ToolFormat("mistral", "[TOOL_CALLS][", "]", "", "", ", ", "arguments",
+                          starts=("[TOOL_CALLS]",)),
+}
+
+
+def get_format(name: str) -> ToolFormat:
+    """The format named ``name`` (a key of :data:`FORMATS`).
+
+    Raises
+    ------
+    ValueError
+        An unknown name.
+    """
+    if not isinstance(name, str):
+        raise BlockcTypeError(f"format must be a str, got {type(name).__name__}")
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise BlockcValueError(f"format must be one of {', '.join(FORMATS)}, got {name!r}") from None
+
+
+def detect_format(template: Any) -> Optional[ToolFormat]:
+    """The tool-call format a chat template (its source, or a ChatTemplate) writes, or
+    None when it shows none: ``<tool_call>`` -> hermes, ``[TOOL_CALLS]`` -> mistral,
+    ``<|python_tag|>`` or Llama 3's headers with ``tools`` -> llama3.
+
+    Examples
+    --------
+    >>> detect_format("{% if tools %}<tool_call>{% endif %}").name
+    'hermes'
+    """
+    src = getattr(template, "source", template)
+    if not isinstance(src, str):
+        raise BlockcTypeError(f"template must be a chat template's source or a ChatTemplate, "
+                              f"got {type(template).__name__}")
+    if "<tool_call>" in src:
+        return FORMATS["hermes"]
+    if "[TOOL_CALLS]" in src:
+        return FORMATS["mistral"]
+    if "<|python_tag|>" in src or ("<|start_header_id|>" in src and "tools" in src):
+        return FORMATS["llama3"]
+    return None
+
+
+def tool_specs(tools: Any) -> Dict[str, Dict[str, Any]]:
+    """The function names of OpenAI's ``tools`` -> their parameters' JSON Schema.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A malformed tool (the message names which).
+    """
+    if isinstance(tools, (str, bytes)) or not isinstance(tools, Sequence):
+        raise BlockcTypeError(f"tools must be a list of tools, got {type(tools).__name__}")
+    out: Dict[str, Dict[str, Any]] = {}
+    for i, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, Mapping) else None
+        if not isinstance(t, Mapping) or t.get("type", "function") != "function" or \
+                not isinstance(fn, Mapping):
+            raise BlockcValueError(f"tools[{i}] must be {{\"type\": \"function\", \"function\": "
+                                   "{...}}")
+        name = fn.get("name")
+        if not isinstance(name, str) or not name:
+            raise BlockcValueError(f"tools[{i}].function.name must be a non-empty str")
+        params = fn.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(params, Mapping):
+            raise BlockcTypeError(f"tools[{i}].function.parameters must be a JSON Schema object")
+        out[name] = dict(params)
+    return out
+
+
+@dataclass
+class ToolCall:
+    """One parsed call: OpenAI's ``{"id", "type": "function", "function": {"name",
+    "arguments"}}`` (``arguments`` a JSON str)."""
+    index: int
+    id: str
+    name: str
+    arguments: str
+
+    def to_openai(self) -> Dict[str, Any]:
+        return {"id": self.id, "type": "function",
+                "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass
+class Delta:
+    """One streamed piece: content, reasoning, or a tool call's piece (OpenAI's
+    ``delta.tool_calls[i]``: the first piece of a call carries ``id`` and ``name``, the
+    next ones argument text)."""
+    content: str = ""
+    reasoning: str = ""
+    tool_index: Optional[int] = None
+    tool_id: Optional[str] = None
+    tool_name: Optional[str] = None
+    arguments: str = ""
+
+    def to_openai(self) -> Dict[str, Any]:
+        """OpenAI's ``choices[0].delta`` of this piece."""
+        d: Dict[str, Any] = {}
+        if self.content:
+            d["content"] = self.content
+        if self.reasoning:
+            d["reasoning_content"] = self.reasoning
+        if self.tool_index is not None:
+            call: Dict[str, Any] = {"index": self.tool_index}
+            fn: Dict[str, Any] = {}
+            if self.tool_id is not None:
+                call["id"], call["type"] = self.tool_id, "function"
+                fn["name"] = self.tool_name
+            fn["arguments"] = self.arguments
+            call["function"] = fn
+            d["tool_calls"] = [call]
+        return d
+
+
+def _new_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+class ReplyParser:
+    """Generated text in, :class:`Delta` pieces out: reasoning (``<think>``...), content,
+    and tool calls in ``format``'s syntax, as OpenAI streams them.
+
+    A call's JSON is held until it is whole (so its name is known and its arguments
+    parse), then given as two deltas: the id and name, then the arguments. Text that
+    could still become a marker (a partial ``<tool_call>`` at the end of a piece) is
+    held back until the next piece tells.
+
+    Parameters
+    ----------
+    format : ToolFormat or str, optional
+        None: no tool calls (reasoning and content only).
+    starts_in_reasoning : bool, optional
+        The prompt opened ``<think>`` (the reply begins as reasoning).
+    reasoning : bool, optional
+        Split out ``<think>`` blocks (default True).
+    ids : callable, optional
+        Makes each call's id (default: ``call_`` and 24 random hex digits).
+
+    Examples
+    --------
+    >>> p = ReplyParser("hermes")
+    >>> ds = p.feed('<tool_call>\\n{"name": "f", "arguments": {"x": 1}}\\n</tool_call>')
+    >>> ds += p.close()
+    >>> p.calls[0].name, p.calls[0].arguments
+    ('f', '{"x": 1}')
+    """
+
+    def __init__(self, format: Any = None, starts_in_reasoning: bool = False,
+                 reasoning: bool = True, ids: Any = None):
+        self.fmt = (format if isinstance(format, ToolFormat) or format is None
+                    else get_format(format))
+        self.reasoning_on = reasoning
+        self.in_think = bool(starts_in_reasoning)
+        self.ids = ids or _new_id
+        self.buf = ""
+        self.mode = "text"          # text | calls
+        self.calls: List[ToolCall] = []
+        self.content: List[str] = []
+        self.reasoning: List[str] = []
+        self._seen_text = False     # content before any call (llama3's JSON only at the start)
+
+    # ---- the markers ---------------------------------------------------------------
+
+    def _markers(self) -> List[str]:
+        m = []
+        if self.reasoning_on:
+            m.append(THINK_CLOSE if self.in_think else THINK_OPEN)
+        if self.fmt is not None and not self.in_think:
+            m += list(self.fmt.starts)
+        return m
+
+    @staticmethod
+    def _held(text: str, markers: Sequence[str]) -> int:
+        """How many characters at the end of ``text`` could begin a marker."""
+        best = 0
+        for mk in markers:
+            for k in range(min(len(mk) - 1, len(text)), 0, -1):
+                if text.endswith(mk[:k]):
+                    best = max(best, k)
+                    break
+        return best
+
+    def feed(self, piece: str) -> List[Delta]:
+        """The deltas that ``piece`` (the next generated text) completes."""
+        if not isinstance(piece, str):
+            raise BlockcTypeError(f"piece must be a str, got {type(piece).__name__}")
+        self.buf += piece
+        return self._drain(final=False)
+
+    def close(self) -> List[Delta]:
+        """The deltas of what is left at the end of the reply (an unfinished call's text
+        becomes content)."""
+        return self._drain(final=True)
+
+    def _emit_text(self, text: str, out: List[Delta]) -> None:
+        if not text:
+            return
+        if self.in_think:
+            self.reasoning.append(text)
+            out.append(Delta(reasoning=text))
+        else:
+            if text.strip():
+                self._seen_text = True
+            self.content.append(text)
+            out.append(Delta(content=text))
+
+    def _drain(self, final: bool) -> List[Delta]:
+        out: List[Delta] = []
+        while True:
+            if self.mode == "calls":
+                if not self._take_calls(final, out):
+                    break
+                continue
+            markers = self._markers()
+            if self.fmt is not None and self.fmt.name == "llama3" and self._seen_text:
+                markers = [m for m in markers if m == "<|python_tag|>" or m.startswith("<")]
+            hits = [(self.buf.find(m), m) for m in markers if m in self.buf]
+            if not hits:
+                keep = 0 if final else self._held(self.buf, markers)
+                self._emit_text(self.buf[:len(self.buf) - keep], out)
+                self.buf = self.buf[len(self.buf) - keep:]
+                break
+            at, mk = min(hits)
+            before = self.buf[:at]
+            if mk in (THINK_OPEN, THINK_CLOSE):
+                self._emit_text(before, out)
+                self.buf = self.buf[at + len(mk):]
+                self.in_think = mk == THINK_OPEN
+                if not self.in_think:
+                    self.buf = self.buf.lstrip("\n") if self.buf.strip() or final else self.buf
+                continue
+            if before.strip():
+                self._emit_text(before, out)
+            elif before and self.content:
+                self._emit_text(before, out)
+            self.buf = self.buf[at:]
+            self.mode = "calls"
+        return out
+
+    # ---- the calls -------------------------------------------------------------------
+
+    def _take_calls(self, final: bool, out: List[Delta]) -> bool:
+        """Parse whole calls off the buffer; True when something was taken."""
+        fmt = self.fmt
+        assert fmt is not None
+        b = self.buf
+        if fmt.name == "hermes":
+            s = b.lstrip()
+            if not s:
+                return False
+            if not s.startswith("<tool_call>"):
+                if "<tool_call>".startswith(s) and not final:
+                    return False
+                self.mode = "text"
+                return True
+            close = s.find("</tool_call>")
+            if close < 0:
+                return self._give_up(final, out)
+            body = s[len("<tool_call>"):close]
+            self.buf = s[close + len("</tool_call>"):]
+            self._call(body, out, fmt.args_key)
+            return True
+        if fmt.name == "mistral":
+            s = b.lstrip()
+            if not s:
+                return False
+            if s.startswith("[TOOL_CALLS]"):
+                arr, end = _json_prefix(s[len("[TOOL_CALLS]"):].lstrip())
+                if arr is None:
+                    return self._give_up(final, out)
+                items = arr if isinstance(arr, list) else [arr]
+                for it in items:
+                    self._call_obj(it, out, fmt.args_key)
+                rest = s[len("[TOOL_CALLS]"):].lstrip()
+                self.buf = rest[end:]
+                return True
+            if "[TOOL_CALLS]".startswith(s) and not final:
+                return False
+            self.mode = "text"
+            return True
+        # llama3: JSON objects, after <|python_tag|> or from the reply's start, ';'-separated
+        s = b.lstrip()
+        if s.startswith("<|python_tag|>"):
+            s = s[len("<|python_tag|>"):].lstrip()
+        if s.startswith(";"):
+            s = s[1:].lstrip()
+        if not s:
+            self.buf = s
+            return False
+        if not s.startswith("{"):
+            if "<|python_tag|>".startswith(s) and not final:
+                return False
+            self.mode = "text"
+            self.buf = s
+            return True
+        obj, end = _json_prefix(s)
+        if obj is None:
+            return self._give_up(final, out)
+        if isinstance(obj, dict) and "name" in obj and (fmt.args_key in obj or "arguments" in obj):
+            self._call_obj(obj, out, fmt.args_key if fmt.args_key in obj else "arguments")
+            self.buf = s[end:]
+        else:
+            self.mode = "text"
+            self._emit_text(s[:end], out)
+            self.buf = s[end:]
+        return True
+
+    def _give_up(self, final: bool, out: List[Delta]) -> bool:
+        if not final:
+            return False
+        self.mode = "text"
+        self._emit_text(self.buf, out)  # an unfinished call: its text is the content
+        self.buf = ""
+        return False
+
+    def _call(self, body: str, out: List[Delta], key: str) -> None:
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            self._emit_text(body, out)
+            return
+        self._call_obj(obj, out, key)
+
+    def _call_obj(self, obj: Any, out: List[Delta], key: str) -> None:
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+            self._emit_text(json.dumps(obj, ensure_ascii=False), out)
+            return
+        args = obj.get(key, obj.get("arguments", obj.get("parameters", {})))
+        text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        c = ToolCall(len(self.calls), self.ids(), obj["name"], text)
+        self.calls.append(c)
+        out.append(Delta(tool_index=c.index, tool_id=c.id, tool_name=c.name))
+        out.append(Delta(tool_index=c.index, arguments=text))
+
+    # ---- the result ------------------------------------------------------------------
+
+    def message(self) -> Dict[str, Any]:
+        """OpenAI's assistant message of what was fed (``close`` first): ``content``
+        (None when empty and there are calls), ``reasoning_content`` when there was
+        any, ``tool_calls`` when there were any."""
+        content = "".join(self.content)
+        msg: Dict[str, Any] = {"role": "assistant",
+                               "content": content.strip() if self.calls else content}
+        if self.calls and not msg["content"]:
+            msg["content"] = None
+        if self.reasoning:
+            msg["reasoning_content"] = "".join(self.reasoning).strip("\n")
+        if self.calls:
+            msg["tool_calls"] = [c.to_openai() for c in self.calls]
+        return msg
+
+    @property
+    def finish_reason(self) -> Optional[str]:
+        """``"tool_calls"`` when the reply made calls, else None (the generation's own)."""
+        return "tool_calls" if self.calls else None
+
+
+def _json_prefix(s: str) -> Tuple[Any, int]:
+    """(the JSON value at the start of ``s``, where it ends), or (None, 0) while incomplete."""
+    try:
+        obj, end = json.JSONDecoder().raw_decode(s)
+    except ValueError:
+        return None, 0
+    return obj, end
+
+
+def parse_reply(text: str, format: Any = None, starts_in_reasoning: bool = False,
+                ids: Any = None) -> Dict[str, Any]:
+    """OpenAI's assistant message of a whole reply (see :class:`ReplyParser`).
+
+    Examples
+    --------
+    >>> parse_reply("<think>hm</think>Paris.")["reasoning_content"]
+    'hm'
+    """
+    p = ReplyParser(format, starts_in_reasoning=starts_in_reasoning, ids=ids)
+    p.feed(text)
+    p.close()
+    return p.message()

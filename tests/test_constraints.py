@@ -1,0 +1,196 @@
+"""Constrained decoding (blockc.generation.constraints): JSON Schema, json_object, the
+engine's grammar forms and tool calls, on tiny random models with a trained tokenizer:
+the output always parses and validates, and a constrained row gets the same tokens
+alone and in a batch."""
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llguidance")
+
+import blockc  # noqa: E402
+from blockc.generation.constraints import Constraint  # noqa: E402
+from blockc.text import Tokenizer  # noqa: E402
+from blockc.text.tools import FORMATS, parse_reply  # noqa: E402
+from support.chat_dirs import chat_model_dir  # noqa: E402
+
+SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["user", "tags", "unit"],
+    "properties": {
+        "user": {"type": "object", "additionalProperties": False, "required": ["name", "age"],
+                 "properties": {"name": {"type": "string", "maxLength": 8},
+                                "age": {"type": "integer", "minimum": 0, "maximum": 120}}},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 5}, "maxItems": 3},
+        "unit": {"enum": ["celsius", "fahrenheit"]}}}
+
+
+def valid(doc, schema=SCHEMA):
+    """A small validator of the schema features used here (no jsonschema dependency)."""
+    t = schema.get("type")
+    if "enum" in schema:
+        return doc in schema["enum"]
+    if "const" in schema:
+        return doc == schema["const"]
+    if t == "object":
+        props = schema.get("properties", {})
+        return (isinstance(doc, dict) and all(k in doc for k in schema.get("required", ()))
+                and (schema.get("additionalProperties", True) or set(doc) <= set(props))
+                and all(valid(v, props[k]) for k, v in doc.items() if k in props))
+    if t == "array":
+        return (isinstance(doc, list) and len(doc) <= schema.get("maxItems", 1 << 30)
+                and all(valid(v, schema["items"]) for v in doc))
+    if t == "string":
+        return isinstance(doc, str) and len(doc) <= schema.get("maxLength", 1 << 30)
+    if t == "integer":
+        return (isinstance(doc, int) and not isinstance(doc, bool)
+                and schema.get("minimum", -1e300) <= doc <= schema.get("maximum", 1e300))
+    if t == "number":
+        return isinstance(doc, (int, float)) and not isinstance(doc, bool)
+    if t == "boolean":
+        return isinstance(doc, bool)
+    return True
+
+
+@pytest.fixture(scope="module")
+def chat(tmp_path_factory):
+    d = tmp_path_factory.mktemp("constrain")
+    m, _ = chat_model_dir(d, "chatml", context=256)
+    tok = Tokenizer.from_pretrained(d)
+    return m, tok
+
+
+def reply(tok, new):
+    """The text of the new tokens, which must have ended (by the grammar, or its end token
+    when the grammar allowed more)."""
+    new = [int(t) for t in new]
+    if new and new[-1] == tok.eos_token_id:
+        new = new[:-1]
+    return tok.decode(new)
+
+
+def prompt(tok, text="the block reads"):
+    return tok.encode(text, add_special_tokens=False)
+
+
+@pytest.mark.parametrize("seed,opts", [(0, {}), (1, {"temperature": 1.0}),
+                                       (2, {"temperature": 1.3, "top_k": 40}),
+                                       (3, {"temperature": 0.8, "top_p": 0.9}),
+                                       (4, {"temperature": 1.0, "min_p": 0.02})])
+def test_json_schema_always_parses_and_validates(chat, seed, opts):
+    m, tok = chat
+    c = Constraint.json_schema(SCHEMA, tok)
+    out = m.generate(prompt(tok)[None], 180, seed=seed, constraint=c, **opts)[0]
+    new = out[len(prompt(tok)):]
+    assert len(new) < 180  # ended by the grammar
+    doc = json.loads(reply(tok, new))
+    assert valid(doc), doc
+
+
+def test_json_object_and_stream_agree(chat):
+    m, tok = chat
+    c = Constraint.from_response_format({"type": "json_object"}, tok)
+    got = list(m.stream(prompt(tok), 120, temperature=1.0, seed=5, constraint=c))
+    assert len(got) < 120
+    assert isinstance(json.loads(reply(tok, got)), dict)
+    whole = m.generate(prompt(tok)[None], 120, temperature=1.0, seed=5, constraint=c)[0]
+    assert whole[len(prompt(tok)):].tolist() == got
+
+
+def test_batch_invariance(chat):
+    m, tok = chat
+    c = Constraint.json_schema(SCHEMA, tok)
+    p = prompt(tok)
+    alone = m.generate(p[None], 100, temperature=1.0, seed=7, constraint=c)[0]
+    others = [prompt(tok, "a residual stream flows"), prompt(tok, "Hello! How")]
+    batch = m.generate([p, *others], 100, temperature=1.0, seed=7, constraint=[c, None, c])
+    assert batch[0].tolist() == alone.tolist()
+    free = m.generate(others[0][None], 100, temperature=1.0, seed=7)[0]
+    assert batch[1].tolist() == free.tolist()[:len(batch[1])]
+
+
+def test_regex_extension_is_obeyed(chat):
+    m, tok = chat
+    c = Constraint.from_response_format({"type": "regex", "regex": r"[a-c]{2,4}-[0-9]{3}"}, tok)
+    for seed in range(3):
+        out = m.generate(prompt(tok)[None], 20, temperature=1.0, seed=seed, constraint=c)[0]
+        new = out[len(prompt(tok)):]
+        assert len(new) < 20
+        assert re.fullmatch(r"[a-c]{2,4}-[0-9]{3}", reply(tok, new))
+
+
+def test_lark_and_gbnf_forms(chat):
+    m, tok = chat
+    for c in (Constraint.lark('start: ("yes" | "no") "!"', tok),
+              Constraint.gbnf('root ::= ("yes" | "no") "!"', tok)):
+        new = m.generate(prompt(tok)[None], 10, temperature=1.0, seed=1, constraint=c)[0]
+        assert reply(tok, new[len(prompt(tok)):]) in ("yes!", "no!")
+
+
+def test_mask_is_in_place_and_deterministic(chat):
+    _, tok = chat
+    c = Constraint.json_object(tok)
+    row = np.zeros(tok.vocab_size + 5, np.float32)
+    assert c.mask(row) is row
+    allowed = np.flatnonzero(np.isfinite(row))
+    assert [tok.decode([int(i)]) for i in allowed] == ["{"]   # compact: only the brace
+    assert np.isneginf(row[tok.vocab_size:]).all()
+    c.advance(int(allowed[0]))
+    with pytest.raises(ValueError, match="not allowed by the constraint"):
+        c.advance(tok.eos_token_id)
+    r2 = np.zeros(tok.vocab_size, np.float64)
+    c.fresh().mask(r2)
+    np.testing.assert_array_equal(np.isfinite(r2), np.isfinite(row[:tok.vocab_size]))
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "llama3", "mistral"])
+def test_tool_choice_named_and_required(chat, fmt):
+    m, tok = chat
+    tools = [{"type": "function", "function": {
+        "name": "get_weather", "parameters": {
+            "type": "object", "additionalProperties": False, "required": ["city", "unit"],
+            "properties": {"city": {"type": "string", "maxLength": 6},
+                           "unit": {"enum": ["c", "f"]}}}}},
+        {"type": "function", "function": {"name": "noop", "parameters": {
+            "type": "object", "properties": {}, "additionalProperties": False}}}]
+    named = Constraint.tool_calls(tools, {"type": "function", "function": {"name": "get_weather"}},
+                                  tok, fmt)
+    for seed in range(2):
+        new = m.generate(prompt(tok)[None], 120, temperature=1.0, seed=seed,
+                         constraint=named)[0][len(prompt(tok)):]
+        assert len(new) < 120
+        msg = parse_reply(reply(tok, new), FORMATS[fmt])
+        assert [c["function"]["name"] for c in msg["tool_calls"]] == ["get_weather"]
+        args = json.loads(msg["tool_calls"][0]["function"]["arguments"])
+        assert set(args) == {"city", "unit"} and args["unit"] in ("c", "f")
+    req = Constraint.tool_calls(tools, "required", tok, fmt)
+    new = m.generate(prompt(tok)[None], 200, temperature=1.0, seed=3,
+                     constraint=req)[0][len(prompt(tok)):]
+    assert len(new) < 200
+    msg = parse_reply(reply(tok, new), FORMATS[fmt])
+    assert msg["tool_calls"] and all(c["function"]["name"] in ("get_weather", "noop")
+                                     for c in msg["tool_calls"])
+
+
+def test_errors_name_the_field(chat):
+    _, tok = chat
+    with pytest.raises(ValueError, match="response_format.type"):
+        Constraint.from_response_format({"type": "xml"}, tok)
+    with pytest.raises(ValueError, match="json_schema"):
+        Constraint.from_response_format({"type": "json_schema", "json_schema": {}}, tok)
+    with pytest.raises(ValueError, match="regex"):
+        Constraint.regex("[a-", tok)
+    with pytest.raises(ValueError, match="not one of the tools"):
+        Constraint.tool_calls([], {"type": "function", "function": {"name": "x"}}, tok, "hermes")
+    assert Constraint.from_response_format({"type": "text"}, tok) is None
+
+
+def test_missing_engine_names_the_extra(monkeypatch):
+    import sys
+    from blockc.generation import constraints
+    monkeypatch.setitem(sys.modules, "llguidance", None)
+    with pytest.raises(ImportError, match=r"blockc\[structured\]"):
+        constraints.engine()
