@@ -232,6 +232,7 @@ class ReplyParser:
         self.content: List[str] = []
         self.reasoning: List[str] = []
         self._seen_text = False     # content before any call (llama3's JSON only at the start)
+        self._after_think = False
 
     # ---- the markers ---------------------------------------------------------------
 
@@ -273,6 +274,11 @@ class ReplyParser:
             self.reasoning.append(text)
             out.append(Delta(reasoning=text))
         else:
+            if self._after_think:  # the newlines after </think> separate, they are not content
+                text = text.lstrip("\n")
+                if not text:
+                    return
+                self._after_think = False
             if text.strip():
                 self._seen_text = True
             self.content.append(text)
@@ -300,8 +306,7 @@ class ReplyParser:
                 self._emit_text(before, out)
                 self.buf = self.buf[at + len(mk):]
                 self.in_think = mk == THINK_OPEN
-                if not self.in_think:
-                    self.buf = self.buf.lstrip("\n") if self.buf.strip() or final else self.buf
+                self._after_think = not self.in_think
                 continue
             if before.strip():
                 self._emit_text(before, out)
