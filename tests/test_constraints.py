@@ -194,3 +194,25 @@ def test_missing_engine_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "llguidance", None)
     with pytest.raises(ImportError, match=r"blockc\[structured\]"):
         constraints.engine()
+
+
+@pytest.mark.parametrize("fmt,marker", [("hermes", "<tool_call>"), ("mistral", "[TOOL_CALLS]")])
+def test_tool_call_markers_that_are_special_tokens(tmp_path, fmt, marker):
+    # the families' tokenizers hold these markers as control tokens: the grammar must
+    # ask for the token, whose text is not the token
+    d = tmp_path / "special"
+    _, _ = chat_model_dir(d, "chatml")
+    tok = Tokenizer.from_pretrained(d)
+    tok.backend.add_special_tokens(["<tool_call>", "</tool_call>", "[TOOL_CALLS]"])
+    m = blockc.GPT.random(blockc.GPTConfig(vocab=tok.vocab_size, context=128, width=32, heads=4,
+                                           layers=1), seed=1)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "required": ["n"], "additionalProperties": False,
+        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}}}}}]
+    c = Constraint.tool_calls(tools, "required", tok, fmt, parallel=False)
+    new = m.generate(prompt(tok)[None], 60, temperature=1.0, seed=2, constraint=c)[0]
+    new = new[len(prompt(tok)):]
+    assert tok.token_to_id(marker) in new.tolist()   # the control token, not its spelling
+    msg = parse_reply(reply(tok, new), FORMATS[fmt])
+    assert len(msg["tool_calls"]) == 1
+    assert 0 <= json.loads(msg["tool_calls"][0]["function"]["arguments"])["n"] <= 9

@@ -107,23 +107,25 @@ def _lltokenizer(tokenizer: Any, ends: Tuple[int, ...]) -> Tuple[Any, int]:
     return per[ends]
 
 
-def _special(tokenizer: Any, text: str) -> bool:
-    """Whether ``text`` is one special (control) token of the tokenizer."""
+def _specials(tokenizer: Any) -> Dict[str, int]:
+    """The tokenizer's special (control) tokens: text -> id."""
     back = _backend(tokenizer)
-    i = back.token_to_id(text)
-    if i is None:
-        return False
     added = back.get_added_tokens_decoder() if hasattr(back, "get_added_tokens_decoder") else {}
-    t = added.get(i)
-    return bool(t is not None and getattr(t, "special", False))
+    return {t.content: int(i) for i, t in added.items() if getattr(t, "special", False)}
 
 
 def _lark_literal(tokenizer: Any, text: str) -> str:
-    """A Lark item matching ``text``: its special token when it is one (a control token's
-    text is not the token), else the quoted string."""
-    if _special(tokenizer, text):
-        return text  # llguidance's Lark: <name> is the special token of that name
-    return json.dumps(text)
+    """Lark items matching ``text``: each special token in it as that token (``<[id]>``:
+    a control token's spelling is not the token), the rest as quoted strings."""
+    specials = _specials(tokenizer)
+    if not text:
+        return ""
+    found = sorted((s for s in specials if s and s in text), key=len, reverse=True)
+    if not found:
+        return json.dumps(text)
+    import re
+    parts = re.split("(" + "|".join(map(re.escape, found)) + ")", text)
+    return " ".join(f"<[{specials[p]}]>" if p in specials else json.dumps(p) for p in parts if p)
 
 
 class Constraint:
@@ -372,9 +374,10 @@ class Constraint:
         if not isinstance(logits_row, np.ndarray) or logits_row.ndim != 1 or \
                 logits_row.dtype.kind != "f":
             raise BlockcTypeError("logits_row must be a 1-D float numpy array")
-        keep = self.allowed()
-        n = min(len(keep), logits_row.shape[0])
-        logits_row[:n][~keep[:n]] = -np.inf
+        engine().numpy.fill_next_token_bitmask(self._m, self._bits, 0)
+        keep = np.unpackbits(self._bits.view(np.uint8), bitorder="little")
+        n = min(self.vocab, logits_row.shape[0])
+        logits_row[:n][keep[:n] == 0] = -np.inf
         logits_row[n:] = -np.inf
         return logits_row
 
