@@ -179,3 +179,18 @@ def test_tool_specs_and_errors():
     with pytest.raises(ValueError, match="format must be one of"):
         ReplyParser("xml")
     assert detect_format("{{ messages }}") is None
+
+
+def test_tool_choice_modes():
+    from blockc.text.tools import tool_choice_mode
+    assert tool_choice_mode(None, TOOLS) == ("auto", None)
+    assert tool_choice_mode(None, None) == ("none", None)
+    assert tool_choice_mode("required", TOOLS) == ("required", None)
+    named = {"type": "function", "function": {"name": "get_time"}}
+    assert tool_choice_mode(named, TOOLS) == ("named", "get_time")
+    with pytest.raises(ValueError, match="not one of the tools"):
+        tool_choice_mode({"type": "function", "function": {"name": "x"}}, TOOLS)
+    with pytest.raises(ValueError, match="needs tools"):
+        tool_choice_mode("required", [])
+    with pytest.raises(TypeError, match="tool_choice"):
+        tool_choice_mode("sometimes", TOOLS)

@@ -27,7 +27,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from .._errors import BlockcTypeError, BlockcValueError
 
-__all__ = ["ToolFormat", "FORMATS", "get_format", "detect_format", "tool_specs", "ToolCall",
+__all__ = ["ToolFormat", "FORMATS", "get_format", "detect_format", "tool_specs", "tool_choice_mode",
+           "opens_reasoning", "ToolCall",
            "Delta", "ReplyParser", "parse_reply", "THINK_OPEN", "THINK_CLOSE"]
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -141,6 +142,71 @@ def tool_specs(tools: Any) -> Dict[str, Dict[str, Any]]:
     return out
 
 
+def opens_reasoning(prompt: str) -> bool:
+    """Whether a rendered prompt leaves a ``<think>`` open (its last tag is ``<think>``:
+    Qwen3's and DeepSeek-R1's generation prompts), so the reply starts as reasoning.
+
+    Examples
+    --------
+    >>> opens_reasoning("<|im_start|>assistant\n<think>\n"), opens_reasoning("Hi")
+    (True, False)
+    """
+    if not isinstance(prompt, str):
+        raise BlockcTypeError(f"prompt must be a str, got {type(prompt).__name__}")
+    return prompt.rfind(THINK_OPEN) > prompt.rfind(THINK_CLOSE)
+
+
+def tool_choice_mode(tool_choice: Any, tools: Any) -> Tuple[str, Optional[str]]:
+    """OpenAI's ``tool_choice`` checked against ``tools``: (mode, function name).
+
+    The mode is ``"none"`` (no calls: the tools need not reach the template),
+    ``"auto"`` (the model decides: the reply is parsed, nothing constrained),
+    ``"required"`` (one or more calls: :meth:`Constraint.tool_calls
+    <blockc.generation.constraints.Constraint.tool_calls>`) or ``"named"`` (one call of
+    the function named, constrained likewise). Absent (None): ``"auto"`` when there are
+    tools, else ``"none"``, as OpenAI's default.
+
+    Parameters
+    ----------
+    tool_choice : None, "none", "auto", "required" or dict
+        ``{"type": "function", "function": {"name": NAME}}`` names one.
+    tools : sequence of dict or None
+
+    Returns
+    -------
+    (str, str or None)
+
+    Raises
+    ------
+    TypeError, ValueError
+        A malformed tool_choice, one naming no tool, or required/named without tools.
+
+    Examples
+    --------
+    >>> tool_choice_mode(None, [])
+    ('none', None)
+    """
+    names = list(tool_specs(tools)) if tools else []
+    if tool_choice is None:
+        return ("auto" if names else "none"), None
+    if tool_choice in ("none", "auto", "required"):
+        if tool_choice == "required" and not names:
+            raise BlockcValueError("tool_choice \"required\" needs tools")
+        return tool_choice, None
+    if isinstance(tool_choice, Mapping):
+        fn = tool_choice.get("function")
+        name = fn.get("name") if isinstance(fn, Mapping) else None
+        if tool_choice.get("type", "function") != "function" or not isinstance(name, str):
+            raise BlockcValueError("tool_choice must be {\"type\": \"function\", \"function\": "
+                                   "{\"name\": NAME}}")
+        if name not in names:
+            raise BlockcValueError(f"tool_choice names function {name!r}, which is not one of "
+                                   f"the tools ({', '.join(names) or 'none'})")
+        return "named", name
+    raise BlockcTypeError("tool_choice must be \"none\", \"auto\", \"required\" or "
+                          f"{{\"type\": \"function\", ...}}, got {tool_choice!r}")
+
+
 @dataclass
 class ToolCall:
     """One parsed call: OpenAI's ``{"id", "type": "function", "function": {"name",
@@ -198,6 +264,9 @@ class ReplyParser:
     parse), then given as two deltas: the id and name, then the arguments. Text that
     could still become a marker (a partial ``<tool_call>`` at the end of a piece) is
     held back until the next piece tells.
+
+    Feed it the text decoded with the special tokens kept (``skip_special_tokens=False``):
+    Mistral's ``[TOOL_CALLS]`` and Llama's ``<|python_tag|>`` are control tokens.
 
     Parameters
     ----------
