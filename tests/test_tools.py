@@ -194,3 +194,10 @@ def test_tool_choice_modes():
         tool_choice_mode("required", [])
     with pytest.raises(TypeError, match="tool_choice"):
         tool_choice_mode("sometimes", TOOLS)
+
+
+def test_opens_reasoning():
+    from blockc.text.tools import opens_reasoning
+    assert opens_reasoning("<|im_start|>assistant\n<think>\n")
+    assert not opens_reasoning("<think>a</think>b<|im_start|>assistant\n")
+    assert not opens_reasoning("plain")

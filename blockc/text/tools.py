@@ -148,7 +148,7 @@ def opens_reasoning(prompt: str) -> bool:
 
     Examples
     --------
-    >>> opens_reasoning("<|im_start|>assistant\n<think>\n"), opens_reasoning("Hi")
+    >>> opens_reasoning("<|im_start|>assistant <think>"), opens_reasoning("Hi")
     (True, False)
     """
     if not isinstance(prompt, str):
