@@ -31,14 +31,12 @@ from __future__ import annotations
 
 import argparse
 import glob
-import importlib
 import json
 import os
 import statistics
-import sys
 import sysconfig
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 

@@ -216,3 +216,20 @@ def test_tool_call_markers_that_are_special_tokens(tmp_path, fmt, marker):
     msg = parse_reply(reply(tok, new), FORMATS[fmt])
     assert len(msg["tool_calls"]) == 1
     assert 0 <= json.loads(msg["tool_calls"][0]["function"]["arguments"])["n"] <= 9
+
+
+def test_argument_checks(chat):
+    _, tok = chat
+    with pytest.raises(TypeError, match="strict"):
+        Constraint.json_schema({"type": "object"}, tok, strict="yes")
+    with pytest.raises(ValueError, match="schema is not valid JSON"):
+        Constraint.json_schema("{", tok)
+    with pytest.raises(TypeError, match="tokenizer"):
+        Constraint.json_object(object())
+    with pytest.raises(ValueError, match="end_ids"):
+        Constraint.json_object(tok, end_ids=10 ** 6)
+    with pytest.raises(TypeError, match="logits_row"):
+        Constraint.json_object(tok).mask(np.zeros((2, 3)))
+    with pytest.raises(TypeError, match="constraint"):
+        blockc.GPT.random(blockc.GPTConfig(vocab=8, context=8, width=8, heads=2, layers=1)
+                          ).generate([[1, 2]], 2, constraint="json")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -143,6 +143,7 @@ class Constraint:
     def __init__(self, grammar: str, tokenizer: Any, end_ids: Union[int, Sequence[int], None] = None,
                  *, what: str = "grammar"):
         ll = engine()
+        _backend(tokenizer)  # a tokenizer before anything is read from it
         self._ends = _end_ids(tokenizer, end_ids)
         self._lltok, self.vocab = _lltokenizer(tokenizer, self._ends)
         self.tokenizer, self.grammar, self.what = tokenizer, grammar, what
@@ -191,8 +192,9 @@ class Constraint:
         ImportError
             The engine is not installed (``blockc[structured]``).
         """
+        if not isinstance(strict, bool):
+            raise BlockcTypeError(f"strict must be a bool, got {type(strict).__name__}")
         s = _schema(schema, "schema")
-        s = dict(s)
         s.setdefault("x-guidance", {"whitespace_flexible": False,
                                     "lenient": not strict})
         g = engine().LLMatcher.grammar_from_json_schema(json.dumps(s))
@@ -268,6 +270,8 @@ class Constraint:
             Malformed tools, a tool_choice that is not "required" nor names one of them.
         """
         from ..text.tools import ToolFormat, get_format, tool_specs
+        if not isinstance(parallel, bool):
+            raise BlockcTypeError(f"parallel must be a bool, got {type(parallel).__name__}")
         fmt = format if isinstance(format, ToolFormat) else get_format(format)
         specs = tool_specs(tools)
         if tool_choice == "required":
