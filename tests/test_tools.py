@@ -201,3 +201,22 @@ def test_opens_reasoning():
     assert opens_reasoning("<|im_start|>assistant\n<think>\n")
     assert not opens_reasoning("<think>a</think>b<|im_start|>assistant\n")
     assert not opens_reasoning("plain")
+
+
+@pytest.mark.parametrize("fmt", list(CASES))
+def test_arguments_stream_in_pieces_as_they_come(fmt):
+    _, reply = CASES[fmt]
+    p = ReplyParser(fmt, ids=ids())
+    seen_name_at = None
+    pieces = []
+    for i, ch in enumerate(reply):
+        for d in p.feed(ch):
+            if d.tool_index == 0 and d.tool_name is not None:
+                seen_name_at = i
+            if d.tool_index == 0 and d.arguments:
+                pieces.append(d.arguments)
+    p.close()
+    whole = p.calls[0].arguments
+    assert seen_name_at is not None and seen_name_at < reply.index("Paris")  # name first
+    assert len(pieces) > 5 and "".join(pieces) == whole                  # then the pieces
+    assert json.loads(whole) == WANT[0][1]

@@ -21,6 +21,7 @@ OpenAI's ``{"type": "function", "function": {...}}``), through
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -302,6 +303,9 @@ class ReplyParser:
         self.reasoning: List[str] = []
         self._seen_text = False     # content before any call (llama3's JSON only at the start)
         self._after_think = False
+        self._cur: Optional[Dict[str, Any]] = None   # the call being read
+        self._opened = False                          # mistral's [TOOL_CALLS][ read
+        self._pending_close = False
 
     # ---- the markers ---------------------------------------------------------------
 
@@ -388,70 +392,143 @@ class ReplyParser:
     # ---- the calls -------------------------------------------------------------------
 
     def _take_calls(self, final: bool, out: List[Delta]) -> bool:
-        """Parse whole calls off the buffer; True when something was taken."""
+        """Take what the buffer holds of the calls region; True when something changed
+        (the caller loops), False when it waits for more text."""
+        if self._cur is not None:
+            return self._in_call(final, out)
         fmt = self.fmt
         assert fmt is not None
-        b = self.buf
+        s = self.buf.lstrip()
+        if self._pending_close:  # hermes: the </tool_call> after a call's JSON
+            if s.startswith("</tool_call>"):
+                s = s[len("</tool_call>"):]
+            elif "</tool_call>".startswith(s) and not final:
+                self.buf = s
+                return False
+            self._pending_close = False
         if fmt.name == "hermes":
-            s = b.lstrip()
-            if not s:
-                return False
-            if not s.startswith("<tool_call>"):
-                if "<tool_call>".startswith(s) and not final:
-                    return False
-                self.mode = "text"
-                return True
-            close = s.find("</tool_call>")
-            if close < 0:
-                return self._give_up(final, out)
-            body = s[len("<tool_call>"):close]
-            self.buf = s[close + len("</tool_call>"):]
-            self._call(body, out, fmt.args_key)
-            return True
+            return self._opener(s, "<tool_call>", final, out)
         if fmt.name == "mistral":
-            s = b.lstrip()
-            if not s:
-                return False
-            if s.startswith("[TOOL_CALLS]"):
-                arr, end = _json_prefix(s[len("[TOOL_CALLS]"):].lstrip())
-                if arr is None:
-                    return self._give_up(final, out)
-                items = arr if isinstance(arr, list) else [arr]
-                for it in items:
-                    self._call_obj(it, out, fmt.args_key)
-                rest = s[len("[TOOL_CALLS]"):].lstrip()
-                self.buf = rest[end:]
+            if not self._opened:
+                return self._opener(s, "[TOOL_CALLS]", final, out)
+            if s.startswith("["):  # the array's opening, after [TOOL_CALLS]
+                s = s[1:].lstrip()
+            if s.startswith(","):
+                s = s[1:].lstrip()
+            if s.startswith("{"):
+                self.buf, self._cur = s, {}
                 return True
-            if "[TOOL_CALLS]".startswith(s) and not final:
+            if s.startswith("]"):
+                self.buf, self.mode, self._opened = s[1:], "text", False
+                return True
+            if not s and not final:
+                self.buf = ""
                 return False
-            self.mode = "text"
-            return True
-        # llama3: JSON objects, after <|python_tag|> or from the reply's start, ';'-separated
-        s = b.lstrip()
+            self.buf, self.mode, self._opened = s, "text", False
+            return bool(s)
+        # llama3: "<|python_tag|>" and ";" between JSON calls
         if s.startswith("<|python_tag|>"):
             s = s[len("<|python_tag|>"):].lstrip()
         if s.startswith(";"):
             s = s[1:].lstrip()
-        if not s:
+        if s.startswith("{"):
+            self.buf, self._cur = s, {}
+            return True
+        if not final and (not s or "<|python_tag|>".startswith(s)):
             self.buf = s
             return False
-        if not s.startswith("{"):
-            if "<|python_tag|>".startswith(s) and not final:
-                return False
-            self.mode = "text"
-            self.buf = s
+        self.buf, self.mode = s, "text"
+        return bool(s)
+
+    def _opener(self, s: str, opener: str, final: bool, out: List[Delta]) -> bool:
+        """The text at a call's (or the calls') opening marker: the call begins after it."""
+        if s.startswith(opener):
+            rest = s[len(opener):].lstrip()
+            if opener == "[TOOL_CALLS]":
+                self._opened = True
+                self.buf = rest
+                return True
+            self.buf, self._cur = rest, {}
             return True
-        obj, end = _json_prefix(s)
-        if obj is None:
-            return self._give_up(final, out)
-        if isinstance(obj, dict) and "name" in obj and (fmt.args_key in obj or "arguments" in obj):
-            self._call_obj(obj, out, fmt.args_key if fmt.args_key in obj else "arguments")
-            self.buf = s[end:]
+        if s and opener.startswith(s) and not final:
+            self.buf = s
+            return False
+        if not s and not final:
+            self.buf = ""
+            return False
+        self.buf, self.mode = s, "text"  # not a call: text (the marker is not at its start)
+        return bool(s)
+
+    def _in_call(self, final: bool, out: List[Delta]) -> bool:
+        """A call's JSON at the buffer's start: its name as soon as it is read, then its
+        arguments' text as it comes, then the rest of the call."""
+        fmt = self.fmt
+        assert fmt is not None and self._cur is not None
+        cur, s = self._cur, self.buf
+        if "call" not in cur:
+            s = self.buf = s.lstrip()
+            m = _HEADER.match(s)
+            if m is None:
+                obj, end = _json_prefix(s)
+                if obj is not None:  # whole, but not name first: taken as it is
+                    self._cur = None
+                    if self._call_obj(obj, out, fmt.args_key, s[:end]):
+                        self.buf = self._after_call(s[end:])
+                    else:
+                        self.mode, self.buf = "text", s
+                    return True
+                if final or (s and not s.startswith("{")) or len(s) > 4096:
+                    self._cur = None
+                    self.mode = "text"
+                    return self._give_up(final, out) or True
+                return False
+            try:
+                name = json.loads('"' + m.group(1) + '"')
+            except ValueError:
+                name = m.group(1)
+            c = ToolCall(len(self.calls), self.ids(), name, "")
+            self.calls.append(c)
+            out.append(Delta(tool_index=c.index, tool_id=c.id, tool_name=c.name))
+            cur.update(call=c, at=m.end())
+        c, at = cur["call"], cur["at"]
+        end = _value_end(s, at)
+        text = s[at:len(s) if end is None else end]
+        if end is None and not final:
+            new = text[len(c.arguments):]
+            # a scalar's or a number's last characters may still grow: sent when whole
+            if new:
+                c.arguments += new
+                out.append(Delta(tool_index=c.index, arguments=new))
+            return False
+        new = text[len(c.arguments):]
+        if new:
+            c.arguments += new
+            out.append(Delta(tool_index=c.index, arguments=new))
+        if end is None:  # the reply ended inside the arguments
+            self._cur, self.buf, self.mode = None, "", "text"
+            return False
+        rest = s[end:].lstrip()
+        if not rest.startswith("}"):
+            # more keys after the arguments (an "id"): up to the object's end
+            obj_end = _value_end(s, 0)
+            if obj_end is None:
+                if final:
+                    self._cur, self.buf, self.mode = None, "", "text"
+                return False
+            rest = s[obj_end:]
         else:
-            self.mode = "text"
-            self._emit_text(s[:end], out)
-            self.buf = s[end:]
+            rest = rest[1:]
+        self._cur = None
+        self.buf = self._after_call(rest)
         return True
+
+    def _after_call(self, rest: str) -> str:
+        """What follows a call's JSON, its closing marker taken off (hermes)."""
+        fmt = self.fmt
+        assert fmt is not None
+        if fmt.name == "hermes":
+            self._pending_close = True
+        return rest
 
     def _give_up(self, final: bool, out: List[Delta]) -> bool:
         if not final:
@@ -461,24 +538,16 @@ class ReplyParser:
         self.buf = ""
         return False
 
-    def _call(self, body: str, out: List[Delta], key: str) -> None:
-        try:
-            obj = json.loads(body)
-        except ValueError:
-            self._emit_text(body, out)
-            return
-        self._call_obj(obj, out, key)
-
-    def _call_obj(self, obj: Any, out: List[Delta], key: str) -> None:
+    def _call_obj(self, obj: Any, out: List[Delta], key: str, raw: str) -> bool:
         if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            self._emit_text(json.dumps(obj, ensure_ascii=False), out)
-            return
+            return False
         args = obj.get(key, obj.get("arguments", obj.get("parameters", {})))
         text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
         c = ToolCall(len(self.calls), self.ids(), obj["name"], text)
         self.calls.append(c)
         out.append(Delta(tool_index=c.index, tool_id=c.id, tool_name=c.name))
         out.append(Delta(tool_index=c.index, arguments=text))
+        return True
 
     # ---- the result ------------------------------------------------------------------
 
@@ -501,6 +570,47 @@ class ReplyParser:
     def finish_reason(self) -> Optional[str]:
         """``"tool_calls"`` when the reply made calls, else None (the generation's own)."""
         return "tool_calls" if self.calls else None
+
+
+#: the start of a call's JSON, name first: {"name": "NAME", "arguments" (or "parameters"):
+_HEADER = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*')
+
+
+def _value_end(s: str, i: int) -> Optional[int]:
+    """Where the JSON value starting at s[i] (after blanks) ends, or None while it is
+    incomplete (an object, array or string: its closing character; a scalar: the
+    character after it, which must be there)."""
+    n = len(s)
+    while i < n and s[i] in " \t\r\n":
+        i += 1
+    if i >= n:
+        return None
+    if s[i] not in "{[\"":
+        j = i
+        while j < n and s[j] not in ",}] \t\r\n":
+            j += 1
+        return j if j < n else None
+    depth, in_str, esc = 0, False, False
+    for j in range(i, n):
+        ch = s[j]
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+                if depth == 0:
+                    return j + 1
+        elif ch == '"':
+            in_str = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    return None
 
 
 def _json_prefix(s: str) -> Tuple[Any, int]:
