@@ -233,3 +233,19 @@ def test_argument_checks(chat):
     with pytest.raises(TypeError, match="constraint"):
         blockc.GPT.random(blockc.GPTConfig(vocab=8, context=8, width=8, heads=2, layers=1)
                           ).generate([[1, 2]], 2, constraint="json")
+
+
+def test_sampler_takes_masked_logits():
+    from blockc.generation import SamplingOptions, next_tokens
+    z = np.array([[0.5, -np.inf, 2.0, -np.inf]], np.float32)
+    for opts in (dict(temperature=1.0), dict(temperature=0.7, top_k=3), dict(temperature=1.0,
+                 top_p=0.5), dict(temperature=1.0, min_p=0.1), dict(repetition_penalty=1.3)):
+        got = {int(next_tokens(z, SamplingOptions(vocab=4, **opts), [np.random.default_rng(s)],
+                               [np.array([1, 3])])[0]) for s in range(30)}
+        assert got <= {0, 2} and 2 in got
+    with pytest.raises(ValueError, match="every token of a row is masked"):
+        next_tokens(np.full((1, 3), -np.inf), SamplingOptions(1.0, vocab=3),
+                    [np.random.default_rng(0)])
+    with pytest.raises(ValueError, match="inf or NaN"):
+        next_tokens(np.array([[0.0, np.inf, -np.inf]]), SamplingOptions(1.0, vocab=3),
+                    [np.random.default_rng(0)])
