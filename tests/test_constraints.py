@@ -249,3 +249,61 @@ def test_sampler_takes_masked_logits():
     with pytest.raises(ValueError, match="inf or NaN"):
         next_tokens(np.array([[0.0, np.inf, -np.inf]]), SamplingOptions(1.0, vocab=3),
                     [np.random.default_rng(0)])
+
+
+def test_tool_call_round_trip_through_the_template(tmp_path):
+    # the server's path: tools into the template, a forced call, parsed, its result fed back
+    from blockc.text.tools import ReplyParser, detect_format, tool_choice_mode
+    qwen = ("{%- if tools %}<|im_start|>system\n<tools>{% for t in tools %}{{ t | tojson }}"
+            "{% endfor %}</tools> Call as <tool_call>\n{json}\n</tool_call><|im_end|>\n"
+            "{%- endif %}{%- for m in messages %}"
+            "{%- if m.role == 'tool' %}<|im_start|>user\n<tool_response>{{ m.content }}"
+            "</tool_response><|im_end|>\n"
+            "{%- elif m.tool_calls %}<|im_start|>assistant\n{% for c in m.tool_calls %}"
+            "<tool_call>\n{\"name\": \"{{ c.function.name }}\", \"arguments\": "
+            "{{ c.function.arguments }}}\n</tool_call>{% endfor %}<|im_end|>\n"
+            "{%- else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endif %}"
+            "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}")
+    d = tmp_path / "qwenish"
+    m, _ = chat_model_dir(d, "chatml", context=512)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg["chat_template"] = qwen
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    tok = Tokenizer.from_pretrained(d)
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "required": ["city"], "additionalProperties": False,
+        "properties": {"city": {"enum": ["Paris", "Rome"]}}}}}]
+    msgs = [{"role": "user", "content": "Weather?"}]
+    p = tok.apply_chat_template(msgs, tools=tools)
+    assert "get_weather" in p.text
+    fmt = detect_format(tok.chat_template)
+    assert fmt.name == "hermes" and tool_choice_mode("required", tools) == ("required", None)
+    c = Constraint.tool_calls(tools, "required", tok, fmt, parallel=False)
+    new = m.generate(p.ids[None], 80, temperature=1.0, seed=0, constraint=c)[0][len(p.ids):]
+    parser = ReplyParser(fmt)
+    parser.feed(reply(tok, new))
+    parser.close()
+    msg = parser.message()
+    assert parser.finish_reason == "tool_calls"
+    call = msg["tool_calls"][0]
+    assert json.loads(call["function"]["arguments"])["city"] in ("Paris", "Rome")
+    msgs += [msg, {"role": "tool", "tool_call_id": call["id"], "content": "18 C"}]
+    again = tok.apply_chat_template(msgs, tools=tools).text
+    assert "<tool_response>18 C</tool_response>" in again
+    assert call["function"]["arguments"] in again
+
+
+def test_batch_invariance_same_length_rows(chat):
+    # one (B, T) batch: the rows run through one cache together from the first step
+    m, tok = chat
+    c = Constraint.json_schema(SCHEMA, tok)
+    rows = np.stack([prompt(tok, "the block"), prompt(tok, "a residual")]) \
+        if len(prompt(tok, "the block")) == len(prompt(tok, "a residual")) else None
+    if rows is None:
+        p = prompt(tok, "the block")
+        rows = np.stack([p, p[::-1]])
+    alone = [m.generate(r[None], 90, temperature=1.0, seed=11, constraint=c)[0] for r in rows]
+    both = m.generate(rows, 90, temperature=1.0, seed=11, constraint=c)
+    for i in range(2):
+        k = len(alone[i])
+        assert both[i, :k].tolist() == alone[i].tolist()
