@@ -10,14 +10,18 @@
 - :mod:`blockc.generation.loop`: :class:`GenerationMixin` (``GPT.generate`` and
   ``GPT.stream``, ``prepare_generation``), :class:`Generation`, the steps of one
   generation, and :class:`StopStrings`, the incremental stop-string check.
+- :mod:`blockc.generation.constraints`: :class:`Constraint`, constrained decoding (a
+  grammar's token mask on each row's logits: JSON Schema, regex, Lark, GBNF, tool calls;
+  the engine, llguidance, is the ``structured`` extra and imported only when used).
 """
 from __future__ import annotations
 
 from .config import GenerationConfig, ResolvedGeneration, end_ids
+from .constraints import Constraint
 from .logits import (SamplingOptions, apply_penalty, min_p_mask, next_tokens, processed_logits,
                      top_k_mask, top_p_mask)
 from .loop import Generation, GenerationMixin, StopStrings
 
 __all__ = ["SamplingOptions", "next_tokens", "processed_logits", "apply_penalty", "top_k_mask",
            "top_p_mask", "min_p_mask", "GenerationMixin", "Generation", "StopStrings",
-           "GenerationConfig", "ResolvedGeneration", "end_ids"]
+           "GenerationConfig", "ResolvedGeneration", "end_ids", "Constraint"]

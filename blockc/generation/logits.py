@@ -114,9 +114,13 @@ def processed_logits(logits: np.ndarray, opts: ResolvedGeneration,
         z = apply_penalty(z, seen, opts.repetition_penalty)
     if opts.greedy:
         return z
-    if not np.isfinite(z).all():
+    # -inf is a token masked out (a constraint's mask: blockc.generation.constraints);
+    # NaN or +inf is the model's weights going wrong
+    if np.isnan(z).any() or np.isposinf(z).any():
         raise BlockcValueError("cannot sample: the logits hold inf or NaN (the model's "
                                "weights do?); temperature=0 takes the argmax")
+    if np.isneginf(z).all(axis=-1).any():
+        raise BlockcValueError("cannot sample: every token of a row is masked (-inf)")
     # shifted first, so z <= 0 and the largest is exactly 0: dividing by any positive
     # temperature, however small, gives no NaN (the greedy limit)
     with np.errstate(over="ignore"):

@@ -63,8 +63,8 @@ class GenerationMixin:
                  pad_token_id: Optional[int] = None, stop: Optional[Sequence[str]] = None,
                  cache_dtype: Optional[str] = None, tokenizer: Any = None,
                  streamer: Optional[Callable[[np.ndarray], None]] = None,
-                 generation_config: Optional[GenerationConfig] = None
-                 ) -> Union[np.ndarray, List[np.ndarray]]:
+                 generation_config: Optional[GenerationConfig] = None,
+                 constraint: Any = None) -> Union[np.ndarray, List[np.ndarray]]:
         """Extend the prompts by up to ``max_new_tokens`` tokens each.
 
         Every option left at None is the model's :attr:`generation_config`'s (or
@@ -131,6 +131,13 @@ class GenerationMixin:
             sampling defaults; a new model's are the defaults above). Every option
             given here as a keyword (not None) overrides it; ``eos_token_id=()``
             turns the end ids off.
+        constraint : blockc.generation.constraints.Constraint or sequence, optional
+            Constrained decoding (structured output, tool calls): each step, the tokens
+            the grammar does not allow are masked (-inf) before the options apply; every
+            row gets its own fresh state of it (or give one per row, None for a row
+            left free). A row ends when its grammar is complete and has taken an end
+            token. Not a GenerationConfig option: it is a request's grammar, not a
+            setting.
 
         The options apply in Hugging Face's order (:mod:`blockc.generation`):
         repetition penalty, temperature, top-k, top-p, min-p.
@@ -160,7 +167,8 @@ class GenerationMixin:
                        top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty,
                        eos_token_id=eos_token_id, pad_token_id=pad_token_id, stop=stop,
                        cache_dtype=cache_dtype)
-        run = self.prepare_generation(ids, max_new_tokens, generation_config, tokenizer, **options)
+        run = self.prepare_generation(ids, max_new_tokens, generation_config, tokenizer,
+                                      constraint=constraint, **options)
         rows, steps = run.rows, []
         for toks in run:
             steps.append(toks)
@@ -181,7 +189,7 @@ class GenerationMixin:
         **options
             As :meth:`generate` (temperature, top_k, top_p, min_p,
             repetition_penalty, eos_token_id, pad_token_id, stop, tokenizer, seed,
-            use_cache, cache_dtype, generation_config).
+            use_cache, cache_dtype, generation_config, constraint).
 
         Yields
         ------
@@ -207,18 +215,19 @@ class GenerationMixin:
         if a.size == 0:
             raise BlockcValueError("ids is empty: a prompt needs at least one token")
         o = dict(options)
-        unknown = sorted(set(o) - _OPTIONS - {"tokenizer", "generation_config"})
+        unknown = sorted(set(o) - _OPTIONS - {"tokenizer", "generation_config", "constraint"})
         if unknown:
             raise BlockcTypeError(f"stream() got an unexpected option {unknown[0]!r}")
         run = self.prepare_generation(a.reshape(1, -1), max_new_tokens,
                                       o.pop("generation_config", None), o.pop("tokenizer", None),
-                                      **o)
+                                      constraint=o.pop("constraint", None), **o)
         for toks in run:
             yield int(toks[0])  # a finished row ends the iteration
 
     def prepare_generation(self, ids: Any, max_new_tokens: int,
                            generation_config: Optional[GenerationConfig] = None,
-                           tokenizer: Any = None, **options: Any) -> "Generation":
+                           tokenizer: Any = None, constraint: Any = None,
+                           **options: Any) -> "Generation":
         """A :class:`Generation` of the prompts ``ids``, every argument checked before
         any work: what :meth:`generate` and :meth:`stream` iterate (a server steps it).
 
@@ -230,6 +239,8 @@ class GenerationMixin:
             The options to start from (default: the model's :attr:`generation_config`).
         tokenizer : blockc.text.Tokenizer, optional
             For stop strings.
+        constraint : Constraint or sequence of (Constraint or None), optional
+            As :meth:`generate`.
         **options
             GenerationConfig options overriding it (None: not given).
 
@@ -271,7 +282,7 @@ class GenerationMixin:
         if n and longest + n - 1 > cfg.context:
             raise BlockcValueError(f"Sequence exceeds the model's context of {cfg.context} "
                                    f"({longest} prompt + {n} new tokens)")
-        return Generation(self, rows, ragged, n, g, tokenizer)
+        return Generation(self, rows, ragged, n, g, tokenizer, _constraints(constraint, len(rows)))
 
 
 class StopStrings:
@@ -321,7 +332,8 @@ class Generation:
     """
 
     def __init__(self, m: Any, rows: List[np.ndarray], ragged: bool, n: int,
-                 options: ResolvedGeneration, tokenizer: Any = None):
+                 options: ResolvedGeneration, tokenizer: Any = None,
+                 constraints: Optional[Sequence[Any]] = None):
         self.m, self.rows, self.ragged, self.n, self.options = m, rows, ragged, n, options
         self.opts = options  # resolved once (prepare_generation): what the sampler reads
         # every row its own generator: with a seed, a row draws what it draws alone
@@ -330,6 +342,8 @@ class Generation:
         self.stop, self.tok = options.stop, tokenizer
         self.ends = [0] * len(rows)
         self.done = [False] * len(rows)
+        #: each row's constraint state (None: free), masked and advanced every step
+        self.constraints: List[Any] = list(constraints) if constraints else [None] * len(rows)
 
     def _logits(self, seqs, cache, first):
         """The last position's logits (B, V) of every row: the whole prompts the first
@@ -361,6 +375,11 @@ class Generation:
         for step in range(self.n):
             seqs = [buf[:k] for buf, k in zip(bufs, lens)]
             logits = self._logits(seqs, cache, step == 0)
+            if any(c is not None for c in self.constraints) and not logits.flags.writeable:
+                logits = logits.copy()
+            for i, c in enumerate(self.constraints):
+                if c is not None and not self.done[i]:
+                    c.mask(logits[i])  # the row's own state only: the same bits in any batch
             toks = next_tokens(logits, self.opts, self.rngs,
                                seqs if self.opts.repetition_penalty else None)
             for i in range(b):
@@ -368,7 +387,10 @@ class Generation:
                     toks[i] = self.pad
                     continue
                 self.ends[i] += 1
-                if int(toks[i]) in self.eos:
+                c = self.constraints[i]
+                if c is not None:
+                    c.advance(int(toks[i]))
+                if int(toks[i]) in self.eos or (c is not None and c.is_done()):
                     self.done[i] = True
                 elif stops is not None and stops[i].push(int(toks[i])):
                     self.done[i] = True
@@ -378,3 +400,22 @@ class Generation:
             yield toks
             if all(self.done):
                 return
+
+
+def _constraints(constraint: Any, b: int) -> Optional[List[Any]]:
+    """Each row's constraint state: a fresh one of a single Constraint for every row, or
+    one of each per row (None: free)."""
+    if constraint is None:
+        return None
+    if hasattr(constraint, "fresh"):
+        return [constraint.fresh() for _ in range(b)]
+    if isinstance(constraint, (list, tuple)):
+        if len(constraint) != b:
+            raise BlockcValueError(f"constraint: {len(constraint)} given for {b} rows")
+        for c in constraint:
+            if c is not None and not hasattr(c, "fresh"):
+                raise BlockcTypeError("constraint must be a blockc.generation.constraints."
+                                      f"Constraint, got {type(c).__name__}")
+        return [None if c is None else c.fresh() for c in constraint]
+    raise BlockcTypeError("constraint must be a blockc.generation.constraints.Constraint or a "
+                          f"sequence of them, got {type(constraint).__name__}")
