@@ -9,7 +9,7 @@ import pytest
 
 import blockc
 
-MODULES = ["blockc.ops", "blockc.engine", "blockc.gpt", "blockc.runtime", "blockc.book",
+MODULES = ["blockc.ops", "blockc.engine", "blockc.block.config", "blockc.block.weights", "blockc.gpt", "blockc.runtime", "blockc.book",
            "blockc.rng", "blockc.text", "blockc.model.config", "blockc.model.core", "blockc.hf",
            "blockc.train", "blockc.generation.loop", "blockc.generation.config"]
 # the examples are written against the public API (GPT's methods live in the modules
