@@ -13,7 +13,9 @@ import os
 import sys
 
 from .._errors import BlockcValueError
+from ..checkpoint.gguf.model import is_gguf
 from ..checkpoint.hf import LOAD_DTYPES
+from ..serve import Settings, serve
 from ._options import add_cache_dtype, add_threads
 
 
@@ -48,8 +50,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=run_serve)
 
 
-def settings_from_args(args: argparse.Namespace):
-    from ..serve import Settings
+def settings_from_args(args: argparse.Namespace) -> Settings:
     for name in ("parallel", "max_queue", "max_body", "prefill_chunk"):
         if getattr(args, name) < 1:
             raise BlockcValueError(f"--{name.replace('_', '-')} must be >= 1")
@@ -57,7 +58,6 @@ def settings_from_args(args: argparse.Namespace):
         raise BlockcValueError(f"--port must be in [0, 65535], got {args.port}")
     if args.ctx_size is not None and args.ctx_size < 2:
         raise BlockcValueError("--ctx-size must be >= 2")
-    from ..checkpoint.gguf.model import is_gguf
     if not os.path.isdir(args.model) and not is_gguf(args.model):
         raise BlockcValueError(f"--model {args.model}: not a directory or a GGUF file")
     return Settings(model=args.model, model_name=args.model_name, host=args.host, port=args.port,
@@ -69,7 +69,6 @@ def settings_from_args(args: argparse.Namespace):
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from ..serve import serve
     s = settings_from_args(args)
 
     def ready(host, port):

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..._errors import BlockcTypeError, BlockcValueError
 from ..._files import atomic_write, open_regular
+from ...reference import ggml
 
 __all__ = ["read", "write", "GGUFFile", "GGUFTensor", "Value", "TYPES", "TYPE_IDS",
            "VALUE_TYPES", "MAGIC", "DEFAULT_ALIGNMENT", "type_size", "row_bytes"]
@@ -168,7 +169,6 @@ class GGUFTensor:
         ValueError
             A type blockc does not dequantise (named).
         """
-        from ...reference import ggml
         if self.type not in ggml.DEQUANTISE:
             raise BlockcValueError(f"{self.file}: tensor {self.name!r} has type {self.type}, which "
                                    f"blockc does not read (it reads {', '.join(ggml.DEQUANTISE)})")

@@ -47,6 +47,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from ..._enums import DTYPES
 from ..._errors import BlockcTypeError, BlockcValueError
 from ..families import config_to_hf
 from ...generation.config import GenerationConfig
@@ -351,7 +352,6 @@ def exact_formats(types: List[str]) -> List[str]:
     """The blockc formats that hold exactly the weights of a matrix whose parts (q, k, v
     of a fused attn.qkv) have the ggml ``types``, cheapest first: those every part's
     :data:`EXACT` entry lists and blockc has, then float32 (the dequantised weights)."""
-    from ...model import DTYPES
     out = [c for c in EXACT.get(types[0], ())
            if c in DTYPES and c != "float32" and all(c in EXACT.get(t, ()) for t in types[1:])]
     return out + ["float32"]
