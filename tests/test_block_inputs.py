@@ -37,7 +37,7 @@ def oracle(x, W, cfg=CFG):
     return ref.block_forward(np.asarray(x, np.float32).astype(np.float64), W, cfg)
 
 
-# ---------------------------------------------------------------- bad configs
+# ---- bad configs -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kw, exc, match", [
     (dict(d_model=8, n_heads=3), ValueError, r"n_heads must divide d_model.*d_model=8, n_heads=3"),
@@ -102,7 +102,7 @@ def test_init_blocks_absurd_count():
         blockc.init_blocks(blockc.BlockConfig(d_model=1024, n_heads=8, d_ff=4096), 2**20)
 
 
-# ---------------------------------------------------------------- bad x
+# ---- bad x -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("shape", [(8,), (), (1, 2, 3, 8), (2, 1, 1, 3, 8)], ids=str)
 def test_x_wrong_ndim(shape):
@@ -136,7 +136,7 @@ def test_x_none():
         blockc.block_forward(None, weights(), CFG)
 
 
-# ---------------------------------------------------------------- bad weights
+# ---- bad weights -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("key", ["attn.qkv.weight", "attn.proj.weight", "up.weight", "down.weight"])
 def test_missing_weight(key):
@@ -231,7 +231,7 @@ def test_return_hidden_must_be_bool():
         blockc.stack_forward(rnd(3, 8), [weights()], CFG, return_hidden="yes")
 
 
-# ---------------------------------------------------------------- odd but valid
+# ---- odd but valid -----------------------------------------------------------------------
 
 def _check_block(x, W=None, cfg=CFG):
     W = weights(cfg) if W is None else W
@@ -337,7 +337,7 @@ def test_block_result_is_the_same_at_any_thread_count():
     assert blockc.get_num_threads() == before
 
 
-# ---------------------------------------------------------------- ops
+# ---- ops ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("call, exc, match", [
     (lambda: ops.linear(rnd(3, 7), rnd(5, 6)), ValueError, r"x must have shape \(\.\.\., 6\) to match w"),
@@ -384,7 +384,7 @@ def test_ops_odd_inputs_match_oracle():
     np.testing.assert_array_equal(x, keep)
 
 
-# ---------------------------------------------------------------- random configs, shapes, dtypes and weights (property test)
+# ---- random configs, shapes, dtypes and weights (property test) --------------------------
 
 FLOATS = ("float32", "float64", "float16")
 

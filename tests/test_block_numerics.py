@@ -38,7 +38,7 @@ def normal_weights(cfg, seed=5):
     return blockc.init_blocks(cfg, 1, seed=seed, rand="normal")[0]
 
 
-# ---------------------------------------------------------------- the block and the ops
+# ---- the block and the ops ---------------------------------------------------------------
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
 @pytest.mark.parametrize("scale", [1e4, 1e-30, 1e-38], ids=["1e4", "1e-30", "1e-38"])
@@ -153,7 +153,7 @@ def test_nan_in_attention_scores_does_not_hang():
     assert y.shape == (1, 1, 4, 4) and np.isnan(y[0, 0, 2]).all()
 
 
-# ---------------------------------------------------------------- RMSNorm across float32's range
+# ---- RMSNorm across float32's range ------------------------------------------------------
 
 @pytest.mark.parametrize("scale", [1e20, 1e30, 3e38, 1e-25])
 def test_rmsnorm_of_huge_and_tiny_rows(scale):
@@ -182,7 +182,7 @@ def test_rmsnorm_bits_unchanged_in_range():
     np.testing.assert_array_equal(y, x * inv[:, None])
 
 
-# ---------------------------------------------------------------- the GPT
+# ---- the GPT -----------------------------------------------------------------------------
 
 def _gpt(tie_weights=True):
     cfg = blockc.GPTConfig(vocab=17, context=6, width=8, heads=2, layers=2, tie_weights=tie_weights)

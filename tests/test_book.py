@@ -290,7 +290,7 @@ def test_c_null_and_bad_generator_write_nothing():
     assert lib.bc_book_ffn_params(n, 2**62, 2) == lib.BC_EOVERFLOW
 
 
-# ---------------------------------------------------------------- hostile and odd input (issue 6)
+# ---- hostile and odd input (issue 6) -----------------------------------------------------
 
 @pytest.mark.parametrize("x, exc, match", [
     (np.ones((4, 8), int), TypeError, r"x must have a floating dtype \(float16/32/64\), got int64"),

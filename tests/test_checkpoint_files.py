@@ -22,7 +22,7 @@ from blockc._errors import BlockcValueError
 TINY = blockc.GPTConfig(vocab=64, context=16, width=16, heads=2, layers=2)
 
 
-# ---------------------------------------------------------------- special files, bounded reads
+# ---- special files, bounded reads --------------------------------------------------------
 
 def test_special_files_are_refused_without_blocking(tmp_path):
     # a FIFO would block the open forever; /dev/zero would be read until memory ran out
@@ -110,7 +110,7 @@ def test_train_text_and_chat_config_special_files_are_refused(tmp_path):
         chat.load_chat_template(str(tmp_path))
 
 
-# ---------------------------------------------------------------- checkpoint directories
+# ---- checkpoint directories --------------------------------------------------------------
 
 def _ckpt(d, cfg=TINY, seed=0, **config):
     m = blockc.GPT.random(cfg, seed=seed)

@@ -15,7 +15,7 @@ from blockc.cli import main
 TINY = blockc.GPTConfig(vocab=64, context=16, width=16, heads=2, layers=2)
 
 
-# ---------------------------------------------------------------- usage errors, --version, --help, --plot
+# ---- usage errors, --version, --help, --plot ---------------------------------------------
 
 class _exit_or_status:
     """argparse errors exit(2); errors found after parsing return 2: accept both."""
@@ -106,7 +106,7 @@ def test_cli_plot_without_extension_says_what_it_wrote(tmp_path, capsys):
     assert (tmp_path / "curve.png").stat().st_size > 1000 and not target.exists()
 
 
-# ---------------------------------------------------------------- inputs and output paths
+# ---- inputs and output paths -------------------------------------------------------------
 
 def test_convert_refuses_to_write_over_its_input(tmp_path, capsys):
     from blockc.cli import main

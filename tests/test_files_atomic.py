@@ -22,7 +22,7 @@ from blockc import safetensors as bst
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-# ---------------------------------------------------------------- atomic writes
+# ---- atomic writes -----------------------------------------------------------------------
 
 def test_atomic_write_uses_a_unique_temporary_name_and_leaves_nothing_on_failure(tmp_path):
     p = tmp_path / "f.bin"
@@ -116,7 +116,7 @@ def test_two_writers_and_a_reader_on_one_file_see_only_whole_files(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["model.safetensors", "r.py", "w.py"]
 
 
-# ---------------------------------------------------------------- truncation while open
+# ---- truncation while open ---------------------------------------------------------------
 
 def test_a_file_truncated_after_it_was_opened_is_refused_not_a_crash(tmp_path):
     # the policy: tensors are read (pread), never memory-mapped, so a file truncated under

@@ -35,7 +35,7 @@ def gpt_sd(cfg=GCFG):
     return {k: v.copy() for k, v in gpt_model(cfg).state_dict().items()}
 
 
-# ---------------------------------------------------------------- configs, ids, caches, state dicts, generate
+# ---- configs, ids, caches, state dicts, generate -----------------------------------------
 
 @pytest.mark.parametrize("kw, exc, match", [
     (dict(width=8, heads=3), ValueError, r"width 8 is not divisible by heads 3"),
@@ -272,7 +272,7 @@ def test_gpt_b1_t1_and_full_context():
     np.testing.assert_array_equal(m.generate(np.array([[1, 2]]), max_new_tokens=0), [[1, 2]])
 
 
-# ---------------------------------------------------------------- generation, state dicts and training targets at their edges
+# ---- generation, state dicts and training targets at their edges -------------------------
 
 def test_tiny_temperatures_are_the_greedy_limit():
     m = blockc.GPT.random(TINY, seed=3)
@@ -319,7 +319,7 @@ def test_stream_refuses_what_generate_refuses():
     assert len(list(m.stream([1, 2, 3], 2))) == 2
 
 
-# ---------------------------------------------------------------- random configs, ids and cached chunks (property test)
+# ---- random configs, ids and cached chunks (property test) -------------------------------
 
 @st.composite
 def gpt_cases(draw):

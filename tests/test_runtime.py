@@ -89,7 +89,7 @@ def test_bad_environment_values_fall_back_to_defaults():
     assert out == "auto True"  # each kernel family its measured variant
 
 
-# ---------------------------------------------------------------- bad arguments
+# ---- bad arguments -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("n, exc, match", [
     (-1, ValueError, r"n must be in \[0, 4096\], got -1"),
@@ -120,7 +120,7 @@ def test_bad_isa_name(name, exc, match):
     assert blockc.get_isa() == before
 
 
-# ---------------------------------------------------------------- the process model (issue 9)
+# ---- the process model (issue 9) ---------------------------------------------------------
 
 @pytest.mark.slow
 def test_a_forked_child_runs_blockc():

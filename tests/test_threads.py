@@ -157,7 +157,7 @@ def test_packing_gives_the_same_bytes_on_any_thread_count():
         blockc.set_num_threads(before)
 
 
-# ---------------------------------------------------------------- inputs changed during a call (check-then-use, issue 9)
+# ---- inputs changed during a call (check-then-use, issue 9) ------------------------------
 
 TINY = blockc.GPTConfig(vocab=64, context=16, width=16, heads=2, layers=2)
 

@@ -29,7 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = blockc.GPTConfig(vocab=64, context=16, width=16, heads=2, layers=2)
 
 
-# ---------------------------------------------------------------- run directories
+# ---- run directories ---------------------------------------------------------------------
 
 def _run(tmp_path, name="run", seed=0, steps=1):
     """A run directory of TINY after ``steps`` steps (model seed ``seed``)."""
@@ -185,7 +185,7 @@ def test_two_run_writers_and_a_reader_never_see_a_mixed_checkpoint(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["r.py", "run", "w.py"]
 
 
-# ---------------------------------------------------------------- training steps and Ctrl-C
+# ---- training steps and Ctrl-C -----------------------------------------------------------
 
 def test_an_interrupted_train_step_never_updates_weights_without_the_step_count(monkeypatch):
     # SIGINT delivered the moment the C update returns (the window between it and the step
@@ -269,7 +269,7 @@ def test_ctrl_c_while_the_final_checkpoint_is_written_leaves_the_last_one(tmp_pa
     assert [x for x in os.listdir(tmp_path) if x.startswith(".")] == []
 
 
-# ---------------------------------------------------------------- resume consistency
+# ---- resume consistency ------------------------------------------------------------------
 
 def test_resume_keeps_every_option_that_changes_the_result(tmp_path, capsys):
     from blockc.cli import main
@@ -358,7 +358,7 @@ def test_resume_refuses_a_run_whose_tokenizer_is_gone(tmp_path, capsys):
     assert "tokenizer.json is missing" in capsys.readouterr().err
 
 
-# ---------------------------------------------------------------- --out and the options
+# ---- --out and the options ---------------------------------------------------------------
 
 def test_train_out_over_an_existing_run_needs_overwrite(tmp_path, capsys):
     from blockc.cli import main
