@@ -24,17 +24,22 @@ CLASSES = [
     ("hostile input through the Python API",
      "bad types, shapes, sizes, dtypes, keys, ids, flags; odd but valid arrays (non-contiguous, "
      "read-only, float16/64, empty)",
-     [["tests/test_hostile.py", "tests/test_edges.py"]]),
+     [["tests/test_block_inputs.py", "tests/test_gpt_inputs.py", "-k", "not never_crashes and not "
+       "tiny_temperatures and not tied_state_dict and not training_targets and not stream_refuses"],
+      ["tests/test_block_numerics.py", "-k", "not rmsnorm_of and not rmsnorm_bits"],
+      ["tests/test_book.py", "-k", "bad_book or book_weights or book_stack_needs or book_odd"],
+      ["tests/test_runtime.py", "-k", "bad_thread_count or bad_isa"],
+      ["tests/test_cli_errors.py", "-k", "bad_command_line"]]),
     ("property tests",
      "random configs, shapes, dtypes, weight mutations, token ids, cached chunks; each draw "
      "predicted valid (must equal the oracle) or invalid (must be refused)",
-     [["tests/test_property_hostile.py"]]),
+     [["tests/test_block_inputs.py", "tests/test_gpt_inputs.py", "-k", "never_crashes"]]),
     ("check-then-use: inputs changed during a call",
      "ids flipped by another thread between valid and 10^12; a dict entry swapped while calls "
      "read it; two threads appending to one KV cache; the cache's state replaced from Python; "
      "a cache continued by another model",
-     [["tests/test_hardening.py", "-k", "changed_during or cache or c_embedding"],
-      ["tests/test_hostile.py", "-k", "cache_state or cache_belongs or cache_arrays"]]),
+     [["tests/test_threads.py", "-k", "changed_during or appending_to_one_cache or c_embedding"],
+      ["tests/test_gpt_inputs.py", "-k", "cache_state or cache_belongs or cache_arrays"]]),
     ("threads",
      "8 Python threads running block, GPT and generate jobs concurrently; the GIL released in "
      "every C call",
@@ -42,42 +47,43 @@ CLASSES = [
     ("the process model",
      "fork (and a fork-based multiprocessing.Pool) after the parent ran the pool's threads; "
      "OMP_NUM_THREADS=1000000; Ctrl-C during a long run",
-     [["tests/test_hardening.py", "-k", "fork or omp_num_threads or ctrl_c"]]),
+     [["tests/test_runtime.py", "-k", "fork or omp_num_threads or ctrl_c"]]),
     ("the argument layer and the command line",
      "NumPy integers as counts, 2**64 sizes, non-bool flags, tiny temperatures, NaN in a tied "
      "embedding, torch bfloat16; --plot into a directory or a missing one, sizes too large to "
      "allocate, bad overrides, bare blockc",
-     [["tests/test_hardening.py", "-k", "argument_layer or temperature or tied or bfloat16 or cli"]]),
+     [["tests/test_args.py"], ["tests/test_gpt_inputs.py", "-k", "tiny_temperatures or tied_state_dict"],
+      ["tests/test_cli_errors.py", "-k", "cli_errors_are or cli_version or cli_help or cli_plot"]]),
     ("numerics at the edges of float32",
      "RMSNorm of rows near 1e20, 1e30, 3e38 and 1e-25 (eps 0); NaN and inf through the kernels; "
      "scores large enough to overflow a naive softmax",
-     [["tests/test_hardening.py", "-k", "rmsnorm"], ["tests/test_kernels_fast.py", "-k", "nan or overflow or activations"]]),
+     [["tests/test_block_numerics.py", "-k", "rmsnorm_of or rmsnorm_bits"], ["tests/test_kernels_fast.py", "-k", "nan or overflow or activations"]]),
     ("checkpoint atomicity and concurrent writers",
      "every file through a unique temporary name and a rename; a write failing part-way "
      "(RLIMIT_FSIZE, an injected ENOSPC, Ctrl-C); two processes saving one file or one run "
      "directory while a third loads it; a file truncated under a reader (another thread); "
      "save_pretrained over a sharded checkpoint",
-     [["tests/test_hardening3.py", "-k", "atomic or out_of_space or writers or truncated or "
-       "save_that or full_disk or sharded"]]),
+     [["tests/test_files_atomic.py"], ["tests/test_train_runs.py", "-k", "save_that or full_disk or writers"],
+      ["tests/test_checkpoint_files.py", "-k", "sharded"]]),
     ("resume consistency",
      "a run directory with another step's weights, a missing file, no manifest; a resumed run "
      "against the uninterrupted one; SIGINT the instant AdamW's C update returns, Ctrl-C during "
      "the evaluation and during the final save; options "
      "that contradict the run (--layers, --eval-frac, a lost tokenizer); a hand-edited "
      "trainer_state.json",
-     [["tests/test_hardening3.py", "-k", "run_directory or resume or interrupt or ctrl_c or "
+     [["tests/test_train_runs.py", "-k", "run_directory or resume or interrupt or ctrl_c or "
        "trainer_state or shape_option"]]),
     ("special files and hostile JSON",
      "a FIFO or a link to /dev/zero as config.json, weights, index or tokenizer.json; JSON "
      "nested 100,000 deep or too large; 65-dimensional shapes and 2**70 dimensions; config "
      "fields of the wrong type; a config that lies about the tensors' shapes",
-     [["tests/test_hardening3.py", "-k", "special_files or json or shapes or config_field or "
-       "lies"]]),
+     [["tests/test_checkpoint_files.py", "-k", "special_files or json or shapes or config_field or "
+       "lies"], ["tests/test_train_runs.py", "-k", "deep_json"], ["tests/test_cli_errors.py", "-k", "not_json"]]),
     ("tokenizer failures",
      "a tokenizer.json whose precompiled charsmap makes tokenizers panic (on load and on "
      "encode); decode of -1 and 2**32; a failed TextStream.push followed by good ones; "
      "WordPiece without [UNK]; non-UTF-8 text; special tokens as transformers adds them",
-     [["tests/test_hardening3.py", "-k", "tokenizer or decode or wordpiece or encode_adds or bos"]]),
+     [["tests/test_text_tokenizer.py"], ["tests/test_train_runs.py", "-k", "tokenizer"]]),
     ("allocation",
      "the single kernels called 50 rounds after a warm-up (malloc counted); every entry point "
      "with an allocator that always fails",

@@ -1,4 +1,5 @@
-"""Book mode: the C library, the NumPy oracle and the book's printed figures agree."""
+"""Book mode: the C library, the NumPy oracle and the book's printed figures agree; bad
+input is refused by name and odd input keeps the bits (issue 6)."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -287,3 +288,57 @@ def test_c_null_and_bad_generator_write_nothing():
     assert p.per_block == 0
     n = ffi.new("int64_t *")
     assert lib.bc_book_ffn_params(n, 2**62, 2) == lib.BC_EOVERFLOW
+
+
+# ---- hostile and odd input (issue 6) -----------------------------------------------------
+
+@pytest.mark.parametrize("x, exc, match", [
+    (np.ones((4, 8), int), TypeError, r"x must have a floating dtype \(float16/32/64\), got int64"),
+    (np.ones((4, 8), bool), TypeError, r"x must have a floating dtype \(float16/32/64\), got bool"),
+    (np.ones((4, 8), complex), TypeError, r"x must have a floating dtype \(float16/32/64\), got complex128"),
+    (np.full((4, 8), "a"), TypeError, r"x must have a floating dtype \(float16/32/64\), got <U1"),
+    (np.full((4, 8), None), TypeError, r"x must have a floating dtype \(float16/32/64\), got object"),
+    (np.ones((4, 7)), ValueError, r"x must have shape \(4, 8\) \(the book's size\), got \(4, 7\)"),
+    (np.ones((8, 4)), ValueError, r"x must have shape \(4, 8\) \(the book's size\), got \(8, 4\)"),
+    (np.ones((1, 4, 8)), ValueError, r"x must have shape \(4, 8\)"),
+], ids=["int", "bool", "complex", "str", "object", "last-dim", "transposed", "ndim"])
+def test_bad_book_input(x, exc, match):
+    with pytest.raises(exc, match=match):
+        book.block_forward(x, book.block_init())
+
+
+def test_book_weights_missing_and_transposed():
+    W = book.block_init()
+    del W["w_q"]
+    with pytest.raises(ValueError, match=r"weights must have exactly the keys .*; missing \['w_q'\]"):
+        book.block_forward(np.ones((4, 8)), W)
+    F = book.ffn_init()
+    F["w1"] = F["w1"].T
+    with pytest.raises(ValueError, match=r"weights\['w1'\] must have shape \(12, 6\) \(the book's size\), got \(6, 12\)"):
+        book.ffn_forward(np.ones(6), F)
+
+
+def test_book_stack_needs_four_blocks():
+    with pytest.raises(ValueError, match=r"blocks must be a sequence of 4 weight dicts \(the book's stack\), got 3"):
+        book.stack_forward(np.ones((4, 8)), book.stack_init()[:3])
+
+
+@pytest.mark.parametrize("args, match", [
+    ((-1,), r"d_model must be in \[1, 2\*\*63 - 1\], got -1"),
+    ((0, 32, 1), r"d_model must be in \[1, 2\*\*63 - 1\], got 0"),
+    ((2**62, 2**62, 2), r"a size is too large"),
+], ids=["neg", "zero", "overflow"])
+def test_bad_book_params(args, match):
+    with pytest.raises(ValueError, match=match):
+        book.block_params(*args)
+
+
+def test_book_odd_inputs_keep_the_bits():
+    W = book.block_init()
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    want = book.block_forward(x, W)
+    xf = np.asfortranarray(x)
+    xf.flags.writeable = False
+    np.testing.assert_array_equal(book.block_forward(xf, W), want)
+    np.testing.assert_array_equal(book.block_forward(np.repeat(x, 2, axis=1)[:, ::2], W), want)
+    np.testing.assert_array_equal(x, xf)

@@ -12,11 +12,11 @@ import pytest
 
 import blockc
 
-MODULES = ["blockc.block.ops", "blockc.block.engine", "blockc.gpt", "blockc.runtime",
-           "blockc.book", "blockc.book.rng", "blockc.text.tokenizer", "blockc.text.chat",
-           "blockc.model.config", "blockc.model.core", "blockc.model.cache", "blockc.model.layout",
-           "blockc.checkpoint.hf", "blockc.train",
-           "blockc.generation.loop", "blockc.generation.config"]
+MODULES = ["blockc.block.ops", "blockc.block.engine", "blockc.block.config", "blockc.block.weights",
+           "blockc.gpt", "blockc.runtime", "blockc.book", "blockc.book.rng", "blockc.text.tokenizer",
+           "blockc.text.chat", "blockc.model.config", "blockc.model.core", "blockc.model.cache",
+           "blockc.model.layout", "blockc.checkpoint.hf", "blockc.train", "blockc.generation.loop",
+           "blockc.generation.config", "blockc.generation.constraints", "blockc.text.tools"]
 # the examples are written against the public API (GPT's methods live in the modules
 # of the model core and its mixins, which do not import GPT)
 API = {name: getattr(blockc, name) for name in blockc.__all__}

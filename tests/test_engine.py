@@ -420,7 +420,7 @@ def test_empty_batch_and_empty_stack():
 
 # ---- bad input ------------------------------------------------------------------------
 
-# bad configs: tests/test_hostile.py (test_bad_block_config)
+# bad configs: tests/test_block_inputs.py (test_bad_block_config)
 
 
 def test_bad_weights_name_the_key_and_shape():

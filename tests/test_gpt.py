@@ -262,12 +262,12 @@ def test_bad_state_dicts_name_the_tensor():
         GPT.from_state_dict([("token.weight", 1)], SMALL)
 
 
-# bad configs: tests/test_hostile.py (test_bad_gpt_config)
+# bad configs: tests/test_gpt_inputs.py (test_bad_gpt_config)
 
 
 # ---- hostile ids ----------------------------------------------------------------
 
-# bad ids: tests/test_hostile.py (test_bad_ids)
+# bad ids: tests/test_gpt_inputs.py (test_bad_ids)
 
 
 def test_ids_int32_uint8_and_lists_agree():

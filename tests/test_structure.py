@@ -1,20 +1,52 @@
-"""The package's structure (issue 18): no import cycle in blockc/ (module level or inside
-functions), and no module of blockc/ reaching into another's private attributes; counted
-by tests/support/structure.py (also a command: python tests/support/structure.py .)."""
+"""The package's structure (issues 18 and 48), counted by tests/support/structure.py (also a
+command: python tests/support/structure.py .):
+
+- no import cycle between blockc's modules (module level or inside functions), and no
+  module of blockc/ reaching into another's private attributes;
+- at most 8 modules at the top of blockc/ besides __init__/__main__ (the rest in folders
+  named for the part they are), none over 700 lines;
+- a blockc module imported inside a function only where the import waits for an optional
+  extra (:data:`LOCAL_IMPORTS_ALLOWED`, each entry naming it);
+- no import cycle between blockc's folders (a folder one node with everything under it);
+- blockc/model/ (the model core) imports nothing of checkpoint/, generation/ or reference/
+  (the oracle): those are built on the core, not the core on them.
+"""
+import functools
 import os
 import subprocess
 import sys
 
-import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+MAX_TOP_MODULES = 8
+MAX_LINES = 700
 
+#: (importing module, imported module) -> the optional extra the function-local import
+#: waits for; any other function-local import of a blockc module fails the test (move it to
+#: module level; if that makes a cycle, the modules' parts are in the wrong places)
+LOCAL_IMPORTS_ALLOWED = {}
+
+
+@functools.lru_cache(maxsize=None)
 def _report():
+    """The report's lines (counted once per session: every test reads the same tree)."""
     r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "support", "structure.py"), ROOT],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    return r.stdout.splitlines()
+    return tuple(r.stdout.splitlines())
+
+
+def _section(out, heading):
+    """(the count after ``heading: ``, the indented lines under it)."""
+    i = next(i for i, line in enumerate(out) if line.startswith(heading + ": "))
+    n = int(out[i].split(": ")[-1].split(";")[0])
+    rows = []
+    for line in out[i + 1:]:
+        if not line.startswith("    "):
+            break
+        rows.append(line.strip())
+    return n, rows
 
 
 def test_no_import_cycle_and_no_private_reach_inside_blockc():
@@ -45,32 +77,59 @@ def _blockc_imports(path):
     return out
 
 
-#: model/ modules another change removes (issue 48: the weight formats' branch deletes
-#: model/panels.py, which reads blocks through the NumPy oracle)
-_MODEL_PENDING = {"panels.py"}
+#: the parts of blockc above the book's block, which the model core builds on
+#: (GPTConfig.from_block): the block imports none of them
+_ABOVE_BLOCK = ("model", "checkpoint", "generation", "reference", "gpt", "train", "serve", "cli",
+                "text", "io", "hf", "gguf", "families")
 
 
-#: folder of blockc -> the top-level parts of blockc it must not import (they sit above it)
-_BELOW = {
-    # the model core: neither the checkpoints, nor generation, nor the oracle (they import it)
-    "model": ("checkpoint", "generation", "reference", "gpt", "train", "serve", "cli", "hf",
-              "gguf", "families", "text"),
-    # the book's block, which the model core builds on (GPTConfig.from_block)
-    "block": ("model", "checkpoint", "generation", "reference", "gpt", "train", "serve", "cli",
-              "hf", "gguf", "families", "text"),
-}
-
-
-@pytest.mark.parametrize("folder", sorted(_BELOW))
-def test_the_model_core_imports_no_checkpoint_generation_or_reference_module(folder):
-    """Arrows point down (issue 48): blockc/model/ (the model core) imports neither the
-    checkpoints, nor generation, nor the oracle; the block below it imports no model."""
-    top = os.path.join(ROOT, "blockc", folder)
+def test_the_block_imports_no_model_or_anything_above_it():
+    """Arrows point down (issue 48): blockc/block/ imports no model, checkpoint,
+    generation or oracle module (model/'s own rule is the test below)."""
+    top = os.path.join(ROOT, "blockc", "block")
     bad = []
     for fn in sorted(os.listdir(top)):
-        if not fn.endswith(".py") or (folder == "model" and fn in _MODEL_PENDING):
-            continue
-        for mod in sorted(_blockc_imports(os.path.join(top, fn))):
-            if mod.split(".")[1] in _BELOW[folder]:
-                bad.append(f"blockc/{folder}/{fn}: {mod}")
+        if fn.endswith(".py"):
+            for mod in sorted(_blockc_imports(os.path.join(top, fn))):
+                if mod.split(".")[1] in _ABOVE_BLOCK:
+                    bad.append(f"blockc/block/{fn}: {mod}")
     assert bad == []
+
+
+def test_at_most_eight_modules_at_the_top_of_blockc():
+    n, modules = _section(_report(), "modules at the top of blockc/ besides __init__/__main__")
+    assert n == len(modules) and n >= 1  # the count and the list agree, and it saw the tree
+    assert n <= MAX_TOP_MODULES, modules
+
+
+def test_no_module_of_blockc_over_700_lines():
+    n, modules = _section(_report(), "modules over 700 lines")
+    assert n == len(modules)
+    assert modules == [], modules
+
+
+def test_function_local_imports_of_blockc_modules_only_for_an_optional_extra():
+    _, rows = _section(_report(), "function-local imports")
+    found = set()
+    for row in rows:  # "blockc.x:LINE -> blockc.y, blockc.z"
+        where, targets = row.split(" -> ")
+        found |= {(where.split(":")[0], t) for t in targets.split(", ")}
+    assert all(extra.strip() for extra in LOCAL_IMPORTS_ALLOWED.values())
+    unexplained = sorted(row for row in rows if any(
+        (row.split(":")[0], t) not in LOCAL_IMPORTS_ALLOWED
+        for t in row.split(" -> ")[1].split(", ")))
+    assert unexplained == [], unexplained
+    stale = sorted(set(LOCAL_IMPORTS_ALLOWED) - found)  # an entry no longer needed goes
+    assert stale == [], stale
+
+
+def test_no_import_cycle_between_the_folders_of_blockc():
+    out = _report()
+    n, rows = _section(out, "import cycles between folders")
+    assert n == 0, "\n".join(rows)
+
+
+def test_model_imports_no_checkpoint_generation_or_oracle_module():
+    n, rows = _section(_report(), "model/ imports of checkpoint/, generation/, reference/")
+    assert n == len(rows)
+    assert rows == [], rows

@@ -13,9 +13,11 @@ import json
 import os
 
 from .. import _files
+from ..checkpoint.gguf import is_gguf
 from ..io import safetensors as stf
 from .._errors import BlockcValueError
 from ..gpt import GPT, GPTConfig
+from ..text.tokenizer import Tokenizer
 
 
 def register(subparsers) -> None:
@@ -64,7 +66,6 @@ def _check_dst(args: argparse.Namespace) -> None:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from ..checkpoint.gguf import is_gguf
     _check_dst(args)
     if args.dst.endswith(".gguf"):
         m = GPT.from_pretrained(args.src)
@@ -76,7 +77,6 @@ def run_convert(args: argparse.Namespace) -> int:
               + ("" if tok or is_gguf(args.src) else " (no tokenizer.json: no tokenizer in it)"))
         return 0
     if is_gguf(args.src):
-        from ..text.tokenizer import Tokenizer
         m = GPT.from_pretrained(args.src, dtype="float32")
         m.save_pretrained(args.dst)
         try:

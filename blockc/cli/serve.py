@@ -14,6 +14,8 @@ import sys
 
 from .._errors import BlockcValueError
 from ..checkpoint.hf import LOAD_DTYPES
+from ..checkpoint.gguf import is_gguf
+from ..serve import Settings, serve
 from ._options import add_cache_dtype, add_model, add_threads, model_path
 
 
@@ -49,8 +51,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=run_serve)
 
 
-def settings_from_args(args: argparse.Namespace):
-    from ..serve import Settings
+def settings_from_args(args: argparse.Namespace) -> Settings:
     for name in ("parallel", "max_queue", "max_body", "prefill_chunk"):
         if getattr(args, name) < 1:
             raise BlockcValueError(f"--{name.replace('_', '-')} must be >= 1")
@@ -59,7 +60,6 @@ def settings_from_args(args: argparse.Namespace):
     if args.ctx_size is not None and args.ctx_size < 2:
         raise BlockcValueError("--ctx-size must be >= 2")
     path = model_path(args)  # a path, or a Hub id in the local cache
-    from ..checkpoint.gguf import is_gguf
     if not os.path.isdir(path) and not is_gguf(path):
         raise BlockcValueError(f"--model {args.model}: not a directory or a GGUF file")
     name = args.model_name
@@ -74,7 +74,6 @@ def settings_from_args(args: argparse.Namespace):
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from ..serve import serve
     s = settings_from_args(args)
 
     def ready(host, port):

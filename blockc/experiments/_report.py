@@ -11,6 +11,8 @@ import math
 import os
 from typing import Dict, Iterable, List
 
+from .. import _files
+from .._errors import BlockcValueError
 from .._files import atomic_write
 
 __all__ = ["spread", "write_section", "read_section_file", "fmt", "cpu_name"]
@@ -67,8 +69,6 @@ def read_section_file(path: str, name: str, option: str = "--markdown") -> str:
     OSError
         The file cannot be read.
     """
-    from .. import _files
-    from .._errors import BlockcValueError
     _files.check_output_file(path, option)
     if not os.path.lexists(path):
         return ""

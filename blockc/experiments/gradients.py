@@ -32,6 +32,7 @@ import numpy.typing as npt
 from ..train import fit as tr
 from .._args import as_choice, as_int, as_seed
 from .._errors import BlockcValueError
+from .._plot import pyplot, save_figure
 from ..block.engine import BlockConfig, block_backward
 from ..gpt import GPT, GPTConfig
 from ..reference.grad import cross_entropy, layernorm_bwd, rmsnorm_bwd
@@ -437,7 +438,6 @@ def plot_profiles(res: Dict[str, Any], path: str, depth: Optional[int] = None,
     ValueError
         Without matplotlib, or a depth the result does not have.
     """
-    from .._plot import pyplot, save_figure
     plt = pyplot()
     depth = profile_depth(res) if depth is None else depth
     if depth not in res["depths"]:

@@ -20,6 +20,7 @@ from ..train import fit as tr
 from .._plot import pyplot, save_figure
 from ..gpt import GPT, GPTConfig
 from ..train import AdamW
+from ._report import read_section_file, write_section as write_report_section
 
 __all__ = ["TASK_VOCAB", "VARIANTS", "markov_task", "task_levels", "trainability",
            "results_table", "plot_runs", "write_section"]
@@ -155,16 +156,14 @@ def plot_runs(res: Dict[str, Any], path: str) -> None:
 def read_markdown(path: str) -> str:
     """The Markdown file the 'trainability' section goes into, its markers checked (see
     :func:`blockc.experiments._report.read_section_file`)."""
-    from ._report import read_section_file
     return read_section_file(path, "trainability")
 
 
 def write_section(path: str, res: Dict[str, Any], command: str) -> None:
     """Write the results table, headed by ``command`` (the command line that made it),
     into ``path``'s 'trainability' section (appended when it has none), atomically."""
-    from ._report import write_section as write
     body = [f"`{command}` "
             f"(held-out loss after {res['steps']} steps, nats per token; the floor is "
             f"{res['floor']:.3f}, a bigram model {res['bigram']:.3f}, unigram {res['unigram']:.3f}):",
             ""] + results_table(res)
-    write(path, "trainability", body)
+    write_report_section(path, "trainability", body)

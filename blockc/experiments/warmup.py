@@ -33,7 +33,9 @@ import numpy as np
 
 from ..train import fit as tr
 from .._args import as_choice, as_int, as_real
+from .. import runtime
 from .._errors import BlockcValueError
+from .._plot import pyplot, save_figure
 from ..gpt import GPT, GPTConfig
 from ..train import AdamW
 from ._report import fmt, spread, write_section
@@ -191,7 +193,6 @@ def run_point(point: Dict[str, Any], settings: Settings) -> Dict[str, Any]:
 
 def _worker_init(threads: Optional[int]) -> None:
     if threads is not None:
-        from .. import runtime
         runtime.set_num_threads(threads)
 
 
@@ -451,7 +452,6 @@ def plot_sweep(res: Dict[str, Any], path: str, title: str = "", cpu: str = "") -
     ValueError
         Without matplotlib.
     """
-    from .._plot import pyplot, save_figure
     plt = pyplot()
     g = groups(res)
     depths = sorted({k[0] for k in g})

@@ -16,7 +16,7 @@
 """
 from __future__ import annotations
 
-from .config import GenerationConfig, ResolvedGeneration, end_ids
+from .config import GenerationConfig, ResolvedGeneration, end_ids, end_token_ids
 from .constraints import Constraint
 from .logits import (SamplingOptions, apply_penalty, min_p_mask, next_tokens, processed_logits,
                      top_k_mask, top_p_mask)
@@ -24,4 +24,4 @@ from .loop import Generation, GenerationMixin, StopStrings
 
 __all__ = ["SamplingOptions", "next_tokens", "processed_logits", "apply_penalty", "top_k_mask",
            "top_p_mask", "min_p_mask", "GenerationMixin", "Generation", "StopStrings",
-           "GenerationConfig", "ResolvedGeneration", "end_ids", "Constraint"]
+           "GenerationConfig", "ResolvedGeneration", "end_ids", "end_token_ids", "Constraint"]

@@ -23,10 +23,11 @@ from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple, Union
 from .._args import as_choice, as_flag, as_int, as_real
 from .._errors import BlockcTypeError, BlockcValueError
 from .._files import read_config
+from ..io.gguf import read as read_gguf
 from ..model import CACHE_DTYPES
 
 __all__ = ["GenerationConfig", "ResolvedGeneration", "Option", "API", "options",
-           "TOKEN_ID_FIELDS", "token_ids", "checked_token_ids", "end_ids", "GGUF_END_KEYS"]
+           "TOKEN_ID_FIELDS", "token_ids", "checked_token_ids", "end_ids", "end_token_ids", "GGUF_END_KEYS"]
 
 #: the token ids a checkpoint's config.json / generation_config.json may give
 TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
@@ -638,3 +639,44 @@ def end_ids(config: GenerationConfig, tokenizer: Any = None,
         else:
             ids.append(int(t))
     return tuple(dict.fromkeys(ids))
+
+
+def end_token_ids(path: Union[str, "os.PathLike[str]"], tokenizer: Any = None,
+                  vocab: Optional[int] = None) -> frozenset:
+    """Every id that ends a chat model's turn, by the one rule
+    (:func:`end_ids`) over the checkpoint's generation config
+    without loading its weights: ``generation_config.json``'s ``eos_token_id``, else
+    ``config.json``'s (an int or a list: chat models list their end-of-turn token
+    there), or a GGUF file's ``tokenizer.ggml.eos_token_id`` and ``eot_token_id``;
+    and the tokenizer's ``eos_token_id``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The checkpoint directory, or a ``.gguf`` file.
+    tokenizer : blockc.text.Tokenizer, optional
+    vocab : int, optional
+        Ids at or past it are dropped.
+
+    Returns
+    -------
+    frozenset of int
+
+    Raises
+    ------
+    ValueError
+        A config file that is not JSON, a GGUF file that does not parse.
+
+    Examples
+    --------
+    >>> sorted(end_token_ids("llama3-instruct-dir"))     # doctest: +SKIP
+    [128001, 128008, 128009]
+    """
+    p = os.fspath(path)
+    if os.path.isfile(p) and p.endswith(".gguf"):  # llama.cpp's end-of-text and end-of-turn ids
+        g = GenerationConfig.from_gguf(read_gguf(p).metadata, vocab)
+    else:
+        d = p if os.path.isdir(p) else os.path.dirname(p)
+        cfg = read_config(d) if os.path.isfile(os.path.join(d, "config.json")) else {}
+        g = GenerationConfig.from_pretrained(d, cfg, vocab)
+    return frozenset(end_ids(g, tokenizer, vocab))

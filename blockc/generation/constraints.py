@@ -33,6 +33,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .._errors import BlockcTypeError, BlockcValueError
+from ..text.tools import ToolFormat, get_format, tool_specs
 
 __all__ = ["Constraint", "engine", "ENGINE_EXTRA"]
 
@@ -269,7 +270,6 @@ class Constraint:
         TypeError, ValueError
             Malformed tools, a tool_choice that is not "required" nor names one of them.
         """
-        from ..text.tools import ToolFormat, get_format, tool_specs
         if not isinstance(parallel, bool):
             raise BlockcTypeError(f"parallel must be a bool, got {type(parallel).__name__}")
         fmt = format if isinstance(format, ToolFormat) else get_format(format)

@@ -24,15 +24,10 @@ import sys
 import threading
 from typing import Any, Optional
 
+from .app import create_app
 from .settings import Settings
 
 __all__ = ["Settings", "create_app", "serve"]
-
-
-def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
-    """The Starlette app (see :func:`blockc.serve.app.create_app`)."""
-    from .app import create_app as make
-    return make(settings, model, tokenizer)
 
 
 def serve(settings: Settings, ready: Optional[Any] = None) -> int:

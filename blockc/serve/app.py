@@ -19,6 +19,9 @@ from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
 import numpy as np
 
 from ..generation.config import end_ids
+from ..gpt import GPT
+from ..runtime import set_num_threads
+from ..text.tokenizer import Tokenizer
 from .engine import Draining, Engine, Job, QueueFull, TextTail
 from .sampling import RowSampler, sampling_from_request
 from .settings import Settings
@@ -41,7 +44,6 @@ class Service:
     """The model, tokenizer, template and engine behind the routes."""
 
     def __init__(self, settings: Settings, model: Any = None, tokenizer: Any = None):
-        from .. import GPT, Tokenizer, set_num_threads
         self.settings = s = settings
         if s.threads:
             set_num_threads(s.threads)

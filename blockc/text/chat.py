@@ -32,11 +32,10 @@ import numpy as np
 
 from .. import _files
 from .._errors import BlockcTypeError, BlockcValueError
-from ..generation.config import GenerationConfig, end_ids
 from ..io.gguf import read as read_gguf
 
 __all__ = ["ChatTemplate", "ChatPrompt", "ChatTemplateError", "load_chat_template",
-           "special_tokens", "apply_chat_template", "end_token_ids"]
+           "special_tokens", "apply_chat_template"]
 
 # the named special tokens transformers passes to a template (its SPECIAL_TOKENS_ATTRIBUTES)
 _SPECIAL = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
@@ -429,43 +428,3 @@ def apply_chat_template(tokenizer: Any, template: ChatTemplate,
     """
     text = template.render(messages, add_generation_prompt, **variables)
     return ChatPrompt(text, tokenizer.encode(text, add_special_tokens=False))
-
-
-def end_token_ids(path: Union[str, "os.PathLike[str]"], tokenizer: Any = None,
-                  vocab: Optional[int] = None) -> frozenset:
-    """Every id that ends a chat model's turn, by the one rule
-    (:func:`blockc.generation.config.end_ids`) over the checkpoint's generation config
-    without loading its weights: ``generation_config.json``'s ``eos_token_id``, else
-    ``config.json``'s (an int or a list: chat models list their end-of-turn token
-    there), or a GGUF file's ``tokenizer.ggml.eos_token_id`` and ``eot_token_id``;
-    and the tokenizer's ``eos_token_id``.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The checkpoint directory, or a ``.gguf`` file.
-    tokenizer : blockc.text.Tokenizer, optional
-    vocab : int, optional
-        Ids at or past it are dropped.
-
-    Returns
-    -------
-    frozenset of int
-
-    Raises
-    ------
-    ValueError
-        A config file that is not JSON, a GGUF file that does not parse.
-
-    Examples
-    --------
-    >>> sorted(end_token_ids("llama3-instruct-dir"))     # doctest: +SKIP
-    [128001, 128008, 128009]
-    """
-    p = os.fspath(path)
-    if os.path.isfile(p) and p.endswith(".gguf"):  # llama.cpp's end-of-text and end-of-turn ids
-        g = GenerationConfig.from_gguf(read_gguf(p).metadata, vocab)
-    else:
-        d = p if os.path.isdir(p) else os.path.dirname(p)
-        g = GenerationConfig.from_pretrained(d, _read_json(os.path.join(d, "config.json")), vocab)
-    return frozenset(end_ids(g, tokenizer, vocab))

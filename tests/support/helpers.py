@@ -2,11 +2,23 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck
 
-__all__ = ["rnd", "close", "close_k", "mean_kl", "plots"]
+__all__ = ["rnd", "close", "close_k", "mean_kl", "plots", "run_python", "write_script",
+           "snapshot", "PROPERTY_SETTINGS", "pick"]
+
+#: the checkout's root (tests/support/helpers.py is two folders below it)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+#: hypothesis settings of the property tests: reproducible draws, no deadline (a shared
+#: machine's timing is no failure), no health check (the strategies draw freely)
+PROPERTY_SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
 #: a test that draws with matplotlib: skipped under the sanitizer run, where matplotlib's
 #: C++ extension aborts with ASan LD_PRELOADed (and without matplotlib)
@@ -40,3 +52,32 @@ def mean_kl(p_logits, q_logits):
     lq = q - q.max(-1, keepdims=True)
     lq -= np.log(np.exp(lq).sum(-1, keepdims=True))
     return float(np.mean(np.sum(np.exp(lp) * (lp - lq), axis=-1)))
+
+
+def run_python(code, timeout=120, env=None):
+    """Run ``code`` in a fresh interpreter (this blockc, this environment).
+
+    For what could crash, hang or race: a crash or a hang fails the test, not the suite.
+    """
+    e = dict(os.environ if env is None else env)
+    e["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, e.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def write_script(folder, name, code):
+    """Write ``code`` (dedented) to ``folder/name`` and return its path, for a subprocess."""
+    f = folder / name
+    f.write_text(textwrap.dedent(code))
+    return str(f)
+
+
+def snapshot(d):
+    """{name: bytes} of a directory's files (to compare a directory before and after)."""
+    return {f: open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d))}
+
+
+def pick(draw, broken, name, good, bad):
+    """A property test's draw of one field: its bad value when it is the one field this
+    draw breaks (``broken == name``), else a good one."""
+    return draw(bad) if broken == name else draw(good)

@@ -9,7 +9,12 @@
   self/cls and `_name` is not defined in the same file (as a def, a class, an
   assignment `self._name = ...`, a slot or a keyword); in blockc/, tests/, benches/;
 - function-local imports: import statements inside a def, and those of them that
-  import a blockc module (the ones that can dodge a cycle).
+  import a blockc module (the ones that can dodge a cycle);
+- (issue 48) the modules at the top of blockc/ besides __init__/__main__, the modules over
+  700 lines, import cycles between blockc's folders (each folder one node with everything
+  under it, each top-level module its own node; the imports above, module level and
+  inside functions), and what blockc/model/ imports of checkpoint/, generation/ or
+  reference/ (the oracle).
 """
 import ast
 import os
@@ -66,6 +71,7 @@ def resolve(cur, node):
 
 
 graph = defaultdict(set)
+edges = []  # (importer, imported module, line)
 local_imports, local_blockc = [], []
 largest_mod, largest_cls = ("", 0), ("", 0)
 for name, path in modules.items():
@@ -86,6 +92,7 @@ for name, path in modules.items():
             targets = [t for t in resolve(name, node) if t in modules and t != name]
             for t in targets:
                 graph[name].add(t)
+                edges.append((name, t, node.lineno))
             if id(node) in inner:
                 local_imports.append(f"{name}:{node.lineno}")
                 if targets:
@@ -122,6 +129,39 @@ sys.setrecursionlimit(10000)
 for v in list(modules):
     if v not in index:
         strong(v)
+module_sccs = sccs
+
+
+def folder(mod):
+    """The node of ``mod`` in the folder graph: blockc.X for everything under a folder X of
+    blockc/, the module itself for a module at the top (and the package blockc)."""
+    parts = mod.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 and is_pkg(".".join(parts[:2])) else mod
+
+
+module_graph = graph
+graph = defaultdict(set)
+for a, b, _ in edges:
+    if folder(a) != folder(b):
+        graph[folder(a)].add(folder(b))
+index, low, stack, on, sccs, counter = {}, {}, [], set(), [], [0]
+for v in sorted({folder(m) for m in modules}):
+    if v not in index:
+        strong(v)
+folder_sccs, sccs = sccs, module_sccs
+folder_paths = []  # one import line per edge inside a folder cycle, to show where it is
+for comp in folder_sccs:
+    for a, b, line in sorted(set(edges)):
+        if folder(a) in comp and folder(b) in comp and folder(a) != folder(b):
+            folder_paths.append(f"{a}:{line} -> {b}")
+
+top_modules = sorted(m for m in modules if m.count(".") == 1 and m not in ("blockc.__main__",))
+top_modules = [m for m in top_modules if not is_pkg(m)]
+long_modules = sorted((n, m) for m, n in ((m, len(open(p, encoding="utf-8").read().splitlines()))
+                                          for m, p in modules.items()) if n > 700)
+FORBIDDEN_FOR_MODEL = ("blockc.checkpoint", "blockc.generation", "blockc.reference")
+model_imports = sorted(f"{a}:{line} -> {b}" for a, b, line in set(edges)
+                       if folder(a) == "blockc.model" and folder(b) in FORBIDDEN_FOR_MODEL)
 
 
 def defined_names(tree):
@@ -164,4 +204,18 @@ for r in reaches:
     print("   ", r)
 print(f"function-local imports: {len(local_imports)}; of a blockc module: {len(local_blockc)}")
 for r in local_blockc:
+    print("   ", r)
+print(f"modules at the top of blockc/ besides __init__/__main__: {len(top_modules)}")
+for m in top_modules:
+    print("   ", m)
+print(f"modules over 700 lines: {len(long_modules)}")
+for n, m in reversed(long_modules):
+    print(f"    {m} ({n} lines)")
+print(f"import cycles between folders: {len(folder_sccs)}")
+for c in folder_sccs:
+    print("   ", " <-> ".join(sorted(c)))
+for r in folder_paths:
+    print("       ", r)
+print(f"model/ imports of checkpoint/, generation/, reference/: {len(model_imports)}")
+for r in model_imports:
     print("   ", r)

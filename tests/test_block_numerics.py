@@ -1,6 +1,7 @@
-"""Numerics at the edges (issue 6): huge and tiny magnitudes stay finite where
-the math is finite (max-subtracted softmax, eps in the norms), all-zero rows
-go through the norms, and NaN / infinity propagate instead of crashing or hanging."""
+"""The block, the ops and the GPT at the edges of float32 (issues 6 and 9): huge and tiny
+magnitudes stay finite where the math is finite (max-subtracted softmax, eps in the norms),
+all-zero rows go through the norms, RMSNorm normalises rows whose mean square overflows or
+underflows float32, and NaN / infinity propagate instead of crashing or hanging."""
 import faulthandler
 
 import numpy as np
@@ -28,12 +29,16 @@ CONFIGS = [
                        activation="swiglu"),
     blockc.BlockConfig(d_model=8, n_heads=1, d_ff=16, norm="none", activation="relu"),
 ]
+
+
 IDS = ["pre-rms", "pre-layer-causal", "post-layer-swiglu", "none-relu"]
 
 
 def normal_weights(cfg, seed=5):
     return blockc.init_blocks(cfg, 1, seed=seed, rand="normal")[0]
 
+
+# ---- the block and the ops ---------------------------------------------------------------
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
 @pytest.mark.parametrize("scale", [1e4, 1e-30, 1e-38], ids=["1e4", "1e-30", "1e-38"])
@@ -148,7 +153,36 @@ def test_nan_in_attention_scores_does_not_hang():
     assert y.shape == (1, 1, 4, 4) and np.isnan(y[0, 0, 2]).all()
 
 
-# ---------------------------------------------------------------- the GPT
+# ---- RMSNorm across float32's range ------------------------------------------------------
+
+@pytest.mark.parametrize("scale", [1e20, 1e30, 3e38, 1e-25])
+def test_rmsnorm_of_huge_and_tiny_rows(scale):
+    # mean(x^2) of rows near 1e20 overflows float32: RMSNorm used to return 0 (so
+    # does PyTorch); every finite row now normalises, in ops and in the block
+    rng = np.random.default_rng(0)
+    x = (rng.uniform(-1, 1, (3, 48)) * scale).astype(np.float32)
+    eps = 0.0 if scale < 1 else 1e-5
+    y = ops.rmsnorm(x, eps=eps)
+    rms = np.sqrt(np.mean(y.astype(np.float64) ** 2, axis=-1))
+    np.testing.assert_allclose(rms, 1.0, rtol=1e-5)
+    np.testing.assert_allclose(y, ref.rmsnorm(x.astype(np.float64), eps=eps), rtol=1e-5, atol=1e-6)
+    # the block's norms: with zero weights attention and FFN add nothing, so the
+    # post-norm block is norm2(norm1(x)) = rmsnorm(x) (y has RMS 1 already)
+    cfg = blockc.BlockConfig(d_model=48, n_heads=4, d_ff=8, placement="post", eps=eps)
+    Z = {k: np.zeros_like(v) for k, v in blockc.init_block(cfg).items()}
+    np.testing.assert_allclose(blockc.block_forward(x, Z, cfg), y, rtol=1e-5, atol=1e-6)
+
+
+def test_rmsnorm_bits_unchanged_in_range():
+    # rows whose mean square is a normal float32 take the float32 path as before
+    x = np.random.default_rng(1).standard_normal((64, 96)).astype(np.float32)
+    y = ops.rmsnorm(x)
+    ss = (x.astype(np.float64) ** 2).sum(axis=-1) / 96
+    inv = np.float32(1) / np.sqrt(ss.astype(np.float32) + np.float32(1e-5))
+    np.testing.assert_array_equal(y, x * inv[:, None])
+
+
+# ---- the GPT -----------------------------------------------------------------------------
 
 def _gpt(tie_weights=True):
     cfg = blockc.GPTConfig(vocab=17, context=6, width=8, heads=2, layers=2, tie_weights=tie_weights)

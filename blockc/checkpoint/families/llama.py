@@ -1,0 +1,279 @@
+"""Llama, Qwen2 and Mistral: the records of the Llama-shaped decoders (RMSNorm, SwiGLU,
+rotary positions, grouped K/V heads), sharing their readers and tensor table."""
+from __future__ import annotations
+
+import re
+from functools import partial
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from ..._errors import BlockcValueError
+from .record import (Family, GGUFMetadata, TensorName, bool_field, float_field, get_field,
+                     gguf_base, gguf_sizes, int_field, refusal, str_field, want)
+
+__all__ = ["LLAMA", "QWEN2", "MISTRAL"]
+
+# ---- Llama, Qwen2, Mistral ----------------------------------------------------------------------
+
+def _rope_theta(model: str, d: Mapping[str, Any]) -> float:
+    """rope_theta from transformers' two spellings (rope_parameters, or rope_theta and
+    rope_scaling), refusing every scaled variant: their angles differ."""
+    rp = d.get("rope_parameters")
+    scaling = d.get("rope_scaling")
+    for key, v in (("rope_parameters", rp), ("rope_scaling", scaling)):
+        if v is not None and not isinstance(v, Mapping):
+            raise BlockcValueError(f"config.json: {key} must be an object, got {v!r}")
+    if isinstance(rp, Mapping):
+        kind = rp.get("rope_type", rp.get("type", "default"))
+        if kind != "default":
+            raise refusal(model, "rope_parameters.rope_type", kind, "rotary angles scaled")
+        theta = rp.get("rope_theta", d.get("rope_theta", 10000.0))
+    else:
+        theta = d.get("rope_theta", 10000.0)
+    if isinstance(scaling, Mapping) and scaling.get("rope_type", scaling.get("type")) not in (
+            None, "default"):
+        raise refusal(model, "rope_scaling", dict(scaling), "rotary angles scaled")
+    prf = float_field(d, "partial_rotary_factor", 1.0)
+    if prf != 1.0:
+        raise refusal(model, "partial_rotary_factor", prf, "rotary embeddings on part of each head")
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+        raise BlockcValueError(f"config.json: rope_theta must be a positive number, got {theta!r}")
+    return float(theta)
+
+
+def _layer_types(d: Mapping[str, Any]) -> List[str]:
+    types = get_field(d, "layer_types", [])
+    if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+        raise BlockcValueError(f"config.json: layer_types must be a list of strings, got {types!r}")
+    return types
+
+
+# How each family reads its sliding window (None: full attention). A window as wide as the
+# context is full attention: exact. A narrower one differs beyond it; the model is then
+# capped at the window, where it is exact.
+
+def _no_window(d: Mapping[str, Any]) -> Any:
+    _layer_types(d)
+    return None
+
+
+def _window_always(d: Mapping[str, Any]) -> Any:  # Mistral: sliding_window, when set
+    return d.get("sliding_window")
+
+
+def _window_when_used(d: Mapping[str, Any]) -> Any:  # Qwen2: only when use_sliding_window says
+    types = _layer_types(d)
+    if bool_field(d, "use_sliding_window", False) or "sliding_attention" in types:
+        return d.get("sliding_window")
+    return None
+
+
+# How each family reads its biases: (q/k/v, output, MLP)
+
+def _biases_by_flags(d: Mapping[str, Any]) -> Tuple[bool, bool, bool]:
+    attn = bool_field(d, "attention_bias", False)
+    return attn, attn, bool_field(d, "mlp_bias", False)
+
+
+def _biases_qkv_only(d: Mapping[str, Any]) -> Tuple[bool, bool, bool]:
+    return True, False, False
+
+
+def _no_biases(d: Mapping[str, Any]) -> Tuple[bool, bool, bool]:
+    # transformers' Mistral has no biases, whatever attention_bias or mlp_bias say
+    return False, False, False
+
+
+def _llama_from_hf(d: Mapping[str, Any], *, model: str,
+                   window_of: Callable[[Mapping[str, Any]], Any],
+                   biases_of: Callable[[Mapping[str, Any]], Tuple[bool, bool, bool]],
+                   ) -> Dict[str, Any]:
+    """A Llama-shaped config.json (RMSNorm, rotary positions, SwiGLU, grouped K/V heads);
+    ``model`` names the family in refusals."""
+    act = str_field(d, "hidden_act", "silu")
+    if act != "silu":
+        raise refusal(model, "hidden_act", act, "blockc's gated MLP is SiLU-gated (SwiGLU)")
+    for f in ("num_local_experts", "num_experts", "n_routed_experts"):
+        if int_field(d, f, default=0):
+            raise refusal(model, f, d[f], "a mixture of experts")
+    width = int_field(d, "hidden_size", default=4096)
+    heads = int_field(d, "num_attention_heads", default=32)
+    kv = get_field(d, "num_key_value_heads", heads)
+    if type(kv) is not int:
+        raise BlockcValueError(f"config.json: num_key_value_heads must be an integer, got {kv!r}")
+    context = int_field(d, "max_position_embeddings", default=2048)
+    window = window_of(d)
+    if window is not None:
+        if type(window) is not int or window < 1:
+            raise BlockcValueError(f"config.json: sliding_window must be a positive integer, "
+                                   f"got {window!r}")
+        context = min(context, window)
+    qkv_b, out_b, mlp_b = biases_of(d)
+    head_dim = get_field(d, "head_dim")
+    if head_dim is not None and type(head_dim) is not int:
+        raise BlockcValueError(f"config.json: head_dim must be an integer, got {head_dim!r}")
+    if kv == heads:  # the defaults as None, so equal configs compare equal
+        kv = None
+    if head_dim is not None and heads and width % heads == 0 and head_dim == width // heads:
+        head_dim = None
+    return dict(vocab=int_field(d, "vocab_size", default=32000), context=context, width=width,
+                heads=heads, layers=int_field(d, "num_hidden_layers", default=32),
+                eps=float_field(d, "rms_norm_eps", 1e-6),
+                tie_weights=bool_field(d, "tie_word_embeddings", False), norm="rms",
+                placement="pre", activation="swiglu",
+                d_ff=int_field(d, "intermediate_size", default=11008), positions="rope",
+                rope_theta=_rope_theta(model, d), kv_heads=kv, head_dim=head_dim,
+                residual=True, qkv_bias=qkv_b, out_bias=out_b, mlp_bias=mlp_b)
+
+
+def _llama_shape(cfg: Any, what: str) -> None:
+    want(cfg, what, norm="rms", placement="pre", positions="rope", activation="swiglu",
+          residual=True)
+
+
+def _llama_check(cfg: Any) -> None:
+    _llama_shape(cfg, "a Llama checkpoint")
+    if cfg.qkv_bias != cfg.out_bias:
+        raise BlockcValueError(f"GPTConfig: biases qkv={cfg.qkv_bias}, out={cfg.out_bias}: "
+                               "Llama has them on all attention projections or none")
+
+
+def _qwen2_check(cfg: Any) -> None:
+    _llama_shape(cfg, "a Qwen2 checkpoint")
+    if (cfg.qkv_bias, cfg.out_bias, cfg.mlp_bias) != (True, False, False):
+        raise BlockcValueError(f"GPTConfig: biases qkv={cfg.qkv_bias}, out={cfg.out_bias}, "
+                               f"mlp={cfg.mlp_bias}: Qwen2 has them on q/k/v only")
+
+
+def _llama_to_hf(cfg: Any, *, model_type: str, architecture: str,
+                 extra: Callable[[Any], Dict[str, Any]]) -> Dict[str, Any]:
+    return {"architectures": [architecture], "model_type": model_type, "vocab_size": cfg.vocab,
+            "hidden_size": cfg.width, "intermediate_size": cfg.d_ff_,
+            "num_hidden_layers": cfg.layers, "num_attention_heads": cfg.heads,
+            "num_key_value_heads": cfg.kv_heads_, "head_dim": cfg.head_dim_,
+            "hidden_act": "silu", "max_position_embeddings": cfg.context,
+            "rms_norm_eps": cfg.eps, "tie_word_embeddings": cfg.tie_weights,
+            "rope_theta": cfg.rope_theta,
+            "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+            "attention_dropout": 0.0, **extra(cfg)}
+
+
+def _llama_from_gguf(md: GGUFMetadata, *, biases: Optional[Tuple[bool, bool]],
+                     why: str) -> Dict[str, Any]:
+    """A Llama-shaped GGUF file; ``biases`` (q/k/v, output) the ones the family has (None:
+    on all of q/k/v/output or on none), ``why`` saying so when the file differs."""
+    out = gguf_sizes(md)
+    width, heads = out["width"], out["heads"]
+    kv = md.integer("attention.head_count_kv", heads)
+    head_dim = md.integer("attention.key_length", width // heads if width % heads == 0 else 0)
+    vdim = md.integer("attention.value_length", head_dim)
+    if vdim != head_dim:
+        raise md.refuse(md.key("attention.value_length"), vdim,
+                        f"value heads of another width than the key heads ({head_dim})")
+    rot = md.integer("rope.dimension_count", head_dim)
+    if rot != head_dim:
+        raise md.refuse(md.key("rope.dimension_count"), rot,
+                        f"rotary embeddings on part of each head of {head_dim}")
+    if heads % kv:
+        raise md.fail(f"{md.key('attention.head_count_kv')}={kv} does not divide "
+                      f"head_count={heads}")
+    qkv_bias = md.has("blk.0.attn_q.bias")
+    out_bias = md.has("blk.0.attn_output.bias")
+    if (qkv_bias, out_bias) != (biases or (qkv_bias, qkv_bias)):
+        raise md.fail(why)
+    if md.has("blk.0.ffn_up.bias") or md.has("blk.0.attn_norm.bias"):
+        raise md.refuse("tensor 'blk.0.ffn_up.bias'", "present", "MLP or norm biases")
+    return dict(out, eps=md.real("attention.layer_norm_rms_epsilon", 1e-5), norm="rms",
+                placement="pre", activation="swiglu", positions="rope",
+                rope_theta=md.real("rope.freq_base", 10000.0),
+                kv_heads=None if kv == heads else kv,
+                head_dim=None if head_dim * heads == width else head_dim, residual=True,
+                qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=False)
+
+
+def _llama_to_gguf(cfg: Any) -> Dict[str, Tuple[str, Any]]:
+    md = dict(gguf_base(cfg), **{"attention.head_count_kv": ("UINT32", cfg.kv_heads_),
+                                  "attention.layer_norm_rms_epsilon": ("FLOAT32", cfg.eps),
+                                  "rope.freq_base": ("FLOAT32", cfg.rope_theta),
+                                  "rope.dimension_count": ("UINT32", cfg.head_dim_)})
+    if cfg.head_dim_ * cfg.heads != cfg.width:
+        md["attention.key_length"] = ("UINT32", cfg.head_dim_)
+        md["attention.value_length"] = ("UINT32", cfg.head_dim_)
+    md["vocab_size"] = ("UINT32", cfg.vocab)
+    return md
+
+
+def _llama_tensors(cfg: Any, *, permuted: bool) -> List[TensorName]:
+    """Separate q/k/v tensors (blockc fuses them: rows q, then k, then v); ``permuted``:
+    llama.cpp's converter reorders a Llama's q and k rows within each head (it rotates
+    the pairs (2i, 2i+1), transformers and blockc the pairs (i, i + Dh/2))."""
+    p, T = "model.", TensorName
+    q, kv = cfg.heads * cfg.head_dim_, cfg.kv_heads_ * cfg.head_dim_
+    parts = (("q", (0, q), cfg.heads if permuted else None),
+             ("k", (q, q + kv), cfg.kv_heads_ if permuted else None),
+             ("v", (q + kv, q + 2 * kv), None))
+    out = [T("token.weight", p + "embed_tokens.weight", "token_embd.weight")]
+    for i in range(cfg.layers):
+        b, h, g = f"blocks.{i}.", f"{p}layers.{i}.", f"blk.{i}."
+        out.append(T(b + "ln1.weight", h + "input_layernorm.weight", g + "attn_norm.weight"))
+        for kind in ("weight", "bias") if cfg.qkv_bias else ("weight",):
+            out += [T(b + "attn.qkv." + kind, h + f"self_attn.{part}_proj.{kind}",
+                      g + f"attn_{part}.{kind}", rows=rows, permuted=heads)
+                    for part, rows, heads in parts]
+        out.append(T(b + "attn.proj.weight", h + "self_attn.o_proj.weight",
+                     g + "attn_output.weight"))
+        if cfg.out_bias:
+            out.append(T(b + "attn.proj.bias", h + "self_attn.o_proj.bias", g + "attn_output.bias"))
+        out.append(T(b + "ln2.weight", h + "post_attention_layernorm.weight",
+                     g + "ffn_norm.weight"))
+        for part in ("gate", "up", "down"):
+            out.append(T(b + part + ".weight", h + f"mlp.{part}_proj.weight",
+                         g + f"ffn_{part}.weight"))
+            if cfg.mlp_bias:  # llama.cpp's files of these families have no MLP biases
+                out.append(T(b + part + ".bias", h + f"mlp.{part}_proj.bias", None))
+    out.append(T("norm.weight", p + "norm.weight", "output_norm.weight"))
+    if not cfg.tie_weights:
+        out.append(T("head.weight", "lm_head.weight", "output.weight"))
+    return out
+
+
+_GPT2_NAMES = dict(prefix="transformer.",
+                   # the causal-mask buffers older GPT-2 checkpoints carry
+                   ignore=re.compile(r"^(transformer\.)?h\.\d+\.attn\.(masked_)?bias$"))
+
+_LLAMA_NAMES = dict(prefix="model.",
+                    # the inverse-frequency buffers older checkpoints carry
+                    ignore=re.compile(r"^(model\.)?layers\.\d+\.self_attn\.rotary_emb\.inv_freq$"))
+
+LLAMA = Family(
+    name="llama", model_types=("llama",),
+    from_hf=partial(_llama_from_hf, model="Llama", window_of=_no_window,
+                    biases_of=_biases_by_flags),
+    check=_llama_check,
+    to_hf=partial(_llama_to_hf, model_type="llama", architecture="LlamaForCausalLM",
+                  extra=lambda cfg: {"attention_bias": cfg.qkv_bias, "mlp_bias": cfg.mlp_bias}),
+    tensors=partial(_llama_tensors, permuted=True), architectures=("llama",),
+    from_gguf=partial(_llama_from_gguf, biases=None,
+                      why="a llama file has biases on all of q/k/v/output or on none"),
+    to_gguf=_llama_to_gguf, **_LLAMA_NAMES)
+
+QWEN2 = Family(
+    name="qwen2", model_types=("qwen2",),
+    from_hf=partial(_llama_from_hf, model="Qwen2", window_of=_window_when_used,
+                    biases_of=_biases_qkv_only),
+    check=_qwen2_check,
+    to_hf=partial(_llama_to_hf, model_type="qwen2", architecture="Qwen2ForCausalLM",
+                  extra=lambda cfg: {"use_sliding_window": False, "sliding_window": None}),
+    # llama.cpp rotates Qwen2 NEOX-style: its q and k rows stay in transformers' order
+    tensors=partial(_llama_tensors, permuted=False), architectures=("qwen2",),
+    from_gguf=partial(_llama_from_gguf, biases=(True, False),
+                      why="a qwen2 file has attn_q/k/v biases and no attn_output bias"),
+    to_gguf=_llama_to_gguf, **_LLAMA_NAMES)
+
+# Mistral is Llama with a sliding window; a config of it saves as Llama's (check None), and
+# llama.cpp's files of it are llama files
+MISTRAL = Family(
+    name="mistral", model_types=("mistral",),
+    from_hf=partial(_llama_from_hf, model="Mistral", window_of=_window_always,
+                    biases_of=_no_biases),
+    check=None, to_hf=None, tensors=partial(_llama_tensors, permuted=True), **_LLAMA_NAMES)
+
