@@ -60,8 +60,8 @@ def _write(text: str) -> None:
 
 def run_generate(args: argparse.Namespace) -> int:
     apply_threads(args)
-    args.model = model_path(args)  # a path, or a Hub id in the cache: checked first
-    sampling = sampling_options(args)  # checked before the weights are read
+    sampling = sampling_options(args)  # the flags checked before any file is looked at
+    args.model = model_path(args)  # a path, or a Hub id in the cache
     tok = None
     if args.prompt is not None:
         tok = Tokenizer.from_pretrained(args.model)  # checked before the weights are read
