@@ -37,7 +37,7 @@ def _answer(m, tok, msgs, n, **opts):
     ends = end_ids(m.generation_config, tok, m.config.vocab)
     out = [int(t) for t in m.generate(ids[None], n, eos_token_id=ends, **opts)[0, len(ids):]]
     cut = next((i for i, t in enumerate(out) if t in ends), len(out))
-    return tok.decode(out[:cut])
+    return tok.decode(out[:cut], skip_special_tokens=True)
 
 
 def test_chat_samples_with_llama_cpps_defaults_unless_the_checkpoint_says(chat, monkeypatch,

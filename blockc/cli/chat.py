@@ -280,7 +280,7 @@ class ChatSession:
         ids = self.tok.apply_chat_template(c.messages).ids
         room = self.context - len(ids)
         n_max = room if self.max_new_tokens is None else min(self.max_new_tokens, room)
-        stream, parts, n = TextStream(self.tok), [], 0
+        stream, parts, n, stopped = TextStream(self.tok, skip_special_tokens=True), [], 0, False
         t0 = time.perf_counter()
         try:
             for t in self.model.stream(np.asarray(ids), n_max, generation_config=self.generation):
@@ -291,10 +291,10 @@ class ChatSession:
                 parts.append(piece)
                 self.out(piece)
         except KeyboardInterrupt:
-            self.out(" [stopped]")
+            stopped = True
         dt = time.perf_counter() - t0
         parts.append(stream.flush())
-        self.out(parts[-1] + "\n")
+        self.out(parts[-1] + (" [stopped]\n" if stopped else "\n"))
         reply = "".join(parts)
         c.add("assistant", reply)
         if self.stats:
