@@ -149,3 +149,28 @@ def test_conversation_json_and_refusals(tmp_path):
         c.fit(lambda msgs: 5, 1)
     with pytest.raises(TypeError, match="GenerationConfig"):
         chat_sampling({"temperature": 1})
+
+
+def test_loading_reports_progress_per_tensor(chat, tmp_path):
+    from blockc._progress import Progress, bar
+    d, m, tok = chat
+    m.save_gguf(tmp_path / "m.gguf", tokenizer=tok)
+    for path in (d, tmp_path / "m.gguf"):
+        calls = []
+        m2 = blockc.GPT.from_pretrained(path, progress=lambda done, total: calls.append(
+            (done, total)))
+        total = calls[-1][1]
+        assert calls == [(i, total) for i in range(1, total + 1)]
+        assert total >= 2 * m.config.layers  # a call per tensor
+        assert np.array_equal(m2.params, m.params)
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    out = Tty()
+    with Progress(0, "loading", stream=out) as p:
+        blockc.GPT.from_pretrained(d, progress=p)
+    text = out.getvalue()
+    assert f"\rloading {bar(p.total, p.total)} {p.total}/{p.total}" in text
+    assert text.endswith("\r" + " " * len(f"loading {bar(1, 1)} {p.total}/{p.total}") + "\r")
+    assert bar(0, 0, 4) == "[....]" and bar(3, 4, 4) == "[###.]" and bar(9, 4, 4) == "[####]"

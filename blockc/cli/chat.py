@@ -35,6 +35,7 @@ import numpy as np
 
 from .. import runtime
 from .._errors import BlockcValueError
+from .._progress import Progress
 from .._files import read_config
 from ..checkpoint.hf import LOAD_DTYPES
 from ..generation.chat import SAMPLING_NAMES, Conversation, chat_sampling
@@ -338,10 +339,8 @@ def run_chat(args: argparse.Namespace) -> int:
         raise BlockcValueError(f"{args.model}: no chat template (blockc generate takes raw text)")
     interactive = sys.stdin.isatty()
     chatty = interactive or sys.stderr.isatty()
-    if chatty:
-        sys.stderr.write(f"loading {args.model} ...\n")
-        sys.stderr.flush()
-    m = GPT.from_pretrained(args.model, dtype=args.dtype)
+    with Progress(0, "loading") as bar:  # drawn when stderr is a terminal
+        m = GPT.from_pretrained(args.model, dtype=args.dtype, progress=bar)
     ends = end_ids(m.generation_config, tok, m.config.vocab)  # as generate and the server
     gen = chat_sampling(m.generation_config).replace(eos_token_id=ends)
     gen = gen.replace(**{k: v for k, v in sampling.items() if v is not None})

@@ -25,6 +25,7 @@ import time
 import numpy as np
 
 from .._errors import BlockcValueError
+from .._progress import Progress
 from ..generation.config import end_ids
 from ..gpt import GPT
 from ..checkpoint.hf import LOAD_DTYPES
@@ -86,7 +87,8 @@ def run_generate(args: argparse.Namespace) -> int:
         if bad:
             raise BlockcValueError(f"--ids must be token ids in [0, 2**63), got {bad[0]}")
     t0 = time.perf_counter()
-    m = GPT.from_pretrained(args.model, dtype=args.dtype)
+    with Progress(0, "loading") as bar:  # drawn when stderr is a terminal
+        m = GPT.from_pretrained(args.model, dtype=args.dtype, progress=bar)
     load = time.perf_counter() - t0
     if tok is not None:
         ids = list(tok.encode(prompt, add_special_tokens=not args.no_special_tokens))
