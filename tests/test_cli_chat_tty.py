@@ -129,6 +129,10 @@ def test_history_paste_help_and_ctrl_c_at_the_prompt(model, tmp_path):
     try:
         t.wait_ready()
         banner = t.text()
+        calls = []  # the loader's progress: a tensor at a time, drawn as a bar, then erased
+        blockc.GPT.from_pretrained(d, progress=lambda i, n: calls.append(n))
+        total = calls[-1]
+        assert f"loading [{'#' * 24}] {total}/{total}".encode() in t.raw
         assert f"model {d}" in banner and "family llama, format float32, 2 layers" in banner
         assert "context 4096 tokens (the model's 4096), 1 threads" in banner
         assert "sampling: temperature 0, top_k 40, top_p 0.95, min_p 0.05, max_new_tokens 6" in banner

@@ -88,6 +88,12 @@ def register(subparsers) -> None:
 
 
 def _plain_reader(interactive: bool) -> Callable[[str], str]:
+    if interactive:  # the arrow keys edit and recall lines, not print ^[[A, where it exists
+        try:
+            import readline  # noqa: F401
+        except ImportError:
+            pass
+
     def read(prompt: str) -> str:
         return input(prompt if interactive else "")
     return read
