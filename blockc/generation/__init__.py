@@ -10,9 +10,13 @@
 - :mod:`blockc.generation.loop`: :class:`GenerationMixin` (``GPT.generate`` and
   ``GPT.stream``, ``prepare_generation``), :class:`Generation`, the steps of one
   generation, and :class:`StopStrings`, the incremental stop-string check.
+- :mod:`blockc.generation.chat`: what a conversation needs besides the model: its
+  sampling defaults (:func:`chat_sampling`, llama.cpp's unless the checkpoint samples),
+  the default context (:func:`context_size`) and :class:`Conversation`, kept inside it.
 """
 from __future__ import annotations
 
+from .chat import Conversation, chat_sampling, context_size
 from .config import GenerationConfig, ResolvedGeneration, end_ids
 from .logits import (SamplingOptions, apply_penalty, min_p_mask, next_tokens, processed_logits,
                      top_k_mask, top_p_mask)
@@ -20,4 +24,5 @@ from .loop import Generation, GenerationMixin, StopStrings
 
 __all__ = ["SamplingOptions", "next_tokens", "processed_logits", "apply_penalty", "top_k_mask",
            "top_p_mask", "min_p_mask", "GenerationMixin", "Generation", "StopStrings",
-           "GenerationConfig", "ResolvedGeneration", "end_ids"]
+           "GenerationConfig", "ResolvedGeneration", "end_ids", "Conversation", "chat_sampling",
+           "context_size"]
