@@ -86,15 +86,17 @@ def add_cache_dtype(p: argparse.ArgumentParser) -> None:
 SAMPLING = tuple(name for name, (o, _) in options().items() if o.cli)
 
 
-def add_sampling_options(p: argparse.ArgumentParser, note: str = "") -> None:
+def add_sampling_options(p: argparse.ArgumentParser,
+                         notes: Optional[Dict[str, str]] = None) -> None:
     """The generation options of the commands that generate, one flag per option
     GenerationConfig declares for the command line (``--temperature``, ``--top-k``,
     ``--top-p``, ``--min-p``, ``--repetition-penalty``, ``--seed``, ``--cache-dtype``):
     read back and checked by :func:`sampling_options`. Each defaults to None, "not
-    given": the model's generation config then decides (``note``, when given, says what
-    the command's defaults are instead, in each flag's help)."""
+    given": the model's generation config then decides (``notes[name]``, when given,
+    says what the command's default is instead, in the flag's help)."""
     for name in SAMPLING:
-        add_generation_option(p, name, None, note or "default: the model's generation config")
+        add_generation_option(p, name, None, (notes or {}).get(
+            name, "default: the model's generation config"))
 
 
 def sampling_options(args: argparse.Namespace) -> Dict[str, Any]:

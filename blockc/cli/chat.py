@@ -38,7 +38,7 @@ from .._errors import BlockcValueError
 from .._progress import Progress
 from .._files import read_config
 from ..checkpoint.hf import LOAD_DTYPES
-from ..generation.chat import SAMPLING_NAMES, Conversation, chat_sampling
+from ..generation.chat import LLAMA_CPP_SAMPLING, SAMPLING_NAMES, Conversation, chat_sampling
 from ..generation.config import GenerationConfig, end_ids, options
 from ..gpt import GPT
 from ..text.tokenizer import TextStream, Tokenizer
@@ -76,9 +76,9 @@ def register(subparsers) -> None:
     p.add_argument("--system", default=None, help="a system prompt")
     p.add_argument("--max-new-tokens", "-n", type=int, default=None,
                    help="longest answer (default: until the end of the turn or the context)")
-    add_sampling_options(p, note="default: the model's generation_config.json when it samples, "
-                                 "else llama.cpp's temperature 0.8, top-k 40, top-p 0.95, "
-                                 "min-p 0.05")
+    add_sampling_options(p, notes={
+        k: f"default: the model's generation_config.json when it samples, else {v:g}, as "
+           "llama.cpp" for k, v in LLAMA_CPP_SAMPLING.items()})
     add_ctx_size(p)
     p.add_argument("--dtype", choices=LOAD_DTYPES, default=None)
     add_threads(p)
