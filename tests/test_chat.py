@@ -162,7 +162,7 @@ def test_blockc_chat_answers_what_generate_makes_from_the_templated_history(tmp_
         return tok.decode(out[:out.index(eos)] if eos in out else out)
     root = __file__.rsplit("/tests/", 1)[0]
     r = subprocess.run([sys.executable, "-m", "blockc", "chat", "--model", str(tmp_path),
-                        "--max-new-tokens", "12", "--system", "Be terse."],
+                        "--max-new-tokens", "12", "--system", "Be terse.", "--temperature", "0"],
                        input="Hello\nWhat is the capital of France?\n/reset\nHello\n",
                        capture_output=True, text=True, timeout=120, cwd=root)
     assert r.returncode == 0, r.stderr

@@ -64,7 +64,7 @@ def test_generate_and_the_cli_stop_at_the_end_of_turn(gguf_chat, capsys, monkeyp
                  "--max-new-tokens", str(N)]) == 0
     assert capsys.readouterr().out.split() == [str(t) for t in want]
     monkeypatch.setattr(sys, "stdin", io.StringIO(MSGS[0]["content"] + "\n"))
-    assert main(["chat", "--model", str(path), "--max-new-tokens", str(N)]) == 0
+    assert main(["chat", "--model", str(path), "--max-new-tokens", str(N), "--temperature", "0"]) == 0
     assert capsys.readouterr().out == g.decode(free[:k]) + "\n"
 
 

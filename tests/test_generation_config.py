@@ -256,7 +256,7 @@ def test_the_commands_flags_are_the_options_declarations(capsys):
         for name, o in cli.items():
             a = acts[name]
             assert a.option_strings == ["--" + name.replace("_", "-")]
-            assert a.default == getattr(GenerationConfig(), name)  # greedy unless asked
+            assert a.default is None  # not given: the model's (chat: chat_sampling's)
             assert a.help.startswith(o.help) and o.span() in a.help
     assert sub["generate"]._option_string_actions["--top-k"].type is int
     assert sub["serve"]._option_string_actions["--cache-dtype"].choices == ("float32", "float16")

@@ -308,7 +308,7 @@ def test_blockc_generate_prints_what_transformers_decodes(tmp_path):
     eos = hm.config.eos_token_id
     if eos in out:
         out = out[:list(out).index(eos) + 1]
-    want = tok.decode(list(out))
+    want = prompt + tok.decode(list(out))  # the prompt echoed; the end token's text not printed
     r = subprocess.run([sys.executable, "-m", "blockc", "generate", "--model", str(tmp_path),
                         "--prompt", prompt, "--max-new-tokens", "20"],
                        capture_output=True, text=True, timeout=300, cwd=ROOT)

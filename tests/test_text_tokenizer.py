@@ -116,5 +116,5 @@ def test_generate_prompt_adds_bos_as_transformers_does(tmp_path, capsys):
                       (["--no-special-tokens"], t.encode("hello", add_special_tokens=False).ids)):
         want = tok.decode(m.generate(np.array([ids]), 6)[0][len(ids):])
         assert main(["generate", "--model", str(d), "--prompt", "hello", "--max-new-tokens", "6",
-                     "--no-eos"] + flag) == 0
+                     "--no-eos", "--no-echo"] + flag) == 0
         assert capsys.readouterr().out == want + "\n"

@@ -43,7 +43,7 @@ weights (subnormals as zeros) for bfloat16 dot products, and saves as BF16.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -143,9 +143,10 @@ def _special_ids(f: fmt.GGUFFile, vocab: int) -> Dict[str, int]:
     return out
 
 
-def load(path: str, dtype: Optional[str], cls: Any) -> Any:
+def load(path: str, dtype: Optional[str], cls: Any,
+         progress: Optional[Callable[[int, int], Any]] = None) -> Any:
     """A model (of class ``cls``, a blockc GPT) from a GGUF file (see
-    :meth:`blockc.GPT.from_pretrained`)."""
+    :meth:`blockc.GPT.from_pretrained`; ``progress(done, total)`` after each tensor)."""
     path = os.fspath(path)
     f = fmt.read(path)
     arch = f.get("general.architecture")
@@ -176,7 +177,8 @@ def load(path: str, dtype: Optional[str], cls: Any) -> Any:
         cands = {ours: [dtype] for ours in parts}
     while True:
         chosen = {ours: c[0] for ours, c in cands.items()}
-        m = _fill(cls(cfg, dtypes=chosen), f, spec, check_exact=dtype in (None, "integer"))
+        m = _fill(cls(cfg, dtypes=chosen), f, spec, check_exact=dtype in (None, "integer"),
+                  progress=progress)
         if not isinstance(m, set):
             break
         # matrices a format's packing stores differently: the next format (float32 last,
@@ -290,7 +292,8 @@ def _check_scales(path: str, name: str, raw: np.ndarray, typ: str) -> None:
                           "an infinite or NaN scale; its weights are not numbers")
 
 
-def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool) -> Any:
+def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool,
+          progress: Optional[Callable[[int, int], Any]] = None) -> Any:
     """Write every tensor of ``f`` into ``m``: a matrix whose every part has a block
     converter to its format (_ROWS) as those blocks (rearranged into panels: exact, and
     no float copy), any other tensor dequantised and packed. With ``check_exact``, the
@@ -304,7 +307,9 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool) -> Any:
         types.setdefault(ours, []).append(f.tensors[name].type)
     parts: Dict[str, np.ndarray] = {}
     inexact = set()
-    for name, ours, rows, heads in spec:
+    for i, (name, ours, rows, heads) in enumerate(spec):
+        if progress is not None and i:
+            progress(i, len(spec))
         t = f.tensors[name]
         want = lay[ours].shape if rows is None else (rows[1] - rows[0],) + tuple(lay[ours].shape[1:])
         if t.shape != tuple(want):
@@ -335,6 +340,8 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool) -> Any:
         if check_exact and lay[ours].packed and fm != "float32":
             if not np.array_equal(m.read_tensor(ours).view(np.uint32), w.view(np.uint32)):
                 inexact.add(ours)
+    if progress is not None and not inexact:
+        progress(len(spec), len(spec))
     return inexact or m
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, List, Optional, Type, TypeVar, Union
+from typing import Any, Callable, Dict, List, Optional, Type, TypeVar, Union
 
 import numpy as np
 
@@ -99,9 +99,11 @@ def read_tensors(path: str) -> Dict[str, st.Tensor]:
     return out
 
 
-def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model) -> M:  # type: ignore[assignment]
+def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model,  # type: ignore[assignment]
+             progress: Optional[Callable[[int, int], Any]] = None) -> M:
     """A model of class ``cls`` from a checkpoint directory (see
-    :meth:`blockc.GPT.from_pretrained`, which passes ``cls=GPT``)."""
+    :meth:`blockc.GPT.from_pretrained`, which passes ``cls=GPT``; ``progress(done,
+    total)`` is called after each tensor is written)."""
     path = os.fspath(path)
     if not os.path.isdir(path):
         raise BlockcValueError(f"{path}: not a directory (a checkpoint is a directory with "
@@ -152,7 +154,9 @@ def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model) -> M:
     m = cls(cfg, dtype=dtype)
     tensor_layout = m.layout
     parts: Dict[str, np.ndarray] = {}  # blockc tensors assembled from row slices
-    for name, ours, transposed, rows in spec:
+    for i, (name, ours, transposed, rows) in enumerate(spec):
+        if progress is not None and i:
+            progress(i, len(spec))
         t = tensors[name]
         if rows is None:
             # aligned (a copy when a file's offsets left it misaligned)
@@ -164,6 +168,8 @@ def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model) -> M:
         whole[rows[0]:rows[1]] = t.to_float32()
         if rows[1] == tensor_layout[ours].shape[0]:  # the last slice: the tensor is whole
             m.write_tensor(ours, parts.pop(ours))
+    if progress is not None:
+        progress(len(spec), len(spec))
     m.special_ids = special_ids(d)
     m.generation_config = GenerationConfig.from_pretrained(path, config=d, vocab=cfg.vocab)
     if tied_head:
@@ -245,7 +251,8 @@ class PretrainedMixin:
 
     @classmethod
     def from_pretrained(cls: Type[M], path: Union[str, "os.PathLike[str]"],
-                        dtype: Optional[str] = None) -> M:
+                        dtype: Optional[str] = None, *,
+                        progress: Optional[Callable[[int, int], Any]] = None) -> M:
         """Load a Hugging Face checkpoint directory (as ``transformers`` writes it), or a
         GGUF file (llama.cpp's; see :mod:`blockc.checkpoint.gguf`).
 
@@ -273,6 +280,10 @@ class PretrainedMixin:
             its file type's very blocks by integer dot products, 8-bit activations as
             llama.cpp's (Q8_0 q8_0i, Q4_0 q4_0i, Q5_0 q5_0i, Q4_K q4_ki, Q6_K q6_ki;
             :data:`blockc.checkpoint.gguf.INTEGER`), the others as with None.
+        progress : callable, optional
+            Called as ``progress(done, total)`` while the tensors are read and
+            converted (``done`` of ``total`` tensors; ``done == total`` once, at the end):
+            what a progress bar draws (``blockc chat`` and ``generate`` draw one).
 
         Returns
         -------
@@ -299,12 +310,12 @@ class PretrainedMixin:
         if dtype is not None:
             as_choice(dtype, "dtype", LOAD_DTYPES)
         if is_gguf(path):  # a GGUF file (blockc.checkpoint.gguf)
-            return load_gguf(path, dtype, cls)
+            return load_gguf(path, dtype, cls, progress)
         if dtype == "integer":
             raise BlockcValueError("dtype 'integer' takes a GGUF file's blocks as they are; "
                                    f"{os.fspath(path)!r} is not a GGUF file (pick a format by "
                                    "name, e.g. 'q8_0i')")
-        return load_dir(path, dtype, cls)
+        return load_dir(path, dtype, cls, progress)
 
     def save_pretrained(self, path: Union[str, "os.PathLike[str]"]) -> None:
         """Write this model as a Hugging Face checkpoint directory.

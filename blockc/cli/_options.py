@@ -5,18 +5,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from .. import runtime
 from .._errors import BlockcValueError
 from .._plot import plot_path, pyplot, save_figure
 from ..checkpoint.locate import resolve
+from ..generation.chat import context_size
 from ..generation.config import options
 from ..model import ACTIVATIONS, NORMS, PLACEMENTS, POSITIONS
 
 __all__ = ["add_model", "model_path", "add_threads", "apply_threads", "positive_int", "require_positive", "plot_path",
            "pyplot", "save_figure", "write", "add_shape_options", "overrides", "add_sampling_options",
-           "sampling_options", "add_cache_dtype", "add_generation_option", "SAMPLING"]
+           "sampling_options", "add_cache_dtype", "add_generation_option", "SAMPLING", "add_ctx_size",
+           "ctx_size", "add_prompt", "read_prompt"]
 
 
 def add_model(p: argparse.ArgumentParser, required: bool = True, what: str = "") -> None:
@@ -55,12 +57,18 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def add_generation_option(p: argparse.ArgumentParser, name: str) -> None:
+_GIVEN = object()
+
+
+def add_generation_option(p: argparse.ArgumentParser, name: str, default: Any = _GIVEN,
+                          note: str = "") -> None:
     """The flag of the GenerationConfig option ``name`` (``top_p`` -> ``--top-p``), made
-    from its declaration: its type, choices, help and range, its default the option's.
-    Values are checked as the option checks them (:func:`sampling_options`)."""
-    o, default = options()[name]
-    help = o.help + (f"; {o.span()}" if o.span() else "")
+    from its declaration: its type, choices, help and range, its default the option's
+    (or ``default``: None for "not given", the command then choosing; ``note`` says what
+    it chooses). Values are checked as the option checks them (:func:`sampling_options`)."""
+    o, own = options()[name]
+    default = own if default is _GIVEN else default
+    help = o.help + (f"; {o.span()}" if o.span() else "") + (f" ({note})" if note else "")
     if o.kind == "choice":
         p.add_argument(_flag(name), choices=o.choices, default=default, help=help)
     else:
@@ -78,13 +86,17 @@ def add_cache_dtype(p: argparse.ArgumentParser) -> None:
 SAMPLING = tuple(name for name, (o, _) in options().items() if o.cli)
 
 
-def add_sampling_options(p: argparse.ArgumentParser) -> None:
+def add_sampling_options(p: argparse.ArgumentParser,
+                         notes: Optional[Dict[str, str]] = None) -> None:
     """The generation options of the commands that generate, one flag per option
     GenerationConfig declares for the command line (``--temperature``, ``--top-k``,
     ``--top-p``, ``--min-p``, ``--repetition-penalty``, ``--seed``, ``--cache-dtype``):
-    read back and checked by :func:`sampling_options`."""
+    read back and checked by :func:`sampling_options`. Each defaults to None, "not
+    given": the model's generation config then decides (``notes[name]``, when given,
+    says what the command's default is instead, in the flag's help)."""
     for name in SAMPLING:
-        add_generation_option(p, name)
+        add_generation_option(p, name, None, (notes or {}).get(
+            name, "default: the model's generation config"))
 
 
 def sampling_options(args: argparse.Namespace) -> Dict[str, Any]:
@@ -101,6 +113,66 @@ def sampling_options(args: argparse.Namespace) -> Dict[str, Any]:
         v = getattr(args, name)
         out[name] = None if v is None else options()[name][0].check(v, _flag(name))
     return out
+
+
+def add_ctx_size(p: argparse.ArgumentParser) -> None:
+    """``--ctx-size N``: the tokens a run keeps in context (:func:`ctx_size`)."""
+    p.add_argument("--ctx-size", "-c", type=int, default=None, metavar="N",
+                   help="the context in tokens, prompt and answer (default: the model's, "
+                        "bounded by a 4 GiB KV cache)")
+
+
+def ctx_size(args: argparse.Namespace, config: Any, cache_dtype: Optional[str] = None) -> int:
+    """The context ``--ctx-size`` asks for, checked against the model's ``config``
+    (1 to ``config.context``), or by default the model's bounded by a memory budget
+    (:func:`blockc.generation.chat.context_size`).
+
+    Raises
+    ------
+    ValueError
+        ``--ctx-size`` below 1 or past the model's context.
+    """
+    n = getattr(args, "ctx_size", None)
+    if n is None:
+        return context_size(config, cache_dtype or "float32")
+    if not 1 <= n <= config.context:
+        raise BlockcValueError(f"--ctx-size must be in [1, {config.context}] (the model's "
+                               f"context), got {n}")
+    return n
+
+
+def add_prompt(p: Any, required: bool = False) -> None:
+    """``--prompt TEXT`` (``-`` reads stdin) and ``--prompt-file PATH`` (:func:`read_prompt`),
+    added to ``p`` (a parser or a mutually exclusive group)."""
+    p.add_argument("--prompt", "-p", default=None,
+                   help="the prompt text; - reads it from stdin")
+    p.add_argument("--prompt-file", "-f", default=None, metavar="PATH",
+                   help="read the prompt from a file (UTF-8)")
+
+
+def read_prompt(args: argparse.Namespace) -> Optional[str]:
+    """The prompt ``--prompt`` or ``--prompt-file`` gives (None when neither does):
+    ``--prompt -`` reads stdin to its end.
+
+    Raises
+    ------
+    ValueError
+        Both given, or a file that is not UTF-8 text (named).
+    OSError
+        A file that cannot be read.
+    """
+    text, path = getattr(args, "prompt", None), getattr(args, "prompt_file", None)
+    if text is not None and path is not None:
+        raise BlockcValueError("--prompt and --prompt-file: give one")
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except UnicodeDecodeError:
+            raise BlockcValueError(f"--prompt-file {path}: not UTF-8 text") from None
+    if text == "-":
+        return sys.stdin.read()
+    return text
 
 
 def positive_int(text: str) -> int:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from typing import Optional
 
 from .. import _files
 from ..checkpoint.gguf import is_gguf
 from ..io import safetensors as stf
 from .._errors import BlockcValueError
+from .._progress import Progress
 from ..gpt import GPT, GPTConfig
 from ..text.tokenizer import Tokenizer
 
@@ -65,10 +67,16 @@ def _check_dst(args: argparse.Namespace) -> None:
                                "conversion; give another destination")
 
 
+def _load(src: str, dtype: Optional[str] = None) -> GPT:
+    """GPT.from_pretrained with a progress bar on stderr when it is a terminal."""
+    with Progress(0, "loading") as bar:
+        return GPT.from_pretrained(src, dtype=dtype, progress=bar)
+
+
 def run_convert(args: argparse.Namespace) -> int:
     _check_dst(args)
     if args.dst.endswith(".gguf"):
-        m = GPT.from_pretrained(args.src)
+        m = _load(args.src)
         tok = None  # a GGUF source's own tokenizer is carried over by save_gguf
         if os.path.isdir(args.src) and os.path.exists(os.path.join(args.src, "tokenizer.json")):
             tok = args.src
@@ -77,7 +85,7 @@ def run_convert(args: argparse.Namespace) -> int:
               + ("" if tok or is_gguf(args.src) else " (no tokenizer.json: no tokenizer in it)"))
         return 0
     if is_gguf(args.src):
-        m = GPT.from_pretrained(args.src, dtype="float32")
+        m = _load(args.src, dtype="float32")
         m.save_pretrained(args.dst)
         try:
             backend = Tokenizer.from_pretrained(args.src).backend  # written whole, atomically
@@ -89,7 +97,7 @@ def run_convert(args: argparse.Namespace) -> int:
               f"{m.num_parameters():,} parameters")
         return 0
     if os.path.isdir(args.src):
-        m = GPT.from_pretrained(args.src)
+        m = _load(args.src)
         sd = m.state_dict()
         stf.write(args.dst, sd, {"format": "blockc", "config": _dumps(m.config.to_hf())})
         print(f"wrote {args.dst}: {len(sd)} tensors, {m.num_parameters():,} parameters")

@@ -1,15 +1,20 @@
 """``blockc generate``: a checkpoint's continuation of a prompt, streamed.
 
-    blockc generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T]
+    blockc generate --model PATH|ID --prompt TEXT [--max-new-tokens N] [--temperature T]
                     [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]
-                    [--seed S] [--dtype float32|bfloat16|float16|q8_0|q4_0|q5_0] [--threads N]
-    blockc generate --model DIR --ids 1,2,3 ...       (no tokenizer needed)
+                    [--seed S] [--ctx-size N] [--dtype ...] [--threads N] [--no-echo]
+    blockc generate --model PATH|ID --prompt - ...            (the prompt from stdin)
+    blockc generate --model PATH|ID --prompt-file FILE ...
+    blockc generate --model PATH|ID --ids 1,2,3 ...           (no tokenizer needed)
 
-The continuation is streamed to stdout as it is made (text with the directory's
-tokenizer.json; with --ids, the new ids separated by spaces), and generation
-stops at the model's end tokens (:func:`blockc.generation.config.end_ids`: its
-generation config's, a GGUF file's end of text and end of turn, and the tokenizer's
-end token), as ``blockc chat`` and the server do.
+The prompt is echoed (``--no-echo``: not), then the continuation streamed to stdout as
+it is made (text with the checkpoint's tokenizer, special tokens left out; with --ids,
+the new ids separated by spaces, the prompt not echoed), and generation stops at the
+model's end tokens (:func:`blockc.generation.config.end_ids`: its generation config's,
+a GGUF file's end of text and end of turn, and the tokenizer's end token), as ``blockc
+chat`` and the server do; the text of an end token is not printed. The sampling options
+left unset are the model's generation config's (greedy for a checkpoint without one).
+The load time and tokens/s go to stderr when it is a terminal (``--stats``/``--no-stats``).
 """
 from __future__ import annotations
 
@@ -20,11 +25,13 @@ import time
 import numpy as np
 
 from .._errors import BlockcValueError
+from .._progress import Progress
 from ..generation.config import end_ids
 from ..gpt import GPT
 from ..checkpoint.hf import LOAD_DTYPES
 from ..text.tokenizer import TextStream, Tokenizer
-from ._options import add_model, add_sampling_options, add_threads, apply_threads, model_path, sampling_options, write
+from ._options import (add_ctx_size, add_model, add_prompt, add_sampling_options, add_threads,
+                       apply_threads, ctx_size, model_path, read_prompt, sampling_options, write)
 
 
 def register(subparsers) -> None:
@@ -34,11 +41,12 @@ def register(subparsers) -> None:
                     "never the network, never a pickle) and stream a continuation of the prompt "
                     "to stdout.")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--prompt", help="the prompt text (needs the directory's tokenizer.json)")
+    add_prompt(src)
     src.add_argument("--ids", help="the prompt as comma-separated token ids")
     add_model(p, what="the model")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate (64)")
+    p.add_argument("--max-new-tokens", "-n", type=int, default=64, help="tokens to generate (64)")
     add_sampling_options(p)
+    add_ctx_size(p)
     p.add_argument("--dtype", choices=LOAD_DTYPES, default=None,
                    help="weight storage (default: bfloat16 for a bfloat16 checkpoint, else float32)")
     add_threads(p)
@@ -48,8 +56,10 @@ def register(subparsers) -> None:
                    help="encode --prompt without the tokenizer's special tokens (by default "
                         "they are added, as transformers' tokenizers add them: a Llama "
                         "tokenizer's <s>)")
-    p.add_argument("--stats", action="store_true",
-                   help="print the load time and tokens/s on stderr")
+    p.add_argument("--stats", action=argparse.BooleanOptionalAction, default=None,
+                   help="print the load time and tokens/s on stderr (default: when stderr is "
+                        "a terminal)")
+    p.add_argument("--no-echo", action="store_true", help="do not print the prompt first")
     p.set_defaults(func=run_generate)
 
 
@@ -60,10 +70,11 @@ def _write(text: str) -> None:
 
 def run_generate(args: argparse.Namespace) -> int:
     apply_threads(args)
-    sampling = sampling_options(args)  # checked before any file is read
+    sampling = sampling_options(args)  # the flags checked before any file is looked at
     args.model = model_path(args)  # a path, or a Hub id in the cache
+    prompt = read_prompt(args)  # --prompt - reads stdin, --prompt-file a file
     tok = None
-    if args.prompt is not None:
+    if prompt is not None:
         tok = Tokenizer.from_pretrained(args.model)  # checked before the weights are read
     else:
         try:
@@ -76,26 +87,39 @@ def run_generate(args: argparse.Namespace) -> int:
         if bad:
             raise BlockcValueError(f"--ids must be token ids in [0, 2**63), got {bad[0]}")
     t0 = time.perf_counter()
-    m = GPT.from_pretrained(args.model, dtype=args.dtype)
+    with Progress(0, "loading") as bar:  # drawn when stderr is a terminal
+        m = GPT.from_pretrained(args.model, dtype=args.dtype, progress=bar)
     load = time.perf_counter() - t0
     if tok is not None:
-        ids = list(tok.encode(args.prompt, add_special_tokens=not args.no_special_tokens))
+        ids = list(tok.encode(prompt, add_special_tokens=not args.no_special_tokens))
         if not ids:
             raise BlockcValueError("--prompt encodes to no tokens")
+    ctx = ctx_size(args, m.config, sampling.get("cache_dtype") or "float32")
+    if len(ids) >= ctx:
+        raise BlockcValueError(f"the prompt is {len(ids)} tokens: no room in a context of {ctx} "
+                               "(--ctx-size)")
+    n_max = min(args.max_new_tokens, ctx - len(ids))
     # the end ids: the one rule (the checkpoint's generation config, a GGUF file's end of
     # text and end of turn, and the tokenizer's end token)
     gen = m.generation_config
     gen = gen.replace(eos_token_id=end_ids(gen, tok, m.config.vocab))
     if args.no_eos:
         gen = gen.replace(eos_token_id=())
+    ends = set(gen.eos_ids)
     opts = dict(sampling, generation_config=gen)
-    stream = TextStream(tok) if tok is not None else None
+    stream = TextStream(tok, skip_special_tokens=True) if tok is not None else None
+    if stream is not None and not args.no_echo:
+        _write(prompt)
     n, t1 = 0, time.perf_counter()
-    for token in m.stream(np.array(ids), args.max_new_tokens, **opts):
+    for token in m.stream(np.array(ids), n_max, **opts):
         n += 1
-        _write(stream.push(token) if stream is not None else f"{' ' if n > 1 else ''}{token}")
+        if stream is None:
+            _write(f"{' ' if n > 1 else ''}{token}")
+        elif token not in ends:  # an end token's text (<|im_end|>) is not printed
+            _write(stream.push(token))
     _write((stream.flush() if stream is not None else "") + "\n")
-    if args.stats:
+    stats = sys.stderr.isatty() if args.stats is None else args.stats
+    if stats:
         dt = time.perf_counter() - t1
         sys.stderr.write(f"loaded in {load:.2f} s; {n} tokens in {dt:.2f} s "
                          f"({n / dt if dt > 0 else 0:.1f} tokens/s)\n")

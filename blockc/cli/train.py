@@ -24,6 +24,7 @@ import numpy as np
 from .. import _files
 from ..train import fit as tr
 from .._errors import BlockcValueError
+from .._progress import Progress
 from ..gpt import GPT_PRESETS, GPT, GPTConfig
 from ..text.tokenizer import Tokenizer
 from ..train import AdamW
@@ -226,7 +227,8 @@ def run_train(args: argparse.Namespace) -> int:
     tokens = tr.text_tokens(args.text, tok)
     vocab = tok.vocab_size if tok is not None else 256
     if src is not None:
-        m = GPT.from_pretrained(src)
+        with Progress(0, "loading") as bar:  # drawn when stderr is a terminal
+            m = GPT.from_pretrained(src, progress=bar)
         _same_shape(args, m.config, src, "--resume" if args.resume else "--model")
         if m.dtype != "float32":
             m = m.astype("float32")

@@ -243,7 +243,7 @@ class GenerationConfig:
     """
 
     temperature: float = _option(
-        0.0, "0: greedy (the default); else sample from softmax(logits / temperature)",
+        0.0, "0: greedy; else sample from softmax(logits / temperature)",
         lo=0.0, cli=True, api=API(default=1.0, hi=2.0))
     top_k: Optional[int] = _option(
         None, "sample among the logits >= the k-th largest", kind="int", lo=1, cli=True,
