@@ -1,8 +1,8 @@
 """cffi builder (out-of-line API mode): compiles csrc/ into ``blockc._blockc``.
 
 csrc/ is grouped by layer: ``include/`` holds the public headers (and only
-those), ``core/``, ``runtime/``, ``kernels/``, ``engine/``, ``book/`` and
-``gpt/`` the sources and their internal headers. The cdef is derived from the
+those), ``core/``, ``kernels/``, ``runtime/``, ``parallel/``, ``engine/``,
+``book/`` and ``gpt/`` the sources and their internal headers. The cdef is derived from the
 public header ``csrc/include/blockc.h`` and the part headers it includes, so
 the C declarations and the Python binding never drift.
 Preprocessor lines are dropped, except ``#define NAME <integer>`` constants,
@@ -25,8 +25,9 @@ from cffi import FFI
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = "csrc"  # relative: setuptools wants relative source paths
 PUBLIC = os.path.join(CSRC, "include")
-# the layers, lowest first; each directory is on the include path
-LAYERS = ("include", "core", "runtime", "kernels", "engine", "book", "gpt")
+# the layers, lowest first; each directory is on the include path. A file includes
+# and calls only its own folder and lower ones (tests/support/structure.py checks)
+LAYERS = ("include", "core", "kernels", "runtime", "parallel", "engine", "book", "gpt")
 UMBRELLA = "blockc.h"
 
 _DEFINE = re.compile(r"^\s*#\s*define\s+([A-Z_][A-Z0-9_]*)\s+\(?\s*(-?\d+)\s*\)?\s*(?:/[/*].*)?$")

@@ -50,7 +50,10 @@ class ParallelBuildExt(build_ext):
             macros, objects, extra_postargs, pp_opts, build = cc._setup_compile(
                 output_dir, macros, include_dirs, sources, depends, extra_postargs)
             cc_args = cc._get_cc_args(pp_opts, debug, extra_preargs)
-            todo = [o for o in objects if o in build]
+            # the kernels compiled once per instruction set take most of the time: start them
+            # first, so the other files fill the remaining cores around them
+            todo = sorted((o for o in objects if o in build),
+                          key=lambda o: not os.path.basename(build[o][0]).startswith("fast_"))
             jobs = min(_jobs(), max(1, len(todo)))
             _say(f"blockc: compiling {len(todo)} C files, {jobs} at a time")
 

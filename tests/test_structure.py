@@ -12,6 +12,11 @@ command: python tests/support/structure.py .):
   (the oracle): those are built on the core, not the core on them.
 """
 import functools
+"""The package's structure (issue 18): no import cycle in blockc/ (module level or inside
+functions), and no module of blockc/ reaching into another's private attributes; and the C
+library's (issue 48): every file of csrc/ includes and calls only its own layer and lower
+ones (build_ffi.py's LAYERS), no files include or call each other round. Counted by
+tests/support/structure.py (also a command: python tests/support/structure.py .)."""
 import os
 import subprocess
 import sys
@@ -133,3 +138,9 @@ def test_model_imports_no_checkpoint_generation_or_oracle_module():
     n, rows = _section(_report(), "model/ imports of checkpoint/, generation/, reference/")
     assert n == len(rows)
     assert rows == [], rows
+def test_c_layers_point_down_without_circles():
+    out = _report()
+    c = out[next(i for i, x in enumerate(out) if x.startswith("C folders")):]
+    for line in ("C folders not in build_ffi.LAYERS: 0", "C arrows to a higher layer: 0",
+                 "C file circles: 0"):
+        assert line in c, "\n".join(c)

@@ -15,7 +15,7 @@
 #define BC_LAYER_H
 
 #include <stddef.h>
-#include "kernels.h"
+#include "bc_parallel.h"
 
 typedef struct {
     size_t d;          /* D: the residual stream's width */

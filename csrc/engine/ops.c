@@ -2,7 +2,7 @@
  * checks pointers, sizes and overlaps, then calls the internal kernel. */
 #include "bc_engine.h"
 #include "bc_check.h"
-#include "kernels.h"
+#include "bc_parallel.h"
 
 // y (N,OC), x (N,C), w (OC,C), b (OC) or NULL
 int bc_linear(float *y, const float *x, const float *w, const float *b,

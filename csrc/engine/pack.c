@@ -11,7 +11,7 @@
 #include "bc_format.h"
 #include "bc_pack.h"
 #include "bc_rt.h"
-#include "kernels.h"
+#include "bc_parallel.h"
 
 #define PW BC_PANEL
 

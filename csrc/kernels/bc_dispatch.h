@@ -4,13 +4,14 @@
  * fast_tmpl.h is compiled once per instruction set (fast_generic.c,
  * fast_avx2.c, fast_avx512.c); each copy exports exactly one symbol, its
  * const table of kernels (bc_kernels_generic, bc_kernels_avx2,
- * bc_kernels_avx512). The runtime picks one table per entry-point call
- * (bc_rt_ctx); linear.c, attention.c and elementwise.c split the work over
- * threads and call the table's parts. A kernel added later (a backward pass,
- * a variant) is one more field here and one more function in the op file
- * that owns it (fast_linear.h, fast_decode.h, fast_attention.h,
- * fast_elementwise.h, fast_loss.h); a weight format's kernels are one more
- * entry of wf (fast_formats.h).
+ * bc_kernels_avx512). The runtime (the layer above) picks one table per
+ * entry-point call (bc_rt_ctx); parallel/'s linear.c, attention.c,
+ * elementwise.c and grad.c split the work over threads and call the table's
+ * parts. Nothing here calls up into them: scratch comes in as an argument.
+ * A kernel added later (a backward pass, a variant) is one more field here
+ * and one more function in the op file that owns it (fast_linear.h,
+ * fast_decode.h, fast_attention.h, fast_elementwise.h, fast_loss.h); a weight
+ * format's kernels are one more entry of wf (fast_formats.h).
  */
 #ifndef BC_DISPATCH_H
 #define BC_DISPATCH_H
@@ -41,6 +42,9 @@
  * running the GEMM (gemm_part): decoding. On packed weights both give the
  * same bits; on a caller's rows rows_part runs dot products (other bits). */
 #define BC_ROWS_MAX 3
+
+/* The identity activation (for the fused linear epilogue). */
+#define BC_ACT_NONE (-1)
 
 /* y (N,OC) = act(r + x (N,C) @ w (OC,C)^T + b) */
 typedef struct {
@@ -86,12 +90,29 @@ typedef struct {
     int accumulate;    /* C += A B; else C = A B */
 } bc_mm;
 
+/* Where attention's keys and values lie, for K/V head g, key j, dimension d:
+ *   rows   k[g * khs + j * ldk + d]: a q/k/v buffer (khs = Dh, ldk its row
+ *          width) or a head-major cache (khs = capacity Dh, ldk = Dh);
+ *   tiled  (k_tiled) k[g * khs + (j / BK) * Dh * BK + d * BK + j % BK]: a cache's
+ *          keys transposed in tiles of BK = BC_ATT_BK, written once, which the
+ *          decoding kernel streams as they lie;
+ *   values v[g * vhs + j * ldv + d].
+ * A half cache (k16, v16 not NULL; k and v NULL; k_tiled): the same places in
+ * IEEE halves, which the kernels widen a tile at a time: the bits of a float
+ * cache holding the halves' values. */
+typedef struct {
+    const float *k, *v;
+    size_t ldk, ldv, khs, vhs;
+    int k_tiled;
+    const uint16_t *k16, *v16;
+} bc_kv;
+
 /* One multi-head attention call (see bc_k_attention). */
 typedef struct {
     float *out;
     const float *q;
     size_t ldo, ldq;
-    const float *k, *v;            /* laid out as bc_kv (kernels.h) says */
+    const float *k, *v;            /* laid out as bc_kv says */
     size_t ldk, ldv, khs, vhs;
     int k_tiled;
     const uint16_t *k16, *v16;     /* a half cache's, in place of k and v (bc_kv) */

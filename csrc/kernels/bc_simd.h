@@ -19,7 +19,7 @@
 #include <string.h>
 #include <math.h>
 #include "bc_half.h"
-#include "kernels.h"
+#include "bc_dispatch.h"  /* BC_ACT_*, BC_ACT_NONE */
 
 /* Forced inlining: the register tricks below (a transpose through arrays of
  * vectors) only stay in registers when inlined into their caller. */

@@ -3,7 +3,7 @@
 #define BC_SIMD_SCALAR_H
 
 #include <math.h>
-#include "kernels.h"
+#include "bc_engine.h"  /* BC_ACT_* */
 
 static inline float bc_act_scalar(float v, int kind)
 {

@@ -69,7 +69,7 @@ int bc_rt_pool_threads(int want);
 /* Called in a forked child: the pool's helpers do not exist there. */
 void bc_rt_pool_forked(void);
 
-/* ---- instruction sets and variants (runtime.c, tune.c) ---- */
+/* ---- instruction sets and variants (isa.c, tune.c) ---- */
 
 /* The widest instruction set this CPU and build run (BC_ISA_*). */
 int bc_rt_best_isa(void);

@@ -38,8 +38,8 @@
 #endif
 
 #include "bc_core.h"
+#include "bc_dispatch.h"  /* the kernel tables, BC_ACT_NONE */
 #include "bc_rt.h"
-#include "kernels.h"  /* BC_ACT_* */
 
 #if !defined(_WIN32) && !defined(BC_NO_THREADS)
 #include <pthread.h>

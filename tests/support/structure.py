@@ -15,9 +15,14 @@
   under it, each top-level module its own node; the imports above, module level and
   inside functions), and what blockc/model/ imports of checkpoint/, generation/ or
   reference/ (the oracle).
+- the C library's layers (csrc/, issue 48): every folder of csrc/ is one of build_ffi.py's
+  LAYERS, and each .c/.h file's arrows (the headers it #includes, the files defining the
+  bc_* functions it calls, in its code or its macros) point to its own folder or a lower
+  layer, lowest first in LAYERS' order; and no circle among the files along those arrows.
 """
 import ast
 import os
+import re
 import sys
 from collections import defaultdict
 
@@ -218,4 +223,159 @@ for r in folder_paths:
     print("       ", r)
 print(f"model/ imports of checkpoint/, generation/, reference/: {len(model_imports)}")
 for r in model_imports:
+    print("   ", r)
+
+
+# ---- the C library's layers (csrc/) ------------------------------------------------------
+
+def c_layers():
+    """build_ffi.py's LAYERS, read without running build_ffi (it needs a compiler)."""
+    tree = ast.parse(open(os.path.join(ROOT, "build_ffi.py"), encoding="utf-8").read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "LAYERS" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise SystemExit("build_ffi.py: no LAYERS")
+
+
+def c_code(text):
+    """text without comments, string and character literals (kept: #include's names),
+    line continuations joined."""
+    text = text.replace("\\\n", " ")
+    pattern = re.compile(r'(/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\')', re.S)
+
+    def blank(m):
+        t = m.group(0)
+        if t.startswith("/"):
+            return " " if t.startswith("//") else re.sub(r"[^\n]", " ", t)
+        return t if t.startswith('"') else "0"  # an #include's "name" is kept; others never hold bc_ calls
+    return pattern.sub(blank, text)
+
+
+_CALL = re.compile(r"\b(bc_[a-z0-9_]+)\s*\(")
+
+
+def c_scan(code):
+    """(includes, definitions, calls) of one file's code: the "..." headers it includes,
+    the bc_* functions it defines (a body follows), the bc_* names it calls."""
+    includes = re.findall(r'^\s*#\s*include\s+"([^"]+)"', code, flags=re.M)
+    calls, defs = set(), set()
+    body, cplusplus = [], 0
+    for line in code.splitlines():
+        if cplusplus:  # C++'s extern "C" braces: never C
+            cplusplus += 1 if re.match(r"\s*#\s*if", line) else -1 if re.match(r"\s*#\s*endif", line) else 0
+            body.append("")
+            continue
+        if re.match(r"\s*#\s*ifdef\s+__cplusplus\b", line):
+            cplusplus = 1
+            body.append("")
+            continue
+        m = re.match(r"\s*#\s*define\s+\w+(\([^)]*\))?(.*)", line)
+        if m:
+            calls.update(_CALL.findall(m.group(2)))  # a macro's calls are its users' calls
+            body.append("")
+        else:
+            body.append("" if line.lstrip().startswith("#") else line)
+    body = "\n".join(body)
+    depth, i = 0, 0
+    for m in re.finditer(r"[{}]|\b(bc_[a-z0-9_]+)\s*\(", body):
+        if m.group(0) == "{":
+            depth += 1
+        elif m.group(0) == "}":
+            depth -= 1
+        elif depth > 0:
+            calls.add(m.group(1))
+        else:  # at file level: a definition when a body follows its parameters
+            j, nest = m.end(), 1
+            while j < len(body) and nest:
+                nest += {"(": 1, ")": -1}.get(body[j], 0)
+                j += 1
+            if body[j:].lstrip().startswith("{"):
+                defs.add(m.group(1))
+    return includes, defs, calls
+
+
+def c_report():
+    layers = c_layers()
+    csrc = os.path.join(ROOT, "csrc")
+    if not os.path.isdir(csrc):
+        return [], [], []
+    strays = sorted(d for d in os.listdir(csrc) if os.path.isdir(os.path.join(csrc, d))
+                    and d not in layers)
+    files = {}
+    for layer in layers:
+        d = os.path.join(csrc, layer)
+        for f in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+            if f.endswith((".c", ".h")):
+                files[f"{layer}/{f}"] = c_scan(c_code(open(os.path.join(d, f), encoding="utf-8").read()))
+    defined = defaultdict(set)
+    for f, (_, defs, _) in files.items():
+        for name in defs:
+            defined[name].add(f)
+
+    def header(f, name):  # "name" from f: f's own folder first, then the include path (LAYERS)
+        for layer in [f.split("/")[0]] + layers:
+            if f"{layer}/{name}" in files:
+                return f"{layer}/{name}"
+        return None
+
+    arrows = defaultdict(dict)  # file -> {file it depends on: why}
+    for f, (includes, defs, calls) in files.items():
+        for name in includes:
+            h = header(f, name)
+            if h and h != f:
+                arrows[f].setdefault(h, f'#include "{name}"')
+        for name in sorted(calls - defs):
+            for g in sorted(defined.get(name, ())):
+                if g != f:
+                    arrows[f].setdefault(g, f"{name}()")
+    rank = {layer: i for i, layer in enumerate(layers)}
+    upward = [f"csrc/{f} -> csrc/{g} ({why})" for f in sorted(arrows)
+              for g, why in sorted(arrows[f].items())
+              if rank[g.split("/")[0]] > rank[f.split("/")[0]]]
+    # circles: strongly connected components of the arrows (Tarjan, iterative)
+    idx, lowl, st, on, circles = {}, {}, [], set(), []
+    for root in files:
+        if root in idx:
+            continue
+        work = [(root, iter(sorted(arrows[root])))]
+        idx[root] = lowl[root] = len(idx)
+        st.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in idx:
+                    idx[w] = lowl[w] = len(idx)
+                    st.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(arrows[w]))))
+                elif w in on:
+                    lowl[v] = min(lowl[v], idx[w])
+                continue
+            work.pop()
+            if work:
+                lowl[work[-1][0]] = min(lowl[work[-1][0]], lowl[v])
+            if lowl[v] == idx[v]:
+                comp = []
+                while True:
+                    w = st.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    circles.append(" <-> ".join(f"csrc/{c}" for c in sorted(comp)))
+    return strays, upward, circles
+
+
+c_strays, c_upward, c_circles = c_report()
+print(f"C folders not in build_ffi.LAYERS: {len(c_strays)}")
+for r in c_strays:
+    print("    csrc/" + r)
+print(f"C arrows to a higher layer: {len(c_upward)}")
+for r in c_upward:
+    print("   ", r)
+print(f"C file circles: {len(c_circles)}")
+for r in c_circles:
     print("   ", r)

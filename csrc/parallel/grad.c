@@ -1,4 +1,4 @@
-/* grad.c: the backward kernels (kernels.h), spread over threads by output
+/* grad.c: the backward kernels (bc_parallel.h), spread over threads by output
  * blocks. Every output element is computed by one thread in one fixed order:
  * products sum K in BC_KC blocks added in order (mm_part), column sums add
  * rows in order, a norm's row is one thread's; attention's dk and dv belong
@@ -6,7 +6,7 @@
  * reduction: the same bits at any thread count. */
 #include <math.h>
 #include <string.h>
-#include "kernels.h"
+#include "bc_parallel.h"
 
 static size_t min_z(size_t a, size_t b) { return a < b ? a : b; }
 

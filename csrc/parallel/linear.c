@@ -5,7 +5,7 @@
  * split by columns; above, the GEMM (gemm_part) reuses each block of w over
  * many rows. On packed weights the two give the same bits. */
 #include <stddef.h>
-#include "kernels.h"
+#include "bc_parallel.h"
 #include "bc_format.h"
 #include "bc_simd_scalar.h"
 

@@ -3,7 +3,7 @@
  * each element's result is the same whichever thread computes it. */
 #include <float.h>
 #include <math.h>
-#include "kernels.h"
+#include "bc_parallel.h"
 
 /* elements per parallel chunk (a multiple of every vector width) */
 #define EW_CHUNK 16384

@@ -6,7 +6,7 @@
  * key tiles after a tile's last query are never visited. Units are independent,
  * so the result does not depend on the thread count. A unit's tiles live in
  * its thread's slice of the call's scratch (bc_rt_ctx). */
-#include "kernels.h"
+#include "bc_parallel.h"
 
 /* Query rows up to which attention runs the decoding kernel (the same bits). */
 #define BC_DECODE_MAX 3

@@ -1,4 +1,7 @@
-/* kernels.h: the internal compute kernels shared by the dynamic engine and the GPT.
+/* bc_parallel.h: the internal kernels shared by the dynamic engine and the GPT,
+ * each op's work split over threads (linear.c, attention.c, elementwise.c,
+ * grad.c): the layer between the runtime (the threads, the per-call context)
+ * and the compute kernels (kernels/: the table of each instruction set).
  *
  * Not part of the public API (no validation here: public entry points validate
  * sizes and pointers before calling in). Row-major float32 throughout. Every
@@ -7,16 +10,14 @@
  * cannot fail. These are the seams the fast path optimises: signatures stay,
  * implementations change.
  */
-#ifndef BC_KERNELS_H
-#define BC_KERNELS_H
+#ifndef BC_PARALLEL_H
+#define BC_PARALLEL_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include "bc_engine.h"  /* BC_ACT_* */
-#include "bc_rt.h"
-
-/* The identity activation (for the fused linear epilogue). */
-#define BC_ACT_NONE (-1)
+#include "bc_engine.h"    /* BC_ACT_* */
+#include "bc_dispatch.h"  /* BC_ACT_NONE, bc_kv, bc_mm, bc_attn_bwd */
+#include "bc_rt.h"        /* bc_ctx */
 
 /* y (N,OC) = act(r (N,OC) + x (N,C) @ w (OC,C)^T + b (OC)), w in layout wf
  * (BC_WF_ROWS: a row-major float32 matrix; BC_WF_PANEL(dtype): packed, bc_engine.h).
@@ -35,23 +36,6 @@ void bc_k_linear(float *y, const float *x, const void *w, int wf, const float *b
  * GEMM's: a row's bits then depend on whether it came alone). */
 void bc_k_linear_few(float *y, const float *x, const float *w, const float *b, size_t n,
                      size_t c, size_t oc, const bc_ctx *cx);
-
-/* Where attention's keys and values lie, for K/V head g, key j, dimension d:
- *   rows   k[g * khs + j * ldk + d]: a q/k/v buffer (khs = Dh, ldk its row
- *          width) or a head-major cache (khs = capacity Dh, ldk = Dh);
- *   tiled  (k_tiled) k[g * khs + (j / BK) * Dh * BK + d * BK + j % BK]: a cache's
- *          keys transposed in tiles of BK = BC_ATT_BK, written once, which the
- *          decoding kernel streams as they lie;
- *   values v[g * vhs + j * ldv + d].
- * A half cache (k16, v16 not NULL; k and v NULL; k_tiled): the same places in
- * IEEE halves, which the kernels widen a tile at a time: the bits of a float
- * cache holding the halves' values. */
-typedef struct {
-    const float *k, *v;
-    size_t ldk, ldv, khs, vhs;
-    int k_tiled;
-    const uint16_t *k16, *v16;
-} bc_kv;
 
 /* Multi-head scaled dot-product attention for one sequence.
  * out (Tq, H*Dh), row stride ldo; q (Tq, .) row stride ldq, head h at column h*Dh;
