@@ -16,7 +16,8 @@ MODULES = ["blockc.block.ops", "blockc.block.engine", "blockc.block.config", "bl
            "blockc.gpt", "blockc.runtime", "blockc.book", "blockc.book.rng", "blockc.text.tokenizer",
            "blockc.text.chat", "blockc.model.config", "blockc.model.core", "blockc.model.cache",
            "blockc.model.layout", "blockc.checkpoint.hf", "blockc.train", "blockc.generation.loop",
-           "blockc.generation.config", "blockc.generation.constraints", "blockc.text.tools"]
+           "blockc.generation.config", "blockc.generation.constraints", "blockc.text.tools",
+           "blockc.checkpoint.reader", "blockc.checkpoint.locate"]
 # the examples are written against the public API (GPT's methods live in the modules
 # of the model core and its mixins, which do not import GPT)
 API = {name: getattr(blockc, name) for name in blockc.__all__}
