@@ -23,7 +23,7 @@ from .._errors import BlockcValueError
 from .config import GenerationConfig
 
 __all__ = ["SamplingOptions", "next_tokens", "processed_logits", "apply_penalty", "top_k_mask", "top_p_mask",
-           "min_p_mask"]
+           "min_p_mask", "LOGIT_LIMIT"]
 
 
 class SamplingOptions:
@@ -44,13 +44,22 @@ class SamplingOptions:
         return self.temperature == 0.0
 
 
+#: The largest magnitude a processed logit keeps: a penalty at the edge of its range
+#: (1e-300, 1e300) saturates here instead of reaching inf, and two such logits still
+#: differ by a finite amount (the sampler subtracts the largest).
+LOGIT_LIMIT = float(np.finfo(np.float64).max) / 4
+
+
 def apply_penalty(z: np.ndarray, seen: Sequence[np.ndarray], penalty: float) -> np.ndarray:
-    """z (B, V) with the logits of each row's seen tokens penalised (a new array)."""
+    """z (B, V) with the logits of each row's seen tokens penalised (a new array), each
+    within +-LOGIT_LIMIT whatever the penalty (finite logits stay finite)."""
     z = z.copy()
     for b, ids in enumerate(seen):
         u = np.unique(ids)
         v = z[b, u]
-        z[b, u] = np.where(v > 0, v / penalty, v * penalty)
+        with np.errstate(over="ignore", under="ignore"):
+            z[b, u] = np.clip(np.where(v > 0, v / penalty, v * penalty), -LOGIT_LIMIT,
+                              LOGIT_LIMIT)
     return z
 
 
@@ -93,13 +102,21 @@ def processed_logits(logits: np.ndarray, opts: SamplingOptions,
     shifted so each row's largest is 0, divided by the temperature, and -inf where
     top-k, top-p or min-p drop a token. A token is drawn from their softmax."""
     z = logits.astype(np.float64)
+    # what the model gave is checked: the options themselves never make a logit that is
+    # not finite (the penalty saturates), so a distribution the sampler cannot sample
+    # from is the model's, refused, never drawn from (greedy takes the argmax of an inf,
+    # never of a NaN)
+    bad = np.isnan(z) if opts.greedy else ~np.isfinite(z)
+    if bad.any():
+        row = int(np.flatnonzero(bad.any(axis=-1))[0])
+        raise BlockcValueError(f"cannot choose a token: the logits of row {row} hold "
+                               f"{'NaN' if opts.greedy else 'inf or NaN'} (the model's "
+                               "weights do?)" + ("" if opts.greedy else
+                                                 "; temperature=0 takes the argmax"))
     if opts.repetition_penalty is not None and opts.repetition_penalty != 1.0 and seen is not None:
         z = apply_penalty(z, seen, opts.repetition_penalty)
     if opts.greedy:
         return z
-    if not np.isfinite(z).all():
-        raise BlockcValueError("cannot sample: the logits hold inf or NaN (the model's "
-                               "weights do?); temperature=0 takes the argmax")
     # shifted first, so z <= 0 and the largest is exactly 0: dividing by any positive
     # temperature, however small, gives no NaN (the greedy limit)
     with np.errstate(over="ignore"):

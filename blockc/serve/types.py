@@ -63,6 +63,7 @@ class SamplingRequest:
     min_p: Optional[float] = None
     repetition_penalty: Optional[float] = None
     ignore_eos: bool = False
+    skip_special_tokens: bool = True
 
 
 @dataclass
@@ -143,10 +144,32 @@ def _num(body: Mapping[str, Any], name: str, default: Optional[float], lo: Optio
     return v
 
 
+def _check_unicode(x: Any, where: str) -> None:
+    """Every string of parsed JSON (keys too) valid Unicode: JSON's ``\\ud800`` escapes
+    parse to lone surrogates, which no text can hold (400, naming the field)."""
+    stack = [(x, where)]
+    while stack:
+        v, at = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise APIError(400, f"'{at}' is not valid Unicode: a lone surrogate "
+                               f"(U+{ord(v[e.start]):04X}) at character {e.start}",
+                               param=at, code="invalid_value") from None
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                stack.append((k, at))
+                stack.append((item, f"{at}.{k}" if at else str(k)))
+        elif isinstance(v, list):
+            stack.extend((item, f"{at}[{i}]") for i, item in enumerate(v))
+
+
 def _common(body: Any, served: Sequence[str]) -> Dict[str, Any]:
     if not isinstance(body, dict):
         raise APIError(422, f"the request body must be a JSON object, got {_json_type(body)}",
                        code="invalid_type")
+    _check_unicode(body, "")
     model = body.get("model")
     if not isinstance(model, str):
         raise (_type_error("model", "a string", model) if model is not None
@@ -205,7 +228,8 @@ def _common(body: Any, served: Sequence[str]) -> Dict[str, Any]:
         logit_bias=logit_bias,
         top_k=_int(body, "top_k", None, 1), min_p=_num(body, "min_p", None, 0.0, 1.0),
         repetition_penalty=_num(body, "repetition_penalty", None, 0.0),
-        ignore_eos=_bool(body, "ignore_eos", False))
+        ignore_eos=_bool(body, "ignore_eos", False),
+        skip_special_tokens=_bool(body, "skip_special_tokens", True))
 
 
 def parse_chat(body: Any, served: Sequence[str]) -> ChatRequest:
