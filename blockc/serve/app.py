@@ -400,16 +400,27 @@ def _usage(ends: Dict[int, Dict[str, int]], prompt: int) -> Dict[str, Any]:
     return u
 
 
-async def _next(queue: asyncio.Queue, request=None) -> Tuple[int, tuple]:
-    """The next event; with ``request``, polls for the client having gone away."""
-    if request is None:
-        return await queue.get()
+async def _next(queue: asyncio.Queue) -> Tuple[int, tuple]:
+    """The next event (ConnectionError when the client went away: :func:`_watch`)."""
+    i, ev = await queue.get()
+    if ev[0] == "gone":
+        raise ConnectionError("client gone")
+    return i, ev
+
+
+async def _watch(request, svc: "Service", jobs: List[Job], queue: asyncio.Queue) -> None:
+    """Wait for the client of a request whose body is read to hang up; then cancel its
+    jobs at once (the scheduler frees their slots at its next step) and tell the
+    collector. The server tells of a hang-up as soon as the socket closes, whatever the
+    collector is doing (a poll between events would never run while tokens arrive)."""
     while True:
-        try:
-            return await asyncio.wait_for(queue.get(), timeout=0.25)
-        except asyncio.TimeoutError:
-            if await request.is_disconnected():
-                raise ConnectionError("client gone") from None
+        message = await request.receive()
+        if message.get("type") == "http.disconnect":
+            break
+    for j in jobs:
+        j.cancel()
+    svc.engine.wake()
+    queue.put_nowait((-1, ("gone",)))
 
 
 async def _collect(request, svc: Service, req: SamplingRequest, jobs: List[Job],
@@ -418,9 +429,10 @@ async def _collect(request, svc: Service, req: SamplingRequest, jobs: List[Job],
     lps: Dict[int, list] = {j.index: [] for j in jobs}
     ends: Dict[int, Dict[str, int]] = {}
     reasons: Dict[int, Optional[str]] = {}
+    watcher = asyncio.ensure_future(_watch(request, svc, jobs, queue))
     try:
         while len(ends) < len(jobs):
-            i, ev = await _next(queue, request)
+            i, ev = await _next(queue)
             if ev[0] == "end" and ev[1] == "error":
                 reasons[i], ends[i] = ev[1], ev[2]
                 break
@@ -431,11 +443,16 @@ async def _collect(request, svc: Service, req: SamplingRequest, jobs: List[Job],
             else:
                 reasons[i], ends[i] = ev[1], ev[2]
                 texts[i].append(ev[3])
-    except (ConnectionError, asyncio.CancelledError):
+    except (ConnectionError, asyncio.CancelledError) as e:
         for j in jobs:
             j.cancel()
         svc.engine.wake()
-        raise
+        if isinstance(e, asyncio.CancelledError):
+            raise
+        from starlette.responses import Response
+        return Response(status_code=499)  # nginx's "client closed request": no one reads it
+    finally:
+        watcher.cancel()
     for i, u in ends.items():
         if reasons[i] == "error":  # this request's other choices end with it
             for j in jobs:
