@@ -92,11 +92,11 @@ class FaultyTemplate:
 class FaultyTokenizer:
     """A tokenizer that fails on cue: its template on a message holding
     ``"BOOM-template"``, encode on a text holding ``"BOOM-tokenize"``, decode on ids
-    holding ``decode_on``; ``template`` replaces the chat template when given."""
+    holding ``decode_on``."""
 
-    def __init__(self, tok, decode_on=None, template=None):
+    def __init__(self, tok, decode_on=None):
         self._t, self.decode_on = tok, decode_on
-        self._template = FaultyTemplate(template or tok.chat_template, "BOOM-template")
+        self._template = FaultyTemplate(tok.chat_template, "BOOM-template")
 
     def __getattr__(self, name):
         return getattr(self._t, name)
@@ -118,12 +118,13 @@ class FaultyTokenizer:
 
 # ---- a request streaming beside the one under test --------------------------------------
 
-def stream_completion(url, body, timeout=120):
+def stream_completion(url, body, timeout=120, headers=None):
     """(text, finish_reason, error) of a streamed completion (an error event's message)."""
     import httpx
     text, reason, error = [], None, None
     with httpx.Client(timeout=timeout) as c:
-        with c.stream("POST", url + "/v1/completions", json={**body, "stream": True}) as r:
+        with c.stream("POST", url + "/v1/completions", json={**body, "stream": True},
+                      headers=headers or {}) as r:
             if r.status_code != 200:
                 r.read()
                 return "", None, f"{r.status_code}: {r.text}"
@@ -145,8 +146,8 @@ class Companions:
     :meth:`check` asserts each finished with the text it gets alone (``alone``, measured
     on the same server before). Use as ``with Companions(srv, alone) as c: ...``."""
 
-    def __init__(self, server, alone, n=1):
-        self.server, self.alone, self.n = server, alone, n
+    def __init__(self, server, alone, n=1, headers=None):
+        self.server, self.alone, self.n, self.headers = server, alone, n, headers
         self.results = [None] * n
 
     def __enter__(self):
@@ -154,7 +155,8 @@ class Companions:
         for i in range(self.n):
             def run(i=i):
                 self.results[i] = stream_completion(self.server.url,
-                                                    companion_body(i % len(self.alone)))
+                                                    companion_body(i % len(self.alone)),
+                                                    headers=self.headers)
             t = threading.Thread(target=run, daemon=True)
             t.start()
             self.threads.append(t)
