@@ -102,17 +102,14 @@ def processed_logits(logits: np.ndarray, opts: SamplingOptions,
     shifted so each row's largest is 0, divided by the temperature, and -inf where
     top-k, top-p or min-p drop a token. A token is drawn from their softmax."""
     z = logits.astype(np.float64)
-    # what the model gave is checked: the options themselves never make a logit that is
-    # not finite (the penalty saturates), so a distribution the sampler cannot sample
-    # from is the model's, refused, never drawn from (greedy takes the argmax of an inf,
-    # never of a NaN)
-    bad = np.isnan(z) if opts.greedy else ~np.isfinite(z)
-    if bad.any():
-        row = int(np.flatnonzero(bad.any(axis=-1))[0])
-        raise BlockcValueError(f"cannot choose a token: the logits of row {row} hold "
-                               f"{'NaN' if opts.greedy else 'inf or NaN'} (the model's "
-                               "weights do?)" + ("" if opts.greedy else
-                                                 "; temperature=0 takes the argmax"))
+    # what the model gave is checked before sampling: the options themselves never make
+    # a logit that is not finite (the penalty saturates), so a distribution the sampler
+    # cannot sample from is the model's, refused, never drawn from (greedy does not
+    # sample: it takes the argmax of whatever is there)
+    if not opts.greedy and not np.isfinite(z).all():
+        row = int(np.flatnonzero(~np.isfinite(z).all(axis=-1))[0])
+        raise BlockcValueError(f"cannot sample: the logits of row {row} hold inf or NaN (the "
+                               "model's weights do?); temperature=0 takes the argmax")
     if opts.repetition_penalty is not None and opts.repetition_penalty != 1.0 and seen is not None:
         z = apply_penalty(z, seen, opts.repetition_penalty)
     if opts.greedy:
