@@ -117,6 +117,24 @@ def test_every_template_error_is_a_chat_template_error(model_dir, content):
         tok.apply_chat_template([{"role": "user", "content": content}])
 
 
+def test_a_template_that_does_not_compile_is_400_and_completions_serve_on(model_dir, tmp_path):
+    d = tmp_path / "ckpt"
+    shutil.copytree(model_dir, d)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg["chat_template"] = "{% for m in messages %}{{ m.content }"
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    s = ThreadServer(Settings(model=str(d), model_name="m", parallel=2),
+                     FaultyModel(blockc.GPT.from_pretrained(d), delay=0.004))
+    try:
+        alone = [stream_completion(s.url, companion_body(0))]
+        with Companions(s, alone):
+            e = _error(s.post("/v1/chat/completions", {
+                "model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+            assert e["code"] == "invalid_chat_template" and "does not compile" in e["message"]
+    finally:
+        s.stop()
+
+
 def test_a_template_that_fits_is_unchanged(model_dir):
     msgs = [{"role": "user", "content": "Hello"}]
     assert ChatTemplate(HOSTILE).render(msgs) == ChatTemplate(CHATML).render(msgs)

@@ -87,11 +87,16 @@ class Service:
             context can hold (known before tokenizing it), an empty prompt.
         """
         if isinstance(req, ChatRequest):
-            if self.tok.chat_template is None:
+            try:
+                template = self.tok.chat_template  # read (and compiled) on first use
+            except ChatTemplateError as e:
+                raise APIError(400, f"this model's chat template cannot be used: {e}",
+                               param="messages", code="invalid_chat_template") from None
+            if template is None:
                 raise APIError(400, "this model has no chat template: use /v1/completions",
                                code="no_chat_template")
             try:
-                text = self.tok.chat_template.render(
+                text = template.render(
                     req.messages, req.add_generation_prompt, max_chars=self.max_chars,
                     timeout=self.settings.template_timeout)
             except ChatTemplateError as e:  # raise_exception, a failure, too long or slow
