@@ -19,6 +19,11 @@ row's logits are the bits it gets alone (bc_gpt_forward's promise), a prompt
 prefilled in chunks or continued from a copied prefix gets the bits it gets in one
 piece (tests/test_cache_ops.py), and every choice samples from its own generator
 (:mod:`blockc.serve.sampling`). tests/test_serve.py checks it against solo runs.
+
+A failure is its request's alone: an exception in a prompt's forward, a choice's
+sampler or its text ends that job with ``"error"`` (its slot emptied and freed) while
+the others run on; a decode forward that fails ends the rows it held, not the queue
+(tests/test_serve_faults.py injects a failure at each stage).
 """
 from __future__ import annotations
 
@@ -273,15 +278,18 @@ class Engine:
                     break
             try:
                 self._step()
-            except Exception as e:  # a failure of ours: every live job ends with it
-                self._fail_all(f"{type(e).__name__}: {e}")
+            except Exception as e:  # a failure of the scheduler's own (a request's own
+                # failures end that request alone): the jobs in the slots end with it, the
+                # cache is emptied, the queue waits on
+                self._fail_all(_describe(e), queued=False)
         self._fail_all(None)
 
-    def _fail_all(self, message: Optional[str]) -> None:
+    def _fail_all(self, message: Optional[str], queued: bool = True) -> None:
         jobs = [s.job for s in self._slots if s.job is not None]
-        with self._cond:
-            jobs += list(self._waiting)
-            self._waiting.clear()
+        if queued:
+            with self._cond:
+                jobs += list(self._waiting)
+                self._waiting.clear()
         for j in jobs:
             self._end(j, "error" if message else None, error=message)
         for s in self._slots:
