@@ -319,6 +319,12 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool,
         raw = fm is not None and all((fm, ty) in _ROWS for ty in types[ours])
         # raw: (rows, row bytes) of the format's own blocks
         w = _ROWS[fm, t.type](t.data, t.type) if raw else t.to_float32()
+        if not raw and not np.isfinite(np.sum(w, dtype=np.float64)):  # NaN, inf carry through
+            bad = np.argwhere(~np.isfinite(w))
+            if bad.size:
+                raise _fail(f.path, f"tensor {name!r} holds {w[tuple(bad[0])]} at "
+                                    f"{[int(i) for i in bad[0]]} ({len(bad)} elements that are "
+                                    "not finite): its weights are not numbers")
         if raw and PANELS[fm] in _SCALE_FIRST:  # w: rows of PANELS[fm]'s blocks
             _check_scales(f.path, name, w, PANELS[fm])
         if heads is not None:

@@ -99,6 +99,21 @@ def read_tensors(path: str) -> Dict[str, st.Tensor]:
     return out
 
 
+def _finite(t: st.Tensor, name: str) -> np.ndarray:
+    """Tensor ``name`` as float32, refused (naming its file and the first bad element)
+    when it holds NaN or infinity: such a model computes no number, and would fail only
+    at some request's token, far from the cause."""
+    a = t.to_float32()
+    if not np.isfinite(np.sum(a, dtype=np.float64)):  # one pass; NaN and inf carry through
+        bad = np.argwhere(~np.isfinite(a))
+        if bad.size:
+            at = tuple(int(i) for i in bad[0])
+            raise BlockcValueError(f"{t.file}: tensor {name!r} holds {a[at]} at {list(at)} "
+                                   f"({len(bad)} elements that are not finite): its weights "
+                                   "are not numbers")
+    return a
+
+
 def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model,  # type: ignore[assignment]
              progress: Optional[Callable[[int, int], Any]] = None) -> M:
     """A model of class ``cls`` from a checkpoint directory (see
@@ -160,12 +175,13 @@ def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model,  # ty
         t = tensors[name]
         if rows is None:
             # aligned (a copy when a file's offsets left it misaligned)
-            m.write_tensor(ours, np.require(t.to_float32(), requirements="A"), transposed=transposed)
+            m.write_tensor(ours, np.require(_finite(t, name), requirements="A"),
+                           transposed=transposed)
             continue
         whole = parts.get(ours)
         if whole is None:
             whole = parts[ours] = np.empty(tensor_layout[ours].shape, np.float32)
-        whole[rows[0]:rows[1]] = t.to_float32()
+        whole[rows[0]:rows[1]] = _finite(t, name)
         if rows[1] == tensor_layout[ours].shape[0]:  # the last slice: the tensor is whole
             m.write_tensor(ours, parts.pop(ours))
     if progress is not None:

@@ -43,6 +43,8 @@ def register(subparsers) -> None:
                    help="prompt tokens per scheduler step (128)")
     p.add_argument("--no-prefix-reuse", action="store_true",
                    help="recompute every prompt (no reuse of cached prefixes)")
+    p.add_argument("--template-timeout", type=float, default=5.0,
+                   help="seconds a chat template may take to render a request (5; 400 past it)")
     p.add_argument("--api-key", default=os.environ.get("BLOCKC_API_KEY"),
                    help="require 'Authorization: Bearer KEY' (default: $BLOCKC_API_KEY)")
     p.add_argument("--dtype", choices=LOAD_DTYPES, default=None)
@@ -59,6 +61,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise BlockcValueError(f"--port must be in [0, 65535], got {args.port}")
     if args.ctx_size is not None and args.ctx_size < 2:
         raise BlockcValueError("--ctx-size must be >= 2")
+    if not args.template_timeout > 0:  # NaN too
+        raise BlockcValueError(f"--template-timeout must be > 0, got {args.template_timeout}")
     path = model_path(args)  # a path, or a Hub id in the local cache
     if not os.path.isdir(path) and not is_gguf(path):
         raise BlockcValueError(f"--model {args.model}: not a directory or a GGUF file")
@@ -69,7 +73,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                     parallel=args.parallel, ctx_size=args.ctx_size, max_queue=args.max_queue,
                     max_body_bytes=args.max_body, prefill_chunk=args.prefill_chunk,
                     prefix_reuse=not args.no_prefix_reuse, cache_dtype=args.cache_dtype,
-                    api_key=args.api_key,
+                    api_key=args.api_key, template_timeout=args.template_timeout,
                     dtype=args.dtype, threads=args.threads)
 
 

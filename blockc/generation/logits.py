@@ -23,7 +23,7 @@ from .._errors import BlockcTypeError, BlockcValueError
 from .config import GenerationConfig, ResolvedGeneration
 
 __all__ = ["SamplingOptions", "next_tokens", "processed_logits", "apply_penalty", "top_k_mask", "top_p_mask",
-           "min_p_mask"]
+           "min_p_mask", "LOGIT_LIMIT"]
 
 
 #: SamplingOptions' positional options, in its signature's order
@@ -61,13 +61,22 @@ def SamplingOptions(*args: Any, vocab: int = 1, **options: Any) -> ResolvedGener
     return GenerationConfig(**options).resolve(vocab)
 
 
+#: The largest magnitude a processed logit keeps: a penalty at the edge of its range
+#: (1e-300, 1e300) saturates here instead of reaching inf, and two such logits still
+#: differ by a finite amount (the sampler subtracts the largest).
+LOGIT_LIMIT = float(np.finfo(np.float64).max) / 4
+
+
 def apply_penalty(z: np.ndarray, seen: Sequence[np.ndarray], penalty: float) -> np.ndarray:
-    """z (B, V) with the logits of each row's seen tokens penalised (a new array)."""
+    """z (B, V) with the logits of each row's seen tokens penalised (a new array), each
+    within +-LOGIT_LIMIT whatever the penalty (finite logits stay finite)."""
     z = z.copy()
     for b, ids in enumerate(seen):
         u = np.unique(ids)
         v = z[b, u]
-        z[b, u] = np.where(v > 0, v / penalty, v * penalty)
+        with np.errstate(over="ignore", under="ignore"):
+            p = np.clip(np.where(v > 0, v / penalty, v * penalty), -LOGIT_LIMIT, LOGIT_LIMIT)
+        z[b, u] = np.where(np.isneginf(v), v, p)  # a masked token stays masked
     return z
 
 
@@ -110,17 +119,24 @@ def processed_logits(logits: np.ndarray, opts: ResolvedGeneration,
     shifted so each row's largest is 0, divided by the temperature, and -inf where
     top-k, top-p or min-p drop a token. A token is drawn from their softmax."""
     z = logits.astype(np.float64)
+    # what the model gave is checked before sampling: the options themselves never make
+    # a logit that is not finite (the penalty saturates), so a distribution the sampler
+    # cannot sample from is the model's, refused, never drawn from (greedy does not
+    # sample: it takes the argmax of whatever is there)
+    # (-inf is a token masked out, a constraint's mask: blockc.generation.constraints)
+    if not opts.greedy:
+        bad = np.isnan(z) | np.isposinf(z)
+        if bad.any():
+            row = int(np.flatnonzero(bad.any(axis=-1))[0])
+            raise BlockcValueError(f"cannot sample: the logits of row {row} hold inf or NaN "
+                                   "(the model's weights do?); temperature=0 takes the argmax")
+        if np.isneginf(z).all(axis=-1).any():
+            row = int(np.flatnonzero(np.isneginf(z).all(axis=-1))[0])
+            raise BlockcValueError(f"cannot sample: every token of a row is masked (-inf): row {row}")
     if opts.repetition_penalty is not None and opts.repetition_penalty != 1.0 and seen is not None:
         z = apply_penalty(z, seen, opts.repetition_penalty)
     if opts.greedy:
         return z
-    # -inf is a token masked out (a constraint's mask: blockc.generation.constraints);
-    # NaN or +inf is the model's weights going wrong
-    if np.isnan(z).any() or np.isposinf(z).any():
-        raise BlockcValueError("cannot sample: the logits hold inf or NaN (the model's "
-                               "weights do?); temperature=0 takes the argmax")
-    if np.isneginf(z).all(axis=-1).any():
-        raise BlockcValueError("cannot sample: every token of a row is masked (-inf)")
     # shifted first, so z <= 0 and the largest is exactly 0: dividing by any positive
     # temperature, however small, gives no NaN (the greedy limit)
     with np.errstate(over="ignore"):

@@ -265,6 +265,10 @@ class GenerationMixin:
         ragged = (isinstance(ids, (list, tuple)) and len(ids) > 0
                   and all(np.ndim(r) == 1 for r in ids) and len({len(r) for r in ids}) > 1)
         if ragged:
+            empty = [i for i, r in enumerate(ids) if len(r) == 0]
+            if empty:
+                raise BlockcValueError(f"ids: prompt {empty[0]} is empty (a prompt needs at "
+                                       "least one token)")
             rows = [check_ids(np.asarray(r)[None], cfg)[0].astype(np.int64) for r in ids]
         else:
             a = check_ids(ids, cfg)

@@ -139,6 +139,9 @@ def check_ids(ids: Any, cfg: GPTConfig, start: int = 0) -> np.ndarray:
     small, and the copy is what was checked, whatever another thread does to the
     caller's array meanwhile."""
     a = np.array(to_numpy(ids, "ids"), copy=True)  # checked below, then used: this copy
+    if a.size == 0:  # an empty list is float64 to NumPy: its emptiness is the problem
+        raise BlockcValueError(f"ids must have B >= 1 and T >= 1 (a prompt needs at least one "
+                               f"token), got shape {a.shape}")
     if a.dtype.kind not in "iu" or a.dtype == np.bool_:
         raise BlockcTypeError(f"ids must be integers, got dtype {a.dtype}")
     if a.ndim != 2:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import os
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -22,6 +24,7 @@ from ..generation.config import end_ids
 from ..gpt import GPT
 from ..runtime import set_num_threads
 from ..text.tokenizer import Tokenizer
+from ..text.chat import ChatTemplateError
 from .engine import Draining, Engine, Job, QueueFull, TextTail
 from .sampling import RowSampler, sampling_from_request
 from .settings import Settings
@@ -61,24 +64,66 @@ class Service:
         self.engine = Engine(self.model, s.parallel, self.capacity, s.max_queue, s.prefill_chunk,
                              s.prefix_reuse, s.cache_dtype)
         self.draining = False
+        # a prompt's template and tokens are made on these threads, never on the event
+        # loop (tokenizing releases the GIL: Tokenizer.encode); a few at a time
+        self.prep = ThreadPoolExecutor(max_workers=2, thread_name_prefix="blockc-prompt")
+        # a text longer than this has more tokens than a slot holds: refused untokenized
+        self.max_chars = self.capacity * max(1, self.tok.max_token_chars)
 
     # ---- requests to jobs -------------------------------------------------------------
 
+    def _too_long(self, what: str, chars: int) -> APIError:
+        return APIError(400, f"This model's maximum context length is {self.capacity} tokens. "
+                        f"However, your {what} is {chars} characters or more: more tokens than "
+                        "that, as no token of this model stands for more than "
+                        f"{self.tok.max_token_chars} characters.", param=what,
+                        code="context_length_exceeded")
+
     def prompt_ids(self, req: SamplingRequest) -> np.ndarray:
+        """The prompt's ids (run on :attr:`prep`'s threads: it renders and tokenizes).
+
+        Raises
+        ------
+        APIError
+            400: the template refused the conversation or failed, a text longer than the
+            context can hold (known before tokenizing it), an empty prompt.
+        """
         if isinstance(req, ChatRequest):
-            if self.tok.chat_template is None:
+            try:
+                template = self.tok.chat_template  # read (and compiled) on first use
+            except ChatTemplateError as e:
+                raise APIError(400, f"this model's chat template cannot be used: {e}",
+                               param="messages", code="invalid_chat_template") from None
+            if template is None:
                 raise APIError(400, "this model has no chat template: use /v1/completions",
                                code="no_chat_template")
             try:
-                return self.tok.apply_chat_template(req.messages, req.add_generation_prompt).ids
-            except ValueError as e:  # the template's raise_exception, or a failure in it
+                text = template.render(
+                    req.messages, req.add_generation_prompt, max_chars=self.max_chars,
+                    timeout=self.settings.template_timeout)
+            except ChatTemplateError as e:  # raise_exception, a failure, too long or slow
+                raise APIError(400, str(e), param="messages", code="invalid_chat_template"
+                               ) from None
+            except ValueError as e:
+                raise APIError(400, str(e), param="messages", code="invalid_value") from None
+            if not text:
+                raise APIError(400, "the chat template rendered these messages as an empty "
+                               "prompt", param="messages", code="invalid_value")
+            try:
+                return self.tok.encode(text, add_special_tokens=False)
+            except ValueError as e:
                 raise APIError(400, str(e), param="messages", code="invalid_value") from None
         p = req.prompt
         if isinstance(p, str):
             if not p:
                 raise APIError(400, "'prompt' must not be empty", param="prompt",
                                code="invalid_value")
-            return self.tok.encode(p)
+            if len(p) > self.max_chars:
+                raise self._too_long("prompt", len(p))
+            try:
+                return self.tok.encode(p)
+            except ValueError as e:
+                raise APIError(400, str(e), param="prompt", code="invalid_value") from None
         v = self.model.config.vocab
         if not all(0 <= t < v for t in p):
             raise APIError(400, f"'prompt' token ids must be in [0, {v})", param="prompt",
@@ -88,6 +133,12 @@ class Service:
     def jobs(self, req: SamplingRequest, ids: np.ndarray, emit_for) -> List[Job]:
         n, cap = len(ids), self.capacity
         what = "messages" if isinstance(req, ChatRequest) else "prompt"
+        if n == 0:
+            raise APIError(400, f"the {what} made no tokens: a prompt needs at least one",
+                           param=what, code="invalid_value")
+        if req.n > self.settings.max_queue:
+            raise APIError(400, f"'n' is {req.n}, more choices than this server's queue ever "
+                           f"holds ({self.settings.max_queue})", param="n", code="invalid_value")
         if n >= cap:
             raise APIError(400, f"This model's maximum context length is {cap} tokens. However, "
                            f"your {what} resulted in {n} tokens.", param=what,
@@ -101,7 +152,8 @@ class Service:
                            code="context_length_exceeded")
         samp = sampling_from_request(req, self.model.config.vocab)
         ends = frozenset() if req.ignore_eos else self.end_ids
-        decode = self.tok.decode
+        skip = req.skip_special_tokens
+        decode = lambda ids: self.tok.decode(ids, skip_special_tokens=skip)  # noqa: E731
         return [Job(prompt=ids, max_tokens=max_tokens,
                     sampler=RowSampler(samp, i, self.model.config.vocab),
                     text=TextTail(decode, req.stop), end_ids=ends, emit=emit_for(i), index=i)
@@ -110,11 +162,30 @@ class Service:
     def token_text(self, t: int) -> str:
         return self.tok.decode([t])
 
+    def token_label(self, t: int) -> str:
+        """The token as logprobs name it: its text, or ``bytes:\\xNN...`` when it is part
+        of a character (its text alone would be U+FFFD), as OpenAI names such tokens."""
+        text = self.tok.decode([t])
+        raw = self.tok.token_bytes(t)
+        if "\ufffd" in text and text.encode("utf-8") != raw:
+            return "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
+        return text
+
+
+def _dumps(obj: Any) -> str:
+    """JSON text that always encodes to UTF-8 (a lone surrogate escaped, never an error)."""
+    text = json.dumps(obj, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(obj)
+    return text
+
 
 def _json_response(body: Any, status: int = 200, headers: Optional[Dict[str, str]] = None):
     from starlette.responses import Response
-    return Response(json.dumps(body, ensure_ascii=False), status_code=status,
-                    media_type="application/json", headers=headers)
+    return Response(_dumps(body), status_code=status, media_type="application/json",
+                    headers=headers)
 
 
 def _error(e: APIError):
@@ -141,7 +212,7 @@ async def _read_body(request, limit: int) -> bytes:
 
 
 def _sse(obj: Any) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+    return f"data: {_dumps(obj)}\n\n"
 
 
 def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
@@ -165,8 +236,9 @@ def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
         key = settings.api_key
         if key is None:
             return
-        got = request.headers.get("authorization", "")
-        if got != f"Bearer {key}":
+        got = request.headers.get("authorization", "").encode("utf-8", "surrogateescape")
+        # compared in constant time: how long a refusal takes tells nothing of the key
+        if not hmac.compare_digest(got, f"Bearer {key}".encode("utf-8")):
             raise APIError(401, "Incorrect API key provided", type="invalid_request_error",
                            code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
@@ -182,9 +254,12 @@ def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
             except ValueError as e:
                 raise APIError(400, f"the request body is not valid JSON: {e}",
                                code="invalid_json") from None
+            except RecursionError:
+                raise APIError(400, "the request body is JSON nested too deeply",
+                               code="invalid_json") from None
             req = (parse_chat if chat else parse_completion)(body, [svc.name])
-            ids = svc.prompt_ids(req)
             loop = asyncio.get_running_loop()
+            ids = await loop.run_in_executor(svc.prep, svc.prompt_ids, req)
             queue: asyncio.Queue = asyncio.Queue()
 
             def emit_for(i):
@@ -285,6 +360,7 @@ def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
     async def lifespan(app):
         yield
         svc.engine.close()
+        svc.prep.shutdown(wait=False, cancel_futures=True)
 
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error,
                                                        Exception: server_error},
@@ -298,10 +374,10 @@ def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
 def _chat_logprobs(svc: Service, entries) -> Optional[Dict[str, Any]]:
     out = []
     for tok, lp, top in entries:
-        t = svc.token_text(tok)
-        out.append({"token": t, "logprob": lp, "bytes": list(t.encode("utf-8")),
-                    "top_logprobs": [{"token": svc.token_text(i), "logprob": v,
-                                      "bytes": list(svc.token_text(i).encode("utf-8"))}
+        out.append({"token": svc.token_label(tok), "logprob": lp,
+                    "bytes": list(svc.tok.token_bytes(tok)),
+                    "top_logprobs": [{"token": svc.token_label(i), "logprob": v,
+                                      "bytes": list(svc.tok.token_bytes(i))}
                                      for i, v in top]})
     return {"content": out, "refusal": None}
 
@@ -311,9 +387,13 @@ def _completion_logprobs(svc: Service, entries, offset0: int = 0) -> Dict[str, A
     at = offset0
     for tok, lp, top in entries:
         t = svc.token_text(tok)
-        toks.append(t)
+        toks.append(svc.token_label(tok))
         lps.append(lp)
-        tops.append({svc.token_text(i): v for i, v in top})
+        entry: Dict[str, float] = {}
+        for i, v in top:  # one entry per token: two that print alike are told apart by id
+            label = svc.token_label(i)
+            entry[label if label not in entry else f"{label} (id {i})"] = v
+        tops.append(entry)
         offs.append(at)
         at += len(t)
     return {"tokens": toks, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offs}
@@ -327,16 +407,27 @@ def _usage(ends: Dict[int, Dict[str, int]], prompt: int) -> Dict[str, Any]:
     return u
 
 
-async def _next(queue: asyncio.Queue, request=None) -> Tuple[int, tuple]:
-    """The next event; with ``request``, polls for the client having gone away."""
-    if request is None:
-        return await queue.get()
+async def _next(queue: asyncio.Queue) -> Tuple[int, tuple]:
+    """The next event (ConnectionError when the client went away: :func:`_watch`)."""
+    i, ev = await queue.get()
+    if ev[0] == "gone":
+        raise ConnectionError("client gone")
+    return i, ev
+
+
+async def _watch(request, svc: "Service", jobs: List[Job], queue: asyncio.Queue) -> None:
+    """Wait for the client of a request whose body is read to hang up; then cancel its
+    jobs at once (the scheduler frees their slots at its next step) and tell the
+    collector. The server tells of a hang-up as soon as the socket closes, whatever the
+    collector is doing (a poll between events would never run while tokens arrive)."""
     while True:
-        try:
-            return await asyncio.wait_for(queue.get(), timeout=0.25)
-        except asyncio.TimeoutError:
-            if await request.is_disconnected():
-                raise ConnectionError("client gone") from None
+        message = await request.receive()
+        if message.get("type") == "http.disconnect":
+            break
+    for j in jobs:
+        j.cancel()
+    svc.engine.wake()
+    queue.put_nowait((-1, ("gone",)))
 
 
 async def _collect(request, svc: Service, req: SamplingRequest, jobs: List[Job],
@@ -345,9 +436,13 @@ async def _collect(request, svc: Service, req: SamplingRequest, jobs: List[Job],
     lps: Dict[int, list] = {j.index: [] for j in jobs}
     ends: Dict[int, Dict[str, int]] = {}
     reasons: Dict[int, Optional[str]] = {}
+    watcher = asyncio.ensure_future(_watch(request, svc, jobs, queue))
     try:
         while len(ends) < len(jobs):
-            i, ev = await _next(queue, request)
+            i, ev = await _next(queue)
+            if ev[0] == "end" and ev[1] == "error":
+                reasons[i], ends[i] = ev[1], ev[2]
+                break
             if ev[0] == "token":
                 texts[i].append(ev[1])
                 if req.logprobs:
@@ -355,13 +450,21 @@ async def _collect(request, svc: Service, req: SamplingRequest, jobs: List[Job],
             else:
                 reasons[i], ends[i] = ev[1], ev[2]
                 texts[i].append(ev[3])
-    except (ConnectionError, asyncio.CancelledError):
+    except (ConnectionError, asyncio.CancelledError) as e:
         for j in jobs:
             j.cancel()
         svc.engine.wake()
-        raise
+        if isinstance(e, asyncio.CancelledError):
+            raise
+        from starlette.responses import Response
+        return Response(status_code=499)  # nginx's "client closed request": no one reads it
+    finally:
+        watcher.cancel()
     for i, u in ends.items():
-        if reasons[i] == "error":
+        if reasons[i] == "error":  # this request's other choices end with it
+            for j in jobs:
+                j.cancel()
+            svc.engine.wake()
             return _error(APIError(500, f"generation failed: {u.get('error')}",
                                    type="server_error", code="internal_error"))
     use = _usage(ends, len(jobs[0].prompt))

@@ -19,6 +19,11 @@ row's logits are the bits it gets alone (bc_gpt_forward's promise), a prompt
 prefilled in chunks or continued from a copied prefix gets the bits it gets in one
 piece (tests/test_cache_ops.py), and every choice samples from its own generator
 (:mod:`blockc.serve.sampling`). tests/test_serve.py checks it against solo runs.
+
+A failure is its request's alone: an exception in a prompt's forward, a choice's
+sampler or its text ends that job with ``"error"`` (its slot emptied and freed) while
+the others run on; a decode forward that fails ends the rows it held, not the queue
+(tests/test_serve_faults.py injects a failure at each stage).
 """
 from __future__ import annotations
 
@@ -47,29 +52,43 @@ class Draining(Exception):
 class TextTail:
     """The text of a growing list of ids, released piece by piece: never a character cut
     between tokens, never the start of a stop string that may still complete (held
-    back until it cannot), nothing from a stop string on."""
+    back until it cannot), nothing from a stop string on.
+
+    A stop string is looked for in the text whose characters are complete (a token
+    that ends inside a multi-byte character completes the stop string before it all
+    the same) and, by :meth:`flush`, in the whole text at the end: whichever way the
+    request ends, a stop string never reaches the client, and ``stopped`` tells the
+    end's reason ("stop")."""
 
     def __init__(self, decode: Callable[[List[int]], str], stops: Sequence[str]):
         self._decode, self.stops = decode, list(stops)
+        self._longest = max((len(s) for s in self.stops), default=0)
         self.ids: List[int] = []
         self.text, self.sent, self.stopped = "", 0, False
+
+    def _cut(self, text: str) -> bool:
+        """Look for a stop string in text (from where one could still start); on a hit
+        keep the text before it and mark the tail stopped."""
+        start = max(0, self.sent - self._longest)
+        hits = [i for i in (text.find(s, start) for s in self.stops) if i >= 0]
+        if not hits:
+            return False
+        self.text, self.stopped = text[:max(min(hits), self.sent)], True
+        return True
 
     def push(self, token: int):
         """(the new text to send, True when a stop string completed)."""
         self.ids.append(token)
         text = self._decode(self.ids)
-        if text.endswith("\ufffd"):
+        complete = text.rstrip("\ufffd")  # a character still incomplete: held back
+        if self.stops and self._cut(complete):
+            piece, self.sent = self.text[self.sent:], len(self.text)
+            return piece, True
+        if len(complete) < len(text):
             return "", False
         self.text = text
+        end = len(text)
         if self.stops:
-            longest = max(len(s) for s in self.stops)
-            start = max(0, self.sent - longest)
-            hits = [i for i in (text.find(s, start) for s in self.stops) if i >= 0]
-            if hits:
-                cut = max(min(hits), self.sent)
-                piece, self.sent, self.text = text[self.sent:cut], cut, text[:cut]
-                self.stopped = True
-                return piece, True
             hold = 0
             for s in self.stops:
                 for k in range(min(len(s) - 1, len(text)), hold, -1):
@@ -77,15 +96,16 @@ class TextTail:
                         hold = k
                         break
             end = max(self.sent, len(text) - hold)
-        else:
-            end = len(text)
         piece, self.sent = text[self.sent:end], end
         return piece, False
 
     def flush(self) -> str:
-        """What is held back (a character left incomplete at the end included)."""
+        """What is held back (a character left incomplete at the end included, a stop
+        string the whole text completes cut off: ``stopped`` then True)."""
         if not self.stopped and self.ids:
-            self.text = self._decode(self.ids)
+            text = self._decode(self.ids)
+            if not (self.stops and self._cut(text)):
+                self.text = text
         piece, self.sent = self.text[self.sent:], len(self.text)
         return piece
 
@@ -118,6 +138,12 @@ class Job:
         """Ask the scheduler to drop this job (a client gone): its slot is freed at the
         scheduler's next iteration, within one step."""
         self.cancelled = True
+
+
+def _describe(e: BaseException) -> str:
+    """An exception as one line for the client: its class and message."""
+    msg = str(e).strip()
+    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
 
 
 class _Slot:
@@ -252,15 +278,18 @@ class Engine:
                     break
             try:
                 self._step()
-            except Exception as e:  # a failure of ours: every live job ends with it
-                self._fail_all(f"{type(e).__name__}: {e}")
+            except Exception as e:  # a failure of the scheduler's own (a request's own
+                # failures end that request alone): the jobs in the slots end with it, the
+                # cache is emptied, the queue waits on
+                self._fail_all(_describe(e), queued=False)
         self._fail_all(None)
 
-    def _fail_all(self, message: Optional[str]) -> None:
+    def _fail_all(self, message: Optional[str], queued: bool = True) -> None:
         jobs = [s.job for s in self._slots if s.job is not None]
-        with self._cond:
-            jobs += list(self._waiting)
-            self._waiting.clear()
+        if queued:
+            with self._cond:
+                jobs += list(self._waiting)
+                self._waiting.clear()
         for j in jobs:
             self._end(j, "error" if message else None, error=message)
         for s in self._slots:
@@ -330,7 +359,11 @@ class Engine:
         slot = self._slots[i]
         end = min(len(job.prompt), job.pos + self.chunk)
         ids = job.prompt[job.pos:end]
-        logits = self.model(ids[None], cache=self.cache.view(i, i + 1), last_only=True)
+        try:
+            logits = self.model(ids[None], cache=self.cache.view(i, i + 1), last_only=True)
+        except Exception as e:  # this prompt's forward: this job alone fails
+            self._fail(i, e)
+            return
         slot.tokens.extend(int(t) for t in ids)
         self.stats["prompt_tokens"] += len(ids)
         job.pos = end
@@ -347,7 +380,12 @@ class Engine:
         n = self._n_dec
         jobs = [self._slots[i].job for i in range(n)]
         ids = np.array([[j.last] for j in jobs], dtype=np.int64)
-        logits = self.model(ids, cache=self.cache.view(0, n), last_only=True)
+        try:
+            logits = self.model(ids, cache=self.cache.view(0, n), last_only=True)
+        except Exception as e:  # one forward for every row: the rows decoding end with it,
+            for i in reversed(range(n)):  # the queue and the prompt being read go on
+                self._fail(i, e)
+            return
         done = []
         for i, j in enumerate(jobs):
             self._slots[i].tokens.append(j.last)
@@ -357,7 +395,17 @@ class Engine:
             self._release(i)
 
     def _sample(self, job: Job, logits: np.ndarray, slot: _Slot) -> bool:
-        """Choose job's next token and send it; True when the job has ended."""
+        """Choose job's next token and send it; True when the job has ended (a failure
+        of its own, in its sampler or its text, ends this job alone)."""
+        try:
+            return self._sample_one(job, logits)
+        except Exception as e:
+            self._end(job, "error", error=_describe(e))
+            return True
+
+    def _sample_one(self, job: Job, logits: np.ndarray) -> bool:
+        if job.cancelled:  # gone while its step ran: nothing to send
+            return True
         seen = np.concatenate([job.prompt, np.asarray(job.out, np.int64)])
         tok, lp, top = job.sampler(logits, seen)
         job.out.append(tok)
@@ -377,12 +425,31 @@ class Engine:
             return True
         return False
 
+    def _fail(self, i: int, e: BaseException) -> None:
+        """Slot i's job failed in its forward: it ends with the error, the slot is
+        emptied (its cache rows may be half written) and freed."""
+        slot = self._slots[i]
+        if slot.job is not None:
+            self._end(slot.job, None if slot.job.cancelled else "error", error=_describe(e))
+            slot.job.cancelled = False  # told already: _release must not tell it again
+        self.cache.truncate(i, 0)
+        slot.tokens = []
+        self._release(i)
+
     def _end(self, job: Job, reason: Optional[str], error: Optional[str] = None) -> None:
         use = {"prompt_tokens": int(len(job.prompt)), "completion_tokens": len(job.out),
                "cached_tokens": job.reused}
         if error:
             use["error"] = error
-        tail = job.text.flush() if reason in ("stop", "length") else ""
+        tail = ""
+        if reason in ("stop", "length"):
+            try:
+                tail = job.text.flush()
+            except Exception as e:  # its text failed: the job fails, alone
+                reason, use["error"] = "error", _describe(e)
+            else:
+                if job.text.stopped:  # a stop string the end completed: cut, and "stop"
+                    reason = "stop"
         try:
             job.emit(("end", reason, use, tail))
         except Exception:  # the client's loop is gone: nothing to tell

@@ -24,6 +24,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
+from .._errors import BlockcValueError
 from ..generation import GenerationConfig, ResolvedGeneration, next_tokens
 from .types import APIError, SamplingRequest
 
@@ -84,6 +85,9 @@ class RowSampler:
         """(token, its logprob or None, the top logprobs [(id, logprob)]) from one row's
         logits (V,) float32; ``seen``: prompt and output so far (the repetition penalty)."""
         s = self.s
+        if not np.isfinite(logits).all():  # a model's failure: this request fails with it
+            raise BlockcValueError("the model's logits hold inf or NaN (its weights do?): "
+                                   "no token can be chosen")
         z = logits[None]
         if not self._plain:
             z = z.astype(np.float64)

@@ -21,7 +21,8 @@ class Settings:
     body (413 past it). prefill_chunk: prompt tokens per scheduler step. cache_dtype:
     what the slots' KV cache keeps ("float32", or "float16": half the memory). api_key: when
     set, every /v1 request needs ``Authorization: Bearer <api_key>``. drain_timeout:
-    seconds SIGTERM waits for running requests.
+    seconds SIGTERM waits for running requests. template_timeout: seconds a chat
+    template may take to render one request's messages (400 past it).
     """
     model: str
     model_name: Optional[str] = None
@@ -39,6 +40,7 @@ class Settings:
     threads: Optional[int] = None
     drain_timeout: float = 60.0
     retry_after: int = 1
+    template_timeout: float = 5.0
 
     @property
     def served_name(self) -> str:

@@ -65,6 +65,7 @@ class SamplingRequest:
     presence_penalty: float = 0.0
     logit_bias: Dict[int, float] = field(default_factory=dict)
     ignore_eos: bool = False  # an extension (vLLM's name)
+    skip_special_tokens: bool = True  # an extension (vLLM's name)
     generation: Dict[str, Any] = field(default_factory=lambda: _generation({}))
 
     def __getattr__(self, name: str) -> Any:
@@ -152,10 +153,32 @@ def _num(body: Mapping[str, Any], name: str, default: Optional[float], lo: Optio
     return v
 
 
+def _check_unicode(x: Any, where: str) -> None:
+    """Every string of parsed JSON (keys too) valid Unicode: JSON's ``\\ud800`` escapes
+    parse to lone surrogates, which no text can hold (400, naming the field)."""
+    stack = [(x, where)]
+    while stack:
+        v, at = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise APIError(400, f"'{at}' is not valid Unicode: a lone surrogate "
+                               f"(U+{ord(v[e.start]):04X}) at character {e.start}",
+                               param=at, code="invalid_value") from None
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                stack.append((k, at))
+                stack.append((item, f"{at}.{k}" if at else str(k)))
+        elif isinstance(v, list):
+            stack.extend((item, f"{at}[{i}]") for i, item in enumerate(v))
+
+
 def _common(body: Any, served: Sequence[str]) -> Dict[str, Any]:
     if not isinstance(body, dict):
         raise APIError(422, f"the request body must be a JSON object, got {_json_type(body)}",
                        code="invalid_type")
+    _check_unicode(body, "")
     model = body.get("model")
     if not isinstance(model, str):
         raise (_type_error("model", "a string", model) if model is not None
@@ -213,6 +236,7 @@ def _common(body: Any, served: Sequence[str]) -> Dict[str, Any]:
         frequency_penalty=_num(body, "frequency_penalty", 0.0, -2.0, 2.0),
         presence_penalty=_num(body, "presence_penalty", 0.0, -2.0, 2.0),
         logit_bias=logit_bias, ignore_eos=_bool(body, "ignore_eos", False),
+        skip_special_tokens=_bool(body, "skip_special_tokens", True),
         generation=_generation(body))
 
 

@@ -22,15 +22,19 @@ untrusted code) is an optional extra: ``pip install 'blockc[chat]'``.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import ctypes
 import json
 import os
+import threading
 from datetime import datetime
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
 from .. import _files
+from .._args import as_int, as_real
 from .._errors import BlockcTypeError, BlockcValueError
 from ..io.gguf import read as read_gguf
 
@@ -42,6 +46,9 @@ _SPECIAL = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cl
             "mask_token")
 _REASONING = ("reasoning_content", "thinking", "reasoning")
 _MAX_TEMPLATE = 1 << 20  # bytes: a template is a page of Jinja, not a megabyte
+
+#: The largest string or list a template's ``*``, ``+`` or ``**`` may make.
+MAX_VALUE_CHARS = 1 << 24
 
 
 class ChatTemplateError(BlockcValueError):
@@ -124,12 +131,71 @@ def _environment():
                 raise jinja2.exceptions.SecurityError(
                     f"a chat template cannot set the underscore name {name!r} on a namespace")
 
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+    class Environment(jinja2.sandbox.ImmutableSandboxedEnvironment):
+        # the operators that make a value of any size from small ones (a string or a list
+        # times a count, a sum of two large ones, a power): checked before they run, as
+        # one C call cannot be stopped by a deadline
+        intercepted_binops = frozenset({"*", "+", "**"})
+
+        def call_binop(self, context, operator, left, right):
+            if operator == "**" and isinstance(left, int) and isinstance(right, int):
+                if abs(left) > 1 and right > 0 and right * abs(left).bit_length() > 1 << 16:
+                    raise jinja2.exceptions.SecurityError(
+                        f"a chat template's power {left} ** {right} is too large")
+            sizes = [len(x) for x in (left, right) if isinstance(x, (str, list, tuple))]
+            if sizes:
+                counts = [x for x in (left, right)
+                          if isinstance(x, int) and not isinstance(x, bool)]
+                n = sizes[0] * counts[0] if operator == "*" and counts else sum(sizes)
+                if n > MAX_VALUE_CHARS:
+                    raise jinja2.exceptions.SecurityError(
+                        f"a chat template made a value of {n} items (the limit is "
+                        f"{MAX_VALUE_CHARS})")
+            return super().call_binop(context, operator, left, right)
+
+    env = Environment(
         trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now,
                        dict=TemplateDict(), namespace=TemplateNamespace)
     return env
+
+
+class _Deadline(BaseException):
+    """Raised inside a rendering thread whose time is up (a BaseException: the
+    template's own ``except Exception`` paths, if any, do not swallow it)."""
+
+
+@contextlib.contextmanager
+def _deadline(timeout: Optional[float]) -> Iterator[None]:
+    """Raise _Deadline in this thread when ``timeout`` seconds pass inside the block:
+    a watchdog timer sets it as the thread's pending exception, which CPython raises
+    between two bytecodes, so a template's loop stops wherever it is. At most once,
+    and never after the block is left (the state is shared under a lock)."""
+    if timeout is None:
+        yield
+        return
+    set_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+    tid = ctypes.c_ulong(threading.get_ident())
+    lock, state = threading.Lock(), {"inside": True, "fired": False}
+
+    def fire():
+        with lock:
+            if state["inside"]:
+                state["fired"] = True
+                set_exc(tid, ctypes.py_object(_Deadline))
+
+    timer = threading.Timer(timeout, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        with lock:
+            state["inside"] = False
+            if state["fired"]:  # set, maybe not raised yet: cleared, never raised later
+                set_exc(tid, None)
 
 
 def _plain(x: Any, where: str) -> Any:
@@ -226,6 +292,7 @@ class ChatTemplate:
         return cls(src, special_tokens(path))
 
     def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
+               *, max_chars: Optional[int] = None, timeout: Optional[float] = None,
                **variables: Any) -> str:
         """The prompt text of a conversation.
 
@@ -236,6 +303,12 @@ class ChatTemplate:
         add_generation_prompt : bool, optional
             End with the header of the assistant's turn (the default), so the model's
             next tokens are its answer.
+        max_chars : int, optional
+            Refuse (ChatTemplateError) a text longer than this, as soon as it is
+            (a server's bound tied to its context).
+        timeout : float, optional
+            Seconds the rendering may take: past it the template is stopped inside
+            whatever loop it is running (ChatTemplateError). CPython only.
         **variables
             More template variables (they override the special tokens, as in
             transformers).
@@ -249,7 +322,10 @@ class ChatTemplate:
         TypeError
             Messages that are not dicts of JSON-like values.
         ChatTemplateError
-            The template refused the conversation (``raise_exception``), or failed.
+            The template refused the conversation (``raise_exception``), or failed
+            in any way (a division by zero, an overflow, a recursion too deep, a
+            value too large), or its text is longer than ``max_chars``, or it ran
+            past ``timeout``.
 
         Examples
         --------
@@ -265,13 +341,31 @@ class ChatTemplate:
         kw = {**self.special_tokens, **_plain(variables, "variables")}
         kw.setdefault("tools", None)
         kw.setdefault("documents", None)
+        if max_chars is not None:
+            max_chars = as_int(max_chars, "max_chars", 0)
+        if timeout is not None:
+            timeout = as_real(timeout, "timeout", 0.0)
         try:
-            return self._template.render(messages=msgs, add_generation_prompt=add_generation_prompt,
-                                         **kw)
+            with _deadline(timeout):
+                parts, size = [], 0
+                for piece in self._template.generate(
+                        messages=msgs, add_generation_prompt=add_generation_prompt, **kw):
+                    size += len(piece)
+                    if max_chars is not None and size > max_chars:
+                        raise ChatTemplateError(f"the chat template's text is over {max_chars} "
+                                                "characters")
+                    parts.append(piece)
+                return "".join(parts)
+        except ChatTemplateError:
+            raise
+        except _Deadline:
+            raise ChatTemplateError(f"the chat template ran for more than {timeout} s: "
+                                    "stopped") from None
         except jinja2.exceptions.TemplateError as e:
             raise ChatTemplateError(f"the chat template refused the conversation: {e}") from None
-        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
-            raise ChatTemplateError(f"the chat template failed: {type(e).__name__}: {e}") from None
+        except (Exception, RecursionError) as e:  # any failure of the template's own code
+            raise ChatTemplateError(f"the chat template failed: {type(e).__name__}: "
+                                    f"{str(e)[:200]}") from None
 
     def __repr__(self) -> str:
         return f"ChatTemplate({len(self.source)} characters)"

@@ -79,6 +79,8 @@ class Tokenizer:
         self.bos_token_id = bos_token_id
         self._chat = chat_template  # a blockc.chat.ChatTemplate, or None: read on first use
         self._dir: Optional[str] = None
+        self._max_chars: Optional[int] = None
+        self._bytelevel: Optional[bool] = None
 
     @classmethod
     def from_pretrained(cls, path: Union[str, "os.PathLike[str]"]) -> "Tokenizer":
@@ -196,7 +198,10 @@ class Tokenizer:
             raise BlockcValueError(
                 f"text is not valid Unicode at character {e.start} ({bad!r}: bytes that were not "
                 "UTF-8, as a non-UTF-8 command-line argument or file name decodes)") from None
-        enc = _guarded("encode", self._tok.encode, text, add_special_tokens=add_special_tokens)
+        # encode_batch releases the GIL while it works (encode holds it: a long text would
+        # stall every other thread, a server's event loop included); the same ids
+        enc = _guarded("encode", self._tok.encode_batch, [text],
+                       add_special_tokens=add_special_tokens)[0]
         return np.array(enc.ids, dtype=np.int64)
 
     def decode(self, ids: Any, skip_special_tokens: bool = False) -> str:
@@ -229,6 +234,59 @@ class Tokenizer:
 
     def _decode(self, ids: List[int], skip: bool) -> str:
         return _guarded("decode", self._tok.decode, ids, skip_special_tokens=skip)
+
+    @property
+    def max_token_chars(self) -> int:
+        """The most characters one token can stand for (its longest vocabulary entry, a
+        byte-level entry counted in bytes): a text longer than ``n * max_token_chars``
+        characters has more than ``n`` tokens, known before tokenizing it."""
+        if self._max_chars is None:
+            vocab = self._tok.get_vocab(with_added_tokens=True)
+            self._max_chars = max((len(t) for t in vocab), default=1) or 1
+        return self._max_chars
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes token ``token`` stands for: a token that is part of a multi-byte
+        character has its own bytes (decoding it alone gives U+FFFD).
+
+        Parameters
+        ----------
+        token : int
+
+        Returns
+        -------
+        bytes
+
+        Raises
+        ------
+        ValueError
+            An id outside [0, 2**32).
+
+        Examples
+        --------
+        >>> tok.token_bytes(tok.encode("🙂")[0])           # doctest: +SKIP
+        b'\\xf0\\x9f'
+        """
+        token = as_int(token, "token", 0, MAX_ID - 1)
+        piece = self._tok.id_to_token(token)
+        if piece is None:
+            return b""
+        if self._byte_level():
+            table = _unicode_to_byte()
+            if all(c in table for c in piece):
+                return bytes(table[c] for c in piece)
+        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            try:  # SentencePiece's byte fallback: <0xE2>
+                return bytes([int(piece[3:5], 16)])
+            except ValueError:
+                pass
+        return self._decode([token], False).encode("utf-8", "surrogatepass")
+
+    def _byte_level(self) -> bool:
+        if self._bytelevel is None:
+            dec = self._tok.decoder
+            self._bytelevel = dec is not None and "ByteLevel" in repr(dec)
+        return self._bytelevel
 
     def token_to_id(self, token: str) -> Optional[int]:
         """The id of a token of the vocabulary, or None.
@@ -321,6 +379,25 @@ def _json(path: str) -> dict:
     except OSError:
         return {}
     return d if isinstance(d, dict) else {}
+
+
+_BYTE_TABLE: dict = {}
+
+
+def _unicode_to_byte() -> dict:
+    """GPT-2's byte-level alphabet, character to byte: the 188 printable bytes stand for
+    themselves, the other 68 for chr(256 + i) in order."""
+    if not _BYTE_TABLE:
+        keep = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1))
+                + list(range(ord("\u00ae"), ord("\u00ff") + 1)))
+        extra = 0
+        for b in range(256):
+            if b in keep:
+                _BYTE_TABLE[chr(b)] = b
+            else:
+                _BYTE_TABLE[chr(256 + extra)] = b
+                extra += 1
+    return _BYTE_TABLE
 
 
 def _ids_list(ids: Any) -> List[int]:
