@@ -23,14 +23,15 @@ from typing import Any, Optional, Tuple, Union
 import numpy as np
 import numpy.typing as npt
 
-from ._args import F32, as_choice, as_f32, as_flag, check_eps
+from ._args import F32, as_choice, as_f32, as_flag, as_size, check_eps
 from ._native import check, cptr, ffi, fptr, lib, output_empty
-from ._enums import C_DTYPE, DTYPES, MAX_COLS, VALUE_LIMIT, WHOLE_BLOCKS
-from ._errors import BlockcValueError
+from ._enums import C_DTYPE, DTYPES, FORMATS, GGML_CONVERTS, MAX_COLS, VALUE_LIMIT, WHOLE_BLOCKS
+from ._errors import BlockcTypeError, BlockcValueError
+from .reference.ggml import TYPES as GGML_TYPES
 
 __all__ = [
     "linear", "pack", "PackedWeight", "DTYPES", "rmsnorm", "layernorm", "attention", "gelu_tanh",
-    "gelu", "relu", "silu", "swiglu", "residual_add",
+    "gelu", "relu", "silu", "swiglu", "residual_add", "pack_ggml", "unpack_ggml", "convert_ggml",
 ]
 
 
@@ -44,8 +45,8 @@ def _vector(a: Any, n: int, name: str, what: str) -> Optional[np.ndarray]:
 
 
 class PackedWeight:
-    """A weight matrix (out, in) packed for the kernels, stored as float32, bfloat16,
-    float16, q8_0, q4_0 or q5_0.
+    """A weight matrix (out, in) packed for the kernels, stored in one of the formats of
+    :data:`DTYPES` (the C library's formats' table).
 
     Made by :func:`pack`; :func:`linear` accepts it in place of an array. The
     rows are stored in panels of 16 (bc_engine.h gives the layout), so one row
@@ -72,7 +73,7 @@ class PackedWeight:
 
     @property
     def dtype(self) -> str:
-        """"float32", "bfloat16", "float16", "q8_0", "q4_0" or "q5_0"."""
+        """Its format, one of :data:`DTYPES`."""
         return self._dtype
 
     @property
@@ -112,8 +113,8 @@ def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
     ----------
     w : array_like, shape (out, in)
         As PyTorch's ``nn.Linear.weight`` (one row per output); floating.
-    dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "q5_0i", "bfloat16i", "q4_k", "q4_ki", "q6_k", "q6_ki"}, optional
-        float32 as is; bfloat16 and float16 (IEEE half) rounded to nearest even;
+    dtype : str, optional
+        A format of :data:`DTYPES` (the C library's formats' table). float32 as is; bfloat16 and float16 (IEEE half) rounded to nearest even;
         q8_0 llama.cpp's blocks of 32 weights of a row with one half-precision
         scale (d = max|w| / 127, q = round(w / d)): the weights become d * q;
         q4_0 and q5_0 llama.cpp's 4- and 5-bit blocks (d = m / -8 and m / -16, m the
@@ -139,10 +140,11 @@ def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
     TypeError
         A non-floating ``w``, a non-str ``dtype``.
     ValueError
-        A shape that is not 2-D with both sizes >= 1, an unknown dtype, (q4_k, q4_ki,
-        q6_k) a number of columns that is not a multiple of 256, (quantised) a weight
-        that is not finite or too large for a half-precision scale, or (q8_0i, q4_0i,
-        q5_0i, q4_ki, bfloat16i) more than 65536 columns.
+        A shape that is not 2-D with both sizes >= 1, an unknown dtype, (a format of
+        whole blocks: the K-quants) a number of columns that is not a multiple of 256,
+        (quantised) a weight that is not finite or too large for a half-precision scale
+        (the format's limit, from the C table), or (a format of bounded columns: the
+        integer-dot ones, bfloat16i) more than 65536 columns.
 
     Examples
     --------
@@ -171,6 +173,150 @@ def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
         raise BlockcValueError(f"w: {dtype} needs {VALUE_LIMIT[dtype]}")
     check(st, "pack")
     return PackedWeight(buf, (rows, cols), dtype)
+
+
+def _ggml_bytes(type: int, shape: Tuple[int, int], name: str) -> int:
+    n = ffi.new("size_t *")
+    st = lib.bc_ggml_size(n, type, shape[0], shape[1])
+    if st == lib.BC_ESIZE:
+        raise BlockcValueError(f"{name}: rows of GGUF type {type} are whole blocks; shape "
+                               f"{shape} is not")
+    check(st, "ggml")
+    return int(n[0])
+
+
+def _ggml_args(dtype: str, shape: Any) -> Tuple[str, Tuple[int, int], int]:
+    dtype = as_choice(dtype, "dtype", DTYPES)
+    if not isinstance(shape, tuple) or len(shape) != 2:
+        raise BlockcValueError(f"shape must be a tuple (rows, cols), got {shape!r}")
+    shape = (as_size(shape[0], "shape[0]"), as_size(shape[1], "shape[1]"))
+    typ = FORMATS[dtype].ggml_type
+    if typ < 0:
+        raise BlockcValueError(f"dtype: {dtype} holds no GGUF type's blocks (the formats that "
+                               f"do: {', '.join(d for d, f in FORMATS.items() if f.ggml_type >= 0)})")
+    return dtype, shape, typ
+
+
+def _bytes_of(a: Any, name: str, n: int) -> np.ndarray:
+    if not isinstance(a, np.ndarray) or a.dtype != np.uint8:
+        raise BlockcTypeError(f"{name} must be a numpy uint8 array, got "
+                              f"{getattr(a, 'dtype', type(a).__name__)}")
+    if a.size != n:
+        raise BlockcValueError(f"{name} must hold {n} bytes, got {a.size}")
+    return np.ascontiguousarray(a).reshape(-1)
+
+
+def pack_ggml(blocks: np.ndarray, dtype: str, shape: Tuple[int, int]) -> np.ndarray:
+    """The packed bytes of a (rows, cols) matrix in format ``dtype`` holding the very blocks
+    of a GGUF tensor, rearranged into panels (no weight is requantised).
+
+    ``dtype``'s GGUF type (``blockc._enums.FORMATS[dtype].ggml_type``: q8_0 and q8_0i hold
+    Q8_0's blocks, q4_k and q4_ki Q4_K's, float16 F16's, ...) is the type of ``blocks``;
+    :func:`convert_ggml` makes Q8_0 blocks of Q4_0's and Q5_0's first.
+
+    Parameters
+    ----------
+    blocks : numpy.ndarray of uint8
+        The tensor's rows of blocks as a GGUF file stores them (rows one after another,
+        little-endian), any shape of that many bytes.
+    dtype : str
+        A format of :data:`DTYPES` that holds a GGUF type's blocks.
+    shape : tuple of int
+        (rows, cols) of the matrix; cols whole blocks of the type.
+
+    Returns
+    -------
+    numpy.ndarray of uint8
+        The packed matrix's bytes (``PackedWeight`` and the model's buffer hold these).
+
+    Raises
+    ------
+    TypeError
+        ``blocks`` not a uint8 array, a non-str dtype.
+    ValueError
+        An unknown dtype or one that holds no GGUF type's blocks, a shape the format or
+        the type refuses, ``blocks`` of another size.
+    """
+    dtype, shape, typ = _ggml_args(dtype, shape)
+    src = _bytes_of(blocks, "blocks", _ggml_bytes(typ, shape, "shape"))
+    n = ffi.new("size_t *")
+    check(lib.bc_pack_size(n, C_DTYPE[dtype], shape[0], shape[1]), "pack_ggml")
+    out = np.empty(int(n[0]), np.uint8)
+    check(lib.bc_pack_ggml(ffi.from_buffer("char[]", out), out.size, ffi.from_buffer(src),
+                           src.size, C_DTYPE[dtype], shape[0], shape[1]), "pack_ggml")
+    return out
+
+
+def unpack_ggml(packed: np.ndarray, dtype: str, shape: Tuple[int, int]) -> np.ndarray:
+    """The inverse of :func:`pack_ggml`: the rows of blocks a GGUF file stores for a packed
+    (rows, cols) matrix of ``dtype`` (its GGUF type's: the same blocks).
+
+    Parameters
+    ----------
+    packed : numpy.ndarray of uint8
+        The packed matrix's bytes (``pack`` or :func:`pack_ggml` made them).
+    dtype : str
+        Its format, one that holds a GGUF type's blocks.
+    shape : tuple of int
+        (rows, cols).
+
+    Returns
+    -------
+    numpy.ndarray of uint8, shape (rows, row bytes)
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`pack_ggml`'s.
+    """
+    dtype, shape, typ = _ggml_args(dtype, shape)
+    n = ffi.new("size_t *")
+    check(lib.bc_pack_size(n, C_DTYPE[dtype], shape[0], shape[1]), "unpack_ggml")
+    src = _bytes_of(packed, "packed", int(n[0]))
+    out = np.empty(_ggml_bytes(typ, shape, "shape"), np.uint8)
+    check(lib.bc_unpack_ggml(ffi.from_buffer("char[]", out), out.size, ffi.from_buffer(src),
+                             src.size, C_DTYPE[dtype], shape[0], shape[1]), "unpack_ggml")
+    return out.reshape(shape[0], -1)
+
+
+def convert_ggml(blocks: np.ndarray, from_type: int, to_type: int) -> np.ndarray:
+    """Blocks of GGUF type ``from_type`` as blocks of ``to_type`` holding exactly the same
+    weights (Q4_0's and Q5_0's as Q8_0's: the same half scale, each weight's quant less
+    its offset; ``blockc._enums.GGML_CONVERTS`` lists the pairs).
+
+    Parameters
+    ----------
+    blocks : numpy.ndarray of uint8, shape (rows, row bytes)
+        Whole blocks of ``from_type``, a row of them per row.
+    from_type, to_type : int
+        GGUF type ids.
+
+    Returns
+    -------
+    numpy.ndarray of uint8, shape (rows, row bytes of ``to_type``)
+
+    Raises
+    ------
+    TypeError
+        ``blocks`` not a 2-D uint8 array.
+    ValueError
+        A pair the C library does not convert, rows that are not whole blocks.
+    """
+    if not isinstance(blocks, np.ndarray) or blocks.dtype != np.uint8 or blocks.ndim != 2:
+        raise BlockcTypeError("blocks must be a 2-D numpy uint8 array (rows, row bytes)")
+    if from_type not in GGML_CONVERTS.get(to_type, ()):
+        raise BlockcValueError(f"GGUF type {from_type}'s blocks do not convert to type "
+                               f"{to_type}'s")
+    src = np.ascontiguousarray(blocks).reshape(-1)
+    fb, tb = GGML_TYPES[from_type][1:], GGML_TYPES[to_type][1:]
+    if blocks.shape[1] % fb[1] or fb[0] != tb[0]:
+        raise BlockcValueError(f"blocks must be rows of whole blocks of {fb[1]} bytes, got "
+                               f"rows of {blocks.shape[1]} bytes")
+    nb = src.size // fb[1]
+    out = np.empty(nb * tb[1], np.uint8)
+    check(lib.bc_ggml_convert(ffi.from_buffer("char[]", out), out.size, ffi.from_buffer(src),
+                              src.size, to_type, from_type, nb), "convert_ggml")
+    return out.reshape(blocks.shape[0], -1)
 
 
 def linear(x: npt.ArrayLike, w: Union[npt.ArrayLike, PackedWeight],

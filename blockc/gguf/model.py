@@ -21,20 +21,18 @@ and are not reordered.
 Weights: each tensor is dequantised exactly (:mod:`blockc.reference.ggml`, bit for
 bit what ggml and the gguf package compute). With ``dtype=None`` each matrix is held
 in the cheapest blockc format that holds its file type's weights exactly (:data:`EXACT`,
-one table: Q8_0 -> q8_0, Q4_0 -> q4_0, Q5_0 -> q5_0, Q4_K -> q4_k, Q6_K -> q6_k, F16 ->
-float16, BF16 -> bfloat16, F32 -> float32; Q8_0, Q4_0, Q5_0, Q4_K, Q6_K and F16 matrices are
-the file's very bytes rearranged into panels, the others packed and checked tensor by
-tensor; a fused attn.qkv in a format all three of q, k and v fit), the
-others (Q4_1, Q5_1, Q5_K) dequantised to float32
-for that matrix only: a file mixing types (Q4_K_M) is a model of mixed formats
-(``m.dtype == "mixed"``, ``m.dtypes`` names each matrix's, ``m.gguf_types`` the
-file's), computing with exactly the weights llama.cpp computes with. ``dtype=``
-makes every matrix that format (requantised, or its blocks converted when exact).
-``dtype="q8_0i"`` (``"q4_0i"``, ``"q5_0i"``, ``"q4_ki"``, ``"q6_ki"``) holds a Q8_0 (Q4_0,
-Q5_0, Q4_K, Q6_K) file's very blocks for integer dot products (8-bit activations, as
-llama.cpp multiplies them); a q8_0i (q4_0i, q5_0i, q4_ki, q6_ki) model saves as Q8_0 (Q4_0,
-Q5_0, Q4_K, Q6_K)
-(``save_gguf(path, "Q8_0")``: the same blocks).
+derived from the C formats' table: each format names the GGUF type whose blocks its panels
+hold; Q8_0 -> q8_0, Q4_0 -> q4_0, Q4_K -> q4_k, F16 -> float16, ...). Such a matrix is
+the file's very blocks moved into panels by the C library (:func:`blockc.ops.pack_ggml`;
+Q4_0's and Q5_0's converted to Q8_0's for q8_0 first), no weight requantised; a fused
+attn.qkv in a format all three of q, k and v fit; the others (Q4_1, Q5_1, Q5_K) are
+dequantised to float32 for that matrix only: a file mixing types (Q4_K_M) is a model of
+mixed formats (``m.dtype == "mixed"``, ``m.dtypes`` names each matrix's, ``m.gguf_types``
+the file's), computing with exactly the weights llama.cpp computes with. ``dtype=``
+makes every matrix that format (requantised, or its blocks moved when exact). An integer
+format (``dtype="q8_0i"``, ...: the formats whose products are integer dot products,
+8-bit activations as llama.cpp multiplies them) holds its type's very blocks too, and a
+model in one saves as that type (``save_gguf(path, "Q8_0")``: the same blocks).
 ``dtype="integer"`` does that matrix by matrix (:data:`INTEGER`: each matrix in the
 integer format of its file type, the others as with ``dtype=None``): how llama.cpp
 multiplies a mixed file such as Q4_K_M. ``dtype="bfloat16i"`` holds a BF16 file's
@@ -51,7 +49,8 @@ from .._errors import BlockcTypeError, BlockcValueError
 from ..families import config_to_hf
 from ..generation.config import GenerationConfig
 from ..model import GPTConfig, layout
-from ..model.panels import FILE_ROWS, PANELS, file_rows, raw_panels  # noqa: F401 (file_rows re-exported)
+from .._enums import FORMATS, GGML_CONVERTS
+from ..ops import convert_ggml, pack_ggml, unpack_ggml
 from ..reference import ggml
 from ..text import Tokenizer
 from . import format as fmt
@@ -331,50 +330,56 @@ def load(path: str, dtype: Optional[str], cls: Any) -> Any:
     return m
 
 
-#: GGUF type -> the blockc formats that hold its weights exactly, cheapest first. A
-#: format blockc does not have (yet) is skipped, and float32 holds every type, so a new
-#: native format is one entry here (and, when packing the dequantised weights does not
-#: find the file's blocks again, its block converter in _ROWS).
+def holds(dtype: str, type: str) -> bool:
+    """Whether format ``dtype`` holds the very blocks of ggml type ``type`` (its own type's,
+    as the C formats' table says, or a type the C library converts to it exactly: Q4_0's
+    and Q5_0's as Q8_0's): such a matrix is moved into panels, no weight requantised."""
+    own = FORMATS[dtype].ggml_type
+    t = fmt.TYPE_IDS.get(type)
+    return own >= 0 and t is not None and (t == own or t in GGML_CONVERTS.get(own, ()))
+
+
+def _cost(dtype: str) -> float:
+    """Bytes a weight of ``dtype`` takes (its panels' block bytes over its block)."""
+    return FORMATS[dtype].block_bytes / FORMATS[dtype].block
+
+
+#: the formats cheapest first (bytes per weight; ties in the table's order)
+_BY_COST = sorted(FORMATS, key=_cost)
+
+#: GGUF type -> the blockc formats that hold its weights exactly, cheapest first: the
+#: formats of the C table (not the integer ones) that hold its blocks (:func:`holds`: Q8_0
+#: -> q8_0; Q4_0 -> q4_0, q8_0; Q5_0 -> q5_0, q8_0; Q4_K -> q4_k; Q6_K -> q6_k; F16 ->
+#: float16; BF16 -> bfloat16; F32 -> float32). float32 holds every type's dequantised
+#: weights too (:func:`exact_formats`).
 EXACT: Dict[str, Tuple[str, ...]] = {
-    "F32": ("float32",),
-    "F16": ("float16",),
-    "BF16": ("bfloat16",),
-    "Q8_0": ("q8_0",),          # (q8_0i holds them too, when asked: 8-bit activations)
-    "Q4_0": ("q4_0", "q8_0"),   # (q - 8) d: a q8_0 block of the same scale (q4_0i when asked)
-    "Q5_0": ("q5_0", "q8_0"),   # (q - 16) d: likewise
-    "Q4_K": ("q4_k",),
-    "Q6_K": ("q6_k",),
-}
+    name: held for name, held in ((name, tuple(d for d in _BY_COST if not FORMATS[d].integer
+                                               and holds(d, name)))
+                                  for name, _, _ in fmt.TYPES.values()) if held}
 
 
 def exact_formats(types: List[str]) -> List[str]:
     """The blockc formats that hold exactly the weights of a matrix whose parts (q, k, v
     of a fused attn.qkv) have the ggml ``types``, cheapest first: those every part's
-    :data:`EXACT` entry lists and blockc has, then float32 (the dequantised weights)."""
-    from ..model import DTYPES
+    :data:`EXACT` entry lists, then float32 (the dequantised weights)."""
     out = [c for c in EXACT.get(types[0], ())
-           if c in DTYPES and c != "float32" and all(c in EXACT.get(t, ()) for t in types[1:])]
+           if c != "float32" and all(c in EXACT.get(t, ()) for t in types[1:])]
     return out + ["float32"]
 
 
 #: GGUF type -> the blockc format that multiplies its very blocks by integer dot products
-#: (8-bit activations), which ``dtype="integer"`` takes for a matrix of that type
-INTEGER: Dict[str, str] = {"Q8_0": "q8_0i", "Q4_0": "q4_0i", "Q5_0": "q5_0i", "Q4_K": "q4_ki",
-                           "Q6_K": "q6_ki"}
+#: (8-bit activations), which ``dtype="integer"`` takes for a matrix of that type: the
+#: integer format of the C table whose own type it is
+INTEGER: Dict[str, str] = {fmt.TYPES[f.ggml_type][0]: name for name, f in FORMATS.items()
+                           if f.integer and f.ggml_type >= 0}
 
 
 def integer_formats(types: List[str]) -> List[str]:
-    """:func:`exact_formats` led by the integer format of the matrix's ggml ``types``
-    (its parts' :data:`INTEGER` entry when they share one; q8_0i for parts of Q8_0, Q4_0
-    and Q5_0 mixed, which it holds exactly), when there is one."""
-    ints = {INTEGER.get(t) for t in types}
-    if len(ints) == 1 and None not in ints:
-        lead = [ints.pop()]
-    elif all(("q8_0i", t) in _ROWS for t in types):
-        lead = ["q8_0i"]
-    else:
-        lead = []
-    return lead + exact_formats(types)
+    """:func:`exact_formats` led by the cheapest integer format that holds the blocks of
+    every part's ggml ``types`` (:func:`holds`: a type's own :data:`INTEGER` format;
+    q8_0i for parts of Q8_0, Q4_0 and Q5_0 mixed), when there is one."""
+    lead = [d for d in _BY_COST if FORMATS[d].integer and all(holds(d, t) for t in types)]
+    return lead[:1] + exact_formats(types)
 
 
 def native_format(types: List[str]) -> str:
@@ -382,36 +387,6 @@ def native_format(types: List[str]) -> str:
     tensor by tensor and takes the next when it would store other weights)."""
     return exact_formats(types)[0]
 
-
-def _q8_0_rows(raw: np.ndarray, typ: str) -> np.ndarray:
-    """Rows of Q4_0 or Q5_0 blocks (rows, row bytes) as Q8_0 blocks of the same weights:
-    the same half scale, the quant minus its offset as an int8 (d (q - o) is exactly the
-    product a Q8_0 block of d and q - o dequantises to)."""
-    bb = ggml.BLOCKS[typ][1]
-    rows = raw.shape[0]
-    b = np.ascontiguousarray(raw).reshape(-1, bb)
-    lo = np.concatenate([b[:, -16:] & 0x0F, b[:, -16:] >> 4], axis=1)
-    if typ == "Q4_0":
-        q = lo.astype(np.int16) - 8
-    else:
-        h = np.ascontiguousarray(b[:, 2:6]).view("<u4").astype(np.uint32)
-        hb = ((h >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
-        q = (lo | (hb << 4)).astype(np.int16) - 16
-    out = np.empty((b.shape[0], 34), np.uint8)
-    out[:, :2] = b[:, :2]
-    out[:, 2:] = q.astype(np.int8).view(np.uint8)
-    return out.reshape(rows, -1)
-
-
-def _same(raw: np.ndarray, typ: str) -> np.ndarray:
-    return raw
-
-
-#: (blockc format, GGUF type) -> the rows of the file's blocks as that format's own GGUF
-#: type (rearranged into panels by PANELS: exact by construction, no float copy): every
-#: format's own type as it is, and Q4_0's and Q5_0's blocks as Q8_0's for q8_0 and q8_0i
-_ROWS = {**{(fm, typ): _same for fm, typ in PANELS.items()},
-         **{(fm, typ): _q8_0_rows for fm in ("q8_0", "q8_0i") for typ in ("Q4_0", "Q5_0")}}
 
 #: the block types whose blocks start with their half scale
 _SCALE_FIRST = ("Q8_0", "Q4_0", "Q5_0")
@@ -431,11 +406,11 @@ def _check_scales(path: str, name: str, raw: np.ndarray, typ: str) -> None:
 
 
 def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool) -> Any:
-    """Write every tensor of ``f`` into ``m``: a matrix whose every part has a block
-    converter to its format (_ROWS) as those blocks (rearranged into panels: exact, and
-    no float copy), any other tensor dequantised and packed. With ``check_exact``, the
-    set of the matrices packed from floats that do not read back as the file's
-    dequantised weights bit for bit, when there are any (else ``m``)."""
+    """Write every tensor of ``f`` into ``m``: a matrix whose format :func:`holds` every
+    part's blocks as those blocks (moved into panels by the C library: exact, and no float
+    copy), any other tensor dequantised and packed. With ``check_exact``, the set of the
+    matrices packed from floats that do not read back as the file's dequantised weights
+    bit for bit, when there are any (else ``m``)."""
     lay = m.layout
     fmts = m.dtypes
     params = m.params
@@ -451,11 +426,15 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool) -> Any:
             raise _fail(f.path, f"tensor {name!r} has shape {t.shape}, expected {tuple(want)} for "
                                 "this file's metadata")
         fm = fmts.get(ours)
-        raw = fm is not None and all((fm, ty) in _ROWS for ty in types[ours])
-        # raw: (rows, row bytes) of the format's own blocks
-        w = _ROWS[fm, t.type](t.data, t.type) if raw else t.to_float32()
-        if raw and PANELS[fm] in _SCALE_FIRST:  # w: rows of PANELS[fm]'s blocks
-            _check_scales(f.path, name, w, PANELS[fm])
+        raw = fm is not None and all(holds(fm, ty) for ty in types[ours])
+        if raw:  # w: (rows, row bytes) of the format's own type's blocks
+            own = FORMATS[fm].ggml_type
+            w = t.data if fmt.TYPE_IDS[t.type] == own else convert_ggml(
+                np.ascontiguousarray(t.data), fmt.TYPE_IDS[t.type], own)
+            if fmt.TYPES[own][0] in _SCALE_FIRST:
+                _check_scales(f.path, name, w, fmt.TYPES[own][0])
+        else:
+            w = t.to_float32()
         if heads is not None:
             w = unpermute(w, heads)  # whole rows: whole blocks
         if rows is not None:
@@ -469,7 +448,8 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool) -> Any:
             w = parts.pop(ours)
         if raw:
             tl = lay[ours]
-            params[tl.offset:tl.offset + tl.nbytes] = raw_panels(w, PANELS[fm], fm)
+            params[tl.offset:tl.offset + tl.nbytes] = pack_ggml(np.ascontiguousarray(w), fm,
+                                                                tl.shape)
             continue
         m.write_tensor(ours, np.ascontiguousarray(w))
         if check_exact and lay[ours].packed and fm != "float32":
@@ -652,9 +632,10 @@ def save(m: Any, path: str, dtype: str, tokenizer: Optional[Mapping[str, Any]] =
         t = recipe(dtype, name, cfg.layers, tl.shape[-1], cfg.tie_weights) if tl.packed else "F32"
         # a matrix already in the type: its blocks as they are (exact, no requantising)
         fm = fmts.get(ours, "")
-        raw = tl.packed and fm in FILE_ROWS and PANELS[fm] == t
+        own = FORMATS[fm].ggml_type if fm else -1
+        raw = tl.packed and own >= 0 and fmt.TYPES[own][0] == t
         if ours not in whole:
-            whole[ours] = (file_rows(m.params[tl.offset:tl.offset + tl.nbytes], t, tl.shape[0], fm)
+            whole[ours] = (unpack_ggml(m.params[tl.offset:tl.offset + tl.nbytes], fm, tl.shape)
                            if raw else m.read_tensor(ours))
         w = whole[ours] if rows is None else whole[ours][rows[0]:rows[1]]
         if rows is None or rows[1] == tl.shape[0]:
