@@ -247,18 +247,20 @@ def pack_ggml(blocks: np.ndarray, dtype: str, shape: Tuple[int, int]) -> np.ndar
     return out
 
 
-def unpack_ggml(packed: np.ndarray, dtype: str, shape: Tuple[int, int]) -> np.ndarray:
+def unpack_ggml(packed: Union[np.ndarray, PackedWeight], dtype: Optional[str] = None,
+                shape: Optional[Tuple[int, int]] = None) -> np.ndarray:
     """The inverse of :func:`pack_ggml`: the rows of blocks a GGUF file stores for a packed
     (rows, cols) matrix of ``dtype`` (its GGUF type's: the same blocks).
 
     Parameters
     ----------
-    packed : numpy.ndarray of uint8
-        The packed matrix's bytes (``pack`` or :func:`pack_ggml` made them).
+    packed : numpy.ndarray of uint8, or PackedWeight
+        The packed matrix's bytes (:func:`pack_ggml` made them, or a model's buffer holds
+        them), or a :class:`PackedWeight` (its own dtype and shape then).
     dtype : str
-        Its format, one that holds a GGUF type's blocks.
+        Its format, one that holds a GGUF type's blocks (not with a PackedWeight).
     shape : tuple of int
-        (rows, cols).
+        (rows, cols) (not with a PackedWeight).
 
     Returns
     -------
@@ -269,6 +271,10 @@ def unpack_ggml(packed: np.ndarray, dtype: str, shape: Tuple[int, int]) -> np.nd
     TypeError, ValueError
         As :func:`pack_ggml`'s.
     """
+    if isinstance(packed, PackedWeight):
+        if dtype is not None or shape is not None:
+            raise BlockcValueError("dtype and shape are the PackedWeight's own: pass neither")
+        packed, dtype, shape = packed._buf, packed.dtype, packed.shape
     dtype, shape, typ = _ggml_args(dtype, shape)
     n = ffi.new("size_t *")
     check(lib.bc_pack_size(n, C_DTYPE[dtype], shape[0], shape[1]), "unpack_ggml")

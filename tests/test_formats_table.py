@@ -112,3 +112,50 @@ def test_convert_and_refusals():
         ops.pack_ggml(np.zeros(34, np.int8), "q8_0", (1, 32))
     with pytest.raises(blockc.BlockcValueError, match="whole blocks"):
         ops.pack_ggml(np.zeros(34, np.uint8), "q8_0", (1, 33))
+
+
+def _corner_weights(rows: int, cols: int) -> np.ndarray:
+    """Normal weights with the corners of the quantisers' rules: near-ties of the
+    rounding, an all-zero block, a block whose scale underflows a half, equal weights,
+    a negative largest weight, wide and narrow ranges, weights near the largest a half
+    scale allows."""
+    rng = np.random.default_rng(11)
+    w = (rng.standard_normal((rows, cols)) * 0.05).astype(np.float32)
+    w[0, :32] = np.arange(32) - 15.5
+    w[1, :32] = np.arange(32) * np.float32(-0.5)
+    w[2, :256] = 0.0
+    w[3, :256] *= np.float32(1e-30)
+    w[4, :256] = np.float32(0.25)
+    w[5, :32] = -np.abs(w[5, :32]) * 100
+    w[6] *= np.float32(1e4)
+    w[7, :256] = np.float32(65504 * 7.9) * np.sign(w[7, :256])
+    w[8, 32:64] = np.float32(1.0) + np.arange(32, dtype=np.float32) * np.float32(2 ** -11)
+    return w
+
+
+@pytest.mark.parametrize("typ", ["Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q6_K", "F16", "BF16", "F32",
+                                 "Q4_1", "Q5_1", "Q5_K"])
+def test_saving_quantises_as_the_oracle(typ):
+    """save_gguf's quantise (the C quantiser where the C table has a plain format of the
+    type, the oracle's otherwise or for weights the C format refuses) writes the oracle's
+    very bytes (reference/ggml.py, llama.cpp's reference quantisers)."""
+    w = _corner_weights(40, 512)
+    assert np.array_equal(gm.quantise(w, typ), ggml.quantise(w, typ))
+    assert set(gm._C_QUANTISED) == {"Q8_0", "Q4_0", "Q5_0", "Q6_K"}
+    if typ in gm._C_QUANTISED:  # beyond a half scale: the oracle's
+        big = w.copy()
+        big[9, 0] = np.float32(3e10)
+        assert np.array_equal(gm.quantise(big, typ), ggml.quantise(big, typ))
+
+
+def test_q4_k_c_quantiser_differs_from_the_oracle_only_in_a_zero_dmin_sign():
+    """Why saving keeps the oracle's Q4_K (gguf/model._ORACLE_ONLY): where every
+    sub-block's min is zero, C (as llama.cpp) stores dmin +0 and the oracle -0.0; every
+    other byte, and every weight, is the same."""
+    w = _corner_weights(40, 512)
+    c = ops.unpack_ggml(ops.pack(w, "q4_k"))
+    o = ggml.quantise(w, "Q4_K")
+    diff = np.argwhere(c != o)
+    assert diff.size and set(diff[:, 1] % 144) == {3}  # dmin's high byte, super-block by super-block
+    assert np.all(c[c != o] == 0) and np.all(o[c != o] == 0x80)
+    assert np.array_equal(ggml.dequantise(c.reshape(-1), "Q4_K"), ggml.dequantise(o.reshape(-1), "Q4_K"))

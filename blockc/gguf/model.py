@@ -50,7 +50,7 @@ from ..families import config_to_hf
 from ..generation.config import GenerationConfig
 from ..model import GPTConfig, layout
 from .._enums import FORMATS, GGML_CONVERTS
-from ..ops import convert_ggml, pack_ggml, unpack_ggml
+from ..ops import convert_ggml, pack, pack_ggml, unpack_ggml
 from ..reference import ggml
 from ..text import Tokenizer
 from . import format as fmt
@@ -460,6 +460,37 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool) -> Any:
 
 # ---- saving -------------------------------------------------------------------------------------
 
+#: the quantised types whose C quantiser does not write the oracle's very bytes, so saving
+#: keeps the oracle's: Q4_K (a super-block whose every sub-block's min is zero gets dmin
+#: +0 from C, as llama.cpp's quantize_row_q4_K_ref starts max_min at 0, and -0.0 from
+#: reference/ggml.py's max over the mins; the same weights, other bytes)
+_ORACLE_ONLY = ("Q4_K",)
+
+#: GGUF type -> the format whose C quantiser (bc_pack, on every thread) writes that type's
+#: blocks: the plain (not integer) formats of the C table whose blocks are a quantised
+#: type's (Q8_0, Q4_0, Q5_0, Q6_K), less :data:`_ORACLE_ONLY`. Each writes the very bytes
+#: of :mod:`blockc.reference.ggml`'s quantiser (llama.cpp's reference ones), which
+#: tests/test_formats_table.py checks type by type, corner cases included.
+_C_QUANTISED: Dict[str, str] = {
+    fmt.TYPES[f.ggml_type][0]: name for name, f in FORMATS.items()
+    if f.ggml_type >= 0 and not f.integer and f.block > 1
+    and fmt.TYPES[f.ggml_type][0] not in _ORACLE_ONLY}
+
+
+def quantise(w: np.ndarray, typ: str) -> np.ndarray:
+    """The (rows, row bytes) blocks of ggml type ``typ`` of the float32 matrix ``w``: by the
+    C quantiser where it has the type (:data:`_C_QUANTISED`: the same bytes as the oracle's,
+    on every thread), else, and for weights the C format refuses (beyond what its half
+    scales hold), by :func:`blockc.reference.ggml.quantise`."""
+    fm = _C_QUANTISED.get(typ)
+    if fm is not None and w.ndim == 2 and w.shape[1] % FORMATS[fm].block == 0:
+        try:
+            return unpack_ggml(pack(w, fm))
+        except BlockcValueError:
+            pass
+    return ggml.quantise(w, typ)
+
+
 #: dtype names save accepts: ggml type names, and llama.cpp's mixed recipes
 GGUF_DTYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K",
                "Q6_K", "Q4_K_M", "Q5_K_M", "Q4_K_S", "Q5_K_S")
@@ -560,11 +591,14 @@ class GGUFMixin:
 
         llama.cpp's names and conventions (a Llama's q/k rows reordered for its rotary
         pairing, GPT-2's head written out, the metadata its loader reads). Matrices
-        are stored as ``dtype``, quantised by :mod:`blockc.reference.ggml` (blocks
-        bit-identical to the gguf package's where it quantises the type); vectors
-        (norms, biases) as F32. The model's own weights are what is quantised; a
-        q8_0, q4_0 or q4_k model's matrices saved as Q8_0, Q4_0 or Q4_K are its
-        blocks as they are (a file loaded and saved again has the same bytes).
+        are stored as ``dtype``, quantised by llama.cpp's reference quantisers (the C
+        library's on every thread for Q8_0, Q4_0, Q5_0 and Q6_K,
+        :mod:`blockc.reference.ggml`'s for the others: the same bytes, and bit-identical
+        to the gguf package's where it quantises the type); vectors (norms, biases) as
+        F32. The model's own weights are what is quantised; a matrix in a format that
+        holds the type's blocks (a q8_0 or q8_0i model's saved as Q8_0, a q4_k's as
+        Q4_K, ...) is its blocks as they are (a file loaded and saved again has the
+        same bytes).
 
         Parameters
         ----------
@@ -647,7 +681,7 @@ def save(m: Any, path: str, dtype: str, tokenizer: Optional[Mapping[str, Any]] =
             tensors.append((name, t, shape, np.ascontiguousarray(w)))
             continue
         w = np.ascontiguousarray(w, dtype=np.float32)
-        tensors.append((name, t, w.shape, ggml.quantise(w, t)))
+        tensors.append((name, t, w.shape, quantise(w, t)))
     extra = dict(tokenizer or {})
     ids = getattr(m, "special_ids", {}) or {}
     for ours, theirs in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),
