@@ -159,3 +159,23 @@ def test_q4_k_c_quantiser_differs_from_the_oracle_only_in_a_zero_dmin_sign():
     assert diff.size and set(diff[:, 1] % 144) == {3}  # dmin's high byte, super-block by super-block
     assert np.all(c[c != o] == 0) and np.all(o[c != o] == 0x80)
     assert np.array_equal(ggml.dequantise(c.reshape(-1), "Q4_K"), ggml.dequantise(o.reshape(-1), "Q4_K"))
+
+
+def test_blocks_move_the_same_at_any_thread_count():
+    """bc_pack_ggml and bc_unpack_ggml spread their panels over the pool: the same bytes
+    on 1 and 2 threads (runs of 4 panels and a short one)."""
+    w = _corner_weights(90, 768)
+    w[7] = 1.0  # (float16 holds no weight beyond 65504)
+    n0 = blockc.get_num_threads()
+    out = {}
+    try:
+        for n in (1, 2):
+            blockc.set_num_threads(n)
+            for dtype in ("q4_ki", "q6_k", "q8_0i", "float16"):
+                p = ops.pack(w, dtype)
+                b = ops.unpack_ggml(p)
+                out[n, dtype] = (b, ops.pack_ggml(b, dtype, w.shape))
+    finally:
+        blockc.set_num_threads(n0)
+    for dtype in ("q4_ki", "q6_k", "q8_0i", "float16"):
+        assert all(np.array_equal(a, b) for a, b in zip(out[1, dtype], out[2, dtype])), dtype
