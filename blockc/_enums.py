@@ -5,13 +5,13 @@ the packed weights (:mod:`blockc.ops`) and the command line all read these.
 """
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Tuple
 
-from ._native import c_dtypes, c_max_cols, c_whole_blocks, lib
+from ._native import CFormat, c_formats, c_ggml_converts, lib
 
 __all__ = ["NORMS", "PLACEMENTS", "ACTIVATIONS", "POSITIONS", "DTYPES",
            "C_NORM", "C_PLACE", "C_ACT", "C_POS", "C_DTYPE", "VALUE_LIMIT",
-           "WHOLE_BLOCKS", "MAX_COLS"]
+           "WHOLE_BLOCKS", "MAX_COLS", "FORMATS", "GGML_CONVERTS"]
 
 #: the norm: RMSNorm (gain), LayerNorm (gain and shift), none (chapter 24, exercise 2)
 C_NORM: Dict[str, int] = {"rms": lib.BC_NORM_RMS, "layer": lib.BC_NORM_LAYER,
@@ -23,30 +23,22 @@ C_ACT: Dict[str, int] = {"gelu_tanh": lib.BC_ACT_GELU_TANH, "gelu": lib.BC_ACT_G
                          "relu": lib.BC_ACT_RELU, "swiglu": lib.BC_ACT_SWIGLU}
 #: a learned position table or rotary embeddings
 C_POS: Dict[str, int] = {"learned": lib.BC_POS_LEARNED, "rope": lib.BC_POS_ROPE}
-#: how a packed matrix stores its weights
-#: (the C library's formats table, csrc/kernels/formats.c: float32, bfloat16, q8_0, q4_0,
-#: float16, q5_0, ...)
-C_DTYPE: Dict[str, int] = c_dtypes()
-#: the formats whose matrices' rows must be whole blocks, and the block (q4_k: 256)
-WHOLE_BLOCKS: Dict[str, int] = c_whole_blocks()
-#: the formats whose matrices hold at most so many columns (q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, bfloat16i: 65536)
-MAX_COLS: Dict[str, int] = c_max_cols()
-
+#: every weight format, a row of the C library's formats' table (csrc/kernels/formats.c)
+#: each: its block, bytes, bounds, the GGUF type whose blocks it holds (``ggml_type``, a
+#: GGUF type id, or -1), whether its products are integer dot products (``integer``), the
+#: weights it cannot hold (``limit``)
+FORMATS: Dict[str, CFormat] = {f.name: f for f in c_formats()}
+#: how a packed matrix stores its weights: name -> BC_DTYPE_*, in the table's order
+C_DTYPE: Dict[str, int] = {name: f.code for name, f in FORMATS.items()}
+#: the formats whose matrices' rows must be whole blocks, and the block (K-quants: 256)
+WHOLE_BLOCKS: Dict[str, int] = {name: f.block for name, f in FORMATS.items() if f.whole}
+#: the formats whose matrices hold at most so many columns (the integer-dot ones: 65536)
+MAX_COLS: Dict[str, int] = {name: f.max_cols for name, f in FORMATS.items() if f.max_cols}
 #: what a format cannot hold (the C pack's BC_EVALUE), for the messages that say so
-VALUE_LIMIT: Dict[str, str] = {
-    "q8_0": "finite weights of magnitude <= 65504 * 127 (the block scale is a half)",
-    "q4_0": "finite weights of magnitude <= 65504 * 8 (the block scale is a half)",
-    "q5_0": "finite weights of magnitude <= 65504 * 16 (the block scale is a half)",
-    "q8_0i": "finite weights of magnitude <= 65504 * 127 (the block scale is a half)",
-    "q4_0i": "finite weights of magnitude <= 65504 * 8 (the block scale is a half)",
-    "q5_0i": "finite weights of magnitude <= 65504 * 16 (the block scale is a half)",
-    "q4_k": "finite weights of magnitude <= 65504 * 8 (the super-block scales are halves)",
-    "q6_k": "finite weights of magnitude <= 65504 * 8 (the super-block scales are halves)",
-    "q4_ki": "finite weights of magnitude <= 65504 * 8 (the super-block scales are halves)",
-    "q6_ki": "finite weights of magnitude <= 65504 * 8 (the super-block scales are halves)",
-    "float16": "finite weights of magnitude <= 65504 (the largest half; larger ones are "
-               "refused, not made infinite)",
-}
+VALUE_LIMIT: Dict[str, str] = {name: f.limit for name, f in FORMATS.items() if f.limit}
+#: GGUF type id -> the GGUF type ids whose blocks the C library converts to its blocks of
+#: the same weights (:func:`blockc.ops.convert_ggml`)
+GGML_CONVERTS: Dict[int, Tuple[int, ...]] = c_ggml_converts()
 
 NORMS = tuple(C_NORM)
 PLACEMENTS = tuple(C_PLACE)

@@ -7,6 +7,7 @@ which hand NumPy buffers to C without copying.
 from __future__ import annotations
 
 import math
+from typing import List, NamedTuple, Optional
 
 import numpy as np
 
@@ -51,7 +52,7 @@ except ImportError:  # the source tree without a build: use an installed blockc'
 
 __all__ = ["ffi", "lib", "check", "fptr", "cptr", "thread_buffer", "output_empty", "aligned_zeros",
            "aligned_copy",
-           "c_dtypes", "c_whole_blocks"]
+           "c_formats", "CFormat", "c_ggml_converts"]
 
 # status -> exception type; messages come from bc_strerror
 _EXC = {
@@ -140,46 +141,50 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def _c_formats():
-    """``(BC_DTYPE_*, name, block)`` of every weight format the C library has, in its
-    order (its formats' table: csrc/kernels/formats.c); a value with no format yet,
-    below BC_NDTYPE, is skipped."""
+class CFormat(NamedTuple):
+    """One row of the C library's formats' table (csrc/kernels/formats.c), as
+    ``bc_dtype_info`` and ``bc_dtype_traits_of`` give it."""
+    code: int             #: its BC_DTYPE_*
+    name: str             #: its name in Python ("q8_0")
+    block: int            #: weights of a row per block
+    block_bytes: int      #: bytes of one row's block in the panels
+    max_cols: int         #: the columns a matrix may have; 0: any
+    whole: bool           #: a row must be whole blocks
+    ggml_type: int        #: the GGUF type id whose blocks its panels hold bit for bit, or -1
+    integer: bool         #: products by integer dot products over 8-bit rows of x
+    limit: Optional[str]  #: the weights packing refuses, in words; None: every float
+
+
+def c_formats() -> List[CFormat]:
+    """Every weight format the C library has, in its order (its formats' table); a
+    value with no format yet, below BC_NDTYPE, is skipped. Read once at import by
+    :mod:`blockc._enums`, so that a format added in C needs no Python edit."""
     block = ffi.new("size_t *")
     name = ffi.new("char[]", lib.BC_DTYPE_NAME_MAX)
+    t = ffi.new("bc_dtype_traits *")
+    out = []
     for code in range(lib.BC_NDTYPE):
         st = lib.bc_dtype_info(name, lib.BC_DTYPE_NAME_MAX, block, ffi.NULL, code)
         if st == lib.BC_EOPTION:
             continue
         check(st, "dtypes")
-        yield code, ffi.string(name).decode(), int(block[0])
+        check(lib.bc_dtype_traits_of(t, code), "dtypes")
+        out.append(CFormat(code, ffi.string(name).decode(), int(t.block), int(t.block_bytes),
+                           int(t.max_cols), bool(t.whole), int(t.ggml_type), bool(t.integer),
+                           ffi.string(t.limit).decode() if t.limit != ffi.NULL else None))
+    return out
 
 
-def c_dtypes() -> dict:
-    """``{name: BC_DTYPE_*}`` of every weight format the C library has, in its
-    order, read once at import by the modules that name dtypes, so a format added
-    in C needs no Python edit."""
-    return {name: code for code, name, _ in _c_formats()}
-
-
-def c_whole_blocks() -> dict:
-    """``{name: block}`` of the weight formats whose rows must be whole blocks
-    (q4_k: 256 columns; llama.cpp's K-quants have no short block), read from the
-    C library: its packing refuses a row of ``block + 1`` columns of these."""
-    n = ffi.new("size_t *")
-    return {name: b for code, name, b in _c_formats()
-            if b > 1 and lib.bc_pack_size(n, code, 1, b + 1) == lib.BC_ESIZE}
-
-
-def c_max_cols() -> dict:
-    """``{name: columns}`` of the weight formats whose matrices have a bounded number
-    of columns (q8_0i, q4_0i, bfloat16i: BC_Q8_0I_MAX_COLS, so one row's int32 sums
-    cannot overflow and a rounded row fits a call's scratch), read from the C library: its packing takes the bound and refuses 256
-    whole blocks more (a multiple of every block, the K-quants' 256 too)."""
-    n = ffi.new("size_t *")
-    limit = lib.BC_Q8_0I_MAX_COLS
+def c_ggml_converts() -> dict:
+    """``{to: (from, ...)}``: the GGUF type ids whose blocks the C library converts to
+    blocks of type ``to`` holding the same weights (bc_ggml_convert: Q4_0's and Q5_0's
+    as Q8_0's), for every type a format holds. bc_ggml_convert checks the pair before
+    the sizes, so zero blocks ask it: BC_ESIZE, it converts; BC_EOPTION, it does not."""
+    buf = ffi.new("char[]", 1)
     out = {}
-    for code, name, b in _c_formats():
-        check(lib.bc_pack_size(n, code, 1, limit), "dtypes")
-        if lib.bc_pack_size(n, code, 1, limit + 256 * b) == lib.BC_ESIZE:
-            out[name] = limit
+    for to in sorted({f.ggml_type for f in c_formats() if f.ggml_type >= 0}):
+        found = tuple(src for src in range(64)
+                      if lib.bc_ggml_convert(buf, 0, buf, 0, to, src, 0) == lib.BC_ESIZE)
+        if found:
+            out[to] = found
     return out

@@ -12,7 +12,7 @@ import pytest
 
 import blockc
 
-MODULES = ["blockc.block.ops", "blockc.block.engine", "blockc.block.config", "blockc.block.weights",
+MODULES = ["blockc.block.ops", "blockc.block.packed", "blockc.block.engine", "blockc.block.config", "blockc.block.weights",
            "blockc.gpt", "blockc.runtime", "blockc.book", "blockc.book.rng", "blockc.text.tokenizer",
            "blockc.text.chat", "blockc.model.config", "blockc.model.core", "blockc.model.cache",
            "blockc.model.layout", "blockc.checkpoint.hf", "blockc.train", "blockc.generation.loop",

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import blockc
-from blockc import BlockcValueError, GPT, GPTConfig
+from blockc import BlockcValueError, GPT, GPTConfig, ops
 from blockc import gguf as bg
 from blockc.checkpoint import gguf as gm
 from blockc.reference import ggml
@@ -286,7 +286,7 @@ def test_cli_convert_both_ways_and_generate(files, tmp_path, capsys):
 def test_packed_blocks_are_gguf_quants_blocks(dtype, typ):
     """blockc's C quantiser (m.astype from float32) stores, matrix by matrix, the very
     blocks gguf.quants.quantize makes of the same weights (rearranged into panels of 16
-    rows: raw_panels), corner cases included: near-ties of the rounding, an all-zero
+    rows: ops.pack_ggml, and back), corner cases included: near-ties of the rounding, an all-zero
     block, blocks whose scale underflows a half, rows that are not whole panels."""
     cfg = GPTConfig.preset("llama-7b", vocab=97, context=32, width=64, heads=4, layers=1,
                            d_ff=96, kv_heads=2)
@@ -306,7 +306,8 @@ def test_packed_blocks_are_gguf_quants_blocks(dtype, typ):
         a = m.read_tensor(name)
         blocks = np.asarray(gq.quantize(a, gt)).view(np.uint8).reshape(a.shape[0], -1)
         got = q.params[t.offset:t.offset + t.nbytes].view(np.uint8)
-        assert np.array_equal(got, gm.raw_panels(blocks, typ)), name
+        assert np.array_equal(got, ops.pack_ggml(blocks, dtype, t.shape)), name
+        assert np.array_equal(ops.unpack_ggml(got, dtype, t.shape), blocks), name
 
 
 @pytest.mark.parametrize("dtype, typ, ratio", [("q4_0", "Q4_0", 5), ("q5_0", "Q5_0", 4),
@@ -385,7 +386,7 @@ def test_k_quant_native_kernels(files, tmp_path, fmt):
         tl = q.layout[ours]
         if not tl.packed:
             continue
-        raw = gm.file_rows(q.params[tl.offset:tl.offset + tl.nbytes], typ, tl.shape[0])
+        raw = ops.unpack_ggml(q.params[tl.offset:tl.offset + tl.nbytes], fmt, tl.shape)
         if rows is not None:
             raw = raw[rows[0]:rows[1]]
         if heads is not None:
@@ -396,7 +397,7 @@ def test_k_quant_native_kernels(files, tmp_path, fmt):
     qm = m.astype(fmt)
     for ours in ("blocks.0.attn.qkv.weight", "blocks.1.down.weight", "token.weight"):
         tl = qm.layout[ours]
-        got = gm.file_rows(qm.params[tl.offset:tl.offset + tl.nbytes], typ, tl.shape[0])
+        got = ops.unpack_ggml(qm.params[tl.offset:tl.offset + tl.nbytes], fmt, tl.shape)
         assert np.array_equal(got, ggml.quantise(m.read_tensor(ours), typ).reshape(got.shape))
     ids = np.random.default_rng(0).integers(0, cfg.vocab, (2, 40))
     want = f(ids)

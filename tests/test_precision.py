@@ -276,17 +276,18 @@ def test_k_blocks_are_the_oracle_quantisers_bit_for_bit(dtype):
     oracle's quantise (llama.cpp's quantize_row_q4_K_ref with make_qkx2_quants;
     quantize_row_q6_K_ref with make_qx_quants): read back out of its panels as a GGUF
     file holds them; unpack is the oracle's (and the gguf package's) dequantise of those
-    blocks, bit for bit; the panels are the file's blocks rearranged (raw_panels)."""
+    blocks, bit for bit; the panels are the file's blocks rearranged (the C library's
+    ops.pack_ggml, and ops.unpack_ggml back)."""
     gguf = pytest.importorskip("gguf")
-    from blockc.checkpoint.gguf import file_rows, raw_panels
     from blockc.reference import ggml
     typ = dtype.upper()
     for rows, cols in ((3, 256), (17, 512), (40, 768)):
         w = _k_weights(rows, cols, rows)
         p = ops.pack(w, dtype)
         want = ggml.quantise(w, typ).reshape(rows, -1)
-        np.testing.assert_array_equal(file_rows(p._buf, typ, rows), want)
-        np.testing.assert_array_equal(raw_panels(want, typ), p._buf.view(np.uint8).reshape(-1))
+        raw = np.array(p._buf).view(np.uint8).reshape(-1)
+        np.testing.assert_array_equal(ops.unpack_ggml(raw, dtype, (rows, cols)), want)
+        np.testing.assert_array_equal(ops.pack_ggml(want, dtype, (rows, cols)), raw)
         deq = gguf.quants.dequantize(want, getattr(gguf.GGMLQuantizationType, typ))
         np.testing.assert_array_equal(p.unpack().view(np.uint32), deq.view(np.uint32))
     with pytest.raises(blockc.BlockcValueError, match=f"{dtype} needs finite weights"):

@@ -23,14 +23,15 @@ from typing import Any, Optional, Tuple, Union
 import numpy as np
 import numpy.typing as npt
 
-from .._args import F32, as_choice, as_f32, as_flag, check_eps
+from .._args import as_f32, as_flag, check_eps
 from .._native import check, cptr, ffi, fptr, lib, output_empty
-from .._enums import C_DTYPE, DTYPES, MAX_COLS, VALUE_LIMIT, WHOLE_BLOCKS
+from .._enums import C_DTYPE, DTYPES
 from .._errors import BlockcValueError
+from .packed import PackedWeight, convert_ggml, pack, pack_ggml, unpack_ggml
 
 __all__ = [
     "linear", "pack", "PackedWeight", "DTYPES", "rmsnorm", "layernorm", "attention", "gelu_tanh",
-    "gelu", "relu", "silu", "swiglu", "residual_add",
+    "gelu", "relu", "silu", "swiglu", "residual_add", "pack_ggml", "unpack_ggml", "convert_ggml",
 ]
 
 
@@ -41,136 +42,6 @@ def _vector(a: Any, n: int, name: str, what: str) -> Optional[np.ndarray]:
     if a.shape != (n,):
         raise BlockcValueError(f"{name} must have shape ({n},) ({what}), got {a.shape}")
     return a
-
-
-class PackedWeight:
-    """A weight matrix (out, in) packed for the kernels, stored as float32, bfloat16,
-    float16, q8_0, q4_0 or q5_0.
-
-    Made by :func:`pack`; :func:`linear` accepts it in place of an array. The
-    rows are stored in panels of 16 (bc_engine.h gives the layout), so one row
-    of ``x`` and many rows get the same bits, and decoding (up to 3 rows)
-    streams the packed bytes once. Immutable: its buffer is read-only, and
-    nothing done to the array it was packed from reaches it.
-    """
-    __slots__ = ("_buf", "_ptr", "_shape", "_dtype")
-
-    def __init__(self, buf: np.ndarray, shape: Tuple[int, int], dtype: str):
-        buf.setflags(write=False)
-        object.__setattr__(self, "_buf", buf)
-        object.__setattr__(self, "_ptr", ffi.from_buffer("char[]", buf, False))
-        object.__setattr__(self, "_shape", shape)
-        object.__setattr__(self, "_dtype", dtype)
-
-    def __setattr__(self, name, value):
-        raise AttributeError("PackedWeight is immutable: pack() the new weights instead")
-
-    @property
-    def shape(self) -> Tuple[int, int]:
-        """(out, in)."""
-        return self._shape
-
-    @property
-    def dtype(self) -> str:
-        """"float32", "bfloat16", "float16", "q8_0", "q4_0" or "q5_0"."""
-        return self._dtype
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the packed buffer."""
-        return int(self._buf.size)
-
-    def unpack(self) -> np.ndarray:
-        """The weights as a new float32 (out, in) array: exactly the ones the kernels use.
-
-        Returns
-        -------
-        numpy.ndarray
-
-        Examples
-        --------
-        >>> pack(np.ones((2, 3)), "bfloat16").unpack()
-        array([[1., 1., 1.],
-               [1., 1., 1.]], dtype=float32)
-        """
-        out = np.empty(self._shape, F32)
-        check(lib.bc_unpack(fptr(out), self._ptr, self._buf.size, C_DTYPE[self._dtype],
-                            self._shape[0], self._shape[1]), "unpack")
-        return out
-
-    def __reduce__(self):  # pickle / copy: the packed bytes as they are
-        return (PackedWeight, (np.array(self._buf), self._shape, self._dtype))
-
-    def __repr__(self) -> str:
-        return f"PackedWeight(shape={self._shape}, dtype={self._dtype!r}, nbytes={self.nbytes})"
-
-
-def pack(w: npt.ArrayLike, dtype: str = "float32") -> PackedWeight:
-    """Pack a weight matrix (out, in) for :func:`linear`, stored as ``dtype``.
-
-    Parameters
-    ----------
-    w : array_like, shape (out, in)
-        As PyTorch's ``nn.Linear.weight`` (one row per output); floating.
-    dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "q5_0i", "bfloat16i", "q4_k", "q4_ki", "q6_k", "q6_ki"}, optional
-        float32 as is; bfloat16 and float16 (IEEE half) rounded to nearest even;
-        q8_0 llama.cpp's blocks of 32 weights of a row with one half-precision
-        scale (d = max|w| / 127, q = round(w / d)): the weights become d * q;
-        q4_0 and q5_0 llama.cpp's 4- and 5-bit blocks (d = m / -8 and m / -16, m the
-        weight of largest magnitude); q4_k its 4-bit super-blocks of 256 (a 6-bit
-        scale and min per 32 weights, by its reference quantiser) and q6_k its 6-bit
-        ones (an int8 scale per 16 weights), so ``in`` must be a multiple of 256.
-        q8_0i (q4_0i, q5_0i, q4_ki): q8_0's (q4_0's, q5_0's, q4_k's) weights, and
-        :func:`linear` quantises each row of ``x`` to 8 bits per block of 32 (d_x =
-        max|x| / 127) and multiplies integers: faster, about 1e-2 relative error per
-        output where the plain formats keep ``x`` exact.
-        bfloat16i: bfloat16's weights (a subnormal stored as zero), and :func:`linear`
-        rounds each row of ``x`` to bfloat16 and multiplies bfloat16 pairs in
-        vdpbf16ps's order and rounding (the same bits on every CPU; emulated where the
-        CPU has no AVX512_BF16): about 1e-3 relative error per output where bfloat16
-        keeps ``x`` exact.
-
-    Returns
-    -------
-    PackedWeight
-
-    Raises
-    ------
-    TypeError
-        A non-floating ``w``, a non-str ``dtype``.
-    ValueError
-        A shape that is not 2-D with both sizes >= 1, an unknown dtype, (q4_k, q4_ki,
-        q6_k) a number of columns that is not a multiple of 256, (quantised) a weight
-        that is not finite or too large for a half-precision scale, or (q8_0i, q4_0i,
-        q5_0i, q4_ki, bfloat16i) more than 65536 columns.
-
-    Examples
-    --------
-    >>> q = pack(np.arange(64.0).reshape(2, 32), "q8_0")  # d = 63/127, kept as a half
-    >>> q.nbytes, float(q.unpack()[1, 31])
-    (544, 63.00390625)
-    """
-    w = as_f32(w, "w")
-    as_choice(dtype, "dtype", DTYPES)
-    if w.ndim != 2 or 0 in w.shape:
-        raise BlockcValueError(f"w must have shape (out, in) with both >= 1, got {w.shape}")
-    rows, cols = w.shape
-    whole = WHOLE_BLOCKS.get(dtype)
-    if whole and cols % whole:
-        raise BlockcValueError(f"w: {dtype} needs rows of whole blocks of {whole} weights, "
-                               f"got {cols} columns")
-    n = ffi.new("size_t *")
-    st = lib.bc_pack_size(n, C_DTYPE[dtype], rows, cols)
-    if st == lib.BC_ESIZE:
-        raise BlockcValueError(f"w: {dtype} holds at most {MAX_COLS[dtype]} columns, "
-                               f"got {cols}")
-    check(st, "pack")
-    buf = np.empty(int(n[0]), np.uint8)
-    st = lib.bc_pack(ffi.from_buffer("char[]", buf), buf.size, cptr(w), C_DTYPE[dtype], rows, cols)
-    if st == lib.BC_EVALUE:
-        raise BlockcValueError(f"w: {dtype} needs {VALUE_LIMIT[dtype]}")
-    check(st, "pack")
-    return PackedWeight(buf, (rows, cols), dtype)
 
 
 def linear(x: npt.ArrayLike, w: Union[npt.ArrayLike, PackedWeight],
@@ -231,7 +102,7 @@ def linear(x: npt.ArrayLike, w: Union[npt.ArrayLike, PackedWeight],
         return y
     bp = cptr(b) if b is not None else ffi.NULL
     if packed:
-        check(lib.bc_linear_packed(fptr(y), cptr(x), w._ptr, w._buf.size, C_DTYPE[w._dtype], bp,
+        check(lib.bc_linear_packed(fptr(y), cptr(x), w.c_buffer, w.nbytes, C_DTYPE[w.dtype], bp,
                                    n, c, oc), "linear")
     else:
         check(lib.bc_linear(fptr(y), cptr(x), cptr(w), bp, n, c, oc), "linear")

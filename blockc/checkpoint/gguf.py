@@ -21,20 +21,18 @@ and are not reordered.
 Weights: each tensor is dequantised exactly (:mod:`blockc.reference.ggml`, bit for
 bit what ggml and the gguf package compute). With ``dtype=None`` each matrix is held
 in the cheapest blockc format that holds its file type's weights exactly (:data:`EXACT`,
-one table: Q8_0 -> q8_0, Q4_0 -> q4_0, Q5_0 -> q5_0, Q4_K -> q4_k, Q6_K -> q6_k, F16 ->
-float16, BF16 -> bfloat16, F32 -> float32; Q8_0, Q4_0, Q5_0, Q4_K, Q6_K and F16 matrices are
-the file's very bytes rearranged into panels, the others packed and checked tensor by
-tensor; a fused attn.qkv in a format all three of q, k and v fit), the
-others (Q4_1, Q5_1, Q5_K) dequantised to float32
-for that matrix only: a file mixing types (Q4_K_M) is a model of mixed formats
-(``m.dtype == "mixed"``, ``m.dtypes`` names each matrix's, ``m.gguf_types`` the
-file's), computing with exactly the weights llama.cpp computes with. ``dtype=``
-makes every matrix that format (requantised, or its blocks converted when exact).
-``dtype="q8_0i"`` (``"q4_0i"``, ``"q5_0i"``, ``"q4_ki"``, ``"q6_ki"``) holds a Q8_0 (Q4_0,
-Q5_0, Q4_K, Q6_K) file's very blocks for integer dot products (8-bit activations, as
-llama.cpp multiplies them); a q8_0i (q4_0i, q5_0i, q4_ki, q6_ki) model saves as Q8_0 (Q4_0,
-Q5_0, Q4_K, Q6_K)
-(``save_gguf(path, "Q8_0")``: the same blocks).
+derived from the C formats' table: each format names the GGUF type whose blocks its panels
+hold; Q8_0 -> q8_0, Q4_0 -> q4_0, Q4_K -> q4_k, F16 -> float16, ...). Such a matrix is
+the file's very blocks moved into panels by the C library (:func:`blockc.ops.pack_ggml`;
+Q4_0's and Q5_0's converted to Q8_0's for q8_0 first), no weight requantised; a fused
+attn.qkv in a format all three of q, k and v fit; the others (Q4_1, Q5_1, Q5_K) are
+dequantised to float32 for that matrix only: a file mixing types (Q4_K_M) is a model of
+mixed formats (``m.dtype == "mixed"``, ``m.dtypes`` names each matrix's, ``m.gguf_types``
+the file's), computing with exactly the weights llama.cpp computes with. ``dtype=``
+makes every matrix that format (requantised, or its blocks moved when exact). An integer
+format (``dtype="q8_0i"``, ...: the formats whose products are integer dot products,
+8-bit activations as llama.cpp multiplies them) holds its type's very blocks too, and a
+model in one saves as that type (``save_gguf(path, "Q8_0")``: the same blocks).
 ``dtype="integer"`` does that matrix by matrix (:data:`INTEGER`: each matrix in the
 integer format of its file type, the others as with ``dtype=None``): how llama.cpp
 multiplies a mixed file such as Q4_K_M. ``dtype="bfloat16i"`` holds a BF16 file's
@@ -51,8 +49,9 @@ from .._errors import BlockcValueError
 from .families import (GGUF_FAMILIES, GGUFMetadata, Spec,  # noqa: F401 (Spec re-exported)
                        family_of_arch, family_of_config)
 from ..generation.config import GenerationConfig
-from ..model import DTYPES, GPTConfig, layout
-from ..model.panels import FILE_ROWS, PANELS, file_rows, raw_panels  # noqa: F401 (file_rows re-exported)
+from ..model import GPTConfig, layout
+from .._enums import FORMATS, GGML_CONVERTS
+from ..block.ops import convert_ggml, pack, pack_ggml, unpack_ggml
 from ..reference import ggml
 from ..text.tokenizer import Tokenizer
 from ..io import gguf as fmt
@@ -194,49 +193,56 @@ def load(path: str, dtype: Optional[str], cls: Any,
     return m
 
 
-#: GGUF type -> the blockc formats that hold its weights exactly, cheapest first. A
-#: format blockc does not have (yet) is skipped, and float32 holds every type, so a new
-#: native format is one entry here (and, when packing the dequantised weights does not
-#: find the file's blocks again, its block converter in _ROWS).
+def holds(dtype: str, type: str) -> bool:
+    """Whether format ``dtype`` holds the very blocks of ggml type ``type`` (its own type's,
+    as the C formats' table says, or a type the C library converts to it exactly: Q4_0's
+    and Q5_0's as Q8_0's): such a matrix is moved into panels, no weight requantised."""
+    own = FORMATS[dtype].ggml_type
+    t = fmt.TYPE_IDS.get(type)
+    return own >= 0 and t is not None and (t == own or t in GGML_CONVERTS.get(own, ()))
+
+
+def _cost(dtype: str) -> float:
+    """Bytes a weight of ``dtype`` takes (its panels' block bytes over its block)."""
+    return FORMATS[dtype].block_bytes / FORMATS[dtype].block
+
+
+#: the formats cheapest first (bytes per weight; ties in the table's order)
+_BY_COST = sorted(FORMATS, key=_cost)
+
+#: GGUF type -> the blockc formats that hold its weights exactly, cheapest first: the
+#: formats of the C table (not the integer ones) that hold its blocks (:func:`holds`: Q8_0
+#: -> q8_0; Q4_0 -> q4_0, q8_0; Q5_0 -> q5_0, q8_0; Q4_K -> q4_k; Q6_K -> q6_k; F16 ->
+#: float16; BF16 -> bfloat16; F32 -> float32). float32 holds every type's dequantised
+#: weights too (:func:`exact_formats`).
 EXACT: Dict[str, Tuple[str, ...]] = {
-    "F32": ("float32",),
-    "F16": ("float16",),
-    "BF16": ("bfloat16",),
-    "Q8_0": ("q8_0",),          # (q8_0i holds them too, when asked: 8-bit activations)
-    "Q4_0": ("q4_0", "q8_0"),   # (q - 8) d: a q8_0 block of the same scale (q4_0i when asked)
-    "Q5_0": ("q5_0", "q8_0"),   # (q - 16) d: likewise
-    "Q4_K": ("q4_k",),
-    "Q6_K": ("q6_k",),
-}
+    name: held for name, held in ((name, tuple(d for d in _BY_COST if not FORMATS[d].integer
+                                               and holds(d, name)))
+                                  for name, _, _ in fmt.TYPES.values()) if held}
 
 
 def exact_formats(types: List[str]) -> List[str]:
     """The blockc formats that hold exactly the weights of a matrix whose parts (q, k, v
     of a fused attn.qkv) have the ggml ``types``, cheapest first: those every part's
-    :data:`EXACT` entry lists and blockc has, then float32 (the dequantised weights)."""
+    :data:`EXACT` entry lists, then float32 (the dequantised weights)."""
     out = [c for c in EXACT.get(types[0], ())
-           if c in DTYPES and c != "float32" and all(c in EXACT.get(t, ()) for t in types[1:])]
+           if c != "float32" and all(c in EXACT.get(t, ()) for t in types[1:])]
     return out + ["float32"]
 
 
 #: GGUF type -> the blockc format that multiplies its very blocks by integer dot products
-#: (8-bit activations), which ``dtype="integer"`` takes for a matrix of that type
-INTEGER: Dict[str, str] = {"Q8_0": "q8_0i", "Q4_0": "q4_0i", "Q5_0": "q5_0i", "Q4_K": "q4_ki",
-                           "Q6_K": "q6_ki"}
+#: (8-bit activations), which ``dtype="integer"`` takes for a matrix of that type: the
+#: integer format of the C table whose own type it is
+INTEGER: Dict[str, str] = {fmt.TYPES[f.ggml_type][0]: name for name, f in FORMATS.items()
+                           if f.integer and f.ggml_type >= 0}
 
 
 def integer_formats(types: List[str]) -> List[str]:
-    """:func:`exact_formats` led by the integer format of the matrix's ggml ``types``
-    (its parts' :data:`INTEGER` entry when they share one; q8_0i for parts of Q8_0, Q4_0
-    and Q5_0 mixed, which it holds exactly), when there is one."""
-    ints = {INTEGER.get(t) for t in types}
-    if len(ints) == 1 and None not in ints:
-        lead = [ints.pop()]
-    elif all(("q8_0i", t) in _ROWS for t in types):
-        lead = ["q8_0i"]
-    else:
-        lead = []
-    return lead + exact_formats(types)
+    """:func:`exact_formats` led by the cheapest integer format that holds the blocks of
+    every part's ggml ``types`` (:func:`holds`: a type's own :data:`INTEGER` format;
+    q8_0i for parts of Q8_0, Q4_0 and Q5_0 mixed), when there is one."""
+    lead = [d for d in _BY_COST if FORMATS[d].integer and all(holds(d, t) for t in types)]
+    return lead[:1] + exact_formats(types)
 
 
 def native_format(types: List[str]) -> str:
@@ -244,36 +250,6 @@ def native_format(types: List[str]) -> str:
     tensor by tensor and takes the next when it would store other weights)."""
     return exact_formats(types)[0]
 
-
-def _q8_0_rows(raw: np.ndarray, typ: str) -> np.ndarray:
-    """Rows of Q4_0 or Q5_0 blocks (rows, row bytes) as Q8_0 blocks of the same weights:
-    the same half scale, the quant minus its offset as an int8 (d (q - o) is exactly the
-    product a Q8_0 block of d and q - o dequantises to)."""
-    bb = ggml.BLOCKS[typ][1]
-    rows = raw.shape[0]
-    b = np.ascontiguousarray(raw).reshape(-1, bb)
-    lo = np.concatenate([b[:, -16:] & 0x0F, b[:, -16:] >> 4], axis=1)
-    if typ == "Q4_0":
-        q = lo.astype(np.int16) - 8
-    else:
-        h = np.ascontiguousarray(b[:, 2:6]).view("<u4").astype(np.uint32)
-        hb = ((h >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
-        q = (lo | (hb << 4)).astype(np.int16) - 16
-    out = np.empty((b.shape[0], 34), np.uint8)
-    out[:, :2] = b[:, :2]
-    out[:, 2:] = q.astype(np.int8).view(np.uint8)
-    return out.reshape(rows, -1)
-
-
-def _same(raw: np.ndarray, typ: str) -> np.ndarray:
-    return raw
-
-
-#: (blockc format, GGUF type) -> the rows of the file's blocks as that format's own GGUF
-#: type (rearranged into panels by PANELS: exact by construction, no float copy): every
-#: format's own type as it is, and Q4_0's and Q5_0's blocks as Q8_0's for q8_0 and q8_0i
-_ROWS = {**{(fm, typ): _same for fm, typ in PANELS.items()},
-         **{(fm, typ): _q8_0_rows for fm in ("q8_0", "q8_0i") for typ in ("Q4_0", "Q5_0")}}
 
 #: the block types whose blocks start with their half scale
 _SCALE_FIRST = ("Q8_0", "Q4_0", "Q5_0")
@@ -292,13 +268,31 @@ def _check_scales(path: str, name: str, raw: np.ndarray, typ: str) -> None:
                           "an infinite or NaN scale; its weights are not numbers")
 
 
+#: the float types whose blocks load as their bits, and the exponent mask of each element
+#: (all ones: an infinity or a NaN)
+_FLOAT_BITS = {"F32": (np.dtype("<u4"), 0x7F800000), "F16": (np.dtype("<u2"), 0x7C00),
+               "BF16": (np.dtype("<u2"), 0x7F80)}
+
+
+def _check_float_bits(path: str, name: str, raw: np.ndarray, typ: str) -> None:
+    """Refuse a tensor ``name`` of float ``typ`` (``raw``: its bytes, loaded as they are)
+    holding an infinity or a NaN: its weights are not numbers (read on the bits, no copy)."""
+    kind, mask = _FLOAT_BITS[typ]
+    bits = np.ascontiguousarray(raw).reshape(-1).view(kind)
+    bad = np.flatnonzero((bits & mask) == mask)
+    if bad.size:
+        raise _fail(path, f"tensor {name!r} holds an infinity or a NaN at element {int(bad[0])} "
+                          f"({bad.size} elements that are not finite): its weights are not "
+                          "numbers")
+
+
 def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool,
           progress: Optional[Callable[[int, int], Any]] = None) -> Any:
-    """Write every tensor of ``f`` into ``m``: a matrix whose every part has a block
-    converter to its format (_ROWS) as those blocks (rearranged into panels: exact, and
-    no float copy), any other tensor dequantised and packed. With ``check_exact``, the
-    set of the matrices packed from floats that do not read back as the file's
-    dequantised weights bit for bit, when there are any (else ``m``)."""
+    """Write every tensor of ``f`` into ``m``: a matrix whose format :func:`holds` every
+    part's blocks as those blocks (moved into panels by the C library: exact, and no float
+    copy), any other tensor dequantised and packed. With ``check_exact``, the set of the
+    matrices packed from floats that do not read back as the file's dequantised weights
+    bit for bit, when there are any (else ``m``)."""
     lay = m.layout
     fmts = m.dtypes
     params = m.params
@@ -316,17 +310,23 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool,
             raise _fail(f.path, f"tensor {name!r} has shape {t.shape}, expected {tuple(want)} for "
                                 "this file's metadata")
         fm = fmts.get(ours)
-        raw = fm is not None and all((fm, ty) in _ROWS for ty in types[ours])
-        # raw: (rows, row bytes) of the format's own blocks
-        w = _ROWS[fm, t.type](t.data, t.type) if raw else t.to_float32()
-        if not raw and not np.isfinite(np.sum(w, dtype=np.float64)):  # NaN, inf carry through
-            bad = np.argwhere(~np.isfinite(w))
-            if bad.size:
-                raise _fail(f.path, f"tensor {name!r} holds {w[tuple(bad[0])]} at "
-                                    f"{[int(i) for i in bad[0]]} ({len(bad)} elements that are "
-                                    "not finite): its weights are not numbers")
-        if raw and PANELS[fm] in _SCALE_FIRST:  # w: rows of PANELS[fm]'s blocks
-            _check_scales(f.path, name, w, PANELS[fm])
+        raw = fm is not None and all(holds(fm, ty) for ty in types[ours])
+        if raw:  # w: (rows, row bytes) of the format's own type's blocks
+            own = FORMATS[fm].ggml_type
+            w = t.data if fmt.TYPE_IDS[t.type] == own else convert_ggml(
+                np.ascontiguousarray(t.data), fmt.TYPE_IDS[t.type], own)
+            if fmt.TYPES[own][0] in _SCALE_FIRST:
+                _check_scales(f.path, name, w, fmt.TYPES[own][0])
+            elif fmt.TYPES[own][0] in _FLOAT_BITS:
+                _check_float_bits(f.path, name, w, fmt.TYPES[own][0])
+        else:
+            w = t.to_float32()
+            if not np.isfinite(np.sum(w, dtype=np.float64)):  # NaN, inf carry through
+                bad = np.argwhere(~np.isfinite(w))
+                if bad.size:
+                    raise _fail(f.path, f"tensor {name!r} holds {w[tuple(bad[0])]} at "
+                                        f"{[int(i) for i in bad[0]]} ({len(bad)} elements that "
+                                        "are not finite): its weights are not numbers")
         if heads is not None:
             w = unpermute(w, heads)  # whole rows: whole blocks
         if rows is not None:
@@ -340,7 +340,8 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool,
             w = parts.pop(ours)
         if raw:
             tl = lay[ours]
-            params[tl.offset:tl.offset + tl.nbytes] = raw_panels(w, PANELS[fm], fm)
+            params[tl.offset:tl.offset + tl.nbytes] = pack_ggml(np.ascontiguousarray(w), fm,
+                                                                tl.shape)
             continue
         m.write_tensor(ours, np.ascontiguousarray(w))
         if check_exact and lay[ours].packed and fm != "float32":
@@ -352,6 +353,37 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool,
 
 
 # ---- saving -------------------------------------------------------------------------------------
+
+#: the quantised types whose C quantiser does not write the oracle's very bytes, so saving
+#: keeps the oracle's: Q4_K (a super-block whose every sub-block's min is zero gets dmin
+#: +0 from C, as llama.cpp's quantize_row_q4_K_ref starts max_min at 0, and -0.0 from
+#: reference/ggml.py's max over the mins; the same weights, other bytes)
+_ORACLE_ONLY = ("Q4_K",)
+
+#: GGUF type -> the format whose C quantiser (bc_pack, on every thread) writes that type's
+#: blocks: the plain (not integer) formats of the C table whose blocks are a quantised
+#: type's (Q8_0, Q4_0, Q5_0, Q6_K), less :data:`_ORACLE_ONLY`. Each writes the very bytes
+#: of :mod:`blockc.reference.ggml`'s quantiser (llama.cpp's reference ones), which
+#: tests/test_formats_table.py checks type by type, corner cases included.
+_C_QUANTISED: Dict[str, str] = {
+    fmt.TYPES[f.ggml_type][0]: name for name, f in FORMATS.items()
+    if f.ggml_type >= 0 and not f.integer and f.block > 1
+    and fmt.TYPES[f.ggml_type][0] not in _ORACLE_ONLY}
+
+
+def quantise(w: np.ndarray, typ: str) -> np.ndarray:
+    """The (rows, row bytes) blocks of ggml type ``typ`` of the float32 matrix ``w``: by the
+    C quantiser where it has the type (:data:`_C_QUANTISED`: the same bytes as the oracle's,
+    on every thread), else, and for weights the C format refuses (beyond what its half
+    scales hold), by :func:`blockc.reference.ggml.quantise`."""
+    fm = _C_QUANTISED.get(typ)
+    if fm is not None and w.ndim == 2 and w.shape[1] % FORMATS[fm].block == 0:
+        try:
+            return unpack_ggml(pack(w, fm))
+        except BlockcValueError:
+            pass
+    return ggml.quantise(w, typ)
+
 
 #: dtype names save accepts: ggml type names, and llama.cpp's mixed recipes
 GGUF_DTYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K",
@@ -439,11 +471,14 @@ class GGUFMixin:
 
         llama.cpp's names and conventions (a Llama's q/k rows reordered for its rotary
         pairing, GPT-2's head written out, the metadata its loader reads). Matrices
-        are stored as ``dtype``, quantised by :mod:`blockc.reference.ggml` (blocks
-        bit-identical to the gguf package's where it quantises the type); vectors
-        (norms, biases) as F32. The model's own weights are what is quantised; a
-        q8_0, q4_0 or q4_k model's matrices saved as Q8_0, Q4_0 or Q4_K are its
-        blocks as they are (a file loaded and saved again has the same bytes).
+        are stored as ``dtype``, quantised by llama.cpp's reference quantisers (the C
+        library's on every thread for Q8_0, Q4_0, Q5_0 and Q6_K,
+        :mod:`blockc.reference.ggml`'s for the others: the same bytes, and bit-identical
+        to the gguf package's where it quantises the type); vectors (norms, biases) as
+        F32. The model's own weights are what is quantised; a matrix in a format that
+        holds the type's blocks (a q8_0 or q8_0i model's saved as Q8_0, a q4_k's as
+        Q4_K, ...) is its blocks as they are (a file loaded and saved again has the
+        same bytes).
 
         Parameters
         ----------
@@ -517,9 +552,10 @@ def save(m: Any, path: str, dtype: str, tokenizer: Optional[Mapping[str, Any]] =
         t = recipe(dtype, name, cfg.layers, tl.shape[-1], cfg.tie_weights) if tl.packed else "F32"
         # a matrix already in the type: its blocks as they are (exact, no requantising)
         fm = fmts.get(ours, "")
-        raw = tl.packed and fm in FILE_ROWS and PANELS[fm] == t
+        own = FORMATS[fm].ggml_type if fm else -1
+        raw = tl.packed and own >= 0 and fmt.TYPES[own][0] == t
         if ours not in whole:
-            whole[ours] = (file_rows(m.params[tl.offset:tl.offset + tl.nbytes], t, tl.shape[0], fm)
+            whole[ours] = (unpack_ggml(m.params[tl.offset:tl.offset + tl.nbytes], fm, tl.shape)
                            if raw else m.read_tensor(ours))
         w = whole[ours] if rows is None else whole[ours][rows[0]:rows[1]]
         if rows is None or rows[1] == tl.shape[0]:
@@ -531,7 +567,7 @@ def save(m: Any, path: str, dtype: str, tokenizer: Optional[Mapping[str, Any]] =
             tensors.append((name, t, shape, np.ascontiguousarray(w)))
             continue
         w = np.ascontiguousarray(w, dtype=np.float32)
-        tensors.append((name, t, w.shape, ggml.quantise(w, t)))
+        tensors.append((name, t, w.shape, quantise(w, t)))
     extra = dict(tokenizer or {})
     ids = getattr(m, "special_ids", {}) or {}
     for ours, theirs in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),

@@ -284,8 +284,9 @@ class PretrainedMixin:
         path : str or os.PathLike
             The directory, or a ``.gguf`` file (llama, qwen2 or gpt2 architecture; F32,
             F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K tensors, mixed).
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "q5_0i", "bfloat16i", "q4_k", "q4_ki", "q6_k", "q6_ki", "integer"}, optional
-            How blockc stores the matrices; None: bfloat16 for a bfloat16 checkpoint,
+        dtype : str, optional
+            How blockc stores the matrices (a format of :data:`blockc.DTYPES`, or
+            ``"integer"``); None: bfloat16 for a bfloat16 checkpoint,
             else float32. For a GGUF file, None: each matrix in the native format of
             its file type (BF16 bfloat16, F16 float16, Q8_0 q8_0, Q4_0 q4_0, Q5_0 q5_0, Q4_K
             q4_k, Q6_K q6_k;
@@ -294,8 +295,9 @@ class PretrainedMixin:
             ``m.dtypes`` naming each matrix's format. A dtype makes every matrix that.
             ``"integer"`` (GGUF files only): each matrix in the format that multiplies
             its file type's very blocks by integer dot products, 8-bit activations as
-            llama.cpp's (Q8_0 q8_0i, Q4_0 q4_0i, Q5_0 q5_0i, Q4_K q4_ki, Q6_K q6_ki;
-            :data:`blockc.checkpoint.gguf.INTEGER`), the others as with None.
+            llama.cpp's (Q8_0 q8_0i, Q4_0 q4_0i, ...: the integer format of the C
+            table that holds the type's blocks, :data:`blockc.checkpoint.gguf.INTEGER`), the
+            others as with None.
         progress : callable, optional
             Called as ``progress(done, total)`` while the tensors are read and
             converted (``done`` of ``total`` tensors; ``done == total`` once, at the end):

@@ -333,7 +333,8 @@ class GPTConfig:
 
         Parameters
         ----------
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "q5_0i", "bfloat16i", "q4_k", "q4_ki", "q6_k", "q6_ki"}, optional
+        dtype : str, optional
+            A format of :data:`blockc.DTYPES` (the C library's formats' table).
 
         Returns
         -------

@@ -15,13 +15,13 @@ import numpy as np
 import numpy.typing as npt
 
 from .._args import as_choice, as_flag, as_int, to_numpy
-from .._enums import VALUE_LIMIT
+from .._enums import FORMATS, VALUE_LIMIT
 from .._errors import BlockcTypeError, BlockcValueError
 from .._native import aligned_copy, check, cptr, ffi, fptr, lib, output_empty, thread_buffer
+from ..block.ops import pack_ggml, unpack_ggml
 from .cache import KVCache
 from .config import DTYPES, GPTConfig, as_config, gpt_parameter_count
 from .layout import MIXED, Tensor, c_struct, check_ids, formats, layout
-from .panels import repack
 
 __all__ = ["Model", "same_bits"]
 
@@ -86,8 +86,9 @@ class Model:
         seed : int >= 0 or None, optional
             Seed of ``numpy.random.default_rng``, drawn from tensor by tensor in
             state-dict order (None: fresh entropy).
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "q5_0i", "bfloat16i", "q4_k", "q4_ki", "q6_k", "q6_ki"}, optional
-            How the matrices are stored (the same float32 draws, then rounded
+        dtype : str, optional
+            A format of :data:`blockc.DTYPES` (the C library's formats' table): how
+            the matrices are stored (the same float32 draws, then rounded
             or quantised). q8_0i holds q8_0's weights and multiplies them by
             integer dot products (each activation row quantised to 8 bits per
             block of 32): faster decoding, about 1e-2 relative error per product
@@ -142,8 +143,8 @@ class Model:
             Every key and shape is checked against it. For a tied config,
             ``head.weight`` may be present (PyTorch lists it) and must equal
             ``token.weight`` bit for bit.
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "q5_0i", "bfloat16i", "q4_k", "q4_ki", "q6_k", "q6_ki"}, optional
-            How the matrices are stored.
+        dtype : str, optional
+            How the matrices are stored: a format of :data:`blockc.DTYPES`.
         dtypes : mapping of str to str, optional
             Matrix name -> its own format (the others in ``dtype``): each matrix
             is packed in its own.
@@ -241,10 +242,10 @@ class Model:
 
         Parameters
         ----------
-        dtype : {"float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i", "q4_0i", "q5_0i", "bfloat16i", "q4_k", "q4_ki", "q6_k", "q6_ki"}
-            From float32 the weights are rounded (bfloat16, float16) or quantised
+        dtype : str
+            A format of :data:`blockc.DTYPES`. From float32 the weights are rounded (bfloat16, float16) or quantised
             (q8_0, q4_0, q5_0, q4_k, q6_k: llama.cpp's reference quantisers; q8_0i (q4_0i,
-            q5_0i, q4_ki) q8_0's (q4_0's, q5_0's, q4_k's) weights, multiplied by integer
+            ...) q8_0's (q4_0's, q5_0's, ...) weights, multiplied by integer
             dot products on 8-bit activations;
             bfloat16i bfloat16's, on bfloat16 activations); from a lower precision
             (or a mixed model's formats) they are the weights this model computes
@@ -272,12 +273,14 @@ class Model:
         m = type(self)(self._cfg, dtype=dtype)
         m.special_ids = dict(self.special_ids)
         for name, t in self._layout.items():
-            # the same blocks in another layout (q4_k <-> q4_ki): moved, not requantised
-            raw = repack(self._params[t.offset:t.offset + t.nbytes], self._dtypes[name],
-                         dtype, t.shape[0]) if t.packed else None
-            if raw is not None:
+            src = self._dtypes.get(name) if t.packed else None
+            own = FORMATS[src].ggml_type if src else -1
+            if src is not None and src != dtype and own >= 0 and FORMATS[dtype].ggml_type == own:
+                # the same GGUF type's blocks in another layout (q4_k <-> q4_ki): moved
+                # through that type's rows, not requantised
                 u = m._layout[name]
-                m._params[u.offset:u.offset + u.nbytes] = raw
+                rows = unpack_ggml(self._params[t.offset:t.offset + t.nbytes], src, t.shape)
+                m._params[u.offset:u.offset + u.nbytes] = pack_ggml(rows, dtype, t.shape)
             else:
                 m.write_tensor(name, self.read_tensor(name))
         return m
@@ -397,8 +400,8 @@ class Model:
     @property
     def dtype(self) -> str:
         """How the matrices are stored: their one format, one of
-        :data:`blockc.model.config.DTYPES` ("float32", "bfloat16", "float16", "q8_0",
-        "q4_0", "q5_0", "q4_k", "q6_k"), or "mixed" when they do not share one (see :attr:`dtypes`)."""
+        :data:`blockc.DTYPES` (the C library's formats' table), or "mixed" when they do
+        not share one (see :attr:`dtypes`)."""
         return self._dtype
 
     @property

@@ -33,16 +33,31 @@ from typing import Callable, Dict, Tuple
 
 import numpy as np
 
-__all__ = ["DEQUANTISE", "QUANTISE", "BLOCKS", "dequantise", "quantise", "q6_k_values", "q6_k_bits",
+__all__ = ["DEQUANTISE", "QUANTISE", "BLOCKS", "TYPES", "dequantise", "quantise", "q6_k_values", "q6_k_bits",
            "scale_min_k4", "k_nibbles"]
 
 F32 = np.float32
 
-#: type name -> (weights per block, bytes per block)
+#: ggml type id (GGUF's numbering) -> (name, weights per block, bytes per block), for every
+#: type ggml defines: the one table of ggml's block sizes (blockc.gguf.format.TYPES is this;
+#: the C library's formats name a type by its id)
+TYPES: Dict[int, Tuple[str, int, int]] = {
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 40),
+    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98),
+    19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136), 24: ("I8", 1, 1), 25: ("I16", 1, 2),
+    26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8), 29: ("IQ1_M", 256, 56),
+    30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66),
+    39: ("MXFP4", 32, 17),
+}
+
+#: the types this oracle reads or writes -> (weights per block, bytes per block) (of :data:`TYPES`)
 BLOCKS: Dict[str, Tuple[int, int]] = {
-    "F32": (1, 4), "F16": (1, 2), "BF16": (1, 2), "Q8_0": (32, 34), "Q4_0": (32, 18),
-    "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24), "Q4_K": (256, 144),
-    "Q5_K": (256, 176), "Q6_K": (256, 210)}
+    n: (bs, bb) for n, bs, bb in TYPES.values()
+    if n in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")}
 
 
 def _half(b: np.ndarray) -> np.ndarray:

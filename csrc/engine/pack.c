@@ -52,6 +52,39 @@ int bc_dtype_info(char *name, size_t name_cap, size_t *block, size_t *block_byte
     return BC_OK;
 }
 
+int bc_dtype_traits_of(bc_dtype_traits *out, int dtype)
+{
+    const bc_format *f = bc_format_of(dtype);
+    if (!out)
+        return BC_ENULL;
+    if (!f)
+        return BC_EOPTION;
+    const bc_dtype_traits t = {f->block, f->block_bytes, f->max_cols, f->whole,
+                               f->from_ggml ? f->ggml_type : BC_GGML_NONE, f->integer,
+                               f->limit};
+    *out = t;
+    return BC_OK;
+}
+
+int bc_ggml_size(size_t *bytes, int type, size_t rows, size_t cols)
+{
+    const bc_ggml *g = bc_ggml_of(type);
+    size_t n;
+    int st;
+    if (!bytes)
+        return BC_ENULL;
+    if (!g)
+        return BC_EOPTION;
+    if (!rows || !cols || cols % g->block)
+        return BC_ESIZE;
+    if (rows > (size_t)BC_MAX_ELEMENTS || cols > (size_t)BC_MAX_ELEMENTS)
+        return BC_EOVERFLOW;
+    if ((st = bc_mul(&n, rows, cols / g->block)) || (st = bc_mul(&n, n, g->block_bytes)))
+        return st;
+    *bytes = n;
+    return BC_OK;
+}
+
 int bc_pack_size(size_t *bytes, int dtype, size_t rows, size_t cols)
 {
     if (!bytes)
@@ -247,5 +280,161 @@ int bc_linear_packed(float *y, const float *x, const void *w, size_t w_bytes, in
     if ((st = bc_rt_ctx(&cx, 0)))
         return st;
     bc_k_linear(y, x, w, BC_WF_PANEL(dtype), b, NULL, n, c, oc, BC_ACT_NONE, &cx);
+    return BC_OK;
+}
+
+/* ---- a GGUF tensor's rows of blocks into panels and back ------------------- */
+
+typedef struct {
+    unsigned char *panels;    /* bc_pack_ggml: written; bc_unpack_ggml: read */
+    unsigned char *rows_out;  /* bc_unpack_ggml: written */
+    const unsigned char *rows_in;
+    size_t pbytes, row_bytes, rows, cols, file_block_bytes;
+    const bc_format *f;
+} ggml_job;
+
+/* panel p (16 rows, zeroed first) from rows 16p.. of j->rows_in, chunk by chunk
+ * (a grouped format's through a zeroed chunk it then scatters), pack_panel's walk */
+static void ggml_in_panel(const void *arg, size_t p, int thread)
+{
+    const ggml_job *j = arg;
+    const bc_format *f = j->f;
+    const int grouped = f->group > 1;
+    const bc_panel_at at = bc_format_panel_at(f, j->cols, (j->rows + PW - 1) / PW, p);
+    unsigned char *panel = j->panels + p * j->pbytes;
+    const size_t nl = j->rows - p * PW < PW ? j->rows - p * PW : PW, r0 = p * PW;
+    _Alignas(64) unsigned char chunk[CHUNK_PANEL_BYTES];
+    (void)thread;
+    if (!grouped)
+        memset(panel, 0, j->pbytes);
+    for (size_t k0 = 0; k0 < j->cols; k0 += BC_FORMAT_CHUNK) {
+        const size_t nk = j->cols - k0 < BC_FORMAT_CHUNK ? j->cols - k0 : BC_FORMAT_CHUNK;
+        const size_t at_k = k0 / f->block * j->file_block_bytes;
+        if (grouped)
+            memset(chunk, 0, sizeof chunk);
+        for (size_t l = 0; l < nl; l++)
+            f->from_ggml(grouped ? chunk : panel, j->rows_in + (r0 + l) * j->row_bytes + at_k,
+                         l, grouped ? 0 : k0, nk);
+        if (grouped)
+            chunk_scatter(j->panels, chunk, f, at, k0, nk);
+    }
+}
+
+/* rows 16p.. of j->rows_out from panel p (a grouped format's chunk by chunk,
+ * gathered first) */
+static void ggml_out_panel(const void *arg, size_t p, int thread)
+{
+    const ggml_job *j = arg;
+    const bc_format *f = j->f;
+    const int grouped = f->group > 1;
+    const bc_panel_at at = bc_format_panel_at(f, j->cols, (j->rows + PW - 1) / PW, p);
+    const unsigned char *panel = j->panels + p * j->pbytes;
+    const size_t nl = j->rows - p * PW < PW ? j->rows - p * PW : PW, r0 = p * PW;
+    _Alignas(64) unsigned char chunk[CHUNK_PANEL_BYTES];
+    (void)thread;
+    for (size_t k0 = 0; k0 < j->cols; k0 += BC_FORMAT_CHUNK) {
+        const size_t nk = j->cols - k0 < BC_FORMAT_CHUNK ? j->cols - k0 : BC_FORMAT_CHUNK;
+        const size_t at_k = k0 / f->block * j->file_block_bytes;
+        if (grouped)
+            chunk_gather(chunk, j->panels, f, at, k0, nk);
+        for (size_t l = 0; l < nl; l++)
+            f->to_ggml(j->rows_out + (r0 + l) * j->row_bytes + at_k, grouped ? chunk : panel,
+                       l, grouped ? 0 : k0, nk);
+    }
+}
+
+/* The checks bc_pack_ggml and bc_unpack_ggml share: the format, its ggml
+ * type (whose block is the format's), both sizes, both buffers */
+static int check_ggml(ggml_job *j, size_t *need, size_t *file, int dtype, size_t panels_bytes,
+                      size_t rows_bytes, size_t rows, size_t cols)
+{
+    const bc_format *f = bc_format_of(dtype);
+    int st;
+    if (!f || !f->from_ggml)
+        return BC_EOPTION;
+    const bc_ggml *g = bc_ggml_of(f->ggml_type);
+    if (!g || g->block != f->block)
+        return BC_EOPTION;
+    if ((st = check_packed(need, NULL, panels_bytes, dtype, rows, cols))
+        || (st = bc_ggml_size(file, f->ggml_type, rows, cols)))
+        return st;
+    if (rows_bytes < *file)
+        return BC_EWORKSPACE;
+    const ggml_job t = {NULL, NULL, NULL, *need / ((rows + PW - 1) / PW), *file / rows, rows,
+                        cols, g->block_bytes, f};
+    *j = t;
+    return BC_OK;
+}
+
+static void ggml_run(const ggml_job *j, bc_unit_fn fn)
+{
+    bc_ctx cx;
+    const size_t panels = (j->rows + PW - 1) / PW;
+    /* load-time work over the pool, a panel a unit (each panel's bytes depend
+     * only on its rows); one thread without scratch */
+    const int threads = bc_rt_ctx(&cx, 0) ? 1 : bc_rt_threads(&cx, (double)j->rows * (double)j->cols,
+                                                              (double)(j->pbytes * panels));
+    bc_rt_run(threads, panels, fn, j);
+}
+
+int bc_pack_ggml(void *out, size_t out_bytes, const void *src, size_t src_bytes, int dtype,
+                 size_t rows, size_t cols)
+{
+    size_t need, file;
+    ggml_job j;
+    int st;
+    if (!out || !src)
+        return BC_ENULL;
+    if ((st = check_ggml(&j, &need, &file, dtype, out_bytes, src_bytes, rows, cols)))
+        return st;
+    if (overlap_bytes(out, need, src, file))
+        return BC_EALIAS;
+    j.panels = out;
+    j.rows_in = src;
+    ggml_run(&j, ggml_in_panel);
+    return BC_OK;
+}
+
+int bc_unpack_ggml(void *out, size_t out_bytes, const void *packed, size_t packed_bytes,
+                   int dtype, size_t rows, size_t cols)
+{
+    size_t need, file;
+    ggml_job j;
+    int st;
+    if (!out || !packed)
+        return BC_ENULL;
+    if ((st = check_ggml(&j, &need, &file, dtype, packed_bytes, out_bytes, rows, cols)))
+        return st;
+    if (overlap_bytes(out, file, packed, need))
+        return BC_EALIAS;
+    j.panels = (unsigned char *)(uintptr_t)packed;  /* only read (ggml_out_panel) */
+    j.rows_out = out;
+    ggml_run(&j, ggml_out_panel);
+    return BC_OK;
+}
+
+int bc_ggml_convert(void *out, size_t out_bytes, const void *src, size_t src_bytes, int to_type,
+                    int from_type, size_t blocks)
+{
+    const bc_ggml *from = bc_ggml_of(from_type), *to = bc_ggml_of(to_type);
+    size_t nin, nout;
+    int st;
+    if (!out || !src)
+        return BC_ENULL;
+    if (!from || !to || to_type != BC_GGML_Q8_0 || !from->to_q8_0)
+        return BC_EOPTION;
+    if (!blocks)
+        return BC_ESIZE;
+    if (blocks > (size_t)BC_MAX_ELEMENTS)
+        return BC_EOVERFLOW;
+    if ((st = bc_mul(&nin, blocks, from->block_bytes)) || (st = bc_mul(&nout, blocks, to->block_bytes)))
+        return st;
+    if (src_bytes < nin || out_bytes < nout)
+        return BC_EWORKSPACE;
+    if (overlap_bytes(out, nout, src, nin))
+        return BC_EALIAS;
+    for (size_t b = 0; b < blocks; b++)
+        from->to_q8_0((unsigned char *)out + b * to->block_bytes,
+                      (const unsigned char *)src + b * from->block_bytes);
     return BC_OK;
 }

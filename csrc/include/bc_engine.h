@@ -263,6 +263,69 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  * small; nothing written then. */
 int bc_dtype_info(char *name, size_t name_cap, size_t *block, size_t *block_bytes, int dtype);
 
+/* GGUF (ggml) tensor types, numbered as GGUF files number them: the ones whose
+ * blocks a format's panels hold bit for bit (bc_dtype_traits), and
+ * BC_GGML_NONE for a format that holds none. */
+#define BC_GGML_NONE -1
+#define BC_GGML_F32 0
+#define BC_GGML_F16 1
+#define BC_GGML_Q4_0 2
+#define BC_GGML_Q5_0 6
+#define BC_GGML_Q8_0 8
+#define BC_GGML_Q4_K 12
+#define BC_GGML_Q6_K 14
+#define BC_GGML_BF16 30
+
+/* What a weight format is, beyond its name and block (bc_dtype_info). */
+typedef struct {
+    size_t block;        /* weights of a row per block */
+    size_t block_bytes;  /* bytes of one row's block in the panels */
+    size_t max_cols;     /* the columns a matrix may have; 0: any */
+    int whole;           /* 1: a row must be whole blocks (cols a multiple of block) */
+    int ggml_type;       /* the BC_GGML_* whose blocks its panels hold bit for bit
+                          * (bc_pack_ggml, bc_unpack_ggml), or BC_GGML_NONE */
+    int integer;         /* 1: its products are integer dot products over rows of x
+                          * quantised to 8 bits (q8_0i's family) */
+    const char *limit;   /* the weights bc_pack refuses (BC_EVALUE), in words, static
+                          * and NUL-terminated; NULL: it holds every float */
+} bc_dtype_traits;
+
+/* *out = the traits of weight format dtype. BC_ENULL for a NULL out,
+ * BC_EOPTION for an unknown dtype (nothing written). */
+int bc_dtype_traits_of(bc_dtype_traits *out, int dtype);
+
+/* *bytes: the size of rows of cols weights of ggml type `type` (a BC_GGML_*),
+ * rows * (cols / its block) * its block's bytes. BC_EOPTION for a type blockc
+ * does not move, BC_ESIZE for a zero size or cols not whole blocks,
+ * BC_EOVERFLOW past BC_MAX_ELEMENTS. */
+int bc_ggml_size(size_t *bytes, int type, size_t rows, size_t cols);
+
+/* out (out_bytes >= bc_pack_size) = the packed (rows, cols) matrix of dtype
+ * holding src's very blocks: src (src_bytes >= bc_ggml_size) the rows of the
+ * format's ggml type as a GGUF file stores them (rows one after another, each
+ * its blocks; little-endian), rearranged into panels, rows past the end zero
+ * (bc_pack's bytes when bc_pack would find the same blocks). BC_EOPTION for a
+ * dtype whose ggml type is BC_GGML_NONE, BC_ESIZE for sizes bc_pack_size or
+ * bc_ggml_size refuses, BC_EWORKSPACE when a buffer is too small, BC_EALIAS
+ * when they overlap. */
+int bc_pack_ggml(void *out, size_t out_bytes, const void *src, size_t src_bytes, int dtype,
+                 size_t rows, size_t cols);
+
+/* The inverse: out (out_bytes >= bc_ggml_size) = the rows of the format's ggml
+ * type a GGUF file stores for the packed (rows, cols) matrix of dtype (every
+ * byte written). The same refusals. */
+int bc_unpack_ggml(void *out, size_t out_bytes, const void *packed, size_t packed_bytes,
+                   int dtype, size_t rows, size_t cols);
+
+/* out (out_bytes >= blocks of to_type's bytes) = blocks of from_type
+ * as blocks of to_type of exactly the same weights: Q4_0 and Q5_0 as Q8_0 (the
+ * same half scale, q - 8 or q - 16 an int8). BC_EOPTION for another pair,
+ * BC_ESIZE for no blocks, BC_EWORKSPACE, BC_EALIAS as above. The pair is
+ * checked before the sizes: zero blocks asks whether it converts (BC_ESIZE:
+ * it does; BC_EOPTION: it does not), writing nothing. */
+int bc_ggml_convert(void *out, size_t out_bytes, const void *src, size_t src_bytes, int to_type,
+                    int from_type, size_t blocks);
+
 /* *bytes: the size of a packed (rows, cols) matrix of dtype. BC_ESIZE for a zero
  * size (or more columns than the format holds: q8_0i; or columns not whole
  * blocks of a format that needs them: q4_k, q6_k), BC_EOPTION for an unknown dtype,

@@ -14,7 +14,9 @@
  * ggml keeps type_traits_cpu beside type_traits).
  *
  * A new format: its BC_DTYPE_* value (bc_engine.h, and BC_NDTYPE one more),
- * its row and scalar pack/unpack in formats.c, its kernels in fast_formats.h.
+ * its row and scalar pack/unpack in formats.c (with, when its panels hold a
+ * ggml type's blocks, that type and the moves of a row's blocks each way),
+ * its kernels in fast_formats.h. Python reads the row (bc_dtype_traits_of).
  */
 #ifndef BC_FORMAT_H
 #define BC_FORMAT_H
@@ -210,7 +212,36 @@ typedef struct {
      * at a time, its blocks side by side (k0 0, cols the chunk's columns): its
      * blocks must not depend on one another. */
     size_t group;
+    /* the GGUF (ggml) type whose blocks its panels hold bit for bit (a BC_GGML_*),
+     * or BC_GGML_NONE; then from_ggml and to_ggml move them */
+    int ggml_type;
+    /* nonzero: products by integer dot products over rows of x quantised to 8 bits
+     * (q8_0i's family; bfloat16i's are not: bfloat16 dot products) */
+    int integer;
+    /* the weights check refuses, in words (Python's messages); NULL: every float */
+    const char *limit;
+    /* row l (< BC_PANEL) of a zeroed panel of `cols` columns, columns [k0, k0 + nk)
+     * (pack's k0, nk and chunks: a grouped format's one chunk at a time, k0 0)
+     * from src, that row's ggml_type blocks of those columns */
+    void (*from_ggml)(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                      size_t nk);
+    /* the inverse: dst (the row's ggml_type blocks of columns [k0, k0 + nk), every
+     * byte written) from row l of a panel */
+    void (*to_ggml)(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                    size_t nk);
 } bc_format;
+
+/* A ggml block type blockc reads or writes blocks of (bc_engine.h's BC_GGML_*):
+ * its weights and bytes per block, and for Q4_0 and Q5_0 the Q8_0 block of the
+ * same weights (the same half scale, q - 8 or q - 16: exact) */
+typedef struct {
+    int type;
+    size_t block, block_bytes;
+    void (*to_q8_0)(unsigned char *q8, const unsigned char *block);
+} bc_ggml;
+
+/* The ggml type `type` (a BC_GGML_*), or NULL for one blockc does not move. */
+const bc_ggml *bc_ggml_of(int type);
 
 /* The row of a BC_DTYPE_*, or NULL for anything else (a gap in the numbering too). */
 const bc_format *bc_format_of(int dtype);

@@ -726,31 +726,464 @@ static void bf16i_unpack_row(float *out, const unsigned char *panel, size_t l, s
         out[k] = bc_bf16_to_f32(pr[k / 2].u[l][k % 2]);
 }
 
+/* ---- a GGUF row's blocks into panels and back (from_ggml, to_ggml) ------- */
+
+/* Each pair moves one row's ggml blocks (little-endian, as GGUF stores them)
+ * to row l of a panel and back, field by field: the very bits, rearranged. */
+
+static uint16_t rd16(const unsigned char *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static void wr16(unsigned char *p, uint16_t v)
+{
+    p[0] = (unsigned char)(v & 255u);
+    p[1] = (unsigned char)(v >> 8);
+}
+
+static uint32_t rd32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void wr32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i) & 255u);
+}
+
+/* F32 <-> float32: panel [k][l], 4 bytes a weight (the float's bits) */
+static void f32_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                          size_t nk)
+{
+    for (size_t k = 0; k < nk; k++)
+        memcpy(panel + ((k0 + k) * PW + l) * 4, src + 4 * k, 4);
+}
+
+static void f32_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                        size_t nk)
+{
+    for (size_t k = 0; k < nk; k++)
+        memcpy(dst + 4 * k, panel + ((k0 + k) * PW + l) * 4, 4);
+}
+
+/* F16 <-> float16, BF16 <-> bfloat16: panel [k][l], 2 bytes a weight */
+static void half_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                           size_t nk)
+{
+    uint16_t *h = (uint16_t *)panel + k0 * PW;
+    for (size_t k = 0; k < nk; k++)
+        h[k * PW + l] = rd16(src + 2 * k);
+}
+
+static void half_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                         size_t nk)
+{
+    const uint16_t *h = (const uint16_t *)panel + k0 * PW;
+    for (size_t k = 0; k < nk; k++)
+        wr16(dst + 2 * k, h[k * PW + l]);
+}
+
+/* Q8_0 (d, int8 q[32]: 34 bytes) <-> q8_0 and q8_0i (q + 128: the top bit flipped) */
+static void q8_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                         size_t nk)
+{
+    bc_q8_block *bl = (bc_q8_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, src += 34) {
+        bl[b].d[l] = rd16(src);
+        for (size_t k = 0; k < 32; k++)
+            bl[b].q[k][l] = (int8_t)src[2 + k];
+    }
+}
+
+static void q8_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                       size_t nk)
+{
+    const bc_q8_block *bl = (const bc_q8_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, dst += 34) {
+        wr16(dst, bl[b].d[l]);
+        for (size_t k = 0; k < 32; k++)
+            dst[2 + k] = (unsigned char)bl[b].q[k][l];
+    }
+}
+
+static void q8i_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                          size_t nk)
+{
+    bc_q8i_block *bl = (bc_q8i_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, src += 34) {
+        bl[b].d[l] = rd16(src);
+        for (size_t k = 0; k < 32; k++)
+            bl[b].u[k / 4][l][k % 4] = (uint8_t)(src[2 + k] ^ 0x80u);
+    }
+}
+
+static void q8i_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                        size_t nk)
+{
+    const bc_q8i_block *bl = (const bc_q8i_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, dst += 34) {
+        wr16(dst, bl[b].d[l]);
+        for (size_t k = 0; k < 32; k++)
+            dst[2 + k] = (unsigned char)(bl[b].u[k / 4][l][k % 4] ^ 0x80u);
+    }
+}
+
+/* Q4_0 (d, qs[16]: 18 bytes) <-> q4_0 and q4_0i (qs 4 bytes by 4) */
+static void q4_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                         size_t nk)
+{
+    bc_q4_block *bl = (bc_q4_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, src += 18) {
+        bl[b].d[l] = rd16(src);
+        for (size_t j = 0; j < 16; j++)
+            bl[b].q[j][l] = src[2 + j];
+    }
+}
+
+static void q4_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                       size_t nk)
+{
+    const bc_q4_block *bl = (const bc_q4_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, dst += 18) {
+        wr16(dst, bl[b].d[l]);
+        for (size_t j = 0; j < 16; j++)
+            dst[2 + j] = bl[b].q[j][l];
+    }
+}
+
+static void q4i_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                          size_t nk)
+{
+    bc_q4i_block *bl = (bc_q4i_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, src += 18) {
+        bl[b].d[l] = rd16(src);
+        for (size_t j = 0; j < 16; j++)
+            bl[b].u[j / 4][l][j % 4] = src[2 + j];
+    }
+}
+
+static void q4i_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                        size_t nk)
+{
+    const bc_q4i_block *bl = (const bc_q4i_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, dst += 18) {
+        wr16(dst, bl[b].d[l]);
+        for (size_t j = 0; j < 16; j++)
+            dst[2 + j] = bl[b].u[j / 4][l][j % 4];
+    }
+}
+
+/* Q5_0 (d, uint32 qh, qs[16]: 22 bytes) <-> q5_0 and q5_0i (qs 4 bytes by 4,
+ * bit k of qh to bit 4 l + k % 4 of h[k % 16 / 4][k / 16]) */
+static void q5_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                         size_t nk)
+{
+    bc_q5_block *bl = (bc_q5_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, src += 22) {
+        bl[b].d[l] = rd16(src);
+        bl[b].qh[l] = rd32(src + 2);
+        for (size_t j = 0; j < 16; j++)
+            bl[b].q[j][l] = src[6 + j];
+    }
+}
+
+static void q5_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                       size_t nk)
+{
+    const bc_q5_block *bl = (const bc_q5_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, dst += 22) {
+        wr16(dst, bl[b].d[l]);
+        wr32(dst + 2, bl[b].qh[l]);
+        for (size_t j = 0; j < 16; j++)
+            dst[6 + j] = bl[b].q[j][l];
+    }
+}
+
+static void q5i_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                          size_t nk)
+{
+    bc_q5i_block *bl = (bc_q5i_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, src += 22) {
+        const uint32_t qh = rd32(src + 2);
+        bl[b].d[l] = rd16(src);
+        for (size_t j = 0; j < 16; j++)
+            bl[b].u[j / 4][l][j % 4] = src[6 + j];
+        for (size_t k = 0; k < 32; k++)  /* (the panel zeroed: or) */
+            bl[b].h[k % 16 / 4][k / 16] |= (uint64_t)((qh >> k) & 1u) << (4 * l + k % 4);
+    }
+}
+
+static void q5i_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                        size_t nk)
+{
+    const bc_q5i_block *bl = (const bc_q5i_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, dst += 22) {
+        uint32_t qh = 0;
+        for (size_t k = 0; k < 32; k++)
+            qh |= (uint32_t)((bl[b].h[k % 16 / 4][k / 16] >> (4 * l + k % 4)) & 1u) << k;
+        wr16(dst, bl[b].d[l]);
+        wr32(dst + 2, qh);
+        for (size_t j = 0; j < 16; j++)
+            dst[6 + j] = bl[b].u[j / 4][l][j % 4];
+    }
+}
+
+/* Q4_K (d, dmin, scales[12], qs[128]: 144 bytes) <-> q4_k and q4_ki: the 12
+ * bytes hold eight 6-bit scales and eight 6-bit mins (bytes 0-3: scales 0-3
+ * and the top two bits of scales 4-7; 4-7 the same for the mins; 8-11 the low
+ * nibbles of scales 4-7, the mins' in the high ones), a byte each in the
+ * panels; every one of the 96 bits is a scale's or a min's. q4_k's and q4_ki's
+ * scales lie at the same offsets (bc_format.h), so both go through these. */
+static void k4_scales_in(bc_q4k_block *b, size_t l, const unsigned char *s)
+{
+    for (size_t j = 0; j < 4; j++) {
+        b->sc[j][l] = s[j] & 63u;
+        b->m[j][l] = s[j + 4] & 63u;
+        b->sc[j + 4][l] = (uint8_t)((s[j + 8] & 15u) | (s[j] >> 6) << 4);
+        b->m[j + 4][l] = (uint8_t)((s[j + 8] >> 4) | (s[j + 4] >> 6) << 4);
+    }
+}
+
+static void k4_scales_out(unsigned char *s, const bc_q4k_block *b, size_t l)
+{
+    for (size_t j = 0; j < 4; j++) {
+        s[j] = (unsigned char)((b->sc[j][l] & 63u) | (b->sc[j + 4][l] >> 4) << 6);
+        s[j + 4] = (unsigned char)((b->m[j][l] & 63u) | (b->m[j + 4][l] >> 4) << 6);
+        s[j + 8] = (unsigned char)((b->sc[j + 4][l] & 15u) | (b->m[j + 4][l] & 15u) << 4);
+    }
+}
+
+static void q4k_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                          size_t nk)
+{
+    bc_q4k_block *bl = (bc_q4k_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, src += 144) {
+        bl[b].d[l] = rd16(src);
+        bl[b].dmin[l] = rd16(src + 2);
+        k4_scales_in(bl + b, l, src + 4);
+        for (size_t i = 0; i < 128; i++)
+            bl[b].q[i][l] = src[16 + i];
+    }
+}
+
+static void q4k_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                        size_t nk)
+{
+    const bc_q4k_block *bl = (const bc_q4k_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, dst += 144) {
+        wr16(dst, bl[b].d[l]);
+        wr16(dst + 2, bl[b].dmin[l]);
+        k4_scales_out(dst + 4, bl + b, l);
+        for (size_t i = 0; i < 128; i++)
+            dst[16 + i] = bl[b].q[i][l];
+    }
+}
+
+static void q4ki_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                           size_t nk)
+{
+    bc_q4ki_block *bl = (bc_q4ki_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, src += 144) {
+        bl[b].d[l] = rd16(src);
+        bl[b].dmin[l] = rd16(src + 2);
+        k4_scales_in((bc_q4k_block *)(void *)(bl + b), l, src + 4);
+        for (size_t i = 0; i < 128; i++)
+            bl[b].u[i / 4][l][i % 4] = src[16 + i];
+    }
+}
+
+static void q4ki_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                         size_t nk)
+{
+    const bc_q4ki_block *bl = (const bc_q4ki_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, dst += 144) {
+        wr16(dst, bl[b].d[l]);
+        wr16(dst + 2, bl[b].dmin[l]);
+        k4_scales_out(dst + 4, (const bc_q4k_block *)(const void *)(bl + b), l);
+        for (size_t i = 0; i < 128; i++)
+            dst[16 + i] = bl[b].u[i / 4][l][i % 4];
+    }
+}
+
+/* Q6_K (ql[128], qh[64], int8 scales[16], d: 210 bytes) <-> q6_k (each six-bit
+ * value widened to a byte, less 32: bc_q6k_where says where its bits lie) and
+ * q6_ki (the file's ql and qh 4 bytes by 4) */
+static void q6k_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                          size_t nk)
+{
+    bc_q6k_block *bl = (bc_q6k_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, src += 210) {
+        bl[b].d[l] = rd16(src + 208);
+        for (size_t j = 0; j < 16; j++)
+            bl[b].sc[j][l] = (int8_t)src[192 + j];
+        for (size_t w = 0; w < 256; w++) {
+            const bc_q6k_at at = bc_q6k_where(w);
+            const unsigned v = (unsigned)(src[at.ql] >> at.ls & 15u)
+                               | (unsigned)(src[128 + at.qh] >> at.hs & 3u) << 4;
+            bl[b].q[w][l] = (int8_t)((int)v - 32);
+        }
+    }
+}
+
+static void q6k_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                        size_t nk)
+{
+    const bc_q6k_block *bl = (const bc_q6k_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, dst += 210) {
+        memset(dst, 0, 192);
+        for (size_t w = 0; w < 256; w++) {
+            const bc_q6k_at at = bc_q6k_where(w);
+            const unsigned v = (unsigned)(bl[b].q[w][l] + 32) & 63u;
+            dst[at.ql] |= (unsigned char)((v & 15u) << at.ls);
+            dst[128 + at.qh] |= (unsigned char)((v >> 4) << at.hs);
+        }
+        for (size_t j = 0; j < 16; j++)
+            dst[192 + j] = (unsigned char)bl[b].sc[j][l];
+        wr16(dst + 208, bl[b].d[l]);
+    }
+}
+
+static void q6ki_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                           size_t nk)
+{
+    bc_q6ki_block *bl = (bc_q6ki_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, src += 210) {
+        for (size_t i = 0; i < 128; i++)
+            bl[b].ql[i / 4][l][i % 4] = src[i];
+        for (size_t i = 0; i < 64; i++)
+            bl[b].qh[i / 4][l][i % 4] = src[128 + i];
+        for (size_t j = 0; j < 16; j++)
+            bl[b].sc[j][l] = (int8_t)src[192 + j];
+        bl[b].d[l] = rd16(src + 208);
+    }
+}
+
+static void q6ki_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                         size_t nk)
+{
+    const bc_q6ki_block *bl = (const bc_q6ki_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, dst += 210) {
+        for (size_t i = 0; i < 128; i++)
+            dst[i] = bl[b].ql[i / 4][l][i % 4];
+        for (size_t i = 0; i < 64; i++)
+            dst[128 + i] = bl[b].qh[i / 4][l][i % 4];
+        for (size_t j = 0; j < 16; j++)
+            dst[192 + j] = (unsigned char)bl[b].sc[j][l];
+        wr16(dst + 208, bl[b].d[l]);
+    }
+}
+
+/* ---- ggml's block types blockc moves, and Q4_0's and Q5_0's as Q8_0's ---- */
+
+/* Q4_0 -> Q8_0: the same d, q = nibble - 8 */
+static void q4_0_to_q8_0(unsigned char *q8, const unsigned char *b)
+{
+    memcpy(q8, b, 2);
+    for (size_t j = 0; j < 16; j++) {
+        q8[2 + j] = (unsigned char)(int8_t)((b[2 + j] & 15) - 8);
+        q8[18 + j] = (unsigned char)(int8_t)((b[2 + j] >> 4) - 8);
+    }
+}
+
+/* Q5_0 -> Q8_0: the same d, q = (nibble | fifth bit << 4) - 16 */
+static void q5_0_to_q8_0(unsigned char *q8, const unsigned char *b)
+{
+    const uint32_t qh = rd32(b + 2);
+    memcpy(q8, b, 2);
+    for (size_t j = 0; j < 16; j++) {
+        const int lo = (b[6 + j] & 15) | (int)((qh >> j) & 1u) << 4;
+        const int hi = (b[6 + j] >> 4) | (int)((qh >> (j + 16)) & 1u) << 4;
+        q8[2 + j] = (unsigned char)(int8_t)(lo - 16);
+        q8[18 + j] = (unsigned char)(int8_t)(hi - 16);
+    }
+}
+
+static const bc_ggml ggml_types[] = {
+    {BC_GGML_F32, 1, 4, NULL},        {BC_GGML_F16, 1, 2, NULL},
+    {BC_GGML_Q4_0, 32, 18, q4_0_to_q8_0}, {BC_GGML_Q5_0, 32, 22, q5_0_to_q8_0},
+    {BC_GGML_Q8_0, 32, 34, NULL},     {BC_GGML_Q4_K, 256, 144, NULL},
+    {BC_GGML_Q6_K, 256, 210, NULL},   {BC_GGML_BF16, 1, 2, NULL},
+};
+
+const bc_ggml *bc_ggml_of(int type)
+{
+    for (size_t i = 0; i < sizeof ggml_types / sizeof ggml_types[0]; i++)
+        if (ggml_types[i].type == type)
+            return &ggml_types[i];
+    return NULL;
+}
+
 /* ---- the table, indexed by BC_DTYPE_* ------------------------------------ */
 
+/* what check refuses, in words */
+#define LIMIT_Q8 "finite weights of magnitude <= 65504 * 127 (the block scale is a half)"
+#define LIMIT_Q4 "finite weights of magnitude <= 65504 * 8 (the block scale is a half)"
+#define LIMIT_Q5 "finite weights of magnitude <= 65504 * 16 (the block scale is a half)"
+#define LIMIT_K "finite weights of magnitude <= 65504 * 8 (the super-block scales are halves)"
+#define LIMIT_F16 \
+    "finite weights of magnitude <= 65504 (the largest half; larger ones are refused, not made " \
+    "infinite)"
+
 static const bc_format formats[BC_NDTYPE] = {
-    [BC_DTYPE_F32] = {"float32", 1, 4, NULL, f32_pack, f32_unpack_row},
-    [BC_DTYPE_BF16] = {"bfloat16", 1, 2, NULL, bf16_pack, bf16_unpack_row,
-                       .group = BC_HALF_GROUP},
-    [BC_DTYPE_Q8_0] = {"q8_0", 32, 34, q8_check, q8_pack, q8_unpack_row},
-    [BC_DTYPE_Q4_0] = {"q4_0", 32, 18, q4_check, q4_pack, q4_unpack_row},
-    [BC_DTYPE_F16] = {"float16", 1, 2, f16_check, f16_pack, f16_unpack_row,
-                      .group = BC_HALF_GROUP},
-    [BC_DTYPE_Q5_0] = {"q5_0", 32, 22, q5_check, q5_pack, q5_unpack_row},
-    [BC_DTYPE_Q8_0I] = {"q8_0i", 32, 34, q8_check, q8i_pack, q8i_unpack_row, BC_Q8_0I_MAX_COLS,
-                        .group = BC_INTDOT_GROUP},
-    [BC_DTYPE_Q4_0I] = {"q4_0i", 32, 18, q4_check, q4i_pack, q4i_unpack_row, BC_Q8_0I_MAX_COLS,
-                        .group = BC_INTDOT_GROUP},
-    [BC_DTYPE_BF16I] = {"bfloat16i", 2, 4, NULL, bf16i_pack, bf16i_unpack_row, BC_Q8_0I_MAX_COLS,
-                        .group = BC_BF16I_GROUP},
-    [BC_DTYPE_Q5_0I] = {"q5_0i", 32, 22, q5_check, q5i_pack, q5i_unpack_row, BC_Q8_0I_MAX_COLS,
-                        .group = BC_INTDOT_GROUP},
-    [BC_DTYPE_Q4_K] = {"q4_k", 256, 148, q4_check, q4k_pack, q4k_unpack_row, 0, 1},
-    [BC_DTYPE_Q6_K] = {"q6_k", 256, 274, q4_check, q6k_pack, q6k_unpack_row, 0, 1},
-    [BC_DTYPE_Q4_KI] = {"q4_ki", 256, 148, q4_check, q4ki_pack, q4ki_unpack_row, BC_Q8_0I_MAX_COLS,
-                        1, BC_INTDOT_GROUP},
-    [BC_DTYPE_Q6_KI] = {"q6_ki", 256, 210, q4_check, q6ki_pack, q6ki_unpack_row, BC_Q8_0I_MAX_COLS,
-                        1, BC_INTDOT_GROUP},
+    [BC_DTYPE_F32] = {.name = "float32", .block = 1, .block_bytes = 4, .pack = f32_pack,
+                      .unpack_row = f32_unpack_row, .ggml_type = BC_GGML_F32,
+                      .from_ggml = f32_from_ggml, .to_ggml = f32_to_ggml},
+    [BC_DTYPE_BF16] = {.name = "bfloat16", .block = 1, .block_bytes = 2, .pack = bf16_pack,
+                       .unpack_row = bf16_unpack_row, .group = BC_HALF_GROUP,
+                       .ggml_type = BC_GGML_BF16, .from_ggml = half_from_ggml,
+                       .to_ggml = half_to_ggml},
+    [BC_DTYPE_Q8_0] = {.name = "q8_0", .block = 32, .block_bytes = 34, .check = q8_check,
+                       .pack = q8_pack, .unpack_row = q8_unpack_row, .ggml_type = BC_GGML_Q8_0,
+                       .limit = LIMIT_Q8, .from_ggml = q8_from_ggml, .to_ggml = q8_to_ggml},
+    [BC_DTYPE_Q4_0] = {.name = "q4_0", .block = 32, .block_bytes = 18, .check = q4_check,
+                       .pack = q4_pack, .unpack_row = q4_unpack_row, .ggml_type = BC_GGML_Q4_0,
+                       .limit = LIMIT_Q4, .from_ggml = q4_from_ggml, .to_ggml = q4_to_ggml},
+    [BC_DTYPE_F16] = {.name = "float16", .block = 1, .block_bytes = 2, .check = f16_check,
+                      .pack = f16_pack, .unpack_row = f16_unpack_row, .group = BC_HALF_GROUP,
+                      .ggml_type = BC_GGML_F16, .limit = LIMIT_F16, .from_ggml = half_from_ggml,
+                      .to_ggml = half_to_ggml},
+    [BC_DTYPE_Q5_0] = {.name = "q5_0", .block = 32, .block_bytes = 22, .check = q5_check,
+                       .pack = q5_pack, .unpack_row = q5_unpack_row, .ggml_type = BC_GGML_Q5_0,
+                       .limit = LIMIT_Q5, .from_ggml = q5_from_ggml, .to_ggml = q5_to_ggml},
+    [BC_DTYPE_Q8_0I] = {.name = "q8_0i", .block = 32, .block_bytes = 34, .check = q8_check,
+                        .pack = q8i_pack, .unpack_row = q8i_unpack_row,
+                        .max_cols = BC_Q8_0I_MAX_COLS, .group = BC_INTDOT_GROUP,
+                        .ggml_type = BC_GGML_Q8_0, .integer = 1, .limit = LIMIT_Q8,
+                        .from_ggml = q8i_from_ggml, .to_ggml = q8i_to_ggml},
+    [BC_DTYPE_Q4_0I] = {.name = "q4_0i", .block = 32, .block_bytes = 18, .check = q4_check,
+                        .pack = q4i_pack, .unpack_row = q4i_unpack_row,
+                        .max_cols = BC_Q8_0I_MAX_COLS, .group = BC_INTDOT_GROUP,
+                        .ggml_type = BC_GGML_Q4_0, .integer = 1, .limit = LIMIT_Q4,
+                        .from_ggml = q4i_from_ggml, .to_ggml = q4i_to_ggml},
+    /* (bfloat16's weights with subnormals flushed: no ggml type's very bits) */
+    [BC_DTYPE_BF16I] = {.name = "bfloat16i", .block = 2, .block_bytes = 4, .pack = bf16i_pack,
+                        .unpack_row = bf16i_unpack_row, .max_cols = BC_Q8_0I_MAX_COLS,
+                        .group = BC_BF16I_GROUP, .ggml_type = BC_GGML_NONE},
+    [BC_DTYPE_Q5_0I] = {.name = "q5_0i", .block = 32, .block_bytes = 22, .check = q5_check,
+                        .pack = q5i_pack, .unpack_row = q5i_unpack_row,
+                        .max_cols = BC_Q8_0I_MAX_COLS, .group = BC_INTDOT_GROUP,
+                        .ggml_type = BC_GGML_Q5_0, .integer = 1, .limit = LIMIT_Q5,
+                        .from_ggml = q5i_from_ggml, .to_ggml = q5i_to_ggml},
+    [BC_DTYPE_Q4_K] = {.name = "q4_k", .block = 256, .block_bytes = 148, .check = q4_check,
+                       .pack = q4k_pack, .unpack_row = q4k_unpack_row, .whole = 1,
+                       .ggml_type = BC_GGML_Q4_K, .limit = LIMIT_K, .from_ggml = q4k_from_ggml,
+                       .to_ggml = q4k_to_ggml},
+    [BC_DTYPE_Q6_K] = {.name = "q6_k", .block = 256, .block_bytes = 274, .check = q4_check,
+                       .pack = q6k_pack, .unpack_row = q6k_unpack_row, .whole = 1,
+                       .ggml_type = BC_GGML_Q6_K, .limit = LIMIT_K, .from_ggml = q6k_from_ggml,
+                       .to_ggml = q6k_to_ggml},
+    [BC_DTYPE_Q4_KI] = {.name = "q4_ki", .block = 256, .block_bytes = 148, .check = q4_check,
+                        .pack = q4ki_pack, .unpack_row = q4ki_unpack_row,
+                        .max_cols = BC_Q8_0I_MAX_COLS, .whole = 1, .group = BC_INTDOT_GROUP,
+                        .ggml_type = BC_GGML_Q4_K, .integer = 1, .limit = LIMIT_K,
+                        .from_ggml = q4ki_from_ggml, .to_ggml = q4ki_to_ggml},
+    [BC_DTYPE_Q6_KI] = {.name = "q6_ki", .block = 256, .block_bytes = 210, .check = q4_check,
+                        .pack = q6ki_pack, .unpack_row = q6ki_unpack_row,
+                        .max_cols = BC_Q8_0I_MAX_COLS, .whole = 1, .group = BC_INTDOT_GROUP,
+                        .ggml_type = BC_GGML_Q6_K, .integer = 1, .limit = LIMIT_K,
+                        .from_ggml = q6ki_from_ggml, .to_ggml = q6ki_to_ggml},
 };
 
 /* (a value below BC_NDTYPE may have no row yet: its name is NULL) */

@@ -564,8 +564,183 @@ static void strided_hostile_checks(void)
     EXPECT(h_untouched(o, nb));
 }
 
+
+/* bc_dtype_traits_of: every format's traits agree with bc_dtype_info and
+ * bc_pack_size; the refusals write nothing. */
+static void traits_checks(void)
+{
+    int holders = 0;
+    for (int i = 0; i < ND; i++) {
+        const int dt = DTYPES[i];
+        bc_dtype_traits *t = h_alloc_bytes(sizeof *t);
+        size_t blk, nb, *n = h_alloc_bytes(sizeof *n);
+        EXPECT_STATUS(BC_OK, bc_dtype_traits_of(t, dt));
+        EXPECT_STATUS(BC_OK, bc_dtype_info(NULL, 0, &blk, &nb, dt));
+        EXPECT(t->block == blk && t->block_bytes == nb);
+        EXPECT(t->whole == whole_k(dt));
+        EXPECT((t->max_cols != 0) == (bc_pack_size(n, dt, 1, BC_Q8_0I_MAX_COLS + 256 * blk)
+                                      == BC_ESIZE));
+        EXPECT(t->integer == (dt == BC_DTYPE_Q8_0I || dt == BC_DTYPE_Q4_0I || dt == BC_DTYPE_Q5_0I
+                              || dt == BC_DTYPE_Q4_KI || dt == BC_DTYPE_Q6_KI));
+        /* a limit exactly where packing refuses weights: every format but the float ones */
+        EXPECT((t->limit != NULL) == (dt != BC_DTYPE_F32 && dt != BC_DTYPE_BF16
+                                      && dt != BC_DTYPE_BF16I));
+        if (t->ggml_type != BC_GGML_NONE) {
+            holders++;
+            EXPECT_STATUS(BC_OK, bc_ggml_size(n, t->ggml_type, 1, t->block));
+        }
+        EXPECT(h_guard_ok(t, sizeof *t));
+    }
+    EXPECT(holders == ND - 1);  /* all but bfloat16i */
+    bc_dtype_traits *t = h_alloc_bytes(sizeof *t);
+    const int bad[] = {-1, BC_NDTYPE, 99};
+    for (int i = 0; i < 3; i++)
+        EXPECT_STATUS(BC_EOPTION, bc_dtype_traits_of(t, bad[i]));
+    EXPECT_STATUS(BC_ENULL, bc_dtype_traits_of(NULL, BC_DTYPE_F32));
+    EXPECT(h_untouched(t, sizeof *t));
+    /* ggml's block sizes (GGUF's own numbering) */
+    static const size_t types[][3] = {{BC_GGML_F32, 1, 4}, {BC_GGML_F16, 1, 2},
+                                      {BC_GGML_Q4_0, 32, 18}, {BC_GGML_Q5_0, 32, 22},
+                                      {BC_GGML_Q8_0, 32, 34}, {BC_GGML_Q4_K, 256, 144},
+                                      {BC_GGML_Q6_K, 256, 210}, {BC_GGML_BF16, 1, 2}};
+    size_t *n = h_alloc_bytes(sizeof *n);
+    for (int i = 0; i < 8; i++) {
+        EXPECT_STATUS(BC_OK, bc_ggml_size(n, (int)types[i][0], 3, 2 * types[i][1]));
+        EXPECT(*n == 3 * 2 * types[i][2]);
+    }
+    size_t *m = h_alloc_bytes(sizeof *m);
+    EXPECT_STATUS(BC_ENULL, bc_ggml_size(NULL, BC_GGML_Q8_0, 1, 32));
+    EXPECT_STATUS(BC_EOPTION, bc_ggml_size(m, 3, 1, 32));  /* Q4_1: not moved */
+    EXPECT_STATUS(BC_EOPTION, bc_ggml_size(m, BC_GGML_NONE, 1, 32));
+    EXPECT_STATUS(BC_ESIZE, bc_ggml_size(m, BC_GGML_Q8_0, 0, 32));
+    EXPECT_STATUS(BC_ESIZE, bc_ggml_size(m, BC_GGML_Q8_0, 1, 33));
+    EXPECT_STATUS(BC_ESIZE, bc_ggml_size(m, BC_GGML_Q4_K, 1, 300));
+    EXPECT_STATUS(BC_EOVERFLOW, bc_ggml_size(m, BC_GGML_F32, H_NEG, 1));
+    EXPECT_STATUS(BC_EOVERFLOW, bc_ggml_size(m, BC_GGML_F32, (size_t)1 << 30, (size_t)1 << 30));
+    EXPECT(h_untouched(m, sizeof *m));
+}
+
+/* bc_unpack_ggml then bc_pack_ggml: a matrix bc_pack made, out as its ggml
+ * rows and in again, is the very bytes; and the rows of a format's ggml type,
+ * moved into another format of that type (q8_0 -> q8_0i, q4_k -> q4_ki), are
+ * that format's bc_pack of the same weights. */
+static void ggml_roundtrip_checks(size_t rows, size_t cols)
+{
+    float *w = h_alloc(rows * cols);
+    h_fill(w, rows * cols, (uint32_t)(rows * 131 + cols), 2.0f);
+    for (int i = 0; i < ND; i++) {
+        const int dt = DTYPES[i];
+        bc_dtype_traits t;
+        size_t np, nf;
+        EXPECT_STATUS(BC_OK, bc_dtype_traits_of(&t, dt));
+        if (t.ggml_type == BC_GGML_NONE || cols % t.block || !fits(dt, cols))
+            continue;
+        np = packed(dt, rows, cols);
+        EXPECT_STATUS(BC_OK, bc_ggml_size(&nf, t.ggml_type, rows, cols));
+        unsigned char *p = h_alloc_bytes(np), *g = h_alloc_bytes(nf), *p2 = h_alloc_bytes(np);
+        EXPECT_STATUS(BC_OK, bc_pack(p, np, w, dt, rows, cols));
+        EXPECT_STATUS(BC_OK, bc_unpack_ggml(g, nf, p, np, dt, rows, cols));
+        EXPECT(h_guard_ok(g, nf));
+        EXPECT_STATUS(BC_OK, bc_pack_ggml(p2, np, g, nf, dt, rows, cols));
+        EXPECT(memcmp(p, p2, np) == 0);
+        EXPECT(h_guard_ok(p2, np));
+        for (int k = 0; k < ND; k++) {  /* the other formats of the same ggml type */
+            bc_dtype_traits u;
+            EXPECT_STATUS(BC_OK, bc_dtype_traits_of(&u, DTYPES[k]));
+            if (DTYPES[k] == dt || u.ggml_type != t.ggml_type || !fits(DTYPES[k], cols))
+                continue;
+            const size_t nq = packed(DTYPES[k], rows, cols);
+            unsigned char *q = h_alloc_bytes(nq), *q2 = h_alloc_bytes(nq);
+            EXPECT_STATUS(BC_OK, bc_pack(q, nq, w, DTYPES[k], rows, cols));
+            EXPECT_STATUS(BC_OK, bc_pack_ggml(q2, nq, g, nf, DTYPES[k], rows, cols));
+            EXPECT(memcmp(q, q2, nq) == 0);
+        }
+    }
+}
+
+/* Q4_0's and Q5_0's rows as Q8_0's: the same weights (bc_unpack of a q8_0
+ * matrix holding the converted blocks is the q4_0 (q5_0) matrix's). */
+static void ggml_convert_checks(size_t rows, size_t cols)
+{
+    const int from[] = {BC_DTYPE_Q4_0, BC_DTYPE_Q5_0};
+    const size_t nw = rows * cols, nq = packed(BC_DTYPE_Q8_0, rows, cols);
+    float *w = h_alloc(nw), *want = h_alloc(nw), *got = h_alloc(nw);
+    h_fill(w, nw, 7u, 3.0f);
+    for (int i = 0; i < 2; i++) {
+        bc_dtype_traits t;
+        size_t np = packed(from[i], rows, cols), nf, n8;
+        EXPECT_STATUS(BC_OK, bc_dtype_traits_of(&t, from[i]));
+        EXPECT_STATUS(BC_OK, bc_ggml_size(&nf, t.ggml_type, rows, cols));
+        EXPECT_STATUS(BC_OK, bc_ggml_size(&n8, BC_GGML_Q8_0, rows, cols));
+        unsigned char *p = h_alloc_bytes(np), *g = h_alloc_bytes(nf), *g8 = h_alloc_bytes(n8);
+        unsigned char *q = h_alloc_bytes(nq);
+        EXPECT_STATUS(BC_OK, bc_pack(p, np, w, from[i], rows, cols));
+        EXPECT_STATUS(BC_OK, bc_unpack(want, p, np, from[i], rows, cols));
+        EXPECT_STATUS(BC_OK, bc_unpack_ggml(g, nf, p, np, from[i], rows, cols));
+        EXPECT_STATUS(BC_OK, bc_ggml_convert(g8, n8, g, nf, BC_GGML_Q8_0, t.ggml_type,
+                                             rows * cols / 32));
+        EXPECT(h_guard_ok(g8, n8));
+        EXPECT_STATUS(BC_OK, bc_pack_ggml(q, nq, g8, n8, BC_DTYPE_Q8_0, rows, cols));
+        EXPECT_STATUS(BC_OK, bc_unpack(got, q, nq, BC_DTYPE_Q8_0, rows, cols));
+        EXPECT(memcmp(want, got, nw * sizeof(float)) == 0);
+    }
+}
+
+/* The refusals of bc_pack_ggml, bc_unpack_ggml and bc_ggml_convert: each
+ * status, nothing written. */
+static void ggml_hostile_checks(void)
+{
+    const size_t rows = 17, cols = 64, np = packed(BC_DTYPE_Q8_0, rows, cols), nf = rows * 2 * 34;
+    unsigned char *p = h_alloc_bytes(np), *g = h_alloc_bytes(nf);
+    memset(g, 0, nf);
+    memset(p, 0, np);
+    unsigned char *o = h_alloc_bytes(np + nf);
+    EXPECT_STATUS(BC_ENULL, bc_pack_ggml(NULL, np, g, nf, BC_DTYPE_Q8_0, rows, cols));
+    EXPECT_STATUS(BC_ENULL, bc_pack_ggml(o, np, NULL, nf, BC_DTYPE_Q8_0, rows, cols));
+    EXPECT_STATUS(BC_EOPTION, bc_pack_ggml(o, np, g, nf, BC_DTYPE_BF16I, rows, cols));
+    EXPECT_STATUS(BC_EOPTION, bc_pack_ggml(o, np, g, nf, -1, rows, cols));
+    EXPECT_STATUS(BC_EOPTION, bc_pack_ggml(o, np, g, nf, BC_NDTYPE, rows, cols));
+    EXPECT_STATUS(BC_ESIZE, bc_pack_ggml(o, np, g, nf, BC_DTYPE_Q8_0, 0, cols));
+    EXPECT_STATUS(BC_ESIZE, bc_pack_ggml(o, np, g, nf, BC_DTYPE_Q8_0, rows, 0));
+    EXPECT_STATUS(BC_ESIZE, bc_pack_ggml(o, np, g, nf, BC_DTYPE_Q8_0, rows, 33));  /* short block */
+    EXPECT_STATUS(BC_ESIZE, bc_pack_ggml(o, np, g, nf, BC_DTYPE_Q4_K, rows, cols));
+    EXPECT_STATUS(BC_EOVERFLOW, bc_pack_ggml(o, np, g, nf, BC_DTYPE_Q8_0, H_NEG, cols));
+    EXPECT_STATUS(BC_EWORKSPACE, bc_pack_ggml(o, np - 1, g, nf, BC_DTYPE_Q8_0, rows, cols));
+    EXPECT_STATUS(BC_EWORKSPACE, bc_pack_ggml(o, np, g, nf - 1, BC_DTYPE_Q8_0, rows, cols));
+    EXPECT_STATUS(BC_EALIAS, bc_pack_ggml(o, np, o + np - 1, nf, BC_DTYPE_Q8_0, rows, cols));
+    EXPECT_STATUS(BC_ENULL, bc_unpack_ggml(NULL, nf, p, np, BC_DTYPE_Q8_0, rows, cols));
+    EXPECT_STATUS(BC_ENULL, bc_unpack_ggml(o, nf, NULL, np, BC_DTYPE_Q8_0, rows, cols));
+    EXPECT_STATUS(BC_EOPTION, bc_unpack_ggml(o, nf, p, np, BC_DTYPE_BF16I, rows, cols));
+    EXPECT_STATUS(BC_ESIZE, bc_unpack_ggml(o, nf, p, np, BC_DTYPE_Q8_0, rows, 40));
+    EXPECT_STATUS(BC_EWORKSPACE, bc_unpack_ggml(o, nf - 1, p, np, BC_DTYPE_Q8_0, rows, cols));
+    EXPECT_STATUS(BC_EWORKSPACE, bc_unpack_ggml(o, nf, p, np - 1, BC_DTYPE_Q8_0, rows, cols));
+    EXPECT_STATUS(BC_EALIAS, bc_unpack_ggml(o + 1, nf, o, np, BC_DTYPE_Q8_0, rows, cols));
+    EXPECT(h_untouched(o, np + nf));
+    const size_t b4 = 4 * 18, b8 = 4 * 34;
+    EXPECT_STATUS(BC_ENULL, bc_ggml_convert(NULL, b8, g, b4, BC_GGML_Q8_0, BC_GGML_Q4_0, 4));
+    EXPECT_STATUS(BC_ENULL, bc_ggml_convert(o, b8, NULL, b4, BC_GGML_Q8_0, BC_GGML_Q4_0, 4));
+    EXPECT_STATUS(BC_EOPTION, bc_ggml_convert(o, b8, g, b4, BC_GGML_Q4_0, BC_GGML_Q8_0, 4));
+    EXPECT_STATUS(BC_EOPTION, bc_ggml_convert(o, b8, g, b4, BC_GGML_Q8_0, BC_GGML_Q8_0, 4));
+    EXPECT_STATUS(BC_EOPTION, bc_ggml_convert(o, b8, g, b4, BC_GGML_Q8_0, BC_GGML_Q4_K, 4));
+    EXPECT_STATUS(BC_EOPTION, bc_ggml_convert(o, b8, g, b4, BC_GGML_Q8_0, 3, 4));
+    EXPECT_STATUS(BC_ESIZE, bc_ggml_convert(o, b8, g, b4, BC_GGML_Q8_0, BC_GGML_Q4_0, 0));
+    EXPECT_STATUS(BC_EOVERFLOW, bc_ggml_convert(o, b8, g, b4, BC_GGML_Q8_0, BC_GGML_Q4_0, H_NEG));
+    EXPECT_STATUS(BC_EWORKSPACE, bc_ggml_convert(o, b8 - 1, g, b4, BC_GGML_Q8_0, BC_GGML_Q4_0, 4));
+    EXPECT_STATUS(BC_EWORKSPACE, bc_ggml_convert(o, b8, g, b4 - 1, BC_GGML_Q8_0, BC_GGML_Q4_0, 4));
+    EXPECT_STATUS(BC_EALIAS, bc_ggml_convert(o, b8, o + 8, b4, BC_GGML_Q8_0, BC_GGML_Q4_0, 4));
+    EXPECT(h_untouched(o, np + nf));
+}
+
 void test_pack(void)
 {
+    traits_checks();
+    const size_t gs[][2] = {{1, 32}, {17, 64}, {16, 256}, {40, 288}, {65, 512}, {3, 1024},
+                            {90, 256}};
+    for (int i = 0; i < 7; i++)
+        ggml_roundtrip_checks(gs[i][0], gs[i][1]);
+    ggml_convert_checks(17, 96);
+    ggml_convert_checks(70, 256);
+    ggml_hostile_checks();
     strided_checks(1, 1);
     strided_checks(17, 33);
     strided_checks(40, 100);

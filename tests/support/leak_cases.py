@@ -308,6 +308,43 @@ def _cases():
         return alternate(lambda: lib.bc_dtype_info(name, lib.BC_DTYPE_NAME_MAX, blk, nb, lib.BC_DTYPE_Q8_0),
                          lambda: lib.bc_dtype_info(name, lib.BC_DTYPE_NAME_MAX, blk, nb, lib.BC_NDTYPE))
 
+    @case("bc_dtype_traits_of")
+    def _():
+        t = ffi.new("bc_dtype_traits *")
+        return alternate(lambda: lib.bc_dtype_traits_of(t, lib.BC_DTYPE_Q4_KI),
+                         lambda: lib.bc_dtype_traits_of(t, lib.BC_NDTYPE))
+
+    @case("bc_ggml_size")
+    def _():
+        n = ffi.new("size_t *")
+        return alternate(lambda: lib.bc_ggml_size(n, lib.BC_GGML_Q6_K, 20, 256),
+                         lambda: lib.bc_ggml_size(n, lib.BC_GGML_Q6_K, 20, 255))
+
+    gg = np.zeros(20 * 210, np.uint8)  # 20 rows of one Q6_K super-block
+    gq = pk[lib.BC_DTYPE_Q6_KI]
+
+    @case("bc_pack_ggml")
+    def _():
+        return alternate(lambda: lib.bc_pack_ggml(char(gq), gq.size, char(gg), gg.size,
+                                                  lib.BC_DTYPE_Q6_KI, 20, 256),
+                         lambda: lib.bc_pack_ggml(char(gq), gq.size, char(gg), gg.size - 1,
+                                                  lib.BC_DTYPE_Q6_KI, 20, 256))
+
+    @case("bc_unpack_ggml")
+    def _():
+        return alternate(lambda: lib.bc_unpack_ggml(char(gg), gg.size, char(gq), gq.size,
+                                                    lib.BC_DTYPE_Q6_KI, 20, 256),
+                         lambda: lib.bc_unpack_ggml(char(gg), gg.size, char(gq), gq.size,
+                                                    lib.BC_DTYPE_BF16I, 20, 256))
+
+    @case("bc_ggml_convert")
+    def _():
+        q4, q8 = np.zeros(8 * 18, np.uint8), np.zeros(8 * 34, np.uint8)
+        return alternate(lambda: lib.bc_ggml_convert(char(q8), q8.size, char(q4), q4.size,
+                                                     lib.BC_GGML_Q8_0, lib.BC_GGML_Q4_0, 8),
+                         lambda: lib.bc_ggml_convert(char(q8), q8.size, char(q4), q4.size,
+                                                     lib.BC_GGML_Q4_0, lib.BC_GGML_Q8_0, 8))
+
     @case("bc_pack")
     def _():
         q = pk[lib.BC_DTYPE_Q8_0]
