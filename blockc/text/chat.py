@@ -493,9 +493,17 @@ def special_tokens(path: Union[str, "os.PathLike[str]"]) -> Dict[str, str]:
 
 def apply_chat_template(tokenizer: Any, template: ChatTemplate,
                         messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
-                        **variables: Any) -> ChatPrompt:
+                        *, tokenize: Optional[bool] = None, return_dict: bool = False,
+                        continue_final_message: bool = False, **variables: Any) -> Any:
     """Render ``messages`` with ``template`` and tokenize the text with ``tokenizer``
     adding no special tokens (a BOS the template writes is the only BOS).
+
+    The keywords are transformers' ``apply_chat_template``'s, with their meanings:
+    ``tokenize=False`` gives the text alone, ``tokenize=True`` the ids alone,
+    ``return_dict=True`` ``{"input_ids": ..., "attention_mask": ...}``, and
+    ``continue_final_message=True`` leaves the last message open (the text ends with its
+    content, no end-of-turn after it: the model continues that message). Without
+    ``tokenize``, both: a :class:`ChatPrompt` ``(text, ids)``.
 
     Parameters
     ----------
@@ -503,22 +511,63 @@ def apply_chat_template(tokenizer: Any, template: ChatTemplate,
     template : ChatTemplate
     messages : sequence of dict
     add_generation_prompt : bool, optional
+        End with the assistant turn's header (blockc's default: True; transformers'
+        is False).
+    tokenize : bool, optional
+    return_dict : bool, optional
+    continue_final_message : bool, optional
     **variables
-        More template variables.
+        More template variables (``tools``, ``documents``, ``enable_thinking``, ...).
 
     Returns
     -------
-    ChatPrompt
+    ChatPrompt, str, numpy.ndarray of int64, or dict
 
     Raises
     ------
     TypeError, ChatTemplateError
         As :meth:`ChatTemplate.render`.
+    ValueError
+        ``continue_final_message`` with ``add_generation_prompt``, or a last message whose
+        content the rendered text does not hold; ``return_dict`` with ``tokenize=False``.
 
     Examples
     --------
     >>> apply_chat_template(tok, ChatTemplate.from_pretrained(d), msgs).ids   # doctest: +SKIP
     array([...])
     """
+    for name, v in (("return_dict", return_dict), ("continue_final_message", continue_final_message)):
+        if not isinstance(v, bool):
+            raise BlockcTypeError(f"{name} must be a bool, got {type(v).__name__}")
+    if tokenize is not None and not isinstance(tokenize, bool):
+        raise BlockcTypeError(f"tokenize must be a bool or None, got {type(tokenize).__name__}")
+    if return_dict and tokenize is False:
+        raise BlockcValueError("return_dict=True needs the ids: tokenize must not be False")
+    if continue_final_message:
+        if add_generation_prompt:
+            raise BlockcValueError("continue_final_message and add_generation_prompt cannot "
+                                   "both be true: the last message is continued, not answered")
+        last = messages[-1].get("content") if len(messages) else None
+        if not isinstance(last, str):
+            raise BlockcValueError("continue_final_message needs a last message whose content "
+                                   "is a string")
     text = template.render(messages, add_generation_prompt, **variables)
-    return ChatPrompt(text, tokenizer.encode(text, add_special_tokens=False))
+    if continue_final_message:
+        # the text up to the end of the last message's content (as transformers cuts it:
+        # the content, or its stripped form, found last in the rendered text)
+        for needle in (last, last.strip()):
+            at = text.rfind(needle) if needle else -1
+            if at >= 0:
+                text = text[:at + len(needle)]
+                break
+        else:
+            raise BlockcValueError("continue_final_message: the rendered text does not hold the "
+                                   "last message's content (the template changes it)")
+    if tokenize is False:
+        return text
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if return_dict:
+        return {"input_ids": ids, "attention_mask": np.ones(ids.shape, np.int64)}
+    if tokenize:
+        return ids
+    return ChatPrompt(text, ids)

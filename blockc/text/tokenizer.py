@@ -323,7 +323,8 @@ class Tokenizer:
         return self._chat
 
     def apply_chat_template(self, messages: Sequence[Any], add_generation_prompt: bool = True,
-                            **variables: Any) -> Any:
+                            *, tokenize: Optional[bool] = None, return_dict: bool = False,
+                            continue_final_message: bool = False, **variables: Any) -> Any:
         """A conversation as the checkpoint's chat template renders it, and its ids.
 
         The text and ids are transformers' ``apply_chat_template`` on the same
@@ -335,14 +336,22 @@ class Tokenizer:
         messages : sequence of dict
             ``{"role": ..., "content": ...}`` each.
         add_generation_prompt : bool, optional
-            End with the assistant turn's header (the default).
+            End with the assistant turn's header (the default; transformers' is False).
+        tokenize : bool, optional
+            transformers' keyword: False gives the text alone, True the ids alone; not
+            given, both (a ``ChatPrompt``).
+        return_dict : bool, optional
+            ``{"input_ids": ids, "attention_mask": ones}``, as transformers returns it.
+        continue_final_message : bool, optional
+            Leave the last message open: the text ends with its content (a prefill the
+            model continues), as transformers' keyword does.
         **variables
-            More template variables.
+            More template variables (``tools``, ``enable_thinking``, ...).
 
         Returns
         -------
-        blockc.chat.ChatPrompt
-            ``(text, ids)``.
+        blockc.text.chat.ChatPrompt, str, numpy.ndarray of int64, or dict
+            ``(text, ids)`` by default; see ``tokenize`` and ``return_dict``.
 
         Raises
         ------
@@ -363,7 +372,10 @@ class Tokenizer:
         if template is None:
             raise BlockcValueError("this tokenizer has no chat template (chat_template.jinja, "
                                    "tokenizer_config.json's chat_template or chat_template.json)")
-        return chat.apply_chat_template(self, template, messages, add_generation_prompt, **variables)
+        return chat.apply_chat_template(self, template, messages, add_generation_prompt,
+                                        tokenize=tokenize, return_dict=return_dict,
+                                        continue_final_message=continue_final_message,
+                                        **variables)
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size}, eos_token_id={self.eos_token_id})"
