@@ -4,8 +4,10 @@ A request body (parsed JSON) becomes a :class:`ChatRequest` or :class:`Completio
 through :func:`parse_chat` / :func:`parse_completion`, which check every field the
 server reads and raise :class:`APIError` with OpenAI's error shape otherwise: a field
 of the wrong JSON type is 422, a value out of range 400 (both name the field).
-Fields the server does not read are ignored, as OpenAI-compatible servers do (clients
-send ``user``, ``metadata``...). The response builders return the JSON objects of
+No field is ignored: each is read, informational (``user``, ``metadata``...: they change
+nothing a completion holds), or refused with 400 naming it (a field of OpenAI's the
+server does not carry out yet, such as ``response_format`` or ``tools``, when it asks for
+something; a field no schema has). The response builders return the JSON objects of
 OpenAI's reference: ``chat.completion``, ``chat.completion.chunk``,
 ``text_completion``, ``model``, ``list`` and ``{"error": {...}}``.
 """
@@ -262,6 +264,51 @@ def _generation(body: Mapping[str, Any]) -> Dict[str, Any]:
     return out
 
 
+#: The fields each endpoint reads (OpenAI's, and blockc's extensions); the sampling
+#: options' fields come from their GenerationConfig declarations.
+_READ = {
+    "chat": ("model", "messages", "max_tokens", "max_completion_tokens", "stop", "stream",
+             "stream_options", "logit_bias", "n", "frequency_penalty", "presence_penalty",
+             "logprobs", "top_logprobs", "ignore_eos", "skip_special_tokens",
+             "add_generation_prompt"),
+    "completion": ("model", "prompt", "max_tokens", "stop", "stream", "stream_options",
+                   "logit_bias", "n", "frequency_penalty", "presence_penalty", "logprobs",
+                   "echo", "ignore_eos", "skip_special_tokens"),
+}
+#: Fields that change nothing a completion holds (who asks, where OpenAI would bill or keep
+#: it): read and accepted as they are.
+_INFORMATIONAL = ("user", "metadata", "store", "service_tier", "safety_identifier",
+                  "prompt_cache_key")
+#: OpenAI's fields the server does not carry out, each with the values that ask for
+#: nothing (besides absent and null): any other value is refused with 400 naming the field,
+#: never ignored (a client asking for JSON or a tool call must not get plain text).
+_NOT_CARRIED_OUT: Dict[str, Dict[str, Sequence[Any]]] = {
+    "chat": {"response_format": ({"type": "text"},), "tools": ([],), "tool_choice": ("none",),
+             "functions": ([],), "function_call": ("none",), "parallel_tool_calls": (True, False),
+             "modalities": (["text"],), "audio": (), "prediction": (), "reasoning_effort": (),
+             "verbosity": (), "web_search_options": ()},
+    "completion": {"best_of": (1,), "suffix": ("",)},
+}
+
+
+def _account_for_every_field(body: Mapping[str, Any], kind: str) -> None:
+    """Every field of a request is read, informational, or refused (400 naming it): a
+    field the server would otherwise skip over changes what the client gets silently."""
+    sampling = {name for name, (o, _) in options().items() if o.api is not None}
+    for name, v in body.items():
+        if name in _READ[kind] or name in sampling or name in _INFORMATIONAL:
+            continue
+        neutral = _NOT_CARRIED_OUT[kind].get(name)
+        if neutral is not None:
+            if v is None or v in neutral:
+                continue
+            raise APIError(400, f"'{name}' is not supported by this server yet (it would be "
+                                f"ignored: refused instead)", param=name, code="unsupported")
+        raise APIError(400, f"unknown field '{name}' (not an OpenAI {kind} request field nor "
+                            "a blockc extension: docs/serving.md lists them)", param=name,
+                       code="unknown_field")
+
+
 def parse_chat(body: Any, served: Sequence[str]) -> ChatRequest:
     """The checked fields of a ``POST /v1/chat/completions`` body.
 
@@ -271,6 +318,7 @@ def parse_chat(body: Any, served: Sequence[str]) -> ChatRequest:
         A missing, mistyped or out-of-range field; an unknown model (404).
     """
     kw = _common(body, served)
+    _account_for_every_field(body, "chat")
     msgs = body.get("messages")
     if msgs is None:
         raise APIError(400, "'messages' is required", param="messages", code="missing")
@@ -317,6 +365,7 @@ def parse_completion(body: Any, served: Sequence[str]) -> CompletionRequest:
         As :func:`parse_chat`; a list of several prompts (400).
     """
     kw = _common(body, served)
+    _account_for_every_field(body, "completion")
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # one prompt in an array
