@@ -8,7 +8,7 @@ trained on a few lines and a ChatML template (tests/support/chat_dirs.py):
 
   throughput  aggregate completion tokens/s with 1, 4 and 8 concurrent clients, each
               sending --requests completions (``POST /v1/completions``, the same prompts)
-              of --tokens tokens (ignore_eos and min_tokens, so every request makes
+              of --tokens tokens (ignore_eos, so every request makes
               exactly that many: counted from ``usage``), blockc's server started with
               --parallel 8 on the model's GGUF file (F32 and Q8_0), llama-cpp-python's
               server on the same file, --rounds-throughput rounds alternating between
@@ -179,7 +179,7 @@ def throughput(server, clients: int, requests: int, tokens: int) -> float:
             out = c.completions.create(
                 model=NAME, prompt=f"Question {i}.{r}: how are you?", max_tokens=tokens,
                 temperature=0.8, seed=i * 100 + r,
-                extra_body={"ignore_eos": True, "min_tokens": tokens})
+                extra_body={"ignore_eos": True})
             with lock:
                 done.append(out.usage.completion_tokens)
     ts = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
