@@ -51,3 +51,13 @@ def test_what_is_not_a_checkpoint_is_named(tmp_path):
         open_checkpoint(tmp_path / "x.txt")
     with pytest.raises(ValueError, match="config.json"):
         open_checkpoint(tmp_path)
+
+
+def test_a_bfloat16_directorys_tensors_are_its_values_not_its_bits(tmp_path):
+    m = blockc.GPT.random(blockc.GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1),
+                          seed=3).astype("bfloat16")
+    m.save_pretrained(tmp_path)
+    c = open_checkpoint(tmp_path)
+    got = c.tensor("transformer.wte.weight")
+    assert got.dtype == np.float32
+    assert np.array_equal(got, m.state_dict()["token.weight"])

@@ -19,9 +19,8 @@ from ..io import gguf as gguf_io
 from ..model import GPTConfig
 from ..text.chat import load_chat_template
 from ..text.tokenizer import Tokenizer
-from .families import family_of
 from .gguf import config_from_gguf, is_gguf
-from .hf import read_tensors
+from .hf import config_from_hf, read_tensors
 
 __all__ = ["Checkpoint", "open"]
 
@@ -96,7 +95,7 @@ class Checkpoint:
             raise BlockcValueError(f"{self.path}: no tensor {name!r}")
         if self.kind == "gguf":
             return np.array(t.to_float32(), dtype=np.float32)
-        return np.array(t.data, dtype=np.float32)
+        return np.array(t.to_float32(), dtype=np.float32)  # bfloat16, float16 widened
 
     @property
     def tokenizer(self) -> Optional[Tokenizer]:
@@ -161,6 +160,6 @@ def open(path: PathLike) -> Checkpoint:  # noqa: A001 (blockc.checkpoint.open, a
     if not os.path.isdir(p):
         raise BlockcValueError(f"{p}: not a checkpoint directory or a GGUF file")
     d = read_config(p)
-    cfg = GPTConfig(**family_of(d).config(d))
+    cfg = config_from_hf(d)
     gen = GenerationConfig.from_pretrained(p, config=d, vocab=cfg.vocab)
     return Checkpoint(p, "directory", cfg, gen, read_tensors(p), load_chat_template(p))
