@@ -30,7 +30,12 @@ from ._errors import BlockcValueError
 
 __all__ = ["atomic_write", "write_json", "write_bytes", "replace_dir", "temp_dir_for",
            "open_regular", "read_bytes", "read_json", "read_config", "loads_json",
-           "check_output_file", "check_output_dir", "MAX_JSON_BYTES", "MAX_JSON_DEPTH"]
+           "check_output_file", "check_output_dir", "MAX_JSON_BYTES", "MAX_JSON_DEPTH",
+           "PICKLE_SUFFIXES"]
+
+#: the file endings of pickle checkpoints (PyTorch's and others'), which blockc never loads:
+#: unpickling can run any code
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 PathLike = Union[str, "os.PathLike[str]"]
 

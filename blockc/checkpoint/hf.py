@@ -76,7 +76,7 @@ def _weight_files(path: str) -> List[str]:
         if missing:
             raise BlockcValueError(f"{index}: lists {missing[0]!r}, which is not in {path}")
         return [os.path.join(path, fn) for fn in files]
-    pickles = [f for f in os.listdir(path) if f.endswith((".bin", ".pt", ".pth", ".ckpt"))]
+    pickles = [f for f in os.listdir(path) if f.endswith(_files.PICKLE_SUFFIXES)]
     if pickles:
         raise BlockcValueError(
             f"{os.path.join(path, pickles[0])}: a pickle checkpoint; blockc never unpickles (a "

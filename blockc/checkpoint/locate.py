@@ -17,6 +17,7 @@ import re
 from typing import List, NamedTuple, Optional, Union
 
 from .._errors import BlockcTypeError, BlockcValueError
+from .._files import PICKLE_SUFFIXES
 
 __all__ = ["hub_cache_dir", "resolve", "find_models", "FoundModel", "is_hub_id"]
 
@@ -156,7 +157,7 @@ def _checked_local(p: str, file: Optional[str], hub_id: Optional[str] = None) ->
         if file is not None:
             raise BlockcValueError(f"{p}: file={file!r} names a file inside a directory, but "
                                    "this is a file")
-        if p.endswith((".bin", ".pt", ".pth", ".ckpt", ".pkl")):
+        if p.endswith(PICKLE_SUFFIXES):
             raise BlockcValueError(f"{p}: a pickle checkpoint, which blockc never loads (it can "
                                    "run code); convert it to safetensors first")
         return p
@@ -177,7 +178,7 @@ def _checked_local(p: str, file: Optional[str], hub_id: Optional[str] = None) ->
     if ggufs:
         raise BlockcValueError(f"{what}: several GGUF files ({', '.join(ggufs)}): name one "
                                "(--file NAME, or its path)")
-    pickles = [f for f in os.listdir(p) if f.endswith((".bin", ".pt", ".pth"))]
+    pickles = [f for f in os.listdir(p) if f.endswith(PICKLE_SUFFIXES)]
     extra = (f" (it has {', '.join(sorted(pickles))}: pickle files, which blockc never loads)"
              if pickles else "")
     raise BlockcValueError(f"{what}: a directory without config.json or a .gguf file{extra}")
