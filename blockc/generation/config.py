@@ -225,6 +225,12 @@ class GenerationConfig:
         The checkpoint's beginning-of-sequence id (carried, written back on save).
     stop : sequence of non-empty str, optional
         Stop a row when its generated text contains one (needs a tokenizer).
+    num_assistant_tokens : int in [1, 128], optional
+        Speculative decoding with a draft model (``assistant_model``): the tokens it
+        drafts per round (default 5; :mod:`blockc.generation.speculative`).
+    prompt_lookup_num_tokens : int in [1, 128], optional
+        Speculative decoding by prompt lookup: the tokens drafted per round from the
+        context's n-grams (None: off).
 
     Raises
     ------
@@ -271,6 +277,12 @@ class GenerationConfig:
                                           kind="id")
     stop: Optional[Tuple[str, ...]] = _option(
         None, "stop a row when its text contains one", kind="strs")
+    num_assistant_tokens: Optional[int] = _option(
+        None, "speculative decoding: the tokens the draft model drafts per round (5)",
+        kind="int", lo=1, hi=128)
+    prompt_lookup_num_tokens: Optional[int] = _option(
+        None, "speculative decoding by prompt lookup: the tokens drafted per round from the "
+        "context's n-grams (off)", kind="int", lo=1, hi=128)
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -3,12 +3,13 @@
 
 The loop reaches the model only through the core's interface (:mod:`blockc.model`):
 ``m.config``, ``m.run`` and ``m.new_cache``; the next token comes from
-:mod:`blockc.generation.logits`.
+:mod:`blockc.generation.logits`, or, speculating, from
+:mod:`blockc.generation.speculative`.
 """
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from .._errors import BlockcTypeError, BlockcValueError
 from ..model import Model, check_ids
 from .config import GenerationConfig, ResolvedGeneration
 from .logits import next_tokens
+from .speculative import DraftModel, PromptLookup, SpeculativeStats, speculate
 
 __all__ = ["GenerationMixin", "Generation", "StopStrings"]
 
@@ -64,7 +66,10 @@ class GenerationMixin:
                  cache_dtype: Optional[str] = None, tokenizer: Any = None,
                  streamer: Optional[Callable[[np.ndarray], None]] = None,
                  generation_config: Optional[GenerationConfig] = None,
-                 constraint: Any = None) -> Union[np.ndarray, List[np.ndarray]]:
+                 constraint: Any = None, assistant_model: Any = None,
+                 num_assistant_tokens: Optional[int] = None,
+                 prompt_lookup_num_tokens: Optional[int] = None
+                 ) -> Union[np.ndarray, List[np.ndarray]]:
         """Extend the prompts by up to ``max_new_tokens`` tokens each.
 
         Every option left at None is the model's :attr:`generation_config`'s (or
@@ -138,6 +143,20 @@ class GenerationMixin:
             left free). A row ends when its grammar is complete and has taken an end
             token. Not a GenerationConfig option: it is a request's grammar, not a
             setting.
+        assistant_model : blockc.GPT, optional
+            Speculative decoding with this draft model (a smaller model over the same
+            vocabulary: transformers' assisted generation, llama.cpp's
+            ``--model-draft``): it drafts ``num_assistant_tokens`` tokens (default 5),
+            the model checks them in one forward. Greedy output is token for token the
+            output without it; sampled output has the same distribution
+            (:mod:`blockc.generation.speculative`). One prompt at a time; not with
+            ``constraint`` or ``use_cache=False``.
+        num_assistant_tokens : int in [1, 128], optional
+            The tokens the draft model drafts per round.
+        prompt_lookup_num_tokens : int in [1, 128], optional
+            Speculative decoding without a draft model: up to this many tokens drafted
+            per round from what followed the context's last n-gram earlier in it
+            (prompt lookup). The same guarantees as ``assistant_model``.
 
         The options apply in Hugging Face's order (:mod:`blockc.generation`):
         repetition penalty, temperature, top-k, top-p, min-p.
@@ -166,9 +185,11 @@ class GenerationMixin:
         options = dict(temperature=temperature, top_k=top_k, seed=seed, use_cache=use_cache,
                        top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty,
                        eos_token_id=eos_token_id, pad_token_id=pad_token_id, stop=stop,
-                       cache_dtype=cache_dtype)
+                       cache_dtype=cache_dtype, num_assistant_tokens=num_assistant_tokens,
+                       prompt_lookup_num_tokens=prompt_lookup_num_tokens)
         run = self.prepare_generation(ids, max_new_tokens, generation_config, tokenizer,
-                                      constraint=constraint, **options)
+                                      constraint=constraint, assistant_model=assistant_model,
+                                      **options)
         rows, steps = run.rows, []
         for toks in run:
             steps.append(toks)
@@ -189,7 +210,8 @@ class GenerationMixin:
         **options
             As :meth:`generate` (temperature, top_k, top_p, min_p,
             repetition_penalty, eos_token_id, pad_token_id, stop, tokenizer, seed,
-            use_cache, cache_dtype, generation_config, constraint).
+            use_cache, cache_dtype, generation_config, constraint, assistant_model,
+            num_assistant_tokens, prompt_lookup_num_tokens).
 
         Yields
         ------
@@ -215,19 +237,21 @@ class GenerationMixin:
         if a.size == 0:
             raise BlockcValueError("ids is empty: a prompt needs at least one token")
         o = dict(options)
-        unknown = sorted(set(o) - _OPTIONS - {"tokenizer", "generation_config", "constraint"})
+        unknown = sorted(set(o) - _OPTIONS - {"tokenizer", "generation_config", "constraint",
+                                              "assistant_model"})
         if unknown:
             raise BlockcTypeError(f"stream() got an unexpected option {unknown[0]!r}")
         run = self.prepare_generation(a.reshape(1, -1), max_new_tokens,
                                       o.pop("generation_config", None), o.pop("tokenizer", None),
-                                      constraint=o.pop("constraint", None), **o)
+                                      constraint=o.pop("constraint", None),
+                                      assistant_model=o.pop("assistant_model", None), **o)
         for toks in run:
             yield int(toks[0])  # a finished row ends the iteration
 
     def prepare_generation(self, ids: Any, max_new_tokens: int,
                            generation_config: Optional[GenerationConfig] = None,
                            tokenizer: Any = None, constraint: Any = None,
-                           **options: Any) -> "Generation":
+                           assistant_model: Any = None, **options: Any) -> "Generation":
         """A :class:`Generation` of the prompts ``ids``, every argument checked before
         any work: what :meth:`generate` and :meth:`stream` iterate (a server steps it).
 
@@ -241,6 +265,8 @@ class GenerationMixin:
             For stop strings.
         constraint : Constraint or sequence of (Constraint or None), optional
             As :meth:`generate`.
+        assistant_model : blockc.GPT, optional
+            A draft model: speculative decoding, as :meth:`generate`.
         **options
             GenerationConfig options overriding it (None: not given).
 
@@ -286,7 +312,9 @@ class GenerationMixin:
         if n and longest + n - 1 > cfg.context:
             raise BlockcValueError(f"Sequence exceeds the model's context of {cfg.context} "
                                    f"({longest} prompt + {n} new tokens)")
-        return Generation(self, rows, ragged, n, g, tokenizer, _constraints(constraint, len(rows)))
+        constraints = _constraints(constraint, len(rows))
+        drafter = _drafter(assistant_model, g, rows, n, constraints, cfg.vocab)
+        return Generation(self, rows, ragged, n, g, tokenizer, constraints, drafter)
 
 
 class StopStrings:
@@ -332,12 +360,14 @@ class Generation:
     ``ends[i]`` counts row i's tokens (its end included), ``done[i]`` tells it ended.
 
     Made by :meth:`GenerationMixin.prepare_generation` from the checked options
-    (``options``, a :class:`~blockc.generation.config.ResolvedGeneration`).
+    (``options``, a :class:`~blockc.generation.config.ResolvedGeneration`). With a
+    ``drafter`` (speculative decoding, one row), ``stats`` is a
+    :class:`~blockc.generation.speculative.SpeculativeStats`, counted as it goes.
     """
 
     def __init__(self, m: Any, rows: List[np.ndarray], ragged: bool, n: int,
                  options: ResolvedGeneration, tokenizer: Any = None,
-                 constraints: Optional[Sequence[Any]] = None):
+                 constraints: Optional[Sequence[Any]] = None, drafter: Any = None):
         self.m, self.rows, self.ragged, self.n, self.options = m, rows, ragged, n, options
         self.opts = options  # resolved once (prepare_generation): what the sampler reads
         # every row its own generator: with a seed, a row draws what it draws alone
@@ -348,6 +378,9 @@ class Generation:
         self.done = [False] * len(rows)
         #: each row's constraint state (None: free), masked and advanced every step
         self.constraints: List[Any] = list(constraints) if constraints else [None] * len(rows)
+        #: the speculative drafter (None: one token per forward) and what it achieved
+        self.drafter = drafter
+        self.stats: Optional[SpeculativeStats] = None if drafter is None else SpeculativeStats()
 
     def _logits(self, seqs, cache, first):
         """The last position's logits (B, V) of every row: the whole prompts the first
@@ -362,9 +395,32 @@ class Generation:
                                    for i, s in enumerate(seqs)])
         return m.run(np.array([[s[-1]] for s in seqs]), cache, last_only=True)[0][:, 0]
 
+    def _record(self, i: int, tok: int, stops: Optional[List[StopStrings]]) -> None:
+        """Count row i's new token ``tok``, and mark the row done when it ends it."""
+        self.ends[i] += 1
+        c = self.constraints[i]
+        if c is not None:
+            c.advance(tok)
+        if tok in self.eos or (c is not None and c.is_done()):
+            self.done[i] = True
+        elif stops is not None and stops[i].push(tok):
+            self.done[i] = True
+
+    def _speculate(self) -> Iterator[np.ndarray]:
+        stops = [StopStrings(self.tok, self.stop)] if self.stop is not None else None
+        for tok in speculate(self.m, self.rows[0], self.n, self.opts, self.rngs[0],
+                             self.drafter[0], self.drafter[1], self.stats):
+            self._record(0, tok, stops)
+            yield np.array([tok], np.int64)
+            if self.done[0]:
+                return
+
     def __iter__(self) -> Iterator[np.ndarray]:
         m, b = self.m, len(self.rows)
         if self.n == 0:
+            return
+        if self.drafter is not None:
+            yield from self._speculate()
             return
         # each row's tokens in a buffer of its final length: a step appends in place
         bufs = [np.empty(len(r) + self.n, np.int64) for r in self.rows]
@@ -390,20 +446,34 @@ class Generation:
                 if self.done[i]:
                     toks[i] = self.pad
                     continue
-                self.ends[i] += 1
-                c = self.constraints[i]
-                if c is not None:
-                    c.advance(int(toks[i]))
-                if int(toks[i]) in self.eos or (c is not None and c.is_done()):
-                    self.done[i] = True
-                elif stops is not None and stops[i].push(int(toks[i])):
-                    self.done[i] = True
+                self._record(i, int(toks[i]), stops)
             for i in range(b):
                 bufs[i][lens[i]] = toks[i]
                 lens[i] += 1
             yield toks
             if all(self.done):
                 return
+
+
+def _drafter(assistant_model: Any, g: ResolvedGeneration, rows: List[np.ndarray], n: int,
+             constraints: Optional[List[Any]], vocab: int) -> Optional[Tuple[Any, int]]:
+    """The speculative drafter the options ask for and its tokens per round, checked
+    (None: plain decoding)."""
+    lookup = g.prompt_lookup_num_tokens
+    if assistant_model is None and lookup is None:
+        return None
+    if assistant_model is not None and lookup is not None:
+        raise BlockcValueError("assistant_model and prompt_lookup_num_tokens: give one drafter")
+    if len(rows) != 1:
+        raise BlockcValueError(f"speculative decoding takes one prompt, got {len(rows)}")
+    if constraints is not None:
+        raise BlockcValueError("speculative decoding does not take a constraint")
+    if not g.use_cache:
+        raise BlockcValueError("speculative decoding needs use_cache=True")
+    if lookup is not None:
+        return PromptLookup(), lookup
+    k = g.num_assistant_tokens or 5
+    return DraftModel(assistant_model, vocab, max(len(rows[0]) + n - 1, 1), g.cache_dtype), k
 
 
 def _constraints(constraint: Any, b: int) -> Optional[List[Any]]:
