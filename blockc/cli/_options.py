@@ -18,7 +18,8 @@ from ..model import ACTIVATIONS, NORMS, PLACEMENTS, POSITIONS
 __all__ = ["add_model", "model_path", "add_threads", "apply_threads", "positive_int", "require_positive", "plot_path",
            "pyplot", "save_figure", "write", "add_shape_options", "overrides", "add_sampling_options",
            "sampling_options", "add_cache_dtype", "add_generation_option", "SAMPLING", "add_ctx_size",
-           "ctx_size", "add_prompt", "read_prompt"]
+           "ctx_size", "add_prompt", "read_prompt", "add_speculative_options",
+           "speculative_options", "draft_path"]
 
 
 def add_model(p: argparse.ArgumentParser, required: bool = True, what: str = "") -> None:
@@ -113,6 +114,55 @@ def sampling_options(args: argparse.Namespace) -> Dict[str, Any]:
         v = getattr(args, name)
         out[name] = None if v is None else options()[name][0].check(v, _flag(name))
     return out
+
+
+def add_speculative_options(p: argparse.ArgumentParser) -> None:
+    """Speculative decoding's flags (llama.cpp's names): ``--model-draft PATH|ID`` (also
+    spelt ``--draft-model``) a draft model over the same vocabulary, ``--draft-max N`` the
+    tokens it drafts per round, ``--lookup N`` prompt lookup drafting N tokens per round
+    instead; :func:`speculative_options` reads them back."""
+    p.add_argument("--model-draft", "--draft-model", dest="model_draft", default=None,
+                   metavar="PATH|ID",
+                   help="speculative decoding with this draft model (a smaller model with the "
+                        "same tokenizer): greedy output unchanged, sampled output from the same "
+                        "distribution; loaded with --dtype")
+    for flag, name in (("--draft-max", "num_assistant_tokens"),
+                       ("--lookup", "prompt_lookup_num_tokens")):
+        o, _ = options()[name]
+        p.add_argument(flag, dest=name, type=int, default=None, metavar="N",
+                       help=f"{o.help}; {o.span()}")
+
+
+def speculative_options(args: argparse.Namespace) -> Dict[str, Any]:
+    """The GenerationConfig options ``--draft-max`` and ``--lookup`` give (the ones given),
+    checked as the options check them (before any file is read).
+
+    Raises
+    ------
+    ValueError
+        A value out of range, naming the flag; ``--draft-max`` without ``--model-draft``,
+        or ``--lookup`` with it.
+    """
+    out = {}
+    for flag, name in (("--draft-max", "num_assistant_tokens"),
+                       ("--lookup", "prompt_lookup_num_tokens")):
+        v = getattr(args, name, None)
+        if v is not None:
+            out[name] = options()[name][0].check(v, flag)
+    draft = getattr(args, "model_draft", None)
+    if "num_assistant_tokens" in out and draft is None:
+        raise BlockcValueError("--draft-max needs --model-draft (--lookup drafts without one)")
+    if "prompt_lookup_num_tokens" in out and draft is not None:
+        raise BlockcValueError("--lookup and --model-draft: give one drafter")
+    return out
+
+
+def draft_path(args: argparse.Namespace) -> Optional[str]:
+    """The path ``--model-draft`` names (a file, a directory, or a Hub id in the local
+    cache, as ``--model``), or None."""
+    if getattr(args, "model_draft", None) is None:
+        return None
+    return resolve(args.model_draft)
 
 
 def add_ctx_size(p: argparse.ArgumentParser) -> None:

@@ -2,6 +2,7 @@
 
     blockc chat --model PATH|ID [--system TEXT] [--ctx-size N] [--max-new-tokens N]
                 [--temperature T] [--top-k K] ... [--plain]
+                [--model-draft PATH|ID [--draft-max N] | --lookup N]
 
 Each turn the whole conversation is rendered with the checkpoint's chat template and
 the answer streamed until an end-of-turn id. It samples as llama-cli and Ollama do: the
@@ -21,7 +22,8 @@ answer included); Ctrl-D or ``/exit`` leaves.
 
 The answers go to stdout; the banner (model, family, format, context, threads,
 sampling) and the tokens/s after each answer go to stderr, when stdin or stderr is a
-terminal.
+terminal, with the draft's acceptance rate when speculating (``--model-draft``,
+``--lookup``: :mod:`blockc.generation.speculative`).
 """
 from __future__ import annotations
 
@@ -43,8 +45,9 @@ from ..generation.chat import LLAMA_CPP_SAMPLING, SAMPLING_NAMES, Conversation, 
 from ..generation.config import GenerationConfig, end_ids, options
 from ..gpt import GPT
 from ..text.tokenizer import TextStream, Tokenizer
-from ._options import (add_ctx_size, add_model, add_sampling_options, add_threads, apply_threads,
-                       ctx_size, model_path, sampling_options, write)
+from ._options import (add_ctx_size, add_model, add_sampling_options, add_speculative_options,
+                       add_threads, apply_threads, ctx_size, draft_path, model_path,
+                       sampling_options, speculative_options, write)
 
 __all__ = ["register", "run_chat", "ChatSession", "HELP"]
 
@@ -80,6 +83,7 @@ def register(subparsers) -> None:
     add_sampling_options(p, notes={
         k: f"default: the model's generation_config.json when it samples, else {v:g}, as "
            "llama.cpp" for k, v in LLAMA_CPP_SAMPLING.items()})
+    add_speculative_options(p)
     add_ctx_size(p)
     p.add_argument("--dtype", choices=LOAD_DTYPES, default=None)
     add_threads(p)
@@ -173,14 +177,17 @@ class ChatSession:
         The longest answer (None: until the end of the turn or the context).
     out, info : callable, optional
         Write text (default: stdout, and stderr).
+    draft : GPT, optional
+        A draft model: answers decoded speculatively (``assistant_model``).
     """
 
     def __init__(self, model: GPT, tokenizer: Tokenizer, generation: GenerationConfig,
                  context: int, system: Optional[str] = None,
                  max_new_tokens: Optional[int] = None,
                  out: Callable[[str], Any] = write,
-                 info: Optional[Callable[[str], Any]] = None) -> None:
-        self.model, self.tok, self.generation = model, tokenizer, generation
+                 info: Optional[Callable[[str], Any]] = None,
+                 draft: Optional[GPT] = None) -> None:
+        self.model, self.tok, self.generation, self.draft = model, tokenizer, generation, draft
         self.context, self.max_new_tokens = context, max_new_tokens
         self.conversation = Conversation(system)
         self.out = out
@@ -289,8 +296,11 @@ class ChatSession:
         n_max = room if self.max_new_tokens is None else min(self.max_new_tokens, room)
         stream, parts, n, stopped = TextStream(self.tok, skip_special_tokens=True), [], 0, False
         t0 = time.perf_counter()
+        run = self.model.prepare_generation(np.asarray(ids)[None], n_max, self.generation,
+                                            assistant_model=self.draft)
         try:
-            for t in self.model.stream(np.asarray(ids), n_max, generation_config=self.generation):
+            for toks in run:  # as stream: one token a step, none after the end
+                t = int(toks[0])
                 n += 1
                 if t in self.ends:
                     break
@@ -305,8 +315,9 @@ class ChatSession:
         reply = "".join(parts)
         c.add("assistant", reply)
         if self.stats:
+            spec = f", {run.stats.describe()}" if run.stats is not None else ""
             self.info(f"[{n} tokens, {n / dt if dt > 0 else 0.0:.1f} tokens/s, context "
-                      f"{len(ids) + n}/{self.context}]\n")
+                      f"{len(ids) + n}/{self.context}{spec}]\n")
         return reply
 
     def run(self, read: Callable[[str], str]) -> None:
@@ -337,7 +348,9 @@ class ChatSession:
 def run_chat(args: argparse.Namespace) -> int:
     apply_threads(args)
     sampling = sampling_options(args)  # the flags checked before any file is looked at
+    sampling.update(speculative_options(args))
     args.model = model_path(args)  # a path, or a Hub id in the cache
+    draft = draft_path(args)
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise BlockcValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     tok = Tokenizer.from_pretrained(args.model)
@@ -347,11 +360,16 @@ def run_chat(args: argparse.Namespace) -> int:
     chatty = interactive or sys.stderr.isatty()
     with Progress(0, "loading") as bar:  # drawn when stderr is a terminal
         m = GPT.from_pretrained(args.model, dtype=args.dtype, progress=bar)
+        if draft is not None:
+            draft = GPT.from_pretrained(draft, dtype=args.dtype, progress=bar)
     ends = end_ids(m.generation_config, tok, m.config.vocab)  # as generate and the server
     gen = chat_sampling(m.generation_config).replace(eos_token_id=ends)
     gen = gen.replace(**{k: v for k, v in sampling.items() if v is not None})
     ctx = ctx_size(args, m.config, gen.cache_dtype)
-    s = ChatSession(m, tok, gen, ctx, system=args.system, max_new_tokens=args.max_new_tokens)
+    if draft is not None:  # the draft runs every position the model does
+        ctx = min(ctx, draft.config.context)
+    s = ChatSession(m, tok, gen, ctx, system=args.system, max_new_tokens=args.max_new_tokens,
+                    draft=draft)
     s.stats = chatty
     if chatty:
         cfg = m.config

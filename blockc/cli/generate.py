@@ -3,6 +3,7 @@
     blockc generate --model PATH|ID --prompt TEXT [--max-new-tokens N] [--temperature T]
                     [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]
                     [--seed S] [--ctx-size N] [--dtype ...] [--threads N] [--no-echo]
+                    [--model-draft PATH|ID [--draft-max N] | --lookup N]
     blockc generate --model PATH|ID --prompt - ...            (the prompt from stdin)
     blockc generate --model PATH|ID --prompt-file FILE ...
     blockc generate --model PATH|ID --ids 1,2,3 ...           (no tokenizer needed)
@@ -14,7 +15,9 @@ model's end tokens (:func:`blockc.generation.config.end_ids`: its generation con
 a GGUF file's end of text and end of turn, and the tokenizer's end token), as ``blockc
 chat`` and the server do; the text of an end token is not printed. The sampling options
 left unset are the model's generation config's (greedy for a checkpoint without one).
-The load time and tokens/s go to stderr when it is a terminal (``--stats``/``--no-stats``).
+The load time and tokens/s go to stderr when it is a terminal (``--stats``/``--no-stats``),
+with, when speculating (``--model-draft``, ``--lookup``: :mod:`blockc.generation.speculative`),
+the draft's acceptance rate and the tokens made per forward of the model.
 """
 from __future__ import annotations
 
@@ -30,8 +33,9 @@ from ..generation.config import end_ids
 from ..gpt import GPT
 from ..checkpoint.hf import LOAD_DTYPES
 from ..text.tokenizer import TextStream, Tokenizer
-from ._options import (add_ctx_size, add_model, add_prompt, add_sampling_options, add_threads,
-                       apply_threads, ctx_size, model_path, read_prompt, sampling_options, write)
+from ._options import (add_ctx_size, add_model, add_prompt, add_sampling_options,
+                       add_speculative_options, add_threads, apply_threads, ctx_size, draft_path,
+                       model_path, read_prompt, sampling_options, speculative_options, write)
 
 
 def register(subparsers) -> None:
@@ -46,6 +50,7 @@ def register(subparsers) -> None:
     add_model(p, what="the model")
     p.add_argument("--max-new-tokens", "-n", type=int, default=64, help="tokens to generate (64)")
     add_sampling_options(p)
+    add_speculative_options(p)
     add_ctx_size(p)
     p.add_argument("--dtype", choices=LOAD_DTYPES, default=None,
                    help="weight storage (default: bfloat16 for a bfloat16 checkpoint, else float32)")
@@ -71,7 +76,9 @@ def _write(text: str) -> None:
 def run_generate(args: argparse.Namespace) -> int:
     apply_threads(args)
     sampling = sampling_options(args)  # the flags checked before any file is looked at
+    sampling.update(speculative_options(args))
     args.model = model_path(args)  # a path, or a Hub id in the cache
+    draft = draft_path(args)
     prompt = read_prompt(args)  # --prompt - reads stdin, --prompt-file a file
     tok = None
     if prompt is not None:
@@ -89,6 +96,8 @@ def run_generate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with Progress(0, "loading") as bar:  # drawn when stderr is a terminal
         m = GPT.from_pretrained(args.model, dtype=args.dtype, progress=bar)
+        if draft is not None:
+            draft = GPT.from_pretrained(draft, dtype=args.dtype, progress=bar)
     load = time.perf_counter() - t0
     if tok is not None:
         ids = list(tok.encode(prompt, add_special_tokens=not args.no_special_tokens))
@@ -106,12 +115,14 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.no_eos:
         gen = gen.replace(eos_token_id=())
     ends = set(gen.eos_ids)
-    opts = dict(sampling, generation_config=gen)
+    opts = dict(sampling, generation_config=gen, assistant_model=draft)
     stream = TextStream(tok, skip_special_tokens=True) if tok is not None else None
     if stream is not None and not args.no_echo:
         _write(prompt)
     n, t1 = 0, time.perf_counter()
-    for token in m.stream(np.array(ids), n_max, **opts):
+    run = m.prepare_generation(np.array(ids)[None], n_max, **opts)
+    for toks in run:  # as stream: one token a step, none after the end
+        token = int(toks[0])
         n += 1
         if stream is None:
             _write(f"{' ' if n > 1 else ''}{token}")
@@ -122,5 +133,6 @@ def run_generate(args: argparse.Namespace) -> int:
     if stats:
         dt = time.perf_counter() - t1
         sys.stderr.write(f"loaded in {load:.2f} s; {n} tokens in {dt:.2f} s "
-                         f"({n / dt if dt > 0 else 0:.1f} tokens/s)\n")
+                         f"({n / dt if dt > 0 else 0:.1f} tokens/s)"
+                         + (f"; {run.stats.describe()}" if run.stats is not None else "") + "\n")
     return 0
