@@ -45,7 +45,7 @@ from .config import ResolvedGeneration
 from .logits import next_tokens, processed_logits
 
 __all__ = ["SpeculativeStats", "Speculator", "DraftModel", "PromptLookup", "lookup_draft",
-           "accept_draft", "LOOKUP_NGRAM"]
+           "accept_draft", "speculate", "LOOKUP_NGRAM"]
 
 #: the longest n-gram prompt lookup matches (then shorter ones, down to one token)
 LOOKUP_NGRAM = 3
