@@ -291,3 +291,23 @@ def test_chat_flags(model_dir, capsys, monkeypatch):
         assert main(["chat", "--model", str(d), "--temperature", "0", "-n", "10", *flags]) == 0
         outs.append(capsys.readouterr().out)
     assert outs[0] and outs[1] == outs[0] and outs[2] == outs[0]
+
+
+def test_stop_strings_and_thread_counts(model_dir, threads):
+    d, m = model_dir
+    tok = blockc.Tokenizer.from_pretrained(d)
+    ids = tok.encode("the block reads the stream")
+    free = m.generate(ids[None], 24, eos_token_id=())[0, len(ids):]
+    text = tok.decode(free[:8].tolist())
+    stop = text[-3:] if text[-3:].strip() else text[-4:]
+    want = m.generate(ids[None], 24, eos_token_id=(), stop=[stop], tokenizer=tok)
+    assert want.shape[1] < len(ids) + 24  # the stop string ended it early
+    for opts in (dict(prompt_lookup_num_tokens=4), dict(assistant_model=m)):
+        got = m.generate(ids[None], 24, eos_token_id=(), stop=[stop], tokenizer=tok, **opts)
+        assert np.array_equal(got, want), opts
+    got = []
+    for n in (1, 2, 3):  # the same tokens at any thread count
+        threads(n)
+        got.append(m.generate(ids[None], 24, eos_token_id=(), temperature=0.9, seed=2,
+                              assistant_model=first_layers(m, 1)))
+    assert np.array_equal(got[0], got[1]) and np.array_equal(got[0], got[2])
