@@ -311,3 +311,27 @@ def test_stop_strings_and_thread_counts(model_dir, threads):
         got.append(m.generate(ids[None], 24, eos_token_id=(), temperature=0.9, seed=2,
                               assistant_model=first_layers(m, 1)))
     assert np.array_equal(got[0], got[1]) and np.array_equal(got[0], got[2])
+
+
+def test_greedy_matches_transformers_assisted_generation_and_prompt_lookup(tmp_path):
+    """transformers' own speculative greedy decoding (assistant_model, prompt lookup) on the
+    same weights gives the tokens blockc's gives."""
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    tf.logging.set_verbosity_error()
+    m = sharp(GPTConfig(vocab=61, context=64, width=32, heads=4, layers=2), 8, scale=4.0)
+    d = first_layers(m, 1)
+    m.save_pretrained(tmp_path / "m")
+    d.save_pretrained(tmp_path / "d")
+    hf = tf.GPT2LMHeadModel.from_pretrained(tmp_path / "m", torch_dtype=torch.float32).eval()
+    hd = tf.GPT2LMHeadModel.from_pretrained(tmp_path / "d", torch_dtype=torch.float32).eval()
+    prompt = np.array([[3, 14, 15, 9, 26, 3, 14]])
+    kw = dict(max_new_tokens=20, do_sample=False, pad_token_id=0,
+              attention_mask=torch.ones(prompt.shape, dtype=torch.long))
+    with torch.no_grad():
+        assisted = hf.generate(torch.as_tensor(prompt), assistant_model=hd, **kw).numpy()
+        lookup = hf.generate(torch.as_tensor(prompt), prompt_lookup_num_tokens=4, **kw).numpy()
+    ours = m.generate(prompt, 20, assistant_model=d, num_assistant_tokens=4)
+    np.testing.assert_array_equal(ours, assisted)
+    np.testing.assert_array_equal(m.generate(prompt, 20, prompt_lookup_num_tokens=4), lookup)
+    assert len(set(ours[0, 7:].tolist())) > 3  # an answer, not one token repeated
