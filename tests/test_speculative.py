@@ -48,9 +48,11 @@ def target():
 
 @pytest.mark.parametrize("dtype,cache", [("float32", "float32"), ("float32", "float16"),
                                          ("bfloat16", "float32"), ("q8_0i", "float32"),
-                                         ("q4_0", "float16")])
+                                         ("q4_0", "float16"), ("q4_ki", "float32")])
 def test_a_verify_call_gives_the_bits_of_one_token_calls(dtype, cache):
-    cfg = GPTConfig(vocab=40, context=80, width=64, heads=4, layers=2, **LLAMA)
+    wide = dtype.startswith("q4_k")  # k-quants: rows of whole 256-column blocks
+    cfg = GPTConfig(vocab=40, context=80, width=256 if wide else 64, heads=4, layers=2,
+                    **dict(LLAMA, d_ff=512 if wide else 96))
     m = GPT.random(cfg, seed=1, dtype=dtype)
     ids = np.random.default_rng(0).integers(0, 40, 60)
     one = m.new_cache(1, 80, cache)

@@ -379,6 +379,10 @@ def run_chat(args: argparse.Namespace) -> int:
             f"{cfg.width}, vocabulary {cfg.vocab}\n"
             f"context {ctx} tokens (the model's {cfg.context}), {runtime.get_num_threads()} "
             f"threads\nsampling: {s.describe_sampling()}\n"
+            + (f"speculative: draft {args.model_draft}, up to "
+               f"{gen.num_assistant_tokens or 5} tokens a round\n" if draft is not None else "")
+            + (f"speculative: prompt lookup, up to {gen.prompt_lookup_num_tokens} tokens a "
+               "round\n" if gen.prompt_lookup_num_tokens else "") +
             "/help lists the commands; Ctrl-C stops an answer, Ctrl-D leaves\n")
         sys.stderr.flush()
     read = None
