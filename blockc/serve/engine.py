@@ -439,6 +439,10 @@ class Engine:
     def _end(self, job: Job, reason: Optional[str], error: Optional[str] = None) -> None:
         use = {"prompt_tokens": int(len(job.prompt)), "completion_tokens": len(job.out),
                "cached_tokens": job.reused}
+        if job.t_first is not None:  # llama-server's timings: to the first token, after it
+            now = time.monotonic()
+            use["prompt_ms"] = (job.t_first - job.t_submit) * 1000.0
+            use["predicted_ms"] = (now - job.t_first) * 1000.0
         if error:
             use["error"] = error
         tail = ""
