@@ -301,3 +301,24 @@ def test_two_models_load_on_first_use_and_the_lru_unloads(dirs):
         assert done["b"] == 200
     finally:
         s.stop()
+
+
+@pytest.mark.slow
+def test_a_busy_port_is_refused_before_the_model_loads(dirs):
+    import os
+    import socket
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        t0 = time.monotonic()
+        r = subprocess.run([sys.executable, "-m", "blockc", "serve", "--model", str(dirs[0]),
+                            "--port", str(port)], capture_output=True, text=True, timeout=60,
+                           cwd=root)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.strip() == (f"blockc serve: error: port {port} on 127.0.0.1 is in use by "
+                                "another process: stop it or choose another with --port")
+    assert "Traceback" not in r.stderr and time.monotonic() - t0 < 30
