@@ -193,8 +193,8 @@ def test_one_log_line_per_request_and_timings(server, caplog):
 
 
 def _parse_metrics(text):
-    """{sample name: value}: prometheus_client's own parser when installed, else a strict
-    reading of the text format (every line a comment or 'name value')."""
+    """{sample name with its labels: value}: prometheus_client's own parser when installed,
+    else a strict reading of the text format (every line a comment or 'name{le="x"} value')."""
     try:
         from prometheus_client.parser import text_string_to_metric_families
     except ImportError:
@@ -203,11 +203,12 @@ def _parse_metrics(text):
             if line.startswith("#"):
                 assert re.fullmatch(r"# (HELP|TYPE) \w+ .+", line), line
                 continue
-            name, value = line.split(" ")
-            out[name] = float(value)
+            m = re.fullmatch(r'(\w+)(?:\{le="([^"]+)"\})? (\S+)', line)
+            assert m, line
+            out[m.group(1) + (f"|{float(m.group(2))}" if m.group(2) else "")] = float(m.group(3))
         return out
-    return {s.name: s.value for fam in text_string_to_metric_families(text)
-            for s in fam.samples}
+    return {s.name + (f"|{float(s.labels['le'])}" if "le" in s.labels else ""): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
 def test_metrics_parse_and_count(server):
@@ -217,6 +218,14 @@ def test_metrics_parse_and_count(server):
     assert after["blockc_requests_total"] == before["blockc_requests_total"] + 1
     assert after["blockc_completion_tokens_total"] == before["blockc_completion_tokens_total"] + 3
     assert after["blockc_models_loaded"] == 1
+    for h in ("queue_wait", "time_to_first_token", "time_per_output_token"):
+        name = f"blockc_{h}_seconds"
+        assert after[name + "_count"] == before[name + "_count"] + 1, h
+        assert after[name + "_sum"] > before[name + "_sum"], h
+        buckets = sorted((float(k.split("|")[1]), v) for k, v in after.items()
+                         if k.startswith(name + "_bucket|"))
+        assert len(buckets) == 19 and buckets[-1] == (float("inf"), after[name + "_count"])
+        assert all(a[1] <= b[1] for a, b in zip(buckets, buckets[1:]))  # cumulative
 
 
 def test_context_overflow_truncate_keeps_the_last_tokens(dirs, local):
@@ -322,3 +331,24 @@ def test_a_busy_port_is_refused_before_the_model_loads(dirs):
     assert r.stderr.strip() == (f"blockc serve: error: port {port} on 127.0.0.1 is in use by "
                                 "another process: stop it or choose another with --port")
     assert "Traceback" not in r.stderr and time.monotonic() - t0 < 30
+
+
+def test_the_command_line_names_models(dirs):
+    from blockc.cli import build_parser
+    from blockc.cli.serve import settings_from_args
+    a, b = dirs
+    args = build_parser().parse_args(["serve", "--model", str(a), "--alias", "chat",
+                                      "--model", f"emb={b}", "--max-memory", "1G",
+                                      "--cors-origin", "*", "--context-overflow", "truncate"])
+    s = settings_from_args(args)
+    assert (s.model, s.served_name, s.models) == (str(a), "chat", (("emb", str(b)),))
+    assert s.max_memory == 1 << 30 and s.cors_origins == ("*",)
+    assert s.context_overflow == "truncate"
+    s = settings_from_args(build_parser().parse_args(["serve", "--model", str(a), "--model",
+                                                      str(b)]))
+    assert s.served_name == a.name and s.models == ((b.name, str(b)),)
+    with pytest.raises(ValueError, match="--max-memory"):
+        settings_from_args(build_parser().parse_args(["serve", "--model", str(a),
+                                                      "--max-memory", "lots"]))
+    with pytest.raises(ValueError, match="give a model"):
+        settings_from_args(build_parser().parse_args(["serve"]))

@@ -9,6 +9,11 @@ chat templates). Layers, each over the public API of the one below:
 - :mod:`blockc.serve.sampling`: a request's fields as generation options (one place);
 - :mod:`blockc.serve.engine`: the scheduler thread, its KV cache slots, chunked
   prefill, prefix reuse; a row's tokens are the same bits whatever else is running;
+- :mod:`blockc.serve.embed`: embeddings (pooling as the model directory says), tokenize
+  and detokenize;
+- :mod:`blockc.serve.models`: the models served (one, or several loaded on first use and
+  unloaded least-recently-used past a memory budget);
+- :mod:`blockc.serve.metrics`: /metrics, the request log line, timings;
 - :mod:`blockc.serve.app`: the Starlette routes;
 - :func:`serve`: uvicorn, with SIGTERM draining (running requests finish, new ones get
   503, /health turns 503 so a load balancer stops sending, then the process exits).

@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import hmac
 import json
-import logging
 import os
 import time
 import uuid
@@ -32,7 +31,7 @@ from ..text.chat import ChatTemplateError
 from .embed import (detokenize_response, embedding_response, pooling_of, token_ids,
                     tokenize_response, truncate_dimensions)
 from .engine import Draining, Engine, Job, QueueFull, TextTail
-from .metrics import metrics_text
+from .metrics import AccessLog, metrics_text, timings
 from .models import ModelPool, model_list
 from .sampling import RowSampler, sampling_from_request
 from .settings import Settings
@@ -40,10 +39,7 @@ from .types import (APIError, ChatRequest, CompletionRequest, SamplingRequest, c
                     chat_response, completion_response, error_body, model_object, parse_chat,
                     parse_completion, parse_detokenize, parse_embeddings, parse_tokenize, usage)
 
-__all__ = ["Service", "create_app", "LOG"]
-
-#: the server's logger: one line per request (method, path, status, model, tokens, ms)
-LOG = logging.getLogger("blockc.serve")
+__all__ = ["Service", "create_app", "drain"]
 
 
 def _starlette():
@@ -519,42 +515,6 @@ def drain(app, timeout: Optional[float]) -> None:
         s.engine.drain(None if end is None else max(0.0, end - time.monotonic()))
 
 
-class AccessLog:
-    """ASGI middleware: one line per request on :data:`LOG` (method, path, status, model,
-    prompt and completion tokens, milliseconds), when its response has been sent whole.
-    A route names the model and tokens in ``request.state`` (``model``, ``tokens``)."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        t0 = time.monotonic()
-        info = scope.setdefault("state", {})
-        status, done = [0], [False]
-
-        def log():
-            if done[0]:
-                return
-            done[0] = True
-            p, c = info.get("tokens", (0, 0))
-            LOG.info("%s %s %d model=%s prompt_tokens=%d completion_tokens=%d ms=%.1f",
-                     scope.get("method", ""), scope.get("path", ""), status[0],
-                     info.get("model", "-"), p, c, (time.monotonic() - t0) * 1000)
-
-        async def send_logged(message):
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-            await send(message)
-            if message["type"] == "http.response.body" and not message.get("more_body"):
-                log()
-        try:
-            await self.app(scope, receive, send_logged)
-        finally:
-            log()
-
-
 # ---- answers ------------------------------------------------------------------------------
 
 def _chat_logprobs(svc: Service, entries) -> Optional[Dict[str, Any]]:
@@ -591,21 +551,6 @@ def _usage(ends: Dict[int, Dict[str, int]], prompt: int) -> Dict[str, Any]:
     u["prompt_tokens_details"] = {"cached_tokens": max((x["cached_tokens"] for x in ends.values()),
                                                        default=0)}
     return u
-
-
-def _timings(ends: Dict[int, Dict[str, Any]], use: Dict[str, Any]) -> Dict[str, float]:
-    """llama-server's ``timings`` (an extension): the prompt's tokens computed (those not
-    reused from the cache) and its milliseconds from arrival to the first token (queue wait
-    included), the generated tokens and their milliseconds, and the rates per second."""
-    prompt_ms = max((u.get("prompt_ms", 0.0) for u in ends.values()), default=0.0)
-    predicted_ms = max((u.get("predicted_ms", 0.0) for u in ends.values()), default=0.0)
-    prompt_n = use["prompt_tokens"] - use["prompt_tokens_details"]["cached_tokens"]
-    predicted_n = use["completion_tokens"]
-    return {"prompt_n": prompt_n, "prompt_ms": round(prompt_ms, 3),
-            "prompt_per_second": round(prompt_n * 1000 / prompt_ms, 3) if prompt_ms else 0.0,
-            "predicted_n": predicted_n, "predicted_ms": round(predicted_ms, 3),
-            "predicted_per_second": (round(predicted_n * 1000 / predicted_ms, 3)
-                                     if predicted_ms else 0.0)}
 
 
 async def _next(queue: asyncio.Queue) -> Tuple[int, tuple]:
@@ -681,7 +626,7 @@ async def _collect(request, svc: Service, req: SamplingRequest, jobs: List[Job],
                     "logprobs": _completion_logprobs(svc, lps[i]) if req.logprobs else None,
                     "finish_reason": reasons[i]} for i in sorted(texts)]
         out = completion_response(rid, created, svc.name, choices, use)
-    out["timings"] = _timings(ends, use)
+    out["timings"] = timings(ends, use)
     return _json_response(out)
 
 
@@ -731,7 +676,7 @@ async def _stream(svc: Service, req: SamplingRequest, jobs: List[Job], queue: as
         if req.include_usage:
             last = (chat_chunk(rid, created, name, [], u) if chat
                     else completion_response(rid, created, name, [], u))
-            last["timings"] = _timings(ends, u)
+            last["timings"] = timings(ends, u)
             yield _sse(last)
         yield "data: [DONE]\n\n"
     finally:  # the client went away (or the stream ended): nothing more to compute
