@@ -352,3 +352,24 @@ def test_the_command_line_names_models(dirs):
                                                       "--max-memory", "lots"]))
     with pytest.raises(ValueError, match="give a model"):
         settings_from_args(build_parser().parse_args(["serve"]))
+
+
+def test_a_model_that_fails_to_load_is_500_and_metrics_need_the_key(dirs, tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text("{}")  # no weights
+    s = ThreadServer(Settings(model=str(dirs[0]), model_name="a", models=(("bad", str(bad)),),
+                              parallel=1, max_queue=4, api_key="k"))
+    try:
+        key = {"Authorization": "Bearer k"}
+        for _ in range(2):  # the next request tries again, and fails the same way
+            r = s.post("/v1/embeddings", {"model": "bad", "input": "x"}, headers=key)
+            assert r.status_code == 500 and r.json()["error"]["code"] == "model_load_failed"
+            assert "'bad'" in r.json()["error"]["message"] and "Traceback" not in r.text
+        assert s.post("/v1/embeddings", {"model": "a", "input": "x"},
+                      headers=key).status_code == 200
+        assert s.get("/metrics").status_code == 401
+        assert s.get("/metrics", headers=key).status_code == 200
+        assert s.post("/tokenize", {"content": "x"}).status_code == 401
+    finally:
+        s.stop()
