@@ -70,3 +70,21 @@ def test_embed_same_bits_at_any_batch_and_checks_its_arguments():
         m.embed([[1, 99]])
     with pytest.raises(TypeError, match="normalize"):
         m.embed([1, 2], normalize=1)
+
+
+@pytest.mark.parametrize("pooling", ["last", "mean", "first", "max"])
+def test_a_long_sequence_in_chunks_is_the_whole(pooling):
+    from blockc.model import embed as embed_mod
+    from blockc.model.embed import pool
+    cfg = GPTConfig(vocab=40, context=embed_mod.CHUNK * 2 + 64, width=16, heads=2, layers=2,
+                    norm="rms", positions="rope", activation="swiglu", d_ff=24)
+    m = GPT.random(cfg, seed=3)
+    ids = np.random.default_rng(0).integers(0, 40, embed_mod.CHUNK * 2 + 37)
+    whole = pool(m.final_hidden(ids[None]), pooling)[0]  # one forward call, every position
+    got = m.embed(ids, pooling=pooling, normalize=False)  # in chunks through a cache
+    if pooling == "mean":  # a sum in another order: the last float32 bit
+        np.testing.assert_allclose(got, whole, rtol=1e-6, atol=1e-7)
+    else:
+        assert np.array_equal(got.view(np.uint32), whole.view(np.uint32))
+    with pytest.raises(ValueError, match="context"):
+        m.embed(np.zeros(cfg.context + 1, int))

@@ -25,6 +25,11 @@ __all__ = ["EmbeddingMixin", "POOLINGS", "pool", "normalize_rows"]
 #: the pooling modes :meth:`EmbeddingMixin.embed` knows
 POOLINGS = ("last", "mean", "first", "max")
 
+#: a sequence longer than this runs alone, this many tokens at a time through a KV cache (the
+#: forward pass's hidden states hold every layer's: (layers, T, width) floats at once
+#: otherwise); a prompt in chunks is the bits it is whole
+CHUNK = 256
+
 
 def pool(hidden: np.ndarray, pooling: str) -> np.ndarray:
     """One vector per sequence from final hidden states (B, T, D) -> (B, D)."""
@@ -34,7 +39,7 @@ def pool(hidden: np.ndarray, pooling: str) -> np.ndarray:
         return hidden[:, 0, :]
     if pooling == "max":
         return hidden.max(axis=1)
-    return hidden.mean(axis=1, dtype=np.float64).astype(np.float32)
+    return (hidden.sum(axis=1, dtype=np.float64) / hidden.shape[1]).astype(np.float32)
 
 
 def normalize_rows(x: np.ndarray) -> np.ndarray:
@@ -66,12 +71,14 @@ def _sequences(inputs: Any) -> (List[np.ndarray], bool):
 class EmbeddingMixin:
     """:meth:`embed` for a model with :meth:`run`, :meth:`read_tensor` and :attr:`config`."""
 
-    def final_hidden(self, ids: npt.ArrayLike) -> np.ndarray:
+    def final_hidden(self, ids: npt.ArrayLike, cache: Any = None) -> np.ndarray:
         """The last hidden state after the final norm (what the head reads).
 
         Parameters
         ----------
         ids : array_like of int, shape (B, T)
+        cache : KVCache, optional
+            Positions continue after its length (as :meth:`run`).
 
         Returns
         -------
@@ -84,7 +91,7 @@ class EmbeddingMixin:
             As :meth:`run`.
         """
         cfg = self.config
-        _, hidden = self.run(ids, want_hidden=True, want_logits=False)
+        _, hidden = self.run(ids, cache, want_hidden=True, want_logits=False)
         h = np.ascontiguousarray(hidden[-1])
         if cfg.placement != "pre" or cfg.norm == "none":  # a post-norm model: no final norm
             return h
@@ -142,7 +149,10 @@ class EmbeddingMixin:
         out = np.empty((len(seqs), self.config.width), np.float32)
         by_len: Dict[int, List[int]] = {}
         for i, s in enumerate(seqs):
-            by_len.setdefault(len(s), []).append(i)
+            if len(s) > CHUNK:
+                out[i] = self._embed_long(s, pooling)
+            else:
+                by_len.setdefault(len(s), []).append(i)
         for idx in by_len.values():
             for k in range(0, len(idx), batch_size):
                 part = idx[k:k + batch_size]
@@ -151,3 +161,28 @@ class EmbeddingMixin:
         if normalize:
             out = normalize_rows(out)
         return out[0] if one else out
+
+    def _embed_long(self, ids: np.ndarray, pooling: str) -> np.ndarray:
+        """One long sequence's pooled state, :data:`CHUNK` tokens at a time through a cache
+        (the same pooling as :func:`pool`: a float64 sum for the mean)."""
+        t = len(ids)
+        if t > self.config.context:
+            raise BlockcValueError(f"a sequence of {t} tokens is longer than the model's "
+                                   f"context of {self.config.context}")
+        cache = self.new_cache(1, t)
+        acc: Optional[np.ndarray] = None
+        for k in range(0, t, CHUNK):
+            h = self.final_hidden(np.asarray(ids[k:k + CHUNK])[None], cache)[0]
+            if pooling == "mean":
+                part = h.sum(axis=0, dtype=np.float64)
+                acc = part if acc is None else acc + part
+            elif pooling == "max":
+                part = h.max(axis=0)
+                acc = part if acc is None else np.maximum(acc, part)
+            elif pooling == "first" and acc is None:
+                acc = h[0].copy()
+            elif pooling == "last":
+                acc = h[-1].copy()
+        if pooling == "mean":
+            return (acc / t).astype(np.float32)
+        return acc
