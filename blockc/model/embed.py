@@ -89,6 +89,13 @@ class EmbeddingMixin:
         ------
         TypeError, ValueError
             As :meth:`run`.
+
+        Examples
+        --------
+        >>> from blockc import GPT, GPTConfig
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> m.final_hidden([[1, 2, 3]]).shape
+        (1, 3, 8)
         """
         cfg = self.config
         _, hidden = self.run(ids, cache, want_hidden=True, want_logits=False)
