@@ -186,9 +186,10 @@ def test_one_log_line_per_request_and_timings(server, caplog):
     while time.monotonic() < deadline and len(caplog.records) < 2:
         time.sleep(0.01)
     lines = [rec.getMessage() for rec in caplog.records if rec.name == "blockc.serve"]
-    assert re.fullmatch(r"POST /v1/completions 200 model=a prompt_tokens=\d+ "
+    assert re.fullmatch(rf"POST /v1/completions 200 id={body['id']} model=a "
+                        rf"prompt_tokens={body['usage']['prompt_tokens']} "
                         r"completion_tokens=5 ms=[\d.]+", lines[0]), lines
-    assert re.fullmatch(r"POST /v1/embeddings 200 model=a prompt_tokens=\d+ "
+    assert re.fullmatch(r"POST /v1/embeddings 200 id=- model=a prompt_tokens=\d+ "
                         r"completion_tokens=0 ms=[\d.]+", lines[1]), lines
 
 

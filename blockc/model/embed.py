@@ -11,7 +11,7 @@ the mean over the tokens, the first, or the element-wise max (sentence-transform
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import numpy.typing as npt
@@ -48,7 +48,7 @@ def normalize_rows(x: np.ndarray) -> np.ndarray:
     return (x / np.where(n > 0, n, 1.0)).astype(np.float32)
 
 
-def _sequences(inputs: Any) -> (List[np.ndarray], bool):
+def _sequences(inputs: Any) -> Tuple[List[np.ndarray], bool]:
     """(the input sequences as int64 arrays, whether one sequence was given)."""
     if isinstance(inputs, (str, bytes)):
         raise BlockcTypeError("inputs must be token ids (tokenize text first: "

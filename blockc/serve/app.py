@@ -360,6 +360,7 @@ def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         created_at = int(time.time())
         info = request.state
+        info.id = rid
         if req.stream:
             return StreamingResponse(_stream(svc, req, jobs, queue, rid, created_at, chat, info),
                                      media_type="text/event-stream",

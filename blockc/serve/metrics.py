@@ -150,8 +150,8 @@ def timings(ends: Dict[int, Dict[str, Any]], use: Dict[str, Any]) -> Dict[str, f
 
 
 class AccessLog:
-    """ASGI middleware: one line per request on :data:`LOG` (method, path, status, model,
-    prompt and completion tokens, milliseconds), when its response has been sent whole.
+    """ASGI middleware: one line per request on :data:`LOG` (method, path, status, the
+    completion's id, model, prompt and completion tokens, milliseconds), when its response has been sent whole.
     A route names the model and tokens in ``request.state`` (``model``, ``tokens``)."""
 
     def __init__(self, app):
@@ -169,9 +169,10 @@ class AccessLog:
                 return
             done[0] = True
             p, c = info.get("tokens", (0, 0))
-            LOG.info("%s %s %d model=%s prompt_tokens=%d completion_tokens=%d ms=%.1f",
+            LOG.info("%s %s %d id=%s model=%s prompt_tokens=%d completion_tokens=%d ms=%.1f",
                      scope.get("method", ""), scope.get("path", ""), status[0],
-                     info.get("model", "-"), p, c, (time.monotonic() - t0) * 1000)
+                     info.get("id", "-"), info.get("model", "-"), p, c,
+                     (time.monotonic() - t0) * 1000)
 
         async def send_logged(message):
             if message["type"] == "http.response.start":
