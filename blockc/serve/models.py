@@ -201,9 +201,14 @@ class ModelPool:
             again).
         """
         e = self.entry(name)
-        e.users += 1
+        with self._lock:  # held or not, as evict() sees it
+            e.users += 1
         try:
-            while e.service is None:
+            while True:
+                with self._lock:
+                    svc = e.service
+                if svc is not None:
+                    break
                 if e.loading is None:
                     loop = asyncio.get_running_loop()
                     e.loading = loop.run_in_executor(self._loader, self._load_entry, e)
@@ -218,20 +223,23 @@ class ModelPool:
                     if e.loading is fut and fut.done():
                         e.loading = None
         except BaseException:
-            e.users -= 1
+            self.release(e)
             raise
         e.last_used = time.monotonic()
-        return e, e.service
+        return e, svc
 
     def release(self, e: ModelEntry) -> None:
-        e.users -= 1
-        e.last_used = time.monotonic()
+        """The request holding ``e`` (from :meth:`acquire`) is done with it."""
+        with self._lock:
+            e.users -= 1
+            e.last_used = time.monotonic()
 
     def _load_entry(self, e: ModelEntry) -> None:
         with e.lock:  # this model's own lock: one load of it at a time
             if e.service is None:
                 svc = self._load(e.name, e.path)
-                e.service, e.last_used = svc, time.monotonic()
+                with self._lock:
+                    e.service, e.last_used = svc, time.monotonic()
         self.evict(keep=e)
 
     def memory_bytes(self) -> int:
@@ -240,20 +248,21 @@ class ModelPool:
     def evict(self, keep: Optional[ModelEntry] = None) -> List[str]:
         """Unload the least recently used idle models (nothing running, no request holding
         them) while the loaded ones hold more than ``max_memory``; the names unloaded."""
-        gone = []
+        gone: List[str] = []
         if self.max_memory is None:
             return gone
-        with self._lock:
-            while self.memory_bytes() > self.max_memory:
+        while True:
+            with self._lock:  # chosen and taken out under the lock, closed outside it
+                if self.memory_bytes() <= self.max_memory:
+                    return gone
                 idle = [e for e in self.loaded()
                         if e is not keep and e.users == 0 and e.service.idle()]
                 if not idle:
-                    break
+                    return gone
                 victim = min(idle, key=lambda x: x.last_used)
                 svc, victim.service = victim.service, None
-                svc.close()
-                gone.append(victim.name)
-        return gone
+            svc.close()
+            gone.append(victim.name)
 
     def close(self) -> None:
         for e in self.loaded():
