@@ -96,3 +96,32 @@ def test_fields_that_ask_for_nothing_pass_and_unknown_fields_are_refused(server)
         r = server.post(path, json.dumps(dict(base, temprature=0.5)))
         assert r.status_code == 400 and r.json()["error"]["param"] == "temprature", r.text
         assert "unknown field" in r.json()["error"]["message"]
+
+
+#: every field of OpenAI's POST /v1/embeddings request: all carried out
+EMBEDDING_FIELDS = {"input": ("Hi", True), "model": ("m", True),
+                    "encoding_format": ("base64", True), "dimensions": (8, True),
+                    "user": ("u", True)}
+#: llama-server's POST /tokenize and /detokenize
+TOKENIZE_FIELDS = {"content": ("Hi", True), "add_special": (True, True),
+                   "with_pieces": (True, True), "model": ("m", True)}
+
+
+@pytest.mark.parametrize("name", sorted(EMBEDDING_FIELDS))
+def test_every_embeddings_field_is_carried_out(server, name):
+    value, carried_out = EMBEDDING_FIELDS[name]
+    _check(server, "/v1/embeddings", {"input": "Hi"}, name, value, carried_out)
+
+
+@pytest.mark.parametrize("name", sorted(TOKENIZE_FIELDS))
+def test_every_tokenize_field_is_carried_out(server, name):
+    value, carried_out = TOKENIZE_FIELDS[name]
+    _check(server, "/tokenize", {"content": "Hi"}, name, value, carried_out)
+
+
+def test_unknown_fields_of_the_other_endpoints_are_refused(server):
+    for path, base in (("/v1/embeddings", {"input": "Hi"}), ("/tokenize", {"content": "Hi"}),
+                       ("/detokenize", {"tokens": [1, 2]})):
+        assert server.post(path, json.dumps(base)).status_code == 200
+        r = server.post(path, json.dumps(dict(base, temperature=0.5)))
+        assert r.status_code == 400 and r.json()["error"]["param"] == "temperature", r.text

@@ -40,18 +40,19 @@ from __future__ import annotations
 from ..generation import GenerationMixin
 from ..checkpoint.gguf import GGUFMixin
 from ..checkpoint.hf import PretrainedMixin
-from ..model import (ACTIVATIONS, DTYPES, GPT_PRESETS, NORMS, PLACEMENTS, POSITIONS, GPTConfig,  # noqa: F401
+from ..model import (ACTIVATIONS, DTYPES, GPT_PRESETS, EmbeddingMixin, NORMS, PLACEMENTS, POSITIONS, GPTConfig,  # noqa: F401
                     KVCache, Model, gpt_parameter_count, gpt_parameter_formula)
 from ..train import TrainingMixin
 
 __all__ = ["GPTConfig", "GPT", "KVCache", "gpt_parameter_count", "gpt_parameter_formula",
            "GPT_PRESETS", "DTYPES"]
 
-class GPT(GenerationMixin, TrainingMixin, PretrainedMixin, GGUFMixin, Model):
+class GPT(GenerationMixin, TrainingMixin, PretrainedMixin, GGUFMixin, EmbeddingMixin, Model):
     """The model, its parameters in one buffer (matrices packed in :attr:`dtype`), computed in C.
 
     The model core (:class:`blockc.model.Model`: the buffer, tensors, forward pass
     and cache) with checkpoint I/O (:class:`blockc.hf.PretrainedMixin`), training
     (:class:`blockc.train.TrainingMixin`) and generation
-    (:class:`blockc.generation.GenerationMixin`) mixed in.
+    (:class:`blockc.generation.GenerationMixin`) and embeddings
+    (:class:`blockc.model.EmbeddingMixin`) mixed in.
     """

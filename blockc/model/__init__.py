@@ -59,10 +59,11 @@ from .config import (ACTIVATIONS, C_DTYPE, DTYPES, GPT_PRESETS, NORMS, PLACEMENT
                      gpt_parameter_count, gpt_parameter_formula, parameter_breakdown)
 from .cache import CACHE_DTYPES, KVCache
 from .core import Model, same_bits
+from .embed import POOLINGS, EmbeddingMixin
 from .layout import MIXED, Tensor, check_ids, formats, layout, matrix_slots
 from .._native import aligned_copy
 
-__all__ = ["GPTConfig", "GPT_PRESETS", "NORMS", "PLACEMENTS", "ACTIVATIONS", "POSITIONS",
+__all__ = ["EmbeddingMixin", "POOLINGS", "GPTConfig", "GPT_PRESETS", "NORMS", "PLACEMENTS", "ACTIVATIONS", "POSITIONS",
            "DTYPES", "C_DTYPE", "as_config", "gpt_parameter_count", "gpt_parameter_formula",
            "block_parameter_parts", "parameter_breakdown", "gpt2_shaped",
            "Model", "KVCache", "CACHE_DTYPES", "Tensor", "layout", "formats", "matrix_slots", "MIXED", "check_ids",

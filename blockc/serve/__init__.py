@@ -9,6 +9,11 @@ chat templates). Layers, each over the public API of the one below:
 - :mod:`blockc.serve.sampling`: a request's fields as generation options (one place);
 - :mod:`blockc.serve.engine`: the scheduler thread, its KV cache slots, chunked
   prefill, prefix reuse; a row's tokens are the same bits whatever else is running;
+- :mod:`blockc.serve.embed`: embeddings (pooling as the model directory says), tokenize
+  and detokenize;
+- :mod:`blockc.serve.models`: the models served (one, or several loaded on first use and
+  unloaded least-recently-used past a memory budget);
+- :mod:`blockc.serve.metrics`: /metrics, the request log line, timings;
 - :mod:`blockc.serve.app`: the Starlette routes;
 - :func:`serve`: uvicorn, with SIGTERM draining (running requests finish, new ones get
   503, /health turns 503 so a load balancer stops sending, then the process exits).
@@ -19,15 +24,45 @@ users: see docs/serving.md.
 """
 from __future__ import annotations
 
+import errno
 import signal
-import sys
+import socket
 import threading
 from typing import Any, Optional
 
-from .app import create_app
+from .app import create_app, drain
 from .settings import Settings
 
-__all__ = ["Settings", "create_app", "serve"]
+__all__ = ["Settings", "create_app", "serve", "check_port"]
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a port another process listens on, before any model loads (bound as uvicorn
+    binds it, SO_REUSEADDR, then closed at once).
+
+    Raises
+    ------
+    OSError
+        The port is in use, or the address cannot be bound, in one sentence.
+    """
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise OSError(f"cannot bind {host}:{port}: {e.strerror or e}") from None
+    family, kind, proto, _, addr = infos[0]
+    s = socket.socket(family, kind, proto)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(addr)
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise OSError(f"port {port} on {host} is in use by another process: stop it or "
+                          "choose another with --port") from None
+        raise OSError(f"cannot bind {host}:{port}: {e.strerror or e}") from None
+    finally:
+        s.close()
 
 
 def serve(settings: Settings, ready: Optional[Any] = None) -> int:
@@ -54,18 +89,19 @@ def serve(settings: Settings, ready: Optional[Any] = None) -> int:
     except ImportError:
         raise ImportError("the server needs uvicorn and starlette: pip install 'blockc[serve]'"
                           ) from None
+    check_port(settings.host, settings.port)
     app = create_app(settings)
-    svc = app.state.service
+    serving = app.state.serving
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame):
-            if sig == signal.SIGTERM and not svc.draining:
-                svc.draining = True  # /health 503, new requests 503, running ones finish
+            if sig == signal.SIGTERM and not serving["draining"]:
+                serving["draining"] = True  # /health 503, new requests 503, running ones finish
 
-                def drain():
-                    svc.engine.drain(settings.drain_timeout)
+                def run_drain():
+                    drain(app, settings.drain_timeout)
                     self.should_exit = True
-                threading.Thread(target=drain, name="blockc-drain", daemon=True).start()
+                threading.Thread(target=run_drain, name="blockc-drain", daemon=True).start()
                 return
             super().handle_exit(sig, frame)
 

@@ -1,15 +1,18 @@
 """The OpenAI-compatible HTTP API on Starlette, over :class:`blockc.serve.engine.Engine`.
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (``stream: true`` as
-server-sent events ending in ``data: [DONE]``), ``GET /v1/models`` (and
+server-sent events ending in ``data: [DONE]``), ``POST /v1/embeddings``, ``POST
+/tokenize`` and ``POST /detokenize`` (llama-server's), ``GET /v1/models`` (and
 ``/v1/models/{id}``), ``GET /health`` (200 when serving, 503 while draining: a
 readiness probe), ``GET /metrics`` (Prometheus text). Every error is OpenAI's JSON
-error object with a fitting status, never a traceback.
+error object with a fitting status, never a traceback. The models behind the routes are
+:class:`blockc.serve.models.ModelPool`'s (one, or several loaded on first use).
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import json
 import os
@@ -25,14 +28,18 @@ from ..gpt import GPT
 from ..runtime import set_num_threads
 from ..text.tokenizer import Tokenizer
 from ..text.chat import ChatTemplateError
+from .embed import (detokenize_response, embedding_response, pooling_of, token_ids,
+                    tokenize_response, truncate_dimensions)
 from .engine import Draining, Engine, Job, QueueFull, TextTail
+from .metrics import AccessLog, metrics_text, timings
+from .models import ModelPool, model_list
 from .sampling import RowSampler, sampling_from_request
 from .settings import Settings
 from .types import (APIError, ChatRequest, CompletionRequest, SamplingRequest, chat_chunk,
                     chat_response, completion_response, error_body, model_object, parse_chat,
-                    parse_completion, usage)
+                    parse_completion, parse_detokenize, parse_embeddings, parse_tokenize, usage)
 
-__all__ = ["Service", "create_app"]
+__all__ = ["Service", "create_app", "drain"]
 
 
 def _starlette():
@@ -67,8 +74,38 @@ class Service:
         # a prompt's template and tokens are made on these threads, never on the event
         # loop (tokenizing releases the GIL: Tokenizer.encode); a few at a time
         self.prep = ThreadPoolExecutor(max_workers=2, thread_name_prefix="blockc-prompt")
+        # embeddings run here, one request at a time, beside the scheduler's steps
+        self.embedder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="blockc-embed")
+        self.pooling = pooling_of(s.model)
+        self.truncate = s.context_overflow == "truncate"
         # a text longer than this has more tokens than a slot holds: refused untokenized
-        self.max_chars = self.capacity * max(1, self.tok.max_token_chars)
+        # (when a long prompt is cut to its last tokens instead: no text is too long)
+        self.max_chars = (self.capacity * max(1, self.tok.max_token_chars) if not self.truncate
+                          else max(s.max_body_bytes, self.capacity * self.tok.max_token_chars))
+
+    # ---- the pool's view of it ---------------------------------------------------------
+
+    def memory_bytes(self) -> int:
+        """The weights' and the KV cache slots' bytes."""
+        return int(self.model.nbytes) + int(self.engine.cache.nbytes)
+
+    def idle(self) -> bool:
+        return self.engine.idle()
+
+    def close(self) -> None:
+        self.engine.close()
+        self.prep.shutdown(wait=False, cancel_futures=True)
+        self.embedder.shutdown(wait=False, cancel_futures=True)
+
+    # ---- embeddings --------------------------------------------------------------------
+
+    def embed(self, req) -> Tuple[np.ndarray, int]:
+        """(vectors (N, width) or (N, dimensions), prompt tokens) of an embeddings request
+        (run on :attr:`embedder`)."""
+        seqs = token_ids(self.tok, req.inputs, self.model.config.vocab,
+                         self.model.config.context, self.truncate)
+        vecs = self.model.embed(seqs, pooling=self.pooling)
+        return truncate_dimensions(vecs, req.dimensions), sum(len(x) for x in seqs)
 
     # ---- requests to jobs -------------------------------------------------------------
 
@@ -139,6 +176,16 @@ class Service:
         if req.n > self.settings.max_queue:
             raise APIError(400, f"'n' is {req.n}, more choices than this server's queue ever "
                            f"holds ({self.settings.max_queue})", param="n", code="invalid_value")
+        if self.truncate and (n >= cap or (req.max_tokens is not None
+                                            and n + req.max_tokens > cap)):
+            # --context-overflow truncate: the prompt's last tokens, room left to answer
+            keep = cap - req.max_tokens if req.max_tokens is not None else cap // 2
+            if keep < 1:
+                raise APIError(400, f"'max_tokens' is {req.max_tokens}: no room for a prompt "
+                               f"in this model's context of {cap} tokens",
+                               param="max_tokens", code="context_length_exceeded")
+            ids = ids[n - keep:] if n > keep else ids
+            n = len(ids)
         if n >= cap:
             raise APIError(400, f"This model's maximum context length is {cap} tokens. However, "
                            f"your {what} resulted in {n} tokens.", param=what,
@@ -216,8 +263,8 @@ def _sse(obj: Any) -> str:
 
 
 def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
-    """The Starlette application serving ``settings.model`` (or ``model`` and
-    ``tokenizer`` when given).
+    """The Starlette application serving ``settings``' models (the first one loaded now,
+    from ``model`` and ``tokenizer`` when given; the others on first use).
 
     Raises
     ------
@@ -227,10 +274,24 @@ def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
     _starlette()
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
-    from starlette.responses import PlainTextResponse, StreamingResponse
+    from starlette.middleware import Middleware
+    from starlette.responses import StreamingResponse
     from starlette.routing import Route
 
-    svc = Service(settings, model, tokenizer)
+    specs = model_list(settings)
+
+    def load(name: str, path: Optional[str]) -> Service:
+        return Service(dataclasses.replace(settings, model=path, model_name=name))
+
+    pool = ModelPool(specs, load, settings.max_memory)
+    svc = None
+    if len(specs) == 1 or model is not None:  # one model: loaded now, as the server starts
+        name, path = specs[0]
+        svc = Service(dataclasses.replace(settings, model=path, model_name=name), model,
+                      tokenizer)
+        pool.preload(name, svc)
+    created = int(time.time())
+    state = {"draining": False}
 
     def check_auth(request) -> None:
         key = settings.api_key
@@ -242,22 +303,36 @@ def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
             raise APIError(401, "Incorrect API key provided", type="invalid_request_error",
                            code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
-    async def generate(request, chat: bool):
+    def check_open(svc: Optional[Service] = None) -> None:
+        if state["draining"] or (svc is not None and (svc.draining or svc.engine.draining)):
+            raise APIError(503, "the server is shutting down", type="server_error",
+                           code="unavailable")
+
+    async def read_json(request) -> Any:
+        check_auth(request)
+        check_open()
+        raw = await _read_body(request, settings.max_body_bytes)
         try:
-            check_auth(request)
-            if svc.draining or svc.engine.draining:
-                raise APIError(503, "the server is shutting down", type="server_error",
-                               code="unavailable")
-            raw = await _read_body(request, settings.max_body_bytes)
-            try:
-                body = json.loads(raw)
-            except ValueError as e:
-                raise APIError(400, f"the request body is not valid JSON: {e}",
-                               code="invalid_json") from None
-            except RecursionError:
-                raise APIError(400, "the request body is JSON nested too deeply",
-                               code="invalid_json") from None
-            req = (parse_chat if chat else parse_completion)(body, [svc.name])
+            return json.loads(raw)
+        except ValueError as e:
+            raise APIError(400, f"the request body is not valid JSON: {e}",
+                           code="invalid_json") from None
+        except RecursionError:
+            raise APIError(400, "the request body is JSON nested too deeply",
+                           code="invalid_json") from None
+
+    def served(request) -> Optional[List[str]]:
+        """The names a request may give: any with one model (None), else the pool's."""
+        return None if pool.single else pool.names
+
+    async def generate(request, chat: bool):
+        entry = None
+        try:
+            body = await read_json(request)
+            req = (parse_chat if chat else parse_completion)(body, served(request))
+            entry, svc = await pool.acquire(req.model)
+            check_open(svc)
+            request.state.model = svc.name
             loop = asyncio.get_running_loop()
             ids = await loop.run_in_executor(svc.prep, svc.prompt_ids, req)
             queue: asyncio.Queue = asyncio.Queue()
@@ -279,13 +354,18 @@ def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
                                code="unavailable") from None
         except APIError as e:
             return _error(e)
+        finally:  # submitted (its engine busy: never unloaded) or refused
+            if entry is not None:
+                pool.release(entry)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-        created = int(time.time())
+        created_at = int(time.time())
+        info = request.state
+        info.id = rid
         if req.stream:
-            return StreamingResponse(_stream(svc, req, jobs, queue, rid, created, chat),
+            return StreamingResponse(_stream(svc, req, jobs, queue, rid, created_at, chat, info),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
-        return await _collect(request, svc, req, jobs, queue, rid, created, chat)
+        return await _collect(request, svc, req, jobs, queue, rid, created_at, chat, info)
 
     async def chat_completions(request):
         return await generate(request, True)
@@ -293,50 +373,94 @@ def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
     async def completions(request):
         return await generate(request, False)
 
+    async def embeddings(request):
+        entry = None
+        try:
+            body = await read_json(request)
+            req = parse_embeddings(body, served(request))
+            entry, svc = await pool.acquire(req.model)
+            request.state.model = svc.name
+            loop = asyncio.get_running_loop()
+            vecs, n = await loop.run_in_executor(svc.embedder, svc.embed, req)
+        except APIError as e:
+            return _error(e)
+        finally:
+            if entry is not None:
+                pool.release(entry)
+        request.state.tokens = (n, 0)
+        return _json_response(embedding_response(req, svc.name, vecs, n))
+
+    async def tokenize(request):
+        entry = None
+        try:
+            body = await read_json(request)
+            req = parse_tokenize(body, served(request))
+            entry, svc = await pool.acquire(req["model"])
+            request.state.model = svc.name
+            loop = asyncio.get_running_loop()
+            out = await loop.run_in_executor(svc.prep, tokenize_response, svc.tok,
+                                             req["content"], req["add_special"],
+                                             req["with_pieces"])
+        except APIError as e:
+            return _error(e)
+        finally:
+            if entry is not None:
+                pool.release(entry)
+        return _json_response(out)
+
+    async def detokenize(request):
+        entry = None
+        try:
+            body = await read_json(request)
+            req = parse_detokenize(body, served(request))
+            entry, svc = await pool.acquire(req["model"])
+            request.state.model = svc.name
+            out = detokenize_response(svc.tok, req["tokens"], svc.model.config.vocab)
+        except APIError as e:
+            return _error(e)
+        finally:
+            if entry is not None:
+                pool.release(entry)
+        return _json_response(out)
+
     async def models(request):
         try:
             check_auth(request)
         except APIError as e:
             return _error(e)
-        return _json_response({"object": "list", "data": [model_object(svc.name, svc.created)]})
+        return _json_response({"object": "list",
+                               "data": [model_object(n, created) for n in pool.names]})
 
     async def model_info(request):
         try:
             check_auth(request)
             mid = request.path_params["model"]
-            if mid != svc.name:
+            if mid not in pool.entries:
                 raise APIError(404, f"The model '{mid}' does not exist", param="model",
                                code="model_not_found")
         except APIError as e:
             return _error(e)
-        return _json_response(model_object(svc.name, svc.created))
+        return _json_response(model_object(mid, created))
 
     async def health(request):
-        if svc.draining or svc.engine.draining:
+        loaded = [e.service for e in pool.loaded()]
+        if state["draining"] or any(s.draining or s.engine.draining for s in loaded):
             return _json_response({"status": "draining"}, 503)
-        return _json_response({"status": "ok", "model": svc.name,
-                               "slots": settings.parallel, "active": svc.engine.active,
-                               "queued": svc.engine.queue_depth})
+        body = {"status": "ok", "model": pool.names[0] if pool.single else None,
+                "models": {e.name: ("loaded" if e.service is not None else "unloaded")
+                           for e in pool.entries.values()},
+                "slots": settings.parallel, "active": sum(s.engine.active for s in loaded),
+                "queued": sum(s.engine.queue_depth for s in loaded)}
+        return _json_response(body)
 
-    async def metrics(request):
-        st, e = svc.engine.stats, svc.engine
-        lines = [
-            "# TYPE blockc_requests_total counter",
-            f"blockc_requests_total {int(st['requests_total'])}",
-            "# TYPE blockc_prompt_tokens_total counter",
-            f"blockc_prompt_tokens_total {int(st['prompt_tokens'])}",
-            "# TYPE blockc_prompt_tokens_cached_total counter",
-            f"blockc_prompt_tokens_cached_total {int(st['prompt_tokens_cached'])}",
-            "# TYPE blockc_completion_tokens_total counter",
-            f"blockc_completion_tokens_total {int(st['completion_tokens'])}",
-            "# TYPE blockc_queue_depth gauge", f"blockc_queue_depth {e.queue_depth}",
-            "# TYPE blockc_active_requests gauge", f"blockc_active_requests {e.active}",
-            "# TYPE blockc_time_to_first_token_seconds summary",
-            f"blockc_time_to_first_token_seconds_sum {st['ttft_seconds_sum']:.6f}",
-            f"blockc_time_to_first_token_seconds_count {int(st['ttft_count'])}",
-        ]
-        return PlainTextResponse("\n".join(lines) + "\n",
-                                 media_type="text/plain; version=0.0.4")
+    async def metrics_route(request):
+        try:
+            check_auth(request)
+        except APIError as e:
+            return _error(e)
+        text, media = metrics_text(pool)
+        from starlette.responses import Response
+        return Response(text, media_type=media)
 
     async def http_error(request, exc):
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
@@ -352,21 +476,44 @@ def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
 
     routes = [Route("/v1/chat/completions", chat_completions, methods=["POST"]),
               Route("/v1/completions", completions, methods=["POST"]),
+              Route("/v1/embeddings", embeddings, methods=["POST"]),
+              Route("/tokenize", tokenize, methods=["POST"]),
+              Route("/detokenize", detokenize, methods=["POST"]),
               Route("/v1/models", models, methods=["GET"]),
               Route("/v1/models/{model:path}", model_info, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
-              Route("/metrics", metrics, methods=["GET"])]
+              Route("/metrics", metrics_route, methods=["GET"])]
+
     @contextlib.asynccontextmanager
     async def lifespan(app):
         yield
-        svc.engine.close()
-        svc.prep.shutdown(wait=False, cancel_futures=True)
+        pool.close()
 
+    middleware = [Middleware(AccessLog)]
+    if settings.cors_origins:
+        from starlette.middleware.cors import CORSMiddleware
+        middleware.append(Middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
+                                     allow_methods=["GET", "POST", "OPTIONS"],
+                                     allow_headers=["*"]))
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error,
                                                        Exception: server_error},
-                    lifespan=lifespan)
-    app.state.service = svc
+                    lifespan=lifespan, middleware=middleware)
+    app.state.service = svc  # the first model's (None until a server of several loads it)
+    app.state.pool = pool
+    app.state.serving = state  # {"draining": bool}: SIGTERM sets it
     return app
+
+
+def drain(app, timeout: Optional[float]) -> None:
+    """Refuse new requests (503, /health 503) and wait up to ``timeout`` seconds for the
+    running ones of every loaded model to finish."""
+    app.state.serving["draining"] = True
+    services = [e.service for e in app.state.pool.loaded()]
+    for s in services:
+        s.draining = True
+    end = None if timeout is None else time.monotonic() + timeout
+    for s in services:
+        s.engine.drain(None if end is None else max(0.0, end - time.monotonic()))
 
 
 # ---- answers ------------------------------------------------------------------------------
@@ -431,7 +578,7 @@ async def _watch(request, svc: "Service", jobs: List[Job], queue: asyncio.Queue)
 
 
 async def _collect(request, svc: Service, req: SamplingRequest, jobs: List[Job],
-                   queue: asyncio.Queue, rid: str, created: int, chat: bool):
+                   queue: asyncio.Queue, rid: str, created: int, chat: bool, info: Any):
     texts = {j.index: [] for j in jobs}
     lps: Dict[int, list] = {j.index: [] for j in jobs}
     ends: Dict[int, Dict[str, int]] = {}
@@ -468,20 +615,24 @@ async def _collect(request, svc: Service, req: SamplingRequest, jobs: List[Job],
             return _error(APIError(500, f"generation failed: {u.get('error')}",
                                    type="server_error", code="internal_error"))
     use = _usage(ends, len(jobs[0].prompt))
+    info.tokens = (use["prompt_tokens"], use["completion_tokens"])
     if chat:
         choices = [{"index": i, "message": {"role": "assistant", "content": "".join(texts[i]),
                                             "refusal": None},
                     "logprobs": _chat_logprobs(svc, lps[i]) if req.logprobs else None,
                     "finish_reason": reasons[i]} for i in sorted(texts)]
-        return _json_response(chat_response(rid, created, svc.name, choices, use))
-    choices = [{"index": i, "text": "".join(texts[i]),
-                "logprobs": _completion_logprobs(svc, lps[i]) if req.logprobs else None,
-                "finish_reason": reasons[i]} for i in sorted(texts)]
-    return _json_response(completion_response(rid, created, svc.name, choices, use))
+        out = chat_response(rid, created, svc.name, choices, use)
+    else:
+        choices = [{"index": i, "text": "".join(texts[i]),
+                    "logprobs": _completion_logprobs(svc, lps[i]) if req.logprobs else None,
+                    "finish_reason": reasons[i]} for i in sorted(texts)]
+        out = completion_response(rid, created, svc.name, choices, use)
+    out["timings"] = timings(ends, use)
+    return _json_response(out)
 
 
 async def _stream(svc: Service, req: SamplingRequest, jobs: List[Job], queue: asyncio.Queue,
-                  rid: str, created: int, chat: bool) -> AsyncIterator[str]:
+                  rid: str, created: int, chat: bool, info: Any) -> AsyncIterator[str]:
     name = svc.name
     ends: Dict[int, Dict[str, int]] = {}
     offsets = {j.index: 0 for j in jobs}
@@ -521,10 +672,13 @@ async def _stream(svc: Service, req: SamplingRequest, jobs: List[Job], queue: as
                 if tail:
                     yield _sse(chunk(i, tail))
                 yield _sse(chunk(i, "", reason=reason))
+        u = _usage(ends, len(jobs[0].prompt))
+        info.tokens = (u["prompt_tokens"], u["completion_tokens"])
         if req.include_usage:
-            u = _usage(ends, len(jobs[0].prompt))
-            yield _sse(chat_chunk(rid, created, name, [], u) if chat
-                       else completion_response(rid, created, name, [], u))
+            last = (chat_chunk(rid, created, name, [], u) if chat
+                    else completion_response(rid, created, name, [], u))
+            last["timings"] = timings(ends, u)
+            yield _sse(last)
         yield "data: [DONE]\n\n"
     finally:  # the client went away (or the stream ended): nothing more to compute
         if len(ends) < len(jobs):

@@ -36,6 +36,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from .metrics import Latencies
 from .sampling import RowSampler
 
 __all__ = ["Engine", "Job", "QueueFull", "Draining", "TextTail"]
@@ -132,6 +133,7 @@ class Job:
     pos: int = 0          # prompt tokens in the cache (prefill progress)
     reused: int = 0       # prompt tokens taken from the cache instead of computed
     t_submit: float = 0.0
+    t_admit: Optional[float] = None
     t_first: Optional[float] = None
 
     def cancel(self) -> None:
@@ -204,6 +206,7 @@ class Engine:
         self._stop = False
         self.draining = False
         self.stats: Dict[str, float] = collections.defaultdict(float)
+        self.latency = Latencies()  # histograms: queue wait, first token, per token
         self._thread = threading.Thread(target=self._run, name="blockc-scheduler", daemon=True)
         self._thread.start()
 
@@ -332,6 +335,8 @@ class Engine:
             if not self._waiting:
                 return
             job = self._waiting.popleft()
+        job.t_admit = time.monotonic()
+        self.latency.observe("queue_wait", job.t_admit - job.t_submit)
         cap = len(job.prompt) - 1  # the last prompt token is always computed (its logits)
         target, keep = min(free, key=lambda i: self._slots[i].used), 0
         src, best = -1, 0
@@ -415,6 +420,7 @@ class Engine:
             job.t_first = time.monotonic()
             self.stats["ttft_seconds_sum"] += job.t_first - job.t_submit
             self.stats["ttft_count"] += 1
+            self.latency.observe("time_to_first_token", job.t_first - job.t_submit)
         if tok in job.end_ids:  # the end token: counted, never shown
             self._end(job, "stop")
             return True
@@ -439,6 +445,13 @@ class Engine:
     def _end(self, job: Job, reason: Optional[str], error: Optional[str] = None) -> None:
         use = {"prompt_tokens": int(len(job.prompt)), "completion_tokens": len(job.out),
                "cached_tokens": job.reused}
+        if job.t_first is not None:  # llama-server's timings: to the first token, after it
+            now = time.monotonic()
+            use["prompt_ms"] = (job.t_first - job.t_submit) * 1000.0
+            use["predicted_ms"] = (now - job.t_first) * 1000.0
+            if len(job.out) > 1:
+                self.latency.observe("time_per_output_token",
+                                     (now - job.t_first) / (len(job.out) - 1))
         if error:
             use["error"] = error
         tail = ""

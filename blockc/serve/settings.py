@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
 __all__ = ["Settings"]
 
@@ -23,8 +23,15 @@ class Settings:
     set, every /v1 request needs ``Authorization: Bearer <api_key>``. drain_timeout:
     seconds SIGTERM waits for running requests. template_timeout: seconds a chat
     template may take to render one request's messages (400 past it).
+
+    Several models: ``models`` ((name, path) pairs) and ``models_dir`` (each GGUF file and
+    checkpoint directory in it) beside ``model``; each loads on its first request, and the
+    least recently used idle one is unloaded while the loaded ones hold more than
+    ``max_memory`` bytes. cors_origins: the origins a browser page may call from (none:
+    no CORS headers). context_overflow: a prompt longer than the context is refused
+    ("error", 400 naming the limit) or cut to its last tokens ("truncate").
     """
-    model: str
+    model: Optional[str] = None
     model_name: Optional[str] = None
     host: str = "127.0.0.1"
     port: int = 8000
@@ -41,10 +48,17 @@ class Settings:
     drain_timeout: float = 60.0
     retry_after: int = 1
     template_timeout: float = 5.0
+    models: Tuple[Tuple[str, str], ...] = ()
+    models_dir: Optional[str] = None
+    max_memory: Optional[int] = None
+    cors_origins: Tuple[str, ...] = ()
+    context_overflow: str = "error"
 
     @property
     def served_name(self) -> str:
         if self.model_name:
             return self.model_name
+        if self.model is None:
+            return ""
         base = os.path.basename(os.path.normpath(self.model))
         return base[:-5] if base.endswith(".gguf") else base

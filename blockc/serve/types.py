@@ -20,7 +20,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from ..generation.config import options
 
 __all__ = ["APIError", "SamplingRequest", "ChatRequest", "CompletionRequest", "parse_chat",
-           "parse_completion", "error_body", "usage", "chat_response", "chat_chunk",
+           "parse_completion", "EmbeddingRequest", "parse_embeddings", "parse_tokenize",
+           "parse_detokenize", "MAX_EMBEDDING_INPUTS", "error_body", "usage", "chat_response", "chat_chunk",
            "completion_response", "model_object"]
 
 
@@ -55,7 +56,7 @@ class SamplingRequest:
     and the extensions ``top_k``, ``min_p``, ``repetition_penalty``), OpenAI's default
     where the body has none; ``req.temperature`` reads it there.
     """
-    model: str
+    model: Optional[str]  # None: the request named none (a server of one model takes it)
     max_tokens: Optional[int] = None
     n: int = 1
     stream: bool = False
@@ -176,19 +177,33 @@ def _check_unicode(x: Any, where: str) -> None:
             stack.extend((item, f"{at}[{i}]") for i, item in enumerate(v))
 
 
-def _common(body: Any, served: Sequence[str]) -> Dict[str, Any]:
+def _object(body: Any) -> None:
     if not isinstance(body, dict):
         raise APIError(422, f"the request body must be a JSON object, got {_json_type(body)}",
                        code="invalid_type")
     _check_unicode(body, "")
+
+
+def _model(body: Mapping[str, Any], served: Optional[Sequence[str]]) -> Optional[str]:
+    """The ``model`` field: a string; one of ``served`` (404 naming them), or any name or
+    none when ``served`` is None (the server's models are resolved by name elsewhere)."""
     model = body.get("model")
-    if not isinstance(model, str):
-        raise (_type_error("model", "a string", model) if model is not None
-               else APIError(400, "'model' is required", param="model", code="missing"))
+    if model is not None and not isinstance(model, str):
+        raise _type_error("model", "a string", model)
+    if served is None:
+        return model
+    if model is None:
+        raise APIError(400, "'model' is required", param="model", code="missing")
     if model not in served:
         raise APIError(404, f"The model '{model}' does not exist (this server has "
                        f"{', '.join(repr(s) for s in served)})", param="model",
                        code="model_not_found")
+    return model
+
+
+def _common(body: Any, served: Optional[Sequence[str]]) -> Dict[str, Any]:
+    _object(body)
+    model = _model(body, served)
     max_tokens = _int(body, "max_tokens", None, 1)
     max_tokens = _int(body, "max_completion_tokens", max_tokens, 1)
     stop = body.get("stop")
@@ -274,6 +289,9 @@ _READ = {
     "completion": ("model", "prompt", "max_tokens", "stop", "stream", "stream_options",
                    "logit_bias", "n", "frequency_penalty", "presence_penalty", "logprobs",
                    "echo", "ignore_eos", "skip_special_tokens"),
+    "embeddings": ("model", "input", "encoding_format", "dimensions"),
+    "tokenize": ("model", "content", "add_special", "with_pieces"),
+    "detokenize": ("model", "tokens"),
 }
 #: Fields that change nothing a completion holds (who asks, where OpenAI would bill or keep
 #: it): read and accepted as they are.
@@ -288,13 +306,15 @@ _NOT_CARRIED_OUT: Dict[str, Dict[str, Sequence[Any]]] = {
              "modalities": (["text"],), "audio": (), "prediction": (), "reasoning_effort": (),
              "verbosity": (), "web_search_options": ()},
     "completion": {"best_of": (1,), "suffix": ("",)},
+    "embeddings": {}, "tokenize": {}, "detokenize": {},
 }
 
 
 def _account_for_every_field(body: Mapping[str, Any], kind: str) -> None:
     """Every field of a request is read, informational, or refused (400 naming it): a
     field the server would otherwise skip over changes what the client gets silently."""
-    sampling = {name for name, (o, _) in options().items() if o.api is not None}
+    sampling = ({name for name, (o, _) in options().items() if o.api is not None}
+                if kind in ("chat", "completion") else ())
     for name, v in body.items():
         if name in _READ[kind] or name in sampling or name in _INFORMATIONAL:
             continue
@@ -304,13 +324,16 @@ def _account_for_every_field(body: Mapping[str, Any], kind: str) -> None:
                 continue
             raise APIError(400, f"'{name}' is not supported by this server yet (it would be "
                                 f"ignored: refused instead)", param=name, code="unsupported")
-        raise APIError(400, f"unknown field '{name}' (not an OpenAI {kind} request field nor "
+        raise APIError(400, f"unknown field '{name}' (not a {kind} request field nor "
                             "a blockc extension: docs/serving.md lists them)", param=name,
                        code="unknown_field")
 
 
-def parse_chat(body: Any, served: Sequence[str]) -> ChatRequest:
+def parse_chat(body: Any, served: Optional[Sequence[str]]) -> ChatRequest:
     """The checked fields of a ``POST /v1/chat/completions`` body.
+
+    ``served``: the model names the server answers to (an unknown one is 404), or None
+    (any name or none: the caller resolves it).
 
     Raises
     ------
@@ -355,7 +378,7 @@ def parse_chat(body: Any, served: Sequence[str]) -> ChatRequest:
                        add_generation_prompt=_bool(body, "add_generation_prompt", True), **kw)
 
 
-def parse_completion(body: Any, served: Sequence[str]) -> CompletionRequest:
+def parse_completion(body: Any, served: Optional[Sequence[str]]) -> CompletionRequest:
     """The checked fields of a ``POST /v1/completions`` body (one prompt: a string or
     an array of token ids).
 
@@ -384,6 +407,90 @@ def parse_completion(body: Any, served: Sequence[str]) -> CompletionRequest:
         raise APIError(400, "'echo' is not supported", param="echo", code="unsupported")
     top = _int(body, "logprobs", None, 0, 5)
     return CompletionRequest(prompt=prompt, logprobs=top is not None, top_logprobs=top or 0, **kw)
+
+
+@dataclass
+class EmbeddingRequest:
+    """``POST /v1/embeddings``: each input a text or token ids; ``encoding_format``
+    "float" or "base64" (little-endian float32 bytes); ``dimensions``: the first that many
+    features, renormalised."""
+    model: Optional[str]
+    inputs: List[Union[str, List[int]]]
+    encoding_format: str = "float"
+    dimensions: Optional[int] = None
+
+
+#: at most this many inputs in one embeddings request (OpenAI's limit)
+MAX_EMBEDDING_INPUTS = 2048
+
+
+def _ids(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in v)
+
+
+def parse_embeddings(body: Any, served: Optional[Sequence[str]]) -> EmbeddingRequest:
+    """The checked fields of a ``POST /v1/embeddings`` body: ``input`` a string, an array
+    of strings, an array of token ids or an array of such arrays (none empty).
+
+    Raises
+    ------
+    APIError
+        A missing, mistyped or empty input, an unknown encoding, ``dimensions`` < 1, a
+        field no schema has.
+    """
+    _object(body)
+    model = _model(body, served)
+    _account_for_every_field(body, "embeddings")
+    x = body.get("input")
+    if x is None:
+        raise APIError(400, "'input' is required", param="input", code="missing")
+    if isinstance(x, str) or (_ids(x) and x):
+        inputs: List[Union[str, List[int]]] = [x]
+    elif isinstance(x, list) and x and all(isinstance(v, str) or _ids(v) for v in x):
+        inputs = list(x)
+    else:
+        raise _type_error("input", "a string, an array of strings, an array of token ids or "
+                          "an array of arrays of token ids (none empty)", x)
+    if len(inputs) > MAX_EMBEDDING_INPUTS:
+        raise APIError(400, f"'input' holds {len(inputs)} inputs, more than "
+                       f"{MAX_EMBEDDING_INPUTS}", param="input", code="invalid_value")
+    for i, v in enumerate(inputs):
+        if len(v) == 0:
+            raise APIError(400, f"'input[{i}]' is empty", param="input", code="invalid_value")
+    fmt = body.get("encoding_format")
+    if fmt is None:
+        fmt = "float"
+    if fmt not in ("float", "base64"):
+        raise APIError(400, f"'encoding_format' must be 'float' or 'base64', got {fmt!r}",
+                       param="encoding_format", code="invalid_value")
+    return EmbeddingRequest(model=model, inputs=inputs, encoding_format=fmt,
+                            dimensions=_int(body, "dimensions", None, 1))
+
+
+def parse_tokenize(body: Any, served: Optional[Sequence[str]]) -> Dict[str, Any]:
+    """``POST /tokenize`` (llama-server's shape): {model, content, add_special, with_pieces}."""
+    _object(body)
+    model = _model(body, served)
+    _account_for_every_field(body, "tokenize")
+    content = body.get("content")
+    if not isinstance(content, str):
+        raise (_type_error("content", "a string", content) if content is not None
+               else APIError(400, "'content' is required", param="content", code="missing"))
+    return {"model": model, "content": content,
+            "add_special": _bool(body, "add_special", False),
+            "with_pieces": _bool(body, "with_pieces", False)}
+
+
+def parse_detokenize(body: Any, served: Optional[Sequence[str]]) -> Dict[str, Any]:
+    """``POST /detokenize`` (llama-server's shape): {model, tokens}."""
+    _object(body)
+    model = _model(body, served)
+    _account_for_every_field(body, "detokenize")
+    tokens = body.get("tokens")
+    if not _ids(tokens):
+        raise (_type_error("tokens", "an array of token ids", tokens) if tokens is not None
+               else APIError(400, "'tokens' is required", param="tokens", code="missing"))
+    return {"model": model, "tokens": list(tokens)}
 
 
 # ---- responses ------------------------------------------------------------------------
