@@ -25,6 +25,7 @@ from ..gpt import GPT
 from ..runtime import set_num_threads
 from ..text.tokenizer import Tokenizer
 from ..text.chat import ChatTemplateError
+from .agents import ReplyPlan, plan_reply, template_variables
 from .engine import Draining, Engine, Job, QueueFull, TextTail
 from .sampling import RowSampler, sampling_from_request
 from .settings import Settings
@@ -100,7 +101,7 @@ class Service:
             try:
                 text = template.render(
                     req.messages, req.add_generation_prompt, max_chars=self.max_chars,
-                    timeout=self.settings.template_timeout)
+                    timeout=self.settings.template_timeout, **template_variables(req))
             except ChatTemplateError as e:  # raise_exception, a failure, too long or slow
                 raise APIError(400, str(e), param="messages", code="invalid_chat_template"
                                ) from None
@@ -109,10 +110,12 @@ class Service:
             if not text:
                 raise APIError(400, "the chat template rendered these messages as an empty "
                                "prompt", param="messages", code="invalid_value")
+            req.plan = plan_reply(req, self.tok, template, text, self.end_ids)
             try:
                 return self.tok.encode(text, add_special_tokens=False)
             except ValueError as e:
                 raise APIError(400, str(e), param="messages", code="invalid_value") from None
+        req.plan = plan_reply(req, self.tok, None, None, self.end_ids)
         p = req.prompt
         if isinstance(p, str):
             if not p:
@@ -152,10 +155,11 @@ class Service:
                            code="context_length_exceeded")
         samp = sampling_from_request(req, self.model.config.vocab)
         ends = frozenset() if req.ignore_eos else self.end_ids
-        skip = req.skip_special_tokens
-        decode = lambda ids: self.tok.decode(ids, skip_special_tokens=skip)  # noqa: E731
+        plan = req.plan if req.plan is not None else ReplyPlan()
+        decode = plan.decoder(self.tok, req.skip_special_tokens)
         return [Job(prompt=ids, max_tokens=max_tokens,
-                    sampler=RowSampler(samp, i, self.model.config.vocab),
+                    sampler=RowSampler(samp, i, self.model.config.vocab, plan.row_constraint(),
+                                       plan.constraint_ends),
                     text=TextTail(decode, req.stop), end_ids=ends, emit=emit_for(i), index=i)
                 for i in range(req.n)]
 
@@ -469,10 +473,18 @@ async def _collect(request, svc: Service, req: SamplingRequest, jobs: List[Job],
                                    type="server_error", code="internal_error"))
     use = _usage(ends, len(jobs[0].prompt))
     if chat:
-        choices = [{"index": i, "message": {"role": "assistant", "content": "".join(texts[i]),
-                                            "refusal": None},
-                    "logprobs": _chat_logprobs(svc, lps[i]) if req.logprobs else None,
-                    "finish_reason": reasons[i]} for i in sorted(texts)]
+        choices = []
+        for i in sorted(texts):
+            message = {"role": "assistant", "content": "".join(texts[i]), "refusal": None}
+            reason = reasons[i]
+            shaper = req.plan.shaper() if req.plan is not None else None
+            if shaper is not None:  # tool calls, reasoning: read back from the text
+                shaper.feed(message["content"])
+                shaper.close()
+                message, reason = shaper.message(), shaper.finish_reason(reason)
+            choices.append({"index": i, "message": message,
+                            "logprobs": _chat_logprobs(svc, lps[i]) if req.logprobs else None,
+                            "finish_reason": reason})
         return _json_response(chat_response(rid, created, svc.name, choices, use))
     choices = [{"index": i, "text": "".join(texts[i]),
                 "logprobs": _completion_logprobs(svc, lps[i]) if req.logprobs else None,
@@ -485,10 +497,30 @@ async def _stream(svc: Service, req: SamplingRequest, jobs: List[Job], queue: as
     name = svc.name
     ends: Dict[int, Dict[str, int]] = {}
     offsets = {j.index: 0 for j in jobs}
+    plan = req.plan if chat else None
+    shapers = {j.index: plan.shaper() for j in jobs} if plan is not None and plan.parses else {}
 
-    def chunk(i, piece, reason=None, entry=None, first=False):
+    def chunks(i, piece, reason=None, entry=None):
+        """The chunks of a piece of a choice's text (read back by its shaper, if any)."""
+        sh = shapers.get(i)
+        if sh is None:
+            if piece or entry is not None or reason is not None:
+                yield chunk(i, piece, reason, entry)
+            return
+        deltas = sh.feed(piece) if piece else []
+        if reason is not None:
+            deltas += sh.close()
+            reason = sh.finish_reason(reason)
+        if not deltas and (entry is not None or reason is not None):
+            deltas = [{}]
+        for k, d in enumerate(deltas):
+            last = k == len(deltas) - 1
+            yield chunk(i, "", reason if last else None, entry if k == 0 else None, delta=d)
+
+    def chunk(i, piece, reason=None, entry=None, first=False, delta=None):
         if chat:
-            delta: Dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
+            if delta is None:
+                delta = {"role": "assistant", "content": ""} if first else {}
             if piece:
                 delta["content"] = piece
             lp = _chat_logprobs(svc, [entry]) if entry is not None else None
@@ -509,8 +541,8 @@ async def _stream(svc: Service, req: SamplingRequest, jobs: List[Job], queue: as
             i, ev = await _next(queue)
             if ev[0] == "token":
                 entry = (ev[2], ev[3], ev[4]) if req.logprobs else None
-                if ev[1] or entry is not None:
-                    yield _sse(chunk(i, ev[1], entry=entry))
+                for c in chunks(i, ev[1], entry=entry):
+                    yield _sse(c)
             else:
                 reason, ends[i], tail = ev[1], ev[2], ev[3]
                 if reason == "error":
@@ -518,6 +550,10 @@ async def _stream(svc: Service, req: SamplingRequest, jobs: List[Job], queue: as
                                           "server_error", None, "internal_error"))
                     yield "data: [DONE]\n\n"
                     return
+                if shapers:
+                    for c in chunks(i, tail, reason=reason):
+                        yield _sse(c)
+                    continue
                 if tail:
                     yield _sse(chunk(i, tail))
                 yield _sse(chunk(i, "", reason=reason))

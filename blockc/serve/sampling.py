@@ -14,13 +14,20 @@ the ones it gets alone, whatever else the server is running; with the penalties 
 bias at their defaults, choice 0 of a request is exactly
 ``GPT.generate(prompt, seed=seed, temperature=..., top_k=..., top_p=..., min_p=...)``.
 
+A constrained row (``response_format``, an enforced tool call: :mod:`blockc.serve.agents`)
+has its own :class:`blockc.generation.constraints.Constraint` state: its mask is applied
+after the bias and penalties, before the processors and the sampler (so top-k/top-p
+act on what the grammar allows), and the chosen token advances it; ``finished`` tells
+the grammar is complete. The mask reads the row's own tokens only: a constrained row
+gets the same tokens alone or beside other requests.
+
 ``logprobs`` are the log-softmax of the model's logits (before any processing), the
 chosen token's and the ``top_logprobs`` most likely.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Any, FrozenSet, List, Optional, Tuple
 
 import numpy as np
 
@@ -71,10 +78,18 @@ def sampling_from_request(req: SamplingRequest, vocab: int) -> Sampling:
 
 
 class RowSampler:
-    """The next tokens of one choice: its options and its own generator."""
+    """The next tokens of one choice: its options, its own generator, and its
+    constraint's state (``constraint``: a fresh :class:`Constraint
+    <blockc.generation.constraints.Constraint>` state, or None) whose end tokens are
+    ``constraint_ends``."""
 
-    def __init__(self, s: Sampling, index: int, vocab: int):
+    def __init__(self, s: Sampling, index: int, vocab: int, constraint: Any = None,
+                 constraint_ends: FrozenSet[int] = frozenset()):
         self.s = s
+        self.constraint = constraint
+        self.constraint_ends = frozenset(constraint_ends)
+        #: the constraint is complete: the row ends ("stop")
+        self.finished = False
         self.rng = np.random.default_rng(None if s.seed is None else s.seed + index)
         self.counts = np.zeros(vocab, np.int64)
         self._plain = (s.frequency_penalty == 0.0 and s.presence_penalty == 0.0
@@ -95,8 +110,15 @@ class RowSampler:
                 z[0, s.bias_ids] += s.bias_values
             c = self.counts
             z[0] -= c * s.frequency_penalty + (c > 0) * s.presence_penalty
+        if self.constraint is not None:
+            if self._plain:  # z is the model's logits: they stay as they are (logprobs)
+                z = z.copy()
+            self.constraint.mask(z[0])
         seen_rows = [seen] if s.options.repetition_penalty is not None else None
         tok = int(next_tokens(z, s.options, [self.rng], seen_rows)[0])
+        if self.constraint is not None:
+            self.constraint.advance(tok)
+            self.finished = self.constraint.is_done()
         self.counts[tok] += 1
         if not s.logprobs:
             return tok, None, []
@@ -110,3 +132,8 @@ class RowSampler:
             idx = idx[np.lexsort((idx, -lp[idx]))]  # most likely first, ties by id
             top = [(int(i), float(lp[i])) for i in idx]
         return tok, float(lp[tok]), top
+
+    def ends_row(self, token: int) -> bool:
+        """Whether ``token`` is the end token that completed the constraint (counted,
+        never shown, whatever ``ignore_eos`` says: the grammar chose it)."""
+        return self.finished and token in self.constraint_ends
