@@ -23,7 +23,12 @@ For each engine installed (llguidance, xgrammar, outlines-core):
 
 Then blockc's own path (:class:`blockc.generation.constraints.Constraint`, on the
 chosen engine): the mask of 8 rows per step against one decode step at batch 8 of
-the Llama-shaped model of bench_llama.py (32,000 words) with ``--layers`` layers.
+the Llama-shaped model of bench_llama.py (32,000 words) with ``--layers`` layers;
+and the server's path: ``blockc serve``'s per-row sampler
+(:class:`blockc.serve.sampling.RowSampler`) choosing the next token of 8 rows with
+and without a ``response_format`` json_schema constraint (the mask, the copy of the
+logits it writes into, the advance), the difference per step as a fraction of the
+same decode step.
 
     python benches/bench_constrain.py [--vocab 32000] [--rounds 3] [--layers 4] [--docs]
 
@@ -380,6 +385,42 @@ def blockc_mask(tok, eos: int, rounds: int, batch: int = 8) -> float:
     return statistics.median(per)
 
 
+def serve_mask(tok, eos: int, rounds: int, batch: int = 8) -> Tuple[float, float]:
+    """(median seconds per step of blockc serve's RowSampler choosing the next token of
+    ``batch`` rows unconstrained, and with a json_schema constraint each), along the
+    timed document (its tokens made certain by the logits, so every pass walks it)."""
+    from blockc.generation.constraints import Constraint
+    from blockc.serve.sampling import RowSampler, sampling_from_request
+    from blockc.serve.types import SamplingRequest
+    from blockc.text import Tokenizer
+    vocab = tok.get_vocab_size()
+    c = Constraint.json_schema(CASES[0][1], Tokenizer(tok, eos_token_id=eos))
+    ids = tok.encode(json.dumps(TIMED, separators=(",", ":"))).ids
+    samp = sampling_from_request(SamplingRequest(model="m"), vocab)
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal(vocab).astype(np.float32)
+    rows = []
+    for t in ids:
+        z = base.copy()
+        z[t] += 60.0  # the document's token, certain
+        rows.append(z)
+    seen = np.zeros(1, np.int64)
+    out = []
+    for constrained in (False, True):
+        per = []
+        for r in range(rounds + 1):
+            ss = [RowSampler(samp, b, vocab, c.fresh() if constrained else None,
+                             frozenset((eos,))) for b in range(batch)]
+            for z in rows:
+                t0 = time.perf_counter()
+                for s in ss:
+                    s(z, seen)
+                if r:
+                    per.append(time.perf_counter() - t0)
+        out.append(statistics.median(per))
+    return out[0], out[1]
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vocab", type=int, default=32000)
@@ -429,6 +470,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"\nblockc's Constraint (llguidance) masking 8 rows: {ours * 1e3:.2f} ms a step; "
           f"one decode step at batch 8 of the Llama-shaped model ({args.layers} layers, width "
           f"768, 32,000 words): {step * 1e3:.1f} ms; the mask is {100 * ours / step:.1f}% of it")
+    plain, masked = serve_mask(tok, eos, args.rounds)
+    print(f"blockc serve's sampler (RowSampler), 8 rows a step: {plain * 1e3:.2f} ms "
+          f"unconstrained, {masked * 1e3:.2f} ms with a json_schema constraint each; the "
+          f"constraint adds {(masked - plain) * 1e3:.2f} ms a step, "
+          f"{100 * (masked - plain) / step:.1f}% of the decode step")
     print(machine.footer())
     return 0
 
