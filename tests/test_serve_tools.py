@@ -319,3 +319,95 @@ def test_reasoning_is_split_from_the_answer(client, tok):
                                        extra_body=NOTHINK).choices[0]
     assert getattr(r.message, "reasoning_content", None) is None
     assert r.message.content
+
+
+# ---- the other families' formats: Llama 3.1 JSON and Mistral [TOOL_CALLS] ------------------
+
+LLAMA31 = (
+    "{{- bos_token }}<|start_header_id|>system<|end_header_id|>\n\n"
+    "{%- if tools is not none %}Environment: ipython\n{%- endif %}<|eot_id|>"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'user' and tools is not none and loop.last %}"
+    "<|start_header_id|>user<|end_header_id|>\n\nRespond with {\"name\": function name, "
+    "\"parameters\": dict of arguments}.\n\n"
+    "{%- for t in tools %}{{ t | tojson }}\n\n{%- endfor %}{{ message.content }}<|eot_id|>"
+    "{%- elif message.tool_calls %}<|start_header_id|>assistant<|end_header_id|>\n\n"
+    "{%- for tc in message.tool_calls %}<|python_tag|>{\"name\": \"{{ tc.function.name }}\", "
+    "\"parameters\": {{ tc.function.arguments | tojson }}}{%- endfor %}<|eot_id|>"
+    "{%- elif message.role == 'tool' %}<|start_header_id|>ipython<|end_header_id|>\n\n"
+    "{{ message.content }}<|eot_id|>"
+    "{%- else %}<|start_header_id|>{{ message.role }}<|end_header_id|>\n\n"
+    "{{ message.content }}<|eot_id|>{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n"
+    "{%- endif %}")
+
+MISTRAL = (
+    "{{ bos_token }}{%- for message in messages %}"
+    "{%- if message.role == 'user' %}"
+    "{%- if tools and loop.last %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]"
+    "{%- endif %}[INST]{{ message.content }}[/INST]"
+    "{%- elif message.tool_calls %}[TOOL_CALLS][{%- for tc in message.tool_calls %}"
+    "{\"name\": \"{{ tc.function.name }}\", \"arguments\": {{ tc.function.arguments | tojson }}"
+    ", \"id\": \"{{ tc.id }}\"}{%- if not loop.last %}, {% endif %}{%- endfor %}]{{ eos_token }}"
+    "{%- elif message.role == 'tool' %}[TOOL_RESULTS]{\"call_id\": \"{{ message.tool_call_id }}\","
+    " \"content\": {{ message.content | tojson }}}[/TOOL_RESULTS]"
+    "{%- else %}{{ message.content }}{{ eos_token }}{%- endif %}{%- endfor %}")
+
+#: style: (template, the control tokens the family's tokenizer holds beyond chat_dirs' ones)
+FAMILIES = {"llama3": (LLAMA31, ["<|python_tag|>"]),
+            "mistral": (MISTRAL, ["[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+                                  "[TOOL_RESULTS]", "[/TOOL_RESULTS]"])}
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def family(request, tmp_path_factory):
+    style = request.param
+    template, extra = FAMILIES[style]
+    d = tmp_path_factory.mktemp(style)
+    tok = chat_dir(d, style)
+    tok.add_special_tokens(extra)
+    tok.save(str(d / "tokenizer.json"))
+    (d / "chat_template.jinja").write_text(template, encoding="utf-8")
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg.pop("chat_template", None)
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    m = blockc.GPT.random(blockc.GPTConfig(vocab=tok.get_vocab_size(), context=1536, width=32,
+                                           heads=4, layers=2), seed=12)
+    m.save_pretrained(d)
+    c = json.loads((d / "config.json").read_text())
+    c["eos_token_id"] = tok.token_to_id(cfg["eos_token"])
+    (d / "config.json").write_text(json.dumps(c))
+    s = ThreadServer(Settings(model=str(d), model_name="m", parallel=2, max_queue=8),
+                     blockc.GPT.from_pretrained(d))
+    yield style, s, openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0,
+                                  timeout=120), blockc.Tokenizer.from_pretrained(d)
+    s.stop()
+
+
+def test_each_family_format_required_streamed_and_fed_back(family):
+    style, server, client, tok = family
+    for seed, choice in ((0, "required"), (1, {"type": "function", "function": {"name": "get_time"}})):
+        kw = dict(model="m", messages=ASK, tools=TOOLS, max_tokens=120, temperature=1.0,
+                  seed=seed, tool_choice=choice, parallel_tool_calls=False)
+        whole = client.chat.completions.create(**kw).choices[0]
+        assert whole.finish_reason == "tool_calls", (style, whole)
+        (call,) = whole.message.tool_calls
+        _args(call)
+        if choice != "required":
+            assert call.function.name == "get_time"
+        _, _, calls, reason = _streamed_message(client, **kw)
+        assert reason == "tool_calls"
+        assert [(n, a) for _, n, a in calls] == [(call.function.name, call.function.arguments)]
+    # the call and its result back through the family's template
+    msgs = ASK + [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                  {"role": "tool", "tool_call_id": call.id, "content": "18 C"}]
+    if style == "mistral":  # its template takes the conversation back to the user
+        msgs.append({"role": "user", "content": "Thanks"})
+    r = client.chat.completions.create(model="m", messages=msgs, tools=TOOLS, max_tokens=2,
+                                       temperature=0)
+    local = [dict(m) for m in msgs]
+    local[1] = {**local[1], "content": "", "tool_calls": [{**call.model_dump(), "function": {
+        "name": call.function.name, "arguments": json.loads(call.function.arguments)}}]}
+    p = tok.apply_chat_template(local, tools=TOOLS)
+    assert "18 C" in p.text and call.function.name in p.text
+    assert r.usage.prompt_tokens == len(p.ids)

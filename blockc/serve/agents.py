@@ -88,8 +88,11 @@ class ReplyPlan:
         if not self.keep_ids:
             return lambda ids: tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
         drop = self.drop_ids if skip_special_tokens else frozenset()
-        return lambda ids: tokenizer.decode([t for t in ids if t not in drop],
-                                            skip_special_tokens=False)
+
+        def decode(ids: List[int]) -> str:
+            kept = [t for t in ids if t not in drop]
+            return tokenizer.decode(kept, skip_special_tokens=False) if kept else ""
+        return decode
 
     def shaper(self) -> Optional["ReplyShaper"]:
         """A choice's reply reader (None when the text is sent as it is)."""
