@@ -7,7 +7,6 @@ written here, ``<tool_call>`` markers as control tokens of a tokenizer trained o
 lines, the app served in this process on 127.0.0.1."""
 import json
 
-import numpy as np
 import pytest
 
 import blockc
@@ -412,3 +411,22 @@ def test_each_family_format_required_streamed_and_fed_back(family):
     p = tok.apply_chat_template(local, tools=TOOLS)
     assert "18 C" in p.text and call.function.name in p.text
     assert r.usage.prompt_tokens == len(p.ids)
+
+
+def test_parallel_tool_calls_false_keeps_the_first_call_of_an_auto_reply():
+    # under "auto" nothing constrains the count: the server keeps the first call, streamed
+    # and whole alike
+    from blockc.serve.agents import ReplyPlan
+    from blockc.text.tools import FORMATS
+    text = ('<tool_call>\n{"name": "get_time", "arguments": {"tz": "CET"}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>')
+    for parallel, want in ((True, ["get_time", "get_weather"]), (False, ["get_time"])):
+        sh = ReplyPlan(format=FORMATS["hermes"], parallel=parallel).shaper()
+        deltas = [d for k in range(0, len(text), 7) for d in sh.feed(text[k:k + 7])] + sh.close()
+        streamed = [c["function"]["name"] for d in deltas for c in d.get("tool_calls", ())
+                    if "id" in c]
+        msg = sh.message()
+        assert streamed == [c["function"]["name"] for c in msg["tool_calls"]] == want
+        assert json.loads(msg["tool_calls"][0]["function"]["arguments"]) == {"tz": "CET"}
+        assert sh.finish_reason("stop") == "tool_calls" and sh.finish_reason("length") == "length"
+        assert msg["content"] is None
