@@ -7,6 +7,8 @@ written here, ``<tool_call>`` markers as control tokens of a tokenizer trained o
 lines, the app served in this process on 127.0.0.1."""
 import json
 
+import numpy as np
+
 import pytest
 
 import blockc
@@ -430,3 +432,36 @@ def test_parallel_tool_calls_false_keeps_the_first_call_of_an_auto_reply():
         assert json.loads(msg["tool_calls"][0]["function"]["arguments"]) == {"tz": "CET"}
         assert sh.finish_reason("stop") == "tool_calls" and sh.finish_reason("length") == "length"
         assert msg["content"] is None
+
+
+@pytest.mark.parametrize("opts", [dict(temperature=0.0), dict(temperature=1.0),
+                                  dict(temperature=0.8, top_k=3),
+                                  dict(temperature=1.0, top_p=0.9, repetition_penalty=1.3),
+                                  dict(temperature=1.2, min_p=0.05)])
+def test_a_constrained_row_draws_among_the_allowed_tokens_as_from_the_whole_row(tok, opts):
+    # the server's sampler draws a masked row's token among the allowed ones only; the
+    # oracle: the whole masked row through GPT.generate's own sampler, the same generator
+    from blockc.generation import next_tokens
+    from blockc.generation.constraints import Constraint
+    from blockc.serve.sampling import RowSampler, sampling_from_request
+    from blockc.serve.types import SamplingRequest
+    req = SamplingRequest(model="m")
+    req.generation.update(opts, seed=9)
+    samp = sampling_from_request(req, tok.vocab_size)
+    c = Constraint.json_schema(SCHEMA, tok)
+    mine = RowSampler(samp, 0, tok.vocab_size, c.fresh(), frozenset((tok.eos_token_id,)))
+    theirs, rng = c.fresh(), np.random.default_rng(9)
+    logits = np.random.default_rng(1).standard_normal((200, tok.vocab_size)).astype(np.float32)
+    seen = list(tok.encode("the block", add_special_tokens=False))
+    for z in logits:
+        got = mine(z, np.asarray(seen))[0]
+        full = z.copy()
+        theirs.mask(full)
+        want = int(next_tokens(full[None], samp.options, [rng],
+                               [np.asarray(seen)] if "repetition_penalty" in opts else None)[0])
+        assert got == want
+        theirs.advance(want)
+        seen.append(want)
+        if mine.finished:
+            break
+    assert mine.finished == theirs.is_done()

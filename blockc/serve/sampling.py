@@ -17,8 +17,10 @@ bias at their defaults, choice 0 of a request is exactly
 A constrained row (``response_format``, an enforced tool call: :mod:`blockc.serve.agents`)
 has its own :class:`blockc.generation.constraints.Constraint` state: its mask is applied
 after the bias and penalties, before the processors and the sampler (so top-k/top-p
-act on what the grammar allows), and the chosen token advances it; ``finished`` tells
-the grammar is complete. The mask reads the row's own tokens only: a constrained row
+act on what the grammar allows), the token is drawn among the allowed tokens only (the
+token the whole masked row would give, cheaper: tests/test_serve_tools.py checks it
+against the whole row), and the chosen token advances it; ``finished`` tells the
+grammar is complete. The mask reads the row's own tokens only: a constrained row
 gets the same tokens alone or beside other requests.
 
 ``logprobs`` are the log-softmax of the model's logits (before any processing), the
@@ -110,12 +112,14 @@ class RowSampler:
                 z[0, s.bias_ids] += s.bias_values
             c = self.counts
             z[0] -= c * s.frequency_penalty + (c > 0) * s.presence_penalty
+        seen_rows = [seen] if s.options.repetition_penalty is not None else None
         if self.constraint is not None:
             if self._plain:  # z is the model's logits: they stay as they are (logprobs)
                 z = z.copy()
             self.constraint.mask(z[0])
-        seen_rows = [seen] if s.options.repetition_penalty is not None else None
-        tok = int(next_tokens(z, s.options, [self.rng], seen_rows)[0])
+            tok = self._draw_allowed(z, seen_rows)
+        else:
+            tok = int(next_tokens(z, s.options, [self.rng], seen_rows)[0])
         if self.constraint is not None:
             self.constraint.advance(tok)
             self.finished = self.constraint.is_done()
@@ -132,6 +136,21 @@ class RowSampler:
             idx = idx[np.lexsort((idx, -lp[idx]))]  # most likely first, ties by id
             top = [(int(i), float(lp[i])) for i in idx]
         return tok, float(lp[tok]), top
+
+    def _draw_allowed(self, z: np.ndarray, seen_rows: Optional[List[np.ndarray]]) -> int:
+        """The next token of a masked row (1, V), drawn among the tokens the mask allows
+        only: the same token as from the whole row (a masked token's probability is 0:
+        it adds nothing to the sampler's cumulative sum, it is never the largest, never
+        in the top k unless fewer than k are allowed, when every token is kept), at a
+        cost that falls with what the grammar allows, and with no -inf to exponentiate."""
+        allowed = np.flatnonzero(z[0] != -np.inf)
+        if allowed.size == 0 or allowed.size == z.shape[1]:  # (none: the sampler refuses)
+            return int(next_tokens(z, self.s.options, [self.rng], seen_rows)[0])
+        if seen_rows is not None:  # the seen tokens' places among the allowed ones
+            at = np.minimum(np.searchsorted(allowed, seen_rows[0]), allowed.size - 1)
+            seen_rows = [at[allowed[at] == seen_rows[0]]]
+        j = int(next_tokens(z[:, allowed], self.s.options, [self.rng], seen_rows)[0])
+        return int(allowed[j])
 
     def ends_row(self, token: int) -> bool:
         """Whether ``token`` is the end token that completed the constraint (counted,
