@@ -114,9 +114,6 @@ class RowSampler:
             z[0] -= c * s.frequency_penalty + (c > 0) * s.presence_penalty
         seen_rows = [seen] if s.options.repetition_penalty is not None else None
         if self.constraint is not None:
-            if self._plain:  # z is the model's logits: they stay as they are (logprobs)
-                z = z.copy()
-            self.constraint.mask(z[0])
             tok = self._draw_allowed(z, seen_rows)
         else:
             tok = int(next_tokens(z, s.options, [self.rng], seen_rows)[0])
@@ -138,14 +135,18 @@ class RowSampler:
         return tok, float(lp[tok]), top
 
     def _draw_allowed(self, z: np.ndarray, seen_rows: Optional[List[np.ndarray]]) -> int:
-        """The next token of a masked row (1, V), drawn among the tokens the mask allows
-        only: the same token as from the whole row (a masked token's probability is 0:
-        it adds nothing to the sampler's cumulative sum, it is never the largest, never
-        in the top k unless fewer than k are allowed, when every token is kept), at a
-        cost that falls with what the grammar allows, and with no -inf to exponentiate."""
-        allowed = np.flatnonzero(z[0] != -np.inf)
-        if allowed.size == 0 or allowed.size == z.shape[1]:  # (none: the sampler refuses)
-            return int(next_tokens(z, self.s.options, [self.rng], seen_rows)[0])
+        """The next token of row z (1, V) under the constraint, drawn among the tokens it
+        allows only: the same token as from the whole row with the others at -inf (a
+        masked token's probability is 0: it adds nothing to the sampler's cumulative
+        sum, it is never the largest, never in the top k unless fewer than k are
+        allowed, when every token is kept), at a cost that falls with what the grammar
+        allows, with no -inf to exponentiate and no copy of the row to mask."""
+        v = z.shape[1]
+        allowed = np.flatnonzero(self.constraint.allowed()[:v])
+        if allowed.size == 0:  # the sampler refuses a row with every token masked
+            full = np.array(z, copy=True)
+            self.constraint.mask(full[0])
+            return int(next_tokens(full, self.s.options, [self.rng], seen_rows)[0])
         if seen_rows is not None:  # the seen tokens' places among the allowed ones
             at = np.minimum(np.searchsorted(allowed, seen_rows[0]), allowed.size - 1)
             seen_rows = [at[allowed[at] == seen_rows[0]]]
