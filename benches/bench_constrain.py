@@ -23,7 +23,12 @@ For each engine installed (llguidance, xgrammar, outlines-core):
 
 Then blockc's own path (:class:`blockc.generation.constraints.Constraint`, on the
 chosen engine): the mask of 8 rows per step against one decode step at batch 8 of
-the Llama-shaped model of bench_llama.py (32,000 words) with ``--layers`` layers.
+the Llama-shaped model of bench_llama.py (32,000 words) with ``--layers`` layers;
+and the server's path: ``blockc serve``'s per-row sampler
+(:class:`blockc.serve.sampling.RowSampler`) choosing the next token of 8 rows with
+and without a ``response_format`` json_schema constraint (the mask, the copy of the
+logits it writes into, the advance), the difference per step as a fraction of the
+same decode step.
 
     python benches/bench_constrain.py [--vocab 32000] [--rounds 3] [--layers 4] [--docs]
 
@@ -380,6 +385,47 @@ def blockc_mask(tok, eos: int, rounds: int, batch: int = 8) -> float:
     return statistics.median(per)
 
 
+def serve_mask(tok, eos: int, rounds: int, batch: int = 8) -> Tuple[float, float, float]:
+    """(median seconds per step of blockc serve's RowSampler choosing the next token of
+    ``batch`` rows unconstrained, with a json_schema constraint each, and the median of
+    the two's difference step by step), along the timed document (its tokens made
+    certain by the logits, so every pass walks it). The two are timed in turns at each
+    step, so a shared machine's load lands on both alike and the paired difference
+    is what the constraint costs."""
+    from blockc.generation.constraints import Constraint
+    from blockc.serve.sampling import RowSampler, sampling_from_request
+    from blockc.serve.types import SamplingRequest
+    from blockc.text import Tokenizer
+    vocab = tok.get_vocab_size()
+    c = Constraint.json_schema(CASES[0][1], Tokenizer(tok, eos_token_id=eos))
+    ids = tok.encode(json.dumps(TIMED, separators=(",", ":"))).ids
+    samp = sampling_from_request(SamplingRequest(model="m"), vocab)
+    base = np.random.default_rng(0).standard_normal(vocab).astype(np.float32)
+    rows = []
+    for t in ids:
+        z = base.copy()
+        z[t] += 60.0  # the document's token, certain
+        rows.append(z)
+    seen = np.zeros(1, np.int64)
+    plain, masked, diff = [], [], []
+    for r in range(rounds + 1):
+        free = [RowSampler(samp, b, vocab) for b in range(batch)]
+        held = [RowSampler(samp, b, vocab, c.fresh(), frozenset((eos,))) for b in range(batch)]
+        for z in rows:
+            t0 = time.perf_counter()
+            for s in free:
+                s(z, seen)
+            t1 = time.perf_counter()
+            for s in held:
+                s(z, seen)
+            t2 = time.perf_counter()
+            if r:
+                plain.append(t1 - t0)
+                masked.append(t2 - t1)
+                diff.append((t2 - t1) - (t1 - t0))
+    return statistics.median(plain), statistics.median(masked), statistics.median(diff)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vocab", type=int, default=32000)
@@ -429,6 +475,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"\nblockc's Constraint (llguidance) masking 8 rows: {ours * 1e3:.2f} ms a step; "
           f"one decode step at batch 8 of the Llama-shaped model ({args.layers} layers, width "
           f"768, 32,000 words): {step * 1e3:.1f} ms; the mask is {100 * ours / step:.1f}% of it")
+    plain, masked, extra = serve_mask(tok, eos, args.rounds)
+    print(f"blockc serve's sampler (RowSampler), 8 rows a step, timed in turns: "
+          f"{plain * 1e3:.2f} ms unconstrained, {masked * 1e3:.2f} ms with a json_schema "
+          f"constraint each; the constraint adds {extra * 1e3:.2f} ms a step (the median "
+          f"paired difference), {100 * extra / step:.1f}% of the decode step")
     print(machine.footer())
     return 0
 

@@ -30,13 +30,13 @@ CHAT_FIELDS = {
     "functions": ([TOOL["function"]], False), "logit_bias": ({"5": 1.0}, True),
     "logprobs": (True, True), "max_completion_tokens": (3, True), "max_tokens": (3, True),
     "metadata": ({"k": "v"}, True), "modalities": (["text", "audio"], False), "n": (2, True),
-    "parallel_tool_calls": ("yes", False), "prediction": ({"type": "content", "content": "x"}, False),
+    "parallel_tool_calls": (False, True), "prediction": ({"type": "content", "content": "x"}, False),
     "presence_penalty": (0.5, True), "prompt_cache_key": ("k", True),
-    "reasoning_effort": ("low", False), "response_format": ({"type": "json_object"}, False),
+    "reasoning_effort": ("low", False), "response_format": ({"type": "json_object"}, True),
     "safety_identifier": ("s", True), "seed": (3, True), "service_tier": ("auto", True),
     "stop": (["\n"], True), "store": (True, True), "stream": (False, True),
     "stream_options": (None, True), "temperature": (0.5, True),
-    "tool_choice": ("required", False), "tools": ([TOOL], False), "top_logprobs": (2, True),
+    "tool_choice": ("auto", True), "tools": ([TOOL], True), "top_logprobs": (2, True),
     "top_p": (0.9, True), "user": ("u", True), "verbosity": ("low", False),
     "web_search_options": ({}, False),
 }
@@ -86,10 +86,19 @@ def test_every_completion_field_is_carried_out_or_refused_by_name(server, name):
            name, value, carried_out)
 
 
+def test_a_field_carried_out_with_a_bad_value_is_refused_by_name(server):
+    for name, value in (("response_format", {"type": "xml"}), ("tool_choice", "required"),
+                        ("tools", [{"type": "function"}]), ("parallel_tool_calls", "yes"),
+                        ("chat_template_kwargs", {"tools": []})):
+        r = server.post("/v1/chat/completions", json.dumps(
+            {"model": "m", "messages": MSGS, "max_tokens": 3, name: value}))
+        assert r.status_code in (400, 422) and r.json()["error"]["param"] == name, (name, r.text)
+
+
 def test_fields_that_ask_for_nothing_pass_and_unknown_fields_are_refused(server):
     neutral = {"model": "m", "messages": MSGS, "max_tokens": 3, "response_format": {"type": "text"},
                "tools": [], "tool_choice": "none", "modalities": ["text"], "audio": None,
-               "parallel_tool_calls": True}
+               "parallel_tool_calls": True, "chat_template_kwargs": {"enable_thinking": False}}
     assert server.post("/v1/chat/completions", json.dumps(neutral)).status_code == 200
     for path, base in (("/v1/chat/completions", {"model": "m", "messages": MSGS}),
                        ("/v1/completions", {"model": "m", "prompt": "Hi"})):

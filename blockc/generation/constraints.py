@@ -402,6 +402,11 @@ class Constraint:
         nothing more)."""
         return bool(self._m.is_stopped())
 
+    @property
+    def end_ids(self) -> Tuple[int, ...]:
+        """The tokens that end the generation once the grammar is complete."""
+        return self._ends
+
     def is_accepting(self) -> bool:
         """Whether the text so far is complete (an end token would be allowed)."""
         return bool(self._m.is_accepting())

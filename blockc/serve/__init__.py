@@ -7,6 +7,9 @@ chat templates). Layers, each over the public API of the one below:
 - :mod:`blockc.serve.types`: the API's request and response types, declared once
   (parsing and checking every field, OpenAI's error shape);
 - :mod:`blockc.serve.sampling`: a request's fields as generation options (one place);
+- :mod:`blockc.serve.agents`: structured output, tool calls and reasoning (a request's
+  grammar, its tools in the template, the reply read back into ``tool_calls`` and
+  ``reasoning_content``);
 - :mod:`blockc.serve.engine`: the scheduler thread, its KV cache slots, chunked
   prefill, prefix reuse; a row's tokens are the same bits whatever else is running;
 - :mod:`blockc.serve.embed`: embeddings (pooling as the model directory says), tokenize

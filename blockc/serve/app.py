@@ -15,29 +15,20 @@ import contextlib
 import dataclasses
 import hmac
 import json
-import os
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
 
-import numpy as np
 
-from ..generation.config import end_ids
-from ..gpt import GPT
-from ..runtime import set_num_threads
-from ..text.tokenizer import Tokenizer
-from ..text.chat import ChatTemplateError
-from .embed import (detokenize_response, embedding_response, pooling_of, token_ids,
-                    tokenize_response, truncate_dimensions)
-from .engine import Draining, Engine, Job, QueueFull, TextTail
+from .embed import detokenize_response, embedding_response, tokenize_response
+from .engine import Draining, Job, QueueFull
 from .metrics import AccessLog, metrics_text, timings
 from .models import ModelPool, model_list
-from .sampling import RowSampler, sampling_from_request
+from .service import Service
 from .settings import Settings
-from .types import (APIError, ChatRequest, CompletionRequest, SamplingRequest, chat_chunk,
-                    chat_response, completion_response, error_body, model_object, parse_chat,
-                    parse_completion, parse_detokenize, parse_embeddings, parse_tokenize, usage)
+from .types import (APIError, SamplingRequest, chat_chunk, chat_response, completion_response,
+                    error_body, model_object, parse_chat, parse_completion, parse_detokenize,
+                    parse_embeddings, parse_tokenize, usage)
 
 __all__ = ["Service", "create_app", "drain"]
 
@@ -48,175 +39,6 @@ def _starlette():
     except ImportError:
         raise ImportError("the server needs starlette and uvicorn: pip install 'blockc[serve]'"
                           ) from None
-
-
-class Service:
-    """The model, tokenizer, template and engine behind the routes."""
-
-    def __init__(self, settings: Settings, model: Any = None, tokenizer: Any = None):
-        self.settings = s = settings
-        if s.threads:
-            set_num_threads(s.threads)
-        self.model = model if model is not None else GPT.from_pretrained(s.model, dtype=s.dtype)
-        if tokenizer is None:
-            tokenizer = Tokenizer.from_pretrained(s.model)
-        self.tok = tokenizer
-        ctx = self.model.config.context
-        self.capacity = min(ctx, s.ctx_size or min(ctx, 2048))
-        self.name = s.served_name
-        # the one end-id rule, as blockc generate and blockc chat ask it
-        self.end_ids = frozenset(end_ids(self.model.generation_config, tokenizer,
-                                         self.model.config.vocab))
-        self.created = int(time.time())
-        self.engine = Engine(self.model, s.parallel, self.capacity, s.max_queue, s.prefill_chunk,
-                             s.prefix_reuse, s.cache_dtype)
-        self.draining = False
-        # a prompt's template and tokens are made on these threads, never on the event
-        # loop (tokenizing releases the GIL: Tokenizer.encode); a few at a time
-        self.prep = ThreadPoolExecutor(max_workers=2, thread_name_prefix="blockc-prompt")
-        # embeddings run here, one request at a time, beside the scheduler's steps
-        self.embedder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="blockc-embed")
-        self.pooling = pooling_of(s.model)
-        self.truncate = s.context_overflow == "truncate"
-        # a text longer than this has more tokens than a slot holds: refused untokenized
-        # (when a long prompt is cut to its last tokens instead: no text is too long)
-        self.max_chars = (self.capacity * max(1, self.tok.max_token_chars) if not self.truncate
-                          else max(s.max_body_bytes, self.capacity * self.tok.max_token_chars))
-
-    # ---- the pool's view of it ---------------------------------------------------------
-
-    def memory_bytes(self) -> int:
-        """The weights' and the KV cache slots' bytes."""
-        return int(self.model.nbytes) + int(self.engine.cache.nbytes)
-
-    def idle(self) -> bool:
-        return self.engine.idle()
-
-    def close(self) -> None:
-        self.engine.close()
-        self.prep.shutdown(wait=False, cancel_futures=True)
-        self.embedder.shutdown(wait=False, cancel_futures=True)
-
-    # ---- embeddings --------------------------------------------------------------------
-
-    def embed(self, req) -> Tuple[np.ndarray, int]:
-        """(vectors (N, width) or (N, dimensions), prompt tokens) of an embeddings request
-        (run on :attr:`embedder`)."""
-        seqs = token_ids(self.tok, req.inputs, self.model.config.vocab,
-                         self.model.config.context, self.truncate)
-        vecs = self.model.embed(seqs, pooling=self.pooling)
-        return truncate_dimensions(vecs, req.dimensions), sum(len(x) for x in seqs)
-
-    # ---- requests to jobs -------------------------------------------------------------
-
-    def _too_long(self, what: str, chars: int) -> APIError:
-        return APIError(400, f"This model's maximum context length is {self.capacity} tokens. "
-                        f"However, your {what} is {chars} characters or more: more tokens than "
-                        "that, as no token of this model stands for more than "
-                        f"{self.tok.max_token_chars} characters.", param=what,
-                        code="context_length_exceeded")
-
-    def prompt_ids(self, req: SamplingRequest) -> np.ndarray:
-        """The prompt's ids (run on :attr:`prep`'s threads: it renders and tokenizes).
-
-        Raises
-        ------
-        APIError
-            400: the template refused the conversation or failed, a text longer than the
-            context can hold (known before tokenizing it), an empty prompt.
-        """
-        if isinstance(req, ChatRequest):
-            try:
-                template = self.tok.chat_template  # read (and compiled) on first use
-            except ChatTemplateError as e:
-                raise APIError(400, f"this model's chat template cannot be used: {e}",
-                               param="messages", code="invalid_chat_template") from None
-            if template is None:
-                raise APIError(400, "this model has no chat template: use /v1/completions",
-                               code="no_chat_template")
-            try:
-                text = template.render(
-                    req.messages, req.add_generation_prompt, max_chars=self.max_chars,
-                    timeout=self.settings.template_timeout)
-            except ChatTemplateError as e:  # raise_exception, a failure, too long or slow
-                raise APIError(400, str(e), param="messages", code="invalid_chat_template"
-                               ) from None
-            except ValueError as e:
-                raise APIError(400, str(e), param="messages", code="invalid_value") from None
-            if not text:
-                raise APIError(400, "the chat template rendered these messages as an empty "
-                               "prompt", param="messages", code="invalid_value")
-            try:
-                return self.tok.encode(text, add_special_tokens=False)
-            except ValueError as e:
-                raise APIError(400, str(e), param="messages", code="invalid_value") from None
-        p = req.prompt
-        if isinstance(p, str):
-            if not p:
-                raise APIError(400, "'prompt' must not be empty", param="prompt",
-                               code="invalid_value")
-            if len(p) > self.max_chars:
-                raise self._too_long("prompt", len(p))
-            try:
-                return self.tok.encode(p)
-            except ValueError as e:
-                raise APIError(400, str(e), param="prompt", code="invalid_value") from None
-        v = self.model.config.vocab
-        if not all(0 <= t < v for t in p):
-            raise APIError(400, f"'prompt' token ids must be in [0, {v})", param="prompt",
-                           code="invalid_value")
-        return np.asarray(p, np.int64)
-
-    def jobs(self, req: SamplingRequest, ids: np.ndarray, emit_for) -> List[Job]:
-        n, cap = len(ids), self.capacity
-        what = "messages" if isinstance(req, ChatRequest) else "prompt"
-        if n == 0:
-            raise APIError(400, f"the {what} made no tokens: a prompt needs at least one",
-                           param=what, code="invalid_value")
-        if req.n > self.settings.max_queue:
-            raise APIError(400, f"'n' is {req.n}, more choices than this server's queue ever "
-                           f"holds ({self.settings.max_queue})", param="n", code="invalid_value")
-        if self.truncate and (n >= cap or (req.max_tokens is not None
-                                            and n + req.max_tokens > cap)):
-            # --context-overflow truncate: the prompt's last tokens, room left to answer
-            keep = cap - req.max_tokens if req.max_tokens is not None else cap // 2
-            if keep < 1:
-                raise APIError(400, f"'max_tokens' is {req.max_tokens}: no room for a prompt "
-                               f"in this model's context of {cap} tokens",
-                               param="max_tokens", code="context_length_exceeded")
-            ids = ids[n - keep:] if n > keep else ids
-            n = len(ids)
-        if n >= cap:
-            raise APIError(400, f"This model's maximum context length is {cap} tokens. However, "
-                           f"your {what} resulted in {n} tokens.", param=what,
-                           code="context_length_exceeded")
-        max_tokens = req.max_tokens if req.max_tokens is not None else cap - n
-        if n + max_tokens > cap:
-            raise APIError(400, f"This model's maximum context length is {cap} tokens. However, "
-                           f"you requested {n + max_tokens} tokens ({n} in the {what}, "
-                           f"{max_tokens} in the completion). Please reduce the length of the "
-                           f"{what} or the completion.", param="max_tokens",
-                           code="context_length_exceeded")
-        samp = sampling_from_request(req, self.model.config.vocab)
-        ends = frozenset() if req.ignore_eos else self.end_ids
-        skip = req.skip_special_tokens
-        decode = lambda ids: self.tok.decode(ids, skip_special_tokens=skip)  # noqa: E731
-        return [Job(prompt=ids, max_tokens=max_tokens,
-                    sampler=RowSampler(samp, i, self.model.config.vocab),
-                    text=TextTail(decode, req.stop), end_ids=ends, emit=emit_for(i), index=i)
-                for i in range(req.n)]
-
-    def token_text(self, t: int) -> str:
-        return self.tok.decode([t])
-
-    def token_label(self, t: int) -> str:
-        """The token as logprobs name it: its text, or ``bytes:\\xNN...`` when it is part
-        of a character (its text alone would be U+FFFD), as OpenAI names such tokens."""
-        text = self.tok.decode([t])
-        raw = self.tok.token_bytes(t)
-        if "\ufffd" in text and text.encode("utf-8") != raw:
-            return "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
-        return text
 
 
 def _dumps(obj: Any) -> str:
@@ -617,16 +439,25 @@ async def _collect(request, svc: Service, req: SamplingRequest, jobs: List[Job],
     use = _usage(ends, len(jobs[0].prompt))
     info.tokens = (use["prompt_tokens"], use["completion_tokens"])
     if chat:
-        choices = [{"index": i, "message": {"role": "assistant", "content": "".join(texts[i]),
-                                            "refusal": None},
-                    "logprobs": _chat_logprobs(svc, lps[i]) if req.logprobs else None,
-                    "finish_reason": reasons[i]} for i in sorted(texts)]
+        choices = []
+        for i in sorted(texts):
+            message = {"role": "assistant", "content": "".join(texts[i]), "refusal": None}
+            reason = reasons[i]
+            shaper = req.plan.shaper() if req.plan is not None else None
+            if shaper is not None:  # tool calls, reasoning: read back from the text
+                shaper.feed(message["content"])
+                shaper.close()
+                message, reason = shaper.message(), shaper.finish_reason(reason)
+            choices.append({"index": i, "message": message,
+                            "logprobs": _chat_logprobs(svc, lps[i]) if req.logprobs else None,
+                            "finish_reason": reason})
         out = chat_response(rid, created, svc.name, choices, use)
-    else:
-        choices = [{"index": i, "text": "".join(texts[i]),
-                    "logprobs": _completion_logprobs(svc, lps[i]) if req.logprobs else None,
-                    "finish_reason": reasons[i]} for i in sorted(texts)]
-        out = completion_response(rid, created, svc.name, choices, use)
+        out["timings"] = timings(ends, use)
+        return _json_response(out)
+    choices = [{"index": i, "text": "".join(texts[i]),
+                "logprobs": _completion_logprobs(svc, lps[i]) if req.logprobs else None,
+                "finish_reason": reasons[i]} for i in sorted(texts)]
+    out = completion_response(rid, created, svc.name, choices, use)
     out["timings"] = timings(ends, use)
     return _json_response(out)
 
@@ -636,10 +467,30 @@ async def _stream(svc: Service, req: SamplingRequest, jobs: List[Job], queue: as
     name = svc.name
     ends: Dict[int, Dict[str, int]] = {}
     offsets = {j.index: 0 for j in jobs}
+    plan = req.plan if chat else None
+    shapers = {j.index: plan.shaper() for j in jobs} if plan is not None and plan.parses else {}
 
-    def chunk(i, piece, reason=None, entry=None, first=False):
+    def chunks(i, piece, reason=None, entry=None):
+        """The chunks of a piece of a choice's text (read back by its shaper, if any)."""
+        sh = shapers.get(i)
+        if sh is None:
+            if piece or entry is not None or reason is not None:
+                yield chunk(i, piece, reason, entry)
+            return
+        deltas = sh.feed(piece) if piece else []
+        if reason is not None:
+            deltas += sh.close()
+            reason = sh.finish_reason(reason)
+        if not deltas and (entry is not None or reason is not None):
+            deltas = [{}]
+        for k, d in enumerate(deltas):
+            last = k == len(deltas) - 1
+            yield chunk(i, "", reason if last else None, entry if k == 0 else None, delta=d)
+
+    def chunk(i, piece, reason=None, entry=None, first=False, delta=None):
         if chat:
-            delta: Dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
+            if delta is None:
+                delta = {"role": "assistant", "content": ""} if first else {}
             if piece:
                 delta["content"] = piece
             lp = _chat_logprobs(svc, [entry]) if entry is not None else None
@@ -660,8 +511,8 @@ async def _stream(svc: Service, req: SamplingRequest, jobs: List[Job], queue: as
             i, ev = await _next(queue)
             if ev[0] == "token":
                 entry = (ev[2], ev[3], ev[4]) if req.logprobs else None
-                if ev[1] or entry is not None:
-                    yield _sse(chunk(i, ev[1], entry=entry))
+                for c in chunks(i, ev[1], entry=entry):
+                    yield _sse(c)
             else:
                 reason, ends[i], tail = ev[1], ev[2], ev[3]
                 if reason == "error":
@@ -669,6 +520,10 @@ async def _stream(svc: Service, req: SamplingRequest, jobs: List[Job], queue: as
                                           "server_error", None, "internal_error"))
                     yield "data: [DONE]\n\n"
                     return
+                if shapers:
+                    for c in chunks(i, tail, reason=reason):
+                        yield _sse(c)
+                    continue
                 if tail:
                     yield _sse(chunk(i, tail))
                 yield _sse(chunk(i, "", reason=reason))

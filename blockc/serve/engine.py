@@ -421,13 +421,14 @@ class Engine:
             self.stats["ttft_seconds_sum"] += job.t_first - job.t_submit
             self.stats["ttft_count"] += 1
             self.latency.observe("time_to_first_token", job.t_first - job.t_submit)
-        if tok in job.end_ids:  # the end token: counted, never shown
-            self._end(job, "stop")
+        if tok in job.end_ids or job.sampler.ends_row(tok):  # the end token: counted,
+            self._end(job, "stop")                             # never shown
             return True
         piece, stopped = job.text.push(tok)
         job.emit(("token", piece, tok, lp, top))
-        if stopped or len(job.out) >= job.max_tokens:
-            self._end(job, "stop" if stopped else "length")
+        # a constraint that can take nothing more ends its row as an end token would
+        if stopped or job.sampler.finished or len(job.out) >= job.max_tokens:
+            self._end(job, "stop" if stopped or job.sampler.finished else "length")
             return True
         return False
 

@@ -14,13 +14,22 @@ the ones it gets alone, whatever else the server is running; with the penalties 
 bias at their defaults, choice 0 of a request is exactly
 ``GPT.generate(prompt, seed=seed, temperature=..., top_k=..., top_p=..., min_p=...)``.
 
+A constrained row (``response_format``, an enforced tool call: :mod:`blockc.serve.agents`)
+has its own :class:`blockc.generation.constraints.Constraint` state: its mask is applied
+after the bias and penalties, before the processors and the sampler (so top-k/top-p
+act on what the grammar allows), the token is drawn among the allowed tokens only (the
+token the whole masked row would give, cheaper: tests/test_serve_tools.py checks it
+against the whole row), and the chosen token advances it; ``finished`` tells the
+grammar is complete. The mask reads the row's own tokens only: a constrained row
+gets the same tokens alone or beside other requests.
+
 ``logprobs`` are the log-softmax of the model's logits (before any processing), the
 chosen token's and the ``top_logprobs`` most likely.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Any, FrozenSet, List, Optional, Tuple
 
 import numpy as np
 
@@ -71,10 +80,18 @@ def sampling_from_request(req: SamplingRequest, vocab: int) -> Sampling:
 
 
 class RowSampler:
-    """The next tokens of one choice: its options and its own generator."""
+    """The next tokens of one choice: its options, its own generator, and its
+    constraint's state (``constraint``: a fresh :class:`Constraint
+    <blockc.generation.constraints.Constraint>` state, or None) whose end tokens are
+    ``constraint_ends``."""
 
-    def __init__(self, s: Sampling, index: int, vocab: int):
+    def __init__(self, s: Sampling, index: int, vocab: int, constraint: Any = None,
+                 constraint_ends: FrozenSet[int] = frozenset()):
         self.s = s
+        self.constraint = constraint
+        self.constraint_ends = frozenset(constraint_ends)
+        #: the constraint is complete: the row ends ("stop")
+        self.finished = False
         self.rng = np.random.default_rng(None if s.seed is None else s.seed + index)
         self.counts = np.zeros(vocab, np.int64)
         self._plain = (s.frequency_penalty == 0.0 and s.presence_penalty == 0.0
@@ -96,7 +113,13 @@ class RowSampler:
             c = self.counts
             z[0] -= c * s.frequency_penalty + (c > 0) * s.presence_penalty
         seen_rows = [seen] if s.options.repetition_penalty is not None else None
-        tok = int(next_tokens(z, s.options, [self.rng], seen_rows)[0])
+        if self.constraint is not None:
+            tok = self._draw_allowed(z, seen_rows)
+        else:
+            tok = int(next_tokens(z, s.options, [self.rng], seen_rows)[0])
+        if self.constraint is not None:
+            self.constraint.advance(tok)
+            self.finished = self.constraint.is_done()
         self.counts[tok] += 1
         if not s.logprobs:
             return tok, None, []
@@ -110,3 +133,27 @@ class RowSampler:
             idx = idx[np.lexsort((idx, -lp[idx]))]  # most likely first, ties by id
             top = [(int(i), float(lp[i])) for i in idx]
         return tok, float(lp[tok]), top
+
+    def _draw_allowed(self, z: np.ndarray, seen_rows: Optional[List[np.ndarray]]) -> int:
+        """The next token of row z (1, V) under the constraint, drawn among the tokens it
+        allows only: the same token as from the whole row with the others at -inf (a
+        masked token's probability is 0: it adds nothing to the sampler's cumulative
+        sum, it is never the largest, never in the top k unless fewer than k are
+        allowed, when every token is kept), at a cost that falls with what the grammar
+        allows, with no -inf to exponentiate and no copy of the row to mask."""
+        v = z.shape[1]
+        allowed = np.flatnonzero(self.constraint.allowed()[:v])
+        if allowed.size == 0:  # the sampler refuses a row with every token masked
+            full = np.array(z, copy=True)
+            self.constraint.mask(full[0])
+            return int(next_tokens(full, self.s.options, [self.rng], seen_rows)[0])
+        if seen_rows is not None:  # the seen tokens' places among the allowed ones
+            at = np.minimum(np.searchsorted(allowed, seen_rows[0]), allowed.size - 1)
+            seen_rows = [at[allowed[at] == seen_rows[0]]]
+        j = int(next_tokens(z[:, allowed], self.s.options, [self.rng], seen_rows)[0])
+        return int(allowed[j])
+
+    def ends_row(self, token: int) -> bool:
+        """Whether ``token`` is the end token that completed the constraint (counted,
+        never shown, whatever ``ignore_eos`` says: the grammar chose it)."""
+        return self.finished and token in self.constraint_ends

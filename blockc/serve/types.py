@@ -6,22 +6,29 @@ server reads and raise :class:`APIError` with OpenAI's error shape otherwise: a 
 of the wrong JSON type is 422, a value out of range 400 (both name the field).
 No field is ignored: each is read, informational (``user``, ``metadata``...: they change
 nothing a completion holds), or refused with 400 naming it (a field of OpenAI's the
-server does not carry out yet, such as ``response_format`` or ``tools``, when it asks for
-something; a field no schema has). The response builders return the JSON objects of
+server does not carry out yet, such as ``audio`` or ``functions``, when it asks for
+something; a field no schema has). ``response_format``, ``tools``, ``tool_choice``,
+``parallel_tool_calls`` and the extension ``chat_template_kwargs`` are read here (their
+JSON types, the tools' shape, a tool_choice naming one of them);
+:mod:`blockc.serve.agents` carries them out. The response builders return the JSON objects of
 OpenAI's reference: ``chat.completion``, ``chat.completion.chunk``,
 ``text_completion``, ``model``, ``list`` and ``{"error": {...}}``.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+from .._errors import BlockcTypeError, BlockcValueError
 from ..generation.config import options
+from ..text.tools import tool_choice_mode
 
 __all__ = ["APIError", "SamplingRequest", "ChatRequest", "CompletionRequest", "parse_chat",
            "parse_completion", "EmbeddingRequest", "parse_embeddings", "parse_tokenize",
-           "parse_detokenize", "MAX_EMBEDDING_INPUTS", "error_body", "usage", "chat_response", "chat_chunk",
+           "parse_detokenize", "MAX_EMBEDDING_INPUTS", "error_body", "usage", "chat_response",
+           "chat_chunk",
            "completion_response", "model_object"]
 
 
@@ -70,6 +77,12 @@ class SamplingRequest:
     ignore_eos: bool = False  # an extension (vLLM's name)
     skip_special_tokens: bool = True  # an extension (vLLM's name)
     generation: Dict[str, Any] = field(default_factory=lambda: _generation({}))
+    #: None, or OpenAI's ``response_format`` object other than ``{"type": "text"}``
+    #: (and blockc's grammar forms: :mod:`blockc.serve.agents`)
+    response_format: Optional[Dict[str, Any]] = None
+    #: what the server made of the structured fields once the prompt was rendered (an
+    #: :class:`blockc.serve.agents.ReplyPlan`; not a request field)
+    plan: Any = None
 
     def __getattr__(self, name: str) -> Any:
         g = self.__dict__.get("generation")
@@ -82,6 +95,13 @@ class SamplingRequest:
 class ChatRequest(SamplingRequest):
     messages: List[Dict[str, Any]] = field(default_factory=list)
     add_generation_prompt: bool = True
+    tools: List[Dict[str, Any]] = field(default_factory=list)
+    #: ``tool_choice`` checked against ``tools``: "none", "auto", "required" or "named"
+    tool_mode: str = "none"
+    tool_name: Optional[str] = None  # the function a named tool_choice calls
+    parallel_tool_calls: bool = True
+    #: more variables for the chat template (an extension: vLLM's and llama-server's name)
+    chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -248,6 +268,7 @@ def _common(body: Any, served: Optional[Sequence[str]]) -> Dict[str, Any]:
             _range("logit_bias", float(v), -100.0, 100.0)
             logit_bias[tok] = float(v)
     return dict(
+        response_format=_response_format(body.get("response_format")),
         model=model, max_tokens=max_tokens, stream=stream, include_usage=include_usage,
         n=_int(body, "n", 1, 1, 16), stop=stops,
         frequency_penalty=_num(body, "frequency_penalty", 0.0, -2.0, 2.0),
@@ -255,6 +276,74 @@ def _common(body: Any, served: Optional[Sequence[str]]) -> Dict[str, Any]:
         logit_bias=logit_bias, ignore_eos=_bool(body, "ignore_eos", False),
         skip_special_tokens=_bool(body, "skip_special_tokens", True),
         generation=_generation(body))
+
+
+#: the forms ``response_format.type`` takes: OpenAI's, and blockc's extensions (the
+#: grammar engine's own: a regular expression, a Lark grammar, llama.cpp's GBNF)
+RESPONSE_FORMATS = ("text", "json_object", "json_schema", "regex", "lark", "gbnf")
+
+
+def _response_format(rf: Any) -> Optional[Dict[str, Any]]:
+    """The response_format object's shape (its grammar is compiled later, when a bad
+    schema or grammar is a 400 naming the field too); None for absent or text."""
+    if rf is None:
+        return None
+    if not isinstance(rf, dict):
+        raise _type_error("response_format", "an object", rf)
+    kind = rf.get("type")
+    if kind not in RESPONSE_FORMATS:
+        raise APIError(400, f"'response_format.type' must be one of {', '.join(RESPONSE_FORMATS)}"
+                       f", got {kind!r}", param="response_format", code="invalid_value")
+    if kind == "text":
+        return None
+    if kind == "json_schema":
+        js = rf.get("json_schema")
+        if not isinstance(js, dict):
+            raise _type_error("response_format.json_schema", "an object", js)
+        if not isinstance(js.get("schema", {}), (dict, bool)):
+            raise _type_error("response_format.json_schema.schema", "an object",
+                              js.get("schema"))
+        if not isinstance(js.get("strict", False), (bool, type(None))):
+            raise _type_error("response_format.json_schema.strict", "a boolean",
+                              js.get("strict"))
+    elif kind in ("regex", "lark", "gbnf"):
+        if not isinstance(rf.get(kind), str):
+            raise _type_error(f"response_format.{kind}", "a string", rf.get(kind))
+    return dict(rf)
+
+
+def _tools(body: Mapping[str, Any]) -> Dict[str, Any]:
+    """``tools``, ``tool_choice``, ``parallel_tool_calls`` and ``chat_template_kwargs``
+    checked (400 or 422 naming the field)."""
+    tools = body.get("tools")
+    if tools is None:
+        tools = []
+    if not isinstance(tools, list):
+        raise _type_error("tools", "an array", tools)
+    choice = body.get("tool_choice")
+    if choice is not None and not isinstance(choice, (str, dict)):
+        raise _type_error("tool_choice", "a string or an object", choice)
+    try:
+        tool_choice_mode(None, tools)  # the tools' shape first: a bad one names 'tools'
+    except (BlockcTypeError, BlockcValueError) as e:
+        raise APIError(400, str(e), param="tools", code="invalid_value") from None
+    try:
+        mode, name = tool_choice_mode(choice, tools)
+    except (BlockcTypeError, BlockcValueError) as e:
+        raise APIError(400, str(e), param="tool_choice", code="invalid_value") from None
+    kw = body.get("chat_template_kwargs")
+    if kw is None:
+        kw = {}
+    if not isinstance(kw, dict):
+        raise _type_error("chat_template_kwargs", "an object", kw)
+    clash = sorted(set(kw) & {"messages", "add_generation_prompt", "tools", "max_chars",
+                              "timeout"})
+    if clash:
+        raise APIError(400, f"'chat_template_kwargs' must not set {clash[0]!r} (a request "
+                       "field of its own)", param="chat_template_kwargs", code="invalid_value")
+    return dict(tools=tools, tool_mode=mode, tool_name=name,
+                parallel_tool_calls=_bool(body, "parallel_tool_calls", True),
+                chat_template_kwargs=kw)
 
 
 def _generation(body: Mapping[str, Any]) -> Dict[str, Any]:
@@ -285,10 +374,11 @@ _READ = {
     "chat": ("model", "messages", "max_tokens", "max_completion_tokens", "stop", "stream",
              "stream_options", "logit_bias", "n", "frequency_penalty", "presence_penalty",
              "logprobs", "top_logprobs", "ignore_eos", "skip_special_tokens",
-             "add_generation_prompt"),
+             "add_generation_prompt", "response_format", "tools", "tool_choice",
+             "parallel_tool_calls", "chat_template_kwargs"),
     "completion": ("model", "prompt", "max_tokens", "stop", "stream", "stream_options",
                    "logit_bias", "n", "frequency_penalty", "presence_penalty", "logprobs",
-                   "echo", "ignore_eos", "skip_special_tokens"),
+                   "echo", "ignore_eos", "skip_special_tokens", "response_format"),
     "embeddings": ("model", "input", "encoding_format", "dimensions"),
     "tokenize": ("model", "content", "add_special", "with_pieces"),
     "detokenize": ("model", "tokens"),
@@ -301,9 +391,8 @@ _INFORMATIONAL = ("user", "metadata", "store", "service_tier", "safety_identifie
 #: nothing (besides absent and null): any other value is refused with 400 naming the field,
 #: never ignored (a client asking for JSON or a tool call must not get plain text).
 _NOT_CARRIED_OUT: Dict[str, Dict[str, Sequence[Any]]] = {
-    "chat": {"response_format": ({"type": "text"},), "tools": ([],), "tool_choice": ("none",),
-             "functions": ([],), "function_call": ("none",), "parallel_tool_calls": (True, False),
-             "modalities": (["text"],), "audio": (), "prediction": (), "reasoning_effort": (),
+    "chat": {"functions": ([],), "function_call": ("none",), "modalities": (["text"],),
+             "audio": (), "prediction": (), "reasoning_effort": (),
              "verbosity": (), "web_search_options": ()},
     "completion": {"best_of": (1,), "suffix": ("",)},
     "embeddings": {}, "tokenize": {}, "detokenize": {},
@@ -327,6 +416,31 @@ def _account_for_every_field(body: Mapping[str, Any], kind: str) -> None:
         raise APIError(400, f"unknown field '{name}' (not a {kind} request field nor "
                             "a blockc extension: docs/serving.md lists them)", param=name,
                        code="unknown_field")
+
+
+def _message_tool_calls(calls: Any, where: str) -> List[Dict[str, Any]]:
+    """An assistant message's ``tool_calls`` for the chat template: each
+    ``{id, type, function: {name, arguments}}`` with the arguments' JSON text read into
+    an object, as chat templates expect them (they print ``arguments | tojson``: vLLM
+    and transformers' examples hand them objects)."""
+    if not isinstance(calls, list):
+        raise _type_error(where, "an array", calls)
+    out = []
+    for i, c in enumerate(calls):
+        at = f"{where}[{i}]"
+        fn = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise APIError(400, f"'{at}' must be {{\"type\": \"function\", \"function\": "
+                           "{\"name\": ..., \"arguments\": ...}}", param=at, code="invalid_value")
+        args = fn.get("arguments", "{}")
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except ValueError:
+                raise APIError(400, f"'{at}.function.arguments' is not JSON", param=at,
+                               code="invalid_value") from None
+        out.append({**c, "type": c.get("type", "function"), "function": {**fn, "arguments": args}})
+    return out
 
 
 def parse_chat(body: Any, served: Optional[Sequence[str]]) -> ChatRequest:
@@ -368,14 +482,18 @@ def parse_chat(body: Any, served: Optional[Sequence[str]]) -> ChatRequest:
             content = "".join(texts)
         elif content is not None and not isinstance(content, str):
             raise _type_error(f"{where}.content", "a string or an array of text parts", content)
-        out.append({**m, "content": content if content is not None else ""})
+        m = {**m, "content": content if content is not None else ""}
+        if m.get("tool_calls") is not None:
+            m["tool_calls"] = _message_tool_calls(m["tool_calls"], f"{where}.tool_calls")
+        out.append(m)
     logprobs = _bool(body, "logprobs", False)
     top = _int(body, "top_logprobs", 0, 0, 20)
     if top and not logprobs:
         raise APIError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs",
                        code="invalid_value")
     return ChatRequest(messages=out, logprobs=logprobs, top_logprobs=top,
-                       add_generation_prompt=_bool(body, "add_generation_prompt", True), **kw)
+                       add_generation_prompt=_bool(body, "add_generation_prompt", True),
+                       **_tools(body), **kw)
 
 
 def parse_completion(body: Any, served: Optional[Sequence[str]]) -> CompletionRequest:
