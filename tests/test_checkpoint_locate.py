@@ -96,7 +96,7 @@ def test_a_hub_id_in_the_cache_loads_offline_with_the_same_weights(cache, model_
 def test_generate_takes_a_hub_id_from_the_cache(cache, model_dir, capsys):
     src, m = model_dir
     hub_layout(cache, "someone/tiny-chat", {f: src / f for f in os.listdir(src)})
-    assert main(["generate", "--model", "someone/tiny-chat", "--ids", "1,2,3",
+    assert main(["generate", "--temperature", "0", "--model", "someone/tiny-chat", "--ids", "1,2,3",
                  "--max-new-tokens", "4", "--no-eos"]) == 0
     got = [int(x) for x in capsys.readouterr().out.split()]
     want = m.generate(np.array([[1, 2, 3]]), max_new_tokens=4, eos_token_id=[])[0, 3:]
@@ -139,7 +139,7 @@ def test_errors_name_what_is_wrong(cache, tmp_path):
     with pytest.raises(TypeError, match="model must be a path"):
         resolve(3)
     # the command line says the same, with exit status 2 and no traceback
-    assert main(["generate", "--model", "org/absent", "--ids", "1"]) == 2
+    assert main(["generate", "--temperature", "0", "--model", "org/absent", "--ids", "1"]) == 2
 
 
 def test_a_link_in_the_cache_to_something_not_a_regular_file_is_refused(cache, model_dir):

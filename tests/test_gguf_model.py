@@ -277,7 +277,7 @@ def test_cli_convert_both_ways_and_generate(files, tmp_path, capsys):
     assert mq.dtype == "q8_0" and np.array_equal(mq.params, m.astype("q8_0").params)
     assert blockc.Tokenizer.from_pretrained(q).encode(text).tolist() == want
     capsys.readouterr()
-    assert main(["generate", "--model", str(q), "--prompt", "The quick", "--max-new-tokens", "3"]) == 0
+    assert main(["generate", "--temperature", "0", "--model", str(q), "--prompt", "The quick", "--max-new-tokens", "3"]) == 0
     assert capsys.readouterr().out.strip()  # the three new tokens, streamed
 
 
@@ -511,6 +511,6 @@ def test_integer_dtype_holds_each_matrix_in_its_types_integer_format(files, tmp_
 def test_cli_generate_takes_the_integer_dtype(files, capsys):
     from blockc.cli import main
     d, name, *_ = files["llama-q4_k_m"]
-    assert main(["generate", "--model", str(d / name), "--dtype", "integer", "--prompt",
+    assert main(["generate", "--temperature", "0", "--model", str(d / name), "--dtype", "integer", "--prompt",
                  "The quick", "--max-new-tokens", "3"]) == 0
     assert capsys.readouterr().out.strip()

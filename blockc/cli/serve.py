@@ -1,7 +1,11 @@
 """``blockc serve``: an OpenAI-compatible server with continuous batching.
 
-    blockc serve --model DIR [--host 127.0.0.1] [--port 8000] [--parallel N]
+    blockc serve --model PATH|ID [--host 127.0.0.1] [--port 8000] [--parallel N]
                  [--api-key K] [--ctx-size N] [--max-queue N] [--model-name NAME] ...
+
+A request that omits a sampling field (temperature, top_p, top_k, min_p,
+repetition_penalty) gets the model's default (``generation_config.json``, a GGUF file's
+``general.sampling.*``, else llama.cpp's), as llama-server does; the startup line names them.
 
 Needs the 'serve' extra (uvicorn, starlette, jinja2). Binds 127.0.0.1 unless --host
 says otherwise; SIGTERM drains (running requests finish, new ones get 503) and exits.
@@ -33,9 +37,10 @@ def register(subparsers) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (8000; 0: any free port)")
     p.add_argument("--parallel", type=int, default=4, help="requests decoded together (4)")
-    p.add_argument("--ctx-size", type=int, default=None,
+    p.add_argument("--ctx-size", "-c", type=int, default=None,
                    help="positions per request, prompt + completion (default: the model's "
-                        "context, at most 2048)")
+                        "context, bounded so the slots' KV cache takes at most a quarter of "
+                        "the available memory)")
     p.add_argument("--max-queue", type=int, default=64,
                    help="requests waiting for a slot before 429 (64)")
     p.add_argument("--max-body", type=int, default=1 << 20, help="largest request body in bytes")
@@ -80,8 +85,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def run_serve(args: argparse.Namespace) -> int:
     s = settings_from_args(args)
 
-    def ready(host, port):
+    def ready(host, port, summary):
         sys.stderr.write(f"blockc serve: {s.served_name} on http://{host}:{port}/v1 "
-                         f"({s.parallel} slots)\n")
+                         f"({s.parallel} slots)\n{summary}\n")
         sys.stderr.flush()
     return serve(s, ready=ready)

@@ -37,7 +37,8 @@ def serve(settings: Settings, ready: Optional[Any] = None) -> int:
     ----------
     settings : Settings
     ready : callable, optional
-        Called with the bound (host, port) once the server listens.
+        Called with the bound (host, port) and a line naming the context and the
+        default sampling (and where it came from) once the server listens.
 
     Returns
     -------
@@ -73,7 +74,7 @@ def serve(settings: Settings, ready: Optional[Any] = None) -> int:
             await super().startup(sockets)
             if ready is not None and self.servers:
                 host, port = self.servers[0].sockets[0].getsockname()[:2]
-                ready(host, port)
+                ready(host, port, svc.summary())
 
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
                             access_log=False, timeout_graceful_shutdown=5, lifespan="on")
