@@ -167,14 +167,14 @@ def _available_memory() -> Optional[int]:
 def memory_budget() -> int:
     """The bytes a run's KV cache may take by default: :data:`MEMORY_FRACTION` (a
     quarter) of the memory available now (``MemAvailable`` in ``/proc/meminfo``; the
-    physical memory where there is none; 4 GiB when neither can be read), at least 64 MiB.
+    physical memory where there is none; of 4 GiB when neither can be read), at least 64 MiB.
 
     Returns
     -------
     int
     """
     avail = _available_memory()
-    return max(64 << 20, int((4 << 32 if avail is None else avail) * MEMORY_FRACTION))
+    return max(64 << 20, int((4 << 30 if avail is None else avail) * MEMORY_FRACTION))
 
 
 def context_size(config: Any, cache_dtype: str = "float32", budget: Optional[int] = None,
