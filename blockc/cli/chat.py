@@ -83,7 +83,11 @@ def register(subparsers) -> None:
                    help="longest answer (default: until the end of the turn or the context)")
     add_sampling_options(p)
     add_ctx_size(p)
-    p.add_argument("--dtype", choices=LOAD_DTYPES, default=None)
+    p.add_argument("--dtype", choices=LOAD_DTYPES, default=None,
+                   help="weight storage (default: bfloat16 for a bfloat16 checkpoint, else float32; a "
+                        "GGUF file's matrices as its type's measured default, 'exact' for "
+                        "its very weights with float activations, 'integer' for llama.cpp's "
+                        "8-bit activations)")
     add_threads(p)
     p.add_argument("--plain", action="store_true",
                    help="read plain lines, without prompt_toolkit's line editing")

@@ -54,7 +54,10 @@ def register(subparsers) -> None:
     add_sampling_options(p)
     add_ctx_size(p)
     p.add_argument("--dtype", choices=LOAD_DTYPES, default=None,
-                   help="weight storage (default: bfloat16 for a bfloat16 checkpoint, else float32)")
+                   help="weight storage (default: bfloat16 for a bfloat16 checkpoint, else float32; a "
+                        "GGUF file's matrices as its type's measured default, 'exact' for "
+                        "its very weights with float activations, 'integer' for llama.cpp's "
+                        "8-bit activations)")
     add_threads(p)
     p.add_argument("--no-eos", action="store_true",
                    help="do not stop at the end ids (end of text, end of turn)")

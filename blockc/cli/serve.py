@@ -52,7 +52,11 @@ def register(subparsers) -> None:
                    help="seconds a chat template may take to render a request (5; 400 past it)")
     p.add_argument("--api-key", default=os.environ.get("BLOCKC_API_KEY"),
                    help="require 'Authorization: Bearer KEY' (default: $BLOCKC_API_KEY)")
-    p.add_argument("--dtype", choices=LOAD_DTYPES, default=None)
+    p.add_argument("--dtype", choices=LOAD_DTYPES, default=None,
+                   help="weight storage (default: bfloat16 for a bfloat16 checkpoint, else float32; a "
+                        "GGUF file's matrices as its type's measured default, 'exact' for "
+                        "its very weights with float activations, 'integer' for llama.cpp's "
+                        "8-bit activations)")
     add_cache_dtype(p)
     add_threads(p)
     p.set_defaults(func=run_serve)
