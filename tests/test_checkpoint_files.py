@@ -247,7 +247,7 @@ def test_generation_config_end_ids_are_honoured(tmp_path, capsys):
     stop = free[4]
     first = free.index(stop)
     (d / "generation_config.json").write_text(json.dumps({"eos_token_id": [63, stop]}))
-    assert main(["generate", "--model", str(d), "--ids", "1,2,3", "--max-new-tokens", "12"]) == 0
+    assert main(["generate", "--temperature", "0", "--model", str(d), "--ids", "1,2,3", "--max-new-tokens", "12"]) == 0
     out = [int(x) for x in capsys.readouterr().out.split()]
     assert out == free[:first + 1]
 
@@ -256,7 +256,7 @@ def test_a_config_end_id_outside_the_vocabulary_warns_and_generates(tmp_path, ca
     from blockc.cli import main
     d = tmp_path / "ck"
     _ckpt(d, eos_token_id=10 ** 6)
-    assert main(["generate", "--model", str(d), "--ids", "1,2,3", "--max-new-tokens", "4"]) == 0
+    assert main(["generate", "--temperature", "0", "--model", str(d), "--ids", "1,2,3", "--max-new-tokens", "4"]) == 0
     cap = capsys.readouterr()
     assert len(cap.out.split()) == 4
     assert "config.json" in cap.err and "eos_token_id" in cap.err and cap.err.count("\n") == 1

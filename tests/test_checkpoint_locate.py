@@ -96,7 +96,7 @@ def test_a_hub_id_in_the_cache_loads_offline_with_the_same_weights(cache, model_
 def test_generate_takes_a_hub_id_from_the_cache(cache, model_dir, capsys):
     src, m = model_dir
     hub_layout(cache, "someone/tiny-chat", {f: src / f for f in os.listdir(src)})
-    assert main(["generate", "--model", "someone/tiny-chat", "--ids", "1,2,3",
+    assert main(["generate", "--temperature", "0", "--model", "someone/tiny-chat", "--ids", "1,2,3",
                  "--max-new-tokens", "4", "--no-eos"]) == 0
     got = [int(x) for x in capsys.readouterr().out.split()]
     want = m.generate(np.array([[1, 2, 3]]), max_new_tokens=4, eos_token_id=[])[0, 3:]
@@ -139,7 +139,7 @@ def test_errors_name_what_is_wrong(cache, tmp_path):
     with pytest.raises(TypeError, match="model must be a path"):
         resolve(3)
     # the command line says the same, with exit status 2 and no traceback
-    assert main(["generate", "--model", "org/absent", "--ids", "1"]) == 2
+    assert main(["generate", "--temperature", "0", "--model", "org/absent", "--ids", "1"]) == 2
 
 
 def test_a_link_in_the_cache_to_something_not_a_regular_file_is_refused(cache, model_dir):
@@ -203,6 +203,14 @@ def test_pull_downloads_a_checkpoint_into_the_cache_that_then_loads_offline(tmp_
                    and "/resolve/" in p}
     assert fetched == set(files) - {"pytorch_model.bin"}
     assert "blockc chat --model someone/tiny-chat" in r.stderr
+    # a line per file as it is in: its index, name and size
+    want = sorted(fetched)
+    lines = [x for x in r.stderr.splitlines() if x.startswith("blockc pull: [")]
+    assert [x.split("] ")[1].rsplit(" (", 1)[0] for x in lines] == want
+    for i, (x, name) in enumerate(zip(lines, want), 1):
+        assert x.startswith(f"blockc pull: [{i}/{len(want)}] {name} (")
+        n = len(files[name])
+        assert x.endswith(f"({n} bytes)" if n < 1e6 else f"({n / 1e6:.1f} MB)")
     path = r.stdout.strip()
     assert os.path.samefile(path, resolve("someone/tiny-chat", cache_dir=str(cache)))
     g = blockc.GPT.from_pretrained(path)
@@ -226,6 +234,7 @@ def test_pull_of_a_gguf_repository_needs_a_file_and_fetches_only_it(tmp_path):
         assert r.returncode == 0, r.stderr
         got = [p for meth, p in hub.requests if meth == "GET" and "/resolve/" in p]
         assert got and all(p.endswith("m-Q8_0.gguf") for p in got)
+        assert f"blockc pull: [1/1] m-Q8_0.gguf ({len(files['m-Q8_0.gguf'])} bytes)" in r.stderr
         r = _pull(["nobody/absent"], cache, hub.url)
         assert r.returncode == 2 and "no such repository" in r.stderr, r.stderr
     path = resolve("someone/m-GGUF", file="m-Q8_0.gguf", cache_dir=str(cache))

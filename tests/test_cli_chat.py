@@ -10,8 +10,9 @@ import pytest
 
 import blockc
 from blockc.cli import main
-from blockc.generation.chat import (LLAMA_CPP_SAMPLING, Conversation, cache_bytes_per_token,
-                                    chat_sampling, context_size)
+from blockc.generation.chat import Conversation
+from blockc.generation.defaults import (LLAMA_CPP_SAMPLING, cache_bytes_per_token, context_size,
+                                        default_sampling)
 from blockc.generation.config import GenerationConfig, end_ids
 
 pytest.importorskip("jinja2")
@@ -54,8 +55,9 @@ def test_chat_samples_with_llama_cpps_defaults_unless_the_checkpoint_says(chat, 
                  "--top-k", "5").out == want + "\n"
     # the checkpoint's generation_config.json, when it samples, is the default
     g = GenerationConfig(temperature=1.3, top_p=0.5)
-    assert chat_sampling(g) is g
-    assert chat_sampling(GenerationConfig()).to_dict() == LLAMA_CPP_SAMPLING
+    assert default_sampling(g)[0].to_dict() == dict(LLAMA_CPP_SAMPLING, temperature=1.3,
+                                                     top_p=0.5)
+    assert default_sampling(GenerationConfig())[0].to_dict() == LLAMA_CPP_SAMPLING
 
 
 def test_slash_commands_are_never_sent_to_the_model(chat, monkeypatch, capsys, tmp_path):
@@ -148,7 +150,7 @@ def test_conversation_json_and_refusals(tmp_path):
     with pytest.raises(ValueError, match="more than the 1 the context leaves"):
         c.fit(lambda msgs: 5, 1)
     with pytest.raises(TypeError, match="GenerationConfig"):
-        chat_sampling({"temperature": 1})
+        default_sampling({"temperature": 1})
 
 
 def test_loading_reports_progress_per_tensor(chat, tmp_path):

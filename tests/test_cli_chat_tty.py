@@ -134,8 +134,9 @@ def test_history_paste_help_and_ctrl_c_at_the_prompt(model, tmp_path):
         total = calls[-1]
         assert f"loading [{'#' * 24}] {total}/{total}".encode() in t.raw
         assert f"model {d}" in banner and "family llama, format float32, 2 layers" in banner
-        assert "context 4096 tokens (the model's 4096), 1 threads" in banner
-        assert "sampling: temperature 0, top_k 40, top_p 0.95, min_p 0.05, max_new_tokens 6" in banner
+        assert "context 4096 tokens (the model's; KV cache " in banner and "), 1 threads" in banner
+        assert ("sampling: greedy, max_new_tokens 6 (from llama.cpp's defaults (the model states "
+                "none); flags: --temperature)") in banner
         t.child.send("Hello\r")
         ls = t.wait_prompt(1)
         h = [{"role": "user", "content": "Hello"}]

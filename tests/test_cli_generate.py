@@ -26,7 +26,7 @@ def model(tmp_path_factory):
 
 
 def _run(capsys, *argv):
-    assert main(["generate", *argv]) == 0
+    assert main(["generate", "--temperature", "0", *argv]) == 0
     return capsys.readouterr()
 
 
@@ -57,10 +57,10 @@ def test_prompt_from_stdin_and_from_a_file(model, capsys, monkeypatch, tmp_path)
     f.write_text(PROMPT, encoding="utf-8")
     assert _run(capsys, "--model", str(d), "--prompt-file", str(f), "-n", "4").out == want
     f.write_bytes(b"\xff\xfe")
-    assert main(["generate", "--model", str(d), "--prompt-file", str(f)]) == 2
+    assert main(["generate", "--temperature", "0", "--model", str(d), "--prompt-file", str(f)]) == 2
     assert f"--prompt-file {f}: not UTF-8 text" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # a usage error: one source of the prompt
-        main(["generate", "--model", str(d), "--prompt", "x", "--prompt-file", str(f)])
+        main(["generate", "--temperature", "0", "--model", str(d), "--prompt", "x", "--prompt-file", str(f)])
     assert "not allowed with argument" in capsys.readouterr().err
 
 
@@ -69,9 +69,14 @@ def test_ctx_size_bounds_the_continuation_and_stats_on_request(model, capsys):
     r = _run(capsys, "--model", str(d), "--prompt", PROMPT, "-n", "50", "--no-eos", "--no-echo",
              "--ctx-size", str(len(ids) + 3), "--stats")
     assert r.out == tok.decode(free[:3], skip_special_tokens=True) + "\n"
-    assert r.err.startswith("loaded in ") and "; 3 tokens in " in r.err and "tokens/s" in r.err
-    assert main(["generate", "--model", str(d), "--prompt", PROMPT, "--ctx-size",
+    lines = r.err.splitlines()
+    assert lines[0] == (f"context {len(ids) + 3} tokens (--ctx-size; the model's is 64; KV cache "
+                        f"{m.config.layers * 2 * m.config.kv_heads_ * m.config.head_dim_ * 4 * (len(ids) + 3) / 1024:.1f} KiB)")
+    assert lines[1] == "sampling: greedy (from llama.cpp's defaults (the model states none); " \
+                       "flags: --temperature)"
+    assert lines[2].startswith("loaded in ") and "; 3 tokens in " in r.err and "tokens/s" in r.err
+    assert main(["generate", "--temperature", "0", "--model", str(d), "--prompt", PROMPT, "--ctx-size",
                  str(len(ids))]) == 2
     assert f"the prompt is {len(ids)} tokens: no room" in capsys.readouterr().err
-    assert main(["generate", "--model", str(d), "--prompt", PROMPT, "--ctx-size", "65"]) == 2
+    assert main(["generate", "--temperature", "0", "--model", str(d), "--prompt", PROMPT, "--ctx-size", "65"]) == 2
     assert "--ctx-size must be in [1, 64]" in capsys.readouterr().err

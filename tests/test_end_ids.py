@@ -60,7 +60,7 @@ def test_generate_and_the_cli_stop_at_the_end_of_turn(gguf_chat, capsys, monkeyp
     want = free[:k + 1]
     assert m.generate(prompt[None], N)[0, len(prompt):].tolist() == want
     assert list(m.stream(prompt, N)) == want
-    assert main(["generate", "--model", str(path), "--ids", ",".join(map(str, prompt)),
+    assert main(["generate", "--temperature", "0", "--model", str(path), "--ids", ",".join(map(str, prompt)),
                  "--max-new-tokens", str(N)]) == 0
     assert capsys.readouterr().out.split() == [str(t) for t in want]
     monkeypatch.setattr(sys, "stdin", io.StringIO(MSGS[0]["content"] + "\n"))

@@ -115,11 +115,11 @@ def test_blockc_generate_stops_at_the_generation_config_end_id(tmp_path, capsys)
     m.save_pretrained(tmp_path)
     eos = int(free[3])
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": eos}))
-    assert main(["generate", "--model", str(tmp_path), "--ids", "4,5,6",
+    assert main(["generate", "--temperature", "0", "--model", str(tmp_path), "--ids", "4,5,6",
                  "--max-new-tokens", "10"]) == 0
     want = [int(t) for t in free[:list(free).index(eos) + 1]]
     assert capsys.readouterr().out.split() == [str(t) for t in want]
-    assert main(["generate", "--model", str(tmp_path), "--ids", "4,5,6",
+    assert main(["generate", "--temperature", "0", "--model", str(tmp_path), "--ids", "4,5,6",
                  "--max-new-tokens", "10", "--no-eos"]) == 0
     assert capsys.readouterr().out.split() == [str(int(t)) for t in free]
 
@@ -241,7 +241,10 @@ def test_resolve_runs_once_per_generation(monkeypatch):
                       "temperature": 0.7, "top_k": 5, "n": 3}, ["x"])
     s = sampling_from_request(req, CFG.vocab)
     assert calls == [CFG.vocab] * 3
-    assert (s.options.temperature, s.options.top_k, s.config.top_p) == (0.7, 5, 1.0)
+    assert (s.options.temperature, s.options.top_k, s.config.top_p) == (0.7, 5, None)
+    # the fields a request omits are the model's defaults (llama-server's rule)
+    s = sampling_from_request(req, CFG.vocab, GenerationConfig(top_p=0.5, top_k=9))
+    assert (s.options.temperature, s.options.top_k, s.config.top_p) == (0.7, 5, 0.5)
 
 
 def test_the_commands_flags_are_the_options_declarations(capsys):
@@ -256,7 +259,7 @@ def test_the_commands_flags_are_the_options_declarations(capsys):
         for name, o in cli.items():
             a = acts[name]
             assert a.option_strings == ["--" + name.replace("_", "-")]
-            assert a.default is None  # not given: the model's (chat: chat_sampling's)
+            assert a.default is None  # not given: the model's (default_sampling)
             assert a.help.startswith(o.help) and o.span() in a.help
     assert sub["generate"]._option_string_actions["--top-k"].type is int
     assert sub["serve"]._option_string_actions["--cache-dtype"].choices == ("float32", "float16")
@@ -265,17 +268,17 @@ def test_the_commands_flags_are_the_options_declarations(capsys):
                              ("--min-p", "1.5", "--min-p must be in [0, 1]"),
                              ("--repetition-penalty", "0", "--repetition-penalty must be > 0"),
                              ("--temperature", "-1", "--temperature must be finite and >= 0")]:
-        assert main(["generate", "--model", "no-such-dir", "--ids", "1", flag, bad]) == 2
+        assert main(["generate", "--temperature", "0", "--model", "no-such-dir", "--ids", "1", flag, bad]) == 2
         assert words in capsys.readouterr().err
 
 
-def test_the_servers_fields_are_the_options_with_openais_defaults():
+def test_the_servers_fields_are_the_options_absent_ones_none():
     from blockc.serve.types import APIError, parse_completion
     body = {"model": "x", "prompt": "hi"}
-    req = parse_completion(body, ["x"])
-    assert req.generation == {"temperature": 1.0, "top_k": None, "top_p": 1.0, "min_p": None,
+    req = parse_completion(body, ["x"])  # absent: None, the model's default (sampling.py)
+    assert req.generation == {"temperature": None, "top_k": None, "top_p": None, "min_p": None,
                               "repetition_penalty": None, "seed": None}
-    assert req.temperature == 1.0 and req.seed is None  # read through
+    assert req.temperature is None and req.seed is None  # read through
     assert parse_completion({**body, "top_p": 0}, ["x"]).generation["top_p"] == 1e-12
     assert parse_completion({**body, "seed": 3, "min_p": 0.5}, ["x"]).generation["min_p"] == 0.5
     for field, bad, status in [("temperature", 2.5, 400), ("temperature", -0.5, 400),

@@ -64,7 +64,7 @@ def test_weights_are_the_dequantised_tensors_bit_for_bit(files, case):
     """Every blockc tensor equals gguf.quants.dequantize of the file's tensor (the Llama q/k
     rows put back in transformers' order), bit for bit."""
     d, name, arch, kw, _ = files[case]
-    m = GPT.from_pretrained(d / name)
+    m = GPT.from_pretrained(d / name, dtype="exact")  # the exact path
     assert_dequantised(m, d / name, arch)
     peer = gguf.GGUFReader(str(d / name))
     # each matrix in the native format of its file type(s)
@@ -102,7 +102,7 @@ def test_logits_and_greedy_tokens_match_transformers(files, case):
     pytest.importorskip("accelerate")
     transformers.logging.set_verbosity_error()
     d, name, arch, kw, _ = files[case]
-    m = GPT.from_pretrained(d / name)
+    m = GPT.from_pretrained(d / name, dtype="exact")
     if m.dtype == "bfloat16":  # transformers dequantises BF16 to float32: the same values
         pass
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(d), gguf_file=name,
@@ -177,7 +177,7 @@ def test_save_gguf_round_trip(files, tmp_path, dtype):
         if want_type in ("Q4_K", "Q6_K") and m.dtypes[ours] == want_type.lower():
             blob = np.asarray(src[theirs].data).reshape(blob.shape)
         assert np.array_equal(np.asarray(t.data).view(np.uint8).reshape(blob.shape), blob), theirs
-    back = GPT.from_pretrained(p)
+    back = GPT.from_pretrained(p, dtype="exact")  # the exact path (None: DEFAULT_FORMAT's)
     if dtype in ("F32",):  # the model's weights exactly (its q4_k matrices dequantised)
         assert np.array_equal(back.params, m.astype("float32").params)
     types = {}
@@ -277,7 +277,7 @@ def test_cli_convert_both_ways_and_generate(files, tmp_path, capsys):
     assert mq.dtype == "q8_0" and np.array_equal(mq.params, m.astype("q8_0").params)
     assert blockc.Tokenizer.from_pretrained(q).encode(text).tolist() == want
     capsys.readouterr()
-    assert main(["generate", "--model", str(q), "--prompt", "The quick", "--max-new-tokens", "3"]) == 0
+    assert main(["generate", "--temperature", "0", "--model", str(q), "--prompt", "The quick", "--max-new-tokens", "3"]) == 0
     assert capsys.readouterr().out.strip()  # the three new tokens, streamed
 
 
@@ -357,7 +357,7 @@ def test_native_kernels(tmp_path, dtype, typ, ratio):
         set_isa(isa0)
         set_num_threads(th0)
     q.save_gguf(tmp_path / "q.gguf", dtype=typ)
-    back = GPT.from_pretrained(tmp_path / "q.gguf")
+    back = GPT.from_pretrained(tmp_path / "q.gguf", dtype="exact")
     assert back.dtype == dtype and np.array_equal(back.params, q.params)
     peer = {t.name: t for t in gguf.GGUFReader(str(tmp_path / "q.gguf")).tensors}
     assert peer["blk.0.attn_q.weight"].tensor_type.name == peer["output.weight"].tensor_type.name == typ
@@ -511,6 +511,6 @@ def test_integer_dtype_holds_each_matrix_in_its_types_integer_format(files, tmp_
 def test_cli_generate_takes_the_integer_dtype(files, capsys):
     from blockc.cli import main
     d, name, *_ = files["llama-q4_k_m"]
-    assert main(["generate", "--model", str(d / name), "--dtype", "integer", "--prompt",
+    assert main(["generate", "--temperature", "0", "--model", str(d / name), "--dtype", "integer", "--prompt",
                  "The quick", "--max-new-tokens", "3"]) == 0
     assert capsys.readouterr().out.strip()

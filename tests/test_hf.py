@@ -309,12 +309,12 @@ def test_blockc_generate_prints_what_transformers_decodes(tmp_path):
     if eos in out:
         out = out[:list(out).index(eos) + 1]
     want = prompt + tok.decode(list(out))  # the prompt echoed; the end token's text not printed
-    r = subprocess.run([sys.executable, "-m", "blockc", "generate", "--model", str(tmp_path),
+    r = subprocess.run([sys.executable, "-m", "blockc", "generate", "--temperature", "0", "--model", str(tmp_path),
                         "--prompt", prompt, "--max-new-tokens", "20"],
                        capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert r.stdout == want + "\n"
-    r = subprocess.run([sys.executable, "-m", "blockc", "generate", "--model", str(tmp_path),
+    r = subprocess.run([sys.executable, "-m", "blockc", "generate", "--temperature", "0", "--model", str(tmp_path),
                         "--ids", ",".join(map(str, ids)), "--max-new-tokens", "5", "--no-eos"],
                        capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import blockc
+from blockc.generation.defaults import LLAMA_CPP_SAMPLING
 from chat_dirs import chat_model_dir
 from serve_proc import NAME, Server
 
@@ -136,16 +137,18 @@ def test_seeds_reproduce_and_equal_generate_with_that_seed(server, local):
     b = c.chat.completions.create(seed=7, **kw).choices[0].message.content
     other = c.chat.completions.create(seed=8, **kw).choices[0].message.content
     assert a == b
-    assert a == _generate(local, ids, 16, temperature=0.9, top_p=0.95, seed=7)[0]
-    assert other == _generate(local, ids, 16, temperature=0.9, top_p=0.95, seed=8)[0]
+    # the fields the request omits (top_k, min_p) are the model's defaults: llama.cpp's here
+    d = dict(LLAMA_CPP_SAMPLING, temperature=0.9, top_p=0.95)
+    assert a == _generate(local, ids, 16, seed=7, **d)[0]
+    assert other == _generate(local, ids, 16, seed=8, **d)[0]
     # n choices: choice i draws from seed + i
     r = c.chat.completions.create(seed=7, n=3, **kw)
     assert [x.index for x in r.choices] == [0, 1, 2]
     for x in r.choices:
-        assert x.message.content == _generate(local, ids, 16, temperature=0.9, top_p=0.95,
+        assert x.message.content == _generate(local, ids, 16, **d,
                                               seed=7 + x.index)[0]
     assert r.usage.completion_tokens == sum(
-        _generate(local, ids, 16, temperature=0.9, top_p=0.95, seed=7 + i)[1] for i in range(3))
+        _generate(local, ids, 16, **d, seed=7 + i)[1] for i in range(3))
 
 
 def test_stop_and_max_tokens_by_their_definitions(server, local):
@@ -326,7 +329,8 @@ def test_sixteen_concurrent_clients_each_equal_its_solo_run(server, local):
     solo = [streamed(kw) for kw in reqs]
     for kw, s in zip(reqs, solo):  # solo runs are GPT.generate's tokens
         ids = local[1].apply_chat_template(kw["messages"]).ids
-        opts = {} if kw["temperature"] == 0 else dict(temperature=0.8, seed=kw["seed"])
+        opts = ({} if kw["temperature"] == 0
+                else dict(LLAMA_CPP_SAMPLING, temperature=0.8, seed=kw["seed"]))
         assert s == _generate(local, ids, 20, **opts)[0]
     together = _run_all([lambda kw=kw: streamed(kw) for kw in reqs])
     assert together == solo

@@ -45,7 +45,7 @@ def test_the_command_line_reports_a_tokenizer_panic_in_one_line(tmp_path, capsys
     (tmp_path / "tokenizer.json").write_text(json.dumps(d))
     blockc.GPT.random(blockc.GPTConfig(vocab=280, context=16, width=16, heads=2,
                                        layers=1)).save_pretrained(tmp_path)
-    assert main(["generate", "--model", str(tmp_path), "--prompt", "hello"]) == 2
+    assert main(["generate", "--temperature", "0", "--model", str(tmp_path), "--prompt", "hello"]) == 2
     err = capsys.readouterr().err
     assert "panicked" in err and err.count("\n") == 1
 
@@ -115,6 +115,6 @@ def test_generate_prompt_adds_bos_as_transformers_does(tmp_path, capsys):
     for flag, ids in (([], [bos] + t.encode("hello", add_special_tokens=False).ids),
                       (["--no-special-tokens"], t.encode("hello", add_special_tokens=False).ids)):
         want = tok.decode(m.generate(np.array([ids]), 6)[0][len(ids):])
-        assert main(["generate", "--model", str(d), "--prompt", "hello", "--max-new-tokens", "6",
+        assert main(["generate", "--temperature", "0", "--model", str(d), "--prompt", "hello", "--max-new-tokens", "6",
                      "--no-eos", "--no-echo"] + flag) == 0
         assert capsys.readouterr().out == want + "\n"

@@ -19,7 +19,10 @@ Qwen2 files are stored in transformers' order (llama.cpp rotates them NEOX-style
 and are not reordered.
 
 Weights: each tensor is dequantised exactly (:mod:`blockc.reference.ggml`, bit for
-bit what ggml and the gguf package compute). With ``dtype=None`` each matrix is held
+bit what ggml and the gguf package compute). With ``dtype=None`` each matrix loads as its
+file type's row of :data:`DEFAULT_FORMAT` says (chosen by benches/bench_formats.py: the
+fastest choice whose KL from the float32 model is within llama.cpp's arithmetic's; a type
+it does not list as with ``dtype="exact"``). With ``dtype="exact"`` each matrix is held
 in the cheapest blockc format that holds its file type's weights exactly (:data:`EXACT`,
 derived from the C formats' table: each format names the GGUF type whose blocks its panels
 hold; Q8_0 -> q8_0, Q4_0 -> q4_0, Q4_K -> q4_k, F16 -> float16, ...). Such a matrix is
@@ -34,7 +37,7 @@ format (``dtype="q8_0i"``, ...: the formats whose products are integer dot produ
 8-bit activations as llama.cpp multiplies them) holds its type's very blocks too, and a
 model in one saves as that type (``save_gguf(path, "Q8_0")``: the same blocks).
 ``dtype="integer"`` does that matrix by matrix (:data:`INTEGER`: each matrix in the
-integer format of its file type, the others as with ``dtype=None``): how llama.cpp
+integer format of its file type, the others as with ``dtype="exact"``): how llama.cpp
 multiplies a mixed file such as Q4_K_M. ``dtype="bfloat16i"`` holds a BF16 file's
 weights (subnormals as zeros) for bfloat16 dot products, and saves as BF16.
 """
@@ -58,6 +61,7 @@ from ..io import gguf as fmt
 from ..text.gguf import metadata_of, placeholder
 
 __all__ = ["load", "save", "config_from_gguf", "ARCHITECTURES", "GGUF_DTYPES", "recipe",
+           "DEFAULT_FORMAT", "default_formats",
            "GGUFMixin", "is_gguf", "INTEGER"]
 
 #: llama.cpp's general.architecture names blockc reads (the families' GGUF side:
@@ -168,16 +172,21 @@ def load(path: str, dtype: Optional[str], cls: Any,
     for n, ours, _, _ in spec:
         if lay[ours].packed:
             parts.setdefault(ours, []).append(f.tensors[n].type)
-    if dtype is None:
+    if dtype is None:  # each matrix by its file type's measured default
+        cands = {ours: default_formats(types) for ours, types in parts.items()}
+    elif dtype == "exact":
         cands = {ours: exact_formats(types) for ours, types in parts.items()}
     elif dtype == "integer":
         cands = {ours: integer_formats(types) for ours, types in parts.items()}
     else:
         cands = {ours: [dtype] for ours in parts}
+    # the matrices whose formats must hold the file's very weights (a named format may not)
+    check = {ours for ours, types in parts.items()
+             if dtype in ("exact", "integer") or (dtype is None and _default_of(types)
+                                                  in ("exact", "integer"))}
     while True:
         chosen = {ours: c[0] for ours, c in cands.items()}
-        m = _fill(cls(cfg, dtypes=chosen), f, spec, check_exact=dtype in (None, "integer"),
-                  progress=progress)
+        m = _fill(cls(cfg, dtypes=chosen), f, spec, check_exact=check, progress=progress)
         if not isinstance(m, set):
             break
         # matrices a format's packing stores differently: the next format (float32 last,
@@ -245,6 +254,40 @@ def integer_formats(types: List[str]) -> List[str]:
     return lead[:1] + exact_formats(types)
 
 
+#: GGUF type -> what a matrix of that type loads as by default (``dtype=None``), chosen by
+#: measurement (benches/bench_formats.py, its table in docs/speed.md): the fastest choice
+#: whose mean KL from the float32 model is within llama.cpp's arithmetic's on the same file.
+#: "exact": the format holding the file's very weights, float activations
+#: (:func:`exact_formats`, ``dtype="exact"``); "integer": its very blocks by integer dot
+#: products on 8-bit activations (:func:`integer_formats`); a format's name: requantised to
+#: it. A type not listed: "exact". Measured (docs/speed.md, "formats"; Xeon family 6 model
+#: 207, 1 thread, a 4-layer model of width 512): Q4_1 as float16 decodes 1.7x as fast as its
+#: float32 exact path (370 against 218 tokens/s) for a KL 2e-5 above it, within the budget on
+#: three models (q8_0, faster still, passed it on one of three); Q5_0's very weights as
+#: q8_0 (converted exactly, the same KL) 1.4x as fast as q5_0. Q4_0, Q8_0, Q6_K and Q4_K_M
+#: stay exact: no choice within the budget was 1.25x as fast (the integer formats, llama.cpp's
+#: arithmetic, were slower than the exact path there). Q5_1 and Q5_K were not measured.
+DEFAULT_FORMAT: Dict[str, str] = {"Q4_1": "float16", "Q5_0": "q8_0"}
+
+
+def _default_of(types: List[str]) -> str:
+    """The :data:`DEFAULT_FORMAT` of a matrix whose parts have the ggml ``types``: their
+    common one ("exact" when they differ)."""
+    picks = {DEFAULT_FORMAT.get(t, "exact") for t in types}
+    return picks.pop() if len(picks) == 1 else "exact"
+
+
+def default_formats(types: List[str]) -> List[str]:
+    """The formats a matrix of ggml ``types`` is tried in by default (``dtype=None``): its
+    :data:`DEFAULT_FORMAT`'s, then the exact ones (:func:`exact_formats`)."""
+    pick = _default_of(types)
+    if pick == "integer":
+        return integer_formats(types)
+    if pick == "exact":
+        return exact_formats(types)
+    return [pick] + exact_formats(types)
+
+
 def native_format(types: List[str]) -> str:
     """The cheapest of :func:`exact_formats` (loading checks a format packed from floats
     tensor by tensor and takes the next when it would store other weights)."""
@@ -286,13 +329,14 @@ def _check_float_bits(path: str, name: str, raw: np.ndarray, typ: str) -> None:
                           "numbers")
 
 
-def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool,
+def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: Any,
           progress: Optional[Callable[[int, int], Any]] = None) -> Any:
     """Write every tensor of ``f`` into ``m``: a matrix whose format :func:`holds` every
     part's blocks as those blocks (moved into panels by the C library: exact, and no float
-    copy), any other tensor dequantised and packed. With ``check_exact``, the set of the
-    matrices packed from floats that do not read back as the file's dequantised weights
-    bit for bit, when there are any (else ``m``)."""
+    copy), any other tensor dequantised and packed. Of the matrices named in
+    ``check_exact`` (a set of blockc names), the set of those packed from floats that do
+    not read back as the file's dequantised weights bit for bit, when there are any (else
+    ``m``)."""
     lay = m.layout
     fmts = m.dtypes
     params = m.params
@@ -344,7 +388,7 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool,
                                                                 tl.shape)
             continue
         m.write_tensor(ours, np.ascontiguousarray(w))
-        if check_exact and lay[ours].packed and fm != "float32":
+        if ours in check_exact and lay[ours].packed and fm != "float32":
             if not np.array_equal(m.read_tensor(ours).view(np.uint32), w.view(np.uint32)):
                 inexact.add(ours)
     if progress is not None and not inexact:

@@ -32,9 +32,11 @@ from ..model import DTYPES, GPTConfig, Model, layout, same_bits
 __all__ = ["LOAD_DTYPES", "config_from_hf", "config_to_hf", "load_dir", "save_dir", "read_config",
            "PretrainedMixin"]
 
-#: what ``from_pretrained``'s dtype may be: a format, or "integer" (GGUF files: each matrix
-#: in the integer-product format of its file type, blockc.checkpoint.gguf.INTEGER)
-LOAD_DTYPES = DTYPES + ("integer",)
+#: what ``from_pretrained``'s dtype may be: a format, "integer" (GGUF files: each matrix
+#: in the integer-product format of its file type, blockc.checkpoint.gguf.INTEGER) or
+#: "exact" (GGUF files: each matrix in a format holding its very weights, float activations;
+#: dtype=None takes each type's measured default, blockc.checkpoint.gguf.DEFAULT_FORMAT)
+LOAD_DTYPES = DTYPES + ("integer", "exact")
 
 M = TypeVar("M", bound=Model)
 
@@ -285,19 +287,22 @@ class PretrainedMixin:
             The directory, or a ``.gguf`` file (llama, qwen2 or gpt2 architecture; F32,
             F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K tensors, mixed).
         dtype : str, optional
-            How blockc stores the matrices (a format of :data:`blockc.DTYPES`, or
-            ``"integer"``); None: bfloat16 for a bfloat16 checkpoint,
-            else float32. For a GGUF file, None: each matrix in the native format of
-            its file type (BF16 bfloat16, F16 float16, Q8_0 q8_0, Q4_0 q4_0, Q5_0 q5_0, Q4_K
-            q4_k, Q6_K q6_k;
+            How blockc stores the matrices (a format of :data:`blockc.DTYPES`,
+            ``"integer"`` or ``"exact"``); None: bfloat16 for a bfloat16 checkpoint,
+            else float32. For a GGUF file, None: each matrix as its file type's row of
+            :data:`blockc.checkpoint.gguf.DEFAULT_FORMAT` says, the fastest choice within
+            llama.cpp's accuracy as benches/bench_formats.py measured it ("exact" for a
+            type it does not list). ``"exact"`` (GGUF files only): each matrix in the
+            native format of its file type (BF16 bfloat16, F16 float16, Q8_0 q8_0, Q4_0
+            q4_0, Q5_0 q5_0, Q4_K q4_k, Q6_K q6_k;
             :data:`blockc.checkpoint.gguf.EXACT`), any other type float32 (the dequantised
-            weights, exactly); a file mixing types gives ``dtype == "mixed"`` and
-            ``m.dtypes`` naming each matrix's format. A dtype makes every matrix that.
-            ``"integer"`` (GGUF files only): each matrix in the format that multiplies
-            its file type's very blocks by integer dot products, 8-bit activations as
-            llama.cpp's (Q8_0 q8_0i, Q4_0 q4_0i, ...: the integer format of the C
-            table that holds the type's blocks, :data:`blockc.checkpoint.gguf.INTEGER`), the
-            others as with None.
+            weights, exactly), float activations; a file mixing types gives ``dtype ==
+            "mixed"`` and ``m.dtypes`` naming each matrix's format. A format makes every
+            matrix that. ``"integer"`` (GGUF files only): each matrix in the format that
+            multiplies its file type's very blocks by integer dot products, 8-bit
+            activations as llama.cpp's (Q8_0 q8_0i, Q4_0 q4_0i, ...: the integer format of
+            the C table that holds the type's blocks,
+            :data:`blockc.checkpoint.gguf.INTEGER`), the others as with ``"exact"``.
         progress : callable, optional
             Called as ``progress(done, total)`` while the tensors are read and
             converted (``done`` of ``total`` tensors; ``done == total`` once, at the end):
@@ -329,8 +334,8 @@ class PretrainedMixin:
             as_choice(dtype, "dtype", LOAD_DTYPES)
         if is_gguf(path):  # a GGUF file (blockc.checkpoint.gguf)
             return load_gguf(path, dtype, cls, progress)
-        if dtype == "integer":
-            raise BlockcValueError("dtype 'integer' takes a GGUF file's blocks as they are; "
+        if dtype in ("integer", "exact"):
+            raise BlockcValueError(f"dtype {dtype!r} takes a GGUF file's blocks as they are; "
                                    f"{os.fspath(path)!r} is not a GGUF file (pick a format by "
                                    "name, e.g. 'q8_0i')")
         return load_dir(path, dtype, cls, progress)

@@ -5,21 +5,21 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from .. import runtime
 from .._errors import BlockcValueError
 from .._plot import plot_path, pyplot, save_figure
 from ..checkpoint.locate import resolve
-from ..generation.chat import context_size
-from ..generation.config import options
+from ..generation.config import GenerationConfig, options
+from ..generation.defaults import LLAMA_CPP_SAMPLING, context_size, default_sampling, describe_context
 from ..model import ACTIVATIONS, NORMS, PLACEMENTS, POSITIONS
 
 __all__ = ["add_model", "model_path", "add_threads", "apply_threads", "positive_int", "require_positive", "plot_path",
            "pyplot", "save_figure", "write", "add_shape_options", "overrides", "add_sampling_options",
            "sampling_options", "add_cache_dtype", "add_generation_option", "SAMPLING", "add_ctx_size",
-           "ctx_size", "add_prompt", "read_prompt", "add_speculative_options",
-           "speculative_options", "draft_path"]
+           "ctx_size", "ctx_note", "add_prompt", "read_prompt", "model_sampling",
+           "add_speculative_options", "speculative_options", "draft_path"]
 
 
 def add_model(p: argparse.ArgumentParser, required: bool = True, what: str = "") -> None:
@@ -96,8 +96,10 @@ def add_sampling_options(p: argparse.ArgumentParser,
     given": the model's generation config then decides (``notes[name]``, when given,
     says what the command's default is instead, in the flag's help)."""
     for name in SAMPLING:
-        add_generation_option(p, name, None, (notes or {}).get(
-            name, "default: the model's generation config"))
+        own = (f"default: the model's (generation_config.json, a GGUF file's general.sampling."
+               f"*), else llama.cpp's {LLAMA_CPP_SAMPLING[name]:g}"
+               if name in LLAMA_CPP_SAMPLING else "default: the model's generation config")
+        add_generation_option(p, name, None, (notes or {}).get(name, own))
 
 
 def sampling_options(args: argparse.Namespace) -> Dict[str, Any]:
@@ -165,17 +167,38 @@ def draft_path(args: argparse.Namespace) -> Optional[str]:
     return resolve(args.model_draft)
 
 
+def model_sampling(config: GenerationConfig, path: str, flags: Dict[str, Any]
+                   ) -> Tuple[GenerationConfig, str]:
+    """The sampling of a run: the model's defaults
+    (:func:`blockc.generation.defaults.default_sampling`: what ``config`` states, else
+    llama.cpp's), then each flag given (``flags``, :func:`sampling_options`: None is not
+    given), which wins; and where it came from in words, for the banner.
+
+    Returns
+    -------
+    (GenerationConfig, str)
+    """
+    g, where = default_sampling(config, path)
+    given = {k: v for k, v in flags.items() if v is not None}
+    if given:
+        g = g.replace(**given)
+        where += "; flags: " + ", ".join(_flag(k) for k in given)
+    return g, where
+
+
 def add_ctx_size(p: argparse.ArgumentParser) -> None:
     """``--ctx-size N``: the tokens a run keeps in context (:func:`ctx_size`)."""
     p.add_argument("--ctx-size", "-c", type=int, default=None, metavar="N",
                    help="the context in tokens, prompt and answer (default: the model's, "
-                        "bounded by a 4 GiB KV cache)")
+                        "bounded so its KV cache takes at most a quarter of the available "
+                        "memory)")
 
 
-def ctx_size(args: argparse.Namespace, config: Any, cache_dtype: Optional[str] = None) -> int:
+def ctx_size(args: argparse.Namespace, config: Any, cache_dtype: Optional[str] = None,
+             rows: int = 1) -> int:
     """The context ``--ctx-size`` asks for, checked against the model's ``config``
     (1 to ``config.context``), or by default the model's bounded by a memory budget
-    (:func:`blockc.generation.chat.context_size`).
+    for ``rows`` sequences (:func:`blockc.generation.defaults.context_size`).
 
     Raises
     ------
@@ -184,11 +207,19 @@ def ctx_size(args: argparse.Namespace, config: Any, cache_dtype: Optional[str] =
     """
     n = getattr(args, "ctx_size", None)
     if n is None:
-        return context_size(config, cache_dtype or "float32")
+        return context_size(config, cache_dtype or "float32", rows=rows)
     if not 1 <= n <= config.context:
         raise BlockcValueError(f"--ctx-size must be in [1, {config.context}] (the model's "
                                f"context), got {n}")
     return n
+
+
+def ctx_note(args: argparse.Namespace, config: Any, n: int, cache_dtype: Optional[str] = None,
+             rows: int = 1) -> str:
+    """What a command prints about the context :func:`ctx_size` chose (``n``): the
+    model's, bounded by the memory budget, or ``--ctx-size``; and its KV cache's size."""
+    return describe_context(config, n, cache_dtype or "float32", rows,
+                            given=getattr(args, "ctx_size", None) is not None)
 
 
 def add_prompt(p: Any, required: bool = False) -> None:

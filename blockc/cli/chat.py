@@ -6,9 +6,12 @@
 
 Each turn the whole conversation is rendered with the checkpoint's chat template and
 the answer streamed until an end-of-turn id. It samples as llama-cli and Ollama do: the
-checkpoint's ``generation_config.json`` when it samples, else temperature 0.8, top-k 40,
-top-p 0.95, min-p 0.05 (:func:`blockc.generation.chat.chat_sampling`); each flag
-overrides one. The context is the model's, bounded by a 4 GiB KV cache (``--ctx-size``);
+options the model states (``generation_config.json`` when it samples, a GGUF file's
+``general.sampling.*`` keys), each other one llama.cpp's: temperature 0.8, top-k 40,
+top-p 0.95, min-p 0.05, repetition penalty 1
+(:func:`blockc.generation.defaults.default_sampling`); each flag overrides one, and the
+banner says which came from where. The context is the model's, bounded so its KV cache
+takes at most a quarter of the available memory (``--ctx-size``);
 when the conversation fills it, its oldest turns are dropped (the system prompt kept),
 with a notice.
 
@@ -41,13 +44,14 @@ from .._progress import Progress
 from .._files import read_config
 from ..io import gguf
 from ..checkpoint.hf import LOAD_DTYPES
-from ..generation.chat import LLAMA_CPP_SAMPLING, SAMPLING_NAMES, Conversation, chat_sampling
-from ..generation.config import GenerationConfig, end_ids, options
+from ..generation.chat import Conversation
+from ..generation.config import SAMPLING_FIELDS, GenerationConfig, end_ids, options
+from ..generation.defaults import describe_sampling
 from ..gpt import GPT
 from ..text.tokenizer import TextStream, Tokenizer
 from ._options import (add_ctx_size, add_model, add_sampling_options, add_speculative_options,
-                       add_threads, apply_threads, ctx_size, draft_path, model_path,
-                       sampling_options, speculative_options, write)
+                       add_threads, apply_threads, ctx_note, ctx_size, draft_path, model_path,
+                       model_sampling, sampling_options, speculative_options, write)
 
 __all__ = ["register", "run_chat", "ChatSession", "HELP"]
 
@@ -66,7 +70,7 @@ A line ending with \\ continues on the next; Alt-Enter starts a new line; Ctrl-C
 answer. Start a message with // to send one beginning with /."""
 
 #: the settings /set changes: the sampling options and the answer's length
-SETTINGS = SAMPLING_NAMES + ("seed", "max_new_tokens")
+SETTINGS = SAMPLING_FIELDS + ("seed", "max_new_tokens")
 
 
 def register(subparsers) -> None:
@@ -80,12 +84,14 @@ def register(subparsers) -> None:
     p.add_argument("--system", default=None, help="a system prompt")
     p.add_argument("--max-new-tokens", "-n", type=int, default=None,
                    help="longest answer (default: until the end of the turn or the context)")
-    add_sampling_options(p, notes={
-        k: f"default: the model's generation_config.json when it samples, else {v:g}, as "
-           "llama.cpp" for k, v in LLAMA_CPP_SAMPLING.items()})
+    add_sampling_options(p)
     add_speculative_options(p)
     add_ctx_size(p)
-    p.add_argument("--dtype", choices=LOAD_DTYPES, default=None)
+    p.add_argument("--dtype", choices=LOAD_DTYPES, default=None,
+                   help="weight storage (default: bfloat16 for a bfloat16 checkpoint, else float32; a "
+                        "GGUF file's matrices as its type's measured default, 'exact' for "
+                        "its very weights with float activations, 'integer' for llama.cpp's "
+                        "8-bit activations)")
     add_threads(p)
     p.add_argument("--plain", action="store_true",
                    help="read plain lines, without prompt_toolkit's line editing")
@@ -200,15 +206,16 @@ class ChatSession:
 
     def settings(self) -> Dict[str, Any]:
         """The sampling options, the seed and the longest answer, by name."""
-        d = {k: getattr(self.generation, k) for k in SAMPLING_NAMES + ("seed",)}
+        d = {k: getattr(self.generation, k) for k in SAMPLING_FIELDS + ("seed",)}
         d["max_new_tokens"] = self.max_new_tokens
         return d
 
     def describe_sampling(self) -> str:
         """``temperature 0.8, top_k 40, ...``: the options that are set."""
-        s = self.settings()
-        return ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
-                         for k, v in s.items() if v is not None) or "greedy"
+        d = describe_sampling(self.generation)
+        seed, n = self.generation.seed, self.max_new_tokens
+        return d + (f", seed {seed}" if seed is not None else "") + (
+            f", max_new_tokens {n}" if n is not None else "")
 
     def set(self, name: str, text: str) -> None:
         """``/set NAME VALUE``.
@@ -348,7 +355,7 @@ class ChatSession:
 def run_chat(args: argparse.Namespace) -> int:
     apply_threads(args)
     sampling = sampling_options(args)  # the flags checked before any file is looked at
-    sampling.update(speculative_options(args))
+    speculate = speculative_options(args)
     args.model = model_path(args)  # a path, or a Hub id in the cache
     draft = draft_path(args)
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
@@ -363,8 +370,9 @@ def run_chat(args: argparse.Namespace) -> int:
         if draft is not None:
             draft = GPT.from_pretrained(draft, dtype=args.dtype, progress=bar)
     ends = end_ids(m.generation_config, tok, m.config.vocab)  # as generate and the server
-    gen = chat_sampling(m.generation_config).replace(eos_token_id=ends)
-    gen = gen.replace(**{k: v for k, v in sampling.items() if v is not None})
+    gen, where = model_sampling(m.generation_config, args.model, sampling)  # flags win
+    gen = gen.replace(**speculate)
+    gen = gen.replace(eos_token_id=ends)
     ctx = ctx_size(args, m.config, gen.cache_dtype)
     if draft is not None:  # the draft runs every position the model does
         ctx = min(ctx, draft.config.context)
@@ -377,8 +385,8 @@ def run_chat(args: argparse.Namespace) -> int:
             f"model {args.model}\n"
             f"family {_family(args.model)}, format {m.dtype}, {cfg.layers} layers, width "
             f"{cfg.width}, vocabulary {cfg.vocab}\n"
-            f"context {ctx} tokens (the model's {cfg.context}), {runtime.get_num_threads()} "
-            f"threads\nsampling: {s.describe_sampling()}\n"
+            f"{ctx_note(args, cfg, ctx, gen.cache_dtype)}, {runtime.get_num_threads()} "
+            f"threads\nsampling: {s.describe_sampling()} (from {where})\n"
             + (f"speculative: draft {args.model_draft}, up to "
                f"{gen.num_assistant_tokens or 5} tokens a round\n" if draft is not None else "")
             + (f"speculative: prompt lookup, up to {gen.prompt_lookup_num_tokens} tokens a "

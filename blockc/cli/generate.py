@@ -13,9 +13,13 @@ it is made (text with the checkpoint's tokenizer, special tokens left out; with 
 the new ids separated by spaces, the prompt not echoed), and generation stops at the
 model's end tokens (:func:`blockc.generation.config.end_ids`: its generation config's,
 a GGUF file's end of text and end of turn, and the tokenizer's end token), as ``blockc
-chat`` and the server do; the text of an end token is not printed. The sampling options
-left unset are the model's generation config's (greedy for a checkpoint without one).
-The load time and tokens/s go to stderr when it is a terminal (``--stats``/``--no-stats``),
+chat`` and the server do; the text of an end token is not printed. It samples as
+``blockc chat`` and the server do: each option the model states (``generation_config.json``
+when it samples, a GGUF file's ``general.sampling.*`` keys), else llama.cpp's
+(temperature 0.8, top-k 40, top-p 0.95, min-p 0.05; :func:`blockc.generation.defaults.
+default_sampling`); each flag wins (``--temperature 0``: greedy). The context is the
+model's, bounded by a memory budget (``--ctx-size``). The load time, the context, the
+sampling and tokens/s go to stderr when it is a terminal (``--stats``/``--no-stats``),
 with, when speculating (``--model-draft``, ``--lookup``: :mod:`blockc.generation.speculative`),
 the draft's acceptance rate and the tokens made per forward of the model.
 """
@@ -34,8 +38,10 @@ from ..gpt import GPT
 from ..checkpoint.hf import LOAD_DTYPES
 from ..text.tokenizer import TextStream, Tokenizer
 from ._options import (add_ctx_size, add_model, add_prompt, add_sampling_options,
-                       add_speculative_options, add_threads, apply_threads, ctx_size, draft_path,
-                       model_path, read_prompt, sampling_options, speculative_options, write)
+                       add_speculative_options, add_threads, apply_threads, ctx_note, ctx_size,
+                       draft_path, model_path, model_sampling, read_prompt, sampling_options,
+                       speculative_options, write)
+from ..generation.defaults import describe_sampling
 
 
 def register(subparsers) -> None:
@@ -53,7 +59,10 @@ def register(subparsers) -> None:
     add_speculative_options(p)
     add_ctx_size(p)
     p.add_argument("--dtype", choices=LOAD_DTYPES, default=None,
-                   help="weight storage (default: bfloat16 for a bfloat16 checkpoint, else float32)")
+                   help="weight storage (default: bfloat16 for a bfloat16 checkpoint, else float32; a "
+                        "GGUF file's matrices as its type's measured default, 'exact' for "
+                        "its very weights with float activations, 'integer' for llama.cpp's "
+                        "8-bit activations)")
     add_threads(p)
     p.add_argument("--no-eos", action="store_true",
                    help="do not stop at the end ids (end of text, end of turn)")
@@ -76,7 +85,7 @@ def _write(text: str) -> None:
 def run_generate(args: argparse.Namespace) -> int:
     apply_threads(args)
     sampling = sampling_options(args)  # the flags checked before any file is looked at
-    sampling.update(speculative_options(args))
+    speculate = speculative_options(args)
     args.model = model_path(args)  # a path, or a Hub id in the cache
     draft = draft_path(args)
     prompt = read_prompt(args)  # --prompt - reads stdin, --prompt-file a file
@@ -103,24 +112,29 @@ def run_generate(args: argparse.Namespace) -> int:
         ids = list(tok.encode(prompt, add_special_tokens=not args.no_special_tokens))
         if not ids:
             raise BlockcValueError("--prompt encodes to no tokens")
-    ctx = ctx_size(args, m.config, sampling.get("cache_dtype") or "float32")
+    gen, where = model_sampling(m.generation_config, args.model, sampling)  # flags win
+    gen = gen.replace(**speculate)
+    ctx = ctx_size(args, m.config, gen.cache_dtype)
     if len(ids) >= ctx:
         raise BlockcValueError(f"the prompt is {len(ids)} tokens: no room in a context of {ctx} "
                                "(--ctx-size)")
     n_max = min(args.max_new_tokens, ctx - len(ids))
     # the end ids: the one rule (the checkpoint's generation config, a GGUF file's end of
     # text and end of turn, and the tokenizer's end token)
-    gen = m.generation_config
     gen = gen.replace(eos_token_id=end_ids(gen, tok, m.config.vocab))
     if args.no_eos:
         gen = gen.replace(eos_token_id=())
     ends = set(gen.eos_ids)
-    opts = dict(sampling, generation_config=gen, assistant_model=draft)
+    stats = sys.stderr.isatty() if args.stats is None else args.stats
+    if stats:
+        sys.stderr.write(f"{ctx_note(args, m.config, ctx, gen.cache_dtype)}\n"
+                         f"sampling: {describe_sampling(gen)} (from {where})\n")
     stream = TextStream(tok, skip_special_tokens=True) if tok is not None else None
     if stream is not None and not args.no_echo:
         _write(prompt)
     n, t1 = 0, time.perf_counter()
-    run = m.prepare_generation(np.array(ids)[None], n_max, **opts)
+    run = m.prepare_generation(np.array(ids)[None], n_max, generation_config=gen,
+                               assistant_model=draft)
     for toks in run:  # as stream: one token a step, none after the end
         token = int(toks[0])
         n += 1
@@ -129,7 +143,6 @@ def run_generate(args: argparse.Namespace) -> int:
         elif token not in ends:  # an end token's text (<|im_end|>) is not printed
             _write(stream.push(token))
     _write((stream.flush() if stream is not None else "") + "\n")
-    stats = sys.stderr.isatty() if args.stats is None else args.stats
     if stats:
         dt = time.perf_counter() - t1
         sys.stderr.write(f"loaded in {load:.2f} s; {n} tokens in {dt:.2f} s "

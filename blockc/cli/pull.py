@@ -7,13 +7,16 @@ Through ``huggingface_hub`` (``pip install 'blockc[hub]'``), into its cache (the
 afterwards without the network. A checkpoint directory brings its config, tokenizer,
 template and safetensors files, never a pickle; a repository of GGUF files brings the one
 ``--file`` names (they are several quantisations of one model: the command lists them
-when none is named). ``HF_ENDPOINT`` points at another hub (a mirror); ``HF_HUB_OFFLINE=1``
+when none is named). Each file is a line on stderr when it is in (``[2/5] config.json
+(1.2 kB)``), besides huggingface_hub's own progress bars. ``HF_ENDPOINT`` points at another hub (a mirror); ``HF_HUB_OFFLINE=1``
 or no network is a clear error.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from fnmatch import fnmatch
 
 from .._errors import BlockcError, BlockcValueError
 from ..checkpoint.locate import is_hub_id
@@ -47,6 +50,25 @@ def _hub():
     return huggingface_hub
 
 
+def _size(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n} bytes"
+
+
+def _download(hub, args: argparse.Namespace, names: list, directory: bool = False) -> str:
+    """Download ``names`` of the repository one by one into the cache (huggingface_hub's
+    own bars show each file's bytes), a line on stderr per file done; the path of the one
+    file, or of the snapshot directory holding them."""
+    path = ""
+    for i, name in enumerate(names, 1):
+        path = hub.hf_hub_download(args.id, name, revision=args.revision)
+        sys.stderr.write(f"blockc pull: [{i}/{len(names)}] {name} ({_size(os.path.getsize(path))})"
+                         "\n")
+        sys.stderr.flush()
+    if directory:  # .../snapshots/<commit>/<name>: the snapshot
+        path = path[:len(path) - len(names[-1])].rstrip("/" + os.sep)
+    return path
+
+
 def run_pull(args: argparse.Namespace) -> int:
     if not is_hub_id(args.id):
         raise BlockcValueError(f"{args.id!r} is not a Hub id (owner/name)")
@@ -56,7 +78,7 @@ def run_pull(args: argparse.Namespace) -> int:
     from huggingface_hub import errors as hub_errors
     try:
         if args.file is not None:
-            path = hub.hf_hub_download(args.id, args.file, revision=args.revision)
+            path = _download(hub, args, [args.file])
         else:
             files = hub.HfApi().list_repo_files(args.id, revision=args.revision)
             if "config.json" not in files:
@@ -66,8 +88,8 @@ def run_pull(args: argparse.Namespace) -> int:
                                            f"({', '.join(ggufs)})")
                 raise BlockcValueError(f"{args.id}: no config.json and no .gguf file: not a "
                                        "model blockc loads")
-            path = hub.snapshot_download(args.id, revision=args.revision,
-                                         allow_patterns=list(CHECKPOINT_FILES))
+            wanted = sorted(f for f in files if any(fnmatch(f, p) for p in CHECKPOINT_FILES))
+            path = _download(hub, args, wanted, directory=True)
     except hub_errors.OfflineModeIsEnabled:
         raise BlockcError(f"cannot download {args.id}: HF_HUB_OFFLINE is set") from None
     except hub_errors.RepositoryNotFoundError:

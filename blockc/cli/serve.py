@@ -1,8 +1,12 @@
 """``blockc serve``: an OpenAI-compatible server with continuous batching.
 
-    blockc serve --model DIR [--host 127.0.0.1] [--port 8000] [--parallel N]
+    blockc serve --model PATH|ID [--host 127.0.0.1] [--port 8000] [--parallel N]
                  [--api-key K] [--ctx-size N] [--max-queue N] [--alias NAME] ...
     blockc serve --model a.gguf --model name=dir/ [--models-dir DIR] [--max-memory 8G]
+
+A request that omits a sampling field (temperature, top_p, top_k, min_p,
+repetition_penalty) gets the model's default (``generation_config.json``, a GGUF file's
+``general.sampling.*``, else llama.cpp's), as llama-server does; the startup line names them.
 
 Needs the 'serve' extra (uvicorn, starlette, jinja2). Binds 127.0.0.1 unless --host
 says otherwise; a port in use is refused before any model loads (exit status 1);
@@ -54,9 +58,10 @@ def register(subparsers) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (8000; 0: any free port)")
     p.add_argument("--parallel", type=int, default=4, help="requests decoded together (4)")
-    p.add_argument("--ctx-size", type=int, default=None,
+    p.add_argument("--ctx-size", "-c", type=int, default=None,
                    help="positions per request, prompt + completion (default: the model's "
-                        "context, at most 2048)")
+                        "context, bounded so the slots' KV cache takes at most a quarter of "
+                        "the available memory)")
     p.add_argument("--context-overflow", choices=("error", "truncate"), default="error",
                    help="a prompt longer than the context: refused with 400 naming the "
                         "limit (error), or cut to its last tokens (truncate)")
@@ -75,7 +80,11 @@ def register(subparsers) -> None:
                    help="let browser pages of ORIGIN call the API ('*': any); repeatable; "
                         "off by default")
     p.add_argument("--quiet", action="store_true", help="no log line per request")
-    p.add_argument("--dtype", choices=LOAD_DTYPES, default=None)
+    p.add_argument("--dtype", choices=LOAD_DTYPES, default=None,
+                   help="weight storage (default: bfloat16 for a bfloat16 checkpoint, else float32; a "
+                        "GGUF file's matrices as its type's measured default, 'exact' for "
+                        "its very weights with float activations, 'integer' for llama.cpp's "
+                        "8-bit activations)")
     add_cache_dtype(p)
     add_threads(p)
     p.set_defaults(func=run_serve)
@@ -144,8 +153,8 @@ def run_serve(args: argparse.Namespace) -> int:
     if s.models_dir:
         names.append(f"{s.models_dir}/*")
 
-    def ready(host, port):
+    def ready(host, port, summary):
         sys.stderr.write(f"blockc serve: {', '.join(names)} on http://{host}:{port}/v1 "
-                         f"({s.parallel} slots)\n")
+                         f"({s.parallel} slots)\n{summary}\n")
         sys.stderr.flush()
     return serve(s, ready=ready)

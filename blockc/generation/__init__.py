@@ -13,20 +13,22 @@
 - :mod:`blockc.generation.constraints`: :class:`Constraint`, constrained decoding (a
   grammar's token mask on each row's logits: JSON Schema, regex, Lark, GBNF, tool calls;
   the engine, llguidance, is the ``structured`` extra and imported only when used).
-- :mod:`blockc.generation.chat`: what a conversation needs besides the model: its
-  sampling defaults (:func:`chat_sampling`, llama.cpp's unless the checkpoint samples),
-  the default context (:func:`context_size`) and :class:`Conversation`, kept inside it.
+- :mod:`blockc.generation.defaults`: what a run takes from its model by default: the
+  sampling (:func:`default_sampling`, the model's stated options, else llama.cpp's) and
+  the context (:func:`context_size`, the model's bounded by a memory budget).
+- :mod:`blockc.generation.chat`: :class:`Conversation`, kept inside a context.
 """
 from __future__ import annotations
 
-from .chat import Conversation, chat_sampling, context_size
+from .chat import Conversation
 from .config import GenerationConfig, ResolvedGeneration, end_ids, end_token_ids
 from .constraints import Constraint
 from .logits import (SamplingOptions, apply_penalty, min_p_mask, next_tokens, processed_logits,
                      top_k_mask, top_p_mask)
+from .defaults import context_size, default_sampling
 from .loop import Generation, GenerationMixin, StopStrings
 
 __all__ = ["SamplingOptions", "next_tokens", "processed_logits", "apply_penalty", "top_k_mask",
            "top_p_mask", "min_p_mask", "GenerationMixin", "Generation", "StopStrings",
            "GenerationConfig", "ResolvedGeneration", "end_ids", "end_token_ids", "Constraint",
-           "Conversation", "chat_sampling", "context_size"]
+           "Conversation", "default_sampling", "context_size"]

@@ -1,17 +1,9 @@
-"""What an interactive conversation needs besides the model: sampling and context
-defaults, and a :class:`Conversation` that keeps its messages inside a context.
-
-- :func:`chat_sampling`: the sampling options of a chat, the checkpoint's
-  ``generation_config.json`` when it samples, else llama.cpp's (:data:`LLAMA_CPP_SAMPLING`).
-- :func:`context_size`: the context a run uses by default, the model's bounded by the
-  memory its KV cache would take.
-- :class:`Conversation`: the messages, the system prompt kept, the oldest turns dropped
-  when the rendered conversation passes a token limit, saved to and loaded from JSON.
+"""What an interactive conversation needs besides the model: a :class:`Conversation`
+that keeps its messages inside a context (its sampling and context defaults are every
+run's: :mod:`blockc.generation.defaults`).
 
 ::
 
-    g = chat_sampling(m.generation_config)        # the file's, else temperature 0.8 ...
-    n = context_size(m.config)                    # <= m.config.context
     c = Conversation(system="Be terse.")
     c.add("user", "Hello")
     dropped = c.fit(lambda msgs: len(tok.apply_chat_template(msgs).ids), n - 128)
@@ -22,119 +14,12 @@ import json
 import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
-from .._args import as_int
 from .._errors import BlockcTypeError, BlockcValueError
-from .config import GenerationConfig
 
-__all__ = ["LLAMA_CPP_SAMPLING", "SAMPLING_NAMES", "chat_sampling", "context_size",
-           "cache_bytes_per_token", "DEFAULT_CACHE_BUDGET", "Conversation", "ROLES"]
-
-#: llama.cpp's sampling defaults (common/common.h): what a chat samples with when the
-#: checkpoint's generation_config.json does not sample
-LLAMA_CPP_SAMPLING: Dict[str, Any] = {"temperature": 0.8, "top_k": 40, "top_p": 0.95,
-                                      "min_p": 0.05}
-
-#: the sampling options a chat's defaults set (the others stay as the user gives them)
-SAMPLING_NAMES = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")
-
-#: the KV cache's default memory budget (bytes): the context of a run is bounded by it
-DEFAULT_CACHE_BUDGET = 4 << 30
+__all__ = ["Conversation", "ROLES"]
 
 #: the roles a saved conversation's messages may have
 ROLES = ("system", "user", "assistant")
-
-
-def chat_sampling(config: GenerationConfig) -> GenerationConfig:
-    """The sampling of a conversation: ``config``'s own when it samples (a checkpoint's
-    ``generation_config.json`` with ``do_sample``), else :data:`LLAMA_CPP_SAMPLING`
-    (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05), as llama-cli and Ollama sample.
-
-    Parameters
-    ----------
-    config : GenerationConfig
-        The model's (``m.generation_config``).
-
-    Returns
-    -------
-    GenerationConfig
-        ``config`` with the sampling options set (its end ids and the rest unchanged).
-
-    Raises
-    ------
-    TypeError
-        ``config`` is not a GenerationConfig.
-
-    Examples
-    --------
-    >>> chat_sampling(GenerationConfig()).temperature
-    0.8
-    >>> chat_sampling(GenerationConfig(temperature=0.6, top_p=0.9)).top_k is None
-    True
-    """
-    if not isinstance(config, GenerationConfig):
-        raise BlockcTypeError("config must be a blockc.generation.GenerationConfig, got "
-                              f"{type(config).__name__}")
-    if config.temperature > 0.0:
-        return config
-    return config.replace(**LLAMA_CPP_SAMPLING)
-
-
-def cache_bytes_per_token(config: Any, cache_dtype: str = "float32") -> int:
-    """The KV cache's bytes per position of one row: keys and values of every layer.
-
-    Parameters
-    ----------
-    config : blockc.GPTConfig
-    cache_dtype : {"float32", "float16"}, optional
-
-    Returns
-    -------
-    int
-
-    Examples
-    --------
-    >>> from blockc import GPTConfig
-    >>> cache_bytes_per_token(GPTConfig(vocab=8, context=8, width=8, heads=2, layers=3))
-    192
-    """
-    if cache_dtype not in ("float32", "float16"):
-        raise BlockcValueError(f"cache_dtype must be 'float32' or 'float16', got {cache_dtype!r}")
-    item = 4 if cache_dtype == "float32" else 2
-    return 2 * config.layers * config.kv_heads_ * config.head_dim_ * item
-
-
-def context_size(config: Any, cache_dtype: str = "float32",
-                 budget: Optional[int] = None) -> int:
-    """The context a run uses by default: the model's (``config.context``), bounded by
-    the tokens whose KV cache fits in ``budget`` bytes.
-
-    Parameters
-    ----------
-    config : blockc.GPTConfig
-    cache_dtype : {"float32", "float16"}, optional
-    budget : int >= 1, optional
-        Bytes (default :data:`DEFAULT_CACHE_BUDGET`, 4 GiB, or a quarter of the
-        machine's memory when that is less).
-
-    Returns
-    -------
-    int
-        In [1, config.context].
-
-    Examples
-    --------
-    >>> from blockc import GPTConfig
-    >>> context_size(GPTConfig(vocab=8, context=64, width=8, heads=2, layers=1), budget=64 * 20)
-    20
-    """
-    if budget is None:
-        budget = DEFAULT_CACHE_BUDGET
-        try:
-            budget = min(budget, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4)
-        except (ValueError, OSError, AttributeError):  # not on this system
-            pass
-    budget = as_int(budget, "budget", 1)
-    return max(1, min(config.context, budget // cache_bytes_per_token(config, cache_dtype)))
 
 
 def _message(m: Any, where: str) -> Dict[str, str]:

@@ -27,7 +27,8 @@ from ..io.gguf import read as read_gguf
 from ..model import CACHE_DTYPES
 
 __all__ = ["GenerationConfig", "ResolvedGeneration", "Option", "API", "options",
-           "TOKEN_ID_FIELDS", "token_ids", "checked_token_ids", "end_ids", "end_token_ids", "GGUF_END_KEYS"]
+           "TOKEN_ID_FIELDS", "token_ids", "checked_token_ids", "end_ids", "end_token_ids", "GGUF_END_KEYS",
+           "SAMPLING_FIELDS", "GGUF_SAMPLING_KEYS"]
 
 #: the token ids a checkpoint's config.json / generation_config.json may give
 TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
@@ -41,7 +42,14 @@ _GGUF_IDS = (("bos_token_id", "tokenizer.ggml.bos_token_id"),
              ("pad_token_id", "tokenizer.ggml.padding_token_id"))
 
 #: generation_config.json's sampling fields blockc reads (when its do_sample is true)
-_SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")
+
+#: a GGUF file's sampling metadata (llama.cpp's ``general.sampling.*`` keys, gguf-py's
+#: ``Keys.General.SAMPLING_*``) -> the GenerationConfig option it gives (a top_k of 0 is
+#: llama.cpp's "no top-k")
+GGUF_SAMPLING_KEYS = (("general.sampling.temp", "temperature"), ("general.sampling.top_k", "top_k"),
+                      ("general.sampling.top_p", "top_p"), ("general.sampling.min_p", "min_p"),
+                      ("general.sampling.penalty_repeat", "repetition_penalty"))
 
 
 def _is_id(x: Any) -> bool:
@@ -90,7 +98,8 @@ class API:
     Parameters
     ----------
     default : object
-        The request's default when the field is absent (OpenAI's: temperature 1, top_p 1).
+        The request's value when the field is absent (None: the model's default,
+        :func:`blockc.generation.defaults.default_sampling`, as llama-server does).
     lo, hi : float, optional
         The request's range when the API's differs from the option's (OpenAI's
         temperature in [0, 2]; top_p from 0).
@@ -250,13 +259,13 @@ class GenerationConfig:
 
     temperature: float = _option(
         0.0, "0: greedy; else sample from softmax(logits / temperature)",
-        lo=0.0, cli=True, api=API(default=1.0, hi=2.0))
+        lo=0.0, cli=True, api=API(hi=2.0))
     top_k: Optional[int] = _option(
         None, "sample among the logits >= the k-th largest", kind="int", lo=1, cli=True,
         api=API())
     top_p: Optional[float] = _option(
         None, "nucleus sampling: the fewest most likely tokens whose probabilities sum past it",
-        lo=0.0, hi=1.0, lo_open=True, cli=True, api=API(default=1.0, lo=0.0, least=1e-12))
+        lo=0.0, hi=1.0, lo_open=True, cli=True, api=API(lo=0.0, least=1e-12))
     min_p: Optional[float] = _option(
         None, "the tokens at least min_p times as likely as the most likely one",
         lo=0.0, hi=1.0, cli=True, api=API())
@@ -354,7 +363,7 @@ class GenerationConfig:
             raise BlockcTypeError(f"a generation config must be a mapping, got {type(d).__name__}")
         kw: Dict[str, Any] = dict(token_ids(d))
         if d.get("do_sample") is True:
-            kw.update({k: d[k] for k in _SAMPLING_FIELDS if d.get(k) is not None})
+            kw.update({k: d[k] for k in SAMPLING_FIELDS if d.get(k) is not None})
             kw.setdefault("temperature", 1.0)  # transformers' default when sampling
         return cls(**kw)
 
@@ -410,9 +419,10 @@ class GenerationConfig:
     def from_gguf(cls, metadata: Mapping[str, Any], vocab: Optional[int] = None
                   ) -> "GenerationConfig":
         """The generation config of a GGUF file's metadata (a GGUF file has no
-        ``generation_config.json``): its bos and pad ids, and as end ids its end of
+        ``generation_config.json``): its bos and pad ids, as end ids its end of
         text and its end of turn (:data:`GGUF_END_KEYS`, in that order, once each), as
-        llama.cpp stops at both. An id that is not an int below both the file's token
+        llama.cpp stops at both, and the sampling options its ``general.sampling.*``
+        keys state (:data:`GGUF_SAMPLING_KEYS`; a value out of range is left out). An id that is not an int below both the file's token
         count and ``vocab`` is left out.
 
         Parameters
@@ -450,6 +460,14 @@ class GenerationConfig:
         ends = tuple(dict.fromkeys(metadata[k] for k in GGUF_END_KEYS if ok(metadata.get(k))))
         if ends:
             kw["eos_token_id"] = ends[0] if len(ends) == 1 else ends
+        for key, ours in GGUF_SAMPLING_KEYS:  # general.sampling.*: each valid one kept
+            v = metadata.get(key)
+            if ours == "top_k" and v == 0:
+                continue  # llama.cpp's top_k 0: none
+            try:
+                kw[ours] = options()[ours][0].check(v, key)
+            except (TypeError, ValueError):
+                continue  # absent, or a value blockc cannot sample with: not the file's
         return cls(**kw)
 
     def to_dict(self) -> Dict[str, Any]:
@@ -505,7 +523,7 @@ class GenerationConfig:
         out: Dict[str, Any] = dict(self.token_ids())
         out["do_sample"] = self.temperature > 0.0
         if out["do_sample"]:
-            out.update({k: getattr(self, k) for k in _SAMPLING_FIELDS
+            out.update({k: getattr(self, k) for k in SAMPLING_FIELDS
                         if getattr(self, k) is not None})
         return out
 
@@ -567,8 +585,8 @@ def options() -> Dict[str, Tuple[Option, Any]]:
     Examples
     --------
     >>> o, default = options()["top_p"]
-    >>> o.span(), default, o.api.default
-    ('in (0, 1]', None, 1.0)
+    >>> o.span(), default, o.api.lo
+    ('in (0, 1]', None, 0.0)
     """
     return {f.name: (f.metadata["option"], f.default) for f in fields(GenerationConfig)}
 

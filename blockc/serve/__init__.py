@@ -75,7 +75,8 @@ def serve(settings: Settings, ready: Optional[Any] = None) -> int:
     ----------
     settings : Settings
     ready : callable, optional
-        Called with the bound (host, port) once the server listens.
+        Called with the bound (host, port) and a line naming the context and the
+        default sampling (and where it came from) once the server listens.
 
     Returns
     -------
@@ -112,7 +113,9 @@ def serve(settings: Settings, ready: Optional[Any] = None) -> int:
             await super().startup(sockets)
             if ready is not None and self.servers:
                 host, port = self.servers[0].sockets[0].getsockname()[:2]
-                ready(host, port)
+                svc = app.state.service  # None: several models, each loaded on first use
+                ready(host, port, svc.summary() if svc is not None
+                      else "each model loads on its first request")
 
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
                             access_log=False, timeout_graceful_shutdown=5, lifespan="on")

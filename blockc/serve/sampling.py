@@ -35,6 +35,7 @@ import numpy as np
 
 from .._errors import BlockcValueError
 from ..generation import GenerationConfig, ResolvedGeneration, next_tokens
+from ..generation.config import SAMPLING_FIELDS
 from .types import APIError, SamplingRequest
 
 __all__ = ["Sampling", "sampling_from_request", "RowSampler"]
@@ -56,8 +57,11 @@ class Sampling:
     logprobs: bool
 
 
-def sampling_from_request(req: SamplingRequest, vocab: int) -> Sampling:
-    """The generation options of a request (every choice shares them; the seed differs).
+def sampling_from_request(req: SamplingRequest, vocab: int,
+                          defaults: Optional[GenerationConfig] = None) -> Sampling:
+    """The generation options of a request (every choice shares them; the seed differs):
+    each sampling field the request gives, else ``defaults``' (the model's,
+    :func:`blockc.generation.defaults.default_sampling`, as llama-server does).
 
     Raises
     ------
@@ -65,7 +69,9 @@ def sampling_from_request(req: SamplingRequest, vocab: int) -> Sampling:
         A logit_bias key outside the vocabulary, a top_k or option blockc refuses.
     """
     try:  # every option checked already (types.py, by its declaration): resolved once
-        g = GenerationConfig(**req.generation)
+        base = {k: getattr(defaults, k) for k in SAMPLING_FIELDS} if defaults is not None else {}
+        g = GenerationConfig(**dict(base, **{k: v for k, v in req.generation.items()
+                                             if v is not None}))
         r = g.resolve(vocab)
     except ValueError as e:
         raise APIError(400, str(e), code="invalid_value") from None

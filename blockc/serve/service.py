@@ -11,6 +11,8 @@ from typing import Any, List, Tuple
 import numpy as np
 
 from ..generation.config import end_ids
+from ..generation.defaults import (context_size, default_sampling, describe_context,
+                                   describe_sampling)
 from ..gpt import GPT
 from ..runtime import set_num_threads
 from ..text.tokenizer import Tokenizer
@@ -36,8 +38,16 @@ class Service:
         if tokenizer is None:
             tokenizer = Tokenizer.from_pretrained(s.model)
         self.tok = tokenizer
-        ctx = self.model.config.context
-        self.capacity = min(ctx, s.ctx_size or min(ctx, 2048))
+        cfg = self.model.config
+        # a slot's context: --ctx-size, else the model's bounded by the memory budget for
+        # every slot's KV cache (blockc.generation.defaults, as blockc chat and generate)
+        self.capacity = min(cfg.context, s.ctx_size or context_size(cfg, s.cache_dtype,
+                                                                     rows=s.parallel))
+        self.context_note = describe_context(cfg, self.capacity, s.cache_dtype, s.parallel,
+                                             given=s.ctx_size is not None)
+        # a request's sampling fields it omits: the model's (llama-server's rule)
+        self.sampling, self.sampling_source = default_sampling(self.model.generation_config,
+                                                               s.model)
         self.name = s.served_name
         # the one end-id rule, as blockc generate and blockc chat ask it
         self.end_ids = frozenset(end_ids(self.model.generation_config, tokenizer,
@@ -83,6 +93,12 @@ class Service:
         return truncate_dimensions(vecs, req.dimensions), sum(len(x) for x in seqs)
 
     # ---- requests to jobs -------------------------------------------------------------
+
+    def summary(self) -> str:
+        """The lines ``blockc serve`` prints when it listens: the context of a slot and
+        the sampling a request gets when it omits the fields, and where it came from."""
+        return (f"{self.context_note}\nsampling by default: {describe_sampling(self.sampling)} "
+                f"(from {self.sampling_source}; a request's fields win)")
 
     def _too_long(self, what: str, chars: int) -> APIError:
         return APIError(400, f"This model's maximum context length is {self.capacity} tokens. "
@@ -174,7 +190,7 @@ class Service:
                            f"{max_tokens} in the completion). Please reduce the length of the "
                            f"{what} or the completion.", param="max_tokens",
                            code="context_length_exceeded")
-        samp = sampling_from_request(req, self.model.config.vocab)
+        samp = sampling_from_request(req, self.model.config.vocab, self.sampling)
         ends = frozenset() if req.ignore_eos else self.end_ids
         plan = req.plan if req.plan is not None else ReplyPlan()
         decode = plan.decoder(self.tok, req.skip_special_tokens)

@@ -16,7 +16,8 @@ class Settings:
     chat template for /v1/chat/completions) or a GGUF file. model_name: the id clients
     send as ``model`` (default: the directory's name, the file's without .gguf). host: 127.0.0.1 unless told otherwise.
     parallel: requests decoded together (KV cache slots). ctx_size: positions per slot
-    (prompt + completion; default the model's context, at most 2048). max_queue:
+    (prompt + completion; default the model's context, bounded so every slot's KV cache
+    takes at most a quarter of the available memory). max_queue:
     requests waiting for a slot before 429. max_body_bytes: the largest request
     body (413 past it). prefill_chunk: prompt tokens per scheduler step. cache_dtype:
     what the slots' KV cache keeps ("float32", or "float16": half the memory). api_key: when

@@ -9,11 +9,15 @@ encode a text to the same ids), for the two models a file states in
 - ``gpt2``: byte-level BPE. Tokens are spelled in GPT-2's byte alphabet (a token
   spelled otherwise is respelled byte by byte); ``merges`` as stored; the text split
   by GPT-2's pattern, or by the pattern of the pre-tokenizer ``tokenizer.ggml.pre``
-  names (``llama-bpe``, ``qwen2``, ...).
+  names (``llama-bpe`` for Llama 3, ``qwen2`` for Qwen2 and Qwen3, ...); Qwen2's text
+  normalised to NFC first, as its tokenizer.json does (:data:`NFC_PRE_TOKENIZERS`).
 - ``llama``: SentencePiece-style BPE with byte fallback (``<0x0A>`` tokens), spaces
-  as ``▁`` and one ``▁`` prepended to the text; the merges as stored, or, as
+  as ``▁`` and one ``▁`` prepended to the text (none when
+  ``tokenizer.ggml.add_space_prefix`` is false); the merges as stored, or, as
   SentencePiece files have none, every split of a token into two tokens, ranked by
-  the token's score.
+  the token's score. Gemma's (:data:`GEMMA_ARCHITECTURES`, by ``general.architecture``)
+  prepends nothing, its tokens of spaces are stored as spaces (read as ``▁``s) and its
+  merges follow its tokens' order, as transformers reads Gemma files.
 
 Tokens of type CONTROL (3) become special tokens and USER_DEFINED (4) added tokens,
 both matched whole in the text. ``tokenizer.ggml.add_bos_token`` (true by default
@@ -29,7 +33,8 @@ from .._errors import BlockcTypeError, BlockcValueError
 from ..io.gguf import GGUFFile, Value, read
 from .chat import ChatTemplate
 
-__all__ = ["build", "TokenizerInfo", "PRE_TOKENIZER_SPLITS"]
+__all__ = ["build", "TokenizerInfo", "PRE_TOKENIZER_SPLITS", "NFC_PRE_TOKENIZERS",
+           "GEMMA_ARCHITECTURES"]
 
 # CONTROL and USER_DEFINED in llama.cpp's token types
 _CONTROL, _USER_DEFINED = 3, 4
@@ -56,6 +61,14 @@ PRE_TOKENIZER_SPLITS: Dict[str, str] = {
     **{k: _GPT4O for k in ("gpt-4o", "llama4", "minimax-m2")},
     "tekken": _TEKKEN,
 }
+
+
+#: tokenizer.ggml.pre values whose tokenizer.json normalises the text to NFC first (Qwen2's)
+NFC_PRE_TOKENIZERS = frozenset({"qwen2", "deepseek-r1-qwen", "megrez"})
+
+#: general.architecture values whose 'llama' (SentencePiece) vocabulary is Gemma's: no
+#: prefix space, tokens of spaces stored as spaces, merges in the tokens' order
+GEMMA_ARCHITECTURES = frozenset({"gemma", "gemma2", "gemma3"})
 
 
 class TokenizerInfo(dict):
@@ -156,7 +169,8 @@ def build(f: GGUFFile) -> Tuple[Any, TokenizerInfo]:
         metadata is inconsistent (counts that differ, ids out of range), naming the key.
     """
     try:
-        from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+        from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers,
+                                pre_tokenizers, processors)
     except ImportError:
         raise ImportError("a GGUF file's tokenizer needs the tokenizers package: pip install "
                           "'blockc[text]'") from None
@@ -195,7 +209,10 @@ def build(f: GGUFFile) -> Tuple[Any, TokenizerInfo]:
         tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, dropout=None,
                                    continuing_subword_prefix="", end_of_word_suffix="",
                                    fuse_unk=False))
-        split = PRE_TOKENIZER_SPLITS.get(f.get("tokenizer.ggml.pre"))
+        pre = f.get("tokenizer.ggml.pre")
+        split = PRE_TOKENIZER_SPLITS.get(pre)
+        if pre in NFC_PRE_TOKENIZERS:  # Qwen2's tokenizer.json normalises to NFC first
+            tok.normalizer = normalizers.NFC()
         if split is None:
             tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         else:
@@ -206,20 +223,28 @@ def build(f: GGUFFile) -> Tuple[Any, TokenizerInfo]:
         byte_level = spelled
     else:
         scores = f.get("tokenizer.ggml.scores")
+        gemma = f.get("general.architecture") in GEMMA_ARCHITECTURES
+        if gemma:  # a token of spaces only is stored as spaces: ▁s, as the text's become
+            tokens = ["▁" * len(t) if " " in t and not t.strip() else t for t in tokens]
         if merges_raw is None:
             if scores is None or len(scores) != n:
                 raise BlockcValueError(f"{f.path}: a 'llama' tokenizer without merges needs "
                                        f"'tokenizer.ggml.scores' for its {n} tokens")
-            merges = _merges_from_scores(tokens, [float(s) for s in scores])
+            # Gemma's merges follow its tokens' order, not their scores
+            merges = _merges_from_scores(tokens, [-float(i) for i in range(n)] if gemma
+                                         else [float(s) for s in scores])
         vocab = {t: i for i, t in enumerate(tokens)}
         _check_merges(f, merges, vocab)
         tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=True, byte_fallback=True,
                                    dropout=None))
+        # Gemma's (and any file saying add_space_prefix false): spaces as ▁, none prepended
+        prefix = _flag(f, "tokenizer.ggml.add_space_prefix", not gemma)
         tok.normalizer = None
-        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first",
-                                                     split=False)
-        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
-                                         decoders.Fuse(), decoders.Strip(content=" ", left=1)])
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(
+            replacement="▁", prepend_scheme="first" if prefix else "never", split=False)
+        steps = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+        tok.decoder = decoders.Sequence(steps + ([decoders.Strip(content=" ", left=1)]
+                                                 if prefix else []))
         byte_level = None
     info = TokenizerInfo(
         bos_token_id=_id(f, "tokenizer.ggml.bos_token_id", n),

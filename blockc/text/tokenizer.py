@@ -414,6 +414,8 @@ def _unicode_to_byte() -> dict:
 
 def _ids_list(ids: Any) -> List[int]:
     a = to_numpy(ids, "ids")
+    if a.size == 0 and a.dtype.kind == "f" and isinstance(ids, (list, tuple)):
+        return []  # [] is no ids (NumPy makes it float64)
     if a.dtype.kind not in "iu" or a.dtype == np.bool_:
         raise BlockcTypeError(f"ids must be integers, got dtype {a.dtype}")
     out = [int(i) for i in a.reshape(-1)]
