@@ -238,6 +238,13 @@ def test_a_named_function_is_the_one_called_and_parallel_calls_parse(client):
         _args(c)
 
 
+def _whole(tok, extra=None):
+    """Sampling from the whole distribution at temperature 1 (a request that omits the
+    fields gets the model's defaults, llama.cpp's here: top-k 40, top-p 0.95, min-p 0.05)."""
+    return dict(temperature=1.0, top_p=1.0,
+                extra_body=dict(extra or {}, top_k=tok.vocab_size, min_p=0.0))
+
+
 def _streamed_message(client, **kw):
     """(content, reasoning, [(id, name, arguments)], finish_reason) of a streamed chat."""
     content, reasoning, calls, reason = [], [], {}, None
@@ -258,11 +265,12 @@ def _streamed_message(client, **kw):
             [(calls[i]["id"], calls[i]["name"], calls[i]["args"]) for i in sorted(calls)], reason)
 
 
-def test_streamed_tool_calls_reassemble_to_the_unstreamed_reply(client):
+def test_streamed_tool_calls_reassemble_to_the_unstreamed_reply(client, tok):
     for choice, seed in (("required", 1), ({"type": "function", "function": {"name": "get_weather"}},
                                            2), ("auto", 3)):
-        kw = dict(model="m", messages=ASK, tools=TOOLS, max_tokens=150, temperature=1.0,
-                  seed=seed, tool_choice=choice, extra_body=NOTHINK)
+        kw = _whole(tok, NOTHINK)
+        kw.update(model="m", messages=ASK, tools=TOOLS, max_tokens=150, seed=seed,
+                  tool_choice=choice)
         whole = client.chat.completions.create(**kw).choices[0]
         content, _, calls, reason = _streamed_message(client, **kw)
         assert reason == whole.finish_reason
@@ -300,16 +308,16 @@ def test_reasoning_is_split_from_the_answer(client, tok):
     assert prompt.text.endswith("<think>")  # the template opened it: the reply is reasoning
     found = False
     for seed in range(16):
-        kw = dict(model="m", messages=ASK, max_tokens=30, temperature=1.0, seed=seed,
-                  logit_bias=bias)
+        kw = dict(model="m", messages=ASK, max_tokens=30, seed=seed, logit_bias=bias,
+                  **_whole(tok))
         r = client.chat.completions.create(**kw).choices[0]
         whole = (r.message.content or "", getattr(r.message, "reasoning_content", None) or "")
         content, reasoning, calls, _ = _streamed_message(client, **kw)
         assert (content, reasoning.strip("\n"), calls) == (*whole, [])
         # the same tokens as a plain completion of the prompt's ids: split at </think>
         raw = client.completions.create(model="m", prompt=[int(t) for t in prompt.ids],
-                                         max_tokens=30, temperature=1.0, seed=seed,
-                                         logit_bias=bias).choices[0].text
+                                         max_tokens=30, seed=seed, logit_bias=bias,
+                                         **_whole(tok)).choices[0].text
         think, sep, answer = raw.partition("</think>")
         if raw.count("</think>") == 1 and "<think>" not in raw and think.strip() and \
                 answer.strip():
