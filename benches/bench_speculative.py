@@ -25,7 +25,7 @@ left out; the best of ``--rounds`` rounds, the methods alternating within each r
 
     python benches/bench_speculative.py [--layers 4] [--new 64] [--draft-max 4] [--rounds 2]
 
-With --docs the output also replaces the "speculative" section of docs/speed.md.
+With --docs the output also replaces the "speculative" section of docs/results/generation.md.
 """
 from __future__ import annotations
 
@@ -135,4 +135,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    run_bench(main, "speed.md", "speculative")
+    run_bench(main, "results/generation.md", "speculative")

@@ -176,7 +176,7 @@ def test_blockc_chat_answers_what_generate_makes_from_the_templated_history(tmp_
 
 def test_a_gguf_files_template_renders_as_the_directorys(tmp_path):
     from chat_dirs import chat_model_dir
-    from blockc.generation.config import end_token_ids
+    from blockc.generation.ends import end_token_ids
     m, _ = chat_model_dir(tmp_path, "llama3", llama=True)
     tok = blockc.Tokenizer.from_pretrained(tmp_path)
     m.save_gguf(tmp_path / "m.gguf", tokenizer=tok)

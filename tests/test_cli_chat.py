@@ -13,7 +13,8 @@ from blockc.cli import main
 from blockc.generation.chat import Conversation
 from blockc.generation.defaults import (LLAMA_CPP_SAMPLING, cache_bytes_per_token, context_size,
                                         default_sampling)
-from blockc.generation.config import GenerationConfig, end_ids
+from blockc.generation.config import GenerationConfig
+from blockc.generation.ends import end_ids
 
 pytest.importorskip("jinja2")
 pytest.importorskip("tokenizers")

@@ -12,7 +12,7 @@ import pytest
 
 import blockc
 from blockc.generation.chat import Conversation
-from blockc.generation.config import end_ids
+from blockc.generation.ends import end_ids
 
 pexpect = pytest.importorskip("pexpect")
 pyte = pytest.importorskip("pyte")

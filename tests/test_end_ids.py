@@ -1,6 +1,6 @@
 """One end-id rule (issue 48): a GGUF chat file whose end of text and end of turn are
 different ids stops at the same ids in GPT.generate, ``blockc generate``, ``blockc
-chat`` and the server (blockc.generation.config.end_ids, the GGUF loader's generation
+chat`` and the server (blockc.generation.ends.end_ids, the GGUF loader's generation
 config). The file is made here: a random-weight model, a tokenizer trained on a few
 lines and a ChatML template (tests/support/chat_dirs.py); nothing downloaded."""
 import io
@@ -10,7 +10,8 @@ import pytest
 
 import blockc
 from blockc.cli import main
-from blockc.generation.config import GenerationConfig, end_ids
+from blockc.generation.config import GenerationConfig
+from blockc.generation.ends import end_ids
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("jinja2")

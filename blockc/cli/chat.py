@@ -45,7 +45,8 @@ from .._files import read_config
 from ..io import gguf
 from ..checkpoint.hf import LOAD_DTYPES
 from ..generation.chat import Conversation
-from ..generation.config import SAMPLING_FIELDS, GenerationConfig, end_ids, options
+from ..generation.config import SAMPLING_FIELDS, GenerationConfig, options
+from ..generation.ends import end_ids
 from ..generation.defaults import describe_sampling
 from ..gpt import GPT
 from ..text.tokenizer import TextStream, Tokenizer

@@ -11,7 +11,7 @@
 The prompt is echoed (``--no-echo``: not), then the continuation streamed to stdout as
 it is made (text with the checkpoint's tokenizer, special tokens left out; with --ids,
 the new ids separated by spaces, the prompt not echoed), and generation stops at the
-model's end tokens (:func:`blockc.generation.config.end_ids`: its generation config's,
+model's end tokens (:func:`blockc.generation.ends.end_ids`: its generation config's,
 a GGUF file's end of text and end of turn, and the tokenizer's end token), as ``blockc
 chat`` and the server do; the text of an end token is not printed. It samples as
 ``blockc chat`` and the server do: each option the model states (``generation_config.json``
@@ -33,7 +33,7 @@ import numpy as np
 
 from .._errors import BlockcValueError
 from .._progress import Progress
-from ..generation.config import end_ids
+from ..generation.ends import end_ids
 from ..gpt import GPT
 from ..checkpoint.hf import LOAD_DTYPES
 from ..text.tokenizer import TextStream, Tokenizer

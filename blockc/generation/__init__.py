@@ -21,7 +21,8 @@
 from __future__ import annotations
 
 from .chat import Conversation
-from .config import GenerationConfig, ResolvedGeneration, end_ids, end_token_ids
+from .config import GenerationConfig, ResolvedGeneration
+from .ends import end_ids, end_token_ids
 from .constraints import Constraint
 from .logits import (SamplingOptions, apply_penalty, min_p_mask, next_tokens, processed_logits,
                      top_k_mask, top_p_mask)

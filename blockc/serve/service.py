@@ -10,7 +10,7 @@ from typing import Any, List, Tuple
 
 import numpy as np
 
-from ..generation.config import end_ids
+from ..generation.ends import end_ids
 from ..generation.defaults import (context_size, default_sampling, describe_context,
                                    describe_sampling)
 from ..gpt import GPT
