@@ -582,7 +582,8 @@ def save(m: Any, path: str, dtype: str, tokenizer: Optional[Mapping[str, Any]] =
 
 def save_streaming(path: str, cfg: GPTConfig, dtype: str,
                    weight: Callable[[str], np.ndarray],
-                   tokenizer: Optional[Mapping[str, Any]] = None) -> None:
+                   tokenizer: Optional[Mapping[str, Any]] = None,
+                   quantiser: Callable[[np.ndarray, str], np.ndarray] = quantise) -> None:
     """Write a GGUF file of a model of ``cfg`` tensor by tensor, never holding the model.
 
     ``weight(name)`` gives blockc's float32 tensor ``name`` (the names and shapes of
@@ -590,7 +591,8 @@ def save_streaming(path: str, cfg: GPTConfig, dtype: str,
     quantised and written (a fused matrix kept until its last part is written), so a
     model larger than memory (an 8B one in float32) is written in the memory of its
     largest tensor. The bytes are those :func:`save` writes for a float32 model of these
-    weights (and no special token ids).
+    weights (and no special token ids). ``quantiser(w, type)`` gives a float32 matrix's
+    blocks of a ggml type (:func:`quantise`, what :func:`save` uses, unless given).
 
     Raises
     ------
@@ -615,7 +617,7 @@ def save_streaming(path: str, cfg: GPTConfig, dtype: str,
                 whole.pop(ours)
             if heads is not None:
                 w = permute(w, heads)
-            return quantise(np.ascontiguousarray(w, dtype=np.float32), t)
+            return quantiser(np.ascontiguousarray(w, dtype=np.float32), t)
         return make
 
     tensors = []
