@@ -42,7 +42,7 @@ best of --repeats rounds (--big-repeats for the 3B and 8B shapes), load times th
     python benches/bench_sizes.py --sizes qwen0.5b --types Q4_0 --contexts 64 --new 8 --repeats 1
 
 Files are kept in --dir (reused when present). With --docs the output also replaces the
-"sizes" section of docs/speed.md.
+"sizes" section of docs/results/sizes.md.
 """
 from __future__ import annotations
 
@@ -169,11 +169,14 @@ def worker(job: Dict[str, Any]) -> Dict[str, Any]:
                 t0 = time.perf_counter()
                 llm.eval(prompt)
                 pre = ctx / (time.perf_counter() - t0)
-                tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+                # the last position's logits (llm.scores is filled only with logits_all)
+                tok = int(np.argmax(np.ctypeslib.as_array(llama_cpp.llama_get_logits(llm.ctx),
+                                                          shape=(vocab,))))
                 t0 = time.perf_counter()
                 for _ in range(new):
                     llm.eval([tok])
-                    tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+                    tok = int(np.argmax(np.ctypeslib.as_array(
+                        llama_cpp.llama_get_logits(llm.ctx), shape=(vocab,))))
                 dec = new / (time.perf_counter() - t0)
             else:
                 blockc.set_num_threads(th)
@@ -327,4 +330,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    run_bench(main, "speed.md", "sizes")
+    run_bench(main, "results/sizes.md", "sizes")

@@ -11,9 +11,9 @@ The peer at its best (issue 51): those buffers are llama.cpp's default, what its
 and they run on other CPUs (an AMD Zen 4). Every bench opens its files through
 :func:`open_model`, which asks :func:`extra_bufts_work` whether they work for that file on
 this machine: a subprocess loads the file with and without them and runs a batch and a
-decode step; they are used if it exits cleanly with the same next-token logits (within
-rounding), and turned off if it crashes, hangs or differs. The probe runs once per file
-and process; its verdict is printed (a line "llama.cpp buffers: ..." before the figures
+decode step; they are used if it exits cleanly with the plain kernels' next-token logits
+(within 5% of their largest), and turned off if it crashes, hangs or differs. The probe
+runs once per file and process; its verdict is printed (a line "llama.cpp buffers: ..." before the figures
 of the file) and kept in :data:`MODES`, and :func:`mode_of` names it for a table column.
 """
 from __future__ import annotations
@@ -75,11 +75,13 @@ llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=64, n_batch=32, n_threads=2,
                       n_threads_batch=2, verbose=False)
 n = llm.n_vocab()
 ids = [(7 + 31 * i) % n for i in range(16)]
+
+def last():  # the last position's logits (llm.scores is filled only with logits_all)
+    return [float(x) for x in llama_cpp.llama_get_logits(llm.ctx)[:n]]
 llm.eval(ids)
-a = list(map(float, llm.scores[llm.n_tokens - 1]))
+a = last()
 llm.eval([ids[3]])
-b = list(map(float, llm.scores[llm.n_tokens - 1]))
-print(json.dumps([a, b]))
+print(json.dumps([a, last()]))
 """
 
 #: realpath -> (whether the extra buffer types are used, why): every verdict of this process
@@ -102,7 +104,7 @@ def _probe(path: str, mode: str, timeout: float) -> Tuple[object, str]:
 def extra_bufts_work(path: str, kind: str = "", timeout: float = 900.0) -> Tuple[bool, str]:
     """Whether llama.cpp's extra buffer types (its default: repacked/AMX weights) run the file
     at ``path`` on this machine: (True, why) when a subprocess with them exits cleanly with
-    next-token logits within rounding of the plain kernels' (after a batch of 16 tokens and
+    next-token logits within 5% (of the largest) of the plain kernels' (after a batch of 16 tokens and
     after one decode step), else (False, why). Once per file and process (:data:`MODES`);
     the verdict is printed."""
     key = os.path.realpath(path)
@@ -119,9 +121,8 @@ def extra_bufts_work(path: str, kind: str = "", timeout: float = 900.0) -> Tuple
             a, b = np.array(plain), np.array(extra)
             scale = float(np.abs(a).max()) or 1.0
             err = float(np.abs(a - b).max()) / scale
-            same = bool((a.argmax(-1) == b.argmax(-1)).all())
             verdict = ((True, f"runs (logits within {err:.1e} of the plain kernels')")
-                       if err < 0.05 and same else
+                       if err < 0.05 else
                        (False, f"differ from the plain kernels' by {err:.1e} of their range"))
     MODES[key] = verdict
     print(f"llama.cpp buffers: {kind or os.path.basename(path)}: repacked/AMX "
