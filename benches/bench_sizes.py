@@ -38,11 +38,12 @@ before) and the peak of the whole run. Engines alternate within each round; rate
 best of --repeats rounds (--big-repeats for the 3B and 8B shapes), load times the least.
 
     python benches/bench_sizes.py                          # qwen0.5b and llama1b
+    python benches/bench_sizes.py --sizes llama1b --docs   # one shape, into docs/results/sizes.md
     python benches/bench_sizes.py --sizes llama8b --types Q4_0 --contexts 256
     python benches/bench_sizes.py --sizes qwen0.5b --types Q4_0 --contexts 64 --new 8 --repeats 1
 
-Files are kept in --dir (reused when present). With --docs the output also replaces the
-"sizes" section of docs/results/sizes.md.
+Files are kept in --dir (reused when present). With --docs (and one --sizes) the output
+also replaces that shape's section ("sizes-llama1b", ...) of docs/results/sizes.md.
 """
 from __future__ import annotations
 
@@ -329,5 +330,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0
 
 
+def _section() -> str:
+    """The docs section of this run: one per shape ("sizes-llama1b"), so each shape's table
+    is recorded by its own run (--docs takes one --sizes)."""
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--sizes", default="")
+    ap.add_argument("--worker")
+    a, _ = ap.parse_known_args()
+    if "--docs" in sys.argv and (a.sizes not in SHAPES):
+        raise SystemExit(f"--docs records one shape's table: give --sizes one of {', '.join(SHAPES)}")
+    return a.sizes
+
+
 if __name__ == "__main__":
-    run_bench(main, "results/sizes.md", "sizes")
+    run_bench(main, "results/sizes.md", f"sizes-{_section()}")
