@@ -5,23 +5,35 @@ repacks quantised weights into llama.cpp's extra buffer types (its CPU "repack" 
 buffers) and then crashes in the first quantised matmul. Its Python API has no switch for
 them, so :func:`patch_extra_bufts` wraps ``llama_model_default_params`` to return
 ``use_extra_bufts = False``; every model loaded after it (``llama_cpp.Llama``, the server)
-runs llama.cpp's plain CPU kernels. Every bench opens its files through :func:`open_model`,
-which turns them off for quantised files only, so unquantised files run as llama.cpp's users
-run them: an f16 file's matrices go to the AMX buffer and its own f16 kernels (as fast as the
-plain ones on the Emerald Rapids guest: 24.8 against 24.7 tok/s, GPT-2 small, 1 thread), and
-f32/bf16 files use no extra buffer. bench_serve launches the server through :data:`LAUNCH`.
+runs llama.cpp's plain CPU kernels. bench_serve launches the server through :data:`LAUNCH`.
+
+The peer at its best (issue 51): those buffers are llama.cpp's default, what its users get,
+and they run on other CPUs (an AMD Zen 4). Every bench opens its files through
+:func:`open_model`, which asks :func:`extra_bufts_work` whether they work for that file on
+this machine: a subprocess loads the file with and without them and runs a batch and a
+decode step; they are used if it exits cleanly with the plain kernels' next-token logits
+(within 5% of their largest), and turned off if it crashes, hangs or differs. The probe
+runs once per file and process; its verdict is printed (a line "llama.cpp buffers: ..." before the figures
+of the file) and kept in :data:`MODES`, and :func:`mode_of` names it for a table column.
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import os
-from typing import Callable, Iterator
+import subprocess
+import sys
+from typing import Callable, Dict, Iterator, Tuple
 
-__all__ = ["open_model", "patch_extra_bufts", "extra_bufts_off", "LAUNCH", "NOTE"]
+import numpy as np
+
+__all__ = ["open_model", "patch_extra_bufts", "extra_bufts_off", "extra_bufts_work", "mode_of",
+           "MODES", "LAUNCH", "NOTE"]
 
 #: what a bench prints beside the peer's version
-NOTE = ("use_extra_bufts=False for quantised files (its repacked/AMX weight buffers crash "
-        "here), on for f32/f16/bf16")
+NOTE = ("its default repacked/AMX weight buffers (use_extra_bufts) on for each file where a "
+        "probe in a subprocess runs them with the plain kernels' logits, off where they "
+        "crash or differ (a 'llama.cpp buffers:' line per file says which)")
 
 
 def patch_extra_bufts() -> Callable[[], None]:
@@ -51,14 +63,84 @@ def extra_bufts_off() -> Iterator[None]:
         restore()
 
 
-#: the weight types whose files keep llama.cpp's extra buffer types
-UNQUANTISED = ("f32", "f16", "bf16")
+#: the probe: argv[1] the file, argv[2] "on"/"off"; prints the logits of the last
+#: position after a batch of 16 tokens and after one more token, as JSON
+_PROBE = f"""
+import json, sys
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+import llama_cpp, llama_peer
+if sys.argv[2] == "off":
+    llama_peer.patch_extra_bufts()
+llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=64, n_batch=32, n_threads=2,
+                      n_threads_batch=2, verbose=False)
+n = llm.n_vocab()
+ids = [(7 + 31 * i) % n for i in range(16)]
+
+def last():  # the last position's logits (llm.scores is filled only with logits_all)
+    return [float(x) for x in llama_cpp.llama_get_logits(llm.ctx)[:n]]
+llm.eval(ids)
+a = last()
+llm.eval([ids[3]])
+print(json.dumps([a, last()]))
+"""
+
+#: realpath -> (whether the extra buffer types are used, why): every verdict of this process
+MODES: Dict[str, Tuple[bool, str]] = {}
+
+
+def _probe(path: str, mode: str, timeout: float) -> Tuple[object, str]:
+    try:
+        r = subprocess.run([sys.executable, "-c", _PROBE, path, mode], capture_output=True,
+                           text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"hung over {timeout:.0f} s"
+    if r.returncode != 0:
+        why = f"signal {-r.returncode}" if r.returncode < 0 else f"exit {r.returncode}"
+        tail = (r.stderr.strip().splitlines() or [""])[-1][:120]
+        return None, f"crashed ({why}{': ' + tail if tail else ''})"
+    return json.loads(r.stdout.strip().splitlines()[-1]), ""
+
+
+def extra_bufts_work(path: str, kind: str = "", timeout: float = 900.0) -> Tuple[bool, str]:
+    """Whether llama.cpp's extra buffer types (its default: repacked/AMX weights) run the file
+    at ``path`` on this machine: (True, why) when a subprocess with them exits cleanly with
+    next-token logits within 5% (of the largest) of the plain kernels' (after a batch of 16 tokens and
+    after one decode step), else (False, why). Once per file and process (:data:`MODES`);
+    the verdict is printed."""
+    key = os.path.realpath(path)
+    if key in MODES:
+        return MODES[key]
+    plain, why = _probe(path, "off", timeout)
+    if plain is None:
+        verdict = (False, f"the plain kernels fail too: {why}")
+    else:
+        extra, why = _probe(path, "on", timeout)
+        if extra is None:
+            verdict = (False, why)
+        else:
+            a, b = np.array(plain), np.array(extra)
+            scale = float(np.abs(a).max()) or 1.0
+            err = float(np.abs(a - b).max()) / scale
+            verdict = ((True, f"runs (logits within {err:.1e} of the plain kernels')")
+                       if err < 0.05 else
+                       (False, f"differ from the plain kernels' by {err:.1e} of their range"))
+    MODES[key] = verdict
+    print(f"llama.cpp buffers: {kind or os.path.basename(path)}: repacked/AMX "
+          f"{'on' if verdict[0] else 'off'}: {verdict[1]}", flush=True)
+    return verdict
+
+
+def mode_of(path: str, kind: str = "") -> str:
+    """"repack" or "plain": the buffers llama.cpp runs the file with (:func:`extra_bufts_work`)."""
+    return "repack" if extra_bufts_work(path, kind)[0] else "plain"
 
 
 def open_model(llama_cpp, path: str, kind: str, **kw):
     """``llama_cpp.Llama(model_path=path, **kw)`` for a file of weight type ``kind`` ("f32",
-    "F16", "q8_0", "Q4_K_M", ...): the extra buffer types off unless it is unquantised."""
-    with contextlib.nullcontext() if kind.lower() in UNQUANTISED else extra_bufts_off():
+    "F16", "q8_0", "Q4_K_M", ...): with llama.cpp's extra buffer types (its default) where
+    :func:`extra_bufts_work` finds they work for this file here, else without them."""
+    on, _ = extra_bufts_work(path, kind)
+    with contextlib.nullcontext() if on else extra_bufts_off():
         return llama_cpp.Llama(model_path=path, **kw)
 
 

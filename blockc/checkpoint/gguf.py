@@ -60,8 +60,8 @@ from ..text.tokenizer import Tokenizer
 from ..io import gguf as fmt
 from ..text.gguf import metadata_of, placeholder
 
-__all__ = ["load", "save", "config_from_gguf", "ARCHITECTURES", "GGUF_DTYPES", "recipe",
-           "DEFAULT_FORMAT", "default_formats",
+__all__ = ["load", "save", "save_streaming", "config_from_gguf", "ARCHITECTURES", "GGUF_DTYPES",
+           "recipe", "DEFAULT_FORMAT", "default_formats",
            "GGUFMixin", "is_gguf", "INTEGER"]
 
 #: llama.cpp's general.architecture names blockc reads (the families' GGUF side:
@@ -622,3 +622,54 @@ def save(m: Any, path: str, dtype: str, tokenizer: Optional[Mapping[str, Any]] =
         if isinstance(v, int) and f"tokenizer.ggml.{theirs}" not in extra:
             extra[f"tokenizer.ggml.{theirs}"] = fmt.Value("UINT32", v)
     fmt.write(path, _metadata(m, arch, dtype, extra), tensors)
+
+
+def save_streaming(path: str, cfg: GPTConfig, dtype: str,
+                   weight: Callable[[str], np.ndarray],
+                   tokenizer: Optional[Mapping[str, Any]] = None,
+                   quantiser: Callable[[np.ndarray, str], np.ndarray] = quantise) -> None:
+    """Write a GGUF file of a model of ``cfg`` tensor by tensor, never holding the model.
+
+    ``weight(name)`` gives blockc's float32 tensor ``name`` (the names and shapes of
+    :func:`blockc.model.layout` of ``cfg``); each is asked for when the file reaches it,
+    quantised and written (a fused matrix kept until its last part is written), so a
+    model larger than memory (an 8B one in float32) is written in the memory of its
+    largest tensor. The bytes are those :func:`save` writes for a float32 model of these
+    weights (and no special token ids). ``quantiser(w, type)`` gives a float32 matrix's
+    blocks of a ggml type (:func:`quantise`, what :func:`save` uses, unless given).
+
+    Raises
+    ------
+    ValueError
+        An unknown dtype, an architecture llama.cpp does not run.
+    """
+    if not isinstance(dtype, str) or dtype.upper() not in GGUF_DTYPES:
+        raise BlockcValueError(f"dtype must be one of {', '.join(GGUF_DTYPES)} (or lower case), "
+                               f"got {dtype!r}")
+    dtype = dtype.upper()
+    arch = arch_of(cfg)
+    lay = layout(cfg)
+    whole: Dict[str, np.ndarray] = {}
+
+    def later(ours: str, rows: Optional[Tuple[int, int]], heads: Optional[int],
+              t: str) -> Callable[[], np.ndarray]:
+        def make() -> np.ndarray:
+            if ours not in whole:
+                whole[ours] = np.asarray(weight(ours), dtype=np.float32).reshape(lay[ours].shape)
+            w = whole[ours] if rows is None else whole[ours][rows[0]:rows[1]]
+            if rows is None or rows[1] == lay[ours].shape[0]:
+                whole.pop(ours)
+            if heads is not None:
+                w = permute(w, heads)
+            return quantiser(np.ascontiguousarray(w, dtype=np.float32), t)
+        return make
+
+    tensors = []
+    for name, ours, rows, heads in names(arch, cfg):
+        tl = lay[ours]
+        t = recipe(dtype, name, cfg.layers, tl.shape[-1], cfg.tie_weights) if tl.packed else "F32"
+        shape = ((rows[1] - rows[0]) if rows is not None else tl.shape[0],) + tuple(tl.shape[1:])
+        tensors.append((name, t, shape, later(ours, rows, heads, t)))
+    holder = type("_Config", (), {"config": cfg})()  # what _metadata reads of a model
+    fmt.write(path, _metadata(holder, arch, dtype, dict(tokenizer or placeholder(cfg.vocab))),
+              tensors)

@@ -592,7 +592,16 @@ class _Out(NamedTuple):
     name: str
     type: int
     ne: Tuple[int, ...]
-    data: np.ndarray
+    data: Any  # the bytes (a uint8 array), or a function giving them while the file is written
+    nbytes: int
+
+
+def _raw(name: str, tname: str, shape: Tuple[int, ...], data: Any, want: int) -> np.ndarray:
+    raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    if raw.nbytes != want:
+        raise BlockcValueError(f"tensor {name!r}: {raw.nbytes} bytes of data, but {tname} of "
+                               f"shape {shape} is {want}")
+    return raw
 
 
 def write(path: Union[str, "os.PathLike[str]"], metadata: Mapping[str, Any],
@@ -609,7 +618,9 @@ def write(path: Union[str, "os.PathLike[str]"], metadata: Mapping[str, Any],
     tensors : iterable of (name, type, shape, data)
         ``type`` a ggml type name ("F32", "Q4_K", ...), ``shape`` NumPy order (the last
         dimension the row), ``data`` the tensor's bytes (any array: its raw bytes are
-        written; they must be exactly the type's size of the shape).
+        written; they must be exactly the type's size of the shape), or a function of no
+        arguments returning them, called when the tensor is written (one tensor at a
+        time in memory: a model larger than memory is written tensor by tensor).
     alignment : int, optional
         A power of two.
 
@@ -646,11 +657,8 @@ def write(path: Union[str, "os.PathLike[str]"], metadata: Mapping[str, Any],
             raise BlockcValueError(f"tensor {name!r}: {tname} rows are blocks of {bs}; a row of "
                                    f"{shape[-1]} is not")
         want = int(np.prod(shape, dtype=np.int64)) // bs * bb
-        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-        if raw.nbytes != want:
-            raise BlockcValueError(f"tensor {name!r}: {raw.nbytes} bytes of data, but {tname} of "
-                                   f"shape {shape} is {want}")
-        outs.append(_Out(name, tt, tuple(reversed(shape)), raw))
+        outs.append(_Out(name, tt, tuple(reversed(shape)),
+                         data if callable(data) else _raw(name, tname, shape, data, want), want))
     head = [MAGIC, struct.pack("<IQQ", 3, len(outs), len(meta))]
     for k, v in meta.items():
         if not isinstance(k, str):
@@ -661,7 +669,7 @@ def write(path: Union[str, "os.PathLike[str]"], metadata: Mapping[str, Any],
     offsets = []
     for o in outs:
         offsets.append(off)
-        off += o.data.nbytes
+        off += o.nbytes
         off += -off % alignment
     for o, offset in zip(outs, offsets):
         head.append(_str_bytes(o.name))
@@ -678,7 +686,10 @@ def _atomic_write(path: str, header: bytes, outs: List[_Out], alignment: int) ->
     with atomic_write(path) as f:
         f.write(header)
         for o in outs:
-            f.write(o.data.data)
-            pad = -o.data.nbytes % alignment
+            data = o.data
+            if callable(data):
+                data = _raw(o.name, TYPES[o.type][0], tuple(reversed(o.ne)), data(), o.nbytes)
+            f.write(data.data)
+            pad = -o.nbytes % alignment
             if pad:
                 f.write(b"\0" * pad)

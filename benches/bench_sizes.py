@@ -1,0 +1,346 @@
+"""Benchmark: GGUF files at the sizes CPU users run, blockc against llama.cpp (issue 51).
+
+Random-weight GGUF files written by blockc (blockc.checkpoint.gguf.save_streaming: tensor
+by tensor, never the whole float32 model, so the 8B shape is written in the memory of its
+largest tensor), shaped as these models' published config.json have them:
+
+  qwen0.5b  Qwen2.5-0.5B   vocab 151,936, width 896, 14 heads, 2 K/V heads, SwiGLU 4,864,
+            24 layers, tied, q/k/v biases, rope theta 1e6, RMS eps 1e-6
+  llama1b   Llama-3.2-1B   vocab 128,256, width 2,048, 32 heads, 8 K/V heads, SwiGLU 8,192,
+            16 layers, tied, rope theta 5e5
+  llama3b   Llama-3.2-3B   vocab 128,256, width 3,072, 24 heads, 8 K/V heads, SwiGLU 8,192,
+            28 layers, tied, rope theta 5e5
+  llama8b   Llama-3.1-8B   vocab 128,256, width 4,096, 32 heads, 8 K/V heads, SwiGLU 14,336,
+            32 layers, untied, rope theta 5e5
+
+(The Llamas' "llama3" rope scaling is not written: blockc has none, and it costs nothing
+per token.) Each matrix is a 64-row tile of N(0, 0.05) weights, quantised by blockc's C
+quantiser (Q4_K's too: its blocks are the NumPy oracle's but for the sign of a zero
+minimum, and the oracle takes hours at these sizes) or, for the types it lacks, the oracle,
+repeated down the rows: every block is a real quantised block, every row its own bytes in
+memory, and the files are written in seconds. Types Q8_0, Q4_0, Q4_K_M, Q5_K_M and IQ4_XS
+(llama.cpp's recipes); a type blockc cannot write or read is skipped with a note.
+
+Each engine runs in its own subprocess per round (so its peak RSS is its own, ru_maxrss):
+
+  blockc    GPT.from_pretrained(file): each matrix in its file type's own blocks (exact
+            activations), a float16 KV cache (llama.cpp's default F16 keys and values)
+  integer   GPT.from_pretrained(file, dtype="integer"): integer dot products on 8-bit
+            activations, as llama.cpp multiplies quantised matrices
+  llama.cpp llama-cpp-python, with its repacked/AMX weight buffers where a probe in a
+            subprocess finds they work for the file on this machine (benches/llama_peer.py),
+            the plain CPU kernels where they crash; the "buffers" column says which
+
+For each thread count and context: prefill tokens/s of a prompt of `context` tokens (the
+last position's logits), then decode tokens/s of --new greedy tokens at that depth. Load
+time (from a warm page cache) and RSS: after loading (the model's share: RSS after minus
+before) and the peak of the whole run. Engines alternate within each round; rates are the
+best of --repeats rounds (--big-repeats for the 3B and 8B shapes), load times the least.
+
+    python benches/bench_sizes.py                          # qwen0.5b and llama1b
+    python benches/bench_sizes.py --sizes llama1b --docs   # one shape, into docs/results/sizes.md
+    python benches/bench_sizes.py --sizes llama8b --types Q4_0 --contexts 256
+    python benches/bench_sizes.py --sizes qwen0.5b --types Q4_0 --contexts 64 --new 8 --repeats 1
+
+Files are kept in --dir (reused when present). With --docs (and one --sizes) the output
+also replaces that shape's section ("sizes-llama1b", ...) of docs/results/sizes.md.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+import zlib
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+import blockc
+from blockc.block.ops import pack, unpack_ggml
+from blockc.checkpoint import gguf as gm
+from blockc.model import layout
+from doc_section import run as run_bench  # noqa: E402
+from machine import cpu_name, cpu_times, steal_share  # noqa: E402
+import llama_peer  # noqa: E402
+
+
+def _llama(vocab, width, heads, kv, d_ff, layers, tied, theta=500000.0, eps=1e-5, bias=False):
+    return blockc.GPTConfig(vocab=vocab, context=8192, width=width, heads=heads, kv_heads=kv,
+                            layers=layers, d_ff=d_ff, eps=eps, tie_weights=tied, norm="rms",
+                            activation="swiglu", positions="rope", rope_theta=theta,
+                            qkv_bias=bias, out_bias=False, mlp_bias=False)
+
+
+SHAPES = {
+    "qwen0.5b": _llama(151936, 896, 14, 2, 4864, 24, True, theta=1000000.0, eps=1e-6, bias=True),
+    "llama1b": _llama(128256, 2048, 32, 8, 8192, 16, True),
+    "llama3b": _llama(128256, 3072, 24, 8, 8192, 28, True),
+    "llama8b": _llama(128256, 4096, 32, 8, 14336, 32, False),
+}
+BIG = ("llama3b", "llama8b")
+TYPES = ("Q8_0", "Q4_0", "Q4_K_M", "Q5_K_M", "IQ4_XS")
+ENGINES = ("blockc", "integer", "llama.cpp")
+TILE = 64
+
+
+def weight(cfg: blockc.GPTConfig):
+    """blockc name -> float32 tensor: norms 1, biases 0, matrices a TILE-row random tile
+    repeated (what :func:`quantiser` quantises once)."""
+    from_layout = layout(cfg)
+
+    def get(name: str) -> np.ndarray:
+        shape = from_layout[name].shape
+        if len(shape) == 1:
+            return (np.zeros if name.endswith(".bias") else np.ones)(shape, np.float32)
+        rng = np.random.default_rng(zlib.crc32(name.encode()))
+        tile = (rng.standard_normal((TILE, shape[1]), dtype=np.float32) * np.float32(0.05))
+        return np.tile(tile, (-(-shape[0] // TILE), 1))[:shape[0]]
+    return get
+
+
+def quantiser(w: np.ndarray, t: str) -> np.ndarray:
+    """The blocks of ``w`` as ggml type ``t``: its first TILE rows quantised (C's Q4_K
+    quantiser for Q4_K, else blockc's save_gguf quantiser), repeated down the rows."""
+    if w.ndim == 1 or t in ("F32", "F16", "BF16"):
+        return gm.quantise(w, t)
+    head = w[:TILE]
+    q = (unpack_ggml(pack(head, "q4_k")) if t == "Q4_K" and w.shape[1] % 256 == 0
+         else gm.quantise(head, t))
+    return np.tile(q, (-(-w.shape[0] // TILE), 1))[:w.shape[0]]
+
+
+def support(t: str, folder: str) -> Optional[str]:
+    """None if blockc writes and reads type ``t``, else why not."""
+    if t.upper() not in gm.GGUF_DTYPES:
+        return f"blockc cannot write {t} yet (save_gguf types: {', '.join(gm.GGUF_DTYPES)})"
+    cfg = _llama(512, 256, 4, 2, 512, 2, True)
+    p = os.path.join(folder, f"probe-{t}.gguf")
+    try:
+        gm.save_streaming(p, cfg, t, weight(cfg), quantiser=quantiser)
+        blockc.GPT.from_pretrained(p)
+    except (ValueError, TypeError) as e:
+        return f"blockc cannot read {t} yet ({e})"
+    finally:
+        if os.path.exists(p):
+            os.unlink(p)
+    return None
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def worker(job: Dict[str, Any]) -> Dict[str, Any]:
+    """One engine, one file, one round: load, then for each thread count and context a
+    prefill and a decode; returns the figures (and the RSS)."""
+    rng = np.random.default_rng(1)
+    before = rss_mb()
+    out: Dict[str, Any] = {"runs": {}}
+    engine, path, new = job["engine"], job["path"], job["new"]
+    top = max(job["contexts"]) + new + 8
+    t0 = time.perf_counter()
+    if engine == "llama.cpp":
+        import llama_cpp
+        with (llama_peer.extra_bufts_off() if not job["repack"] else contextlib.nullcontext()):
+            llm = llama_cpp.Llama(model_path=path, n_ctx=top, n_threads=job["threads"][0],
+                                  n_threads_batch=job["threads"][0], verbose=False)
+        vocab = llm.n_vocab()
+    else:
+        m = blockc.GPT.from_pretrained(path, dtype="integer" if engine == "integer" else None)
+        vocab = m.config.vocab
+        wide = sum(1 for d in m.dtypes.values() if d == "float32")
+        out["holds"] = m.dtype + (f" ({wide} of {len(m.dtypes)} matrices float32)" if wide else "")
+    out["load_s"] = time.perf_counter() - t0
+    out["rss_load_mb"] = rss_mb() - before
+    for th in job["threads"]:
+        for ctx in job["contexts"]:
+            prompt = [int(i) for i in rng.integers(0, vocab, ctx)]
+            if engine == "llama.cpp":
+                llama_cpp.llama_set_n_threads(llm.ctx, th, th)
+                llm.reset()
+                t0 = time.perf_counter()
+                llm.eval(prompt)
+                pre = ctx / (time.perf_counter() - t0)
+                # the last position's logits (llm.scores is filled only with logits_all)
+                tok = int(np.argmax(np.ctypeslib.as_array(llama_cpp.llama_get_logits(llm.ctx),
+                                                          shape=(vocab,))))
+                t0 = time.perf_counter()
+                for _ in range(new):
+                    llm.eval([tok])
+                    tok = int(np.argmax(np.ctypeslib.as_array(
+                        llama_cpp.llama_get_logits(llm.ctx), shape=(vocab,))))
+                dec = new / (time.perf_counter() - t0)
+            else:
+                blockc.set_num_threads(th)
+                cache = m.new_cache(1, ctx + new + 1, dtype=job["cache"])
+                ids = np.array([prompt])
+                t0 = time.perf_counter()
+                logits = m(ids, cache=cache, last_only=True)
+                pre = ctx / (time.perf_counter() - t0)
+                tok = np.argmax(logits[:, -1], axis=-1)[:, None]
+                t0 = time.perf_counter()
+                for _ in range(new):
+                    tok = np.argmax(m(tok, cache=cache)[:, -1], axis=-1)[:, None]
+                dec = new / (time.perf_counter() - t0)
+                del cache
+            out["runs"][f"{th},{ctx}"] = {"prefill": pre, "decode": dec}
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
+def run_worker(job: Dict[str, Any], timeout: float) -> Optional[Dict[str, Any]]:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(blockc.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    try:
+        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", json.dumps(job)],
+                           capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        print(f"  ({job['engine']} on {os.path.basename(job['path'])}: over {timeout:.0f} s)")
+        return None
+    if r.returncode != 0:
+        tail = (r.stderr.strip().splitlines() or ["?"])[-1][:160]
+        print(f"  ({job['engine']} on {os.path.basename(job['path'])}: exit {r.returncode}: {tail})")
+        return None
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def ensure_file(folder: str, size: str, t: str) -> str:
+    path = os.path.join(folder, f"{size}-{t}.gguf")
+    if not os.path.exists(path):
+        t0 = time.perf_counter()
+        cfg = SHAPES[size]
+        gm.save_streaming(path, cfg, t, weight(cfg), quantiser=quantiser)
+        print(f"wrote {os.path.basename(path)} in {time.perf_counter() - t0:.0f} s "
+              f"({os.path.getsize(path) / 1e9:.2f} GB)")
+    return path
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="qwen0.5b,llama1b", help=", ".join(SHAPES))
+    ap.add_argument("--types", default=",".join(TYPES))
+    ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--contexts", default="256,4096")
+    ap.add_argument("--new", type=int, default=32, help="greedy tokens per decode run")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--big-repeats", type=int, default=1, help="rounds for the 3B and 8B shapes")
+    ap.add_argument("--cache", default="float16", help="blockc's KV cache dtype")
+    ap.add_argument("--dir", default=os.path.join(os.path.expanduser("~"), ".cache",
+                                                  "blockc-bench-sizes"))
+    ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per worker")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return 0
+    try:
+        import llama_cpp
+    except ImportError:
+        llama_cpp = None
+    engines = [e for e in args.engines.split(",") if e != "llama.cpp" or llama_cpp is not None]
+    threads = [int(t) for t in args.threads.split(",")]
+    contexts = [int(c) for c in args.contexts.split(",")]
+    os.makedirs(args.dir, exist_ok=True)
+    t_start = cpu_times()
+    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start; "
+          f"{steal_share(None)} steal since boot; ISA {blockc.get_isa()}")
+    print("llama.cpp: " + (f"llama-cpp-python {llama_cpp.__version__}, {llama_peer.NOTE}"
+                           if llama_cpp else "not installed (pip install llama-cpp-python)"))
+    print(f"blockc: KV cache {args.cache}; rates the best of the rounds, load the least; "
+          f"decode {args.new} tokens after a prompt of the context's length\n")
+    types = []
+    for t in args.types.split(","):
+        why = support(t, args.dir)
+        if why:
+            print(f"skipped {t}: {why}")
+        else:
+            types.append(t)
+    for size in args.sizes.split(","):
+        cfg = SHAPES[size]
+        repeats = args.big_repeats if size in BIG else args.repeats
+        print(f"\n### {size} ({blockc.gpt_parameter_count(cfg) / 1e9:.2f}B parameters, "
+              f"{repeats} round{'s' * (repeats > 1)})\n")
+        load_rows, speed_rows = [], []
+        for t in types:
+            path = ensure_file(args.dir, size, t)
+            repack = llama_peer.extra_bufts_work(path, t)[0] if llama_cpp else False
+            best: Dict[str, Dict[str, Any]] = {}
+            for r in range(repeats):
+                order = engines[r % len(engines):] + engines[:r % len(engines)]
+                for e in order:
+                    res = run_worker({"engine": e, "path": path, "threads": threads,
+                                      "contexts": contexts, "new": args.new, "cache": args.cache,
+                                      "repack": repack}, args.timeout)
+                    if res is None:
+                        continue
+                    b = best.setdefault(e, res)
+                    b["load_s"] = min(b["load_s"], res["load_s"])
+                    for k, v in res["runs"].items():
+                        for f in ("prefill", "decode"):
+                            b["runs"][k][f] = max(b["runs"][k][f], v[f])
+            for e in engines:
+                if e not in best:
+                    continue
+                b = best[e]
+                holds = b.get("holds") or ("repacked/AMX" if repack else "plain CPU")
+                load_rows.append(f"| {t} | {e} | {holds} | {os.path.getsize(path) / 1e6:,.0f} | "
+                                 f"{b['load_s']:.2f} | {b['rss_load_mb']:,.0f} | "
+                                 f"{b['peak_rss_mb']:,.0f} |")
+            for th in threads:
+                for ctx in contexts:
+                    k = f"{th},{ctx}"
+                    cell = {e: best[e]["runs"][k] for e in best}
+                    ll = cell.get("llama.cpp")
+
+                    def fmt(e, f):
+                        return f"{cell[e][f]:.1f}" if e in cell else "n/a"
+
+                    def ratio(e, f):
+                        return f"{cell[e][f] / ll[f]:.2f}" if e in cell and ll else "n/a"
+                    speed_rows.append(
+                        f"| {t} | {th} | {ctx} | {fmt('blockc', 'decode')} | "
+                        f"{fmt('integer', 'decode')} | {fmt('llama.cpp', 'decode')} | "
+                        f"{ratio('blockc', 'decode')} | {ratio('integer', 'decode')} | "
+                        f"{fmt('blockc', 'prefill')} | {fmt('integer', 'prefill')} | "
+                        f"{fmt('llama.cpp', 'prefill')} | {ratio('blockc', 'prefill')} | "
+                        f"{ratio('integer', 'prefill')} |")
+        print("| file | engine | holds / llama.cpp buffers | file MB | load s | RSS after load "
+              "MB | peak RSS MB |")
+        print("|---|---|---|---|---|---|---|")
+        print("\n".join(load_rows))
+        print("\n| file | threads | context | blockc decode tok/s | integer decode | llama.cpp "
+              "decode | ratio | ratio integer | blockc prefill tok/s | integer prefill | "
+              "llama.cpp prefill | ratio | ratio integer |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("\n".join(speed_rows))
+    print(f"\nload average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end; "
+          f"steal {steal_share(t_start)} during the run")
+    return 0
+
+
+def _section() -> str:
+    """The docs section of this run: one per shape ("sizes-llama1b"), so each shape's table
+    is recorded by its own run (--docs takes one --sizes)."""
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--sizes", default="")
+    ap.add_argument("--worker")
+    a, _ = ap.parse_known_args()
+    if "--docs" in sys.argv and (a.sizes not in SHAPES):
+        raise SystemExit(f"--docs records one shape's table: give --sizes one of {', '.join(SHAPES)}")
+    return a.sizes
+
+
+if __name__ == "__main__":
+    run_bench(main, "results/sizes.md", f"sizes-{_section()}")
