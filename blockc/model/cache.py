@@ -32,9 +32,9 @@ class KVCache:
     refuses it, and so does every model a cache constructed directly) and its state
     cannot be replaced from Python: ``k`` and ``v`` (layers, batch, capacity,
     kv_heads * head_dim; the keys after the rotary embedding) are read-only copies,
-    (a sliding layer keeps a ring of about its window's positions, the rest of its
-    positions NaN there; ``truncate`` and ``copy_prefix`` refuse a length whose
-    window the ring has already overwritten),
+    (a sliding layer keeps a ring of about its window's positions: its positions
+    outside the window of the next one are NaN there; ``truncate`` and
+    ``copy_prefix`` refuse a length whose window the ring has already overwritten),
     ``length`` (positions filled), ``lengths`` (per sequence: generation with
     prompts of different lengths fills them unevenly), ``batch`` and ``capacity``
     read-only properties; :meth:`reset` empties it. Calls that share one cache take
@@ -107,7 +107,9 @@ class KVCache:
 
     def _logical(self, a: np.ndarray, keys: bool) -> np.ndarray:
         """a (batch, one sequence's elements) -> a read-only (layers, batch, capacity,
-        kv heads * head dim) float32 copy; a ring's positions it no longer holds NaN."""
+        kv heads * head dim) float32 copy. A ring (a sliding layer keeping fewer positions
+        than the capacity) shows the positions the next one reads, length-W+1..length-1,
+        and NaN elsewhere (what it holds beyond them depends on the calls made)."""
         cfg, cap = self._cfg, self._capacity
         B, G, dh = a.shape[0], cfg.kv_heads_, cfg.head_dim_
         out = np.full((cfg.layers, B, cap, G * dh), np.nan, dtype=np.float32)
@@ -121,8 +123,10 @@ class KVCache:
                 blk = blk.reshape(B, G, r // 64, dh, 64).transpose(0, 1, 2, 4, 3)
             blk = blk.reshape(B, G, r, dh).transpose(0, 2, 1, 3).reshape(B, r, G * dh)
             p = np.arange(cap)
+            w = cfg.layer_window(layer)
+            ring = r < -(-cap // 64) * 64
             for b in range(B):
-                held = p >= lengths[b] - r  # every position when the ring never wrapped
+                held = (p > lengths[b] - w) & (p < lengths[b]) if ring else p >= 0
                 out[layer, b, held] = blk[b, p[held] % r]
         out.setflags(write=False)
         return out
