@@ -103,6 +103,7 @@ def test_rollback_into_overwritten_positions_is_refused():
     c = m.new_cache(2, 512)
     m(np.repeat(ids[:, :300], 2, 0), cache=c)
     # the ring (192) holds positions 108..299; position n reads n-7..n-1
+    assert [c.holds(0, n) for n in (0, 114, 115, 300, 301)] == [True, False, True, True, False]
     with pytest.raises(ValueError, match="ring cache no longer holds"):
         c.truncate(0, 114)
     with pytest.raises(ValueError, match="ring cache no longer holds"):

@@ -139,7 +139,7 @@ class KVCache:
     @property
     def nbytes(self) -> int:
         """Bytes of its keys and values (all ``batch`` sequences' whole capacity, in tiles
-        of 64 positions)."""
+        of 64 positions; a sliding layer's only its ring, about its window)."""
         return int(self._k.nbytes + self._v.nbytes)
 
     @property
@@ -178,6 +178,43 @@ class KVCache:
         with self._lock:
             self._lengths[:] = 0
 
+    def holds(self, seq: int, n: int) -> bool:
+        """Whether sequence ``seq`` can continue at position ``n`` (``truncate`` or
+        ``copy_prefix`` to ``n``): every position below its length can, unless a
+        sliding layer's ring has already overwritten one that position ``n`` reads.
+
+        Parameters
+        ----------
+        seq : int in [0, batch)
+        n : int >= 0
+
+        Returns
+        -------
+        bool
+            False too for ``n`` past the sequence's length.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Indices that are not integers in range.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> c = m.new_cache(1, 8); _ = m(np.array([[1, 2, 3]]), cache=c); c.holds(0, 2)
+        True
+        """
+        seq = as_int(seq, "seq", 0, self._batch - 1)
+        n = as_int(n, "n", 0)
+        length = int(self._lengths[seq])
+        if n > length:
+            return False
+        for layer in range(self._cfg.layers):
+            w, r = self._cfg.layer_window(layer), self.layer_rows(layer)
+            if w and n and length > r and n + r < length + w - 1:
+                return False
+        return True
+
     def truncate(self, seq: int, n: int) -> None:
         """Forget sequence ``seq``'s positions from ``n`` on: it continues at position ``n``.
 
@@ -191,7 +228,8 @@ class KVCache:
         TypeError
             Indices that are not integers.
         ValueError
-            ``seq`` outside the batch, or ``n`` past the sequence's length.
+            ``seq`` outside the batch, ``n`` past the sequence's length, or a position
+            ``n`` reads that a sliding layer's ring has overwritten (:meth:`holds`).
 
         Examples
         --------
@@ -224,7 +262,8 @@ class KVCache:
         TypeError
             Indices that are not integers.
         ValueError
-            An index outside the batch, or ``n`` past ``src``'s length.
+            An index outside the batch, ``n`` past ``src``'s length, or a position ``n``
+            reads that a sliding layer's ring has overwritten (:meth:`holds`).
 
         Examples
         --------

@@ -44,12 +44,13 @@ static int cache_checked(bc_gpt_cache *cc, model *m, size_t *block, size_t *tota
 
 /* Whether a sequence of length len, cut to n, still holds every position n's
  * query reads: a ring layer (R_l rows < len) keeps positions len - R_l.., and
- * position n sees n - W + 1.. (BC_EEVICTED when the ring overwrote one). */
+ * position n sees n - W + 1.. (BC_EEVICTED when the ring overwrote one; n = 0
+ * reads nothing). */
 static int ring_holds(const model *m, size_t capacity, size_t len, size_t n)
 {
     for (size_t l = 0; l < m->c.layers; l++) {
         const size_t r = bc_gpt_layer_rows(m, l, capacity), w = bc_gpt_window(m, l);
-        if (w && len > r && n + r < len + w - 1)
+        if (w && n && len > r && n + r < len + w - 1)
             return BC_EEVICTED;
     }
     return BC_OK;

@@ -236,7 +236,7 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
  * stored length past the capacity), BC_ECONTEXT (capacity past the context),
  * BC_ERANGE (seq >= batch, or n past the sequence's length), BC_EEVICTED (a
  * ring layer has already overwritten a position n's query would read:
- * n + R_l < length + W - 1). */
+ * 0 < n, R_l < length and n + R_l < length + W - 1). */
 int bc_gpt_cache_truncate(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t seq, size_t n);
 
 /* Copy the first n positions of sequence src (keys and values of every layer
