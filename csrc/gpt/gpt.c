@@ -392,21 +392,9 @@ int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *byte
 
 /* ---- cache and workspace ------------------------------------------------ */
 
-/* Positions a cache of `capacity` stores per sequence and K/V head: whole tiles
- * of BC_ATT_BK (its keys are kept transposed tile by tile). capacity <= the
- * context, checked first, so no overflow. */
-static size_t cache_rows(size_t capacity)
-{
-    return (capacity + BC_ATT_BK - 1) / BC_ATT_BK * BC_ATT_BK;
-}
-
 size_t bc_gpt_ring_rows(size_t window, size_t capacity)
 {
-    if (window && window < capacity)  /* window < capacity <= BC_MAX_ELEMENTS: no overflow */
-        return cache_rows(window + BC_GPT_RING_SLACK) < cache_rows(capacity)
-                   ? cache_rows(window + BC_GPT_RING_SLACK)
-                   : cache_rows(capacity);
-    return cache_rows(capacity);
+    return bc_gpt_rows_of(window, capacity);
 }
 
 int bc_gpt_cache_seq_elems(size_t *n, const model *m, size_t capacity)

@@ -31,10 +31,26 @@ static inline size_t bc_gpt_window(const model *m, size_t l)
     return m->c.window && (m->all_slide || m->slide[l]) ? m->c.window : 0;
 }
 
+/* n rounded up to whole tiles of BC_ATT_BK positions (n <= BC_MAX_ELEMENTS + 127). */
+static inline size_t bc_gpt_tiles(size_t n)
+{
+    return (n + BC_ATT_BK - 1) / BC_ATT_BK * BC_ATT_BK;
+}
+
+/* bc_gpt_ring_rows: a window's ring, or the capacity in tiles when no smaller. */
+static inline size_t bc_gpt_rows_of(size_t window, size_t capacity)
+{
+    const size_t all = bc_gpt_tiles(capacity);
+    if (!window || window >= capacity)  /* then window < capacity <= BC_MAX_ELEMENTS */
+        return all;
+    const size_t ring = bc_gpt_tiles(window + BC_GPT_RING_SLACK);
+    return ring < all ? ring : all;
+}
+
 /* Positions layer l's cache keeps per (sequence, K/V head) at this capacity. */
 static inline size_t bc_gpt_layer_rows(const model *m, size_t l, size_t capacity)
 {
-    return bc_gpt_ring_rows(bc_gpt_window(m, l), capacity);
+    return bc_gpt_rows_of(bc_gpt_window(m, l), capacity);
 }
 
 /* The format of matrix slot `slot` (BC_GPT_FMT_*): its own, or the model's dtype. */
