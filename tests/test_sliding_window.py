@@ -12,6 +12,7 @@ import blockc
 from blockc import GPT, GPTConfig
 from blockc import train as tr
 from blockc._native import ffi, lib
+from blockc.generation.chat import context_size
 from blockc.reference.gpt import gpt_forward
 
 W = 8
@@ -215,3 +216,12 @@ def test_gguf_round_trips_the_window_key(tmp_path):
     with pytest.raises(ValueError, match="some layers only"):
         GPT.random(small(vocab=64, context=256, width=64, heads=4, d_ff=64, qkv_bias=True,
                          sliding_layers=(False, True))).save_gguf(tmp_path / "q.gguf")
+
+
+def test_the_default_context_counts_a_ring_once():
+    per_layer = 2 * 2 * 8 * 4  # k and v, 2 K/V heads of 8, float32: bytes per position
+    cfg = small(sliding_layers=(True, False))
+    # the ring of layer 0 (192 positions) once, then layer 1's positions
+    assert context_size(cfg, budget=per_layer * (192 + 100)) == 100
+    assert context_size(small(), budget=per_layer * 2 * 192) == 512
+    assert context_size(small(sliding_window=None), budget=per_layer * (192 + 100)) == 146

@@ -106,7 +106,8 @@ def cache_bytes_per_token(config: Any, cache_dtype: str = "float32") -> int:
 def context_size(config: Any, cache_dtype: str = "float32",
                  budget: Optional[int] = None) -> int:
     """The context a run uses by default: the model's (``config.context``), bounded by
-    the tokens whose KV cache fits in ``budget`` bytes.
+    the tokens whose KV cache fits in ``budget`` bytes (a sliding layer's ring counted
+    once: it does not grow with the context).
 
     Parameters
     ----------
@@ -134,7 +135,18 @@ def context_size(config: Any, cache_dtype: str = "float32",
         except (ValueError, OSError, AttributeError):  # not on this system
             pass
     budget = as_int(budget, "budget", 1)
-    return max(1, min(config.context, budget // cache_bytes_per_token(config, cache_dtype)))
+    per = cache_bytes_per_token(config, cache_dtype)
+    w = getattr(config, "sliding_window", None)
+    if w is not None:  # a sliding layer's ring (about W + 127 positions) does not grow
+        flags = config.sliding_layers or (True,) * config.layers
+        sliding = sum(flags)
+        ring = -(-(min(w, config.context) + 127) // 64) * 64
+        layer = per // config.layers
+        budget -= sliding * layer * ring
+        per = layer * (config.layers - sliding)
+        if per == 0:
+            return config.context
+    return max(1, min(config.context, budget // per))
 
 
 def _message(m: Any, where: str) -> Dict[str, str]:
