@@ -96,8 +96,9 @@ def test_the_ring_costs_the_window_not_the_context():
     assert int(n[0]) == 32 * 8 * 128 * 32768
 
 
-def test_rollback_into_overwritten_positions_is_refused():
-    cfg = small()
+@pytest.mark.parametrize("layers", [None, (False, True)])
+def test_rollback_into_overwritten_positions_is_refused(layers):
+    cfg = small(sliding_layers=layers)
     m = GPT.random(cfg, seed=5)
     ids = ids_of(300, 6)
     full = m(ids)
@@ -117,8 +118,9 @@ def test_rollback_into_overwritten_positions_is_refused():
     # the logical view: a ring shows the window of the next position, NaN elsewhere
     k, v = c.k, c.v
     assert c.lengths == (116, 150)
-    assert not np.isnan(k[:, 0, 109:116]).any() and np.isnan(k[:, 0, :109]).all()
-    assert np.isnan(v[:, 1, 150:]).all() and not np.isnan(v[:, 1, 143:150]).any()
+    assert not np.isnan(k[:, 0, 109:116]).any() and np.isnan(k[1, 0, :109]).all()
+    assert np.isnan(v[1, 1, 150:]).all() and not np.isnan(v[:, 1, 143:150]).any()
+    assert not np.isnan(k[0, 0]).any() if layers else np.isnan(k[0, 0, :109]).all()
 
 
 def test_config_validation_names_the_field():

@@ -29,7 +29,7 @@ static int cache_checked(bc_gpt_cache *cc, model *m, size_t *block, size_t *tota
         return st;
     if (!cc->batch || !cc->capacity)
         return BC_ESIZE;
-    if ((st = bc_gpt_cache_size(total, &m->c, cc->batch, cc->capacity)))
+    if ((st = bc_gpt_cache_elems(total, m, cc->batch, cc->capacity)))
         return st;  /* BC_ECONTEXT: capacity past the context */
     *block = *total / cc->batch;  /* one sequence's elements */
     const size_t lengths_n = cc->lengths ? 2 * cc->batch : 0;  /* size_t in floats, at most */

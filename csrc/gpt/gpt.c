@@ -408,24 +408,30 @@ int bc_gpt_cache_seq_elems(size_t *n, const model *m, size_t capacity)
     return BC_OK;
 }
 
+int bc_gpt_cache_elems(size_t *n, const model *m, size_t batch, size_t capacity)
+{
+    size_t t, r;
+    int st;
+    if (!batch || !capacity)
+        return BC_ESIZE;
+    if (capacity > m->c.context)
+        return BC_ECONTEXT;
+    if ((st = bc_gpt_cache_seq_elems(&t, m, capacity)) || (st = bc_mul(&r, t, batch)))
+        return st;
+    *n = r;
+    return BC_OK;
+}
+
 int bc_gpt_cache_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t capacity)
 {
     model m;
     layout lo;
-    size_t t, r;
     int st;
     if (!n)
         return BC_ENULL;
     if ((st = bc_gpt_checked(&m, &lo, cfg)))
         return st;
-    if (!batch || !capacity)
-        return BC_ESIZE;
-    if (capacity > m.c.context)
-        return BC_ECONTEXT;
-    if ((st = bc_gpt_cache_seq_elems(&t, &m, capacity)) || (st = bc_mul(&r, t, batch)))
-        return st;
-    *n = r;
-    return BC_OK;
+    return bc_gpt_cache_elems(n, &m, batch, capacity);
 }
 
 bc_layer_cfg bc_gpt_layer_cfg(const model *m)
@@ -547,7 +553,7 @@ static int forward_plan(fwd_plan *p, const float *logits, const float *hidden,
             return BC_ESIZE;
         if (!cc.lengths && seq > cc.capacity - cc.length)
             return BC_ECONTEXT;
-        if ((st = bc_gpt_cache_size(&cache_n, c, batch, cc.capacity)))
+        if ((st = bc_gpt_cache_elems(&cache_n, &p->m, batch, cc.capacity)))
             return st;
         cache_n = bc_gpt_cache_floats(cache_n, es);
         p->c = cc;

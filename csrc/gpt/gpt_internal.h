@@ -101,6 +101,10 @@ typedef struct {
  * capacity (<= the context): sum over layers of KV R_l Dh. BC_EOVERFLOW. */
 int bc_gpt_cache_seq_elems(size_t *n, const model *m, size_t capacity);
 
+/* n: bc_gpt_cache_size's elements for the resolved model m (its own copy of the
+ * sliding flags: m->c.sliding is NULL once resolved). */
+int bc_gpt_cache_elems(size_t *n, const model *m, size_t batch, size_t capacity);
+
 /* The config resolved and its layout computed (every size checked). */
 int bc_gpt_checked(model *m, layout *lo, const bc_gpt_config *cfg);
 
