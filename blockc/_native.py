@@ -66,6 +66,7 @@ _EXC = {
     lib.BC_ECONTEXT: BlockcValueError,
     lib.BC_EALIAS: BlockcValueError,
     lib.BC_EVALUE: BlockcValueError,
+    lib.BC_EEVICTED: BlockcValueError,
 }
 
 

@@ -137,11 +137,16 @@ def test_the_registry_indexes_each_name_once():
     assert set(GGUF_FAMILIES) == set(gm.ARCHITECTURES) == {"gpt2", "llama", "qwen2"}
     assert all(FAMILIES[t] is f for f in REGISTRY for t in f.model_types)
     assert all(GGUF_FAMILIES[a] is f for f in REGISTRY for a in f.architectures)
-    # Mistral reads as itself and saves as Llama (llama.cpp's files of it are llama files)
+    # Mistral reads as itself and saves through Llama's record, as Mistral's config.json
+    # when it has a window (llama.cpp's files of it are llama files)
     mistral = dict(LLAMA.to_hf(_configs(LLAMA)[0]), model_type="mistral", sliding_window=8)
     cfg = GPTConfig.from_hf(mistral)
-    assert family_of(mistral) is MISTRAL and cfg.context == 8
-    assert family_of_config(cfg) is LLAMA and cfg.to_hf()["model_type"] == "llama"
+    assert family_of(mistral) is MISTRAL and cfg.sliding_window == 8
+    assert cfg.context == mistral["max_position_embeddings"]
+    assert family_of_config(cfg) is LLAMA and cfg.to_hf()["model_type"] == "mistral"
+    assert GPTConfig.from_hf(cfg.to_hf()) == cfg
+    plain = GPTConfig.from_hf(dict(mistral, sliding_window=None))
+    assert plain.to_hf()["model_type"] == "llama"
 
 
 def test_savers_refuse_what_no_family_is_by_each_familys_reason(tmp_path):

@@ -220,15 +220,16 @@ def test_refusals_by_name(tmp_path):
     for extra, match in (({"llama.rope.scaling.type": "yarn"}, "rope.scaling.type='yarn'"),
                          ({"llama.rope.scaling.factor": 4.0}, "rope.scaling.factor"),
                          ({"llama.expert_count": 8}, "mixture of experts"),
-                         ({"llama.attention.sliding_window": 16}, "sliding window"),
                          ({"llama.rope.dimension_count": 8}, "part of each head"),
                          ({"llama.logit_scale": 0.5}, "scaled output logits")):
         write_model(p, "llama", extra=extra)
         with pytest.raises(BlockcValueError, match=match) as e:
             GPT.from_pretrained(p)
         assert str(p) in str(e.value)
-    write_model(p, "llama", extra={"llama.attention.sliding_window": 64})  # as wide: exact
-    GPT.from_pretrained(p)
+    write_model(p, "llama", extra={"llama.attention.sliding_window": 64})  # as wide: none
+    assert GPT.from_pretrained(p).config.sliding_window is None
+    write_model(p, "llama", extra={"llama.attention.sliding_window": 16})  # every layer's
+    assert GPT.from_pretrained(p).config.sliding_window == 16
     write_model(p, "llama", drop=("blk.1.ffn_up.weight",))
     with pytest.raises(BlockcValueError, match="'blk.1.ffn_up.weight' is missing"):
         GPT.from_pretrained(p)

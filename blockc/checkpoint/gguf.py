@@ -1,5 +1,4 @@
-"""Models in GGUF files: llama.cpp's ``llama`` (Llama, Mistral without a sliding window,
-SmolLM, TinyLlama), ``qwen2`` and ``gpt2`` architectures, loaded and saved.
+"""Models in GGUF files: llama.cpp's ``llama`` (Llama, Mistral, SmolLM, TinyLlama), ``qwen2`` and ``gpt2`` architectures, loaded and saved.
 
 Loading maps the file's metadata (``{arch}.context_length``, ``embedding_length``,
 ``block_count``, ``feed_forward_length``, ``attention.head_count``,
@@ -9,8 +8,9 @@ Loading maps the file's metadata (``{arch}.context_length``, ``embedding_length`
 ``blk.N.attn_q`` ..., ``output_norm``, ``output``; tied when ``output`` is absent
 or holds the embedding's very bytes) onto blockc's. What blockc would compute
 differently is refused by name: another architecture, scaled rotary angles
-(``rope.scaling.*``, ``rope_freqs``), experts, a sliding window narrower than the
-context, partial rotary dimensions, soft-capped or scaled logits.
+(``rope.scaling.*``, ``rope_freqs``), experts, partial rotary dimensions,
+soft-capped or scaled logits. ``attention.sliding_window`` narrower than the
+context is every layer's window (GPTConfig.sliding_window), and written back so.
 
 llama.cpp's converter reorders a Llama's q and k rows within each head (it rotates
 the pairs (2i, 2i+1), transformers and blockc the pairs (i, i + Dh/2)); loading

@@ -25,6 +25,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from .._args import as_int
 from .._errors import BlockcTypeError, BlockcValueError
+from ..model.cache import ring_rows
 from .config import SAMPLING_FIELDS, GenerationConfig
 
 __all__ = ["LLAMA_CPP_SAMPLING", "default_sampling", "describe_sampling", "sampling_source",
@@ -205,6 +206,13 @@ def context_size(config: Any, cache_dtype: str = "float32", budget: Optional[int
     budget = memory_budget() if budget is None else as_int(budget, "budget", 1)
     rows = as_int(rows, "rows", 1)
     per = cache_bytes_per_token(config, cache_dtype) * rows
+    sliding = [l for l in range(config.layers) if config.layer_window(l) is not None]
+    if sliding:  # a sliding layer's ring (about its window) does not grow with the context
+        layer = per // config.layers
+        budget -= layer * sum(ring_rows(config.layer_window(l), config.context) for l in sliding)
+        per = layer * (config.layers - len(sliding))
+        if per == 0:
+            return config.context
     return max(1, min(config.context, budget // per))
 
 

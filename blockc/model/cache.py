@@ -13,7 +13,7 @@ from .._errors import BlockcValueError
 from .._native import check, ffi, lib
 from .config import C_DTYPE, GPTConfig, as_config
 
-__all__ = ["KVCache", "CACHE_DTYPES"]
+__all__ = ["KVCache", "CACHE_DTYPES", "ring_rows"]
 
 #: the element types a KV cache can keep, and NumPy's name for each
 CACHE_DTYPES: Dict[str, Any] = {"float32": np.float32, "float16": np.float16}
@@ -32,6 +32,9 @@ class KVCache:
     refuses it, and so does every model a cache constructed directly) and its state
     cannot be replaced from Python: ``k`` and ``v`` (layers, batch, capacity,
     kv_heads * head_dim; the keys after the rotary embedding) are read-only copies,
+    (a sliding layer keeps a ring of about its window's positions: its positions
+    outside the window of the next one are NaN there; ``truncate`` and
+    ``copy_prefix`` refuse a length whose window the ring has already overwritten),
     ``length`` (positions filled), ``lengths`` (per sequence: generation with
     prompts of different lengths fills them unevenly), ``batch`` and ``capacity``
     read-only properties; :meth:`reset` empties it. Calls that share one cache take
@@ -51,10 +54,10 @@ class KVCache:
                                    f"({capacity} > {cfg.context})")
         n = ffi.new("size_t *")
         check(lib.bc_gpt_cache_size(n, cfg.c_struct(), batch, capacity), "new_cache")
-        # the C layout: (batch, layers, kv heads, R, head dim), R = capacity rounded up
-        # to whole tiles of 64 positions; keys transposed tile by tile (bc_gpt.h)
-        rows = int(n[0]) // (cfg.layers * batch * cfg.kv_heads_ * cfg.head_dim_)
-        shape = (batch, cfg.layers, cfg.kv_heads_, rows, cfg.head_dim_)
+        # the C layout: per sequence, each layer's (kv heads, R_l, head dim), R_l the
+        # capacity rounded up to whole tiles of 64 positions or a sliding layer's ring
+        # (bc_gpt_ring_rows); keys transposed tile by tile (bc_gpt.h)
+        shape = (batch, int(n[0]) // batch)
         self._cfg, self._owner, self._dtype = cfg, _owner, dtype
         self._k = np.zeros(shape, dtype=CACHE_DTYPES[dtype])
         self._v = np.zeros(shape, dtype=CACHE_DTYPES[dtype])
@@ -67,15 +70,65 @@ class KVCache:
     def k(self) -> np.ndarray:
         """The keys (layers, batch, capacity, kv_heads * head_dim) after the rotary
         embedding: a read-only float32 copy (the cache keeps them transposed in tiles)."""
-        B, L, G, R, dh = self._k.shape
-        tiles = self._k.reshape(B, L, G, R // 64, dh, 64).transpose(0, 1, 2, 3, 5, 4)
-        return _logical(tiles.reshape(B, L, G, R, dh), self._capacity)
+        return self._logical(self._k, True)
 
     @property
     def v(self) -> np.ndarray:
         """The values (layers, batch, capacity, kv_heads * head_dim): a read-only
         float32 copy."""
-        return _logical(self._v, self._capacity)
+        return self._logical(self._v, False)
+
+    def layer_rows(self, layer: int) -> int:
+        """Positions layer ``layer`` keeps per sequence and K/V head: the capacity in
+        whole tiles of 64, or for a sliding layer the ring (about its window) when smaller.
+
+        Parameters
+        ----------
+        layer : int in [0, layers)
+
+        Returns
+        -------
+        int
+
+        Raises
+        ------
+        TypeError, ValueError
+            A layer that is not an integer in range.
+
+        Examples
+        --------
+        >>> cfg = GPTConfig(vocab=16, context=512, width=8, heads=2, layers=1,
+        ...                 positions="rope", sliding_window=8)
+        >>> KVCache(cfg, 1, 512).layer_rows(0)
+        192
+        """
+        return ring_rows(self._cfg.layer_window(layer), self._capacity)
+
+    def _logical(self, a: np.ndarray, keys: bool) -> np.ndarray:
+        """a (batch, one sequence's elements) -> a read-only (layers, batch, capacity,
+        kv heads * head dim) float32 copy. A ring (a sliding layer keeping fewer positions
+        than the capacity) shows the positions the next one reads, length-W+1..length-1,
+        and NaN elsewhere (what it holds beyond them depends on the calls made)."""
+        cfg, cap = self._cfg, self._capacity
+        B, G, dh = a.shape[0], cfg.kv_heads_, cfg.head_dim_
+        out = np.full((cfg.layers, B, cap, G * dh), np.nan, dtype=np.float32)
+        lengths = self._lengths.astype(np.int64)
+        at = 0
+        for layer in range(cfg.layers):
+            r = self.layer_rows(layer)
+            blk = a[:, at:at + G * r * dh]
+            at += G * r * dh
+            if keys:
+                blk = blk.reshape(B, G, r // 64, dh, 64).transpose(0, 1, 2, 4, 3)
+            blk = blk.reshape(B, G, r, dh).transpose(0, 2, 1, 3).reshape(B, r, G * dh)
+            p = np.arange(cap)
+            w = cfg.layer_window(layer)
+            ring = r < -(-cap // 64) * 64
+            for b in range(B):
+                held = (p > lengths[b] - w) & (p < lengths[b]) if ring else p >= 0
+                out[layer, b, held] = blk[b, p[held] % r]
+        out.setflags(write=False)
+        return out
 
     @property
     def dtype(self) -> str:
@@ -85,7 +138,7 @@ class KVCache:
     @property
     def nbytes(self) -> int:
         """Bytes of its keys and values (all ``batch`` sequences' whole capacity, in tiles
-        of 64 positions)."""
+        of 64 positions; a sliding layer's only its ring, about its window)."""
         return int(self._k.nbytes + self._v.nbytes)
 
     @property
@@ -124,6 +177,43 @@ class KVCache:
         with self._lock:
             self._lengths[:] = 0
 
+    def holds(self, seq: int, n: int) -> bool:
+        """Whether sequence ``seq`` can continue at position ``n`` (``truncate`` or
+        ``copy_prefix`` to ``n``): every position below its length can, unless a
+        sliding layer's ring has already overwritten one that position ``n`` reads.
+
+        Parameters
+        ----------
+        seq : int in [0, batch)
+        n : int >= 0
+
+        Returns
+        -------
+        bool
+            False too for ``n`` past the sequence's length.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Indices that are not integers in range.
+
+        Examples
+        --------
+        >>> m = GPT.random(GPTConfig(vocab=16, context=8, width=8, heads=2, layers=1))
+        >>> c = m.new_cache(1, 8); _ = m(np.array([[1, 2, 3]]), cache=c); c.holds(0, 2)
+        True
+        """
+        seq = as_int(seq, "seq", 0, self._batch - 1)
+        n = as_int(n, "n", 0)
+        length = int(self._lengths[seq])
+        if n > length:
+            return False
+        for layer in range(self._cfg.layers):
+            w, r = self._cfg.layer_window(layer), self.layer_rows(layer)
+            if w and n and length > r and n + r < length + w - 1:
+                return False
+        return True
+
     def truncate(self, seq: int, n: int) -> None:
         """Forget sequence ``seq``'s positions from ``n`` on: it continues at position ``n``.
 
@@ -137,7 +227,8 @@ class KVCache:
         TypeError
             Indices that are not integers.
         ValueError
-            ``seq`` outside the batch, or ``n`` past the sequence's length.
+            ``seq`` outside the batch, ``n`` past the sequence's length, or a position
+            ``n`` reads that a sliding layer's ring has overwritten (:meth:`holds`).
 
         Examples
         --------
@@ -170,7 +261,8 @@ class KVCache:
         TypeError
             Indices that are not integers.
         ValueError
-            An index outside the batch, or ``n`` past ``src``'s length.
+            An index outside the batch, ``n`` past ``src``'s length, or a position ``n``
+            reads that a sliding layer's ring has overwritten (:meth:`holds`).
 
         Examples
         --------
@@ -349,11 +441,14 @@ class KVCache:
         return f"KVCache(batch={self._batch}, capacity={self._capacity}, length={self.length}{dt})"
 
 
-def _logical(a: np.ndarray, capacity: int) -> np.ndarray:
-    """(batch, layers, kv heads, R, head dim) -> a read-only (layers, batch, capacity,
-    kv heads * head dim) copy."""
-    B, L, G, R, dh = a.shape
-    out = np.ascontiguousarray(a[:, :, :, :capacity].transpose(1, 0, 3, 2, 4),
-                               dtype=np.float32).reshape(L, B, capacity, G * dh)
-    out.setflags(write=False)
-    return out
+def ring_rows(window: Optional[int], capacity: int) -> int:
+    """Positions a layer's cache keeps per sequence and K/V head (``bc_gpt_ring_rows``):
+    ``capacity`` in whole tiles of 64, or for a sliding layer of ``window`` the ring
+    (about the window) when that is smaller.
+
+    Examples
+    --------
+    >>> ring_rows(None, 100), ring_rows(8, 512), ring_rows(8, 64)
+    (128, 192, 64)
+    """
+    return int(lib.bc_gpt_ring_rows(window or 0, capacity))

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from .._args import as_choice, as_flag, as_real, as_size, check_eps
+from .._args import as_choice, as_flag, as_int, as_real, as_size, check_eps
 from .._enums import (ACTIVATIONS, C_ACT, C_DTYPE, C_NORM, C_PLACE, C_POS, DTYPES, NORMS,
                       MAX_COLS, PLACEMENTS, POSITIONS, WHOLE_BLOCKS)
 from .._errors import BlockcTypeError, BlockcValueError
@@ -116,6 +116,14 @@ class GPTConfig:
         Add each sublayer's input back (chapter 24, exercise 1 turns it off).
     qkv_bias, out_bias, mlp_bias : bool
         Biases on the q/k/v projection, the output projection, the MLP.
+    sliding_window : int >= 1 or None
+        W: a sliding layer's query at position p attends to positions p-W+1..p
+        only (Mistral v0.1, Qwen2's ``use_sliding_window``), and its KV cache keeps
+        a ring of about W positions (:attr:`KVCache.nbytes` is W x sliding layers
+        + capacity x the others). None: every layer sees every earlier position.
+    sliding_layers : tuple of bool or None
+        Which layers slide (one flag per layer), with ``sliding_window``; None:
+        every layer.
     """
 
     vocab: int = 50257
@@ -137,6 +145,8 @@ class GPTConfig:
     qkv_bias: bool = True
     out_bias: bool = True
     mlp_bias: bool = True
+    sliding_window: Optional[int] = None
+    sliding_layers: Optional[Tuple[bool, ...]] = None
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen)
@@ -162,13 +172,63 @@ class GPTConfig:
             raise BlockcValueError(f"GPTConfig.kv_heads must divide heads={self.heads}, got {kv}")
         if self.positions == "rope" and self.head_dim_ % 2:
             raise BlockcValueError(f"GPTConfig: rotary embeddings need an even head_dim, got {self.head_dim_}")
+        self._check_window(set_)
         # the C structs, one per storage dtype, built once from the checked fields
         set_("_cs", {})
+        # the sliding flags as C reads them (every call), alive with the config
+        set_("_sliding_c", None if self.sliding_layers is None else
+             ffi.new("unsigned char[]", [int(f) for f in self.sliding_layers]))
         st = lib.bc_gpt_config_check(self.c_struct())
         if st == lib.BC_EOVERFLOW:
             raise BlockcValueError(f"GPTConfig: a model of vocab={self.vocab}, context={self.context}, "
                                    f"width={self.width}, layers={self.layers} exceeds 2**40 parameters")
         check(st, "GPTConfig")
+
+    def _check_window(self, set_: Any) -> None:
+        """sliding_window a size or None; sliding_layers one flag per layer, with a window."""
+        if self.sliding_window is not None:
+            set_("sliding_window", as_size(self.sliding_window, "GPTConfig.sliding_window"))
+        if self.sliding_layers is None:
+            return
+        flags = self.sliding_layers
+        if isinstance(flags, (str, bytes)) or not hasattr(flags, "__len__"):
+            raise BlockcTypeError("GPTConfig.sliding_layers must be a sequence of bools, "
+                                  f"got {type(flags).__name__}")
+        if len(flags) != self.layers:
+            raise BlockcValueError(f"GPTConfig.sliding_layers must have one flag per layer "
+                                   f"({self.layers}), got {len(flags)}")
+        if self.sliding_window is None:
+            raise BlockcValueError("GPTConfig.sliding_layers needs a sliding_window")
+        set_("sliding_layers", tuple(as_flag(f, f"GPTConfig.sliding_layers[{i}]")
+                                     for i, f in enumerate(flags)))
+
+    def layer_window(self, layer: int) -> Optional[int]:
+        """Layer ``layer``'s sliding window W, or None when it sees every earlier position.
+
+        Parameters
+        ----------
+        layer : int in [0, layers)
+
+        Returns
+        -------
+        int or None
+
+        Raises
+        ------
+        TypeError, ValueError
+            A layer that is not an integer in range.
+
+        Examples
+        --------
+        >>> GPTConfig(vocab=16, context=32, width=8, heads=2, layers=2, sliding_window=4,
+        ...           sliding_layers=(True, False)).layer_window(1) is None
+        True
+        """
+        layer = as_int(layer, "layer", 0, self.layers - 1)
+        if self.sliding_window is None or (self.sliding_layers is not None
+                                           and not self.sliding_layers[layer]):
+            return None
+        return self.sliding_window
 
     def __reduce__(self):  # pickle / copy by the fields; the C structs are rebuilt
         return (type(self), tuple(getattr(self, f.name) for f in fields(self)))
@@ -373,7 +433,9 @@ class GPTConfig:
                 rope_theta=self.rope_theta, residual=int(self.residual),
                 qkv_bias=int(self.qkv_bias), out_bias=int(self.out_bias),
                 mlp_bias=int(self.mlp_bias), eps=self.eps, tie_weights=int(self.tie_weights),
-                dtype=C_DTYPE[dtype]))
+                dtype=C_DTYPE[dtype], window=self.sliding_window or 0))
+            if self._sliding_c is not None:
+                c.sliding = self._sliding_c
             self._cs[dtype] = c
         return c
 

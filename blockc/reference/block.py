@@ -48,14 +48,18 @@ def layernorm(x, g=None, b=None, eps=1e-5):
     return y if b is None else y + b
 
 
-def attention(q, k, v, causal=False):
+def attention(q, k, v, causal=False, window=None):
     """softmax(q k^T / sqrt(Dh)) v; q (..., Tq, Dh), k, v (..., Tk, Dh).
-    causal: query i sees keys 0..i."""
+    causal: query i sees keys 0..i; window W (with causal): keys i-W+1..i only."""
     dh = q.shape[-1]
     s = q @ np.swapaxes(k, -1, -2) / q.dtype.type(math.sqrt(dh))
     if causal:
         tq, tk = s.shape[-2:]
-        s = np.where(np.arange(tk)[None, :] <= np.arange(tq)[:, None], s, -np.inf)
+        j, i = np.arange(tk)[None, :], np.arange(tq)[:, None]
+        seen = j <= i
+        if window is not None:
+            seen = seen & (j > i - window)
+        s = np.where(seen, s, -np.inf)
     s = s - s.max(axis=-1, keepdims=True)
     p = np.exp(s)
     p = p / p.sum(axis=-1, keepdims=True)

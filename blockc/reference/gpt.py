@@ -10,7 +10,9 @@ Written from the definitions, not from the C code. For GPT-2 (chapter 6):
 and every other point of :class:`blockc.GPTConfig`: RMSNorm or no norm, post-norm
 placement (no final norm), the SwiGLU MLP ``down(silu(gate(x)) * up(x))``, any
 MLP width, rotary positions instead of a table, grouped K/V heads, a head size
-other than width / heads, biases per projection, no residual.
+other than width / heads, biases per projection, no residual, and sliding-window
+attention (``sliding_window`` W on the ``sliding_layers``: query i sees keys
+i-W+1..i).
 
 Rotary embeddings are Hugging Face's "rotate half" layout: a head's vector x of
 Dh entries is read as the pairs (x[i], x[i + Dh/2]), and pair i at position p
@@ -82,7 +84,15 @@ def _cache_round(a: np.ndarray, kv_dtype: Any) -> np.ndarray:
     return np.clip(a, -top, top).astype(kv_dtype).astype(a.dtype)
 
 
-def _attention(x, p, pre: str, cfg: Any, angles, kv_dtype: Any = None):
+def _window(cfg: Any, layer: int) -> Any:
+    """Layer ``layer``'s sliding window W (None: every earlier position): the config's
+    ``sliding_window`` on the layers ``sliding_layers`` flags (None: every layer)."""
+    w = getattr(cfg, "sliding_window", None)
+    flags = getattr(cfg, "sliding_layers", None)
+    return None if w is None or (flags is not None and not flags[layer]) else int(w)
+
+
+def _attention(x, p, pre: str, cfg: Any, angles, kv_dtype: Any = None, window: Any = None):
     *lead, t, _ = x.shape
     h, kv = cfg.heads, _get(cfg, "kv_heads", cfg.heads)
     dh = _get(cfg, "head_dim", cfg.width // cfg.heads)
@@ -95,7 +105,8 @@ def _attention(x, p, pre: str, cfg: Any, angles, kv_dtype: Any = None):
         q, k = rope(q, angles), rope(k, angles)
     k, v = _cache_round(k, kv_dtype), _cache_round(v, kv_dtype)
     k, v = np.repeat(k, h // kv, axis=-3), np.repeat(v, h // kv, axis=-3)
-    y = np.swapaxes(block.attention(q, k, v, causal=True), -2, -3).reshape(*lead, t, h * dh)
+    y = np.swapaxes(block.attention(q, k, v, causal=True, window=window), -2, -3)
+    y = y.reshape(*lead, t, h * dh)
     return block.linear(y, p[pre + "attn.proj.weight"], p.get(pre + "attn.proj.bias"))
 
 
@@ -133,11 +144,11 @@ def gpt_forward(sd: Mapping[str, Any], cfg: Any, ids: Any, return_hidden: bool =
         pre = f"blocks.{i}."
         if place == "pre":
             x = res * x + _attention(_norm(x, p, pre + "ln1", norm, eps), p, pre, cfg, angles,
-                                      kv_dtype)
+                                      kv_dtype, _window(cfg, i))
             x = res * x + _mlp(_norm(x, p, pre + "ln2", norm, eps), p, pre, cfg)
         else:
-            x = _norm(res * x + _attention(x, p, pre, cfg, angles, kv_dtype), p, pre + "ln1",
-                      norm, eps)
+            x = _norm(res * x + _attention(x, p, pre, cfg, angles, kv_dtype, _window(cfg, i)),
+                      p, pre + "ln1", norm, eps)
             x = _norm(res * x + _mlp(x, p, pre, cfg), p, pre + "ln2", norm, eps)
         hidden.append(x)
     if place == "pre":

@@ -346,6 +346,9 @@ class Engine:
             own = [(n, -self._slots[i].used, i) for n, i in scores if i in free]
             keep, _, target = max(own)
             best, src = max(scores)
+            # a sliding window's ring may no longer hold what a shorter prefix reads
+            keep = keep if self.cache.holds(target, keep) else 0
+            best = best if self.cache.holds(src, best) else 0
         slot = self._slots[target]
         if best > keep:
             self.cache.copy_prefix(target, src, best)

@@ -81,6 +81,10 @@ def _workspace(m, b: int, t: int):
 def _run_grad(m, ids, targets, ignore_index, grads: Optional[np.ndarray]) -> Tuple[float, int]:
     a, t, ign = _batch(m, ids, targets, ignore_index)
     b, s = a.shape
+    w = m.config.sliding_window
+    if w is not None and s > w:  # the backward has no window (inside it, none is needed)
+        raise BlockcValueError(f"training a model with a sliding window takes sequences of "
+                               f"at most the window ({w}), got {s}")
     work, wn = _workspace(m, b, s)
     loss = ffi.new("float *")
     count = ffi.new("size_t *")

@@ -16,6 +16,7 @@ const char *bc_strerror(int status)
     case BC_EWORKSPACE: return "workspace too small";
     case BC_EALIAS: return "an output overlaps an input";
     case BC_EVALUE: return "a value cannot be represented";
+    case BC_EEVICTED: return "the ring cache no longer holds a position this needs";
     default: return "unknown status";
     }
 }

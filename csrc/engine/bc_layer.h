@@ -63,6 +63,9 @@ typedef struct {
     uint16_t *k16, *v16;  /* a half cache, in place of k and v: the same layout in IEEE
                            * halves (strides in elements), each stored key and value
                            * rounded to nearest, saturating at +-65504 */
+    size_t window;        /* 0: every earlier position; else W: position p's query sees
+                           * keys p-W+1..p, and when cap is smaller than the positions
+                           * (a ring) position p sits at slot p mod cap */
 } bc_layer_pos;
 
 /* What a training forward keeps of one layer for the backward (N = B*T rows):

@@ -67,14 +67,15 @@ static uint16_t cache_half(float f)
 
 // the cache's positions pos0..pos0+T-1 of one sequence <- k, v (T, .) row stride lds:
 // for each K/V head g, keys into transposed tiles, values into rows; a float cache
-// (kc, vc) or a half one (kc16, vc16: the same places, the other NULL)
+// (kc, vc) or a half one (kc16, vc16: the same places, the other NULL); position p at
+// row p mod cap (a ring's slot; p itself when the cache holds every position)
 static void cache_store(float *kc, float *vc, uint16_t *kc16, uint16_t *vc16, const float *k,
                         const float *v, size_t lds, size_t t, size_t pos0, size_t kv_heads,
                         size_t dh, size_t cap)
 {
     for (size_t g = 0; g < kv_heads; g++)
         for (size_t i = 0; i < t; i++) {
-            const size_t p = pos0 + i, head = g * cap * dh;
+            const size_t p = (pos0 + i) % cap, head = g * cap * dh;
             const size_t kt = head + (p - p % BC_ATT_BK) * dh + p % BC_ATT_BK, vr = head + p * dh;
             const float *ki = k + i * lds + g * dh, *vi = v + i * lds + g * dh;
             for (size_t d = 0; d < dh; d++) {
@@ -87,6 +88,31 @@ static void cache_store(float *kc, float *vc, uint16_t *kc16, uint16_t *vc16, co
                 }
             }
         }
+}
+
+/* One sequence's attention through its cache: its T keys and values stored at
+ * positions p0.., then read back with the earlier ones (a half cache's own keys
+ * too are read back rounded). A ring (a sliding layer whose cache holds fewer
+ * rows than p0 + T positions) takes the queries in pieces of cap - W + 1: each
+ * piece's keys overwrite only positions no query of the piece can see, so the
+ * keys a query reads are its own whatever the piece. */
+// att (T, H Dh) rows of this sequence; q (T, ld): its q/k/v rows after rotary
+static void attn_cached(float *att, const float *q, size_t ld, const bc_layer_cfg *c,
+                        const bc_layer_pos *pos, size_t s, size_t t, size_t p0, const bc_ctx *cx)
+{
+    const size_t dh = c->head_dim, qw = c->heads * dh, kw = c->kv_heads * dh;
+    const size_t off = s * pos->seq_stride, cap = pos->cap, w = pos->window;
+    float *kc = pos->k ? pos->k + off : NULL, *vc = pos->k ? pos->v + off : NULL;
+    uint16_t *kh = pos->k ? NULL : pos->k16 + off, *vh = pos->k ? NULL : pos->v16 + off;
+    const size_t piece = w && w < cap && p0 + t > cap ? cap - w + 1 : t;
+    const bc_kv kv = {kc, vc, dh, dh, cap * dh, cap * dh, 1, kh, vh, cap, w};
+    for (size_t i = 0; i < t; i += piece) {
+        const size_t n = t - i < piece ? t - i : piece;
+        const float *qi = q + i * ld;
+        cache_store(kc, vc, kh, vh, qi + qw, qi + qw + kw, ld, n, p0 + i, c->kv_heads, dh, cap);
+        bc_k_attention_lse(att + i * qw, qw, NULL, qi, ld, &kv, n, p0 + i + n, c->heads,
+                           c->kv_heads, dh, p0 + i, c->causal != 0, cx);
+    }
 }
 
 // out (N,D) = r + proj(attention(qkv(a (N,D)))); r (N,D) or NULL, may be out;
@@ -102,21 +128,17 @@ static void attn_sublayer(float *out, const float *a, const float *r, const bc_l
         float *q = qkv + s * t * ld;
         const size_t p0 = pos->pos0 ? pos->pos0[s] : 0;
         /* the call's own keys and values, rows of the q/k/v buffer */
-        bc_kv kv = {q + qw, q + qw + kw, ld, ld, dh, dh, 0, NULL, NULL};
+        bc_kv kv = {q + qw, q + qw + kw, ld, ld, dh, dh, 0, NULL, NULL, 0, 0};
         size_t tk = t;
         if (pos->cs) {
             const float *cs = pos->cs + s * t * dh;
             bc_k_rope(q, ld, t, c->heads, dh, cs, cx);
             bc_k_rope(q + qw, ld, t, c->kv_heads, dh, cs, cx);
         }
-        if (pos->k || pos->k16) {  /* a half cache's own keys too are read back rounded */
-            const size_t off = s * pos->seq_stride;
-            float *kc = pos->k ? pos->k + off : NULL, *vc = pos->k ? pos->v + off : NULL;
-            uint16_t *kh = pos->k ? NULL : pos->k16 + off, *vh = pos->k ? NULL : pos->v16 + off;
-            cache_store(kc, vc, kh, vh, q + qw, q + qw + kw, ld, t, p0, c->kv_heads, dh, pos->cap);
-            const bc_kv cached = {kc, vc, dh, dh, pos->cap * dh, pos->cap * dh, 1, kh, vh};
-            kv = cached;
-            tk = p0 + t;
+        kv.window = pos->window;
+        if (pos->k || pos->k16) {
+            attn_cached(att + s * t * qw, q, ld, c, pos, s, t, p0, cx);
+            continue;
         }
         bc_k_attention_lse(att + s * t * qw, qw, lse ? lse + s * c->heads * t : NULL, q, ld, &kv,
                            t, tk, c->heads, c->kv_heads, dh, p0, c->causal != 0, cx);

@@ -1,15 +1,17 @@
 /* cache.c: operations on a KV cache's sequences (bc_gpt.h): truncating one,
  * copying a prefix from one sequence to another. The layout is bc_gpt.h's:
- * sequence b, layer l, K/V head g at ((b L + l) KV + g) R Dh elements (floats,
- * or halves for a BC_DTYPE_F16 cache), R the
- * capacity in whole tiles of BC_ATT_BK positions; keys transposed tile by tile
- * (position p, dimension d at (p / BK) BK Dh + d BK + p % BK), values as rows. */
+ * sequence b, layer l, K/V head g at b S + (sum over l' < l of KV R_l' Dh) + g R_l Dh
+ * elements (floats, or halves for a BC_DTYPE_F16 cache), R_l the layer's rows
+ * (bc_gpt_ring_rows: the capacity in whole tiles of BC_ATT_BK positions, or a
+ * sliding layer's ring), S the sequence's sum; keys transposed tile by tile
+ * (position p at row r = p mod R_l, dimension d at (r / BK) BK Dh + d BK + r % BK),
+ * values as rows. */
 #include <string.h>
 #include "gpt_internal.h"
 #include "bc_check.h"
 
 /* The cache's fields read once into *cc and checked; *block: elements of one
- * (sequence, layer, K/V head) block; *total: elements of each of k and v; *es:
+ * sequence's part (every layer and K/V head); *total: elements of each of k and v; *es:
  * an element's bytes. */
 static int cache_checked(bc_gpt_cache *cc, model *m, size_t *block, size_t *total, size_t *es,
                          const bc_gpt_cache *cache, const bc_gpt_config *cfg)
@@ -27,10 +29,9 @@ static int cache_checked(bc_gpt_cache *cc, model *m, size_t *block, size_t *tota
         return st;
     if (!cc->batch || !cc->capacity)
         return BC_ESIZE;
-    if ((st = bc_gpt_cache_size(total, &m->c, cc->batch, cc->capacity)))
+    if ((st = bc_gpt_cache_elems(total, m, cc->batch, cc->capacity)))
         return st;  /* BC_ECONTEXT: capacity past the context */
-    const size_t rows = (cc->capacity + BC_ATT_BK - 1) / BC_ATT_BK * BC_ATT_BK;
-    *block = rows * m->dh;  /* <= total, which did not overflow */
+    *block = *total / cc->batch;  /* one sequence's elements */
     const size_t lengths_n = cc->lengths ? 2 * cc->batch : 0;  /* size_t in floats, at most */
     const size_t kv_n = bc_gpt_cache_floats(*total, *es);
     const float *k = cc->k, *v = cc->v;
@@ -38,6 +39,20 @@ static int cache_checked(bc_gpt_cache *cc, model *m, size_t *block, size_t *tota
         || (lengths_n && (bc_overlap(k, kv_n, (const float *)cc->lengths, lengths_n)
                           || bc_overlap(v, kv_n, (const float *)cc->lengths, lengths_n))))
         return BC_EALIAS;
+    return BC_OK;
+}
+
+/* Whether a sequence of length len, cut to n, still holds every position n's
+ * query reads: a ring layer (R_l rows < len) keeps positions len - R_l.., and
+ * position n sees n - W + 1.. (BC_EEVICTED when the ring overwrote one; n = 0
+ * reads nothing). */
+static int ring_holds(const model *m, size_t capacity, size_t len, size_t n)
+{
+    for (size_t l = 0; l < m->c.layers; l++) {
+        const size_t r = bc_gpt_layer_rows(m, l, capacity), w = bc_gpt_window(m, l);
+        if (w && n && len > r && n + r < len + w - 1)
+            return BC_EEVICTED;
+    }
     return BC_OK;
 }
 
@@ -65,6 +80,8 @@ int bc_gpt_cache_truncate(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t 
         return st;
     if (n > len)
         return BC_ERANGE;
+    if ((st = ring_holds(&m, cc.capacity, len, n)))
+        return st;
     if (cc.lengths)
         cc.lengths[seq] = n;
     else
@@ -103,12 +120,20 @@ int bc_gpt_cache_copy(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t dst,
         return st;
     if (n > len)
         return BC_ERANGE;
+    if ((st = ring_holds(&m, cc.capacity, len, n)))
+        return st;
     if (dst != src) {
-        const size_t per_seq = m.c.layers * m.kv;  /* blocks per sequence: total / batch / block */
+        /* block: one sequence's elements; each layer's K/V heads of R_l rows in turn */
         unsigned char *k = cc.k, *v = cc.v;
-        for (size_t j = 0; j < per_seq; j++) {
-            const size_t so = (src * per_seq + j) * block * es, d = (dst * per_seq + j) * block * es;
-            copy_block(k + d, v + d, k + so, v + so, n, m.dh, es);
+        size_t at = 0;
+        for (size_t l = 0; l < m.c.layers; l++) {
+            const size_t r = bc_gpt_layer_rows(&m, l, cc.capacity);
+            /* a ring whose slots wrapped: every slot, as it lies (slot = position mod r) */
+            const size_t npos = len > r || n > r ? r : n;
+            for (size_t g = 0; g < m.kv; g++, at += r * m.dh) {
+                const size_t so = (src * block + at) * es, d = (dst * block + at) * es;
+                copy_block(k + d, v + d, k + so, v + so, npos, m.dh, es);
+            }
         }
     }
     if (cc.lengths)

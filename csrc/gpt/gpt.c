@@ -57,6 +57,25 @@ static int resolve_formats(model *m, const int *dtypes)
     return BC_OK;
 }
 
+/* The sliding layers: the caller's flags read once into m->slide (bc_gpt.h's window).
+ * A window is a position count, bounded as the context is. */
+static int resolve_window(model *m)
+{
+    bc_gpt_config *c = &m->c;
+    const unsigned char *flags = c->sliding;
+    c->sliding = NULL;  /* never read again: m->slide is the copy */
+    m->all_slide = flags == NULL;
+    if (c->window > (size_t)BC_MAX_ELEMENTS)
+        return BC_EOVERFLOW;
+    if (!flags)
+        return BC_OK;
+    if (c->layers > BC_GPT_FMT_LAYERS)
+        return BC_EOPTION;
+    for (size_t l = 0; l < c->layers; l++)
+        m->slide[l] = flags[l] != 0;
+    return BC_OK;
+}
+
 /* The matrix slot (BC_GPT_FMT_*) of block tensor field f in layer l, or -1 for a vector. */
 static long field_slot(int f, size_t l)
 {
@@ -117,7 +136,9 @@ static int resolve(model *m, const bc_gpt_config *cfg)
     int st;
     if ((st = bc_mul(&m->qw, c->heads, m->dh)) || (st = bc_mul(&m->kw, m->kv, m->dh)))
         return st;
-    return resolve_formats(m, m->c.dtypes);  /* the pointer as copied, read once */
+    if ((st = resolve_formats(m, m->c.dtypes)))  /* the pointer as copied, read once */
+        return st;
+    return resolve_window(m);
 }
 
 static int tensor_bytes(size_t *out, const tdesc *t, int dtype)
@@ -371,33 +392,46 @@ int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *byte
 
 /* ---- cache and workspace ------------------------------------------------ */
 
-/* Positions a cache of `capacity` stores per sequence and K/V head: whole tiles
- * of BC_ATT_BK (its keys are kept transposed tile by tile). capacity <= the
- * context, checked first, so no overflow. */
-static size_t cache_rows(size_t capacity)
+size_t bc_gpt_ring_rows(size_t window, size_t capacity)
 {
-    return (capacity + BC_ATT_BK - 1) / BC_ATT_BK * BC_ATT_BK;
+    return bc_gpt_rows_of(window, capacity);
+}
+
+int bc_gpt_cache_seq_elems(size_t *n, const model *m, size_t capacity)
+{
+    size_t t = 0, r;
+    int st;
+    for (size_t l = 0; l < m->c.layers; l++)
+        if ((st = bc_mul(&r, bc_gpt_layer_rows(m, l, capacity), m->kw)) || (st = bc_add(&t, t, r)))
+            return st;
+    *n = t;
+    return BC_OK;
+}
+
+int bc_gpt_cache_elems(size_t *n, const model *m, size_t batch, size_t capacity)
+{
+    size_t t, r;
+    int st;
+    if (!batch || !capacity)
+        return BC_ESIZE;
+    if (capacity > m->c.context)
+        return BC_ECONTEXT;
+    if ((st = bc_gpt_cache_seq_elems(&t, m, capacity)) || (st = bc_mul(&r, t, batch)))
+        return st;
+    *n = r;
+    return BC_OK;
 }
 
 int bc_gpt_cache_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t capacity)
 {
     model m;
     layout lo;
-    size_t t, r;
     int st;
     if (!n)
         return BC_ENULL;
     if ((st = bc_gpt_checked(&m, &lo, cfg)))
         return st;
-    if (!batch || !capacity)
-        return BC_ESIZE;
-    if (capacity > m.c.context)
-        return BC_ECONTEXT;
-    if ((st = bc_mul(&t, m.c.layers, batch)) || (st = bc_mul(&t, t, cache_rows(capacity)))
-        || (st = bc_mul(&r, t, m.kw)))
-        return st;
-    *n = r;
-    return BC_OK;
+    return bc_gpt_cache_elems(n, &m, batch, capacity);
 }
 
 bc_layer_cfg bc_gpt_layer_cfg(const model *m)
@@ -519,7 +553,7 @@ static int forward_plan(fwd_plan *p, const float *logits, const float *hidden,
             return BC_ESIZE;
         if (!cc.lengths && seq > cc.capacity - cc.length)
             return BC_ECONTEXT;
-        if ((st = bc_gpt_cache_size(&cache_n, c, batch, cc.capacity)))
+        if ((st = bc_gpt_cache_elems(&cache_n, &p->m, batch, cc.capacity)))
             return st;
         cache_n = bc_gpt_cache_floats(cache_n, es);
         p->c = cc;
@@ -666,21 +700,24 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
         for (size_t b = 0; b < batch; b++)
             bc_k_rope_table(cs + b * seq * p.m.dh, p.pos0[b], seq, p.m.dh, c->rope_theta);
     const bc_layer_cfg lc = bc_gpt_layer_cfg(&p.m);
-    /* the cache: sequence b, layer l at (b * L + l) * KV R Dh */
-    const size_t rows = p.has_cache ? cache_rows(p.c.capacity) : 0;
-    const size_t layer_kv = rows * p.m.kw, seq_kv = layer_kv * c->layers;
+    /* the cache: sequence b, layer l at b * seq_kv + the earlier layers' KV R_l Dh */
+    size_t seq_kv = 0, layer_at = 0;
+    if (p.has_cache)
+        bc_gpt_cache_seq_elems(&seq_kv, &p.m, p.c.capacity);  /* checked by forward_plan */
     const int half = p.has_cache && p.c.dtype == BC_DTYPE_F16;
     for (size_t l = 0; l < c->layers; l++) {
         const bc_layer_w w = bc_gpt_layer_w(prm, &p.m, &p.lo, l);
+        const size_t rows = p.has_cache ? bc_gpt_layer_rows(&p.m, l, p.c.capacity) : 0;
         bc_layer_pos pos = {p.pos0, c->positions == BC_POS_ROPE ? cs : NULL, NULL, NULL,
-                            seq_kv, rows, NULL, NULL};
+                            seq_kv, rows, NULL, NULL, bc_gpt_window(&p.m, l)};
         if (half) {  /* element offsets into the caller's halves or floats */
-            pos.k16 = (uint16_t *)p.c.k + l * layer_kv;
-            pos.v16 = (uint16_t *)p.c.v + l * layer_kv;
+            pos.k16 = (uint16_t *)p.c.k + layer_at;
+            pos.v16 = (uint16_t *)p.c.v + layer_at;
         } else if (p.has_cache) {
-            pos.k = (float *)p.c.k + l * layer_kv;
-            pos.v = (float *)p.c.v + l * layer_kv;
+            pos.k = (float *)p.c.k + layer_at;
+            pos.v = (float *)p.c.v + layer_at;
         }
+        layer_at += rows * p.m.kw;
         bc_layer_forward(x, x, &lc, &w, &pos, batch, seq, lwork, NULL, &cx);
         if (hidden)
             memcpy(hidden + l * p.nd, x, p.nd * sizeof(float));

@@ -17,7 +17,41 @@ typedef struct {
     size_t qw, kw;            /* H Dh, KV Dh */
     int mixed;                /* nonzero: the matrices' formats are fmt, not c.dtype */
     unsigned char fmt[BC_GPT_NFMT(BC_GPT_FMT_LAYERS)];  /* the caller's dtypes, checked */
+    /* sliding-window attention: c.window (0: none); every layer slides when
+     * all_slide, else layer l when slide[l] (the caller's flags, read once) */
+    int all_slide;
+    unsigned char slide[BC_GPT_FMT_LAYERS];
 } model;
+
+/* ---- sliding windows and the ring cache (bc_gpt.h) ---------------------- */
+
+/* Layer l's window: c.window when it slides, 0 when it sees every earlier position. */
+static inline size_t bc_gpt_window(const model *m, size_t l)
+{
+    return m->c.window && (m->all_slide || m->slide[l]) ? m->c.window : 0;
+}
+
+/* n rounded up to whole tiles of BC_ATT_BK positions (n <= BC_MAX_ELEMENTS + 127). */
+static inline size_t bc_gpt_tiles(size_t n)
+{
+    return (n + BC_ATT_BK - 1) / BC_ATT_BK * BC_ATT_BK;
+}
+
+/* bc_gpt_ring_rows: a window's ring, or the capacity in tiles when no smaller. */
+static inline size_t bc_gpt_rows_of(size_t window, size_t capacity)
+{
+    const size_t all = bc_gpt_tiles(capacity);
+    if (!window || window >= capacity)  /* then window < capacity <= BC_MAX_ELEMENTS */
+        return all;
+    const size_t ring = bc_gpt_tiles(window + BC_GPT_RING_SLACK);
+    return ring < all ? ring : all;
+}
+
+/* Positions layer l's cache keeps per (sequence, K/V head) at this capacity. */
+static inline size_t bc_gpt_layer_rows(const model *m, size_t l, size_t capacity)
+{
+    return bc_gpt_rows_of(bc_gpt_window(m, l), capacity);
+}
 
 /* The format of matrix slot `slot` (BC_GPT_FMT_*): its own, or the model's dtype. */
 static inline int bc_gpt_fmt(const model *m, size_t slot)
@@ -62,6 +96,14 @@ typedef struct {
     int has_pos, has_norm, has_norm_b;
     size_t params, ntensors;              /* parameter and tensor counts */
 } layout;
+
+/* n: elements of one sequence's part of each of a cache's k and v at this
+ * capacity (<= the context): sum over layers of KV R_l Dh. BC_EOVERFLOW. */
+int bc_gpt_cache_seq_elems(size_t *n, const model *m, size_t capacity);
+
+/* n: bc_gpt_cache_size's elements for the resolved model m (its own copy of the
+ * sliding flags: m->c.sliding is NULL once resolved). */
+int bc_gpt_cache_elems(size_t *n, const model *m, size_t batch, size_t capacity);
 
 /* The config resolved and its layout computed (every size checked). */
 int bc_gpt_checked(model *m, layout *lo, const bc_gpt_config *cfg);

@@ -22,6 +22,7 @@ extern "C" {
 #define BC_EWORKSPACE 9   /* a caller-provided workspace is too small */
 #define BC_EALIAS 10      /* an output overlaps an input it may not overlap */
 #define BC_EVALUE 11      /* a value cannot be represented (a weight too large or not finite to quantise) */
+#define BC_EEVICTED 12    /* a ring cache no longer holds a position the call would read */
 
 /* Largest element count of any one tensor the library accepts (2^40). */
 #define BC_MAX_ELEMENTS 1099511627776

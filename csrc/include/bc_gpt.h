@@ -97,12 +97,41 @@ typedef struct {
     const int *dtypes; /* NULL: every matrix in dtype; else BC_GPT_NFMT(layers) BC_DTYPE_*
                         * (see BC_GPT_FMT_*), one per matrix, each read once per call
                         * into the library's own copy (dtype must still be one) */
+    /* Sliding-window attention (bc_gpt_window below). */
+    size_t window;              /* W: 0, every layer attends to every earlier position; else
+                                 * a sliding layer's query at position p sees p-W+1..p */
+    const unsigned char *sliding; /* NULL: every layer slides (when window is set); else
+                                 * (layers) flags, nonzero: that layer slides, zero: it
+                                 * attends to every earlier position. Each read once per
+                                 * call into the library's own copy (layers <=
+                                 * BC_GPT_FMT_LAYERS when given) */
 } bc_gpt_config;
 
-/* A KV cache, in caller-provided buffers, each (B, L, KV, R, Dh) elements with
- * R = capacity rounded up to a multiple of 64 (bc_gpt_cache_size): for
- * sequence b, layer l, K/V head g the block at ((b * L + l) * KV + g) * R * Dh
- * holds
+/* ---- sliding-window attention and the ring cache -------------------------
+ * A sliding layer's query at position p attends to keys p-W+1..p (W of them,
+ * itself included: transformers' Mistral, Qwen2, Gemma 2/3 and Phi-3 masks).
+ * Its cache keeps only the positions it can still read: a ring of
+ * bc_gpt_ring_rows(W, capacity) positions per (sequence, K/V head), position p
+ * at slot p mod R, so a long context costs W x sliding layers + context x the
+ * other layers. R = min(capacity, W + 127) rounded up to 64: a prefill chunk
+ * longer than the ring's slack (R - W + 1 positions) is attended in pieces of
+ * that many queries, each piece's keys stored just before it is read. Bits:
+ * a query's output depends only on the keys it sees, not on how the calls
+ * were split nor on the ring. */
+#define BC_GPT_RING_SLACK 127
+
+/* The positions one (sequence, K/V head) of a layer stores: capacity rounded up
+ * to 64 for a global layer; for a sliding layer of window W, the smaller of that
+ * and (W + BC_GPT_RING_SLACK) rounded up to 64 (a ring when smaller). */
+size_t bc_gpt_ring_rows(size_t window, size_t capacity);
+
+/* A KV cache, in caller-provided buffers. Without sliding layers each is
+ * (B, L, KV, R, Dh) elements with R = capacity rounded up to a multiple of 64
+ * (bc_gpt_cache_size): for sequence b, layer l, K/V head g the block at
+ * ((b * L + l) * KV + g) * R * Dh holds (with sliding layers, layer l's rows are
+ * R_l = bc_gpt_ring_rows, its blocks KV R_l Dh elements each, the layers one
+ * after the other within a sequence, so sequence b starts at b * sum_l KV R_l Dh;
+ * a ring layer's position p sits at slot p mod R_l) 
  *   k: the keys (after the rotary embedding) transposed in tiles of 64
  *      positions: position p, dimension d at (p / 64) * 64 Dh + d * 64 + p % 64;
  *   v: the values as rows: position p, dimension d at p * Dh + d.
@@ -157,7 +186,8 @@ int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *byte
                        const bc_gpt_config *cfg, size_t index);
 
 /* n: elements (of the cache's dtype) in each of its k and v buffers, batch * L * KV * R * Dh (R:
- * capacity rounded up to a multiple of 64).
+ * capacity rounded up to a multiple of 64; with sliding layers batch * sum_l KV R_l Dh,
+ * R_l = bc_gpt_ring_rows).
  * BC_ECONTEXT when capacity > context, BC_ESIZE when batch or capacity is 0. */
 int bc_gpt_cache_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t capacity);
 
@@ -204,7 +234,9 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
  * lengths NULL the shared length is cut (every sequence).
  * Errors (nothing changed): BC_ENULL, BC_ESIZE (a zero batch or capacity, a
  * stored length past the capacity), BC_ECONTEXT (capacity past the context),
- * BC_ERANGE (seq >= batch, or n past the sequence's length). */
+ * BC_ERANGE (seq >= batch, or n past the sequence's length), BC_EEVICTED (a
+ * ring layer has already overwritten a position n's query would read:
+ * 0 < n, R_l < length and n + R_l < length + W - 1). */
 int bc_gpt_cache_truncate(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t seq, size_t n);
 
 /* Copy the first n positions of sequence src (keys and values of every layer
@@ -212,8 +244,10 @@ int bc_gpt_cache_truncate(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t 
  * if it had computed them itself (the same bits, so the same logits after).
  * src's positions and every other sequence are unchanged; dst == src
  * truncates. Needs per-sequence lengths (lengths not NULL) unless batch is 1.
+ * A ring layer copies its whole ring (the positions n reads, as they lie).
  * Errors (nothing changed): as bc_gpt_cache_truncate (BC_ERANGE: dst or src
- * >= batch, n past src's length), BC_EOPTION (lengths NULL with batch > 1),
+ * >= batch, n past src's length; BC_EEVICTED as there, for src), BC_EOPTION
+ * (lengths NULL with batch > 1),
  * BC_EALIAS (k, v and lengths overlap), BC_EOVERFLOW. */
 int bc_gpt_cache_copy(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t dst, size_t src,
                       size_t n);

@@ -105,6 +105,10 @@ typedef struct {
     size_t ldk, ldv, khs, vhs;
     int k_tiled;
     const uint16_t *k16, *v16;
+    /* sliding windows and rings: key j sits at row j mod ring of the layout above
+     * (ring 0: row j; a ring is a multiple of BC_ATT_BK, so a tile never wraps);
+     * window W (0: none): query position p sees keys p-W+1..p only */
+    size_t ring, window;
 } bc_kv;
 
 /* One multi-head attention call (see bc_k_attention). */
@@ -120,6 +124,7 @@ typedef struct {
     size_t kv_group;   /* query heads per K/V head: head h reads K/V head h / kv_group */
     int causal;
     float *lse;        /* NULL, or (H, Tq): each query's log-sum-exp of its scaled scores */
+    size_t ring, window;  /* as bc_kv's */
 } bc_attn;
 
 /* One attention backward call (see bc_k_attention_backward): the forward's

@@ -52,13 +52,14 @@ static void kv_widen(float *kf, float *vf, const uint16_t *k16, const uint16_t *
 
 /* dst[i] (rb rows of nv*VL lanes) = (accumulate ? alpha * dst[i] : 0)
  *                                   + sum_t a[i*sa + t*st] * bv[t] (bv rows of nv*VL lanes).
- * masked: for term t, lanes [0, lim[t]) are left as they are (causal keys
- * those queries must not see: not even a NaN or inf in them may leak).
+ * masked: for term t, lanes [0, lim[t]) and [hi[t], nv*VL) are left as they are
+ * (causal keys those queries must not see, and keys before a sliding window:
+ * not even a NaN or inf in them may leak).
  * Each lane's chain is the same for nv = 1 and nv = 2. */
 BC_INLINE void mk(const int rb, const int masked, const int nv, size_t nt,
                       const float *restrict a, size_t sa, size_t st, const float *restrict bv,
                       float *restrict dst, const float *restrict alpha, int accumulate,
-                      const size_t *lim)
+                      const size_t *lim, const size_t *hi)
 {
     const size_t bq = (size_t)nv * VL;
     V c0[MR], c1[MR];
@@ -81,12 +82,13 @@ BC_INLINE void mk(const int rb, const int masked, const int nv, size_t nt,
         const float *at = a + t * st;
         if (masked) {
             const size_t l0 = min_sz(lim[t], VL), l1 = lim[t] > VL ? min_sz(lim[t] - VL, VL) : 0;
+            const size_t h0 = min_sz(hi[t], VL), h1 = hi[t] > VL ? min_sz(hi[t] - VL, VL) : 0;
             BC_UNROLL
             for (int i = 0; i < rb; i++) {
                 const V av = vset1(at[i * sa]);
-                c0[i] = vkeep_lo(vfma(av, b0, c0[i]), c0[i], l0);
+                c0[i] = vkeep_lo(c0[i], vkeep_lo(vfma(av, b0, c0[i]), c0[i], l0), h0);
                 if (nv == 2)
-                    c1[i] = vkeep_lo(vfma(av, b1, c1[i]), c1[i], l1);
+                    c1[i] = vkeep_lo(c1[i], vkeep_lo(vfma(av, b1, c1[i]), c1[i], l1), h1);
             }
         } else {
             BC_UNROLL
@@ -110,58 +112,58 @@ BC_INLINE void mk(const int rb, const int masked, const int nv, size_t nt,
  * into mk_any, so masked and nv are constants in each of its four copies */
 BC_INLINE void mk_rb(const int masked, const int nv, int rb, size_t nt, const float *a,
                      size_t sa, size_t st, const float *bv, float *dst, const float *alpha,
-                     int accumulate, const size_t *lim)
+                     int accumulate, const size_t *lim, const size_t *hi)
 {
     switch (rb) {
-    case 1: mk(1, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
-    case 2: mk(2, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
-    case 3: mk(3, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
-    case 4: mk(4, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 1: mk(1, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim, hi); break;
+    case 2: mk(2, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim, hi); break;
+    case 3: mk(3, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim, hi); break;
+    case 4: mk(4, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim, hi); break;
 #if MR >= 6
-    case 5: mk(5, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
-    case 6: mk(6, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 5: mk(5, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim, hi); break;
+    case 6: mk(6, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim, hi); break;
 #endif
 #if MR >= 14
-    case 7: mk(7, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
-    case 8: mk(8, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
-    case 9: mk(9, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
-    case 10: mk(10, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
-    case 11: mk(11, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
-    case 12: mk(12, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
-    case 13: mk(13, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
-    case 14: mk(14, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim); break;
+    case 7: mk(7, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim, hi); break;
+    case 8: mk(8, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim, hi); break;
+    case 9: mk(9, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim, hi); break;
+    case 10: mk(10, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim, hi); break;
+    case 11: mk(11, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim, hi); break;
+    case 12: mk(12, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim, hi); break;
+    case 13: mk(13, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim, hi); break;
+    case 14: mk(14, masked, nv, nt, a, sa, st, bv, dst, alpha, accumulate, lim, hi); break;
 #endif
     default: break;
     }
 }
 
-/* mk() for rb rows, masked when lim is given, on nv (1 or 2) vectors of lanes */
+/* mk() for rb rows, masked when lim (and hi) are given, on nv (1 or 2) vectors of lanes */
 static void mk_any(int rb, int nv, size_t nt, const float *a, size_t sa, size_t st,
                    const float *bv, float *dst, const float *alpha, int accumulate,
-                   const size_t *lim)
+                   const size_t *lim, const size_t *hi)
 {
     if (nv == 1) {
         if (lim)
-            mk_rb(1, 1, rb, nt, a, sa, st, bv, dst, alpha, accumulate, lim);
+            mk_rb(1, 1, rb, nt, a, sa, st, bv, dst, alpha, accumulate, lim, hi);
         else
-            mk_rb(0, 1, rb, nt, a, sa, st, bv, dst, alpha, accumulate, lim);
+            mk_rb(0, 1, rb, nt, a, sa, st, bv, dst, alpha, accumulate, lim, hi);
     } else {
         if (lim)
-            mk_rb(1, 2, rb, nt, a, sa, st, bv, dst, alpha, accumulate, lim);
+            mk_rb(1, 2, rb, nt, a, sa, st, bv, dst, alpha, accumulate, lim, hi);
         else
-            mk_rb(0, 2, rb, nt, a, sa, st, bv, dst, alpha, accumulate, lim);
+            mk_rb(0, 2, rb, nt, a, sa, st, bv, dst, alpha, accumulate, lim, hi);
     }
 }
 
 /* dst rows (n, nv*VL), in blocks of MR rows */
 static void mk_rows(size_t n, int nv, size_t nt, const float *a, size_t sa, size_t st,
                         const float *bv, float *dst, const float *alpha, int accumulate,
-                        const size_t *lim)
+                        const size_t *lim, const size_t *hi)
 {
     for (size_t i = 0; i < n; i += MR) {
         const int rb = (int)min_sz(MR, n - i);
         mk_any(rb, nv, nt, a + i * sa, sa, st, bv, dst + i * (size_t)nv * VL, alpha,
-                   accumulate, lim);
+                   accumulate, lim, hi);
     }
 }
 
@@ -187,6 +189,11 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
         const size_t last = A->q_pos0 + i0 + nq;  /* keys < last */
         kend = min_sz(kend, last);
     }
+    /* a sliding window: from the tile holding the first query's first key (earlier
+     * tiles are masked for every lane; a lane's leading masked tiles change no bit) */
+    const size_t base = A->q_pos0 + i0;
+    const size_t kbeg = A->window && base >= A->window
+                            ? (base + 1 - A->window) / BC_ATT_BK * BC_ATT_BK : 0;
     if (kend == 0) {
         for (size_t i = 0; i < nq; i++) {
             memset(A->out + (i0 + i) * A->ldo + off, 0, dh * sizeof(float));
@@ -205,35 +212,43 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
         sum[i] = 0.0f;
     }
     float alpha[BQ];
-    size_t lim[BC_ATT_BK];
-    for (size_t j0 = 0; j0 < kend; j0 += BC_ATT_BK) {
+    size_t lim[BC_ATT_BK], hi[BC_ATT_BK];
+    for (size_t j0 = kbeg; j0 < kend; j0 += BC_ATT_BK) {
         const size_t nk = min_sz(BC_ATT_BK, kend - j0);
+        const size_t jr = A->ring ? j0 % A->ring : j0;  /* the tile's rows (a ring's slots) */
         /* the tile's values (nk rows of ldv), and its keys where they lie; a half
          * cache's tile widened into kf, vf first */
-        const float *kt = half ? kf : kh + j0 * dh, *vt = half ? vf : vh + j0 * A->ldv;
+        const float *kt = half ? kf : kh + jr * dh, *vt = half ? vf : vh + jr * A->ldv;
         const size_t ldv = half ? dh : A->ldv;
         if (half)
-            kv_widen(kf, vf, A->k16 + kvh * A->khs + j0 * dh, A->v16 + kvh * A->vhs + j0 * A->ldv,
+            kv_widen(kf, vf, A->k16 + kvh * A->khs + jr * dh, A->v16 + kvh * A->vhs + jr * A->ldv,
                      A->ldv, nk, dh);
         /* St (nk, bq) = K[j0:j0+nk] . Qt */
         if (half || A->k_tiled)  /* the tile's keys transposed: key +1, dimension +BK */
-            mk_rows(nk, nv, dh, kt, 1, BC_ATT_BK, qt, st, NULL, 0, NULL);
+            mk_rows(nk, nv, dh, kt, 1, BC_ATT_BK, qt, st, NULL, 0, NULL, NULL);
         else
-            mk_rows(nk, nv, dh, kh + j0 * A->ldk, A->ldk, 1, qt, st, NULL, 0, NULL);
-        /* causal: lanes i with q_pos0 + i0 + i < j do not see key j */
+            mk_rows(nk, nv, dh, kh + jr * A->ldk, A->ldk, 1, qt, st, NULL, 0, NULL, NULL);
+        /* causal: lanes i with q_pos0 + i0 + i < j do not see key j; a window: nor
+         * lanes with q_pos0 + i0 + i >= j + W (lanes from hi[j] on) */
         int any_masked = 0;
         for (size_t j = 0; j < nk; j++) {
-            const size_t key = j0 + j, pos0 = A->q_pos0 + i0;
-            lim[j] = A->causal && key > pos0 ? key - pos0 : 0;
-            if (lim[j]) {
+            const size_t key = j0 + j;
+            lim[j] = A->causal && key > base ? key - base : 0;
+            hi[j] = !A->window ? bq : key + A->window > base ? min_sz(bq, key + A->window - base) : 0;
+            if (lim[j] || hi[j] < bq) {
                 any_masked = 1;
                 float *row = st + j * bq;
-                vstore(row, vfill_lo(vload(row), min_sz(lim[j], VL), -INFINITY));
-                if (nv == 2 && lim[j] > VL)
-                    vstore(row + VL, vfill_lo(vload(row + VL), min_sz(lim[j] - VL, VL), -INFINITY));
+                const size_t h0 = min_sz(hi[j], VL), h1 = hi[j] > VL ? min_sz(hi[j] - VL, VL) : 0;
+                const V ninf = vset1(-INFINITY);
+                vstore(row, vkeep_lo(ninf, vfill_lo(vload(row), min_sz(lim[j], VL), -INFINITY), h0));
+                if (nv == 2)
+                    vstore(row + VL, vkeep_lo(ninf, vfill_lo(vload(row + VL), lim[j] > VL ? min_sz(lim[j] - VL, VL) : 0,
+                                                            -INFINITY), h1));
             }
         }
-        /* online softmax, lane-wise: new max t, rescale s = exp(m - t) */
+        /* online softmax, lane-wise: new max t, rescale s = exp(m - t); a lane that
+         * has seen no key yet (t = -inf: a window's leading tile) subtracts -FLT_MAX
+         * instead, so its s and p are 0, not exp(NaN); every other lane's t is as is */
         const V m0 = vload(mx), m1 = nv == 2 ? vload(mx + VL) : vzero();
         V t0 = m0, t1 = m1;
         for (size_t j = 0; j < nk; j++) {
@@ -241,19 +256,26 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
             if (nv == 2)
                 t1 = vmax(t1, vload(st + j * bq + VL));
         }
-        const V s0 = vexp(vsub(m0, t0)), s1 = nv == 2 ? vexp(vsub(m1, t1)) : vzero();
+        const V lowest = vset1(-FLT_MAX);
+        const V z0 = vmax(lowest, t0), z1 = vmax(lowest, t1);  /* NaN stays NaN */
+        const V s0 = vexp(vsub(m0, z0)), s1 = nv == 2 ? vexp(vsub(m1, z1)) : vzero();
         V l0 = vmul(vload(sum), s0), l1 = nv == 2 ? vmul(vload(sum + VL), s1) : vzero();
         for (size_t j = 0; j < nk; j++) {
             float *row = st + j * bq;
-            V p0 = vexp(vsub(vload(row), t0));
+            const size_t h0 = min_sz(hi[j], VL), h1 = hi[j] > VL ? min_sz(hi[j] - VL, VL) : 0;
+            V p0 = vexp(vsub(vload(row), z0));
             if (lim[j])  /* exactly 0, not exp(-inf) rounded */
                 p0 = vfill_lo(p0, min_sz(lim[j], VL), 0.0f);
+            if (h0 < VL)
+                p0 = vkeep_lo(vzero(), p0, h0);
             vstore(row, p0);
             l0 = vadd(l0, p0);
             if (nv == 2) {
-                V p1 = vexp(vsub(vload(row + VL), t1));
+                V p1 = vexp(vsub(vload(row + VL), z1));
                 if (lim[j] > VL)
                     p1 = vfill_lo(p1, min_sz(lim[j] - VL, VL), 0.0f);
+                if (h1 < VL)
+                    p1 = vkeep_lo(vzero(), p1, h1);
                 vstore(row + VL, p1);
                 l1 = vadd(l1, p1);
             }
@@ -267,7 +289,7 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
             vstore(alpha + VL, s1);
         }
         /* Ot (Dh, bq) = alpha * Ot + V[j0:j0+nk]^T . P */
-        mk_rows(dh, nv, nk, vt, 1, ldv, st, ot, alpha, j0 > 0, any_masked ? lim : NULL);
+        mk_rows(dh, nv, nk, vt, 1, ldv, st, ot, alpha, j0 > kbeg, any_masked ? lim : NULL, hi);
     }
     for (size_t i = 0; i < nq; i++) {
         float *oi = A->out + (i0 + i) * A->ldo + off;
@@ -352,18 +374,18 @@ BC_INLINE V tile_v(const int half, const kv_tile *t, size_t i)
     return half ? vload_half(t->v16 + i) : vload(t->v + i);
 }
 
-/* o[c VL..] = fma(v[j][d0 + c VL..], p[j], o) for keys j = 0..nk-1 in turn,
+/* o[c VL..] = fma(v[j][d0 + c VL..], p[j], o) for keys j = jf..nk-1 in turn,
  * from o * alpha (rescale) or 0: nc <= DCHUNK whole head-dim vectors side by
- * side, in registers. */
+ * side, in registers. Keys before jf (before a sliding window) are not read. */
 // o (nc VL), the tile's values (nk, ldv) from column d0, p (nk)
 BC_INLINE void pv_chains(const int nc, const int half, float *o, int rescale, float alpha,
-                         const kv_tile *t, size_t d0, const float *p, size_t nk)
+                         const kv_tile *t, size_t d0, const float *p, size_t jf, size_t nk)
 {
     V acc[DCHUNK];
     BC_UNROLL
     for (int c = 0; c < nc; c++)
         acc[c] = rescale ? vmul(vload(o + (size_t)c * VL), vset1(alpha)) : vzero();
-    for (size_t j = 0; j < nk; j++) {
+    for (size_t j = jf; j < nk; j++) {
         const V pj = vset1(p[j]);
         BC_UNROLL
         for (int c = 0; c < nc; c++)
@@ -389,8 +411,8 @@ BC_INLINE void pv_chains(const int nc, const int half, float *o, int rescale, fl
 // q (hn, Dh) scaled; tl: the tile's keys (Dh, BK) transposed and values (nk, ldv), floats
 // or (half) halves with Dh whole vectors; s (hn, BK); o (hn, Dh); m, l (hn)
 BC_INLINE void heads_tile(const int hn, const int half, const float *q, const kv_tile *tl,
-                          size_t dh, size_t nk, int rescale, float *s, float *o, float *m,
-                          float *l)
+                          size_t dh, size_t jf, size_t nk, int rescale, float *s, float *o,
+                          float *m, float *l)
 {
     /* scores: hn x KLANES chains, each fma over d in order from 0 */
     V acc[HMAX][KLANES];
@@ -417,6 +439,11 @@ BC_INLINE void heads_tile(const int hn, const int half, const float *q, const kv
         BC_UNROLL
         for (int a = 0; a < KLANES; a++)
             vstore(s + (size_t)g * BC_ATT_BK + (size_t)a * VL, acc[g][a]);
+    /* keys before a sliding window (the tile's first jf): score -inf, as attn_unit's mask */
+    for (size_t j = 0; j < jf; j++)
+        BC_UNROLL
+        for (int g = 0; g < hn; g++)
+            s[(size_t)g * BC_ATT_BK + j] = -INFINITY;
     /* the running max and sum of each head, in key order */
     float t[HMAX], lg[HMAX], alpha[HMAX];
     BC_UNROLL
@@ -437,6 +464,8 @@ BC_INLINE void heads_tile(const int hn, const int half, const float *q, const kv
         BC_UNROLL
         for (int a = 0; a < KLANES; a++)
             vstore(sg + (size_t)a * VL, vexp(vsub(vload(sg + (size_t)a * VL), vset1(t[g]))));
+        for (size_t j = 0; j < jf; j++)  /* exactly 0, as attn_unit's */
+            sg[j] = 0.0f;
         lg[g] = l[g] * alpha[g];
     }
     for (size_t j = 0; j < nk; j++)
@@ -459,7 +488,7 @@ BC_INLINE void heads_tile(const int hn, const int half, const float *q, const kv
             for (int c = 0; c < 4; c++)
                 ov[g][c] = rescale ? vmul(vload(o + (size_t)g * dh + (size_t)c * VL), vset1(alpha[g]))
                                    : vzero();
-        for (size_t j = 0; j < nk; j++) {
+        for (size_t j = jf; j < nk; j++) {
             V vj[4];
             BC_UNROLL
             for (int c = 0; c < 4; c++)
@@ -488,14 +517,14 @@ BC_INLINE void heads_tile(const int hn, const int half, const float *q, const kv
             if (last == VL) {  /* whole vectors: the accumulators stay in registers */
                 float *od = og + d0;
                 switch (nc) {
-                case 8: pv_chains(8, half, od, rescale, alpha[g], tl, d0, sg, nk); break;
-                case 7: pv_chains(7, half, od, rescale, alpha[g], tl, d0, sg, nk); break;
-                case 6: pv_chains(6, half, od, rescale, alpha[g], tl, d0, sg, nk); break;
-                case 5: pv_chains(5, half, od, rescale, alpha[g], tl, d0, sg, nk); break;
-                case 4: pv_chains(4, half, od, rescale, alpha[g], tl, d0, sg, nk); break;
-                case 3: pv_chains(3, half, od, rescale, alpha[g], tl, d0, sg, nk); break;
-                case 2: pv_chains(2, half, od, rescale, alpha[g], tl, d0, sg, nk); break;
-                default: pv_chains(1, half, od, rescale, alpha[g], tl, d0, sg, nk); break;
+                case 8: pv_chains(8, half, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
+                case 7: pv_chains(7, half, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
+                case 6: pv_chains(6, half, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
+                case 5: pv_chains(5, half, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
+                case 4: pv_chains(4, half, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
+                case 3: pv_chains(3, half, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
+                case 2: pv_chains(2, half, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
+                default: pv_chains(1, half, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
                 }
                 continue;
             }
@@ -507,7 +536,7 @@ BC_INLINE void heads_tile(const int hn, const int half, const float *q, const kv
                 const size_t nd = c + 1 < nc ? VL : last;
                 ov[c] = rescale ? vmul(vloadn(og + d0 + c * VL, nd), vset1(alpha[g])) : vzero();
             }
-            for (size_t j = 0; j < nk; j++) {
+            for (size_t j = jf; j < nk; j++) {
                 const V pj = vset1(sg[j]);
                 for (size_t c = 0; c < nc; c++)
                     ov[c] = vfma(vloadn(vk + j * ldv + c * VL, c + 1 < nc ? VL : last), pj, ov[c]);
@@ -520,14 +549,14 @@ BC_INLINE void heads_tile(const int hn, const int half, const float *q, const kv
 
 /* heads_tile with hn (1..HMAX) a compile-time constant; half a constant in each copy */
 BC_INLINE void heads_tile_n(size_t hn, const int half, const float *q, const kv_tile *t,
-                            size_t dh, size_t nk, int rescale, float *s, float *o, float *m,
-                            float *l)
+                            size_t dh, size_t jf, size_t nk, int rescale, float *s, float *o,
+                            float *m, float *l)
 {
     switch (hn) {
-    case 4: heads_tile(4, half, q, t, dh, nk, rescale, s, o, m, l); break;
-    case 3: heads_tile(3, half, q, t, dh, nk, rescale, s, o, m, l); break;
-    case 2: heads_tile(2, half, q, t, dh, nk, rescale, s, o, m, l); break;
-    default: heads_tile(1, half, q, t, dh, nk, rescale, s, o, m, l); break;
+    case 4: heads_tile(4, half, q, t, dh, jf, nk, rescale, s, o, m, l); break;
+    case 3: heads_tile(3, half, q, t, dh, jf, nk, rescale, s, o, m, l); break;
+    case 2: heads_tile(2, half, q, t, dh, jf, nk, rescale, s, o, m, l); break;
+    default: heads_tile(1, half, q, t, dh, jf, nk, rescale, s, o, m, l); break;
     }
 }
 
@@ -548,6 +577,10 @@ static void attn_decode(const bc_attn *A, size_t i, size_t h0, size_t nh, float 
     size_t kend = A->tk;
     if (A->causal)
         kend = min_sz(kend, A->q_pos0 + i + 1);
+    /* a sliding window: keys from kfirst, tiles from the one holding it */
+    const size_t qp = A->q_pos0 + i;
+    const size_t kfirst = A->window && qp >= A->window ? qp + 1 - A->window : 0;
+    const size_t kbeg = kfirst / BC_ATT_BK * BC_ATT_BK;
     float *kbuf = scratch, *qs = kbuf + dh * BC_ATT_BK, *o = qs + nh * dh, *sc = o + nh * dh;
     float *vbuf = kbuf + dh * BC_ATT_BK + (2 * dh + BC_ATT_BK) * BQ;
     if (kend == 0) {
@@ -563,36 +596,38 @@ static void attn_decode(const bc_attn *A, size_t i, size_t h0, size_t nh, float 
         m[g] = -INFINITY;
         l[g] = 0.0f;
     }
-    for (size_t j0 = 0; j0 < kend; j0 += BC_ATT_BK) {
+    for (size_t j0 = kbeg; j0 < kend; j0 += BC_ATT_BK) {
         const size_t nk = min_sz(BC_ATT_BK, kend - j0);
+        const size_t jr = A->ring ? j0 % A->ring : j0;  /* the tile's rows (a ring's slots) */
+        const size_t jf = j0 < kfirst ? kfirst - j0 : 0;
         /* the tile's keys (Dh, BK) transposed: where they lie in a tiled cache
          * (keys past the length: computed, never used), floats or halves read
          * in place; else transposed here, VL x VL blocks in registers (keys
          * past nk zero). A half cache whose Dh is not whole vectors: the tile
          * widened to floats first. */
-        kv_tile tl = {kbuf, vh ? vh + j0 * A->ldv : NULL, NULL, NULL, A->ldv};
+        kv_tile tl = {kbuf, vh ? vh + jr * A->ldv : NULL, NULL, NULL, A->ldv};
         if (direct) {
-            tl.k16 = A->k16 + kvh * A->khs + j0 * dh;
-            tl.v16 = A->v16 + kvh * A->vhs + j0 * A->ldv;
+            tl.k16 = A->k16 + kvh * A->khs + jr * dh;
+            tl.v16 = A->v16 + kvh * A->vhs + jr * A->ldv;
         } else if (half) {
-            kv_widen(kbuf, vbuf, A->k16 + kvh * A->khs + j0 * dh,
-                     A->v16 + kvh * A->vhs + j0 * A->ldv, A->ldv, nk, dh);
+            kv_widen(kbuf, vbuf, A->k16 + kvh * A->khs + jr * dh,
+                     A->v16 + kvh * A->vhs + jr * A->ldv, A->ldv, nk, dh);
             tl.v = vbuf;
             tl.ldv = dh;
         } else if (A->k_tiled) {
-            tl.k = kh + j0 * dh;
+            tl.k = kh + jr * dh;
         } else {
-            kv_transpose(kbuf, kh + j0 * A->ldk, A->ldk, nk, dh);
+            kv_transpose(kbuf, kh + jr * A->ldk, A->ldk, nk, dh);
         }
-        const int rescale = j0 > 0;
+        const int rescale = j0 > kbeg;
         for (size_t g = 0; g < nh; g += HP) {  /* HP heads side by side: their chains in flight */
             const float *qg = qs + g * dh;
             float *sg = sc + g * BC_ATT_BK, *og = o + g * dh;
             const size_t hn = min_sz(HP, nh - g);
             if (direct)
-                heads_tile_n(hn, 1, qg, &tl, dh, nk, rescale, sg, og, m + g, l + g);
+                heads_tile_n(hn, 1, qg, &tl, dh, jf, nk, rescale, sg, og, m + g, l + g);
             else
-                heads_tile_n(hn, 0, qg, &tl, dh, nk, rescale, sg, og, m + g, l + g);
+                heads_tile_n(hn, 0, qg, &tl, dh, jf, nk, rescale, sg, og, m + g, l + g);
         }
     }
     for (size_t g = 0; g < nh; g++) {

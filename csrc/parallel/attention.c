@@ -66,14 +66,16 @@ void bc_k_attention_lse(float *out, size_t ldo, float *lse, const float *q, size
         return;
     const bc_attn A = {out, q, ldo, ldq, kv->k, kv->v, kv->ldk, kv->ldv, kv->khs, kv->vhs,
                        kv->k_tiled, kv->k16, kv->v16, tq, tk, n_heads, d_head, q_pos0,
-                       n_heads / kv_heads, causal, lse};
+                       n_heads / kv_heads, causal, lse, kv->ring, kv->window};
     const bc_kernel_table *kt = cx->kt;
     const size_t bq = kt->attn_bq;
     const size_t nqt = (tq + bq - 1) / bq, units = nqt * n_heads;
-    double flops = 4.0 * (double)tq * (double)tk * (double)n_heads * (double)d_head;
+    /* a sliding window reads at most W + Tq keys (the thread count only: no bits) */
+    const size_t seen = kv->window && kv->window + tq < tk ? kv->window + tq : tk;
+    double flops = 4.0 * (double)tq * (double)seen * (double)n_heads * (double)d_head;
     if (causal && tq > 1)
         flops *= 0.5;
-    const int nt = bc_rt_threads(cx, flops, 8.0 * (double)tk * (double)kv_heads * (double)d_head);
+    const int nt = bc_rt_threads(cx, flops, 8.0 * (double)seen * (double)kv_heads * (double)d_head);
     if (tq <= BC_DECODE_MAX && !lse) {
         /* decoding: a query row at a time, each K/V head's query heads together
          * (its keys and values read once, the heads' chains side by side), in

@@ -102,6 +102,7 @@ int main(void)
     test_gpt();
     test_runtime();
     test_train();
+    test_window();
     h_free_all();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

@@ -56,5 +56,6 @@ void test_book(void);
 void test_gpt(void);
 void test_runtime(void);
 void test_train(void);
+void test_window(void);
 
 #endif

@@ -46,6 +46,8 @@ def _gpt2_check(cfg: Any) -> None:
           head_dim_=cfg.width // cfg.heads)
     if cfg.width % cfg.heads:
         raise BlockcValueError("GPTConfig: a GPT-2 checkpoint needs heads dividing width")
+    if cfg.sliding_window is not None:
+        raise BlockcValueError("GPTConfig.sliding_window: GPT-2 has no sliding window")
     if cfg.activation not in ("gelu_tanh", "gelu", "relu"):
         raise BlockcValueError(f"GPTConfig.activation={cfg.activation!r}: GPT-2 has no such "
                                "activation_function")

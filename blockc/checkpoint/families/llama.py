@@ -47,24 +47,37 @@ def _layer_types(d: Mapping[str, Any]) -> List[str]:
     return types
 
 
-# How each family reads its sliding window (None: full attention). A window as wide as the
-# context is full attention: exact. A narrower one differs beyond it; the model is then
-# capped at the window, where it is exact.
+# How each family reads its sliding window: (W, the sliding layers' flags or None for
+# every layer), or (None, None) for full attention. transformers' mask: position q sees
+# keys q-W+1..q (masking_utils.sliding_window_overlay), blockc's GPTConfig.sliding_window.
 
-def _no_window(d: Mapping[str, Any]) -> Any:
+def _no_window(d: Mapping[str, Any]) -> Tuple[Any, Any]:
     _layer_types(d)
-    return None
+    return None, None
 
 
-def _window_always(d: Mapping[str, Any]) -> Any:  # Mistral: sliding_window, when set
-    return d.get("sliding_window")
+def _window_always(d: Mapping[str, Any]) -> Tuple[Any, Any]:  # Mistral: every layer, when set
+    return d.get("sliding_window"), None
 
 
-def _window_when_used(d: Mapping[str, Any]) -> Any:  # Qwen2: only when use_sliding_window says
+def _window_when_used(d: Mapping[str, Any]) -> Tuple[Any, Any]:
+    """Qwen2: with use_sliding_window, the layers layer_types names sliding_attention
+    (without layer_types, the layers from max_window_layers on), as transformers' config."""
     types = _layer_types(d)
-    if bool_field(d, "use_sliding_window", False) or "sliding_attention" in types:
-        return d.get("sliding_window")
-    return None
+    if not bool_field(d, "use_sliding_window", False) or d.get("sliding_window") is None:
+        return None, None
+    layers = int_field(d, "num_hidden_layers", default=32)
+    if types:
+        if len(types) != layers:
+            raise BlockcValueError(f"config.json: layer_types has {len(types)} entries for "
+                                   f"{layers} layers")
+        flags = tuple(t == "sliding_attention" for t in types)
+    else:
+        first = int_field(d, "max_window_layers", default=28)
+        flags = tuple(i >= first for i in range(layers))
+    if not any(flags):
+        return None, None
+    return d["sliding_window"], None if all(flags) else flags
 
 
 # How each family reads its biases: (q/k/v, output, MLP)
@@ -101,12 +114,13 @@ def _llama_from_hf(d: Mapping[str, Any], *, model: str,
     if type(kv) is not int:
         raise BlockcValueError(f"config.json: num_key_value_heads must be an integer, got {kv!r}")
     context = int_field(d, "max_position_embeddings", default=2048)
-    window = window_of(d)
+    window, sliding = window_of(d)
     if window is not None:
         if type(window) is not int or window < 1:
             raise BlockcValueError(f"config.json: sliding_window must be a positive integer, "
                                    f"got {window!r}")
-        context = min(context, window)
+        if window >= context:  # a window as wide as the context changes nothing
+            window, sliding = None, None
     qkv_b, out_b, mlp_b = biases_of(d)
     head_dim = get_field(d, "head_dim")
     if head_dim is not None and type(head_dim) is not int:
@@ -122,7 +136,8 @@ def _llama_from_hf(d: Mapping[str, Any], *, model: str,
                 placement="pre", activation="swiglu",
                 d_ff=int_field(d, "intermediate_size", default=11008), positions="rope",
                 rope_theta=_rope_theta(model, d), kv_heads=kv, head_dim=head_dim,
-                residual=True, qkv_bias=qkv_b, out_bias=out_b, mlp_bias=mlp_b)
+                residual=True, qkv_bias=qkv_b, out_bias=out_b, mlp_bias=mlp_b,
+                sliding_window=window, sliding_layers=sliding)
 
 
 def _llama_shape(cfg: Any, what: str) -> None:
@@ -135,6 +150,31 @@ def _llama_check(cfg: Any) -> None:
     if cfg.qkv_bias != cfg.out_bias:
         raise BlockcValueError(f"GPTConfig: biases qkv={cfg.qkv_bias}, out={cfg.out_bias}: "
                                "Llama has them on all attention projections or none")
+    if cfg.sliding_window is not None:  # written as Mistral's (Llama with a window)
+        if cfg.sliding_layers is not None:
+            raise BlockcValueError("GPTConfig.sliding_layers: Mistral's window is on every layer")
+        if cfg.qkv_bias or cfg.mlp_bias:
+            raise BlockcValueError("GPTConfig: a sliding window with biases: Mistral has none")
+
+
+def _llama_or_mistral_to_hf(cfg: Any) -> Dict[str, Any]:
+    """Llama's config.json, or Mistral's for a config with a sliding window."""
+    if cfg.sliding_window is None:
+        return _llama_to_hf(cfg, model_type="llama", architecture="LlamaForCausalLM",
+                            extra=lambda c: {"attention_bias": c.qkv_bias, "mlp_bias": c.mlp_bias})
+    return _llama_to_hf(cfg, model_type="mistral", architecture="MistralForCausalLM",
+                        extra=lambda c: {"sliding_window": c.sliding_window})
+
+
+def _qwen2_window_hf(cfg: Any) -> Dict[str, Any]:
+    """Qwen2's window fields: use_sliding_window, sliding_window, layer_types."""
+    if cfg.sliding_window is None:
+        return {"use_sliding_window": False, "sliding_window": None}
+    flags = cfg.sliding_layers or (True,) * cfg.layers
+    first = next(i for i, f in enumerate(flags + (True,)) if f)
+    return {"use_sliding_window": True, "sliding_window": cfg.sliding_window,
+            "max_window_layers": first,
+            "layer_types": ["sliding_attention" if f else "full_attention" for f in flags]}
 
 
 def _qwen2_check(cfg: Any) -> None:
@@ -199,6 +239,11 @@ def _llama_to_gguf(cfg: Any) -> Dict[str, Tuple[str, Any]]:
         md["attention.key_length"] = ("UINT32", cfg.head_dim_)
         md["attention.value_length"] = ("UINT32", cfg.head_dim_)
     md["vocab_size"] = ("UINT32", cfg.vocab)
+    if cfg.sliding_window is not None:  # llama.cpp's key: one window for every layer
+        if cfg.sliding_layers is not None and not all(cfg.sliding_layers):
+            raise BlockcValueError("GGUF: llama.cpp's attention.sliding_window is on every "
+                                   "layer; this config slides on some layers only")
+        md["attention.sliding_window"] = ("UINT32", cfg.sliding_window)
     return md
 
 
@@ -249,8 +294,7 @@ LLAMA = Family(
     from_hf=partial(_llama_from_hf, model="Llama", window_of=_no_window,
                     biases_of=_biases_by_flags),
     check=_llama_check,
-    to_hf=partial(_llama_to_hf, model_type="llama", architecture="LlamaForCausalLM",
-                  extra=lambda cfg: {"attention_bias": cfg.qkv_bias, "mlp_bias": cfg.mlp_bias}),
+    to_hf=_llama_or_mistral_to_hf,
     tensors=partial(_llama_tensors, permuted=True), architectures=("llama",),
     from_gguf=partial(_llama_from_gguf, biases=None,
                       why="a llama file has biases on all of q/k/v/output or on none"),
@@ -262,15 +306,16 @@ QWEN2 = Family(
                     biases_of=_biases_qkv_only),
     check=_qwen2_check,
     to_hf=partial(_llama_to_hf, model_type="qwen2", architecture="Qwen2ForCausalLM",
-                  extra=lambda cfg: {"use_sliding_window": False, "sliding_window": None}),
+                  extra=_qwen2_window_hf),
     # llama.cpp rotates Qwen2 NEOX-style: its q and k rows stay in transformers' order
     tensors=partial(_llama_tensors, permuted=False), architectures=("qwen2",),
     from_gguf=partial(_llama_from_gguf, biases=(True, False),
                       why="a qwen2 file has attn_q/k/v biases and no attn_output bias"),
     to_gguf=_llama_to_gguf, **_LLAMA_NAMES)
 
-# Mistral is Llama with a sliding window; a config of it saves as Llama's (check None), and
-# llama.cpp's files of it are llama files
+# Mistral is Llama with a sliding window; a config of it saves through Llama's record (check
+# None; Llama's writes Mistral's config.json for a window), and llama.cpp's files of it are
+# llama files (with llama.attention.sliding_window)
 MISTRAL = Family(
     name="mistral", model_types=("mistral",),
     from_hf=partial(_llama_from_hf, model="Mistral", window_of=_window_always,

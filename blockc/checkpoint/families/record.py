@@ -285,8 +285,8 @@ def want(cfg: Any, what: str, **want: Any) -> None:
 
 def gguf_sizes(md: GGUFMetadata) -> Dict[str, Any]:
     """The fields every GGUF family has, everything blockc computes differently refused:
-    experts and per-dimension rope frequencies by tensor, a sliding window narrower than
-    the context."""
+    experts and per-dimension rope frequencies by tensor; a sliding window narrower than
+    the context is every layer's window."""
     if md.has("rope_freqs.weight"):
         raise md.refuse("tensor 'rope_freqs.weight'", "present",
                         "rotary frequencies scaled per dimension (Llama 3.1's rope scaling)")
@@ -297,13 +297,14 @@ def gguf_sizes(md: GGUFMetadata) -> Dict[str, Any]:
     layers = md.integer("block_count")
     heads = md.integer("attention.head_count")
     d_ff = md.integer("feed_forward_length")
-    window = md.get("attention.sliding_window")
-    if window is not None and window < context:
-        raise md.refuse(md.key("attention.sliding_window"), window,
-                        f"a sliding window narrower than the context ({context})")
+    window = md.get("attention.sliding_window")  # on every layer (llama.cpp's llama, qwen2)
+    if window is not None and (type(window) is not int or window < 1):
+        raise md.fail(f"{md.key('attention.sliding_window')} must be a positive integer, "
+                      f"got {window!r}")
     vocab = md.shape("token_embd.weight")[0]
     return dict(vocab=vocab, context=context, width=width, heads=heads, layers=layers,
-                tie_weights=md.tied, d_ff=d_ff)
+                tie_weights=md.tied, d_ff=d_ff,
+                sliding_window=window if window is not None and window < context else None)
 
 
 def gguf_base(cfg: Any) -> Dict[str, Tuple[str, Any]]:
