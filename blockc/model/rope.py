@@ -22,7 +22,7 @@ from .._errors import BlockcValueError
 __all__ = ["RopeTables", "ROPE_TYPES", "rope_tables", "default_inv_freq"]
 
 #: the rope_type values blockc computes
-ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "factors")
 
 _F = np.float32
 
@@ -148,7 +148,8 @@ def rope_tables(params: Optional[Mapping[str, Any]], theta: float, rot: int) -> 
         ``low_freq_factor``, ``high_freq_factor``, ``beta_fast``, ``beta_slow``,
         ``attention_factor``, ``mscale``, ``mscale_all_dim``, ``short_factor``,
         ``long_factor``, ``truncate``; ``max_position_embeddings`` where the type reads
-        the model's, as transformers does).
+        the model's, as transformers does); or blockc's ``factors`` (llama.cpp's
+        ``rope_freqs.weight``: theta^(-2i/R) / factors[i]).
     theta : float
     rot : int
         R, even.
@@ -179,6 +180,12 @@ def rope_tables(params: Optional[Mapping[str, Any]], theta: float, rot: int) -> 
         if rot <= 2:
             raise BlockcValueError("dynamic rotary scaling needs more than 2 rotated dimensions")
         return RopeTables(None, None, factor, int(_need(p, "max_position_embeddings", kind)), 1.0)
+    if kind == "factors":  # llama.cpp's rope_freqs.weight: each frequency divided by its factor
+        f = np.asarray(p.get("factors", ()), dtype=np.float64)
+        if f.shape != (rot // 2,) or not np.all(np.isfinite(f)) or not np.all(f > 0):
+            raise BlockcValueError(f"rope_parameters.factors must be {rot // 2} positive numbers")
+        return RopeTables((default_inv_freq(theta, rot) / f.astype(_F)).astype(_F), None, 0.0,
+                          0, 1.0)
     if kind == "llama3":
         return RopeTables(_llama3(default_inv_freq(theta, rot), p), None, 0.0, 0, 1.0)
     if kind == "yarn":

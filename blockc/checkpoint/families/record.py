@@ -169,6 +169,9 @@ class Family:
         value)}``, refusing (by field) a config a GGUF file of the family cannot hold.
     gguf_refuse : mapping
         Its :data:`GGUF_REFUSE` (keys, neutral values and what another value computes).
+    gguf_extra : callable or None
+        GPTConfig -> ``{GGUF tensor name: float32 array}``: tensors a GGUF file of the
+        config carries that are no parameter of it (Llama 3.1's ``rope_freqs.weight``).
     prefix : str
         The name prefix its Hugging Face checkpoints may carry (or not).
     ignore : compiled regex
@@ -185,6 +188,7 @@ class Family:
     from_gguf: Optional[Callable[[GGUFMetadata], Dict[str, Any]]] = None
     to_gguf: Optional[Callable[[Any], Dict[str, Tuple[str, Any]]]] = None
     gguf_refuse: Mapping[str, Tuple[Any, str]] = field(default_factory=lambda: dict(GGUF_REFUSE))
+    gguf_extra: Optional[Callable[[Any], Dict[str, np.ndarray]]] = None
     prefix: str = ""
     ignore: Pattern[str] = re.compile(r"$^")
 
@@ -209,6 +213,10 @@ class Family:
                                        f"{t.ours!r}")
             out.append((t.gguf, t.ours, t.rows, t.permuted))
         return out
+
+    def gguf_extras(self, cfg: Any) -> Dict[str, np.ndarray]:
+        """The tensors a GGUF file of ``cfg`` carries beside its parameters (:attr:`gguf_extra`)."""
+        return self.gguf_extra(cfg) if self.gguf_extra is not None else {}
 
     def read_gguf(self, md: GGUFMetadata) -> Dict[str, Any]:
         """GPTConfig fields of a GGUF file of this family: :attr:`gguf_refuse` first,
@@ -283,11 +291,11 @@ def want(cfg: Any, what: str, **want: Any) -> None:
 
 # ---- the shared GGUF metadata ------------------------------------------------------------------
 
-def gguf_sizes(md: GGUFMetadata) -> Dict[str, Any]:
+def gguf_sizes(md: GGUFMetadata, rope_freqs: bool = False) -> Dict[str, Any]:
     """The fields every GGUF family has, everything blockc computes differently refused:
-    experts and per-dimension rope frequencies by tensor, a sliding window narrower than
-    the context."""
-    if md.has("rope_freqs.weight"):
+    experts and (unless ``rope_freqs``: the family reads them) per-dimension rope
+    frequencies by tensor, a sliding window narrower than the context."""
+    if md.has("rope_freqs.weight") and not rope_freqs:
         raise md.refuse("tensor 'rope_freqs.weight'", "present",
                         "rotary frequencies scaled per dimension (Llama 3.1's rope scaling)")
     if any(".ffn_gate_inp." in n or "_exps." in n for n in md.file.tensors):
