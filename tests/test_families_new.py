@@ -208,3 +208,30 @@ def test_training_refuses_the_variants_by_name(name):
     ids = np.zeros((1, 4), np.int64)
     with pytest.raises(ValueError, match="training does not compute"):
         m.loss(ids, ids)
+
+
+# ---- Qwen3 ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_qwen3_hf_and_gguf_match_transformers(tmp_path, bias):
+    # head_dim 16 (not width / heads = 8): Qwen3's own
+    hm = hf_model("qwen3", head_dim=16, attention_bias=bias)
+    hm.save_pretrained(tmp_path)
+    m = GPT.from_pretrained(tmp_path)
+    assert m.config.qk_norm == "head" and m.config.head_dim_ == 16
+    assert m.num_parameters() == sum(p.numel() for p in hm.parameters())
+    ids, ref = check_against(hm, m)
+    m.save_pretrained(tmp_path / "back")
+    close(hf_logits(AutoModelForCausalLM.from_pretrained(tmp_path / "back").eval(), ids), ref)
+    if bias:  # llama.cpp's qwen3 files have no attention biases
+        return
+    for dtype in ("F32", "Q8_0"):
+        path = tmp_path / f"q3-{dtype}.gguf"
+        m.save_gguf(path, dtype)
+        f = blockc.io.gguf.read(str(path))
+        assert f.get("general.architecture") == "qwen3"
+        assert f.tensors["blk.1.attn_q_norm.weight"].shape == (16,)
+        assert f.get("qwen3.attention.key_length") == 16
+        g = GPT.from_pretrained(path)
+        assert g.config == m.config
+        close(g(ids), ref if dtype == "F32" else gpt_forward(g.state_dict(), g.config, ids))

@@ -13,7 +13,7 @@ from ..._errors import BlockcValueError
 from .record import (Family, GGUFMetadata, TensorName, bool_field, float_field, get_field,
                      gguf_base, gguf_sizes, int_field, refusal, str_field, want)
 
-__all__ = ["LLAMA", "QWEN2", "MISTRAL"]
+__all__ = ["LLAMA", "QWEN2", "QWEN3", "MISTRAL", "rope_fields", "rope_to_hf"]
 
 # ---- Llama, Qwen2, Mistral ----------------------------------------------------------------------
 
@@ -188,9 +188,9 @@ def _llama_from_hf(d: Mapping[str, Any], *, model: str,
                 residual=True, qkv_bias=qkv_b, out_bias=out_b, mlp_bias=mlp_b)
 
 
-def _llama_shape(cfg: Any, what: str) -> None:
+def _llama_shape(cfg: Any, what: str, qk_norm: str = "none") -> None:
     want(cfg, what, norm="rms", placement="pre", positions="rope", activation="swiglu",
-         residual=True, rotary_dim=None, nope_layers=(), qk_norm="none", embed_scale=1.0,
+         residual=True, rotary_dim=None, nope_layers=(), qk_norm=qk_norm, embed_scale=1.0,
          residual_scale=1.0, attn_scale=None, logit_scale=1.0)
 
 
@@ -199,6 +199,31 @@ def _llama_check(cfg: Any) -> None:
     if cfg.qkv_bias != cfg.out_bias:
         raise BlockcValueError(f"GPTConfig: biases qkv={cfg.qkv_bias}, out={cfg.out_bias}: "
                                "Llama has them on all attention projections or none")
+
+
+def _qwen3_check(cfg: Any) -> None:
+    _llama_shape(cfg, "a Qwen3 checkpoint", qk_norm="head")
+    if cfg.qkv_bias != cfg.out_bias or cfg.mlp_bias:
+        raise BlockcValueError(f"GPTConfig: biases qkv={cfg.qkv_bias}, out={cfg.out_bias}, "
+                               f"mlp={cfg.mlp_bias}: Qwen3 has them on all attention "
+                               "projections or none, and none on the MLP")
+    if cfg.rope_kind not in ("default", "linear", "dynamic", "yarn", "longrope", "llama3"):
+        raise BlockcValueError(f"GPTConfig.rope_parameters: rope_type {cfg.rope_kind!r} has no "
+                               "Qwen3 spelling")
+
+
+def _qwen3_from_hf(d: Mapping[str, Any]) -> Dict[str, Any]:
+    out = _llama_from_hf(d, model="Qwen3", window_of=_window_when_used,
+                         biases_of=lambda d: (bool_field(d, "attention_bias", False),) * 2 + (False,))
+    return dict(out, qk_norm="head")
+
+
+def _qwen3_from_gguf(md: GGUFMetadata) -> Dict[str, Any]:
+    out = _llama_from_gguf(md, biases=None,
+                           why="a qwen3 file has biases on all of q/k/v/output or on none")
+    for part in ("q", "k"):
+        md.shape(f"blk.0.attn_{part}_norm.weight")  # refused by name when missing
+    return dict(out, qk_norm="head")
 
 
 def _qwen2_check(cfg: Any) -> None:
@@ -301,8 +326,8 @@ def _llama_from_gguf(md: GGUFMetadata, *, biases: Optional[Tuple[bool, bool]],
                 qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=False, **gguf_rope(md, rot))
 
 
-def _llama_to_gguf(cfg: Any) -> Dict[str, Tuple[str, Any]]:
-    gguf_rope_check(cfg, "llama" if cfg.qkv_bias == cfg.out_bias else "qwen2")
+def _llama_to_gguf(cfg: Any, *, arch: str) -> Dict[str, Tuple[str, Any]]:
+    gguf_rope_check(cfg, arch)
     md = dict(gguf_base(cfg), **{"attention.head_count_kv": ("UINT32", cfg.kv_heads_),
                                   "attention.layer_norm_rms_epsilon": ("FLOAT32", cfg.eps),
                                   "rope.freq_base": ("FLOAT32", cfg.rope_theta),
@@ -315,6 +340,21 @@ def _llama_to_gguf(cfg: Any) -> Dict[str, Tuple[str, Any]]:
 
 
 def _llama_tensors(cfg: Any, *, permuted: bool) -> List[TensorName]:
+    """:func:`_llama_rows`, with the q/k norms of a config that has them (Qwen3's: one
+    gain of Dh per projection, the same for every head)."""
+    out = _llama_rows(cfg, permuted=permuted)
+    if cfg.qk_norm != "head":
+        return out
+    at = [i for i, t in enumerate(out) if t.ours.endswith("attn.proj.weight")]
+    for i in reversed(at):
+        b, h, g = (out[i].ours[:-len("attn.proj.weight")], out[i].hf[:-len("o_proj.weight")],
+                   out[i].gguf[:-len("attn_output.weight")])
+        out[i:i] = [TensorName(b + f"attn.{p}_norm.weight", h + f"{p}_norm.weight",
+                               g + f"attn_{p}_norm.weight") for p in ("q", "k")]
+    return out
+
+
+def _llama_rows(cfg: Any, *, permuted: bool) -> List[TensorName]:
     """Separate q/k/v tensors (blockc fuses them: rows q, then k, then v); ``permuted``:
     llama.cpp's converter reorders a Llama's q and k rows within each head (it rotates
     the pairs (2i, 2i+1), transformers and blockc the pairs (i, i + Dh/2))."""
@@ -366,7 +406,7 @@ LLAMA = Family(
     tensors=partial(_llama_tensors, permuted=True), architectures=("llama",),
     from_gguf=partial(_llama_from_gguf, biases=None,
                       why="a llama file has biases on all of q/k/v/output or on none"),
-    to_gguf=_llama_to_gguf, gguf_extra=gguf_rope_freqs, **_LLAMA_NAMES)
+    to_gguf=partial(_llama_to_gguf, arch="llama"), gguf_extra=gguf_rope_freqs, **_LLAMA_NAMES)
 
 QWEN2 = Family(
     name="qwen2", model_types=("qwen2",),
@@ -379,7 +419,18 @@ QWEN2 = Family(
     tensors=partial(_llama_tensors, permuted=False), architectures=("qwen2",),
     from_gguf=partial(_llama_from_gguf, biases=(True, False),
                       why="a qwen2 file has attn_q/k/v biases and no attn_output bias"),
-    to_gguf=_llama_to_gguf, **_LLAMA_NAMES)
+    to_gguf=partial(_llama_to_gguf, arch="qwen2"), **_LLAMA_NAMES)
+
+# Qwen3: Qwen2's shape with RMSNorm on q and k per head before rotary, head_dim its own
+# (not width / heads), and no q/k/v biases by default; llama.cpp rotates it NEOX-style
+# (its q and k rows in transformers' order) and names the norms attn_q_norm/attn_k_norm
+QWEN3 = Family(
+    name="qwen3", model_types=("qwen3",), from_hf=_qwen3_from_hf, check=_qwen3_check,
+    to_hf=partial(_llama_to_hf, model_type="qwen3", architecture="Qwen3ForCausalLM",
+                  extra=lambda cfg: {"attention_bias": cfg.qkv_bias, "use_sliding_window": False,
+                                     "sliding_window": None}),
+    tensors=partial(_llama_tensors, permuted=False), architectures=("qwen3",),
+    from_gguf=_qwen3_from_gguf, to_gguf=partial(_llama_to_gguf, arch="qwen3"), **_LLAMA_NAMES)
 
 # Mistral is Llama with a sliding window; a config of it saves as Llama's (check None), and
 # llama.cpp's files of it are llama files
