@@ -235,3 +235,37 @@ def test_qwen3_hf_and_gguf_match_transformers(tmp_path, bias):
         g = GPT.from_pretrained(path)
         assert g.config == m.config
         close(g(ids), ref if dtype == "F32" else gpt_forward(g.state_dict(), g.config, ids))
+
+
+# ---- Granite and SmolLM3 ----------------------------------------------------------------------
+
+FAMILY_CASES = {
+    "granite": dict(embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2,
+                    logits_scaling=2.5),
+    # layers 0..3: layer 3 without rotary; 2 and 3 explicitly without, by the list
+    "smollm3": dict(num_hidden_layers=4, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    "smollm3-list": dict(num_hidden_layers=4, no_rope_layers=[1, 1, 0, 0], pad_token_id=0,
+                         bos_token_id=1, eos_token_id=2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAMILY_CASES))
+def test_families_match_transformers_from_hf_and_gguf(tmp_path, name):
+    hm = hf_model(name.split("-")[0], **FAMILY_CASES[name])
+    hm.save_pretrained(tmp_path)
+    m = GPT.from_pretrained(tmp_path)
+    assert m.num_parameters() == sum(p.numel() for p in hm.parameters())
+    ids, ref = check_against(hm, m)
+    m.save_pretrained(tmp_path / "back")
+    close(hf_logits(AutoModelForCausalLM.from_pretrained(tmp_path / "back").eval(), ids), ref)
+    if name == "smollm3-list":  # llama.cpp's smollm3 skips every 4th layer only
+        with pytest.raises(ValueError, match="nope_layers"):
+            m.save_gguf(tmp_path / "x.gguf")
+        return
+    for dtype in ("F32", "Q8_0"):
+        path = tmp_path / f"{name}-{dtype}.gguf"
+        m.save_gguf(path, dtype)
+        assert blockc.io.gguf.read(str(path)).get("general.architecture") == name
+        g = GPT.from_pretrained(path)
+        assert g.config == m.config
+        close(g(ids), ref if dtype == "F32" else gpt_forward(g.state_dict(), g.config, ids))
