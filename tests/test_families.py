@@ -15,7 +15,7 @@ import pytest
 from blockc import GPT, GPTConfig, gguf
 from blockc.checkpoint import families as fam_mod
 from blockc.checkpoint.families import (FAMILIES, GGUF_FAMILIES, LLAMA, QWEN2, QWEN3, REGISTRY,
-                                        GPT2, GRANITE, MISTRAL, SMOLLM3, family_of,
+                                        GPT2, GRANITE, MISTRAL, OLMO2, SMOLLM3, family_of,
                                         family_of_config)
 from blockc.checkpoint import gguf as gm
 from blockc.model import layout
@@ -40,6 +40,11 @@ def _configs(fam):
         return [GPTConfig.preset("llama-7b", **SMALL, d_ff=24, kv_heads=2, **scales),
                 GPTConfig.preset("llama-7b", **SMALL, d_ff=24, head_dim=6, kv_heads=1,
                                  tie_weights=True, qkv_bias=True, out_bias=True, **scales)]
+    if fam is OLMO2:
+        olmo = dict(placement="output", qk_norm="all")
+        return [GPTConfig.preset("llama-7b", **SMALL, d_ff=24, kv_heads=2, **olmo),
+                GPTConfig.preset("llama-7b", **SMALL, d_ff=24, head_dim=6, kv_heads=1,
+                                 tie_weights=True, qkv_bias=True, out_bias=True, **olmo)]
     if fam is SMOLLM3:
         four = dict(SMALL, layers=4)
         return [GPTConfig.preset("llama-7b", **four, d_ff=24, kv_heads=2, nope_layers=(3,)),
@@ -150,9 +155,9 @@ def test_configs_round_trip_through_both_savers_and_loaders(tmp_path, fam, cfg):
 
 def test_the_registry_indexes_each_name_once():
     assert set(FAMILIES) == {"gpt2", "llama", "mistral", "qwen2", "qwen3",
-                             "granite", "smollm3"}
+                             "granite", "smollm3", "olmo2"}
     assert set(GGUF_FAMILIES) == set(gm.ARCHITECTURES) == {"gpt2", "llama", "qwen2", "qwen3",
-                                                               "granite", "smollm3"}
+                                                               "granite", "smollm3", "olmo2"}
     assert all(FAMILIES[t] is f for f in REGISTRY for t in f.model_types)
     assert all(GGUF_FAMILIES[a] is f for f in REGISTRY for a in f.architectures)
     # Mistral reads as itself and saves as Llama (llama.cpp's files of it are llama files)

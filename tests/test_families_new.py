@@ -244,6 +244,8 @@ FAMILY_CASES = {
                     logits_scaling=2.5),
     # layers 0..3: layer 3 without rotary; 2 and 3 explicitly without, by the list
     "smollm3": dict(num_hidden_layers=4, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    "olmo2": dict(pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    "olmo2-bias": dict(attention_bias=True, pad_token_id=0, bos_token_id=1, eos_token_id=2),
     "smollm3-list": dict(num_hidden_layers=4, no_rope_layers=[1, 1, 0, 0], pad_token_id=0,
                          bos_token_id=1, eos_token_id=2),
 }
@@ -262,6 +264,7 @@ def test_families_match_transformers_from_hf_and_gguf(tmp_path, name):
         with pytest.raises(ValueError, match="nope_layers"):
             m.save_gguf(tmp_path / "x.gguf")
         return
+    name = name.split("-")[0]
     for dtype in ("F32", "Q8_0"):
         path = tmp_path / f"{name}-{dtype}.gguf"
         m.save_gguf(path, dtype)

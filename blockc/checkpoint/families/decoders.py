@@ -9,6 +9,11 @@ reordered).
 - SmolLM3: some layers without rotary embeddings (``no_rope_layers[i] == 0``, by default
   every ``no_rope_layer_interval``-th); llama.cpp's smollm3 files hold no such key: it
   skips rotary on every 4th layer, so a file is read so and only such a model written.
+- OLMo2: no norm before the sublayers; a norm on each sublayer's output inside the
+  residual (``x + norm(sublayer(x))``: placement "output"), and RMSNorm of q and k over
+  the whole projection (gains of H Dh and KV Dh); llama.cpp's olmo2 files keep q and k in
+  transformers' order (NEOX rotation) and name the norms post_attention_norm,
+  post_ffw_norm, attn_q_norm, attn_k_norm.
 """
 from __future__ import annotations
 
@@ -18,9 +23,10 @@ from typing import Any, Dict, List, Mapping, Tuple
 from ..._errors import BlockcValueError
 from .llama import (_LLAMA_NAMES, _biases_by_flags, _llama_from_gguf, _llama_from_hf,
                     _llama_tensors, _llama_to_gguf, _llama_to_hf, _no_window, _window_when_used)
-from .record import GGUF_REFUSE, Family, GGUFMetadata, float_field, get_field, int_field, want
+from .record import (GGUF_REFUSE, Family, GGUFMetadata, TensorName, float_field, get_field,
+                     int_field, want)
 
-__all__ = ["GRANITE", "SMOLLM3"]
+__all__ = ["GRANITE", "SMOLLM3", "OLMO2"]
 
 
 def _shape(cfg: Any, what: str, **more: Any) -> None:
@@ -155,3 +161,46 @@ SMOLLM3 = Family(
     to_hf=_smollm3_to_hf, tensors=partial(_llama_tensors, permuted=True),
     architectures=("smollm3",), from_gguf=_smollm3_from_gguf, to_gguf=_smollm3_to_gguf,
     **_LLAMA_NAMES)
+
+
+# ---- OLMo2 ----------------------------------------------------------------------------------
+
+def _olmo2_from_hf(d: Mapping[str, Any]) -> Dict[str, Any]:
+    out = _llama_from_hf(d, model="OLMo2", window_of=_no_window,
+                         biases_of=lambda d: (bool(get_field(d, "attention_bias", False)),) * 2
+                         + (False,))
+    return dict(out, placement="output", qk_norm="all")
+
+
+def _olmo2_check(cfg: Any) -> None:
+    _shape(cfg, "an OLMo2 checkpoint", placement="output", qk_norm="all", mlp_bias=False)
+
+
+def _olmo2_tensors(cfg: Any) -> List[TensorName]:
+    """Llama's table, its two norms the sublayers' output norms."""
+    out = []
+    for t in _llama_tensors(cfg, permuted=False):
+        if t.ours.endswith(".ln1.weight"):
+            t = t._replace(hf=t.hf.replace("input_layernorm", "post_attention_layernorm"),
+                           gguf=t.gguf.replace("attn_norm", "post_attention_norm"))
+        elif t.ours.endswith(".ln2.weight"):
+            t = t._replace(hf=t.hf.replace("post_attention_layernorm", "post_feedforward_layernorm"),
+                           gguf=t.gguf.replace("ffn_norm", "post_ffw_norm"))
+        out.append(t)
+    return out
+
+
+def _olmo2_from_gguf(md: GGUFMetadata) -> Dict[str, Any]:
+    for name in ("attn_q_norm", "post_attention_norm", "post_ffw_norm"):
+        md.shape(f"blk.0.{name}.weight")  # refused by name when missing
+    out = _llama_from_gguf(md, biases=None,
+                           why="an olmo2 file has biases on all of q/k/v/output or on none")
+    return dict(out, placement="output", qk_norm="all")
+
+
+OLMO2 = Family(
+    name="olmo2", model_types=("olmo2",), from_hf=_olmo2_from_hf, check=_olmo2_check,
+    to_hf=partial(_llama_to_hf, model_type="olmo2", architecture="Olmo2ForCausalLM",
+                  extra=lambda c: {"attention_bias": c.qkv_bias, "pad_token_id": None}),
+    tensors=_olmo2_tensors, architectures=("olmo2",), from_gguf=_olmo2_from_gguf,
+    to_gguf=partial(_llama_to_gguf, arch="olmo2"), **_LLAMA_NAMES)

@@ -343,7 +343,7 @@ def _llama_tensors(cfg: Any, *, permuted: bool) -> List[TensorName]:
     """:func:`_llama_rows`, with the q/k norms of a config that has them (Qwen3's: one
     gain of Dh per projection, the same for every head)."""
     out = _llama_rows(cfg, permuted=permuted)
-    if cfg.qk_norm != "head":
+    if cfg.qk_norm == "none":
         return out
     at = [i for i, t in enumerate(out) if t.ours.endswith("attn.proj.weight")]
     for i in reversed(at):
