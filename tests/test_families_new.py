@@ -272,3 +272,59 @@ def test_families_match_transformers_from_hf_and_gguf(tmp_path, name):
         g = GPT.from_pretrained(path)
         assert g.config == m.config
         close(g(ids), ref if dtype == "F32" else gpt_forward(g.state_dict(), g.config, ids))
+
+
+# ---- Gemma 3 ----------------------------------------------------------------------------------
+
+GEMMA3 = dict(head_dim=16, query_pre_attn_scalar=12, sliding_window=48, num_hidden_layers=3,
+              layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+              rope_parameters={"full_attention": dict(rope_type="linear", factor=2.0,
+                                                      rope_theta=100000.0),
+                               "sliding_attention": dict(rope_type="default", rope_theta=500.0)})
+
+
+def test_gemma_norm_fold_is_transformers_float32_bits():
+    w = torch.randn(64) * 0.5
+    x = torch.randn(3, 64)
+    hm = AutoConfig.for_model("gemma3_text", **SMALL)
+    norm = transformers.models.gemma3.modeling_gemma3.Gemma3RMSNorm(64, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.copy_(w)
+        want = norm(x).numpy()
+    folded = np.float32(1.0) + w.numpy()  # what blockc stores
+    xs = x.numpy().astype(np.float32)
+    normed = xs * (1 / np.sqrt((xs.astype(np.float32) ** 2).mean(-1, keepdims=True) + np.float32(1e-6)))
+    assert np.array_equal((np.float32(1.0) + w.numpy()).view(np.uint32),
+                          (1.0 + w.float()).numpy().view(np.uint32))
+    np.testing.assert_allclose(normed.astype(np.float32) * folded, want, rtol=1e-6, atol=1e-6)
+    assert hm.model_type == "gemma3_text"
+
+
+def test_gemma3_matches_transformers(tmp_path):
+    hm = hf_model("gemma3_text", **GEMMA3)
+    hm.save_pretrained(tmp_path)
+    m = GPT.from_pretrained(tmp_path)
+    cfg = m.config
+    assert (cfg.placement, cfg.activation, cfg.qk_norm, cfg.local_layers) == (
+        "sandwich", "geglu", "head", (0, 2))
+    assert cfg.context == 48  # capped at the window until the sliding-window work lands
+    assert cfg.embed_scale == float(np.float32(32 ** 0.5))
+    assert m.num_parameters() == sum(p.numel() for p in hm.parameters())
+    # the norm gains folded: blockc's are transformers' 1 + w in float32, bit for bit
+    w = hm.model.layers[1].post_feedforward_layernorm.weight.detach()
+    np.testing.assert_array_equal(m.read_tensor("blocks.1.ln2_post.weight"),
+                                  (1.0 + w.float()).numpy())
+    ids, ref = check_against(hm, m)
+    close(gpt_forward(m.state_dict(), cfg, ids), ref)
+    m.save_pretrained(tmp_path / "back")
+    hb = AutoModelForCausalLM.from_pretrained(tmp_path / "back").eval()
+    close(hf_logits(hb, ids), ref)
+    with pytest.raises(ValueError, match="GGUF|gemma3"):
+        m.save_gguf(tmp_path / "g.gguf")
+
+
+def test_gemma2_and_softcapping_stay_refused_by_name():
+    with pytest.raises(ValueError, match="gemma2"):
+        GPTConfig.from_hf(dict(model_type="gemma2"))
+    with pytest.raises(ValueError, match="final_logit_softcapping"):
+        GPTConfig.from_hf(dict(model_type="gemma3_text", final_logit_softcapping=30.0))

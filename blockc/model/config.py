@@ -131,6 +131,13 @@ class GPTConfig:
         R: each head's first R dimensions rotate (``partial_rotary_factor``); None: Dh.
     nope_layers : tuple of int
         Layers without rotary embeddings (SmolLM3's NoPE layers).
+    rope_local_theta : float > 0 or None
+        The base of the ``local_layers``' plain rotary embeddings (Gemma 3's sliding
+        layers: ``rope_local_base_freq``); the other layers turn by ``rope_theta`` and
+        ``rope_parameters``.
+    local_layers : tuple of int
+        The layers turning by ``rope_local_theta`` (the sliding-window layers of a model
+        whose window the sliding-window fields will hold: issue 50's lead wires them).
     qk_norm : {"none", "head", "all"}
         RMSNorm of q and k before rotary: per head (Qwen3), over the whole projection (OLMo2).
     embed_scale, residual_scale : float > 0
@@ -168,6 +175,8 @@ class GPTConfig:
     rope_parameters: Optional[Tuple[Tuple[str, Any], ...]] = None
     rotary_dim: Optional[int] = None
     nope_layers: Tuple[int, ...] = ()
+    rope_local_theta: Optional[float] = None
+    local_layers: Tuple[int, ...] = ()
     qk_norm: str = "none"
     embed_scale: float = 1.0
     residual_scale: float = 1.0
@@ -220,12 +229,22 @@ class GPTConfig:
             if not 0.0 < v < float(np.finfo(np.float32).max):
                 raise BlockcValueError(f"GPTConfig.attn_scale must be > 0, got {v!r}")
             set_("attn_scale", v)
-        nope = self.nope_layers
-        if not isinstance(nope, (tuple, list)) or not all(
-                type(i) is int and 0 <= i < self.layers for i in nope):
-            raise BlockcValueError(f"GPTConfig.nope_layers must be layer numbers in "
-                                   f"[0, {self.layers}), got {nope!r}")
-        set_("nope_layers", tuple(sorted(set(nope))))
+        for name in ("nope_layers", "local_layers"):
+            v = getattr(self, name)
+            if not isinstance(v, (tuple, list)) or not all(
+                    type(i) is int and 0 <= i < self.layers for i in v):
+                raise BlockcValueError(f"GPTConfig.{name} must be layer numbers in "
+                                       f"[0, {self.layers}), got {v!r}")
+            set_(name, tuple(sorted(set(v))))
+        if set(self.nope_layers) & set(self.local_layers):
+            raise BlockcValueError("GPTConfig: a layer is in both nope_layers and local_layers")
+        if self.rope_local_theta is not None:
+            v = as_real(self.rope_local_theta, "GPTConfig.rope_local_theta", 0.0)
+            if not 0.0 < v <= float(np.finfo(np.float32).max):
+                raise BlockcValueError(f"GPTConfig.rope_local_theta must be > 0, got {v!r}")
+            set_("rope_local_theta", v)
+        if self.local_layers and self.rope_local_theta is None:
+            raise BlockcValueError("GPTConfig.local_layers needs rope_local_theta")
         rp = self.rope_parameters
         if rp is not None:
             try:
@@ -255,9 +274,9 @@ class GPTConfig:
         for name, arr in (("inv", tables.inv), ("inv_long", tables.inv_long)):
             keep[name] = ffi.new("float[]", [float(x) for x in arr]) if arr is not None else \
                 ffi.NULL
-        keep["nope"] = (ffi.new("unsigned char[]", [int(i in self.nope_layers)
-                                                    for i in range(self.layers)])
-                        if self.nope_layers else ffi.NULL)
+        kinds = [1 if i in self.nope_layers else 2 if i in self.local_layers else 0
+                 for i in range(self.layers)]
+        keep["nope"] = ffi.new("unsigned char[]", kinds) if any(kinds) else ffi.NULL
         set_("_rope", keep)
 
     @property
@@ -283,6 +302,7 @@ class GPTConfig:
         if self.rope_parameters is not None and self.positions == "rope":
             out.append(f"rope_parameters (rope_type {self.rope_kind!r})")
         for name, neutral in (("rotary_dim", None), ("nope_layers", ()), ("qk_norm", "none"),
+                              ("rope_local_theta", None), ("local_layers", ()),
                               ("embed_scale", 1.0), ("residual_scale", 1.0),
                               ("attn_scale", None), ("logit_scale", 1.0)):
             if getattr(self, name) != neutral:
@@ -509,6 +529,7 @@ def _variant_fields_of(cfg: GPTConfig) -> Dict[str, Any]:
                 rope_freqs=k["inv"], rope_freqs_long=k["inv_long"], rope_dynamic=t.dynamic,
                 rope_original=t.original, rope_attn=0.0 if t.attn == 1.0 else t.attn,
                 nope_layers=k["nope"], qk_norm=C_QK_NORM[cfg.qk_norm],
+                rope_local_theta=cfg.rope_local_theta or 0.0,
                 embed_scale=0.0 if cfg.embed_scale == 1.0 else cfg.embed_scale,
                 residual_scale=0.0 if cfg.residual_scale == 1.0 else cfg.residual_scale,
                 attn_scale=cfg.attn_scale or 0.0,

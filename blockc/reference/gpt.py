@@ -177,10 +177,15 @@ def gpt_forward(sd: Mapping[str, Any], cfg: Any, ids: Any, return_hidden: bool =
     x = x * _get(cfg, "embed_scale", 1.0)
     rs = _get(cfg, "residual_scale", 1.0)
     nope = set(_get(cfg, "nope_layers", ()))
+    local = set(_get(cfg, "local_layers", ()))
+    local_angles = None
+    if local and angles is not None:  # plain rotary of the local base over the whole head
+        dh = _get(cfg, "head_dim", cfg.width // cfg.heads)
+        local_angles = (rope_angles(np.arange(t), dh, cfg.rope_local_theta), 1.0)
     hidden: List[np.ndarray] = []
     for i in range(cfg.layers):
         pre = f"blocks.{i}."
-        ang = None if i in nope else angles
+        ang = None if i in nope else local_angles if i in local else angles
         if place == "sandwich":
             a = _attention(_norm(x, p, pre + "ln1", norm, eps), p, pre, cfg, ang, kv_dtype)
             x = res * x + rs * _norm(a, p, pre + "ln1_post", norm, eps)

@@ -91,6 +91,11 @@ static int variants(model *m)
     m->rd = c->rope_dim ? c->rope_dim : m->dh;
     if (rope && (m->rd % 2 || m->rd > m->dh))
         return BC_EOPTION;
+    if (!scale_ok(c->rope_local_theta) || (c->rope_local_theta != 0.0f && m->rd != m->dh))
+        return BC_EOPTION;
+    for (size_t l = 0; c->nope_layers && l < c->layers; l++)
+        if (c->nope_layers[l] > 2 || (c->nope_layers[l] == 2 && c->rope_local_theta == 0.0f))
+            return BC_EOPTION;
     if (!scale_ok(c->rope_attn) || !scale_ok(c->embed_scale) || !scale_ok(c->residual_scale)
         || !scale_ok(c->attn_scale) || !scale_ok(c->logit_scale))
         return BC_EOPTION;
@@ -119,7 +124,7 @@ static int variants(model *m)
         return BC_EOPTION;
     m->variant = (c->rope_dim && c->rope_dim != m->dh) || c->rope_freqs || c->rope_freqs_long
                  || c->rope_dynamic != 0.0f || (c->rope_attn != 0.0f && c->rope_attn != 1.0f)
-                 || c->nope_layers || c->qk_norm || c->embed_scale != 0.0f
+                 || c->nope_layers || c->rope_local_theta != 0.0f || c->qk_norm || c->embed_scale != 0.0f
                  || c->residual_scale != 0.0f || c->attn_scale != 0.0f || c->logit_scale != 0.0f
                  || c->placement == BC_PLACE_SANDWICH || c->placement == BC_PLACE_OUTPUT
                  || c->activation == BC_ACT_GEGLU;
@@ -477,12 +482,12 @@ bc_layer_cfg bc_gpt_layer_cfg(const model *m)
  *   call) each sequence's first position, as read once; cs (B, T, Dh) the rotary angles (RoPE only);
  *   the layer's workspace (the final norm writes into its first N*D). */
 typedef struct {
-    size_t pos, cs, layer, total;
+    size_t pos, cs, cs2, layer, total;
 } work_parts;
 
 static int carve(work_parts *w, const model *m, size_t batch, size_t seq)
 {
-    size_t n, nd, lw, ncs = 0, at;
+    size_t n, nd, lw, ncs = 0, ncs2 = 0, at;
     int st;
     const bc_layer_cfg lc = bc_gpt_layer_cfg(m);
     if ((st = bc_mul(&n, batch, seq)) || (st = bc_mul(&nd, n, m->c.width))
@@ -490,11 +495,16 @@ static int carve(work_parts *w, const model *m, size_t batch, size_t seq)
         return st;
     if (m->c.positions == BC_POS_ROPE && (st = bc_mul(&ncs, n, m->dh)))
         return st;
+    if (m->c.rope_local_theta != 0.0f)
+        ncs2 = ncs;  /* the local layers' table */
     w->pos = nd;  /* one float more than the slots need: forward_plan aligns them */
     if ((st = bc_add(&at, nd, 2 * batch + 1)))  /* 2 * batch <= 2 * nd */
         return st;
     w->cs = at;
     if ((st = bc_add(&at, at, ncs)))
+        return st;
+    w->cs2 = at;
+    if ((st = bc_add(&at, at, ncs2)))
         return st;
     w->layer = at;
     return bc_add(&w->total, at, lw);
@@ -752,7 +762,7 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
     if ((st = bc_rt_ctx(&cx, p.m.dh)))
         return st;
     const unsigned char *prm = params;
-    float *x = work, *cs = work + p.w.cs, *lwork = work + p.w.layer;
+    float *x = work, *cs = work + p.w.cs, *cs2 = work + p.w.cs2, *lwork = work + p.w.layer;
     /* the embedding checks each id as it reads it, and writes only the workspace,
      * so a bad id still leaves every output untouched */
     if ((st = bc_gpt_embed(x, prm, &p.m, &p.lo, ids, ids_type, p.pos0, batch, seq, &cx)))
@@ -762,6 +772,10 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
     if (c->positions == BC_POS_ROPE)
         for (size_t b = 0; b < batch; b++)
             rope_table(cs + b * seq * p.m.dh, &p.m, p.pos0[b], seq);
+    if (c->positions == BC_POS_ROPE && c->rope_local_theta != 0.0f)
+        for (size_t b = 0; b < batch; b++)
+            bc_k_rope_table(cs2 + b * seq * p.m.dh, p.pos0[b], seq, p.m.dh, c->rope_local_theta,
+                            NULL, 1.0f);
     const bc_layer_cfg lc = bc_gpt_layer_cfg(&p.m);
     /* the cache: sequence b, layer l at (b * L + l) * KV R Dh */
     const size_t rows = p.has_cache ? cache_rows(p.c.capacity) : 0;
@@ -769,8 +783,9 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
     const int half = p.has_cache && p.c.dtype == BC_DTYPE_F16;
     for (size_t l = 0; l < c->layers; l++) {
         const bc_layer_w w = bc_gpt_layer_w(prm, &p.m, &p.lo, l);
-        const int nope = c->nope_layers && c->nope_layers[l];  /* read once */
-        bc_layer_pos pos = {p.pos0, c->positions == BC_POS_ROPE && !nope ? cs : NULL, NULL, NULL,
+        const int kind = c->nope_layers ? c->nope_layers[l] : 0;  /* read once */
+        const float *lcs = kind == 1 ? NULL : kind == 2 && c->rope_local_theta != 0.0f ? cs2 : cs;
+        bc_layer_pos pos = {p.pos0, c->positions == BC_POS_ROPE ? lcs : NULL, NULL, NULL,
                             seq_kv, rows, NULL, NULL};
         if (half) {  /* element offsets into the caller's halves or floats */
             pos.k16 = (uint16_t *)p.c.k + l * layer_kv;

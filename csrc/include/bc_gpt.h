@@ -114,8 +114,12 @@ typedef struct {
     float rope_dynamic;            /* 0, or the dynamic factor (>= 1, with rope_original > 0, R > 2) */
     size_t rope_original;          /* the length beyond which the long frequencies apply */
     float rope_attn;               /* 0 (1), or the factor on cos and sin (finite, > 0) */
-    const unsigned char *nope_layers;  /* NULL, or (L): nonzero where a layer has no
-                                        * rotary embeddings (SmolLM3); read once per call */
+    const unsigned char *nope_layers;  /* NULL, or (L) per layer, read once per call: 0 the
+                                        * rotary above, 1 none (SmolLM3's NoPE layers), 2
+                                        * theta^(-2i/Dh) of base rope_local_theta over the
+                                        * whole head, unscaled (Gemma 3's sliding layers) */
+    float rope_local_theta;  /* 0, or the base of the layers marked 2 (finite, > 0;
+                              * then rope_dim is 0 or Dh) */
     int qk_norm;        /* BC_QK_NORM_* (bc_engine.h): RMSNorm (the model's eps) of q and k after their
                          * projection, before rotary: per head (gains attn.q_norm.weight
                          * (Dh), attn.k_norm.weight (Dh)) or over the whole projection

@@ -801,6 +801,11 @@ static void family_checks(void)
     EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
     c = tiny(1); c.placement = BC_PLACE_POST; c.residual_scale = 2.0f;
     EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
+    c = h_llama_config(0);
+    static const unsigned char two[2] = {2, 2};
+    c.nope_layers = two; EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));  /* no local base */
+    c.rope_local_theta = 500.0f; EXPECT_STATUS(BC_OK, bc_gpt_config_check(&c));
+    c.rope_dim = 4; EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));  /* local: whole heads */
     /* training refuses every variant */
     c = h_llama_config(0); c.logit_scale = 2.0f;
     EXPECT_STATUS(BC_EOPTION, bc_gpt_train_workspace_size(&n1, &c, 1, 4));
@@ -809,9 +814,9 @@ static void family_checks(void)
      * full pass's bits (variant_checks), in float32 and q8_0 */
     for (int k = 0; k < 2; k++) {
         const int dtype = k ? BC_DTYPE_Q8_0 : BC_DTYPE_F32;
-        static const unsigned char nope[2] = {0, 1};
-        bc_gpt_config v[7];
-        for (int i = 0; i < 7; i++)
+        static const unsigned char nope[2] = {0, 1}, local[2] = {2, 0};
+        bc_gpt_config v[8];
+        for (int i = 0; i < 8; i++)
             v[i] = h_llama_config(i % 2);
         v[0].rope_dim = 4; v[0].rope_freqs = good; v[0].rope_attn = 1.25f;
         v[1].nope_layers = nope; v[1].qk_norm = BC_QK_NORM_HEAD;
@@ -821,7 +826,8 @@ static void family_checks(void)
         v[4].residual_scale = 0.4f;
         v[5].rope_dynamic = 2.0f; v[5].rope_original = 9;  /* never past it here: T <= 5 */
         v[6].placement = BC_PLACE_OUTPUT; v[6].residual_scale = 0.5f; v[6].qkv_bias = 1;
-        for (int i = 0; i < 7; i++)
+        v[7].nope_layers = local; v[7].rope_local_theta = 500.0f; v[7].rope_freqs = NULL;
+        for (int i = 0; i < 8; i++)
             variant_checks(as_dtype(v[i], dtype));
     }
 
@@ -844,6 +850,14 @@ static void family_checks(void)
     EXPECT(memcmp(a, b, NB(5 * V)) == 0);
     logits_of(b, p, &s, ids, 5);
     EXPECT(memcmp(a, b, NB(5 * V)) != 0);
+    /* every layer local: the plain rotary of the local base, bit for bit */
+    static const unsigned char all_local[2] = {2, 2};
+    bc_gpt_config loc = h_llama_config(0), base = h_llama_config(0);
+    loc.nope_layers = all_local; loc.rope_local_theta = 500.0f;
+    base.rope_theta = 500.0f;
+    logits_of(a, p, &loc, ids, 5);
+    logits_of(b, p, &base, ids, 5);
+    EXPECT(memcmp(a, b, NB(5 * V)) == 0);
     /* dynamic: the default up to the original length, another base past it */
     bc_gpt_config d = h_llama_config(0), plain = h_llama_config(0);
     d.rope_dynamic = 4.0f; d.rope_original = 3;

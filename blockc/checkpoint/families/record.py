@@ -29,7 +29,9 @@ class TensorName(NamedTuple):
     of the fused ``attn.qkv``), None: all of it. ``transposed``: the Hugging Face tensor
     is stored ``(in, out)``. ``permuted``: the GGUF tensor's rows are llama.cpp's q/k
     reordering over that many heads. ``gguf`` None: a GGUF file of the family has no
-    such tensor (a model that has it is not saved as one)."""
+    such tensor (a model that has it is not saved as one). ``hf_offset``: blockc's tensor
+    is the Hugging Face one plus this, in float32 (Gemma's norm gains, ``1 + w``, folded
+    in on load as transformers computes them and taken out on save)."""
 
     ours: str
     hf: str
@@ -37,6 +39,7 @@ class TensorName(NamedTuple):
     transposed: bool = False
     rows: Optional[Tuple[int, int]] = None
     permuted: Optional[int] = None
+    hf_offset: float = 0.0
 
 
 # ---- GGUF metadata, as the families read it ----------------------------------------------------
@@ -200,6 +203,10 @@ class Family:
         """(Hugging Face name, blockc name, stored transposed, rows) of every tensor of
         ``cfg``; rows (start, stop): the checkpoint tensor is those rows of blockc's."""
         return [(t.hf, t.ours, t.transposed, t.rows) for t in self.tensors(cfg)]
+
+    def hf_offsets(self, cfg: Any) -> Dict[str, float]:
+        """blockc name -> the offset folded into it on load from Hugging Face (nonzero only)."""
+        return {t.ours: t.hf_offset for t in self.tensors(cfg) if t.hf_offset}
 
     def gguf_names(self, cfg: Any) -> List[Spec]:
         """(llama.cpp name, blockc name, rows, heads of the q/k reordering or None) of
