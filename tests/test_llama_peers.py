@@ -129,7 +129,7 @@ def test_a_sliding_window_caps_the_context_where_it_is_exact(tmp_path):
 
 @pytest.mark.parametrize("edit,match", [
     (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), "rope"),
-    (dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}), "rope_type"),
+    (dict(rope_parameters={"rope_type": "mrope", "rope_theta": 1e4, "factor": 4.0}), "rope_type"),
     (dict(hidden_act="gelu"), "hidden_act"),
     (dict(partial_rotary_factor=0.5), "partial_rotary_factor"),
     (dict(model_type="mixtral"), "model_type 'mixtral'"),

@@ -161,6 +161,9 @@ def _llama_from_hf(d: Mapping[str, Any], *, model: str,
     context = int_field(d, "max_position_embeddings", default=2048)
     hd = get_field(d, "head_dim")
     rope = rope_fields(model, d, hd if type(hd) is int else width // heads)
+    if rope["rotary_dim"] is not None:  # no Llama-shaped family here rotates part of a head
+        raise refusal(model, "partial_rotary_factor", get_field(d, "partial_rotary_factor"),
+                      "rotary embeddings on part of each head")
     if rope["rope_parameters"] and rope["rope_parameters"]["rope_type"] == "dynamic":
         # dynamic NTK is for running past max_position_embeddings: up to factor times it
         context = int(context * rope["rope_parameters"]["factor"])
