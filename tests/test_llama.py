@@ -110,7 +110,7 @@ def test_rope_is_the_rotate_half_layout():
     (dict(kv_heads=3), "kv_heads"), (dict(kv_heads=0), "kv_heads"),
     (dict(positions="rope", head_dim=5), "head_dim"), (dict(positions="rope", rope_theta=0.0), "rope_theta"),
     (dict(positions="rope", rope_theta=float("nan")), "rope_theta"), (dict(d_ff=0), "d_ff"),
-    (dict(activation="geglu"), "activation"), (dict(positions="alibi"), "positions"),
+    (dict(activation="reglu"), "activation"), (dict(positions="alibi"), "positions"),
     (dict(norm="batch"), "norm"), (dict(head_dim=0), "head_dim"),
 ])
 def test_invalid_configs_name_the_field(kw, match):

@@ -128,7 +128,7 @@ def test_a_sliding_window_runs_past_itself(tmp_path):
 
 @pytest.mark.parametrize("edit,match", [
     (dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), "rope"),
-    (dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}), "rope_type"),
+    (dict(rope_parameters={"rope_type": "mrope", "rope_theta": 1e4, "factor": 4.0}), "rope_type"),
     (dict(hidden_act="gelu"), "hidden_act"),
     (dict(partial_rotary_factor=0.5), "partial_rotary_factor"),
     (dict(model_type="mixtral"), "model_type 'mixtral'"),

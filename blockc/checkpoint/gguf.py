@@ -155,7 +155,7 @@ def load(path: str, dtype: Optional[str], cls: Any,
     arch = f.get("general.architecture")
     cfg = GPTConfig(**config_from_gguf(f))
     spec = names(arch, cfg)
-    wanted = {n for n, _, _, _ in spec}
+    wanted = {n for n, _, _, _ in spec} | set(family_of_arch(arch, path).gguf_extras(cfg))
     tied_dup = cfg.tie_weights and "output.weight" in f.tensors
     extra = [n for n in f.tensors if n not in wanted and not (tied_dup and n == "output.weight")]
     if extra:
@@ -612,6 +612,9 @@ def save(m: Any, path: str, dtype: str, tokenizer: Optional[Mapping[str, Any]] =
             continue
         w = np.ascontiguousarray(w, dtype=np.float32)
         tensors.append((name, t, w.shape, quantise(w, t)))
+    for name, a in family_of_arch(arch, "GGUF").gguf_extras(cfg).items():
+        a = np.ascontiguousarray(a, dtype=np.float32)
+        tensors.append((name, "F32", a.shape, quantise(a, "F32")))
     extra = dict(tokenizer or {})
     ids = getattr(m, "special_ids", {}) or {}
     for ours, theirs in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),

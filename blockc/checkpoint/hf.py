@@ -170,6 +170,7 @@ def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model,  # ty
         dtype = "bfloat16" if mats and all(t.dtype == "BF16" for t in mats) else "float32"
     m = cls(cfg, dtype=dtype)
     tensor_layout = m.layout
+    offsets = fam.hf_offsets(cfg)  # Gemma's 1 + w, in float32 as transformers adds it
     parts: Dict[str, np.ndarray] = {}  # blockc tensors assembled from row slices
     for i, (name, ours, transposed, rows) in enumerate(spec):
         if progress is not None and i:
@@ -177,8 +178,10 @@ def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model,  # ty
         t = tensors[name]
         if rows is None:
             # aligned (a copy when a file's offsets left it misaligned)
-            m.write_tensor(ours, np.require(_finite(t, name), requirements="A"),
-                           transposed=transposed)
+            a = np.require(_finite(t, name), requirements="A")
+            if ours in offsets:
+                a = (np.float32(offsets[ours]) + a.astype(np.float32)).astype(np.float32)
+            m.write_tensor(ours, a, transposed=transposed)
             continue
         whole = parts.get(ours)
         if whole is None:
@@ -218,9 +221,12 @@ def save_dir(m: Model, path: str) -> None:
     d.update(m.special_ids)  # the end-of-text id etc. of the loaded directory
     tensors, bf16_names = {}, []
     whole: Dict[str, np.ndarray] = {}
+    offsets = fam.hf_offsets(cfg)
     for name, ours, transposed, rows in fam.names(cfg):
         if rows is None:
             a = m.read_tensor(ours)
+            if ours in offsets:  # the fold taken out (exact unless 1 + w rounded)
+                a = (a - np.float32(offsets[ours])).astype(np.float32)
         else:  # a row slice of a fused tensor, read once
             if ours not in whole:
                 whole[ours] = m.read_tensor(ours)

@@ -12,11 +12,13 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 import numpy as np
 
 from .._args import as_choice, as_flag, as_int, as_real, as_size, check_eps
-from .._enums import (ACTIVATIONS, C_ACT, C_DTYPE, C_NORM, C_PLACE, C_POS, DTYPES, NORMS,
-                      MAX_COLS, PLACEMENTS, POSITIONS, WHOLE_BLOCKS)
+from .._enums import (ACTIVATIONS, C_DTYPE, C_GPT_ACT, C_GPT_PLACE, C_NORM, C_POS, C_QK_NORM,
+                      DTYPES, GPT_ACTIVATIONS, GPT_PLACEMENTS, NORMS, MAX_COLS, PLACEMENTS,
+                      POSITIONS, QK_NORMS, WHOLE_BLOCKS)
 from .._errors import BlockcTypeError, BlockcValueError
 from .._native import check, ffi, lib
 from ..block.engine import BlockConfig
+from .variants import check_variants, check_window
 
 __all__ = ["GPTConfig", "GPT_PRESETS", "NORMS", "PLACEMENTS", "ACTIVATIONS", "POSITIONS", "DTYPES",
            "C_DTYPE", "as_config", "gpt_parameter_count", "gpt_parameter_formula",
@@ -124,6 +126,39 @@ class GPTConfig:
     sliding_layers : tuple of bool or None
         Which layers slide (one flag per layer), with ``sliding_window``; None:
         every layer.
+
+    The checkpoint families' variants (issue 50; training refuses a config using any,
+    :attr:`family_features` names them):
+
+    rope_parameters : mapping or None
+        Hugging Face's rope parameters (``rope_type`` one of ``default``, ``linear``,
+        ``dynamic``, ``yarn``, ``longrope``, ``llama3``, and that type's keys; a type that
+        reads the model's ``max_position_embeddings`` has it here), kept as a sorted tuple
+        of (key, value) pairs (lists as tuples) so the config stays hashable.
+    rotary_dim : int or None
+        R: each head's first R dimensions rotate (``partial_rotary_factor``); None: Dh.
+    nope_layers : tuple of int
+        Layers without rotary embeddings (SmolLM3's NoPE layers).
+    rope_local_theta : float > 0 or None
+        The base of the ``local_layers``' plain rotary embeddings (Gemma 3's sliding
+        layers: ``rope_local_base_freq``); the other layers turn by ``rope_theta`` and
+        ``rope_parameters``.
+    local_layers : tuple of int
+        The layers turning by ``rope_local_theta`` (the sliding-window layers of a model
+        whose window the sliding-window fields will hold: issue 50's lead wires them).
+    qk_norm : {"none", "head", "all"}
+        RMSNorm of q and k before rotary: per head (Qwen3), over the whole projection (OLMo2).
+    embed_scale, residual_scale : float > 0
+        The embedding multiplied by ``embed_scale`` (Gemma, Granite); ``x + residual_scale *
+        sublayer`` (Granite).
+    attn_scale : float > 0 or None
+        The attention scores' scale (None: 1 / sqrt(Dh)).
+    logit_scale : float > 0
+        The logits divided by it (Granite's ``logits_scaling``).
+
+    ``placement`` may also be ``"sandwich"`` (Gemma 2/3: norms before and after each
+    sublayer, ``ln1_post``/``ln2_post``) or ``"output"`` (OLMo2: ``x + norm(sublayer(x))``);
+    ``activation`` ``"geglu"`` (``down(gelu_tanh(gate(x)) * up(x))``).
     """
 
     vocab: int = 50257
@@ -147,6 +182,16 @@ class GPTConfig:
     mlp_bias: bool = True
     sliding_window: Optional[int] = None
     sliding_layers: Optional[Tuple[bool, ...]] = None
+    rope_parameters: Optional[Tuple[Tuple[str, Any], ...]] = None
+    rotary_dim: Optional[int] = None
+    nope_layers: Tuple[int, ...] = ()
+    rope_local_theta: Optional[float] = None
+    local_layers: Tuple[int, ...] = ()
+    qk_norm: str = "none"
+    embed_scale: float = 1.0
+    residual_scale: float = 1.0
+    attn_scale: Optional[float] = None
+    logit_scale: float = 1.0
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen)
@@ -158,9 +203,11 @@ class GPTConfig:
         set_("eps", check_eps(self.eps, "GPTConfig.eps"))
         for name in ("tie_weights", "residual", "qkv_bias", "out_bias", "mlp_bias"):
             set_(name, as_flag(getattr(self, name), f"GPTConfig.{name}"))
-        for name, allowed in (("norm", NORMS), ("placement", PLACEMENTS),
-                              ("activation", ACTIVATIONS), ("positions", POSITIONS)):
+        for name, allowed in (("norm", NORMS), ("placement", GPT_PLACEMENTS),
+                              ("activation", GPT_ACTIVATIONS), ("positions", POSITIONS),
+                              ("qk_norm", QK_NORMS)):
             as_choice(getattr(self, name), f"GPTConfig.{name}", allowed)
+        self._check_variants(set_)
         theta = as_real(self.rope_theta, "GPTConfig.rope_theta", 0.0)
         if not 0.0 < theta <= float(np.finfo(np.float32).max):
             raise BlockcValueError(f"GPTConfig.rope_theta must be > 0 in float32, got {self.rope_theta!r}")
@@ -185,22 +232,7 @@ class GPTConfig:
         check(st, "GPTConfig")
 
     def _check_window(self, set_: Any) -> None:
-        """sliding_window a size or None; sliding_layers one flag per layer, with a window."""
-        if self.sliding_window is not None:
-            set_("sliding_window", as_size(self.sliding_window, "GPTConfig.sliding_window"))
-        if self.sliding_layers is None:
-            return
-        flags = self.sliding_layers
-        if isinstance(flags, (str, bytes)) or not hasattr(flags, "__len__"):
-            raise BlockcTypeError("GPTConfig.sliding_layers must be a sequence of bools, "
-                                  f"got {type(flags).__name__}")
-        if len(flags) != self.layers:
-            raise BlockcValueError(f"GPTConfig.sliding_layers must have one flag per layer "
-                                   f"({self.layers}), got {len(flags)}")
-        if self.sliding_window is None:
-            raise BlockcValueError("GPTConfig.sliding_layers needs a sliding_window")
-        set_("sliding_layers", tuple(as_flag(f, f"GPTConfig.sliding_layers[{i}]")
-                                     for i, f in enumerate(flags)))
+        check_window(self, set_)
 
     def layer_window(self, layer: int) -> Optional[int]:
         """Layer ``layer``'s sliding window W, or None when it sees every earlier position.
@@ -229,6 +261,43 @@ class GPTConfig:
                                            and not self.sliding_layers[layer]):
             return None
         return self.sliding_window
+
+    def _check_variants(self, set_: Callable[[str, Any], None]) -> None:
+        check_variants(self, set_)
+
+    @property
+    def rotary_dim_(self) -> int:
+        """R, resolved (``rotary_dim`` or Dh)."""
+        return self.rotary_dim if self.rotary_dim is not None else self.head_dim_
+
+    @property
+    def rope_tables(self) -> Any:
+        """The rotary frequencies the C library reads (:class:`blockc.model.rope.RopeTables`)."""
+        return self._rope["tables"]
+
+    @property
+    def rope_kind(self) -> str:
+        """The rope_type of :attr:`rope_parameters` ("default" when there are none)."""
+        return dict(self.rope_parameters or ()).get("rope_type", "default")
+
+    @property
+    def family_features(self) -> Tuple[str, ...]:
+        """The families' variants this config uses (the fields' names; training refuses
+        them): empty for the configs training computes."""
+        out = []
+        if self.rope_parameters is not None and self.positions == "rope":
+            out.append(f"rope_parameters (rope_type {self.rope_kind!r})")
+        for name, neutral in (("rotary_dim", None), ("nope_layers", ()), ("qk_norm", "none"),
+                              ("rope_local_theta", None), ("local_layers", ()),
+                              ("embed_scale", 1.0), ("residual_scale", 1.0),
+                              ("attn_scale", None), ("logit_scale", 1.0)):
+            if getattr(self, name) != neutral:
+                out.append(name)
+        if self.placement in ("sandwich", "output"):
+            out.append(f"placement {self.placement!r}")
+        if self.activation == "geglu":
+            out.append("activation 'geglu'")
+        return tuple(out)
 
     def __reduce__(self):  # pickle / copy by the fields; the C structs are rebuilt
         return (type(self), tuple(getattr(self, f.name) for f in fields(self)))
@@ -428,16 +497,32 @@ class GPTConfig:
             c = ffi.new("bc_gpt_config *", dict(
                 vocab=self.vocab, context=self.context, width=self.width, heads=self.heads,
                 layers=self.layers, kv_heads=self.kv_heads_, head_dim=self.head_dim_,
-                d_ff=self.d_ff_, norm=C_NORM[self.norm], placement=C_PLACE[self.placement],
-                activation=C_ACT[self.activation], positions=C_POS[self.positions],
+                d_ff=self.d_ff_, norm=C_NORM[self.norm], placement=C_GPT_PLACE[self.placement],
+                activation=C_GPT_ACT[self.activation], positions=C_POS[self.positions],
                 rope_theta=self.rope_theta, residual=int(self.residual),
                 qkv_bias=int(self.qkv_bias), out_bias=int(self.out_bias),
                 mlp_bias=int(self.mlp_bias), eps=self.eps, tie_weights=int(self.tie_weights),
-                dtype=C_DTYPE[dtype], window=self.sliding_window or 0))
+                dtype=C_DTYPE[dtype], window=self.sliding_window or 0,
+                **_variant_fields_of(self)))
             if self._sliding_c is not None:
                 c.sliding = self._sliding_c
             self._cs[dtype] = c
         return c
+
+
+def _variant_fields_of(cfg: GPTConfig) -> Dict[str, Any]:
+    """The bc_gpt_config fields of the families' variants (zero: not used)."""
+    k = cfg._rope
+    t = k["tables"]
+    return dict(rope_dim=cfg.rotary_dim_ if cfg.rotary_dim is not None else 0,
+                rope_freqs=k["inv"], rope_freqs_long=k["inv_long"], rope_dynamic=t.dynamic,
+                rope_original=t.original, rope_attn=0.0 if t.attn == 1.0 else t.attn,
+                nope_layers=k["nope"], qk_norm=C_QK_NORM[cfg.qk_norm],
+                rope_local_theta=cfg.rope_local_theta or 0.0,
+                embed_scale=0.0 if cfg.embed_scale == 1.0 else cfg.embed_scale,
+                residual_scale=0.0 if cfg.residual_scale == 1.0 else cfg.residual_scale,
+                attn_scale=cfg.attn_scale or 0.0,
+                logit_scale=0.0 if cfg.logit_scale == 1.0 else cfg.logit_scale)
 
 
 def as_config(cfg: Any) -> GPTConfig:

@@ -41,7 +41,7 @@ import numpy as np
 from . import block
 from .._errors import BlockcValueError
 
-__all__ = ["gpt_forward", "rope", "rope_angles"]
+__all__ = ["gpt_forward", "rope", "rope_angles", "rope_angles_of"]
 
 _ACT = {"gelu_tanh": block.gelu_tanh, "gelu": block.gelu, "relu": block.relu}
 
@@ -58,13 +58,44 @@ def rope_angles(pos: np.ndarray, d_head: int, theta: float) -> np.ndarray:
     return (np.asarray(pos, np.float32)[:, None] * inv[None, :]).astype(np.float32)
 
 
-def rope(x: np.ndarray, angles: np.ndarray) -> np.ndarray:
-    """x (..., T, Dh) rotated pairwise (i, i + Dh/2) by angles (T, Dh/2)."""
-    half = x.shape[-1] // 2
-    c = np.cos(angles.astype(np.float64)).astype(x.dtype)
-    s = np.sin(angles.astype(np.float64)).astype(x.dtype)
-    a, b = x[..., :half], x[..., half:]
-    return np.concatenate([a * c - b * s, b * c + a * s], axis=-1)
+def rope_angles_of(cfg: Any, pos: np.ndarray, length: int):
+    """(angles (T, R/2), attention factor) of a sequence of ``length`` positions whose
+    positions ``pos`` turn, by the config's rope parameters (the scaled variants'
+    frequencies as ``cfg.rope_tables`` gives them, checked against transformers' own in
+    the tests; the length-dependent choice made here: longrope's long factors past the
+    original length, dynamic NTK's base, in float32 as torch)."""
+    f32 = np.float32
+    theta = _get(cfg, "rope_theta", 10000.0)
+    dh = _get(cfg, "head_dim", cfg.width // cfg.heads)
+    rot = _get(cfg, "rotary_dim", dh)
+    t = getattr(cfg, "rope_tables", None)
+    default = (f32(1.0) / np.power(f32(theta), np.arange(0, rot, 2).astype(f32) / f32(rot)))
+    if t is None:
+        return (np.asarray(pos, f32)[:, None] * default[None, :]).astype(f32), 1.0
+    inv = t.inv if t.inv is not None else default
+    if t.original and length > t.original:
+        if t.inv_long is not None:
+            inv = t.inv_long
+        elif t.dynamic:
+            r = f32(t.dynamic) * f32(length) / f32(t.original) - f32(t.dynamic - 1.0)
+            base = f32(theta) * np.power(r, f32(rot / (rot - 2)))
+            inv = (f32(1.0) / np.power(f32(base), np.arange(0, rot, 2).astype(f32) / f32(rot)))
+    ang = (np.asarray(pos, f32)[:, None] * inv.astype(f32)[None, :]).astype(f32)
+    return ang, t.attn
+
+
+def rope(x: np.ndarray, angles: np.ndarray, attn: float = 1.0) -> np.ndarray:
+    """x (..., T, Dh) rotated pairwise (i, i + R/2) within its first R dimensions by
+    angles (T, R/2), cos and sin multiplied by ``attn`` in float32; the rest as it is."""
+    half = angles.shape[-1]
+    c = np.cos(angles.astype(np.float64))
+    s = np.sin(angles.astype(np.float64))
+    if attn != 1.0:  # transformers' cos * attention_scaling, in float32
+        c = c.astype(np.float32) * np.float32(attn)
+        s = s.astype(np.float32) * np.float32(attn)
+    c, s = c.astype(x.dtype), s.astype(x.dtype)
+    a, b, rest = x[..., :half], x[..., half:2 * half], x[..., 2 * half:]
+    return np.concatenate([a * c - b * s, b * c + a * s, rest], axis=-1)
 
 
 def _norm(x, p: Dict[str, np.ndarray], name: str, kind: str, eps: float):
@@ -101,8 +132,22 @@ def _attention(x, p, pre: str, cfg: Any, angles, kv_dtype: Any = None, window: A
     q = np.swapaxes(q.reshape(*lead, t, h, dh), -2, -3)    # (..., H, T, Dh)
     k = np.swapaxes(k.reshape(*lead, t, kv, dh), -2, -3)   # (..., KV, T, Dh)
     v = np.swapaxes(v.reshape(*lead, t, kv, dh), -2, -3)
+    qk_norm = _get(cfg, "qk_norm", "none")
+    if qk_norm == "head":
+        q = block.rmsnorm(q, p[pre + "attn.q_norm.weight"], cfg.eps)
+        k = block.rmsnorm(k, p[pre + "attn.k_norm.weight"], cfg.eps)
+    elif qk_norm == "all":  # over the whole projection: back to (..., T, H Dh) and out
+        q = np.swapaxes(block.rmsnorm(np.swapaxes(q, -2, -3).reshape(*lead, t, h * dh),
+                                      p[pre + "attn.q_norm.weight"], cfg.eps)
+                        .reshape(*lead, t, h, dh), -2, -3)
+        k = np.swapaxes(block.rmsnorm(np.swapaxes(k, -2, -3).reshape(*lead, t, kv * dh),
+                                      p[pre + "attn.k_norm.weight"], cfg.eps)
+                        .reshape(*lead, t, kv, dh), -2, -3)
     if angles is not None:
-        q, k = rope(q, angles), rope(k, angles)
+        q, k = rope(q, *angles), rope(k, *angles)
+    scale = _get(cfg, "attn_scale", None)
+    if scale is not None:
+        q = q * (scale * np.sqrt(dh))
     k, v = _cache_round(k, kv_dtype), _cache_round(v, kv_dtype)
     k, v = np.repeat(k, h // kv, axis=-3), np.repeat(v, h // kv, axis=-3)
     y = np.swapaxes(block.attention(q, k, v, causal=True, window=window), -2, -3)
@@ -115,6 +160,8 @@ def _mlp(x, p, pre: str, cfg: Any):
     act = _get(cfg, "activation", "gelu_tanh")
     if act == "swiglu":
         hid = block.swiglu(block.linear(x, p[pre + "gate.weight"], p.get(pre + "gate.bias")), up)
+    elif act == "geglu":
+        hid = block.gelu_tanh(block.linear(x, p[pre + "gate.weight"], p.get(pre + "gate.bias"))) * up
     else:
         hid = _ACT[act](up)
     return block.linear(hid, p[pre + "down.weight"], p.get(pre + "down.bias"))
@@ -135,26 +182,44 @@ def gpt_forward(sd: Mapping[str, Any], cfg: Any, ids: Any, return_hidden: bool =
     x = p["token.weight"][ids]
     angles = None
     if _get(cfg, "positions", "learned") == "rope":
-        angles = rope_angles(np.arange(t), _get(cfg, "head_dim", cfg.width // cfg.heads),
-                             _get(cfg, "rope_theta", 10000.0))
+        angles = rope_angles_of(cfg, np.arange(t), t)
     else:
         x = x + p["position.weight"][np.arange(t)][None]
+    x = x * _get(cfg, "embed_scale", 1.0)
+    rs = _get(cfg, "residual_scale", 1.0)
+    nope = set(_get(cfg, "nope_layers", ()))
+    local = set(_get(cfg, "local_layers", ()))
+    local_angles = None
+    if local and angles is not None:  # plain rotary of the local base over the whole head
+        dh = _get(cfg, "head_dim", cfg.width // cfg.heads)
+        local_angles = (rope_angles(np.arange(t), dh, cfg.rope_local_theta), 1.0)
     hidden: List[np.ndarray] = []
     for i in range(cfg.layers):
         pre = f"blocks.{i}."
-        if place == "pre":
-            x = res * x + _attention(_norm(x, p, pre + "ln1", norm, eps), p, pre, cfg, angles,
-                                      kv_dtype, _window(cfg, i))
-            x = res * x + _mlp(_norm(x, p, pre + "ln2", norm, eps), p, pre, cfg)
+        win = _window(cfg, i)
+        ang = None if i in nope else local_angles if i in local else angles
+        if place == "sandwich":
+            a = _attention(_norm(x, p, pre + "ln1", norm, eps), p, pre, cfg, ang, kv_dtype, win)
+            x = res * x + rs * _norm(a, p, pre + "ln1_post", norm, eps)
+            m = _mlp(_norm(x, p, pre + "ln2", norm, eps), p, pre, cfg)
+            x = res * x + rs * _norm(m, p, pre + "ln2_post", norm, eps)
+        elif place == "output":
+            a = _attention(x, p, pre, cfg, ang, kv_dtype, win)
+            x = res * x + rs * _norm(a, p, pre + "ln1", norm, eps)
+            x = res * x + rs * _norm(_mlp(x, p, pre, cfg), p, pre + "ln2", norm, eps)
+        elif place == "pre":
+            x = res * x + rs * _attention(_norm(x, p, pre + "ln1", norm, eps), p, pre, cfg, ang,
+                                           kv_dtype, win)
+            x = res * x + rs * _mlp(_norm(x, p, pre + "ln2", norm, eps), p, pre, cfg)
         else:
-            x = _norm(res * x + _attention(x, p, pre, cfg, angles, kv_dtype, _window(cfg, i)),
-                      p, pre + "ln1", norm, eps)
+            x = _norm(res * x + _attention(x, p, pre, cfg, ang, kv_dtype, win), p, pre + "ln1",
+                      norm, eps)
             x = _norm(res * x + _mlp(x, p, pre, cfg), p, pre + "ln2", norm, eps)
         hidden.append(x)
-    if place == "pre":
+    if place != "post":
         x = _norm(x, p, "norm", norm, eps)
     head = p["token.weight"] if cfg.tie_weights else p["head.weight"]
-    logits = x @ head.T
+    logits = x @ head.T / _get(cfg, "logit_scale", 1.0)
     if return_hidden:
         return logits, np.stack(hidden) if hidden else np.zeros((0, b, t, cfg.width), dtype)
     return logits

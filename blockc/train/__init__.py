@@ -44,6 +44,10 @@ def _trainable(m) -> None:
         what = "matrices of mixed formats" if m.dtype == "mixed" else m.dtype
         raise BlockcValueError(f"training needs float32 weights, this model stores {what} "
                                "(m.astype('float32') first)")
+    used = m.config.family_features
+    if used:
+        raise BlockcValueError(f"training does not compute {', '.join(used)} (a checkpoint "
+                               "family's variant, issue 50): this model runs but is not trained")
 
 
 def _batch(m, ids: Any, targets: Any, ignore_index: Any) -> Tuple[np.ndarray, np.ndarray, int]:

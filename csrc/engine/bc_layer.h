@@ -4,6 +4,8 @@
  *
  * pre:  x = x + attn(norm1(x));  x = x + ffn(norm2(x))
  * post: x = norm1(x + attn(x));  x = norm2(x + ffn(x))      (the 2017 original)
+ * sandwich: x = x + norm1p(attn(norm1(x)));  x = x + norm2p(ffn(norm2(x)))  (Gemma 2/3)
+ * output:   x = x + norm1(attn(x));  x = x + norm2(ffn(x))                  (OLMo2)
  * residual = 0 drops the "x +". attn: one packed linear to q (H heads), k and v
  * (KV heads each, grouped-query when KV < H), rotary embeddings on q and k
  * (rope), the keys and values stored into a cache when there is one,
@@ -29,6 +31,11 @@ typedef struct {
     int causal;
     int residual;
     float eps;
+    /* the families' variants (bc_gpt.h; zero: none): */
+    size_t rope_dim;       /* rotated dimensions of each head (0: Dh) */
+    int qk_norm;           /* BC_QK_NORM_* (bc_gpt.h) */
+    float q_scale;         /* 0, or q multiplied by this before the attention */
+    float residual_scale;  /* 0 (1), or x + this * sublayer */
 } bc_layer_cfg;
 
 /* A weight matrix: its data and layout (BC_WF_*). */
@@ -44,6 +51,8 @@ typedef struct {
     bc_mat qkv, proj, up, gate, down;
     const float *qkv_b, *proj_b, *up_b, *gate_b, *down_b;
     const float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
+    const float *q_norm, *k_norm;     /* qk_norm's gains */
+    const float *ln1p_w, *ln2p_w;     /* BC_PLACE_SANDWICH's post norms' gains */
 } bc_layer_w;
 
 /* Where this call's positions sit: sequence s's first position pos0[s] (pos0

@@ -55,7 +55,8 @@ static int get_dims(dims *s, const bc_block_config *cfg, size_t b, size_t t)
         return st;
     s->dd /= 3;  /* D*D, checked through the larger 3D*D */
     const bc_layer_cfg lc = {s->d, s->h, s->h, s->dh, s->f, cfg->norm, cfg->placement,
-                             cfg->activation, cfg->causal != 0, cfg->residual != 0, cfg->eps};
+                             cfg->activation, cfg->causal != 0, cfg->residual != 0, cfg->eps,
+                             0, BC_QK_NORM_NONE, 0.0f, 0.0f};
     s->lc = lc;
     return bc_layer_work(&s->total, &s->lc, s->n);
 }
@@ -100,6 +101,7 @@ static bc_layer_w layer_weights(const bc_block_weights *w)
         {w->gate_w, BC_WF_ROWS}, {w->down_w, BC_WF_ROWS},
         w->qkv_b, w->proj_b, w->up_b, w->gate_b, w->down_b,
         w->ln1_w, w->ln1_b, w->ln2_w, w->ln2_b,
+        NULL, NULL, NULL, NULL,
     };
     return lw;
 }

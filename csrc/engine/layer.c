@@ -12,8 +12,21 @@
  * turn: att (n,H Dh) and qkv (n,(H+2KV) Dh) for attention, hid (n,F) and
  * gat (n,F, swiglu only) for the MLP. */
 typedef struct {
-    size_t xn, sub, att, qkv, hid, gat, total;
+    size_t xn, sub, att, qkv, hid, gat, tmp, total;
 } parts;
+
+/* A sublayer's output is not fused into the residual's sum: it is normed (sandwich,
+ * output) or scaled (residual_scale) first, in the tmp region (n,D). */
+static int unfused(const bc_layer_cfg *c)
+{
+    return c->placement == BC_PLACE_SANDWICH || c->placement == BC_PLACE_OUTPUT
+           || (c->residual_scale != 0.0f && c->residual_scale != 1.0f);
+}
+
+static int gated(const bc_layer_cfg *c)
+{
+    return c->activation == BC_ACT_SWIGLU || c->activation == BC_ACT_GEGLU;
+}
 
 static int carve(parts *p, const bc_layer_cfg *c, size_t n)
 {
@@ -22,12 +35,15 @@ static int carve(parts *p, const bc_layer_cfg *c, size_t n)
     if ((st = bc_mul(&nd, n, c->d)) || (st = bc_mul(&na, n, c->heads * c->head_dim))
         || (st = bc_mul(&nq, n, (c->heads + 2 * c->kv_heads) * c->head_dim))
         || (st = bc_mul(&nf, n, c->d_ff)) || (st = bc_add(&attn, na, nq))
-        || (st = bc_mul(&mlp, nf, c->activation == BC_ACT_SWIGLU ? 2 : 1)))
+        || (st = bc_mul(&mlp, nf, gated(c) ? 2 : 1)))
         return st;
     if ((st = bc_add(&at, nd, c->placement == BC_PLACE_POST ? nd : 0)))
         return st;
     p->xn = 0;
     p->sub = nd;
+    p->tmp = at;
+    if (unfused(c) && (st = bc_add(&at, at, nd)))
+        return st;
     p->att = at;
     p->qkv = at + na;
     p->hid = at;
@@ -130,11 +146,23 @@ static void attn_sublayer(float *out, const float *a, const float *r, const bc_l
         /* the call's own keys and values, rows of the q/k/v buffer */
         bc_kv kv = {q + qw, q + qw + kw, ld, ld, dh, dh, 0, NULL, NULL, 0, 0};
         size_t tk = t;
+        if (c->qk_norm)  /* per head: rows of Dh; else the whole projection: one row */
+            for (size_t i = 0; i < t; i++) {
+                float *qi = q + i * ld, *ki = qi + qw;
+                const int head = c->qk_norm == BC_QK_NORM_HEAD;
+                bc_k_rmsnorm(qi, qi, w->q_norm, head ? c->heads : 1, head ? dh : qw, c->eps, cx);
+                bc_k_rmsnorm(ki, ki, w->k_norm, head ? c->kv_heads : 1, head ? dh : kw, c->eps,
+                             cx);
+            }
         if (pos->cs) {
             const float *cs = pos->cs + s * t * dh;
-            bc_k_rope(q, ld, t, c->heads, dh, cs, cx);
-            bc_k_rope(q + qw, ld, t, c->kv_heads, dh, cs, cx);
+            const size_t rd = c->rope_dim ? c->rope_dim : dh;
+            bc_k_rope_part(q, ld, t, c->heads, dh, rd, cs, cx);
+            bc_k_rope_part(q + qw, ld, t, c->kv_heads, dh, rd, cs, cx);
         }
+        if (c->q_scale != 0.0f)
+            for (size_t i = 0; i < t; i++)
+                bc_k_scale(q + i * ld, q + i * ld, c->q_scale, qw, cx);
         kv.window = pos->window;
         if (pos->k || pos->k16) {
             attn_cached(att + s * t * qw, q, ld, c, pos, s, t, p0, cx);
@@ -146,6 +174,20 @@ static void attn_sublayer(float *out, const float *a, const float *r, const bc_l
     bc_k_linear(out, att, w->proj.p, w->proj.wf, w->proj_b, r, n, qw, c->d, BC_ACT_NONE, cx);
 }
 
+// out (N,D) = r + s * post(sub (N,D)): the unfused sublayers' sum; post: the gain of
+// the norm on the sublayer's output (NULL: none), r (N,D) or NULL; out may be r or sub
+static void unfused_sum(float *out, float *sub, const float *r, const float *post,
+                        const bc_layer_cfg *c, size_t n, const bc_ctx *cx)
+{
+    if (post)
+        bc_k_rmsnorm(sub, sub, post, n, c->d, c->eps, cx);
+    const float s = c->residual_scale != 0.0f ? c->residual_scale : 1.0f;
+    if (s == 1.0f && r)
+        bc_k_add(out, r, sub, n * c->d, cx);
+    else
+        bc_k_add_scaled(out, r, sub, s, n * c->d, cx);
+}
+
 // out (N,D) = r + down(act(up(a))) or r + down(silu(gate(a)) * up(a)); r (N,D) or NULL,
 // may be out; up (N,F) or NULL: the pre-activation kept apart (a training
 // forward's record; the same bits as the fused epilogue)
@@ -154,11 +196,16 @@ static void ffn_sublayer(float *out, const float *a, const float *r, const bc_la
                          const bc_ctx *cx)
 {
     float *u = up ? up : hid;
-    if (c->activation == BC_ACT_SWIGLU) {
+    if (gated(c)) {
         bc_k_linear(u, a, w->up.p, w->up.wf, w->up_b, NULL, n, c->d, c->d_ff, BC_ACT_NONE, cx);
         bc_k_linear(gat, a, w->gate.p, w->gate.wf, w->gate_b, NULL, n, c->d, c->d_ff,
                     BC_ACT_NONE, cx);
-        bc_k_swiglu(hid, gat, u, n * c->d_ff, cx);
+        if (c->activation == BC_ACT_GEGLU) {
+            bc_k_act(gat, gat, n * c->d_ff, BC_ACT_GELU_TANH, cx);
+            bc_k_mul(hid, gat, u, n * c->d_ff, cx);
+        } else {
+            bc_k_swiglu(hid, gat, u, n * c->d_ff, cx);
+        }
     } else if (up) {
         bc_k_linear(up, a, w->up.p, w->up.wf, w->up_b, NULL, n, c->d, c->d_ff, BC_ACT_NONE, cx);
         bc_k_act(hid, up, n * c->d_ff, c->activation, cx);
@@ -182,6 +229,28 @@ void bc_layer_forward(float *y, const float *x, const bc_layer_cfg *c, const bc_
     float *hid = rec ? rec->hid : work + p.hid, *gat = rec ? rec->gate : work + p.gat;
     float *lse = rec ? rec->lse : NULL, *up = rec ? rec->up : NULL;
     const int res = c->residual != 0, normed = c->norm != BC_NORM_NONE;
+    if (unfused(c)) {  /* no record: training refuses these configs */
+        const int sandwich = c->placement == BC_PLACE_SANDWICH;
+        const int output = c->placement == BC_PLACE_OUTPUT;
+        float *tmp = work + p.tmp;
+        const float *a = x;
+        if (normed && !output) {
+            norm(xn, x, w->ln1_w, w->ln1_b, c, n, cx);
+            a = xn;
+        }
+        attn_sublayer(tmp, a, NULL, c, w, pos, b, t, qkv, att, NULL, cx);
+        unfused_sum(y, tmp, res ? x : NULL, sandwich ? w->ln1p_w : output ? w->ln1_w : NULL, c,
+                    n, cx);
+        a = y;
+        if (normed && !output) {
+            norm(xn, y, w->ln2_w, w->ln2_b, c, n, cx);
+            a = xn;
+        }
+        ffn_sublayer(tmp, a, NULL, c, w, n, hid, gat, NULL, cx);
+        unfused_sum(y, tmp, res ? y : NULL, sandwich ? w->ln2p_w : output ? w->ln2_w : NULL, c,
+                    n, cx);
+        return;
+    }
     if (c->placement == BC_PLACE_PRE) {
         const float *a = x;
         if (normed) {

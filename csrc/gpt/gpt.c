@@ -21,7 +21,7 @@ static int slot_used(const bc_gpt_config *c, size_t slot)
         return !c->tie_weights;
     if (slot < 2)
         return 1;
-    return (slot - 2) % BC_GPT_NMAT != BC_GPT_MAT_GATE || c->activation == BC_ACT_SWIGLU;
+    return (slot - 2) % BC_GPT_NMAT != BC_GPT_MAT_GATE || bc_gpt_gated(c->activation);
 }
 
 /* The per-matrix formats: each entry of the caller's array read once into m->fmt and
@@ -96,6 +96,60 @@ static int block_fmt(const model *m, const tdesc *t, size_t l)
     return slot < 0 ? BC_DTYPE_F32 : bc_gpt_fmt(m, (size_t)slot);
 }
 
+/* 0, or a finite positive float: the optional scales */
+static int scale_ok(float s)
+{
+    return s == 0.0f || (isfinite(s) && s > 0.0f);
+}
+
+/* The families' variants checked (m->kv, m->dh resolved): m->rd and m->variant set. */
+static int variants(model *m)
+{
+    const bc_gpt_config *c = &m->c;
+    const int rope = c->positions == BC_POS_ROPE;
+    m->rd = c->rope_dim ? c->rope_dim : m->dh;
+    if (rope && (m->rd % 2 || m->rd > m->dh))
+        return BC_EOPTION;
+    if (!scale_ok(c->rope_local_theta) || (c->rope_local_theta != 0.0f && m->rd != m->dh))
+        return BC_EOPTION;
+    for (size_t l = 0; c->nope_layers && l < c->layers; l++)
+        if (c->nope_layers[l] > 2 || (c->nope_layers[l] == 2 && c->rope_local_theta == 0.0f))
+            return BC_EOPTION;
+    if (!scale_ok(c->rope_attn) || !scale_ok(c->embed_scale) || !scale_ok(c->residual_scale)
+        || !scale_ok(c->attn_scale) || !scale_ok(c->logit_scale))
+        return BC_EOPTION;
+    if (c->qk_norm != BC_QK_NORM_NONE && c->qk_norm != BC_QK_NORM_HEAD
+        && c->qk_norm != BC_QK_NORM_ALL)
+        return BC_EOPTION;
+    if (c->qk_norm && c->norm != BC_NORM_RMS)
+        return BC_EOPTION;
+    if ((c->placement == BC_PLACE_SANDWICH || c->placement == BC_PLACE_OUTPUT)
+        && c->norm != BC_NORM_RMS)
+        return BC_EOPTION;
+    if (c->placement == BC_PLACE_POST && c->residual_scale != 0.0f && c->residual_scale != 1.0f)
+        return BC_EOPTION;
+    const size_t half = m->rd / 2;
+    for (int k = 0; k < 2; k++) {
+        const float *f = k ? c->rope_freqs_long : c->rope_freqs;
+        for (size_t i = 0; f && i < half; i++)
+            if (!isfinite(f[i]) || !(f[i] > 0.0f))
+                return BC_EOPTION;
+    }
+    if (c->rope_freqs_long && !c->rope_original)
+        return BC_EOPTION;
+    if (c->rope_dynamic != 0.0f
+        && (!isfinite(c->rope_dynamic) || !(c->rope_dynamic >= 1.0f) || !c->rope_original
+            || m->rd <= 2 || c->rope_freqs || c->rope_freqs_long))
+        return BC_EOPTION;
+    m->variant = (c->rope_dim && c->rope_dim != m->dh) || c->rope_freqs || c->rope_freqs_long
+                 || c->rope_dynamic != 0.0f || (c->rope_attn != 0.0f && c->rope_attn != 1.0f)
+                 || c->nope_layers || c->rope_local_theta != 0.0f || c->qk_norm || c->embed_scale != 0.0f
+                 || c->residual_scale != 0.0f || c->attn_scale != 0.0f || c->logit_scale != 0.0f
+                 || c->placement == BC_PLACE_SANDWICH || c->placement == BC_PLACE_OUTPUT
+                 || c->activation == BC_ACT_GEGLU;
+    return BC_OK;
+}
+
 static int resolve(model *m, const bc_gpt_config *cfg)
 {
     if (!cfg)
@@ -110,9 +164,11 @@ static int resolve(model *m, const bc_gpt_config *cfg)
     if (c->context > (size_t)BC_MAX_ELEMENTS)
         return BC_EOVERFLOW;
     if ((c->norm != BC_NORM_LAYER && c->norm != BC_NORM_RMS && c->norm != BC_NORM_NONE)
-        || (c->placement != BC_PLACE_PRE && c->placement != BC_PLACE_POST)
+        || (c->placement != BC_PLACE_PRE && c->placement != BC_PLACE_POST
+            && c->placement != BC_PLACE_SANDWICH && c->placement != BC_PLACE_OUTPUT)
         || (c->activation != BC_ACT_GELU_TANH && c->activation != BC_ACT_GELU
-            && c->activation != BC_ACT_RELU && c->activation != BC_ACT_SWIGLU)
+            && c->activation != BC_ACT_RELU && c->activation != BC_ACT_SWIGLU
+            && c->activation != BC_ACT_GEGLU)
         || (c->positions != BC_POS_LEARNED && c->positions != BC_POS_ROPE)
         || !bc_format_of(c->dtype)
         || !bc_eps_ok(c->eps))
@@ -126,14 +182,15 @@ static int resolve(model *m, const bc_gpt_config *cfg)
     if (c->positions == BC_POS_ROPE
         && (m->dh % 2 || !isfinite(c->rope_theta) || !(c->rope_theta > 0.0f)))
         return BC_EOPTION;
+    int st = variants(m);
+    if (st)
+        return st;
     if (c->d_ff) {
         m->ff = c->d_ff;
     } else {
-        int st = bc_mul(&m->ff, c->width, 4);
-        if (st)
+        if ((st = bc_mul(&m->ff, c->width, 4)))
             return st;
     }
-    int st;
     if ((st = bc_mul(&m->qw, c->heads, m->dh)) || (st = bc_mul(&m->kw, m->kv, m->dh)))
         return st;
     if ((st = resolve_formats(m, m->c.dtypes)))  /* the pointer as copied, read once */
@@ -163,7 +220,10 @@ static size_t block_tensors(tdesc *t, const model *m)
     const bc_gpt_config *c = &m->c;
     const size_t d = c->width, f = m->ff, qkv = m->qw + 2 * m->kw;
     const int gains = c->norm != BC_NORM_NONE, shifts = c->norm == BC_NORM_LAYER;
-    const int swiglu = c->activation == BC_ACT_SWIGLU;
+    const int swiglu = bc_gpt_gated(c->activation);
+    const int sandwich = c->placement == BC_PLACE_SANDWICH;
+    const size_t qn = c->qk_norm == BC_QK_NORM_ALL ? m->qw : m->dh;
+    const size_t kn = c->qk_norm == BC_QK_NORM_ALL ? m->kw : m->dh;
     size_t n = 0;
 #define ADD(nm, r, cl, k, fl) (t[n].name = (nm), t[n].rows = (r), t[n].cols = (cl), \
                                t[n].kind = (k), t[n].field = (fl), n++)
@@ -174,9 +234,15 @@ static size_t block_tensors(tdesc *t, const model *m)
     ADD("attn.qkv.weight", qkv, d, T_MAT, F_QKV_W);
     if (c->qkv_bias)
         ADD("attn.qkv.bias", qkv, 0, T_VEC, F_QKV_B);
+    if (c->qk_norm) {
+        ADD("attn.q_norm.weight", qn, 0, T_VEC, F_QN_W);
+        ADD("attn.k_norm.weight", kn, 0, T_VEC, F_KN_W);
+    }
     ADD("attn.proj.weight", d, m->qw, T_MAT, F_PROJ_W);
     if (c->out_bias)
         ADD("attn.proj.bias", d, 0, T_VEC, F_PROJ_B);
+    if (sandwich)
+        ADD("ln1_post.weight", d, 0, T_VEC, F_LN1P_W);
     if (gains)
         ADD("ln2.weight", d, 0, T_VEC, F_LN2_W);
     if (shifts)
@@ -192,6 +258,8 @@ static size_t block_tensors(tdesc *t, const model *m)
     ADD("down.weight", d, f, T_MAT, F_DOWN_W);
     if (c->mlp_bias)
         ADD("down.bias", d, 0, T_VEC, F_DOWN_B);
+    if (sandwich)
+        ADD("ln2_post.weight", d, 0, T_VEC, F_LN2P_W);
 #undef ADD
     return n;
 }
@@ -247,7 +315,7 @@ static int make_layout(layout *lo, const model *m)
     }
     if ((st = bc_mul(&n, per, c->layers)) || (st = bc_add(&elems, elems, n)))
         return st;
-    lo->has_norm = c->placement == BC_PLACE_PRE && c->norm != BC_NORM_NONE;
+    lo->has_norm = c->placement != BC_PLACE_POST && c->norm != BC_NORM_NONE;
     lo->has_norm_b = lo->has_norm && c->norm == BC_NORM_LAYER;
     lo->norm_w = lo->norm_b = off;
     if (lo->has_norm) {
@@ -436,8 +504,10 @@ int bc_gpt_cache_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t 
 
 bc_layer_cfg bc_gpt_layer_cfg(const model *m)
 {
+    const float q_scale = m->c.attn_scale != 0.0f ? m->c.attn_scale * sqrtf((float)m->dh) : 0.0f;
     const bc_layer_cfg lc = {m->c.width, m->c.heads, m->kv, m->dh, m->ff, m->c.norm,
-                             m->c.placement, m->c.activation, 1, m->c.residual != 0, m->c.eps};
+                             m->c.placement, m->c.activation, 1, m->c.residual != 0, m->c.eps,
+                             m->rd, m->c.qk_norm, q_scale, m->c.residual_scale};
     return lc;
 }
 
@@ -446,12 +516,12 @@ bc_layer_cfg bc_gpt_layer_cfg(const model *m)
  *   call) each sequence's first position, as read once; cs (B, T, Dh) the rotary angles (RoPE only);
  *   the layer's workspace (the final norm writes into its first N*D). */
 typedef struct {
-    size_t pos, cs, layer, total;
+    size_t pos, cs, cs2, layer, total;
 } work_parts;
 
 static int carve(work_parts *w, const model *m, size_t batch, size_t seq)
 {
-    size_t n, nd, lw, ncs = 0, at;
+    size_t n, nd, lw, ncs = 0, ncs2 = 0, at;
     int st;
     const bc_layer_cfg lc = bc_gpt_layer_cfg(m);
     if ((st = bc_mul(&n, batch, seq)) || (st = bc_mul(&nd, n, m->c.width))
@@ -459,11 +529,16 @@ static int carve(work_parts *w, const model *m, size_t batch, size_t seq)
         return st;
     if (m->c.positions == BC_POS_ROPE && (st = bc_mul(&ncs, n, m->dh)))
         return st;
+    if (m->c.rope_local_theta != 0.0f)
+        ncs2 = ncs;  /* the local layers' table */
     w->pos = nd;  /* one float more than the slots need: forward_plan aligns them */
     if ((st = bc_add(&at, nd, 2 * batch + 1)))  /* 2 * batch <= 2 * nd */
         return st;
     w->cs = at;
     if ((st = bc_add(&at, at, ncs)))
+        return st;
+    w->cs2 = at;
+    if ((st = bc_add(&at, at, ncs2)))
         return st;
     w->layer = at;
     return bc_add(&w->total, at, lw);
@@ -646,6 +721,10 @@ bc_layer_w bc_gpt_layer_w(const unsigned char *params, const model *m, const lay
         case F_GATE_B: w.gate_b = v; break;
         case F_DOWN_W: w.down.p = t; w.down.wf = wf; break;
         case F_DOWN_B: w.down_b = v; break;
+        case F_QN_W: w.q_norm = v; break;
+        case F_KN_W: w.k_norm = v; break;
+        case F_LN1P_W: w.ln1p_w = v; break;
+        case F_LN2P_W: w.ln2p_w = v; break;
         default: break;
         }
     }
@@ -673,6 +752,32 @@ static void head_forward(float *logits, float *xn, const float *x, const unsigne
     const int head_fmt = bc_gpt_fmt(&p->m, c->tie_weights ? BC_GPT_FMT_TOKEN : BC_GPT_FMT_HEAD);
     bc_k_linear(logits, xn, params + p->lo.head, BC_WF_PANEL(head_fmt), NULL, NULL, rows,
                 d, c->vocab, BC_ACT_NONE, cx);
+    if (c->logit_scale != 0.0f && c->logit_scale != 1.0f)
+        for (size_t i = 0; i < rows * c->vocab; i++)
+            logits[i] /= c->logit_scale;
+}
+
+/* The rotary table of a sequence whose call covers positions pos0..pos0+T-1: cs
+ * (T, R/2, 2) by the config's frequencies for a sequence of length pos0 + T. */
+static void rope_table(float *cs, const model *m, size_t pos0, size_t seq)
+{
+    const bc_gpt_config *c = &m->c;
+    const size_t len = pos0 + seq;
+    const float attn = c->rope_attn != 0.0f ? c->rope_attn : 1.0f;
+    const float *inv = c->rope_freqs;
+    float theta = c->rope_theta;
+    if (c->rope_original && len > c->rope_original) {
+        if (c->rope_freqs_long)
+            inv = c->rope_freqs_long;
+        else if (c->rope_dynamic != 0.0f) {
+            /* transformers' dynamic NTK base, every step in float32 */
+            const float f = c->rope_dynamic;
+            const float r = f * (float)len / (float)c->rope_original - (float)((double)f - 1.0);
+            const float ex = (float)((double)m->rd / (double)(m->rd - 2));
+            theta = theta * powf(r, ex);
+        }
+    }
+    bc_k_rope_table(cs, pos0, seq, m->rd, theta, inv, attn);
 }
 
 int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
@@ -691,14 +796,20 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
     if ((st = bc_rt_ctx(&cx, p.m.dh)))
         return st;
     const unsigned char *prm = params;
-    float *x = work, *cs = work + p.w.cs, *lwork = work + p.w.layer;
+    float *x = work, *cs = work + p.w.cs, *cs2 = work + p.w.cs2, *lwork = work + p.w.layer;
     /* the embedding checks each id as it reads it, and writes only the workspace,
      * so a bad id still leaves every output untouched */
     if ((st = bc_gpt_embed(x, prm, &p.m, &p.lo, ids, ids_type, p.pos0, batch, seq, &cx)))
         return st;
+    if (c->embed_scale != 0.0f && c->embed_scale != 1.0f)
+        bc_k_scale(x, x, c->embed_scale, p.nd, &cx);
     if (c->positions == BC_POS_ROPE)
         for (size_t b = 0; b < batch; b++)
-            bc_k_rope_table(cs + b * seq * p.m.dh, p.pos0[b], seq, p.m.dh, c->rope_theta);
+            rope_table(cs + b * seq * p.m.dh, &p.m, p.pos0[b], seq);
+    if (c->positions == BC_POS_ROPE && c->rope_local_theta != 0.0f)
+        for (size_t b = 0; b < batch; b++)
+            bc_k_rope_table(cs2 + b * seq * p.m.dh, p.pos0[b], seq, p.m.dh, c->rope_local_theta,
+                            NULL, 1.0f);
     const bc_layer_cfg lc = bc_gpt_layer_cfg(&p.m);
     /* the cache: sequence b, layer l at b * seq_kv + the earlier layers' KV R_l Dh */
     size_t seq_kv = 0, layer_at = 0;
@@ -708,7 +819,9 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
     for (size_t l = 0; l < c->layers; l++) {
         const bc_layer_w w = bc_gpt_layer_w(prm, &p.m, &p.lo, l);
         const size_t rows = p.has_cache ? bc_gpt_layer_rows(&p.m, l, p.c.capacity) : 0;
-        bc_layer_pos pos = {p.pos0, c->positions == BC_POS_ROPE ? cs : NULL, NULL, NULL,
+        const int kind = c->nope_layers ? c->nope_layers[l] : 0;  /* read once */
+        const float *lcs = kind == 1 ? NULL : kind == 2 && c->rope_local_theta != 0.0f ? cs2 : cs;
+        bc_layer_pos pos = {p.pos0, c->positions == BC_POS_ROPE ? lcs : NULL, NULL, NULL,
                             seq_kv, rows, NULL, NULL, bc_gpt_window(&p.m, l)};
         if (half) {  /* element offsets into the caller's halves or floats */
             pos.k16 = (uint16_t *)p.c.k + layer_at;

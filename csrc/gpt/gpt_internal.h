@@ -15,6 +15,9 @@ typedef struct {
     bc_gpt_config c;          /* a copy: the caller's struct is read once (c.dtypes NULL) */
     size_t kv, dh, ff;        /* KV heads, head dim, MLP width */
     size_t qw, kw;            /* H Dh, KV Dh */
+    size_t rd;                /* R: the rotated dimensions of each head */
+    int variant;              /* nonzero: the config uses a family variant (issue 50's
+                               * fields of bc_gpt_config), which training refuses */
     int mixed;                /* nonzero: the matrices' formats are fmt, not c.dtype */
     unsigned char fmt[BC_GPT_NFMT(BC_GPT_FMT_LAYERS)];  /* the caller's dtypes, checked */
     /* sliding-window attention: c.window (0: none); every layer slides when
@@ -65,6 +68,18 @@ static inline int bc_gpt_all_f32(const model *m)
     return !m->mixed && m->c.dtype == BC_DTYPE_F32;
 }
 
+/* What training computes: float32 matrices and none of the families' variants. */
+static inline int bc_gpt_trainable(const model *m)
+{
+    return bc_gpt_all_f32(m) && !m->variant;
+}
+
+/* The MLP has a gate (SwiGLU or GeGLU). */
+static inline int bc_gpt_gated(int activation)
+{
+    return activation == BC_ACT_SWIGLU || activation == BC_ACT_GEGLU;
+}
+
 /* ---- parameter layout --------------------------------------------------- */
 
 /* What a tensor is: a float32 vector, a packed matrix, a float32 row table. */
@@ -72,7 +87,8 @@ enum { T_VEC, T_MAT, T_ROWS };
 
 /* The layer's parts a block tensor fills. */
 enum { F_LN1_W, F_LN1_B, F_QKV_W, F_QKV_B, F_PROJ_W, F_PROJ_B, F_LN2_W, F_LN2_B,
-       F_UP_W, F_UP_B, F_GATE_W, F_GATE_B, F_DOWN_W, F_DOWN_B, F_N };
+       F_UP_W, F_UP_B, F_GATE_W, F_GATE_B, F_DOWN_W, F_DOWN_B, F_QN_W, F_KN_W, F_LN1P_W,
+       F_LN2P_W, F_N };
 
 typedef struct {
     const char *name;

@@ -82,7 +82,7 @@ int bc_gpt_train_workspace_size(size_t *n, const bc_gpt_config *cfg, size_t batc
         return BC_ENULL;
     if ((st = bc_gpt_checked(&m, &lo, cfg)))
         return st;
-    if (!bc_gpt_all_f32(&m))
+    if (!bc_gpt_trainable(&m))
         return BC_EOPTION;
     if (!batch || !seq)
         return BC_ESIZE;
@@ -171,7 +171,7 @@ int bc_gpt_grad(float *loss, size_t *count, void *grads, const void *params,
     if ((st = bc_gpt_checked(&m, &lo, config)))
         return st;
     const bc_gpt_config *c = &m.c;
-    if (!bc_gpt_all_f32(&m) || (ids_type != BC_IDS_INT32 && ids_type != BC_IDS_INT64))
+    if (!bc_gpt_trainable(&m) || (ids_type != BC_IDS_INT32 && ids_type != BC_IDS_INT64))
         return BC_EOPTION;
     if (!batch || !seq)
         return BC_ESIZE;
@@ -222,7 +222,7 @@ int bc_gpt_grad(float *loss, size_t *count, void *grads, const void *params,
         return st;
     if (c->positions == BC_POS_ROPE)
         for (size_t b = 0; b < batch; b++)
-            bc_k_rope_table(cs + b * seq * m.dh, 0, seq, m.dh, c->rope_theta);
+            bc_k_rope_table(cs + b * seq * m.dh, 0, seq, m.dh, c->rope_theta, NULL, 1.0f);
     const bc_layer_pos pos = {NULL, c->positions == BC_POS_ROPE ? cs : NULL, NULL, NULL, 0, 0,
                               NULL, NULL, 0};
     for (size_t l = 0; l < c->layers; l++) {

@@ -24,6 +24,7 @@ extern "C" {
 #define BC_ACT_RELU 2
 #define BC_ACT_SILU 3
 #define BC_ACT_SWIGLU 4
+#define BC_ACT_GEGLU 5   /* the whole model's only (bc_gpt.h): down(gelu_tanh(gate) * up) */
 
 /* Weight storage types (dtypes) of a packed matrix (below). */
 #define BC_DTYPE_F32 0
@@ -49,6 +50,15 @@ extern "C" {
 #define BC_NORM_NONE 2
 #define BC_PLACE_PRE 0
 #define BC_PLACE_POST 1
+/* the whole model's only (bc_gpt.h), RMSNorm only:
+ * sandwich (Gemma 2/3): x = x + post(sub(pre(x))), pre and post norms around each sublayer;
+ * output (OLMo2):       x = x + norm(sub(x)), a norm on each sublayer's output */
+#define BC_PLACE_SANDWICH 2
+#define BC_PLACE_OUTPUT 3
+/* the whole model's q/k norms (bc_gpt.h's qk_norm): none, per head, the whole projection */
+#define BC_QK_NORM_NONE 0
+#define BC_QK_NORM_HEAD 1
+#define BC_QK_NORM_ALL 2
 
 /* ---- single kernels ---------------------------------------------------- */
 

@@ -97,6 +97,38 @@ typedef struct {
     const int *dtypes; /* NULL: every matrix in dtype; else BC_GPT_NFMT(layers) BC_DTYPE_*
                         * (see BC_GPT_FMT_*), one per matrix, each read once per call
                         * into the library's own copy (dtype must still be one) */
+    /* ---- the checkpoint families' variants (issue 50); every one zero is the model
+     * above. Training (bc_gpt_grad) refuses a config using any (BC_EOPTION). ---- */
+    /* rotary: each head's first R = rope_dim dimensions turn (rotate-half within them:
+     * pairs (i, i + R/2)), the rest pass unchanged; pair i of a sequence's position p
+     * turns by p * f_i, cos and sin multiplied by rope_attn (0: 1). f: rope_freqs (R/2
+     * floats, each finite and > 0) or, NULL, theta^(-2i/R) (float32, as transformers);
+     * for a sequence whose length after the call (first position + T) exceeds
+     * rope_original, rope_freqs_long instead when not NULL (longrope), or, with
+     * rope_dynamic > 0 (dynamic NTK, factor rope_dynamic), theta^(-2i/R) of the base
+     * theta * (rope_dynamic * len / rope_original - (rope_dynamic - 1))^(R / (R - 2)),
+     * every step in float32 as transformers takes it. The tables are read once per call. */
+    size_t rope_dim;               /* R: even, <= Dh (0: Dh) */
+    const float *rope_freqs;       /* NULL or (R/2) */
+    const float *rope_freqs_long;  /* NULL or (R/2), with rope_original > 0 */
+    float rope_dynamic;            /* 0, or the dynamic factor (>= 1, with rope_original > 0, R > 2) */
+    size_t rope_original;          /* the length beyond which the long frequencies apply */
+    float rope_attn;               /* 0 (1), or the factor on cos and sin (finite, > 0) */
+    const unsigned char *nope_layers;  /* NULL, or (L) per layer, read once per call: 0 the
+                                        * rotary above, 1 none (SmolLM3's NoPE layers), 2
+                                        * theta^(-2i/Dh) of base rope_local_theta over the
+                                        * whole head, unscaled (Gemma 3's sliding layers) */
+    float rope_local_theta;  /* 0, or the base of the layers marked 2 (finite, > 0;
+                              * then rope_dim is 0 or Dh) */
+    int qk_norm;        /* BC_QK_NORM_* (bc_engine.h): RMSNorm (the model's eps) of q and k after their
+                         * projection, before rotary: per head (gains attn.q_norm.weight
+                         * (Dh), attn.k_norm.weight (Dh)) or over the whole projection
+                         * (gains (H Dh) and (KV Dh)) */
+    float embed_scale;  /* 0 (1), or the embedding multiplied by this (finite, > 0) */
+    float residual_scale;  /* 0 (1), or x + this * sublayer (finite, > 0) */
+    float attn_scale;   /* 0 (1/sqrt(Dh)), or the scores' scale (finite, > 0): q is
+                         * multiplied by attn_scale * sqrt(Dh) before the attention */
+    float logit_scale;  /* 0 (1), or the logits divided by this (finite, > 0) */
     /* Sliding-window attention (bc_gpt_window below). */
     size_t window;              /* W: 0, every layer attends to every earlier position; else
                                  * a sliding layer's query at position p sees p-W+1..p */

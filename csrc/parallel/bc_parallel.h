@@ -57,16 +57,23 @@ void bc_k_attention_lse(float *out, size_t ldo, float *lse, const float *q, size
                         size_t d_head, size_t q_pos0, int causal, const bc_ctx *cx);
 
 /* Rotary position embeddings, rotate-half layout (Hugging Face's Llama):
- * cs (T, Dh/2, 2) = cos and sin of (pos0 + t) * theta^(-2i/Dh) for t < T,
- * i < Dh/2, the angle's frequency and product taken in float32 as
+ * cs (T, R/2, 2) = cos and sin of (pos0 + t) * f_i for t < T, i < R/2 (R = d_rot),
+ * each multiplied by attn when it is not 1; f_i = inv_freq[i] (R/2), or NULL:
+ * theta^(-2i/R), the frequency and the angle's product taken in float32 as
  * transformers takes them, cos and sin in double then rounded. */
-void bc_k_rope_table(float *cs, size_t pos0, size_t t, size_t d_head, float theta);
+void bc_k_rope_table(float *cs, size_t pos0, size_t t, size_t d_rot, float theta,
+                     const float *inv_freq, float attn);
 
 /* x (T, .) row stride ldx: heads 0..n_heads-1 at columns h*Dh, each rotated in
- * place by its row's angles in cs: for i < Dh/2,
+ * place by its row's angles in cs (T, Dh/2, 2): for i < Dh/2,
  * (a, b) = (x[i], x[i + Dh/2]) -> (a cos - b sin, b cos + a sin). */
 void bc_k_rope(float *x, size_t ldx, size_t t, size_t n_heads, size_t d_head, const float *cs,
                const bc_ctx *cx);
+
+/* bc_k_rope on each head's first d_rot dimensions (cs (T, d_rot/2, 2), pairs
+ * (i, i + d_rot/2)); the rest of the head unchanged. */
+void bc_k_rope_part(float *x, size_t ldx, size_t t, size_t n_heads, size_t d_head, size_t d_rot,
+                    const float *cs, const bc_ctx *cx);
 
 /* Row norms over the last axis. x, y (N,C); gain g (C) and shift b (C) may be NULL.
  * rms:   y = x / sqrt(mean(x^2) + eps) * g   (every finite row, however large)
@@ -84,6 +91,16 @@ void bc_k_swiglu(float *y, const float *gate, const float *up, size_t n, const b
 
 /* y (n) = a (n) + b (n); y may alias a or b. */
 void bc_k_add(float *y, const float *a, const float *b, size_t n, const bc_ctx *cx);
+
+/* y (n) = a (n) * b (n); y may alias a or b. */
+void bc_k_mul(float *y, const float *a, const float *b, size_t n, const bc_ctx *cx);
+
+/* y (n) = a (n) + float(s * b (n)) (a NULL: s * b); y may alias a or b. */
+void bc_k_add_scaled(float *y, const float *a, const float *b, float s, size_t n,
+                     const bc_ctx *cx);
+
+/* y (n) = x (n) * s; y may alias x. */
+void bc_k_scale(float *y, const float *x, float s, size_t n, const bc_ctx *cx);
 
 /* ---- the backward (grad.c): gradients of the kernels above ---------------
  * Every output element is computed by one thread in one fixed order (no

@@ -99,13 +99,14 @@ void bc_k_layernorm(float *y, const float *x, const float *g, const float *b,
 
 /* One elementwise kernel call: which of the three, its operands and its
  * implementation. */
-typedef enum { EW_ACT, EW_SWIGLU, EW_ADD } ew_kind;
+typedef enum { EW_ACT, EW_SWIGLU, EW_ADD, EW_MUL, EW_ADD_SCALED, EW_SCALE } ew_kind;
 typedef struct {
     ew_kind op;
     int act;                /* BC_ACT_* for EW_ACT */
     float *y;
-    const float *a, *b;     /* x (act); gate, up (swiglu); a, b (add) */
+    const float *a, *b;     /* x (act, scale); gate, up (swiglu); a, b (add, mul, add_scaled) */
     const bc_kernel_table *kt;
+    float s;                /* the scalar of add_scaled and scale */
 } ew_op;
 
 /* elements [i, i+m) of the op */
@@ -115,6 +116,20 @@ static void ew_span(const ew_op *o, size_t i, size_t m)
     case EW_ACT: o->kt->act(o->y + i, o->a + i, m, o->act); break;
     case EW_SWIGLU: o->kt->swiglu(o->y + i, o->a + i, o->b + i, m); break;
     case EW_ADD: o->kt->add(o->y + i, o->a + i, o->b + i, m); break;
+    case EW_MUL:
+        for (size_t j = i; j < i + m; j++)
+            o->y[j] = o->a[j] * o->b[j];
+        break;
+    case EW_ADD_SCALED:
+        for (size_t j = i; j < i + m; j++) {
+            const float t = o->s * o->b[j];  /* rounded, then added (no contraction) */
+            o->y[j] = o->a ? o->a[j] + t : t;
+        }
+        break;
+    case EW_SCALE:
+        for (size_t j = i; j < i + m; j++)
+            o->y[j] = o->a[j] * o->s;
+        break;
     }
 }
 
@@ -146,48 +161,83 @@ static void ew_run(const ew_op *o, size_t n, double flops_per_elem, const bc_ctx
 // y (n), x (n)
 void bc_k_act(float *y, const float *x, size_t n, int kind, const bc_ctx *cx)
 {
-    const ew_op o = {EW_ACT, kind, y, x, NULL, cx->kt};
+    const ew_op o = {EW_ACT, kind, y, x, NULL, cx->kt, 0.0f};
     ew_run(&o, n, 20.0, cx);
 }
 
 // y (n), gate (n), up (n)
 void bc_k_swiglu(float *y, const float *gate, const float *up, size_t n, const bc_ctx *cx)
 {
-    const ew_op o = {EW_SWIGLU, 0, y, gate, up, cx->kt};
+    const ew_op o = {EW_SWIGLU, 0, y, gate, up, cx->kt, 0.0f};
     ew_run(&o, n, 20.0, cx);
 }
 
 // y (n), a (n), b (n)
 void bc_k_add(float *y, const float *a, const float *b, size_t n, const bc_ctx *cx)
 {
-    const ew_op o = {EW_ADD, 0, y, a, b, cx->kt};
+    const ew_op o = {EW_ADD, 0, y, a, b, cx->kt, 0.0f};
+    ew_run(&o, n, 2.0, cx);
+}
+
+// y (n), a (n), b (n)
+void bc_k_mul(float *y, const float *a, const float *b, size_t n, const bc_ctx *cx)
+{
+    const ew_op o = {EW_MUL, 0, y, a, b, cx->kt, 0.0f};
+    ew_run(&o, n, 2.0, cx);
+}
+
+// y (n), a (n) or NULL, b (n)
+void bc_k_add_scaled(float *y, const float *a, const float *b, float s, size_t n,
+                     const bc_ctx *cx)
+{
+    const ew_op o = {EW_ADD_SCALED, 0, y, a, b, cx->kt, s};
+    ew_run(&o, n, 2.0, cx);
+}
+
+// y (n), x (n)
+void bc_k_scale(float *y, const float *x, float s, size_t n, const bc_ctx *cx)
+{
+    const ew_op o = {EW_SCALE, 0, y, x, NULL, cx->kt, s};
     ew_run(&o, n, 2.0, cx);
 }
 
 /* ---- rotary position embeddings ------------------------------------------ */
 
-// cs (T, Dh/2, 2)
-void bc_k_rope_table(float *cs, size_t pos0, size_t t, size_t d_head, float theta)
+// cs (T, R/2, 2), inv (R/2) or NULL
+void bc_k_rope_table(float *cs, size_t pos0, size_t t, size_t d_rot, float theta,
+                     const float *inv_freq, float attn)
 {
-    const size_t half = d_head / 2;
+    const size_t half = d_rot / 2;
     for (size_t i = 0; i < half; i++) {
-        /* inv_freq = 1 / theta^(2i / Dh), in float32 like transformers' */
-        const float e = (float)(2 * i) / (float)d_head;
-        const float inv = 1.0f / powf(theta, e);
+        /* inv_freq = 1 / theta^(2i / R), in float32 like transformers' */
+        const float e = (float)(2 * i) / (float)d_rot;
+        const float inv = inv_freq ? inv_freq[i] : 1.0f / powf(theta, e);
         for (size_t r = 0; r < t; r++) {
             const double a = (double)((float)(pos0 + r) * inv);
-            cs[(r * half + i) * 2] = (float)cos(a);
-            cs[(r * half + i) * 2 + 1] = (float)sin(a);
+            float co = (float)cos(a), si = (float)sin(a);
+            if (attn != 1.0f) {
+                co *= attn;
+                si *= attn;
+            }
+            cs[(r * half + i) * 2] = co;
+            cs[(r * half + i) * 2 + 1] = si;
         }
     }
 }
 
-// x (T, .) heads at columns h*Dh, cs (T, Dh/2, 2)
+// x (T, .) heads at columns h*Dh, cs (T, R/2, 2)
 void bc_k_rope(float *x, size_t ldx, size_t t, size_t n_heads, size_t d_head, const float *cs,
                const bc_ctx *cx)
 {
+    bc_k_rope_part(x, ldx, t, n_heads, d_head, d_head, cs, cx);
+}
+
+// x (T, .) heads at columns h*Dh, cs (T, R/2, 2), R = d_rot
+void bc_k_rope_part(float *x, size_t ldx, size_t t, size_t n_heads, size_t d_head, size_t d_rot,
+                    const float *cs, const bc_ctx *cx)
+{
     (void)cx;
-    const size_t half = d_head / 2;
+    const size_t half = d_rot / 2;
     for (size_t r = 0; r < t; r++) {
         const float *c = cs + r * half * 2;
         for (size_t h = 0; h < n_heads; h++) {

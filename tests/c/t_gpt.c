@@ -758,6 +758,118 @@ static void variants_checks(void)
     }
 }
 
+/* ---- the checkpoint families' variants (issue 50) ------------------------- */
+
+/* logits (T, V) of one sequence of ids (T <= 5) with no cache */
+static void logits_of(float *out, const unsigned char *p, const bc_gpt_config *c, const int64_t *ids,
+                      size_t t)
+{
+    size_t nw = 0;
+    EXPECT_STATUS(BC_OK, bc_gpt_workspace_size(&nw, c, 1, t, NULL));
+    float *work = h_alloc(nw);
+    EXPECT_STATUS(BC_OK, bc_gpt_forward(out, NULL, NULL, p, c, ids, BC_IDS_INT64, 1, t, 0, work, nw));
+}
+
+static void family_checks(void)
+{
+    static const float good[2] = {1.0f, 0.25f}, bad[2] = {1.0f, -1.0f}, lng[2] = {0.5f, 0.05f};
+    bc_gpt_config c = h_llama_config(0);  /* Dh 6 */
+    size_t n0 = 0, n1 = 0;
+    EXPECT_STATUS(BC_OK, bc_gpt_tensor_count(&n0, &c));
+    /* refusals, each by itself */
+    c.rope_dim = 3; EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
+    c.rope_dim = 8; EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
+    c.rope_dim = 4; c.rope_freqs = bad; EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
+    c.rope_freqs = good; EXPECT_STATUS(BC_OK, bc_gpt_config_check(&c));
+    c.rope_freqs_long = lng; EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));  /* no original */
+    c.rope_original = 3; EXPECT_STATUS(BC_OK, bc_gpt_config_check(&c));
+    c.rope_dynamic = 2.0f; EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));  /* with tables */
+    c = h_llama_config(0);
+    c.rope_dynamic = 0.5f; c.rope_original = 3; EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
+    c.rope_dynamic = 2.0f; EXPECT_STATUS(BC_OK, bc_gpt_config_check(&c));
+    c = h_llama_config(0);
+    c.qk_norm = 3; EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
+    c.qk_norm = BC_QK_NORM_HEAD; EXPECT_STATUS(BC_OK, bc_gpt_tensor_count(&n1, &c));
+    EXPECT(n1 == n0 + 2 * c.layers);
+    c = h_llama_config(0);
+    c.embed_scale = NAN; EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
+    c.embed_scale = -1.0f; EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
+    c = h_llama_config(0);
+    c.placement = BC_PLACE_SANDWICH; EXPECT_STATUS(BC_OK, bc_gpt_tensor_count(&n1, &c));
+    EXPECT(n1 == n0 + 2 * c.layers);
+    c = tiny(1); c.placement = BC_PLACE_SANDWICH;  /* LayerNorm */
+    EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
+    c = tiny(1); c.placement = BC_PLACE_POST; c.residual_scale = 2.0f;
+    EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
+    c = h_llama_config(0);
+    static const unsigned char two[2] = {2, 2};
+    c.nope_layers = two; EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));  /* no local base */
+    c.rope_local_theta = 500.0f; EXPECT_STATUS(BC_OK, bc_gpt_config_check(&c));
+    c.rope_dim = 4; EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));  /* local: whole heads */
+    /* training refuses every variant */
+    c = h_llama_config(0); c.logit_scale = 2.0f;
+    EXPECT_STATUS(BC_EOPTION, bc_gpt_train_workspace_size(&n1, &c, 1, 4));
+
+    /* each variant: cached steps, the last position and every thread count give the
+     * full pass's bits (variant_checks), in float32 and q8_0 */
+    for (int k = 0; k < 2; k++) {
+        const int dtype = k ? BC_DTYPE_Q8_0 : BC_DTYPE_F32;
+        static const unsigned char nope[2] = {0, 1}, local[2] = {2, 0};
+        bc_gpt_config v[8];
+        for (int i = 0; i < 8; i++)
+            v[i] = h_llama_config(i % 2);
+        v[0].rope_dim = 4; v[0].rope_freqs = good; v[0].rope_attn = 1.25f;
+        v[1].nope_layers = nope; v[1].qk_norm = BC_QK_NORM_HEAD;
+        v[2].qk_norm = BC_QK_NORM_ALL; v[2].placement = BC_PLACE_OUTPUT;
+        v[3].placement = BC_PLACE_SANDWICH; v[3].activation = BC_ACT_GEGLU;
+        v[3].embed_scale = 4.0f; v[3].attn_scale = 0.3f; v[3].logit_scale = 2.5f;
+        v[4].residual_scale = 0.4f;
+        v[5].rope_dynamic = 2.0f; v[5].rope_original = 9;  /* never past it here: T <= 5 */
+        v[6].placement = BC_PLACE_OUTPUT; v[6].residual_scale = 0.5f; v[6].qkv_bias = 1;
+        v[7].nope_layers = local; v[7].rope_local_theta = 500.0f; v[7].rope_freqs = NULL;
+        for (int i = 0; i < 8; i++)
+            variant_checks(as_dtype(v[i], dtype));
+    }
+
+    /* by length: a sequence past rope_original turns by the long table (longrope) or
+     * the dynamic base; up to it by the short one */
+    c = h_llama_config(0);
+    c.rope_dim = 4; c.rope_freqs = good; c.rope_freqs_long = lng; c.rope_original = 3;
+    bc_gpt_config s = c, l = c;
+    s.rope_freqs_long = NULL; s.rope_original = 0;
+    l.rope_freqs = lng; l.rope_freqs_long = NULL; l.rope_original = 0;
+    unsigned char *p = random_params(&c, 91);
+    const size_t V = c.vocab;
+    const int64_t ids[5] = {1, 4, 2, 8, 5};
+    float *a = h_alloc(5 * V), *b = h_alloc(5 * V);
+    logits_of(a, p, &c, ids, 3);
+    logits_of(b, p, &s, ids, 3);
+    EXPECT(memcmp(a, b, NB(3 * V)) == 0);
+    logits_of(a, p, &c, ids, 5);
+    logits_of(b, p, &l, ids, 5);
+    EXPECT(memcmp(a, b, NB(5 * V)) == 0);
+    logits_of(b, p, &s, ids, 5);
+    EXPECT(memcmp(a, b, NB(5 * V)) != 0);
+    /* every layer local: the plain rotary of the local base, bit for bit */
+    static const unsigned char all_local[2] = {2, 2};
+    bc_gpt_config loc = h_llama_config(0), base = h_llama_config(0);
+    loc.nope_layers = all_local; loc.rope_local_theta = 500.0f;
+    base.rope_theta = 500.0f;
+    logits_of(a, p, &loc, ids, 5);
+    logits_of(b, p, &base, ids, 5);
+    EXPECT(memcmp(a, b, NB(5 * V)) == 0);
+    /* dynamic: the default up to the original length, another base past it */
+    bc_gpt_config d = h_llama_config(0), plain = h_llama_config(0);
+    d.rope_dynamic = 4.0f; d.rope_original = 3;
+    logits_of(a, p, &d, ids, 3);
+    logits_of(b, p, &plain, ids, 3);
+    EXPECT(memcmp(a, b, NB(3 * V)) == 0);
+    logits_of(a, p, &d, ids, 5);
+    logits_of(b, p, &plain, ids, 5);
+    EXPECT(memcmp(a, b, NB(V)) == 0);           /* position 0 does not turn */
+    EXPECT(memcmp(a + V, b + V, NB(4 * V)) != 0);
+}
+
 /* ---- one storage format per matrix (bc_gpt_config.dtypes) ------------------ */
 
 /* the dtypes with a format (values without one yet are refused), in order, but
@@ -984,4 +1096,5 @@ void test_gpt(void)
     forward_checks(1);
     forward_checks(0);
     mixed_checks();
+    family_checks();
 }

@@ -2,42 +2,100 @@
 rotary positions, grouped K/V heads), sharing their readers and tensor table."""
 from __future__ import annotations
 
+import math
 import re
 from functools import partial
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
 
 from ..._errors import BlockcValueError
 from .record import (Family, GGUFMetadata, TensorName, bool_field, float_field, get_field,
                      gguf_base, gguf_sizes, int_field, refusal, str_field, want)
 
-__all__ = ["LLAMA", "QWEN2", "MISTRAL"]
+__all__ = ["LLAMA", "QWEN2", "QWEN3", "MISTRAL", "rope_fields", "rope_to_hf"]
 
 # ---- Llama, Qwen2, Mistral ----------------------------------------------------------------------
 
-def _rope_theta(model: str, d: Mapping[str, Any]) -> float:
-    """rope_theta from transformers' two spellings (rope_parameters, or rope_theta and
-    rope_scaling), refusing every scaled variant: their angles differ."""
+#: the rope parameters' keys blockc reads, by rope_type (any other key is refused by name)
+_ROPE_KEYS = {
+    "default": (), "linear": ("factor",), "dynamic": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor",
+               "original_max_position_embeddings"),
+    "yarn": ("factor", "original_max_position_embeddings", "attention_factor", "beta_fast",
+             "beta_slow", "mscale", "mscale_all_dim", "truncate"),
+    "longrope": ("short_factor", "long_factor", "factor", "original_max_position_embeddings",
+                 "attention_factor"),
+}
+#: the types that read the model's max_position_embeddings (kept beside their keys)
+_ROPE_MAX = ("dynamic", "yarn", "longrope")
+
+
+def rope_fields(model: str, d: Mapping[str, Any], head_dim: int) -> Dict[str, Any]:
+    """rope_theta, rope_parameters and rotary_dim of a config.json, from transformers' two
+    spellings (rope_parameters; or rope_theta, rope_scaling and partial_rotary_factor), as
+    transformers standardises them (``original_max_position_embeddings`` at the top level
+    wins, else defaults to ``max_position_embeddings``); a rope_type blockc does not
+    compute, or a key it does not read, refused by name."""
     rp = d.get("rope_parameters")
     scaling = d.get("rope_scaling")
     for key, v in (("rope_parameters", rp), ("rope_scaling", scaling)):
         if v is not None and not isinstance(v, Mapping):
             raise BlockcValueError(f"config.json: {key} must be an object, got {v!r}")
-    if isinstance(rp, Mapping):
-        kind = rp.get("rope_type", rp.get("type", "default"))
-        if kind != "default":
-            raise refusal(model, "rope_parameters.rope_type", kind, "rotary angles scaled")
-        theta = rp.get("rope_theta", d.get("rope_theta", 10000.0))
-    else:
-        theta = d.get("rope_theta", 10000.0)
-    if isinstance(scaling, Mapping) and scaling.get("rope_type", scaling.get("type")) not in (
-            None, "default"):
-        raise refusal(model, "rope_scaling", dict(scaling), "rotary angles scaled")
-    prf = float_field(d, "partial_rotary_factor", 1.0)
-    if prf != 1.0:
-        raise refusal(model, "partial_rotary_factor", prf, "rotary embeddings on part of each head")
+    params = dict(scaling or rp or {})
+    theta = params.pop("rope_theta", None)
+    if theta is None:
+        theta = (rp or {}).get("rope_theta", d.get("rope_theta", 10000.0))
+    kind = params.pop("rope_type", params.pop("type", "default"))
+    kind = {"su": "longrope"}.get(kind, kind)
+    prf = params.pop("partial_rotary_factor", None)
+    prf = float_field(d, "partial_rotary_factor", 1.0) if prf is None else prf
+    if kind not in _ROPE_KEYS:
+        raise refusal(model, "rope_parameters.rope_type", kind,
+                      f"rotary angles scaled a way blockc does not compute (it computes "
+                      f"{', '.join(_ROPE_KEYS)})")
+    unknown = sorted(k for k, v in params.items() if k not in _ROPE_KEYS[kind] and v is not None)
+    if unknown:
+        raise refusal(model, f"rope_parameters.{unknown[0]}", params[unknown[0]],
+                      f"a key rope_type {kind!r} does not read in blockc")
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
         raise BlockcValueError(f"config.json: rope_theta must be a positive number, got {theta!r}")
-    return float(theta)
+    if isinstance(prf, bool) or not isinstance(prf, (int, float)) or not 0 < prf <= 1:
+        raise BlockcValueError(f"config.json: partial_rotary_factor must be in (0, 1], got {prf!r}")
+    rot = int(head_dim * prf)
+    out: Dict[str, Any] = {k: v for k, v in params.items() if v is not None}
+    if kind in ("llama3", "yarn", "longrope"):
+        top = d.get("original_max_position_embeddings")
+        if top is not None:
+            out["original_max_position_embeddings"] = top
+        out.setdefault("original_max_position_embeddings",
+                       int_field(d, "max_position_embeddings", default=2048))
+    if kind in _ROPE_MAX:
+        out["max_position_embeddings"] = int_field(d, "max_position_embeddings", default=2048)
+    out["rope_type"] = kind
+    return dict(rope_theta=float(theta), rope_parameters=None if kind == "default" else out,
+                rotary_dim=None if rot == head_dim else rot)
+
+
+def rope_to_hf(cfg: Any) -> Dict[str, Any]:
+    """The config.json keys of a GPTConfig's rotary embeddings (both spellings)."""
+    params = dict(cfg.rope_parameters or ())
+    longest = params.pop("max_position_embeddings", None)
+    if "factors" in params:
+        raise BlockcValueError("GPTConfig.rope_parameters: rotary factors read from a GGUF file "
+                               "(rope_freqs.weight) have no Hugging Face rope_type")
+    params = {k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}
+    params.setdefault("rope_type", "default")
+    out: Dict[str, Any] = {"rope_theta": cfg.rope_theta,
+                           "rope_parameters": dict(params, rope_theta=cfg.rope_theta)}
+    if params["rope_type"] != "default":
+        out["rope_scaling"] = params
+    if longest is not None:  # what the type reads (dynamic's context is factor times it)
+        out["max_position_embeddings"] = longest
+    if cfg.rotary_dim is not None:
+        out["partial_rotary_factor"] = cfg.rotary_dim / cfg.head_dim_
+        out["rope_parameters"]["partial_rotary_factor"] = out["partial_rotary_factor"]
+    return out
 
 
 def _layer_types(d: Mapping[str, Any]) -> List[str]:
@@ -114,6 +172,14 @@ def _llama_from_hf(d: Mapping[str, Any], *, model: str,
     if type(kv) is not int:
         raise BlockcValueError(f"config.json: num_key_value_heads must be an integer, got {kv!r}")
     context = int_field(d, "max_position_embeddings", default=2048)
+    hd = get_field(d, "head_dim")
+    rope = rope_fields(model, d, hd if type(hd) is int else width // heads)
+    if rope["rotary_dim"] is not None:  # no Llama-shaped family here rotates part of a head
+        raise refusal(model, "partial_rotary_factor", get_field(d, "partial_rotary_factor"),
+                      "rotary embeddings on part of each head")
+    if rope["rope_parameters"] and rope["rope_parameters"]["rope_type"] == "dynamic":
+        # dynamic NTK is for running past max_position_embeddings: up to factor times it
+        context = int(context * rope["rope_parameters"]["factor"])
     window, sliding = window_of(d)
     if window is not None:
         if type(window) is not int or window < 1:
@@ -135,14 +201,15 @@ def _llama_from_hf(d: Mapping[str, Any], *, model: str,
                 tie_weights=bool_field(d, "tie_word_embeddings", False), norm="rms",
                 placement="pre", activation="swiglu",
                 d_ff=int_field(d, "intermediate_size", default=11008), positions="rope",
-                rope_theta=_rope_theta(model, d), kv_heads=kv, head_dim=head_dim,
+                **rope, kv_heads=kv, head_dim=head_dim,
                 residual=True, qkv_bias=qkv_b, out_bias=out_b, mlp_bias=mlp_b,
                 sliding_window=window, sliding_layers=sliding)
 
 
-def _llama_shape(cfg: Any, what: str) -> None:
+def _llama_shape(cfg: Any, what: str, qk_norm: str = "none") -> None:
     want(cfg, what, norm="rms", placement="pre", positions="rope", activation="swiglu",
-          residual=True)
+         residual=True, rotary_dim=None, nope_layers=(), qk_norm=qk_norm, embed_scale=1.0,
+         residual_scale=1.0, attn_scale=None, logit_scale=1.0)
 
 
 def _llama_check(cfg: Any) -> None:
@@ -177,6 +244,31 @@ def _qwen2_window_hf(cfg: Any) -> Dict[str, Any]:
             "layer_types": ["sliding_attention" if f else "full_attention" for f in flags]}
 
 
+def _qwen3_check(cfg: Any) -> None:
+    _llama_shape(cfg, "a Qwen3 checkpoint", qk_norm="head")
+    if cfg.qkv_bias != cfg.out_bias or cfg.mlp_bias:
+        raise BlockcValueError(f"GPTConfig: biases qkv={cfg.qkv_bias}, out={cfg.out_bias}, "
+                               f"mlp={cfg.mlp_bias}: Qwen3 has them on all attention "
+                               "projections or none, and none on the MLP")
+    if cfg.rope_kind not in ("default", "linear", "dynamic", "yarn", "longrope", "llama3"):
+        raise BlockcValueError(f"GPTConfig.rope_parameters: rope_type {cfg.rope_kind!r} has no "
+                               "Qwen3 spelling")
+
+
+def _qwen3_from_hf(d: Mapping[str, Any]) -> Dict[str, Any]:
+    out = _llama_from_hf(d, model="Qwen3", window_of=_window_when_used,
+                         biases_of=lambda d: (bool_field(d, "attention_bias", False),) * 2 + (False,))
+    return dict(out, qk_norm="head")
+
+
+def _qwen3_from_gguf(md: GGUFMetadata) -> Dict[str, Any]:
+    out = _llama_from_gguf(md, biases=None,
+                           why="a qwen3 file has biases on all of q/k/v/output or on none")
+    for part in ("q", "k"):
+        md.shape(f"blk.0.attn_{part}_norm.weight")  # refused by name when missing
+    return dict(out, qk_norm="head")
+
+
 def _qwen2_check(cfg: Any) -> None:
     _llama_shape(cfg, "a Qwen2 checkpoint")
     if (cfg.qkv_bias, cfg.out_bias, cfg.mlp_bias) != (True, False, False):
@@ -192,16 +284,63 @@ def _llama_to_hf(cfg: Any, *, model_type: str, architecture: str,
             "num_key_value_heads": cfg.kv_heads_, "head_dim": cfg.head_dim_,
             "hidden_act": "silu", "max_position_embeddings": cfg.context,
             "rms_norm_eps": cfg.eps, "tie_word_embeddings": cfg.tie_weights,
-            "rope_theta": cfg.rope_theta,
-            "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
-            "attention_dropout": 0.0, **extra(cfg)}
+            **rope_to_hf(cfg), "attention_dropout": 0.0, **extra(cfg)}
+
+
+def gguf_rope(md: GGUFMetadata, rot: int) -> Dict[str, Any]:
+    """rope_parameters of a file's ``rope_freqs.weight`` (llama.cpp's per-frequency
+    divisors: how its converter writes Llama 3.1's scaling), None without one."""
+    if not md.has("rope_freqs.weight"):
+        return dict(rope_parameters=None)
+    if md.shape("rope_freqs.weight") != (rot // 2,):
+        raise md.fail(f"tensor 'rope_freqs.weight' has shape {md.shape('rope_freqs.weight')}, "
+                      f"expected ({rot // 2},)")
+    f = md.file.tensors["rope_freqs.weight"].to_float32().astype(np.float64)
+    if not np.all(np.isfinite(f)) or not np.all(f > 0):
+        raise md.fail("tensor 'rope_freqs.weight' must hold positive numbers")
+    return dict(rope_parameters={"rope_type": "factors", "factors": tuple(float(x) for x in f)})
+
+
+def gguf_rope_freqs(cfg: Any) -> Dict[str, np.ndarray]:
+    """``rope_freqs.weight`` of a config whose rotary frequencies a GGUF file holds as
+    divisors: llama3's as llama.cpp's converter computes them (in double, from the same
+    parameters), or the factors a GGUF file gave."""
+    p = dict(cfg.rope_parameters or ())
+    kind = p.get("rope_type", "default")
+    if kind == "factors":
+        return {"rope_freqs.weight": np.asarray(p["factors"], np.float32)}
+    if kind != "llama3":
+        return {}
+    rot = cfg.rotary_dim_
+    inv = 1.0 / (cfg.rope_theta ** (np.arange(0, rot, 2, dtype=np.float32) / np.float32(rot)))
+    factor, low, high = p["factor"], p["low_freq_factor"], p["high_freq_factor"]
+    old = p["original_max_position_embeddings"]
+    out = []
+    for f in inv.astype(np.float32):
+        wavelen = 2 * math.pi / float(f)
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return {"rope_freqs.weight": np.asarray(out, np.float32)}
+
+
+def gguf_rope_check(cfg: Any, arch: str) -> None:
+    """Refuse (by field) rotary scaling a GGUF file of ``arch`` does not hold here."""
+    kind = cfg.rope_kind
+    if kind not in ("default", "llama3", "factors") or (kind != "default" and arch != "llama"):
+        raise BlockcValueError(f"GPTConfig.rope_parameters: rope_type {kind!r} is not written to "
+                               f"a {arch} GGUF file by blockc")
 
 
 def _llama_from_gguf(md: GGUFMetadata, *, biases: Optional[Tuple[bool, bool]],
                      why: str) -> Dict[str, Any]:
     """A Llama-shaped GGUF file; ``biases`` (q/k/v, output) the ones the family has (None:
     on all of q/k/v/output or on none), ``why`` saying so when the file differs."""
-    out = gguf_sizes(md)
+    out = gguf_sizes(md, rope_freqs=md.arch == "llama")
     width, heads = out["width"], out["heads"]
     kv = md.integer("attention.head_count_kv", heads)
     head_dim = md.integer("attention.key_length", width // heads if width % heads == 0 else 0)
@@ -227,10 +366,11 @@ def _llama_from_gguf(md: GGUFMetadata, *, biases: Optional[Tuple[bool, bool]],
                 rope_theta=md.real("rope.freq_base", 10000.0),
                 kv_heads=None if kv == heads else kv,
                 head_dim=None if head_dim * heads == width else head_dim, residual=True,
-                qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=False)
+                qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=False, **gguf_rope(md, rot))
 
 
-def _llama_to_gguf(cfg: Any) -> Dict[str, Tuple[str, Any]]:
+def _llama_to_gguf(cfg: Any, *, arch: str) -> Dict[str, Tuple[str, Any]]:
+    gguf_rope_check(cfg, arch)
     md = dict(gguf_base(cfg), **{"attention.head_count_kv": ("UINT32", cfg.kv_heads_),
                                   "attention.layer_norm_rms_epsilon": ("FLOAT32", cfg.eps),
                                   "rope.freq_base": ("FLOAT32", cfg.rope_theta),
@@ -248,6 +388,21 @@ def _llama_to_gguf(cfg: Any) -> Dict[str, Tuple[str, Any]]:
 
 
 def _llama_tensors(cfg: Any, *, permuted: bool) -> List[TensorName]:
+    """:func:`_llama_rows`, with the q/k norms of a config that has them (Qwen3's: one
+    gain of Dh per projection, the same for every head)."""
+    out = _llama_rows(cfg, permuted=permuted)
+    if cfg.qk_norm == "none":
+        return out
+    at = [i for i, t in enumerate(out) if t.ours.endswith("attn.proj.weight")]
+    for i in reversed(at):
+        b, h, g = (out[i].ours[:-len("attn.proj.weight")], out[i].hf[:-len("o_proj.weight")],
+                   out[i].gguf[:-len("attn_output.weight")])
+        out[i:i] = [TensorName(b + f"attn.{p}_norm.weight", h + f"{p}_norm.weight",
+                               g + f"attn_{p}_norm.weight") for p in ("q", "k")]
+    return out
+
+
+def _llama_rows(cfg: Any, *, permuted: bool) -> List[TensorName]:
     """Separate q/k/v tensors (blockc fuses them: rows q, then k, then v); ``permuted``:
     llama.cpp's converter reorders a Llama's q and k rows within each head (it rotates
     the pairs (2i, 2i+1), transformers and blockc the pairs (i, i + Dh/2))."""
@@ -298,7 +453,7 @@ LLAMA = Family(
     tensors=partial(_llama_tensors, permuted=True), architectures=("llama",),
     from_gguf=partial(_llama_from_gguf, biases=None,
                       why="a llama file has biases on all of q/k/v/output or on none"),
-    to_gguf=_llama_to_gguf, **_LLAMA_NAMES)
+    to_gguf=partial(_llama_to_gguf, arch="llama"), gguf_extra=gguf_rope_freqs, **_LLAMA_NAMES)
 
 QWEN2 = Family(
     name="qwen2", model_types=("qwen2",),
@@ -311,7 +466,18 @@ QWEN2 = Family(
     tensors=partial(_llama_tensors, permuted=False), architectures=("qwen2",),
     from_gguf=partial(_llama_from_gguf, biases=(True, False),
                       why="a qwen2 file has attn_q/k/v biases and no attn_output bias"),
-    to_gguf=_llama_to_gguf, **_LLAMA_NAMES)
+    to_gguf=partial(_llama_to_gguf, arch="qwen2"), **_LLAMA_NAMES)
+
+# Qwen3: Qwen2's shape with RMSNorm on q and k per head before rotary, head_dim its own
+# (not width / heads), and no q/k/v biases by default; llama.cpp rotates it NEOX-style
+# (its q and k rows in transformers' order) and names the norms attn_q_norm/attn_k_norm
+QWEN3 = Family(
+    name="qwen3", model_types=("qwen3",), from_hf=_qwen3_from_hf, check=_qwen3_check,
+    to_hf=partial(_llama_to_hf, model_type="qwen3", architecture="Qwen3ForCausalLM",
+                  extra=lambda cfg: {"attention_bias": cfg.qkv_bias, "use_sliding_window": False,
+                                     "sliding_window": None}),
+    tensors=partial(_llama_tensors, permuted=False), architectures=("qwen3",),
+    from_gguf=_qwen3_from_gguf, to_gguf=partial(_llama_to_gguf, arch="qwen3"), **_LLAMA_NAMES)
 
 # Mistral is Llama with a sliding window; a config of it saves through Llama's record (check
 # None; Llama's writes Mistral's config.json for a window), and llama.cpp's files of it are

@@ -29,7 +29,9 @@ class TensorName(NamedTuple):
     of the fused ``attn.qkv``), None: all of it. ``transposed``: the Hugging Face tensor
     is stored ``(in, out)``. ``permuted``: the GGUF tensor's rows are llama.cpp's q/k
     reordering over that many heads. ``gguf`` None: a GGUF file of the family has no
-    such tensor (a model that has it is not saved as one)."""
+    such tensor (a model that has it is not saved as one). ``hf_offset``: blockc's tensor
+    is the Hugging Face one plus this, in float32 (Gemma's norm gains, ``1 + w``, folded
+    in on load as transformers computes them and taken out on save)."""
 
     ours: str
     hf: str
@@ -37,6 +39,7 @@ class TensorName(NamedTuple):
     transposed: bool = False
     rows: Optional[Tuple[int, int]] = None
     permuted: Optional[int] = None
+    hf_offset: float = 0.0
 
 
 # ---- GGUF metadata, as the families read it ----------------------------------------------------
@@ -169,6 +172,9 @@ class Family:
         value)}``, refusing (by field) a config a GGUF file of the family cannot hold.
     gguf_refuse : mapping
         Its :data:`GGUF_REFUSE` (keys, neutral values and what another value computes).
+    gguf_extra : callable or None
+        GPTConfig -> ``{GGUF tensor name: float32 array}``: tensors a GGUF file of the
+        config carries that are no parameter of it (Llama 3.1's ``rope_freqs.weight``).
     prefix : str
         The name prefix its Hugging Face checkpoints may carry (or not).
     ignore : compiled regex
@@ -185,6 +191,7 @@ class Family:
     from_gguf: Optional[Callable[[GGUFMetadata], Dict[str, Any]]] = None
     to_gguf: Optional[Callable[[Any], Dict[str, Tuple[str, Any]]]] = None
     gguf_refuse: Mapping[str, Tuple[Any, str]] = field(default_factory=lambda: dict(GGUF_REFUSE))
+    gguf_extra: Optional[Callable[[Any], Dict[str, np.ndarray]]] = None
     prefix: str = ""
     ignore: Pattern[str] = re.compile(r"$^")
 
@@ -196,6 +203,10 @@ class Family:
         """(Hugging Face name, blockc name, stored transposed, rows) of every tensor of
         ``cfg``; rows (start, stop): the checkpoint tensor is those rows of blockc's."""
         return [(t.hf, t.ours, t.transposed, t.rows) for t in self.tensors(cfg)]
+
+    def hf_offsets(self, cfg: Any) -> Dict[str, float]:
+        """blockc name -> the offset folded into it on load from Hugging Face (nonzero only)."""
+        return {t.ours: t.hf_offset for t in self.tensors(cfg) if t.hf_offset}
 
     def gguf_names(self, cfg: Any) -> List[Spec]:
         """(llama.cpp name, blockc name, rows, heads of the q/k reordering or None) of
@@ -209,6 +220,10 @@ class Family:
                                        f"{t.ours!r}")
             out.append((t.gguf, t.ours, t.rows, t.permuted))
         return out
+
+    def gguf_extras(self, cfg: Any) -> Dict[str, np.ndarray]:
+        """The tensors a GGUF file of ``cfg`` carries beside its parameters (:attr:`gguf_extra`)."""
+        return self.gguf_extra(cfg) if self.gguf_extra is not None else {}
 
     def read_gguf(self, md: GGUFMetadata) -> Dict[str, Any]:
         """GPTConfig fields of a GGUF file of this family: :attr:`gguf_refuse` first,
@@ -283,11 +298,12 @@ def want(cfg: Any, what: str, **want: Any) -> None:
 
 # ---- the shared GGUF metadata ------------------------------------------------------------------
 
-def gguf_sizes(md: GGUFMetadata) -> Dict[str, Any]:
+def gguf_sizes(md: GGUFMetadata, rope_freqs: bool = False) -> Dict[str, Any]:
     """The fields every GGUF family has, everything blockc computes differently refused:
-    experts and per-dimension rope frequencies by tensor; a sliding window narrower than
-    the context is every layer's window."""
-    if md.has("rope_freqs.weight"):
+    experts and (unless ``rope_freqs``: the family reads them) per-dimension rope
+    frequencies by tensor; a sliding window narrower than the context is every layer's
+    window."""
+    if md.has("rope_freqs.weight") and not rope_freqs:
         raise md.refuse("tensor 'rope_freqs.weight'", "present",
                         "rotary frequencies scaled per dimension (Llama 3.1's rope scaling)")
     if any(".ffn_gate_inp." in n or "_exps." in n for n in md.file.tensors):
