@@ -1,5 +1,6 @@
 """The NumPy oracle of the weight storage types: the weights a float32 matrix becomes
-when stored as bfloat16, float16, q8_0, q4_0, q5_0, q4_k or q6_k (no C; written from the
+when stored as bfloat16, float16, q8_0, q4_0, q5_0, q4_1, q5_1, q4_k, q5_k or q6_k (no C;
+written from the
 formats' definitions).
 
 - bfloat16: the high 16 bits of the float32, rounded to nearest, ties to even
@@ -10,7 +11,9 @@ formats' definitions).
   as an IEEE half; the weight is then ``float(half(d)) * q``.
 - float16: numpy's ``astype(float16)`` (nearest even), for finite weights of magnitude
   at most 65504 (blockc refuses the rest).
-- q4_0, q5_0: llama.cpp's reference quantisers, :mod:`blockc.reference.ggml`.
+- q4_0, q5_0, q4_1, q5_1 (rows zero-padded to blocks of 32), q4_k, q5_k, q6_k
+  (columns a multiple of 256): llama.cpp's reference quantisers,
+  :mod:`blockc.reference.ggml`.
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ import numpy as np
 from . import ggml
 from .ggml import bfloat16  # noqa: F401 (defined beside the ggml oracle, which rounds BF16 with it)
 
-__all__ = ["bfloat16", "float16", "q8_0_blocks", "q8_0", "q4_0", "q5_0", "q4_k", "q6_k"]
+__all__ = ["bfloat16", "float16", "q8_0_blocks", "q8_0", "q4_0", "q5_0", "q4_1", "q5_1", "q4_k",
+           "q5_k", "q6_k"]
 
 
 def _round_half_away(v: np.ndarray) -> np.ndarray:
@@ -80,6 +84,24 @@ def q5_0(w) -> np.ndarray:
     """``w`` stored as q5_0 (llama.cpp's ``quantize_row_q5_0_ref``, rows zero-padded to
     blocks of 32: :mod:`blockc.reference.ggml`), as the float32 weights it becomes."""
     return _ggml_blocks(w, "Q5_0")
+
+
+def q4_1(w) -> np.ndarray:
+    """``w`` stored as q4_1 (llama.cpp's ``quantize_row_q4_1_ref``, rows zero-padded to
+    blocks of 32), as the float32 weights it becomes."""
+    return _ggml_blocks(w, "Q4_1")
+
+
+def q5_1(w) -> np.ndarray:
+    """``w`` stored as q5_1 (llama.cpp's ``quantize_row_q5_1_ref``, rows zero-padded to
+    blocks of 32), as the float32 weights it becomes."""
+    return _ggml_blocks(w, "Q5_1")
+
+
+def q5_k(w) -> np.ndarray:
+    """``w`` stored as q5_k (llama.cpp's ``quantize_row_q5_K_ref``), as the float32
+    weights it becomes; the columns a multiple of 256."""
+    return _k_blocks(w, "Q5_K")
 
 
 def q4_k(w) -> np.ndarray:

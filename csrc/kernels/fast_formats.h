@@ -321,6 +321,109 @@ static void panels_q6_k(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_
     load_panels(BC_DTYPE_Q6_K, 16, q6_k_state, q6_k_vec, bp, g, o0, nc, p0, kc);
 }
 
+/* ---- q4_1 and q5_1 panels: a scale and a minimum for each block of 32 ---- */
+
+/* the block's d and m: the weight is fma(q, d, m), d q exact (at most 16 bits), so
+ * the FMA rounds once, as the file's dequantisation d q + m does */
+BC_INLINE wf_st q4_1_state(const unsigned char *panel, size_t st, size_t k0, size_t lane0)
+{
+    const bc_q41_block *bl = (const bc_q41_block *)(panel + k0 / 32 * st);
+    wf_st r;
+    r.s = vload_half(bl->d + lane0);
+    r.m = vload_half(bl->m + lane0);
+    return r;
+}
+
+BC_INLINE V q4_1_lo(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q41_block *bl = (const bc_q41_block *)(panel + k / 32 * st);
+    return vfma(vload_nib(&bl->q[k % 16][lane0], 0), state.s, state.m);
+}
+
+BC_INLINE V q4_1_hi(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q41_block *bl = (const bc_q41_block *)(panel + k / 32 * st);
+    return vfma(vload_nib(&bl->q[k % 16][lane0], 1), state.s, state.m);
+}
+
+BC_INLINE V q4_1_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    return k % 32 < 16 ? q4_1_lo(panel, st, k, lane0, state) : q4_1_hi(panel, st, k, lane0, state);
+}
+
+// y (N,OC), x (N,C), w (OC,C) q4_1 panels; N <= BC_ROWS_MAX
+static void prows_q4_1(const bc_gemm *g, size_t o0, size_t o1)
+{
+    prows_split(BC_DTYPE_Q4_1, sizeof(bc_q41_block), RACC, 32, 16, q4_1_state, q4_1_lo, q4_1_hi,
+                g, o0, o1);
+}
+
+// bp (kc, nc) float32 panels <- w (OC,C) q4_1 panels, columns o0.., rows p0..
+static void panels_q4_1(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_t p0, size_t kc)
+{
+    load_panels(BC_DTYPE_Q4_1, 32, q4_1_state, q4_1_vec, bp, g, o0, nc, p0, kc);
+}
+
+/* (q5_1's d and m lie where q4_1's do) */
+BC_INLINE V q5_1_lo(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q51_block *bl = (const bc_q51_block *)(panel + k / 32 * st);
+    const size_t j = k % 16;
+    return vfma(vload_q5w(&bl->q[j][lane0], 0, bl->qh + lane0, (unsigned)j), state.s, state.m);
+}
+
+BC_INLINE V q5_1_hi(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q51_block *bl = (const bc_q51_block *)(panel + k / 32 * st);
+    const size_t j = k % 16;
+    return vfma(vload_q5w(&bl->q[j][lane0], 1, bl->qh + lane0, (unsigned)j + 16), state.s,
+                state.m);
+}
+
+BC_INLINE V q5_1_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    return k % 32 < 16 ? q5_1_lo(panel, st, k, lane0, state) : q5_1_hi(panel, st, k, lane0, state);
+}
+
+// y (N,OC), x (N,C), w (OC,C) q5_1 panels; N <= BC_ROWS_MAX
+static void prows_q5_1(const bc_gemm *g, size_t o0, size_t o1)
+{
+    prows_split(BC_DTYPE_Q5_1, sizeof(bc_q51_block), RACC, 32, 16, q4_1_state, q5_1_lo, q5_1_hi,
+                g, o0, o1);
+}
+
+// bp (kc, nc) float32 panels <- w (OC,C) q5_1 panels, columns o0.., rows p0..
+static void panels_q5_1(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_t p0, size_t kc)
+{
+    load_panels(BC_DTYPE_Q5_1, 32, q4_1_state, q5_1_vec, bp, g, o0, nc, p0, kc);
+}
+
+/* ---- q5_k panels: q4_k's with a fifth bit a weight ----------------------- */
+
+/* (q4_k_state: q5_k's d, dmin, sc and m lie where q4_k's do) s * q - dmin m: s * q
+ * exact (22 bits), so the FMA rounds once, as the file's dequantisation does */
+BC_INLINE V q5_k_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q5k_block *bl = (const bc_q5k_block *)(panel + k / 256 * st);
+    const size_t t = k % 256, j = t / 32;
+    return vfma(vload_q5b(bl->q[32 * (t / 64) + t % 32] + lane0, (int)(j % 2),
+                          bl->qh[t % 32] + lane0, (unsigned)j),
+                state.s, state.m);
+}
+
+// y (N,OC), x (N,C), w (OC,C) q5_k panels; N <= BC_ROWS_MAX
+static void prows_q5_k(const bc_gemm *g, size_t o0, size_t o1)
+{
+    prows_part(BC_DTYPE_Q5_K, sizeof(bc_q5k_block), Q4K_PANELS, 32, q4_k_state, q5_k_vec, g,
+               o0, o1);
+}
+
+// bp (kc, nc) float32 panels <- w (OC,C) q5_k panels, columns o0.., rows p0..
+static void panels_q5_k(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_t p0, size_t kc)
+{
+    load_panels(BC_DTYPE_Q5_K, 32, q4_k_state, q5_k_vec, bp, g, o0, nc, p0, kc);
+}
+
 /* ---- the entries of the kernel table's wf, by BC_WF_* -------------------- */
 
 /* (a caller's row-major float32 rows: dot products to decode, pack_rows to copy;
@@ -335,6 +438,9 @@ static void panels_q6_k(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_
     [BC_WF_PANEL(BC_DTYPE_Q5_0)] = {prows_q5_0, panels_q5_0},         \
     [BC_WF_PANEL(BC_DTYPE_Q4_K)] = {prows_q4_k, panels_q4_k},         \
     [BC_WF_PANEL(BC_DTYPE_Q6_K)] = {prows_q6_k, panels_q6_k},         \
+    [BC_WF_PANEL(BC_DTYPE_Q4_1)] = {prows_q4_1, panels_q4_1},         \
+    [BC_WF_PANEL(BC_DTYPE_Q5_1)] = {prows_q5_1, panels_q5_1},         \
+    [BC_WF_PANEL(BC_DTYPE_Q5_K)] = {prows_q5_k, panels_q5_k},         \
     [BC_WF_PANEL(BC_DTYPE_Q8_0I)] = {NULL, NULL, xq_part_q8_0i, xq_rows_q8, xq_part_q8_0i},     \
     [BC_WF_PANEL(BC_DTYPE_Q4_0I)] = {NULL, NULL, xq_part_q4_0i, xq_rows_q8, xq_part_q4_0i},     \
     [BC_WF_PANEL(BC_DTYPE_Q5_0I)] = {NULL, NULL, xq_part_q5_0i, xq_rows_q8, xq_part_q5_0i},     \

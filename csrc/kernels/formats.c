@@ -9,7 +9,8 @@
  * of 32 weights of one row: d = max|w| / 127, q = round(w / d) (half away from
  * zero) computed as round(w * (1/d)), d stored as an IEEE half; the weight is
  * then half(d) * q. q8_0i holds the same d and q, laid out for integer dot
- * products; q4_0i q4_0's, q5_0i q5_0's, q4_ki q4_k's and q6_ki q6_k's likewise. */
+ * products; q4_0i q4_0's, q5_0i q5_0's, q4_ki q4_k's and q6_ki q6_k's likewise.
+ * q4_1, q5_1 and q5_k are llama.cpp's reference quantisers too. */
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
@@ -259,6 +260,96 @@ static void q5_unpack_row(float *out, const unsigned char *panel, size_t l, size
     }
 }
 
+/* ---- q4_1, q5_1: per 32 columns a scale and a minimum for each row -------- */
+
+_Static_assert(sizeof(bc_q41_block) == 20 * PW, "bc_q41_block: 16 rows of 20 bytes");
+_Static_assert(sizeof(bc_q51_block) == 24 * PW, "bc_q51_block: 16 rows of 24 bytes");
+
+/* A finite weight's q4_1 / q5_1 minimum fits a half (and so does its scale,
+ * (max - min) / 15): |w| <= 65504, f16_check's bound. */
+
+/* One block of n <= 32 weights, zero-padded to 32 (as the oracle pads a short
+ * row): its minimum, scale d = (max - min) / nmax (a half each) and levels q =
+ * min(nmax, (int8)((w - min) * (1/d) + 0.5)) (llama.cpp's quantize_row_q4_1_ref,
+ * nmax 15, and quantize_row_q5_1_ref, 31). */
+static void q1_block(uint16_t *d, uint16_t *m, int q[32], const float *w, size_t n, int nmax)
+{
+    float v[32], lo, hi;
+    for (size_t k = 0; k < 32; k++)
+        v[k] = k < n ? w[k] : 0.0f;
+    lo = hi = v[0];
+    for (size_t k = 1; k < 32; k++) {
+        lo = v[k] < lo ? v[k] : lo;
+        hi = v[k] > hi ? v[k] : hi;
+    }
+    const float dd = (hi - lo) / (float)nmax, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    *d = bc_f32_to_half(dd);
+    *m = bc_f32_to_half(lo);
+    for (size_t k = 0; k < 32; k++) {
+        const int l = (int8_t)((v[k] - lo) * id + 0.5f);
+        q[k] = l < nmax ? l : nmax;
+    }
+}
+
+static void q41_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                     size_t nk, size_t cols)
+{
+    bc_q41_block *bl = (bc_q41_block *)panel + k0 / 32;
+    for (size_t b = 0; b < nk; b += 32, bl++) {
+        const size_t n = nk - b < 32 ? nk - b : 32;
+        for (size_t l = 0; l < nl; l++) {
+            int q[32];
+            q1_block(&bl->d[l], &bl->m[l], q, tile + l * ld + b, n, 15);
+            for (size_t j = 0; j < 16; j++)
+                bl->q[j][l] = (uint8_t)(q[j] | q[j + 16] << 4);
+        }
+    }
+}
+
+/* w = d nibble + m: d nibble exact (an 11-bit half times 4 bits), one rounding */
+static void q41_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q41_block *bl = (const bc_q41_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q41_block *b = bl + k / 32;
+        const size_t j = k % 32;
+        const int nib = j < 16 ? b->q[j][l] & 15 : b->q[j - 16][l] >> 4;
+        out[k] = bc_half_to_f32(b->d[l]) * (float)nib + bc_half_to_f32(b->m[l]);
+    }
+}
+
+static void q51_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                     size_t nk, size_t cols)
+{
+    bc_q51_block *bl = (bc_q51_block *)panel + k0 / 32;
+    for (size_t b = 0; b < nk; b += 32, bl++) {
+        const size_t n = nk - b < 32 ? nk - b : 32;
+        for (size_t l = 0; l < nl; l++) {
+            int q[32];
+            uint32_t h = 0;
+            q1_block(&bl->d[l], &bl->m[l], q, tile + l * ld + b, n, 31);
+            for (size_t j = 0; j < 16; j++)
+                bl->q[j][l] = (uint8_t)((q[j] & 15) | (q[j + 16] & 15) << 4);
+            for (size_t k = 0; k < 32; k++)
+                h |= (uint32_t)(q[k] >> 4) << k;
+            bl->qh[l] = h;
+        }
+    }
+}
+
+/* w = d q + m, q the nibble with its fifth bit: d q exact (16 bits), one rounding */
+static void q51_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q51_block *bl = (const bc_q51_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q51_block *b = bl + k / 32;
+        const size_t j = k % 32;
+        const int nib = j < 16 ? b->q[j][l] & 15 : b->q[j - 16][l] >> 4;
+        const int q = nib | (int)((b->qh[l] >> j) & 1u) << 4;
+        out[k] = bc_half_to_f32(b->d[l]) * (float)q + bc_half_to_f32(b->m[l]);
+    }
+}
+
 /* ---- q8_0i: q8_0's blocks, each row's weights 4 by 4 (bc_q8i_block) ------- */
 
 /* q8_0's rule (q8_block), then each q stored as q + 128: |q| <= 127 by
@@ -372,14 +463,16 @@ static int q4k_clip(float v, int hi)
     return l < hi ? l : hi;
 }
 
-/* llama.cpp's make_qkx2_quants(32, 15, x, w, L, &min, Laux, -1, 0.1, 20, false)
- * for one sub-block: a scale s and min m (returned as -m in *the_min) with x ~=
- * s L + m, L in 0..15, chosen among 21 candidate scales by the weighted
+/* llama.cpp's make_qkx2_quants(32, NMAX, x, w, L, &min, Laux, rmin, 0.1, NSTEP, false)
+ * for one sub-block (Q4_K: 15, -1, 20; Q5_K: 31, -0.5, 15): a scale s and min m
+ * (returned as -m in *the_min) with x ~= s L + m, L in 0..NMAX, chosen among
+ * NSTEP + 1 candidate scales by the weighted
  * squared error. Every sum is accumulated in order in float32, as the C does. */
-static float q4k_qkx2(uint8_t L[32], float *the_min, const float *x, const float *w)
+static float q4k_qkx2(uint8_t L[32], float *the_min, const float *x, const float *w,
+                      const int NMAX, const float rmin, const int NSTEP)
 {
-    enum { N = 32, NMAX = 15, NSTEP = 20 };
-    const float rmin = -1.0f, rdelta = 0.1f;
+    enum { N = 32 };
+    const float rdelta = 0.1f;
     float lo = x[0], hi = x[0], sum_w = 0.0f, sum_x = 0.0f;
     for (int i = 0; i < N; i++) {
         lo = x[i] < lo ? x[i] : lo;
@@ -443,14 +536,16 @@ static uint8_t q4k_six(float inv, float v)
     return u < 63 ? u : 63;
 }
 
-/* One row's super-block of 256 weights, llama.cpp's quantize_row_q4_K_ref:
- * each sub-block of 32 by make_qkx2_quants (weights rms + |x|), the scales
- * and mins to 6 bits against the largest of each (d = max / 63, a half), then
- * every weight again against the stored scale and min: nibble = nearest of
- * (x + dmin m) / (d sc) in 0..15. Row l of a panel block: fields at [.][l]. */
-static void q4k_row(bc_q4k_block *b, size_t l, const float *x)
+/* One row's super-block of 256 weights, llama.cpp's quantize_row_q4_K_ref
+ * (nmax 15) and quantize_row_q5_K_ref (31): each sub-block of 32 by
+ * make_qkx2_quants (weights rms + |x|), the scales and mins to 6 bits against
+ * the largest of each (d = max / 63, a half), then every weight again against
+ * the stored scale and min: L = nearest of (x + dmin m) / (d sc) in 0..nmax.
+ * Row l of a panel block: d, dmin, sc and m at [.][l] (q5_k's lie where
+ * q4_k's do); the levels into L. */
+static void kq_row(bc_q4k_block *b, size_t l, uint8_t L[256], const float *x, int nmax,
+                   float rmin, int nstep)
 {
-    uint8_t L[256];
     float scales[8], mins[8], max_scale = 0.0f, max_min = 0.0f;
     for (int j = 0; j < 8; j++) {
         const float *xs = x + 32 * j;
@@ -460,7 +555,7 @@ static void q4k_row(bc_q4k_block *b, size_t l, const float *x)
         const float av_x = sqrtf(sum_x2 / 32.0f);
         for (int i = 0; i < 32; i++)
             w[i] = av_x + fabsf(xs[i]);
-        scales[j] = q4k_qkx2(L + 32 * j, &mins[j], xs, w);
+        scales[j] = q4k_qkx2(L + 32 * j, &mins[j], xs, w, nmax, rmin, nstep);
         max_scale = scales[j] > max_scale ? scales[j] : max_scale;
         max_min = mins[j] > max_min ? mins[j] : max_min;
     }
@@ -479,10 +574,17 @@ static void q4k_row(bc_q4k_block *b, size_t l, const float *x)
             continue;  /* L stays make_qkx2_quants' */
         for (int i = 0; i < 32; i++) {
             const float v = (x[32 * j + i] + dm) / dj;
-            const int q = v > 0.0f ? q4k_round(v < 15.0f ? v : 15.0f) : 0;
+            const int q = v > 0.0f ? q4k_round(v < (float)nmax ? v : (float)nmax) : 0;
             L[32 * j + i] = (uint8_t)q;
         }
     }
+}
+
+/* One row's Q4_K super-block (kq_row's levels 0..15, two a byte) */
+static void q4k_row(bc_q4k_block *b, size_t l, const float *x)
+{
+    uint8_t L[256];
+    kq_row(b, l, L, x, 15, -1.0f, 20);
     for (int p = 0; p < 4; p++)
         for (int i = 0; i < 32; i++)
             b->q[32 * p + i][l] = (uint8_t)(L[64 * p + i] | (L[64 * p + 32 + i] << 4));
@@ -540,6 +642,60 @@ static void q4ki_unpack_row(float *out, const unsigned char *panel, size_t l, si
         for (size_t i = 0; i < 128; i++)
             k.q[i][l] = bl[s].u[i / 4][l][i % 4];
         q4k_unpack_row(out + 256 * s, (const unsigned char *)&k, l, 256);
+    }
+}
+
+/* ---- q5_k: per 256 columns a bc_q5k_block of the panel's rows ------------ */
+
+_Static_assert(sizeof(bc_q5k_block) == 180 * PW, "bc_q5k_block: 16 rows of 180 bytes");
+_Static_assert(offsetof(bc_q5k_block, qh) == offsetof(bc_q4k_block, q),
+               "bc_q5k_block: q4_k's scales where q4_k has them");
+
+/* One row's Q5_K super-block: kq_row's levels 0..31, the low four bits two a
+ * byte as Q4_K's nibbles, bit 4 of sub-block j's weight i as bit j of qh[i] */
+static void q5k_row(bc_q5k_block *b, size_t l, const float *x)
+{
+    uint8_t L[256];
+    kq_row((bc_q4k_block *)(void *)b, l, L, x, 31, -0.5f, 15);
+    for (int i = 0; i < 32; i++) {
+        unsigned h = 0;
+        for (int j = 0; j < 8; j++)
+            h |= (unsigned)(L[32 * j + i] >> 4) << j;
+        b->qh[i][l] = (uint8_t)h;
+    }
+    for (int p = 0; p < 4; p++)
+        for (int i = 0; i < 32; i++)
+            b->q[32 * p + i][l] =
+                (uint8_t)((L[64 * p + i] & 15) | (L[64 * p + 32 + i] & 15) << 4);
+}
+
+static void q5k_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                     size_t nk, size_t cols)
+{
+    bc_q5k_block *bl = (bc_q5k_block *)panel + k0 / 256;
+    (void)nk;  /* 256: a q5_k row is whole super-blocks (bc_packed_bytes) */
+    for (size_t l = 0; l < nl; l++)
+        q5k_row(bl, l, tile + l * ld);
+}
+
+/* Weight t (0..255) of row l of a q5_k super-block: its five bits, 0..31 */
+static int q5k_quant(const bc_q5k_block *b, size_t l, size_t t)
+{
+    const size_t j = t / 32, byte = 32 * (t / 64) + t % 32;
+    const int nib = j % 2 ? b->q[byte][l] >> 4 : b->q[byte][l] & 15;
+    return nib | (b->qh[t % 32][l] >> j & 1) << 4;
+}
+
+/* w = (d sc) q - dmin m: both products exact (22 and 17 bits), one rounding */
+static void q5k_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q5k_block *bl = (const bc_q5k_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q5k_block *b = bl + k / 256;
+        const size_t t = k % 256, j = t / 32;
+        const float s = bc_half_to_f32(b->d[l]) * (float)b->sc[j][l];
+        const float m = bc_half_to_f32(b->dmin[l]) * (float)b->m[j][l];
+        out[k] = s * (float)q5k_quant(b, l, t) - m;
     }
 }
 
@@ -1007,6 +1163,90 @@ static void q4ki_to_ggml(unsigned char *dst, const unsigned char *panel, size_t 
     }
 }
 
+/* Q4_1 (d, m, qs[16]: 20 bytes) <-> q4_1; Q5_1 (d, m, uint32 qh, qs[16]: 24
+ * bytes) <-> q5_1 */
+static void q41_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                          size_t nk)
+{
+    bc_q41_block *bl = (bc_q41_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, src += 20) {
+        bl[b].d[l] = rd16(src);
+        bl[b].m[l] = rd16(src + 2);
+        for (size_t j = 0; j < 16; j++)
+            bl[b].q[j][l] = src[4 + j];
+    }
+}
+
+static void q41_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                        size_t nk)
+{
+    const bc_q41_block *bl = (const bc_q41_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, dst += 20) {
+        wr16(dst, bl[b].d[l]);
+        wr16(dst + 2, bl[b].m[l]);
+        for (size_t j = 0; j < 16; j++)
+            dst[4 + j] = bl[b].q[j][l];
+    }
+}
+
+static void q51_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                          size_t nk)
+{
+    bc_q51_block *bl = (bc_q51_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, src += 24) {
+        bl[b].d[l] = rd16(src);
+        bl[b].m[l] = rd16(src + 2);
+        bl[b].qh[l] = rd32(src + 4);
+        for (size_t j = 0; j < 16; j++)
+            bl[b].q[j][l] = src[8 + j];
+    }
+}
+
+static void q51_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                        size_t nk)
+{
+    const bc_q51_block *bl = (const bc_q51_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, dst += 24) {
+        wr16(dst, bl[b].d[l]);
+        wr16(dst + 2, bl[b].m[l]);
+        wr32(dst + 4, bl[b].qh[l]);
+        for (size_t j = 0; j < 16; j++)
+            dst[8 + j] = bl[b].q[j][l];
+    }
+}
+
+/* Q5_K (d, dmin, scales[12], qh[32], qs[128]: 176 bytes) <-> q5_k (q4_k's scales
+ * and mins a byte each, qh and qs as they are) */
+static void q5k_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                          size_t nk)
+{
+    bc_q5k_block *bl = (bc_q5k_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, src += 176) {
+        bl[b].d[l] = rd16(src);
+        bl[b].dmin[l] = rd16(src + 2);
+        k4_scales_in((bc_q4k_block *)(void *)(bl + b), l, src + 4);
+        for (size_t i = 0; i < 32; i++)
+            bl[b].qh[i][l] = src[16 + i];
+        for (size_t i = 0; i < 128; i++)
+            bl[b].q[i][l] = src[48 + i];
+    }
+}
+
+static void q5k_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                        size_t nk)
+{
+    const bc_q5k_block *bl = (const bc_q5k_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, dst += 176) {
+        wr16(dst, bl[b].d[l]);
+        wr16(dst + 2, bl[b].dmin[l]);
+        k4_scales_out(dst + 4, (const bc_q4k_block *)(const void *)(bl + b), l);
+        for (size_t i = 0; i < 32; i++)
+            dst[16 + i] = bl[b].qh[i][l];
+        for (size_t i = 0; i < 128; i++)
+            dst[48 + i] = bl[b].q[i][l];
+    }
+}
+
 /* Q6_K (ql[128], qh[64], int8 scales[16], d: 210 bytes) <-> q6_k (each six-bit
  * value widened to a byte, less 32: bc_q6k_where says where its bits lie) and
  * q6_ki (the file's ql and qh 4 bytes by 4) */
@@ -1105,6 +1345,8 @@ static const bc_ggml ggml_types[] = {
     {BC_GGML_Q4_0, 32, 18, q4_0_to_q8_0}, {BC_GGML_Q5_0, 32, 22, q5_0_to_q8_0},
     {BC_GGML_Q8_0, 32, 34, NULL},     {BC_GGML_Q4_K, 256, 144, NULL},
     {BC_GGML_Q6_K, 256, 210, NULL},   {BC_GGML_BF16, 1, 2, NULL},
+    {BC_GGML_Q4_1, 32, 20, NULL},     {BC_GGML_Q5_1, 32, 24, NULL},
+    {BC_GGML_Q5_K, 256, 176, NULL},
 };
 
 const bc_ggml *bc_ggml_of(int type)
@@ -1122,6 +1364,7 @@ const bc_ggml *bc_ggml_of(int type)
 #define LIMIT_Q4 "finite weights of magnitude <= 65504 * 8 (the block scale is a half)"
 #define LIMIT_Q5 "finite weights of magnitude <= 65504 * 16 (the block scale is a half)"
 #define LIMIT_K "finite weights of magnitude <= 65504 * 8 (the super-block scales are halves)"
+#define LIMIT_Q1 "finite weights of magnitude <= 65504 (the block's minimum is a half)"
 #define LIMIT_F16 \
     "finite weights of magnitude <= 65504 (the largest half; larger ones are refused, not made " \
     "infinite)"
@@ -1184,6 +1427,16 @@ static const bc_format formats[BC_NDTYPE] = {
                         .max_cols = BC_Q8_0I_MAX_COLS, .whole = 1, .group = BC_INTDOT_GROUP,
                         .ggml_type = BC_GGML_Q6_K, .integer = 1, .limit = LIMIT_K,
                         .from_ggml = q6ki_from_ggml, .to_ggml = q6ki_to_ggml},
+    [BC_DTYPE_Q4_1] = {.name = "q4_1", .block = 32, .block_bytes = 20, .check = f16_check,
+                       .pack = q41_pack, .unpack_row = q41_unpack_row, .ggml_type = BC_GGML_Q4_1,
+                       .limit = LIMIT_Q1, .from_ggml = q41_from_ggml, .to_ggml = q41_to_ggml},
+    [BC_DTYPE_Q5_1] = {.name = "q5_1", .block = 32, .block_bytes = 24, .check = f16_check,
+                       .pack = q51_pack, .unpack_row = q51_unpack_row, .ggml_type = BC_GGML_Q5_1,
+                       .limit = LIMIT_Q1, .from_ggml = q51_from_ggml, .to_ggml = q51_to_ggml},
+    [BC_DTYPE_Q5_K] = {.name = "q5_k", .block = 256, .block_bytes = 180, .check = q4_check,
+                       .pack = q5k_pack, .unpack_row = q5k_unpack_row, .whole = 1,
+                       .ggml_type = BC_GGML_Q5_K, .limit = LIMIT_K, .from_ggml = q5k_from_ggml,
+                       .to_ggml = q5k_to_ggml},
 };
 
 /* (a value below BC_NDTYPE may have no row yet: its name is NULL) */
