@@ -358,7 +358,9 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: bool,
 #: keeps the oracle's: Q4_K (a super-block whose every sub-block's min is zero gets dmin
 #: +0 from C, as llama.cpp's quantize_row_q4_K_ref starts max_min at 0, and -0.0 from
 #: reference/ggml.py's max over the mins; the same weights, other bytes); Q5_K likewise
-_ORACLE_ONLY = ("Q4_K", "Q5_K")
+#: IQ4_NL and IQ4_XS: the oracle has no quantiser of theirs, and blockc's C rule is not
+#: llama.cpp's search (saving does not offer them)
+_ORACLE_ONLY = ("Q4_K", "Q5_K", "IQ4_NL", "IQ4_XS")
 
 #: GGUF type -> the format whose C quantiser (bc_pack, on every thread) writes that type's
 #: blocks: the plain (not integer) formats of the C table whose blocks are a quantised

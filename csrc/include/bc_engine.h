@@ -43,7 +43,9 @@ extern "C" {
 #define BC_DTYPE_Q4_1 14
 #define BC_DTYPE_Q5_1 15
 #define BC_DTYPE_Q5_K 16
-#define BC_NDTYPE 17     /* one past the last dtype */
+#define BC_DTYPE_IQ4_NL 17
+#define BC_DTYPE_IQ4_XS 18
+#define BC_NDTYPE 19     /* one past the last dtype */
 #define BC_DTYPE_NAME_MAX 16   /* bytes a dtype's name needs, with its NUL */
 
 /* Normalisation kinds and placements of the block. */
@@ -270,6 +272,22 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  j's weight i), q[b][l] as q4_k's; w = (d[l] sc[j][l]) q -
  *                  (dmin[l] m[j][l]), q = nibble | bit << 4, exact products,
  *                  one rounding. Packed by llama.cpp's reference quantiser.
+ *   BC_DTYPE_IQ4_NL llama.cpp's IQ4_NL (blocks of 32 weights of a row with one
+ *                  scale, each weight a 4-bit index into the 16 values
+ *                  kvalues_iq4nl, -127..113): panel p as q4_0's (d[l], then
+ *                  q[j][l]); w = d[l] kv[nibble], exact. Packed by a simple
+ *                  rule, not llama.cpp's search: d = m / -127 for m the weight
+ *                  of largest magnitude, each nibble the nearest value (the
+ *                  lower on a tie) of w / d.
+ *   BC_DTYPE_IQ4_XS llama.cpp's IQ4_XS (super-blocks of 256, 8 sub-blocks of
+ *                  32 with a 6-bit scale each, IQ4_NL's values): cols a
+ *                  multiple of 256. Panel p is cols / 256 super-blocks of 2208
+ *                  bytes (138 a row: the 6-bit scales a signed byte each, ls -
+ *                  32): d[l], sc[j][l] (8 x 16 int8), q[b][l] (128 x 16 bytes:
+ *                  byte b of the row's qs, sub-block b / 16); w = (d[l]
+ *                  sc[j][l]) kv[nibble], exact. Packed by a simple rule (each
+ *                  sub-block's scale m / -127, those against -max / 32 as
+ *                  llama.cpp, then nearest values), not llama.cpp's search.
  * bc_pack_size gives the bytes. */
 
 /* Columns a q8_0i matrix can have (a quantised row of x fits a call's scratch). */
@@ -277,7 +295,8 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
 
 /* The weight format dtype (0 <= dtype < BC_NDTYPE): its name as Python spells it
  * ("float32", "bfloat16", "q8_0", "q4_0", "q4_k", "q6_k", "float16", "q5_0",
- * "q8_0i", "q4_0i", "bfloat16i", "q5_0i", "q4_ki", "q6_ki", "q4_1", "q5_1", "q5_k";
+ * "q8_0i", "q4_0i", "bfloat16i", "q5_0i", "q4_ki", "q6_ki", "q4_1", "q5_1", "q5_k",
+ * "iq4_nl", "iq4_xs";
  * NUL-terminated into name, name_cap >
  * its length, at most BC_DTYPE_NAME_MAX), the weights of a row per block and
  * the bytes of one block (a row of cols weights, padded to whole blocks, takes
@@ -301,6 +320,8 @@ int bc_dtype_info(char *name, size_t name_cap, size_t *block, size_t *block_byte
 #define BC_GGML_Q4_K 12
 #define BC_GGML_Q5_K 13
 #define BC_GGML_Q6_K 14
+#define BC_GGML_IQ4_NL 20
+#define BC_GGML_IQ4_XS 23
 #define BC_GGML_BF16 30
 
 /* What a weight format is, beyond its name and block (bc_dtype_info). */

@@ -350,6 +350,128 @@ static void q51_unpack_row(float *out, const unsigned char *panel, size_t l, siz
     }
 }
 
+/* ---- iq4_nl: per 32 columns a bc_q4_block of the panel's rows (q4_0's) ---- */
+
+/* A finite weight's iq4_nl scale fits a half: |w| <= 65504 * 127 (q8_0's bound). */
+
+/* The index of the value of kvalues_iq4nl nearest v (the lower one on a tie) */
+static int iq4_nearest(float v)
+{
+    int best = 0;
+    float e = fabsf(v - (float)bc_kvalues_iq4nl[0]);
+    for (int i = 1; i < 16; i++) {
+        const float f = fabsf(v - (float)bc_kvalues_iq4nl[i]);
+        if (f < e) {
+            e = f;
+            best = i;
+        }
+    }
+    return best;
+}
+
+/* One block of n <= 32 weights (the rest zero): d = m / -127 for m the first
+ * weight of largest magnitude, each nibble the nearest value of w * (1/d) */
+static void iq4nl_block(uint16_t *d, uint8_t *q, size_t stride, const float *w, size_t n)
+{
+    float amax = 0.0f, m = 0.0f;
+    for (size_t k = 0; k < n; k++)
+        if (fabsf(w[k]) > amax) {
+            amax = fabsf(w[k]);
+            m = w[k];
+        }
+    const float dd = m / -127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    *d = bc_f32_to_half(dd);
+    for (size_t j = 0; j < 16; j++) {
+        const int q0 = iq4_nearest(j < n ? w[j] * id : 0.0f);
+        const int q1 = iq4_nearest(j + 16 < n ? w[j + 16] * id : 0.0f);
+        q[j * stride] = (uint8_t)(q0 | q1 << 4);
+    }
+}
+
+static void iq4nl_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                       size_t nk, size_t cols)
+{
+    bc_q4_block *bl = (bc_q4_block *)panel + k0 / 32;
+    for (size_t b = 0; b < nk; b += 32, bl++) {
+        const size_t n = nk - b < 32 ? nk - b : 32;
+        for (size_t l = 0; l < nl; l++)
+            iq4nl_block(&bl->d[l], &bl->q[0][l], PW, tile + l * ld + b, n);
+    }
+}
+
+/* w = d kv[nibble]: exact (18 bits) */
+static void iq4nl_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q4_block *bl = (const bc_q4_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q4_block *b = bl + k / 32;
+        const size_t j = k % 32;
+        const int nib = j < 16 ? b->q[j][l] & 15 : b->q[j - 16][l] >> 4;
+        out[k] = bc_half_to_f32(b->d[l]) * (float)bc_kvalues_iq4nl[nib];
+    }
+}
+
+/* ---- iq4_xs: per 256 columns a bc_iq4xs_block of the panel's rows -------- */
+
+_Static_assert(sizeof(bc_iq4xs_block) == 138 * PW, "bc_iq4xs_block: 16 rows of 138 bytes");
+
+/* One row's super-block: each sub-block's scale s_j = m_j / -127 (m_j its first
+ * weight of largest magnitude), d = -s / 32 for s the s_j of largest magnitude
+ * (a half), ls_j = nearest(s_j / d) clipped to -32..31, then each weight the
+ * nearest value of w / (d ls_j) (llama.cpp's steps without its search) */
+static void iq4xs_row(bc_iq4xs_block *b, size_t l, const float *x)
+{
+    float sj[8], smax = 0.0f, sabs = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        float amax = 0.0f, m = 0.0f;
+        for (int i = 0; i < 32; i++)
+            if (fabsf(x[32 * j + i]) > amax) {
+                amax = fabsf(x[32 * j + i]);
+                m = x[32 * j + i];
+            }
+        sj[j] = m / -127.0f;
+        if (fabsf(sj[j]) > sabs) {
+            sabs = fabsf(sj[j]);
+            smax = sj[j];
+        }
+    }
+    const float dd = -smax / 32.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    b->d[l] = bc_f32_to_half(dd);
+    const float d = bc_half_to_f32(b->d[l]);
+    for (int j = 0; j < 8; j++) {
+        int ls = (int)rintf(id * sj[j]);
+        ls = ls < -32 ? -32 : ls > 31 ? 31 : ls;
+        b->sc[j][l] = (int8_t)ls;
+        const float dl = d * (float)ls, il = dl != 0.0f ? 1.0f / dl : 0.0f;
+        for (int i = 0; i < 16; i++) {
+            const int q0 = iq4_nearest(x[32 * j + i] * il), q1 = iq4_nearest(x[32 * j + 16 + i] * il);
+            b->q[16 * j + i][l] = (uint8_t)(q0 | q1 << 4);
+        }
+    }
+}
+
+static void iq4xs_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                       size_t nk, size_t cols)
+{
+    bc_iq4xs_block *bl = (bc_iq4xs_block *)panel + k0 / 256;
+    (void)nk;  /* 256: an iq4_xs row is whole super-blocks (bc_packed_bytes) */
+    for (size_t l = 0; l < nl; l++)
+        iq4xs_row(bl, l, tile + l * ld);
+}
+
+/* w = (d sc) kv[nibble]: both products exact (17 and 24 bits) */
+static void iq4xs_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_iq4xs_block *bl = (const bc_iq4xs_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_iq4xs_block *b = bl + k / 256;
+        const size_t t = k % 256, byte = 16 * (t / 32) + t % 16;
+        const int nib = t % 32 < 16 ? b->q[byte][l] & 15 : b->q[byte][l] >> 4;
+        const float s = bc_half_to_f32(b->d[l]) * (float)b->sc[t / 32][l];
+        out[k] = s * (float)bc_kvalues_iq4nl[nib];
+    }
+}
+
 /* ---- q8_0i: q8_0's blocks, each row's weights 4 by 4 (bc_q8i_block) ------- */
 
 /* q8_0's rule (q8_block), then each q stored as q + 128: |q| <= 127 by
@@ -1247,6 +1369,45 @@ static void q5k_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l
     }
 }
 
+/* IQ4_XS (d, uint16 scales_h, scales_l[4], qs[128]: 136 bytes) <-> iq4_xs (sub-block
+ * j's 6-bit scale ls, the low four bits nibble j % 2 of scales_l[j / 2], the high two
+ * bits 2j, 2j + 1 of scales_h, as the signed byte ls - 32); IQ4_NL moves as Q4_0 */
+static void iq4xs_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                            size_t nk)
+{
+    bc_iq4xs_block *bl = (bc_iq4xs_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, src += 136) {
+        const unsigned sh = rd16(src + 2);
+        bl[b].d[l] = rd16(src);
+        for (size_t j = 0; j < 8; j++) {
+            const unsigned ls = (unsigned)(src[4 + j / 2] >> (4 * (j % 2)) & 15u)
+                                | (sh >> (2 * j) & 3u) << 4;
+            bl[b].sc[j][l] = (int8_t)((int)ls - 32);
+        }
+        for (size_t i = 0; i < 128; i++)
+            bl[b].q[i][l] = src[8 + i];
+    }
+}
+
+static void iq4xs_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                          size_t nk)
+{
+    const bc_iq4xs_block *bl = (const bc_iq4xs_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, dst += 136) {
+        unsigned sh = 0;
+        memset(dst + 4, 0, 4);
+        wr16(dst, bl[b].d[l]);
+        for (size_t j = 0; j < 8; j++) {
+            const unsigned ls = (unsigned)(bl[b].sc[j][l] + 32) & 63u;
+            dst[4 + j / 2] |= (unsigned char)((ls & 15u) << (4 * (j % 2)));
+            sh |= (ls >> 4) << (2 * j);
+        }
+        wr16(dst + 2, (uint16_t)sh);
+        for (size_t i = 0; i < 128; i++)
+            dst[8 + i] = bl[b].q[i][l];
+    }
+}
+
 /* Q6_K (ql[128], qh[64], int8 scales[16], d: 210 bytes) <-> q6_k (each six-bit
  * value widened to a byte, less 32: bc_q6k_where says where its bits lie) and
  * q6_ki (the file's ql and qh 4 bytes by 4) */
@@ -1347,6 +1508,7 @@ static const bc_ggml ggml_types[] = {
     {BC_GGML_Q6_K, 256, 210, NULL},   {BC_GGML_BF16, 1, 2, NULL},
     {BC_GGML_Q4_1, 32, 20, NULL},     {BC_GGML_Q5_1, 32, 24, NULL},
     {BC_GGML_Q5_K, 256, 176, NULL},
+    {BC_GGML_IQ4_NL, 32, 18, NULL},   {BC_GGML_IQ4_XS, 256, 136, NULL},
 };
 
 const bc_ggml *bc_ggml_of(int type)
@@ -1364,6 +1526,7 @@ const bc_ggml *bc_ggml_of(int type)
 #define LIMIT_Q4 "finite weights of magnitude <= 65504 * 8 (the block scale is a half)"
 #define LIMIT_Q5 "finite weights of magnitude <= 65504 * 16 (the block scale is a half)"
 #define LIMIT_K "finite weights of magnitude <= 65504 * 8 (the super-block scales are halves)"
+#define LIMIT_IQ4XS "finite weights of magnitude <= 65504 * 127 (the super-block scale is a half)"
 #define LIMIT_Q1 "finite weights of magnitude <= 65504 (the block's minimum is a half)"
 #define LIMIT_F16 \
     "finite weights of magnitude <= 65504 (the largest half; larger ones are refused, not made " \
@@ -1437,6 +1600,14 @@ static const bc_format formats[BC_NDTYPE] = {
                        .pack = q5k_pack, .unpack_row = q5k_unpack_row, .whole = 1,
                        .ggml_type = BC_GGML_Q5_K, .limit = LIMIT_K, .from_ggml = q5k_from_ggml,
                        .to_ggml = q5k_to_ggml},
+    [BC_DTYPE_IQ4_NL] = {.name = "iq4_nl", .block = 32, .block_bytes = 18, .check = q8_check,
+                         .pack = iq4nl_pack, .unpack_row = iq4nl_unpack_row,
+                         .ggml_type = BC_GGML_IQ4_NL, .limit = LIMIT_Q8,
+                         .from_ggml = q4_from_ggml, .to_ggml = q4_to_ggml},
+    [BC_DTYPE_IQ4_XS] = {.name = "iq4_xs", .block = 256, .block_bytes = 138, .check = q8_check,
+                         .pack = iq4xs_pack, .unpack_row = iq4xs_unpack_row, .whole = 1,
+                         .ggml_type = BC_GGML_IQ4_XS, .limit = LIMIT_IQ4XS,
+                         .from_ggml = iq4xs_from_ggml, .to_ggml = iq4xs_to_ggml},
 };
 
 /* (a value below BC_NDTYPE may have no row yet: its name is NULL) */

@@ -239,7 +239,8 @@ def native(types):
     blockc.checkpoint.gguf's table): the type's own format, Q4_0/Q5_0/Q8_0 parts as q8_0 (the
     same weights, exactly), anything else float32."""
     own = {"F32": "float32", "BF16": "bfloat16", "Q8_0": "q8_0", "Q4_0": "q4_0", "F16": "float16",
-           "Q5_0": "q5_0", "Q4_K": "q4_k", "Q6_K": "q6_k"}
+           "Q5_0": "q5_0", "Q4_K": "q4_k", "Q6_K": "q6_k", "Q4_1": "q4_1", "Q5_1": "q5_1",
+           "Q5_K": "q5_k"}
     import blockc.ops
     have = set(blockc.ops.DTYPES)
     if len(set(types)) == 1 and own.get(types[0]) in have:
