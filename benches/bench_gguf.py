@@ -2,9 +2,10 @@
 
 Two models with random weights, shaped like SmolLM2-135M (vocab 49,152, D=576, 30 layers,
 9 query and 3 K/V heads, SwiGLU of 1,536, tied) and GPT-2 small (vocab 50,257, D=768,
-12 layers); each written by blockc's save_gguf as F32 (the reference), F16, Q8_0, Q4_0, Q5_0
-and Q4_K_M (llama.cpp's recipe; SmolLM's rows of 576 are not whole K-blocks, so llama.cpp's
-fallback Q5_0 takes them, as its own quantiser does). For each file:
+12 layers); each written by blockc's save_gguf as F32 (the reference), F16, Q8_0, Q4_0, Q5_0,
+Q4_1, Q5_1, Q4_K_M and Q5_K_M (llama.cpp's recipes; SmolLM's rows of 576 are not whole
+K-blocks, so llama.cpp's fallbacks Q5_0 and Q5_1 take them, as its own quantiser does). For
+each file:
 
   load      GPT.from_pretrained(file) from a warm page cache (best of 3), seconds
   decode    greedy tokens/s through the KV cache at contexts ~128 and ~1000, 1 and 2 threads:
@@ -16,9 +17,10 @@ fallback Q5_0 takes them, as its own quantiser does). For each file:
 
 llama.cpp runs through llama-cpp-python when it is installed (it is not in CI); its column
 is then filled. blockc holds each matrix in the native format of its file type (F16, Q8_0,
-Q4_0, Q5_0, Q4_K, Q6_K as float16, q8_0, q4_0, q5_0, q4_k, q6_k: the file's blocks, streamed
-by their kernels; blockc.checkpoint.gguf.EXACT) and any other type's matrices as their dequantised
-float32 weights, so a Q4_K_M file is a model of mixed formats ("blockc holds": mixed). The Q8_0,
+Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K as float16, q8_0, q4_0, ..., q6_k: the file's blocks,
+streamed by their kernels; blockc.checkpoint.gguf.EXACT) and a matrix whose parts differ (a
+fused q, k, v of Q4_K and Q6_K) as its dequantised float32 weights, so a Q4_K_M file is a
+model of mixed formats ("blockc holds": mixed). The Q8_0,
 Q4_0, Q5_0 and Q4_K_M files are run once more with dtype="integer" (from_pretrained(file,
 dtype="integer"): each matrix's very blocks as q8_0i, q4_0i, q5_0i or q4_ki, multiplied by
 integer dot products on 8-bit activations, as llama.cpp does; Q6_K and others as without it).
@@ -45,7 +47,7 @@ from doc_section import run as run_bench  # noqa: E402
 from machine import cpu_name, steal_share  # noqa: E402
 from llama_peer import NOTE, open_model  # noqa: E402
 
-TYPES = ("F16", "Q8_0", "Q4_0", "Q5_0", "Q4_K_M")
+TYPES = ("F16", "Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q4_K_M", "Q5_K_M")
 
 
 def config(name: str, layers: Optional[int]) -> "blockc.GPTConfig":

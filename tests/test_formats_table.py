@@ -45,6 +45,9 @@ def test_gguf_tables_come_from_the_c_table():
     assert gm.EXACT["Q8_0"] == ("q8_0",) and gm.EXACT["F16"] == ("float16",)
     assert gm.EXACT["Q4_K"] == ("q4_k",) and gm.EXACT["Q6_K"] == ("q6_k",)
     assert gm.EXACT["BF16"] == ("bfloat16",) and gm.EXACT["F32"] == ("float32",)
+    assert gm.EXACT["Q4_1"] == ("q4_1",) and gm.EXACT["Q5_1"] == ("q5_1",)
+    assert gm.EXACT["Q5_K"] == ("q5_k",)
+    assert gm.EXACT["IQ4_NL"] == ("iq4_nl",) and gm.EXACT["IQ4_XS"] == ("iq4_xs",)
     assert set(gm.INTEGER) == {"Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q6_K"}
     for typ, fm in gm.INTEGER.items():
         assert FORMATS[fm].integer and TYPES[FORMATS[fm].ggml_type][0] == typ
@@ -141,24 +144,26 @@ def test_saving_quantises_as_the_oracle(typ):
     very bytes (reference/ggml.py, llama.cpp's reference quantisers)."""
     w = _corner_weights(40, 512)
     assert np.array_equal(gm.quantise(w, typ), ggml.quantise(w, typ))
-    assert set(gm._C_QUANTISED) == {"Q8_0", "Q4_0", "Q5_0", "Q6_K"}
+    assert set(gm._C_QUANTISED) == {"Q8_0", "Q4_0", "Q5_0", "Q6_K", "Q4_1", "Q5_1"}
     if typ in gm._C_QUANTISED:  # beyond a half scale: the oracle's
         big = w.copy()
         big[9, 0] = np.float32(3e10)
         assert np.array_equal(gm.quantise(big, typ), ggml.quantise(big, typ))
 
 
-def test_q4_k_c_quantiser_differs_from_the_oracle_only_in_a_zero_dmin_sign():
-    """Why saving keeps the oracle's Q4_K (gguf/model._ORACLE_ONLY): where every
+@pytest.mark.parametrize("typ", ["Q4_K", "Q5_K"])
+def test_k_c_quantiser_differs_from_the_oracle_only_in_a_zero_dmin_sign(typ):
+    """Why saving keeps the oracle's Q4_K and Q5_K (gguf/model._ORACLE_ONLY): where every
     sub-block's min is zero, C (as llama.cpp) stores dmin +0 and the oracle -0.0; every
     other byte, and every weight, is the same."""
     w = _corner_weights(40, 512)
-    c = ops.unpack_ggml(ops.pack(w, "q4_k"))
-    o = ggml.quantise(w, "Q4_K")
+    c = ops.unpack_ggml(ops.pack(w, typ.lower()))
+    o = ggml.quantise(w, typ)
     diff = np.argwhere(c != o)
-    assert diff.size and set(diff[:, 1] % 144) == {3}  # dmin's high byte, super-block by super-block
+    bb = ggml.BLOCKS[typ][1]
+    assert diff.size and set(diff[:, 1] % bb) == {3}  # dmin's high byte, super-block by super-block
     assert np.all(c[c != o] == 0) and np.all(o[c != o] == 0x80)
-    assert np.array_equal(ggml.dequantise(c.reshape(-1), "Q4_K"), ggml.dequantise(o.reshape(-1), "Q4_K"))
+    assert np.array_equal(ggml.dequantise(c.reshape(-1), typ), ggml.dequantise(o.reshape(-1), typ))
 
 
 def test_blocks_move_the_same_at_any_thread_count():

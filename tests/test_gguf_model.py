@@ -35,6 +35,10 @@ CASES = {  # name -> (arch, write_model options)
     "gpt2-q4_0-tied": ("gpt2", dict(context=1024, d_ff=256, default_type="Q4_0", tied=True)),
     "llama-q4_k": ("llama", dict(width=256, d_ff=512, kv_heads=2, default_type="Q4_K")),
     "llama-q6_k": ("llama", dict(width=256, d_ff=512, kv_heads=2, default_type="Q6_K")),
+    "llama-q5_k": ("llama", dict(width=256, d_ff=512, kv_heads=2, default_type="Q5_K")),
+    "llama-iq4": ("llama", dict(width=256, d_ff=512, kv_heads=2, default_type="IQ4_XS",
+                                types={"ffn_down.weight": "IQ4_NL", "token_embd.weight": "IQ4_NL",
+                                       "attn_v.weight": "Q8_0"})),
     "llama-k-quants": ("llama", dict(width=256, d_ff=256, default_type="Q5_K",
                                      types={"ffn_up.weight": "Q6_K", "attn_k.weight": "Q4_K",
                                             "ffn_gate.weight": "F16"})),
@@ -283,7 +287,7 @@ def test_cli_convert_both_ways_and_generate(files, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("dtype, typ", [("q4_0", "Q4_0"), ("q5_0", "Q5_0"), ("q8_0", "Q8_0"),
-                                        ("float16", "F16")])
+                                        ("float16", "F16"), ("q4_1", "Q4_1"), ("q5_1", "Q5_1")])
 def test_packed_blocks_are_gguf_quants_blocks(dtype, typ):
     """blockc's C quantiser (m.astype from float32) stores, matrix by matrix, the very
     blocks gguf.quants.quantize makes of the same weights (rearranged into panels of 16
@@ -312,7 +316,8 @@ def test_packed_blocks_are_gguf_quants_blocks(dtype, typ):
 
 
 @pytest.mark.parametrize("dtype, typ, ratio", [("q4_0", "Q4_0", 5), ("q5_0", "Q5_0", 4),
-                                               ("float16", "F16", 1.9)])
+                                               ("float16", "F16", 1.9), ("q4_1", "Q4_1", 4.5),
+                                               ("q5_1", "Q5_1", 3.5)])
 def test_native_kernels(tmp_path, dtype, typ, ratio):
     """blockc's q4_0, q5_0 and float16 (the packed weights streamed by the decode kernel, no
     float copy): their blocks are gguf.quants.quantize's, bit for bit; the model computes
@@ -368,7 +373,7 @@ def test_native_kernels(tmp_path, dtype, typ, ratio):
                           np.asarray(gq.quantize(w, gt)).view(np.uint8).ravel())
 
 
-@pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
+@pytest.mark.parametrize("fmt", ["q4_k", "q5_k", "q6_k"])
 def test_k_quant_native_kernels(files, tmp_path, fmt):
     """An all-Q4_K (all-Q6_K) file (the gguf package writes the oracle's blocks) loads as
     q4_k (q6_k) with its very blocks (the panels give back the file's bytes; no float
@@ -380,7 +385,7 @@ def test_k_quant_native_kernels(files, tmp_path, fmt):
     typ = fmt.upper()
     d, name, arch, kw, _ = files[f"llama-{fmt}"]
     q = GPT.from_pretrained(d / name)
-    assert q.dtype == fmt and q.nbytes < GPT.random(q.config).nbytes / {"q4_k": 6, "q6_k": 3.5}[fmt]
+    assert q.dtype == fmt and q.nbytes < GPT.random(q.config).nbytes / {"q4_k": 6, "q5_k": 5, "q6_k": 3.5}[fmt]
     peer = {t.name: t for t in gguf.GGUFReader(str(d / name)).tensors}
     cfg = q.config
     for theirs, ours, rows, heads in gm.names(arch, cfg):

@@ -14,7 +14,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_kernel_tests_pass_with_the_portable_path_forced_from_start_up():
     env = dict(os.environ, BLOCKC_ISA="generic")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        "tests/test_kernels_fast.py", "tests/test_runtime.py"],
+                        "tests/test_kernels_fast.py", "tests/test_runtime.py",
+                        "tests/test_quant_types.py"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     tail = r.stdout[-3000:] + r.stderr[-2000:]
     assert r.returncode == 0, tail

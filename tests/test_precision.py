@@ -1,4 +1,4 @@
-"""Lower-precision weights (bfloat16, float16, q8_0, q4_0, q5_0, q4_k, q6_k): the C quantisers against the NumPy
+"""Lower-precision weights (bfloat16, float16, q8_0, q4_0, q5_0, q4_1, q5_1, q4_k, q5_k, q6_k): the C quantisers against the NumPy
 oracle's (and against torch's and llama.cpp's where installed), the packed linear
 on every instruction set, and the whole model's accuracy budget against float32."""
 import numpy as np
@@ -13,8 +13,9 @@ from blockc.reference import bf16dot, gpt_forward, intdot, quant
 ORACLE = {"float32": lambda w: np.asarray(w, np.float32), "bfloat16": quant.bfloat16,
           "q8_0": quant.q8_0, "q4_0": quant.q4_0, "q5_0": quant.q5_0, "float16": quant.float16,
           "q8_0i": quant.q8_0, "q4_0i": quant.q4_0, "q5_0i": quant.q5_0, "q4_ki": quant.q4_k, "q6_ki": quant.q6_k, "q4_k": quant.q4_k, "q6_k": quant.q6_k,
-          "bfloat16i": bf16dot.round_bf16}
-WHOLE = {"q4_k": 256, "q6_k": 256, "q4_ki": 256, "q6_ki": 256}  # formats whose rows are whole blocks
+          "bfloat16i": bf16dot.round_bf16, "q4_1": quant.q4_1, "q5_1": quant.q5_1,
+          "q5_k": quant.q5_k, "iq4_nl": quant.iq4_nl, "iq4_xs": quant.iq4_xs}
+WHOLE = {"q4_k": 256, "q6_k": 256, "q4_ki": 256, "q6_ki": 256, "q5_k": 256, "iq4_xs": 256}  # formats whose rows are whole blocks
 #: the formats that multiply x rounded once per product, and their oracles
 ROUNDED_X = {"q8_0i": intdot.linear_q8_0i, "q4_0i": intdot.linear_q4_0i,
              "q5_0i": intdot.linear_q5_0i, "q4_ki": intdot.linear_q4_ki,
@@ -145,7 +146,7 @@ def test_kernels_read_the_unpacked_weights_bit_for_bit(isa, dtype):
     (all of them), for block scales from half subnormals to the largest halves."""
     c = 256
     w = rnd(48, c, seed=7)
-    top = {"float16": 6e4, "bfloat16": 1e30}.get(dtype, 4.5e5)  # below each VALUE_LIMIT
+    top = {"float16": 6e4, "bfloat16": 1e30, "q4_1": 6e4, "q5_1": 6e4}.get(dtype, 4.5e5)  # below each VALUE_LIMIT
     for r, f in enumerate([1e-7, 3e-6, 1e-3, 1.0, 7.0, 1e3, 4e4, top] * 6):
         w[r] *= np.float32(f) / np.abs(w[r]).max()
     w[5, 64:96] = 0.0  # an all-zero block
@@ -270,7 +271,7 @@ def _k_weights(rows, cols, seed):
     return w
 
 
-@pytest.mark.parametrize("dtype", ["q4_k", "q6_k"])
+@pytest.mark.parametrize("dtype", ["q4_k", "q5_k", "q6_k"])
 def test_k_blocks_are_the_oracle_quantisers_bit_for_bit(dtype):
     """blockc's C quantiser writes, block for block, the Q4_K (Q6_K) blocks of the
     oracle's quantise (llama.cpp's quantize_row_q4_K_ref with make_qkx2_quants;
@@ -294,7 +295,7 @@ def test_k_blocks_are_the_oracle_quantisers_bit_for_bit(dtype):
         ops.pack(np.full((1, 256), np.nan, np.float32), dtype)
 
 
-@pytest.mark.parametrize("dtype", ["q4_k", "q6_k"])
+@pytest.mark.parametrize("dtype", ["q4_k", "q5_k", "q6_k"])
 def test_k_model_matches_oracle_cache_and_threads(dtype):
     """A q4_k (q6_k) model: the NumPy oracle's logits on its (dequantised) weights; the
     KV cache's steps are the full pass's bits; 1 and 2 threads the same bits; a matrix

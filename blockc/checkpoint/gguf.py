@@ -261,13 +261,13 @@ def integer_formats(types: List[str]) -> List[str]:
 #: (:func:`exact_formats`, ``dtype="exact"``); "integer": its very blocks by integer dot
 #: products on 8-bit activations (:func:`integer_formats`); a format's name: requantised to
 #: it. A type not listed: "exact". Measured (docs/speed.md, "formats"; Xeon family 6 model
-#: 207, 1 thread, a 4-layer model of width 512): Q4_1 as float16 decodes 1.7x as fast as its
-#: float32 exact path (370 against 218 tokens/s) for a KL 2e-5 above it, within the budget on
-#: three models (q8_0, faster still, passed it on one of three); Q5_0's very weights as
-#: q8_0 (converted exactly, the same KL) 1.4x as fast as q5_0. Q4_0, Q8_0, Q6_K and Q4_K_M
-#: stay exact: no choice within the budget was 1.25x as fast (the integer formats, llama.cpp's
-#: arithmetic, were slower than the exact path there). Q5_1 and Q5_K were not measured.
-DEFAULT_FORMAT: Dict[str, str] = {"Q4_1": "float16", "Q5_0": "q8_0"}
+#: 207, 1 thread, a 4-layer model of width 512): Q5_0's very weights as q8_0 (converted
+#: exactly, the same KL) 1.4x as fast as q5_0. Q4_0, Q8_0, Q6_K and Q4_K_M stay exact: no
+#: choice within the budget was 1.25x as fast (the integer formats, llama.cpp's arithmetic,
+#: were slower than the exact path there). Q4_1, Q5_1, Q5_K, IQ4_NL and IQ4_XS run in their
+#: own blocks (the same measurement had Q4_1 as float16 1.7x its then float32 expansion;
+#: against its own blocks, which read a third of float16's bytes, it is not measured yet).
+DEFAULT_FORMAT: Dict[str, str] = {"Q5_0": "q8_0"}
 
 
 def _default_of(types: List[str]) -> str:
@@ -401,8 +401,10 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: Any,
 #: the quantised types whose C quantiser does not write the oracle's very bytes, so saving
 #: keeps the oracle's: Q4_K (a super-block whose every sub-block's min is zero gets dmin
 #: +0 from C, as llama.cpp's quantize_row_q4_K_ref starts max_min at 0, and -0.0 from
-#: reference/ggml.py's max over the mins; the same weights, other bytes)
-_ORACLE_ONLY = ("Q4_K",)
+#: reference/ggml.py's max over the mins; the same weights, other bytes); Q5_K likewise
+#: IQ4_NL and IQ4_XS: the oracle has no quantiser of theirs, and blockc's C rule is not
+#: llama.cpp's search (saving does not offer them)
+_ORACLE_ONLY = ("Q4_K", "Q5_K", "IQ4_NL", "IQ4_XS")
 
 #: GGUF type -> the format whose C quantiser (bc_pack, on every thread) writes that type's
 #: blocks: the plain (not integer) formats of the C table whose blocks are a quantised

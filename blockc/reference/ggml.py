@@ -21,6 +21,12 @@ Layouts (little-endian; ``half`` an IEEE binary16):
   of sub-block 2i / 2i+1's weight l
 - ``Q6_K``  256 weights, 16 sub-blocks of 16: uint8 ql[128], uint8 qh[64], int8 scales[16],
   half d;   w = d * scale * (q - 32), q six bits (four in ql, two in qh)
+- ``IQ4_NL`` 32 weights: half d, uint8 qs[16];                 w = d * KVALUES_IQ4NL[nibble]
+  (nibbles as Q4_0's: low nibbles weights 0..15, high 16..31)
+- ``IQ4_XS`` 256 weights, 8 sub-blocks of 32: half d, uint16 scales_h, uint8 scales_l[4],
+  uint8 qs[128]; sub-block j's 6-bit ls = nibble j % 2 of scales_l[j / 2] | bits 2j, 2j+1
+  of scales_h << 4;  w = (d * (ls - 32)) * KVALUES_IQ4NL[nibble] (qs bytes 16j.. as an
+  IQ4_NL block's)
 - ``F32``, ``F16``, ``BF16``: one value per block.
 
 The K-quant quantisers are llama.cpp's reference ones (``make_qkx2_quants`` for Q4_K
@@ -34,7 +40,7 @@ from typing import Callable, Dict, Tuple
 import numpy as np
 
 __all__ = ["DEQUANTISE", "QUANTISE", "BLOCKS", "TYPES", "dequantise", "quantise", "q6_k_values", "q6_k_bits",
-           "scale_min_k4", "k_nibbles"]
+           "scale_min_k4", "k_nibbles", "KVALUES_IQ4NL"]
 
 F32 = np.float32
 
@@ -57,7 +63,12 @@ TYPES: Dict[int, Tuple[str, int, int]] = {
 #: the types this oracle reads or writes -> (weights per block, bytes per block) (of :data:`TYPES`)
 BLOCKS: Dict[str, Tuple[int, int]] = {
     n: (bs, bb) for n, bs, bb in TYPES.values()
-    if n in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")}
+    if n in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K",
+             "IQ4_NL", "IQ4_XS")}
+
+#: the 16 values an IQ4_NL / IQ4_XS nibble stands for (ggml's kvalues_iq4nl)
+KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89,
+                          113], np.int8)
 
 
 def _half(b: np.ndarray) -> np.ndarray:
@@ -127,6 +138,22 @@ def _dq_q5_0(b):
 def _dq_q5_1(b):
     q = _nibbles(b[:, 8:]) | (_bits32(b[:, 4:8]) << 4)
     return _half(b[:, :2]) * q.astype(F32) + _half(b[:, 2:4])
+
+
+def _dq_iq4_nl(b):
+    return _half(b[:, :2]) * KVALUES_IQ4NL[_nibbles(b[:, 2:])].astype(F32)
+
+
+def _dq_iq4_xs(b):
+    n = b.shape[0]
+    d = _half(b[:, 0:2])
+    sh = np.ascontiguousarray(b[:, 2:4]).view("<u2").astype(np.uint32)      # (n, 1)
+    sl = b[:, 4:8]
+    j = np.arange(8)
+    ls = ((sl[:, j // 2] >> (4 * (j % 2))) & 15) | (((sh >> (2 * j)) & 3) << 4)
+    dl = (d * (ls.astype(np.int32) - 32).astype(F32)).reshape(n, 8, 1)
+    q = _nibbles(b[:, 8:136].reshape(n * 8, 16)).reshape(n, 8, 32)
+    return (dl * KVALUES_IQ4NL[q].astype(F32)).reshape(n, 256)
 
 
 def k_nibbles(qs: np.ndarray) -> np.ndarray:
@@ -199,7 +226,7 @@ def _dq_q6_k(b):
 _DQ: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "F32": _dq_f32, "F16": _dq_f16, "BF16": _dq_bf16, "Q8_0": _dq_q8_0, "Q4_0": _dq_q4_0,
     "Q4_1": _dq_q4_1, "Q5_0": _dq_q5_0, "Q5_1": _dq_q5_1, "Q4_K": _dq_q4_k, "Q5_K": _dq_q5_k,
-    "Q6_K": _dq_q6_k}
+    "Q6_K": _dq_q6_k, "IQ4_NL": _dq_iq4_nl, "IQ4_XS": _dq_iq4_xs}
 
 #: the types :func:`dequantise` reads
 DEQUANTISE = tuple(_DQ)

@@ -1,5 +1,6 @@
 """The NumPy oracle of the weight storage types: the weights a float32 matrix becomes
-when stored as bfloat16, float16, q8_0, q4_0, q5_0, q4_k or q6_k (no C; written from the
+when stored as bfloat16, float16, q8_0, q4_0, q5_0, q4_1, q5_1, q4_k, q5_k or q6_k (no C;
+written from the
 formats' definitions).
 
 - bfloat16: the high 16 bits of the float32, rounded to nearest, ties to even
@@ -10,7 +11,16 @@ formats' definitions).
   as an IEEE half; the weight is then ``float(half(d)) * q``.
 - float16: numpy's ``astype(float16)`` (nearest even), for finite weights of magnitude
   at most 65504 (blockc refuses the rest).
-- q4_0, q5_0: llama.cpp's reference quantisers, :mod:`blockc.reference.ggml`.
+- q4_0, q5_0, q4_1, q5_1 (rows zero-padded to blocks of 32), q4_k, q5_k, q6_k
+  (columns a multiple of 256): llama.cpp's reference quantisers,
+  :mod:`blockc.reference.ggml`.
+- iq4_nl, iq4_xs: blockc's simple rule, not llama.cpp's search (which blockc does not
+  run): iq4_nl per block of 32 (zero-padded) ``d = m / -127`` for ``m`` the first weight
+  of largest magnitude, each weight the nearest of IQ4_NL's 16 values (the lower on a
+  tie) to ``w * (1/d)``; iq4_xs per sub-block of 32 ``s_j = m_j / -127``, ``d = -s /
+  32`` (a half) for ``s`` the first ``s_j`` of largest magnitude, ``ls_j =
+  clip(rint(s_j * (1/d)), -32, 31)``, each weight the nearest value to ``w * (1 / (d
+  ls_j))``. The weight is then ``d kv`` (``(d ls_j) kv``), exact.
 """
 from __future__ import annotations
 
@@ -21,7 +31,8 @@ import numpy as np
 from . import ggml
 from .ggml import bfloat16  # noqa: F401 (defined beside the ggml oracle, which rounds BF16 with it)
 
-__all__ = ["bfloat16", "float16", "q8_0_blocks", "q8_0", "q4_0", "q5_0", "q4_k", "q6_k"]
+__all__ = ["bfloat16", "float16", "q8_0_blocks", "q8_0", "q4_0", "q5_0", "q4_1", "q5_1", "q4_k",
+           "q5_k", "q6_k", "iq4_nl", "iq4_xs"]
 
 
 def _round_half_away(v: np.ndarray) -> np.ndarray:
@@ -82,6 +93,24 @@ def q5_0(w) -> np.ndarray:
     return _ggml_blocks(w, "Q5_0")
 
 
+def q4_1(w) -> np.ndarray:
+    """``w`` stored as q4_1 (llama.cpp's ``quantize_row_q4_1_ref``, rows zero-padded to
+    blocks of 32), as the float32 weights it becomes."""
+    return _ggml_blocks(w, "Q4_1")
+
+
+def q5_1(w) -> np.ndarray:
+    """``w`` stored as q5_1 (llama.cpp's ``quantize_row_q5_1_ref``, rows zero-padded to
+    blocks of 32), as the float32 weights it becomes."""
+    return _ggml_blocks(w, "Q5_1")
+
+
+def q5_k(w) -> np.ndarray:
+    """``w`` stored as q5_k (llama.cpp's ``quantize_row_q5_K_ref``), as the float32
+    weights it becomes; the columns a multiple of 256."""
+    return _k_blocks(w, "Q5_K")
+
+
 def q4_k(w) -> np.ndarray:
     """``w`` stored as q4_k (llama.cpp's ``quantize_row_q4_K_ref``:
     :mod:`blockc.reference.ggml`), as the float32 weights it becomes; the columns a
@@ -101,3 +130,55 @@ def _k_blocks(w, typ: str) -> np.ndarray:
     if a.ndim != 2 or a.shape[1] % 256:
         raise ValueError(f"w must be 2-D with columns a multiple of 256, got shape {a.shape}")
     return ggml.dequantise(ggml.quantise(a, typ), typ)
+
+
+def _iq4_nearest(v: np.ndarray) -> np.ndarray:
+    """Index of IQ4_NL's value nearest each float32 v (the lower one on a tie)."""
+    kv = ggml.KVALUES_IQ4NL.astype(np.float32)
+    return np.abs((v[..., None] - kv).astype(np.float32)).argmin(axis=-1)
+
+
+def _first_absmax(x: np.ndarray) -> np.ndarray:
+    """Along the last axis, the first value of largest magnitude, with its sign."""
+    i = np.abs(x).argmax(axis=-1)
+    return np.take_along_axis(x, i[..., None], axis=-1)[..., 0]
+
+
+def _inv32(d: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), 0).astype(np.float32)
+
+
+def iq4_nl(w) -> np.ndarray:
+    """``w`` stored as iq4_nl (blockc's rule above), as the float32 weights it becomes."""
+    a = np.ascontiguousarray(w, dtype=np.float32)
+    if a.ndim != 2:
+        raise ValueError(f"w must be 2-D, got shape {a.shape}")
+    rows, cols = a.shape
+    nb = (cols + 31) // 32
+    x = np.zeros((rows, nb * 32), np.float32)
+    x[:, :cols] = a
+    x = x.reshape(rows, nb, 32)
+    d = (_first_absmax(x) / np.float32(-127)).astype(np.float32)
+    q = _iq4_nearest((x * _inv32(d)[..., None]).astype(np.float32))
+    dh = d.astype(np.float16).astype(np.float32)
+    out = dh[..., None] * ggml.KVALUES_IQ4NL[q].astype(np.float32)
+    return out.reshape(rows, -1)[:, :cols]
+
+
+def iq4_xs(w) -> np.ndarray:
+    """``w`` stored as iq4_xs (blockc's rule above), as the float32 weights it becomes;
+    the columns a multiple of 256."""
+    a = np.ascontiguousarray(w, dtype=np.float32)
+    if a.ndim != 2 or a.shape[1] % 256:
+        raise ValueError(f"w must be 2-D with columns a multiple of 256, got shape {a.shape}")
+    rows, cols = a.shape
+    x = a.reshape(rows, cols // 256, 8, 32)
+    s = (_first_absmax(x) / np.float32(-127)).astype(np.float32)        # (rows, S, 8)
+    dd = (-_first_absmax(s) / np.float32(32)).astype(np.float32)       # (rows, S)
+    d = dd.astype(np.float16).astype(np.float32)
+    ls = np.clip(np.rint((_inv32(dd)[..., None] * s).astype(np.float32)), -32, 31).astype(np.int8)
+    dl = (d[..., None] * ls.astype(np.float32)).astype(np.float32)
+    q = _iq4_nearest((x * _inv32(dl)[..., None]).astype(np.float32))
+    out = dl[..., None] * ggml.KVALUES_IQ4NL[q].astype(np.float32)
+    return out.reshape(rows, cols)

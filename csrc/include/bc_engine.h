@@ -41,7 +41,12 @@ extern "C" {
 #define BC_DTYPE_Q5_0I 11
 #define BC_DTYPE_Q4_KI 12
 #define BC_DTYPE_Q6_KI 13
-#define BC_NDTYPE 14     /* one past the last dtype */
+#define BC_DTYPE_Q4_1 14
+#define BC_DTYPE_Q5_1 15
+#define BC_DTYPE_Q5_K 16
+#define BC_DTYPE_IQ4_NL 17
+#define BC_DTYPE_IQ4_XS 18
+#define BC_NDTYPE 19     /* one past the last dtype */
 #define BC_DTYPE_NAME_MAX 16   /* bytes a dtype's name needs, with its NUL */
 
 /* Normalisation kinds and placements of the block. */
@@ -257,6 +262,42 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  (q - 32) q_x (d sc exact in float): the same bits on every
  *                  instruction set, for any number of rows and threads.
  *                  Columns a multiple of 256, at most BC_Q8_0I_MAX_COLS.
+ *   BC_DTYPE_Q4_1  llama.cpp's q4_1 (blocks of 32 weights of a row with a
+ *                  scale and a minimum, 4 bits each): panel p is ceil(cols /
+ *                  32) blocks of 320 bytes, the 16 rows' scales d[l], minima
+ *                  m[l] (IEEE halves), then q[j][l] as q4_0's; w = d[l] nibble
+ *                  + m[l] (d nibble exact: one rounding). A block's m = its
+ *                  least weight, d = (max - m) / 15, nibble = min(15, (int)((w
+ *                  - m) / d + 0.5)). A weight must be finite, |w| <= 65504.
+ *   BC_DTYPE_Q5_1  llama.cpp's q5_1: as q4_1 with q5_0's fifth bits: panel p
+ *                  is ceil(cols / 32) blocks of 384 bytes, d[l], m[l], qh[l]
+ *                  (uint32: bit j of weight j), q[j][l]; w = d[l] q + m[l], q
+ *                  = nibble | bit << 4 (0..31), d = (max - m) / 31.
+ *   BC_DTYPE_Q5_K  llama.cpp's Q5_K (super-blocks of 256 weights of a row, as
+ *                  Q4_K with a fifth bit a weight): cols a multiple of 256.
+ *                  Panel p is cols / 256 super-blocks of 2880 bytes (180 a
+ *                  row: Q5_K's 176 with its scales and mins a byte each, as
+ *                  q4_k's): d[l], dmin[l], sc[j][l], m[j][l] as q4_k's, then
+ *                  qh[i][l] (32 x 16 bytes: bit j the fifth bit of sub-block
+ *                  j's weight i), q[b][l] as q4_k's; w = (d[l] sc[j][l]) q -
+ *                  (dmin[l] m[j][l]), q = nibble | bit << 4, exact products,
+ *                  one rounding. Packed by llama.cpp's reference quantiser.
+ *   BC_DTYPE_IQ4_NL llama.cpp's IQ4_NL (blocks of 32 weights of a row with one
+ *                  scale, each weight a 4-bit index into the 16 values
+ *                  kvalues_iq4nl, -127..113): panel p as q4_0's (d[l], then
+ *                  q[j][l]); w = d[l] kv[nibble], exact. Packed by a simple
+ *                  rule, not llama.cpp's search: d = m / -127 for m the weight
+ *                  of largest magnitude, each nibble the nearest value (the
+ *                  lower on a tie) of w / d.
+ *   BC_DTYPE_IQ4_XS llama.cpp's IQ4_XS (super-blocks of 256, 8 sub-blocks of
+ *                  32 with a 6-bit scale each, IQ4_NL's values): cols a
+ *                  multiple of 256. Panel p is cols / 256 super-blocks of 2208
+ *                  bytes (138 a row: the 6-bit scales a signed byte each, ls -
+ *                  32): d[l], sc[j][l] (8 x 16 int8), q[b][l] (128 x 16 bytes:
+ *                  byte b of the row's qs, sub-block b / 16); w = (d[l]
+ *                  sc[j][l]) kv[nibble], exact. Packed by a simple rule (each
+ *                  sub-block's scale m / -127, those against -max / 32 as
+ *                  llama.cpp, then nearest values), not llama.cpp's search.
  * bc_pack_size gives the bytes. */
 
 /* Columns a q8_0i matrix can have (a quantised row of x fits a call's scratch). */
@@ -264,7 +305,9 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
 
 /* The weight format dtype (0 <= dtype < BC_NDTYPE): its name as Python spells it
  * ("float32", "bfloat16", "q8_0", "q4_0", "q4_k", "q6_k", "float16", "q5_0",
- * "q8_0i", "q4_0i", "bfloat16i", "q5_0i", "q4_ki", "q6_ki"; NUL-terminated into name, name_cap >
+ * "q8_0i", "q4_0i", "bfloat16i", "q5_0i", "q4_ki", "q6_ki", "q4_1", "q5_1", "q5_k",
+ * "iq4_nl", "iq4_xs";
+ * NUL-terminated into name, name_cap >
  * its length, at most BC_DTYPE_NAME_MAX), the weights of a row per block and
  * the bytes of one block (a row of cols weights, padded to whole blocks, takes
  * ceil(cols / block) * block_bytes bytes). Any output may be NULL (not
@@ -280,10 +323,15 @@ int bc_dtype_info(char *name, size_t name_cap, size_t *block, size_t *block_byte
 #define BC_GGML_F32 0
 #define BC_GGML_F16 1
 #define BC_GGML_Q4_0 2
+#define BC_GGML_Q4_1 3
 #define BC_GGML_Q5_0 6
+#define BC_GGML_Q5_1 7
 #define BC_GGML_Q8_0 8
 #define BC_GGML_Q4_K 12
+#define BC_GGML_Q5_K 13
 #define BC_GGML_Q6_K 14
+#define BC_GGML_IQ4_NL 20
+#define BC_GGML_IQ4_XS 23
 #define BC_GGML_BF16 30
 
 /* What a weight format is, beyond its name and block (bc_dtype_info). */

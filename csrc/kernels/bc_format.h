@@ -72,6 +72,50 @@ typedef struct {
     int8_t q[256][BC_PANEL];    /* q[t][row]: weight t's six-bit value less 32, -32..31 */
 } bc_q6k_block;
 
+/* One block of a q4_1 panel: the panel's 16 rows, 32 columns (ggml's block_q4_1
+ * for each row: its scale and its minimum, interleaved with the other rows') */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' scales (IEEE halves) */
+    uint16_t m[BC_PANEL];       /* the rows' minima (IEEE halves) */
+    uint8_t q[16][BC_PANEL];    /* q[j][row]: weight j low nibble, weight j + 16 high */
+} bc_q41_block;
+
+/* One block of a q5_1 panel: the panel's 16 rows, 32 columns (ggml's block_q5_1
+ * for each row, interleaved with the other rows') */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' scales (IEEE halves) */
+    uint16_t m[BC_PANEL];       /* the rows' minima (IEEE halves) */
+    uint32_t qh[BC_PANEL];      /* qh[row]: bit j the fifth bit of weight j */
+    uint8_t q[16][BC_PANEL];    /* q[j][row]: weight j's low four bits low, j + 16's high */
+} bc_q51_block;
+
+/* One super-block of a q5_k panel: the panel's 16 rows, 256 columns (ggml's
+ * block_q5_K for each row: q4_k's fields at q4_k's offsets, the fifth bits
+ * between the mins and the nibbles, every field interleaved with the other rows') */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' super-block scales (IEEE halves) */
+    uint16_t dmin[BC_PANEL];    /* and their scales of the mins */
+    uint8_t sc[8][BC_PANEL];    /* sc[j][row]: sub-block j's scale, 0..63 */
+    uint8_t m[8][BC_PANEL];     /* m[j][row]: its min, 0..63 */
+    uint8_t qh[32][BC_PANEL];   /* qh[i][row]: bit j the fifth bit of sub-block j's weight i */
+    uint8_t q[128][BC_PANEL];   /* q[b][row]: byte b of the row's Q5_K qs (as Q4_K's) */
+} bc_q5k_block;
+
+/* IQ4_NL's and IQ4_XS's 16 values (ggml's kvalues_iq4nl): nibble n stands for
+ * bc_kvalues_iq4nl[n] times the block's scale */
+static const int8_t bc_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+
+/* One super-block of an iq4_xs panel: the panel's 16 rows, 256 columns (ggml's
+ * block_iq4_xs for each row, its 6-bit scales a signed byte each, ls - 32; an
+ * iq4_nl panel's blocks are bc_q4_block: q4_0's layout) */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' super-block scales (IEEE halves) */
+    int8_t sc[8][BC_PANEL];     /* sc[j][row]: sub-block j's scale, -32..31 */
+    uint8_t q[128][BC_PANEL];   /* q[b][row]: byte b of the row's qs (sub-block b / 16:
+                                 * low nibble weight b % 16, high b % 16 + 16) */
+} bc_iq4xs_block;
+
 /* One block of a q8_0i panel: q8_0's weights laid out for integer dot products
  * (vpdpbusd multiplies 4 bytes of 16 rows per 64-byte vector by 4 bytes of x):
  * weight q (-127..127) of row l, column 4j + t stored as u[j][l][t] = q + 128. */

@@ -171,6 +171,32 @@ static inline V vload_nib(const uint8_t *p, int hi)
     u = hi ? _mm512_srli_epi32(u, 4) : _mm512_and_si512(u, _mm512_set1_epi32(15));
     return _mm512_cvtepi32_ps(u);
 }
+/* lane i = the low (hi = 0) or high nibble of p[i] with bit j of h[i] (a uint32:
+ * vload_q5w; a byte: vload_q5b) as its fifth bit, 0..31 */
+static inline V vload_q5w(const uint8_t *p, int hi, const uint32_t *h, unsigned j)
+{
+    __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    u = hi ? _mm512_srli_epi32(u, 4) : _mm512_and_si512(u, _mm512_set1_epi32(15));
+    const __m512i b = _mm512_srl_epi32(_mm512_loadu_si512((const void *)h), _mm_cvtsi32_si128((int)j));
+    u = _mm512_or_si512(u, _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(1)), 4));
+    return _mm512_cvtepi32_ps(u);
+}
+/* lane i = lut[n], n the low (hi = 0) or high nibble of p[i] (vpermps of a table) */
+static inline V vload_lut16(const uint8_t *p, int hi, const float *lut)
+{
+    __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    u = hi ? _mm512_srli_epi32(u, 4) : _mm512_and_si512(u, _mm512_set1_epi32(15));
+    return _mm512_permutexvar_ps(u, _mm512_loadu_ps(lut));
+}
+static inline V vload_q5b(const uint8_t *p, int hi, const uint8_t *h, unsigned j)
+{
+    __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    u = hi ? _mm512_srli_epi32(u, 4) : _mm512_and_si512(u, _mm512_set1_epi32(15));
+    const __m512i b = _mm512_srl_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)h)),
+                                       _mm_cvtsi32_si128((int)j));
+    u = _mm512_or_si512(u, _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(1)), 4));
+    return _mm512_cvtepi32_ps(u);
+}
 /* -a, the sign flipped (-0 for +0) */
 static inline V vneg(V a)
 {
@@ -324,6 +350,32 @@ static inline V vload_nib(const uint8_t *p, int hi)
     u = hi ? _mm256_srli_epi32(u, 4) : _mm256_and_si256(u, _mm256_set1_epi32(15));
     return _mm256_cvtepi32_ps(u);
 }
+static inline V vload_q5w(const uint8_t *p, int hi, const uint32_t *h, unsigned j)
+{
+    __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    u = hi ? _mm256_srli_epi32(u, 4) : _mm256_and_si256(u, _mm256_set1_epi32(15));
+    const __m256i b = _mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)h), _mm_cvtsi32_si128((int)j));
+    u = _mm256_or_si256(u, _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(1)), 4));
+    return _mm256_cvtepi32_ps(u);
+}
+/* lane i = lut[n] (two 8-entry vpermps, the one of n's bit 3 kept) */
+static inline V vload_lut16(const uint8_t *p, int hi, const float *lut)
+{
+    __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    u = hi ? _mm256_srli_epi32(u, 4) : _mm256_and_si256(u, _mm256_set1_epi32(15));
+    const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(lut), u);
+    const __m256 up = _mm256_permutevar8x32_ps(_mm256_loadu_ps(lut + 8), u);
+    return _mm256_blendv_ps(lo, up, _mm256_castsi256_ps(_mm256_slli_epi32(u, 28)));
+}
+static inline V vload_q5b(const uint8_t *p, int hi, const uint8_t *h, unsigned j)
+{
+    __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    u = hi ? _mm256_srli_epi32(u, 4) : _mm256_and_si256(u, _mm256_set1_epi32(15));
+    const __m256i b = _mm256_srl_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)h)),
+                                       _mm_cvtsi32_si128((int)j));
+    u = _mm256_or_si256(u, _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(1)), 4));
+    return _mm256_cvtepi32_ps(u);
+}
 /* -a, the sign flipped (-0 for +0) */
 static inline V vneg(V a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
 static inline V vload_bf16(const uint16_t *p)
@@ -397,6 +449,27 @@ static inline V vload_nib(const uint8_t *p, int hi)
     V r;
     for (int i = 0; i < 4; i++)
         r.f[i] = (float)(hi ? p[i] >> 4 : p[i] & 15);
+    return r;
+}
+static inline V vload_q5w(const uint8_t *p, int hi, const uint32_t *h, unsigned j)
+{
+    V r;
+    for (int i = 0; i < 4; i++)
+        r.f[i] = (float)((hi ? p[i] >> 4 : p[i] & 15) | (int)((h[i] >> j) & 1u) << 4);
+    return r;
+}
+static inline V vload_lut16(const uint8_t *p, int hi, const float *lut)
+{
+    V r;
+    for (int i = 0; i < 4; i++)
+        r.f[i] = lut[hi ? p[i] >> 4 : p[i] & 15];
+    return r;
+}
+static inline V vload_q5b(const uint8_t *p, int hi, const uint8_t *h, unsigned j)
+{
+    V r;
+    for (int i = 0; i < 4; i++)
+        r.f[i] = (float)((hi ? p[i] >> 4 : p[i] & 15) | (h[i] >> j & 1) << 4);
     return r;
 }
 /* -a, the sign flipped (-0 for +0) */

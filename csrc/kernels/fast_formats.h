@@ -321,6 +321,181 @@ static void panels_q6_k(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_
     load_panels(BC_DTYPE_Q6_K, 16, q6_k_state, q6_k_vec, bp, g, o0, nc, p0, kc);
 }
 
+/* ---- q4_1 and q5_1 panels: a scale and a minimum for each block of 32 ---- */
+
+/* the block's d and m: the weight is fma(q, d, m), d q exact (at most 16 bits), so
+ * the FMA rounds once, as the file's dequantisation d q + m does */
+BC_INLINE wf_st q4_1_state(const unsigned char *panel, size_t st, size_t k0, size_t lane0)
+{
+    const bc_q41_block *bl = (const bc_q41_block *)(panel + k0 / 32 * st);
+    wf_st r;
+    r.s = vload_half(bl->d + lane0);
+    r.m = vload_half(bl->m + lane0);
+    return r;
+}
+
+BC_INLINE V q4_1_lo(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q41_block *bl = (const bc_q41_block *)(panel + k / 32 * st);
+    return vfma(vload_nib(&bl->q[k % 16][lane0], 0), state.s, state.m);
+}
+
+BC_INLINE V q4_1_hi(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q41_block *bl = (const bc_q41_block *)(panel + k / 32 * st);
+    return vfma(vload_nib(&bl->q[k % 16][lane0], 1), state.s, state.m);
+}
+
+BC_INLINE V q4_1_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    return k % 32 < 16 ? q4_1_lo(panel, st, k, lane0, state) : q4_1_hi(panel, st, k, lane0, state);
+}
+
+// y (N,OC), x (N,C), w (OC,C) q4_1 panels; N <= BC_ROWS_MAX
+static void prows_q4_1(const bc_gemm *g, size_t o0, size_t o1)
+{
+    prows_split(BC_DTYPE_Q4_1, sizeof(bc_q41_block), RACC, 32, 16, q4_1_state, q4_1_lo, q4_1_hi,
+                g, o0, o1);
+}
+
+// bp (kc, nc) float32 panels <- w (OC,C) q4_1 panels, columns o0.., rows p0..
+static void panels_q4_1(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_t p0, size_t kc)
+{
+    load_panels(BC_DTYPE_Q4_1, 32, q4_1_state, q4_1_vec, bp, g, o0, nc, p0, kc);
+}
+
+/* (q5_1's d and m lie where q4_1's do) */
+BC_INLINE V q5_1_lo(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q51_block *bl = (const bc_q51_block *)(panel + k / 32 * st);
+    const size_t j = k % 16;
+    return vfma(vload_q5w(&bl->q[j][lane0], 0, bl->qh + lane0, (unsigned)j), state.s, state.m);
+}
+
+BC_INLINE V q5_1_hi(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q51_block *bl = (const bc_q51_block *)(panel + k / 32 * st);
+    const size_t j = k % 16;
+    return vfma(vload_q5w(&bl->q[j][lane0], 1, bl->qh + lane0, (unsigned)j + 16), state.s,
+                state.m);
+}
+
+BC_INLINE V q5_1_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    return k % 32 < 16 ? q5_1_lo(panel, st, k, lane0, state) : q5_1_hi(panel, st, k, lane0, state);
+}
+
+// y (N,OC), x (N,C), w (OC,C) q5_1 panels; N <= BC_ROWS_MAX
+static void prows_q5_1(const bc_gemm *g, size_t o0, size_t o1)
+{
+    prows_split(BC_DTYPE_Q5_1, sizeof(bc_q51_block), RACC, 32, 16, q4_1_state, q5_1_lo, q5_1_hi,
+                g, o0, o1);
+}
+
+// bp (kc, nc) float32 panels <- w (OC,C) q5_1 panels, columns o0.., rows p0..
+static void panels_q5_1(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_t p0, size_t kc)
+{
+    load_panels(BC_DTYPE_Q5_1, 32, q4_1_state, q5_1_vec, bp, g, o0, nc, p0, kc);
+}
+
+/* ---- q5_k panels: q4_k's with a fifth bit a weight ----------------------- */
+
+/* (q4_k_state: q5_k's d, dmin, sc and m lie where q4_k's do) s * q - dmin m: s * q
+ * exact (22 bits), so the FMA rounds once, as the file's dequantisation does */
+BC_INLINE V q5_k_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q5k_block *bl = (const bc_q5k_block *)(panel + k / 256 * st);
+    const size_t t = k % 256, j = t / 32;
+    return vfma(vload_q5b(bl->q[32 * (t / 64) + t % 32] + lane0, (int)(j % 2),
+                          bl->qh[t % 32] + lane0, (unsigned)j),
+                state.s, state.m);
+}
+
+// y (N,OC), x (N,C), w (OC,C) q5_k panels; N <= BC_ROWS_MAX
+static void prows_q5_k(const bc_gemm *g, size_t o0, size_t o1)
+{
+    prows_part(BC_DTYPE_Q5_K, sizeof(bc_q5k_block), Q4K_PANELS, 32, q4_k_state, q5_k_vec, g,
+               o0, o1);
+}
+
+// bp (kc, nc) float32 panels <- w (OC,C) q5_k panels, columns o0.., rows p0..
+static void panels_q5_k(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_t p0, size_t kc)
+{
+    load_panels(BC_DTYPE_Q5_K, 32, q4_k_state, q5_k_vec, bp, g, o0, nc, p0, kc);
+}
+
+/* ---- iq4_nl and iq4_xs panels: nibbles index IQ4_NL's 16 values ---------- */
+
+/* kvalues_iq4nl as floats (vload_lut16's table) */
+static const float iq4_lut[16] = {-127.0f, -104.0f, -83.0f, -65.0f, -49.0f, -35.0f, -22.0f,
+                                  -10.0f,  1.0f,    13.0f,  25.0f,  38.0f,  53.0f,  69.0f,
+                                  89.0f,   113.0f};
+
+/* (q4_0_state's portable form: the block's d) d kv: exact (18 bits), the file's weight */
+BC_INLINE wf_st iq4_nl_state(const unsigned char *panel, size_t st, size_t k0, size_t lane0)
+{
+    return wf_scale(vload_half(((const bc_q4_block *)(panel + k0 / 32 * st))->d + lane0));
+}
+
+BC_INLINE V iq4_nl_lo(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q4_block *bl = (const bc_q4_block *)(panel + k / 32 * st);
+    return vmul(vload_lut16(&bl->q[k % 16][lane0], 0, iq4_lut), state.s);
+}
+
+BC_INLINE V iq4_nl_hi(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q4_block *bl = (const bc_q4_block *)(panel + k / 32 * st);
+    return vmul(vload_lut16(&bl->q[k % 16][lane0], 1, iq4_lut), state.s);
+}
+
+BC_INLINE V iq4_nl_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    return k % 32 < 16 ? iq4_nl_lo(panel, st, k, lane0, state) : iq4_nl_hi(panel, st, k, lane0, state);
+}
+
+// y (N,OC), x (N,C), w (OC,C) iq4_nl panels; N <= BC_ROWS_MAX
+static void prows_iq4_nl(const bc_gemm *g, size_t o0, size_t o1)
+{
+    prows_split(BC_DTYPE_IQ4_NL, sizeof(bc_q4_block), RACC, 32, 16, iq4_nl_state, iq4_nl_lo,
+                iq4_nl_hi, g, o0, o1);
+}
+
+// bp (kc, nc) float32 panels <- w (OC,C) iq4_nl panels, columns o0.., rows p0..
+static void panels_iq4_nl(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_t p0, size_t kc)
+{
+    load_panels(BC_DTYPE_IQ4_NL, 32, iq4_nl_state, iq4_nl_vec, bp, g, o0, nc, p0, kc);
+}
+
+/* sub-block (k0 % 256) / 32's s = d sc: exact (an 11-bit half times 6 bits) */
+BC_INLINE wf_st iq4_xs_state(const unsigned char *panel, size_t st, size_t k0, size_t lane0)
+{
+    const bc_iq4xs_block *bl = (const bc_iq4xs_block *)(panel + k0 / 256 * st);
+    return wf_scale(vmul(vload_half(bl->d + lane0), vload_i8(bl->sc[k0 % 256 / 32] + lane0)));
+}
+
+/* s kv: exact (24 bits), the file's weight */
+BC_INLINE V iq4_xs_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    const bc_iq4xs_block *bl = (const bc_iq4xs_block *)(panel + k / 256 * st);
+    const size_t t = k % 256;
+    return vmul(vload_lut16(bl->q[16 * (t / 32) + t % 16] + lane0, (int)(t % 32 / 16), iq4_lut),
+                state.s);
+}
+
+// y (N,OC), x (N,C), w (OC,C) iq4_xs panels; N <= BC_ROWS_MAX
+static void prows_iq4_xs(const bc_gemm *g, size_t o0, size_t o1)
+{
+    prows_part(BC_DTYPE_IQ4_XS, sizeof(bc_iq4xs_block), Q4K_PANELS, 32, iq4_xs_state, iq4_xs_vec,
+               g, o0, o1);
+}
+
+// bp (kc, nc) float32 panels <- w (OC,C) iq4_xs panels, columns o0.., rows p0..
+static void panels_iq4_xs(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_t p0, size_t kc)
+{
+    load_panels(BC_DTYPE_IQ4_XS, 32, iq4_xs_state, iq4_xs_vec, bp, g, o0, nc, p0, kc);
+}
+
 /* ---- the entries of the kernel table's wf, by BC_WF_* -------------------- */
 
 /* (a caller's row-major float32 rows: dot products to decode, pack_rows to copy;
@@ -335,6 +510,11 @@ static void panels_q6_k(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_
     [BC_WF_PANEL(BC_DTYPE_Q5_0)] = {prows_q5_0, panels_q5_0},         \
     [BC_WF_PANEL(BC_DTYPE_Q4_K)] = {prows_q4_k, panels_q4_k},         \
     [BC_WF_PANEL(BC_DTYPE_Q6_K)] = {prows_q6_k, panels_q6_k},         \
+    [BC_WF_PANEL(BC_DTYPE_Q4_1)] = {prows_q4_1, panels_q4_1},         \
+    [BC_WF_PANEL(BC_DTYPE_Q5_1)] = {prows_q5_1, panels_q5_1},         \
+    [BC_WF_PANEL(BC_DTYPE_Q5_K)] = {prows_q5_k, panels_q5_k},         \
+    [BC_WF_PANEL(BC_DTYPE_IQ4_NL)] = {prows_iq4_nl, panels_iq4_nl},   \
+    [BC_WF_PANEL(BC_DTYPE_IQ4_XS)] = {prows_iq4_xs, panels_iq4_xs},   \
     [BC_WF_PANEL(BC_DTYPE_Q8_0I)] = {NULL, NULL, xq_part_q8_0i, xq_rows_q8, xq_part_q8_0i},     \
     [BC_WF_PANEL(BC_DTYPE_Q4_0I)] = {NULL, NULL, xq_part_q4_0i, xq_rows_q8, xq_part_q4_0i},     \
     [BC_WF_PANEL(BC_DTYPE_Q5_0I)] = {NULL, NULL, xq_part_q5_0i, xq_rows_q8, xq_part_q5_0i},     \

@@ -9,7 +9,8 @@
  * of 32 weights of one row: d = max|w| / 127, q = round(w / d) (half away from
  * zero) computed as round(w * (1/d)), d stored as an IEEE half; the weight is
  * then half(d) * q. q8_0i holds the same d and q, laid out for integer dot
- * products; q4_0i q4_0's, q5_0i q5_0's, q4_ki q4_k's and q6_ki q6_k's likewise. */
+ * products; q4_0i q4_0's, q5_0i q5_0's, q4_ki q4_k's and q6_ki q6_k's likewise.
+ * q4_1, q5_1 and q5_k are llama.cpp's reference quantisers too. */
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
@@ -259,6 +260,218 @@ static void q5_unpack_row(float *out, const unsigned char *panel, size_t l, size
     }
 }
 
+/* ---- q4_1, q5_1: per 32 columns a scale and a minimum for each row -------- */
+
+_Static_assert(sizeof(bc_q41_block) == 20 * PW, "bc_q41_block: 16 rows of 20 bytes");
+_Static_assert(sizeof(bc_q51_block) == 24 * PW, "bc_q51_block: 16 rows of 24 bytes");
+
+/* A finite weight's q4_1 / q5_1 minimum fits a half (and so does its scale,
+ * (max - min) / 15): |w| <= 65504, f16_check's bound. */
+
+/* One block of n <= 32 weights, zero-padded to 32 (as the oracle pads a short
+ * row): its minimum, scale d = (max - min) / nmax (a half each) and levels q =
+ * min(nmax, (int8)((w - min) * (1/d) + 0.5)) (llama.cpp's quantize_row_q4_1_ref,
+ * nmax 15, and quantize_row_q5_1_ref, 31). */
+static void q1_block(uint16_t *d, uint16_t *m, int q[32], const float *w, size_t n, int nmax)
+{
+    float v[32], lo, hi;
+    for (size_t k = 0; k < 32; k++)
+        v[k] = k < n ? w[k] : 0.0f;
+    lo = hi = v[0];
+    for (size_t k = 1; k < 32; k++) {
+        lo = v[k] < lo ? v[k] : lo;
+        hi = v[k] > hi ? v[k] : hi;
+    }
+    const float dd = (hi - lo) / (float)nmax, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    *d = bc_f32_to_half(dd);
+    *m = bc_f32_to_half(lo);
+    for (size_t k = 0; k < 32; k++) {
+        const int l = (int8_t)((v[k] - lo) * id + 0.5f);
+        q[k] = l < nmax ? l : nmax;
+    }
+}
+
+static void q41_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                     size_t nk, size_t cols)
+{
+    bc_q41_block *bl = (bc_q41_block *)panel + k0 / 32;
+    for (size_t b = 0; b < nk; b += 32, bl++) {
+        const size_t n = nk - b < 32 ? nk - b : 32;
+        for (size_t l = 0; l < nl; l++) {
+            int q[32];
+            q1_block(&bl->d[l], &bl->m[l], q, tile + l * ld + b, n, 15);
+            for (size_t j = 0; j < 16; j++)
+                bl->q[j][l] = (uint8_t)(q[j] | q[j + 16] << 4);
+        }
+    }
+}
+
+/* w = d nibble + m: d nibble exact (an 11-bit half times 4 bits), one rounding */
+static void q41_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q41_block *bl = (const bc_q41_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q41_block *b = bl + k / 32;
+        const size_t j = k % 32;
+        const int nib = j < 16 ? b->q[j][l] & 15 : b->q[j - 16][l] >> 4;
+        out[k] = bc_half_to_f32(b->d[l]) * (float)nib + bc_half_to_f32(b->m[l]);
+    }
+}
+
+static void q51_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                     size_t nk, size_t cols)
+{
+    bc_q51_block *bl = (bc_q51_block *)panel + k0 / 32;
+    for (size_t b = 0; b < nk; b += 32, bl++) {
+        const size_t n = nk - b < 32 ? nk - b : 32;
+        for (size_t l = 0; l < nl; l++) {
+            int q[32];
+            uint32_t h = 0;
+            q1_block(&bl->d[l], &bl->m[l], q, tile + l * ld + b, n, 31);
+            for (size_t j = 0; j < 16; j++)
+                bl->q[j][l] = (uint8_t)((q[j] & 15) | (q[j + 16] & 15) << 4);
+            for (size_t k = 0; k < 32; k++)
+                h |= (uint32_t)(q[k] >> 4) << k;
+            bl->qh[l] = h;
+        }
+    }
+}
+
+/* w = d q + m, q the nibble with its fifth bit: d q exact (16 bits), one rounding */
+static void q51_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q51_block *bl = (const bc_q51_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q51_block *b = bl + k / 32;
+        const size_t j = k % 32;
+        const int nib = j < 16 ? b->q[j][l] & 15 : b->q[j - 16][l] >> 4;
+        const int q = nib | (int)((b->qh[l] >> j) & 1u) << 4;
+        out[k] = bc_half_to_f32(b->d[l]) * (float)q + bc_half_to_f32(b->m[l]);
+    }
+}
+
+/* ---- iq4_nl: per 32 columns a bc_q4_block of the panel's rows (q4_0's) ---- */
+
+/* A finite weight's iq4_nl scale fits a half: |w| <= 65504 * 127 (q8_0's bound). */
+
+/* The index of the value of kvalues_iq4nl nearest v (the lower one on a tie) */
+static int iq4_nearest(float v)
+{
+    int best = 0;
+    float e = fabsf(v - (float)bc_kvalues_iq4nl[0]);
+    for (int i = 1; i < 16; i++) {
+        const float f = fabsf(v - (float)bc_kvalues_iq4nl[i]);
+        if (f < e) {
+            e = f;
+            best = i;
+        }
+    }
+    return best;
+}
+
+/* One block of n <= 32 weights (the rest zero): d = m / -127 for m the first
+ * weight of largest magnitude, each nibble the nearest value of w * (1/d) */
+static void iq4nl_block(uint16_t *d, uint8_t *q, size_t stride, const float *w, size_t n)
+{
+    float amax = 0.0f, m = 0.0f;
+    for (size_t k = 0; k < n; k++)
+        if (fabsf(w[k]) > amax) {
+            amax = fabsf(w[k]);
+            m = w[k];
+        }
+    const float dd = m / -127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    *d = bc_f32_to_half(dd);
+    for (size_t j = 0; j < 16; j++) {
+        const int q0 = iq4_nearest(j < n ? w[j] * id : 0.0f);
+        const int q1 = iq4_nearest(j + 16 < n ? w[j + 16] * id : 0.0f);
+        q[j * stride] = (uint8_t)(q0 | q1 << 4);
+    }
+}
+
+static void iq4nl_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                       size_t nk, size_t cols)
+{
+    bc_q4_block *bl = (bc_q4_block *)panel + k0 / 32;
+    for (size_t b = 0; b < nk; b += 32, bl++) {
+        const size_t n = nk - b < 32 ? nk - b : 32;
+        for (size_t l = 0; l < nl; l++)
+            iq4nl_block(&bl->d[l], &bl->q[0][l], PW, tile + l * ld + b, n);
+    }
+}
+
+/* w = d kv[nibble]: exact (18 bits) */
+static void iq4nl_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q4_block *bl = (const bc_q4_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q4_block *b = bl + k / 32;
+        const size_t j = k % 32;
+        const int nib = j < 16 ? b->q[j][l] & 15 : b->q[j - 16][l] >> 4;
+        out[k] = bc_half_to_f32(b->d[l]) * (float)bc_kvalues_iq4nl[nib];
+    }
+}
+
+/* ---- iq4_xs: per 256 columns a bc_iq4xs_block of the panel's rows -------- */
+
+_Static_assert(sizeof(bc_iq4xs_block) == 138 * PW, "bc_iq4xs_block: 16 rows of 138 bytes");
+
+/* One row's super-block: each sub-block's scale s_j = m_j / -127 (m_j its first
+ * weight of largest magnitude), d = -s / 32 for s the s_j of largest magnitude
+ * (a half), ls_j = nearest(s_j / d) clipped to -32..31, then each weight the
+ * nearest value of w / (d ls_j) (llama.cpp's steps without its search) */
+static void iq4xs_row(bc_iq4xs_block *b, size_t l, const float *x)
+{
+    float sj[8], smax = 0.0f, sabs = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        float amax = 0.0f, m = 0.0f;
+        for (int i = 0; i < 32; i++)
+            if (fabsf(x[32 * j + i]) > amax) {
+                amax = fabsf(x[32 * j + i]);
+                m = x[32 * j + i];
+            }
+        sj[j] = m / -127.0f;
+        if (fabsf(sj[j]) > sabs) {
+            sabs = fabsf(sj[j]);
+            smax = sj[j];
+        }
+    }
+    const float dd = -smax / 32.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    b->d[l] = bc_f32_to_half(dd);
+    const float d = bc_half_to_f32(b->d[l]);
+    for (int j = 0; j < 8; j++) {
+        int ls = (int)rintf(id * sj[j]);
+        ls = ls < -32 ? -32 : ls > 31 ? 31 : ls;
+        b->sc[j][l] = (int8_t)ls;
+        const float dl = d * (float)ls, il = dl != 0.0f ? 1.0f / dl : 0.0f;
+        for (int i = 0; i < 16; i++) {
+            const int q0 = iq4_nearest(x[32 * j + i] * il), q1 = iq4_nearest(x[32 * j + 16 + i] * il);
+            b->q[16 * j + i][l] = (uint8_t)(q0 | q1 << 4);
+        }
+    }
+}
+
+static void iq4xs_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                       size_t nk, size_t cols)
+{
+    bc_iq4xs_block *bl = (bc_iq4xs_block *)panel + k0 / 256;
+    (void)nk;  /* 256: an iq4_xs row is whole super-blocks (bc_packed_bytes) */
+    for (size_t l = 0; l < nl; l++)
+        iq4xs_row(bl, l, tile + l * ld);
+}
+
+/* w = (d sc) kv[nibble]: both products exact (17 and 24 bits) */
+static void iq4xs_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_iq4xs_block *bl = (const bc_iq4xs_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_iq4xs_block *b = bl + k / 256;
+        const size_t t = k % 256, byte = 16 * (t / 32) + t % 16;
+        const int nib = t % 32 < 16 ? b->q[byte][l] & 15 : b->q[byte][l] >> 4;
+        const float s = bc_half_to_f32(b->d[l]) * (float)b->sc[t / 32][l];
+        out[k] = s * (float)bc_kvalues_iq4nl[nib];
+    }
+}
+
 /* ---- q8_0i: q8_0's blocks, each row's weights 4 by 4 (bc_q8i_block) ------- */
 
 /* q8_0's rule (q8_block), then each q stored as q + 128: |q| <= 127 by
@@ -372,14 +585,16 @@ static int q4k_clip(float v, int hi)
     return l < hi ? l : hi;
 }
 
-/* llama.cpp's make_qkx2_quants(32, 15, x, w, L, &min, Laux, -1, 0.1, 20, false)
- * for one sub-block: a scale s and min m (returned as -m in *the_min) with x ~=
- * s L + m, L in 0..15, chosen among 21 candidate scales by the weighted
+/* llama.cpp's make_qkx2_quants(32, NMAX, x, w, L, &min, Laux, rmin, 0.1, NSTEP, false)
+ * for one sub-block (Q4_K: 15, -1, 20; Q5_K: 31, -0.5, 15): a scale s and min m
+ * (returned as -m in *the_min) with x ~= s L + m, L in 0..NMAX, chosen among
+ * NSTEP + 1 candidate scales by the weighted
  * squared error. Every sum is accumulated in order in float32, as the C does. */
-static float q4k_qkx2(uint8_t L[32], float *the_min, const float *x, const float *w)
+static float q4k_qkx2(uint8_t L[32], float *the_min, const float *x, const float *w,
+                      const int NMAX, const float rmin, const int NSTEP)
 {
-    enum { N = 32, NMAX = 15, NSTEP = 20 };
-    const float rmin = -1.0f, rdelta = 0.1f;
+    enum { N = 32 };
+    const float rdelta = 0.1f;
     float lo = x[0], hi = x[0], sum_w = 0.0f, sum_x = 0.0f;
     for (int i = 0; i < N; i++) {
         lo = x[i] < lo ? x[i] : lo;
@@ -443,14 +658,16 @@ static uint8_t q4k_six(float inv, float v)
     return u < 63 ? u : 63;
 }
 
-/* One row's super-block of 256 weights, llama.cpp's quantize_row_q4_K_ref:
- * each sub-block of 32 by make_qkx2_quants (weights rms + |x|), the scales
- * and mins to 6 bits against the largest of each (d = max / 63, a half), then
- * every weight again against the stored scale and min: nibble = nearest of
- * (x + dmin m) / (d sc) in 0..15. Row l of a panel block: fields at [.][l]. */
-static void q4k_row(bc_q4k_block *b, size_t l, const float *x)
+/* One row's super-block of 256 weights, llama.cpp's quantize_row_q4_K_ref
+ * (nmax 15) and quantize_row_q5_K_ref (31): each sub-block of 32 by
+ * make_qkx2_quants (weights rms + |x|), the scales and mins to 6 bits against
+ * the largest of each (d = max / 63, a half), then every weight again against
+ * the stored scale and min: L = nearest of (x + dmin m) / (d sc) in 0..nmax.
+ * Row l of a panel block: d, dmin, sc and m at [.][l] (q5_k's lie where
+ * q4_k's do); the levels into L. */
+static void kq_row(bc_q4k_block *b, size_t l, uint8_t L[256], const float *x, int nmax,
+                   float rmin, int nstep)
 {
-    uint8_t L[256];
     float scales[8], mins[8], max_scale = 0.0f, max_min = 0.0f;
     for (int j = 0; j < 8; j++) {
         const float *xs = x + 32 * j;
@@ -460,7 +677,7 @@ static void q4k_row(bc_q4k_block *b, size_t l, const float *x)
         const float av_x = sqrtf(sum_x2 / 32.0f);
         for (int i = 0; i < 32; i++)
             w[i] = av_x + fabsf(xs[i]);
-        scales[j] = q4k_qkx2(L + 32 * j, &mins[j], xs, w);
+        scales[j] = q4k_qkx2(L + 32 * j, &mins[j], xs, w, nmax, rmin, nstep);
         max_scale = scales[j] > max_scale ? scales[j] : max_scale;
         max_min = mins[j] > max_min ? mins[j] : max_min;
     }
@@ -479,10 +696,17 @@ static void q4k_row(bc_q4k_block *b, size_t l, const float *x)
             continue;  /* L stays make_qkx2_quants' */
         for (int i = 0; i < 32; i++) {
             const float v = (x[32 * j + i] + dm) / dj;
-            const int q = v > 0.0f ? q4k_round(v < 15.0f ? v : 15.0f) : 0;
+            const int q = v > 0.0f ? q4k_round(v < (float)nmax ? v : (float)nmax) : 0;
             L[32 * j + i] = (uint8_t)q;
         }
     }
+}
+
+/* One row's Q4_K super-block (kq_row's levels 0..15, two a byte) */
+static void q4k_row(bc_q4k_block *b, size_t l, const float *x)
+{
+    uint8_t L[256];
+    kq_row(b, l, L, x, 15, -1.0f, 20);
     for (int p = 0; p < 4; p++)
         for (int i = 0; i < 32; i++)
             b->q[32 * p + i][l] = (uint8_t)(L[64 * p + i] | (L[64 * p + 32 + i] << 4));
@@ -540,6 +764,60 @@ static void q4ki_unpack_row(float *out, const unsigned char *panel, size_t l, si
         for (size_t i = 0; i < 128; i++)
             k.q[i][l] = bl[s].u[i / 4][l][i % 4];
         q4k_unpack_row(out + 256 * s, (const unsigned char *)&k, l, 256);
+    }
+}
+
+/* ---- q5_k: per 256 columns a bc_q5k_block of the panel's rows ------------ */
+
+_Static_assert(sizeof(bc_q5k_block) == 180 * PW, "bc_q5k_block: 16 rows of 180 bytes");
+_Static_assert(offsetof(bc_q5k_block, qh) == offsetof(bc_q4k_block, q),
+               "bc_q5k_block: q4_k's scales where q4_k has them");
+
+/* One row's Q5_K super-block: kq_row's levels 0..31, the low four bits two a
+ * byte as Q4_K's nibbles, bit 4 of sub-block j's weight i as bit j of qh[i] */
+static void q5k_row(bc_q5k_block *b, size_t l, const float *x)
+{
+    uint8_t L[256];
+    kq_row((bc_q4k_block *)(void *)b, l, L, x, 31, -0.5f, 15);
+    for (int i = 0; i < 32; i++) {
+        unsigned h = 0;
+        for (int j = 0; j < 8; j++)
+            h |= (unsigned)(L[32 * j + i] >> 4) << j;
+        b->qh[i][l] = (uint8_t)h;
+    }
+    for (int p = 0; p < 4; p++)
+        for (int i = 0; i < 32; i++)
+            b->q[32 * p + i][l] =
+                (uint8_t)((L[64 * p + i] & 15) | (L[64 * p + 32 + i] & 15) << 4);
+}
+
+static void q5k_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                     size_t nk, size_t cols)
+{
+    bc_q5k_block *bl = (bc_q5k_block *)panel + k0 / 256;
+    (void)nk;  /* 256: a q5_k row is whole super-blocks (bc_packed_bytes) */
+    for (size_t l = 0; l < nl; l++)
+        q5k_row(bl, l, tile + l * ld);
+}
+
+/* Weight t (0..255) of row l of a q5_k super-block: its five bits, 0..31 */
+static int q5k_quant(const bc_q5k_block *b, size_t l, size_t t)
+{
+    const size_t j = t / 32, byte = 32 * (t / 64) + t % 32;
+    const int nib = j % 2 ? b->q[byte][l] >> 4 : b->q[byte][l] & 15;
+    return nib | (b->qh[t % 32][l] >> j & 1) << 4;
+}
+
+/* w = (d sc) q - dmin m: both products exact (22 and 17 bits), one rounding */
+static void q5k_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q5k_block *bl = (const bc_q5k_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q5k_block *b = bl + k / 256;
+        const size_t t = k % 256, j = t / 32;
+        const float s = bc_half_to_f32(b->d[l]) * (float)b->sc[j][l];
+        const float m = bc_half_to_f32(b->dmin[l]) * (float)b->m[j][l];
+        out[k] = s * (float)q5k_quant(b, l, t) - m;
     }
 }
 
@@ -1007,6 +1285,129 @@ static void q4ki_to_ggml(unsigned char *dst, const unsigned char *panel, size_t 
     }
 }
 
+/* Q4_1 (d, m, qs[16]: 20 bytes) <-> q4_1; Q5_1 (d, m, uint32 qh, qs[16]: 24
+ * bytes) <-> q5_1 */
+static void q41_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                          size_t nk)
+{
+    bc_q41_block *bl = (bc_q41_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, src += 20) {
+        bl[b].d[l] = rd16(src);
+        bl[b].m[l] = rd16(src + 2);
+        for (size_t j = 0; j < 16; j++)
+            bl[b].q[j][l] = src[4 + j];
+    }
+}
+
+static void q41_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                        size_t nk)
+{
+    const bc_q41_block *bl = (const bc_q41_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, dst += 20) {
+        wr16(dst, bl[b].d[l]);
+        wr16(dst + 2, bl[b].m[l]);
+        for (size_t j = 0; j < 16; j++)
+            dst[4 + j] = bl[b].q[j][l];
+    }
+}
+
+static void q51_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                          size_t nk)
+{
+    bc_q51_block *bl = (bc_q51_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, src += 24) {
+        bl[b].d[l] = rd16(src);
+        bl[b].m[l] = rd16(src + 2);
+        bl[b].qh[l] = rd32(src + 4);
+        for (size_t j = 0; j < 16; j++)
+            bl[b].q[j][l] = src[8 + j];
+    }
+}
+
+static void q51_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                        size_t nk)
+{
+    const bc_q51_block *bl = (const bc_q51_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, dst += 24) {
+        wr16(dst, bl[b].d[l]);
+        wr16(dst + 2, bl[b].m[l]);
+        wr32(dst + 4, bl[b].qh[l]);
+        for (size_t j = 0; j < 16; j++)
+            dst[8 + j] = bl[b].q[j][l];
+    }
+}
+
+/* Q5_K (d, dmin, scales[12], qh[32], qs[128]: 176 bytes) <-> q5_k (q4_k's scales
+ * and mins a byte each, qh and qs as they are) */
+static void q5k_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                          size_t nk)
+{
+    bc_q5k_block *bl = (bc_q5k_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, src += 176) {
+        bl[b].d[l] = rd16(src);
+        bl[b].dmin[l] = rd16(src + 2);
+        k4_scales_in((bc_q4k_block *)(void *)(bl + b), l, src + 4);
+        for (size_t i = 0; i < 32; i++)
+            bl[b].qh[i][l] = src[16 + i];
+        for (size_t i = 0; i < 128; i++)
+            bl[b].q[i][l] = src[48 + i];
+    }
+}
+
+static void q5k_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                        size_t nk)
+{
+    const bc_q5k_block *bl = (const bc_q5k_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, dst += 176) {
+        wr16(dst, bl[b].d[l]);
+        wr16(dst + 2, bl[b].dmin[l]);
+        k4_scales_out(dst + 4, (const bc_q4k_block *)(const void *)(bl + b), l);
+        for (size_t i = 0; i < 32; i++)
+            dst[16 + i] = bl[b].qh[i][l];
+        for (size_t i = 0; i < 128; i++)
+            dst[48 + i] = bl[b].q[i][l];
+    }
+}
+
+/* IQ4_XS (d, uint16 scales_h, scales_l[4], qs[128]: 136 bytes) <-> iq4_xs (sub-block
+ * j's 6-bit scale ls, the low four bits nibble j % 2 of scales_l[j / 2], the high two
+ * bits 2j, 2j + 1 of scales_h, as the signed byte ls - 32); IQ4_NL moves as Q4_0 */
+static void iq4xs_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                            size_t nk)
+{
+    bc_iq4xs_block *bl = (bc_iq4xs_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, src += 136) {
+        const unsigned sh = rd16(src + 2);
+        bl[b].d[l] = rd16(src);
+        for (size_t j = 0; j < 8; j++) {
+            const unsigned ls = (unsigned)(src[4 + j / 2] >> (4 * (j % 2)) & 15u)
+                                | (sh >> (2 * j) & 3u) << 4;
+            bl[b].sc[j][l] = (int8_t)((int)ls - 32);
+        }
+        for (size_t i = 0; i < 128; i++)
+            bl[b].q[i][l] = src[8 + i];
+    }
+}
+
+static void iq4xs_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                          size_t nk)
+{
+    const bc_iq4xs_block *bl = (const bc_iq4xs_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, dst += 136) {
+        unsigned sh = 0;
+        memset(dst + 4, 0, 4);
+        wr16(dst, bl[b].d[l]);
+        for (size_t j = 0; j < 8; j++) {
+            const unsigned ls = (unsigned)(bl[b].sc[j][l] + 32) & 63u;
+            dst[4 + j / 2] |= (unsigned char)((ls & 15u) << (4 * (j % 2)));
+            sh |= (ls >> 4) << (2 * j);
+        }
+        wr16(dst + 2, (uint16_t)sh);
+        for (size_t i = 0; i < 128; i++)
+            dst[8 + i] = bl[b].q[i][l];
+    }
+}
+
 /* Q6_K (ql[128], qh[64], int8 scales[16], d: 210 bytes) <-> q6_k (each six-bit
  * value widened to a byte, less 32: bc_q6k_where says where its bits lie) and
  * q6_ki (the file's ql and qh 4 bytes by 4) */
@@ -1105,6 +1506,9 @@ static const bc_ggml ggml_types[] = {
     {BC_GGML_Q4_0, 32, 18, q4_0_to_q8_0}, {BC_GGML_Q5_0, 32, 22, q5_0_to_q8_0},
     {BC_GGML_Q8_0, 32, 34, NULL},     {BC_GGML_Q4_K, 256, 144, NULL},
     {BC_GGML_Q6_K, 256, 210, NULL},   {BC_GGML_BF16, 1, 2, NULL},
+    {BC_GGML_Q4_1, 32, 20, NULL},     {BC_GGML_Q5_1, 32, 24, NULL},
+    {BC_GGML_Q5_K, 256, 176, NULL},
+    {BC_GGML_IQ4_NL, 32, 18, NULL},   {BC_GGML_IQ4_XS, 256, 136, NULL},
 };
 
 const bc_ggml *bc_ggml_of(int type)
@@ -1122,6 +1526,8 @@ const bc_ggml *bc_ggml_of(int type)
 #define LIMIT_Q4 "finite weights of magnitude <= 65504 * 8 (the block scale is a half)"
 #define LIMIT_Q5 "finite weights of magnitude <= 65504 * 16 (the block scale is a half)"
 #define LIMIT_K "finite weights of magnitude <= 65504 * 8 (the super-block scales are halves)"
+#define LIMIT_IQ4XS "finite weights of magnitude <= 65504 * 127 (the super-block scale is a half)"
+#define LIMIT_Q1 "finite weights of magnitude <= 65504 (the block's minimum is a half)"
 #define LIMIT_F16 \
     "finite weights of magnitude <= 65504 (the largest half; larger ones are refused, not made " \
     "infinite)"
@@ -1184,6 +1590,24 @@ static const bc_format formats[BC_NDTYPE] = {
                         .max_cols = BC_Q8_0I_MAX_COLS, .whole = 1, .group = BC_INTDOT_GROUP,
                         .ggml_type = BC_GGML_Q6_K, .integer = 1, .limit = LIMIT_K,
                         .from_ggml = q6ki_from_ggml, .to_ggml = q6ki_to_ggml},
+    [BC_DTYPE_Q4_1] = {.name = "q4_1", .block = 32, .block_bytes = 20, .check = f16_check,
+                       .pack = q41_pack, .unpack_row = q41_unpack_row, .ggml_type = BC_GGML_Q4_1,
+                       .limit = LIMIT_Q1, .from_ggml = q41_from_ggml, .to_ggml = q41_to_ggml},
+    [BC_DTYPE_Q5_1] = {.name = "q5_1", .block = 32, .block_bytes = 24, .check = f16_check,
+                       .pack = q51_pack, .unpack_row = q51_unpack_row, .ggml_type = BC_GGML_Q5_1,
+                       .limit = LIMIT_Q1, .from_ggml = q51_from_ggml, .to_ggml = q51_to_ggml},
+    [BC_DTYPE_Q5_K] = {.name = "q5_k", .block = 256, .block_bytes = 180, .check = q4_check,
+                       .pack = q5k_pack, .unpack_row = q5k_unpack_row, .whole = 1,
+                       .ggml_type = BC_GGML_Q5_K, .limit = LIMIT_K, .from_ggml = q5k_from_ggml,
+                       .to_ggml = q5k_to_ggml},
+    [BC_DTYPE_IQ4_NL] = {.name = "iq4_nl", .block = 32, .block_bytes = 18, .check = q8_check,
+                         .pack = iq4nl_pack, .unpack_row = iq4nl_unpack_row,
+                         .ggml_type = BC_GGML_IQ4_NL, .limit = LIMIT_Q8,
+                         .from_ggml = q4_from_ggml, .to_ggml = q4_to_ggml},
+    [BC_DTYPE_IQ4_XS] = {.name = "iq4_xs", .block = 256, .block_bytes = 138, .check = q8_check,
+                         .pack = iq4xs_pack, .unpack_row = iq4xs_unpack_row, .whole = 1,
+                         .ggml_type = BC_GGML_IQ4_XS, .limit = LIMIT_IQ4XS,
+                         .from_ggml = iq4xs_from_ggml, .to_ggml = iq4xs_to_ggml},
 };
 
 /* (a value below BC_NDTYPE may have no row yet: its name is NULL) */

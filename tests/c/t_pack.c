@@ -10,14 +10,15 @@
 static const int DTYPES[] = {BC_DTYPE_F32, BC_DTYPE_BF16, BC_DTYPE_Q8_0, BC_DTYPE_Q4_0,
                              BC_DTYPE_F16, BC_DTYPE_Q5_0, BC_DTYPE_Q8_0I, BC_DTYPE_Q4_K,
                              BC_DTYPE_Q6_K, BC_DTYPE_Q4_0I, BC_DTYPE_BF16I, BC_DTYPE_Q5_0I,
-                             BC_DTYPE_Q4_KI, BC_DTYPE_Q6_KI};
+                             BC_DTYPE_Q4_KI, BC_DTYPE_Q6_KI, BC_DTYPE_Q4_1, BC_DTYPE_Q5_1,
+                             BC_DTYPE_Q5_K, BC_DTYPE_IQ4_NL, BC_DTYPE_IQ4_XS};
 #define ND ((int)(sizeof DTYPES / sizeof DTYPES[0]))
 
-/* the K-quants' rows (q4_k, q6_k, q4_ki, q6_ki) are whole super-blocks of 256 */
+/* the K-quants' rows (q4_k, q6_k, q4_ki, q6_ki, q5_k) are whole super-blocks of 256 */
 static int whole_k(int dtype)
 {
     return dtype == BC_DTYPE_Q4_K || dtype == BC_DTYPE_Q6_K || dtype == BC_DTYPE_Q4_KI ||
-           dtype == BC_DTYPE_Q6_KI;
+           dtype == BC_DTYPE_Q6_KI || dtype == BC_DTYPE_Q5_K || dtype == BC_DTYPE_IQ4_XS;
 }
 
 static int fits(int dtype, size_t cols)
@@ -79,17 +80,23 @@ static void dtype_info_checks(void)
         [BC_DTYPE_Q4_0] = "q4_0", [BC_DTYPE_F16] = "float16", [BC_DTYPE_Q5_0] = "q5_0",
         [BC_DTYPE_Q8_0I] = "q8_0i", [BC_DTYPE_Q4_K] = "q4_k", [BC_DTYPE_Q6_K] = "q6_k",
         [BC_DTYPE_Q4_0I] = "q4_0i", [BC_DTYPE_BF16I] = "bfloat16i", [BC_DTYPE_Q5_0I] = "q5_0i",
-        [BC_DTYPE_Q4_KI] = "q4_ki", [BC_DTYPE_Q6_KI] = "q6_ki"};
+        [BC_DTYPE_Q4_KI] = "q4_ki", [BC_DTYPE_Q6_KI] = "q6_ki", [BC_DTYPE_Q4_1] = "q4_1",
+        [BC_DTYPE_Q5_1] = "q5_1", [BC_DTYPE_Q5_K] = "q5_k", [BC_DTYPE_IQ4_NL] = "iq4_nl",
+        [BC_DTYPE_IQ4_XS] = "iq4_xs"};
     static const size_t blocks[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 1, [BC_DTYPE_BF16] = 1, [BC_DTYPE_Q8_0] = 32, [BC_DTYPE_Q4_0] = 32,
         [BC_DTYPE_F16] = 1, [BC_DTYPE_Q5_0] = 32, [BC_DTYPE_Q8_0I] = 32, [BC_DTYPE_Q4_K] = 256,
         [BC_DTYPE_Q6_K] = 256, [BC_DTYPE_Q4_0I] = 32, [BC_DTYPE_BF16I] = 2, [BC_DTYPE_Q5_0I] = 32,
-        [BC_DTYPE_Q4_KI] = 256, [BC_DTYPE_Q6_KI] = 256};
+        [BC_DTYPE_Q4_KI] = 256, [BC_DTYPE_Q6_KI] = 256, [BC_DTYPE_Q4_1] = 32,
+        [BC_DTYPE_Q5_1] = 32, [BC_DTYPE_Q5_K] = 256, [BC_DTYPE_IQ4_NL] = 32,
+        [BC_DTYPE_IQ4_XS] = 256};
     static const size_t bytes[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 4, [BC_DTYPE_BF16] = 2, [BC_DTYPE_Q8_0] = 34, [BC_DTYPE_Q4_0] = 18,
         [BC_DTYPE_F16] = 2, [BC_DTYPE_Q5_0] = 22, [BC_DTYPE_Q8_0I] = 34, [BC_DTYPE_Q4_K] = 148,
         [BC_DTYPE_Q6_K] = 274, [BC_DTYPE_Q4_0I] = 18, [BC_DTYPE_BF16I] = 4, [BC_DTYPE_Q5_0I] = 22,
-        [BC_DTYPE_Q4_KI] = 148, [BC_DTYPE_Q6_KI] = 210};
+        [BC_DTYPE_Q4_KI] = 148, [BC_DTYPE_Q6_KI] = 210, [BC_DTYPE_Q4_1] = 20,
+        [BC_DTYPE_Q5_1] = 24, [BC_DTYPE_Q5_K] = 180, [BC_DTYPE_IQ4_NL] = 18,
+        [BC_DTYPE_IQ4_XS] = 138};
     for (int dt = 0; dt < BC_NDTYPE; dt++) {
         if (!names[dt]) {
             size_t *n = h_alloc_bytes(sizeof *n);
@@ -172,7 +179,17 @@ static void roundtrip_checks(size_t rows, size_t cols)
                 } else if (j < 32 && (dt == BC_DTYPE_Q8_0 || dt == BC_DTYPE_Q8_0I)) {
                     /* half a step, plus the scale rounded to a half: 127 d 2^-11 */
                     EXPECT(fabsf(a - b) <= amax / 127.0f * (0.5f + 127.0f / 2048.0f) + 1e-7f);
-                } else if (j < 256 && (dt == BC_DTYPE_Q4_K || dt == BC_DTYPE_Q4_KI)) {
+                } else if (j < 32 && (dt == BC_DTYPE_Q4_1 || dt == BC_DTYPE_Q5_1)) {
+                    /* q4_1 (q5_1): half a step of (max - min) / 15 (31) at most, the
+                     * scale and minimum rounded to halves: loosely 2 amax / 15 (31) */
+                    EXPECT(fabsf(a - b) <= amax * (dt == BC_DTYPE_Q4_1 ? 2.0f / 15.0f
+                                                                       : 2.0f / 31.0f) + 1e-7f);
+                } else if (j < 32 && dt == BC_DTYPE_IQ4_NL) {
+                    /* iq4_nl: half the widest gap of its values (24 d, d = amax / 127),
+                     * or 14 d where 113 d stands for amax: loosely amax / 8 */
+                    EXPECT(fabsf(a - b) <= amax / 8.0f + 1e-7f);
+                } else if (j < 256 && (dt == BC_DTYPE_Q4_K || dt == BC_DTYPE_Q4_KI ||
+                                       dt == BC_DTYPE_Q5_K || dt == BC_DTYPE_IQ4_XS)) {
                     /* q4_k: a loose bound (a sub-block's 6-bit scale and min are
                      * steps of the super-block's largest); Python checks the bits */
                     EXPECT(fabsf(a - b) <= amax / 4.0f + 1e-7f);
@@ -602,15 +619,18 @@ static void traits_checks(void)
     static const size_t types[][3] = {{BC_GGML_F32, 1, 4}, {BC_GGML_F16, 1, 2},
                                       {BC_GGML_Q4_0, 32, 18}, {BC_GGML_Q5_0, 32, 22},
                                       {BC_GGML_Q8_0, 32, 34}, {BC_GGML_Q4_K, 256, 144},
-                                      {BC_GGML_Q6_K, 256, 210}, {BC_GGML_BF16, 1, 2}};
+                                      {BC_GGML_Q6_K, 256, 210}, {BC_GGML_BF16, 1, 2},
+                                      {BC_GGML_Q4_1, 32, 20}, {BC_GGML_Q5_1, 32, 24},
+                                      {BC_GGML_Q5_K, 256, 176}, {BC_GGML_IQ4_NL, 32, 18},
+                                      {BC_GGML_IQ4_XS, 256, 136}};
     size_t *n = h_alloc_bytes(sizeof *n);
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 13; i++) {
         EXPECT_STATUS(BC_OK, bc_ggml_size(n, (int)types[i][0], 3, 2 * types[i][1]));
         EXPECT(*n == 3 * 2 * types[i][2]);
     }
     size_t *m = h_alloc_bytes(sizeof *m);
     EXPECT_STATUS(BC_ENULL, bc_ggml_size(NULL, BC_GGML_Q8_0, 1, 32));
-    EXPECT_STATUS(BC_EOPTION, bc_ggml_size(m, 3, 1, 32));  /* Q4_1: not moved */
+    EXPECT_STATUS(BC_EOPTION, bc_ggml_size(m, 10, 1, 256));  /* Q2_K: not moved */
     EXPECT_STATUS(BC_EOPTION, bc_ggml_size(m, BC_GGML_NONE, 1, 32));
     EXPECT_STATUS(BC_ESIZE, bc_ggml_size(m, BC_GGML_Q8_0, 0, 32));
     EXPECT_STATUS(BC_ESIZE, bc_ggml_size(m, BC_GGML_Q8_0, 1, 33));

@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+import blockc.ops
 from blockc.reference import ggml
 
 TEXT = [
@@ -224,8 +225,9 @@ def write_model(path, arch: str = "llama", *, width: int = 64, layers: int = 2, 
             w.add_tensor(name, a)
         elif t == "F16":
             w.add_tensor(name, a.astype(np.float16))
-        else:
-            b = ggml.quantise(a, t)
+        else:  # (IQ4_NL, IQ4_XS: the oracle has no quantiser; blockc's C rule's blocks)
+            b = ggml.quantise(a, t) if t in ggml.QUANTISE else \
+                blockc.ops.unpack_ggml(blockc.ops.pack(a, t.lower()))
             w.add_tensor(name, b, raw_shape=b.shape, raw_dtype=gguf.GGMLQuantizationType[t])
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -239,7 +241,8 @@ def native(types):
     blockc.checkpoint.gguf's table): the type's own format, Q4_0/Q5_0/Q8_0 parts as q8_0 (the
     same weights, exactly), anything else float32."""
     own = {"F32": "float32", "BF16": "bfloat16", "Q8_0": "q8_0", "Q4_0": "q4_0", "F16": "float16",
-           "Q5_0": "q5_0", "Q4_K": "q4_k", "Q6_K": "q6_k"}
+           "Q5_0": "q5_0", "Q4_K": "q4_k", "Q6_K": "q6_k", "Q4_1": "q4_1", "Q5_1": "q5_1",
+           "Q5_K": "q5_k", "IQ4_NL": "iq4_nl", "IQ4_XS": "iq4_xs"}
     import blockc.ops
     have = set(blockc.ops.DTYPES)
     if len(set(types)) == 1 and own.get(types[0]) in have:
