@@ -12,7 +12,7 @@ import blockc
 from blockc import GPT, GPTConfig
 from blockc import train as tr
 from blockc._native import ffi, lib
-from blockc.generation.chat import context_size
+from blockc.generation.defaults import context_size
 from blockc.reference.gpt import gpt_forward
 
 W = 8
