@@ -274,7 +274,7 @@ def test_gguf_files_load_as_the_integer_format_with_their_very_blocks(tmp_path, 
     back = GPT.from_pretrained(path, dtype=fmt)
     assert back.dtype == fmt
     np.testing.assert_array_equal(back.params, m.params)
-    plain = GPT.from_pretrained(path)  # a Q8_0 (Q4_0) file is q8_0 (q4_0) unless asked
+    plain = GPT.from_pretrained(path, dtype="exact")  # the file type's own blocks
     assert plain.dtype == plain_fmt
     np.testing.assert_array_equal(plain.astype(fmt).params, m.params)
     ids = np.array([[1, 2, 3, 4]])

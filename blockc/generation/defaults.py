@@ -206,7 +206,8 @@ def context_size(config: Any, cache_dtype: str = "float32", budget: Optional[int
     budget = memory_budget() if budget is None else as_int(budget, "budget", 1)
     rows = as_int(rows, "rows", 1)
     per = cache_bytes_per_token(config, cache_dtype) * rows
-    sliding = [l for l in range(config.layers) if config.layer_window(l) is not None]
+    sliding = [] if config.sliding_window is None else [
+        l for l in range(config.layers) if config.layer_window(l) is not None]
     if sliding:  # a sliding layer's ring (about its window) does not grow with the context
         layer = per // config.layers
         budget -= layer * sum(ring_rows(config.layer_window(l), config.context) for l in sliding)

@@ -451,4 +451,6 @@ def ring_rows(window: Optional[int], capacity: int) -> int:
     >>> ring_rows(None, 100), ring_rows(8, 512), ring_rows(8, 64)
     (128, 192, 64)
     """
-    return int(lib.bc_gpt_ring_rows(window or 0, capacity))
+    rows = ffi.new("size_t *")
+    check(lib.bc_gpt_ring_rows(rows, window or 0, capacity), "ring_rows")
+    return int(rows[0])

@@ -265,6 +265,20 @@ class GPTConfig:
     def _check_variants(self, set_: Callable[[str, Any], None]) -> None:
         check_variants(self, set_)
 
+    def _variant_fields(self) -> Dict[str, Any]:
+        """The bc_gpt_config fields of the families' variants (zero: not used)."""
+        k = self._rope
+        t = k["tables"]
+        return dict(rope_dim=self.rotary_dim_ if self.rotary_dim is not None else 0,
+                    rope_freqs=k["inv"], rope_freqs_long=k["inv_long"], rope_dynamic=t.dynamic,
+                    rope_original=t.original, rope_attn=0.0 if t.attn == 1.0 else t.attn,
+                    nope_layers=k["nope"], qk_norm=C_QK_NORM[self.qk_norm],
+                    rope_local_theta=self.rope_local_theta or 0.0,
+                    embed_scale=0.0 if self.embed_scale == 1.0 else self.embed_scale,
+                    residual_scale=0.0 if self.residual_scale == 1.0 else self.residual_scale,
+                    attn_scale=self.attn_scale or 0.0,
+                    logit_scale=0.0 if self.logit_scale == 1.0 else self.logit_scale)
+
     @property
     def rotary_dim_(self) -> int:
         """R, resolved (``rotary_dim`` or Dh)."""
@@ -503,26 +517,11 @@ class GPTConfig:
                 qkv_bias=int(self.qkv_bias), out_bias=int(self.out_bias),
                 mlp_bias=int(self.mlp_bias), eps=self.eps, tie_weights=int(self.tie_weights),
                 dtype=C_DTYPE[dtype], window=self.sliding_window or 0,
-                **_variant_fields_of(self)))
+                **self._variant_fields()))
             if self._sliding_c is not None:
                 c.sliding = self._sliding_c
             self._cs[dtype] = c
         return c
-
-
-def _variant_fields_of(cfg: GPTConfig) -> Dict[str, Any]:
-    """The bc_gpt_config fields of the families' variants (zero: not used)."""
-    k = cfg._rope
-    t = k["tables"]
-    return dict(rope_dim=cfg.rotary_dim_ if cfg.rotary_dim is not None else 0,
-                rope_freqs=k["inv"], rope_freqs_long=k["inv_long"], rope_dynamic=t.dynamic,
-                rope_original=t.original, rope_attn=0.0 if t.attn == 1.0 else t.attn,
-                nope_layers=k["nope"], qk_norm=C_QK_NORM[cfg.qk_norm],
-                rope_local_theta=cfg.rope_local_theta or 0.0,
-                embed_scale=0.0 if cfg.embed_scale == 1.0 else cfg.embed_scale,
-                residual_scale=0.0 if cfg.residual_scale == 1.0 else cfg.residual_scale,
-                attn_scale=cfg.attn_scale or 0.0,
-                logit_scale=0.0 if cfg.logit_scale == 1.0 else cfg.logit_scale)
 
 
 def as_config(cfg: Any) -> GPTConfig:

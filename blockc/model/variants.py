@@ -94,7 +94,12 @@ def check_variants(cfg: Any, set_: Callable[[str, Any], None]) -> None:
     for name, arr in (("inv", tables.inv), ("inv_long", tables.inv_long)):
         keep[name] = ffi.new("float[]", [float(x) for x in arr]) if arr is not None else \
             ffi.NULL
-    kinds = [1 if i in cfg.nope_layers else 2 if i in cfg.local_layers else 0
-             for i in range(cfg.layers)]
-    keep["nope"] = ffi.new("unsigned char[]", kinds) if any(kinds) else ffi.NULL
+    keep["nope"] = ffi.NULL
+    if cfg.nope_layers or cfg.local_layers:  # (layers) kinds, only when some layer has one
+        kinds = bytearray(cfg.layers)
+        for i in cfg.nope_layers:
+            kinds[i] = 1
+        for i in cfg.local_layers:
+            kinds[i] = 2
+        keep["nope"] = ffi.new("unsigned char[]", bytes(kinds))
     set_("_rope", keep)

@@ -460,9 +460,14 @@ int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *byte
 
 /* ---- cache and workspace ------------------------------------------------ */
 
-size_t bc_gpt_ring_rows(size_t window, size_t capacity)
+int bc_gpt_ring_rows(size_t *rows, size_t window, size_t capacity)
 {
-    return bc_gpt_rows_of(window, capacity);
+    if (!rows)
+        return BC_ENULL;
+    if (capacity > BC_MAX_ELEMENTS)  /* its tiles would not be addressable */
+        return BC_EOVERFLOW;
+    *rows = bc_gpt_rows_of(window, capacity);
+    return BC_OK;
 }
 
 int bc_gpt_cache_seq_elems(size_t *n, const model *m, size_t capacity)

@@ -152,10 +152,12 @@ typedef struct {
  * were split nor on the ring. */
 #define BC_GPT_RING_SLACK 127
 
-/* The positions one (sequence, K/V head) of a layer stores: capacity rounded up
- * to 64 for a global layer; for a sliding layer of window W, the smaller of that
- * and (W + BC_GPT_RING_SLACK) rounded up to 64 (a ring when smaller). */
-size_t bc_gpt_ring_rows(size_t window, size_t capacity);
+/* rows: the positions one (sequence, K/V head) of a layer stores: capacity
+ * rounded up to 64 for a global layer (window 0); for a sliding layer of window
+ * W, the smaller of that and (W + BC_GPT_RING_SLACK) rounded up to 64 (a ring
+ * when smaller). BC_ENULL (rows NULL), BC_EOVERFLOW (capacity past
+ * BC_MAX_ELEMENTS); nothing written on an error. */
+int bc_gpt_ring_rows(size_t *rows, size_t window, size_t capacity);
 
 /* A KV cache, in caller-provided buffers. Without sliding layers each is
  * (B, L, KV, R, Dh) elements with R = capacity rounded up to a multiple of 64

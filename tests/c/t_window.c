@@ -47,13 +47,23 @@ static unsigned char *window_params(const bc_gpt_config *c)
     return p;
 }
 
+/* bc_gpt_ring_rows gives want for (window, capacity) */
+static int ring_rows_are(size_t window, size_t capacity, size_t want)
+{
+    size_t rows = 0;
+    return bc_gpt_ring_rows(&rows, window, capacity) == BC_OK && rows == want;
+}
+
 static void ring_size_checks(void)
 {
-    EXPECT(bc_gpt_ring_rows(0, 100) == 128);      /* a global layer: the capacity in tiles */
-    EXPECT(bc_gpt_ring_rows(8, 100) == 128);      /* a ring no smaller than the capacity */
-    EXPECT(bc_gpt_ring_rows(8, 1000) == 192);     /* W + 127 in tiles of 64 */
-    EXPECT(bc_gpt_ring_rows(4096, 32768) == 4224);
-    EXPECT(bc_gpt_ring_rows(500, 400) == 448);    /* a window past the capacity: none */
+    size_t rows = 7;
+    EXPECT(bc_gpt_ring_rows(NULL, 8, 100) == BC_ENULL);
+    EXPECT(bc_gpt_ring_rows(&rows, 8, (size_t)-1) == BC_EOVERFLOW && rows == 7);
+    EXPECT(ring_rows_are(0, 100, 128));      /* a global layer: the capacity in tiles */
+    EXPECT(ring_rows_are(8, 100, 128));      /* a ring no smaller than the capacity */
+    EXPECT(ring_rows_are(8, 1000, 192));     /* W + 127 in tiles of 64 */
+    EXPECT(ring_rows_are(4096, 32768, 4224));
+    EXPECT(ring_rows_are(500, 400, 448));    /* a window past the capacity: none */
     const unsigned char one[2] = {1, 0};
     bc_gpt_config c = window_config(8, one);
     size_t n = 0, full = 0;

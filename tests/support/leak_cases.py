@@ -567,6 +567,11 @@ def _cases():
     def _():
         return alternate(lambda: lib.bc_gpt_cache_size(n_out, cc, 2, 8), lambda: lib.bc_gpt_cache_size(n_out, cc, 2, 17))
 
+    @case("bc_gpt_ring_rows")
+    def _():
+        return alternate(lambda: lib.bc_gpt_ring_rows(n_out, 8, 1000),
+                         lambda: lib.bc_gpt_ring_rows(ffi.NULL, 8, 1000))
+
     @case("bc_gpt_workspace_size")
     def _():
         return alternate(lambda: lib.bc_gpt_workspace_size(n_out, cc, 2, 8, ffi.NULL),
