@@ -249,6 +249,22 @@ def test_context_overflow_truncate_keeps_the_last_tokens(dirs, local):
         s.stop()
 
 
+def test_context_overflow_truncate_middle_keeps_the_start_and_the_end(dirs, local):
+    s = ThreadServer(Settings(model=str(dirs[0]), model_name="a", parallel=1, max_queue=4,
+                              context_overflow="truncate-middle"))
+    try:
+        ids = [int(t) for t in local[1].encode("the block reads the stream " * 40)]
+        ask = {"max_tokens": 8, "temperature": 0, "ignore_eos": True}
+        r = s.post("/v1/completions", dict(ask, prompt=ids))
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["prompt_tokens"] == 120
+        want = s.post("/v1/completions", dict(ask, prompt=ids[:60] + ids[-60:])).json()
+        assert r.json()["choices"][0]["text"] == want["choices"][0]["text"]
+        assert want["usage"]["prompt_tokens"] == 120
+    finally:
+        s.stop()
+
+
 # ---- several models ---------------------------------------------------------------------
 
 def test_memory_sizes_and_model_arguments():

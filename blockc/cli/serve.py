@@ -62,9 +62,11 @@ def register(subparsers) -> None:
                    help="positions per request, prompt + completion (default: the model's "
                         "context, bounded so the slots' KV cache takes at most a quarter of "
                         "the available memory)")
-    p.add_argument("--context-overflow", choices=("error", "truncate"), default="error",
+    p.add_argument("--context-overflow", choices=("error", "truncate", "truncate-middle"),
+                   default="error",
                    help="a prompt longer than the context: refused with 400 naming the "
-                        "limit (error), or cut to its last tokens (truncate)")
+                        "limit (error), cut to its last tokens (truncate), or to its first "
+                        "and last halves of that (truncate-middle)")
     p.add_argument("--max-queue", type=int, default=64,
                    help="requests waiting for a slot before 429 (64)")
     p.add_argument("--max-body", type=int, default=1 << 20, help="largest request body in bytes")

@@ -62,7 +62,8 @@ class Service:
         # embeddings run here, one request at a time, beside the scheduler's steps
         self.embedder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="blockc-embed")
         self.pooling = pooling_of(s.model)
-        self.truncate = s.context_overflow == "truncate"
+        self.truncate = s.context_overflow in ("truncate", "truncate-middle")
+        self.middle = s.context_overflow == "truncate-middle"
         # a text longer than this has more tokens than a slot holds: refused untokenized
         # (when a long prompt is cut to its last tokens instead: no text is too long)
         self.max_chars = (self.capacity * max(1, self.tok.max_token_chars) if not self.truncate
@@ -171,13 +172,17 @@ class Service:
                            f"holds ({self.settings.max_queue})", param="n", code="invalid_value")
         if self.truncate and (n >= cap or (req.max_tokens is not None
                                             and n + req.max_tokens > cap)):
-            # --context-overflow truncate: the prompt's last tokens, room left to answer
+            # --context-overflow truncate: the prompt's last tokens, room left to answer;
+            # truncate-middle: its first and last halves of that (the system prompt and
+            # the latest turn, as llama.cpp keeps n_keep and the end)
             keep = cap - req.max_tokens if req.max_tokens is not None else cap // 2
             if keep < 1:
                 raise APIError(400, f"'max_tokens' is {req.max_tokens}: no room for a prompt "
                                f"in this model's context of {cap} tokens",
                                param="max_tokens", code="context_length_exceeded")
-            ids = ids[n - keep:] if n > keep else ids
+            if n > keep:
+                head = keep // 2 if self.middle else 0
+                ids = np.concatenate([ids[:head], ids[n - (keep - head):]])
             n = len(ids)
         if n >= cap:
             raise APIError(400, f"This model's maximum context length is {cap} tokens. However, "

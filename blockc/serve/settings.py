@@ -30,7 +30,8 @@ class Settings:
     least recently used idle one is unloaded while the loaded ones hold more than
     ``max_memory`` bytes. cors_origins: the origins a browser page may call from (none:
     no CORS headers). context_overflow: a prompt longer than the context is refused
-    ("error", 400 naming the limit) or cut to its last tokens ("truncate").
+    ("error", 400 naming the limit), cut to its last tokens ("truncate"), or to the
+    first and last halves of that ("truncate-middle").
     """
     model: Optional[str] = None
     model_name: Optional[str] = None
