@@ -261,12 +261,12 @@ def integer_formats(types: List[str]) -> List[str]:
 #: (:func:`exact_formats`, ``dtype="exact"``); "integer": its very blocks by integer dot
 #: products on 8-bit activations (:func:`integer_formats`); a format's name: requantised to
 #: it. A type not listed: "exact". Measured (docs/speed.md, "formats"; Xeon family 6 model
-#: 207, 1 thread, a 4-layer model of width 512): Q5_0's very weights as q8_0 (converted
-#: exactly, the same KL) 1.4x as fast as q5_0. Q4_0, Q8_0, Q6_K and Q4_K_M stay exact: no
-#: choice within the budget was 1.25x as fast (the integer formats, llama.cpp's arithmetic,
-#: were slower than the exact path there). Q4_1, Q5_1, Q5_K, IQ4_NL and IQ4_XS run in their
-#: own blocks (the same measurement had Q4_1 as float16 1.7x its then float32 expansion;
-#: against its own blocks, which read a third of float16's bytes, it is not measured yet).
+#: 207, 1 thread, load average 1.0, a 4-layer model of width 512): Q5_0's very weights as
+#: q8_0 (converted exactly, the same KL) 1.33x as fast as q5_0 (807 against 606 tokens/s).
+#: Q4_0, Q4_1, Q8_0, Q6_K and Q4_K_M stay on their own blocks: no choice within the budget
+#: was 1.25x as fast (Q4_1's own blocks 701 tokens/s, float16 207; the integer formats,
+#: llama.cpp's arithmetic, slower than the exact path on this CPU). Q5_1, Q5_K, IQ4_NL and
+#: IQ4_XS run in their own blocks, not yet measured against the other choices.
 DEFAULT_FORMAT: Dict[str, str] = {"Q5_0": "q8_0"}
 
 
