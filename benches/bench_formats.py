@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -51,6 +50,7 @@ import numpy as np
 import blockc
 from blockc.checkpoint.gguf import INTEGER, GGUF_DTYPES
 from blockc.checkpoint.hf import LOAD_DTYPES
+from bench_gguf import decode_rate, kl  # noqa: E402
 from doc_section import run as run_bench  # noqa: E402
 from machine import cpu_name, steal_share  # noqa: E402
 
@@ -78,26 +78,6 @@ def model(cfg: "blockc.GPTConfig", seed: int) -> "blockc.GPT":
         if t.packed:
             m.write_tensor(name, m.read_tensor(name) * np.float32(2.5))
     return m
-
-
-def kl(p_logits: np.ndarray, q_logits: np.ndarray) -> float:
-    """Mean over positions of KL(softmax(p) || softmax(q)), in float64."""
-    p = p_logits.astype(np.float64)
-    q = q_logits.astype(np.float64)
-    lp = p - p.max(-1, keepdims=True)
-    lp -= np.log(np.exp(lp).sum(-1, keepdims=True))
-    lq = q - q.max(-1, keepdims=True)
-    lq -= np.log(np.exp(lq).sum(-1, keepdims=True))
-    return float((np.exp(lp) * (lp - lq)).sum(-1).mean())
-
-
-def decode_rate(m, prompt: np.ndarray, new: int) -> float:
-    cache = m.new_cache(1, prompt.shape[1] + new)
-    tok = np.argmax(m(prompt, cache=cache)[:, -1], axis=-1)[:, None]
-    t0 = time.perf_counter()
-    for _ in range(new):
-        tok = np.argmax(m(tok, cache=cache)[:, -1], axis=-1)[:, None]
-    return new / (time.perf_counter() - t0)
 
 
 #: a choice other than the exact path must decode this much faster to be the default (the

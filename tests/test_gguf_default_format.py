@@ -11,17 +11,9 @@ import pytest
 
 import blockc
 from blockc.checkpoint.gguf import DEFAULT_FORMAT, INTEGER, default_formats, exact_formats, names
+from helpers import mean_kl
 
 TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q6_K", "Q4_K_M")
-
-
-def _kl(p, q):
-    p, q = p.astype(np.float64), q.astype(np.float64)
-    lp = p - p.max(-1, keepdims=True)
-    lp -= np.log(np.exp(lp).sum(-1, keepdims=True))
-    lq = q - q.max(-1, keepdims=True)
-    lq -= np.log(np.exp(lq).sum(-1, keepdims=True))
-    return float((np.exp(lp) * (lp - lq)).sum(-1).mean())
 
 
 def _has_integer(t):
@@ -48,7 +40,7 @@ def measured(tmp_path_factory):
         got = {}
         for dt in (None, "exact", "integer"):
             m = blockc.GPT.from_pretrained(path, dtype=dt)
-            got[dt] = (m, _kl(ref, m(text)[0]))
+            got[dt] = (m, mean_kl(ref, m(text)[0]))
         out[t] = got
     return out
 
