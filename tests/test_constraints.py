@@ -17,6 +17,7 @@ from blockc.generation.constraints import Constraint  # noqa: E402
 from blockc.text import Tokenizer  # noqa: E402
 from blockc.text.tools import FORMATS, parse_reply  # noqa: E402
 from support.chat_dirs import chat_model_dir  # noqa: E402
+from support.helpers import schema_valid  # noqa: E402
 
 SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["user", "tags", "unit"],
@@ -29,30 +30,7 @@ SCHEMA = {
 
 
 def valid(doc, schema=SCHEMA):
-    """A small validator of the schema features used here (no jsonschema dependency)."""
-    t = schema.get("type")
-    if "enum" in schema:
-        return doc in schema["enum"]
-    if "const" in schema:
-        return doc == schema["const"]
-    if t == "object":
-        props = schema.get("properties", {})
-        return (isinstance(doc, dict) and all(k in doc for k in schema.get("required", ()))
-                and (schema.get("additionalProperties", True) or set(doc) <= set(props))
-                and all(valid(v, props[k]) for k, v in doc.items() if k in props))
-    if t == "array":
-        return (isinstance(doc, list) and len(doc) <= schema.get("maxItems", 1 << 30)
-                and all(valid(v, schema["items"]) for v in doc))
-    if t == "string":
-        return isinstance(doc, str) and len(doc) <= schema.get("maxLength", 1 << 30)
-    if t == "integer":
-        return (isinstance(doc, int) and not isinstance(doc, bool)
-                and schema.get("minimum", -1e300) <= doc <= schema.get("maximum", 1e300))
-    if t == "number":
-        return isinstance(doc, (int, float)) and not isinstance(doc, bool)
-    if t == "boolean":
-        return isinstance(doc, bool)
-    return True
+    return schema_valid(doc, schema)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import pytest
 
 import blockc
 from chat_dirs import chat_dir
+from helpers import schema_valid as valid
 from serve_thread import Companions, ThreadServer, companion_body, stream_completion
 
 openai = pytest.importorskip("openai")
@@ -61,27 +62,6 @@ TOOLS = [{"type": "function", "function": {
 PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 NOTHINK = {"chat_template_kwargs": {"enable_thinking": False}}
-
-
-def valid(doc, schema):
-    """A validator of the schema features used here (jsonschema is not a dependency)."""
-    t = schema.get("type")
-    if "enum" in schema:
-        return doc in schema["enum"]
-    if t == "object":
-        props = schema.get("properties", {})
-        return (isinstance(doc, dict) and all(k in doc for k in schema.get("required", ()))
-                and (schema.get("additionalProperties", True) or set(doc) <= set(props))
-                and all(valid(v, props[k]) for k, v in doc.items() if k in props))
-    if t == "array":
-        return (isinstance(doc, list) and len(doc) <= schema.get("maxItems", 1 << 30)
-                and all(valid(v, schema["items"]) for v in doc))
-    if t == "string":
-        return isinstance(doc, str) and len(doc) <= schema.get("maxLength", 1 << 30)
-    if t == "integer":
-        return (isinstance(doc, int) and not isinstance(doc, bool)
-                and schema.get("minimum", -1e300) <= doc <= schema.get("maximum", 1e300))
-    return True
 
 
 @pytest.fixture(scope="module")

@@ -81,3 +81,31 @@ def pick(draw, broken, name, good, bad):
     """A property test's draw of one field: its bad value when it is the one field this
     draw breaks (``broken == name``), else a good one."""
     return draw(bad) if broken == name else draw(good)
+
+
+def schema_valid(doc, schema):
+    """Whether ``doc`` meets ``schema``: a small validator of the JSON Schema features the
+    constrained-decoding tests use (no jsonschema dependency)."""
+    t = schema.get("type")
+    if "enum" in schema:
+        return doc in schema["enum"]
+    if "const" in schema:
+        return doc == schema["const"]
+    if t == "object":
+        props = schema.get("properties", {})
+        return (isinstance(doc, dict) and all(k in doc for k in schema.get("required", ()))
+                and (schema.get("additionalProperties", True) or set(doc) <= set(props))
+                and all(schema_valid(v, props[k]) for k, v in doc.items() if k in props))
+    if t == "array":
+        return (isinstance(doc, list) and len(doc) <= schema.get("maxItems", 1 << 30)
+                and all(schema_valid(v, schema["items"]) for v in doc))
+    if t == "string":
+        return isinstance(doc, str) and len(doc) <= schema.get("maxLength", 1 << 30)
+    if t == "integer":
+        return (isinstance(doc, int) and not isinstance(doc, bool)
+                and schema.get("minimum", -1e300) <= doc <= schema.get("maximum", 1e300))
+    if t == "number":
+        return isinstance(doc, (int, float)) and not isinstance(doc, bool)
+    if t == "boolean":
+        return isinstance(doc, bool)
+    return True
