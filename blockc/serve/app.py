@@ -196,53 +196,41 @@ def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
         return await generate(request, False)
 
     async def embeddings(request):
-        entry = None
         try:
             body = await read_json(request)
             req = parse_embeddings(body, served(request))
-            entry, svc = await pool.acquire(req.model)
-            request.state.model = svc.name
-            loop = asyncio.get_running_loop()
-            vecs, n = await loop.run_in_executor(svc.embedder, svc.embed, req)
+            async with pool.using(req.model) as svc:
+                request.state.model = svc.name
+                loop = asyncio.get_running_loop()
+                vecs, n = await loop.run_in_executor(svc.embedder, svc.embed, req)
         except APIError as e:
             return _error(e)
-        finally:
-            if entry is not None:
-                pool.release(entry)
         request.state.tokens = (n, 0)
         return _json_response(embedding_response(req, svc.name, vecs, n))
 
     async def tokenize(request):
-        entry = None
         try:
             body = await read_json(request)
             req = parse_tokenize(body, served(request))
-            entry, svc = await pool.acquire(req["model"])
-            request.state.model = svc.name
-            loop = asyncio.get_running_loop()
-            out = await loop.run_in_executor(svc.prep, tokenize_response, svc.tok,
-                                             req["content"], req["add_special"],
-                                             req["with_pieces"])
+            async with pool.using(req["model"]) as svc:
+                request.state.model = svc.name
+                loop = asyncio.get_running_loop()
+                out = await loop.run_in_executor(svc.prep, tokenize_response, svc.tok,
+                                                 req["content"], req["add_special"],
+                                                 req["with_pieces"])
         except APIError as e:
             return _error(e)
-        finally:
-            if entry is not None:
-                pool.release(entry)
         return _json_response(out)
 
     async def detokenize(request):
-        entry = None
         try:
             body = await read_json(request)
             req = parse_detokenize(body, served(request))
-            entry, svc = await pool.acquire(req["model"])
-            request.state.model = svc.name
-            out = detokenize_response(svc.tok, req["tokens"], svc.model.config.vocab)
+            async with pool.using(req["model"]) as svc:
+                request.state.model = svc.name
+                out = detokenize_response(svc.tok, req["tokens"], svc.model.config.vocab)
         except APIError as e:
             return _error(e)
-        finally:
-            if entry is not None:
-                pool.release(entry)
         return _json_response(out)
 
     async def models(request):

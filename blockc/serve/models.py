@@ -13,12 +13,13 @@ least-recently-used past a memory budget.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..checkpoint.gguf import is_gguf
 from .types import APIError
@@ -227,6 +228,16 @@ class ModelPool:
             raise
         e.last_used = time.monotonic()
         return e, svc
+
+    @contextlib.asynccontextmanager
+    async def using(self, name: Optional[str]) -> AsyncIterator[Any]:
+        """``async with pool.using(name) as svc``: :meth:`acquire` on entry (raising as it
+        does), :meth:`release` on exit, whatever the block raises."""
+        e, svc = await self.acquire(name)
+        try:
+            yield svc
+        finally:
+            self.release(e)
 
     def release(self, e: ModelEntry) -> None:
         """The request holding ``e`` (from :meth:`acquire`) is done with it."""
