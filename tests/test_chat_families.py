@@ -1,0 +1,130 @@
+"""The chat templates of issue 50's families (Qwen3 with enable_thinking, Granite, SmolLM3,
+OLMo2: tests/support/family_templates.py), rendered by blockc from the checkpoint
+directory (tokenizer_config.json or chat_template.jinja) and from GGUF metadata
+(``tokenizer.chat_template`` beside ``tokenizer.ggml.*``, written with the gguf package's
+writer as llama.cpp's converter writes them), against transformers' apply_chat_template
+on the directory: the same text and the same ids. Tokenizers are trained here on a few
+lines (nothing downloaded)."""
+import json
+
+import numpy as np
+import pytest
+
+import blockc
+from chat_dirs import chat_dir
+from family_templates import FAMILY_STYLES
+
+pytest.importorskip("jinja2")
+pytest.importorskip("tokenizers")
+gguf = pytest.importorskip("gguf")
+transformers = pytest.importorskip("transformers")
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city <now> & 'later'",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hello! How are you today?"}],
+    [{"role": "system", "content": "You are terse."},
+     {"role": "user", "content": "What is the capital of France?"}],
+    # an assistant turn with its reasoning, before and after the last user query
+    [{"role": "user", "content": "What is the capital of France?"},
+     {"role": "assistant", "content": "<think>\nIt is Paris.\n</think>\n\nParis is the capital."},
+     {"role": "user", "content": "naïve café: <b>bold</b> & 'quotes' 🙂  "},
+     {"role": "assistant", "content": "<think>\nsmall\n</think>\n\nOK."}],
+    [{"role": "system", "content": "Think first. /no_think"},
+     {"role": "user", "content": "What is the capital of France?"}],
+]
+
+# the keywords each family's template reads beyond the conversation
+VARIANTS = {
+    "qwen3": [{}, {"enable_thinking": True}, {"enable_thinking": False}, {"tools": TOOLS}],
+    "smollm3": [{}, {"enable_thinking": False},
+                {"xml_tools": [t["function"] for t in TOOLS]}],
+    "granite": [{}, {"tools": TOOLS}],
+    "olmo2": [{}],
+}
+
+
+def write_gguf(path, d, tk, style):
+    """The tokenizer metadata llama.cpp's converter writes for the directory ``d``
+    (byte-level BPE: ``gpt2``, GPT-2's pre-tokenizer), its chat template included."""
+    template, bos, eos, specials, _ = FAMILY_STYLES[style]
+    vocab = tk.get_vocab(with_added_tokens=True)
+    tokens = [None] * len(vocab)
+    for t, i in vocab.items():
+        tokens[i] = t
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_list(tokens)
+    merges = json.loads(tk.to_str())["model"]["merges"]
+    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    w.add_token_types([3 if t in specials else 1 for t in tokens])
+    w.add_eos_token_id(vocab[eos])
+    if bos is not None:
+        w.add_bos_token_id(vocab[bos])
+    w.add_add_bos_token(False)
+    w.add_chat_template(template)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILY_STYLES))
+def family(request, tmp_path_factory):
+    style = request.param
+    d = tmp_path_factory.mktemp(style)
+    tk = chat_dir(d / "hf", style)
+    write_gguf(d / "t.gguf", d / "hf", tk, style)
+    return style, d
+
+
+def test_family_templates_render_as_transformers_from_both_sources(family):
+    style, d = family
+    peer = transformers.AutoTokenizer.from_pretrained(str(d / "hf"))
+    ours = {"tokenizer.json": blockc.Tokenizer.from_pretrained(d / "hf"),
+            "gguf": blockc.Tokenizer.from_pretrained(d / "t.gguf")}
+    seen = set()
+    for msgs in CONVERSATIONS:
+        for kw in VARIANTS[style]:
+            for gen in (True, False):
+                want = peer.apply_chat_template(msgs, add_generation_prompt=gen, tokenize=False,
+                                                **kw)
+                ids = peer.apply_chat_template(msgs, add_generation_prompt=gen, tokenize=True,
+                                               return_dict=False, **kw)
+                seen.add(want)
+                for where, tok in ours.items():
+                    got = tok.apply_chat_template(msgs, add_generation_prompt=gen, **kw)
+                    assert got.text == want, (style, where, msgs, kw, gen)
+                    assert got.ids.dtype == np.int64
+                    assert got.ids.tolist() == list(ids), (style, where, msgs, kw, gen)
+    # the variants change the text (the keywords reach the template)
+    assert len(seen) >= len(CONVERSATIONS) * len(VARIANTS[style])
+
+
+def test_thinking_switches_are_the_templates(family):
+    style, d = family
+    tok = blockc.Tokenizer.from_pretrained(d / "t.gguf")
+    msgs = CONVERSATIONS[0]
+    if style == "qwen3":
+        assert tok.apply_chat_template(msgs, enable_thinking=False).text.endswith(
+            "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        assert tok.apply_chat_template(msgs).text.endswith("<|im_start|>assistant\n")
+        # reasoning kept only after the last user query
+        text = tok.apply_chat_template(CONVERSATIONS[2], add_generation_prompt=False).text
+        assert "It is Paris" not in text and "<think>\nsmall\n</think>" in text
+    elif style == "smollm3":
+        assert "Reasoning Mode: /no_think" in tok.apply_chat_template(
+            msgs, enable_thinking=False).text
+        assert "Reasoning Mode: /no_think" in tok.apply_chat_template(CONVERSATIONS[3]).text
+    elif style == "olmo2":  # the template writes the BOS; the tokenizer adds none
+        ids = tok.apply_chat_template(msgs).ids
+        bos = tok.token_to_id("<|endoftext|>")
+        assert ids[0] == bos and list(ids).count(bos) == 1
+    else:
+        text = tok.apply_chat_template(msgs, tools=TOOLS).text
+        assert text.startswith("<|start_of_role|>system<|end_of_role|>Knowledge Cutoff Date")
+        assert '<|start_of_role|>tools<|end_of_role|>[\n    {\n        "type": "function"' in text
