@@ -45,6 +45,12 @@ def gguf_scaling(md: GGUFMetadata, context: int) -> Optional[Dict[str, Any]]:
         raise md.fail(f"metadata key {md.key('rope.scaling.type')!r} must be a string, "
                       f"got {kind!r}")
     factor = md.real("rope.scaling.factor", 1.0)
+    if kind == "none" and factor != 1.0:
+        raise md.refuse(md.key("rope.scaling.factor"), factor,
+                        "rotary angles scaled with no rope.scaling.type saying how")
+    if kind == "yarn" and md.get("rope.scaling.factor") is None:
+        raise md.fail(f"metadata key {md.key('rope.scaling.factor')!r} is missing: "
+                      f"{md.key('rope.scaling.type')}='yarn' needs it")
     if kind == "none" or (kind == "linear" and factor == 1.0):
         for k in ROPE_SCALING_KEYS[2:]:
             neutral = {"rope.scaling.attn_factor": 1.0, "rope.scaling.yarn_log_multiplier": 0.0}
