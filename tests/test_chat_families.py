@@ -1,18 +1,22 @@
 """The chat templates of issue 50's families (Qwen3 with enable_thinking, Granite, SmolLM3,
-OLMo2: tests/support/family_templates.py), rendered by blockc from the checkpoint
+OLMo2: tests/support/family_templates.py; Llama 3's: chat_dirs.LLAMA3), rendered by blockc from the checkpoint
 directory (tokenizer_config.json or chat_template.jinja) and from GGUF metadata
 (``tokenizer.chat_template`` beside ``tokenizer.ggml.*``, written with the gguf package's
 writer as llama.cpp's converter writes them), against transformers' apply_chat_template
 on the directory: the same text and the same ids. Tokenizers are trained here on a few
-lines (nothing downloaded)."""
+lines (nothing downloaded): Qwen3's byte-level BPE split by Qwen2's pattern after NFC
+(GGUF ``pre`` "qwen2"), Llama 3's by its tiktoken-style pattern (``pre`` "llama-bpe"), the
+others by GPT-2's."""
 import json
 
 import numpy as np
 import pytest
 
 import blockc
-from chat_dirs import chat_dir
+from blockc.text.gguf import PRE_TOKENIZER_SPLITS
+from chat_dirs import LLAMA3
 from family_templates import FAMILY_STYLES
+from test_tokenizer_families import _bytelevel
 
 pytest.importorskip("jinja2")
 pytest.importorskip("tokenizers")
@@ -37,6 +41,14 @@ CONVERSATIONS = [
      {"role": "user", "content": "What is the capital of France?"}],
 ]
 
+STYLES = {**FAMILY_STYLES, "llama3": (LLAMA3, "<|begin_of_text|>", "<|eot_id|>", [
+    "<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+    "<|eot_id|>"], "jinja")}
+
+_GPT2 = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+#: style -> (GGUF tokenizer.ggml.pre, normalised to NFC first)
+PRE = {"qwen3": ("qwen2", True), "llama3": ("llama-bpe", False)}
+
 # the keywords each family's template reads beyond the conversation
 VARIANTS = {
     "qwen3": [{}, {"enable_thinking": True}, {"enable_thinking": False}, {"tools": TOOLS}],
@@ -44,20 +56,40 @@ VARIANTS = {
                 {"xml_tools": [t["function"] for t in TOOLS]}],
     "granite": [{}, {"tools": TOOLS}],
     "olmo2": [{}],
+    "llama3": [{}, {"tools": TOOLS, "date_string": "26 Jul 2024"}],
 }
+
+
+def make_dir(d, style):
+    """tokenizer.json (trained here), tokenizer_config.json naming BOS and EOS, and the
+    template where the family's checkpoints keep it."""
+    template, bos, eos, specials, where = STYLES[style]
+    pre, nfc = PRE.get(style, ("gpt-2", False))
+    tk = _bytelevel(PRE_TOKENIZER_SPLITS.get(pre, _GPT2), specials, nfc)
+    d.mkdir(parents=True)
+    tk.save(str(d / "tokenizer.json"))
+    cfg = {"eos_token": eos, "model_max_length": 4096}
+    if bos is not None:
+        cfg["bos_token"] = bos
+    if where == "jinja":
+        (d / "chat_template.jinja").write_text(template, encoding="utf-8")
+    else:
+        cfg["chat_template"] = template
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    return tk
 
 
 def write_gguf(path, d, tk, style):
     """The tokenizer metadata llama.cpp's converter writes for the directory ``d``
     (byte-level BPE: ``gpt2``, GPT-2's pre-tokenizer), its chat template included."""
-    template, bos, eos, specials, _ = FAMILY_STYLES[style]
+    template, bos, eos, specials, _ = STYLES[style]
     vocab = tk.get_vocab(with_added_tokens=True)
     tokens = [None] * len(vocab)
     for t, i in vocab.items():
         tokens[i] = t
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt-2")
+    w.add_tokenizer_pre(PRE.get(style, ("gpt-2",))[0])
     w.add_token_list(tokens)
     merges = json.loads(tk.to_str())["model"]["merges"]
     w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
@@ -73,11 +105,11 @@ def write_gguf(path, d, tk, style):
     w.close()
 
 
-@pytest.fixture(scope="module", params=sorted(FAMILY_STYLES))
+@pytest.fixture(scope="module", params=sorted(STYLES))
 def family(request, tmp_path_factory):
     style = request.param
     d = tmp_path_factory.mktemp(style)
-    tk = chat_dir(d / "hf", style)
+    tk = make_dir(d / "hf", style)
     write_gguf(d / "t.gguf", d / "hf", tk, style)
     return style, d
 
@@ -120,9 +152,9 @@ def test_thinking_switches_are_the_templates(family):
         assert "Reasoning Mode: /no_think" in tok.apply_chat_template(
             msgs, enable_thinking=False).text
         assert "Reasoning Mode: /no_think" in tok.apply_chat_template(CONVERSATIONS[3]).text
-    elif style == "olmo2":  # the template writes the BOS; the tokenizer adds none
+    elif style in ("olmo2", "llama3"):  # the template writes the BOS; the tokenizer adds none
         ids = tok.apply_chat_template(msgs).ids
-        bos = tok.token_to_id("<|endoftext|>")
+        bos = tok.token_to_id(STYLES[style][1])
         assert ids[0] == bos and list(ids).count(bos) == 1
     else:
         text = tok.apply_chat_template(msgs, tools=TOOLS).text

@@ -8,8 +8,6 @@ import json
 
 import pytest
 
-from family_templates import FAMILY_STYLES
-
 __all__ = ["TEMPLATES", "STYLES", "chat_dir", "chat_model_dir", "LINES"]
 
 LINES = ["the block reads the stream and writes a small update back into it",
@@ -94,7 +92,7 @@ def chat_dir(d, style="chatml", vocab=400):
     """Write tokenizer.json, tokenizer_config.json and the template of ``style`` into ``d``;
     the trained tokenizers.Tokenizer."""
     tokenizers = pytest.importorskip("tokenizers")
-    template, bos, eos, specials, where = {**STYLES, **FAMILY_STYLES}[style]
+    template, bos, eos, specials, where = STYLES[style]
     d.mkdir(parents=True, exist_ok=True)
     tok = tokenizers.Tokenizer(tokenizers.models.BPE())
     tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
