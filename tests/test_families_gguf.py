@@ -21,7 +21,6 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
-from transformers import AutoModelForCausalLM  # noqa: E402
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
 
 import blockc  # noqa: E402
@@ -128,7 +127,7 @@ def _llama3_divisors(hc):
     """rope_freqs.weight of a llama3 config: the default frequencies over transformers'
     llama3 ones (what the converter's generate_extra_tensors computes)."""
     scaled, _ = ROPE_INIT_FUNCTIONS["llama3"](hc, "cpu")
-    dim = hc.head_dim
+    dim = getattr(hc, "head_dim", None) or hc.hidden_size // hc.num_attention_heads
     plain = 1.0 / (hc.rope_parameters["rope_theta"] ** (np.arange(0, dim, 2) / dim))
     return (plain / scaled.double().numpy()).astype(np.float32)
 
@@ -200,6 +199,9 @@ CONVERTED = {
     "granite-linear": ("granite", dict(FAMILY_CASES["granite"], rope_parameters=dict(LINEAR)),
                        "granite"),
     "olmo2-yarn": ("olmo2", dict(FAMILY_CASES["olmo2"], rope_parameters=dict(YARN)), "olmo2"),
+    # SmolLM3's converter is LlamaModel's: llama3 as rope_freqs.weight
+    "smollm3-llama3": ("smollm3", dict(FAMILY_CASES["smollm3"], rope_parameters=dict(LLAMA3)),
+                       "smollm3"),
 }
 
 
@@ -244,6 +246,9 @@ def test_save_gguf_writes_linear_and_yarn_scaling_back(tmp_path, arch, rope):
         assert f.get(f"{arch}.rope.scaling.yarn_beta_fast") == 16.0
     g = GPT.from_pretrained(tmp_path / "m.gguf")
     assert g.config == m.config
+    # the C library's rope fields: the same tables, bit for bit
+    a, b = g.config.rope_tables, m.config.rope_tables
+    assert np.array_equal(a.inv.view(np.uint32), b.inv.view(np.uint32)) and a.attn == b.attn
     check_against(hm, g)
 
 
