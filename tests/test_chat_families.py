@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import blockc
-from blockc.text.gguf import PRE_TOKENIZER_SPLITS
+from blockc.text.gguf import DIGITS_FIRST_PRE_TOKENIZERS, PRE_TOKENIZER_SPLITS, metadata_of
 from chat_dirs import LLAMA3
 from family_templates import FAMILY_STYLES
-from test_tokenizer_families import _bytelevel
+from test_tokenizer_families import LINES, STRINGS, _bytelevel
 
 pytest.importorskip("jinja2")
 pytest.importorskip("tokenizers")
@@ -47,7 +47,7 @@ STYLES = {**FAMILY_STYLES, "llama3": (LLAMA3, "<|begin_of_text|>", "<|eot_id|>",
 
 _GPT2 = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 #: style -> (GGUF tokenizer.ggml.pre, normalised to NFC first)
-PRE = {"qwen3": ("qwen2", True), "llama3": ("llama-bpe", False)}
+PRE = {"qwen3": ("qwen2", True), "llama3": ("llama-bpe", False), "granite": ("refact", False)}
 
 # the keywords each family's template reads beyond the conversation
 VARIANTS = {
@@ -60,12 +60,32 @@ VARIANTS = {
 }
 
 
+def _digits_first(specials):
+    """A StarCoder-style byte-level BPE (GGUF ``pre`` "refact"): digits split one by one,
+    then GPT-2's split."""
+    from tokenizers import Tokenizer as HF, decoders, models, pre_tokenizers, trainers
+    tk = HF(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tk.decoder = decoders.ByteLevel()
+    tr = trainers.BpeTrainer(vocab_size=600, special_tokens=specials, show_progress=False,
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tk.train_from_iterator(LINES, tr)
+    # a merge of two digits, which only a split that keeps digits together would use: what
+    # tells this tokenizer from GPT-2's split
+    d = json.loads(tk.to_str())
+    d["model"]["vocab"]["12"] = max(d["model"]["vocab"].values()) + 1
+    d["model"]["merges"].append(["1", "2"])
+    return HF.from_str(json.dumps(d))
+
+
 def make_dir(d, style):
     """tokenizer.json (trained here), tokenizer_config.json naming BOS and EOS, and the
     template where the family's checkpoints keep it."""
     template, bos, eos, specials, where = STYLES[style]
     pre, nfc = PRE.get(style, ("gpt-2", False))
-    tk = _bytelevel(PRE_TOKENIZER_SPLITS.get(pre, _GPT2), specials, nfc)
+    tk = (_digits_first(specials) if pre in DIGITS_FIRST_PRE_TOKENIZERS else
+          _bytelevel(PRE_TOKENIZER_SPLITS.get(pre, _GPT2), specials, nfc))
     d.mkdir(parents=True)
     tk.save(str(d / "tokenizer.json"))
     cfg = {"eos_token": eos, "model_max_length": 4096}
@@ -135,6 +155,23 @@ def test_family_templates_render_as_transformers_from_both_sources(family):
                     assert got.ids.tolist() == list(ids), (style, where, msgs, kw, gen)
     # the variants change the text (the keywords reach the template)
     assert len(seen) >= len(CONVERSATIONS) * len(VARIANTS[style])
+
+
+def test_tokenizers_encode_as_the_hf_tokenizer_from_both_sources(family):
+    style, d = family
+    peer = transformers.AutoTokenizer.from_pretrained(str(d / "hf"))
+    ours = [blockc.Tokenizer.from_pretrained(d / "hf"), blockc.Tokenizer.from_pretrained(d / "t.gguf")]
+    # and the directory's tokenizer as blockc's save_gguf writes it (its pre-tokenizer named)
+    meta = metadata_of(ours[0])
+    want_pre = {"qwen3": "qwen2", "llama3": "llama3", "granite": "starcoder"}.get(style, "gpt-2")
+    assert meta["tokenizer.ggml.pre"].value == want_pre
+    blockc.io.gguf.write(str(d / "saved.gguf"), {"general.architecture": "llama", **meta}, [])
+    ours.append(blockc.Tokenizer.from_pretrained(d / "saved.gguf"))
+    for text in STRINGS + ["x 12 3.14 1,000 and 007", STYLES[style][3][-1] + " 42"]:
+        want = peer.encode(text, add_special_tokens=False)
+        for tok in ours:
+            assert tok.encode(text, add_special_tokens=False).tolist() == want, (style, text)
+            assert tok.decode(want) == peer.decode(want), (style, text)
 
 
 def test_thinking_switches_are_the_templates(family):
