@@ -118,6 +118,9 @@ def write_gguf(path, d, tk, style):
     if bos is not None:
         w.add_bos_token_id(vocab[bos])
     w.add_add_bos_token(False)
+    if style == "smollm3":  # SmolLM3Model.set_vocab drops the template's list slicing
+        assert "[:]" in template
+        template = template.replace("[:]", "")
     w.add_chat_template(template)
     w.write_header_to_file()
     w.write_kv_data_to_file()
