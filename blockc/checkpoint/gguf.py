@@ -1,4 +1,5 @@
-"""Models in GGUF files: llama.cpp's ``llama`` (Llama, Mistral, SmolLM, TinyLlama), ``qwen2`` and ``gpt2`` architectures, loaded and saved.
+"""Models in GGUF files: llama.cpp's ``llama`` (Llama, Mistral, SmolLM, TinyLlama), ``qwen2``,
+``qwen3``, ``granite``, ``smollm3``, ``olmo2`` and ``gpt2`` architectures, loaded and saved.
 
 Loading maps the file's metadata (``{arch}.context_length``, ``embedding_length``,
 ``block_count``, ``feed_forward_length``, ``attention.head_count``,
@@ -7,9 +8,10 @@ Loading maps the file's metadata (``{arch}.context_length``, ``embedding_length`
 :class:`blockc.GPTConfig`, and llama.cpp's tensor names (``token_embd``,
 ``blk.N.attn_q`` ..., ``output_norm``, ``output``; tied when ``output`` is absent
 or holds the embedding's very bytes) onto blockc's. What blockc would compute
-differently is refused by name: another architecture, scaled rotary angles
-(``rope.scaling.*``, ``rope_freqs``), experts, partial rotary dimensions,
-soft-capped or scaled logits. ``attention.sliding_window`` narrower than the
+differently is refused by name: another architecture, rotary scaling other than
+linear, yarn (``rope.scaling.*``) and llama3 (``rope_freqs``), which the Llama-shaped
+families read (:mod:`blockc.checkpoint.families.rope_gguf`), experts, partial rotary
+dimensions, soft-capped or scaled logits (Granite's scales aside). ``attention.sliding_window`` narrower than the
 context is every layer's window (GPTConfig.sliding_window), and written back so.
 
 llama.cpp's converter reorders a Llama's q and k rows within each head (it rotates

@@ -10,7 +10,9 @@ encode a text to the same ids), for the two models a file states in
   spelled otherwise is respelled byte by byte); ``merges`` as stored; the text split
   by GPT-2's pattern, or by the pattern of the pre-tokenizer ``tokenizer.ggml.pre``
   names (``llama-bpe`` for Llama 3, ``qwen2`` for Qwen2 and Qwen3, ...); Qwen2's text
-  normalised to NFC first, as its tokenizer.json does (:data:`NFC_PRE_TOKENIZERS`).
+  normalised to NFC first, as its tokenizer.json does (:data:`NFC_PRE_TOKENIZERS`);
+  ``refact``, ``smollm``, ``starcoder``, ...'s digits split one by one before GPT-2's
+  split (:data:`DIGITS_FIRST_PRE_TOKENIZERS`: SmolLM2's, StarCoder-style ones).
 - ``llama``: SentencePiece-style BPE with byte fallback (``<0x0A>`` tokens), spaces
   as ``▁`` and one ``▁`` prepended to the text (none when
   ``tokenizer.ggml.add_space_prefix`` is false); the merges as stored, or, as
@@ -34,7 +36,7 @@ from ..io.gguf import GGUFFile, Value, read
 from .chat import ChatTemplate
 
 __all__ = ["build", "TokenizerInfo", "PRE_TOKENIZER_SPLITS", "NFC_PRE_TOKENIZERS",
-           "GEMMA_ARCHITECTURES"]
+           "DIGITS_FIRST_PRE_TOKENIZERS", "GEMMA_ARCHITECTURES"]
 
 # CONTROL and USER_DEFINED in llama.cpp's token types
 _CONTROL, _USER_DEFINED = 3, 4
@@ -62,6 +64,12 @@ PRE_TOKENIZER_SPLITS: Dict[str, str] = {
     "tekken": _TEKKEN,
 }
 
+
+#: tokenizer.ggml.pre values whose text is split into single digits first, then as GPT-2's
+#: (llama.cpp's starcoder, refact, command-r, smollm, codeshell, exaone, minerva-7b: their
+#: tokenizer.json's Digits(individual_digits) before ByteLevel: SmolLM2's, StarCoder's)
+DIGITS_FIRST_PRE_TOKENIZERS = frozenset({"starcoder", "refact", "command-r", "smollm",
+                                         "codeshell", "exaone", "minerva-7b"})
 
 #: tokenizer.ggml.pre values whose tokenizer.json normalises the text to NFC first (Qwen2's)
 NFC_PRE_TOKENIZERS = frozenset({"qwen2", "deepseek-r1-qwen", "megrez"})
@@ -213,7 +221,11 @@ def build(f: GGUFFile) -> Tuple[Any, TokenizerInfo]:
         split = PRE_TOKENIZER_SPLITS.get(pre)
         if pre in NFC_PRE_TOKENIZERS:  # Qwen2's tokenizer.json normalises to NFC first
             tok.normalizer = normalizers.NFC()
-        if split is None:
+        if pre in DIGITS_FIRST_PRE_TOKENIZERS:
+            tok.pre_tokenizer = pre_tokenizers.Sequence([
+                pre_tokenizers.Digits(individual_digits=True),
+                pre_tokenizers.ByteLevel(add_prefix_space=False)])
+        elif split is None:
             tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         else:
             tok.pre_tokenizer = pre_tokenizers.Sequence([
@@ -354,6 +366,8 @@ def export(tok: Any, add_bos: Optional[bool] = None, chat_template: Optional[str
     if byte_level:
         out["tokenizer.ggml.model"] = Value("STRING", "gpt2")
         pre = "gpt-2"
+        if '"individual_digits": true' in text:  # digits one by one, then GPT-2's split
+            pre = "starcoder"
         for name, pattern in PRE_TOKENIZER_SPLITS.items():
             if json.dumps(pattern)[1:-1] in text:
                 pre = name

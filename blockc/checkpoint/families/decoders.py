@@ -21,9 +21,10 @@ from functools import partial
 from typing import Any, Dict, List, Mapping, Tuple
 
 from ..._errors import BlockcValueError
-from .llama import (_LLAMA_NAMES, _biases_by_flags, _llama_from_gguf, _llama_from_hf,
-                    _llama_tensors, _llama_to_gguf, _llama_to_hf, _no_window, _window_when_used)
-from .record import (GGUF_REFUSE, Family, GGUFMetadata, TensorName, float_field, get_field,
+from .llama import (_LLAMA_NAMES, LLAMA_GGUF_REFUSE, _biases_by_flags, _llama_from_gguf,
+                    _llama_from_hf, _llama_tensors, _llama_to_gguf, _llama_to_hf, _no_window,
+                    _window_when_used, gguf_rope_freqs)
+from .record import (Family, GGUFMetadata, TensorName, float_field, get_field,
                      int_field, want)
 
 __all__ = ["GRANITE", "SMOLLM3", "OLMO2"]
@@ -94,7 +95,7 @@ GRANITE = Family(
     name="granite", model_types=("granite",), from_hf=_granite_from_hf, check=_granite_check,
     to_hf=_granite_to_hf, tensors=partial(_llama_tensors, permuted=True),
     architectures=("granite",), from_gguf=_granite_from_gguf, to_gguf=_granite_to_gguf,
-    gguf_refuse={k: v for k, v in GGUF_REFUSE.items()
+    gguf_refuse={k: v for k, v in LLAMA_GGUF_REFUSE.items()
                  if k not in {key for _, _, key in _GRANITE_KEYS}}, **_LLAMA_NAMES)
 
 
@@ -160,7 +161,7 @@ SMOLLM3 = Family(
     name="smollm3", model_types=("smollm3",), from_hf=_smollm3_from_hf, check=_smollm3_check,
     to_hf=_smollm3_to_hf, tensors=partial(_llama_tensors, permuted=True),
     architectures=("smollm3",), from_gguf=_smollm3_from_gguf, to_gguf=_smollm3_to_gguf,
-    **_LLAMA_NAMES)
+    gguf_extra=gguf_rope_freqs, gguf_refuse=LLAMA_GGUF_REFUSE, **_LLAMA_NAMES)
 
 
 # ---- OLMo2 ----------------------------------------------------------------------------------
@@ -203,4 +204,4 @@ OLMO2 = Family(
     to_hf=partial(_llama_to_hf, model_type="olmo2", architecture="Olmo2ForCausalLM",
                   extra=lambda c: {"attention_bias": c.qkv_bias, "pad_token_id": None}),
     tensors=_olmo2_tensors, architectures=("olmo2",), from_gguf=_olmo2_from_gguf,
-    to_gguf=partial(_llama_to_gguf, arch="olmo2"), **_LLAMA_NAMES)
+    to_gguf=partial(_llama_to_gguf, arch="olmo2"), gguf_refuse=LLAMA_GGUF_REFUSE, **_LLAMA_NAMES)

@@ -10,10 +10,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from ..._errors import BlockcValueError
-from .record import (Family, GGUFMetadata, TensorName, bool_field, float_field, get_field,
-                     gguf_base, gguf_sizes, int_field, refusal, str_field, want)
+from .record import (GGUF_REFUSE, Family, GGUFMetadata, TensorName, bool_field, float_field,
+                     get_field, gguf_base, gguf_sizes, int_field, refusal, str_field, want)
+from .rope_gguf import ROPE_SCALING_KEYS, gguf_scaling, gguf_scaling_keys
 
-__all__ = ["LLAMA", "QWEN2", "QWEN3", "MISTRAL", "rope_fields", "rope_to_hf"]
+__all__ = ["LLAMA", "QWEN2", "QWEN3", "MISTRAL", "rope_fields", "rope_to_hf", "LLAMA_GGUF_REFUSE",
+           "ROPE_FREQS_ARCHS"]
 
 # ---- Llama, Qwen2, Mistral ----------------------------------------------------------------------
 
@@ -287,11 +289,17 @@ def _llama_to_hf(cfg: Any, *, model_type: str, architecture: str,
             **rope_to_hf(cfg), "attention_dropout": 0.0, **extra(cfg)}
 
 
-def gguf_rope(md: GGUFMetadata, rot: int) -> Dict[str, Any]:
+def gguf_rope(md: GGUFMetadata, rot: int, context: int) -> Dict[str, Any]:
     """rope_parameters of a file's ``rope_freqs.weight`` (llama.cpp's per-frequency
-    divisors: how its converter writes Llama 3.1's scaling), None without one."""
+    divisors: how its converter writes Llama 3.1's scaling) or of its ``rope.scaling.*``
+    keys (linear, yarn: :func:`blockc.checkpoint.families.rope_gguf.gguf_scaling`), None
+    without either."""
+    scaling = gguf_scaling(md, context)
+    if scaling is not None and md.has("rope_freqs.weight"):
+        raise md.refuse(md.key("rope.scaling.type"), md.get("rope.scaling.type"),
+                        "rotary scaling on top of rope_freqs.weight")
     if not md.has("rope_freqs.weight"):
-        return dict(rope_parameters=None)
+        return dict(rope_parameters=scaling)
     if md.shape("rope_freqs.weight") != (rot // 2,):
         raise md.fail(f"tensor 'rope_freqs.weight' has shape {md.shape('rope_freqs.weight')}, "
                       f"expected ({rot // 2},)")
@@ -328,19 +336,33 @@ def gguf_rope_freqs(cfg: Any) -> Dict[str, np.ndarray]:
     return {"rope_freqs.weight": np.asarray(out, np.float32)}
 
 
+#: the architectures whose files carry llama3's scaling as rope_freqs.weight (llama.cpp's
+#: converter writes it for LlamaModel's descendants whose tensor lists have it)
+ROPE_FREQS_ARCHS = ("llama", "smollm3")
+
+
 def gguf_rope_check(cfg: Any, arch: str) -> None:
-    """Refuse (by field) rotary scaling a GGUF file of ``arch`` does not hold here."""
+    """Refuse (by field) rotary scaling a GGUF file of ``arch`` does not hold here: linear
+    and yarn as ``rope.scaling.*`` keys in any, llama3 as ``rope_freqs.weight`` in
+    :data:`ROPE_FREQS_ARCHS`' files; dynamic and longrope in none."""
     kind = cfg.rope_kind
-    if kind not in ("default", "llama3", "factors") or (kind != "default" and arch != "llama"):
-        raise BlockcValueError(f"GPTConfig.rope_parameters: rope_type {kind!r} is not written to "
-                               f"a {arch} GGUF file by blockc")
+    if kind in ("default", "linear", "yarn") or (kind in ("llama3", "factors")
+                                                 and arch in ROPE_FREQS_ARCHS):
+        return
+    raise BlockcValueError(f"GPTConfig.rope_parameters: rope_type {kind!r} is not written to "
+                           f"a {arch} GGUF file by blockc")
+
+
+#: GGUF_REFUSE less the rope.scaling keys, which the Llama-shaped families read
+#: (:func:`gguf_rope`)
+LLAMA_GGUF_REFUSE = {k: v for k, v in GGUF_REFUSE.items() if k not in ROPE_SCALING_KEYS}
 
 
 def _llama_from_gguf(md: GGUFMetadata, *, biases: Optional[Tuple[bool, bool]],
                      why: str) -> Dict[str, Any]:
     """A Llama-shaped GGUF file; ``biases`` (q/k/v, output) the ones the family has (None:
     on all of q/k/v/output or on none), ``why`` saying so when the file differs."""
-    out = gguf_sizes(md, rope_freqs=md.arch == "llama")
+    out = gguf_sizes(md, rope_freqs=md.arch in ROPE_FREQS_ARCHS)
     width, heads = out["width"], out["heads"]
     kv = md.integer("attention.head_count_kv", heads)
     head_dim = md.integer("attention.key_length", width // heads if width % heads == 0 else 0)
@@ -366,7 +388,8 @@ def _llama_from_gguf(md: GGUFMetadata, *, biases: Optional[Tuple[bool, bool]],
                 rope_theta=md.real("rope.freq_base", 10000.0),
                 kv_heads=None if kv == heads else kv,
                 head_dim=None if head_dim * heads == width else head_dim, residual=True,
-                qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=False, **gguf_rope(md, rot))
+                qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=False,
+                **gguf_rope(md, rot, out["context"]))
 
 
 def _llama_to_gguf(cfg: Any, *, arch: str) -> Dict[str, Tuple[str, Any]]:
@@ -374,7 +397,8 @@ def _llama_to_gguf(cfg: Any, *, arch: str) -> Dict[str, Tuple[str, Any]]:
     md = dict(gguf_base(cfg), **{"attention.head_count_kv": ("UINT32", cfg.kv_heads_),
                                   "attention.layer_norm_rms_epsilon": ("FLOAT32", cfg.eps),
                                   "rope.freq_base": ("FLOAT32", cfg.rope_theta),
-                                  "rope.dimension_count": ("UINT32", cfg.head_dim_)})
+                                  "rope.dimension_count": ("UINT32", cfg.head_dim_)},
+              **gguf_scaling_keys(cfg, arch))
     if cfg.head_dim_ * cfg.heads != cfg.width:
         md["attention.key_length"] = ("UINT32", cfg.head_dim_)
         md["attention.value_length"] = ("UINT32", cfg.head_dim_)
@@ -453,7 +477,8 @@ LLAMA = Family(
     tensors=partial(_llama_tensors, permuted=True), architectures=("llama",),
     from_gguf=partial(_llama_from_gguf, biases=None,
                       why="a llama file has biases on all of q/k/v/output or on none"),
-    to_gguf=partial(_llama_to_gguf, arch="llama"), gguf_extra=gguf_rope_freqs, **_LLAMA_NAMES)
+    to_gguf=partial(_llama_to_gguf, arch="llama"), gguf_extra=gguf_rope_freqs,
+    gguf_refuse=LLAMA_GGUF_REFUSE, **_LLAMA_NAMES)
 
 QWEN2 = Family(
     name="qwen2", model_types=("qwen2",),
@@ -466,7 +491,7 @@ QWEN2 = Family(
     tensors=partial(_llama_tensors, permuted=False), architectures=("qwen2",),
     from_gguf=partial(_llama_from_gguf, biases=(True, False),
                       why="a qwen2 file has attn_q/k/v biases and no attn_output bias"),
-    to_gguf=partial(_llama_to_gguf, arch="qwen2"), **_LLAMA_NAMES)
+    to_gguf=partial(_llama_to_gguf, arch="qwen2"), gguf_refuse=LLAMA_GGUF_REFUSE, **_LLAMA_NAMES)
 
 # Qwen3: Qwen2's shape with RMSNorm on q and k per head before rotary, head_dim its own
 # (not width / heads), and no q/k/v biases by default; llama.cpp rotates it NEOX-style
@@ -477,7 +502,8 @@ QWEN3 = Family(
                   extra=lambda cfg: {"attention_bias": cfg.qkv_bias, "use_sliding_window": False,
                                      "sliding_window": None}),
     tensors=partial(_llama_tensors, permuted=False), architectures=("qwen3",),
-    from_gguf=_qwen3_from_gguf, to_gguf=partial(_llama_to_gguf, arch="qwen3"), **_LLAMA_NAMES)
+    from_gguf=_qwen3_from_gguf, to_gguf=partial(_llama_to_gguf, arch="qwen3"),
+    gguf_refuse=LLAMA_GGUF_REFUSE, **_LLAMA_NAMES)
 
 # Mistral is Llama with a sliding window; a config of it saves through Llama's record (check
 # None; Llama's writes Mistral's config.json for a window), and llama.cpp's files of it are
