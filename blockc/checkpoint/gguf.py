@@ -58,6 +58,7 @@ from ..block.ops import convert_ggml, pack, pack_ggml, unpack_ggml
 from ..reference import ggml
 from ..text.tokenizer import Tokenizer
 from ..io import gguf as fmt
+from .fused import fuse_gguf, split_gguf
 from ..text.gguf import metadata_of, placeholder
 
 __all__ = ["load", "save", "save_streaming", "config_from_gguf", "ARCHITECTURES", "GGUF_DTYPES",
@@ -154,6 +155,7 @@ def load(path: str, dtype: Optional[str], cls: Any,
     f = fmt.read(path)
     arch = f.get("general.architecture")
     cfg = GPTConfig(**config_from_gguf(f))
+    f.tensors = split_gguf(f.tensors, family_of_arch(arch, path).gguf_parts(cfg), path)
     spec = names(arch, cfg)
     wanted = {n for n, _, _, _ in spec} | set(family_of_arch(arch, path).gguf_extras(cfg))
     tied_dup = cfg.tie_weights and "output.weight" in f.tensors
@@ -614,6 +616,7 @@ def save(m: Any, path: str, dtype: str, tokenizer: Optional[Mapping[str, Any]] =
             continue
         w = np.ascontiguousarray(w, dtype=np.float32)
         tensors.append((name, t, w.shape, quantise(w, t)))
+    tensors = fuse_gguf(tensors, family_of_arch(arch, "GGUF").gguf_parts(cfg))
     for name, a in family_of_arch(arch, "GGUF").gguf_extras(cfg).items():
         a = np.ascontiguousarray(a, dtype=np.float32)
         tensors.append((name, "F32", a.shape, quantise(a, "F32")))
@@ -675,6 +678,7 @@ def save_streaming(path: str, cfg: GPTConfig, dtype: str,
         t = recipe(dtype, name, cfg.layers, tl.shape[-1], cfg.tie_weights) if tl.packed else "F32"
         shape = ((rows[1] - rows[0]) if rows is not None else tl.shape[0],) + tuple(tl.shape[1:])
         tensors.append((name, t, shape, later(ours, rows, heads, t)))
+    tensors = fuse_gguf(tensors, family_of_arch(arch, "GGUF").gguf_parts(cfg))
     holder = type("_Config", (), {"config": cfg})()  # what _metadata reads of a model
     fmt.write(path, _metadata(holder, arch, dtype, dict(tokenizer or placeholder(cfg.vocab))),
               tensors)
