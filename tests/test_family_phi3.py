@@ -99,13 +99,30 @@ def test_phi3_logits_match_transformers(pair, n):
     close(gpt_forward(m.state_dict(), m.config, ids), ref)
 
 
-@pytest.mark.parametrize("prompt", [3, 20])
+@pytest.mark.parametrize("prompt", [3, 6, ORIGINAL, 20])
 def test_phi3_greedy_matches_transformers(pair, prompt):
-    # 3 + 12 tokens stay below the original length; a 20-token prompt is past it (and
-    # past the window) from the start
+    # 3 + 12 tokens stay below the original length; 6 + 12 and 16 + 12 pass it on the way
+    # (the cache run again whole then, as transformers' Phi-3 generate does); a 20-token
+    # prompt is past it (and past the window) from the start
     hm, m, _ = pair
-    ids = ids_of(prompt, seed=7)
-    np.testing.assert_array_equal(m.generate(ids, 12), hf_greedy(hm, ids, 12))
+    for seed in (7, 8, 9):
+        ids = ids_of(prompt, seed=seed)
+        np.testing.assert_array_equal(m.generate(ids, 12), hf_greedy(hm, ids, 12))
+
+
+def test_phi3_generate_passing_the_original_length_is_the_whole_forward(pair):
+    # each step's token: from the forward of the whole sequence so far (long factors on
+    # every position once it is longer than 16: use_cache=False), not from a cache of
+    # short-turned keys; rows of a batch pass 16 at their own steps, each as alone
+    _, m, _ = pair
+    for seed in (11, 12, 13):
+        ids = ids_of(ORIGINAL, seed=seed)[0]
+        rows = [ids[:ORIGINAL - 2], ids[:ORIGINAL - 5]]
+        both = m.generate(rows, 12)
+        for r, b in zip(rows, both):
+            whole = m.generate(r[None], 12, use_cache=False)[0]
+            np.testing.assert_array_equal(b[:len(r) + 12], whole)
+            np.testing.assert_array_equal(m.generate(r[None], 12)[0], whole)
 
 
 def test_phi3_save_pretrained_is_read_by_transformers(pair, tmp_path):
