@@ -177,8 +177,9 @@ def test_phi3_gguf_is_llama_cpps_layout_and_loads(wide, tmp_path, dtype):
                                   np.float32(p["long_factor"]))
     np.testing.assert_array_equal(_dequantised(r, "rope_factors_short.weight"),
                                   np.float32(p["short_factor"]))
-    if dtype == "Q4_K_M":  # llama.cpp's mix: Q4_K, ffn_down of the last layer Q6_K
+    if dtype == "Q4_K_M":  # llama.cpp's mix: Q4_K, attn_qkv Q5_K, the last ffn_down Q6_K
         assert names["blk.0.ffn_up.weight"].tensor_type.name == "Q4_K"
+        assert names["blk.0.attn_qkv.weight"].tensor_type.name == "Q5_K"
         assert names["blk.1.ffn_down.weight"].tensor_type.name == "Q6_K"
     g = GPT.from_pretrained(path)
     assert g.config.rope_tables.inv.tobytes() == cfg.rope_tables.inv.tobytes()

@@ -1,4 +1,7 @@
-"""Models in GGUF files: llama.cpp's ``llama`` (Llama, Mistral, SmolLM, TinyLlama), ``qwen2`` and ``gpt2`` architectures, loaded and saved.
+"""Models in GGUF files: llama.cpp's ``llama`` (Llama, Mistral, SmolLM, TinyLlama), ``qwen2``,
+``phi3`` (fused ``attn_qkv`` and ``ffn_up``, longrope's ``rope_factors_long``/``_short``:
+:mod:`blockc.checkpoint.families.phi3`), ``gpt2`` and the other families' architectures,
+loaded and saved.
 
 Loading maps the file's metadata (``{arch}.context_length``, ``embedding_length``,
 ``block_count``, ``feed_forward_length``, ``attention.head_count``,
@@ -451,8 +454,9 @@ def recipe(dtype: str, name: str, layers: int, cols: int, tied: bool = False) ->
     file of ``dtype``: the type itself, or for the ``_M``/``_S`` mixes llama.cpp's choice
     (Q6_K for the output, which is the token embedding of a ``tied`` model with no
     output tensor, and, in ``_M``, for attn_v and ffn_down of the layers
-    ``use_more_bits`` picks); K-quants fall back when ``cols`` is not a multiple of 256
-    (the output's Q6_K to Q8_0, as llama.cpp's rule for rows not whole K-blocks)."""
+    ``use_more_bits`` picks, and a fused attn_qkv one K-type up: Q5_K in Q4_K_M);
+    K-quants fall back when ``cols`` is not a multiple of 256 (the output's Q6_K to
+    Q8_0, as llama.cpp's rule for rows not whole K-blocks)."""
     if dtype in ("Q4_K_M", "Q5_K_M", "Q4_K_S", "Q5_K_S"):
         base = dtype[:4]
         t = base
@@ -461,6 +465,8 @@ def recipe(dtype: str, name: str, layers: int, cols: int, tied: bool = False) ->
         elif dtype.endswith("_M") and (".attn_v." in name or ".ffn_down." in name):
             i = int(name.split(".")[1])
             t = "Q6_K" if _more_bits(i, layers) else base
+        elif dtype.endswith("_M") and ".attn_qkv." in name:  # a fused q/k/v (phi3's)
+            t = {"Q4_K": "Q5_K", "Q5_K": "Q6_K"}[base]
     else:
         t = dtype
     bs = ggml.BLOCKS[t][0]
