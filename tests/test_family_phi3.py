@@ -249,3 +249,54 @@ def test_phi3_refusals_name_the_field():
         GPTConfig.from_hf(dict(base, rope_scaling=dict(rope_type="linear", factor=2.0)))
     with pytest.raises(ValueError, match="hidden_act"):
         GPTConfig.from_hf(dict(base, hidden_act="gelu"))
+
+
+def test_phi3_fused_tensors_missing_or_misshapen_are_refused_by_name(pair, tmp_path):
+    _, m, path = pair
+    gate_up = "model.layers.0.mlp.gate_up_proj.weight"
+    tensors, _ = blockc.io.safetensors.read(str(path / "model.safetensors"))
+    arrays = {k: np.array(v.data) for k, v in tensors.items()}
+    for case, change in (("missing", lambda a: a.pop(gate_up)),
+                         ("shape", lambda a: a.__setitem__(gate_up, a[gate_up][:90]))):
+        d = tmp_path / case
+        d.mkdir()
+        (d / "config.json").write_text((path / "config.json").read_text())
+        a = dict(arrays)
+        change(a)
+        blockc.io.safetensors.write(str(d / "model.safetensors"), a, {"format": "pt"})
+        with pytest.raises(ValueError, match=rf"tensor '{gate_up}' (is missing|has shape \(90, 32\))"):
+            GPT.from_pretrained(d)
+    m.save_gguf(tmp_path / "m.gguf", "F32")
+    f = blockc.io.gguf.read(str(tmp_path / "m.gguf"))
+    meta = {k: v for k, v in f.fields.items()}
+    kept = [(t.name, t.type, t.shape, t.data) for t in f.tensors.values()
+            if t.name != "blk.1.ffn_up.weight"]
+    blockc.io.gguf.write(str(tmp_path / "cut.gguf"), meta, kept)
+    with pytest.raises(ValueError, match="tensor 'blk.1.ffn_up.weight' is missing"):
+        GPT.from_pretrained(tmp_path / "cut.gguf")
+
+
+def test_phi3_mini_shape_is_mistrals_computation(tmp_path):
+    # Phi-3-mini-4k: plain rotary over the whole head and a window (its 2047 here 12): Llama's
+    # computation with a window, saved as Mistral's (transformers computes the same)
+    hm = phi3(seed=6, rope_scaling=None, partial_rotary_factor=1.0)
+    hm.save_pretrained(tmp_path)
+    m = GPT.from_pretrained(tmp_path)
+    assert (m.config.rotary_dim, m.config.sliding_window) == (None, WINDOW)
+    ids = ids_of(40)
+    ref = hf_logits(hm, ids)
+    close(m(ids), ref)
+    m.save_pretrained(tmp_path / "back")
+    assert json.loads((tmp_path / "back" / "config.json").read_text())["model_type"] == "mistral"
+    close(hf_logits(AutoModelForCausalLM.from_pretrained(tmp_path / "back").eval(), ids), ref)
+
+
+def test_phi3_su_is_longrope():
+    # Phi-3-mini-128k's older spelling, as transformers' Phi3Config reads it
+    d = dict(model_type="phi3", vocab_size=V, hidden_size=32, num_attention_heads=4,
+             intermediate_size=48, num_hidden_layers=1, max_position_embeddings=64,
+             original_max_position_embeddings=16,
+             rope_scaling=dict(type="su", short_factor=[1.0] * 4, long_factor=[2.0] * 4))
+    cfg = GPTConfig.from_hf(d)
+    assert cfg.rope_kind == "longrope" and cfg.rope_tables.original == 16
+    assert cfg.rope_tables.attn == pytest.approx(np.sqrt(1 + np.log(4) / np.log(16)))

@@ -30,6 +30,9 @@ def _split(tensors: Mapping[str, T], parts: Parts, path: str,
            view: Callable[[T, str, int, int], T]) -> Dict[str, T]:
     if not parts:
         return dict(tensors)
+    for name in parts:
+        if name not in tensors:
+            raise BlockcValueError(f"{path}: tensor {name!r} is missing")
     out: Dict[str, T] = {}
     for name, t in tensors.items():
         ps = parts.get(name)

@@ -149,7 +149,8 @@ def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model,  # ty
     wanted = {n for n, _, _, _ in spec}
     head = "lm_head.weight"
     tied_head = cfg.tie_weights and head in tensors
-    missing = [n for n, _, _, _ in spec if n not in tensors]
+    of = {p: k for k, v in parts.items() for p, _, _ in v}  # a part: its fused tensor's name
+    missing = list(dict.fromkeys(of.get(n, n) for n, _, _, _ in spec if n not in tensors))
     if missing:
         raise BlockcValueError(f"{path}: tensor {missing[0]!r} is missing"
                                + (f" ({len(missing)} missing)" if len(missing) > 1 else ""))
