@@ -13,7 +13,10 @@
   (sqrt(1 + ln(max / original) / ln(original)) unless given). In a GGUF file:
   ``rope_factors_long.weight``, ``rope_factors_short.weight``,
   ``phi3.rope.scaling.original_context_length``, ``phi3.rope.scaling.attn_factor``,
-  ``phi3.rope.dimension_count``.
+  ``phi3.rope.dimension_count``. Which factors apply follows transformers: by the
+  sequence's length (and ``generate`` runs a sequence whole again when it passes the
+  original length, as transformers' Phi-3 generate does); llama.cpp picks them once, by
+  the context size a run is created with.
 - ``sliding_window`` on every layer (Phi-3-mini's 2047: a query sees itself and the
   2046 positions before it, as transformers' mask); llama.cpp's converter writes
   ``phi3.attention.sliding_window`` 0 for none.
