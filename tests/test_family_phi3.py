@@ -137,6 +137,13 @@ def test_phi3_save_pretrained_is_read_by_transformers(pair, tmp_path):
     ids = ids_of(40)
     close(hf_logits(hb, ids), hf_logits(hm, ids))
     assert GPT.from_pretrained(tmp_path).config == m.config
+    # bfloat16: the fused matrices written BF16 whole, read back to the same bits
+    b = m.astype("bfloat16")
+    b.save_pretrained(tmp_path / "bf16")
+    tensors, _ = blockc.io.safetensors.read(str(tmp_path / "bf16" / "model.safetensors"))
+    assert tensors["model.layers.0.mlp.gate_up_proj.weight"].dtype == "BF16"
+    back = GPT.from_pretrained(tmp_path / "bf16")
+    assert back.dtype == "bfloat16" and np.array_equal(back.params, b.params)
 
 
 def _dequantised(reader, name):
