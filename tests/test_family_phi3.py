@@ -281,6 +281,12 @@ def test_phi3_fused_tensors_missing_or_misshapen_are_refused_by_name(pair, tmp_p
     blockc.io.gguf.write(str(tmp_path / "cut.gguf"), meta, kept)
     with pytest.raises(ValueError, match="tensor 'blk.1.ffn_up.weight' is missing"):
         GPT.from_pretrained(tmp_path / "cut.gguf")
+    # an attention factor without longrope's factors: nothing blockc computes so
+    kept = [(t.name, t.type, t.shape, t.data) for t in f.tensors.values()
+            if not t.name.startswith("rope_factors")]
+    blockc.io.gguf.write(str(tmp_path / "nofactors.gguf"), meta, kept)
+    with pytest.raises(ValueError, match="phi3.rope.scaling.attn_factor"):
+        GPT.from_pretrained(tmp_path / "nofactors.gguf")
 
 
 def test_phi3_mini_shape_is_mistrals_computation(tmp_path):

@@ -121,6 +121,10 @@ def _phi3_from_gguf(md: GGUFMetadata) -> Dict[str, Any]:
         raise md.fail(f"tensor {_FACTORS[has.index(False)]!r} is missing beside "
                       f"{_FACTORS[has.index(True)]!r}")
     if not all(has):
+        attn = md.real("rope.scaling.attn_factor", 1.0)
+        if attn != 1.0:  # llama.cpp's converter writes it beside the factors only
+            raise md.refuse(md.key("rope.scaling.attn_factor"), attn,
+                            "cos and sin scaled without longrope's factors")
         return out
     long_, short = [], []
     for name, into in zip(_FACTORS, (long_, short)):
