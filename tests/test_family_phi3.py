@@ -271,7 +271,8 @@ def test_phi3_fused_tensors_missing_or_misshapen_are_refused_by_name(pair, tmp_p
         a = dict(arrays)
         change(a)
         blockc.io.safetensors.write(str(d / "model.safetensors"), a, {"format": "pt"})
-        with pytest.raises(ValueError, match=rf"tensor '{gate_up}' (is missing|has shape \(90, 32\))"):
+        with pytest.raises(ValueError,
+                           match=rf"tensor '{gate_up}' (is missing|has shape \(90, 32\))"):
             GPT.from_pretrained(d)
     m.save_gguf(tmp_path / "m.gguf", "F32")
     f = blockc.io.gguf.read(str(tmp_path / "m.gguf"))
