@@ -15,8 +15,8 @@ import pytest
 from blockc import GPT, GPTConfig, gguf
 from blockc.checkpoint import families as fam_mod
 from blockc.checkpoint.families import (FAMILIES, GGUF_FAMILIES, LLAMA, QWEN2, QWEN3, REGISTRY,
-                                        GEMMA3, GPT2, GRANITE, MISTRAL, OLMO2, SMOLLM3, family_of,
-                                        family_of_config)
+                                        GEMMA3, GPT2, GRANITE, MISTRAL, OLMO2, PHI3, SMOLLM3,
+                                        family_of, family_of_config)
 from blockc.checkpoint import gguf as gm
 from blockc.model import layout
 
@@ -57,6 +57,12 @@ def _configs(fam):
         return [GPTConfig.preset("llama-7b", **four, d_ff=24, kv_heads=2, nope_layers=(3,)),
                 GPTConfig.preset("llama-7b", **four, d_ff=24, head_dim=6, kv_heads=1,
                                  tie_weights=True, nope_layers=(3,))]
+    if fam is PHI3:  # told from Llama by partial rotary or longrope
+        longrope = dict(rope_type="longrope", short_factor=(1.0, 1.5), long_factor=(2.0, 4.0),
+                        original_max_position_embeddings=8, max_position_embeddings=16)
+        return [GPTConfig.preset("llama-7b", **SMALL, d_ff=24, kv_heads=2, rotary_dim=2),
+                GPTConfig.preset("llama-7b", **SMALL, d_ff=24, kv_heads=1, tie_weights=True,
+                                 sliding_window=8, rope_parameters=longrope)]
     if fam is QWEN3:
         return [GPTConfig.preset("llama-7b", **SMALL, d_ff=24, kv_heads=2, qk_norm="head"),
                 GPTConfig.preset("llama-7b", **SMALL, d_ff=24, head_dim=6, kv_heads=1,
@@ -112,6 +118,10 @@ def test_hf_names_and_shapes_are_transformers_state_dict(fam, cfg):
     for name, b, transposed, rows in fam.names(cfg):
         shape = lay[b].shape if rows is None else (rows[1] - rows[0],) + tuple(lay[b].shape[1:])
         ours[name] = tuple(shape[::-1] if transposed else shape)
+    for fused, parts in fam.hf_parts(cfg).items():  # Phi-3's gate_up_proj: its parts' rows
+        shapes = [ours.pop(p) for p, _, _ in parts]
+        assert [a for _, a, _ in parts] == [0] + list(np.cumsum([s[0] for s in shapes])[:-1])
+        ours[fused] = (parts[-1][2],) + shapes[0][1:]
     assert ours == sd
     assert GPTConfig.from_hf(hc.to_dict()) == cfg
 
@@ -135,8 +145,9 @@ def test_gguf_names_and_keys_are_llama_cpp_ones(fam, cfg):
     arch = fam.architectures[0]
     enum = next(a for a, n in g.MODEL_ARCH_NAMES.items() if n == arch)
     known = {g.TENSOR_NAMES[t] for t in g.MODEL_TENSORS[enum]}
+    fused = {p: name for name, ps in fam.gguf_parts(cfg).items() for p, _, _ in ps}
     for name, _, _, _ in fam.gguf_names(cfg):
-        base, kind = name.rsplit(".", 1)
+        base, kind = fused.get(name, name).rsplit(".", 1)
         generic = re.sub(r"^blk\.\d+\.", "blk.{bid}.", base)
         assert kind in ("weight", "bias") and generic in known, name
     keys = _gguf_keys()
@@ -167,10 +178,11 @@ def test_configs_round_trip_through_both_savers_and_loaders(tmp_path, fam, cfg):
 
 
 def test_the_registry_indexes_each_name_once():
-    assert set(FAMILIES) == {"gpt2", "llama", "mistral", "qwen2", "qwen3",
+    assert set(FAMILIES) == {"gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3",
                              "granite", "smollm3", "olmo2", "gemma3_text"}
     assert set(GGUF_FAMILIES) == set(gm.ARCHITECTURES) == {"gpt2", "llama", "qwen2", "qwen3",
-                                                               "granite", "smollm3", "olmo2"}
+                                                               "granite", "smollm3", "olmo2",
+                                                               "phi3"}
     assert all(FAMILIES[t] is f for f in REGISTRY for t in f.model_types)
     assert all(GGUF_FAMILIES[a] is f for f in REGISTRY for a in f.architectures)
     # Mistral reads as itself and saves through Llama's record, as Mistral's config.json

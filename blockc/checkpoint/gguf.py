@@ -1,5 +1,7 @@
 """Models in GGUF files: llama.cpp's ``llama`` (Llama, Mistral, SmolLM, TinyLlama), ``qwen2``,
-``qwen3``, ``granite``, ``smollm3``, ``olmo2`` and ``gpt2`` architectures, loaded and saved.
+``qwen3``, ``granite``, ``smollm3``, ``olmo2``, ``phi3`` (fused ``attn_qkv`` and ``ffn_up``,
+longrope's ``rope_factors_long``/``_short``: :mod:`blockc.checkpoint.families.phi3`) and
+``gpt2`` architectures, loaded and saved.
 
 Loading maps the file's metadata (``{arch}.context_length``, ``embedding_length``,
 ``block_count``, ``feed_forward_length``, ``attention.head_count``,
@@ -60,6 +62,7 @@ from ..block.ops import convert_ggml, pack, pack_ggml, unpack_ggml
 from ..reference import ggml
 from ..text.tokenizer import Tokenizer
 from ..io import gguf as fmt
+from .fused import fuse_gguf, split_gguf
 from ..text.gguf import metadata_of, placeholder
 
 __all__ = ["load", "save", "save_streaming", "config_from_gguf", "ARCHITECTURES", "GGUF_DTYPES",
@@ -156,6 +159,7 @@ def load(path: str, dtype: Optional[str], cls: Any,
     f = fmt.read(path)
     arch = f.get("general.architecture")
     cfg = GPTConfig(**config_from_gguf(f))
+    f.tensors = split_gguf(f.tensors, family_of_arch(arch, path).gguf_parts(cfg), path)
     spec = names(arch, cfg)
     wanted = {n for n, _, _, _ in spec} | set(family_of_arch(arch, path).gguf_extras(cfg))
     tied_dup = cfg.tie_weights and "output.weight" in f.tensors
@@ -451,8 +455,9 @@ def recipe(dtype: str, name: str, layers: int, cols: int, tied: bool = False) ->
     file of ``dtype``: the type itself, or for the ``_M``/``_S`` mixes llama.cpp's choice
     (Q6_K for the output, which is the token embedding of a ``tied`` model with no
     output tensor, and, in ``_M``, for attn_v and ffn_down of the layers
-    ``use_more_bits`` picks); K-quants fall back when ``cols`` is not a multiple of 256
-    (the output's Q6_K to Q8_0, as llama.cpp's rule for rows not whole K-blocks)."""
+    ``use_more_bits`` picks, and a fused attn_qkv one K-type up: Q5_K in Q4_K_M);
+    K-quants fall back when ``cols`` is not a multiple of 256 (the output's Q6_K to
+    Q8_0, as llama.cpp's rule for rows not whole K-blocks)."""
     if dtype in ("Q4_K_M", "Q5_K_M", "Q4_K_S", "Q5_K_S"):
         base = dtype[:4]
         t = base
@@ -461,6 +466,8 @@ def recipe(dtype: str, name: str, layers: int, cols: int, tied: bool = False) ->
         elif dtype.endswith("_M") and (".attn_v." in name or ".ffn_down." in name):
             i = int(name.split(".")[1])
             t = "Q6_K" if _more_bits(i, layers) else base
+        elif dtype.endswith("_M") and ".attn_qkv." in name:  # a fused q/k/v (phi3's)
+            t = {"Q4_K": "Q5_K", "Q5_K": "Q6_K"}[base]
     else:
         t = dtype
     bs = ggml.BLOCKS[t][0]
@@ -616,6 +623,7 @@ def save(m: Any, path: str, dtype: str, tokenizer: Optional[Mapping[str, Any]] =
             continue
         w = np.ascontiguousarray(w, dtype=np.float32)
         tensors.append((name, t, w.shape, quantise(w, t)))
+    tensors = fuse_gguf(tensors, family_of_arch(arch, "GGUF").gguf_parts(cfg))
     for name, a in family_of_arch(arch, "GGUF").gguf_extras(cfg).items():
         a = np.ascontiguousarray(a, dtype=np.float32)
         tensors.append((name, "F32", a.shape, quantise(a, "F32")))
@@ -677,6 +685,7 @@ def save_streaming(path: str, cfg: GPTConfig, dtype: str,
         t = recipe(dtype, name, cfg.layers, tl.shape[-1], cfg.tie_weights) if tl.packed else "F32"
         shape = ((rows[1] - rows[0]) if rows is not None else tl.shape[0],) + tuple(tl.shape[1:])
         tensors.append((name, t, shape, later(ours, rows, heads, t)))
+    tensors = fuse_gguf(tensors, family_of_arch(arch, "GGUF").gguf_parts(cfg))
     holder = type("_Config", (), {"config": cfg})()  # what _metadata reads of a model
     fmt.write(path, _metadata(holder, arch, dtype, dict(tokenizer or placeholder(cfg.vocab))),
               tensors)

@@ -23,6 +23,7 @@ from .. import _files
 from ..io import safetensors as st
 from .._args import as_choice
 from .._errors import BlockcValueError
+from .fused import fuse, join_rows, split_safetensors
 from .gguf import is_gguf, load as load_gguf
 from ..generation.config import TOKEN_ID_FIELDS, GenerationConfig, token_ids
 from .families import (FAMILIES, Name, config_to_hf, family_of, family_of_config,  # noqa: F401 (re-exported)
@@ -140,10 +141,16 @@ def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model,  # ty
     spec = fam.names(cfg)
     if prefix and not has_prefix:
         spec = [(n[len(prefix):] if n.startswith(prefix) else n, b, t, r) for n, b, t, r in spec]
+    parts = fam.hf_parts(cfg)
+    if prefix and not has_prefix:
+        strip = lambda n: n[len(prefix):] if n.startswith(prefix) else n  # noqa: E731
+        parts = {strip(k): tuple((strip(p), a, b) for p, a, b in v) for k, v in parts.items()}
+    tensors = split_safetensors(tensors, parts, path)  # a fused tensor's parts, one each
     wanted = {n for n, _, _, _ in spec}
     head = "lm_head.weight"
     tied_head = cfg.tie_weights and head in tensors
-    missing = [n for n, _, _, _ in spec if n not in tensors]
+    of = {p: k for k, v in parts.items() for p, _, _ in v}  # a part: its fused tensor's name
+    missing = list(dict.fromkeys(of.get(n, n) for n, _, _, _ in spec if n not in tensors))
     if missing:
         raise BlockcValueError(f"{path}: tensor {missing[0]!r} is missing"
                                + (f" ({len(missing)} missing)" if len(missing) > 1 else ""))
@@ -239,6 +246,11 @@ def save_dir(m: Model, path: str) -> None:
         tensors[name] = a
     # each file replaced whole (a unique temporary name, then a rename); the weights first,
     # so a config.json never describes weights that are not there yet
+    parts = fam.hf_parts(cfg)
+    if parts:  # the parts of a fused tensor joined (Phi-3's gate_up_proj)
+        tensors = dict(fuse(list(tensors.items()), parts, join_rows))
+        bf16_names = [n for n in tensors if n in bf16_names or (
+            n in parts and parts[n][0][0] in bf16_names)]
     st.write(os.path.join(path, SINGLE), tensors, {"format": "pt"}, bf16=tuple(bf16_names))
     _files.write_json(os.path.join(path, "config.json"), d)
     # what generate stops at and samples with, as transformers keeps it beside config.json

@@ -393,6 +393,19 @@ class Generation:
                 return m.run(np.stack(seqs), cache, last_only=True)[0][:, 0]
             return np.concatenate([m.run(s[None], cache, last_only=True, row=i)[0][:, 0]
                                    for i, s in enumerate(seqs)])
+        # longrope: a row whose length passes the original length now turns every position
+        # by the long factors, its cached ones too: run whole again (transformers' Phi-3
+        # generate recomputes its cache then), so each step is the forward of the sequence
+        tables = m.config.rope_tables
+        if tables.inv_long is not None and any(len(s) == tables.original + 1 for s in seqs):
+            out = []
+            for i, s in enumerate(seqs):
+                if len(s) == tables.original + 1:
+                    cache.truncate(i, 0)
+                else:
+                    s = s[-1:]
+                out.append(m.run(s[None], cache, last_only=True, row=i)[0][:, 0])
+            return np.concatenate(out)
         return m.run(np.array([[s[-1]] for s in seqs]), cache, last_only=True)[0][:, 0]
 
     def _record(self, i: int, tok: int, stops: Optional[List[StopStrings]]) -> None:

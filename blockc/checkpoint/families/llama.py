@@ -159,9 +159,10 @@ def _no_biases(d: Mapping[str, Any]) -> Tuple[bool, bool, bool]:
 def _llama_from_hf(d: Mapping[str, Any], *, model: str,
                    window_of: Callable[[Mapping[str, Any]], Any],
                    biases_of: Callable[[Mapping[str, Any]], Tuple[bool, bool, bool]],
-                   ) -> Dict[str, Any]:
+                   partial: bool = False) -> Dict[str, Any]:
     """A Llama-shaped config.json (RMSNorm, rotary positions, SwiGLU, grouped K/V heads);
-    ``model`` names the family in refusals."""
+    ``model`` names the family in refusals; ``partial``: the family rotates part of each
+    head (``partial_rotary_factor``: Phi-4-mini's), else that is refused."""
     act = str_field(d, "hidden_act", "silu")
     if act != "silu":
         raise refusal(model, "hidden_act", act, "blockc's gated MLP is SiLU-gated (SwiGLU)")
@@ -176,7 +177,7 @@ def _llama_from_hf(d: Mapping[str, Any], *, model: str,
     context = int_field(d, "max_position_embeddings", default=2048)
     hd = get_field(d, "head_dim")
     rope = rope_fields(model, d, hd if type(hd) is int else width // heads)
-    if rope["rotary_dim"] is not None:  # no Llama-shaped family here rotates part of a head
+    if rope["rotary_dim"] is not None and not partial:  # of these, only Phi-3's do
         raise refusal(model, "partial_rotary_factor", get_field(d, "partial_rotary_factor"),
                       "rotary embeddings on part of each head")
     if rope["rope_parameters"] and rope["rope_parameters"]["rope_type"] == "dynamic":
@@ -359,9 +360,10 @@ LLAMA_GGUF_REFUSE = {k: v for k, v in GGUF_REFUSE.items() if k not in ROPE_SCALI
 
 
 def _llama_from_gguf(md: GGUFMetadata, *, biases: Optional[Tuple[bool, bool]],
-                     why: str) -> Dict[str, Any]:
+                     why: str, partial: bool = False) -> Dict[str, Any]:
     """A Llama-shaped GGUF file; ``biases`` (q/k/v, output) the ones the family has (None:
-    on all of q/k/v/output or on none), ``why`` saying so when the file differs."""
+    on all of q/k/v/output or on none), ``why`` saying so when the file differs;
+    ``partial``: ``rope.dimension_count`` may be part of a head (phi3's), else refused."""
     out = gguf_sizes(md, rope_freqs=md.arch in ROPE_FREQS_ARCHS)
     width, heads = out["width"], out["heads"]
     kv = md.integer("attention.head_count_kv", heads)
@@ -371,7 +373,7 @@ def _llama_from_gguf(md: GGUFMetadata, *, biases: Optional[Tuple[bool, bool]],
         raise md.refuse(md.key("attention.value_length"), vdim,
                         f"value heads of another width than the key heads ({head_dim})")
     rot = md.integer("rope.dimension_count", head_dim)
-    if rot != head_dim:
+    if rot != head_dim and not (partial and rot <= head_dim and rot % 2 == 0):
         raise md.refuse(md.key("rope.dimension_count"), rot,
                         f"rotary embeddings on part of each head of {head_dim}")
     if heads % kv:
@@ -389,7 +391,8 @@ def _llama_from_gguf(md: GGUFMetadata, *, biases: Optional[Tuple[bool, bool]],
                 kv_heads=None if kv == heads else kv,
                 head_dim=None if head_dim * heads == width else head_dim, residual=True,
                 qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=False,
-                **gguf_rope(md, rot, out["context"]))
+                **gguf_rope(md, rot, out["context"]),
+                **({"rotary_dim": rot} if rot != head_dim else {}))
 
 
 def _llama_to_gguf(cfg: Any, *, arch: str) -> Dict[str, Tuple[str, Any]]:

@@ -11,7 +11,8 @@ import numpy as np
 
 from ..._errors import BlockcValueError
 
-__all__ = ["Family", "TensorName", "GGUFMetadata", "GGUF_REFUSE", "Name", "Spec", "get_field",
+__all__ = ["Family", "TensorName", "GGUFMetadata", "GGUF_REFUSE", "Name", "Spec", "Parts",
+           "part_name", "get_field",
            "refusal", "int_field", "bool_field", "float_field", "str_field", "want", "gguf_sizes",
            "gguf_base"]
 
@@ -31,7 +32,11 @@ class TensorName(NamedTuple):
     reordering over that many heads. ``gguf`` None: a GGUF file of the family has no
     such tensor (a model that has it is not saved as one). ``hf_offset``: blockc's tensor
     is the Hugging Face one plus this, in float32 (Gemma's norm gains, ``1 + w``, folded
-    in on load as transformers computes them and taken out on save)."""
+    in on load as transformers computes them and taken out on save). ``part`` (start,
+    stop): the other way round, blockc's tensor is those rows of the checkpoint tensor
+    (Phi-3's gate and up, the halves of ``gate_up_proj`` and of llama.cpp's ``ffn_up``):
+    the tables name it :func:`part_name` of the checkpoint tensor, which the loaders split
+    into its parts (:meth:`Family.hf_parts`) and the savers fuse again."""
 
     ours: str
     hf: str
@@ -40,6 +45,24 @@ class TensorName(NamedTuple):
     rows: Optional[Tuple[int, int]] = None
     permuted: Optional[int] = None
     hf_offset: float = 0.0
+    part: Optional[Tuple[int, int]] = None
+
+
+def part_name(name: str, part: Tuple[int, int]) -> str:
+    """The name a family's tables give rows ``part`` (start, stop) of checkpoint tensor
+    ``name`` (``"...gate_up_proj.weight[0:48]"``)."""
+    return f"{name}[{part[0]}:{part[1]}]"
+
+
+#: A fused checkpoint tensor's parts: {its name: ((part name, start, stop), ...)}, in row order
+Parts = Dict[str, Tuple[Tuple[str, int, int], ...]]
+
+
+def _parts(pairs: List[Tuple[str, Tuple[int, int]]]) -> Parts:
+    out: Dict[str, List[Tuple[str, int, int]]] = {}
+    for name, part in pairs:
+        out.setdefault(name, []).append((part_name(name, part), part[0], part[1]))
+    return {k: tuple(sorted(v, key=lambda p: p[1])) for k, v in out.items()}
 
 
 # ---- GGUF metadata, as the families read it ----------------------------------------------------
@@ -202,7 +225,17 @@ class Family:
     def names(self, cfg: Any) -> List[Name]:
         """(Hugging Face name, blockc name, stored transposed, rows) of every tensor of
         ``cfg``; rows (start, stop): the checkpoint tensor is those rows of blockc's."""
-        return [(t.hf, t.ours, t.transposed, t.rows) for t in self.tensors(cfg)]
+        return [(t.hf if t.part is None else part_name(t.hf, t.part), t.ours, t.transposed,
+                 t.rows) for t in self.tensors(cfg)]
+
+    def hf_parts(self, cfg: Any) -> Parts:
+        """The Hugging Face tensors of ``cfg`` that hold several of blockc's (``part``)."""
+        return _parts([(t.hf, t.part) for t in self.tensors(cfg) if t.part is not None])
+
+    def gguf_parts(self, cfg: Any) -> Parts:
+        """The GGUF tensors of ``cfg`` that hold several of blockc's (``part``)."""
+        return _parts([(t.gguf, t.part) for t in self.tensors(cfg)
+                       if t.part is not None and t.gguf is not None])
 
     def hf_offsets(self, cfg: Any) -> Dict[str, float]:
         """blockc name -> the offset folded into it on load from Hugging Face (nonzero only)."""
@@ -218,7 +251,8 @@ class Family:
                 arch = (self.architectures or (self.name,))[0]
                 raise BlockcValueError(f"GPTConfig: a {arch} GGUF file has no tensor for "
                                        f"{t.ours!r}")
-            out.append((t.gguf, t.ours, t.rows, t.permuted))
+            out.append((t.gguf if t.part is None else part_name(t.gguf, t.part), t.ours, t.rows,
+                        t.permuted))
         return out
 
     def gguf_extras(self, cfg: Any) -> Dict[str, np.ndarray]:
@@ -314,9 +348,11 @@ def gguf_sizes(md: GGUFMetadata, rope_freqs: bool = False) -> Dict[str, Any]:
     heads = md.integer("attention.head_count")
     d_ff = md.integer("feed_forward_length")
     window = md.get("attention.sliding_window")  # on every layer (llama.cpp's llama, qwen2)
-    if window is not None and (type(window) is not int or window < 1):
+    if window is not None and (type(window) is not int or window < 0):
         raise md.fail(f"{md.key('attention.sliding_window')} must be a positive integer, "
                       f"got {window!r}")
+    if window == 0:  # llama.cpp's none (its phi3 converter writes 0 for no window)
+        window = None
     vocab = md.shape("token_embd.weight")[0]
     return dict(vocab=vocab, context=context, width=width, heads=heads, layers=layers,
                 tie_weights=md.tied, d_ff=d_ff,
