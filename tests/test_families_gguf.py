@@ -253,14 +253,25 @@ def test_save_gguf_writes_linear_and_yarn_scaling_back(tmp_path, arch, rope):
 
 
 def test_rope_scalings_a_gguf_file_cannot_hold_are_refused_by_name(tmp_path):
-    for rp, ctx in ((dict(rope_type="dynamic", rope_theta=10000.0, factor=4.0), 16),
-                    (dict(rope_type="longrope", rope_theta=10000.0, short_factor=[1.0] * 4,
-                          long_factor=[2.0] * 4, original_max_position_embeddings=16), 64)):
-        hm = hf_model("llama", rope_parameters=rp, max_position_embeddings=ctx)
-        hm.save_pretrained(tmp_path / rp["rope_type"])
-        m = GPT.from_pretrained(tmp_path / rp["rope_type"])
-        with pytest.raises(ValueError, match=f"rope_type '{rp['rope_type']}'"):
-            m.save_gguf(tmp_path / "x.gguf")
+    hm = hf_model("llama", rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0,
+                                                factor=4.0), max_position_embeddings=16)
+    hm.save_pretrained(tmp_path / "dynamic")
+    with pytest.raises(ValueError, match="rope_type 'dynamic'"):
+        GPT.from_pretrained(tmp_path / "dynamic").save_gguf(tmp_path / "x.gguf")
+    # longrope is held by phi3 files only (its factors as tensors): a Llama longrope model
+    # is written as one, and reads back as the same computation
+    rp = dict(rope_type="longrope", rope_theta=10000.0, short_factor=[1.0] * 4,
+              long_factor=[2.0] * 4, original_max_position_embeddings=16)
+    hm = hf_model("llama", rope_parameters=rp, max_position_embeddings=64)
+    hm.save_pretrained(tmp_path / "longrope")
+    m = GPT.from_pretrained(tmp_path / "longrope")
+    m.save_gguf(tmp_path / "l.gguf")
+    r = gguf.GGUFReader(str(tmp_path / "l.gguf"))
+    assert r.fields["general.architecture"].contents() == "phi3"
+    back = GPT.from_pretrained(tmp_path / "l.gguf")
+    assert back.config.rope_kind == "longrope"
+    ids = np.arange(40, dtype=np.int64)[None] % V
+    np.testing.assert_array_equal(back(ids), m(ids))
     # llama3 as rope_freqs only where llama.cpp's tensor list has it
     hm = hf_model("qwen3", rope_parameters=dict(LLAMA3))
     hm.save_pretrained(tmp_path / "q3")

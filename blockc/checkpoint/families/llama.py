@@ -290,12 +290,14 @@ def _llama_to_hf(cfg: Any, *, model_type: str, architecture: str,
             **rope_to_hf(cfg), "attention_dropout": 0.0, **extra(cfg)}
 
 
-def gguf_rope(md: GGUFMetadata, rot: int, context: int) -> Dict[str, Any]:
+def gguf_rope(md: GGUFMetadata, rot: int, context: int, *,
+              scaling_keys: bool = True) -> Dict[str, Any]:
     """rope_parameters of a file's ``rope_freqs.weight`` (llama.cpp's per-frequency
     divisors: how its converter writes Llama 3.1's scaling) or of its ``rope.scaling.*``
-    keys (linear, yarn: :func:`blockc.checkpoint.families.rope_gguf.gguf_scaling`), None
+    keys (linear, yarn: :func:`blockc.checkpoint.families.rope_gguf.gguf_scaling`; not
+    read when ``scaling_keys`` is False, for a family that reads them itself), None
     without either."""
-    scaling = gguf_scaling(md, context)
+    scaling = gguf_scaling(md, context) if scaling_keys else None
     if scaling is not None and md.has("rope_freqs.weight"):
         raise md.refuse(md.key("rope.scaling.type"), md.get("rope.scaling.type"),
                         "rotary scaling on top of rope_freqs.weight")
@@ -363,7 +365,8 @@ def _llama_from_gguf(md: GGUFMetadata, *, biases: Optional[Tuple[bool, bool]],
                      why: str, partial: bool = False) -> Dict[str, Any]:
     """A Llama-shaped GGUF file; ``biases`` (q/k/v, output) the ones the family has (None:
     on all of q/k/v/output or on none), ``why`` saying so when the file differs;
-    ``partial``: ``rope.dimension_count`` may be part of a head (phi3's), else refused."""
+    ``partial``: ``rope.dimension_count`` may be part of a head and ``rope.scaling.*`` is
+    the caller's to read (phi3's longrope), else refused and read here."""
     out = gguf_sizes(md, rope_freqs=md.arch in ROPE_FREQS_ARCHS)
     width, heads = out["width"], out["heads"]
     kv = md.integer("attention.head_count_kv", heads)
@@ -391,7 +394,7 @@ def _llama_from_gguf(md: GGUFMetadata, *, biases: Optional[Tuple[bool, bool]],
                 kv_heads=None if kv == heads else kv,
                 head_dim=None if head_dim * heads == width else head_dim, residual=True,
                 qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=False,
-                **gguf_rope(md, rot, out["context"]),
+                **gguf_rope(md, rot, out["context"], scaling_keys=not partial),
                 **({"rotary_dim": rot} if rot != head_dim else {}))
 
 
