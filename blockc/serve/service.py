@@ -18,7 +18,7 @@ from ..runtime import set_num_threads
 from ..text.tokenizer import Tokenizer
 from ..text.chat import ChatTemplateError
 from .embed import pooling_of, token_ids, truncate_dimensions
-from .agents import ReplyPlan, plan_reply, template_variables
+from .agents import ReplyPlan, check_reasoning_effort, plan_reply, template_variables
 from .engine import Engine, Job, TextTail
 from .sampling import RowSampler, sampling_from_request
 from .settings import Settings
@@ -126,6 +126,7 @@ class Service:
             if template is None:
                 raise APIError(400, "this model has no chat template: use /v1/completions",
                                code="no_chat_template")
+            check_reasoning_effort(req, template)
             try:
                 text = template.render(
                     req.messages, req.add_generation_prompt, max_chars=self.max_chars,
