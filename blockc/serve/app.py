@@ -153,7 +153,10 @@ def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
     specs = model_list(settings)
 
     def load(name: str, path: Optional[str]) -> Service:
-        return Service(dataclasses.replace(settings, model=path, model_name=name))
+        # a draft model drafts for the first model only
+        return Service(dataclasses.replace(settings, model=path, model_name=name,
+                                           draft_model=settings.draft_model
+                                           if (name, path) == specs[0] else None))
 
     pool = ModelPool(specs, load, settings.max_memory)
     svc = None

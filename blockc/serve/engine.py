@@ -36,6 +36,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from .drafting import DEFAULT_DRAFT_MAX, DraftSlots
 from .metrics import Latencies
 from .sampling import RowSampler
 
@@ -184,11 +185,17 @@ class Engine:
         Continue a prompt from the longest prefix a slot still holds.
     cache_dtype : {"float32", "float16"}
         The slots' KV cache (:meth:`blockc.GPT.new_cache`).
+    draft : blockc.GPT, optional
+        Speculative decoding with this draft model (:mod:`blockc.serve.drafting`): the
+        same tokens as without it, fewer target steps when it guesses them.
+    draft_max : int, optional
+        Tokens drafted per round (default :data:`~blockc.serve.drafting.DEFAULT_DRAFT_MAX`).
     """
 
     def __init__(self, model: Any, parallel: int = 4, capacity: int = 1024, max_queue: int = 64,
                  prefill_chunk: int = 128, prefix_reuse: bool = True,
-                 cache_dtype: str = "float32"):
+                 cache_dtype: str = "float32", draft: Any = None,
+                 draft_max: Optional[int] = None):
         self.model = model
         self.parallel, self.capacity = int(parallel), int(capacity)
         self.max_queue, self.chunk = int(max_queue), int(prefill_chunk)
@@ -196,6 +203,9 @@ class Engine:
         self.vocab = model.config.vocab
         self.cache = model.new_cache(self.parallel + 1, self.capacity, cache_dtype)
         self._scratch = self.parallel
+        self.drafter = (None if draft is None else
+                        DraftSlots(draft, self.parallel + 1, self.capacity, self.vocab,
+                                   draft_max or DEFAULT_DRAFT_MAX, cache_dtype))
         self._slots = [_Slot() for _ in range(self.parallel)]
         self._n_dec = 0
         self._pf: Optional[Job] = None
@@ -298,6 +308,8 @@ class Engine:
         for s in self._slots:
             s.job, s.tokens = None, []
         self.cache.reset()
+        if self.drafter is not None:
+            self.drafter.reset()
         self._n_dec, self._pf, self._pf_slot = 0, None, -1
 
     def _step(self) -> None:
@@ -387,18 +399,36 @@ class Engine:
     def _decode(self) -> None:
         n = self._n_dec
         jobs = [self._slots[i].job for i in range(n)]
+        # a draft: k tokens each row can still take (its room in the cache too)
+        k = 0 if self.drafter is None else min(
+            [self.drafter.k] + [j.max_tokens - len(j.out) for j in jobs])
         ids = np.array([[j.last] for j in jobs], dtype=np.int64)
         try:
-            logits = self.model(ids, cache=self.cache.view(0, n), last_only=True)
+            if k > 0:
+                drafts = self.drafter.propose(
+                    [np.concatenate([j.prompt, np.asarray(j.out, np.int64)]) for j in jobs], k)
+                ids = np.concatenate([ids, drafts], axis=1)
+            logits = self.model(ids, cache=self.cache.view(0, n), last_only=k == 0)
         except Exception as e:  # one forward for every row: the rows decoding end with it,
-            for i in reversed(range(n)):  # the queue and the prompt being read go on
+            if self.drafter is not None:  # the queue and the prompt being read go on
+                self.drafter.reset()
+            for i in reversed(range(n)):
                 self._fail(i, e)
             return
         done = []
         for i, j in enumerate(jobs):
-            self._slots[i].tokens.append(j.last)
-            if self._sample(j, logits[i, 0], self._slots[i]):
-                done.append(i)
+            slot = self._slots[i]
+            for p in range(k + 1):  # each position as a plain step would sample it
+                slot.tokens.append(j.last)
+                if self._sample(j, logits[i, p], slot):
+                    done.append(i)
+                    break
+                if p == k or j.last != ids[i, p + 1]:  # the draft is wrong from here
+                    break
+            if k > 0:
+                self.stats["draft_tokens"] += k
+                self.stats["draft_accepted"] += len(slot.tokens) - self.cache.lengths[i] + k
+                self.cache.truncate(i, len(slot.tokens))  # the rejected positions
         for i in reversed(done):
             self._release(i)
 
@@ -494,6 +524,8 @@ class Engine:
         c.copy_prefix(s, a, la)
         c.copy_prefix(a, b, lb)
         c.copy_prefix(b, s, la)
+        if self.drafter is not None:
+            self.drafter.swap(a, b, s)
         self._slots[a], self._slots[b] = self._slots[b], self._slots[a]
         if self._pf_slot == a:
             self._pf_slot = b
