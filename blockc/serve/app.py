@@ -109,27 +109,34 @@ class _Pieces:
 
 
 class _Relay:
-    """Events from the scheduler thread to the event loop's queues, many per wake-up:
-    the first event since the last delivery schedules one delivery on the loop
-    (``call_soon_threadsafe``: a write to the loop's self-pipe), the events that follow
-    before it runs join it. One wake-up per scheduler step instead of one per token."""
+    """Events from the scheduler thread to the event loop's queues, a step's at once:
+    :meth:`put` keeps them, :meth:`send` (the engine's step listener, after each step)
+    wakes the loop once (``call_soon_threadsafe``: a write to its self-pipe, which
+    takes the GIL back and forth) to deliver every event kept. One wake-up per step
+    instead of one per token."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
         self._lock = threading.Lock()
         self._items: List[Tuple[asyncio.Queue, Any]] = []
+        self._pending = False
 
     def put(self, queue: asyncio.Queue, item: Any) -> None:
-        """Deliver item to queue on the loop (any thread; RuntimeError when the loop is closed)."""
+        """Keep item for queue until the next :meth:`send` (any thread)."""
         with self._lock:
-            first = not self._items
             self._items.append((queue, item))
-        if first:
-            self.loop.call_soon_threadsafe(self._deliver)
+
+    def send(self) -> None:
+        """Deliver what is kept, on the loop (RuntimeError when the loop is closed)."""
+        with self._lock:
+            if not self._items or self._pending:
+                return
+            self._pending = True
+        self.loop.call_soon_threadsafe(self._deliver)
 
     def _deliver(self) -> None:
         with self._lock:
-            items, self._items = self._items, []
+            items, self._items, self._pending = self._items, [], False
         for q, item in items:
             q.put_nowait(item)
 
@@ -216,6 +223,7 @@ def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
             relay = relays.get(loop)
             if relay is None:
                 relay = relays[loop] = _Relay(loop)
+            svc.engine.add_step_listener(relay.send)
 
             def emit_for(i):
                 def emit(ev):

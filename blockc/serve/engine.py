@@ -3,13 +3,16 @@
 
 Each iteration of the scheduler
   1. drops the requests whose client went away (their slot is free at once);
-  2. admits the next queued request when a slot is free: the slot is the free one
+  2. admits the next queued request when a slot is free (and no prompt is being read):
+     the slot is the free one
      whose kept tokens share the longest prefix with the prompt, and that prefix is
      copied from whichever slot holds the longest one (a chat's next turn continues
      from its previous turn's keys and values; ``n`` choices share their prompt);
-  3. runs one chunk (``prefill_chunk`` tokens) of the prompt being prefilled, so a
-     long prompt delays the running requests by one chunk per step, not by its whole
-     prefill; when the prompt is done its first token is sampled;
+  3. reads up to ``prefill_chunk`` prompt tokens: a chunk of the prompt being
+     prefilled, and while tokens of that budget remain the next queued prompts (admitted
+     as in 2), so a long prompt delays the running requests by one chunk per step, not
+     by its whole prefill, and many short prompts arriving together join the batch in
+     one step; when a prompt is done its first token is sampled;
   4. runs one decode step for every request past its prompt, all rows in one forward
      call (they are kept in slots 0 .. n-1: a finished request's slot is swapped
      behind them, its keys and values kept for reuse).
@@ -217,6 +220,9 @@ class Engine:
         self.draining = False
         self.stats: Dict[str, float] = collections.defaultdict(float)
         self.latency = Latencies()  # histograms: queue wait, first token, per token
+        # called after every scheduler step (:meth:`add_step_listener`): the events the
+        # step emitted go out together
+        self._listeners: List[Callable[[], None]] = []
         self._thread = threading.Thread(target=self._run, name="blockc-scheduler", daemon=True)
         self._thread.start()
 
@@ -251,6 +257,22 @@ class Engine:
     @property
     def active(self) -> int:
         return self._n_dec + (self._pf is not None)
+
+    def add_step_listener(self, fn: Callable[[], None]) -> None:
+        """Call fn (on the scheduler thread) after every step, once the step's events
+        are emitted: a relay that holds the events for another thread sends them on
+        together (one wake-up per step, not one per token). Added once however often
+        it is given."""
+        with self._cond:
+            if fn not in self._listeners:
+                self._listeners.append(fn)
+
+    def _stepped(self) -> None:
+        for fn in list(self._listeners):
+            try:
+                fn()
+            except Exception:  # a listener's loop gone: nothing to tell it
+                pass
 
     def idle(self) -> bool:
         with self._cond:
@@ -295,7 +317,10 @@ class Engine:
                 # failures end that request alone): the jobs in the slots end with it, the
                 # cache is emptied, the queue waits on
                 self._fail_all(_describe(e), queued=False)
+            finally:
+                self._stepped()
         self._fail_all(None)
+        self._stepped()
 
     def _fail_all(self, message: Optional[str], queued: bool = True) -> None:
         jobs = [s.job for s in self._slots if s.job is not None]
@@ -314,10 +339,18 @@ class Engine:
 
     def _step(self) -> None:
         self._drop_cancelled()
-        if self._pf is None:
-            self._admit()
-        if self._pf is not None:
-            self._prefill_chunk()
+        # prompts are read up to prefill_chunk tokens a step: several short ones join the
+        # batch in one step (16 requests arriving at once decode together from the
+        # second step, not the sixteenth); a long one's rest waits for the next step
+        budget = self.chunk
+        while budget > 0:
+            if self._pf is None:
+                self._admit()
+            if self._pf is None:
+                break
+            budget -= self._prefill_chunk(budget)
+            if self._pf is not None:  # its prompt goes on next step (or it failed)
+                break
         if self._n_dec:
             self._decode()
 
@@ -374,27 +407,30 @@ class Engine:
         self._pf, self._pf_slot = job, target
         self.stats["prompt_tokens_cached"] += keep
 
-    def _prefill_chunk(self) -> None:
+    def _prefill_chunk(self, limit: int) -> int:
+        """Read up to ``limit`` more tokens of the prompt being prefilled; the tokens read
+        (``limit`` when its forward failed: the step's budget is spent)."""
         job, i = self._pf, self._pf_slot
         slot = self._slots[i]
-        end = min(len(job.prompt), job.pos + self.chunk)
+        end = min(len(job.prompt), job.pos + limit)
         ids = job.prompt[job.pos:end]
         try:
             logits = self.model(ids[None], cache=self.cache.view(i, i + 1), last_only=True)
         except Exception as e:  # this prompt's forward: this job alone fails
             self._fail(i, e)
-            return
+            return limit
         slot.tokens.extend(int(t) for t in ids)
         self.stats["prompt_tokens"] += len(ids)
         job.pos = end
         if end < len(job.prompt):
-            return
+            return len(ids)
         self._pf, self._pf_slot = None, -1
         if self._sample(job, logits[0, 0], slot):
             self._release(i)
-            return
+            return len(ids)
         self._swap(i, self._n_dec)
         self._n_dec += 1
+        return len(ids)
 
     def _decode(self) -> None:
         n = self._n_dec
@@ -444,7 +480,8 @@ class Engine:
     def _sample_one(self, job: Job, logits: np.ndarray) -> bool:
         if job.cancelled:  # gone while its step ran: nothing to send
             return True
-        seen = np.concatenate([job.prompt, np.asarray(job.out, np.int64)])
+        seen = (np.concatenate([job.prompt, np.asarray(job.out, np.int64)])
+                if job.sampler.needs_seen else None)
         tok, lp, top = job.sampler(logits, seen)
         job.out.append(tok)
         job.last = tok
