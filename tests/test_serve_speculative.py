@@ -173,3 +173,15 @@ def test_a_draft_of_another_vocabulary_is_refused(dirs, tmp_path):
     small.save_pretrained(d)
     with pytest.raises(ValueError, match="vocabulary"):
         _server(dirs["target"], d)
+
+
+def test_a_sliding_window_model_takes_no_draft():
+    from blockc.serve.engine import Engine
+    arch = dict(vocab=40, context=64, width=16, heads=2, layers=2, positions="rope")
+    m = blockc.GPT.random(blockc.GPTConfig(**arch, sliding_window=8), seed=1)
+    d = blockc.GPT.random(blockc.GPTConfig(**dict(arch, layers=1)), seed=2)
+    with pytest.raises(ValueError, match="sliding-window"):
+        Engine(m, parallel=1, capacity=32, draft=d)
+    e = Engine(blockc.GPT.random(blockc.GPTConfig(**arch), seed=1), parallel=1, capacity=32,
+               draft=d)  # the same draft for a model without windows
+    e.close()

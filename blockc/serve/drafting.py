@@ -51,15 +51,24 @@ class DraftSlots:
     k : int >= 1
         Tokens drafted per round at most.
     cache_dtype : str
+    target : blockc.GPT, optional
+        The model it drafts for (checked: no sliding-window layers).
 
     Raises
     ------
     BlockcValueError
-        Another vocabulary, a shorter context, k < 1.
+        Another vocabulary, a shorter context, k < 1, a target with sliding windows.
     """
 
     def __init__(self, model: Any, slots: int, capacity: int, vocab: int,
-                 k: int = DEFAULT_DRAFT_MAX, cache_dtype: str = "float32"):
+                 k: int = DEFAULT_DRAFT_MAX, cache_dtype: str = "float32",
+                 target: Any = None):
+        if target is not None and any(target.config.layer_window(i) is not None
+                                      for i in range(target.config.layers)):
+            # a sliding layer's ring may have overwritten what a rejected draft's
+            # positions are cut back to
+            raise BlockcValueError("a draft model needs a model without sliding-window layers "
+                                   "(its cache cannot be cut back past a rejected draft)")
         if model.config.vocab != vocab:
             raise BlockcValueError(f"the draft model's vocabulary ({model.config.vocab}) differs "
                                    f"from the model's ({vocab}): a draft must share the tokenizer")

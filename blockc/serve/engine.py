@@ -208,7 +208,7 @@ class Engine:
         self._scratch = self.parallel
         self.drafter = (None if draft is None else
                         DraftSlots(draft, self.parallel + 1, self.capacity, self.vocab,
-                                   draft_max or DEFAULT_DRAFT_MAX, cache_dtype))
+                                   draft_max or DEFAULT_DRAFT_MAX, cache_dtype, model))
         self._slots = [_Slot() for _ in range(self.parallel)]
         self._n_dec = 0
         self._pf: Optional[Job] = None
