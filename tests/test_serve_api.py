@@ -373,6 +373,14 @@ def test_the_command_line_names_models(dirs):
                                                       "--max-memory", "lots"]))
     with pytest.raises(ValueError, match="give a model"):
         settings_from_args(build_parser().parse_args(["serve"]))
+    s = settings_from_args(build_parser().parse_args(["serve", "--model", str(a), "--draft-model",
+                                                      str(b), "--draft-max", "3"]))
+    assert (s.draft_model, s.draft_max) == (str(b), 3)
+    for extra, msg in ((["--draft-max", "3"], "needs --draft-model"),
+                       (["--draft-model", str(b), "--draft-max", "0"], "--draft-max must be"),
+                       (["--draft-model", str(a / "nope")], "no such file")):
+        with pytest.raises(ValueError, match=msg):
+            settings_from_args(build_parser().parse_args(["serve", "--model", str(a), *extra]))
 
 
 def test_a_model_that_fails_to_load_is_500_and_metrics_need_the_key(dirs, tmp_path):

@@ -26,8 +26,8 @@ TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "ob
 CHAT_FIELDS = {
     "messages": (MSGS, True), "model": ("m", True),
     "audio": ({"voice": "alloy", "format": "wav"}, False),
-    "frequency_penalty": (0.5, True), "function_call": ("auto", False),
-    "functions": ([TOOL["function"]], False), "logit_bias": ({"5": 1.0}, True),
+    "frequency_penalty": (0.5, True), "function_call": ("auto", True),
+    "functions": ([TOOL["function"]], True), "logit_bias": ({"5": 1.0}, True),
     "logprobs": (True, True), "max_completion_tokens": (3, True), "max_tokens": (3, True),
     "metadata": ({"k": "v"}, True), "modalities": (["text", "audio"], False), "n": (2, True),
     "parallel_tool_calls": (False, True), "prediction": ({"type": "content", "content": "x"}, False),

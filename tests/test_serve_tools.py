@@ -279,6 +279,113 @@ def test_tool_results_are_fed_back_through_the_template(client, tok):
     assert r.usage.prompt_tokens == len(p.ids)  # the server rendered just this
 
 
+# ---- legacy functions / function_call ----------------------------------------------------
+
+FUNCTIONS = [t["function"] for t in TOOLS]
+
+
+def test_legacy_functions_are_carried_out_as_tools(client, tok):
+    # the legacy request and its tools form: the same tokens, told as function_call
+    named = {"name": "get_weather"}
+    for seed in range(2):
+        kw = dict(model="m", messages=ASK, max_tokens=120, temperature=1.0, seed=seed,
+                  extra_body=NOTHINK)
+        old = client.chat.completions.create(functions=FUNCTIONS, function_call=named, **kw)
+        new = client.chat.completions.create(
+            tools=TOOLS, tool_choice={"type": "function", "function": named},
+            parallel_tool_calls=False, **kw)
+        o, n = old.choices[0], new.choices[0]
+        assert o.finish_reason == "function_call" and n.finish_reason == "tool_calls"
+        assert o.message.tool_calls is None
+        (call,) = n.message.tool_calls
+        assert (o.message.function_call.name, o.message.function_call.arguments) == (
+            "get_weather", call.function.arguments)
+        _args(call)
+        assert old.usage.prompt_tokens == new.usage.prompt_tokens
+        # streamed: delta.function_call pieces, the name once, reassembling the reply
+        name, args, reason = [], "", None
+        for k in client.chat.completions.create(stream=True, functions=FUNCTIONS,
+                                                function_call=named, **kw):
+            if not k.choices:
+                continue
+            d = k.choices[0].delta
+            assert not d.tool_calls
+            if d.function_call is not None:
+                name += [d.function_call.name] if d.function_call.name else []
+                args += d.function_call.arguments or ""
+            reason = k.choices[0].finish_reason or reason
+        assert (name, args, reason) == (["get_weather"], call.function.arguments,
+                                        "function_call")
+    # "auto" and "none", and a function_call naming no function: 400 naming the field
+    auto = client.chat.completions.create(model="m", messages=ASK, functions=FUNCTIONS,
+                                          function_call="none", max_tokens=3, temperature=0,
+                                          extra_body=NOTHINK)
+    plain = client.chat.completions.create(model="m", messages=ASK, max_tokens=3, temperature=0,
+                                           extra_body=NOTHINK)
+    assert auto.choices[0].message.content == plain.choices[0].message.content
+    assert auto.usage.prompt_tokens == plain.usage.prompt_tokens  # no tools in the prompt
+    for extra, param in (({"function_call": {"name": "nope"}}, "function_call"),
+                         ({"tools": TOOLS}, "functions")):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model="m", messages=ASK, functions=FUNCTIONS,
+                                           max_tokens=3, **{"extra_body": extra})
+        assert e.value.body["param"] == param, e.value.body
+
+
+def test_legacy_function_messages_are_fed_back_as_tool_messages(client, tok):
+    fc = {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"unit\": \"c\"}"}
+    old = ASK + [{"role": "assistant", "content": None, "function_call": fc},
+                 {"role": "function", "name": "get_weather", "content": "18 C, sunny"},
+                 {"role": "user", "content": "And in Rome?"}]
+    r = client.chat.completions.create(model="m", messages=old, functions=FUNCTIONS,
+                                       max_tokens=4, temperature=0, extra_body=NOTHINK)
+    local = ASK + [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_0", "type": "function", "function": {
+            "name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}}]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "18 C, sunny"},
+        {"role": "user", "content": "And in Rome?"}]
+    p = tok.apply_chat_template(local, tools=TOOLS, enable_thinking=False)
+    assert "<tool_response>\n18 C, sunny\n</tool_response>" in p.text
+    assert r.usage.prompt_tokens == len(p.ids)  # the server rendered just this
+    raw = client.completions.create(model="m", prompt=[int(t) for t in p.ids], max_tokens=4,
+                                    temperature=0)
+    assert r.choices[0].message.content == raw.choices[0].text
+
+
+def test_reasoning_effort_reaches_a_template_with_the_switch(model_dir, tmp_path, client):
+    d = tmp_path / "effort"
+    d.mkdir()
+    for f in model_dir.iterdir():
+        if f.is_file():
+            (d / f.name).write_bytes(f.read_bytes())
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg["chat_template"] = ("{%- if reasoning_effort is defined %}<|im_start|>system\n"
+                            "Reasoning: {{ reasoning_effort }}<|im_end|>\n{%- endif %}" + QWEN3)
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    s = ThreadServer(Settings(model=str(d), model_name="m", parallel=1, max_queue=4),
+                     blockc.GPT.from_pretrained(d))
+    try:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0, timeout=60)
+        tok = blockc.Tokenizer.from_pretrained(d)
+        for effort in ("low", "high"):
+            r = c.chat.completions.create(model="m", messages=ASK, max_tokens=1, temperature=0,
+                                          reasoning_effort=effort)
+            p = tok.apply_chat_template(ASK, reasoning_effort=effort)
+            assert f"Reasoning: {effort}" in p.text
+            assert r.usage.prompt_tokens == len(p.ids)
+        with pytest.raises(openai.BadRequestError) as e:
+            c.chat.completions.create(model="m", messages=ASK, max_tokens=1,
+                                      reasoning_effort="extreme")
+        assert e.value.body["param"] == "reasoning_effort"
+    finally:
+        s.stop()
+    # the module's template has no such switch: refused by name, not ignored
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="m", messages=ASK, max_tokens=1,
+                                       reasoning_effort="low")
+    assert e.value.body["param"] == "reasoning_effort" and "switch" in e.value.body["message"]
+
+
 # ---- reasoning -----------------------------------------------------------------------------
 
 def test_reasoning_is_split_from_the_answer(client, tok):

@@ -87,6 +87,13 @@ def register(subparsers) -> None:
                         "GGUF file's matrices as its type's measured default, 'exact' for "
                         "its very weights with float activations, 'integer' for llama.cpp's "
                         "8-bit activations)")
+    p.add_argument("--draft-model", "--model-draft", dest="model_draft", default=None,
+                   metavar="PATH|ID",
+                   help="speculative decoding of the (first) model with this draft model (a "
+                        "smaller model with the same tokenizer): every request's tokens are the "
+                        "ones it gets without it, seeded samples included; loaded with --dtype")
+    p.add_argument("--draft-max", type=int, default=None, metavar="N",
+                   help="tokens the draft model drafts per round (5)")
     add_cache_dtype(p)
     add_threads(p)
     p.set_defaults(func=run_serve)
@@ -105,6 +112,11 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             raise BlockcValueError(f"--{name.replace('_', '-')} must be >= 1")
     if not 0 <= args.port <= 65535:
         raise BlockcValueError(f"--port must be in [0, 65535], got {args.port}")
+    if args.draft_max is not None and args.model_draft is None:
+        raise BlockcValueError("--draft-max needs --draft-model")
+    if args.draft_max is not None and not 1 <= args.draft_max <= 128:
+        raise BlockcValueError(f"--draft-max must be in [1, 128], got {args.draft_max}")
+    draft = None if args.model_draft is None else _model_path(args.model_draft, args)
     if args.ctx_size is not None and args.ctx_size < 2:
         raise BlockcValueError("--ctx-size must be >= 2")
     if not args.template_timeout > 0:  # NaN too
@@ -139,7 +151,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                     dtype=args.dtype, threads=args.threads, models=tuple(models),
                     models_dir=args.models_dir, max_memory=max_memory,
                     cors_origins=tuple(args.cors_origin),
-                    context_overflow=args.context_overflow)
+                    context_overflow=args.context_overflow, draft_model=draft,
+                    draft_max=args.draft_max)
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -26,6 +26,7 @@ rendered) tells the server
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence
 
@@ -33,9 +34,11 @@ from .._errors import BlockcTypeError, BlockcValueError
 from ..generation.constraints import Constraint
 from ..text.tools import (FORMATS, THINK_CLOSE, THINK_OPEN, ReplyParser, ToolFormat,
                           detect_format, opens_reasoning)
+from .legacy import legacy_delta, legacy_message
 from .types import APIError, ChatRequest, SamplingRequest
 
-__all__ = ["ReplyPlan", "ReplyShaper", "template_variables", "plan_reply"]
+__all__ = ["ReplyPlan", "ReplyShaper", "template_variables", "check_reasoning_effort",
+           "plan_reply"]
 
 #: the format of required / named calls when the chat template shows none
 FALLBACK_FORMAT = "hermes"
@@ -63,6 +66,9 @@ class ReplyPlan:
     keep_ids, drop_ids : frozenset of int
         The special tokens the reply's text keeps (the markers) and the other ones
         (dropped when ``skip_special_tokens``).
+    legacy : bool
+        The request used ``functions``: the call is told as ``function_call``
+        (:mod:`blockc.serve.legacy`).
     """
     constraint: Optional[Constraint] = None
     constraint_ends: FrozenSet[int] = frozenset()
@@ -72,6 +78,7 @@ class ReplyPlan:
     parallel: bool = True
     keep_ids: FrozenSet[int] = frozenset()
     drop_ids: FrozenSet[int] = frozenset()
+    legacy: bool = False
 
     @property
     def parses(self) -> bool:
@@ -108,6 +115,7 @@ class ReplyShaper:
         self.parser = ReplyParser(plan.format, starts_in_reasoning=plan.starts_in_reasoning,
                                   reasoning=plan.reasoning)
         self.one = not plan.parallel
+        self.legacy = plan.legacy
 
     def _out(self, deltas: Sequence[Any]) -> List[Dict[str, Any]]:
         out = []
@@ -115,6 +123,8 @@ class ReplyShaper:
             if self.one and d.tool_index is not None and d.tool_index > 0:
                 continue
             o = d.to_openai()
+            if o and self.legacy:
+                o = legacy_delta(o)
             if o:
                 out.append(o)
         return out
@@ -133,19 +143,39 @@ class ReplyShaper:
         if self.one and msg.get("tool_calls"):
             msg["tool_calls"] = msg["tool_calls"][:1]
         msg["refusal"] = None
-        return msg
+        return legacy_message(msg) if self.legacy else msg
 
     def finish_reason(self, reason: Optional[str]) -> Optional[str]:
-        """``"tool_calls"`` when the reply made calls and ended on its own, else ``reason``."""
-        return "tool_calls" if self.parser.calls and reason == "stop" else reason
+        """``"tool_calls"`` (legacy: ``"function_call"``) when the reply made calls and
+        ended on its own, else ``reason``."""
+        if self.parser.calls and reason == "stop":
+            return "function_call" if self.legacy else "tool_calls"
+        return reason
 
 
 def template_variables(req: ChatRequest) -> Dict[str, Any]:
     """The chat template's variables beyond the messages: ``tools`` as transformers
     passes them (None when there are none or ``tool_choice`` is ``"none"``) and the
-    request's ``chat_template_kwargs``."""
+    request's ``chat_template_kwargs``, and ``reasoning_effort`` when the request
+    gives it (:func:`check_reasoning_effort`: only to a template that reads it)."""
     tools = req.tools if req.tools and req.tool_mode != "none" else None
-    return {**req.chat_template_kwargs, "tools": tools}
+    out = {**req.chat_template_kwargs, "tools": tools}
+    if req.reasoning_effort is not None:
+        out["reasoning_effort"] = req.reasoning_effort
+    return out
+
+
+def check_reasoning_effort(req: ChatRequest, template: Any) -> None:
+    """Refuse a ``reasoning_effort`` the chat template has no switch for (it would be
+    ignored: 400 naming it). A template that reads the variable ``reasoning_effort``
+    (gpt-oss's does) gets it."""
+    if req.reasoning_effort is None:
+        return
+    if not re.search(r"\breasoning_effort\b", getattr(template, "source", "") or ""):
+        raise APIError(400, "'reasoning_effort' is not supported by this model: its chat "
+                       "template has no reasoning_effort switch (it would be ignored: refused "
+                       "instead; chat_template_kwargs sets a template's own switches, such as "
+                       "enable_thinking)", param="reasoning_effort", code="unsupported")
 
 
 def _specials(tokenizer: Any) -> Dict[str, int]:
@@ -236,7 +266,8 @@ def plan_reply(req: SamplingRequest, tokenizer: Any, template: Any = None,
     specials = _specials(tokenizer)
     keep = frozenset(i for s, i in specials.items() if s in markers)
     return ReplyPlan(constraint, _ends(constraint), fmt, reasoning, starts,
-                     req.parallel_tool_calls, keep, frozenset(specials.values()) - keep)
+                     req.parallel_tool_calls, keep, frozenset(specials.values()) - keep,
+                     req.legacy_functions)
 
 
 def _ends(constraint: Optional[Constraint]) -> FrozenSet[int]:

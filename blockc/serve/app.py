@@ -15,8 +15,10 @@ import contextlib
 import dataclasses
 import hmac
 import json
+import threading
 import time
 import uuid
+import weakref
 from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
 
 
@@ -84,6 +86,61 @@ def _sse(obj: Any) -> str:
     return f"data: {_dumps(obj)}\n\n"
 
 
+#: a text no piece is: where a chunk's text goes in its pre-encoded JSON (:class:`_Pieces`)
+_HOLE = "\u0000blockc-piece\u0000"
+
+
+class _Pieces:
+    """The SSE event of a plain streamed piece (no logprobs, nothing read back), from a
+    chunk's JSON encoded once per choice: the piece's JSON string between its halves.
+    The same bytes :func:`_sse` makes of the whole chunk, without encoding it again
+    per token."""
+
+    def __init__(self, make):
+        self._make = make
+        self._halves: Dict[int, Tuple[str, str]] = {}
+
+    def __call__(self, i: int, piece: str) -> str:
+        h = self._halves.get(i)
+        if h is None:
+            pre, _, post = _sse(self._make(i, _HOLE)).partition(_dumps(_HOLE))
+            h = self._halves[i] = (pre, post)
+        return h[0] + _dumps(piece) + h[1]
+
+
+class _Relay:
+    """Events from the scheduler thread to the event loop's queues, a step's at once:
+    :meth:`put` keeps them, :meth:`send` (the engine's step listener, after each step)
+    wakes the loop once (``call_soon_threadsafe``: a write to its self-pipe, which
+    takes the GIL back and forth) to deliver every event kept. One wake-up per step
+    instead of one per token."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._items: List[Tuple[asyncio.Queue, Any]] = []
+        self._pending = False
+
+    def put(self, queue: asyncio.Queue, item: Any) -> None:
+        """Keep item for queue until the next :meth:`send` (any thread)."""
+        with self._lock:
+            self._items.append((queue, item))
+
+    def send(self) -> None:
+        """Deliver what is kept, on the loop (RuntimeError when the loop is closed)."""
+        with self._lock:
+            if not self._items or self._pending:
+                return
+            self._pending = True
+        self.loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:
+        with self._lock:
+            items, self._items, self._pending = self._items, [], False
+        for q, item in items:
+            q.put_nowait(item)
+
+
 def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
     """The Starlette application serving ``settings``' models (the first one loaded now,
     from ``model`` and ``tokenizer`` when given; the others on first use).
@@ -103,7 +160,10 @@ def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
     specs = model_list(settings)
 
     def load(name: str, path: Optional[str]) -> Service:
-        return Service(dataclasses.replace(settings, model=path, model_name=name))
+        # a draft model drafts for the first model only
+        return Service(dataclasses.replace(settings, model=path, model_name=name,
+                                           draft_model=settings.draft_model
+                                           if (name, path) == specs[0] else None))
 
     pool = ModelPool(specs, load, settings.max_memory)
     svc = None
@@ -143,6 +203,8 @@ def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
             raise APIError(400, "the request body is JSON nested too deeply",
                            code="invalid_json") from None
 
+    relays: "weakref.WeakKeyDictionary[Any, _Relay]" = weakref.WeakKeyDictionary()  # a loop's
+
     def served(request) -> Optional[List[str]]:
         """The names a request may give: any with one model (None), else the pool's."""
         return None if pool.single else pool.names
@@ -158,10 +220,14 @@ def create_app(settings: Settings, model: Any = None, tokenizer: Any = None):
             loop = asyncio.get_running_loop()
             ids = await loop.run_in_executor(svc.prep, svc.prompt_ids, req)
             queue: asyncio.Queue = asyncio.Queue()
+            relay = relays.get(loop)
+            if relay is None:
+                relay = relays[loop] = _Relay(loop)
+            svc.engine.add_step_listener(relay.send)
 
             def emit_for(i):
                 def emit(ev):
-                    loop.call_soon_threadsafe(queue.put_nowait, (i, ev))
+                    relay.put(queue, (i, ev))
                 return emit
             jobs = svc.jobs(req, ids, emit_for)
             try:
@@ -491,30 +557,50 @@ async def _stream(svc: Service, req: SamplingRequest, jobs: List[Job], queue: as
         return completion_response(rid, created, name, [{"index": i, "text": piece,
                                                          "logprobs": lp,
                                                          "finish_reason": reason}], None)
+    plain = _Pieces(lambda i, piece: chunk(i, piece)) if not req.logprobs and not shapers \
+        else None
+
+    def events(i, ev, out: List[str]) -> bool:
+        """The SSE text of one event into out; True when the stream must end (an error)."""
+        if ev[0] == "token":
+            if plain is not None:
+                if ev[1]:
+                    out.append(plain(i, ev[1]))
+                return False
+            entry = (ev[2], ev[3], ev[4]) if req.logprobs else None
+            out.extend(_sse(c) for c in chunks(i, ev[1], entry=entry))
+            return False
+        reason, ends[i], tail = ev[1], ev[2], ev[3]
+        if reason == "error":
+            out.append(_sse(error_body(f"generation failed: {ends[i].get('error')}",
+                                       "server_error", None, "internal_error")))
+            out.append("data: [DONE]\n\n")
+            return True
+        if shapers:
+            out.extend(_sse(c) for c in chunks(i, tail, reason=reason))
+            return False
+        if tail:
+            out.append(_sse(chunk(i, tail)))
+        out.append(_sse(chunk(i, "", reason=reason)))
+        return False
     try:
         if chat:
             for j in jobs:
                 yield _sse(chunk(j.index, "", first=True))
         while len(ends) < len(jobs):
-            i, ev = await _next(queue)
-            if ev[0] == "token":
-                entry = (ev[2], ev[3], ev[4]) if req.logprobs else None
-                for c in chunks(i, ev[1], entry=entry):
-                    yield _sse(c)
-            else:
-                reason, ends[i], tail = ev[1], ev[2], ev[3]
-                if reason == "error":
-                    yield _sse(error_body(f"generation failed: {ends[i].get('error')}",
-                                          "server_error", None, "internal_error"))
-                    yield "data: [DONE]\n\n"
+            # every event already delivered goes out in one write
+            batch = [await _next(queue)]
+            while not queue.empty():
+                batch.append(queue.get_nowait())
+            out: List[str] = []
+            for i, ev in batch:
+                if ev[0] == "gone":
+                    raise ConnectionError("client gone")
+                if events(i, ev, out):
+                    yield "".join(out)
                     return
-                if shapers:
-                    for c in chunks(i, tail, reason=reason):
-                        yield _sse(c)
-                    continue
-                if tail:
-                    yield _sse(chunk(i, tail))
-                yield _sse(chunk(i, "", reason=reason))
+            if out:
+                yield "".join(out)
         u = _usage(ends, len(jobs[0].prompt))
         info.tokens = (u["prompt_tokens"], u["completion_tokens"])
         if req.include_usage:

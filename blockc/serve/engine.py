@@ -3,13 +3,16 @@
 
 Each iteration of the scheduler
   1. drops the requests whose client went away (their slot is free at once);
-  2. admits the next queued request when a slot is free: the slot is the free one
+  2. admits the next queued request when a slot is free (and no prompt is being read):
+     the slot is the free one
      whose kept tokens share the longest prefix with the prompt, and that prefix is
      copied from whichever slot holds the longest one (a chat's next turn continues
      from its previous turn's keys and values; ``n`` choices share their prompt);
-  3. runs one chunk (``prefill_chunk`` tokens) of the prompt being prefilled, so a
-     long prompt delays the running requests by one chunk per step, not by its whole
-     prefill; when the prompt is done its first token is sampled;
+  3. reads up to ``prefill_chunk`` prompt tokens: a chunk of the prompt being
+     prefilled, and while tokens of that budget remain the next queued prompts (admitted
+     as in 2), so a long prompt delays the running requests by one chunk per step, not
+     by its whole prefill, and many short prompts arriving together join the batch in
+     one step; when a prompt is done its first token is sampled;
   4. runs one decode step for every request past its prompt, all rows in one forward
      call (they are kept in slots 0 .. n-1: a finished request's slot is swapped
      behind them, its keys and values kept for reuse).
@@ -36,6 +39,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from .drafting import DEFAULT_DRAFT_MAX, DraftSlots
 from .metrics import Latencies
 from .sampling import RowSampler
 
@@ -184,11 +188,17 @@ class Engine:
         Continue a prompt from the longest prefix a slot still holds.
     cache_dtype : {"float32", "float16"}
         The slots' KV cache (:meth:`blockc.GPT.new_cache`).
+    draft : blockc.GPT, optional
+        Speculative decoding with this draft model (:mod:`blockc.serve.drafting`): the
+        same tokens as without it, fewer target steps when it guesses them.
+    draft_max : int, optional
+        Tokens drafted per round (default :data:`~blockc.serve.drafting.DEFAULT_DRAFT_MAX`).
     """
 
     def __init__(self, model: Any, parallel: int = 4, capacity: int = 1024, max_queue: int = 64,
                  prefill_chunk: int = 128, prefix_reuse: bool = True,
-                 cache_dtype: str = "float32"):
+                 cache_dtype: str = "float32", draft: Any = None,
+                 draft_max: Optional[int] = None):
         self.model = model
         self.parallel, self.capacity = int(parallel), int(capacity)
         self.max_queue, self.chunk = int(max_queue), int(prefill_chunk)
@@ -196,6 +206,9 @@ class Engine:
         self.vocab = model.config.vocab
         self.cache = model.new_cache(self.parallel + 1, self.capacity, cache_dtype)
         self._scratch = self.parallel
+        self.drafter = (None if draft is None else
+                        DraftSlots(draft, self.parallel + 1, self.capacity, self.vocab,
+                                   draft_max or DEFAULT_DRAFT_MAX, cache_dtype, model))
         self._slots = [_Slot() for _ in range(self.parallel)]
         self._n_dec = 0
         self._pf: Optional[Job] = None
@@ -207,6 +220,9 @@ class Engine:
         self.draining = False
         self.stats: Dict[str, float] = collections.defaultdict(float)
         self.latency = Latencies()  # histograms: queue wait, first token, per token
+        # called after every scheduler step (:meth:`add_step_listener`): the events the
+        # step emitted go out together
+        self._listeners: List[Callable[[], None]] = []
         self._thread = threading.Thread(target=self._run, name="blockc-scheduler", daemon=True)
         self._thread.start()
 
@@ -241,6 +257,22 @@ class Engine:
     @property
     def active(self) -> int:
         return self._n_dec + (self._pf is not None)
+
+    def add_step_listener(self, fn: Callable[[], None]) -> None:
+        """Call fn (on the scheduler thread) after every step, once the step's events
+        are emitted: a relay that holds the events for another thread sends them on
+        together (one wake-up per step, not one per token). Added once however often
+        it is given."""
+        with self._cond:
+            if fn not in self._listeners:
+                self._listeners.append(fn)
+
+    def _stepped(self) -> None:
+        for fn in list(self._listeners):
+            try:
+                fn()
+            except Exception:  # a listener's loop gone: nothing to tell it
+                pass
 
     def idle(self) -> bool:
         with self._cond:
@@ -285,7 +317,10 @@ class Engine:
                 # failures end that request alone): the jobs in the slots end with it, the
                 # cache is emptied, the queue waits on
                 self._fail_all(_describe(e), queued=False)
+            finally:
+                self._stepped()
         self._fail_all(None)
+        self._stepped()
 
     def _fail_all(self, message: Optional[str], queued: bool = True) -> None:
         jobs = [s.job for s in self._slots if s.job is not None]
@@ -298,14 +333,24 @@ class Engine:
         for s in self._slots:
             s.job, s.tokens = None, []
         self.cache.reset()
+        if self.drafter is not None:
+            self.drafter.reset()
         self._n_dec, self._pf, self._pf_slot = 0, None, -1
 
     def _step(self) -> None:
         self._drop_cancelled()
-        if self._pf is None:
-            self._admit()
-        if self._pf is not None:
-            self._prefill_chunk()
+        # prompts are read up to prefill_chunk tokens a step: several short ones join the
+        # batch in one step (16 requests arriving at once decode together from the
+        # second step, not the sixteenth); a long one's rest waits for the next step
+        budget = self.chunk
+        while budget > 0:
+            if self._pf is None:
+                self._admit()
+            if self._pf is None:
+                break
+            budget -= self._prefill_chunk(budget)
+            if self._pf is not None:  # its prompt goes on next step (or it failed)
+                break
         if self._n_dec:
             self._decode()
 
@@ -362,43 +407,64 @@ class Engine:
         self._pf, self._pf_slot = job, target
         self.stats["prompt_tokens_cached"] += keep
 
-    def _prefill_chunk(self) -> None:
+    def _prefill_chunk(self, limit: int) -> int:
+        """Read up to ``limit`` more tokens of the prompt being prefilled; the tokens read
+        (``limit`` when its forward failed: the step's budget is spent)."""
         job, i = self._pf, self._pf_slot
         slot = self._slots[i]
-        end = min(len(job.prompt), job.pos + self.chunk)
+        end = min(len(job.prompt), job.pos + limit)
         ids = job.prompt[job.pos:end]
         try:
             logits = self.model(ids[None], cache=self.cache.view(i, i + 1), last_only=True)
         except Exception as e:  # this prompt's forward: this job alone fails
             self._fail(i, e)
-            return
+            return limit
         slot.tokens.extend(int(t) for t in ids)
         self.stats["prompt_tokens"] += len(ids)
         job.pos = end
         if end < len(job.prompt):
-            return
+            return len(ids)
         self._pf, self._pf_slot = None, -1
         if self._sample(job, logits[0, 0], slot):
             self._release(i)
-            return
+            return len(ids)
         self._swap(i, self._n_dec)
         self._n_dec += 1
+        return len(ids)
 
     def _decode(self) -> None:
         n = self._n_dec
         jobs = [self._slots[i].job for i in range(n)]
+        # a draft: k tokens each row can still take (its room in the cache too)
+        k = 0 if self.drafter is None else min(
+            [self.drafter.k] + [j.max_tokens - len(j.out) for j in jobs])
         ids = np.array([[j.last] for j in jobs], dtype=np.int64)
         try:
-            logits = self.model(ids, cache=self.cache.view(0, n), last_only=True)
+            if k > 0:
+                drafts = self.drafter.propose(
+                    [np.concatenate([j.prompt, np.asarray(j.out, np.int64)]) for j in jobs], k)
+                ids = np.concatenate([ids, drafts], axis=1)
+            logits = self.model(ids, cache=self.cache.view(0, n), last_only=k == 0)
         except Exception as e:  # one forward for every row: the rows decoding end with it,
-            for i in reversed(range(n)):  # the queue and the prompt being read go on
+            if self.drafter is not None:  # the queue and the prompt being read go on
+                self.drafter.reset()
+            for i in reversed(range(n)):
                 self._fail(i, e)
             return
         done = []
         for i, j in enumerate(jobs):
-            self._slots[i].tokens.append(j.last)
-            if self._sample(j, logits[i, 0], self._slots[i]):
-                done.append(i)
+            slot = self._slots[i]
+            for p in range(k + 1):  # each position as a plain step would sample it
+                slot.tokens.append(j.last)
+                if self._sample(j, logits[i, p], slot):
+                    done.append(i)
+                    break
+                if p == k or j.last != ids[i, p + 1]:  # the draft is wrong from here
+                    break
+            if k > 0:
+                self.stats["draft_tokens"] += k
+                self.stats["draft_accepted"] += len(slot.tokens) - self.cache.lengths[i] + k
+                self.cache.truncate(i, len(slot.tokens))  # the rejected positions
         for i in reversed(done):
             self._release(i)
 
@@ -414,7 +480,8 @@ class Engine:
     def _sample_one(self, job: Job, logits: np.ndarray) -> bool:
         if job.cancelled:  # gone while its step ran: nothing to send
             return True
-        seen = np.concatenate([job.prompt, np.asarray(job.out, np.int64)])
+        seen = (np.concatenate([job.prompt, np.asarray(job.out, np.int64)])
+                if job.sampler.needs_seen else None)
         tok, lp, top = job.sampler(logits, seen)
         job.out.append(tok)
         job.last = tok
@@ -494,6 +561,8 @@ class Engine:
         c.copy_prefix(s, a, la)
         c.copy_prefix(a, b, lb)
         c.copy_prefix(b, s, la)
+        if self.drafter is not None:
+            self.drafter.swap(a, b, s)
         self._slots[a], self._slots[b] = self._slots[b], self._slots[a]
         if self._pf_slot == a:
             self._pf_slot = b

@@ -102,11 +102,14 @@ class RowSampler:
         self.counts = np.zeros(vocab, np.int64)
         self._plain = (s.frequency_penalty == 0.0 and s.presence_penalty == 0.0
                        and s.bias_ids.size == 0)
+        #: the sampler reads the row's tokens (``seen``): the repetition penalty is on
+        self.needs_seen = s.options.repetition_penalty is not None
 
     def __call__(self, logits: np.ndarray, seen: np.ndarray
                  ) -> Tuple[int, Optional[float], List[Tuple[int, float]]]:
         """(token, its logprob or None, the top logprobs [(id, logprob)]) from one row's
-        logits (V,) float32; ``seen``: prompt and output so far (the repetition penalty)."""
+        logits (V,) float32; ``seen``: prompt and output so far (the repetition penalty;
+        read only when :attr:`needs_seen`, else it may be None)."""
         s = self.s
         if not np.isfinite(logits).all():  # a model's failure: this request fails with it
             raise BlockcValueError("the model's logits hold inf or NaN (its weights do?): "

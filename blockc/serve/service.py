@@ -18,7 +18,7 @@ from ..runtime import set_num_threads
 from ..text.tokenizer import Tokenizer
 from ..text.chat import ChatTemplateError
 from .embed import pooling_of, token_ids, truncate_dimensions
-from .agents import ReplyPlan, plan_reply, template_variables
+from .agents import ReplyPlan, check_reasoning_effort, plan_reply, template_variables
 from .engine import Engine, Job, TextTail
 from .sampling import RowSampler, sampling_from_request
 from .settings import Settings
@@ -53,8 +53,10 @@ class Service:
         self.end_ids = frozenset(end_ids(self.model.generation_config, tokenizer,
                                          self.model.config.vocab))
         self.created = int(time.time())
+        draft = (GPT.from_pretrained(s.draft_model, dtype=s.dtype) if s.draft_model is not None
+                 else None)
         self.engine = Engine(self.model, s.parallel, self.capacity, s.max_queue, s.prefill_chunk,
-                             s.prefix_reuse, s.cache_dtype)
+                             s.prefix_reuse, s.cache_dtype, draft, s.draft_max)
         self.draining = False
         # a prompt's template and tokens are made on these threads, never on the event
         # loop (tokenizing releases the GIL: Tokenizer.encode); a few at a time
@@ -72,8 +74,10 @@ class Service:
     # ---- the pool's view of it ---------------------------------------------------------
 
     def memory_bytes(self) -> int:
-        """The weights' and the KV cache slots' bytes."""
-        return int(self.model.nbytes) + int(self.engine.cache.nbytes)
+        """The weights' and the KV cache slots' bytes (a draft's included)."""
+        d = self.engine.drafter
+        return (int(self.model.nbytes) + int(self.engine.cache.nbytes)
+                + (d.nbytes if d is not None else 0))
 
     def idle(self) -> bool:
         return self.engine.idle()
@@ -126,6 +130,7 @@ class Service:
             if template is None:
                 raise APIError(400, "this model has no chat template: use /v1/completions",
                                code="no_chat_template")
+            check_reasoning_effort(req, template)
             try:
                 text = template.render(
                     req.messages, req.add_generation_prompt, max_chars=self.max_chars,

@@ -31,7 +31,10 @@ class Settings:
     ``max_memory`` bytes. cors_origins: the origins a browser page may call from (none:
     no CORS headers). context_overflow: a prompt longer than the context is refused
     ("error", 400 naming the limit), cut to its last tokens ("truncate"), or to the
-    first and last halves of that ("truncate-middle").
+    first and last halves of that ("truncate-middle"). draft_model: speculative decoding
+    of the first model with this draft (a checkpoint directory or GGUF file over the same
+    vocabulary; the tokens are the ones without it), drafting draft_max tokens a round
+    (default 5).
     """
     model: Optional[str] = None
     model_name: Optional[str] = None
@@ -55,6 +58,8 @@ class Settings:
     max_memory: Optional[int] = None
     cors_origins: Tuple[str, ...] = ()
     context_overflow: str = "error"
+    draft_model: Optional[str] = None
+    draft_max: Optional[int] = None
 
     @property
     def served_name(self) -> str:

@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from .._errors import BlockcTypeError, BlockcValueError
 from ..generation.config import options
 from ..text.tools import tool_choice_mode
+from .legacy import LEGACY_FIELDS, LegacyError, from_legacy
 
 __all__ = ["APIError", "SamplingRequest", "ChatRequest", "CompletionRequest", "parse_chat",
            "parse_completion", "EmbeddingRequest", "parse_embeddings", "parse_tokenize",
@@ -102,6 +103,11 @@ class ChatRequest(SamplingRequest):
     parallel_tool_calls: bool = True
     #: more variables for the chat template (an extension: vLLM's and llama-server's name)
     chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)
+    #: the request used the legacy ``functions`` / ``function_call`` (:mod:`.legacy`):
+    #: the reply says ``function_call``
+    legacy_functions: bool = False
+    #: ``reasoning_effort``: passed to a chat template that reads it (else refused)
+    reasoning_effort: Optional[str] = None
 
 
 @dataclass
@@ -375,7 +381,7 @@ _READ = {
              "stream_options", "logit_bias", "n", "frequency_penalty", "presence_penalty",
              "logprobs", "top_logprobs", "ignore_eos", "skip_special_tokens",
              "add_generation_prompt", "response_format", "tools", "tool_choice",
-             "parallel_tool_calls", "chat_template_kwargs"),
+             "parallel_tool_calls", "chat_template_kwargs", "reasoning_effort"),
     "completion": ("model", "prompt", "max_tokens", "stop", "stream", "stream_options",
                    "logit_bias", "n", "frequency_penalty", "presence_penalty", "logprobs",
                    "echo", "ignore_eos", "skip_special_tokens", "response_format"),
@@ -383,6 +389,8 @@ _READ = {
     "tokenize": ("model", "content", "add_special", "with_pieces"),
     "detokenize": ("model", "tokens"),
 }
+#: OpenAI's values of ``reasoning_effort``
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
 #: Fields that change nothing a completion holds (who asks, where OpenAI would bill or keep
 #: it): read and accepted as they are.
 _INFORMATIONAL = ("user", "metadata", "store", "service_tier", "safety_identifier",
@@ -391,8 +399,7 @@ _INFORMATIONAL = ("user", "metadata", "store", "service_tier", "safety_identifie
 #: nothing (besides absent and null): any other value is refused with 400 naming the field,
 #: never ignored (a client asking for JSON or a tool call must not get plain text).
 _NOT_CARRIED_OUT: Dict[str, Dict[str, Sequence[Any]]] = {
-    "chat": {"functions": ([],), "function_call": ("none",), "modalities": (["text"],),
-             "audio": (), "prediction": (), "reasoning_effort": (),
+    "chat": {"modalities": (["text"],), "audio": (), "prediction": (),
              "verbosity": (), "web_search_options": ()},
     "completion": {"best_of": (1,), "suffix": ("",)},
     "embeddings": {}, "tokenize": {}, "detokenize": {},
@@ -454,8 +461,16 @@ def parse_chat(body: Any, served: Optional[Sequence[str]]) -> ChatRequest:
     APIError
         A missing, mistyped or out-of-range field; an unknown model (404).
     """
+    try:  # functions / function_call: as the tools / tool_choice they stand for
+        body, legacy = from_legacy(body) if isinstance(body, dict) else (body, False)
+    except LegacyError as e:
+        raise APIError(e.status, str(e), param=e.param, code="invalid_value") from None
     kw = _common(body, served)
     _account_for_every_field(body, "chat")
+    effort = body.get("reasoning_effort")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise APIError(400, f"'reasoning_effort' must be one of {list(REASONING_EFFORTS)}, got "
+                       f"{effort!r}", param="reasoning_effort", code="invalid_value")
     msgs = body.get("messages")
     if msgs is None:
         raise APIError(400, "'messages' is required", param="messages", code="missing")
@@ -491,9 +506,17 @@ def parse_chat(body: Any, served: Optional[Sequence[str]]) -> ChatRequest:
     if top and not logprobs:
         raise APIError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs",
                        code="invalid_value")
+    try:
+        tools = _tools(body)
+    except APIError as e:  # named as the request named it
+        if legacy:
+            back = {new: old for old, new in LEGACY_FIELDS.items()}
+            e.param = back.get(e.param, e.param)
+            e.message = e.message.replace("tool_choice", "function_call")
+        raise
     return ChatRequest(messages=out, logprobs=logprobs, top_logprobs=top,
                        add_generation_prompt=_bool(body, "add_generation_prompt", True),
-                       **_tools(body), **kw)
+                       legacy_functions=legacy, reasoning_effort=effort, **tools, **kw)
 
 
 def parse_completion(body: Any, served: Optional[Sequence[str]]) -> CompletionRequest:
