@@ -42,7 +42,10 @@ def matrix_slots(cfg: GPTConfig) -> Dict[str, int]:
     out = {"token.weight": 0}
     for i in range(cfg.layers):
         for kind, k in _KINDS:
-            if kind != "gate.weight" or cfg.activation == "swiglu":
+            if cfg.n_experts and k >= 2:  # every expert's matrix of a kind: the kind's slot
+                out.update((f"blocks.{i}.experts.{e}.{kind}", 2 + i * 5 + k)
+                           for e in range(cfg.n_experts))
+            elif kind != "gate.weight" or cfg.activation == "swiglu":
                 out[f"blocks.{i}.{kind}"] = 2 + i * 5 + k
     if not cfg.tie_weights:
         out["head.weight"] = 1
