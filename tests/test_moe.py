@@ -130,6 +130,20 @@ def test_every_format_matches_the_oracle_on_its_weights(dtype):
     close(m(ids), gpt_forward(m.state_dict(), cfg, ids), tol=2e-3)
 
 
+def test_per_matrix_formats_of_the_experts():
+    cfg = GPTConfig(vocab=V, context=16, width=32, heads=4, layers=2, norm="rms",
+                    activation="swiglu", positions="rope", d_ff=32, qkv_bias=False,
+                    out_bias=False, mlp_bias=False, n_experts=3, experts_used=2)
+    down = {f"blocks.1.experts.{e}.down.weight": "q8_0" for e in range(3)}
+    m = GPT.random(cfg, seed=7, dtypes=down)
+    assert m.dtype == "mixed" and m.dtypes["blocks.1.experts.2.down.weight"] == "q8_0"
+    assert m.dtypes["blocks.0.experts.2.down.weight"] == "float32"
+    ids = np.random.default_rng(7).integers(0, V, size=(2, 9))
+    close(m(ids), gpt_forward(m.state_dict(), cfg, ids), tol=2e-3)
+    with pytest.raises(ValueError, match="experts of a layer"):
+        GPT.random(cfg, dtypes={"blocks.0.experts.0.down.weight": "q8_0"})
+
+
 def test_ties_take_the_lower_index_and_unchosen_experts_are_not_read():
     # a zero router: every expert's logit ties, so every token takes experts 0 and 1;
     # experts 2 and 3 may then hold NaN: their weights are never read
