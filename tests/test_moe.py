@@ -176,6 +176,11 @@ def test_refusals_name_the_field():
         GPTConfig.from_hf(dict(model_type="qwen3_moe", num_experts=4, decoder_sparse_step=2))
     with pytest.raises(ValueError, match="mlp_only_layers"):
         GPTConfig.from_hf(dict(model_type="qwen3_moe", num_experts=4, mlp_only_layers=[0]))
+    # absent counts: transformers' defaults for the family
+    mix = GPTConfig.from_hf(dict(model_type="mixtral"))
+    qwen = GPTConfig.from_hf(dict(model_type="qwen3_moe"))
+    assert (mix.n_experts, mix.experts_used, mix.router_norm) == (8, 2, True)
+    assert (qwen.n_experts, qwen.experts_used, qwen.router_norm) == (128, 8, False)
     # Llama's record still refuses experts by name
     with pytest.raises(ValueError, match="num_local_experts"):
         GPTConfig.from_hf(dict(model_type="llama", num_local_experts=4))

@@ -34,8 +34,10 @@ __all__ = ["MIXTRAL", "QWEN3_MOE"]
 _EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 
 
-def _experts_of(d: Mapping[str, Any], model: str) -> Dict[str, Any]:
-    """n_experts and experts_used of a config.json (the expert count under either name)."""
+def _experts_of(d: Mapping[str, Any], model: str, n_default: int,
+                k_default: int) -> Dict[str, Any]:
+    """n_experts and experts_used of a config.json (the expert count under either name;
+    absent, transformers' defaults for the family)."""
     n = 0
     for f in ("num_local_experts", "num_experts"):
         v = int_field(d, f, default=0)
@@ -43,9 +45,11 @@ def _experts_of(d: Mapping[str, Any], model: str) -> Dict[str, Any]:
             raise BlockcValueError(f"config.json: num_local_experts and num_experts differ "
                                    f"({n}, {v})")
         n = v or n
+    if not any(f in d for f in ("num_local_experts", "num_experts")):
+        n = n_default
     if n < 2:
         raise refusal(model, "num_local_experts", n, "fewer than two experts")
-    k = int_field(d, "num_experts_per_tok", default=2)
+    k = int_field(d, "num_experts_per_tok", default=k_default)
     if not 1 <= k <= n:
         raise BlockcValueError(f"config.json: num_experts_per_tok must lie in [1, {n}], got {k}")
     return dict(n_experts=n, experts_used=k)
@@ -59,7 +63,7 @@ def _dense(d: Mapping[str, Any]) -> Dict[str, Any]:
 def _mixtral_from_hf(d: Mapping[str, Any]) -> Dict[str, Any]:
     out = _llama_from_hf(_dense(d), model="Mixtral", window_of=_window_always,
                          biases_of=_no_biases)
-    return dict(out, **_experts_of(d, "Mixtral"), router_norm=True)
+    return dict(out, **_experts_of(d, "Mixtral", 8, 2), router_norm=True)
 
 
 def _qwen3_moe_from_hf(d: Mapping[str, Any]) -> Dict[str, Any]:
@@ -73,7 +77,7 @@ def _qwen3_moe_from_hf(d: Mapping[str, Any]) -> Dict[str, Any]:
     out = _llama_from_hf(_dense(d), model="Qwen3-MoE", window_of=_window_when_used,
                          biases_of=lambda d: (bool_field(d, "attention_bias", False),) * 2
                          + (False,))
-    return dict(out, **_experts_of(d, "Qwen3-MoE"), qk_norm="head",
+    return dict(out, **_experts_of(d, "Qwen3-MoE", 128, 8), qk_norm="head",
                 d_ff=int_field(d, "moe_intermediate_size", default=768),
                 router_norm=bool_field(d, "norm_topk_prob", False))
 
