@@ -34,6 +34,8 @@ static int carve(moe_parts *p, const bc_layer_cfg *c, size_t n)
         || (st = bc_mul(&nd, n, c->d)) || (st = bc_mul(&nf, n, c->d_ff))
         || (st = bc_mul(&nkd, nk, c->d)))
         return st;
+    if (nk > (size_t)INT32_MAX)  /* idx holds a row's slot (row * K + rank) as int32 */
+        return BC_EOVERFLOW;
     const size_t sizes[10] = {ne, nk, nk, n, nd, nf, nf, nf, nd, nkd};
     size_t *const offs[10] = {&p->logits, &p->sel, &p->wt, &p->idx, &p->xa,
                               &p->up, &p->gat, &p->hid, &p->ye, &p->slots};
