@@ -15,8 +15,8 @@ import pytest
 from blockc import GPT, GPTConfig, gguf
 from blockc.checkpoint import families as fam_mod
 from blockc.checkpoint.families import (FAMILIES, GGUF_FAMILIES, LLAMA, QWEN2, QWEN3, REGISTRY,
-                                        GEMMA3, GPT2, GRANITE, MISTRAL, OLMO2, PHI3, SMOLLM3,
-                                        family_of, family_of_config)
+                                        GEMMA3, GPT2, GRANITE, MISTRAL, MIXTRAL, OLMO2, PHI3,
+                                        QWEN3_MOE, SMOLLM3, family_of, family_of_config)
 from blockc.checkpoint import gguf as gm
 from blockc.model import layout
 
@@ -68,6 +68,17 @@ def _configs(fam):
                 GPTConfig.preset("llama-7b", **SMALL, d_ff=24, head_dim=6, kv_heads=1,
                                  tie_weights=True, qk_norm="head", qkv_bias=True,
                                  out_bias=True)]
+    if fam is MIXTRAL:
+        moe = dict(n_experts=4, experts_used=2, router_norm=True)
+        return [GPTConfig.preset("llama-7b", **SMALL, d_ff=24, kv_heads=2, **moe),
+                GPTConfig.preset("llama-7b", **SMALL, d_ff=24, head_dim=6, kv_heads=1,
+                                 tie_weights=True, sliding_window=8, **moe)]
+    if fam is QWEN3_MOE:
+        return [GPTConfig.preset("llama-7b", **SMALL, d_ff=24, kv_heads=2, qk_norm="head",
+                                 n_experts=4, experts_used=2),
+                GPTConfig.preset("llama-7b", **SMALL, d_ff=24, head_dim=6, kv_heads=1,
+                                 tie_weights=True, qk_norm="head", qkv_bias=True,
+                                 out_bias=True, n_experts=3, experts_used=1, router_norm=True)]
     biased = fam is LLAMA  # transformers' Mistral has no biases
     return [GPTConfig.preset("llama-7b", **SMALL, d_ff=24, kv_heads=2),
             GPTConfig.preset("llama-7b", **SMALL, d_ff=24, head_dim=6, kv_heads=1,
@@ -102,17 +113,23 @@ def test_both_tables_fill_every_tensor_once(fam, cfg):
 
 
 @pytest.mark.parametrize("fam,cfg", CASES, ids=IDS)
-def test_hf_names_and_shapes_are_transformers_state_dict(fam, cfg):
+def test_hf_names_and_shapes_are_transformers_state_dict(fam, cfg, tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     d = (fam if fam.to_hf else LLAMA).to_hf(cfg)
     d["model_type"] = fam.model_types[0]
     hc = transformers.AutoConfig.for_model(**d)
-    with torch.device("meta"):
-        hm = transformers.AutoModelForCausalLM.from_config(hc)
-    sd = {k: tuple(v.shape) for k, v in hm.state_dict().items() if not fam.ignore.match(k)}
+    if cfg.n_experts:  # transformers 5 fuses the experts in memory, one tensor each on disk
+        transformers.AutoModelForCausalLM.from_config(hc).save_pretrained(tmp_path)
+        st = pytest.importorskip("safetensors")
+        with st.safe_open(str(tmp_path / "model.safetensors"), "np") as f:
+            sd = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    else:
+        with torch.device("meta"):
+            hm = transformers.AutoModelForCausalLM.from_config(hc)
+        sd = {k: tuple(v.shape) for k, v in hm.state_dict().items() if not fam.ignore.match(k)}
     if cfg.tie_weights:
-        sd.pop("lm_head.weight")  # the embedding under a second name
+        sd.pop("lm_head.weight", None)  # the embedding under a second name
     lay = layout(cfg)
     ours = {}
     for name, b, transposed, rows in fam.names(cfg):
@@ -179,7 +196,8 @@ def test_configs_round_trip_through_both_savers_and_loaders(tmp_path, fam, cfg):
 
 def test_the_registry_indexes_each_name_once():
     assert set(FAMILIES) == {"gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3",
-                             "granite", "smollm3", "olmo2", "gemma3_text"}
+                             "granite", "smollm3", "olmo2", "gemma3_text", "mixtral",
+                             "qwen3_moe"}
     assert set(GGUF_FAMILIES) == set(gm.ARCHITECTURES) == {"gpt2", "llama", "qwen2", "qwen3",
                                                                "granite", "smollm3", "olmo2",
                                                                "phi3"}

@@ -155,6 +155,13 @@ class GPTConfig:
         The attention scores' scale (None: 1 / sqrt(Dh)).
     logit_scale : float > 0
         The logits divided by it (Granite's ``logits_scaling``).
+    n_experts, experts_used : int
+        A mixture of experts in every layer's MLP (Mixtral, Qwen3-MoE): ``n_experts`` E
+        SwiGLU experts of width ``d_ff`` and a router (``router.weight`` (E, D),
+        ``experts.e.{up,gate,down}.weight``); each token runs the ``experts_used`` K most
+        probable of a softmax over all E, weighted by their probabilities. 0: a dense MLP.
+    router_norm : bool
+        The K weights renormalised to sum 1 (Mixtral; Qwen3-MoE's ``norm_topk_prob``).
 
     ``placement`` may also be ``"sandwich"`` (Gemma 2/3: norms before and after each
     sublayer, ``ln1_post``/``ln2_post``) or ``"output"`` (OLMo2: ``x + norm(sublayer(x))``);
@@ -192,6 +199,9 @@ class GPTConfig:
     residual_scale: float = 1.0
     attn_scale: Optional[float] = None
     logit_scale: float = 1.0
+    n_experts: int = 0
+    experts_used: int = 0
+    router_norm: bool = False
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen)
@@ -277,7 +287,9 @@ class GPTConfig:
                     embed_scale=0.0 if self.embed_scale == 1.0 else self.embed_scale,
                     residual_scale=0.0 if self.residual_scale == 1.0 else self.residual_scale,
                     attn_scale=self.attn_scale or 0.0,
-                    logit_scale=0.0 if self.logit_scale == 1.0 else self.logit_scale)
+                    logit_scale=0.0 if self.logit_scale == 1.0 else self.logit_scale,
+                    n_experts=self.n_experts, n_experts_used=self.experts_used,
+                    router_norm=int(self.router_norm))
 
     @property
     def rotary_dim_(self) -> int:
@@ -311,6 +323,8 @@ class GPTConfig:
             out.append(f"placement {self.placement!r}")
         if self.activation == "geglu":
             out.append("activation 'geglu'")
+        if self.n_experts:
+            out.append("n_experts (a mixture of experts)")
         return tuple(out)
 
     def __reduce__(self):  # pickle / copy by the fields; the C structs are rebuilt

@@ -42,7 +42,10 @@ def matrix_slots(cfg: GPTConfig) -> Dict[str, int]:
     out = {"token.weight": 0}
     for i in range(cfg.layers):
         for kind, k in _KINDS:
-            if kind != "gate.weight" or cfg.activation == "swiglu":
+            if cfg.n_experts and k >= 2:  # every expert's matrix of a kind: the kind's slot
+                out.update((f"blocks.{i}.experts.{e}.{kind}", 2 + i * 5 + k)
+                           for e in range(cfg.n_experts))
+            elif kind != "gate.weight" or cfg.activation == "swiglu":
                 out[f"blocks.{i}.{kind}"] = 2 + i * 5 + k
     if not cfg.tie_weights:
         out["head.weight"] = 1
@@ -67,8 +70,21 @@ def formats(cfg: GPTConfig, dtype: str = "float32",
             raise BlockcValueError(f"dtypes: {name!r} is not a matrix of this model (its "
                                    f"matrices: {', '.join(list(slots)[:4])}, ...)")
         out[name] = as_choice(d, f"dtypes[{name!r}]", DTYPES)
+    _check_experts(slots, out)
     _check_columns(cfg, out)
     return out
+
+
+def _check_experts(slots: Mapping[str, int], fmts: Mapping[str, str]) -> None:
+    """The experts of a kind in a layer share one format (one entry of
+    ``bc_gpt_config.dtypes``): refused by name when they differ."""
+    seen: Dict[int, str] = {}
+    for name, slot in slots.items():
+        first = seen.setdefault(slot, name)
+        if fmts[first] != fmts[name]:
+            raise BlockcValueError(f"dtypes: the experts of a layer store each matrix kind in "
+                                   f"one format: {first!r} is {fmts[first]}, {name!r} "
+                                   f"{fmts[name]}")
 
 
 def _check_columns(cfg: GPTConfig, fmts: Mapping[str, str]) -> None:

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._args import as_flag, as_real, as_size
+from .._args import as_flag, as_int, as_real, as_size
 from .._errors import BlockcTypeError, BlockcValueError
 from .._native import ffi
 from .rope import rope_tables
@@ -37,8 +37,31 @@ def check_window(cfg: Any, set_: Callable[[str, Any], None]) -> None:
                                  for i, f in enumerate(flags)))
 
 
+def check_experts(cfg: Any, set_: Callable[[str, Any], None]) -> None:
+    """n_experts 0 or 2.., experts_used 1..n_experts with experts (0 without), SwiGLU
+    experts without biases."""
+    n = as_int(cfg.n_experts, "GPTConfig.n_experts", 0)
+    k = as_int(cfg.experts_used, "GPTConfig.experts_used", 0)
+    set_("n_experts", n)
+    set_("experts_used", k)
+    set_("router_norm", as_flag(cfg.router_norm, "GPTConfig.router_norm"))
+    if not n:
+        if k or cfg.router_norm:
+            raise BlockcValueError("GPTConfig.experts_used and router_norm need n_experts")
+        return
+    if n < 2:
+        raise BlockcValueError(f"GPTConfig.n_experts must be 0 or >= 2, got {n}")
+    if not 1 <= k <= n:
+        raise BlockcValueError(f"GPTConfig.experts_used must lie in [1, n_experts={n}], "
+                               f"got {k}")
+    if cfg.activation != "swiglu" or cfg.mlp_bias:
+        raise BlockcValueError("GPTConfig.n_experts: experts are SwiGLU MLPs without biases "
+                               f"(activation {cfg.activation!r}, mlp_bias {cfg.mlp_bias})")
+
+
 def check_variants(cfg: Any, set_: Callable[[str, Any], None]) -> None:
     """The families' fields checked and normalised; the rope tables built."""
+    check_experts(cfg, set_)
     for name in ("embed_scale", "residual_scale", "logit_scale"):
         v = as_real(getattr(cfg, name), f"GPTConfig.{name}", 0.0)
         if not 0.0 < v < float(np.finfo(np.float32).max):

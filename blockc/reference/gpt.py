@@ -10,7 +10,8 @@ Written from the definitions, not from the C code. For GPT-2 (chapter 6):
 and every other point of :class:`blockc.GPTConfig`: RMSNorm or no norm, post-norm
 placement (no final norm), the SwiGLU MLP ``down(silu(gate(x)) * up(x))``, any
 MLP width, rotary positions instead of a table, grouped K/V heads, a head size
-other than width / heads, biases per projection, no residual, and sliding-window
+other than width / heads, biases per projection, no residual, a mixture of experts
+(``n_experts``: a router and SwiGLU experts in place of the MLP), and sliding-window
 attention (``sliding_window`` W on the ``sliding_layers``: query i sees keys
 i-W+1..i).
 
@@ -155,7 +156,31 @@ def _attention(x, p, pre: str, cfg: Any, angles, kv_dtype: Any = None, window: A
     return block.linear(y, p[pre + "attn.proj.weight"], p.get(pre + "attn.proj.bias"))
 
 
+def _experts(x, p, pre: str, cfg: Any):
+    """A mixture of experts: each token's router softmax over all E (float32, as
+    transformers), its K most probable experts (the lower index first on a tie), each
+    expert's SwiGLU output weighted by its probability (renormalised over the K with
+    ``router_norm``), summed."""
+    e, k = cfg.n_experts, cfg.experts_used
+    logits = block.linear(x, p[pre + "router.weight"]).astype(np.float32)
+    z = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    prob = z / z.sum(axis=-1, keepdims=True)
+    order = np.argsort(-prob, axis=-1, kind="stable")[..., :k]  # (..., K)
+    w = np.take_along_axis(prob, order, axis=-1).astype(np.float64)
+    if _get(cfg, "router_norm", False):
+        w = w / w.sum(axis=-1, keepdims=True)
+    out = np.zeros_like(x)
+    for i in range(e):
+        q = pre + f"experts.{i}."
+        y = block.linear(block.swiglu(block.linear(x, p[q + "gate.weight"]),
+                                      block.linear(x, p[q + "up.weight"])), p[q + "down.weight"])
+        out = out + (w * (order == i)).sum(axis=-1, keepdims=True).astype(x.dtype) * y
+    return out
+
+
 def _mlp(x, p, pre: str, cfg: Any):
+    if _get(cfg, "n_experts", 0):
+        return _experts(x, p, pre, cfg)
     up = block.linear(x, p[pre + "up.weight"], p.get(pre + "up.bias"))
     act = _get(cfg, "activation", "gelu_tanh")
     if act == "swiglu":

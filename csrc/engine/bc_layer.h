@@ -36,6 +36,10 @@ typedef struct {
     int qk_norm;           /* BC_QK_NORM_* (bc_gpt.h) */
     float q_scale;         /* 0, or q multiplied by this before the attention */
     float residual_scale;  /* 0 (1), or x + this * sublayer */
+    /* a mixture of experts in place of the MLP (bc_gpt.h; 0: the dense MLP) */
+    size_t n_experts;      /* E */
+    size_t n_used;         /* K, 1..E */
+    int router_norm;       /* the K weights renormalised */
 } bc_layer_cfg;
 
 /* A weight matrix: its data and layout (BC_WF_*). */
@@ -53,6 +57,11 @@ typedef struct {
     const float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
     const float *q_norm, *k_norm;     /* qk_norm's gains */
     const float *ln1p_w, *ln2p_w;     /* BC_PLACE_SANDWICH's post norms' gains */
+    /* experts (n_experts > 0): router (E, D) float32 rows; expert e's up, gate (F, D)
+     * and down (D, F) at eup.p + e * eup_bytes (and likewise), in the formats given */
+    const float *router;
+    bc_mat eup, egate, edown;
+    size_t eup_bytes, egate_bytes, edown_bytes;
 } bc_layer_w;
 
 /* Where this call's positions sit: sequence s's first position pos0[s] (pos0
@@ -105,6 +114,15 @@ typedef struct {
     float *qkv_b, *proj_b, *up_b, *gate_b, *down_b;
     float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
 } bc_layer_g;
+
+/* Floats of workspace bc_layer_moe needs for n rows; BC_OK or BC_EOVERFLOW. */
+int bc_layer_moe_work(size_t *n_floats, const bc_layer_cfg *c, size_t n);
+
+/* out (N,D) = r + the mixture of experts (bc_gpt.h) of a (N,D); r (N,D) or NULL, may be
+ * out (not a). work: bc_layer_moe_work floats. Each row's bits are its own, whatever
+ * the other rows and the threads. */
+void bc_layer_moe(float *out, const float *a, const float *r, const bc_layer_cfg *c,
+                  const bc_layer_w *w, size_t n, float *work, const bc_ctx *cx);
 
 /* Floats of workspace bc_layer_forward needs for n = B*T rows; BC_OK or BC_EOVERFLOW. */
 int bc_layer_work(size_t *n_floats, const bc_layer_cfg *c, size_t n);

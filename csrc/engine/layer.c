@@ -37,6 +37,8 @@ static int carve(parts *p, const bc_layer_cfg *c, size_t n)
         || (st = bc_mul(&nf, n, c->d_ff)) || (st = bc_add(&attn, na, nq))
         || (st = bc_mul(&mlp, nf, gated(c) ? 2 : 1)))
         return st;
+    if (c->n_experts && (st = bc_layer_moe_work(&mlp, c, n)))  /* in place of the MLP's */
+        return st;
     if ((st = bc_add(&at, nd, c->placement == BC_PLACE_POST ? nd : 0)))
         return st;
     p->xn = 0;
@@ -190,11 +192,16 @@ static void unfused_sum(float *out, float *sub, const float *r, const float *pos
 
 // out (N,D) = r + down(act(up(a))) or r + down(silu(gate(a)) * up(a)); r (N,D) or NULL,
 // may be out; up (N,F) or NULL: the pre-activation kept apart (a training
-// forward's record; the same bits as the fused epilogue)
+// forward's record; the same bits as the fused epilogue). With experts: r + the
+// mixture (bc_layer_moe), its workspace at hid (no record: training refuses them)
 static void ffn_sublayer(float *out, const float *a, const float *r, const bc_layer_cfg *c,
                          const bc_layer_w *w, size_t n, float *hid, float *gat, float *up,
                          const bc_ctx *cx)
 {
+    if (c->n_experts) {
+        bc_layer_moe(out, a, r, c, w, n, hid, cx);
+        return;
+    }
     float *u = up ? up : hid;
     if (gated(c)) {
         bc_k_linear(u, a, w->up.p, w->up.wf, w->up_b, NULL, n, c->d, c->d_ff, BC_ACT_NONE, cx);

@@ -82,9 +82,9 @@ static long field_slot(int f, size_t l)
     switch (f) {
     case F_QKV_W: return (long)BC_GPT_FMT_LAYER(l, BC_GPT_MAT_QKV);
     case F_PROJ_W: return (long)BC_GPT_FMT_LAYER(l, BC_GPT_MAT_PROJ);
-    case F_UP_W: return (long)BC_GPT_FMT_LAYER(l, BC_GPT_MAT_UP);
-    case F_GATE_W: return (long)BC_GPT_FMT_LAYER(l, BC_GPT_MAT_GATE);
-    case F_DOWN_W: return (long)BC_GPT_FMT_LAYER(l, BC_GPT_MAT_DOWN);
+    case F_UP_W: case F_EUP_W: return (long)BC_GPT_FMT_LAYER(l, BC_GPT_MAT_UP);
+    case F_GATE_W: case F_EGATE_W: return (long)BC_GPT_FMT_LAYER(l, BC_GPT_MAT_GATE);
+    case F_DOWN_W: case F_EDOWN_W: return (long)BC_GPT_FMT_LAYER(l, BC_GPT_MAT_DOWN);
     default: return -1;
     }
 }
@@ -137,6 +137,14 @@ static int variants(model *m)
     }
     if (c->rope_freqs_long && !c->rope_original)
         return BC_EOPTION;
+    /* experts: SwiGLU ones without biases, 1 <= K <= E */
+    if (c->n_experts
+        && (c->n_experts < 2 || c->n_experts > BC_GPT_MAX_EXPERTS || !c->n_experts_used
+            || c->n_experts_used > c->n_experts || c->activation != BC_ACT_SWIGLU
+            || c->mlp_bias))
+        return BC_EOPTION;
+    if (!c->n_experts && (c->n_experts_used || c->router_norm))
+        return BC_EOPTION;
     if (c->rope_dynamic != 0.0f
         && (!isfinite(c->rope_dynamic) || !(c->rope_dynamic >= 1.0f) || !c->rope_original
             || m->rd <= 2 || c->rope_freqs || c->rope_freqs_long))
@@ -146,7 +154,7 @@ static int variants(model *m)
                  || c->nope_layers || c->rope_local_theta != 0.0f || c->qk_norm || c->embed_scale != 0.0f
                  || c->residual_scale != 0.0f || c->attn_scale != 0.0f || c->logit_scale != 0.0f
                  || c->placement == BC_PLACE_SANDWICH || c->placement == BC_PLACE_OUTPUT
-                 || c->activation == BC_ACT_GEGLU;
+                 || c->activation == BC_ACT_GEGLU || c->n_experts;
     return BC_OK;
 }
 
@@ -198,20 +206,32 @@ static int resolve(model *m, const bc_gpt_config *cfg)
     return resolve_window(m);
 }
 
+/* The copies of a tensor kind: E for an expert's, else 1. */
+static size_t copies(const tdesc *t)
+{
+    return t->count ? t->count : 1;
+}
+
+/* bytes of every copy of t (an expert's matrix: all E, each packed alone) */
 static int tensor_bytes(size_t *out, const tdesc *t, int dtype)
 {
-    size_t n;
+    size_t n, one;
     int st;
-    if (t->kind == T_MAT)
-        return bc_packed_bytes(out, dtype, t->rows, t->cols);
-    if ((st = bc_mul(&n, t->rows, t->cols ? t->cols : 1)))
+    if (t->kind == T_MAT) {
+        if ((st = bc_packed_bytes(&one, dtype, t->rows, t->cols)))
+            return st;
+        return bc_mul_bytes(out, one, copies(t));
+    }
+    if ((st = bc_mul(&n, t->rows, t->cols ? t->cols : 1)) || (st = bc_mul(&n, n, copies(t))))
         return st;
     return bc_mul_bytes(out, n, 4);
 }
 
 static int tensor_elems(size_t *out, const tdesc *t)
 {
-    return bc_mul(out, t->rows, t->cols ? t->cols : 1);
+    size_t n;
+    int st = bc_mul(&n, t->rows, t->cols ? t->cols : 1);
+    return st ? st : bc_mul(out, n, copies(t));
 }
 
 /* The block's tensors for this config, in state_dict order. */
@@ -224,9 +244,11 @@ static size_t block_tensors(tdesc *t, const model *m)
     const int sandwich = c->placement == BC_PLACE_SANDWICH;
     const size_t qn = c->qk_norm == BC_QK_NORM_ALL ? m->qw : m->dh;
     const size_t kn = c->qk_norm == BC_QK_NORM_ALL ? m->kw : m->dh;
+    const size_t ne = c->n_experts;
     size_t n = 0;
-#define ADD(nm, r, cl, k, fl) (t[n].name = (nm), t[n].rows = (r), t[n].cols = (cl), \
-                               t[n].kind = (k), t[n].field = (fl), n++)
+#define ADDN(nm, r, cl, k, fl, cn) (t[n].name = (nm), t[n].rows = (r), t[n].cols = (cl), \
+                                    t[n].kind = (k), t[n].field = (fl), t[n].count = (cn), n++)
+#define ADD(nm, r, cl, k, fl) ADDN(nm, r, cl, k, fl, 1)
     if (gains)
         ADD("ln1.weight", d, 0, T_VEC, F_LN1_W);
     if (shifts)
@@ -247,20 +269,29 @@ static size_t block_tensors(tdesc *t, const model *m)
         ADD("ln2.weight", d, 0, T_VEC, F_LN2_W);
     if (shifts)
         ADD("ln2.bias", d, 0, T_VEC, F_LN2_B);
-    ADD("up.weight", f, d, T_MAT, F_UP_W);
+    if (ne) {  /* the router, then each kind's E experts (bc_gpt.h) */
+        ADD("router.weight", ne, d, T_ROWS, F_ROUTER_W);
+        ADDN("up.weight", f, d, T_MAT, F_EUP_W, ne);
+        ADDN("gate.weight", f, d, T_MAT, F_EGATE_W, ne);
+        ADDN("down.weight", d, f, T_MAT, F_EDOWN_W, ne);
+    }
+    if (!ne)
+        ADD("up.weight", f, d, T_MAT, F_UP_W);
     if (c->mlp_bias)
         ADD("up.bias", f, 0, T_VEC, F_UP_B);
-    if (swiglu) {
+    if (swiglu && !ne) {
         ADD("gate.weight", f, d, T_MAT, F_GATE_W);
         if (c->mlp_bias)
             ADD("gate.bias", f, 0, T_VEC, F_GATE_B);
     }
-    ADD("down.weight", d, f, T_MAT, F_DOWN_W);
+    if (!ne)
+        ADD("down.weight", d, f, T_MAT, F_DOWN_W);
     if (c->mlp_bias)
         ADD("down.bias", d, 0, T_VEC, F_DOWN_B);
     if (sandwich)
         ADD("ln2_post.weight", d, 0, T_VEC, F_LN2P_W);
 #undef ADD
+#undef ADDN
     return n;
 }
 
@@ -270,11 +301,13 @@ static int make_layout(layout *lo, const model *m)
     const size_t d = c->width;
     size_t off = 0, blocks, n, elems = 0, per = 0;
     int st;
-    const tdesc token = {"token.weight", c->vocab, d, T_MAT, 0};
-    const tdesc position = {"position.weight", c->context, d, T_ROWS, 0};
+    const tdesc token = {"token.weight", c->vocab, d, T_MAT, 0, 1};
+    const tdesc position = {"position.weight", c->context, d, T_ROWS, 0, 1};
     lo->nblk = block_tensors(lo->blk, m);
     lo->block_bytes = 0;
+    lo->nper = 0;
     for (size_t j = 0; j < lo->nblk; j++) {
+        lo->nper += copies(&lo->blk[j]);  /* E <= BC_GPT_MAX_EXPERTS: no overflow */
         lo->blk_off[j] = lo->block_bytes;
         if ((st = tensor_bytes(&lo->blk_bytes[j], &lo->blk[j], block_fmt(m, &lo->blk[j], 0)))
             || (st = bc_add_bytes(&lo->block_bytes, lo->block_bytes, lo->blk_bytes[j]))
@@ -336,7 +369,9 @@ static int make_layout(layout *lo, const model *m)
     }
     lo->total = off;
     lo->params = elems;
-    lo->ntensors = 1 + (size_t)lo->has_pos + lo->nblk * c->layers + (size_t)lo->has_norm
+    if ((st = bc_mul(&n, lo->nper, c->layers)))
+        return st;
+    lo->ntensors = 1 + (size_t)lo->has_pos + n + (size_t)lo->has_norm
                    + (size_t)lo->has_norm_b + (c->tie_weights ? 0 : 1);
     return BC_OK;
 }
@@ -418,7 +453,7 @@ int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *byte
         return st;
     if (index >= lo.ntensors)
         return BC_ERANGE;
-    const size_t d = m.c.width, nblk = lo.nblk * m.c.layers, first = 1 + (size_t)lo.has_pos;
+    const size_t d = m.c.width, nblk = lo.nper * m.c.layers, first = 1 + (size_t)lo.has_pos;
     if (index == 0) {
         snprintf(buf, sizeof buf, "token.weight");
         off = lo.token, nb = lo.token_bytes, rows = m.c.vocab, cols = d, kind = T_MAT;
@@ -427,9 +462,18 @@ int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *byte
         snprintf(buf, sizeof buf, "position.weight");
         off = lo.position, nb = lo.position_bytes, rows = m.c.context, cols = d, kind = T_ROWS;
     } else if (index < first + nblk) {
-        const size_t i = (index - first) / lo.nblk, j = (index - first) % lo.nblk;
-        snprintf(buf, sizeof buf, "blocks.%zu.%s", i, lo.blk[j].name);
+        const size_t i = (index - first) / lo.nper;
+        size_t j = 0, e = (index - first) % lo.nper;  /* kind j, its copy e */
+        while (e >= copies(&lo.blk[j]))
+            e -= copies(&lo.blk[j++]);
         bc_gpt_block_tensor(&off, &nb, &m, &lo, i, j);
+        if (lo.blk[j].count > 1) {  /* expert e's matrix, one of the kind's E */
+            snprintf(buf, sizeof buf, "blocks.%zu.experts.%zu.%s", i, e, lo.blk[j].name);
+            nb /= lo.blk[j].count;
+            off += e * nb;
+        } else {
+            snprintf(buf, sizeof buf, "blocks.%zu.%s", i, lo.blk[j].name);
+        }
         rows = lo.blk[j].rows, cols = lo.blk[j].cols, kind = lo.blk[j].kind;
         fm = block_fmt(&m, &lo.blk[j], i);
     } else if (index == first + nblk && lo.has_norm) {
@@ -512,7 +556,8 @@ bc_layer_cfg bc_gpt_layer_cfg(const model *m)
     const float q_scale = m->c.attn_scale != 0.0f ? m->c.attn_scale * sqrtf((float)m->dh) : 0.0f;
     const bc_layer_cfg lc = {m->c.width, m->c.heads, m->kv, m->dh, m->ff, m->c.norm,
                              m->c.placement, m->c.activation, 1, m->c.residual != 0, m->c.eps,
-                             m->rd, m->c.qk_norm, q_scale, m->c.residual_scale};
+                             m->rd, m->c.qk_norm, q_scale, m->c.residual_scale,
+                             m->c.n_experts, m->c.n_experts_used, m->c.router_norm != 0};
     return lc;
 }
 
@@ -730,6 +775,10 @@ bc_layer_w bc_gpt_layer_w(const unsigned char *params, const model *m, const lay
         case F_KN_W: w.k_norm = v; break;
         case F_LN1P_W: w.ln1p_w = v; break;
         case F_LN2P_W: w.ln2p_w = v; break;
+        case F_ROUTER_W: w.router = v; break;
+        case F_EUP_W: w.eup.p = t; w.eup.wf = wf; w.eup_bytes = nb / m->c.n_experts; break;
+        case F_EGATE_W: w.egate.p = t; w.egate.wf = wf; w.egate_bytes = nb / m->c.n_experts; break;
+        case F_EDOWN_W: w.edown.p = t; w.edown.wf = wf; w.edown_bytes = nb / m->c.n_experts; break;
         default: break;
         }
     }

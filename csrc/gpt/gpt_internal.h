@@ -88,12 +88,13 @@ enum { T_VEC, T_MAT, T_ROWS };
 /* The layer's parts a block tensor fills. */
 enum { F_LN1_W, F_LN1_B, F_QKV_W, F_QKV_B, F_PROJ_W, F_PROJ_B, F_LN2_W, F_LN2_B,
        F_UP_W, F_UP_B, F_GATE_W, F_GATE_B, F_DOWN_W, F_DOWN_B, F_QN_W, F_KN_W, F_LN1P_W,
-       F_LN2P_W, F_N };
+       F_LN2P_W, F_ROUTER_W, F_EUP_W, F_EGATE_W, F_EDOWN_W, F_N };
 
 typedef struct {
     const char *name;
     size_t rows, cols;  /* cols 0: a vector of rows */
     int kind, field;
+    size_t count;       /* 0 or 1: one tensor; E: one per expert (experts.e.NAME) */
 } tdesc;
 
 #define MAX_BLK F_N
@@ -102,7 +103,8 @@ typedef struct {
  * mixed model's blocks differ in size: layer l starts at layer_off[l] and its
  * tensors' offsets and sizes are bc_gpt_block_tensor's. */
 typedef struct {
-    size_t nblk;                          /* tensors per block */
+    size_t nblk;                          /* tensor kinds per block (blk) */
+    size_t nper;                          /* tensors per block, each expert's counted */
     tdesc blk[MAX_BLK];
     size_t blk_off[MAX_BLK], blk_bytes[MAX_BLK];  /* uniform models: every layer's */
     size_t block_bytes;                           /* uniform models: every layer's */
@@ -124,7 +126,8 @@ int bc_gpt_cache_elems(size_t *n, const model *m, size_t batch, size_t capacity)
 /* The config resolved and its layout computed (every size checked). */
 int bc_gpt_checked(model *m, layout *lo, const bc_gpt_config *cfg);
 
-/* Offset and bytes of tensor j of layer l's block (the layout's blk[j]). */
+/* Offset and bytes of tensor j of layer l's block (the layout's blk[j]; with
+ * experts, all E copies: expert e's at offset + e * bytes / E). */
 void bc_gpt_block_tensor(size_t *offset, size_t *bytes, const model *m, const layout *lo,
                          size_t l, size_t j);
 

@@ -27,6 +27,9 @@
  *     up.weight (F,D), up.bias (F)          the bias with mlp_bias
  *     gate.weight (F,D), gate.bias (F)      swiglu only
  *     down.weight (D,F), down.bias (D)
+ *     (with n_experts E > 0, in place of up, gate and down: router.weight (E,D)
+ *     float32 rows, then experts.e.up.weight (F,D) for e < E, every
+ *     experts.e.gate.weight (F,D), every experts.e.down.weight (D,F))
  *   norm.weight (D), norm.bias (D)          the final norm (pre-norm, norm != none)
  *   head.weight (V,D)                       untied only (a tied head reads token.weight)
  * The matrices (every 2-D tensor but the position table) are stored packed
@@ -137,7 +140,27 @@ typedef struct {
                                  * attends to every earlier position. Each read once per
                                  * call into the library's own copy (layers <=
                                  * BC_GPT_FMT_LAYERS when given) */
+    /* Mixture of experts (Mixtral, Qwen3-MoE): with n_experts = E > 0 every layer's
+     * MLP is E SwiGLU experts of width F (d_ff) and a router, in place of up, gate and
+     * down (activation BC_ACT_SWIGLU, no mlp_bias). Each token's router logits
+     * a (D) @ router.weight (E, D)^T go through a float32 softmax over all E; the K =
+     * n_experts_used largest probabilities are its experts (ties: the lower index
+     * first), each weighted by its probability, or by its probability over the K's
+     * sum when router_norm (Mixtral; Qwen3-MoE's norm_topk_prob). The MLP's output is
+     * sum over k of w_k down_e(silu(gate_e(a)) * up_e(a)), added in rank order k =
+     * 0..K-1 (the most probable first), so a token's bits depend neither on the
+     * batch nor on the threads; an expert no token of the call chose is not read.
+     * The block's tensors become: router.weight (E, D) float32 rows (not packed),
+     * then experts.e.up.weight (F, D) for e = 0..E-1, then every experts.e.gate.weight
+     * (F, D), then every experts.e.down.weight (D, F), each a packed matrix in its
+     * layer's up, gate and down format (BC_GPT_MAT_*). */
+    size_t n_experts;       /* E: 0 (a dense MLP), or 2..BC_GPT_MAX_EXPERTS */
+    size_t n_experts_used;  /* K: 0 without experts, else 1..E */
+    int router_norm;        /* nonzero: the K weights renormalised to sum 1 */
 } bc_gpt_config;
+
+/* The most experts a layer may have. */
+#define BC_GPT_MAX_EXPERTS 4096
 
 /* ---- sliding-window attention and the ring cache -------------------------
  * A sliding layer's query at position p attends to keys p-W+1..p (W of them,

@@ -103,6 +103,7 @@ int main(void)
     test_runtime();
     test_train();
     test_window();
+    test_moe();
     h_free_all();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

@@ -57,5 +57,6 @@ void test_gpt(void);
 void test_runtime(void);
 void test_train(void);
 void test_window(void);
+void test_moe(void);
 
 #endif
