@@ -153,12 +153,13 @@ def _describe(e: BaseException) -> str:
 
 
 class _Slot:
-    __slots__ = ("tokens", "job", "used")
+    __slots__ = ("tokens", "job", "used", "long")
 
     def __init__(self):
         self.tokens: List[int] = []  # the ids whose keys and values the slot holds
         self.job: Optional[Job] = None
         self.used = 0
+        self.long = False  # longrope: its keys turned by the long factors
 
 
 def _common_prefix(a: List[int], b: np.ndarray, cap: int) -> int:
@@ -210,6 +211,10 @@ class Engine:
                         DraftSlots(draft, self.parallel + 1, self.capacity, self.vocab,
                                    draft_max or DEFAULT_DRAFT_MAX, cache_dtype, model))
         self._slots = [_Slot() for _ in range(self.parallel)]
+        # longrope (Phi-3): a sequence longer than this turns every position by the long
+        # factors (0: not a longrope model)
+        tables = model.config.rope_tables
+        self._long_at = int(tables.original) if tables.inv_long is not None else 0
         self._n_dec = 0
         self._pf: Optional[Job] = None
         self._pf_slot = -1
@@ -385,8 +390,11 @@ class Engine:
         cap = len(job.prompt) - 1  # the last prompt token is always computed (its logits)
         target, keep = min(free, key=lambda i: self._slots[i].used), 0
         src, best = -1, 0
+        # longrope: a slot's keys serve only a prompt on their side of the original length
+        want = bool(self._long_at) and len(job.prompt) > self._long_at
         if self.prefix_reuse:
-            scores = [(_common_prefix(self._slots[i].tokens, job.prompt, cap), i)
+            scores = [(_common_prefix(self._slots[i].tokens, job.prompt, cap)
+                       if self._slots[i].long == want else 0, i)
                       for i in range(self.parallel)]
             own = [(n, -self._slots[i].used, i) for n, i in scores if i in free]
             keep, _, target = max(own)
@@ -398,10 +406,13 @@ class Engine:
         if best > keep:
             self.cache.copy_prefix(target, src, best)
             slot.tokens = list(self._slots[src].tokens[:best])
+            slot.long = self._slots[src].long
             keep = best
         else:
             self.cache.truncate(target, keep)
             del slot.tokens[keep:]
+        if keep == 0:
+            slot.long = False
         slot.job, slot.used = job, next(self._clock)
         job.pos = job.reused = keep
         self._pf, self._pf_slot = job, target
@@ -413,6 +424,11 @@ class Engine:
         job, i = self._pf, self._pf_slot
         slot = self._slots[i]
         end = min(len(job.prompt), job.pos + limit)
+        if self._long_at and end <= self._long_at < len(job.prompt):
+            # longrope: a prompt longer than the original length has every position turned
+            # by the long factors (transformers' forward of it), so its first call already
+            # reaches past the original length (a call's length picks the factors)
+            end = self._long_at + 1
         ids = job.prompt[job.pos:end]
         try:
             logits = self.model(ids[None], cache=self.cache.view(i, i + 1), last_only=True)
@@ -420,6 +436,7 @@ class Engine:
             self._fail(i, e)
             return limit
         slot.tokens.extend(int(t) for t in ids)
+        slot.long = slot.long or (bool(self._long_at) and end > self._long_at)
         self.stats["prompt_tokens"] += len(ids)
         job.pos = end
         if end < len(job.prompt):
@@ -438,13 +455,28 @@ class Engine:
         # a draft: k tokens each row can still take (its room in the cache too)
         k = 0 if self.drafter is None else min(
             [self.drafter.k] + [j.max_tokens - len(j.out) for j in jobs])
+        # longrope: a row still short-turned drafts no further than the original length
+        # (each position's logits as its own length turns them); a row reaching original + 1
+        # runs whole again, as transformers' Phi-3 generate recomputes its cache then
+        cross = []
+        if self._long_at:
+            for i in range(n):
+                s = self._slots[i]
+                if not s.long:
+                    k = min(k, max(0, self._long_at - len(s.tokens) - 1))
+                    if len(s.tokens) >= self._long_at:
+                        cross.append(i)
         ids = np.array([[j.last] for j in jobs], dtype=np.int64)
         try:
-            if k > 0:
+            if cross:
+                logits = self._decode_crossing(jobs, ids, cross)
+            elif k > 0:
                 drafts = self.drafter.propose(
                     [np.concatenate([j.prompt, np.asarray(j.out, np.int64)]) for j in jobs], k)
                 ids = np.concatenate([ids, drafts], axis=1)
-            logits = self.model(ids, cache=self.cache.view(0, n), last_only=k == 0)
+                logits = self.model(ids, cache=self.cache.view(0, n), last_only=False)
+            else:
+                logits = self.model(ids, cache=self.cache.view(0, n), last_only=True)
         except Exception as e:  # one forward for every row: the rows decoding end with it,
             if self.drafter is not None:  # the queue and the prompt being read go on
                 self.drafter.reset()
@@ -467,6 +499,23 @@ class Engine:
                 self.cache.truncate(i, len(slot.tokens))  # the rejected positions
         for i in reversed(done):
             self._release(i)
+
+    def _decode_crossing(self, jobs: List[Job], ids: np.ndarray, cross: List[int]) -> np.ndarray:
+        """One decode step of rows 0..n-1 (no draft) where the rows ``cross`` reach the
+        original length + 1 of a longrope model: those run their whole sequence again
+        (every key turned by the long factors), the others their one token; each row
+        alone, so the same bits as in one batch (bc_gpt_forward's promise)."""
+        rows = []
+        for i, j in enumerate(jobs):
+            view = self.cache.view(i, i + 1)
+            if i in cross:
+                self.cache.truncate(i, 0)
+                seq = np.concatenate([j.prompt, np.asarray(j.out, np.int64)])
+                rows.append(self.model(seq[None], cache=view, last_only=True)[0])
+                self._slots[i].long = True
+            else:
+                rows.append(self.model(ids[i:i + 1], cache=view, last_only=True)[0])
+        return np.stack(rows)
 
     def _sample(self, job: Job, logits: np.ndarray, slot: _Slot) -> bool:
         """Choose job's next token and send it; True when the job has ended (a failure
