@@ -63,13 +63,47 @@ class TextTail:
     that ends inside a multi-byte character completes the stop string before it all
     the same) and, by :meth:`flush`, in the whole text at the end: whichever way the
     request ends, a stop string never reaches the client, and ``stopped`` tells the
-    end's reason ("stop")."""
+    end's reason ("stop").
+
+    The text is decoded incrementally: the ids whose text ended on a whole character
+    are settled, and each new token decodes only a window from the previous settling
+    point on (its tokens before the last settling point give the decoder its context: a
+    leading space, a word joined to the one before) and appends what the window's text
+    adds past the text of its context; when the window's text does not begin with that
+    (a decoder that rewrote its context) the whole list is decoded, as it always was."""
 
     def __init__(self, decode: Callable[[List[int]], str], stops: Sequence[str]):
         self._decode, self.stops = decode, list(stops)
         self._longest = max((len(s) for s in self.stops), default=0)
         self.ids: List[int] = []
         self.text, self.sent, self.stopped = "", 0, False
+        # the incremental decoding: ids[:_read] settled (their text _settled), the
+        # window from _start (its context ids[_start:_read], whose text is _context)
+        self._start = self._read = 0
+        self._settled = self._context = ""
+        self._context_of = (0, 0)
+
+    def _whole(self) -> str:
+        """The text of all the ids (as ``decode(ids)``), a small window decoded."""
+        n = len(self.ids)
+        if (self._start, self._read) != self._context_of:
+            # the context must decode to something: a context of skipped special tokens
+            # alone would let the decoder take the new text for the sequence's start
+            while True:
+                self._context = self._decode(self.ids[self._start:self._read])
+                if self._context or self._start == 0:
+                    break
+                self._start -= 1
+            self._context_of = (self._start, self._read)
+        window = self._decode(self.ids[self._start:])
+        if window.startswith(self._context):
+            text = self._settled + window[len(self._context):]
+        else:
+            text = self._decode(self.ids)
+        if not text.endswith("\ufffd"):  # whole characters: settled, the window moves on
+            self._settled = text
+            self._start, self._read = self._read, n
+        return text
 
     def _cut(self, text: str) -> bool:
         """Look for a stop string in text (from where one could still start); on a hit
@@ -84,7 +118,7 @@ class TextTail:
     def push(self, token: int):
         """(the new text to send, True when a stop string completed)."""
         self.ids.append(token)
-        text = self._decode(self.ids)
+        text = self._whole()
         complete = text.rstrip("\ufffd")  # a character still incomplete: held back
         if self.stops and self._cut(complete):
             piece, self.sent = self.text[self.sent:], len(self.text)
@@ -108,7 +142,7 @@ class TextTail:
         """What is held back (a character left incomplete at the end included, a stop
         string the whole text completes cut off: ``stopped`` then True)."""
         if not self.stopped and self.ids:
-            text = self._decode(self.ids)
+            text = self._whole() if self._read < len(self.ids) else self._settled
             if not (self.stops and self._cut(text)):
                 self.text = text
         piece, self.sent = self.text[self.sent:], len(self.text)
