@@ -125,13 +125,19 @@ def _top_p_candidates(z: np.ndarray, probs: np.ndarray, t: float) -> Optional[np
     v = z.size
     if not np.isfinite(probs).all():  # NaN (a refused row): the whole sort's own answer
         return None
-    finite = np.count_nonzero(z > -np.inf)
-    m = finite if finite <= v // 4 else _NUCLEUS_FIRST
+    finite = z > -np.inf
+    n_finite = int(np.count_nonzero(finite))
+    if n_finite == 0:
+        return None
+    m = n_finite if n_finite <= v // 4 else _NUCLEUS_FIRST
     slack = 4.0 * v * 2.0 ** -53
     while m <= v // 4:
-        thr = np.partition(z, v - max(m, 1))[v - max(m, 1)]
-        cand = np.flatnonzero(z >= thr)
-        rest = probs[z < thr].sum()
+        if m == n_finite:  # top-k's (a constraint's) few: the others' probabilities are 0
+            cand, rest = np.flatnonzero(finite), 0.0
+        else:
+            thr = np.partition(z, v - m)[v - m]
+            cand = np.flatnonzero(z >= thr)
+            rest = probs[z < thr].sum()
         exact = rest == 0.0
         if exact or rest <= t - slack * t:
             sub = cand[np.argsort(z[cand], kind="stable")]
