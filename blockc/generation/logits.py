@@ -152,7 +152,7 @@ def _top_p_candidates(z: np.ndarray, probs: np.ndarray, t: float) -> Optional[np
         # the top m' tokens hold at most m'/m times the top m's mass: grow m to where the
         # nucleus may fit, giving up at once when even a quarter of the vocabulary cannot
         mass = 1.0 - rest
-        m = max(2 * m, int(np.ceil(m * (1.0 - t) / mass)) if mass > 0 else v)
+        m = max(8 * m, int(np.ceil(m * (1.0 - t) / mass)) if mass > 0 else v)
     return None
 
 

@@ -22,6 +22,10 @@ row's logits are the bits it gets alone (bc_gpt_forward's promise), a prompt
 prefilled in chunks or continued from a copied prefix gets the bits it gets in one
 piece (tests/test_cache_ops.py), and every choice samples from its own generator
 (:mod:`blockc.serve.sampling`). tests/test_serve.py checks it against solo runs.
+A longrope model's (Phi-3) sequence past the original length has every position turned by
+the long factors, as transformers turns it: such a prompt's first call reaches past that
+length, a slot's keys serve only prompts on their side of it, and a decoding row reaching
+it + 1 runs whole again (tests/test_serve_longrope.py).
 
 A failure is its request's alone: an exception in a prompt's forward, a choice's
 sampler or its text ends that job with ``"error"`` (its slot emptied and freed) while
