@@ -94,16 +94,83 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
+#: the fewest tokens a row's nucleus is first looked for among (then more, while fewer
+#: than a quarter of the vocabulary: past that the whole sort is as cheap)
+_NUCLEUS_FIRST = 256
+
+
+def _top_p_sorted(z: np.ndarray, probs: np.ndarray, t: float) -> np.ndarray:
+    """top_p_mask of one row z (V,) by the whole sort (probs: softmax of the whole rows)."""
+    order = np.argsort(z, kind="stable")                      # ascending
+    drop_sorted = np.cumsum(probs[order]) <= t
+    drop_sorted[-1] = False                                   # the most likely stays
+    keep = np.ones(z.shape, bool)
+    keep[order] = ~drop_sorted
+    return keep
+
+
+def _top_p_candidates(z: np.ndarray, probs: np.ndarray, t: float) -> Optional[np.ndarray]:
+    """top_p_mask of one row z (V,) from a sort of its largest logits only, or None when
+    it cannot tell (then the whole sort decides).
+
+    The whole sort's rule drops the least likely tokens while the running sum of their
+    probabilities (in ascending order) is <= t. Taking the candidates as every token with
+    z >= a threshold, the others precede them all in that order; they are all dropped
+    when their sum is at most t, and the candidates' running sums start from it. When
+    the others' probabilities are all exactly 0 (the logits top-k or a constraint left
+    at -inf) that start is exactly 0 and the sums are the whole sort's bit for bit;
+    otherwise the sums are float sums of the same numbers in another order, each within
+    2 * V * 2**-53 of its value of the exact one, and the answer is kept only when no
+    comparison with t is closer than twice that (else None)."""
+    v = z.size
+    if not np.isfinite(probs).all():  # NaN (a refused row): the whole sort's own answer
+        return None
+    finite = z > -np.inf
+    n_finite = int(np.count_nonzero(finite))
+    if n_finite == 0:
+        return None
+    m = n_finite if n_finite <= v // 4 else _NUCLEUS_FIRST
+    slack = 4.0 * v * 2.0 ** -53
+    while m <= v // 4:
+        if m == n_finite:  # top-k's (a constraint's) few: the others' probabilities are 0
+            cand, rest = np.flatnonzero(finite), 0.0
+        else:
+            thr = np.partition(z, v - m)[v - m]
+            cand = np.flatnonzero(z >= thr)
+            rest = probs[z < thr].sum()
+        exact = rest == 0.0
+        if exact or rest <= t - slack * t:
+            sub = cand[np.argsort(z[cand], kind="stable")]
+            sums = np.cumsum(np.concatenate(([rest], probs[sub])))[1:]
+            if exact or (np.abs(sums - t) > slack * np.maximum(sums, t)).all():
+                drop = sums <= t
+                drop[-1] = False                              # the most likely stays
+                keep = np.zeros(z.shape, bool)
+                keep[sub] = ~drop
+                return keep
+            return None
+        # the top m' tokens hold at most m'/m times the top m's mass: grow m to where the
+        # nucleus may fit, giving up at once when even a quarter of the vocabulary cannot
+        mass = 1.0 - rest
+        m = max(8 * m, int(np.ceil(m * (1.0 - t) / mass)) if mass > 0 else v)
+    return None
+
+
 def top_p_mask(z: np.ndarray, p: float) -> np.ndarray:
     """Keep the fewest most likely tokens whose probabilities sum to more than 1 - (1 - p)
     (Hugging Face's rule: drop the least likely while their cumulative sum is <= 1 - p),
-    at least one."""
-    order = np.argsort(z, axis=-1, kind="stable")          # ascending
-    probs = np.take_along_axis(_softmax(z), order, axis=-1)
-    drop_sorted = np.cumsum(probs, axis=-1) <= 1.0 - p
-    drop_sorted[:, -1] = False                               # the most likely stays
-    keep = np.ones(z.shape, bool)
-    np.put_along_axis(keep, order, ~drop_sorted, axis=-1)
+    at least one.
+
+    Each row's nucleus is looked for among its largest logits first (all of its finite
+    ones when top-k or a constraint masked the rest), sorted alone; the whole vocabulary
+    is sorted only when that cannot tell the same mask bit for bit
+    (:func:`_top_p_candidates`)."""
+    probs = _softmax(z)
+    t = 1.0 - p
+    keep = np.empty(z.shape, bool)
+    for b in range(z.shape[0]):
+        row = _top_p_candidates(z[b], probs[b], t)
+        keep[b] = row if row is not None else _top_p_sorted(z[b], probs[b], t)
     return keep
 
 

@@ -264,11 +264,27 @@ def speculate(m: Any, prompt: np.ndarray, n: int, opts: ResolvedGeneration,
     t = len(prompt)
     if t > 1:  # the prompt but its last token, through the cache, no head
         m.run(seq[None, :t - 1], cache, want_logits=False)
+    # longrope (Phi-3): a call's length picks the short or long factors. While the
+    # sequence is no longer than the original length a round drafts no further than it
+    # (each position's logits as its own length turns them); the round whose sequence
+    # reaches original + 1 runs it whole again (every key turned by the long factors),
+    # as transformers' Phi-3 generate recomputes its cache then
+    tables = m.config.rope_tables
+    original = int(tables.original) if tables.inv_long is not None else 0
+    long_keys = t - 1 > original
     made = 0
     while made < n:
         # at most n - made - 1 drafted: the round's own token ends within n
-        draft, q = drafter.draft(seq[:t], min(k, n - made - 1), opts, rng)
-        logits = m.run(np.concatenate([seq[t - 1:t], draft])[None], cache)[0][0]
+        room = min(k, n - made - 1)
+        if original and not long_keys and t <= original:
+            room = min(room, original - t)
+        draft, q = drafter.draft(seq[:t], room, opts, rng)
+        if original and not long_keys and t > original:
+            cache.truncate(0, 0)
+            logits = m.run(np.concatenate([seq[:t], draft])[None], cache)[0][0][t - 1:]
+            long_keys = True
+        else:
+            logits = m.run(np.concatenate([seq[t - 1:t], draft])[None], cache)[0][0]
         kept = accept_draft(logits, seq[:t], draft, q, opts, rng)
         stats.rounds += 1
         stats.drafted += len(draft)

@@ -22,6 +22,10 @@ row's logits are the bits it gets alone (bc_gpt_forward's promise), a prompt
 prefilled in chunks or continued from a copied prefix gets the bits it gets in one
 piece (tests/test_cache_ops.py), and every choice samples from its own generator
 (:mod:`blockc.serve.sampling`). tests/test_serve.py checks it against solo runs.
+A longrope model's (Phi-3) sequence past the original length has every position turned by
+the long factors, as transformers turns it: such a prompt's first call reaches past that
+length, a slot's keys serve only prompts on their side of it, and a decoding row reaching
+it + 1 runs whole again (tests/test_serve_longrope.py).
 
 A failure is its request's alone: an exception in a prompt's forward, a choice's
 sampler or its text ends that job with ``"error"`` (its slot emptied and freed) while
@@ -63,13 +67,47 @@ class TextTail:
     that ends inside a multi-byte character completes the stop string before it all
     the same) and, by :meth:`flush`, in the whole text at the end: whichever way the
     request ends, a stop string never reaches the client, and ``stopped`` tells the
-    end's reason ("stop")."""
+    end's reason ("stop").
+
+    The text is decoded incrementally: the ids whose text ended on a whole character
+    are settled, and each new token decodes only a window from the previous settling
+    point on (its tokens before the last settling point give the decoder its context: a
+    leading space, a word joined to the one before) and appends what the window's text
+    adds past the text of its context; when the window's text does not begin with that
+    (a decoder that rewrote its context) the whole list is decoded, as it always was."""
 
     def __init__(self, decode: Callable[[List[int]], str], stops: Sequence[str]):
         self._decode, self.stops = decode, list(stops)
         self._longest = max((len(s) for s in self.stops), default=0)
         self.ids: List[int] = []
         self.text, self.sent, self.stopped = "", 0, False
+        # the incremental decoding: ids[:_read] settled (their text _settled), the
+        # window from _start (its context ids[_start:_read], whose text is _context)
+        self._start = self._read = 0
+        self._settled = self._context = ""
+        self._context_of = (0, 0)
+
+    def _whole(self) -> str:
+        """The text of all the ids (as ``decode(ids)``), a small window decoded."""
+        n = len(self.ids)
+        if (self._start, self._read) != self._context_of:
+            # the context must decode to something: a context of skipped special tokens
+            # alone would let the decoder take the new text for the sequence's start
+            while True:
+                self._context = self._decode(self.ids[self._start:self._read])
+                if self._context or self._start == 0:
+                    break
+                self._start -= 1
+            self._context_of = (self._start, self._read)
+        window = self._decode(self.ids[self._start:])
+        if window.startswith(self._context):
+            text = self._settled + window[len(self._context):]
+        else:
+            text = self._decode(self.ids)
+        if not text.endswith("\ufffd"):  # whole characters: settled, the window moves on
+            self._settled = text
+            self._start, self._read = self._read, n
+        return text
 
     def _cut(self, text: str) -> bool:
         """Look for a stop string in text (from where one could still start); on a hit
@@ -84,7 +122,7 @@ class TextTail:
     def push(self, token: int):
         """(the new text to send, True when a stop string completed)."""
         self.ids.append(token)
-        text = self._decode(self.ids)
+        text = self._whole()
         complete = text.rstrip("\ufffd")  # a character still incomplete: held back
         if self.stops and self._cut(complete):
             piece, self.sent = self.text[self.sent:], len(self.text)
@@ -108,7 +146,7 @@ class TextTail:
         """What is held back (a character left incomplete at the end included, a stop
         string the whole text completes cut off: ``stopped`` then True)."""
         if not self.stopped and self.ids:
-            text = self._decode(self.ids)
+            text = self._whole() if self._read < len(self.ids) else self._settled
             if not (self.stops and self._cut(text)):
                 self.text = text
         piece, self.sent = self.text[self.sent:], len(self.text)
@@ -153,12 +191,13 @@ def _describe(e: BaseException) -> str:
 
 
 class _Slot:
-    __slots__ = ("tokens", "job", "used")
+    __slots__ = ("tokens", "job", "used", "long")
 
     def __init__(self):
         self.tokens: List[int] = []  # the ids whose keys and values the slot holds
         self.job: Optional[Job] = None
         self.used = 0
+        self.long = False  # longrope: its keys turned by the long factors
 
 
 def _common_prefix(a: List[int], b: np.ndarray, cap: int) -> int:
@@ -210,6 +249,10 @@ class Engine:
                         DraftSlots(draft, self.parallel + 1, self.capacity, self.vocab,
                                    draft_max or DEFAULT_DRAFT_MAX, cache_dtype, model))
         self._slots = [_Slot() for _ in range(self.parallel)]
+        # longrope (Phi-3): a sequence longer than this turns every position by the long
+        # factors (0: not a longrope model)
+        tables = model.config.rope_tables
+        self._long_at = int(tables.original) if tables.inv_long is not None else 0
         self._n_dec = 0
         self._pf: Optional[Job] = None
         self._pf_slot = -1
@@ -385,8 +428,11 @@ class Engine:
         cap = len(job.prompt) - 1  # the last prompt token is always computed (its logits)
         target, keep = min(free, key=lambda i: self._slots[i].used), 0
         src, best = -1, 0
+        # longrope: a slot's keys serve only a prompt on their side of the original length
+        want = bool(self._long_at) and len(job.prompt) > self._long_at
         if self.prefix_reuse:
-            scores = [(_common_prefix(self._slots[i].tokens, job.prompt, cap), i)
+            scores = [(_common_prefix(self._slots[i].tokens, job.prompt, cap)
+                       if self._slots[i].long == want else 0, i)
                       for i in range(self.parallel)]
             own = [(n, -self._slots[i].used, i) for n, i in scores if i in free]
             keep, _, target = max(own)
@@ -398,10 +444,13 @@ class Engine:
         if best > keep:
             self.cache.copy_prefix(target, src, best)
             slot.tokens = list(self._slots[src].tokens[:best])
+            slot.long = self._slots[src].long
             keep = best
         else:
             self.cache.truncate(target, keep)
             del slot.tokens[keep:]
+        if keep == 0:
+            slot.long = False
         slot.job, slot.used = job, next(self._clock)
         job.pos = job.reused = keep
         self._pf, self._pf_slot = job, target
@@ -413,6 +462,11 @@ class Engine:
         job, i = self._pf, self._pf_slot
         slot = self._slots[i]
         end = min(len(job.prompt), job.pos + limit)
+        if self._long_at and end <= self._long_at < len(job.prompt):
+            # longrope: a prompt longer than the original length has every position turned
+            # by the long factors (transformers' forward of it), so its first call already
+            # reaches past the original length (a call's length picks the factors)
+            end = self._long_at + 1
         ids = job.prompt[job.pos:end]
         try:
             logits = self.model(ids[None], cache=self.cache.view(i, i + 1), last_only=True)
@@ -420,6 +474,7 @@ class Engine:
             self._fail(i, e)
             return limit
         slot.tokens.extend(int(t) for t in ids)
+        slot.long = slot.long or (bool(self._long_at) and end > self._long_at)
         self.stats["prompt_tokens"] += len(ids)
         job.pos = end
         if end < len(job.prompt):
@@ -438,13 +493,28 @@ class Engine:
         # a draft: k tokens each row can still take (its room in the cache too)
         k = 0 if self.drafter is None else min(
             [self.drafter.k] + [j.max_tokens - len(j.out) for j in jobs])
+        # longrope: a row still short-turned drafts no further than the original length
+        # (each position's logits as its own length turns them); a row reaching original + 1
+        # runs whole again, as transformers' Phi-3 generate recomputes its cache then
+        cross = []
+        if self._long_at:
+            for i in range(n):
+                s = self._slots[i]
+                if not s.long:
+                    k = min(k, max(0, self._long_at - len(s.tokens) - 1))
+                    if len(s.tokens) >= self._long_at:
+                        cross.append(i)
         ids = np.array([[j.last] for j in jobs], dtype=np.int64)
         try:
-            if k > 0:
+            if cross:
+                logits = self._decode_crossing(jobs, ids, cross)
+            elif k > 0:
                 drafts = self.drafter.propose(
                     [np.concatenate([j.prompt, np.asarray(j.out, np.int64)]) for j in jobs], k)
                 ids = np.concatenate([ids, drafts], axis=1)
-            logits = self.model(ids, cache=self.cache.view(0, n), last_only=k == 0)
+                logits = self.model(ids, cache=self.cache.view(0, n), last_only=False)
+            else:
+                logits = self.model(ids, cache=self.cache.view(0, n), last_only=True)
         except Exception as e:  # one forward for every row: the rows decoding end with it,
             if self.drafter is not None:  # the queue and the prompt being read go on
                 self.drafter.reset()
@@ -467,6 +537,23 @@ class Engine:
                 self.cache.truncate(i, len(slot.tokens))  # the rejected positions
         for i in reversed(done):
             self._release(i)
+
+    def _decode_crossing(self, jobs: List[Job], ids: np.ndarray, cross: List[int]) -> np.ndarray:
+        """One decode step of rows 0..n-1 (no draft) where the rows ``cross`` reach the
+        original length + 1 of a longrope model: those run their whole sequence again
+        (every key turned by the long factors), the others their one token; each row
+        alone, so the same bits as in one batch (bc_gpt_forward's promise)."""
+        rows = []
+        for i, j in enumerate(jobs):
+            view = self.cache.view(i, i + 1)
+            if i in cross:
+                self.cache.truncate(i, 0)
+                seq = np.concatenate([j.prompt, np.asarray(j.out, np.int64)])
+                rows.append(self.model(seq[None], cache=view, last_only=True)[0])
+                self._slots[i].long = True
+            else:
+                rows.append(self.model(ids[i:i + 1], cache=view, last_only=True)[0])
+        return np.stack(rows)
 
     def _sample(self, job: Job, logits: np.ndarray, slot: _Slot) -> bool:
         """Choose job's next token and send it; True when the job has ended (a failure
