@@ -341,4 +341,31 @@ static inline double bc_format_weight_bytes(const bc_format *f)
     return (double)f->block_bytes / (double)f->block;
 }
 
+/* ---- a quantised KV cache (bc_gpt_cache dtype BC_DTYPE_Q8_0 or BC_DTYPE_Q4_0) ----
+ * Each stored key and value row (one position of one K/V head: Dh values, Dh a
+ * multiple of 32) is ggml's blocks of 32, one after another: q8_0 a half scale
+ * then 32 int8 (34 bytes), q4_0 a half scale then 16 bytes, value j in the low
+ * nibble of byte j and value j + 16 in the high one (18 bytes). Both read back as
+ * half(d) * q (q8_0) or half(d) * (nibble - 8) (q4_0): exact float products. */
+#define BC_KVQ_BLOCK 32
+
+/* Bytes of one block of a quantised cache's dtype; 0 for any other dtype. */
+static inline size_t bc_kvq_block_bytes(int dtype)
+{
+    return dtype == BC_DTYPE_Q8_0 ? 34 : dtype == BC_DTYPE_Q4_0 ? 18 : 0;
+}
+
+/* Bytes of n elements (a multiple of 32) of a quantised cache. */
+static inline size_t bc_kvq_bytes(int dtype, size_t n)
+{
+    return n / BC_KVQ_BLOCK * bc_kvq_block_bytes(dtype);
+}
+
+/* dst (n / 32 blocks) = x (n, a multiple of 32) quantised as dtype's blocks
+ * (BC_DTYPE_Q8_0, BC_DTYPE_Q4_0: the weights' rules, q8_block and q4_block),
+ * finite values past what a half scale holds saturated (+-65504 * 127 for q8_0,
+ * +-65504 * 8 for q4_0); a block holding a NaN keeps a NaN scale (its 32
+ * values read back NaN). Internal: the caller checked dtype and n. */
+void bc_kvq_row(unsigned char *dst, const float *x, size_t n, int dtype);
+
 #endif

@@ -1615,3 +1615,29 @@ const bc_format *bc_format_of(int dtype)
 {
     return dtype >= 0 && dtype < BC_NDTYPE && formats[dtype].name ? &formats[dtype] : NULL;
 }
+
+/* ---- a quantised KV cache's rows (bc_format.h) --------------------------- */
+
+void bc_kvq_row(unsigned char *dst, const float *x, size_t n, int dtype)
+{
+    const int q8 = dtype == BC_DTYPE_Q8_0;
+    const float top = q8 ? Q8_MAX_ABS : Q4_MAX_ABS;
+    const size_t bb = bc_kvq_block_bytes(dtype);
+    for (size_t b = 0; b < n; b += BC_KVQ_BLOCK, dst += bb) {
+        float w[BC_KVQ_BLOCK];
+        int nan = 0;
+        for (size_t k = 0; k < BC_KVQ_BLOCK; k++) {
+            const float f = x[b + k];
+            nan |= f != f;
+            w[k] = f > top ? top : f < -top ? -top : f;
+        }
+        uint16_t d = 0x7e00u;  /* a NaN scale: the block reads back NaN */
+        if (nan)
+            memset(dst + 2, q8 ? 0 : 0x88, bb - 2);
+        else if (q8)
+            q8_block(&d, (int8_t *)(dst + 2), 1, w, BC_KVQ_BLOCK);
+        else
+            q4_block(&d, dst + 2, 1, w, BC_KVQ_BLOCK);
+        memcpy(dst, &d, sizeof d);  /* little-endian, as ggml's files */
+    }
+}
