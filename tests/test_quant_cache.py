@@ -9,12 +9,15 @@ cost as mean KL of the next-token distribution against the float32 cache (q8_0 u
 its budget and under q4_0's), the cache's bytes, the same bits however the tokens are
 split into calls, on every instruction set, thread count and batch, with a sliding
 window's ring, after a prefix copy; refusals naming the argument."""
+import io
+
 import numpy as np
 import pytest
 
 import blockc
 from blockc import GPT, GPTConfig
 from blockc.generation import GenerationConfig
+from blockc.generation.ends import end_ids
 from blockc.reference import quant
 from blockc.reference.gpt import gpt_forward
 
@@ -226,3 +229,42 @@ def test_refusals_name_the_argument():
     assert lib.bc_gpt_cache_bytes(n, m.config.c_struct(), 1, 8, lib.BC_DTYPE_Q4_K) \
         == lib.BC_EOPTION
     assert n[0] == 7
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    pytest.importorskip("tokenizers")
+    from chat_dirs import chat_model_dir
+    d = tmp_path_factory.mktemp("qcache")
+    m, _ = chat_model_dir(d, "chatml", context=128, llama=True, width=128, seed=3)  # Dh 32
+    return d, m, blockc.Tokenizer.from_pretrained(d)
+
+
+def test_cache_dtype_on_the_command_line(model_dir, capsys, monkeypatch):
+    from blockc.cli import build_parser, main
+    d, m, tok = model_dir
+    prompt = "What is the capital of France?"
+    ids = tok.encode(prompt)
+    made = {}
+    for flag, dtype in (("q8_0", "q8_0"), ("q4_0", "q4_0"), ("f16", "float16")):
+        assert main(["generate", "--temperature", "0", "--model", str(d), "--prompt", prompt,
+                     "-n", "12", "--no-eos", "--no-echo", "--cache-dtype", flag]) == 0
+        out = m.generate(ids[None], 12, eos_token_id=(), cache_dtype=dtype)[0, len(ids):]
+        made[dtype] = capsys.readouterr().out
+        assert made[dtype] == tok.decode(out, skip_special_tokens=True) + "\n", flag
+    # the same flag on chat (its answer: generate's with that cache) and serve
+    pytest.importorskip("jinja2")
+    monkeypatch.setattr("sys.stdin", io.StringIO("Hello\n"))
+    assert main(["chat", "--model", str(d), "-n", "8", "--temperature", "0",
+                 "--cache-dtype", "q4_0"]) == 0
+    chat_ids = tok.apply_chat_template([{"role": "user", "content": "Hello"}]).ids
+    ends = end_ids(m.generation_config, tok, m.config.vocab)
+    out = [int(t) for t in m.generate(chat_ids[None], 8, eos_token_id=ends,
+                                      cache_dtype="q4_0")[0, len(chat_ids):]]
+    cut = next((i for i, t in enumerate(out) if t in ends), len(out))
+    assert capsys.readouterr().out == tok.decode(out[:cut], skip_special_tokens=True) + "\n"
+    for flag, dtype in (("q8_0", "q8_0"), ("q4_0", "q4_0"), ("f32", "float32")):
+        args = build_parser().parse_args(["serve", "--model", str(d), "--cache-dtype", flag])
+        assert args.cache_dtype == dtype
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--model", str(d), "--cache-dtype", "q4_k"])

@@ -60,16 +60,18 @@ static void kvq_row(float *dst, const unsigned char *src, int dtype, size_t dh)
         uint16_t h;
         memcpy(&h, src, sizeof h);
         const float d = bc_half_to_f32(h);
-        const unsigned char *q = src + 2;
-        if (dtype == BC_DTYPE_Q8_0) {
-            for (size_t k = 0; k < BC_KVQ_BLOCK; k++)
-                dst[k] = d * (float)(int8_t)q[k];
-        } else {
+        int8_t q4[BC_KVQ_BLOCK];
+        const int8_t *q = (const int8_t *)(src + 2);
+        if (dtype == BC_DTYPE_Q4_0) {  /* the nibbles as signed bytes first */
             for (size_t k = 0; k < BC_KVQ_BLOCK / 2; k++) {
-                dst[k] = d * (float)((int)(q[k] & 15) - 8);
-                dst[k + 16] = d * (float)((int)(q[k] >> 4) - 8);
+                q4[k] = (int8_t)((src[2 + k] & 15) - 8);
+                q4[k + 16] = (int8_t)((src[2 + k] >> 4) - 8);
             }
+            q = q4;
         }
+        const V dv = vset1(d);  /* one product per value: the scalar's bits */
+        for (size_t k = 0; k < BC_KVQ_BLOCK; k += VL)
+            vstore(dst + k, vmul(vload_i8(q + k), dv));
     }
 }
 
