@@ -131,9 +131,10 @@ class KVCache:
         at = 0
         for layer in range(cfg.layers):
             r = self.layer_rows(layer)
-            if self._dtype in _BLOCK_BYTES:  # rows of blocks, keys as values
+            if self._dtype in _BLOCK_BYTES:  # rows of blocks; keys in tiles of them
                 size = G * r * dh // 32 * _BLOCK_BYTES[self._dtype]
-                blk = _dequantise(a[:, at:at + size], self._dtype)
+                blk = a[:, at:at + size]
+                blk = _key_tiles(blk, self._dtype, dh) if keys else _dequantise(blk, self._dtype)
                 at += size
             else:
                 blk = a[:, at:at + G * r * dh]
@@ -474,6 +475,24 @@ def _dequantise(b: np.ndarray, dtype: str) -> np.ndarray:
         qs = blocks[..., 2:].astype(np.int16)
         q = np.concatenate([qs & 15, qs >> 4], axis=-1).astype(np.float32) - 8
     return (d * q).reshape(b.shape[0], -1)
+
+
+def _key_tiles(b: np.ndarray, dtype: str, dh: int) -> np.ndarray:
+    """(batch, bytes) of tiles of 64 quantised keys (bc_format.h: nb = dh / 32 rows of
+    64 half scales, then the values' rows of 64 bytes: q8_0 dh rows of int8, q4_0
+    nb * 16 rows of two nibbles) -> (batch, keys * dh) float32, key by key."""
+    nb = dh // 32
+    t = np.ascontiguousarray(b).reshape(b.shape[0], -1, 64 * nb * _BLOCK_BYTES[dtype])
+    d = t[..., :nb * 128].copy().view(np.float16).astype(np.float32)
+    d = d.reshape(*t.shape[:2], nb, 1, 64)  # (batch, tiles, block, 1, lane)
+    q = t[..., nb * 128:]
+    if dtype == "q8_0":
+        q = q.view(np.int8).astype(np.float32).reshape(*t.shape[:2], nb, 32, 64)
+    else:
+        by = q.astype(np.int16).reshape(*t.shape[:2], nb, 16, 64)
+        q = np.concatenate([by & 15, by >> 4], axis=-2).astype(np.float32) - 8
+    vals = (d * q).reshape(*t.shape[:2], dh, 64)  # (batch, tiles, dimension, lane)
+    return vals.transpose(0, 1, 3, 2).reshape(b.shape[0], -1)
 
 
 def ring_rows(window: Optional[int], capacity: int) -> int:

@@ -108,18 +108,21 @@ static void cache_store(float *kc, float *vc, uint16_t *kc16, uint16_t *vc16, co
 }
 
 // the quantised cache's positions pos0..pos0+T-1 of one sequence <- k, v (T, .) row
-// stride lds: for each K/V head g, each key's and value's Dh a row of dtype's blocks at
-// element (g cap + p mod cap) Dh (bc_format.h); the rows of one position each
-// quantised on their own, so the bits do not depend on how positions are split
+// stride lds: for each K/V head g and position p at row r = p mod cap, the value a row
+// of dtype's blocks at element (g cap + r) Dh, the key lane r % BK of the tile at
+// element (g cap + r - r % BK) Dh (bc_format.h); each row quantised on its own, so the
+// bits do not depend on how positions are split
 static void cache_store_q(unsigned char *kc, unsigned char *vc, int dtype, const float *k,
                           const float *v, size_t lds, size_t t, size_t pos0, size_t kv_heads,
                           size_t dh, size_t cap)
 {
     for (size_t g = 0; g < kv_heads; g++)
         for (size_t i = 0; i < t; i++) {
-            const size_t at = bc_kvq_bytes(dtype, (g * cap + (pos0 + i) % cap) * dh);
-            bc_kvq_row(kc + at, k + i * lds + g * dh, dh, dtype);
-            bc_kvq_row(vc + at, v + i * lds + g * dh, dh, dtype);
+            const size_t r = (pos0 + i) % cap;
+            const size_t tile = bc_kvq_bytes(dtype, (g * cap + r - r % BC_ATT_BK) * dh);
+            bc_kvq_key(kc + tile, r % BC_ATT_BK, k + i * lds + g * dh, dh, dtype);
+            bc_kvq_row(vc + bc_kvq_bytes(dtype, (g * cap + r) * dh), v + i * lds + g * dh, dh,
+                       dtype);
         }
 }
 

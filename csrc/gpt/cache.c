@@ -6,7 +6,7 @@
  * (bc_gpt_ring_rows: the capacity in whole tiles of BC_ATT_BK positions, or a
  * sliding layer's ring), S the sequence's sum; keys transposed tile by tile
  * (position p at row r = p mod R_l, dimension d at (r / BK) BK Dh + d BK + r % BK),
- * values as rows (a quantised cache's keys as rows too). */
+ * values as rows (a quantised cache's key tiles: bc_format.h). */
 #include <string.h>
 #include "gpt_internal.h"
 #include "bc_check.h"
@@ -89,14 +89,31 @@ int bc_gpt_cache_truncate(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t 
     return BC_OK;
 }
 
+// dst, src: one (layer, head) block each, R Dh elements of a quantised cache (keys in
+// tiles of BK: rows of BK lanes, bc_format.h); the first n positions copied
+static void copy_block_q(unsigned char *dk, unsigned char *dv, const unsigned char *sk,
+                         const unsigned char *sv, size_t n, size_t dh, int dtype)
+{
+    const size_t bk = BC_ATT_BK, whole = n / bk, rest = n % bk, nb = dh / BC_KVQ_BLOCK;
+    const size_t tile = bc_kvq_bytes(dtype, bk * dh);
+    memcpy(dk, sk, whole * tile);  /* whole tiles as they lie */
+    if (rest) {  /* the last tile: its first `rest` lanes of each scales' and values' row */
+        const size_t t = whole * tile, qrows = dtype == BC_DTYPE_Q8_0 ? dh : dh / 2;
+        for (size_t r = 0; r < nb; r++)
+            memcpy(dk + t + r * bk * 2, sk + t + r * bk * 2, rest * 2);
+        for (size_t r = 0; r < qrows; r++)
+            memcpy(dk + t + nb * bk * 2 + r * bk, sk + t + nb * bk * 2 + r * bk, rest);
+    }
+    memcpy(dv, sv, bc_kvq_bytes(dtype, n * dh));
+}
+
 // dst, src: one (layer, head) block each, R Dh elements of a cache's dtype; the first
-// n positions copied (a quantised cache's keys are rows, as its values)
+// n positions copied
 static void copy_block(unsigned char *dk, unsigned char *dv, const unsigned char *sk,
                        const unsigned char *sv, size_t n, size_t dh, int dtype)
 {
     if (dtype != BC_DTYPE_F32 && dtype != BC_DTYPE_F16) {
-        memcpy(dk, sk, bc_gpt_cache_span(dtype, n * dh));
-        memcpy(dv, sv, bc_gpt_cache_span(dtype, n * dh));
+        copy_block_q(dk, dv, sk, sv, n, dh, dtype);
         return;
     }
     const size_t es = bc_gpt_cache_span(dtype, 1);

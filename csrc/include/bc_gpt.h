@@ -185,9 +185,11 @@ int bc_gpt_ring_rows(size_t *rows, size_t window, size_t capacity);
  * a cache). BC_DTYPE_Q8_0, BC_DTYPE_Q4_0 (Dh a multiple of 32): each stored key
  * and value row (Dh values of one position and K/V head) quantised when written
  * in ggml's blocks of 32 (q8_0: a half scale and 32 int8, 34 bytes; q4_0: a half
- * scale and 32 nibbles, 18 bytes), the keys as rows too (position p of head g's
- * block at row p, bytes (element offset) / 32 * block bytes), read back a tile
- * at a time by attention as exact half(d) * q floats: 1.0625 and 0.5625 bytes a
+ * scale and 32 nibbles, 18 bytes; a position's values as those blocks one after
+ * another, its keys spread in tiles of 64 positions: the scales' rows, then the
+ * values' rows of 64 lanes, as bc_format.h says; an element offset e above is
+ * byte e / 32 * block bytes), read back a tile at a time by attention as exact
+ * half(d) * q floats: 1.0625 and 0.5625 bytes a
  * value; the same bits however the tokens were split into calls and at any
  * thread count and batch. Anything else: BC_EOPTION. Buffers' bytes:
  * bc_gpt_cache_bytes. */

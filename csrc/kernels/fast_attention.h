@@ -75,19 +75,43 @@ static void kvq_row(float *dst, const unsigned char *src, int dtype, size_t dh)
     }
 }
 
-static void kv_transpose(float *kt, const float *x, size_t ld, size_t nk, size_t dh);
+/* A tile of a quantised cache's keys as floats (bc_format.h's tiled layout: the
+ * scales' rows, then the values' rows of BK bytes), transposed as they lie: lane j
+ * of row d = half(d_bj) * q_dj, exact, so every instruction set reads the same bits;
+ * lanes past nk 0. */
+// kf (Dh, BK) <- tile
+static void kq_tile(float *kf, const unsigned char *tile, int dtype, size_t nk, size_t dh)
+{
+    const size_t bk = BC_ATT_BK, nb = dh / BC_KVQ_BLOCK, nl = (nk + VL - 1) / VL * VL;
+    const uint16_t *sc = (const uint16_t *)(const void *)tile;  /* 2-byte aligned */
+    const unsigned char *q = tile + nb * bk * sizeof(uint16_t);
+    int8_t row[BC_ATT_BK];
+    for (size_t b = 0; b < nb; b++)
+        for (size_t k = 0; k < BC_KVQ_BLOCK; k++) {
+            const size_t d = b * BC_KVQ_BLOCK + k;
+            const int8_t *qr = (const int8_t *)(q + d * bk);
+            if (dtype == BC_DTYPE_Q4_0) {  /* the nibbles as signed bytes first */
+                const unsigned char *by = q + (b * 16 + k % 16) * bk;
+                for (size_t j = 0; j < nl; j++)
+                    row[j] = (int8_t)((k < 16 ? by[j] & 15 : by[j] >> 4) - 8);
+                qr = row;
+            }
+            float *kd = kf + d * bk;
+            for (size_t j = 0; j < nl; j += VL)
+                vstore(kd + j, vmul(vload_i8(qr + j), vload_half(sc + b * bk + j)));
+            if (nk < bk)
+                memset(kd + nk, 0, (bk - nk) * sizeof(float));
+        }
+}
 
-/* One tile of a quantised cache as floats: its nk keys' rows dequantised into
- * vf, then transposed into kf (Dh, BK; lanes past nk 0), then its nk values'
- * rows into vf: exactly the blocks' values, so the chains that read them are a
- * float cache's (the whole cache is never widened: a tile at a time). */
-// kf (Dh, BK), vf (BK, Dh); kq, vq: the tile's first rows, a row every rb bytes
-static void kv_dequant(float *kf, float *vf, const unsigned char *kq, const unsigned char *vq,
+/* One tile of a quantised cache as floats: kf = its keys (kq_tile), vf = its nk
+ * values' rows: exactly the blocks' values, so the chains that read them are a float
+ * cache's (the whole cache is never widened: a tile at a time). */
+// kf (Dh, BK), vf (nk, Dh); kt: the tile of keys; vq: its first value row, a row every rb bytes
+static void kv_dequant(float *kf, float *vf, const unsigned char *kt, const unsigned char *vq,
                        size_t rb, int dtype, size_t nk, size_t dh)
 {
-    for (size_t j = 0; j < nk; j++)
-        kvq_row(vf + j * dh, kq + j * rb, dtype, dh);
-    kv_transpose(kf, vf, dh, nk, dh);
+    kq_tile(kf, kt, dtype, nk, dh);
     for (size_t j = 0; j < nk; j++)
         kvq_row(vf + j * dh, vq + j * rb, dtype, dh);
 }
