@@ -133,7 +133,7 @@ def cache_bytes_per_token(config: Any, cache_dtype: str = "float32") -> int:
     Parameters
     ----------
     config : blockc.GPTConfig
-    cache_dtype : {"float32", "float16"}, optional
+    cache_dtype : {"float32", "float16", "q8_0", "q4_0"}, optional
 
     Returns
     -------
@@ -145,10 +145,10 @@ def cache_bytes_per_token(config: Any, cache_dtype: str = "float32") -> int:
     >>> cache_bytes_per_token(GPTConfig(vocab=8, context=8, width=8, heads=2, layers=3))
     192
     """
-    if cache_dtype not in ("float32", "float16"):
-        raise BlockcValueError(f"cache_dtype must be 'float32' or 'float16', got {cache_dtype!r}")
-    item = 4 if cache_dtype == "float32" else 2
-    return 2 * config.layers * config.kv_heads_ * config.head_dim_ * item
+    per = {"float32": 4.0, "float16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+    if cache_dtype not in per:
+        raise BlockcValueError(f"cache_dtype must be one of {tuple(per)}, got {cache_dtype!r}")
+    return int(2 * config.layers * config.kv_heads_ * config.head_dim_ * per[cache_dtype])
 
 
 def _available_memory() -> Optional[int]:
@@ -186,7 +186,7 @@ def context_size(config: Any, cache_dtype: str = "float32", budget: Optional[int
     Parameters
     ----------
     config : blockc.GPTConfig
-    cache_dtype : {"float32", "float16"}, optional
+    cache_dtype : {"float32", "float16", "q8_0", "q4_0"}, optional
     budget : int >= 1, optional
         Bytes (default :func:`memory_budget`: a quarter of the available memory).
     rows : int >= 1, optional

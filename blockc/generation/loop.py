@@ -100,7 +100,7 @@ class GenerationMixin:
             Run the prompt once and feed each new token alone through a KV cache
             (the default); False recomputes the whole sequence for every token
             (same tokens, slower).
-        cache_dtype : {"float32", "float16"}, optional
+        cache_dtype : {"float32", "float16", "q8_0", "q4_0"}, optional
             What the KV cache keeps keys and values as (default ``"float32"``).
             ``"float16"`` halves the cache's memory and the bytes each step reads
             from it, storing keys and values rounded to half precision: the

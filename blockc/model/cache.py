@@ -15,8 +15,14 @@ from .config import C_DTYPE, GPTConfig, as_config
 
 __all__ = ["KVCache", "CACHE_DTYPES", "ring_rows"]
 
-#: the element types a KV cache can keep, and NumPy's name for each
-CACHE_DTYPES: Dict[str, Any] = {"float32": np.float32, "float16": np.float16}
+#: the element types a KV cache can keep, and the NumPy type of its buffers (a quantised
+#: cache's are bytes: ggml's q8_0 and q4_0 blocks of 32, each key and value row of a
+#: head quantised when written; the head size must be a multiple of 32)
+CACHE_DTYPES: Dict[str, Any] = {"float32": np.float32, "float16": np.float16,
+                                "q8_0": np.uint8, "q4_0": np.uint8}
+
+#: bytes of one block of 32 values of a quantised cache (bc_gpt.h)
+_BLOCK_BYTES = {"q8_0": 34, "q4_0": 18}
 
 
 class KVCache:
@@ -27,7 +33,10 @@ class KVCache:
     step reads at long contexts): each key and value is stored rounded to nearest,
     saturating at +-65504, and attention reads the rounded ones back, so a
     sequence's logits are the same bits however its tokens are split into calls,
-    but differ from a ``float32`` cache's within half precision. A cache
+    but differ from a ``float32`` cache's within half precision. A ``q8_0`` or
+    ``q4_0`` cache (head size a multiple of 32) keeps each key and value row of a
+    head quantised in ggml's blocks of 32 (1.0625 and 0.5625 bytes a value), which
+    attention reads back a tile at a time, with the same guarantees. A cache
     belongs to the model that made it (another model, even of the same config,
     refuses it, and so does every model a cache constructed directly) and its state
     cannot be replaced from Python: ``k`` and ``v`` (layers, batch, capacity,
@@ -52,16 +61,22 @@ class KVCache:
         if capacity > cfg.context:
             raise BlockcValueError("Requested cache exceeds the context limit "
                                    f"({capacity} > {cfg.context})")
+        if dtype in _BLOCK_BYTES and cfg.head_dim_ % 32:
+            raise BlockcValueError(f"dtype {dtype!r} needs a head size that is a multiple of "
+                                   f"32 (blocks of 32 per key and value row), got "
+                                   f"{cfg.head_dim_}")
         n = ffi.new("size_t *")
-        check(lib.bc_gpt_cache_size(n, cfg.c_struct(), batch, capacity), "new_cache")
+        check(lib.bc_gpt_cache_bytes(n, cfg.c_struct(), batch, capacity, C_DTYPE[dtype]),
+              "new_cache")
         # the C layout: per sequence, each layer's (kv heads, R_l, head dim), R_l the
         # capacity rounded up to whole tiles of 64 positions or a sliding layer's ring
-        # (bc_gpt_ring_rows); keys transposed tile by tile (bc_gpt.h)
-        shape = (batch, int(n[0]) // batch)
+        # (bc_gpt_ring_rows); keys transposed tile by tile, or rows of blocks (bc_gpt.h)
+        items = int(n[0]) // np.dtype(CACHE_DTYPES[dtype]).itemsize
+        shape = (batch, items // batch)
         self._cfg, self._owner, self._dtype = cfg, _owner, dtype
         self._k = np.zeros(shape, dtype=CACHE_DTYPES[dtype])
         self._v = np.zeros(shape, dtype=CACHE_DTYPES[dtype])
-        self._row_elems = int(n[0]) // batch
+        self._row_elems = items // batch  # of the buffers' type: bytes for a quantised cache
         self._batch, self._capacity = batch, capacity
         self._lengths = np.zeros(batch, dtype=np.uintp)  # size_t, written by C under the lock
         self._lock = threading.Lock()
@@ -116,9 +131,15 @@ class KVCache:
         at = 0
         for layer in range(cfg.layers):
             r = self.layer_rows(layer)
-            blk = a[:, at:at + G * r * dh]
-            at += G * r * dh
-            if keys:
+            if self._dtype in _BLOCK_BYTES:  # rows of blocks; keys in tiles of them
+                size = G * r * dh // 32 * _BLOCK_BYTES[self._dtype]
+                blk = a[:, at:at + size]
+                blk = _key_tiles(blk, self._dtype, dh) if keys else _dequantise(blk, self._dtype)
+                at += size
+            else:
+                blk = a[:, at:at + G * r * dh]
+                at += G * r * dh
+            if keys and self._dtype not in _BLOCK_BYTES:
                 blk = blk.reshape(B, G, r // 64, dh, 64).transpose(0, 1, 2, 4, 3)
             blk = blk.reshape(B, G, r, dh).transpose(0, 2, 1, 3).reshape(B, r, G * dh)
             p = np.arange(cap)
@@ -132,7 +153,8 @@ class KVCache:
 
     @property
     def dtype(self) -> str:
-        """What the cache keeps its keys and values as: ``"float32"`` or ``"float16"``."""
+        """What the cache keeps its keys and values as: ``"float32"``, ``"float16"``,
+        ``"q8_0"`` or ``"q4_0"``."""
         return self._dtype
 
     @property
@@ -426,7 +448,7 @@ class KVCache:
         1
         """
         lengths = ffi.from_buffer("size_t[]", self._lengths)
-        elem = "float[]" if self._dtype == "float32" else "uint16_t[]"
+        elem = {"float32": "float[]", "float16": "uint16_t[]"}.get(self._dtype, "uint8_t[]")
         k, v = ffi.from_buffer(elem, self._k), ffi.from_buffer(elem, self._v)
         code = C_DTYPE[self._dtype]
         if row is None:
@@ -439,6 +461,38 @@ class KVCache:
     def __repr__(self):
         dt = "" if self._dtype == "float32" else f", dtype={self._dtype!r}"
         return f"KVCache(batch={self._batch}, capacity={self._capacity}, length={self.length}{dt})"
+
+
+def _dequantise(b: np.ndarray, dtype: str) -> np.ndarray:
+    """(batch, bytes) of q8_0 or q4_0 blocks -> (batch, values) float32: half(d) * q
+    (q8_0) or half(d) * (nibble - 8) (q4_0, values j and j + 16 in byte j's low and high
+    nibbles), what attention reads back."""
+    blocks = np.ascontiguousarray(b).reshape(b.shape[0], -1, _BLOCK_BYTES[dtype])
+    d = blocks[..., :2].copy().view(np.float16).astype(np.float32)  # (batch, blocks, 1)
+    if dtype == "q8_0":
+        q = blocks[..., 2:].view(np.int8).astype(np.float32)
+    else:
+        qs = blocks[..., 2:].astype(np.int16)
+        q = np.concatenate([qs & 15, qs >> 4], axis=-1).astype(np.float32) - 8
+    return (d * q).reshape(b.shape[0], -1)
+
+
+def _key_tiles(b: np.ndarray, dtype: str, dh: int) -> np.ndarray:
+    """(batch, bytes) of tiles of 64 quantised keys (bc_format.h: nb = dh / 32 rows of
+    64 half scales, then the values' rows of 64 bytes: q8_0 dh rows of int8, q4_0
+    nb * 16 rows of two nibbles) -> (batch, keys * dh) float32, key by key."""
+    nb = dh // 32
+    t = np.ascontiguousarray(b).reshape(b.shape[0], -1, 64 * nb * _BLOCK_BYTES[dtype])
+    d = t[..., :nb * 128].copy().view(np.float16).astype(np.float32)
+    d = d.reshape(*t.shape[:2], nb, 1, 64)  # (batch, tiles, block, 1, lane)
+    q = t[..., nb * 128:]
+    if dtype == "q8_0":
+        q = q.view(np.int8).astype(np.float32).reshape(*t.shape[:2], nb, 32, 64)
+    else:
+        by = q.astype(np.int16).reshape(*t.shape[:2], nb, 16, 64)
+        q = np.concatenate([by & 15, by >> 4], axis=-2).astype(np.float32) - 8
+    vals = (d * q).reshape(*t.shape[:2], dh, 64)  # (batch, tiles, dimension, lane)
+    return vals.transpose(0, 1, 3, 2).reshape(b.shape[0], -1)
 
 
 def ring_rows(window: Optional[int], capacity: int) -> int:

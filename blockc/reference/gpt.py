@@ -39,7 +39,7 @@ from typing import Any, Dict, List, Mapping
 
 import numpy as np
 
-from . import block
+from . import block, quant
 from .._errors import BlockcValueError
 
 __all__ = ["gpt_forward", "rope", "rope_angles", "rope_angles_of"]
@@ -107,11 +107,20 @@ def _norm(x, p: Dict[str, np.ndarray], name: str, kind: str, eps: float):
     return x
 
 
+#: what a quantised KV cache keeps each row of a head's keys and values as
+_CACHE_QUANT = {"q8_0": quant.q8_0, "q4_0": quant.q4_0}
+
+
 def _cache_round(a: np.ndarray, kv_dtype: Any) -> np.ndarray:
     """a as a KV cache of kv_dtype keeps it: saturated at that type's largest
-    finite value (NaN stays NaN), rounded to nearest, read back in a's type."""
+    finite value (NaN stays NaN), rounded to nearest, read back in a's type; or
+    ("q8_0", "q4_0") each row of a's last axis (one position of one head) quantised in
+    blocks of 32 by :mod:`blockc.reference.quant`'s rule, as float32, read back."""
     if kv_dtype is None:
         return a
+    if isinstance(kv_dtype, str) and kv_dtype in _CACHE_QUANT:
+        rows = np.asarray(a, np.float32).reshape(-1, a.shape[-1])
+        return _CACHE_QUANT[kv_dtype](rows).reshape(a.shape).astype(a.dtype)
     top = np.finfo(kv_dtype).max
     return np.clip(a, -top, top).astype(kv_dtype).astype(a.dtype)
 
@@ -195,8 +204,8 @@ def _mlp(x, p, pre: str, cfg: Any):
 def gpt_forward(sd: Mapping[str, Any], cfg: Any, ids: Any, return_hidden: bool = False,
                 dtype=np.float64, kv_dtype: Any = None) -> Any:
     """ids (B,T) -> logits (B,T,V); with ``return_hidden`` also hidden (L,B,T,D),
-    the residual stream after every block. kv_dtype (e.g. np.float16): attention
-    reads every key and value as a KV cache of that type keeps it."""
+    the residual stream after every block. kv_dtype (e.g. np.float16, or "q8_0" or
+    "q4_0"): attention reads every key and value as a KV cache of that type keeps it."""
     ids = np.asarray(ids)
     b, t = ids.shape
     if t > cfg.context:

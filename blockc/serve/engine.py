@@ -225,7 +225,7 @@ class Engine:
         Prompt tokens per scheduler step.
     prefix_reuse : bool
         Continue a prompt from the longest prefix a slot still holds.
-    cache_dtype : {"float32", "float16"}
+    cache_dtype : {"float32", "float16", "q8_0", "q4_0"}
         The slots' KV cache (:meth:`blockc.GPT.new_cache`).
     draft : blockc.GPT, optional
         Speculative decoding with this draft model (:mod:`blockc.serve.drafting`): the

@@ -84,6 +84,11 @@ typedef struct {
     size_t window;        /* 0: every earlier position; else W: position p's query sees
                            * keys p-W+1..p, and when cap is smaller than the positions
                            * (a ring) position p sits at slot p mod cap */
+    unsigned char *kq, *vq; /* a quantised cache, in place of k and v: keys and values
+                             * both as rows of Dh (a multiple of 32), stored in
+                             * kq_dtype's blocks (bc_format.h; strides in elements,
+                             * bc_kvq_bytes of them) */
+    int kq_dtype;           /* BC_DTYPE_Q8_0 or BC_DTYPE_Q4_0 with kq */
 } bc_layer_pos;
 
 /* What a training forward keeps of one layer for the backward (N = B*T rows):

@@ -142,7 +142,7 @@ int bc_stack_forward(float *y, float *hidden, const float *x, const bc_block_con
     bc_ctx cx;
     if ((st = bc_rt_ctx(&cx, s.dh)))
         return st;
-    const bc_layer_pos pos = {NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, 0};
+    const bc_layer_pos pos = {NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, 0, NULL, NULL, 0};
     const float *in = x;
     for (size_t i = 0; i < n_blocks; i++) {
         float *out = hidden ? hidden + i * s.nd : y;
@@ -325,7 +325,7 @@ int bc_stack_backward(float *dx, const bc_block_grads *g, const float *dy, const
     bc_ctx cx;
     if ((st = bc_rt_ctx(&cx, s.dh)))
         return st;
-    const bc_layer_pos pos = {NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, 0};
+    const bc_layer_pos pos = {NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, 0, NULL, NULL, 0};
     float *inputs = work + bw.inputs, *scratch = work + bw.scratch;
     /* forward, keeping each block's record (the last block's output is not needed) */
     const float *in = x;

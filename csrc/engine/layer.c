@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "bc_check.h"
+#include "bc_format.h"
 #include "bc_half.h"
 #include "bc_layer.h"
 
@@ -108,6 +109,25 @@ static void cache_store(float *kc, float *vc, uint16_t *kc16, uint16_t *vc16, co
         }
 }
 
+// the quantised cache's positions pos0..pos0+T-1 of one sequence <- k, v (T, .) row
+// stride lds: for each K/V head g and position p at row r = p mod cap, the value a row
+// of dtype's blocks at element (g cap + r) Dh, the key lane r % BK of the tile at
+// element (g cap + r - r % BK) Dh (bc_format.h); each row quantised on its own, so the
+// bits do not depend on how positions are split
+static void cache_store_q(unsigned char *kc, unsigned char *vc, int dtype, const float *k,
+                          const float *v, size_t lds, size_t t, size_t pos0, size_t kv_heads,
+                          size_t dh, size_t cap)
+{
+    for (size_t g = 0; g < kv_heads; g++)
+        for (size_t i = 0; i < t; i++) {
+            const size_t r = (pos0 + i) % cap;
+            const size_t tile = bc_kvq_bytes(dtype, (g * cap + r - r % BC_ATT_BK) * dh);
+            bc_kvq_key(kc + tile, r % BC_ATT_BK, k + i * lds + g * dh, dh, dtype);
+            bc_kvq_row(vc + bc_kvq_bytes(dtype, (g * cap + r) * dh), v + i * lds + g * dh, dh,
+                       dtype);
+        }
+}
+
 /* One sequence's attention through its cache: its T keys and values stored at
  * positions p0.., then read back with the earlier ones (a half cache's own keys
  * too are read back rounded). A ring (a sliding layer whose cache holds fewer
@@ -121,13 +141,20 @@ static void attn_cached(float *att, const float *q, size_t ld, const bc_layer_cf
     const size_t dh = c->head_dim, qw = c->heads * dh, kw = c->kv_heads * dh;
     const size_t off = s * pos->seq_stride, cap = pos->cap, w = pos->window;
     float *kc = pos->k ? pos->k + off : NULL, *vc = pos->k ? pos->v + off : NULL;
-    uint16_t *kh = pos->k ? NULL : pos->k16 + off, *vh = pos->k ? NULL : pos->v16 + off;
+    uint16_t *kh = pos->k16 ? pos->k16 + off : NULL, *vh = pos->k16 ? pos->v16 + off : NULL;
+    const int qt = pos->kq ? pos->kq_dtype : 0;
+    unsigned char *kq = qt ? pos->kq + bc_kvq_bytes(qt, off) : NULL;
+    unsigned char *vq = qt ? pos->vq + bc_kvq_bytes(qt, off) : NULL;
     const size_t piece = w && w < cap && p0 + t > cap ? cap - w + 1 : t;
-    const bc_kv kv = {kc, vc, dh, dh, cap * dh, cap * dh, 1, kh, vh, cap, w};
+    const bc_kv kv = {kc, vc, dh, dh, cap * dh, cap * dh, !qt, kh, vh, cap, w, kq, vq, qt};
     for (size_t i = 0; i < t; i += piece) {
         const size_t n = t - i < piece ? t - i : piece;
         const float *qi = q + i * ld;
-        cache_store(kc, vc, kh, vh, qi + qw, qi + qw + kw, ld, n, p0 + i, c->kv_heads, dh, cap);
+        if (qt)
+            cache_store_q(kq, vq, qt, qi + qw, qi + qw + kw, ld, n, p0 + i, c->kv_heads, dh, cap);
+        else
+            cache_store(kc, vc, kh, vh, qi + qw, qi + qw + kw, ld, n, p0 + i, c->kv_heads, dh,
+                        cap);
         bc_k_attention_lse(att + i * qw, qw, NULL, qi, ld, &kv, n, p0 + i + n, c->heads,
                            c->kv_heads, dh, p0 + i, c->causal != 0, cx);
     }
@@ -146,7 +173,7 @@ static void attn_sublayer(float *out, const float *a, const float *r, const bc_l
         float *q = qkv + s * t * ld;
         const size_t p0 = pos->pos0 ? pos->pos0[s] : 0;
         /* the call's own keys and values, rows of the q/k/v buffer */
-        bc_kv kv = {q + qw, q + qw + kw, ld, ld, dh, dh, 0, NULL, NULL, 0, 0};
+        bc_kv kv = {q + qw, q + qw + kw, ld, ld, dh, dh, 0, NULL, NULL, 0, 0, NULL, NULL, 0};
         size_t tk = t;
         if (c->qk_norm)  /* per head: rows of Dh; else the whole projection: one row */
             for (size_t i = 0; i < t; i++) {
@@ -166,7 +193,7 @@ static void attn_sublayer(float *out, const float *a, const float *r, const bc_l
             for (size_t i = 0; i < t; i++)
                 bc_k_scale(q + i * ld, q + i * ld, c->q_scale, qw, cx);
         kv.window = pos->window;
-        if (pos->k || pos->k16) {
+        if (pos->k || pos->k16 || pos->kq) {
             attn_cached(att + s * t * qw, q, ld, c, pos, s, t, p0, cx);
             continue;
         }

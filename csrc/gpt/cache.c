@@ -1,19 +1,19 @@
 /* cache.c: operations on a KV cache's sequences (bc_gpt.h): truncating one,
  * copying a prefix from one sequence to another. The layout is bc_gpt.h's:
  * sequence b, layer l, K/V head g at b S + (sum over l' < l of KV R_l' Dh) + g R_l Dh
- * elements (floats, or halves for a BC_DTYPE_F16 cache), R_l the layer's rows
+ * elements (floats, halves for a BC_DTYPE_F16 cache, or rows of blocks of 32 for a
+ * quantised one: bc_gpt_cache_span's bytes), R_l the layer's rows
  * (bc_gpt_ring_rows: the capacity in whole tiles of BC_ATT_BK positions, or a
  * sliding layer's ring), S the sequence's sum; keys transposed tile by tile
  * (position p at row r = p mod R_l, dimension d at (r / BK) BK Dh + d BK + r % BK),
- * values as rows. */
+ * values as rows (a quantised cache's key tiles: bc_format.h). */
 #include <string.h>
 #include "gpt_internal.h"
 #include "bc_check.h"
 
 /* The cache's fields read once into *cc and checked; *block: elements of one
- * sequence's part (every layer and K/V head); *total: elements of each of k and v; *es:
- * an element's bytes. */
-static int cache_checked(bc_gpt_cache *cc, model *m, size_t *block, size_t *total, size_t *es,
+ * sequence's part (every layer and K/V head); *total: elements of each of k and v. */
+static int cache_checked(bc_gpt_cache *cc, model *m, size_t *block, size_t *total,
                          const bc_gpt_cache *cache, const bc_gpt_config *cfg)
 {
     layout lo;
@@ -25,7 +25,7 @@ static int cache_checked(bc_gpt_cache *cc, model *m, size_t *block, size_t *tota
         return st;
     if (!cc->k || !cc->v)
         return BC_ENULL;
-    if ((st = bc_gpt_cache_elem(es, cc->dtype)))
+    if ((st = bc_gpt_cache_dtype(cc->dtype, m->dh)))
         return st;
     if (!cc->batch || !cc->capacity)
         return BC_ESIZE;
@@ -33,7 +33,7 @@ static int cache_checked(bc_gpt_cache *cc, model *m, size_t *block, size_t *tota
         return st;  /* BC_ECONTEXT: capacity past the context */
     *block = *total / cc->batch;  /* one sequence's elements */
     const size_t lengths_n = cc->lengths ? 2 * cc->batch : 0;  /* size_t in floats, at most */
-    const size_t kv_n = bc_gpt_cache_floats(*total, *es);
+    const size_t kv_n = bc_gpt_cache_floats(cc->dtype, *total);
     const float *k = cc->k, *v = cc->v;
     if (bc_overlap(k, kv_n, v, kv_n)
         || (lengths_n && (bc_overlap(k, kv_n, (const float *)cc->lengths, lengths_n)
@@ -70,9 +70,9 @@ int bc_gpt_cache_truncate(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t 
 {
     bc_gpt_cache cc;
     model m;
-    size_t block, total, len, es;
+    size_t block, total, len;
     int st;
-    if ((st = cache_checked(&cc, &m, &block, &total, &es, cache, cfg)))
+    if ((st = cache_checked(&cc, &m, &block, &total, cache, cfg)))
         return st;
     if (seq >= cc.batch)
         return BC_ERANGE;
@@ -89,10 +89,34 @@ int bc_gpt_cache_truncate(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t 
     return BC_OK;
 }
 
-// dst, src: one (layer, head) block each, R Dh elements of es bytes; the first n positions copied
-static void copy_block(unsigned char *dk, unsigned char *dv, const unsigned char *sk,
-                       const unsigned char *sv, size_t n, size_t dh, size_t es)
+// dst, src: one (layer, head) block each, R Dh elements of a quantised cache (keys in
+// tiles of BK: rows of BK lanes, bc_format.h); the first n positions copied
+static void copy_block_q(unsigned char *dk, unsigned char *dv, const unsigned char *sk,
+                         const unsigned char *sv, size_t n, size_t dh, int dtype)
 {
+    const size_t bk = BC_ATT_BK, whole = n / bk, rest = n % bk, nb = dh / BC_KVQ_BLOCK;
+    const size_t tile = bc_kvq_bytes(dtype, bk * dh);
+    memcpy(dk, sk, whole * tile);  /* whole tiles as they lie */
+    if (rest) {  /* the last tile: its first `rest` lanes of each scales' and values' row */
+        const size_t t = whole * tile, qrows = dtype == BC_DTYPE_Q8_0 ? dh : dh / 2;
+        for (size_t r = 0; r < nb; r++)
+            memcpy(dk + t + r * bk * 2, sk + t + r * bk * 2, rest * 2);
+        for (size_t r = 0; r < qrows; r++)
+            memcpy(dk + t + nb * bk * 2 + r * bk, sk + t + nb * bk * 2 + r * bk, rest);
+    }
+    memcpy(dv, sv, bc_kvq_bytes(dtype, n * dh));
+}
+
+// dst, src: one (layer, head) block each, R Dh elements of a cache's dtype; the first
+// n positions copied
+static void copy_block(unsigned char *dk, unsigned char *dv, const unsigned char *sk,
+                       const unsigned char *sv, size_t n, size_t dh, int dtype)
+{
+    if (dtype != BC_DTYPE_F32 && dtype != BC_DTYPE_F16) {
+        copy_block_q(dk, dv, sk, sv, n, dh, dtype);
+        return;
+    }
+    const size_t es = bc_gpt_cache_span(dtype, 1);
     const size_t bk = BC_ATT_BK, whole = n / bk, rest = n % bk;
     memcpy(dk, sk, whole * bk * dh * es);  /* whole tiles as they lie */
     if (rest) {
@@ -108,9 +132,9 @@ int bc_gpt_cache_copy(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t dst,
 {
     bc_gpt_cache cc;
     model m;
-    size_t block, total, len, es;
+    size_t block, total, len;
     int st;
-    if ((st = cache_checked(&cc, &m, &block, &total, &es, cache, cfg)))
+    if ((st = cache_checked(&cc, &m, &block, &total, cache, cfg)))
         return st;
     if (dst >= cc.batch || src >= cc.batch)
         return BC_ERANGE;
@@ -131,8 +155,9 @@ int bc_gpt_cache_copy(bc_gpt_cache *cache, const bc_gpt_config *cfg, size_t dst,
             /* a ring whose slots wrapped: every slot, as it lies (slot = position mod r) */
             const size_t npos = len > r || n > r ? r : n;
             for (size_t g = 0; g < m.kv; g++, at += r * m.dh) {
-                const size_t so = (src * block + at) * es, d = (dst * block + at) * es;
-                copy_block(k + d, v + d, k + so, v + so, npos, m.dh, es);
+                const size_t so = bc_gpt_cache_span(cc.dtype, src * block + at);
+                const size_t d = bc_gpt_cache_span(cc.dtype, dst * block + at);
+                copy_block(k + d, v + d, k + so, v + so, npos, m.dh, cc.dtype);
             }
         }
     }

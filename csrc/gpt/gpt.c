@@ -551,6 +551,23 @@ int bc_gpt_cache_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t 
     return bc_gpt_cache_elems(n, &m, batch, capacity);
 }
 
+int bc_gpt_cache_bytes(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t capacity,
+                       int dtype)
+{
+    model m;
+    layout lo;
+    size_t e;
+    int st;
+    if (!n)
+        return BC_ENULL;
+    if ((st = bc_gpt_checked(&m, &lo, cfg)) || (st = bc_gpt_cache_dtype(dtype, m.dh))
+        || (st = bc_gpt_cache_elems(&e, &m, batch, capacity)))
+        return st;
+    const int q = dtype != BC_DTYPE_F32 && dtype != BC_DTYPE_F16;  /* e: whole rows */
+    return bc_mul_bytes(n, q ? e / BC_KVQ_BLOCK : e,
+                        q ? bc_kvq_block_bytes(dtype) : bc_gpt_cache_span(dtype, 1));
+}
+
 bc_layer_cfg bc_gpt_layer_cfg(const model *m)
 {
     const float q_scale = m->c.attn_scale != 0.0f ? m->c.attn_scale * sqrtf((float)m->dh) : 0.0f;
@@ -667,8 +684,7 @@ static int forward_plan(fwd_plan *p, const float *logits, const float *hidden,
         const bc_gpt_cache cc = *cache;  /* read once */
         if (!cc.k || !cc.v)
             return BC_ENULL;
-        size_t es;
-        if ((st = bc_gpt_cache_elem(&es, cc.dtype)))
+        if ((st = bc_gpt_cache_dtype(cc.dtype, p->m.dh)))
             return st;
         if (cc.batch != batch || !cc.capacity)
             return BC_ESIZE;
@@ -680,7 +696,7 @@ static int forward_plan(fwd_plan *p, const float *logits, const float *hidden,
             return BC_ECONTEXT;
         if ((st = bc_gpt_cache_elems(&cache_n, &p->m, batch, cc.capacity)))
             return st;
-        cache_n = bc_gpt_cache_floats(cache_n, es);
+        cache_n = bc_gpt_cache_floats(cc.dtype, cache_n);
         p->c = cc;
     } else if (seq > c->context) {
         return BC_ECONTEXT;
@@ -876,8 +892,12 @@ int bc_gpt_forward(float *logits, float *hidden, bc_gpt_cache *cache,
         const int kind = c->nope_layers ? c->nope_layers[l] : 0;  /* read once */
         const float *lcs = kind == 1 ? NULL : kind == 2 && c->rope_local_theta != 0.0f ? cs2 : cs;
         bc_layer_pos pos = {p.pos0, c->positions == BC_POS_ROPE ? lcs : NULL, NULL, NULL,
-                            seq_kv, rows, NULL, NULL, bc_gpt_window(&p.m, l)};
-        if (half) {  /* element offsets into the caller's halves or floats */
+                            seq_kv, rows, NULL, NULL, bc_gpt_window(&p.m, l), NULL, NULL, 0};
+        if (p.has_cache && p.c.dtype != BC_DTYPE_F32 && !half) {  /* blocks: byte offsets */
+            pos.kq = (unsigned char *)p.c.k + bc_gpt_cache_span(p.c.dtype, layer_at);
+            pos.vq = (unsigned char *)p.c.v + bc_gpt_cache_span(p.c.dtype, layer_at);
+            pos.kq_dtype = p.c.dtype;
+        } else if (half) {  /* element offsets into the caller's halves or floats */
             pos.k16 = (uint16_t *)p.c.k + layer_at;
             pos.v16 = (uint16_t *)p.c.v + layer_at;
         } else if (p.has_cache) {

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "bc_engine.h"
+#include "bc_format.h"  /* a quantised cache's blocks */
 #include "bc_gpt.h"
 #include "bc_layer.h"
 
@@ -149,20 +150,31 @@ int bc_gpt_embed(float *x, const unsigned char *params, const model *m, const la
 /* The id at row i, or BC_ERANGE outside [0, vocab) (read once). */
 int bc_gpt_id_at(size_t *id, const void *ids, int ids_type, size_t i, size_t vocab);
 
-/* A KV cache's element size in bytes for its dtype (BC_DTYPE_F32: 4,
- * BC_DTYPE_F16: 2); BC_EOPTION for any other. */
-static inline int bc_gpt_cache_elem(size_t *es, int dtype)
+/* A KV cache's dtype for a model of head size dh: BC_DTYPE_F32, BC_DTYPE_F16, or
+ * BC_DTYPE_Q8_0 / BC_DTYPE_Q4_0 (bc_format.h's blocks of 32) when dh is a multiple
+ * of 32; BC_EOPTION for anything else. */
+static inline int bc_gpt_cache_dtype(int dtype, size_t dh)
 {
-    if (dtype != BC_DTYPE_F32 && dtype != BC_DTYPE_F16)
-        return BC_EOPTION;
-    *es = dtype == BC_DTYPE_F16 ? sizeof(uint16_t) : sizeof(float);
-    return BC_OK;
+    if (dtype == BC_DTYPE_F32 || dtype == BC_DTYPE_F16)
+        return BC_OK;
+    if ((dtype == BC_DTYPE_Q8_0 || dtype == BC_DTYPE_Q4_0) && dh % BC_KVQ_BLOCK == 0)
+        return BC_OK;
+    return BC_EOPTION;
 }
 
-/* Floats spanning n cache elements of es bytes: what the overlap checks count. */
-static inline size_t bc_gpt_cache_floats(size_t n, size_t es)
+/* Bytes of n elements (a multiple of Dh: whole rows) of a cache of a checked dtype. */
+static inline size_t bc_gpt_cache_span(int dtype, size_t n)
 {
-    return es == sizeof(float) ? n : n / 2 + n % 2;
+    return dtype == BC_DTYPE_F32   ? n * sizeof(float)
+           : dtype == BC_DTYPE_F16 ? n * sizeof(uint16_t)
+                                   : bc_kvq_bytes(dtype, n);
+}
+
+/* Floats spanning n cache elements of a checked dtype: what the overlap checks count. */
+static inline size_t bc_gpt_cache_floats(int dtype, size_t n)
+{
+    const size_t b = bc_gpt_cache_span(dtype, n);
+    return b / sizeof(float) + (b % sizeof(float) != 0);
 }
 
 #endif

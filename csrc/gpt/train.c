@@ -224,7 +224,7 @@ int bc_gpt_grad(float *loss, size_t *count, void *grads, const void *params,
         for (size_t b = 0; b < batch; b++)
             bc_k_rope_table(cs + b * seq * m.dh, 0, seq, m.dh, c->rope_theta, NULL, 1.0f);
     const bc_layer_pos pos = {NULL, c->positions == BC_POS_ROPE ? cs : NULL, NULL, NULL, 0, 0,
-                              NULL, NULL, 0};
+                              NULL, NULL, 0, NULL, NULL, 0};
     for (size_t l = 0; l < c->layers; l++) {
         const bc_layer_w w = bc_gpt_layer_w(prm, &m, &lo, l);
         const bc_layer_rec rec = bc_layer_rec_carve(work + p.recs + l * p.rec, xs + l * nd, &lc,

@@ -205,7 +205,17 @@ int bc_gpt_ring_rows(size_t *rows, size_t window, size_t capacity);
  * the half range saturated at +-65504, and attention reads them back, the
  * call's own keys included: a sequence's logits are the same bits however its
  * tokens were split into calls, but not a float cache's (nor a forward without
- * a cache). Anything else: BC_EOPTION. */
+ * a cache). BC_DTYPE_Q8_0, BC_DTYPE_Q4_0 (Dh a multiple of 32): each stored key
+ * and value row (Dh values of one position and K/V head) quantised when written
+ * in ggml's blocks of 32 (q8_0: a half scale and 32 int8, 34 bytes; q4_0: a half
+ * scale and 32 nibbles, 18 bytes; a position's values as those blocks one after
+ * another, its keys spread in tiles of 64 positions: the scales' rows, then the
+ * values' rows of 64 lanes, as bc_format.h says; an element offset e above is
+ * byte e / 32 * block bytes), read back a tile at a time by attention as exact
+ * half(d) * q floats: 1.0625 and 0.5625 bytes a
+ * value; the same bits however the tokens were split into calls and at any
+ * thread count and batch. Anything else: BC_EOPTION. Buffers' bytes:
+ * bc_gpt_cache_bytes. */
 typedef struct {
     void *k;
     void *v;
@@ -213,7 +223,7 @@ typedef struct {
     size_t capacity;  /* <= context */
     size_t length;    /* <= capacity */
     size_t *lengths;  /* NULL, or (batch) per-sequence lengths, each <= capacity */
-    int dtype;        /* BC_DTYPE_F32 or BC_DTYPE_F16 */
+    int dtype;        /* BC_DTYPE_F32, BC_DTYPE_F16, BC_DTYPE_Q8_0 or BC_DTYPE_Q4_0 */
 } bc_gpt_cache;
 
 /* Check a configuration: BC_OK, BC_ENULL, BC_ESIZE (a zero size), BC_EOPTION
@@ -247,6 +257,14 @@ int bc_gpt_tensor_info(char *name, size_t name_cap, size_t *offset, size_t *byte
  * R_l = bc_gpt_ring_rows).
  * BC_ECONTEXT when capacity > context, BC_ESIZE when batch or capacity is 0. */
 int bc_gpt_cache_size(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t capacity);
+
+/* n: bytes of each of a cache's k and v buffers of this dtype: bc_gpt_cache_size's
+ * elements times 4 (BC_DTYPE_F32) or 2 (BC_DTYPE_F16), or / 32 times 34
+ * (BC_DTYPE_Q8_0) or 18 (BC_DTYPE_Q4_0). Errors (nothing written): as
+ * bc_gpt_cache_size, BC_ENULL, BC_EOPTION (another dtype, or a quantised one
+ * with Dh not a multiple of 32), BC_EOVERFLOW. */
+int bc_gpt_cache_bytes(size_t *n, const bc_gpt_config *cfg, size_t batch, size_t capacity,
+                       int dtype);
 
 /* n: floats of workspace bc_gpt_forward needs for batch x seq tokens, with
  * cache (NULL: no cache; BC_ECONTEXT when seq exceeds its capacity). The size

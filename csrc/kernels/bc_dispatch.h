@@ -109,6 +109,14 @@ typedef struct {
      * (ring 0: row j; a ring is a multiple of BC_ATT_BK, so a tile never wraps);
      * window W (0: none): query position p sees keys p-W+1..p only */
     size_t ring, window;
+    /* a quantised cache (kq, vq not NULL; k, v, k16, v16 NULL; kq_dtype
+     * BC_DTYPE_Q8_0 or BC_DTYPE_Q4_0): keys and values both as rows, key j's
+     * row (khs, ldk, vhs, ldv in elements, Dh a multiple of 32) at
+     * bc_kvq_bytes(kq_dtype, g * khs + j * ldk) in bc_format.h's blocks, which
+     * the kernels read back a tile at a time: the bits of a float cache holding
+     * the blocks' values */
+    const unsigned char *kq, *vq;
+    int kq_dtype;
 } bc_kv;
 
 /* One multi-head attention call (see bc_k_attention). */
@@ -125,6 +133,8 @@ typedef struct {
     int causal;
     float *lse;        /* NULL, or (H, Tq): each query's log-sum-exp of its scaled scores */
     size_t ring, window;  /* as bc_kv's */
+    const unsigned char *kq, *vq;  /* a quantised cache's, in place of k and v (bc_kv) */
+    int kq_dtype;
 } bc_attn;
 
 /* One attention backward call (see bc_k_attention_backward): the forward's

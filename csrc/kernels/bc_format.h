@@ -341,4 +341,43 @@ static inline double bc_format_weight_bytes(const bc_format *f)
     return (double)f->block_bytes / (double)f->block;
 }
 
+/* ---- a quantised KV cache (bc_gpt_cache dtype BC_DTYPE_Q8_0 or BC_DTYPE_Q4_0) ----
+ * Each stored key and value row (one position of one K/V head: Dh values, Dh a
+ * multiple of 32) is quantised in ggml's blocks of 32: per block a half scale d
+ * and 32 values q, read back as half(d) * q (q8_0: int8) or half(d) * (nibble - 8)
+ * (q4_0): exact float products. A value row is ggml's blocks one after another
+ * (q8_0: d then 32 int8, 34 bytes; q4_0: d then 16 bytes, value k in the low nibble
+ * of byte k and value k + 16 in the high one, 18 bytes). Keys lie transposed in
+ * tiles of BC_ATT_BK positions, as a float cache's (decoding streams them into
+ * the float chains without a transpose): a tile of Dh / 32 = nb blocks per key
+ * holds the scales, nb rows of 64 halves (block b of key j at b * 64 + j), then
+ * the values' rows of 64 bytes: q8_0 Dh rows (value d of key j: row d, byte j),
+ * q4_0 nb * 16 rows (row b * 16 + k, byte j: block b's values k and k + 16 of key
+ * j in its low and high nibbles). The same bytes a tile of rows takes. */
+#define BC_KVQ_BLOCK 32
+
+/* Bytes of one block of a quantised cache's dtype; 0 for any other dtype. */
+static inline size_t bc_kvq_block_bytes(int dtype)
+{
+    return dtype == BC_DTYPE_Q8_0 ? 34 : dtype == BC_DTYPE_Q4_0 ? 18 : 0;
+}
+
+/* Bytes of n elements (a multiple of 32) of a quantised cache. */
+static inline size_t bc_kvq_bytes(int dtype, size_t n)
+{
+    return n / BC_KVQ_BLOCK * bc_kvq_block_bytes(dtype);
+}
+
+/* dst (n / 32 blocks) = x (n, a multiple of 32) quantised as dtype's blocks, one
+ * after another (a value row). The rules are the weights' (q8_block, q4_block:
+ * llama.cpp's reference quantisers); finite values past what a half scale holds
+ * saturated (+-65504 * 127 for q8_0, +-65504 * 8 for q4_0); a block holding a NaN
+ * keeps a NaN scale (its 32 values read back NaN). Internal: the caller checked
+ * dtype and n. */
+void bc_kvq_row(unsigned char *dst, const float *x, size_t n, int dtype);
+
+/* Key j (< BC_ATT_BK) of a tile of keys (the layout above) = x (dh, a multiple of
+ * 32) quantised by bc_kvq_row's rules. */
+void bc_kvq_key(unsigned char *tile, size_t j, const float *x, size_t dh, int dtype);
+
 #endif

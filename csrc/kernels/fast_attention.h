@@ -50,6 +50,72 @@ static void kv_widen(float *kf, float *vf, const uint16_t *k16, const uint16_t *
         widen(vf + j * dh, v16 + j * ldv, dh);
 }
 
+/* One row of a quantised cache as floats (bc_format.h's blocks): each value
+ * half(d) * q, an exact product, so every instruction set reads the same bits. */
+// dst (Dh) <- src: Dh / 32 blocks of dtype (BC_DTYPE_Q8_0 or BC_DTYPE_Q4_0)
+static void kvq_row(float *dst, const unsigned char *src, int dtype, size_t dh)
+{
+    const size_t bb = bc_kvq_block_bytes(dtype);
+    for (size_t b = 0; b < dh; b += BC_KVQ_BLOCK, src += bb, dst += BC_KVQ_BLOCK) {
+        uint16_t h;
+        memcpy(&h, src, sizeof h);
+        const float d = bc_half_to_f32(h);
+        int8_t q4[BC_KVQ_BLOCK];
+        const int8_t *q = (const int8_t *)(src + 2);
+        if (dtype == BC_DTYPE_Q4_0) {  /* the nibbles as signed bytes first */
+            for (size_t k = 0; k < BC_KVQ_BLOCK / 2; k++) {
+                q4[k] = (int8_t)((src[2 + k] & 15) - 8);
+                q4[k + 16] = (int8_t)((src[2 + k] >> 4) - 8);
+            }
+            q = q4;
+        }
+        const V dv = vset1(d);  /* one product per value: the scalar's bits */
+        for (size_t k = 0; k < BC_KVQ_BLOCK; k += VL)
+            vstore(dst + k, vmul(vload_i8(q + k), dv));
+    }
+}
+
+/* A tile of a quantised cache's keys as floats (bc_format.h's tiled layout: the
+ * scales' rows, then the values' rows of BK bytes), transposed as they lie: lane j
+ * of row d = half(d_bj) * q_dj, exact, so every instruction set reads the same bits;
+ * lanes past nk 0. */
+// kf (Dh, BK) <- tile
+static void kq_tile(float *kf, const unsigned char *tile, int dtype, size_t nk, size_t dh)
+{
+    const size_t bk = BC_ATT_BK, nb = dh / BC_KVQ_BLOCK, nl = (nk + VL - 1) / VL * VL;
+    const uint16_t *sc = (const uint16_t *)(const void *)tile;  /* 2-byte aligned */
+    const unsigned char *q = tile + nb * bk * sizeof(uint16_t);
+    int8_t row[BC_ATT_BK];
+    for (size_t b = 0; b < nb; b++)
+        for (size_t k = 0; k < BC_KVQ_BLOCK; k++) {
+            const size_t d = b * BC_KVQ_BLOCK + k;
+            const int8_t *qr = (const int8_t *)(q + d * bk);
+            if (dtype == BC_DTYPE_Q4_0) {  /* the nibbles as signed bytes first */
+                const unsigned char *by = q + (b * 16 + k % 16) * bk;
+                for (size_t j = 0; j < nl; j++)
+                    row[j] = (int8_t)((k < 16 ? by[j] & 15 : by[j] >> 4) - 8);
+                qr = row;
+            }
+            float *kd = kf + d * bk;
+            for (size_t j = 0; j < nl; j += VL)
+                vstore(kd + j, vmul(vload_i8(qr + j), vload_half(sc + b * bk + j)));
+            if (nk < bk)
+                memset(kd + nk, 0, (bk - nk) * sizeof(float));
+        }
+}
+
+/* One tile of a quantised cache as floats: kf = its keys (kq_tile), vf = its nk
+ * values' rows: exactly the blocks' values, so the chains that read them are a float
+ * cache's (the whole cache is never widened: a tile at a time). */
+// kf (Dh, BK), vf (nk, Dh); kt: the tile of keys; vq: its first value row, a row every rb bytes
+static void kv_dequant(float *kf, float *vf, const unsigned char *kt, const unsigned char *vq,
+                       size_t rb, int dtype, size_t nk, size_t dh)
+{
+    kq_tile(kf, kt, dtype, nk, dh);
+    for (size_t j = 0; j < nk; j++)
+        kvq_row(vf + j * dh, vq + j * rb, dtype, dh);
+}
+
 /* dst[i] (rb rows of nv*VL lanes) = (accumulate ? alpha * dst[i] : 0)
  *                                   + sum_t a[i*sa + t*st] * bv[t] (bv rows of nv*VL lanes).
  * masked: for term t, lanes [0, lim[t]) and [hi[t], nv*VL) are left as they are
@@ -173,7 +239,8 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
 {
     const size_t bq = (size_t)nv * VL;
     const size_t dh = A->d_head, off = h * dh, kvh = h / A->kv_group;
-    const int half = A->k16 != NULL;  /* a half cache: each tile widened into kf, vf */
+    /* a half or quantised cache: each tile widened into kf, vf */
+    const int half = A->k16 != NULL || A->kq != NULL;
     const float *kh = half ? NULL : A->k + kvh * A->khs, *vh = half ? NULL : A->v + kvh * A->vhs;
     float *kf = scratch + (2 * dh + BC_ATT_BK + 2) * BQ, *vf = kf + dh * BC_ATT_BK;
     float *qt = scratch;                 /* (Dh, bq) scaled queries, transposed */
@@ -220,7 +287,11 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
          * cache's tile widened into kf, vf first */
         const float *kt = half ? kf : kh + jr * dh, *vt = half ? vf : vh + jr * A->ldv;
         const size_t ldv = half ? dh : A->ldv;
-        if (half)
+        if (A->kq)
+            kv_dequant(kf, vf, A->kq + bc_kvq_bytes(A->kq_dtype, kvh * A->khs + jr * dh),
+                       A->vq + bc_kvq_bytes(A->kq_dtype, kvh * A->vhs + jr * dh),
+                       bc_kvq_bytes(A->kq_dtype, dh), A->kq_dtype, nk, dh);
+        else if (half)
             kv_widen(kf, vf, A->k16 + kvh * A->khs + jr * dh, A->v16 + kvh * A->vhs + jr * A->ldv,
                      A->ldv, nk, dh);
         /* St (nk, bq) = K[j0:j0+nk] . Qt */
@@ -572,7 +643,9 @@ static void attn_decode(const bc_attn *A, size_t i, size_t h0, size_t nh, float 
     const size_t dh = A->d_head, kvh = h0 / A->kv_group;
     const int half = A->k16 != NULL;  /* a half cache */
     const int direct = half && dh % VL == 0;  /* its halves read in place */
-    const float *kh = half ? NULL : A->k + kvh * A->khs, *vh = half ? NULL : A->v + kvh * A->vhs;
+    const int quant = A->kq != NULL;  /* a quantised cache: each tile dequantised */
+    const float *kh = half || quant ? NULL : A->k + kvh * A->khs;
+    const float *vh = half || quant ? NULL : A->v + kvh * A->vhs;
     const float scale = 1.0f / sqrtf((float)dh);
     size_t kend = A->tk;
     if (A->causal)
@@ -606,7 +679,13 @@ static void attn_decode(const bc_attn *A, size_t i, size_t h0, size_t nh, float 
          * past nk zero). A half cache whose Dh is not whole vectors: the tile
          * widened to floats first. */
         kv_tile tl = {kbuf, vh ? vh + jr * A->ldv : NULL, NULL, NULL, A->ldv};
-        if (direct) {
+        if (quant) {
+            kv_dequant(kbuf, vbuf, A->kq + bc_kvq_bytes(A->kq_dtype, kvh * A->khs + jr * dh),
+                       A->vq + bc_kvq_bytes(A->kq_dtype, kvh * A->vhs + jr * dh),
+                       bc_kvq_bytes(A->kq_dtype, dh), A->kq_dtype, nk, dh);
+            tl.v = vbuf;
+            tl.ldv = dh;
+        } else if (direct) {
             tl.k16 = A->k16 + kvh * A->khs + jr * dh;
             tl.v16 = A->v16 + kvh * A->vhs + jr * A->ldv;
         } else if (half) {

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "bc_core.h"
+#include "bc_dispatch.h"  /* BC_ATT_BK: a quantised cache's key tiles */
 #include "bc_format.h"
 #include "bc_half.h"
 
@@ -1614,4 +1615,52 @@ static const bc_format formats[BC_NDTYPE] = {
 const bc_format *bc_format_of(int dtype)
 {
     return dtype >= 0 && dtype < BC_NDTYPE && formats[dtype].name ? &formats[dtype] : NULL;
+}
+
+/* ---- a quantised KV cache's rows and key tiles (bc_format.h) ------------- */
+
+/* One block of 32 values, saturated, quantised: scale into *d, q[k * stride] (q8_0:
+ * int8 value k; q4_0: byte k < 16, value k low and k + 16 high); a NaN: a NaN scale. */
+static void kvq_block(uint16_t *d, unsigned char *q, size_t stride, const float *x, int dtype)
+{
+    const int q8 = dtype == BC_DTYPE_Q8_0;
+    const float top = q8 ? Q8_MAX_ABS : Q4_MAX_ABS;
+    float w[BC_KVQ_BLOCK];
+    int nan = 0;
+    for (size_t k = 0; k < BC_KVQ_BLOCK; k++) {
+        const float f = x[k];
+        nan |= f != f;
+        w[k] = f > top ? top : f < -top ? -top : f;
+    }
+    if (nan) {
+        *d = 0x7e00u;  /* the block reads back NaN */
+        for (size_t k = 0; k < (q8 ? 32u : 16u); k++)
+            q[k * stride] = q8 ? 0 : 0x88;
+    } else if (q8) {
+        q8_block(d, (int8_t *)q, stride, w, BC_KVQ_BLOCK);
+    } else {
+        q4_block(d, q, stride, w, BC_KVQ_BLOCK);
+    }
+}
+
+void bc_kvq_row(unsigned char *dst, const float *x, size_t n, int dtype)
+{
+    const size_t bb = bc_kvq_block_bytes(dtype);
+    for (size_t b = 0; b < n; b += BC_KVQ_BLOCK, dst += bb) {
+        uint16_t d;
+        kvq_block(&d, dst + 2, 1, x + b, dtype);
+        memcpy(dst, &d, sizeof d);  /* little-endian, as ggml's files */
+    }
+}
+
+void bc_kvq_key(unsigned char *tile, size_t j, const float *x, size_t dh, int dtype)
+{
+    const size_t nb = dh / BC_KVQ_BLOCK, bk = BC_ATT_BK;
+    unsigned char *q = tile + nb * bk * sizeof(uint16_t);
+    const size_t rows = dtype == BC_DTYPE_Q8_0 ? BC_KVQ_BLOCK : BC_KVQ_BLOCK / 2;
+    for (size_t b = 0; b < nb; b++) {
+        uint16_t d;
+        kvq_block(&d, q + (b * rows) * bk + j, bk, x + b * BC_KVQ_BLOCK, dtype);
+        memcpy(tile + (b * bk + j) * sizeof(uint16_t), &d, sizeof d);
+    }
 }

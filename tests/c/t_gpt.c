@@ -440,8 +440,9 @@ static void forward_checks(int tied)
     EXPECT(k.length == 3);
     k = cache; k.length = H_NEG;
     EXPECT_STATUS(BC_ESIZE, FWD(logits, hidden, &k, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nwc));
-    const int bad_dtypes[] = {BC_DTYPE_BF16, -1, 1000};  /* float32 and float16 caches only */
-    for (int i = 0; i < 3; i++) {
+    /* float32 and float16 caches, and q8_0 and q4_0 with Dh a multiple of 32 (6 here) */
+    const int bad_dtypes[] = {BC_DTYPE_BF16, -1, 1000, BC_DTYPE_Q8_0, BC_DTYPE_Q4_0};
+    for (int i = 0; i < 5; i++) {
         k = cache; k.dtype = bad_dtypes[i];
         EXPECT_STATUS(BC_EOPTION, FWD(logits, hidden, &k, p, &c, ids, BC_IDS_INT32, B, T, 0, work, nwc));
         EXPECT_STATUS(BC_EOPTION, bc_gpt_cache_truncate(&k, &c, 0, 0));
@@ -729,6 +730,70 @@ static void cache_ops_checks(int dtype)
     EXPECT_STATUS(BC_OK, bc_gpt_cache_copy(&shared, &c, 0, 0, 2));
     EXPECT(shared.length == 2);
     EXPECT_STATUS(BC_ERANGE, bc_gpt_cache_truncate(&shared, &c, 0, 3));
+}
+
+/* A quantised cache (q8_0, q4_0; Dh a multiple of 32): bc_gpt_cache_bytes's
+ * count and refusals; a prompt in one call against one token at a time, on 1
+ * and 3 threads, and a sliding window's ring past its rows: the same bits; a
+ * copied prefix continues with the bits of the whole (the accuracy itself is the
+ * NumPy oracle's test, tests/test_quant_cache.py). */
+static void quant_cache_checks(int dtype, size_t window)
+{
+    bc_gpt_config c = h_llama_config(0);
+    c.head_dim = 32;
+    c.context = window ? 300 : 80;
+    c.window = window;
+    const size_t V = c.vocab, T = window ? 260 : 67, bb = dtype == BC_DTYPE_Q8_0 ? 34 : 18;
+    enum { B = 2 };
+    unsigned char *p = random_params(&c, 11);
+    size_t nc = 0, nb = 0, nb1 = 0, nw = 0;
+    EXPECT_STATUS(BC_OK, bc_gpt_cache_size(&nc, &c, B, T));
+    EXPECT_STATUS(BC_OK, bc_gpt_cache_bytes(&nb, &c, B, T, dtype));
+    EXPECT_STATUS(BC_OK, bc_gpt_cache_bytes(&nb1, &c, 1, T, dtype));
+    EXPECT(nb == nc / 32 * bb && nb == 2 * nb1);
+    /* refusals, nothing written */
+    size_t keep = 7;
+    EXPECT_STATUS(BC_ENULL, bc_gpt_cache_bytes(NULL, &c, B, T, dtype));
+    EXPECT_STATUS(BC_EOPTION, bc_gpt_cache_bytes(&keep, &c, B, T, BC_DTYPE_Q4_K));
+    EXPECT_STATUS(BC_ESIZE, bc_gpt_cache_bytes(&keep, &c, 0, T, dtype));
+    EXPECT_STATUS(BC_ECONTEXT, bc_gpt_cache_bytes(&keep, &c, B, c.context + 1, dtype));
+    bc_gpt_config d6 = h_llama_config(0);  /* Dh 6: no whole blocks */
+    EXPECT_STATUS(BC_EOPTION, bc_gpt_cache_bytes(&keep, &d6, B, 6, dtype));
+    EXPECT(keep == 7);
+    unsigned char *k = h_alloc_bytes(nb), *v = h_alloc_bytes(nb);
+    bc_gpt_cache whole = {k, v, B, T, 0, NULL, dtype};
+    EXPECT_STATUS(BC_OK, bc_gpt_workspace_size(&nw, &c, B, T, &whole));
+    float *work = h_alloc(nw), *full = h_alloc(B * T * V), *step = h_alloc(B * V);
+    int64_t *ids = h_alloc_bytes(B * T * sizeof(int64_t)), col[B];
+    for (size_t i = 0; i < B * T; i++)
+        ids[i] = (int64_t)((i * 5 + 2) % V);
+    EXPECT_STATUS(BC_OK, bc_gpt_forward(full, NULL, &whole, p, &c, ids, BC_IDS_INT64, B, T, 0, work, nw));
+    EXPECT(whole.length == T && h_finite(full, B * T * V));
+    for (int threads = 1; threads <= 3; threads += 2) {
+        EXPECT_STATUS(BC_OK, bc_set_num_threads(threads));
+        bc_gpt_cache steps = {k, v, B, T, 0, NULL, dtype};
+        for (size_t t = 0; t < T; t++) {
+            for (int b = 0; b < B; b++)
+                col[b] = ids[b * T + t];
+            EXPECT_STATUS(BC_OK, bc_gpt_forward(step, NULL, &steps, p, &c, col, BC_IDS_INT64, B, 1, 1, work, nw));
+            for (int b = 0; b < B; b++)
+                EXPECT(memcmp(step + b * V, full + (b * T + t) * V, NB(V)) == 0);
+        }
+    }
+    EXPECT_STATUS(BC_OK, bc_set_num_threads(0));
+    EXPECT(h_guard_ok(k, nb) && h_guard_ok(v, nb));
+    /* sequence 0's first T - 1 positions copied into sequence 1: its last token then
+     * gives sequence 0's last logits */
+    size_t lengths[B] = {T, 0};
+    bc_gpt_cache all = {k, v, B, T, 0, lengths, dtype};
+    bc_gpt_cache r1 = {k + nb1, v + nb1, 1, T, 0, lengths + 1, dtype};
+    EXPECT_STATUS(BC_OK, bc_gpt_cache_copy(&all, &c, 1, 0, T - 1));
+    EXPECT(lengths[1] == T - 1);
+    EXPECT_STATUS(BC_OK, bc_gpt_forward(step, NULL, &r1, p, &c, ids + T - 1, BC_IDS_INT64, 1, 1, 1, work, nw));
+    EXPECT(memcmp(step, full + (T - 1) * V, NB(V)) == 0);
+    /* a cache whose buffers overlap by one byte: refused */
+    bc_gpt_cache bad = {k, k + nb - 1, B, T, 0, NULL, dtype};
+    EXPECT_STATUS(BC_EALIAS, bc_gpt_forward(step, NULL, &bad, p, &c, ids, BC_IDS_INT64, B, 1, 1, work, nw));
 }
 
 static void variants_checks(void)
@@ -1097,4 +1162,7 @@ void test_gpt(void)
     forward_checks(0);
     mixed_checks();
     family_checks();
+    quant_cache_checks(BC_DTYPE_Q8_0, 0);
+    quant_cache_checks(BC_DTYPE_Q4_0, 0);
+    quant_cache_checks(BC_DTYPE_Q8_0, 16);  /* a ring of 192 rows, 260 positions */
 }

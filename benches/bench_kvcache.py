@@ -1,0 +1,98 @@
+"""Benchmark: the KV cache's element type (issue 51) at a long context. A random
+Llama-shaped model (q8_0 weights; width 512, 8 query heads of 64, 2 K/V heads, 4
+layers, SwiGLU 1024, vocabulary 1024) is prefilled to ``--context`` - ``--new``
+positions, then decodes ``--new`` tokens one at a time, once per cache type:
+
+  tokens/s     decode steps per second (best of --rounds rounds, the types
+               alternating; each round truncates the cache back to the prompt)
+  vs float32   that speed over the float32 cache's
+  cache        the cache's bytes (KVCache.nbytes: keys and values, every layer)
+  KL           mean KL of the decoded steps' next-token distributions against
+               the float32 cache's (the same tokens fed to each)
+
+Prints the CPU (lscpu's model name), the load average and the steal time over the run.
+
+    python benches/bench_kvcache.py
+    python benches/bench_kvcache.py --context 1024 --rounds 2
+
+With --docs the output also replaces the "kvcache" section of docs/results/kvcache.md.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import List, Optional
+
+import numpy as np
+
+import blockc
+from blockc import GPT, GPTConfig
+from doc_section import run as run_bench  # noqa: E402
+from machine import cpu_name, cpu_times, steal_share  # noqa: E402
+
+DTYPES = ("float32", "float16", "q8_0", "q4_0")
+
+
+def mean_kl(p_logits: np.ndarray, q_logits: np.ndarray) -> float:
+    """Mean over positions of KL(softmax(p) || softmax(q)), in float64."""
+    p = np.asarray(p_logits, np.float64).reshape(-1, p_logits.shape[-1])
+    q = np.asarray(q_logits, np.float64).reshape(-1, q_logits.shape[-1])
+    lp = p - p.max(-1, keepdims=True)
+    lp -= np.log(np.exp(lp).sum(-1, keepdims=True))
+    lq = q - q.max(-1, keepdims=True)
+    lq -= np.log(np.exp(lq).sum(-1, keepdims=True))
+    return float(np.mean(np.sum(np.exp(lp) * (lp - lq), axis=-1)))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--context", type=int, default=4096)
+    ap.add_argument("--new", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args(argv)
+    if args.threads:
+        blockc.set_num_threads(args.threads)
+    t0 = cpu_times()
+    print(f"CPU: {cpu_name()}; load average {os.getloadavg()[0]:.2f} at the start; "
+          f"blockc ISA {blockc.get_isa()}, {blockc.get_num_threads()} threads")
+    cfg = GPTConfig(vocab=1024, context=args.context, width=512, heads=8, kv_heads=2,
+                    layers=4, d_ff=1024, norm="rms", activation="swiglu", positions="rope",
+                    qkv_bias=False, out_bias=False, mlp_bias=False, tie_weights=False)
+    m = GPT.random(cfg, seed=0, dtype="q8_0")
+    n0 = args.context - args.new
+    ids = np.random.default_rng(0).integers(0, cfg.vocab, size=(1, args.context))
+    caches = {}
+    for d in DTYPES:
+        caches[d] = m.new_cache(1, args.context, dtype=d)
+        m(ids[:, :n0], cache=caches[d], last_only=True)
+    best = {d: float("inf") for d in DTYPES}
+    logits = {}
+    for r in range(args.rounds):
+        for d in (DTYPES if r % 2 == 0 else DTYPES[::-1]):
+            c = caches[d]
+            c.truncate(0, n0)
+            out = []
+            start = time.perf_counter()
+            for t in range(n0, args.context):
+                out.append(m(ids[:, t:t + 1], cache=c))
+            best[d] = min(best[d], time.perf_counter() - start)
+            logits[d] = np.concatenate(out, axis=1)
+    print(f"\nmodel: width 512, 8 heads of 64, 2 K/V heads, 4 layers, q8_0 weights; "
+          f"{args.new} decode steps after {n0} positions, best of {args.rounds} rounds\n")
+    print("| cache | tokens/s | vs float32 | cache bytes | vs float32 | KL vs float32 |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    f32_rate, f32_bytes = args.new / best["float32"], caches["float32"].nbytes
+    for d in DTYPES:
+        rate, nb = args.new / best[d], caches[d].nbytes
+        kl = mean_kl(logits["float32"], logits[d])
+        print(f"| {d} | {rate:.1f} | {rate / f32_rate:.2f}x | {nb / 2**20:.2f} MiB | "
+              f"{nb / f32_bytes:.3f} | {kl:.2e} |")
+    print(f"\nload average {os.getloadavg()[0]:.2f} at the end; steal {steal_share(t0)} "
+          f"of the run")
+    return 0
+
+
+if __name__ == "__main__":
+    run_bench(main, "results/kvcache.md", "kvcache")
