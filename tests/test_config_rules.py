@@ -124,7 +124,7 @@ def test_bounded_column_formats_agree_at_the_bound():
             python_ok = True
         except BlockcError:
             python_ok = False
-        arr = ffi.new("int[]", 2 + 5 * cfg.layers)
+        arr = ffi.new("int[]", 2 + lib.BC_GPT_NMAT * cfg.layers)
         arr[matrix_slots(cfg)["blocks.0.down.weight"]] = C_DTYPE["q8_0i"]
         cs = ffi.new("bc_gpt_config *")
         cs[0] = cfg.c_struct()[0]
