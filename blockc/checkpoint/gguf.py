@@ -255,8 +255,8 @@ def integer_formats(types: List[str]) -> List[str]:
 #: q8_0 (converted exactly, the same KL) 1.33x as fast as q5_0 (807 against 606 tokens/s).
 #: Q4_0, Q4_1, Q8_0, Q6_K and Q4_K_M stay on their own blocks: no choice within the budget
 #: was 1.25x as fast (Q4_1's own blocks 701 tokens/s, float16 207; the integer formats,
-#: llama.cpp's arithmetic, slower than the exact path on this CPU). Q5_1, Q5_K, IQ4_NL and
-#: IQ4_XS run in their own blocks, not yet measured against the other choices.
+#: llama.cpp's arithmetic, slower than the exact path on this CPU). Q5_1, Q5_K, IQ4_NL,
+#: IQ4_XS, Q2_K and Q3_K run in their own blocks, not yet measured against the other choices.
 DEFAULT_FORMAT: Dict[str, str] = {"Q5_0": "q8_0"}
 
 
