@@ -45,7 +45,7 @@ import numpy as np
 import blockc
 from doc_section import run as run_bench  # noqa: E402
 from machine import cpu_name, steal_share  # noqa: E402
-from llama_peer import NOTE, open_model  # noqa: E402
+from llama_peer import NOTE, last_logits, open_model  # noqa: E402
 
 TYPES = ("F16", "Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q4_K_M", "Q5_K_M")
 
@@ -87,15 +87,18 @@ def prefill_rate(m, prompt: np.ndarray) -> float:
     return prompt.shape[1] / (time.perf_counter() - t0)
 
 
-def llama_decode(llm, prompt: np.ndarray, new: int) -> float:
+def llama_decode(llama_cpp, llm, prompt: np.ndarray, new: int) -> float:
+    """llama.cpp's greedy decode rate: each step's token the argmax of the last position's
+    logits, read through llama_get_logits (llm.scores, filled only with logits_all, would
+    read zeros: every step token 0)."""
     ids = [int(i) for i in prompt[0]]
     llm.reset()
     llm.eval(ids)
-    tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    tok = int(np.argmax(last_logits(llama_cpp, llm)))
     t0 = time.perf_counter()
     for _ in range(new):
         llm.eval([tok])
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = int(np.argmax(last_logits(llama_cpp, llm)))
     return new / (time.perf_counter() - t0)
 
 
@@ -196,7 +199,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                                                           "float16"))
                             rows["bp"].append(prefill_rate(models[label], pre))
                             if llm is not None:
-                                rows["ld"].append(llama_decode(llm, prompt, args.new))
+                                rows["ld"].append(llama_decode(llama_cpp, llm, prompt, args.new))
                                 rows["lp"].append(llama_prefill(llm, pre))
                         med = {k: statistics.median(v) if v else None for k, v in rows.items()}
                         ratio = f"{med['bd'] / med['ld']:.2f}" if med["ld"] else "n/a"

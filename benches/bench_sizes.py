@@ -170,14 +170,11 @@ def worker(job: Dict[str, Any]) -> Dict[str, Any]:
                 t0 = time.perf_counter()
                 llm.eval(prompt)
                 pre = ctx / (time.perf_counter() - t0)
-                # the last position's logits (llm.scores is filled only with logits_all)
-                tok = int(np.argmax(np.ctypeslib.as_array(llama_cpp.llama_get_logits(llm.ctx),
-                                                          shape=(vocab,))))
+                tok = int(np.argmax(llama_peer.last_logits(llama_cpp, llm)))
                 t0 = time.perf_counter()
                 for _ in range(new):
                     llm.eval([tok])
-                    tok = int(np.argmax(np.ctypeslib.as_array(
-                        llama_cpp.llama_get_logits(llm.ctx), shape=(vocab,))))
+                    tok = int(np.argmax(llama_peer.last_logits(llama_cpp, llm)))
                 dec = new / (time.perf_counter() - t0)
             else:
                 blockc.set_num_threads(th)

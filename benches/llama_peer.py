@@ -135,6 +135,13 @@ def mode_of(path: str, kind: str = "") -> str:
     return "repack" if extra_bufts_work(path, kind)[0] else "plain"
 
 
+def last_logits(llama_cpp, llm) -> np.ndarray:
+    """The logits of the last position ``llm`` evaluated (a view of llama.cpp's buffer, valid
+    until its next eval): ``llm.scores`` is filled only with ``logits_all``, and reads zeros
+    otherwise."""
+    return np.ctypeslib.as_array(llama_cpp.llama_get_logits(llm.ctx), shape=(llm.n_vocab(),))
+
+
 def open_model(llama_cpp, path: str, kind: str, **kw):
     """``llama_cpp.Llama(model_path=path, **kw)`` for a file of weight type ``kind`` ("f32",
     "F16", "q8_0", "Q4_K_M", ...): with llama.cpp's extra buffer types (its default) where

@@ -124,7 +124,7 @@ def test_bounded_column_formats_agree_at_the_bound():
             python_ok = True
         except BlockcError:
             python_ok = False
-        arr = ffi.new("int[]", 2 + 5 * cfg.layers)
+        arr = ffi.new("int[]", 2 + lib.BC_GPT_NMAT * cfg.layers)
         arr[matrix_slots(cfg)["blocks.0.down.weight"]] = C_DTYPE["q8_0i"]
         cs = ffi.new("bc_gpt_config *")
         cs[0] = cfg.c_struct()[0]
@@ -213,9 +213,12 @@ def test_per_matrix_formats_python_and_c_agree(drawn):
     except BlockcError:
         python_ok = False
     slots = matrix_slots(cfg)
-    arr = ffi.new("int[]", 2 + 5 * cfg.layers)
+    arr = ffi.new("int[]", 2 + lib.BC_GPT_NMAT * cfg.layers)
     for n, c in codes.items():
         arr[slots[n]] = c
+        if n.endswith("attn.qkv.weight"):  # its k and v rows' entries: the same format
+            arr[slots[n] - lib.BC_GPT_MAT_QKV + lib.BC_GPT_MAT_QKV_K] = c
+            arr[slots[n] - lib.BC_GPT_MAT_QKV + lib.BC_GPT_MAT_QKV_V] = c
     cs = ffi.new("bc_gpt_config *")
     cs[0] = cfg.c_struct()[0]
     if len(set(codes.values())) > 1:

@@ -98,6 +98,8 @@ def test_quantise_refuses():
     with pytest.raises(ValueError, match="type must be"):
         ggml.quantise(np.zeros((1, 32), np.float32), "IQ2_XXS")
     with pytest.raises(ValueError, match="type must be"):
+        ggml.dequantise(np.zeros((1, 66), np.uint8), "IQ2_XXS")
+    with pytest.raises(ValueError, match="whole blocks of 84"):
         ggml.dequantise(np.zeros((1, 18), np.uint8), "Q2_K")
 
 

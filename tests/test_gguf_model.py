@@ -39,6 +39,13 @@ CASES = {  # name -> (arch, write_model options)
     "llama-iq4": ("llama", dict(width=256, d_ff=512, kv_heads=2, default_type="IQ4_XS",
                                 types={"ffn_down.weight": "IQ4_NL", "token_embd.weight": "IQ4_NL",
                                        "attn_v.weight": "Q8_0"})),
+    # llama.cpp's Q3_K_M and Q2_K mixes (their q/k/v split by type: Q3_K/Q2_K q and k)
+    "llama-q3_k_m": ("llama", dict(width=256, d_ff=512, kv_heads=2, default_type="Q3_K",
+                                   types={"attn_v.weight": "Q5_K", "ffn_down.weight": "Q4_K",
+                                          "output.weight": "Q6_K"})),
+    "llama-q2_k": ("llama", dict(width=256, d_ff=512, kv_heads=2, default_type="Q2_K",
+                                 types={"attn_v.weight": "Q3_K", "ffn_down.weight": "Q3_K",
+                                        "output.weight": "Q6_K", "token_embd.weight": "Q2_K"})),
     "llama-k-quants": ("llama", dict(width=256, d_ff=256, default_type="Q5_K",
                                      types={"ffn_up.weight": "Q6_K", "attn_k.weight": "Q4_K",
                                             "ffn_gate.weight": "F16"})),
@@ -178,7 +185,10 @@ def test_save_gguf_round_trip(files, tmp_path, dtype):
             if m.layout[ours].packed else "F32"
         assert t.tensor_type.name == want_type, theirs
         blob = ggml.quantise(w, want_type)
-        if want_type in ("Q4_K", "Q6_K") and m.dtypes[ours] == want_type.lower():
+        fm = m.dtypes.get(ours, "")
+        if isinstance(fm, tuple):  # a split q/k/v: the format of these rows
+            fm = fm[[(p.row0, p.row1) for p in m.layout[ours].parts].index(tuple(rows))]
+        if want_type in ("Q4_K", "Q6_K") and fm == want_type.lower():
             blob = np.asarray(src[theirs].data).reshape(blob.shape)
         assert np.array_equal(np.asarray(t.data).view(np.uint8).reshape(blob.shape), blob), theirs
     back = GPT.from_pretrained(p, dtype="exact")  # the exact path (None: DEFAULT_FORMAT's)
@@ -240,14 +250,14 @@ def test_refusals_by_name(tmp_path):
     bg.write(p, {"general.architecture": "falcon"}, [])
     with pytest.raises(BlockcValueError, match="'falcon' is not one blockc runs"):
         GPT.from_pretrained(p)
-    # a tensor of a type blockc does not read (Q2_K), by name
+    # a tensor of a type blockc does not read (IQ2_XXS), by name
     write_model(p, "llama", width=256, d_ff=256)
     g = bg.read(p)
     tensors = [(t.name, t.type, t.shape, t.data) for t in g.tensors.values()]
-    tensors = [(n, "Q2_K", s, np.zeros((s[0], 84), np.uint8)) if n == "blk.0.ffn_up.weight"
+    tensors = [(n, "IQ2_XXS", s, np.zeros((s[0], 66), np.uint8)) if n == "blk.0.ffn_up.weight"
                else (n, ty, s, dat) for n, ty, s, dat in tensors]
     bg.write(tmp_path / "q2.gguf", dict(g.fields), tensors)
-    with pytest.raises(BlockcValueError, match="'blk.0.ffn_up.weight' has type Q2_K"):
+    with pytest.raises(BlockcValueError, match="'blk.0.ffn_up.weight' has type IQ2_XXS"):
         GPT.from_pretrained(tmp_path / "q2.gguf")
     write_model(p, "llama", extra={"llama.rope.scaling.type": "none"})  # neutral values load
     GPT.from_pretrained(p)
@@ -476,6 +486,8 @@ def _integer(types):
         return own[types[0]]
     if set(types) <= {"Q4_0", "Q5_0", "Q8_0"}:
         return "q8_0i"
+    if len(types) == 3 and all(t in own for t in types):  # q, k, v split: each its own
+        return tuple(own[t] for t in types)
     return native(types)
 
 

@@ -128,7 +128,7 @@ def test_refusals():
     with pytest.raises(BlockcValueError, match="not a matrix"):
         GPT(GPT2, dtypes={"head.weight": "q8_0"})  # tied
     with pytest.raises(BlockcValueError, match=r"dtypes\['token.weight'\]"):
-        GPT(LLAMA, dtypes={"token.weight": "q3_k"})
+        GPT(LLAMA, dtypes={"token.weight": "q3_x"})
     with pytest.raises(BlockcTypeError, match="dtypes"):
         GPT(LLAMA, dtypes=[("token.weight", "q8_0")])
     big = GPTConfig(vocab=16, context=8, width=32, heads=2, layers=lib.BC_GPT_FMT_LAYERS + 1)

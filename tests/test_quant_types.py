@@ -17,7 +17,8 @@ gq = pytest.importorskip("gguf.quants")
 
 #: format -> its GGUF type, and the byte offsets of the half scales in a block
 NEW = {"q4_1": ("Q4_1", (0, 2)), "q5_1": ("Q5_1", (0, 2)), "q5_k": ("Q5_K", (0, 2)),
-       "iq4_nl": ("IQ4_NL", (0,)), "iq4_xs": ("IQ4_XS", (0,))}
+       "iq4_nl": ("IQ4_NL", (0,)), "iq4_xs": ("IQ4_XS", (0,)), "q2_k": ("Q2_K", (80, 82)),
+       "q3_k": ("Q3_K", (108,))}
 
 
 def _random_blocks(typ: str, rows: int, cols: int, halves, seed: int) -> np.ndarray:
@@ -88,3 +89,40 @@ def test_c_quantiser_writes_the_gguf_package_blocks(dtype):
     got = ops.unpack_ggml(ops.pack(w, dtype))
     want = np.asarray(gq.quantize(w, getattr(gguf.GGMLQuantizationType, typ))).view(np.uint8)
     np.testing.assert_array_equal(got, want.reshape(got.shape))
+
+
+@pytest.mark.parametrize("typ", ["Q2_K", "Q3_K"])
+def test_oracle_dequantises_as_the_gguf_package(typ):
+    """blockc.reference.ggml's Q2_K and Q3_K (written from the block layouts) against
+    gguf.quants.dequantize on random blocks, bit for bit."""
+    from blockc.reference import ggml
+    halves = {"Q2_K": (80, 82), "Q3_K": (108,)}[typ]
+    blocks = _random_blocks(typ, 64, 1024, halves, seed=11)
+    want = np.asarray(gq.dequantize(blocks, getattr(gguf.GGMLQuantizationType, typ)), np.float32)
+    got = ggml.dequantise(blocks, typ)
+    np.testing.assert_array_equal(got.view(np.uint32), want.reshape(got.shape).view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype", ["q2_k", "q3_k"])
+def test_c_quantiser_is_its_numpy_oracle(dtype):
+    """q2_k's and q3_k's C quantiser (blockc's simple rule, not llama.cpp's search) against
+    its NumPy oracle (blockc.reference.quant), bit for bit, on every thread count: random
+    rows, an all-zero sub-block, a constant one, tiny and negative-only ones."""
+    from blockc.reference import quant
+    rng = np.random.default_rng(12)
+    w = (rng.standard_normal((21, 512)) * 0.3).astype(np.float32)
+    w[0, :16] = 0.0
+    w[1, :16] = 0.25
+    w[2, :16] *= np.float32(1e-6)
+    w[3, :256] = -np.abs(w[3, :256])
+    w[4, :32] = np.arange(32, dtype=np.float32) - 15.5
+    n0 = blockc.get_num_threads()
+    try:
+        for n in (1, 2):
+            blockc.set_num_threads(n)
+            got = ops.pack(w, dtype).unpack()
+            want = getattr(quant, dtype)(w)
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    finally:
+        blockc.set_num_threads(n0)
+    assert np.abs(got - w).max() < np.abs(w).max()  # a quantisation, not garbage

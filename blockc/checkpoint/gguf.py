@@ -32,8 +32,9 @@ derived from the C formats' table: each format names the GGUF type whose blocks 
 hold; Q8_0 -> q8_0, Q4_0 -> q4_0, Q4_K -> q4_k, F16 -> float16, ...). Such a matrix is
 the file's very blocks moved into panels by the C library (:func:`blockc.ops.pack_ggml`;
 Q4_0's and Q5_0's converted to Q8_0's for q8_0 first), no weight requantised; a fused
-attn.qkv in a format all three of q, k and v fit; the others (Q4_1, Q5_1, Q5_K) are
-dequantised to float32 for that matrix only: a file mixing types (Q4_K_M) is a model of
+attn.qkv in a format all three of q, k and v fit, or, when their types share none but
+float32 (Q4_K_M's Q4_K q and k, Q6_K v), each part in its own (``m.dtypes[name]`` a (q,
+k, v) tuple: three packed matrices, the file's size): a file mixing types (Q4_K_M) is a model of
 mixed formats (``m.dtype == "mixed"``, ``m.dtypes`` names each matrix's, ``m.gguf_types``
 the file's), computing with exactly the weights llama.cpp computes with. ``dtype=``
 makes every matrix that format (requantised, or its blocks moved when exact). An integer
@@ -56,13 +57,15 @@ from .._errors import BlockcValueError
 from .families import (GGUF_FAMILIES, GGUFMetadata, Spec,  # noqa: F401 (Spec re-exported)
                        family_of_arch, family_of_config)
 from ..generation.config import GenerationConfig
-from ..model import GPTConfig, layout
-from .._enums import FORMATS, GGML_CONVERTS
-from ..block.ops import convert_ggml, pack, pack_ggml, unpack_ggml
+from ..model import QKV, GPTConfig, layout
+from .._enums import FORMATS
+from ..block.ops import pack, pack_ggml, unpack_ggml
 from ..reference import ggml
 from ..text.tokenizer import Tokenizer
 from ..io import gguf as fmt
 from .fused import fuse_gguf, split_gguf
+from .gguf_tensors import (fail, file_blocks, file_floats, fill_part, holds,  # noqa: F401
+                           permute, unpermute)  # (holds, permute, unpermute re-exported)
 from ..text.gguf import metadata_of, placeholder
 
 __all__ = ["load", "save", "save_streaming", "config_from_gguf", "ARCHITECTURES", "GGUF_DTYPES",
@@ -74,14 +77,10 @@ __all__ = ["load", "save", "save_streaming", "config_from_gguf", "ARCHITECTURES"
 ARCHITECTURES = tuple(GGUF_FAMILIES)
 
 
-def _fail(path: str, msg: str) -> BlockcValueError:
-    return BlockcValueError(f"{path}: {msg}")
-
-
 def _tensor(f: fmt.GGUFFile, name: str) -> fmt.GGUFTensor:
     t = f.tensors.get(name)
     if t is None:
-        raise _fail(f.path, f"tensor {name!r} is missing")
+        raise fail(f.path, f"tensor {name!r} is missing")
     return t
 
 
@@ -125,19 +124,6 @@ def names(arch: str, cfg) -> List[Spec]:
     return family_of_arch(arch, "GGUF").gguf_names(cfg)
 
 
-def unpermute(w: np.ndarray, heads: int) -> np.ndarray:
-    """Undo llama.cpp's q/k reordering: within each head of ``2h`` rows, row ``2i`` back
-    to ``i`` and row ``2i + 1`` to ``i + h`` (weights (rows, cols) or biases (rows,))."""
-    rows = w.shape[0]
-    return w.reshape(heads, rows // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def permute(w: np.ndarray, heads: int) -> np.ndarray:
-    """llama.cpp's q/k reordering (the inverse of :func:`unpermute`)."""
-    rows = w.shape[0]
-    return w.reshape(heads, 2, rows // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
 def _special_ids(f: fmt.GGUFFile, vocab: int) -> Dict[str, int]:
     """bos/eos/pad ids of the file's tokenizer metadata that can be tokens: an int below
     both the tokenizer's and the model's vocabulary (others are left out)."""
@@ -165,12 +151,12 @@ def load(path: str, dtype: Optional[str], cls: Any,
     tied_dup = cfg.tie_weights and "output.weight" in f.tensors
     extra = [n for n in f.tensors if n not in wanted and not (tied_dup and n == "output.weight")]
     if extra:
-        raise _fail(path, f"tensor {extra[0]!r} is not part of a {arch} model of this file's "
+        raise fail(path, f"tensor {extra[0]!r} is not part of a {arch} model of this file's "
                           "metadata")
     for n, _, _, _ in spec:
         t = _tensor(f, n)
         if t.type not in ggml.DEQUANTISE:
-            raise _fail(path, f"tensor {n!r} has type {t.type}, which blockc does not read (it "
+            raise fail(path, f"tensor {n!r} has type {t.type}, which blockc does not read (it "
                               f"reads {', '.join(ggml.DEQUANTISE)})")
     lay = layout(cfg)  # shapes, and which tensors are packed matrices
     # the file's types of each blockc matrix (q, k and v are one matrix: three types)
@@ -179,11 +165,11 @@ def load(path: str, dtype: Optional[str], cls: Any,
         if lay[ours].packed:
             parts.setdefault(ours, []).append(f.tensors[n].type)
     if dtype is None:  # each matrix by its file type's measured default
-        cands = {ours: default_formats(types) for ours, types in parts.items()}
+        cands = {ours: _split(ours, types, default_formats) for ours, types in parts.items()}
     elif dtype == "exact":
-        cands = {ours: exact_formats(types) for ours, types in parts.items()}
+        cands = {ours: _split(ours, types, exact_formats) for ours, types in parts.items()}
     elif dtype == "integer":
-        cands = {ours: integer_formats(types) for ours, types in parts.items()}
+        cands = {ours: _split(ours, types, integer_formats) for ours, types in parts.items()}
     else:
         cands = {ours: [dtype] for ours in parts}
     # the matrices whose formats must hold the file's very weights (a named format may not)
@@ -208,13 +194,17 @@ def load(path: str, dtype: Optional[str], cls: Any,
     return m
 
 
-def holds(dtype: str, type: str) -> bool:
-    """Whether format ``dtype`` holds the very blocks of ggml type ``type`` (its own type's,
-    as the C formats' table says, or a type the C library converts to it exactly: Q4_0's
-    and Q5_0's as Q8_0's): such a matrix is moved into panels, no weight requantised."""
-    own = FORMATS[dtype].ggml_type
-    t = fmt.TYPE_IDS.get(type)
-    return own >= 0 and t is not None and (t == own or t in GGML_CONVERTS.get(own, ()))
+def _split(ours: str, types: List[str], choices: Callable[[List[str]], List[Any]]) -> List[Any]:
+    """The formats matrix ``ours`` of ggml ``types`` is tried in: ``choices(types)``, led,
+    for an attn.qkv.weight whose q, k and v types have no format in common but float32
+    (Q4_K_M's Q4_K q and k, Q6_K v), by the (q, k, v) tuple of each part's first choice:
+    each part's rows in their own format (bc_gpt.h), the matrix at its file's size."""
+    out = choices(types)
+    if ours.endswith(QKV) and len(types) == 3 and out[0] == "float32":
+        own = tuple(choices([t])[0] for t in types)
+        if own[0] != own[1] or own[0] != own[2]:
+            return [own] + out
+    return out
 
 
 def _cost(dtype: str) -> float:
@@ -271,8 +261,8 @@ def integer_formats(types: List[str]) -> List[str]:
 #: q8_0 (converted exactly, the same KL) 1.33x as fast as q5_0 (807 against 606 tokens/s).
 #: Q4_0, Q4_1, Q8_0, Q6_K and Q4_K_M stay on their own blocks: no choice within the budget
 #: was 1.25x as fast (Q4_1's own blocks 701 tokens/s, float16 207; the integer formats,
-#: llama.cpp's arithmetic, slower than the exact path on this CPU). Q5_1, Q5_K, IQ4_NL and
-#: IQ4_XS run in their own blocks, not yet measured against the other choices.
+#: llama.cpp's arithmetic, slower than the exact path on this CPU). Q5_1, Q5_K, IQ4_NL,
+#: IQ4_XS, Q2_K and Q3_K run in their own blocks, not yet measured against the other choices.
 DEFAULT_FORMAT: Dict[str, str] = {"Q5_0": "q8_0"}
 
 
@@ -300,41 +290,6 @@ def native_format(types: List[str]) -> str:
     return exact_formats(types)[0]
 
 
-#: the block types whose blocks start with their half scale
-_SCALE_FIRST = ("Q8_0", "Q4_0", "Q5_0")
-
-
-def _check_scales(path: str, name: str, raw: np.ndarray, typ: str) -> None:
-    """Refuse a tensor ``name`` whose blocks (``raw``: rows of ``typ``'s blocks, each
-    starting with its half scale) have an infinite or NaN scale: its weights are not
-    numbers, and the kernels read a block's weights as fma(f, 2^e d, -(2^e + z) d) (exact
-    for every finite d), so such a block would not even give the dequantised infinities."""
-    block = fmt.type_size(typ)[1]
-    d = np.ascontiguousarray(raw.reshape(raw.shape[0], -1, block)[..., :2]).view(np.uint16)
-    bad = np.argwhere((d & 0x7C00) == 0x7C00)
-    if bad.size:
-        raise _fail(path, f"tensor {name!r}: row {int(bad[0][0])}, block {int(bad[0][1])} has "
-                          "an infinite or NaN scale; its weights are not numbers")
-
-
-#: the float types whose blocks load as their bits, and the exponent mask of each element
-#: (all ones: an infinity or a NaN)
-_FLOAT_BITS = {"F32": (np.dtype("<u4"), 0x7F800000), "F16": (np.dtype("<u2"), 0x7C00),
-               "BF16": (np.dtype("<u2"), 0x7F80)}
-
-
-def _check_float_bits(path: str, name: str, raw: np.ndarray, typ: str) -> None:
-    """Refuse a tensor ``name`` of float ``typ`` (``raw``: its bytes, loaded as they are)
-    holding an infinity or a NaN: its weights are not numbers (read on the bits, no copy)."""
-    kind, mask = _FLOAT_BITS[typ]
-    bits = np.ascontiguousarray(raw).reshape(-1).view(kind)
-    bad = np.flatnonzero((bits & mask) == mask)
-    if bad.size:
-        raise _fail(path, f"tensor {name!r} holds an infinity or a NaN at element {int(bad[0])} "
-                          f"({bad.size} elements that are not finite): its weights are not "
-                          "numbers")
-
-
 def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: Any,
           progress: Optional[Callable[[int, int], Any]] = None) -> Any:
     """Write every tensor of ``f`` into ``m``: a matrix whose format :func:`holds` every
@@ -350,6 +305,7 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: Any,
     for name, ours, _, _ in spec:
         types.setdefault(ours, []).append(f.tensors[name].type)
     parts: Dict[str, np.ndarray] = {}
+    split: Dict[str, Dict[str, Any]] = {}  # split matrices' parts as they arrive
     inexact = set()
     for i, (name, ours, rows, heads) in enumerate(spec):
         if progress is not None and i:
@@ -357,26 +313,17 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: Any,
         t = f.tensors[name]
         want = lay[ours].shape if rows is None else (rows[1] - rows[0],) + tuple(lay[ours].shape[1:])
         if t.shape != tuple(want):
-            raise _fail(f.path, f"tensor {name!r} has shape {t.shape}, expected {tuple(want)} for "
+            raise fail(f.path, f"tensor {name!r} has shape {t.shape}, expected {tuple(want)} for "
                                 "this file's metadata")
         fm = fmts.get(ours)
+        if isinstance(fm, tuple):  # q, k and v rows each in its own format
+            fill_part(m, f, name, ours, rows, heads, split.setdefault(ours, {}))
+            if ours in split and split[ours].get("inexact"):
+                inexact.add(ours)
+            continue
         raw = fm is not None and all(holds(fm, ty) for ty in types[ours])
-        if raw:  # w: (rows, row bytes) of the format's own type's blocks
-            own = FORMATS[fm].ggml_type
-            w = t.data if fmt.TYPE_IDS[t.type] == own else convert_ggml(
-                np.ascontiguousarray(t.data), fmt.TYPE_IDS[t.type], own)
-            if fmt.TYPES[own][0] in _SCALE_FIRST:
-                _check_scales(f.path, name, w, fmt.TYPES[own][0])
-            elif fmt.TYPES[own][0] in _FLOAT_BITS:
-                _check_float_bits(f.path, name, w, fmt.TYPES[own][0])
-        else:
-            w = t.to_float32()
-            if not np.isfinite(np.sum(w, dtype=np.float64)):  # NaN, inf carry through
-                bad = np.argwhere(~np.isfinite(w))
-                if bad.size:
-                    raise _fail(f.path, f"tensor {name!r} holds {w[tuple(bad[0])]} at "
-                                        f"{[int(i) for i in bad[0]]} ({len(bad)} elements that "
-                                        "are not finite): its weights are not numbers")
+        # w: (rows, row bytes) of the format's own type's blocks, or the floats
+        w = file_blocks(f, name, fm) if raw else file_floats(f, name)
         if heads is not None:
             w = unpermute(w, heads)  # whole rows: whole blocks
         if rows is not None:
@@ -409,8 +356,8 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: Any,
 #: +0 from C, as llama.cpp's quantize_row_q4_K_ref starts max_min at 0, and -0.0 from
 #: reference/ggml.py's max over the mins; the same weights, other bytes); Q5_K likewise
 #: IQ4_NL and IQ4_XS: the oracle has no quantiser of theirs, and blockc's C rule is not
-#: llama.cpp's search (saving does not offer them)
-_ORACLE_ONLY = ("Q4_K", "Q5_K", "IQ4_NL", "IQ4_XS")
+#: llama.cpp's search (saving does not offer them); Q2_K and Q3_K likewise
+_ORACLE_ONLY = ("Q4_K", "Q5_K", "IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K")
 
 #: GGUF type -> the format whose C quantiser (bc_pack, on every thread) writes that type's
 #: blocks: the plain (not integer) formats of the C table whose blocks are a quantised
@@ -607,6 +554,22 @@ def save(m: Any, path: str, dtype: str, tokenizer: Optional[Mapping[str, Any]] =
         t = recipe(dtype, name, cfg.layers, tl.shape[-1], cfg.tie_weights) if tl.packed else "F32"
         # a matrix already in the type: its blocks as they are (exact, no requantising)
         fm = fmts.get(ours, "")
+        part = next((p for p in tl.parts if rows is not None and (p.row0, p.row1) == tuple(rows)),
+                    None)
+        if part is not None:  # a split matrix's q, k or v rows, in their own format
+            fm = fm[tl.parts.index(part)]
+            own = FORMATS[fm].ggml_type
+            raw = own >= 0 and fmt.TYPES[own][0] == t
+            w = (unpack_ggml(m.params[part.offset:part.offset + part.nbytes], fm,
+                             (part.row1 - part.row0, tl.shape[1]))
+                 if raw else m.read_tensor(ours)[part.row0:part.row1])
+            if heads is not None:
+                w = permute(w, heads)  # whole rows: whole blocks
+            w = np.ascontiguousarray(w) if raw else np.ascontiguousarray(w, dtype=np.float32)
+            tensors.append((name, t, (w.shape[0], tl.shape[1]), w if raw else quantise(w, t)))
+            continue
+        if isinstance(fm, tuple):  # a split matrix saved whole (GPT-2's attn_qkv): floats
+            fm = ""
         own = FORMATS[fm].ggml_type if fm else -1
         raw = tl.packed and own >= 0 and fmt.TYPES[own][0] == t
         if ours not in whole:

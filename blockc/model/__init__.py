@@ -28,8 +28,10 @@ never a model's underscored attributes:
     ``from_state_dict``/``random`` with ``dtypes=`` give matrices their own formats;
     ``m.astype(d)`` makes every one ``d``. Training needs every matrix float32.
 ``m.layout``
-    ``name -> Tensor(offset, nbytes, dtype, packed, shape)`` of every tensor of the
-    buffer, in state-dict order (:func:`layout` computes it for any config/dtype/
+    ``name -> Tensor(offset, nbytes, dtype, packed, shape, parts)`` of every tensor of the
+    buffer, in state-dict order (``parts``: an attn.qkv.weight whose q, k and v rows have
+    different formats, ``m.dtypes[name]`` then a (q, k, v) tuple, is three packed
+    matrices, :meth:`Tensor.pieces` each one's rows, offset, bytes and format) (:func:`layout` computes it for any config/dtype/
     dtypes; :func:`formats` resolves a ``dtypes`` mapping, :func:`matrix_slots`
     numbers the matrices as ``bc_gpt_config.dtypes`` does).
 ``m.read_tensor(name)``, ``m.write_tensor(name, a, transposed=False)``
@@ -60,11 +62,12 @@ from .config import (ACTIVATIONS, C_DTYPE, DTYPES, GPT_PRESETS, NORMS, PLACEMENT
 from .cache import CACHE_DTYPES, KVCache
 from .core import Model, same_bits
 from .embed import POOLINGS, EmbeddingMixin
-from .layout import MIXED, Tensor, check_ids, formats, layout, matrix_slots
+from .layout import MIXED, QKV, Format, Tensor, check_ids, formats, layout, matrix_slots
 from .._native import aligned_copy
 
 __all__ = ["EmbeddingMixin", "POOLINGS", "GPTConfig", "GPT_PRESETS", "NORMS", "PLACEMENTS", "ACTIVATIONS", "POSITIONS",
            "DTYPES", "C_DTYPE", "as_config", "gpt_parameter_count", "gpt_parameter_formula",
            "block_parameter_parts", "parameter_breakdown", "gpt2_shaped",
-           "Model", "KVCache", "CACHE_DTYPES", "Tensor", "layout", "formats", "matrix_slots", "MIXED", "check_ids",
+           "Model", "KVCache", "CACHE_DTYPES", "Tensor", "layout", "formats", "matrix_slots", "MIXED", "QKV", "Format",
+           "check_ids",
            "same_bits", "aligned_copy"]

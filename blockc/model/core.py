@@ -20,10 +20,12 @@ from .._errors import BlockcTypeError, BlockcValueError
 from .._native import aligned_copy, check, cptr, ffi, fptr, lib, output_empty, thread_buffer
 from ..block.ops import pack_ggml, unpack_ggml
 from .cache import KVCache
-from .config import DTYPES, GPTConfig, as_config, gpt_parameter_count
-from .layout import MIXED, Tensor, c_struct, check_ids, formats, layout
+from .config import C_DTYPE, DTYPES, GPTConfig, as_config, gpt_parameter_count
+from .layout import MIXED, Format, Tensor, c_struct, check_ids, formats, layout
 
 __all__ = ["Model", "same_bits"]
+
+_DTYPE_NAME = {v: k for k, v in C_DTYPE.items()}
 
 
 
@@ -41,7 +43,7 @@ class Model:
     generation mixed in; see :mod:`blockc.model` for the internal interface."""
 
     def __init__(self, cfg: GPTConfig, params: Optional[npt.ArrayLike] = None,
-                 dtype: str = "float32", dtypes: Optional[Mapping[str, str]] = None) -> None:
+                 dtype: str = "float32", dtypes: Optional[Mapping[str, Format]] = None) -> None:
         """A model of config ``cfg`` storing its matrices as ``dtype`` (or each matrix
         named in the mapping ``dtypes`` as its format there), on ``params``: the raw
         parameter buffer (1-D uint8 of :attr:`nbytes`, as :attr:`params` returns; adopted
@@ -77,7 +79,7 @@ class Model:
 
     @classmethod
     def random(cls, cfg: GPTConfig, seed: Optional[int] = 0, dtype: str = "float32",
-               dtypes: Optional[Mapping[str, str]] = None) -> "Model":
+               dtypes: Optional[Mapping[str, Format]] = None) -> "Model":
         """GPT-2 initialisation: weights N(0, 0.02), biases 0, norm gains 1, shifts 0.
 
         Parameters
@@ -130,7 +132,7 @@ class Model:
     @classmethod
     def from_state_dict(cls, sd: Mapping[str, Any], cfg: GPTConfig,
                         dtype: str = "float32",
-                        dtypes: Optional[Mapping[str, str]] = None) -> "Model":
+                        dtypes: Optional[Mapping[str, Format]] = None) -> "Model":
         """Load a state dict keyed as the chapter's PyTorch ``GPT.state_dict()``.
 
         Parameters
@@ -273,7 +275,7 @@ class Model:
         m = type(self)(self._cfg, dtype=dtype)
         m.special_ids = dict(self.special_ids)
         for name, t in self._layout.items():
-            src = self._dtypes.get(name) if t.packed else None
+            src = self._dtypes.get(name) if t.packed and not t.parts else None
             own = FORMATS[src].ggml_type if src else -1
             if src is not None and src != dtype and own >= 0 and FORMATS[dtype].ggml_type == own:
                 # the same GGUF type's blocks in another layout (q4_k <-> q4_ki): moved
@@ -320,8 +322,10 @@ class Model:
         if not t.packed:
             return self._vector(name)
         out = np.empty(t.shape, np.float32)
-        check(lib.bc_unpack(fptr(out), self._cptr + t.offset, t.nbytes, t.dtype, t.shape[0],
-                            t.shape[1]), f"state dict entry {name!r}")
+        for p in t.pieces():  # a split attn.qkv.weight's q, k and v rows in turn
+            check(lib.bc_unpack(fptr(out[p.row0:p.row1]), self._cptr + p.offset, p.nbytes,
+                                p.dtype, p.row1 - p.row0, t.shape[1]),
+                  f"state dict entry {name!r}")
         return out
 
     def write_tensor(self, name: str, a: npt.ArrayLike, transposed: bool = False) -> None:
@@ -360,11 +364,14 @@ class Model:
             return
         rows, cols = t.shape
         rs, cs = (1, rows) if transposed else (cols, 1)
-        st = lib.bc_pack_strided(self._cptr + t.offset, t.nbytes, cptr(a), rs, cs, t.dtype, rows, cols)
-        if st == lib.BC_EVALUE:
-            fm = self._dtypes[name]
-            raise BlockcValueError(f"state dict entry {name!r}: {fm} needs {VALUE_LIMIT[fm]}")
-        check(st, f"state dict entry {name!r}")
+        base = cptr(a)
+        for p in t.pieces():  # a split attn.qkv.weight's q, k and v rows in turn
+            st = lib.bc_pack_strided(self._cptr + p.offset, p.nbytes, base + p.row0 * rs,
+                                     rs, cs, p.dtype, p.row1 - p.row0, cols)
+            if st == lib.BC_EVALUE:
+                fm = _DTYPE_NAME[p.dtype]
+                raise BlockcValueError(f"state dict entry {name!r}: {fm} needs {VALUE_LIMIT[fm]}")
+            check(st, f"state dict entry {name!r}")
 
     # ---- the internal interface (see blockc.model) ---------------------------
 
@@ -405,8 +412,10 @@ class Model:
         return self._dtype
 
     @property
-    def dtypes(self) -> Dict[str, str]:
-        """Matrix name -> its format, for every matrix (a new dict each time)."""
+    def dtypes(self) -> Dict[str, Format]:
+        """Matrix name -> its format, for every matrix (a new dict each time): an
+        attn.qkv.weight whose q, k and v rows have different formats (a Q4_K_M file's
+        Q6_K attn_v) a (q, k, v) tuple of them."""
         return dict(self._dtypes)
 
     @property

@@ -7,7 +7,7 @@ result. :class:`blockc.model.Model` owns a buffer laid out so.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
@@ -17,15 +17,40 @@ from .._native import check, ffi, lib
 from .._enums import MAX_COLS, WHOLE_BLOCKS
 from .config import C_DTYPE, DTYPES, GPTConfig
 
-__all__ = ["Tensor", "MIXED", "matrix_slots", "formats", "c_struct", "layout", "check_ids"]
+__all__ = ["Tensor", "MIXED", "Format", "matrix_slots", "formats", "c_struct", "layout",
+           "check_ids", "QKV"]
+
+class Part(NamedTuple):
+    """Rows [row0, row1) of a split matrix, packed on their own (bc_gpt.h)."""
+    row0: int
+    row1: int
+    offset: int
+    nbytes: int
+    dtype: int      # BC_DTYPE_* of these rows
+
 
 class Tensor(NamedTuple):
-    """Where a tensor of the layout lives: byte offset and size, storage, shape."""
+    """Where a tensor of the layout lives: byte offset and size, storage, shape, and for
+    an attn.qkv.weight whose q, k and v rows have different formats (``parts``: the q, k
+    and v rows, each packed in its own; ``dtype`` then the q rows') its parts."""
     offset: int
     nbytes: int
     dtype: int      # BC_DTYPE_* of its storage
     packed: bool    # a packed matrix (else float32, row-major)
     shape: Tuple[int, ...]
+    parts: Tuple[Part, ...] = ()
+
+    def pieces(self) -> Tuple[Part, ...]:
+        """Its parts, or (a matrix of one format) itself as one part."""
+        return self.parts or (Part(0, self.shape[0], self.offset, self.nbytes, self.dtype),)
+
+
+#: a matrix's format: one of DTYPES, or for attn.qkv.weight a (q, k, v) tuple of them
+#: (its q, k and v rows each in its own: a GGUF file whose attn_v's type is not attn_q's)
+Format = Union[str, Tuple[str, str, str]]
+
+#: the suffix of the matrices whose rows may be split by format (q, k, v)
+QKV = "attn.qkv.weight"
 
 
 #: the name a model whose matrices do not all share one format gives as its dtype
@@ -43,19 +68,40 @@ def matrix_slots(cfg: GPTConfig) -> Dict[str, int]:
     for i in range(cfg.layers):
         for kind, k in _KINDS:
             if cfg.n_experts and k >= 2:  # every expert's matrix of a kind: the kind's slot
-                out.update((f"blocks.{i}.experts.{e}.{kind}", 2 + i * 5 + k)
+                out.update((f"blocks.{i}.experts.{e}.{kind}", 2 + i * lib.BC_GPT_NMAT + k)
                            for e in range(cfg.n_experts))
             elif kind != "gate.weight" or cfg.activation == "swiglu":
-                out[f"blocks.{i}.{kind}"] = 2 + i * 5 + k
+                out[f"blocks.{i}.{kind}"] = 2 + i * lib.BC_GPT_NMAT + k
     if not cfg.tie_weights:
         out["head.weight"] = 1
     return out
 
 
+def _one_format(name: str, d: Any) -> Format:
+    """``d`` checked as the format of matrix ``name``: a name of DTYPES, or for an
+    attn.qkv.weight a (q, k, v) sequence of three (one name when they agree)."""
+    if isinstance(d, (tuple, list)):
+        if not name.endswith(QKV):
+            raise BlockcValueError(f"dtypes[{name!r}]: only an attn.qkv.weight takes a (q, k, v) "
+                                   f"tuple of formats, got {d!r}")
+        if len(d) != 3:
+            raise BlockcValueError(f"dtypes[{name!r}] must be a format or a (q, k, v) tuple of "
+                                   f"three, got {len(d)} entries")
+        q, k, v = (as_choice(x, f"dtypes[{name!r}]", DTYPES) for x in d)
+        return q if q == k == v else (q, k, v)
+    return as_choice(d, f"dtypes[{name!r}]", DTYPES)
+
+
+def each_format(fm: Format) -> Tuple[str, ...]:
+    """The formats of a matrix's rows: ``fm`` itself, or a split one's three."""
+    return fm if isinstance(fm, tuple) else (fm,)
+
+
 def formats(cfg: GPTConfig, dtype: str = "float32",
-            dtypes: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+            dtypes: Optional[Mapping[str, Any]] = None) -> Dict[str, Format]:
     """Every matrix's format: ``dtypes[name]`` where given, else ``dtype`` (checked:
-    unknown names and formats refused by name)."""
+    unknown names and formats refused by name). An attn.qkv.weight's may be a (q, k, v)
+    tuple of three formats: its q, k and v rows each in its own."""
     dtype = as_choice(dtype, "dtype", DTYPES)
     slots = matrix_slots(cfg)
     out = dict.fromkeys(slots, dtype)
@@ -69,13 +115,13 @@ def formats(cfg: GPTConfig, dtype: str = "float32",
         if name not in slots:
             raise BlockcValueError(f"dtypes: {name!r} is not a matrix of this model (its "
                                    f"matrices: {', '.join(list(slots)[:4])}, ...)")
-        out[name] = as_choice(d, f"dtypes[{name!r}]", DTYPES)
+        out[name] = _one_format(name, d)
     _check_experts(slots, out)
     _check_columns(cfg, out)
     return out
 
 
-def _check_experts(slots: Mapping[str, int], fmts: Mapping[str, str]) -> None:
+def _check_experts(slots: Mapping[str, int], fmts: Mapping[str, Format]) -> None:
     """The experts of a kind in a layer share one format (one entry of
     ``bc_gpt_config.dtypes``): refused by name when they differ."""
     seen: Dict[int, str] = {}
@@ -87,14 +133,15 @@ def _check_experts(slots: Mapping[str, int], fmts: Mapping[str, str]) -> None:
                                    f"{fmts[name]}")
 
 
-def _check_columns(cfg: GPTConfig, fmts: Mapping[str, str]) -> None:
+def _check_columns(cfg: GPTConfig, fmts: Mapping[str, Format]) -> None:
     """A matrix in a format of whole blocks (q4_k, q6_k: super-blocks of 256 columns) whose
     rows are not (llama.cpp stores such a matrix in another type), or in a format of bounded
     columns (q8_0i, q4_0i) with more, refused by name."""
-    if not any(d in WHOLE_BLOCKS or d in MAX_COLS for d in fmts.values()):
+    if not any(d in WHOLE_BLOCKS or d in MAX_COLS for fm in fmts.values()
+               for d in each_format(fm)):
         return
     shapes = layout(cfg)  # float32: every shape packs
-    for name, d in fmts.items():
+    for name, d in ((n, d) for n, fm in fmts.items() for d in each_format(fm)):
         whole, most, cols = WHOLE_BLOCKS.get(d), MAX_COLS.get(d), shapes[name].shape[1]
         if whole and cols % whole:
             raise BlockcValueError(
@@ -106,12 +153,12 @@ def _check_columns(cfg: GPTConfig, fmts: Mapping[str, str]) -> None:
                                    f"{shapes[name].shape} has {cols}")
 
 
-def c_struct(cfg: GPTConfig, fmts: Mapping[str, str]) -> Tuple[Any, Any]:
+def c_struct(cfg: GPTConfig, fmts: Mapping[str, Format]) -> Tuple[Any, Any]:
     """The ``bc_gpt_config *`` of a model of ``cfg`` with matrix formats ``fmts`` (as
     :func:`formats` returns), and the ``int[]`` its ``dtypes`` points to (None when
     every matrix shares one format: the config's own struct of that dtype). Keep both
     alive together."""
-    uniform = set(fmts.values())
+    uniform = set(fmts.values())  # a split qkv's tuple is never a lone format
     if len(uniform) == 1:
         return cfg.c_struct(uniform.pop()), None
     if cfg.layers > lib.BC_GPT_FMT_LAYERS:
@@ -119,9 +166,15 @@ def c_struct(cfg: GPTConfig, fmts: Mapping[str, str]) -> Tuple[Any, Any]:
                                f"format (per-matrix formats: {lib.BC_GPT_FMT_LAYERS} layers "
                                "at most)")
     slots = matrix_slots(cfg)
-    arr = ffi.new("int[]", 2 + 5 * cfg.layers)  # unused entries (tied head, gate) float32: 0
+    arr = ffi.new("int[]", 2 + lib.BC_GPT_NMAT * cfg.layers)  # unused entries (tied head,
+    # gate) float32: 0
     for name, d in fmts.items():
-        arr[slots[name]] = C_DTYPE[d]
+        q, k, v = each_format(d) * 3 if isinstance(d, str) else d
+        arr[slots[name]] = C_DTYPE[q]
+        if name.endswith(QKV):  # its k and v rows' entries (bc_gpt.h)
+            at = slots[name] - lib.BC_GPT_MAT_QKV
+            arr[at + lib.BC_GPT_MAT_QKV_K] = C_DTYPE[k]
+            arr[at + lib.BC_GPT_MAT_QKV_V] = C_DTYPE[v]
     c = ffi.new("bc_gpt_config *")
     c[0] = cfg.c_struct()[0]
     c.dtype = C_DTYPE["float32"]
@@ -129,11 +182,28 @@ def c_struct(cfg: GPTConfig, fmts: Mapping[str, str]) -> Tuple[Any, Any]:
     return c, arr
 
 
+def _parts(cfg: GPTConfig, t: Tensor, fm: Tuple[str, str, str]) -> Tuple[Part, ...]:
+    """The q, k and v rows of a split attn.qkv.weight ``t`` (formats ``fm``): packed one
+    after another from its offset (bc_gpt.h), their sizes the C library's."""
+    kw = (cfg.kv_heads or cfg.heads) * (cfg.head_dim or cfg.width // cfg.heads)
+    rows = (t.shape[0] - 2 * kw, kw, kw)
+    out, at, r0 = [], t.offset, 0
+    nb = ffi.new("size_t *")
+    for d, n in zip(fm, rows):
+        check(lib.bc_pack_size(nb, C_DTYPE[d], n, t.shape[1]), "layout")
+        out.append(Part(r0, r0 + n, at, int(nb[0]), C_DTYPE[d]))
+        at, r0 = at + int(nb[0]), r0 + n
+    if at != t.offset + t.nbytes:  # C's sum: the same sizes
+        raise BlockcValueError("layout: a split attn.qkv.weight's parts do not tile it")
+    return tuple(out)
+
+
 def layout(cfg: GPTConfig, dtype: str = "float32",
-           dtypes: Optional[Mapping[str, str]] = None) -> Dict[str, Tensor]:
+           dtypes: Optional[Mapping[str, Any]] = None) -> Dict[str, Tensor]:
     """name -> Tensor for every tensor of the buffer, from C, in state-dict order (the
     matrices in ``dtype``, or ``dtypes[name]`` where given)."""
-    c, _keep = c_struct(cfg, formats(cfg, dtype, dtypes))
+    fmts = formats(cfg, dtype, dtypes)
+    c, _keep = c_struct(cfg, fmts)
     count = ffi.new("size_t *")
     check(lib.bc_gpt_tensor_count(count, c), "layout")
     name = ffi.new("char[]", lib.BC_GPT_NAME_MAX)
@@ -145,8 +215,11 @@ def layout(cfg: GPTConfig, dtype: str = "float32",
         check(lib.bc_gpt_tensor_info(name, lib.BC_GPT_NAME_MAX, off, nb, dt, packed, ndim, shape,
                                      c, i), "layout")
         shp = (int(shape[0]), int(shape[1])) if ndim[0] == 2 else (int(shape[0]),)
-        out[ffi.string(name).decode()] = Tensor(int(off[0]), int(nb[0]), int(dt[0]),
-                                                 bool(packed[0]), shp)
+        key = ffi.string(name).decode()
+        out[key] = Tensor(int(off[0]), int(nb[0]), int(dt[0]), bool(packed[0]), shp)
+        fm = fmts.get(key)
+        if isinstance(fm, tuple):
+            out[key] = out[key]._replace(parts=_parts(cfg, out[key], fm))
     return out
 
 def check_ids(ids: Any, cfg: GPTConfig, start: int = 0) -> np.ndarray:

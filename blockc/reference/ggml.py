@@ -27,6 +27,13 @@ Layouts (little-endian; ``half`` an IEEE binary16):
   uint8 qs[128]; sub-block j's 6-bit ls = nibble j % 2 of scales_l[j / 2] | bits 2j, 2j+1
   of scales_h << 4;  w = (d * (ls - 32)) * KVALUES_IQ4NL[nibble] (qs bytes 16j.. as an
   IQ4_NL block's)
+- ``Q2_K``  256 weights, 16 sub-blocks of 16: uint8 scales[16] (scale low nibble, min
+  high), uint8 qs[64], half d, half dmin;  w = (d * scale) * q - dmin * min, q two bits:
+  weight 128h + 32s + i at bits 2s of qs[32h + i]
+- ``Q3_K``  256 weights, 16 sub-blocks of 16: uint8 hmask[32], uint8 qs[64] (the low two
+  bits, as Q2_K's), uint8 scales[12], half d; sub-block j's 6-bit scale = nibble j // 8 of
+  scales[j % 8] | bits 2 (j // 4) of scales[8 + j % 4] << 4;  w = (d * (scale - 32)) * q,
+  q = low - 4 when bit t // 32 of hmask[t % 32] is clear, low when set (-4..3)
 - ``F32``, ``F16``, ``BF16``: one value per block.
 
 The K-quant quantisers are llama.cpp's reference ones (``make_qkx2_quants`` for Q4_K
@@ -40,7 +47,7 @@ from typing import Callable, Dict, Tuple
 import numpy as np
 
 __all__ = ["DEQUANTISE", "QUANTISE", "BLOCKS", "TYPES", "dequantise", "quantise", "q6_k_values", "q6_k_bits",
-           "scale_min_k4", "k_nibbles", "KVALUES_IQ4NL"]
+           "scale_min_k4", "k_nibbles", "KVALUES_IQ4NL", "k2_bits", "q3_k_scales"]
 
 F32 = np.float32
 
@@ -64,7 +71,7 @@ TYPES: Dict[int, Tuple[str, int, int]] = {
 BLOCKS: Dict[str, Tuple[int, int]] = {
     n: (bs, bb) for n, bs, bb in TYPES.values()
     if n in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K",
-             "IQ4_NL", "IQ4_XS")}
+             "IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K")}
 
 #: the 16 values an IQ4_NL / IQ4_XS nibble stands for (ggml's kvalues_iq4nl)
 KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89,
@@ -223,10 +230,46 @@ def _dq_q6_k(b):
     return (ds * q.reshape(n, 16, 16)).reshape(n, 256)
 
 
+def k2_bits(qs: np.ndarray) -> np.ndarray:
+    """(n, 64) bytes of Q2_K / Q3_K low bits -> (n, 256): weight 128h + 32s + i is bits
+    2s, 2s+1 of byte 32h + i."""
+    n = qs.shape[0]
+    g = qs.reshape(n, 2, 1, 32) >> (2 * np.arange(4, dtype=np.uint8)).reshape(1, 1, 4, 1)
+    return (g & 3).reshape(n, 256)
+
+
+def _dq_q2_k(b):
+    n = b.shape[0]
+    sc = b[:, 0:16]
+    d, dmin = _half(b[:, 80:82]), _half(b[:, 82:84])
+    s = (d * (sc & 15).astype(F32)).reshape(n, 16, 1)
+    m = (dmin * (sc >> 4).astype(F32)).reshape(n, 16, 1)
+    q = k2_bits(b[:, 16:80]).astype(F32).reshape(n, 16, 16)
+    return (s * q - m).reshape(n, 256)
+
+
+def q3_k_scales(sc: np.ndarray) -> np.ndarray:
+    """The sixteen 6-bit scales of Q3_K blocks' 12 bytes, (n, 16) uint8 (0..63)."""
+    j = np.arange(16)
+    lo = (sc[:, j % 8] >> (4 * (j // 8))) & 15
+    hi = (sc[:, 8 + j % 4] >> (2 * (j // 4))) & 3
+    return (lo | (hi << 4)).astype(np.uint8)
+
+
+def _dq_q3_k(b):
+    n = b.shape[0]
+    t = np.arange(256)
+    high = (b[:, t % 32] >> (t // 32).astype(np.uint8)) & 1                       # (n, 256)
+    q = k2_bits(b[:, 32:96]).astype(np.int32) - 4 * (1 - high.astype(np.int32))
+    s = (_half(b[:, 108:110]) * (q3_k_scales(b[:, 96:108]).astype(np.int32) - 32).astype(F32))
+    return (s.reshape(n, 16, 1) * q.astype(F32).reshape(n, 16, 16)).reshape(n, 256)
+
+
 _DQ: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "F32": _dq_f32, "F16": _dq_f16, "BF16": _dq_bf16, "Q8_0": _dq_q8_0, "Q4_0": _dq_q4_0,
     "Q4_1": _dq_q4_1, "Q5_0": _dq_q5_0, "Q5_1": _dq_q5_1, "Q4_K": _dq_q4_k, "Q5_K": _dq_q5_k,
-    "Q6_K": _dq_q6_k, "IQ4_NL": _dq_iq4_nl, "IQ4_XS": _dq_iq4_xs}
+    "Q6_K": _dq_q6_k, "IQ4_NL": _dq_iq4_nl, "IQ4_XS": _dq_iq4_xs, "Q2_K": _dq_q2_k,
+    "Q3_K": _dq_q3_k}
 
 #: the types :func:`dequantise` reads
 DEQUANTISE = tuple(_DQ)

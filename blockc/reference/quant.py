@@ -21,6 +21,14 @@ formats' definitions).
   32`` (a half) for ``s`` the first ``s_j`` of largest magnitude, ``ls_j =
   clip(rint(s_j * (1/d)), -32, 31)``, each weight the nearest value to ``w * (1 / (d
   ls_j))``. The weight is then ``d kv`` (``(d ls_j) kv``), exact.
+- q2_k, q3_k (columns a multiple of 256): blockc's simple rules, not llama.cpp's search:
+  q2_k per sub-block of 16 ``lo = min(0, min w)``, ``hi = max(max w, lo)``, scale ``(hi -
+  lo) / 3``, min ``-lo``; ``d``, ``dmin`` = the largest of each / 15 (halves); ``sc =
+  clip(rint(scale * (15 / max scale)), 0, 15)`` (``m`` likewise); each weight ``q =
+  clip(rint((w + dmin m) / (d sc)), 0, 3)`` (0 where ``d sc`` is 0), then ``(d sc) q -
+  dmin m``. q3_k as iq4_xs with sub-blocks of 16 and ``/ -4``: ``s_j = m_j / -4``, ``d =
+  -s / 32``, ``ls_j`` in -32..31, ``q = clip(rint(w * (1 / (d ls_j))), -4, 3)``, then ``(d
+  ls_j) q``.
 """
 from __future__ import annotations
 
@@ -32,7 +40,7 @@ from . import ggml
 from .ggml import bfloat16  # noqa: F401 (defined beside the ggml oracle, which rounds BF16 with it)
 
 __all__ = ["bfloat16", "float16", "q8_0_blocks", "q8_0", "q4_0", "q5_0", "q4_1", "q5_1", "q4_k",
-           "q5_k", "q6_k", "iq4_nl", "iq4_xs"]
+           "q5_k", "q6_k", "iq4_nl", "iq4_xs", "q2_k", "q3_k"]
 
 
 def _round_half_away(v: np.ndarray) -> np.ndarray:
@@ -182,3 +190,66 @@ def iq4_xs(w) -> np.ndarray:
     q = _iq4_nearest((x * _inv32(dl)[..., None]).astype(np.float32))
     out = dl[..., None] * ggml.KVALUES_IQ4NL[q].astype(np.float32)
     return out.reshape(rows, cols)
+
+
+def _k_rows(w) -> np.ndarray:
+    a = np.ascontiguousarray(w, dtype=np.float32)
+    if a.ndim != 2 or a.shape[1] % 256:
+        raise ValueError(f"w must be 2-D with columns a multiple of 256, got shape {a.shape}")
+    return a
+
+
+def _rint_clip(v: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """C's k_clip: NaN as 0 (or lo above 0), else rint of v clipped to [lo, hi]."""
+    out = np.rint(np.clip(v, np.float32(lo), np.float32(hi)))
+    return np.where(np.isnan(v), max(lo, 0), out).astype(np.int32)
+
+
+def q2_k(w) -> np.ndarray:
+    """``w`` stored as q2_k (blockc's rule above), as the float32 weights it becomes;
+    the columns a multiple of 256."""
+    a = _k_rows(w)
+    rows, cols = a.shape
+    x = a.reshape(rows, cols // 256, 16, 16)
+    lo = np.minimum(x.min(axis=-1), np.float32(0))
+    hi = np.maximum(x.max(axis=-1), lo)
+    scale = ((hi - lo) / np.float32(3)).astype(np.float32)
+    mn = (-lo).astype(np.float32)
+    ms, mm = scale.max(axis=-1), mn.max(axis=-1)  # (C's running maxima start at +0)
+    ms = np.where(ms > 0, ms, np.float32(0)).astype(np.float32)
+    mm = np.where(mm > 0, mm, np.float32(0)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv_s = np.where(ms > 0, np.float32(15) / np.where(ms > 0, ms, 1), 0).astype(np.float32)
+        inv_m = np.where(mm > 0, np.float32(15) / np.where(mm > 0, mm, 1), 0).astype(np.float32)
+    d = (ms / np.float32(15)).astype(np.float16).astype(np.float32)
+    dmin = (mm / np.float32(15)).astype(np.float16).astype(np.float32)
+    sc = _rint_clip((inv_s[..., None] * scale).astype(np.float32), 0, 15)
+    m = _rint_clip((inv_m[..., None] * mn).astype(np.float32), 0, 15)
+    dj = (d[..., None] * sc.astype(np.float32)).astype(np.float32)
+    dm = (dmin[..., None] * m.astype(np.float32)).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = ((x + dm[..., None]).astype(np.float32) / np.where(dj != 0, dj, 1)[..., None])
+    q = np.where(dj[..., None] != 0, _rint_clip(v.astype(np.float32), 0, 3), 0)
+    out = (dj[..., None] * q.astype(np.float32)).astype(np.float32) - dm[..., None]
+    return out.astype(np.float32).reshape(rows, cols)
+
+
+def _c_absmax(x: np.ndarray) -> np.ndarray:
+    """:func:`_first_absmax` as C's running maximum from +0 finds it: +0 where every value
+    is a zero."""
+    return np.where(np.abs(x).max(axis=-1) > 0, _first_absmax(x), np.float32(0)).astype(np.float32)
+
+
+def q3_k(w) -> np.ndarray:
+    """``w`` stored as q3_k (blockc's rule above), as the float32 weights it becomes;
+    the columns a multiple of 256."""
+    a = _k_rows(w)
+    rows, cols = a.shape
+    x = a.reshape(rows, cols // 256, 16, 16)
+    s = (_c_absmax(x) / np.float32(-4)).astype(np.float32)             # (rows, S, 16)
+    dd = (-_c_absmax(s) / np.float32(32)).astype(np.float32)          # (rows, S)
+    d = dd.astype(np.float16).astype(np.float32)
+    ls = _rint_clip((_inv32(dd)[..., None] * s).astype(np.float32), -32, 31)
+    dl = (d[..., None] * ls.astype(np.float32)).astype(np.float32)
+    q = _rint_clip((x * _inv32(dl)[..., None]).astype(np.float32), -4, 3)
+    return (dl[..., None] * q.astype(np.float32)).astype(np.float32).reshape(rows, cols)

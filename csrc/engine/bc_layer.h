@@ -50,7 +50,9 @@ typedef struct {
 
 /* One layer's weights: qkv ((H + 2 KV) Dh, D), proj (D, H Dh), up and gate
  * (F, D), down (D, F); every vector may be NULL (absent: no bias, unit gain,
- * no shift), gate only with swiglu. */
+ * no shift), gate only with swiglu. qkv_k.p NULL: qkv is one matrix; else qkv
+ * holds only the q rows (H Dh, D), qkv_k the k rows and qkv_v the v rows
+ * (KV Dh, D each), each in its own format (a file's mixed types). */
 typedef struct {
     bc_mat qkv, proj, up, gate, down;
     const float *qkv_b, *proj_b, *up_b, *gate_b, *down_b;
@@ -62,6 +64,7 @@ typedef struct {
     const float *router;
     bc_mat eup, egate, edown;
     size_t eup_bytes, egate_bytes, edown_bytes;
+    bc_mat qkv_k, qkv_v;              /* a split qkv's k and v rows (see above) */
 } bc_layer_w;
 
 /* Where this call's positions sit: sequence s's first position pos0[s] (pos0

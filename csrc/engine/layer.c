@@ -168,7 +168,20 @@ static void attn_sublayer(float *out, const float *a, const float *r, const bc_l
 {
     const size_t n = b * t, dh = c->head_dim, qw = c->heads * dh, kw = c->kv_heads * dh;
     const size_t ld = qw + 2 * kw;
-    bc_k_linear(qkv, a, w->qkv.p, w->qkv.wf, w->qkv_b, NULL, n, c->d, ld, BC_ACT_NONE, cx);
+    if (!w->qkv_k.p) {
+        bc_k_linear(qkv, a, w->qkv.p, w->qkv.wf, w->qkv_b, NULL, n, c->d, ld, BC_ACT_NONE, cx);
+    } else {
+        /* q, k and v rows in their own formats: each product into att (N, H Dh), free
+         * until the attention, then into its columns of the q/k/v rows */
+        const bc_mat *part[3] = {&w->qkv, &w->qkv_k, &w->qkv_v};
+        const size_t c0[3] = {0, qw, qw + kw}, nc[3] = {qw, kw, kw};
+        for (int i = 0; i < 3; i++) {
+            bc_k_linear(att, a, part[i]->p, part[i]->wf, w->qkv_b ? w->qkv_b + c0[i] : NULL,
+                        NULL, n, c->d, nc[i], BC_ACT_NONE, cx);
+            for (size_t r = 0; r < n; r++)
+                memcpy(qkv + r * ld + c0[i], att + r * nc[i], nc[i] * sizeof(float));
+        }
+    }
     for (size_t s = 0; s < b; s++) {
         float *q = qkv + s * t * ld;
         const size_t p0 = pos->pos0 ? pos->pos0[s] : 0;

@@ -227,6 +227,32 @@ static int tensor_bytes(size_t *out, const tdesc *t, int dtype)
     return bc_mul_bytes(out, n, 4);
 }
 
+/* The formats of layer l's attn.qkv.weight parts (q, k, v rows: bc_gpt.h) into
+ * fm[3]; nonzero when they differ (the matrix is then three packed matrices). */
+static int qkv_split(int fm[3], const model *m, size_t l)
+{
+    fm[0] = bc_gpt_fmt(m, BC_GPT_FMT_LAYER(l, BC_GPT_MAT_QKV));
+    fm[1] = bc_gpt_fmt(m, BC_GPT_FMT_LAYER(l, BC_GPT_MAT_QKV_K));
+    fm[2] = bc_gpt_fmt(m, BC_GPT_FMT_LAYER(l, BC_GPT_MAT_QKV_V));
+    return fm[1] != fm[0] || fm[2] != fm[0];
+}
+
+/* Bytes of block tensor t of layer l: a split attn.qkv.weight its parts' sum. */
+static int block_bytes_of(size_t *out, const model *m, const tdesc *t, size_t l)
+{
+    int fm[3], st;
+    if (t->field != F_QKV_W || !qkv_split(fm, m, l))
+        return tensor_bytes(out, t, block_fmt(m, t, l));
+    const size_t rows[3] = {m->qw, m->kw, m->kw};
+    size_t sum = 0, nb;
+    for (int i = 0; i < 3; i++)
+        if ((st = bc_packed_bytes(&nb, fm[i], rows[i], t->cols))
+            || (st = bc_add_bytes(&sum, sum, nb)))
+            return st;
+    *out = sum;
+    return BC_OK;
+}
+
 static int tensor_elems(size_t *out, const tdesc *t)
 {
     size_t n;
@@ -309,7 +335,7 @@ static int make_layout(layout *lo, const model *m)
     for (size_t j = 0; j < lo->nblk; j++) {
         lo->nper += copies(&lo->blk[j]);  /* E <= BC_GPT_MAX_EXPERTS: no overflow */
         lo->blk_off[j] = lo->block_bytes;
-        if ((st = tensor_bytes(&lo->blk_bytes[j], &lo->blk[j], block_fmt(m, &lo->blk[j], 0)))
+        if ((st = block_bytes_of(&lo->blk_bytes[j], m, &lo->blk[j], 0))
             || (st = bc_add_bytes(&lo->block_bytes, lo->block_bytes, lo->blk_bytes[j]))
             || (st = tensor_elems(&n, &lo->blk[j])) || (st = bc_add(&per, per, n)))
             return st;
@@ -336,7 +362,7 @@ static int make_layout(layout *lo, const model *m)
             lo->layer_off[l] = off;
             for (size_t j = 0; j < lo->nblk; j++) {
                 size_t nb;
-                if ((st = tensor_bytes(&nb, &lo->blk[j], block_fmt(m, &lo->blk[j], l)))
+                if ((st = block_bytes_of(&nb, m, &lo->blk[j], l))
                     || (st = bc_add_bytes(&off, off, nb)))
                     return st;
             }
@@ -387,7 +413,7 @@ void bc_gpt_block_tensor(size_t *offset, size_t *bytes, const model *m, const la
     size_t off = lo->layer_off[l], nb = 0;
     for (size_t i = 0; i <= j; i++) {
         off += nb;  /* every size and sum checked by make_layout */
-        tensor_bytes(&nb, &lo->blk[i], block_fmt(m, &lo->blk[i], l));
+        block_bytes_of(&nb, m, &lo->blk[i], l);
     }
     *offset = off;
     *bytes = nb;
@@ -775,7 +801,21 @@ bc_layer_w bc_gpt_layer_w(const unsigned char *params, const model *m, const lay
         switch (lo->blk[j].field) {
         case F_LN1_W: w.ln1_w = v; break;
         case F_LN1_B: w.ln1_b = v; break;
-        case F_QKV_W: w.qkv.p = t; w.qkv.wf = wf; break;
+        case F_QKV_W: {
+            int fm[3];
+            w.qkv.p = t;
+            w.qkv.wf = wf;
+            if (qkv_split(fm, m, l)) {  /* three packed matrices: q, k, v rows (bc_gpt.h) */
+                size_t nq = 0, nk = 0;  /* sizes checked by make_layout */
+                bc_packed_bytes(&nq, fm[0], m->qw, m->c.width);
+                bc_packed_bytes(&nk, fm[1], m->kw, m->c.width);
+                w.qkv_k.p = (const unsigned char *)t + nq;
+                w.qkv_k.wf = BC_WF_PANEL(fm[1]);
+                w.qkv_v.p = (const unsigned char *)t + nq + nk;
+                w.qkv_v.wf = BC_WF_PANEL(fm[2]);
+            }
+            break;
+        }
         case F_QKV_B: w.qkv_b = v; break;
         case F_PROJ_W: w.proj.p = t; w.proj.wf = wf; break;
         case F_PROJ_B: w.proj_b = v; break;

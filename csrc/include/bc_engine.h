@@ -46,7 +46,9 @@ extern "C" {
 #define BC_DTYPE_Q5_K 16
 #define BC_DTYPE_IQ4_NL 17
 #define BC_DTYPE_IQ4_XS 18
-#define BC_NDTYPE 19     /* one past the last dtype */
+#define BC_DTYPE_Q2_K 19
+#define BC_DTYPE_Q3_K 20
+#define BC_NDTYPE 21     /* one past the last dtype */
 #define BC_DTYPE_NAME_MAX 16   /* bytes a dtype's name needs, with its NUL */
 
 /* Normalisation kinds and placements of the block. */
@@ -298,6 +300,27 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  sc[j][l]) kv[nibble], exact. Packed by a simple rule (each
  *                  sub-block's scale m / -127, those against -max / 32 as
  *                  llama.cpp, then nearest values), not llama.cpp's search.
+ *   BC_DTYPE_Q2_K  llama.cpp's Q2_K (super-blocks of 256, 16 sub-blocks of 16
+ *                  with a 4-bit scale and a 4-bit min each, 2-bit quants):
+ *                  cols a multiple of 256. Panel p is cols / 256 super-blocks
+ *                  of 1344 bytes (84 a row, the file's): d[l], dmin[l], sc[j][l]
+ *                  (16 x 16 bytes: the file's scale byte, scale low, min high),
+ *                  q[b][l] (64 x 16 bytes: byte b of the row's qs; weight t's
+ *                  two bits at 2 ((t % 128) / 32) of byte 32 (t / 128) + t % 32);
+ *                  w = (d[l] sc) q - dmin[l] m, exact products, one rounding.
+ *                  Packed by a simple rule (each sub-block's range over 3 and
+ *                  minimum, those against their largest / 15), not llama.cpp's
+ *                  search.
+ *   BC_DTYPE_Q3_K  llama.cpp's Q3_K (super-blocks of 256, 16 sub-blocks of 16
+ *                  with a 6-bit scale each, 3-bit quants: two low bits as
+ *                  Q2_K's, a high bit in hmask): cols a multiple of 256. Panel
+ *                  p is cols / 256 super-blocks of 1824 bytes (114 a row: the
+ *                  6-bit scales a signed byte each, s - 32): d[l], sc[j][l] (16
+ *                  x 16 int8), hm[i][l] (32 x 16: byte i of the row's hmask, bit
+ *                  t / 32 weight t's high bit), q[b][l] (64 x 16 as Q2_K's); w =
+ *                  (d[l] sc[j][l]) (low + 4 high - 4), exact. Packed by a simple
+ *                  rule (each sub-block's scale m / -4, those against -max / 32
+ *                  as IQ4_XS's), not llama.cpp's search.
  * bc_pack_size gives the bytes. */
 
 /* Columns a q8_0i matrix can have (a quantised row of x fits a call's scratch). */
@@ -306,7 +329,7 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
 /* The weight format dtype (0 <= dtype < BC_NDTYPE): its name as Python spells it
  * ("float32", "bfloat16", "q8_0", "q4_0", "q4_k", "q6_k", "float16", "q5_0",
  * "q8_0i", "q4_0i", "bfloat16i", "q5_0i", "q4_ki", "q6_ki", "q4_1", "q5_1", "q5_k",
- * "iq4_nl", "iq4_xs";
+ * "iq4_nl", "iq4_xs", "q2_k", "q3_k";
  * NUL-terminated into name, name_cap >
  * its length, at most BC_DTYPE_NAME_MAX), the weights of a row per block and
  * the bytes of one block (a row of cols weights, padded to whole blocks, takes
@@ -327,6 +350,8 @@ int bc_dtype_info(char *name, size_t name_cap, size_t *block, size_t *block_byte
 #define BC_GGML_Q5_0 6
 #define BC_GGML_Q5_1 7
 #define BC_GGML_Q8_0 8
+#define BC_GGML_Q2_K 10
+#define BC_GGML_Q3_K 11
 #define BC_GGML_Q4_K 12
 #define BC_GGML_Q5_K 13
 #define BC_GGML_Q6_K 14

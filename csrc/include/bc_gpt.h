@@ -59,13 +59,22 @@ extern "C" {
  * is token.weight's, BC_GPT_FMT_HEAD head.weight's (read only when untied),
  * and layer l's matrix k (BC_GPT_MAT_*) is entry BC_GPT_FMT_LAYER(l, k)
  * (gate read only with SwiGLU): BC_GPT_NFMT(L) entries, each a BC_DTYPE_*. A
- * model of more than BC_GPT_FMT_LAYERS layers is stored in one dtype. */
+ * model of more than BC_GPT_FMT_LAYERS layers is stored in one dtype.
+ * attn.qkv.weight has three entries: BC_GPT_MAT_QKV its q rows' format,
+ * BC_GPT_MAT_QKV_K its k rows', BC_GPT_MAT_QKV_V its v rows' (a GGUF file's
+ * attn_q, attn_k and attn_v may be of different types: Q4_K_M's attn_v is Q6_K
+ * in some layers). When the three are one format the matrix is one packed
+ * matrix; else it is three, one after another (its q rows packed in their
+ * format, then its k rows in theirs, then its v rows), each multiplied in its
+ * own format. */
 #define BC_GPT_MAT_QKV 0
 #define BC_GPT_MAT_PROJ 1
 #define BC_GPT_MAT_UP 2
 #define BC_GPT_MAT_GATE 3
 #define BC_GPT_MAT_DOWN 4
-#define BC_GPT_NMAT 5
+#define BC_GPT_MAT_QKV_K 5
+#define BC_GPT_MAT_QKV_V 6
+#define BC_GPT_NMAT 7
 #define BC_GPT_FMT_TOKEN 0
 #define BC_GPT_FMT_HEAD 1
 #define BC_GPT_FMT_LAYER(l, k) (2 + (l) * BC_GPT_NMAT + (k))

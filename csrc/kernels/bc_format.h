@@ -116,6 +116,37 @@ typedef struct {
                                  * low nibble weight b % 16, high b % 16 + 16) */
 } bc_iq4xs_block;
 
+/* One super-block of a q2_k panel: the panel's 16 rows, 256 columns (ggml's
+ * block_q2_K for each row, every field interleaved with the other rows') */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' super-block scales (IEEE halves) */
+    uint16_t dmin[BC_PANEL];    /* and their scales of the mins */
+    uint8_t sc[16][BC_PANEL];   /* sc[j][row]: sub-block j's scale (low 4 bits), min (high) */
+    uint8_t q[64][BC_PANEL];    /* q[b][row]: byte b of the row's qs (2 bits a weight) */
+} bc_q2k_block;
+
+/* One super-block of a q3_k panel: the panel's 16 rows, 256 columns (ggml's
+ * block_q3_K for each row, its 6-bit scales a signed byte each, s - 32) */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' super-block scales (IEEE halves) */
+    int8_t sc[16][BC_PANEL];    /* sc[j][row]: sub-block j's (16 weights) scale, -32..31 */
+    uint8_t hm[32][BC_PANEL];   /* hm[i][row]: byte i of the row's hmask (bit t / 32: weight
+                                 * t's high bit, t % 32 == i) */
+    uint8_t q[64][BC_PANEL];    /* q[b][row]: byte b of the row's qs (as q2_k's) */
+} bc_q3k_block;
+
+/* Where weight t (0..255) of a Q2_K / Q3_K super-block keeps its two low bits:
+ * byte bc_k2_byte(t) of qs, from bit bc_k2_shift(t) */
+static inline size_t bc_k2_byte(size_t t)
+{
+    return 32 * (t / 128) + t % 32;
+}
+
+static inline unsigned bc_k2_shift(size_t t)
+{
+    return (unsigned)(2 * (t % 128 / 32));
+}
+
 /* One block of a q8_0i panel: q8_0's weights laid out for integer dot products
  * (vpdpbusd multiplies 4 bytes of 16 rows per 64-byte vector by 4 bytes of x):
  * weight q (-127..127) of row l, column 4j + t stored as u[j][l][t] = q + 128. */

@@ -165,6 +165,14 @@ static inline V vload_u8(const uint8_t *p)
 {
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
 }
+/* lane i = (p[i] >> sh) & mask (Q2_K's and Q3_K's bit fields) */
+static inline V vload_bits(const uint8_t *p, unsigned sh, unsigned mask)
+{
+    __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    u = _mm512_and_si512(_mm512_srl_epi32(u, _mm_cvtsi32_si128((int)sh)),
+                         _mm512_set1_epi32((int)mask));
+    return _mm512_cvtepi32_ps(u);
+}
 static inline V vload_nib(const uint8_t *p, int hi)
 {
     __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
@@ -344,6 +352,13 @@ static inline V vload_u8(const uint8_t *p)
 {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
+static inline V vload_bits(const uint8_t *p, unsigned sh, unsigned mask)
+{
+    __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    u = _mm256_and_si256(_mm256_srl_epi32(u, _mm_cvtsi32_si128((int)sh)),
+                         _mm256_set1_epi32((int)mask));
+    return _mm256_cvtepi32_ps(u);
+}
 static inline V vload_nib(const uint8_t *p, int hi)
 {
     __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
@@ -444,6 +459,13 @@ static inline V vload_nib16(const uint8_t *p, const uint32_t *h, int hi, unsigne
 }
 /* lane i = p[i] (unsigned); the low (hi = 0) or high nibble of p[i] */
 static inline V vload_u8(const uint8_t *p) { V r; for (int i = 0; i < 4; i++) r.f[i] = (float)p[i]; return r; }
+static inline V vload_bits(const uint8_t *p, unsigned sh, unsigned mask)
+{
+    V r;
+    for (int i = 0; i < 4; i++)
+        r.f[i] = (float)((unsigned)(p[i] >> sh) & mask);
+    return r;
+}
 static inline V vload_nib(const uint8_t *p, int hi)
 {
     V r;

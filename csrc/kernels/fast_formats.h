@@ -496,6 +496,71 @@ static void panels_iq4_xs(float *bp, const bc_gemm *g, size_t o0, size_t nc, siz
     load_panels(BC_DTYPE_IQ4_XS, 32, iq4_xs_state, iq4_xs_vec, bp, g, o0, nc, p0, kc);
 }
 
+/* ---- q2_k and q3_k panels: 2-bit quants, a scale for each sub-block of 16 -- */
+
+/* sub-block (k0 % 256) / 16's s = d sc and -(dmin m): both products exact (an
+ * 11-bit half times a 4-bit integer) */
+BC_INLINE wf_st q2_k_state(const unsigned char *panel, size_t st, size_t k0, size_t lane0)
+{
+    const bc_q2k_block *bl = (const bc_q2k_block *)(panel + k0 / 256 * st);
+    const uint8_t *sc = bl->sc[k0 % 256 / 16] + lane0;
+    wf_st r;
+    r.s = vmul(vload_half(bl->d + lane0), vload_bits(sc, 0, 15));
+    r.m = vneg(vmul(vload_half(bl->dmin + lane0), vload_bits(sc, 4, 15)));
+    return r;
+}
+
+/* s q - dmin m: s q exact (17 bits), so the FMA rounds once, as the file's
+ * dequantisation (d sc) q - dmin m does */
+BC_INLINE V q2_k_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q2k_block *bl = (const bc_q2k_block *)(panel + k / 256 * st);
+    const size_t t = k % 256;
+    return vfma(vload_bits(bl->q[bc_k2_byte(t)] + lane0, bc_k2_shift(t), 3), state.s, state.m);
+}
+
+// y (N,OC), x (N,C), w (OC,C) q2_k panels; N <= BC_ROWS_MAX
+static void prows_q2_k(const bc_gemm *g, size_t o0, size_t o1)
+{
+    prows_part(BC_DTYPE_Q2_K, sizeof(bc_q2k_block), RACC, 16, q2_k_state, q2_k_vec, g, o0, o1);
+}
+
+// bp (kc, nc) float32 panels <- w (OC,C) q2_k panels, columns o0.., rows p0..
+static void panels_q2_k(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_t p0, size_t kc)
+{
+    load_panels(BC_DTYPE_Q2_K, 16, q2_k_state, q2_k_vec, bp, g, o0, nc, p0, kc);
+}
+
+/* sub-block (k0 % 256) / 16's s = d sc: exact (an 11-bit half times 6 bits) */
+BC_INLINE wf_st q3_k_state(const unsigned char *panel, size_t st, size_t k0, size_t lane0)
+{
+    const bc_q3k_block *bl = (const bc_q3k_block *)(panel + k0 / 256 * st);
+    return wf_scale(vmul(vload_half(bl->d + lane0), vload_i8(bl->sc[k0 % 256 / 16] + lane0)));
+}
+
+/* s (low + 4 high - 4): the integer exact, the product exact (20 bits): the file's
+ * dequantised weight */
+BC_INLINE V q3_k_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q3k_block *bl = (const bc_q3k_block *)(panel + k / 256 * st);
+    const size_t t = k % 256;
+    const V lo = vload_bits(bl->q[bc_k2_byte(t)] + lane0, bc_k2_shift(t), 3);
+    const V hi = vload_bits(bl->hm[t % 32] + lane0, (unsigned)(t / 32), 1);
+    return vmul(vadd(lo, vfma(hi, vset1(4.0f), vset1(-4.0f))), state.s);
+}
+
+// y (N,OC), x (N,C), w (OC,C) q3_k panels; N <= BC_ROWS_MAX
+static void prows_q3_k(const bc_gemm *g, size_t o0, size_t o1)
+{
+    prows_part(BC_DTYPE_Q3_K, sizeof(bc_q3k_block), RACC, 16, q3_k_state, q3_k_vec, g, o0, o1);
+}
+
+// bp (kc, nc) float32 panels <- w (OC,C) q3_k panels, columns o0.., rows p0..
+static void panels_q3_k(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_t p0, size_t kc)
+{
+    load_panels(BC_DTYPE_Q3_K, 16, q3_k_state, q3_k_vec, bp, g, o0, nc, p0, kc);
+}
+
 /* ---- the entries of the kernel table's wf, by BC_WF_* -------------------- */
 
 /* (a caller's row-major float32 rows: dot products to decode, pack_rows to copy;
@@ -515,6 +580,8 @@ static void panels_iq4_xs(float *bp, const bc_gemm *g, size_t o0, size_t nc, siz
     [BC_WF_PANEL(BC_DTYPE_Q5_K)] = {prows_q5_k, panels_q5_k},         \
     [BC_WF_PANEL(BC_DTYPE_IQ4_NL)] = {prows_iq4_nl, panels_iq4_nl},   \
     [BC_WF_PANEL(BC_DTYPE_IQ4_XS)] = {prows_iq4_xs, panels_iq4_xs},   \
+    [BC_WF_PANEL(BC_DTYPE_Q2_K)] = {prows_q2_k, panels_q2_k},         \
+    [BC_WF_PANEL(BC_DTYPE_Q3_K)] = {prows_q3_k, panels_q3_k},         \
     [BC_WF_PANEL(BC_DTYPE_Q8_0I)] = {NULL, NULL, xq_part_q8_0i, xq_rows_q8, xq_part_q8_0i},     \
     [BC_WF_PANEL(BC_DTYPE_Q4_0I)] = {NULL, NULL, xq_part_q4_0i, xq_rows_q8, xq_part_q4_0i},     \
     [BC_WF_PANEL(BC_DTYPE_Q5_0I)] = {NULL, NULL, xq_part_q5_0i, xq_rows_q8, xq_part_q5_0i},     \

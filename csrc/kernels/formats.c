@@ -10,7 +10,8 @@
  * zero) computed as round(w * (1/d)), d stored as an IEEE half; the weight is
  * then half(d) * q. q8_0i holds the same d and q, laid out for integer dot
  * products; q4_0i q4_0's, q5_0i q5_0's, q4_ki q4_k's and q6_ki q6_k's likewise.
- * q4_1, q5_1 and q5_k are llama.cpp's reference quantisers too. */
+ * q4_1, q5_1 and q5_k are llama.cpp's reference quantisers too; iq4_nl, iq4_xs,
+ * q2_k and q3_k blockc's simple rules (bc_engine.h), not llama.cpp's search. */
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
@@ -470,6 +471,154 @@ static void iq4xs_unpack_row(float *out, const unsigned char *panel, size_t l, s
         const int nib = t % 32 < 16 ? b->q[byte][l] & 15 : b->q[byte][l] >> 4;
         const float s = bc_half_to_f32(b->d[l]) * (float)b->sc[t / 32][l];
         out[k] = s * (float)bc_kvalues_iq4nl[nib];
+    }
+}
+
+/* ---- q2_k: per 256 columns a bc_q2k_block of the panel's rows ---------- */
+
+_Static_assert(sizeof(bc_q2k_block) == 84 * PW, "bc_q2k_block: 16 rows of 84 bytes");
+
+/* 0..hi: the nearest integer of v (ties to even), NaN as 0 */
+static int k_clip(float v, int lo, int hi)
+{
+    if (!(v == v))
+        return lo < 0 ? 0 : lo;
+    const float r = rintf(v < (float)lo ? (float)lo : v > (float)hi ? (float)hi : v);
+    return (int)r;
+}
+
+/* One row's super-block: each sub-block of 16 its range over 3 as scale and minus
+ * its minimum (at most 0) as min, those to 4 bits against the largest / 15 (d and
+ * dmin halves), then each weight the nearest level of (w + dmin m) / (d sc) in
+ * 0..3 (0 where d sc is 0): blockc's rule, not llama.cpp's search */
+static void q2k_row(bc_q2k_block *b, size_t l, const float *x)
+{
+    float scales[16], mins[16], max_scale = 0.0f, max_min = 0.0f;
+    for (int j = 0; j < 16; j++) {
+        float lo = 0.0f, hi = x[16 * j];
+        for (int i = 0; i < 16; i++) {
+            lo = x[16 * j + i] < lo ? x[16 * j + i] : lo;
+            hi = x[16 * j + i] > hi ? x[16 * j + i] : hi;
+        }
+        hi = hi > lo ? hi : lo;
+        scales[j] = (hi - lo) / 3.0f;
+        mins[j] = -lo;
+        max_scale = scales[j] > max_scale ? scales[j] : max_scale;
+        max_min = mins[j] > max_min ? mins[j] : max_min;
+    }
+    const float inv_s = max_scale > 0.0f ? 15.0f / max_scale : 0.0f;
+    const float inv_m = max_min > 0.0f ? 15.0f / max_min : 0.0f;
+    b->d[l] = bc_f32_to_half(max_scale / 15.0f);
+    b->dmin[l] = bc_f32_to_half(max_min / 15.0f);
+    const float d = bc_half_to_f32(b->d[l]), dmin = bc_half_to_f32(b->dmin[l]);
+    for (size_t i = 0; i < 64; i++)
+        b->q[i][l] = 0;
+    for (int j = 0; j < 16; j++) {
+        const int sc = k_clip(inv_s * scales[j], 0, 15), m = k_clip(inv_m * mins[j], 0, 15);
+        b->sc[j][l] = (uint8_t)(sc | m << 4);
+        const float dj = d * (float)sc, dm = dmin * (float)m;
+        for (int i = 0; i < 16; i++) {
+            const size_t t = (size_t)(16 * j + i);
+            const int q = dj != 0.0f ? k_clip((x[t] + dm) / dj, 0, 3) : 0;
+            b->q[bc_k2_byte(t)][l] |= (uint8_t)(q << bc_k2_shift(t));
+        }
+    }
+}
+
+static void q2k_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                     size_t nk, size_t cols)
+{
+    bc_q2k_block *bl = (bc_q2k_block *)panel + k0 / 256;
+    (void)nk;  /* 256: a q2_k row is whole super-blocks (bc_packed_bytes) */
+    for (size_t l = 0; l < nl; l++)
+        q2k_row(bl, l, tile + l * ld);
+}
+
+/* w = (d sc) q - dmin m: both products exact (15 and 17 bits), one rounding */
+static void q2k_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q2k_block *bl = (const bc_q2k_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q2k_block *b = bl + k / 256;
+        const size_t t = k % 256;
+        const unsigned sc = b->sc[t / 16][l];
+        const int q = b->q[bc_k2_byte(t)][l] >> bc_k2_shift(t) & 3;
+        const float s = bc_half_to_f32(b->d[l]) * (float)(sc & 15u);
+        const float m = bc_half_to_f32(b->dmin[l]) * (float)(sc >> 4);
+        out[k] = s * (float)q - m;
+    }
+}
+
+/* ---- q3_k: per 256 columns a bc_q3k_block of the panel's rows ---------- */
+
+_Static_assert(sizeof(bc_q3k_block) == 114 * PW, "bc_q3k_block: 16 rows of 114 bytes");
+
+/* One row's super-block: each sub-block's scale s_j = m_j / -4 (m_j its first weight
+ * of largest magnitude), d = -s / 32 for s the first s_j of largest magnitude (a
+ * half), ls_j = nearest(s_j (1/d)) in -32..31, then each weight q = nearest(w (1 /
+ * (d ls_j))) in -4..3: blockc's rule (IQ4_XS's steps), not llama.cpp's search */
+static void q3k_row(bc_q3k_block *b, size_t l, const float *x)
+{
+    float sj[16], smax = 0.0f, sabs = 0.0f;
+    for (int j = 0; j < 16; j++) {
+        float amax = 0.0f, m = 0.0f;
+        for (int i = 0; i < 16; i++)
+            if (fabsf(x[16 * j + i]) > amax) {
+                amax = fabsf(x[16 * j + i]);
+                m = x[16 * j + i];
+            }
+        sj[j] = m / -4.0f;
+        if (fabsf(sj[j]) > sabs) {
+            sabs = fabsf(sj[j]);
+            smax = sj[j];
+        }
+    }
+    const float dd = -smax / 32.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    b->d[l] = bc_f32_to_half(dd);
+    const float d = bc_half_to_f32(b->d[l]);
+    for (size_t i = 0; i < 64; i++)
+        b->q[i][l] = 0;
+    for (size_t i = 0; i < 32; i++)
+        b->hm[i][l] = 0;
+    for (int j = 0; j < 16; j++) {
+        const int ls = k_clip(id * sj[j], -32, 31);
+        b->sc[j][l] = (int8_t)ls;
+        const float dl = d * (float)ls, il = dl != 0.0f ? 1.0f / dl : 0.0f;
+        for (int i = 0; i < 16; i++) {
+            const size_t t = (size_t)(16 * j + i);
+            const int u = k_clip(x[t] * il, -4, 3) + 4;  /* low + 4 high */
+            b->q[bc_k2_byte(t)][l] |= (uint8_t)((u & 3) << bc_k2_shift(t));
+            b->hm[t % 32][l] |= (uint8_t)((u >> 2) << (t / 32));
+        }
+    }
+}
+
+static void q3k_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                     size_t nk, size_t cols)
+{
+    bc_q3k_block *bl = (bc_q3k_block *)panel + k0 / 256;
+    (void)nk;  /* 256: a q3_k row is whole super-blocks (bc_packed_bytes) */
+    for (size_t l = 0; l < nl; l++)
+        q3k_row(bl, l, tile + l * ld);
+}
+
+/* Weight t (0..255) of row l of a q3_k super-block: its value, -4..3 (the high bit
+ * set: low; clear: low - 4) */
+static int q3k_quant(const bc_q3k_block *b, size_t l, size_t t)
+{
+    const int lo = b->q[bc_k2_byte(t)][l] >> bc_k2_shift(t) & 3;
+    return lo - (b->hm[t % 32][l] >> (t / 32) & 1 ? 0 : 4);
+}
+
+/* w = (d sc) q: both products exact (17 and 20 bits) */
+static void q3k_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q3k_block *bl = (const bc_q3k_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q3k_block *b = bl + k / 256;
+        const size_t t = k % 256;
+        const float s = bc_half_to_f32(b->d[l]) * (float)b->sc[t / 16][l];
+        out[k] = s * (float)q3k_quant(b, l, t);
     }
 }
 
@@ -1502,6 +1651,75 @@ static void q5_0_to_q8_0(unsigned char *q8, const unsigned char *b)
     }
 }
 
+/* Q2_K (scales[16], qs[64], d, dmin: 84 bytes) <-> q2_k (the same bytes, interleaved) */
+static void q2k_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                          size_t nk)
+{
+    bc_q2k_block *bl = (bc_q2k_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, src += 84) {
+        for (size_t j = 0; j < 16; j++)
+            bl[b].sc[j][l] = src[j];
+        for (size_t i = 0; i < 64; i++)
+            bl[b].q[i][l] = src[16 + i];
+        bl[b].d[l] = rd16(src + 80);
+        bl[b].dmin[l] = rd16(src + 82);
+    }
+}
+
+static void q2k_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                        size_t nk)
+{
+    const bc_q2k_block *bl = (const bc_q2k_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, dst += 84) {
+        for (size_t j = 0; j < 16; j++)
+            dst[j] = bl[b].sc[j][l];
+        for (size_t i = 0; i < 64; i++)
+            dst[16 + i] = bl[b].q[i][l];
+        wr16(dst + 80, bl[b].d[l]);
+        wr16(dst + 82, bl[b].dmin[l]);
+    }
+}
+
+/* Q3_K (hmask[32], qs[64], scales[12], d: 110 bytes) <-> q3_k: sub-block j's 6-bit
+ * scale s, its low four bits nibble j / 8 of scales[j % 8], its high two bits 2 (j /
+ * 4) of scales[8 + j % 4], as the signed byte s - 32 */
+static void q3k_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                          size_t nk)
+{
+    bc_q3k_block *bl = (bc_q3k_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, src += 110) {
+        for (size_t i = 0; i < 32; i++)
+            bl[b].hm[i][l] = src[i];
+        for (size_t i = 0; i < 64; i++)
+            bl[b].q[i][l] = src[32 + i];
+        for (size_t j = 0; j < 16; j++) {
+            const unsigned v = (unsigned)(src[96 + j % 8] >> (4 * (j / 8)) & 15u)
+                               | (unsigned)(src[104 + j % 4] >> (2 * (j / 4)) & 3u) << 4;
+            bl[b].sc[j][l] = (int8_t)((int)v - 32);
+        }
+        bl[b].d[l] = rd16(src + 108);
+    }
+}
+
+static void q3k_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                        size_t nk)
+{
+    const bc_q3k_block *bl = (const bc_q3k_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, dst += 110) {
+        for (size_t i = 0; i < 32; i++)
+            dst[i] = bl[b].hm[i][l];
+        for (size_t i = 0; i < 64; i++)
+            dst[32 + i] = bl[b].q[i][l];
+        memset(dst + 96, 0, 12);
+        for (size_t j = 0; j < 16; j++) {
+            const unsigned v = (unsigned)(bl[b].sc[j][l] + 32) & 63u;
+            dst[96 + j % 8] |= (unsigned char)((v & 15u) << (4 * (j / 8)));
+            dst[104 + j % 4] |= (unsigned char)((v >> 4) << (2 * (j / 4)));
+        }
+        wr16(dst + 108, bl[b].d[l]);
+    }
+}
+
 static const bc_ggml ggml_types[] = {
     {BC_GGML_F32, 1, 4, NULL},        {BC_GGML_F16, 1, 2, NULL},
     {BC_GGML_Q4_0, 32, 18, q4_0_to_q8_0}, {BC_GGML_Q5_0, 32, 22, q5_0_to_q8_0},
@@ -1510,6 +1728,7 @@ static const bc_ggml ggml_types[] = {
     {BC_GGML_Q4_1, 32, 20, NULL},     {BC_GGML_Q5_1, 32, 24, NULL},
     {BC_GGML_Q5_K, 256, 176, NULL},
     {BC_GGML_IQ4_NL, 32, 18, NULL},   {BC_GGML_IQ4_XS, 256, 136, NULL},
+    {BC_GGML_Q2_K, 256, 84, NULL},    {BC_GGML_Q3_K, 256, 110, NULL},
 };
 
 const bc_ggml *bc_ggml_of(int type)
@@ -1609,6 +1828,14 @@ static const bc_format formats[BC_NDTYPE] = {
                          .pack = iq4xs_pack, .unpack_row = iq4xs_unpack_row, .whole = 1,
                          .ggml_type = BC_GGML_IQ4_XS, .limit = LIMIT_IQ4XS,
                          .from_ggml = iq4xs_from_ggml, .to_ggml = iq4xs_to_ggml},
+    [BC_DTYPE_Q2_K] = {.name = "q2_k", .block = 256, .block_bytes = 84, .check = q4_check,
+                       .pack = q2k_pack, .unpack_row = q2k_unpack_row, .whole = 1,
+                       .ggml_type = BC_GGML_Q2_K, .limit = LIMIT_K, .from_ggml = q2k_from_ggml,
+                       .to_ggml = q2k_to_ggml},
+    [BC_DTYPE_Q3_K] = {.name = "q3_k", .block = 256, .block_bytes = 114, .check = q4_check,
+                       .pack = q3k_pack, .unpack_row = q3k_unpack_row, .whole = 1,
+                       .ggml_type = BC_GGML_Q3_K, .limit = LIMIT_K, .from_ggml = q3k_from_ggml,
+                       .to_ggml = q3k_to_ggml},
 };
 
 /* (a value below BC_NDTYPE may have no row yet: its name is NULL) */

@@ -496,6 +496,69 @@ static void forward_checks(int tied)
 #undef FWD
 }
 
+/* the slot (BC_GPT_FMT_*) of a matrix by its name, -1 for anything else */
+static long slot_of(const char *name, const bc_gpt_config *c)
+{
+    static const char *const kinds[] = {"attn.qkv.weight", "attn.proj.weight",
+                                        "up.weight", "gate.weight", "down.weight"};
+    if (strcmp(name, "token.weight") == 0)
+        return BC_GPT_FMT_TOKEN;
+    if (strcmp(name, "head.weight") == 0)
+        return BC_GPT_FMT_HEAD;
+    for (size_t l = 0; l < c->layers; l++)
+        for (int k = 0; k < (int)(sizeof kinds / sizeof *kinds); k++) {
+            char want[BC_GPT_NAME_MAX];
+            snprintf(want, sizeof want, "blocks.%zu.%s", l, kinds[k]);
+            if (strcmp(name, want) == 0)
+                return (long)BC_GPT_FMT_LAYER(l, k);
+        }
+    return -1;
+}
+
+static size_t head_dim_of(const bc_gpt_config *c)
+{
+    return c->head_dim ? c->head_dim : c->width / c->heads;
+}
+
+/* Whether tensor `name` (format dt, `total` rows) of a model of config c is a split
+ * attn.qkv.weight (bc_gpt.h): then its parts' formats fm and rows */
+static int qkv_parts(int fm[3], size_t rows[3], const bc_gpt_config *c, const char *name, int dt,
+                     size_t total)
+{
+    const long slot = c->dtypes ? slot_of(name, c) : -1;
+    if (slot < 2 || (slot - 2) % BC_GPT_NMAT != BC_GPT_MAT_QKV)
+        return 0;
+    fm[0] = dt;
+    fm[1] = c->dtypes[slot - BC_GPT_MAT_QKV + BC_GPT_MAT_QKV_K];
+    fm[2] = c->dtypes[slot - BC_GPT_MAT_QKV + BC_GPT_MAT_QKV_V];
+    rows[1] = rows[2] = (total - c->heads * head_dim_of(c)) / 2;
+    rows[0] = total - 2 * rows[1];
+    return fm[1] != dt || fm[2] != dt;
+}
+
+/* Pack (unpack: `un`) w (shape) to or from p (nb bytes, format dt): tensor `name` of a
+ * model of config c, a split attn.qkv.weight part by part */
+static void move_matrix(unsigned char *p, float *w, int un, size_t nb, int dt,
+                        const size_t shape[2], const bc_gpt_config *c, const char *name)
+{
+    int fm[3] = {dt, dt, dt};
+    size_t rows[3] = {shape[0], 0, 0}, at = 0, r0 = 0;
+    qkv_parts(fm, rows, c, name, dt, shape[0]);
+    for (int k = 0; k < 3; k++) {
+        size_t pb = 0;
+        if (!rows[k])
+            continue;
+        EXPECT_STATUS(BC_OK, bc_pack_size(&pb, fm[k], rows[k], shape[1]));
+        if (un)
+            EXPECT_STATUS(BC_OK, bc_unpack(w + r0 * shape[1], p + at, pb, fm[k], rows[k], shape[1]));
+        else
+            EXPECT_STATUS(BC_OK, bc_pack(p + at, pb, w + r0 * shape[1], fm[k], rows[k], shape[1]));
+        at += pb;
+        r0 += rows[k];
+    }
+    EXPECT(at == nb);
+}
+
 /* Parameters for c: every packed matrix packed from random weights, every
  * float32 tensor random (gains around 1). */
 static unsigned char *random_params(const bc_gpt_config *c, uint32_t seed)
@@ -516,7 +579,7 @@ static unsigned char *random_params(const bc_gpt_config *c, uint32_t seed)
             for (size_t j = 0; j < n; j++)
                 w[j] += 1.0f;
         if (pk)
-            EXPECT_STATUS(BC_OK, bc_pack(p + off, nb, w, dt, shape[0], shape[1]));
+            move_matrix(p + off, w, 0, nb, dt, shape, c, name);
         else
             memcpy(p + off, w, NB(n));
     }
@@ -966,25 +1029,6 @@ static int *mixed_formats(const bc_gpt_config *c, int shift)
     return f;
 }
 
-/* the slot (BC_GPT_FMT_*) of a matrix by its name, -1 for anything else */
-static long slot_of(const char *name, const bc_gpt_config *c)
-{
-    static const char *const kinds[BC_GPT_NMAT] = {"attn.qkv.weight", "attn.proj.weight",
-                                                   "up.weight", "gate.weight", "down.weight"};
-    if (strcmp(name, "token.weight") == 0)
-        return BC_GPT_FMT_TOKEN;
-    if (strcmp(name, "head.weight") == 0)
-        return BC_GPT_FMT_HEAD;
-    for (size_t l = 0; l < c->layers; l++)
-        for (int k = 0; k < BC_GPT_NMAT; k++) {
-            char want[BC_GPT_NAME_MAX];
-            snprintf(want, sizeof want, "blocks.%zu.%s", l, kinds[k]);
-            if (strcmp(name, want) == 0)
-                return (long)BC_GPT_FMT_LAYER(l, k);
-        }
-    return -1;
-}
-
 /* the layout of a mixed model: the tensors tile the buffer, each matrix in its own
  * format (its bytes that format's), the vectors float32 */
 static void mixed_layout_checks(const bc_gpt_config *c)
@@ -1000,9 +1044,19 @@ static void mixed_layout_checks(const bc_gpt_config *c)
         const long slot = slot_of(name, c);
         EXPECT((slot >= 0) == (pk != 0));
         EXPECT(dt == (slot >= 0 ? c->dtypes[slot] : BC_DTYPE_F32));
-        if (pk)
+        int fm[3];
+        size_t rows[3];
+        if (pk && qkv_parts(fm, rows, c, name, dt, shape[0])) {
+            /* a split attn.qkv.weight: its q, k and v rows packed one after another */
+            size_t pq, pk2, pv;
+            EXPECT_STATUS(BC_OK, bc_pack_size(&pq, fm[0], rows[0], shape[1]));
+            EXPECT_STATUS(BC_OK, bc_pack_size(&pk2, fm[1], rows[1], shape[1]));
+            EXPECT_STATUS(BC_OK, bc_pack_size(&pv, fm[2], rows[2], shape[1]));
+            want = pq + pk2 + pv;
+            EXPECT(c->dtypes[slot] == dt);
+        } else if (pk) {
             EXPECT_STATUS(BC_OK, bc_pack_size(&want, dt, shape[0], shape[1]));
-        else
+        } else
             want = 4 * shape[0] * shape[1];
         EXPECT(off == next && nb == want);
         next = off + nb;
@@ -1027,7 +1081,9 @@ static unsigned char *as_float32(const unsigned char *p, const bc_gpt_config *c,
             continue;
         }
         float *w = h_alloc(shape[0] * shape[1]);
-        EXPECT_STATUS(BC_OK, bc_unpack(w, p + off, nb, dt, shape[0], shape[1]));
+        char name[BC_GPT_NAME_MAX];
+        EXPECT_STATUS(BC_OK, bc_gpt_tensor_info(name, sizeof name, &off, &nb, &dt, &pk, &nd, shape, c, i));
+        move_matrix((unsigned char *)p + off, w, 1, nb, dt, shape, c, name);
         EXPECT_STATUS(BC_OK, bc_pack(q + foff, fnb, w, BC_DTYPE_F32, shape[0], shape[1]));
     }
     return q;

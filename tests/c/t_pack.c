@@ -11,14 +11,17 @@ static const int DTYPES[] = {BC_DTYPE_F32, BC_DTYPE_BF16, BC_DTYPE_Q8_0, BC_DTYP
                              BC_DTYPE_F16, BC_DTYPE_Q5_0, BC_DTYPE_Q8_0I, BC_DTYPE_Q4_K,
                              BC_DTYPE_Q6_K, BC_DTYPE_Q4_0I, BC_DTYPE_BF16I, BC_DTYPE_Q5_0I,
                              BC_DTYPE_Q4_KI, BC_DTYPE_Q6_KI, BC_DTYPE_Q4_1, BC_DTYPE_Q5_1,
-                             BC_DTYPE_Q5_K, BC_DTYPE_IQ4_NL, BC_DTYPE_IQ4_XS};
+                             BC_DTYPE_Q5_K, BC_DTYPE_IQ4_NL, BC_DTYPE_IQ4_XS, BC_DTYPE_Q2_K,
+                             BC_DTYPE_Q3_K};
 #define ND ((int)(sizeof DTYPES / sizeof DTYPES[0]))
 
-/* the K-quants' rows (q4_k, q6_k, q4_ki, q6_ki, q5_k) are whole super-blocks of 256 */
+/* the K-quants' rows (q4_k, q6_k, q4_ki, q6_ki, q5_k, iq4_xs, q2_k, q3_k) are whole
+ * super-blocks of 256 */
 static int whole_k(int dtype)
 {
     return dtype == BC_DTYPE_Q4_K || dtype == BC_DTYPE_Q6_K || dtype == BC_DTYPE_Q4_KI ||
-           dtype == BC_DTYPE_Q6_KI || dtype == BC_DTYPE_Q5_K || dtype == BC_DTYPE_IQ4_XS;
+           dtype == BC_DTYPE_Q6_KI || dtype == BC_DTYPE_Q5_K || dtype == BC_DTYPE_IQ4_XS ||
+           dtype == BC_DTYPE_Q2_K || dtype == BC_DTYPE_Q3_K;
 }
 
 static int fits(int dtype, size_t cols)
@@ -82,21 +85,21 @@ static void dtype_info_checks(void)
         [BC_DTYPE_Q4_0I] = "q4_0i", [BC_DTYPE_BF16I] = "bfloat16i", [BC_DTYPE_Q5_0I] = "q5_0i",
         [BC_DTYPE_Q4_KI] = "q4_ki", [BC_DTYPE_Q6_KI] = "q6_ki", [BC_DTYPE_Q4_1] = "q4_1",
         [BC_DTYPE_Q5_1] = "q5_1", [BC_DTYPE_Q5_K] = "q5_k", [BC_DTYPE_IQ4_NL] = "iq4_nl",
-        [BC_DTYPE_IQ4_XS] = "iq4_xs"};
+        [BC_DTYPE_IQ4_XS] = "iq4_xs", [BC_DTYPE_Q2_K] = "q2_k", [BC_DTYPE_Q3_K] = "q3_k"};
     static const size_t blocks[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 1, [BC_DTYPE_BF16] = 1, [BC_DTYPE_Q8_0] = 32, [BC_DTYPE_Q4_0] = 32,
         [BC_DTYPE_F16] = 1, [BC_DTYPE_Q5_0] = 32, [BC_DTYPE_Q8_0I] = 32, [BC_DTYPE_Q4_K] = 256,
         [BC_DTYPE_Q6_K] = 256, [BC_DTYPE_Q4_0I] = 32, [BC_DTYPE_BF16I] = 2, [BC_DTYPE_Q5_0I] = 32,
         [BC_DTYPE_Q4_KI] = 256, [BC_DTYPE_Q6_KI] = 256, [BC_DTYPE_Q4_1] = 32,
         [BC_DTYPE_Q5_1] = 32, [BC_DTYPE_Q5_K] = 256, [BC_DTYPE_IQ4_NL] = 32,
-        [BC_DTYPE_IQ4_XS] = 256};
+        [BC_DTYPE_IQ4_XS] = 256, [BC_DTYPE_Q2_K] = 256, [BC_DTYPE_Q3_K] = 256};
     static const size_t bytes[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 4, [BC_DTYPE_BF16] = 2, [BC_DTYPE_Q8_0] = 34, [BC_DTYPE_Q4_0] = 18,
         [BC_DTYPE_F16] = 2, [BC_DTYPE_Q5_0] = 22, [BC_DTYPE_Q8_0I] = 34, [BC_DTYPE_Q4_K] = 148,
         [BC_DTYPE_Q6_K] = 274, [BC_DTYPE_Q4_0I] = 18, [BC_DTYPE_BF16I] = 4, [BC_DTYPE_Q5_0I] = 22,
         [BC_DTYPE_Q4_KI] = 148, [BC_DTYPE_Q6_KI] = 210, [BC_DTYPE_Q4_1] = 20,
         [BC_DTYPE_Q5_1] = 24, [BC_DTYPE_Q5_K] = 180, [BC_DTYPE_IQ4_NL] = 18,
-        [BC_DTYPE_IQ4_XS] = 138};
+        [BC_DTYPE_IQ4_XS] = 138, [BC_DTYPE_Q2_K] = 84, [BC_DTYPE_Q3_K] = 114};
     for (int dt = 0; dt < BC_NDTYPE; dt++) {
         if (!names[dt]) {
             size_t *n = h_alloc_bytes(sizeof *n);
@@ -193,6 +196,14 @@ static void roundtrip_checks(size_t rows, size_t cols)
                     /* q4_k: a loose bound (a sub-block's 6-bit scale and min are
                      * steps of the super-block's largest); Python checks the bits */
                     EXPECT(fabsf(a - b) <= amax / 4.0f + 1e-7f);
+                } else if (j < 256 && dt == BC_DTYPE_Q2_K) {
+                    /* q2_k: half a step of a sub-block's range / 3 plus its scale and min
+                     * at 4 bits against the largest: loosely amax (Python checks the bits) */
+                    EXPECT(fabsf(a - b) <= amax + 1e-7f);
+                } else if (j < 256 && dt == BC_DTYPE_Q3_K) {
+                    /* q3_k: a step of about amax / 4 at the clipped end, plus the scale
+                     * at 6 bits against the largest: loosely amax / 2 */
+                    EXPECT(fabsf(a - b) <= amax / 2.0f + 1e-7f);
                 } else if (j < 256 && (dt == BC_DTYPE_Q6_K || dt == BC_DTYPE_Q6_KI)) {
                     /* q6_k: half a step of a sub-block's scale (about amax / 32, its
                      * int8 against the largest) at most, loosely; Python checks the bits */
@@ -622,15 +633,16 @@ static void traits_checks(void)
                                       {BC_GGML_Q6_K, 256, 210}, {BC_GGML_BF16, 1, 2},
                                       {BC_GGML_Q4_1, 32, 20}, {BC_GGML_Q5_1, 32, 24},
                                       {BC_GGML_Q5_K, 256, 176}, {BC_GGML_IQ4_NL, 32, 18},
-                                      {BC_GGML_IQ4_XS, 256, 136}};
+                                      {BC_GGML_IQ4_XS, 256, 136}, {BC_GGML_Q2_K, 256, 84},
+                                      {BC_GGML_Q3_K, 256, 110}};
     size_t *n = h_alloc_bytes(sizeof *n);
-    for (int i = 0; i < 13; i++) {
+    for (int i = 0; i < 15; i++) {
         EXPECT_STATUS(BC_OK, bc_ggml_size(n, (int)types[i][0], 3, 2 * types[i][1]));
         EXPECT(*n == 3 * 2 * types[i][2]);
     }
     size_t *m = h_alloc_bytes(sizeof *m);
     EXPECT_STATUS(BC_ENULL, bc_ggml_size(NULL, BC_GGML_Q8_0, 1, 32));
-    EXPECT_STATUS(BC_EOPTION, bc_ggml_size(m, 10, 1, 256));  /* Q2_K: not moved */
+    EXPECT_STATUS(BC_EOPTION, bc_ggml_size(m, 16, 1, 256));  /* IQ2_XXS: not moved */
     EXPECT_STATUS(BC_EOPTION, bc_ggml_size(m, BC_GGML_NONE, 1, 32));
     EXPECT_STATUS(BC_ESIZE, bc_ggml_size(m, BC_GGML_Q8_0, 0, 32));
     EXPECT_STATUS(BC_ESIZE, bc_ggml_size(m, BC_GGML_Q8_0, 1, 33));

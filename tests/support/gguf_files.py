@@ -225,7 +225,7 @@ def write_model(path, arch: str = "llama", *, width: int = 64, layers: int = 2, 
             w.add_tensor(name, a)
         elif t == "F16":
             w.add_tensor(name, a.astype(np.float16))
-        else:  # (IQ4_NL, IQ4_XS: the oracle has no quantiser; blockc's C rule's blocks)
+        else:  # (IQ4_NL, IQ4_XS, Q2_K, Q3_K: the oracle has no quantiser; blockc's C rule's)
             b = ggml.quantise(a, t) if t in ggml.QUANTISE else \
                 blockc.ops.unpack_ggml(blockc.ops.pack(a, t.lower()))
             w.add_tensor(name, b, raw_shape=b.shape, raw_dtype=gguf.GGMLQuantizationType[t])
@@ -239,16 +239,21 @@ def write_model(path, arch: str = "llama", *, width: int = 64, layers: int = 2, 
 def native(types):
     """The format blockc holds a matrix of these file types in (independently of
     blockc.checkpoint.gguf's table): the type's own format, Q4_0/Q5_0/Q8_0 parts as q8_0 (the
-    same weights, exactly), anything else float32."""
+    same weights, exactly), a fused q/k/v of other mixed types each part in its own (a
+    (q, k, v) tuple), anything else float32."""
     own = {"F32": "float32", "BF16": "bfloat16", "Q8_0": "q8_0", "Q4_0": "q4_0", "F16": "float16",
            "Q5_0": "q5_0", "Q4_K": "q4_k", "Q6_K": "q6_k", "Q4_1": "q4_1", "Q5_1": "q5_1",
-           "Q5_K": "q5_k", "IQ4_NL": "iq4_nl", "IQ4_XS": "iq4_xs"}
+           "Q5_K": "q5_k", "IQ4_NL": "iq4_nl", "IQ4_XS": "iq4_xs", "Q2_K": "q2_k",
+           "Q3_K": "q3_k"}
     import blockc.ops
     have = set(blockc.ops.DTYPES)
     if len(set(types)) == 1 and own.get(types[0]) in have:
         return own[types[0]]
     if set(types) <= {"Q4_0", "Q5_0", "Q8_0"}:
         return "q8_0"
+    if len(types) == 3 and all(own.get(t) in have for t in types):
+        # q, k and v of types with no common format (Q4_K_M's Q6_K attn_v): each its own
+        return tuple(own[t] for t in types)
     return "float32"
 
 
