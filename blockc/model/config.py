@@ -155,6 +155,10 @@ class GPTConfig:
         The attention scores' scale (None: 1 / sqrt(Dh)).
     logit_scale : float > 0
         The logits divided by it (Granite's ``logits_scaling``).
+    attn_softcap, logit_softcap : float > 0 or None
+        Soft-capping (Gemma 2's ``attn_logit_softcapping``, ``final_logit_softcapping``):
+        each attention score (after its scale, before the mask), and each logit (after
+        ``logit_scale``), x becomes ``c * tanh(x / c)``; None: not capped.
 
     ``placement`` may also be ``"sandwich"`` (Gemma 2/3: norms before and after each
     sublayer, ``ln1_post``/``ln2_post``) or ``"output"`` (OLMo2: ``x + norm(sublayer(x))``);
@@ -192,6 +196,8 @@ class GPTConfig:
     residual_scale: float = 1.0
     attn_scale: Optional[float] = None
     logit_scale: float = 1.0
+    attn_softcap: Optional[float] = None
+    logit_softcap: Optional[float] = None
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen)
@@ -277,7 +283,9 @@ class GPTConfig:
                     embed_scale=0.0 if self.embed_scale == 1.0 else self.embed_scale,
                     residual_scale=0.0 if self.residual_scale == 1.0 else self.residual_scale,
                     attn_scale=self.attn_scale or 0.0,
-                    logit_scale=0.0 if self.logit_scale == 1.0 else self.logit_scale)
+                    logit_scale=0.0 if self.logit_scale == 1.0 else self.logit_scale,
+                    attn_softcap=self.attn_softcap or 0.0,
+                    logit_softcap=self.logit_softcap or 0.0)
 
     @property
     def rotary_dim_(self) -> int:
@@ -304,7 +312,8 @@ class GPTConfig:
         for name, neutral in (("rotary_dim", None), ("nope_layers", ()), ("qk_norm", "none"),
                               ("rope_local_theta", None), ("local_layers", ()),
                               ("embed_scale", 1.0), ("residual_scale", 1.0),
-                              ("attn_scale", None), ("logit_scale", 1.0)):
+                              ("attn_scale", None), ("logit_scale", 1.0),
+                              ("attn_softcap", None), ("logit_softcap", None)):
             if getattr(self, name) != neutral:
                 out.append(name)
         if self.placement in ("sandwich", "output"):
@@ -604,7 +613,7 @@ def block_parameter_parts(cfg: GPTConfig) -> List[Tuple[str, str, int]]:
     """(part, formula term, count) rows of one block: q/k/v, the output projection,
     the MLP, the two norms and (when it has them) the biases."""
     d, f, h, kv, dh = cfg.width, cfg.d_ff_, cfg.heads, cfg.kv_heads_, cfg.head_dim_
-    gated = cfg.activation == "swiglu"
+    gated = cfg.activation in ("swiglu", "geglu")
     norm = _NORM_PARAMS[cfg.norm] * d
     rows = [("attention q, k, v", "D(H + 2KV)Dh", d * (h + 2 * kv) * dh),
             ("attention output", "(H Dh)D", h * dh * d),

@@ -42,7 +42,7 @@ def matrix_slots(cfg: GPTConfig) -> Dict[str, int]:
     out = {"token.weight": 0}
     for i in range(cfg.layers):
         for kind, k in _KINDS:
-            if kind != "gate.weight" or cfg.activation == "swiglu":
+            if kind != "gate.weight" or cfg.activation in ("swiglu", "geglu"):
                 out[f"blocks.{i}.{kind}"] = 2 + i * 5 + k
     if not cfg.tie_weights:
         out["head.weight"] = 1

@@ -36,6 +36,7 @@ typedef struct {
     int qk_norm;           /* BC_QK_NORM_* (bc_gpt.h) */
     float q_scale;         /* 0, or q multiplied by this before the attention */
     float residual_scale;  /* 0 (1), or x + this * sublayer */
+    float attn_softcap;    /* 0, or the scores soft-capped at this (bc_kv's softcap) */
 } bc_layer_cfg;
 
 /* A weight matrix: its data and layout (BC_WF_*). */

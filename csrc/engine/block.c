@@ -56,7 +56,7 @@ static int get_dims(dims *s, const bc_block_config *cfg, size_t b, size_t t)
     s->dd /= 3;  /* D*D, checked through the larger 3D*D */
     const bc_layer_cfg lc = {s->d, s->h, s->h, s->dh, s->f, cfg->norm, cfg->placement,
                              cfg->activation, cfg->causal != 0, cfg->residual != 0, cfg->eps,
-                             0, BC_QK_NORM_NONE, 0.0f, 0.0f};
+                             0, BC_QK_NORM_NONE, 0.0f, 0.0f, 0.0f};
     s->lc = lc;
     return bc_layer_work(&s->total, &s->lc, s->n);
 }

@@ -109,6 +109,9 @@ typedef struct {
      * (ring 0: row j; a ring is a multiple of BC_ATT_BK, so a tile never wraps);
      * window W (0: none): query position p sees keys p-W+1..p only */
     size_t ring, window;
+    /* soft-capping (Gemma 2): 0, none; else each scaled score s becomes
+     * softcap * tanh(s / softcap) before the mask and the softmax */
+    float softcap;
 } bc_kv;
 
 /* One multi-head attention call (see bc_k_attention). */
@@ -125,6 +128,7 @@ typedef struct {
     int causal;
     float *lse;        /* NULL, or (H, Tq): each query's log-sum-exp of its scaled scores */
     size_t ring, window;  /* as bc_kv's */
+    float softcap;        /* as bc_kv's */
 } bc_attn;
 
 /* One attention backward call (see bc_k_attention_backward): the forward's

@@ -32,7 +32,8 @@ __all__ = ["GRANITE", "SMOLLM3", "OLMO2"]
 def _shape(cfg: Any, what: str, **more: Any) -> None:
     base = dict(norm="rms", placement="pre", positions="rope", activation="swiglu",
                 residual=True, rotary_dim=None, qk_norm="none", embed_scale=1.0,
-                residual_scale=1.0, attn_scale=None, logit_scale=1.0, nope_layers=())
+                residual_scale=1.0, attn_scale=None, logit_scale=1.0, nope_layers=(),
+                attn_softcap=None, logit_softcap=None)
     base.update(more)
     want(cfg, what, **base)
     if cfg.qkv_bias != cfg.out_bias:
