@@ -15,8 +15,8 @@ import pytest
 from blockc import GPT, GPTConfig, gguf
 from blockc.checkpoint import families as fam_mod
 from blockc.checkpoint.families import (FAMILIES, GGUF_FAMILIES, LLAMA, QWEN2, QWEN3, REGISTRY,
-                                        GEMMA3, GPT2, GRANITE, MISTRAL, MIXTRAL, OLMO2, PHI3,
-                                        QWEN3_MOE, SMOLLM3, family_of, family_of_config)
+                                        GEMMA2, GEMMA3, GPT2, GRANITE, MISTRAL, MIXTRAL, OLMO2,
+                                        PHI3, QWEN3_MOE, SMOLLM3, family_of, family_of_config)
 from blockc.checkpoint import gguf as gm
 from blockc.model import layout
 
@@ -40,13 +40,19 @@ def _configs(fam):
         return [GPTConfig.preset("llama-7b", **SMALL, d_ff=24, kv_heads=2, **scales),
                 GPTConfig.preset("llama-7b", **SMALL, d_ff=24, head_dim=6, kv_heads=1,
                                  tie_weights=True, qkv_bias=True, out_bias=True, **scales)]
-    if fam is GEMMA3:
+    if fam is GEMMA3:  # llama.cpp's gemma3 turns layers 0..4 of 6 by the local base
         gem = dict(placement="sandwich", activation="geglu", qk_norm="head", embed_scale=4.0,
-                   rope_local_theta=10000.0, local_layers=(0,), rope_theta=1e6,
+                   rope_local_theta=10000.0, local_layers=(0, 1), rope_theta=1e6,
                    tie_weights=True)
         return [GPTConfig.preset("llama-7b", **{**SMALL, **gem}, d_ff=24, kv_heads=2),
                 GPTConfig.preset("llama-7b", **{**SMALL, **gem}, d_ff=24, head_dim=6,
-                                 kv_heads=1, attn_scale=0.25)]
+                                 kv_heads=1)]
+    if fam is GEMMA2:  # llama.cpp's gemma2 slides layer 0 of 2
+        gem = dict(placement="sandwich", activation="geglu", embed_scale=4.0, attn_softcap=50.0,
+                   logit_softcap=30.0, tie_weights=True)
+        return [GPTConfig.preset("llama-7b", **{**SMALL, **gem}, d_ff=24, kv_heads=2),
+                GPTConfig.preset("llama-7b", **{**SMALL, **gem}, d_ff=24, head_dim=6,
+                                 kv_heads=1, sliding_window=8, sliding_layers=(True, False))]
     if fam is OLMO2:
         olmo = dict(placement="output", qk_norm="all")
         return [GPTConfig.preset("llama-7b", **SMALL, d_ff=24, kv_heads=2, **olmo),
@@ -179,12 +185,6 @@ def test_configs_round_trip_through_both_savers_and_loaders(tmp_path, fam, cfg):
     assert family_of(cfg.to_hf()) is fam and GPTConfig.from_hf(cfg.to_hf()) == cfg
     m = GPT.random(cfg, seed=1)
     m.save_pretrained(tmp_path / "d")
-    if not fam.architectures:  # Gemma 3: no GGUF file yet, refused by name
-        with pytest.raises(ValueError, match="no architecture of the"):
-            m.save_gguf(tmp_path / "m.gguf")
-        back = GPT.from_pretrained(tmp_path / "d")
-        assert back.config == cfg and np.array_equal(back.params, m.params)
-        return
     m.save_gguf(tmp_path / "m.gguf")
     f = gguf.read(tmp_path / "m.gguf")
     assert f.get("general.architecture") == fam.architectures[0]
@@ -196,11 +196,11 @@ def test_configs_round_trip_through_both_savers_and_loaders(tmp_path, fam, cfg):
 
 def test_the_registry_indexes_each_name_once():
     assert set(FAMILIES) == {"gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3",
-                             "granite", "smollm3", "olmo2", "gemma3_text", "mixtral",
+                             "granite", "smollm3", "olmo2", "gemma2", "gemma3_text", "mixtral",
                              "qwen3_moe"}
     assert set(GGUF_FAMILIES) == set(gm.ARCHITECTURES) == {"gpt2", "llama", "qwen2", "qwen3",
                                                                "granite", "smollm3", "olmo2",
-                                                               "phi3"}
+                                                               "phi3", "gemma2", "gemma3"}
     assert all(FAMILIES[t] is f for f in REGISTRY for t in f.model_types)
     assert all(GGUF_FAMILIES[a] is f for f in REGISTRY for a in f.architectures)
     # Mistral reads as itself and saves through Llama's record, as Mistral's config.json

@@ -162,6 +162,10 @@ class GPTConfig:
         probable of a softmax over all E, weighted by their probabilities. 0: a dense MLP.
     router_norm : bool
         The K weights renormalised to sum 1 (Mixtral; Qwen3-MoE's ``norm_topk_prob``).
+    attn_softcap, logit_softcap : float > 0 or None
+        Soft-capping (Gemma 2's ``attn_logit_softcapping``, ``final_logit_softcapping``):
+        each attention score (after its scale, before the mask), and each logit (after
+        ``logit_scale``), x becomes ``c * tanh(x / c)``; None: not capped.
 
     ``placement`` may also be ``"sandwich"`` (Gemma 2/3: norms before and after each
     sublayer, ``ln1_post``/``ln2_post``) or ``"output"`` (OLMo2: ``x + norm(sublayer(x))``);
@@ -202,6 +206,8 @@ class GPTConfig:
     n_experts: int = 0
     experts_used: int = 0
     router_norm: bool = False
+    attn_softcap: Optional[float] = None
+    logit_softcap: Optional[float] = None
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 (frozen)
@@ -289,7 +295,9 @@ class GPTConfig:
                     attn_scale=self.attn_scale or 0.0,
                     logit_scale=0.0 if self.logit_scale == 1.0 else self.logit_scale,
                     n_experts=self.n_experts, n_experts_used=self.experts_used,
-                    router_norm=int(self.router_norm))
+                    router_norm=int(self.router_norm),
+                    attn_softcap=self.attn_softcap or 0.0,
+                    logit_softcap=self.logit_softcap or 0.0)
 
     @property
     def rotary_dim_(self) -> int:
@@ -316,7 +324,8 @@ class GPTConfig:
         for name, neutral in (("rotary_dim", None), ("nope_layers", ()), ("qk_norm", "none"),
                               ("rope_local_theta", None), ("local_layers", ()),
                               ("embed_scale", 1.0), ("residual_scale", 1.0),
-                              ("attn_scale", None), ("logit_scale", 1.0)):
+                              ("attn_scale", None), ("logit_scale", 1.0),
+                              ("attn_softcap", None), ("logit_softcap", None)):
             if getattr(self, name) != neutral:
                 out.append(name)
         if self.placement in ("sandwich", "output"):
@@ -618,7 +627,7 @@ def block_parameter_parts(cfg: GPTConfig) -> List[Tuple[str, str, int]]:
     """(part, formula term, count) rows of one block: q/k/v, the output projection,
     the MLP, the two norms and (when it has them) the biases."""
     d, f, h, kv, dh = cfg.width, cfg.d_ff_, cfg.heads, cfg.kv_heads_, cfg.head_dim_
-    gated = cfg.activation == "swiglu"
+    gated = cfg.activation in ("swiglu", "geglu")
     norm = _NORM_PARAMS[cfg.norm] * d
     rows = [("attention q, k, v", "D(H + 2KV)Dh", d * (h + 2 * kv) * dh),
             ("attention output", "(H Dh)D", h * dh * d),

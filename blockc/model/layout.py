@@ -70,7 +70,7 @@ def matrix_slots(cfg: GPTConfig) -> Dict[str, int]:
             if cfg.n_experts and k >= 2:  # every expert's matrix of a kind: the kind's slot
                 out.update((f"blocks.{i}.experts.{e}.{kind}", 2 + i * lib.BC_GPT_NMAT + k)
                            for e in range(cfg.n_experts))
-            elif kind != "gate.weight" or cfg.activation == "swiglu":
+            elif kind != "gate.weight" or cfg.activation in ("swiglu", "geglu"):
                 out[f"blocks.{i}.{kind}"] = 2 + i * lib.BC_GPT_NMAT + k
     if not cfg.tie_weights:
         out["head.weight"] = 1

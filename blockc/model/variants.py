@@ -72,6 +72,12 @@ def check_variants(cfg: Any, set_: Callable[[str, Any], None]) -> None:
         if not 0.0 < v < float(np.finfo(np.float32).max):
             raise BlockcValueError(f"GPTConfig.attn_scale must be > 0, got {v!r}")
         set_("attn_scale", v)
+    for name in ("attn_softcap", "logit_softcap"):
+        if getattr(cfg, name) is not None:
+            v = as_real(getattr(cfg, name), f"GPTConfig.{name}", 0.0)
+            if not 0.0 < v < float(np.finfo(np.float32).max):
+                raise BlockcValueError(f"GPTConfig.{name} must be > 0 in float32, got {v!r}")
+            set_(name, v)
     for name in ("nope_layers", "local_layers"):
         v = getattr(cfg, name)
         if not isinstance(v, (tuple, list)) or not all(

@@ -15,7 +15,7 @@ import numpy as np
 from ..book.rng import CRand
 
 __all__ = [
-    "linear", "rmsnorm", "layernorm", "attention", "gelu_tanh", "gelu", "relu", "silu",
+    "linear", "rmsnorm", "layernorm", "attention", "softcap", "gelu_tanh", "gelu", "relu", "silu",
     "swiglu", "block_forward", "stack_forward", "init_blocks", "avg_norm",
 ]
 
@@ -48,11 +48,20 @@ def layernorm(x, g=None, b=None, eps=1e-5):
     return y if b is None else y + b
 
 
-def attention(q, k, v, causal=False, window=None):
+def softcap(x, cap):
+    """Soft-capping (Gemma 2): cap * tanh(x / cap); cap None: x as it is."""
+    if cap is None:
+        return x
+    c = x.dtype.type(cap)
+    return c * np.tanh(x / c)
+
+
+def attention(q, k, v, causal=False, window=None, cap=None):
     """softmax(q k^T / sqrt(Dh)) v; q (..., Tq, Dh), k, v (..., Tk, Dh).
-    causal: query i sees keys 0..i; window W (with causal): keys i-W+1..i only."""
+    causal: query i sees keys 0..i; window W (with causal): keys i-W+1..i only;
+    cap: the scores soft-capped (:func:`softcap`) before the mask."""
     dh = q.shape[-1]
-    s = q @ np.swapaxes(k, -1, -2) / q.dtype.type(math.sqrt(dh))
+    s = softcap(q @ np.swapaxes(k, -1, -2) / q.dtype.type(math.sqrt(dh)), cap)
     if causal:
         tq, tk = s.shape[-2:]
         j, i = np.arange(tk)[None, :], np.arange(tq)[:, None]

@@ -11,9 +11,10 @@ and every other point of :class:`blockc.GPTConfig`: RMSNorm or no norm, post-nor
 placement (no final norm), the SwiGLU MLP ``down(silu(gate(x)) * up(x))``, any
 MLP width, rotary positions instead of a table, grouped K/V heads, a head size
 other than width / heads, biases per projection, no residual, a mixture of experts
-(``n_experts``: a router and SwiGLU experts in place of the MLP), and sliding-window
+(``n_experts``: a router and SwiGLU experts in place of the MLP), sliding-window
 attention (``sliding_window`` W on the ``sliding_layers``: query i sees keys
-i-W+1..i).
+i-W+1..i), and Gemma 2's soft-capping (``attn_softcap`` c: each scaled score s
+becomes c * tanh(s / c) before the mask; ``logit_softcap`` the same on the logits).
 
 Rotary embeddings are Hugging Face's "rotate half" layout: a head's vector x of
 Dh entries is read as the pairs (x[i], x[i + Dh/2]), and pair i at position p
@@ -160,7 +161,8 @@ def _attention(x, p, pre: str, cfg: Any, angles, kv_dtype: Any = None, window: A
         q = q * (scale * np.sqrt(dh))
     k, v = _cache_round(k, kv_dtype), _cache_round(v, kv_dtype)
     k, v = np.repeat(k, h // kv, axis=-3), np.repeat(v, h // kv, axis=-3)
-    y = np.swapaxes(block.attention(q, k, v, causal=True, window=window), -2, -3)
+    y = np.swapaxes(block.attention(q, k, v, causal=True, window=window,
+                                    cap=_get(cfg, "attn_softcap", None)), -2, -3)
     y = y.reshape(*lead, t, h * dh)
     return block.linear(y, p[pre + "attn.proj.weight"], p.get(pre + "attn.proj.bias"))
 
@@ -253,7 +255,8 @@ def gpt_forward(sd: Mapping[str, Any], cfg: Any, ids: Any, return_hidden: bool =
     if place != "post":
         x = _norm(x, p, "norm", norm, eps)
     head = p["token.weight"] if cfg.tie_weights else p["head.weight"]
-    logits = x @ head.T / _get(cfg, "logit_scale", 1.0)
+    logits = block.softcap(x @ head.T / _get(cfg, "logit_scale", 1.0),
+                           _get(cfg, "logit_softcap", None))
     if return_hidden:
         return logits, np.stack(hidden) if hidden else np.zeros((0, b, t, cfg.width), dtype)
     return logits

@@ -40,6 +40,7 @@ typedef struct {
     size_t n_experts;      /* E */
     size_t n_used;         /* K, 1..E */
     int router_norm;       /* the K weights renormalised */
+    float attn_softcap;    /* 0, or the scores soft-capped at this (bc_kv's softcap) */
 } bc_layer_cfg;
 
 /* A weight matrix: its data and layout (BC_WF_*). */

@@ -146,7 +146,8 @@ static void attn_cached(float *att, const float *q, size_t ld, const bc_layer_cf
     unsigned char *kq = qt ? pos->kq + bc_kvq_bytes(qt, off) : NULL;
     unsigned char *vq = qt ? pos->vq + bc_kvq_bytes(qt, off) : NULL;
     const size_t piece = w && w < cap && p0 + t > cap ? cap - w + 1 : t;
-    const bc_kv kv = {kc, vc, dh, dh, cap * dh, cap * dh, !qt, kh, vh, cap, w, kq, vq, qt};
+    const bc_kv kv = {kc, vc, dh, dh, cap * dh, cap * dh, !qt, kh, vh, cap, w, kq, vq, qt,
+                      c->attn_softcap};
     for (size_t i = 0; i < t; i += piece) {
         const size_t n = t - i < piece ? t - i : piece;
         const float *qi = q + i * ld;
@@ -186,7 +187,8 @@ static void attn_sublayer(float *out, const float *a, const float *r, const bc_l
         float *q = qkv + s * t * ld;
         const size_t p0 = pos->pos0 ? pos->pos0[s] : 0;
         /* the call's own keys and values, rows of the q/k/v buffer */
-        bc_kv kv = {q + qw, q + qw + kw, ld, ld, dh, dh, 0, NULL, NULL, 0, 0, NULL, NULL, 0};
+        bc_kv kv = {q + qw, q + qw + kw, ld, ld, dh, dh, 0, NULL, NULL, 0, 0, NULL, NULL, 0,
+                    c->attn_softcap};
         size_t tk = t;
         if (c->qk_norm)  /* per head: rows of Dh; else the whole projection: one row */
             for (size_t i = 0; i < t; i++) {

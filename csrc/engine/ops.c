@@ -87,7 +87,8 @@ int bc_attention(float *out, const float *q, const float *k, const float *v,
         return st;
     /* each (batch, head) pair is one single-head sequence of row stride Dh */
     for (size_t s = 0; s < bh; s++) {
-        const bc_kv kv = {k + s * tk * dh, v + s * tk * dh, dh, dh, dh, dh, 0, NULL, NULL, 0, 0, NULL, NULL, 0};
+        const bc_kv kv = {k + s * tk * dh, v + s * tk * dh, dh, dh, dh, dh, 0, NULL, NULL, 0, 0,
+                          NULL, NULL, 0, 0.0f};
         bc_k_attention(out + s * tq * dh, dh, q + s * tq * dh, dh, &kv, tq, tk, 1, 1, dh, 0,
                        causal != 0, &cx);
     }

@@ -116,7 +116,8 @@ static int variants(model *m)
         if (c->nope_layers[l] > 2 || (c->nope_layers[l] == 2 && c->rope_local_theta == 0.0f))
             return BC_EOPTION;
     if (!scale_ok(c->rope_attn) || !scale_ok(c->embed_scale) || !scale_ok(c->residual_scale)
-        || !scale_ok(c->attn_scale) || !scale_ok(c->logit_scale))
+        || !scale_ok(c->attn_scale) || !scale_ok(c->logit_scale)
+        || !scale_ok(c->attn_softcap) || !scale_ok(c->logit_softcap))
         return BC_EOPTION;
     if (c->qk_norm != BC_QK_NORM_NONE && c->qk_norm != BC_QK_NORM_HEAD
         && c->qk_norm != BC_QK_NORM_ALL)
@@ -153,6 +154,7 @@ static int variants(model *m)
                  || c->rope_dynamic != 0.0f || (c->rope_attn != 0.0f && c->rope_attn != 1.0f)
                  || c->nope_layers || c->rope_local_theta != 0.0f || c->qk_norm || c->embed_scale != 0.0f
                  || c->residual_scale != 0.0f || c->attn_scale != 0.0f || c->logit_scale != 0.0f
+                 || c->attn_softcap != 0.0f || c->logit_softcap != 0.0f
                  || c->placement == BC_PLACE_SANDWICH || c->placement == BC_PLACE_OUTPUT
                  || c->activation == BC_ACT_GEGLU || c->n_experts;
     return BC_OK;
@@ -600,7 +602,8 @@ bc_layer_cfg bc_gpt_layer_cfg(const model *m)
     const bc_layer_cfg lc = {m->c.width, m->c.heads, m->kv, m->dh, m->ff, m->c.norm,
                              m->c.placement, m->c.activation, 1, m->c.residual != 0, m->c.eps,
                              m->rd, m->c.qk_norm, q_scale, m->c.residual_scale,
-                             m->c.n_experts, m->c.n_experts_used, m->c.router_norm != 0};
+                             m->c.n_experts, m->c.n_experts_used, m->c.router_norm != 0,
+                             m->c.attn_softcap};
     return lc;
 }
 
@@ -865,6 +868,9 @@ static void head_forward(float *logits, float *xn, const float *x, const unsigne
     if (c->logit_scale != 0.0f && c->logit_scale != 1.0f)
         for (size_t i = 0; i < rows * c->vocab; i++)
             logits[i] /= c->logit_scale;
+    if (c->logit_softcap != 0.0f)  /* Gemma 2: cap * tanh(logit / cap), after the scale */
+        for (size_t i = 0; i < rows * c->vocab; i++)
+            logits[i] = c->logit_softcap * tanhf(logits[i] / c->logit_softcap);
 }
 
 /* The rotary table of a sequence whose call covers positions pos0..pos0+T-1: cs

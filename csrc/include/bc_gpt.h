@@ -141,6 +141,11 @@ typedef struct {
     float attn_scale;   /* 0 (1/sqrt(Dh)), or the scores' scale (finite, > 0): q is
                          * multiplied by attn_scale * sqrt(Dh) before the attention */
     float logit_scale;  /* 0 (1), or the logits divided by this (finite, > 0) */
+    /* Soft-capping (Gemma 2), each 0 (none) or a cap c (finite, > 0): x becomes
+     * c * tanh(x / c), in float32 (tanhf) */
+    float attn_softcap;   /* on each attention score (scaled q . k), before the
+                           * mask and the softmax */
+    float logit_softcap;  /* on each logit, after logit_scale */
     /* Sliding-window attention (bc_gpt_window below). */
     size_t window;              /* W: 0, every layer attends to every earlier position; else
                                  * a sliding layer's query at position p sees p-W+1..p */

@@ -117,6 +117,9 @@ typedef struct {
      * the blocks' values */
     const unsigned char *kq, *vq;
     int kq_dtype;
+    /* soft-capping (Gemma 2): 0, none; else each scaled score s becomes
+     * softcap * tanh(s / softcap) before the mask and the softmax */
+    float softcap;
 } bc_kv;
 
 /* One multi-head attention call (see bc_k_attention). */
@@ -135,6 +138,7 @@ typedef struct {
     size_t ring, window;  /* as bc_kv's */
     const unsigned char *kq, *vq;  /* a quantised cache's, in place of k and v (bc_kv) */
     int kq_dtype;
+    float softcap;        /* as bc_kv's */
 } bc_attn;
 
 /* One attention backward call (see bc_k_attention_backward): the forward's

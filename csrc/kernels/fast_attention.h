@@ -233,6 +233,16 @@ static void mk_rows(size_t n, int nv, size_t nt, const float *a, size_t sa, size
     }
 }
 
+/* Soft-capping (Gemma 2): s[i] = cap * tanh(s[i] / cap) for n scores, one
+ * element at a time in float32, so a score's bits do not depend on the kernel
+ * (prefill or decoding) that computed it. */
+// s (n) scores, in place
+static void softcap_scores(float *s, size_t n, float cap)
+{
+    for (size_t i = 0; i < n; i++)
+        s[i] = cap * tanhf(s[i] / cap);
+}
+
 /* One unit on nv vectors of lanes (nq <= nv*VL queries). */
 BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0, size_t nq,
                              float *scratch)
@@ -299,6 +309,8 @@ BC_INLINE void attn_unit_nv(const int nv, const bc_attn *A, size_t h, size_t i0,
             mk_rows(nk, nv, dh, kt, 1, BC_ATT_BK, qt, st, NULL, 0, NULL, NULL);
         else
             mk_rows(nk, nv, dh, kh + jr * A->ldk, A->ldk, 1, qt, st, NULL, 0, NULL, NULL);
+        if (A->softcap != 0.0f)  /* before the mask: masked lanes become -inf below */
+            softcap_scores(st, nk * bq, A->softcap);
         /* causal: lanes i with q_pos0 + i0 + i < j do not see key j; a window: nor
          * lanes with q_pos0 + i0 + i >= j + W (lanes from hi[j] on) */
         int any_masked = 0;
@@ -432,6 +444,7 @@ typedef struct {
     const float *k, *v;
     const uint16_t *k16, *v16;
     size_t ldv;
+    float softcap;  /* bc_attn's: 0, or the scores soft-capped */
 } kv_tile;
 
 // VL lanes from element i of the tile's keys, or of its values
@@ -510,6 +523,10 @@ BC_INLINE void heads_tile(const int hn, const int half, const float *q, const kv
         BC_UNROLL
         for (int a = 0; a < KLANES; a++)
             vstore(s + (size_t)g * BC_ATT_BK + (size_t)a * VL, acc[g][a]);
+    if (tl->softcap != 0.0f)  /* attn_unit's soft-cap, on the tile's nk keys */
+        BC_UNROLL
+        for (int g = 0; g < hn; g++)
+            softcap_scores(s + (size_t)g * BC_ATT_BK, nk, tl->softcap);
     /* keys before a sliding window (the tile's first jf): score -inf, as attn_unit's mask */
     for (size_t j = 0; j < jf; j++)
         BC_UNROLL
@@ -678,7 +695,7 @@ static void attn_decode(const bc_attn *A, size_t i, size_t h0, size_t nh, float 
          * in place; else transposed here, VL x VL blocks in registers (keys
          * past nk zero). A half cache whose Dh is not whole vectors: the tile
          * widened to floats first. */
-        kv_tile tl = {kbuf, vh ? vh + jr * A->ldv : NULL, NULL, NULL, A->ldv};
+        kv_tile tl = {kbuf, vh ? vh + jr * A->ldv : NULL, NULL, NULL, A->ldv, A->softcap};
         if (quant) {
             kv_dequant(kbuf, vbuf, A->kq + bc_kvq_bytes(A->kq_dtype, kvh * A->khs + jr * dh),
                        A->vq + bc_kvq_bytes(A->kq_dtype, kvh * A->vhs + jr * dh),

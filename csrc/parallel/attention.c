@@ -67,7 +67,7 @@ void bc_k_attention_lse(float *out, size_t ldo, float *lse, const float *q, size
     const bc_attn A = {out, q, ldo, ldq, kv->k, kv->v, kv->ldk, kv->ldv, kv->khs, kv->vhs,
                        kv->k_tiled, kv->k16, kv->v16, tq, tk, n_heads, d_head, q_pos0,
                        n_heads / kv_heads, causal, lse, kv->ring, kv->window, kv->kq, kv->vq,
-                       kv->kq_dtype};
+                       kv->kq_dtype, kv->softcap};
     const bc_kernel_table *kt = cx->kt;
     const size_t bq = kt->attn_bq;
     const size_t nqt = (tq + bq - 1) / bq, units = nqt * n_heads;

@@ -923,6 +923,12 @@ static void family_checks(void)
     c.embed_scale = NAN; EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
     c.embed_scale = -1.0f; EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
     c = h_llama_config(0);
+    c.attn_softcap = -1.0f; EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
+    c.attn_softcap = INFINITY; EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
+    c.attn_softcap = 50.0f; c.logit_softcap = NAN; EXPECT_STATUS(BC_EOPTION, bc_gpt_config_check(&c));
+    c.logit_softcap = 30.0f; EXPECT_STATUS(BC_OK, bc_gpt_config_check(&c));
+    EXPECT_STATUS(BC_EOPTION, bc_gpt_train_workspace_size(&n1, &c, 1, 4));
+    c = h_llama_config(0);
     c.placement = BC_PLACE_SANDWICH; EXPECT_STATUS(BC_OK, bc_gpt_tensor_count(&n1, &c));
     EXPECT(n1 == n0 + 2 * c.layers);
     c = tiny(1); c.placement = BC_PLACE_SANDWICH;  /* LayerNorm */
@@ -943,8 +949,8 @@ static void family_checks(void)
     for (int k = 0; k < 2; k++) {
         const int dtype = k ? BC_DTYPE_Q8_0 : BC_DTYPE_F32;
         static const unsigned char nope[2] = {0, 1}, local[2] = {2, 0};
-        bc_gpt_config v[8];
-        for (int i = 0; i < 8; i++)
+        bc_gpt_config v[9];
+        for (int i = 0; i < 9; i++)
             v[i] = h_llama_config(i % 2);
         v[0].rope_dim = 4; v[0].rope_freqs = good; v[0].rope_attn = 1.25f;
         v[1].nope_layers = nope; v[1].qk_norm = BC_QK_NORM_HEAD;
@@ -955,7 +961,8 @@ static void family_checks(void)
         v[5].rope_dynamic = 2.0f; v[5].rope_original = 9;  /* never past it here: T <= 5 */
         v[6].placement = BC_PLACE_OUTPUT; v[6].residual_scale = 0.5f; v[6].qkv_bias = 1;
         v[7].nope_layers = local; v[7].rope_local_theta = 500.0f; v[7].rope_freqs = NULL;
-        for (int i = 0; i < 8; i++)
+        v[8].attn_softcap = 0.5f; v[8].logit_softcap = 1.5f;  /* Gemma 2's caps, biting */
+        for (int i = 0; i < 9; i++)
             variant_checks(as_dtype(v[i], dtype));
     }
 
@@ -978,6 +985,14 @@ static void family_checks(void)
     EXPECT(memcmp(a, b, NB(5 * V)) == 0);
     logits_of(b, p, &s, ids, 5);
     EXPECT(memcmp(a, b, NB(5 * V)) != 0);
+    /* soft-caps: the logits within the cap and not the uncapped ones */
+    bc_gpt_config cap = h_llama_config(0), open_ = h_llama_config(0);
+    cap.attn_softcap = 0.5f; cap.logit_softcap = 0.25f;
+    logits_of(a, p, &cap, ids, 5);
+    logits_of(b, p, &open_, ids, 5);
+    EXPECT(memcmp(a, b, NB(5 * V)) != 0);
+    for (size_t i = 0; i < 5 * V; i++)
+        EXPECT(fabsf(a[i]) <= 0.25f);
     /* every layer local: the plain rotary of the local base, bit for bit */
     static const unsigned char all_local[2] = {2, 2};
     bc_gpt_config loc = h_llama_config(0), base = h_llama_config(0);

@@ -34,7 +34,7 @@ def _shape(cfg: Any, what: str, **more: Any) -> None:
     base = dict(norm="rms", placement="pre", positions="rope", activation="swiglu",
                 residual=True, rotary_dim=None, qk_norm="none", embed_scale=1.0,
                 residual_scale=1.0, attn_scale=None, logit_scale=1.0, nope_layers=(),
-                n_experts=0)
+                n_experts=0, attn_softcap=None, logit_softcap=None)
     base.update(more)
     want(cfg, what, **base)
     if cfg.qkv_bias != cfg.out_bias:

@@ -43,7 +43,7 @@ def _gpt2_from_hf(d: Mapping[str, Any]) -> Dict[str, Any]:
 def _gpt2_check(cfg: Any) -> None:
     want(cfg, "a GPT-2 checkpoint", norm="layer", placement="pre", positions="learned",
           residual=True, qkv_bias=True, out_bias=True, mlp_bias=True, kv_heads_=cfg.heads,
-          head_dim_=cfg.width // cfg.heads)
+          head_dim_=cfg.width // cfg.heads, attn_softcap=None, logit_softcap=None, n_experts=0)
     if cfg.width % cfg.heads:
         raise BlockcValueError("GPTConfig: a GPT-2 checkpoint needs heads dividing width")
     if cfg.sliding_window is not None:

@@ -212,7 +212,8 @@ def _llama_from_hf(d: Mapping[str, Any], *, model: str,
 def _llama_shape(cfg: Any, what: str, qk_norm: str = "none", n_experts: int = 0) -> None:
     want(cfg, what, norm="rms", placement="pre", positions="rope", activation="swiglu",
          residual=True, rotary_dim=None, nope_layers=(), qk_norm=qk_norm, embed_scale=1.0,
-         residual_scale=1.0, attn_scale=None, logit_scale=1.0, n_experts=n_experts)
+         residual_scale=1.0, attn_scale=None, logit_scale=1.0, n_experts=n_experts,
+         attn_softcap=None, logit_softcap=None)
 
 
 def _llama_check(cfg: Any) -> None:

@@ -60,7 +60,8 @@ def _phi3_check(cfg: Any) -> None:
          activation="swiglu", residual=True, nope_layers=(), qk_norm="none", embed_scale=1.0,
          residual_scale=1.0, attn_scale=None, logit_scale=1.0, qkv_bias=False,
          out_bias=False, mlp_bias=False, sliding_layers=None, local_layers=(),
-         rope_local_theta=None, n_experts=0)
+         rope_local_theta=None, n_experts=0, attn_softcap=None,
+         logit_softcap=None)
     if cfg.rope_kind not in ("default", "longrope"):
         raise BlockcValueError(f"GPTConfig.rope_parameters: rope_type {cfg.rope_kind!r}: a "
                                "Phi-3 checkpoint has default or longrope")
