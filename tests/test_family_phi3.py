@@ -19,6 +19,8 @@ from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 import blockc  # noqa: E402
 from blockc import GPT, GPTConfig  # noqa: E402
 from blockc.reference.gpt import gpt_forward  # noqa: E402
+from helpers import same_bits_any_threads  # noqa: E402
+from test_families_new import close, hf_greedy, hf_logits  # noqa: E402
 
 V, ORIGINAL, WINDOW = 64, 16, 12
 
@@ -42,22 +44,6 @@ def phi3(seed=0, hidden=32, heads=4, d_ff=48, layers=2, **kw):
         for p in m.parameters():
             p.add_(torch.randn_like(p) * (0.3 if p.ndim == 1 else 0.05))
     return m
-
-
-def hf_logits(m, ids):
-    with torch.no_grad():
-        return m(torch.as_tensor(ids)).logits.float().numpy()
-
-
-def hf_greedy(m, ids, n):
-    with torch.no_grad():
-        return m.generate(torch.as_tensor(ids), max_new_tokens=n, do_sample=False,
-                          eos_token_id=None, pad_token_id=0,
-                          attention_mask=torch.ones(ids.shape, dtype=torch.long)).numpy()
-
-
-def close(got, ref):
-    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-4 * np.abs(ref).max())
 
 
 def ids_of(n, seed=1):
@@ -236,17 +222,7 @@ def test_phi3_gguf_without_longrope_or_window(tmp_path):
 def test_phi3_same_bits_at_any_threads_and_batch(pair):
     _, m, _ = pair
     ids = np.random.default_rng(4).integers(0, V, size=(2, 24))  # past the window and 16
-    before = blockc.get_num_threads()
-    try:
-        outs = []
-        for n in (1, 2):
-            blockc.set_num_threads(n)
-            outs.append(m(ids))
-            one = np.concatenate([m(ids[:1]), m(ids[1:])])
-            assert np.array_equal(outs[-1].view(np.uint32), one.view(np.uint32))
-        assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
-    finally:
-        blockc.set_num_threads(before)
+    same_bits_any_threads(m, ids)
 
 
 def test_phi3_refusals_name_the_field():

@@ -16,10 +16,11 @@ transformers = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
 from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 
-import blockc  # noqa: E402
 from blockc import GPT, GPTConfig  # noqa: E402
 from blockc.reference.gpt import gpt_forward  # noqa: E402
+from helpers import same_bits_any_threads  # noqa: E402
 from support.gguf_files import assert_dequantised  # noqa: E402
+from test_families_new import check_against, close, hf_greedy, hf_logits  # noqa: E402
 
 V = 64
 SMALL = dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
@@ -37,31 +38,6 @@ def hf_model(model_type, seed=0, **kw):
         for p in m.parameters():
             p.add_(torch.randn_like(p) * (0.3 if p.ndim == 1 else 0.1))
     return m
-
-
-def hf_logits(m, ids):
-    with torch.no_grad():
-        return m(torch.as_tensor(ids)).logits.float().numpy()
-
-
-def hf_greedy(m, ids, n):
-    with torch.no_grad():
-        return m.generate(torch.as_tensor(ids), max_new_tokens=n, do_sample=False,
-                          eos_token_id=None, pad_token_id=0,
-                          attention_mask=torch.ones(ids.shape, dtype=torch.long)).numpy()
-
-
-def close(got, ref):
-    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-4 * np.abs(ref).max())
-
-
-def check_against(hm, m, prompt=6, length=40):
-    ids = np.random.default_rng(1).integers(0, V, size=(1, length))
-    ref = hf_logits(hm, ids)
-    close(m(ids), ref)
-    np.testing.assert_array_equal(m.generate(ids[:, :prompt], 12),
-                                  hf_greedy(hm, ids[:, :prompt], 12))
-    return ids, ref
 
 
 # ---- Gemma 2 from a Hugging Face directory ----------------------------------------------------
@@ -272,23 +248,13 @@ def test_softcaps_same_bits_at_any_threads_and_batch_and_through_the_cache(tmp_p
                               + (rng.normal(0, 0.3, a.shape) if a.ndim == 1 else 0)
                               ).astype(np.float32))
     ids = np.random.default_rng(4).integers(0, V, size=(2, 30))
-    before = blockc.get_num_threads()
-    try:
-        outs = []
-        for n in (1, 2):
-            blockc.set_num_threads(n)
-            outs.append(m(ids))
-            one = np.concatenate([m(ids[:1]), m(ids[1:])])
-            assert np.array_equal(outs[-1].view(np.uint32), one.view(np.uint32))
-        assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
-    finally:
-        blockc.set_num_threads(before)
+    out = same_bits_any_threads(m, ids)
     ref = gpt_forward(m.state_dict(), cfg, ids)
-    close(outs[0], ref)
+    close(out, ref)
     assert np.abs(ref).max() <= 2.0  # the logits capped
     # token by token through the cache (the decoding kernel): the prefill's bits
     c = m.new_cache(2, 48)
     got = np.concatenate([m(ids[:, i:i + 1], cache=c) for i in range(30)], axis=1)
-    assert np.array_equal(got.view(np.uint32), outs[0].view(np.uint32))
+    assert np.array_equal(got.view(np.uint32), out.view(np.uint32))
     with pytest.raises(ValueError, match="training does not compute"):
         m.loss(ids[:, :4], ids[:, :4])

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck
 
+import blockc
+
 __all__ = ["rnd", "close", "close_k", "mean_kl", "plots", "run_python", "write_script",
-           "snapshot", "PROPERTY_SETTINGS", "pick"]
+           "snapshot", "PROPERTY_SETTINGS", "pick", "schema_valid", "same_bits_any_threads"]
 
 #: the checkout's root (tests/support/helpers.py is two folders below it)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -109,3 +111,20 @@ def schema_valid(doc, schema):
     if t == "boolean":
         return isinstance(doc, bool)
     return True
+
+
+def same_bits_any_threads(m, ids):
+    """``m(ids)`` (a batch of at least two rows), asserted the same bits on 1 and 2 threads
+    and for the first row run alone beside the rest; the 1-thread logits returned."""
+    before = blockc.get_num_threads()
+    try:
+        outs = []
+        for n in (1, 2):
+            blockc.set_num_threads(n)
+            outs.append(m(ids))
+            one = np.concatenate([m(ids[:1]), m(ids[1:])])
+            assert np.array_equal(outs[-1].view(np.uint32), one.view(np.uint32))
+        assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    finally:
+        blockc.set_num_threads(before)
+    return outs[0]

@@ -32,7 +32,7 @@ import numpy as np
 from ..._errors import BlockcValueError
 from .llama import rope_fields, rope_to_hf
 from .record import (GGUF_REFUSE, Family, GGUFMetadata, TensorName, bool_field, float_field,
-                     get_field, gguf_base, gguf_sizes, int_field, refusal, want)
+                     get_field, gguf_base, gguf_heads, gguf_sizes, int_field, refusal, want)
 
 __all__ = ["GEMMA2", "GEMMA3"]
 
@@ -258,19 +258,7 @@ def _from_gguf(md: GGUFMetadata) -> Dict[str, Any]:
     gemma3 = arch == "gemma3"
     out = gguf_sizes(md)
     width, heads, layers, context = out["width"], out["heads"], out["layers"], out["context"]
-    kv = md.integer("attention.head_count_kv", heads)
-    head_dim = md.integer("attention.key_length", width // heads if width % heads == 0 else 0)
-    vdim = md.integer("attention.value_length", head_dim)
-    if vdim != head_dim:
-        raise md.refuse(md.key("attention.value_length"), vdim,
-                        f"value heads of another width than the key heads ({head_dim})")
-    rot = md.integer("rope.dimension_count", head_dim)
-    if rot != head_dim:
-        raise md.refuse(md.key("rope.dimension_count"), rot,
-                        f"rotary embeddings on part of each head of {head_dim}")
-    if heads % kv:
-        raise md.fail(f"{md.key('attention.head_count_kv')}={kv} does not divide "
-                      f"head_count={heads}")
+    kv, head_dim, rot = gguf_heads(md, width, heads)
     for t in ("attn_q.bias", "attn_output.bias", "ffn_up.bias", "attn_norm.bias"):
         if md.has(f"blk.0.{t}"):
             raise md.refuse(f"tensor 'blk.0.{t}'", "present", f"a {arch} file has no biases")

@@ -11,7 +11,8 @@ import numpy as np
 
 from ..._errors import BlockcValueError
 from .record import (GGUF_REFUSE, Family, GGUFMetadata, TensorName, bool_field, float_field,
-                     get_field, gguf_base, gguf_sizes, int_field, refusal, str_field, want)
+                     get_field, gguf_base, gguf_heads, gguf_sizes, int_field, refusal, str_field,
+                     want)
 from .rope_gguf import ROPE_SCALING_KEYS, gguf_scaling, gguf_scaling_keys
 
 __all__ = ["LLAMA", "QWEN2", "QWEN3", "MISTRAL", "rope_fields", "rope_to_hf", "LLAMA_GGUF_REFUSE",
@@ -370,19 +371,7 @@ def _llama_from_gguf(md: GGUFMetadata, *, biases: Optional[Tuple[bool, bool]],
     the caller's to read (phi3's longrope), else refused and read here."""
     out = gguf_sizes(md, rope_freqs=md.arch in ROPE_FREQS_ARCHS)
     width, heads = out["width"], out["heads"]
-    kv = md.integer("attention.head_count_kv", heads)
-    head_dim = md.integer("attention.key_length", width // heads if width % heads == 0 else 0)
-    vdim = md.integer("attention.value_length", head_dim)
-    if vdim != head_dim:
-        raise md.refuse(md.key("attention.value_length"), vdim,
-                        f"value heads of another width than the key heads ({head_dim})")
-    rot = md.integer("rope.dimension_count", head_dim)
-    if rot != head_dim and not (partial and rot <= head_dim and rot % 2 == 0):
-        raise md.refuse(md.key("rope.dimension_count"), rot,
-                        f"rotary embeddings on part of each head of {head_dim}")
-    if heads % kv:
-        raise md.fail(f"{md.key('attention.head_count_kv')}={kv} does not divide "
-                      f"head_count={heads}")
+    kv, head_dim, rot = gguf_heads(md, width, heads, partial)
     qkv_bias = md.has("blk.0.attn_q.bias")
     out_bias = md.has("blk.0.attn_output.bias")
     if (qkv_bias, out_bias) != (biases or (qkv_bias, qkv_bias)):

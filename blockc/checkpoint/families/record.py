@@ -14,7 +14,7 @@ from ..._errors import BlockcValueError
 __all__ = ["Family", "TensorName", "GGUFMetadata", "GGUF_REFUSE", "Name", "Spec", "Parts",
            "part_name", "get_field",
            "refusal", "int_field", "bool_field", "float_field", "str_field", "want", "gguf_sizes",
-           "gguf_base"]
+           "gguf_heads", "gguf_base"]
 
 #: A Hugging Face tensor: (checkpoint name, blockc name, stored transposed, rows)
 Name = Tuple[str, str, bool, Optional[Tuple[int, int]]]
@@ -331,6 +331,27 @@ def want(cfg: Any, what: str, **want: Any) -> None:
 
 
 # ---- the shared GGUF metadata ------------------------------------------------------------------
+
+def gguf_heads(md: GGUFMetadata, width: int, heads: int,
+               partial: bool = False) -> Tuple[int, int, int]:
+    """(K/V heads, head size, rotated dimensions) of a GGUF file's attention, checked:
+    value heads as wide as key heads, K/V heads dividing the heads, and the whole head
+    rotated (or, with ``partial``, an even part of it); else refused by key."""
+    kv = md.integer("attention.head_count_kv", heads)
+    head_dim = md.integer("attention.key_length", width // heads if width % heads == 0 else 0)
+    vdim = md.integer("attention.value_length", head_dim)
+    if vdim != head_dim:
+        raise md.refuse(md.key("attention.value_length"), vdim,
+                        f"value heads of another width than the key heads ({head_dim})")
+    rot = md.integer("rope.dimension_count", head_dim)
+    if rot != head_dim and not (partial and rot <= head_dim and rot % 2 == 0):
+        raise md.refuse(md.key("rope.dimension_count"), rot,
+                        f"rotary embeddings on part of each head of {head_dim}")
+    if heads % kv:
+        raise md.fail(f"{md.key('attention.head_count_kv')}={kv} does not divide "
+                      f"head_count={heads}")
+    return kv, head_dim, rot
+
 
 def gguf_sizes(md: GGUFMetadata, rope_freqs: bool = False) -> Dict[str, Any]:
     """The fields every GGUF family has, everything blockc computes differently refused:
