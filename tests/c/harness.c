@@ -8,7 +8,7 @@
 
 #define CANARY 0xA5u
 #define GUARD 64 /* bytes of guard zone after each buffer */
-#define MAX_BUFS 16384
+#define MAX_BUFS 65536 /* every buffer is kept (and its guard checked) until exit */
 
 static int n_pass, n_fail;
 static void *bufs[MAX_BUFS];
