@@ -25,7 +25,7 @@ import pytest
 
 import blockc
 from blockc.generation.ends import end_token_ids
-from blockc.text.gguf import PRE_TOKENIZER_SPLITS
+from blockc.text.gguf import PRE_TOKENIZER_SPLITS, metadata_of
 from family_templates import GEMMA3, MIXTRAL, PHI3, PHI4_MINI
 from test_tokenizer_families import LINES, STRINGS, _bytelevel
 
@@ -211,6 +211,14 @@ def test_tokenizers_encode_as_transformers_from_both_sources(family):
     specials = FAMILIES[name][5] or ["</s>"]
     texts = STRINGS + [" leading", "x 12 3.14 1,000 and 007", "\x01\x02 bytes \u2603\U0001f9ea",
                        f"a{specials[-1]}\nb {specials[0]}  c", "[INST] hi [/INST]"]
+    # and the directory's tokenizer as blockc writes it into a GGUF file (save_gguf's metadata)
+    meta = metadata_of(ours["tokenizer.json"])
+    assert meta["tokenizer.ggml.model"].value == ("gpt2" if name == "phi4mini" else "llama")
+    if name != "phi4mini":
+        assert meta["tokenizer.ggml.add_space_prefix"].value == (not name.startswith("gemma"))
+    blockc.io.gguf.write(str(d / "saved.gguf"), {
+        "general.architecture": FAMILIES[name][0], "general.name": FAMILIES[name][6], **meta}, [])
+    ours = {**ours, "saved": blockc.Tokenizer.from_pretrained(d / "saved.gguf")}
     for text in texts:
         want = peer.encode(text, add_special_tokens=False)
         for where, tok in ours.items():

@@ -354,7 +354,8 @@ def export(tok: Any, add_bos: Optional[bool] = None, chat_template: Optional[str
     BPE tokenizer: ``gpt2`` for a byte-level one (tokens, merges, the pre-tokenizer's
     name when its split pattern is one :data:`PRE_TOKENIZER_SPLITS` knows), ``llama`` for
     a SentencePiece-style one (tokens, scores by rank, the merges too, byte tokens typed
-    BYTE); added special tokens CONTROL, other added tokens USER_DEFINED.
+    BYTE, ``add_space_prefix`` as its normalizer or Metaspace says); added special tokens
+    CONTROL, other added tokens USER_DEFINED.
 
     Raises
     ------
@@ -380,6 +381,7 @@ def export(tok: Any, add_bos: Optional[bool] = None, chat_template: Optional[str
             tokens[i] = f"[PAD{i}]"
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
     text = json.dumps(d.get("pre_tokenizer"))
+    norm = json.dumps(d.get("normalizer"), ensure_ascii=False)
     byte_level = "ByteLevel" in text
     types = [1] * n
     for a in added:
@@ -395,9 +397,12 @@ def export(tok: Any, add_bos: Optional[bool] = None, chat_template: Optional[str
                 pre = name
                 break
         out["tokenizer.ggml.pre"] = Value("STRING", pre)
-    elif model.get("byte_fallback") and ("Metaspace" in text or "▁" in json.dumps(d.get("normalizer"))):
+    elif model.get("byte_fallback") and ("Metaspace" in text or "▁" in norm):
         out["tokenizer.ggml.model"] = Value("STRING", "llama")
         out["tokenizer.ggml.pre"] = Value("STRING", "default")
+        # a ▁ before the text: Llama 2's Prepend normalizer, or a Metaspace that prepends
+        prefix = "Prepend" in norm or ("Metaspace" in text and '"never"' not in text)
+        out["tokenizer.ggml.add_space_prefix"] = Value("BOOL", prefix)
         for i, t in enumerate(tokens):
             if len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
                 types[i] = 6
