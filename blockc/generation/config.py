@@ -27,6 +27,7 @@ from ..model import CACHE_DTYPES
 
 __all__ = ["GenerationConfig", "ResolvedGeneration", "Option", "API", "options",
            "TOKEN_ID_FIELDS", "token_ids", "checked_token_ids", "GGUF_END_KEYS",
+           "GGUF_END_TEXTS",
            "SAMPLING_FIELDS", "GGUF_SAMPLING_KEYS"]
 
 #: the token ids a checkpoint's config.json / generation_config.json may give
@@ -34,7 +35,15 @@ TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
 #: a GGUF file's metadata keys of the ids that end a generation: llama.cpp's end of text
 #: and end of turn (a chat model's answer ends at its end-of-turn token)
-GGUF_END_KEYS = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id")
+GGUF_END_KEYS = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                 "tokenizer.ggml.eom_token_id")
+
+#: the tokens llama.cpp ends a generation at by their text, whatever ids the file names
+#: (its converter writes no end-of-turn id for Gemma, Phi-3, Qwen, ...: ``<end_of_turn>``,
+#: ``<|end|>``, ``<|im_end|>`` are found so)
+GGUF_END_TEXTS = frozenset({"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
+                            "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
+                            "<|end_of_text|>", "<end_of_utterance>"})
 
 #: GenerationConfig's token ids -> a GGUF file's metadata keys of them (besides the end ids)
 _GGUF_IDS = (("bos_token_id", "tokenizer.ggml.bos_token_id"),
@@ -420,8 +429,9 @@ class GenerationConfig:
                   ) -> "GenerationConfig":
         """The generation config of a GGUF file's metadata (a GGUF file has no
         ``generation_config.json``): its bos and pad ids, as end ids its end of
-        text and its end of turn (:data:`GGUF_END_KEYS`, in that order, once each), as
-        llama.cpp stops at both, and the sampling options its ``general.sampling.*``
+        text, end of turn and end of message (:data:`GGUF_END_KEYS`, in that order), then
+        the tokens spelled as an end (:data:`GGUF_END_TEXTS`, in id order; once each), as
+        llama.cpp stops at all of them, and the sampling options its ``general.sampling.*``
         keys state (:data:`GGUF_SAMPLING_KEYS`; a value out of range is left out). An id that is not an int below both the file's token
         count and ``vocab`` is left out.
 
@@ -457,7 +467,9 @@ class GenerationConfig:
             return _is_id(v) and (n is None or v < n)
         kw: Dict[str, Any] = {ours: metadata[key] for ours, key in _GGUF_IDS
                               if ok(metadata.get(key))}
-        ends = tuple(dict.fromkeys(metadata[k] for k in GGUF_END_KEYS if ok(metadata.get(k))))
+        ends = tuple(dict.fromkeys([metadata[k] for k in GGUF_END_KEYS if ok(metadata.get(k))]
+                                   + [i for i, t in enumerate(toks or ()) if t in GGUF_END_TEXTS
+                                      and ok(i)]))
         if ends:
             kw["eos_token_id"] = ends[0] if len(ends) == 1 else ends
         for key, ours in GGUF_SAMPLING_KEYS:  # general.sampling.*: each valid one kept

@@ -14,7 +14,8 @@ encode a text to the same ids), for the two models a file states in
   ``refact``, ``smollm``, ``starcoder``, ...'s digits split one by one before GPT-2's
   split (:data:`DIGITS_FIRST_PRE_TOKENIZERS`: SmolLM2's, StarCoder-style ones).
 - ``llama``: SentencePiece-style BPE with byte fallback (``<0x0A>`` tokens), spaces
-  as ``▁`` and one ``▁`` prepended to the text (none when
+  as ``▁`` and one ``▁`` prepended to each piece of text between special tokens, as
+  llama.cpp and Llama 2's tokenizer.json do (none when
   ``tokenizer.ggml.add_space_prefix`` is false); the merges as stored, or, as
   SentencePiece files have none, every split of a token into two tokens, ranked by
   the token's score. Gemma's (:data:`GEMMA_ARCHITECTURES`, by ``general.architecture``)
@@ -22,7 +23,9 @@ encode a text to the same ids), for the two models a file states in
   merges follow its tokens' order, as transformers reads Gemma files.
 
 Tokens of type CONTROL (3) become special tokens and USER_DEFINED (4) added tokens,
-both matched whole in the text. ``tokenizer.ggml.add_bos_token`` (true by default
+both matched whole in the text; in a file whose ``general.name`` names Phi-3, the control
+tokens (but ``<unk>``, ``<s>``, ``<|endoftext|>``) take the whitespace after them, as
+llama.cpp does and Phi-3's tokenizer.json says. ``tokenizer.ggml.add_bos_token`` (true by default
 for ``llama``) and ``add_eos_token`` make the post-processor add them when
 ``add_special_tokens=True``. The chat template (``tokenizer.chat_template``) and
 the special ids are returned alongside.
@@ -40,6 +43,11 @@ __all__ = ["build", "TokenizerInfo", "PRE_TOKENIZER_SPLITS", "NFC_PRE_TOKENIZERS
 
 # CONTROL and USER_DEFINED in llama.cpp's token types
 _CONTROL, _USER_DEFINED = 3, 4
+
+# general.name parts (lower case) whose control tokens strip the whitespace after them, and
+# the tokens that do not (llama.cpp's Phi-3 rule)
+_RSTRIP_NAMES = ("phi-3", "phi3")
+_NOT_RSTRIPPED = frozenset({"<unk>", "<s>", "<|endoftext|>"})
 
 # the split patterns of the pre-tokenizers a file may name (the tokenizers' own regexes)
 _LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
@@ -249,11 +257,18 @@ def build(f: GGUFFile) -> Tuple[Any, TokenizerInfo]:
         _check_merges(f, merges, vocab)
         tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=True, byte_fallback=True,
                                    dropout=None))
-        # Gemma's (and any file saying add_space_prefix false): spaces as ▁, none prepended
+        # Gemma's (and any file saying add_space_prefix false): spaces as ▁, none prepended;
+        # else one ▁ before each piece of text between special tokens, as llama.cpp does
+        # and Llama 2's tokenizer.json (Prepend then Replace: "  hi" is "▁▁▁hi")
         prefix = _flag(f, "tokenizer.ggml.add_space_prefix", not gemma)
-        tok.normalizer = None
-        tok.pre_tokenizer = pre_tokenizers.Metaspace(
-            replacement="▁", prepend_scheme="first" if prefix else "never", split=False)
+        if prefix:
+            tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"),
+                                                   normalizers.Replace(" ", "▁")])
+            tok.pre_tokenizer = None
+        else:
+            tok.normalizer = None
+            tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never",
+                                                         split=False)
         steps = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
         tok.decoder = decoders.Sequence(steps + ([decoders.Strip(content=" ", left=1)]
                                                  if prefix else []))
@@ -269,13 +284,20 @@ def build(f: GGUFFile) -> Tuple[Any, TokenizerInfo]:
     if info["chat_template"] is not None and not isinstance(info["chat_template"], str):
         raise BlockcValueError(f"{f.path}: metadata key 'tokenizer.chat_template' must be a string")
     types = [int(t) for t in types] if types is not None else [1] * n
-    special = [AddedToken(t, normalized=False, special=True) for t, ty in zip(tokens, types)
+    # llama.cpp's rule for a file named Phi-3: its control tokens but <unk>, <s> and
+    # <|endoftext|> (and </s>) take the whitespace after them, as Phi-3's tokenizer.json says
+    name = f.get("general.name")
+    phi3 = isinstance(name, str) and any(k in name.lower() for k in _RSTRIP_NAMES)
+    special = [AddedToken(t, normalized=False, special=True,
+                          rstrip=phi3 and t not in _NOT_RSTRIPPED)
+               for t, ty in zip(tokens, types)
                if ty == _CONTROL and (byte_level is None or set(t) <= byte_level)]
     # the special tokens a tokenizer names (bos, eos, unk, pad) are special wherever they are
     named = {tokens[i] for k in ("bos_token_id", "eos_token_id", "unk_token_id", "pad_token_id")
              if (i := info[k]) is not None}
     have = {a.content for a in special}
-    special += [AddedToken(t, normalized=False, special=True) for t in tokens
+    special += [AddedToken(t, normalized=False, special=True,
+                           rstrip=phi3 and t not in _NOT_RSTRIPPED) for t in tokens
                 if t in named and t not in have]
     if special:
         tok.add_special_tokens(special)
@@ -332,7 +354,8 @@ def export(tok: Any, add_bos: Optional[bool] = None, chat_template: Optional[str
     BPE tokenizer: ``gpt2`` for a byte-level one (tokens, merges, the pre-tokenizer's
     name when its split pattern is one :data:`PRE_TOKENIZER_SPLITS` knows), ``llama`` for
     a SentencePiece-style one (tokens, scores by rank, the merges too, byte tokens typed
-    BYTE); added special tokens CONTROL, other added tokens USER_DEFINED.
+    BYTE, ``add_space_prefix`` as its normalizer or Metaspace says); added special tokens
+    CONTROL, other added tokens USER_DEFINED.
 
     Raises
     ------
@@ -358,6 +381,7 @@ def export(tok: Any, add_bos: Optional[bool] = None, chat_template: Optional[str
             tokens[i] = f"[PAD{i}]"
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
     text = json.dumps(d.get("pre_tokenizer"))
+    norm = json.dumps(d.get("normalizer"), ensure_ascii=False)
     byte_level = "ByteLevel" in text
     types = [1] * n
     for a in added:
@@ -373,9 +397,12 @@ def export(tok: Any, add_bos: Optional[bool] = None, chat_template: Optional[str
                 pre = name
                 break
         out["tokenizer.ggml.pre"] = Value("STRING", pre)
-    elif model.get("byte_fallback") and ("Metaspace" in text or "▁" in json.dumps(d.get("normalizer"))):
+    elif model.get("byte_fallback") and ("Metaspace" in text or "▁" in norm):
         out["tokenizer.ggml.model"] = Value("STRING", "llama")
         out["tokenizer.ggml.pre"] = Value("STRING", "default")
+        # a ▁ before the text: Llama 2's Prepend normalizer, or a Metaspace that prepends
+        prefix = "Prepend" in norm or ("Metaspace" in text and '"never"' not in text)
+        out["tokenizer.ggml.add_space_prefix"] = Value("BOOL", prefix)
         for i, t in enumerate(tokens):
             if len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
                 types[i] = 6

@@ -17,7 +17,8 @@ them (test data, Jinja source; the families' published templates, trimmed where 
 STYLES rows are chat_dirs.STYLES's: (template, bos, eos, control tokens, where written)."""
 from __future__ import annotations
 
-__all__ = ["QWEN3", "GRANITE", "SMOLLM3", "OLMO2", "FAMILY_STYLES"]
+__all__ = ["QWEN3", "GRANITE", "SMOLLM3", "OLMO2", "FAMILY_STYLES", "GEMMA3", "PHI3", "PHI4_MINI",
+           "MIXTRAL"]
 
 QWEN3 = r"""{%- if tools %}
     {{- '<|im_start|>system\n' }}
@@ -236,3 +237,89 @@ FAMILY_STYLES = {
     "olmo2": (OLMO2, "<|endoftext|>", "<|endoftext|>", ["<|endoftext|>", "<|pad|>"],
               "tokenizer_config"),
 }
+
+# The SentencePiece and Phi families (issue 50): not the verbatim published files, the same
+# constructs (the system message folded into the first user turn or kept as its own turn,
+# roles renamed, alternation enforced by raise_exception, trim, eos after assistant turns).
+
+#: Gemma 3's: BOS written by the template, the system message folded into the first user
+#: turn, "assistant" renamed "model", content a string or a list of text parts, trimmed
+GEMMA3 = r"""{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{ '<start_of_turn>model\n' }}
+{%- endif -%}"""
+
+#: Phi-3.5-mini's: <|system|> (when not empty), <|user|>, <|assistant|> turns each closed by
+#: <|end|> and a newline; the EOS token after a conversation without a generation prompt
+PHI3 = ("{% for message in messages %}{% if message['role'] == 'system' and message['content'] %}"
+        "{{'<|system|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' %}"
+        "{{'<|user|>\n' + message['content'] + '<|end|>\n'}}{% elif message['role'] == 'assistant' %}"
+        "{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}")
+
+#: Phi-4-mini's: <|role|>content<|end|> with no newlines, a system message's tools (a JSON
+#: string) between <|tool|> and <|/tool|>
+PHI4_MINI = ("{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message "
+             "and message['tools'] is not none %}{{ '<|' + message['role'] + '|>' + "
+             "message['content'] + '<|tool|>' + message['tools'] + '<|/tool|>' + '<|end|>' }}"
+             "{% else %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}"
+             "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}"
+             "{% else %}{{ eos_token }}{% endif %}")
+
+#: Mixtral-8x7B-Instruct's: BOS, " [INST] ... [/INST]" (plain text, not special tokens), the
+#: system message before the first user message, each assistant reply ended by the EOS token
+MIXTRAL = r"""{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content'] %}
+    {%- set loop_messages = messages[1:] %}
+{%- else %}
+    {%- set loop_messages = messages %}
+{%- endif %}
+{{- bos_token }}
+{%- for message in loop_messages %}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}
+        {{- raise_exception('After the optional system message, conversation roles must alternate user/assistant/user/assistant/...') }}
+    {%- endif %}
+    {%- if message['role'] == 'user' %}
+        {%- if loop.first and system_message is defined %}
+            {{- ' [INST] ' + system_message + '\n\n' + message['content'] + ' [/INST]' }}
+        {%- else %}
+            {{- ' [INST] ' + message['content'] + ' [/INST]' }}
+        {%- endif %}
+    {%- elif message['role'] == 'assistant' %}
+        {{- ' ' + message['content'] + eos_token}}
+    {%- else %}
+        {{- raise_exception('Only user and assistant roles are supported, with the exception of an initial optional system message!') }}
+    {%- endif %}
+{%- endfor %}"""
