@@ -74,6 +74,7 @@ def expert_rows(table: List[TensorName], cfg: Any, *, router: str, experts: str,
 def gguf_experts(md: GGUFMetadata) -> Dict[str, Any]:
     """The GPTConfig expert fields of a GGUF file declaring ``expert_count``, what
     llama.cpp would compute otherwise refused by key."""
+    md.shape("blk.0.ffn_gate_inp.weight")  # a file saying experts has a router (by name)
     n = md.integer("expert_count")
     if n < 2:
         raise md.refuse(md.key("expert_count"), n, "fewer than two experts")
