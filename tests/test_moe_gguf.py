@@ -240,3 +240,33 @@ def test_qwen3_moe_without_renormalising_has_no_gguf_file(tmp_path):
                          [(t.name, t.type, t.shape, t.data) for t in f.tensors.values()])
     with pytest.raises(ValueError, match="expert_count"):
         GPT.from_pretrained(tmp_path / "s.gguf")
+
+
+def test_k_quant_stacks_hold_whole_blocks(tmp_path):
+    # width and expert width of whole 256-column blocks: Q4_K_M's Q4_K gate/up stacks and
+    # its Q6_K (use_more_bits layers) or Q4_K down stacks, llama.cpp's rule for ffn_down
+    # (which matches ffn_down_exps too); sliced per expert on load as the gguf package
+    # dequantises them, and the logits the oracle's on those weights
+    cfg = blockc.GPTConfig(vocab=V, context=32, width=256, heads=4, layers=2, norm="rms",
+                           activation="swiglu", positions="rope", d_ff=256, kv_heads=2,
+                           qkv_bias=False, out_bias=False, mlp_bias=False, tie_weights=False,
+                           n_experts=4, experts_used=2, router_norm=True, eps=1e-6)
+    m = GPT.random(cfg, seed=5)
+    path = tmp_path / "k.gguf"
+    m.save_gguf(path, "Q4_K_M")
+    f = blockc.io.gguf.read(str(path))
+    types = {n: t.type for n, t in f.tensors.items() if "_exps." in n}
+    assert types["blk.0.ffn_up_exps.weight"] == types["blk.1.ffn_gate_exps.weight"] == "Q4_K"
+    assert {types["blk.0.ffn_down_exps.weight"], types["blk.1.ffn_down_exps.weight"]} <= {
+        "Q4_K", "Q6_K"} and "Q6_K" in types.values()
+    assert f.tensors["blk.0.ffn_down_exps.weight"].shape == (4, 256, 256)
+    g = GPT.from_pretrained(path)
+    assert g.dtypes["blocks.0.experts.3.up.weight"] == "q4_k"
+    assert_experts_dequantised(g, path)
+    ids = _ids(4, 9)
+    close(g(ids), gpt_forward(g.state_dict(), cfg, ids), tol=2e-3)
+    # saved again in its own types: the same blocks, byte for byte
+    g.save_gguf(tmp_path / "again.gguf", "Q4_K_M")
+    b = blockc.io.gguf.read(str(tmp_path / "again.gguf"))
+    for n in types:
+        assert np.array_equal(b.tensors[n].data, f.tensors[n].data), n
