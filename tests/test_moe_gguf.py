@@ -33,7 +33,6 @@ from test_moe import V, close, hf_logits, hf_model  # noqa: E402
 
 ARCH = {"mixtral": "llama", "qwen3_moe_norm": "qwen3moe"}
 KINDS = ("mixtral", "qwen3_moe_norm")
-PARTS = {"gate": "gate", "up": "up", "down": "down"}
 
 
 @pytest.fixture(scope="module", params=KINDS)
@@ -98,10 +97,11 @@ def test_save_gguf_f32_q8_0_q4_k_m_reload_as_their_dequantised_weights(pair, tmp
 
 
 def write_converted(path, hm, d, arch, drop=(), reshape=None, **more):
-    """``hm`` (saved by transformers in directory ``d``: what the converter reads) as llama.cpp's convert_hf_to_gguf.py lays it out (F32), with the gguf
-    package's writer: its metadata keys, gguf-py's tensor names, q/k rows reordered for
-    the llama architecture, each kind of expert stacked along a first axis, the router
-    F32. ``drop``: tensor names left out; ``reshape``: {name: shape} written instead;
+    """``hm`` (saved by transformers in directory ``d``: what the converter reads) as
+    llama.cpp's convert_hf_to_gguf.py lays it out (F32), with the gguf package's writer:
+    its metadata keys, gguf-py's tensor names, q/k rows reordered for the llama
+    architecture, each kind of expert stacked along a first axis, the router F32.
+    ``drop``: tensor names left out; ``reshape``: {name: shape} written instead;
     ``more``: extra boolean/uint32 keys under the architecture."""
     c = hm.config
     w = gguf.GGUFWriter(str(path), arch)
@@ -146,13 +146,13 @@ def write_converted(path, hm, d, arch, drop=(), reshape=None, **more):
                     b + "attn_output.weight": sd[p + "self_attn.o_proj.weight"],
                     b + "ffn_norm.weight": sd[p + "post_attention_layernorm.weight"]})
         if arch == "llama":
-            src = {"gate": "block_sparse_moe.experts.{}.w1", "up": "block_sparse_moe.experts.{}.w3",
-                   "down": "block_sparse_moe.experts.{}.w2"}
+            src = {kind: "block_sparse_moe.experts.{}." + w
+                   for kind, w in (("gate", "w1"), ("up", "w3"), ("down", "w2"))}
             out[b + "ffn_gate_inp.weight"] = sd[p + "block_sparse_moe.gate.weight"]
         else:
             for part in ("q", "k"):
                 out[b + f"attn_{part}_norm.weight"] = sd[p + f"self_attn.{part}_norm.weight"]
-            src = {kind: "mlp.experts.{}." + f"{kind}_proj" for kind in PARTS}
+            src = {kind: "mlp.experts.{}." + f"{kind}_proj" for kind in ("gate", "up", "down")}
             out[b + "ffn_gate_inp.weight"] = sd[p + "mlp.gate.weight"]
         for kind, name in src.items():
             out[b + f"ffn_{kind}_exps.weight"] = np.stack(

@@ -1,7 +1,9 @@
 """Models in GGUF files: llama.cpp's ``llama`` (Llama, Mistral, SmolLM, TinyLlama), ``qwen2``,
 ``qwen3``, ``granite``, ``smollm3``, ``olmo2``, ``phi3`` (fused ``attn_qkv`` and ``ffn_up``,
-longrope's ``rope_factors_long``/``_short``: :mod:`blockc.checkpoint.families.phi3`) and
-``gpt2`` architectures, loaded and saved.
+longrope's ``rope_factors_long``/``_short``: :mod:`blockc.checkpoint.families.phi3`),
+``qwen3moe`` and ``gpt2`` architectures, loaded and saved; mixtures of experts (Mixtral's
+``llama`` files with ``llama.expert_count``, ``qwen3moe``) with their experts stacked in
+llama.cpp's 3-D ``ffn_*_exps`` tensors (:mod:`blockc.checkpoint.families.experts`).
 
 Loading maps the file's metadata (``{arch}.context_length``, ``embedding_length``,
 ``block_count``, ``feed_forward_length``, ``attention.head_count``,
@@ -12,7 +14,8 @@ Loading maps the file's metadata (``{arch}.context_length``, ``embedding_length`
 or holds the embedding's very bytes) onto blockc's. What blockc would compute
 differently is refused by name: another architecture, rotary scaling other than
 linear, yarn (``rope.scaling.*``) and llama3 (``rope_freqs``), which the Llama-shaped
-families read (:mod:`blockc.checkpoint.families.rope_gguf`), experts, partial rotary
+families read (:mod:`blockc.checkpoint.families.rope_gguf`), expert metadata llama.cpp
+computes otherwise, partial rotary
 dimensions, soft-capped or scaled logits (Granite's scales aside). ``attention.sliding_window`` narrower than the
 context is every layer's window (GPTConfig.sliding_window), and written back so.
 

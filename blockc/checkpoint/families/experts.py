@@ -30,7 +30,8 @@ from typing import Any, Callable, Dict, List, Mapping, Tuple
 from ..._errors import BlockcValueError
 from .record import GGUFMetadata, TensorName
 
-__all__ = ["EXPERT_KEYS", "MIXTRAL_NAMES", "QWEN3_MOE_NAMES", "expert_rows", "gguf_experts", "experts_to_gguf"]
+__all__ = ["EXPERT_KEYS", "MIXTRAL_NAMES", "QWEN3_MOE_NAMES", "expert_rows", "gguf_experts",
+           "experts_to_gguf"]
 
 #: the GGUF metadata (under the architecture) naming a mixture of experts
 EXPERT_KEYS = ("expert_count", "expert_used_count")
