@@ -486,7 +486,7 @@ LLAMA = Family(
                     biases_of=_biases_by_flags),
     check=_llama_check,
     to_hf=_llama_or_mistral_to_hf,
-    tensors=lambda cfg: _llama_table(cfg), architectures=("llama",),
+    tensors=_llama_table, architectures=("llama",),
     from_gguf=partial(_llama_from_gguf, biases=None, experts=True,
                       why="a llama file has biases on all of q/k/v/output or on none"),
     to_gguf=partial(_llama_to_gguf, arch="llama"), gguf_extra=gguf_rope_freqs,
