@@ -233,7 +233,9 @@ def test_refusals_by_name(tmp_path):
     p = tmp_path / "m.gguf"
     for extra, match in (({"llama.rope.scaling.type": "yarn"}, "rope.scaling.type='yarn'"),
                          ({"llama.rope.scaling.factor": 4.0}, "rope.scaling.factor"),
-                         ({"llama.expert_count": 8}, "mixture of experts"),
+                         # experts declared, none in the file (issue 50 reads them)
+                         ({"llama.expert_count": 8, "llama.expert_used_count": 2},
+                          "'blk.0.ffn_gate_inp.weight' is missing"),
                          ({"llama.rope.dimension_count": 8}, "part of each head"),
                          ({"llama.logit_scale": 0.5}, "scaled output logits")):
         write_model(p, "llama", extra=extra)

@@ -12,7 +12,7 @@ rows, whole rows so whole quantisation blocks), the savers join the parts' rows
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Collection, Dict, List, Mapping, Sequence, Tuple, TypeVar
 
 import numpy as np
 
@@ -57,15 +57,43 @@ def split_safetensors(tensors: Mapping[str, st.Tensor], parts: Parts,
     return _split(tensors, parts, path, view)
 
 
-def split_gguf(tensors: Mapping[str, gguf_io.GGUFTensor], parts: Parts,
-               path: str) -> Dict[str, gguf_io.GGUFTensor]:
+def split_gguf(tensors: Mapping[str, gguf_io.GGUFTensor], parts: Parts, path: str,
+               stacks: Collection[str] = ()) -> Dict[str, gguf_io.GGUFTensor]:
     """``tensors`` of a GGUF file with each fused one (``parts``) replaced by its parts:
-    their rows' blocks as they are (a quantised type's rows are whole blocks)."""
+    their rows' blocks as they are (a quantised type's rows are whole blocks). A tensor
+    named in ``stacks`` holds its parts along a first axis of their own (llama.cpp's
+    ``ffn_*_exps``: (experts, rows, cols), expert e the rows of part e): it must have
+    exactly that shape (else refused by name), and is read as the (experts * rows, cols)
+    matrix of the same bytes. A part of a tensor read from a file reads only its own
+    bytes (inside the tensor's, which the file's reader checked)."""
+    flat: Dict[str, gguf_io.GGUFTensor] = dict(tensors)
+    for name in stacks:
+        t, ps = tensors.get(name), parts.get(name)
+        if t is None or not ps:
+            continue  # missing: _split refuses it by name
+        rows = ps[0][2] - ps[0][1]
+        want = (len(ps), rows)
+        if len(t.shape) != 3 or tuple(t.shape[:2]) != want or any(
+                (a, b) != (i * rows, (i + 1) * rows) for i, (_, a, b) in enumerate(ps)):
+            raise BlockcValueError(f"{path}: tensor {name!r} has shape {tuple(t.shape)}, "
+                                   f"expected ({want[0]}, {want[1]}, ...): one matrix of "
+                                   f"{rows} rows per expert")
+        shape = (len(ps) * rows, t.shape[2])
+        data = None if t.source is not None else t.data.reshape(shape[0], -1)
+        flat[name] = gguf_io.GGUFTensor(name, t.type, shape, t.offset, t.nbytes, data, t.file,
+                                        t.source)
+
     def view(t: gguf_io.GGUFTensor, name: str, a: int, b: int) -> gguf_io.GGUFTensor:
+        rb = t.nbytes // max(1, t.shape[0])
+        shape = (b - a,) + tuple(t.shape[1:])
+        if t.source is not None:  # read when asked for: these rows' bytes only
+            reader, at = t.source
+            return gguf_io.GGUFTensor(name, t.type, shape, t.offset + a * rb, (b - a) * rb,
+                                      None, t.file, (reader, at + a * rb))
         data = t.data[a:b]
-        return gguf_io.GGUFTensor(name, t.type, (b - a,) + tuple(t.shape[1:]), t.offset,
-                                  data.nbytes, data, t.file)
-    return _split(tensors, parts, path, view)
+        return gguf_io.GGUFTensor(name, t.type, shape, t.offset + a * rb, data.nbytes, data,
+                                  t.file)
+    return _split(flat, parts, path, view)
 
 
 def fuse(entries: Sequence[Tuple[str, T]], parts: Parts,
@@ -106,15 +134,18 @@ def join_rows(name: str, arrays: List[np.ndarray]) -> np.ndarray:
 Entry = Tuple[str, str, Tuple[int, ...], Any]
 
 
-def fuse_gguf(tensors: Sequence[Entry], parts: Parts) -> List[Entry]:
+def fuse_gguf(tensors: Sequence[Entry], parts: Parts, stacks: Collection[str] = ()) -> List[Entry]:
     """The tensors of a GGUF file to write, each fused one's parts (phi3's ffn_up) joined
-    row after row (whole rows of blocks, of one type: the first part's)."""
+    row after row (whole rows of blocks, of one type: the first part's); one named in
+    ``stacks`` (llama.cpp's ``ffn_*_exps``) of shape (parts, rows, cols): the same bytes."""
     def join(name: str, ps: List[Tuple[str, Tuple[int, ...], Any]]) -> Any:
         rows = sum(p[1][0] for p in ps)
         if any(callable(p[2]) for p in ps):
             data: Any = lambda: join_rows(name, [p[2]() for p in ps])  # noqa: E731
         else:
             data = join_rows(name, [p[2] for p in ps])
+        if name in stacks:
+            return (ps[0][0], (len(ps),) + tuple(ps[0][1]), data)
         return (ps[0][0], (rows,) + tuple(ps[0][1][1:]), data)
     entries = [(n, (t, shape, d)) for n, t, shape, d in tensors]
     return [(n, t, shape, d) for n, (t, shape, d) in fuse(entries, parts, join)]

@@ -1,7 +1,9 @@
 """Models in GGUF files: llama.cpp's ``llama`` (Llama, Mistral, SmolLM, TinyLlama), ``qwen2``,
 ``qwen3``, ``granite``, ``smollm3``, ``olmo2``, ``phi3`` (fused ``attn_qkv`` and ``ffn_up``,
-longrope's ``rope_factors_long``/``_short``: :mod:`blockc.checkpoint.families.phi3`) and
-``gpt2`` architectures, loaded and saved.
+longrope's ``rope_factors_long``/``_short``: :mod:`blockc.checkpoint.families.phi3`),
+``qwen3moe`` and ``gpt2`` architectures, loaded and saved; mixtures of experts (Mixtral's
+``llama`` files with ``llama.expert_count``, ``qwen3moe``) with their experts stacked in
+llama.cpp's 3-D ``ffn_*_exps`` tensors (:mod:`blockc.checkpoint.families.experts`).
 
 Loading maps the file's metadata (``{arch}.context_length``, ``embedding_length``,
 ``block_count``, ``feed_forward_length``, ``attention.head_count``,
@@ -12,7 +14,8 @@ Loading maps the file's metadata (``{arch}.context_length``, ``embedding_length`
 or holds the embedding's very bytes) onto blockc's. What blockc would compute
 differently is refused by name: another architecture, rotary scaling other than
 linear, yarn (``rope.scaling.*``) and llama3 (``rope_freqs``), which the Llama-shaped
-families read (:mod:`blockc.checkpoint.families.rope_gguf`), experts, partial rotary
+families read (:mod:`blockc.checkpoint.families.rope_gguf`), expert metadata llama.cpp
+computes otherwise, partial rotary
 dimensions, soft-capped or scaled logits (Granite's scales aside). ``attention.sliding_window`` narrower than the
 context is every layer's window (GPTConfig.sliding_window), and written back so.
 
@@ -145,7 +148,8 @@ def load(path: str, dtype: Optional[str], cls: Any,
     f = fmt.read(path)
     arch = f.get("general.architecture")
     cfg = GPTConfig(**config_from_gguf(f))
-    f.tensors = split_gguf(f.tensors, family_of_arch(arch, path).gguf_parts(cfg), path)
+    fam = family_of_arch(arch, path)
+    f.tensors = split_gguf(f.tensors, fam.gguf_parts(cfg), path, fam.gguf_stacks(cfg))
     spec = names(arch, cfg)
     wanted = {n for n, _, _, _ in spec} | set(family_of_arch(arch, path).gguf_extras(cfg))
     tied_dup = cfg.tie_weights and "output.weight" in f.tensors
@@ -401,7 +405,7 @@ def recipe(dtype: str, name: str, layers: int, cols: int, tied: bool = False) ->
     """The ggml type of matrix ``name`` (llama.cpp's tensor name) with ``cols`` columns in a
     file of ``dtype``: the type itself, or for the ``_M``/``_S`` mixes llama.cpp's choice
     (Q6_K for the output, which is the token embedding of a ``tied`` model with no
-    output tensor, and, in ``_M``, for attn_v and ffn_down of the layers
+    output tensor, and, in ``_M``, for attn_v and ffn_down (ffn_down_exps too) of the layers
     ``use_more_bits`` picks, and a fused attn_qkv one K-type up: Q5_K in Q4_K_M);
     K-quants fall back when ``cols`` is not a multiple of 256 (the output's Q6_K to
     Q8_0, as llama.cpp's rule for rows not whole K-blocks)."""
@@ -410,7 +414,7 @@ def recipe(dtype: str, name: str, layers: int, cols: int, tied: bool = False) ->
         t = base
         if name == "output.weight" or (tied and name == "token_embd.weight"):
             t = "Q6_K"
-        elif dtype.endswith("_M") and (".attn_v." in name or ".ffn_down." in name):
+        elif dtype.endswith("_M") and (".attn_v." in name or ".ffn_down" in name):
             i = int(name.split(".")[1])
             t = "Q6_K" if _more_bits(i, layers) else base
         elif dtype.endswith("_M") and ".attn_qkv." in name:  # a fused q/k/v (phi3's)
@@ -524,14 +528,17 @@ class GGUFMixin:
 
 def arch_of(cfg) -> str:
     """llama.cpp's architecture name for a config (refusing what none of them is): its
-    family's (:func:`blockc.checkpoint.families.family_of_config`)."""
+    family's (:func:`blockc.checkpoint.families.family_of_config`), or the one it is
+    written as (``gguf_as``: Mixtral's llama)."""
     fam = family_of_config(cfg)
-    if not fam.architectures or fam.to_gguf is None:
+    arch = fam.architectures[0] if fam.architectures else fam.gguf_as
+    if arch is None or family_of_arch(arch, "GGUF").to_gguf is None:
         raise BlockcValueError(f"GPTConfig: llama.cpp has no architecture of the {fam.name} "
                                "family")
+    fam = family_of_arch(arch, "GGUF")
     fam.to_gguf(cfg)  # refuses, before any work, a config the file cannot hold
     fam.gguf_names(cfg)  # (and a tensor it has no name for)
-    return fam.architectures[0]
+    return arch
 
 
 def save(m: Any, path: str, dtype: str, tokenizer: Optional[Mapping[str, Any]] = None) -> None:
@@ -586,7 +593,8 @@ def save(m: Any, path: str, dtype: str, tokenizer: Optional[Mapping[str, Any]] =
             continue
         w = np.ascontiguousarray(w, dtype=np.float32)
         tensors.append((name, t, w.shape, quantise(w, t)))
-    tensors = fuse_gguf(tensors, family_of_arch(arch, "GGUF").gguf_parts(cfg))
+    tensors = fuse_gguf(tensors, family_of_arch(arch, "GGUF").gguf_parts(cfg),
+                        family_of_arch(arch, "GGUF").gguf_stacks(cfg))
     for name, a in family_of_arch(arch, "GGUF").gguf_extras(cfg).items():
         a = np.ascontiguousarray(a, dtype=np.float32)
         tensors.append((name, "F32", a.shape, quantise(a, "F32")))
@@ -648,7 +656,8 @@ def save_streaming(path: str, cfg: GPTConfig, dtype: str,
         t = recipe(dtype, name, cfg.layers, tl.shape[-1], cfg.tie_weights) if tl.packed else "F32"
         shape = ((rows[1] - rows[0]) if rows is not None else tl.shape[0],) + tuple(tl.shape[1:])
         tensors.append((name, t, shape, later(ours, rows, heads, t)))
-    tensors = fuse_gguf(tensors, family_of_arch(arch, "GGUF").gguf_parts(cfg))
+    tensors = fuse_gguf(tensors, family_of_arch(arch, "GGUF").gguf_parts(cfg),
+                        family_of_arch(arch, "GGUF").gguf_stacks(cfg))
     holder = type("_Config", (), {"config": cfg})()  # what _metadata reads of a model
     fmt.write(path, _metadata(holder, arch, dtype, dict(tokenizer or placeholder(cfg.vocab))),
               tensors)

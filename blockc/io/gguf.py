@@ -142,6 +142,11 @@ class GGUFTensor:
         a.flags.writeable = False
         return a
 
+    @property
+    def source(self) -> Optional[Tuple[Any, int]]:
+        """(reader, file offset) of a tensor read when asked for; None: :attr:`data` is held."""
+        return self._source
+
     def _read(self) -> np.ndarray:
         """A new array of the bytes read from the file, shaped (rows..., bytes per row)."""
         reader, at = self._source

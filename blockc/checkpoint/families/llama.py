@@ -13,9 +13,11 @@ from ..._errors import BlockcValueError
 from .record import (GGUF_REFUSE, Family, GGUFMetadata, TensorName, bool_field, float_field,
                      get_field, gguf_base, gguf_heads, gguf_sizes, int_field, refusal, str_field,
                      want)
+from .experts import EXPERT_KEYS, MIXTRAL_NAMES, expert_rows, experts_to_gguf, gguf_experts
 from .rope_gguf import ROPE_SCALING_KEYS, gguf_scaling, gguf_scaling_keys
 
 __all__ = ["LLAMA", "QWEN2", "QWEN3", "MISTRAL", "rope_fields", "rope_to_hf", "LLAMA_GGUF_REFUSE",
+           "MOE_GGUF_REFUSE",
            "ROPE_FREQS_ARCHS"]
 
 # ---- Llama, Qwen2, Mistral ----------------------------------------------------------------------
@@ -361,15 +363,21 @@ def gguf_rope_check(cfg: Any, arch: str) -> None:
 #: GGUF_REFUSE less the rope.scaling keys, which the Llama-shaped families read
 #: (:func:`gguf_rope`)
 LLAMA_GGUF_REFUSE = {k: v for k, v in GGUF_REFUSE.items() if k not in ROPE_SCALING_KEYS}
+#: LLAMA_GGUF_REFUSE less the expert counts: the files with experts read (Mixtral's llama,
+#: qwen3moe: :mod:`blockc.checkpoint.families.experts`)
+MOE_GGUF_REFUSE = {k: v for k, v in LLAMA_GGUF_REFUSE.items() if k not in EXPERT_KEYS}
 
 
 def _llama_from_gguf(md: GGUFMetadata, *, biases: Optional[Tuple[bool, bool]],
-                     why: str, partial: bool = False) -> Dict[str, Any]:
+                     why: str, partial: bool = False, experts: bool = False) -> Dict[str, Any]:
     """A Llama-shaped GGUF file; ``biases`` (q/k/v, output) the ones the family has (None:
     on all of q/k/v/output or on none), ``why`` saying so when the file differs;
     ``partial``: ``rope.dimension_count`` may be part of a head and ``rope.scaling.*`` is
-    the caller's to read (phi3's longrope), else refused and read here."""
-    out = gguf_sizes(md, rope_freqs=md.arch in ROPE_FREQS_ARCHS)
+    the caller's to read (phi3's longrope), else refused and read here; ``experts``: a
+    file declaring ``expert_count`` is a mixture of experts (:func:`gguf_experts`)."""
+    out = gguf_sizes(md, rope_freqs=md.arch in ROPE_FREQS_ARCHS, experts=experts)
+    if experts and md.get("expert_count") is not None:
+        out.update(gguf_experts(md))
     width, heads = out["width"], out["heads"]
     kv, head_dim, rot = gguf_heads(md, width, heads, partial)
     qkv_bias = md.has("blk.0.attn_q.bias")
@@ -399,6 +407,8 @@ def _llama_to_gguf(cfg: Any, *, arch: str) -> Dict[str, Tuple[str, Any]]:
         md["attention.key_length"] = ("UINT32", cfg.head_dim_)
         md["attention.value_length"] = ("UINT32", cfg.head_dim_)
     md["vocab_size"] = ("UINT32", cfg.vocab)
+    if cfg.n_experts:
+        md.update(experts_to_gguf(cfg, arch))
     if cfg.sliding_window is not None:  # llama.cpp's key: one window for every layer
         if cfg.sliding_layers is not None and not all(cfg.sliding_layers):
             raise BlockcValueError("GGUF: llama.cpp's attention.sliding_window is on every "
@@ -456,6 +466,12 @@ def _llama_rows(cfg: Any, *, permuted: bool) -> List[TensorName]:
     return out
 
 
+def _llama_table(cfg: Any) -> List[TensorName]:
+    """Llama's tensors; with experts (a llama GGUF file of Mixtral), Mixtral's."""
+    out = _llama_tensors(cfg, permuted=True)
+    return expert_rows(out, cfg, **MIXTRAL_NAMES) if cfg.n_experts else out
+
+
 _GPT2_NAMES = dict(prefix="transformer.",
                    # the causal-mask buffers older GPT-2 checkpoints carry
                    ignore=re.compile(r"^(transformer\.)?h\.\d+\.attn\.(masked_)?bias$"))
@@ -470,11 +486,11 @@ LLAMA = Family(
                     biases_of=_biases_by_flags),
     check=_llama_check,
     to_hf=_llama_or_mistral_to_hf,
-    tensors=partial(_llama_tensors, permuted=True), architectures=("llama",),
-    from_gguf=partial(_llama_from_gguf, biases=None,
+    tensors=_llama_table, architectures=("llama",),
+    from_gguf=partial(_llama_from_gguf, biases=None, experts=True,
                       why="a llama file has biases on all of q/k/v/output or on none"),
     to_gguf=partial(_llama_to_gguf, arch="llama"), gguf_extra=gguf_rope_freqs,
-    gguf_refuse=LLAMA_GGUF_REFUSE, **_LLAMA_NAMES)
+    gguf_refuse=MOE_GGUF_REFUSE, **_LLAMA_NAMES)
 
 QWEN2 = Family(
     name="qwen2", model_types=("qwen2",),

@@ -16,18 +16,24 @@ every layer's MLP is ``n_experts`` SwiGLU experts and a router (GPTConfig's
 
 transformers 5 writes the experts one tensor each (the names above) and reads them
 fused; a checkpoint holding them fused (``experts.gate_up_proj``) is not read here yet.
-GGUF files of either (llama.cpp's ``ffn_gate_inp``/``ffn_*_exps``) are refused by name
-(:func:`blockc.checkpoint.families.record.gguf_sizes`).
+GGUF files: Mixtral's are llama files with ``llama.expert_count`` (Llama's record reads
+them), Qwen3-MoE's ``qwen3moe`` ones; the router ``ffn_gate_inp`` and the stacked experts
+``ffn_*_exps`` (:mod:`blockc.checkpoint.families.experts`). llama.cpp renormalises the
+chosen experts' weights in both, so a Qwen3-MoE without ``norm_topk_prob`` has no GGUF
+file and is refused by name on save.
 """
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Tuple
 
 from ..._errors import BlockcValueError
-from .llama import (_LLAMA_NAMES, _llama_from_hf, _llama_shape, _llama_tensors, _llama_to_hf,
-                    _no_biases, _window_always, _window_when_used)
-from .record import Family, TensorName, bool_field, get_field, int_field, refusal
+from .experts import MIXTRAL_NAMES, QWEN3_MOE_NAMES, expert_rows
+from .llama import (_LLAMA_NAMES, MOE_GGUF_REFUSE, _llama_from_gguf, _llama_from_hf,
+                    _llama_shape, _llama_tensors, _llama_to_gguf, _llama_to_hf, _no_biases,
+                    _window_always, _window_when_used)
+from .record import (Family, GGUFMetadata, TensorName, bool_field, get_field, int_field,
+                     refusal)
 
 __all__ = ["MIXTRAL", "QWEN3_MOE"]
 
@@ -122,33 +128,33 @@ def _qwen3_moe_hf_extra(cfg: Any) -> Dict[str, Any]:
             "use_sliding_window": False, "sliding_window": None}
 
 
-def _moe_tensors(cfg: Any, *, permuted: bool, router: str, experts: str,
-                 parts: Mapping[str, str]) -> List[TensorName]:
+def _moe_tensors(cfg: Any, *, permuted: bool, names: Mapping[str, Any]) -> List[TensorName]:
     """Llama's table with each layer's gate/up/down rows replaced by the router's and
-    every expert's (``router``, ``experts``: the Hugging Face names under the layer,
-    ``parts``: blockc's gate/up/down -> the expert's tensor)."""
-    out: List[TensorName] = []
-    for t in _llama_tensors(cfg, permuted=permuted):
-        head, _, last = t.ours.rpartition(".weight")[0].rpartition(".")
-        if not t.ours.startswith("blocks.") or last not in parts or head.count(".") != 1:
-            out.append(t)
-            continue
-        b = head + "."
-        h = t.hf[:t.hf.index(".mlp.")] + "."
-        if last == "gate":  # the first of the three: the router before them
-            out.append(TensorName(b + "router.weight", h + router, None))
-        out += [TensorName(f"{b}experts.{e}.{last}.weight", f"{h}{experts}.{e}.{parts[last]}",
-                           None) for e in range(cfg.n_experts)]
-    return out
+    every expert's (:func:`~blockc.checkpoint.families.experts.expert_rows`)."""
+    return expert_rows(_llama_tensors(cfg, permuted=permuted), cfg, **names)
 
 
+def _qwen3_moe_from_gguf(md: GGUFMetadata) -> Dict[str, Any]:
+    md.integer("expert_count")  # refused by name when missing
+    out = _llama_from_gguf(md, biases=None, experts=True,
+                           why="a qwen3moe file has biases on all of q/k/v/output or on none")
+    for part in ("q", "k"):
+        md.shape(f"blk.0.attn_{part}_norm.weight")  # refused by name when missing
+    return dict(out, qk_norm="head", d_ff=md.integer("expert_feed_forward_length"))
+
+
+def _qwen3_moe_to_gguf(cfg: Any) -> Dict[str, Tuple[str, Any]]:
+    return dict(_llama_to_gguf(cfg, arch="qwen3moe"),
+                expert_feed_forward_length=("UINT32", cfg.d_ff_))
+
+
+# Mixtral's GGUF files are llama files (Llama's record reads them: its table names a
+# config with experts Mixtral's way), written as such
 MIXTRAL = Family(
     name="mixtral", model_types=("mixtral",), from_hf=_mixtral_from_hf, check=_mixtral_check,
     to_hf=partial(_llama_to_hf, model_type="mixtral", architecture="MixtralForCausalLM",
                   extra=_mixtral_hf_extra),
-    tensors=partial(_moe_tensors, permuted=True, router="block_sparse_moe.gate.weight",
-                    experts="block_sparse_moe.experts",
-                    parts={"gate": "w1.weight", "up": "w3.weight", "down": "w2.weight"}),
+    tensors=partial(_moe_tensors, permuted=True, names=MIXTRAL_NAMES), gguf_as="llama",
     **_LLAMA_NAMES)
 
 QWEN3_MOE = Family(
@@ -156,8 +162,6 @@ QWEN3_MOE = Family(
     check=_qwen3_moe_check,
     to_hf=partial(_llama_to_hf, model_type="qwen3_moe", architecture="Qwen3MoeForCausalLM",
                   extra=_qwen3_moe_hf_extra),
-    tensors=partial(_moe_tensors, permuted=False, router="mlp.gate.weight",
-                    experts="mlp.experts",
-                    parts={"gate": "gate_proj.weight", "up": "up_proj.weight",
-                           "down": "down_proj.weight"}),
-    **_LLAMA_NAMES)
+    tensors=partial(_moe_tensors, permuted=False, names=QWEN3_MOE_NAMES),
+    architectures=("qwen3moe",), from_gguf=_qwen3_moe_from_gguf, to_gguf=_qwen3_moe_to_gguf,
+    gguf_refuse=MOE_GGUF_REFUSE, **_LLAMA_NAMES)

@@ -36,7 +36,11 @@ class TensorName(NamedTuple):
     stop): the other way round, blockc's tensor is those rows of the checkpoint tensor
     (Phi-3's gate and up, the halves of ``gate_up_proj`` and of llama.cpp's ``ffn_up``):
     the tables name it :func:`part_name` of the checkpoint tensor, which the loaders split
-    into its parts (:meth:`Family.hf_parts`) and the savers fuse again."""
+    into its parts (:meth:`Family.hf_parts`) and the savers fuse again. ``stack`` (start,
+    stop), the GGUF side only: blockc's tensor is one matrix of a GGUF tensor that stacks
+    them along an axis of their own (llama.cpp's ``ffn_*_exps``, (experts, rows, cols):
+    expert e rows e * rows to (e + 1) * rows of the merged (experts * rows, cols) matrix),
+    a part as ``part`` is (:meth:`Family.gguf_stacks` names those tensors)."""
 
     ours: str
     hf: str
@@ -46,6 +50,7 @@ class TensorName(NamedTuple):
     permuted: Optional[int] = None
     hf_offset: float = 0.0
     part: Optional[Tuple[int, int]] = None
+    stack: Optional[Tuple[int, int]] = None
 
 
 def part_name(name: str, part: Tuple[int, int]) -> str:
@@ -198,6 +203,9 @@ class Family:
     gguf_extra : callable or None
         GPTConfig -> ``{GGUF tensor name: float32 array}``: tensors a GGUF file of the
         config carries that are no parameter of it (Llama 3.1's ``rope_freqs.weight``).
+    gguf_as : str or None
+        The llama.cpp architecture a config of this family is written as when the family
+        reads none of its own (Mixtral: a ``llama`` file, which Llama's record reads).
     prefix : str
         The name prefix its Hugging Face checkpoints may carry (or not).
     ignore : compiled regex
@@ -215,6 +223,7 @@ class Family:
     to_gguf: Optional[Callable[[Any], Dict[str, Tuple[str, Any]]]] = None
     gguf_refuse: Mapping[str, Tuple[Any, str]] = field(default_factory=lambda: dict(GGUF_REFUSE))
     gguf_extra: Optional[Callable[[Any], Dict[str, np.ndarray]]] = None
+    gguf_as: Optional[str] = None
     prefix: str = ""
     ignore: Pattern[str] = re.compile(r"$^")
 
@@ -234,8 +243,13 @@ class Family:
 
     def gguf_parts(self, cfg: Any) -> Parts:
         """The GGUF tensors of ``cfg`` that hold several of blockc's (``part``)."""
-        return _parts([(t.gguf, t.part) for t in self.tensors(cfg)
-                       if t.part is not None and t.gguf is not None])
+        return _parts([(t.gguf, t.stack or t.part) for t in self.tensors(cfg)
+                       if (t.stack or t.part) is not None and t.gguf is not None])
+
+    def gguf_stacks(self, cfg: Any) -> Tuple[str, ...]:
+        """The GGUF tensors of ``cfg`` whose parts stack along an axis of their own."""
+        return tuple(dict.fromkeys(t.gguf for t in self.tensors(cfg)
+                                   if t.stack is not None and t.gguf is not None))
 
     def hf_offsets(self, cfg: Any) -> Dict[str, float]:
         """blockc name -> the offset folded into it on load from Hugging Face (nonzero only)."""
@@ -251,7 +265,8 @@ class Family:
                 arch = (self.architectures or (self.name,))[0]
                 raise BlockcValueError(f"GPTConfig: a {arch} GGUF file has no tensor for "
                                        f"{t.ours!r}")
-            out.append((t.gguf if t.part is None else part_name(t.gguf, t.part), t.ours, t.rows,
+            part = t.stack or t.part
+            out.append((t.gguf if part is None else part_name(t.gguf, part), t.ours, t.rows,
                         t.permuted))
         return out
 
@@ -353,15 +368,18 @@ def gguf_heads(md: GGUFMetadata, width: int, heads: int,
     return kv, head_dim, rot
 
 
-def gguf_sizes(md: GGUFMetadata, rope_freqs: bool = False) -> Dict[str, Any]:
+def gguf_sizes(md: GGUFMetadata, rope_freqs: bool = False,
+               experts: bool = False) -> Dict[str, Any]:
     """The fields every GGUF family has, everything blockc computes differently refused:
-    experts and (unless ``rope_freqs``: the family reads them) per-dimension rope
+    experts (unless ``experts``: the family reads them, and the file declares
+    ``expert_count``) and (unless ``rope_freqs``: the family reads them) per-dimension rope
     frequencies by tensor; a sliding window narrower than the context is every layer's
     window."""
     if md.has("rope_freqs.weight") and not rope_freqs:
         raise md.refuse("tensor 'rope_freqs.weight'", "present",
                         "rotary frequencies scaled per dimension (Llama 3.1's rope scaling)")
-    if any(".ffn_gate_inp." in n or "_exps." in n for n in md.file.tensors):
+    if (not experts or md.get("expert_count") is None) and any(
+            ".ffn_gate_inp." in n or "_exps." in n for n in md.file.tensors):
         raise md.refuse("tensor 'ffn_gate_inp'", "present", "a mixture of experts")
     context = md.integer("context_length")
     width = md.integer("embedding_length")
