@@ -262,7 +262,8 @@ def test_the_commands_flags_are_the_options_declarations(capsys):
             assert a.default is None  # not given: the model's (default_sampling)
             assert a.help.startswith(o.help) and o.span() in a.help
     assert sub["generate"]._option_string_actions["--top-k"].type is int
-    assert sub["serve"]._option_string_actions["--cache-dtype"].choices == ("float32", "float16")
+    assert sub["serve"]._option_string_actions["--cache-dtype"].choices == ("float32", "float16",
+                                                                             "q8_0", "q4_0")
     # checked as the option is, before any file is read (the model does not exist)
     for flag, bad, words in [("--top-p", "2", "--top-p must be in (0, 1], got 2.0"),
                              ("--min-p", "1.5", "--min-p must be in [0, 1]"),

@@ -258,6 +258,36 @@ def test_a_second_turn_reuses_the_first_turns_cache(server, local):
     assert b.usage.prompt_tokens_details.cached_tokens >= a.usage.prompt_tokens - 2
 
 
+@pytest.mark.slow
+def test_a_q8_0_cache_server_answers_what_generate_does_with_one(tmp_path):
+    """--cache-dtype q8_0 (heads of 32, whole blocks): concurrent requests, chunked prompts
+    and a second turn from a reused prefix, each the tokens generate(cache_dtype="q8_0")
+    makes."""
+    d = tmp_path / "m"
+    chat_model_dir(d, "chatml", context=256, seed=6, llama=True, width=128)
+    local = (blockc.GPT.from_pretrained(d), blockc.Tokenizer.from_pretrained(d),
+             json.loads((d / "config.json").read_text())["eos_token_id"])
+    s = Server(d, "--parallel", "3", "--prefill-chunk", "8", "--cache-dtype", "q8_0")
+    try:
+        c = s.client()
+        reqs = [dict(model=NAME, messages=_msgs(q), max_tokens=12, temperature=0)
+                for q in QUESTIONS[:3]]
+        got = _run_all([lambda kw=kw: c.chat.completions.create(**kw) for kw in reqs])
+        for kw, r in zip(reqs, got):
+            ids = local[1].apply_chat_template(kw["messages"]).ids
+            assert r.choices[0].message.content == _generate(local, ids, 12,
+                                                             cache_dtype="q8_0")[0]
+        turn2 = reqs[0]["messages"] + [
+            {"role": "assistant", "content": got[0].choices[0].message.content},
+            {"role": "user", "content": "And then?"}]
+        b = c.chat.completions.create(model=NAME, messages=turn2, max_tokens=12, temperature=0)
+        assert b.usage.prompt_tokens_details.cached_tokens > 0
+        ids = local[1].apply_chat_template(turn2).ids
+        assert b.choices[0].message.content == _generate(local, ids, 12, cache_dtype="q8_0")[0]
+    finally:
+        s.stop()
+
+
 def test_a_half_cache_server_answers_what_generate_does_with_one(model_dir, local):
     """--cache-dtype float16: concurrent requests, chunked prompts and a second turn
     from a reused prefix, each the tokens generate(cache_dtype="float16") makes."""
