@@ -14,6 +14,7 @@ from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 import blockc  # noqa: E402
 from blockc import GPT, GPTConfig  # noqa: E402
 from blockc.reference.gpt import gpt_forward  # noqa: E402
+from test_families_new import hf_logits  # noqa: E402
 
 V = 64
 SMALL = dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
@@ -36,11 +37,6 @@ def hf_model(kind, seed=0):
         for p in m.parameters():
             p.add_(torch.randn_like(p) * (0.3 if p.ndim == 1 else 0.05))
     return m
-
-
-def hf_logits(m, ids):
-    with torch.no_grad():
-        return m(torch.as_tensor(ids)).logits.float().numpy()
 
 
 def close(got, ref, tol=1e-4):
