@@ -567,6 +567,11 @@ def _cases():
     def _():
         return alternate(lambda: lib.bc_gpt_cache_size(n_out, cc, 2, 8), lambda: lib.bc_gpt_cache_size(n_out, cc, 2, 17))
 
+    @case("bc_gpt_cache_bytes")
+    def _():  # a float cache's bytes, and a quantised one refused (heads not of 32)
+        return alternate(lambda: lib.bc_gpt_cache_bytes(n_out, cc, 2, 8, lib.BC_DTYPE_F32),
+                         lambda: lib.bc_gpt_cache_bytes(n_out, cc, 2, 8, lib.BC_DTYPE_Q8_0))
+
     @case("bc_gpt_ring_rows")
     def _():
         return alternate(lambda: lib.bc_gpt_ring_rows(n_out, 8, 1000),
