@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import mean_kl, rnd
+from helpers import bits, mean_kl, rnd
 
 import blockc
 from blockc import GPT, GPTConfig, ops
@@ -21,10 +21,6 @@ from blockc.reference import bf16dot, quant
 
 ISAS = ("generic", "avx2", "avx512")
 RUNS = ISAS[: ISAS.index(blockc.best_isa()) + 1]
-
-
-def _bits(a):
-    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 def _hard_x(n, c, seed):
@@ -49,12 +45,12 @@ def test_the_product_is_the_oracle_bit_for_bit(isa, n, c, oc):
     x, w, b = _hard_x(n, c, seed=n + c), rnd(oc, c, seed=2) * np.float32(0.1), rnd(oc, seed=3)
     p = ops.pack(w, "bfloat16i")
     y = ops.linear(x, p, b)
-    np.testing.assert_array_equal(_bits(y), _bits(bf16dot.linear_bfloat16i(x, w, b)))
+    np.testing.assert_array_equal(bits(y), bits(bf16dot.linear_bfloat16i(x, w, b)))
     # decoding == prefill: a row alone gets the bits it gets among many
     for i in range(min(n, 5)):
-        np.testing.assert_array_equal(_bits(ops.linear(x[i:i + 1], p, b)), _bits(y[i:i + 1]))
+        np.testing.assert_array_equal(bits(ops.linear(x[i:i + 1], p, b)), bits(y[i:i + 1]))
     # no bias: acc itself
-    np.testing.assert_array_equal(_bits(ops.linear(x, p)), _bits(bf16dot.linear_bfloat16i(x, w)))
+    np.testing.assert_array_equal(bits(ops.linear(x, p)), bits(bf16dot.linear_bfloat16i(x, w)))
 
 
 def test_x_rounds_to_infinity_past_bfloat16s_largest_and_keeps_nan_and_infinity(isa):
@@ -77,7 +73,7 @@ def test_x_rounds_to_infinity_past_bfloat16s_largest_and_keeps_nan_and_infinity(
     assert np.isinf(exp).sum() == 10 and np.isnan(exp).sum() == 6  # the cases are there
     np.testing.assert_array_equal(np.isnan(got), np.isnan(exp))
     ok = ~np.isnan(exp)
-    np.testing.assert_array_equal(_bits(got[ok]), _bits(exp[ok]))
+    np.testing.assert_array_equal(bits(got[ok]), bits(exp[ok]))
 
 
 def _tiny(seed):
@@ -96,7 +92,7 @@ def test_subnormal_products_and_sums_are_flushed_as_vdpbf16ps_flushes_them(isa):
         x, w = _tiny(seed)
         want = bf16dot.linear_bfloat16i(x, w)
         assert 0 < np.count_nonzero(want) < want.size or seed  # some flushed, most not
-        np.testing.assert_array_equal(_bits(ops.linear(x, ops.pack(w, "bfloat16i"))), _bits(want))
+        np.testing.assert_array_equal(bits(ops.linear(x, ops.pack(w, "bfloat16i"))), bits(want))
     # the oracle flushes: without it the same chain keeps a subnormal
     assert bf16dot.ftz(np.float32(1e-39)) == 0 and bf16dot.ftz(np.float32(-1e-39)).tobytes() \
         == np.float32(-0.0).tobytes()
@@ -120,7 +116,7 @@ def test_every_instruction_set_and_the_fma_copy_give_the_same_bits(tmp_path):
         blockc.set_isa(before)
     assert "generic" in got
     for isa, y in got.items():
-        np.testing.assert_array_equal(_bits(y), _bits(got["generic"]), err_msg=isa)
+        np.testing.assert_array_equal(bits(y), bits(got["generic"]), err_msg=isa)
     if "avx512" not in RUNS:
         return
     for name, a in (("x", x), ("w", w), ("tx", tx), ("tw", tw)):
@@ -133,7 +129,7 @@ def test_every_instruction_set_and_the_fma_copy_give_the_same_bits(tmp_path):
             f"np.save({str(tmp_path / 'y.npy')!r}, y)")
     env = dict(os.environ, BLOCKC_ISA="avx512", BLOCKC_AVX512BF16="0")
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
-    np.testing.assert_array_equal(_bits(np.load(tmp_path / "y.npy")), _bits(got["generic"]))
+    np.testing.assert_array_equal(bits(np.load(tmp_path / "y.npy")), bits(got["generic"]))
 
 
 def test_the_weights_are_bfloat16s_and_the_error_is_the_activations():
@@ -142,7 +138,7 @@ def test_the_weights_are_bfloat16s_and_the_error_is_the_activations():
     p = ops.pack(w, "bfloat16i")
     want = quant.bfloat16(w)
     want[0, 0] = 0.0
-    np.testing.assert_array_equal(_bits(p.unpack()), _bits(want))
+    np.testing.assert_array_equal(bits(p.unpack()), bits(want))
     exact = x.astype(np.float64) @ want.T.astype(np.float64)
     rel = np.sqrt(np.mean((ops.linear(x, p) - exact) ** 2) / np.mean(exact ** 2))
     assert 3e-4 < rel < 3e-3, rel          # x rounded to 8 bits of significand: about 1e-3
@@ -159,7 +155,7 @@ def test_a_non_finite_activation_makes_its_rows_outputs_non_finite():
     x[2, 3] = np.nan
     y = ops.linear(x, p)
     assert np.isfinite(y[0]).all() and not np.isfinite(y[1]).any() and np.isnan(y[2]).all()
-    np.testing.assert_array_equal(_bits(y[0]), _bits(bf16dot.linear_bfloat16i(x[:1], w)[0]))
+    np.testing.assert_array_equal(bits(y[0]), bits(bf16dot.linear_bfloat16i(x[:1], w)[0]))
 
 
 def test_pack_refuses_more_columns_than_a_rounded_row_holds():
@@ -173,7 +169,7 @@ def test_the_oracle_flushes_and_rounds_as_documented():
     # ties to even (1 + 3 * 2^-8 lies halfway between 1 + 2^-7, odd, and 1 + 2^-6), then
     # subnormals flushed to a zero of their sign
     got = bf16dot.round_bf16(np.float32([1 + 2 ** -8, 1 + 3 * 2 ** -8, 1e-39, -1e-39]))
-    np.testing.assert_array_equal(_bits(got), _bits(np.float32([1.0, 1 + 2 ** -6, 0.0, -0.0])))
+    np.testing.assert_array_equal(bits(got), bits(np.float32([1.0, 1 + 2 ** -6, 0.0, -0.0])))
     # one pair: the odd column first: (0 + 2^-9 * 1) + 1 * 1 = 1 + 2^-9 ... rounded once each
     y = bf16dot.linear_bfloat16i(np.float32([[1.0, 2 ** -9]]), np.float32([[1.0, 1.0]]))
     assert y[0, 0] == one + np.float32(2 ** -9)
@@ -212,4 +208,4 @@ def test_gguf_bf16_files_load_as_bfloat16i_with_their_very_weights(tmp_path):
     assert plain.dtype == "bfloat16"
     np.testing.assert_array_equal(plain.astype("bfloat16i").params, m.params)
     ids = np.array([[1, 2, 3, 4]])
-    np.testing.assert_array_equal(_bits(back(ids)), _bits(m(ids)))
+    np.testing.assert_array_equal(bits(back(ids)), bits(m(ids)))

@@ -6,6 +6,7 @@ import pytest
 
 import blockc
 from blockc import GPT, GPTConfig
+from helpers import bits
 
 CONFIGS = {
     "gpt2": GPTConfig(vocab=50, context=160, width=32, heads=4, layers=2),
@@ -13,10 +14,6 @@ CONFIGS = {
                        norm="rms", activation="swiglu", positions="rope", d_ff=48,
                        qkv_bias=False, out_bias=False, mlp_bias=False, tie_weights=False),
 }
-
-
-def _bits(a):
-    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -31,10 +28,10 @@ def test_a_copied_prefix_continues_with_the_bits_of_the_whole(name, dtype):
         c.copy_prefix(2, 0, n)
         assert c.lengths == (130, 0, n)
         got = m(ids[:, n:], cache=c.view(2, 3), last_only=True)[:, -1]
-        assert np.array_equal(_bits(got), _bits(want)), n
+        assert np.array_equal(bits(got), bits(want)), n
     c.truncate(0, 70)
     got = m(ids[:, 70:], cache=c.view(0, 1), last_only=True)[:, -1]
-    assert np.array_equal(_bits(got), _bits(want))
+    assert np.array_equal(bits(got), bits(want))
     assert c.lengths == (140, 0, 140)
 
 
@@ -49,7 +46,7 @@ def test_a_view_decodes_its_rows_as_the_whole_cache_does():
     step = rng.integers(0, 50, size=(4, 1))
     a = m(step, cache=whole)
     b = m(step[1:3], cache=part.view(1, 3))
-    assert np.array_equal(_bits(a[1:3]), _bits(b))
+    assert np.array_equal(bits(a[1:3]), bits(b))
     assert part.lengths == (5, 10, 4, 7) and whole.lengths == (6, 10, 4, 8)
     assert part.view(1, 3).lengths == (10, 4)
 

@@ -10,6 +10,7 @@ import blockc
 from blockc import GPT, GPTConfig
 from blockc.generation import GenerationConfig
 from blockc.reference.gpt import gpt_forward
+from helpers import bits, in_calls
 
 CONFIGS = {
     "gpt2": GPTConfig(vocab=50, context=160, width=32, heads=4, layers=2),
@@ -25,26 +26,12 @@ CONFIGS = {
 }
 
 
-def _bits(a):
-    return np.ascontiguousarray(a, np.float32).view(np.uint32)
-
-
-def _in_calls(m, ids, sizes, cache):
-    """ids (1, T) through cache in calls of the given sizes: every position's logits."""
-    out, at = [], 0
-    for n in sizes:
-        out.append(m(ids[:, at:at + n], cache=cache))
-        at += n
-    assert at == ids.shape[1]
-    return np.concatenate(out, axis=1)
-
-
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_a_half_cache_is_the_oracle_that_rounds_keys_and_values(name):
     cfg = CONFIGS[name]
     m = GPT.random(cfg, seed=5)
     ids = np.random.default_rng(2).integers(0, 50, size=(1, 150))
-    got = _in_calls(m, ids, [70] + [1] * 80, m.new_cache(1, 150, dtype="float16"))
+    got = in_calls(m, ids, [70] + [1] * 80, m.new_cache(1, 150, dtype="float16"))
     sd = m.state_dict()
     rounded = gpt_forward(sd, cfg, ids, kv_dtype=np.float16)
     exact = gpt_forward(sd, cfg, ids)
@@ -55,7 +42,7 @@ def test_a_half_cache_is_the_oracle_that_rounds_keys_and_values(name):
     near, far = np.abs(got - rounded).mean(), np.abs(got - exact).mean()
     assert far > 10 * near, (near, far)
     # and a float cache keeps the exact ones
-    f32 = _in_calls(m, ids, [70] + [1] * 80, m.new_cache(1, 150))
+    f32 = in_calls(m, ids, [70] + [1] * 80, m.new_cache(1, 150))
     assert np.abs(f32 - exact).max() < 2e-5
 
 
@@ -82,7 +69,7 @@ def test_the_cache_keeps_each_value_rounded_to_nearest_even_saturating():
     for got, full in ((c16.k[0], c32.k[0]), (c16.v[0], c32.v[0])):  # layer 0: the same inputs
         top = np.float32(65504.0)
         want = np.clip(full, -top, top).astype(np.float16).astype(np.float32)
-        assert np.array_equal(_bits(got), _bits(want))
+        assert np.array_equal(bits(got), bits(want))
     stored = c16.k[0, 0, 0, :len(special)]
     assert stored[0] == 65504 and stored[1] == -65504 and stored[3] == 65504
     assert stored[6] == 0 and stored[7] == 2.0 ** -24  # -1e-8 rounds to (negative) zero
@@ -93,10 +80,10 @@ def test_the_cache_keeps_each_value_rounded_to_nearest_even_saturating():
 def test_the_same_bits_however_the_tokens_are_split(name, isa):
     m = GPT.random(CONFIGS[name], seed=2, dtype="q8_0" if name == "llama" else "float32")
     ids = np.random.default_rng(3).integers(0, 50, size=(1, 140))
-    whole = _in_calls(m, ids, [140], m.new_cache(1, 140, dtype="float16"))
+    whole = in_calls(m, ids, [140], m.new_cache(1, 140, dtype="float16"))
     for sizes in ([1] * 140, [63, 1, 1, 64, 11], [64, 64, 12], [3, 125, 12]):
-        got = _in_calls(m, ids, sizes, m.new_cache(1, 140, dtype="float16"))
-        assert np.array_equal(_bits(got), _bits(whole)), sizes
+        got = in_calls(m, ids, sizes, m.new_cache(1, 140, dtype="float16"))
+        assert np.array_equal(bits(got), bits(whole)), sizes
 
 
 def test_the_same_bits_on_any_thread_count():
@@ -114,7 +101,7 @@ def test_the_same_bits_on_any_thread_count():
     finally:
         blockc.set_num_threads(before)
     for o in outs[1:]:
-        assert np.array_equal(_bits(o), _bits(outs[0]))
+        assert np.array_equal(bits(o), bits(outs[0]))
 
 
 def test_ragged_rows_generate_their_solo_tokens():
@@ -139,10 +126,10 @@ def test_a_copied_prefix_continues_with_the_bits_of_the_whole():
     for n in (0, 1, 63, 64, 65, 127, 130):
         c.copy_prefix(2, 0, n)
         got = m(ids[:, n:], cache=c.view(2, 3), last_only=True)[:, -1]
-        assert np.array_equal(_bits(got), _bits(want)), n
+        assert np.array_equal(bits(got), bits(want)), n
     c.truncate(0, 70)
     got = m(ids[:, 70:], cache=c.view(0, 1), last_only=True)[:, -1]
-    assert np.array_equal(_bits(got), _bits(want))
+    assert np.array_equal(bits(got), bits(want))
 
 
 def test_a_half_cache_takes_half_the_memory():

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from helpers import mean_kl, rnd
+from helpers import bits, mean_kl, rnd
 
 import blockc
 from blockc import GPT, GPTConfig, ops
@@ -26,10 +26,6 @@ WHOLE = {"q4_ki": 256, "q6_ki": 256}
 #: every format on x rounded once per product (bfloat16i: test_bf16dot.py), and the format
 #: of its weights
 ROUNDED = {**{fmt: plain for fmt, (_, plain) in INT.items()}, "bfloat16i": "bfloat16"}
-
-
-def _bits(a):
-    return np.ascontiguousarray(a, np.float32).view(np.uint32)
 
 
 def _cols(c, fmt):
@@ -62,12 +58,12 @@ def test_the_product_is_the_oracle_bit_for_bit(isa, n, c, oc, fmt):
     x, w, b = _hard_x(n, c, seed=n + c), rnd(oc, c, seed=2) * np.float32(0.1), rnd(oc, seed=3)
     p = ops.pack(w, fmt)
     y = ops.linear(x, p, b)
-    np.testing.assert_array_equal(_bits(y), _bits(oracle(x, w, b)))
+    np.testing.assert_array_equal(bits(y), bits(oracle(x, w, b)))
     # decoding == prefill: a row alone gets the bits it gets among many
     for i in range(min(n, 5)):
-        np.testing.assert_array_equal(_bits(ops.linear(x[i:i + 1], p, b)), _bits(y[i:i + 1]))
+        np.testing.assert_array_equal(bits(ops.linear(x[i:i + 1], p, b)), bits(y[i:i + 1]))
     # no bias: acc itself (-0 stays -0)
-    np.testing.assert_array_equal(_bits(ops.linear(x, p)), _bits(oracle(x, w)))
+    np.testing.assert_array_equal(bits(ops.linear(x, p)), bits(oracle(x, w)))
 
 
 @pytest.mark.parametrize("fmt", list(INT))
@@ -85,13 +81,13 @@ def test_every_instruction_set_gives_the_same_bits(fmt):
         blockc.set_isa(before)
     assert "generic" in got
     for isa, y in got.items():
-        np.testing.assert_array_equal(_bits(y), _bits(got["generic"]), err_msg=isa)
+        np.testing.assert_array_equal(bits(y), bits(got["generic"]), err_msg=isa)
 
 
 def test_the_weights_are_q8_0s_and_the_error_is_the_activations():
     w, x = rnd(64, 512, seed=4) * np.float32(0.05), rnd(8, 512, seed=5)
     p = ops.pack(w, "q8_0i")
-    np.testing.assert_array_equal(_bits(p.unpack()), _bits(quant.q8_0(w)))
+    np.testing.assert_array_equal(bits(p.unpack()), bits(quant.q8_0(w)))
     np.testing.assert_array_equal(p.unpack(), ops.pack(w, "q8_0").unpack())
     exact = x.astype(np.float64) @ quant.q8_0(w).T.astype(np.float64)
     rel = np.sqrt(np.mean((ops.linear(x, p) - exact) ** 2) / np.mean(exact ** 2))
@@ -110,7 +106,7 @@ def test_a_non_finite_activation_makes_its_rows_outputs_nan(fmt):
     x[2, 3] = np.nan
     y = ops.linear(x, p)
     assert np.isfinite(y[0]).all() and np.isnan(y[1]).all() and np.isnan(y[2]).all()
-    np.testing.assert_array_equal(_bits(y), _bits(INT[fmt][0](x, w)))
+    np.testing.assert_array_equal(bits(y), bits(INT[fmt][0](x, w)))
 
 
 @pytest.mark.parametrize("fmt", list(ROUNDED))
@@ -122,8 +118,8 @@ def test_same_bits_at_any_thread_count(threads, fmt):
     want = ops.linear(x, p)
     for t in (2, 3):
         threads(t)
-        np.testing.assert_array_equal(_bits(ops.linear(x, p)), _bits(want))
-        np.testing.assert_array_equal(_bits(ops.linear(x[:2], p)), _bits(want[:2]))
+        np.testing.assert_array_equal(bits(ops.linear(x, p)), bits(want))
+        np.testing.assert_array_equal(bits(ops.linear(x[:2], p)), bits(want[:2]))
 
 
 @pytest.mark.parametrize("fmt", list(INT))
@@ -141,34 +137,34 @@ def test_the_nibble_formats_weights_are_their_plain_formats(fmt):
     w = rnd(40, 300, seed=14)
     w[3, :32] = 0.0
     w[5, 32:64] *= np.float32(1e-30)
-    np.testing.assert_array_equal(_bits(ops.pack(w, fmt).unpack()), _bits(plain(w)))
+    np.testing.assert_array_equal(bits(ops.pack(w, fmt).unpack()), bits(plain(w)))
     # the oracle's blocks are the weights it multiplies
     d, q = getattr(intdot, INT[fmt][1] + "_blocks")(w)
-    np.testing.assert_array_equal(_bits((d[..., None] * q).reshape(40, -1)[:, :300]),
-                                  _bits(plain(w)))
+    np.testing.assert_array_equal(bits((d[..., None] * q).reshape(40, -1)[:, :300]),
+                                  bits(plain(w)))
 
 
 def test_q4_kis_weights_are_q4_ks_and_its_blocks_the_oracles():
     w = rnd(40, 512, seed=14)
     w[3, :32] = 0.0
     w[5, 256:288] *= np.float32(1e-30)
-    np.testing.assert_array_equal(_bits(ops.pack(w, "q4_ki").unpack()), _bits(quant.q4_k(w)))
+    np.testing.assert_array_equal(bits(ops.pack(w, "q4_ki").unpack()), bits(quant.q4_k(w)))
     d, dmin, sc, m, q = intdot.q4_k_blocks(w)  # the oracle's blocks: the weights it multiplies
     ds = (d[..., None] * sc.astype(np.float32)).astype(np.float32)[..., None]
     dm = (dmin[..., None] * m.astype(np.float32)).astype(np.float32)[..., None]
     got = ((ds * q.astype(np.float32)).astype(np.float32) - dm).reshape(40, 512)
-    np.testing.assert_array_equal(_bits(got), _bits(quant.q4_k(w)))
+    np.testing.assert_array_equal(bits(got), bits(quant.q4_k(w)))
 
 
 def test_q6_kis_weights_are_q6_ks_and_its_blocks_the_oracles():
     w = rnd(40, 512, seed=15)
     w[3, :16] = 0.0
     w[5, 256:272] *= np.float32(1e-30)
-    np.testing.assert_array_equal(_bits(ops.pack(w, "q6_ki").unpack()), _bits(quant.q6_k(w)))
+    np.testing.assert_array_equal(bits(ops.pack(w, "q6_ki").unpack()), bits(quant.q6_k(w)))
     d, sc, q = intdot.q6_k_blocks(w)  # the oracle's blocks: the weights it multiplies
     ds = (d[..., None] * sc.astype(np.float32)).astype(np.float32)[..., None]
     got = (ds * q.astype(np.float32)).astype(np.float32).reshape(40, 512)
-    np.testing.assert_array_equal(_bits(got), _bits(quant.q6_k(w)))
+    np.testing.assert_array_equal(bits(got), bits(quant.q6_k(w)))
 
 
 def test_the_oracle_fma_rounds_once():
@@ -205,10 +201,10 @@ def test_model_prompt_cache_rows_and_threads_agree(cfg, threads, fmt):
     full = m(ids)
     cache = m.new_cache(3, 20)
     steps = [m(ids[:, :5], cache=cache)] + [m(ids[:, t:t + 1], cache=cache) for t in range(5, 20)]
-    np.testing.assert_array_equal(_bits(np.concatenate(steps, axis=1)), _bits(full))
-    np.testing.assert_array_equal(_bits(m(ids[1:2])), _bits(full[1:2]))  # a row alone
+    np.testing.assert_array_equal(bits(np.concatenate(steps, axis=1)), bits(full))
+    np.testing.assert_array_equal(bits(m(ids[1:2])), bits(full[1:2]))  # a row alone
     threads(2)
-    np.testing.assert_array_equal(_bits(m(ids)), _bits(full))
+    np.testing.assert_array_equal(bits(m(ids)), bits(full))
 
 
 @pytest.mark.parametrize("fmt", list(ROUNDED))
@@ -278,7 +274,7 @@ def test_gguf_files_load_as_the_integer_format_with_their_very_blocks(tmp_path, 
     assert plain.dtype == plain_fmt
     np.testing.assert_array_equal(plain.astype(fmt).params, m.params)
     ids = np.array([[1, 2, 3, 4]])
-    np.testing.assert_array_equal(_bits(back(ids)), _bits(m(ids)))
+    np.testing.assert_array_equal(bits(back(ids)), bits(m(ids)))
 
 
 @pytest.mark.skipif("avx2" not in ISAS[: ISAS.index(blockc.best_isa()) + 1], reason="no AVX2")
@@ -306,4 +302,4 @@ def test_avx2s_pmaddubsw_and_avx_vnni_copies_give_the_oracles_bits(tmp_path):
         env = dict(os.environ, BLOCKC_ISA="avx2", BLOCKC_AVXVNNI=flag)
         subprocess.run([sys.executable, "-c", code], env=env, check=True)
         y = np.load(tmp_path / "y.npy")
-        np.testing.assert_array_equal(_bits(y), _bits(want), err_msg=flag)
+        np.testing.assert_array_equal(bits(y), bits(want), err_msg=flag)

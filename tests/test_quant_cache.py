@@ -21,7 +21,7 @@ from blockc.generation.ends import end_ids
 from blockc.reference import quant
 from blockc.reference.gpt import gpt_forward
 
-from helpers import mean_kl
+from helpers import bits, in_calls, mean_kl
 
 QUANT = ("q8_0", "q4_0")
 
@@ -44,20 +44,6 @@ def _sliding():
                      sliding_layers=(True, False))
 
 
-def _bits(a):
-    return np.ascontiguousarray(a, np.float32).view(np.uint32)
-
-
-def _in_calls(m, ids, sizes, cache):
-    """ids (B, T) through cache in calls of the given sizes: every position's logits."""
-    out, at = [], 0
-    for n in sizes:
-        out.append(m(ids[:, at:at + n], cache=cache))
-        at += n
-    assert at == ids.shape[1]
-    return np.concatenate(out, axis=1)
-
-
 @pytest.mark.parametrize("dtype", QUANT)
 def test_the_stored_blocks_are_the_oracles_quantisation(dtype):
     cfg = CONFIGS["llama"]
@@ -71,7 +57,7 @@ def test_the_stored_blocks_are_the_oracles_quantisation(dtype):
     # (32 values here) quantised by the oracle's rule reads back as the cache's
     for got, full in ((cq.k[0], c32.k[0]), (cq.v[0], c32.v[0])):
         want = rule(full.reshape(-1, 32)).reshape(full.shape)
-        assert np.array_equal(_bits(got), _bits(want))
+        assert np.array_equal(bits(got), bits(want))
         assert not np.array_equal(got, full)
     assert cq.dtype == dtype and cq.k.dtype == np.float32
 
@@ -82,7 +68,7 @@ def test_a_quantised_cache_is_the_oracle_that_quantises_keys_and_values(name, dt
     cfg = CONFIGS[name]
     m = GPT.random(cfg, seed=5)
     ids = np.random.default_rng(2).integers(0, 50, size=(1, 150))
-    got = _in_calls(m, ids, [70] + [1] * 80, m.new_cache(1, 150, dtype=dtype))
+    got = in_calls(m, ids, [70] + [1] * 80, m.new_cache(1, 150, dtype=dtype))
     sd = m.state_dict()
     rounded = gpt_forward(sd, cfg, ids, kv_dtype=dtype)
     exact = gpt_forward(sd, cfg, ids)
@@ -101,8 +87,8 @@ def _kl_of(dtype, seed=0, n=180):
     m = GPT.random(cfg, seed=seed)
     ids = np.random.default_rng(seed).integers(0, 50, size=(1, n))
     sizes = [20] + [1] * (n - 20)
-    ref = _in_calls(m, ids, sizes, m.new_cache(1, n))
-    return mean_kl(ref, _in_calls(m, ids, sizes, m.new_cache(1, n, dtype=dtype)))
+    ref = in_calls(m, ids, sizes, m.new_cache(1, n))
+    return mean_kl(ref, in_calls(m, ids, sizes, m.new_cache(1, n, dtype=dtype)))
 
 
 #: mean KL budgets against the float32 cache on _kl_of's model. Measured (seeds 0..3):
@@ -142,10 +128,10 @@ def test_a_quantised_cache_takes_its_blocks_bytes():
 def test_the_same_bits_however_the_tokens_are_split(name, dtype, isa):
     m = GPT.random(CONFIGS[name], seed=2, dtype="q8_0" if name == "llama" else "float32")
     ids = np.random.default_rng(3).integers(0, 50, size=(1, 140))
-    whole = _in_calls(m, ids, [140], m.new_cache(1, 140, dtype=dtype))
+    whole = in_calls(m, ids, [140], m.new_cache(1, 140, dtype=dtype))
     for sizes in ([1] * 140, [63, 1, 1, 64, 11], [3, 125, 12]):
-        got = _in_calls(m, ids, sizes, m.new_cache(1, 140, dtype=dtype))
-        assert np.array_equal(_bits(got), _bits(whole)), sizes
+        got = in_calls(m, ids, sizes, m.new_cache(1, 140, dtype=dtype))
+        assert np.array_equal(bits(got), bits(whole)), sizes
 
 
 @pytest.mark.parametrize("dtype", QUANT)
@@ -160,10 +146,10 @@ def test_the_same_bits_on_any_thread_count_and_batch(dtype, threads):
                                    + [m(ids[:, t:t + 1], cache=c) for t in range(90, 100)],
                                    axis=1))
     for o in outs[1:]:
-        assert np.array_equal(_bits(o), _bits(outs[0]))
+        assert np.array_equal(bits(o), bits(outs[0]))
     for b in range(3):  # each row alone: the bits it has in the batch
-        alone = _in_calls(m, ids[b:b + 1], [90] + [1] * 10, m.new_cache(1, 110, dtype=dtype))
-        assert np.array_equal(_bits(alone), _bits(outs[0][b:b + 1]))
+        alone = in_calls(m, ids[b:b + 1], [90] + [1] * 10, m.new_cache(1, 110, dtype=dtype))
+        assert np.array_equal(bits(alone), bits(outs[0][b:b + 1]))
 
 
 @pytest.mark.parametrize("dtype", QUANT)
@@ -185,9 +171,9 @@ def test_a_sliding_windows_ring_of_blocks(dtype):
     ids = np.random.default_rng(0).integers(0, 41, size=(1, 260))  # past the ring's 192
     c = m.new_cache(1, 320, dtype=dtype)
     assert c.layer_rows(0) == 192 and c.layer_rows(1) == 320
-    parts = _in_calls(m, ids, [230] + [1] * 30, c)
-    whole = _in_calls(m, ids, [5, 190, 65], m.new_cache(1, 320, dtype=dtype))
-    assert np.array_equal(_bits(parts), _bits(whole))
+    parts = in_calls(m, ids, [230] + [1] * 30, c)
+    whole = in_calls(m, ids, [5, 190, 65], m.new_cache(1, 320, dtype=dtype))
+    assert np.array_equal(bits(parts), bits(whole))
     rounded = gpt_forward(m.state_dict(), cfg, ids, kv_dtype=dtype)
     exact = gpt_forward(m.state_dict(), cfg, ids)
     near, far = np.abs(parts - rounded).mean(), np.abs(parts - exact).mean()
@@ -207,10 +193,10 @@ def test_a_copied_prefix_continues_with_the_bits_of_the_whole(dtype):
     for n in (0, 1, 63, 64, 65, 127, 130):
         c.copy_prefix(2, 0, n)
         got = m(ids[:, n:], cache=c.view(2, 3), last_only=True)[:, -1]
-        assert np.array_equal(_bits(got), _bits(want)), n
+        assert np.array_equal(bits(got), bits(want)), n
     c.truncate(0, 70)
     got = m(ids[:, 70:], cache=c.view(0, 1), last_only=True)[:, -1]
-    assert np.array_equal(_bits(got), _bits(want))
+    assert np.array_equal(bits(got), bits(want))
 
 
 def test_refusals_name_the_argument():

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck
 import blockc
 
 __all__ = ["rnd", "close", "close_k", "mean_kl", "plots", "run_python", "write_script",
-           "snapshot", "PROPERTY_SETTINGS", "pick", "schema_valid", "same_bits_any_threads"]
+           "snapshot", "PROPERTY_SETTINGS", "pick", "schema_valid", "same_bits_any_threads",
+           "bits", "in_calls"]
 
 #: the checkout's root (tests/support/helpers.py is two folders below it)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -128,3 +129,18 @@ def same_bits_any_threads(m, ids):
     finally:
         blockc.set_num_threads(before)
     return outs[0]
+
+
+def bits(a):
+    """``a`` as float32's bit patterns (uint32): for comparing results bit for bit."""
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
+def in_calls(m, ids, sizes, cache):
+    """ids (B, T) through ``cache`` in calls of the given sizes: every position's logits."""
+    out, at = [], 0
+    for n in sizes:
+        out.append(m(ids[:, at:at + n], cache=cache))
+        at += n
+    assert at == ids.shape[1]
+    return np.concatenate(out, axis=1)
