@@ -258,6 +258,25 @@ def test_a_second_turn_reuses_the_first_turns_cache(server, local):
     assert b.usage.prompt_tokens_details.cached_tokens >= a.usage.prompt_tokens - 2
 
 
+def _answers_as_generate(c, local, dtype, k, n):
+    """k concurrent greedy chats of n tokens, then a second turn of the first from its
+    reused prefix, each the text generate(cache_dtype=dtype) makes; their requests."""
+    reqs = [dict(model=NAME, messages=_msgs(q), max_tokens=n, temperature=0)
+            for q in QUESTIONS[:k]]
+    got = _run_all([lambda kw=kw: c.chat.completions.create(**kw) for kw in reqs])
+    for kw, r in zip(reqs, got):
+        ids = local[1].apply_chat_template(kw["messages"]).ids
+        assert r.choices[0].message.content == _generate(local, ids, n, cache_dtype=dtype)[0]
+    turn2 = reqs[0]["messages"] + [
+        {"role": "assistant", "content": got[0].choices[0].message.content},
+        {"role": "user", "content": "And then?"}]
+    b = c.chat.completions.create(model=NAME, messages=turn2, max_tokens=n, temperature=0)
+    assert b.usage.prompt_tokens_details.cached_tokens > 0
+    ids = local[1].apply_chat_template(turn2).ids
+    assert b.choices[0].message.content == _generate(local, ids, n, cache_dtype=dtype)[0]
+    return reqs
+
+
 @pytest.mark.slow
 def test_a_q8_0_cache_server_answers_what_generate_does_with_one(tmp_path):
     """--cache-dtype q8_0 (heads of 32, whole blocks): concurrent requests, chunked prompts
@@ -269,21 +288,7 @@ def test_a_q8_0_cache_server_answers_what_generate_does_with_one(tmp_path):
              json.loads((d / "config.json").read_text())["eos_token_id"])
     s = Server(d, "--parallel", "3", "--prefill-chunk", "8", "--cache-dtype", "q8_0")
     try:
-        c = s.client()
-        reqs = [dict(model=NAME, messages=_msgs(q), max_tokens=12, temperature=0)
-                for q in QUESTIONS[:3]]
-        got = _run_all([lambda kw=kw: c.chat.completions.create(**kw) for kw in reqs])
-        for kw, r in zip(reqs, got):
-            ids = local[1].apply_chat_template(kw["messages"]).ids
-            assert r.choices[0].message.content == _generate(local, ids, 12,
-                                                             cache_dtype="q8_0")[0]
-        turn2 = reqs[0]["messages"] + [
-            {"role": "assistant", "content": got[0].choices[0].message.content},
-            {"role": "user", "content": "And then?"}]
-        b = c.chat.completions.create(model=NAME, messages=turn2, max_tokens=12, temperature=0)
-        assert b.usage.prompt_tokens_details.cached_tokens > 0
-        ids = local[1].apply_chat_template(turn2).ids
-        assert b.choices[0].message.content == _generate(local, ids, 12, cache_dtype="q8_0")[0]
+        _answers_as_generate(s.client(), local, "q8_0", 3, 12)
     finally:
         s.stop()
 
@@ -294,20 +299,7 @@ def test_a_half_cache_server_answers_what_generate_does_with_one(model_dir, loca
     s = Server(model_dir, "--parallel", "3", "--prefill-chunk", "8", "--cache-dtype", "float16")
     try:
         c = s.client()
-        reqs = [dict(model=NAME, messages=_msgs(q), max_tokens=16, temperature=0)
-                for q in QUESTIONS[:4]]
-        got = _run_all([lambda kw=kw: c.chat.completions.create(**kw) for kw in reqs])
-        for kw, r in zip(reqs, got):
-            ids = local[1].apply_chat_template(kw["messages"]).ids
-            assert r.choices[0].message.content == _generate(local, ids, 16,
-                                                             cache_dtype="float16")[0]
-        turn2 = reqs[0]["messages"] + [
-            {"role": "assistant", "content": got[0].choices[0].message.content},
-            {"role": "user", "content": "And then?"}]
-        b = c.chat.completions.create(model=NAME, messages=turn2, max_tokens=16, temperature=0)
-        assert b.usage.prompt_tokens_details.cached_tokens > 0
-        ids = local[1].apply_chat_template(turn2).ids
-        assert b.choices[0].message.content == _generate(local, ids, 16, cache_dtype="float16")[0]
+        reqs = _answers_as_generate(c, local, "float16", 4, 16)
         # the log-probabilities are the half cache's, not a float cache's
         m = local[0]
         r = c.chat.completions.create(model=NAME, messages=reqs[1]["messages"], max_tokens=6,
