@@ -396,11 +396,11 @@ class Generation:
         # longrope: a row whose length passes the original length now turns every position
         # by the long factors, its cached ones too: run whole again (transformers' Phi-3
         # generate recomputes its cache then), so each step is the forward of the sequence
-        tables = m.config.rope_tables
-        if tables.inv_long is not None and any(len(s) == tables.original + 1 for s in seqs):
+        long_after = m.config.rope_tables.long_after
+        if long_after and any(len(s) == long_after + 1 for s in seqs):
             out = []
             for i, s in enumerate(seqs):
-                if len(s) == tables.original + 1:
+                if len(s) == long_after + 1:
                     cache.truncate(i, 0)
                 else:
                     s = s[-1:]

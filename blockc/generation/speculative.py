@@ -269,8 +269,7 @@ def speculate(m: Any, prompt: np.ndarray, n: int, opts: ResolvedGeneration,
     # (each position's logits as its own length turns them); the round whose sequence
     # reaches original + 1 runs it whole again (every key turned by the long factors),
     # as transformers' Phi-3 generate recomputes its cache then
-    tables = m.config.rope_tables
-    original = int(tables.original) if tables.inv_long is not None else 0
+    original = m.config.rope_tables.long_after
     long_keys = t - 1 > original
     made = 0
     while made < n:

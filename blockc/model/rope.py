@@ -41,6 +41,12 @@ class RopeTables(NamedTuple):
     original: int
     attn: float
 
+    @property
+    def long_after(self) -> int:
+        """The length past which a sequence's every position, cached ones too, turns by
+        the long factors (longrope's ``original``); 0: no long factors."""
+        return int(self.original) if self.inv_long is not None else 0
+
 
 def default_inv_freq(theta: float, rot: int) -> np.ndarray:
     """(R/2,) float32: 1 / theta ** (float32(2i) / R), as transformers takes it."""

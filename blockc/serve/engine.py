@@ -251,8 +251,7 @@ class Engine:
         self._slots = [_Slot() for _ in range(self.parallel)]
         # longrope (Phi-3): a sequence longer than this turns every position by the long
         # factors (0: not a longrope model)
-        tables = model.config.rope_tables
-        self._long_at = int(tables.original) if tables.inv_long is not None else 0
+        self._long_at = model.config.rope_tables.long_after
         self._n_dec = 0
         self._pf: Optional[Job] = None
         self._pf_slot = -1
