@@ -48,6 +48,12 @@ bc_gpt_config h_gpt2_config(size_t vocab, size_t context, size_t width, size_t h
                             size_t layers, int tied);
 bc_gpt_config h_llama_config(int tied);
 
+/* A parameter buffer (bc_gpt_param_bytes) for c: every tensor h_fill'ed with seed + its
+ * index at scale (a router's at router_scale, 0: all zeros), gains near 1, each matrix
+ * packed in its format. */
+unsigned char *h_gpt_params(const bc_gpt_config *c, uint32_t seed, float scale,
+                            float router_scale);
+
 /* the sections, one per part header */
 void test_core(void);
 void test_engine(void);

@@ -47,6 +47,35 @@ bc_gpt_config h_llama_config(int tied)
     return c;
 }
 
+unsigned char *h_gpt_params(const bc_gpt_config *c, uint32_t seed, float scale,
+                            float router_scale)
+{
+    size_t bytes = 0, count = 0;
+    EXPECT_STATUS(BC_OK, bc_gpt_param_bytes(&bytes, c));
+    EXPECT_STATUS(BC_OK, bc_gpt_tensor_count(&count, c));
+    unsigned char *p = h_alloc_bytes(bytes);
+    for (size_t i = 0; i < count; i++) {
+        size_t off, nb, nd, shape[2];
+        int dt, pk;
+        char name[BC_GPT_NAME_MAX];
+        EXPECT_STATUS(BC_OK, bc_gpt_tensor_info(name, sizeof name, &off, &nb, &dt, &pk, &nd, shape, c, i));
+        const size_t n = shape[0] * shape[1];
+        const int router = strstr(name, "router") != NULL;
+        float *w = h_alloc(n);
+        h_fill(w, n, seed + (uint32_t)i, router ? router_scale : scale);
+        if (strstr(name, "ln") || strstr(name, "norm.weight"))
+            for (size_t j = 0; j < n; j++)
+                w[j] += 1.0f;
+        if (router && router_scale == 0.0f)
+            memset(w, 0, NB(n));
+        if (pk)
+            EXPECT_STATUS(BC_OK, bc_pack(p + off, nb, w, dt, shape[0], shape[1]));
+        else
+            memcpy(p + off, w, NB(n));
+    }
+    return p;
+}
+
 /* c stored as dtype; for a format of whole blocks (q4_k: rows of 256k weights)
  * widened so that every matrix's rows are: width, d_ff and heads * head_dim
  * 256 (heads 4 when 256 is not a multiple of them) */

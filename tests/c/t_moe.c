@@ -31,34 +31,6 @@ static bc_gpt_config moe_config(int dtype)
     return c;
 }
 
-// p (bc_gpt_param_bytes) = deterministic weights, gains near 1; a zero router with zero_router
-static unsigned char *moe_params(const bc_gpt_config *c, int zero_router)
-{
-    size_t bytes = 0, count = 0;
-    EXPECT_STATUS(BC_OK, bc_gpt_param_bytes(&bytes, c));
-    EXPECT_STATUS(BC_OK, bc_gpt_tensor_count(&count, c));
-    unsigned char *p = h_alloc_bytes(bytes);
-    for (size_t i = 0; i < count; i++) {
-        size_t off, nb, nd, shape[2];
-        int dt, pk;
-        char name[BC_GPT_NAME_MAX];
-        EXPECT_STATUS(BC_OK, bc_gpt_tensor_info(name, sizeof name, &off, &nb, &dt, &pk, &nd, shape, c, i));
-        const size_t n = shape[0] * shape[1];
-        float *w = h_alloc(n);
-        h_fill(w, n, 31u + (uint32_t)i, strstr(name, "router") ? 2.0f : 0.4f);
-        if (strstr(name, "ln") || strstr(name, "norm.weight"))
-            for (size_t j = 0; j < n; j++)
-                w[j] += 1.0f;
-        if (zero_router && strstr(name, "router"))
-            memset(w, 0, NB(n));
-        if (pk)
-            EXPECT_STATUS(BC_OK, bc_pack(p + off, nb, w, dt, shape[0], shape[1]));
-        else
-            memcpy(p + off, w, NB(n));
-    }
-    return p;
-}
-
 static void refusal_checks(void)
 {
     bc_gpt_config c = moe_config(BC_DTYPE_F32);
@@ -121,7 +93,7 @@ static void forward_checks(int dtype)
 {
     bc_gpt_config c = moe_config(dtype);
     const size_t V = c.vocab;
-    unsigned char *p = moe_params(&c, 0);
+    unsigned char *p = h_gpt_params(&c, 31u, 0.4f, 2.0f);
     size_t nw = 0, nc = 0;
     EXPECT_STATUS(BC_OK, bc_gpt_cache_size(&nc, &c, B, T));
     bc_gpt_cache cache = {h_alloc(nc), h_alloc(nc), B, T, 0, NULL, BC_DTYPE_F32};
@@ -162,7 +134,7 @@ static void unread_checks(void)
 {
     bc_gpt_config c = moe_config(BC_DTYPE_F32);
     const size_t V = c.vocab;
-    unsigned char *p = moe_params(&c, 1);
+    unsigned char *p = h_gpt_params(&c, 31u, 0.4f, 0.0f);
     size_t nw = 0, count = 0;
     EXPECT_STATUS(BC_OK, bc_gpt_workspace_size(&nw, &c, B, T, NULL));
     float *work = h_alloc(nw), *a = h_alloc(B * T * V), *b = h_alloc(B * T * V);

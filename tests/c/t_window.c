@@ -21,32 +21,6 @@ static bc_gpt_config window_config(size_t window, const unsigned char *sliding)
     return c;
 }
 
-// p (bc_gpt_param_bytes) = deterministic weights, gains near 1
-static unsigned char *window_params(const bc_gpt_config *c)
-{
-    size_t bytes = 0, count = 0;
-    EXPECT_STATUS(BC_OK, bc_gpt_param_bytes(&bytes, c));
-    EXPECT_STATUS(BC_OK, bc_gpt_tensor_count(&count, c));
-    unsigned char *p = h_alloc_bytes(bytes);
-    for (size_t i = 0; i < count; i++) {
-        size_t off, nb, nd, shape[2];
-        int dt, pk;
-        char name[BC_GPT_NAME_MAX];
-        EXPECT_STATUS(BC_OK, bc_gpt_tensor_info(name, sizeof name, &off, &nb, &dt, &pk, &nd, shape, c, i));
-        const size_t n = shape[0] * shape[1];
-        float *w = h_alloc(n);
-        h_fill(w, n, 91u + (uint32_t)i, 0.5f);
-        if (strstr(name, "ln") || strstr(name, "norm.weight"))
-            for (size_t j = 0; j < n; j++)
-                w[j] += 1.0f;
-        if (pk)
-            EXPECT_STATUS(BC_OK, bc_pack(p + off, nb, w, dt, shape[0], shape[1]));
-        else
-            memcpy(p + off, w, NB(n));
-    }
-    return p;
-}
-
 /* bc_gpt_ring_rows gives want for (window, capacity) */
 static int ring_rows_are(size_t window, size_t capacity, size_t want)
 {
@@ -95,7 +69,7 @@ static void forward_checks(const unsigned char *sliding)
 {
     bc_gpt_config c = window_config(WIN, sliding);
     const size_t V = c.vocab;
-    unsigned char *p = window_params(&c);
+    unsigned char *p = h_gpt_params(&c, 91u, 0.5f, 0.5f);
     size_t nc = 0, nw = 0, nwc = 0;
     EXPECT_STATUS(BC_OK, bc_gpt_cache_size(&nc, &c, B, CTX));
     bc_gpt_cache cache = {h_alloc(nc), h_alloc(nc), B, CTX, 0, NULL, BC_DTYPE_F32};
@@ -172,7 +146,7 @@ static void forward_checks(const unsigned char *sliding)
 static void training_checks(void)
 {
     bc_gpt_config c = window_config(WIN, NULL);
-    unsigned char *p = window_params(&c);
+    unsigned char *p = h_gpt_params(&c, 91u, 0.5f, 0.5f);
     size_t nw = 0;
     EXPECT_STATUS(BC_OK, bc_gpt_train_workspace_size(&nw, &c, 1, 8));
     float *work = h_alloc(nw), loss = 0.0f;
