@@ -369,11 +369,13 @@ MOE_GGUF_REFUSE = {k: v for k, v in LLAMA_GGUF_REFUSE.items() if k not in EXPERT
 
 
 def _llama_from_gguf(md: GGUFMetadata, *, biases: Optional[Tuple[bool, bool]],
-                     why: str, partial: bool = False, experts: bool = False) -> Dict[str, Any]:
+                     why: str, partial: bool = False, scaling_keys: bool = True,
+                     experts: bool = False) -> Dict[str, Any]:
     """A Llama-shaped GGUF file; ``biases`` (q/k/v, output) the ones the family has (None:
     on all of q/k/v/output or on none), ``why`` saying so when the file differs;
-    ``partial``: ``rope.dimension_count`` may be part of a head and ``rope.scaling.*`` is
-    the caller's to read (phi3's longrope), else refused and read here; ``experts``: a
+    ``partial``: ``rope.dimension_count`` may be part of a head (else refused);
+    ``scaling_keys``: ``rope.scaling.*`` read here as linear/yarn (False: the caller's
+    to read, phi3's longrope); ``experts``: a
     file declaring ``expert_count`` is a mixture of experts (:func:`gguf_experts`)."""
     out = gguf_sizes(md, rope_freqs=md.arch in ROPE_FREQS_ARCHS, experts=experts)
     if experts and md.get("expert_count") is not None:
@@ -392,7 +394,7 @@ def _llama_from_gguf(md: GGUFMetadata, *, biases: Optional[Tuple[bool, bool]],
                 kv_heads=None if kv == heads else kv,
                 head_dim=None if head_dim * heads == width else head_dim, residual=True,
                 qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=False,
-                **gguf_rope(md, rot, out["context"], scaling_keys=not partial),
+                **gguf_rope(md, rot, out["context"], scaling_keys=scaling_keys),
                 **({"rotary_dim": rot} if rot != head_dim else {}))
 
 

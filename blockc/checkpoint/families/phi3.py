@@ -114,7 +114,7 @@ def _phi3_from_gguf(md: GGUFMetadata) -> Dict[str, Any]:
                           "and gate/up (ffn_up)")
     md.shape("blk.0.attn_qkv.weight")  # refused by name when missing
     out = _llama_from_gguf(md, biases=(False, False), why="a phi3 file has no biases",
-                           partial=True)
+                           partial=True, scaling_keys=False)
     head_dim = out["width"] // out["heads"]
     rot = out.get("rotary_dim") or head_dim
     has = [md.has(n) for n in _FACTORS]
