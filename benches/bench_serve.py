@@ -22,11 +22,13 @@ trained on a few lines and a ChatML template (tests/support/chat_dirs.py):
 The peer is llama-cpp-python's server (``python -m llama_cpp.server``, run by the interpreter
 --llama-python, default this one, so it can live in a venv of its own) on the file blockc's
 ``GPT.save_gguf`` wrote, with the checkpoint's tokenizer in it (padded with added tokens to
-the model's vocabulary: llama.cpp wants a token per embedding row). llama-cpp-python's server has
-no setting for llama.cpp's ``use_extra_bufts``, whose repacked/AMX weight buffers crash on the
-KVM guest the bench was written on with quantised matmuls (benches/bench_gguf.py): the bench
-starts it through a two-line launcher that turns them off in
-``llama_model_default_params`` before running ``llama_cpp.server``'s own main. Without
+the model's vocabulary: llama.cpp wants a token per embedding row). llama.cpp runs with its
+default repacked/AMX weight buffers wherever a probe in a subprocess
+(benches/llama_peer.py, with the peer's interpreter) finds they run the file on this machine,
+and without them where they crash (as on the AMX KVM guest the bench was written on):
+llama-cpp-python's server has no setting for ``use_extra_bufts``, so the bench then starts it
+through a two-line launcher that turns them off in ``llama_model_default_params`` before
+running ``llama_cpp.server``'s own main. Each table's header says which ran. Without
 llama_cpp.server importable by that interpreter the run says why and has no peer column.
 The completions are not streamed: llama-cpp-python's stream carries no ``usage``, and counting
 chunks would not count tokens (it holds back bytes of an incomplete UTF-8 character).
@@ -60,7 +62,7 @@ import support_path  # noqa: F401  (tests/support on the path)
 import blockc
 from doc_section import run as run_bench  # noqa: E402
 from machine import cpu_name, cpu_times, steal_share  # noqa: E402
-from llama_peer import LAUNCH  # noqa: E402  (llama-cpp-python's server, extra buffer types off)
+from llama_peer import LAUNCH, extra_bufts_work  # noqa: E402  (llama-cpp-python's server)
 
 SHAPES = {
     "smollm2-135m": dict(vocab=49152, context=2048, width=576, heads=9, layers=30, kv_heads=3,
@@ -122,13 +124,15 @@ def free_port() -> int:
 class LlamaServer:
     """llama-cpp-python's server on `gguf` in a subprocess on a free port of 127.0.0.1."""
 
-    def __init__(self, python: str, gguf: Path, threads: int, ctx: int, name: str):
+    def __init__(self, python: str, gguf: Path, threads: int, ctx: int, name: str,
+                 buffers: bool = False):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = gguf.parent / f"llama-server-{time.monotonic_ns()}.log"
         self.f = open(self.log, "w")
         self.p = subprocess.Popen(
-            [python, "-c", LAUNCH, "--model", str(gguf), "--model_alias", name,
+            [python, *(["-m", "llama_cpp.server"] if buffers else ["-c", LAUNCH]),
+             "--model", str(gguf), "--model_alias", name,
              "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(ctx),
              "--n_threads", str(threads), "--n_threads_batch", str(threads),
              "--logits_all", "False", "--verbose", "False"],
@@ -256,8 +260,9 @@ def main(argv=None) -> int:
         print(f"{why}: no llama.cpp server beside it (pip install 'llama-cpp-python[server]')")
     else:
         print(f"peer: llama-cpp-python {version}'s server (python -m llama_cpp.server), "
-              f"n_threads {args.threads}, use_extra_bufts off (its repacked/AMX weight "
-              "buffers crash here), logits_all off; it runs one request at a time")
+              f"n_threads {args.threads}, its repacked/AMX weight buffers where a probe "
+              "finds they run each file (a 'llama.cpp buffers:' line says), logits_all off; "
+              "it runs one request at a time")
     clients = [int(x) for x in args.clients.split(",")]
     ctx = 1024
     with tempfile.TemporaryDirectory() as tmp:
@@ -268,8 +273,10 @@ def main(argv=None) -> int:
                 f = make_gguf(d, dtype)
                 runners = {"blockc": lambda: Server(f, "--parallel", "8", *common, name=NAME)}
                 if version is not None:
+                    on = extra_bufts_work(str(f), f"{shape} {dtype}",
+                                          python=args.llama_python)[0]
                     runners["llama.cpp"] = lambda: LlamaServer(args.llama_python, f,
-                                                               args.threads, ctx, NAME)
+                                                               args.threads, ctx, NAME, on)
                 servers: Dict[str, object] = {}
                 try:
                     for k, start in runners.items():

@@ -5,7 +5,8 @@ repacks quantised weights into llama.cpp's extra buffer types (its CPU "repack" 
 buffers) and then crashes in the first quantised matmul. Its Python API has no switch for
 them, so :func:`patch_extra_bufts` wraps ``llama_model_default_params`` to return
 ``use_extra_bufts = False``; every model loaded after it (``llama_cpp.Llama``, the server)
-runs llama.cpp's plain CPU kernels. bench_serve launches the server through :data:`LAUNCH`.
+runs llama.cpp's plain CPU kernels. bench_serve launches the server through :data:`LAUNCH`
+for a file they do not run.
 
 The peer at its best (issue 51): those buffers are llama.cpp's default, what its users get,
 and they run on other CPUs (an AMD Zen 4). Every bench opens its files through
@@ -88,9 +89,9 @@ print(json.dumps([a, last()]))
 MODES: Dict[str, Tuple[bool, str]] = {}
 
 
-def _probe(path: str, mode: str, timeout: float) -> Tuple[object, str]:
+def _probe(path: str, mode: str, timeout: float, python: str) -> Tuple[object, str]:
     try:
-        r = subprocess.run([sys.executable, "-c", _PROBE, path, mode], capture_output=True,
+        r = subprocess.run([python, "-c", _PROBE, path, mode], capture_output=True,
                            text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return None, f"hung over {timeout:.0f} s"
@@ -101,20 +102,22 @@ def _probe(path: str, mode: str, timeout: float) -> Tuple[object, str]:
     return json.loads(r.stdout.strip().splitlines()[-1]), ""
 
 
-def extra_bufts_work(path: str, kind: str = "", timeout: float = 900.0) -> Tuple[bool, str]:
+def extra_bufts_work(path: str, kind: str = "", timeout: float = 900.0,
+                     python: str = sys.executable) -> Tuple[bool, str]:
     """Whether llama.cpp's extra buffer types (its default: repacked/AMX weights) run the file
     at ``path`` on this machine: (True, why) when a subprocess with them exits cleanly with
     next-token logits within 5% (of the largest) of the plain kernels' (after a batch of 16 tokens and
     after one decode step), else (False, why). Once per file and process (:data:`MODES`);
-    the verdict is printed."""
-    key = os.path.realpath(path)
+    the verdict is printed. ``python`` is the interpreter whose llama-cpp-python is asked
+    (the bench's own unless it runs the peer from another venv)."""
+    key = os.path.realpath(path) + ("" if python == sys.executable else f" ({python})")
     if key in MODES:
         return MODES[key]
-    plain, why = _probe(path, "off", timeout)
+    plain, why = _probe(path, "off", timeout, python)
     if plain is None:
         verdict = (False, f"the plain kernels fail too: {why}")
     else:
-        extra, why = _probe(path, "on", timeout)
+        extra, why = _probe(path, "on", timeout, python)
         if extra is None:
             verdict = (False, why)
         else:
@@ -152,7 +155,8 @@ def open_model(llama_cpp, path: str, kind: str, **kw):
 
 
 #: a launcher for ``python -c``: llama-cpp-python's server (which has no setting for it)
-#: with the extra buffer types off, then the server's own main
+#: with the extra buffer types off, then the server's own main (for a file
+#: :func:`extra_bufts_work` finds they do not run; ``-m llama_cpp.server`` where they do)
 LAUNCH = f"""
 import runpy, sys
 sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
