@@ -26,8 +26,8 @@ from .._errors import BlockcValueError
 from .fused import fuse, join_rows, split_safetensors
 from .gguf import is_gguf, load as load_gguf
 from ..generation.config import TOKEN_ID_FIELDS, GenerationConfig, token_ids
-from .families import (FAMILIES, Name, config_to_hf, family_of, family_of_config,  # noqa: F401 (re-exported)
-                       read_config)
+from .families import (FAMILIES, Name, Wrapper, config_to_hf, family_of,  # noqa: F401 (re-exported)
+                       family_of_config, read_config, text_config, wrapper_of)
 from ..model import DTYPES, GPTConfig, Model, layout, same_bits
 
 __all__ = ["LOAD_DTYPES", "config_from_hf", "config_to_hf", "load_dir", "save_dir", "read_config",
@@ -117,6 +117,20 @@ def _finite(t: st.Tensor, name: str) -> np.ndarray:
     return a
 
 
+def _language_model(tensors: Dict[str, st.Tensor], wrap: Wrapper) -> Dict[str, st.Tensor]:
+    """A wrapper checkpoint's language model tensors, their prefix taken off (a tensor of no
+    part the wrapper names is refused)."""
+    out = {}
+    for n, t in tensors.items():
+        if n.startswith(wrap.prefix):
+            out[n[len(wrap.prefix):]] = t
+        elif not wrap.others.match(n):
+            raise BlockcValueError(f"{t.file}: tensor {n!r} is neither the language model's "
+                                   f"({wrap.prefix}...) nor one of the parts blockc does not "
+                                   "load")
+    return out
+
+
 def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model,  # type: ignore[assignment]
              progress: Optional[Callable[[int, int], Any]] = None) -> M:
     """A model of class ``cls`` from a checkpoint directory (see
@@ -127,7 +141,9 @@ def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model,  # ty
         raise BlockcValueError(f"{path}: not a directory (a checkpoint is a directory with "
                                "config.json and model.safetensors)")
     d = read_config(path)
+    wrap = wrapper_of(d)
     try:
+        d = text_config(d)
         fam = family_of(d)
         cfg = GPTConfig(**fam.config(d))
     except BlockcValueError as e:  # "config.json: field ..." names the file it came from
@@ -136,6 +152,8 @@ def load_dir(path: str, dtype: Optional[str] = None, cls: Type[M] = Model,  # ty
             msg = os.path.join(path, "config.json") + ": " + msg[len("config.json: "):]
         raise BlockcValueError(msg) from None
     tensors = read_tensors(path)
+    if wrap is not None:  # the language model's tensors; the other parts' are not loaded
+        tensors = _language_model(tensors, wrap)
     prefix = fam.prefix
     has_prefix = any(n.startswith(prefix) for n in tensors) if prefix else False
     spec = fam.names(cfg)

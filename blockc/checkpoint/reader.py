@@ -20,7 +20,7 @@ from ..model import GPTConfig
 from ..text.chat import load_chat_template
 from ..text.tokenizer import Tokenizer
 from .gguf import config_from_gguf, is_gguf
-from .hf import config_from_hf, read_tensors
+from .hf import config_from_hf, read_tensors, text_config
 
 __all__ = ["Checkpoint", "open"]
 
@@ -159,7 +159,7 @@ def open(path: PathLike) -> Checkpoint:  # noqa: A001 (blockc.checkpoint.open, a
                           template if isinstance(template, str) else None)
     if not os.path.isdir(p):
         raise BlockcValueError(f"{p}: not a checkpoint directory or a GGUF file")
-    d = read_config(p)
+    d = text_config(read_config(p))  # a wrapper's language model (Gemma 3's image-text one)
     cfg = config_from_hf(d)
     gen = GenerationConfig.from_pretrained(p, config=d, vocab=cfg.vocab)
     return Checkpoint(p, "directory", cfg, gen, read_tensors(p), load_chat_template(p))

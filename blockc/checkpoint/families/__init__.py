@@ -23,7 +23,9 @@ imported, as ``import blockc`` does.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Mapping, Tuple, Union
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Pattern, Tuple, Union
 
 from ..._errors import BlockcTypeError, BlockcValueError
 from ..._files import read_config
@@ -39,7 +41,8 @@ from .record import GGUF_REFUSE, Family, GGUFMetadata, Name, Spec, TensorName
 __all__ = ["Family", "TensorName", "GGUFMetadata", "REGISTRY", "FAMILIES", "GGUF_FAMILIES",
            "GGUF_REFUSE", "Name", "Spec", "GPT2", "LLAMA", "QWEN2", "QWEN3", "GRANITE", "SMOLLM3",
            "OLMO2", "GEMMA2", "GEMMA3", "MISTRAL", "PHI3", "MIXTRAL", "QWEN3_MOE", "family_of",
-           "family_of_arch", "family_of_config", "config_to_hf", "hf_fields", "read_config"]
+           "family_of_arch", "family_of_config", "config_to_hf", "hf_fields", "read_config",
+           "Wrapper", "WRAPPERS", "wrapper_of", "text_config"]
 
 #: Every family, in the order the savers try them (Phi-3 before Llama: a longrope config
 #: is Phi-3's)
@@ -63,8 +66,72 @@ FAMILIES: Dict[str, Family] = _index(lambda fam: fam.model_types)
 GGUF_FAMILIES: Dict[str, Family] = _index(lambda fam: fam.architectures)
 
 
+@dataclass(frozen=True)
+class Wrapper:
+    """A checkpoint whose language model is one family's, inside a model of more parts
+    (Gemma 3's image-text ``Gemma3ForConditionalGeneration``): blockc runs the language
+    model on text and loads nothing else.
+
+    Attributes
+    ----------
+    key : str
+        The ``config.json`` field holding the language model's config.
+    inner : str
+        The language model's ``model_type`` when its config does not say.
+    prefix : str
+        The language model's tensor names' prefix (taken off on load).
+    others : compiled regex
+        The other parts' tensor names, which are not loaded (any other name is refused).
+    inherited : tuple of str
+        Fields of the outer config that override the inner one's (transformers reads them
+        from the outer model).
+    """
+
+    key: str
+    inner: str
+    prefix: str
+    others: Pattern[str]
+    inherited: Tuple[str, ...] = ("tie_word_embeddings", "bos_token_id", "eos_token_id",
+                                  "pad_token_id")
+
+
+#: Hugging Face model_type of a wrapper -> how its language model is found
+WRAPPERS: Dict[str, Wrapper] = {
+    "gemma3": Wrapper("text_config", "gemma3_text", "language_model.",
+                      re.compile(r"^(vision_tower|multi_modal_projector)\.")),
+}
+
+
+def wrapper_of(d: Mapping[str, Any]) -> Optional[Wrapper]:
+    """The :class:`Wrapper` of a ``config.json`` dict, or None for a plain language model."""
+    mt = d.get("model_type")
+    return WRAPPERS.get(mt) if isinstance(mt, str) else None
+
+
+def text_config(d: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The language model's config of a ``config.json`` dict: ``d`` itself, or a
+    wrapper's inner config (a mapping with a ``model_type`` one of :data:`FAMILIES`) with
+    the outer fields transformers reads from the outer model."""
+    w = wrapper_of(d)
+    if w is None:
+        return d
+    inner = d.get(w.key)
+    if not isinstance(inner, Mapping):
+        raise BlockcValueError(f"config.json: {w.key} must be an object (a {d['model_type']} "
+                               f"model's language model), got {type(inner).__name__}")
+    out = dict(inner)
+    out.setdefault("model_type", w.inner)
+    out.update({k: d[k] for k in w.inherited if d.get(k) is not None})
+    if wrapper_of(out) is not None:
+        raise BlockcValueError(f"config.json: {w.key}.model_type {out['model_type']!r} wraps "
+                               "another model")
+    return out
+
+
 def family_of(d: Mapping[str, Any]) -> Family:
-    """The family of a ``config.json`` dict (by its ``model_type``)."""
+    """The family of a ``config.json`` dict (by its ``model_type``; a wrapper's by its
+    language model's, :func:`text_config`)."""
+    d = text_config(d)
     mt = d.get("model_type")
     if not isinstance(mt, str):
         raise BlockcValueError(f"config.json: model_type must be a string, one of "
@@ -115,6 +182,7 @@ def hf_fields(config: Union[Mapping[str, Any], str, "os.PathLike[str]"]) -> Dict
         config = read_config(config)
     if not isinstance(config, Mapping):
         raise BlockcTypeError(f"config must be a mapping or a path, got {type(config).__name__}")
+    config = text_config(config)
     return family_of(config).config(config)
 
 
