@@ -16,7 +16,7 @@ import pytest
 from blockc import GPT, GPTConfig, gguf
 from blockc.checkpoint import families as fam_mod
 from blockc.checkpoint.families import (FAMILIES, GGUF_FAMILIES, LLAMA, QWEN2, QWEN3, REGISTRY,
-                                        GEMMA2, GEMMA3, GPT2, GRANITE, MISTRAL, MIXTRAL, OLMO2,
+                                        GEMMA, GEMMA2, GEMMA3, GPT2, GRANITE, MISTRAL, MIXTRAL, OLMO2,
                                         PHI3, QWEN3_MOE, SMOLLM3, family_of, family_of_config)
 from blockc.checkpoint import gguf as gm
 from blockc.model import layout
@@ -45,6 +45,11 @@ def _configs(fam):
         gem = dict(placement="sandwich", activation="geglu", qk_norm="head", embed_scale=4.0,
                    rope_local_theta=10000.0, local_layers=(0, 1), rope_theta=1e6,
                    tie_weights=True)
+        return [GPTConfig.preset("llama-7b", **{**SMALL, **gem}, d_ff=24, kv_heads=2),
+                GPTConfig.preset("llama-7b", **{**SMALL, **gem}, d_ff=24, head_dim=6,
+                                 kv_heads=1)]
+    if fam is GEMMA:  # pre-norm; llama.cpp's gemma always ties the output
+        gem = dict(activation="geglu", embed_scale=4.0, tie_weights=True)
         return [GPTConfig.preset("llama-7b", **{**SMALL, **gem}, d_ff=24, kv_heads=2),
                 GPTConfig.preset("llama-7b", **{**SMALL, **gem}, d_ff=24, head_dim=6,
                                  kv_heads=1)]
@@ -207,11 +212,12 @@ def test_configs_round_trip_through_both_savers_and_loaders(tmp_path, fam, cfg):
 
 def test_the_registry_indexes_each_name_once():
     assert set(FAMILIES) == {"gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3",
-                             "granite", "smollm3", "olmo2", "gemma2", "gemma3_text", "mixtral",
-                             "qwen3_moe"}
+                             "granite", "smollm3", "olmo2", "gemma", "gemma2", "gemma3_text",
+                             "mixtral", "qwen3_moe"}
     assert set(GGUF_FAMILIES) == set(gm.ARCHITECTURES) == {"gpt2", "llama", "qwen2", "qwen3",
                                                                "granite", "smollm3", "olmo2",
-                                                               "phi3", "gemma2", "gemma3",
+                                                               "phi3", "gemma", "gemma2",
+                                                               "gemma3",
                                                                "qwen3moe"}
     assert all(FAMILIES[t] is f for f in REGISTRY for t in f.model_types)
     assert all(GGUF_FAMILIES[a] is f for f in REGISTRY for a in f.architectures)

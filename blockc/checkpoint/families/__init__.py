@@ -31,7 +31,7 @@ from ..._errors import BlockcTypeError, BlockcValueError
 from ..._files import read_config
 from ...model.config import register_hf_codec
 from .decoders import GRANITE, OLMO2, SMOLLM3
-from .gemma import GEMMA2, GEMMA3
+from .gemma import GEMMA, GEMMA2, GEMMA3
 from .gpt2 import GPT2
 from .llama import LLAMA, MISTRAL, QWEN2, QWEN3
 from .moe import MIXTRAL, QWEN3_MOE
@@ -40,14 +40,14 @@ from .record import GGUF_REFUSE, Family, GGUFMetadata, Name, Spec, TensorName
 
 __all__ = ["Family", "TensorName", "GGUFMetadata", "REGISTRY", "FAMILIES", "GGUF_FAMILIES",
            "GGUF_REFUSE", "Name", "Spec", "GPT2", "LLAMA", "QWEN2", "QWEN3", "GRANITE", "SMOLLM3",
-           "OLMO2", "GEMMA2", "GEMMA3", "MISTRAL", "PHI3", "MIXTRAL", "QWEN3_MOE", "family_of",
+           "OLMO2", "GEMMA", "GEMMA2", "GEMMA3", "MISTRAL", "PHI3", "MIXTRAL", "QWEN3_MOE", "family_of",
            "family_of_arch", "family_of_config", "config_to_hf", "hf_fields", "read_config",
            "Wrapper", "WRAPPERS", "wrapper_of", "text_config"]
 
 #: Every family, in the order the savers try them (Phi-3 before Llama: a longrope config
 #: is Phi-3's)
 REGISTRY: Tuple[Family, ...] = (GPT2, PHI3, LLAMA, QWEN2, QWEN3, GRANITE, SMOLLM3, OLMO2,
-                                GEMMA2, GEMMA3, MISTRAL, MIXTRAL, QWEN3_MOE)
+                                GEMMA, GEMMA2, GEMMA3, MISTRAL, MIXTRAL, QWEN3_MOE)
 
 
 def _index(key: Callable[[Family], Tuple[str, ...]]) -> Dict[str, Family]:

@@ -1,7 +1,13 @@
-"""Gemma 2 and Gemma 3 (text): the records of ``gemma2`` and ``gemma3_text`` checkpoints
-and of llama.cpp's ``gemma2`` and ``gemma3`` GGUF files (issue 50).
+"""Gemma, Gemma 2 and Gemma 3 (text): the records of ``gemma``, ``gemma2`` and
+``gemma3_text`` checkpoints and of llama.cpp's ``gemma``, ``gemma2`` and ``gemma3`` GGUF
+files (issue 50).
 
-Both are Llama-shaped decoders with: Gemma's RMSNorm, ``x * (1 + w)`` (blockc folds the 1
+Gemma (the first: Gemma 2B/7B, CodeGemma) is a pre-norm Llama-shaped decoder with Gemma's
+RMSNorm, the GeGLU MLP and the scaled embedding below, attention scaled by
+``head_dim ** -0.5``, no sliding layers and no soft-caps (its ``hidden_act: "gelu"`` is
+the tanh GELU, as transformers reads it).
+
+Gemma 2 and 3 are Llama-shaped decoders with: Gemma's RMSNorm, ``x * (1 + w)`` (blockc folds the 1
 in on load, in float32 as transformers adds it, and takes it out on save: the
 ``hf_offset`` of each norm gain; llama.cpp's converter stores the gains with the 1 already
 added, so a GGUF file's are blockc's as they are), norms before AND after each sublayer
@@ -34,9 +40,11 @@ from .llama import rope_fields, rope_to_hf
 from .record import (GGUF_REFUSE, Family, GGUFMetadata, TensorName, bool_field, float_field,
                      get_field, gguf_base, gguf_heads, gguf_sizes, int_field, refusal, want)
 
-__all__ = ["GEMMA2", "GEMMA3"]
+__all__ = ["GEMMA", "GEMMA2", "GEMMA3"]
 
 _ACTS = ("gelu_pytorch_tanh", "gelu_tanh")
+#: Gemma's: transformers reads its releases' legacy "gelu" as the tanh GELU
+_ACTS1 = _ACTS + ("gelu",)
 #: llama.cpp's sliding pattern by architecture: layer i slides when i % n < n - 1
 _GGUF_PATTERN = {"gemma2": 2, "gemma3": 6}
 #: the layer counts llama.cpp scales attention by (width / heads) ** -0.5 (the 27B models)
@@ -110,9 +118,9 @@ def _window_fields(layers: int, context: int, sliding: Tuple[int, ...],
 
 
 def _from_hf(d: Mapping[str, Any], *, model: str) -> Dict[str, Any]:
-    gemma3 = model == "Gemma3"
+    gemma3, gemma1 = model == "Gemma3", model == "Gemma"
     act = get_field(d, "hidden_activation", None, alias=("hidden_act",)) or "gelu_pytorch_tanh"
-    if act not in _ACTS:
+    if act not in (_ACTS1 if gemma1 else _ACTS):
         raise refusal(model, "hidden_activation", act, "blockc's GeGLU is tanh-GELU-gated")
     if bool_field(d, "use_bidirectional_attention", False):
         raise refusal(model, "use_bidirectional_attention", True, "attention that is not causal")
@@ -121,7 +129,7 @@ def _from_hf(d: Mapping[str, Any], *, model: str) -> Dict[str, Any]:
     kv = int_field(d, "num_key_value_heads", default=4)
     head_dim = int_field(d, "head_dim", default=256)
     layers = int_field(d, "num_hidden_layers", default=26)
-    types = _layer_types(d, layers, 6 if gemma3 else 2)
+    types = [] if gemma1 else _layer_types(d, layers, 6 if gemma3 else 2)
     local = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
     if gemma3:
         rope = _rope3(d, head_dim)
@@ -132,7 +140,7 @@ def _from_hf(d: Mapping[str, Any], *, model: str) -> Dict[str, Any]:
             raise refusal(model, "partial_rotary_factor", get_field(d, "partial_rotary_factor"),
                           "rotary embeddings on part of each head")
     context = int_field(d, "max_position_embeddings", default=131072 if gemma3 else 8192)
-    scalar = float_field(d, "query_pre_attn_scalar", 256)
+    scalar = head_dim if gemma1 else float_field(d, "query_pre_attn_scalar", 256)
     if not scalar > 0:
         raise BlockcValueError(f"config.json: query_pre_attn_scalar must be > 0, got {scalar!r}")
     bias = bool_field(d, "attention_bias", False)
@@ -140,7 +148,7 @@ def _from_hf(d: Mapping[str, Any], *, model: str) -> Dict[str, Any]:
                 context=context, width=width, heads=heads, layers=layers,
                 eps=float_field(d, "rms_norm_eps", 1e-6),
                 tie_weights=bool_field(d, "tie_word_embeddings", True), norm="rms",
-                placement="sandwich", activation="geglu",
+                placement="pre" if gemma1 else "sandwich", activation="geglu",
                 d_ff=int_field(d, "intermediate_size", default=9216), positions="rope",
                 kv_heads=None if kv == heads else kv,
                 head_dim=None if head_dim * heads == width else head_dim, residual=True,
@@ -148,18 +156,22 @@ def _from_hf(d: Mapping[str, Any], *, model: str) -> Dict[str, Any]:
                 qk_norm="head" if gemma3 else "none",
                 embed_scale=float(np.float32(width ** 0.5)),
                 attn_scale=None if scalar == head_dim else scalar ** -0.5,
-                attn_softcap=_cap(d, "attn_logit_softcapping"),
-                logit_softcap=_cap(d, "final_logit_softcapping"),
+                attn_softcap=None if gemma1 else _cap(d, "attn_logit_softcapping"),
+                logit_softcap=None if gemma1 else _cap(d, "final_logit_softcapping"),
                 **_window_fields(layers, context, local, get_field(d, "sliding_window", 4096),
                                  "config.json"), **rope)
 
 
 def _check(cfg: Any, *, model: str) -> None:
     what = f"a {model} checkpoint"
-    want(cfg, what, norm="rms", placement="sandwich", activation="geglu", positions="rope",
-         residual=True, rotary_dim=None, nope_layers=(), residual_scale=1.0, logit_scale=1.0,
-         mlp_bias=False, embed_scale=float(np.float32(cfg.width ** 0.5)), n_experts=0)
-    if model == "Gemma 3":
+    want(cfg, what, norm="rms", placement="pre" if model == "Gemma" else "sandwich",
+         activation="geglu", positions="rope", residual=True, rotary_dim=None, nope_layers=(),
+         residual_scale=1.0, logit_scale=1.0, mlp_bias=False,
+         embed_scale=float(np.float32(cfg.width ** 0.5)), n_experts=0)
+    if model == "Gemma":
+        want(cfg, what, qk_norm="none", rope_local_theta=None, local_layers=(),
+             sliding_window=None, attn_softcap=None, logit_softcap=None, attn_scale=None)
+    elif model == "Gemma 3":
         want(cfg, what, qk_norm="head")
     else:
         want(cfg, what, qk_norm="none", rope_local_theta=None, local_layers=())
@@ -176,6 +188,17 @@ def _types(cfg: Any) -> List[str]:
         pattern = 6 if cfg.qk_norm == "head" else 2
         slides = [bool((i + 1) % pattern) for i in range(cfg.layers)]
     return ["sliding_attention" if s else "full_attention" for s in slides]
+
+
+def _to_hf1(cfg: Any) -> Dict[str, Any]:
+    return dict({"architectures": ["GemmaForCausalLM"], "model_type": "gemma",
+                 "vocab_size": cfg.vocab, "hidden_size": cfg.width,
+                 "intermediate_size": cfg.d_ff_, "num_hidden_layers": cfg.layers,
+                 "num_attention_heads": cfg.heads, "num_key_value_heads": cfg.kv_heads_,
+                 "head_dim": cfg.head_dim_, "hidden_act": "gelu_pytorch_tanh",
+                 "max_position_embeddings": cfg.context, "rms_norm_eps": cfg.eps,
+                 "tie_word_embeddings": cfg.tie_weights, "attention_bias": cfg.qkv_bias,
+                 "attention_dropout": 0.0}, **rope_to_hf(cfg))
 
 
 def _to_hf(cfg: Any) -> Dict[str, Any]:
@@ -226,13 +249,17 @@ def _tensors(cfg: Any) -> List[TensorName]:
                      g + "attn_output.weight"))
         if cfg.out_bias:
             out.append(T(b + "attn.proj.bias", h + "self_attn.o_proj.bias", g + "attn_output.bias"))
-        out += [norm("ln1_post.weight", "post_attention_layernorm.weight",
-                     "post_attention_norm.weight"),
-                norm("ln2.weight", "pre_feedforward_layernorm.weight", "ffn_norm.weight")]
+        if cfg.placement == "pre":  # Gemma's: Llama's names
+            out.append(norm("ln2.weight", "post_attention_layernorm.weight", "ffn_norm.weight"))
+        else:
+            out += [norm("ln1_post.weight", "post_attention_layernorm.weight",
+                         "post_attention_norm.weight"),
+                    norm("ln2.weight", "pre_feedforward_layernorm.weight", "ffn_norm.weight")]
         out += [T(b + part + ".weight", h + f"mlp.{part}_proj.weight", g + f"ffn_{part}.weight")
                 for part in ("gate", "up", "down")]
-        out.append(norm("ln2_post.weight", "post_feedforward_layernorm.weight",
-                        "post_ffw_norm.weight"))
+        if cfg.placement != "pre":
+            out.append(norm("ln2_post.weight", "post_feedforward_layernorm.weight",
+                            "post_ffw_norm.weight"))
     out.append(T("norm.weight", p + "norm.weight", "output_norm.weight", hf_offset=1.0))
     if not cfg.tie_weights:
         out.append(T("head.weight", "lm_head.weight", "output.weight"))
@@ -243,12 +270,14 @@ def _tensors(cfg: Any) -> List[TensorName]:
 
 def _gguf_scale(arch: str, layers: int, width: int, heads: int) -> Optional[float]:
     """The attention scale llama.cpp gives a file of ``arch`` (None: head_dim ** -0.5)."""
-    if layers != _GGUF_27B[arch]:
+    if layers != _GGUF_27B.get(arch):
         return None
     return float(width // heads) ** -0.5
 
 
 def _gguf_sliding(arch: str, layers: int) -> Tuple[int, ...]:
+    if arch not in _GGUF_PATTERN:  # gemma: none
+        return ()
     n = _GGUF_PATTERN[arch]
     return tuple(i for i in range(layers) if i % n < n - 1)
 
@@ -266,6 +295,8 @@ def _from_gguf(md: GGUFMetadata) -> Dict[str, Any]:
         for part in ("q", "k"):
             md.shape(f"blk.0.attn_{part}_norm.weight")  # refused by name when missing
         window = md.integer("attention.sliding_window")
+    elif arch == "gemma":
+        window = None
     else:
         window = md.integer("attention.sliding_window", 4096)
     sliding = _gguf_sliding(arch, layers)
@@ -278,6 +309,8 @@ def _from_gguf(md: GGUFMetadata) -> Dict[str, Any]:
                   attn_scale=_gguf_scale(arch, layers, width, heads),
                   rope_theta=md.real("rope.freq_base", 10000.0),
                   **_window_fields(layers, context, sliding, window, md.path))
+    if arch == "gemma":
+        return dict(fields, placement="pre", qk_norm="none")
     if not gemma3:  # llama.cpp's defaults when the keys are missing: 50 and 30
         caps = {}
         for key, default in (("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0)):
@@ -320,6 +353,15 @@ def _to_gguf(cfg: Any, *, arch: str) -> Dict[str, Tuple[str, Any]]:
                                   "rope.freq_base": ("FLOAT32", cfg.rope_theta),
                                   "attention.sliding_window":
                                       ("UINT32", cfg.sliding_window or cfg.context)})
+    if arch == "gemma":  # no window, no caps (check: Gemma's config has none)
+        del md["attention.sliding_window"]
+        if not cfg.tie_weights:
+            raise BlockcValueError("GPTConfig.tie_weights=False: llama.cpp's gemma has no "
+                                   "output matrix (it multiplies by the token embedding)")
+        if cfg.rope_kind != "default":
+            raise BlockcValueError(f"GPTConfig.rope_parameters: rope_type {cfg.rope_kind!r} is "
+                                   "not written to a gemma GGUF file by blockc")
+        return md
     if not gemma3:
         if cfg.rope_kind != "default":
             raise BlockcValueError(f"GPTConfig.rope_parameters: rope_type {cfg.rope_kind!r} is "
@@ -355,6 +397,12 @@ _REFUSE2 = {k: v for k, v in GGUF_REFUSE.items()
             if k not in ("attn_logit_softcapping", "final_logit_softcapping")}
 _REFUSE3 = {k: v for k, v in GGUF_REFUSE.items()
             if k not in ("rope.scaling.type", "rope.scaling.factor")}
+
+#: what a gemma file reads itself: nothing beyond Llama's
+GEMMA = Family(name="gemma", model_types=("gemma",), from_hf=partial(_from_hf, model="Gemma"),
+               check=partial(_check, model="Gemma"), to_hf=_to_hf1, tensors=_tensors,
+               architectures=("gemma",), from_gguf=_from_gguf,
+               to_gguf=partial(_to_gguf, arch="gemma"), prefix="model.")
 
 GEMMA2 = Family(name="gemma2", model_types=("gemma2",), from_hf=partial(_from_hf, model="Gemma2"),
                 check=partial(_check, model="Gemma 2"), to_hf=_to_hf, tensors=_tensors,
