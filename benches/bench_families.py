@@ -20,7 +20,7 @@ such a checkpoint:
   moe         Mixtral-shaped, small experts (narrower than the model, as Qwen3-30B-A3B's
               768 at width 2,048): vocab 32,000, width 2,048, 16 heads, 4 K/V heads, 16 layers,
               8 SwiGLU experts of 1,024, top 2 renormalised, untied, theta 1e6 (1.10B
-              parameters, 0.54B active; Q8_0 1.2 GB)        GGUF ``llama`` + expert_count
+              parameters, 0.50B active; Q8_0 1.2 GB)        GGUF ``llama`` + expert_count
   moe-dense   the same with one dense SwiGLU of 2 x 1,024 = 2,048: the MoE's active
               parameters, for "an MoE decode step within 1.2x of the dense model's"
 
@@ -266,7 +266,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"\nKV cache of the Gemma-3-1B shape (full {g.layers} layers: "
           f"{sum(g.layer_window(i) is not None for i in range(g.layers))} sliding with window "
           f"{g.sliding_window}, the rest global), one sequence, {args.cache}, MiB as blockc "
-          "allocates it (KVCache.nbytes), beside the cache without the window:\n")
+          "allocates it (KVCache.nbytes), beside the cache without the window (the size "
+          "llama.cpp keeps for every layer as llama-cpp-python opens a model: its log says "
+          "'using full-size SWA cache'):\n")
     print("| context | blockc cache | sliding layers' share | global layers' share | "
           "without the window | ratio |\n|---|---|---|---|---|---|")
     print("\n".join(cache_rows(g, args.cache)))
