@@ -21,7 +21,7 @@ repeated down the rows: every block is a real quantised block, every row its own
 memory, and the files are written in seconds. Types Q8_0, Q4_0, Q4_K_M, Q5_K_M and IQ4_XS
 (llama.cpp's recipes); a type blockc cannot write or read is skipped with a note.
 
-Each engine runs in its own subprocess per round (so its peak RSS is its own, ru_maxrss):
+Each engine runs in its own subprocess per round (so its peak RSS is its own, VmHWM):
 
   blockc    GPT.from_pretrained(file): each matrix in its file type's own blocks (exact
             activations), a float16 KV cache (llama.cpp's default F16 keys and values)
@@ -51,7 +51,6 @@ import argparse
 import contextlib
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -131,10 +130,11 @@ def support(t: str, folder: str) -> Optional[str]:
     return None
 
 
-def rss_mb() -> float:
+def rss_mb(field: str = "VmRSS") -> float:
+    """This process's resident MB now (or ``field="VmHWM"``: its peak)."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -170,11 +170,14 @@ def worker(job: Dict[str, Any]) -> Dict[str, Any]:
                 t0 = time.perf_counter()
                 llm.eval(prompt)
                 pre = ctx / (time.perf_counter() - t0)
+                first = llama_peer.last_logits(llama_cpp, llm)[:TILE].tolist()
                 tok = int(np.argmax(llama_peer.last_logits(llama_cpp, llm)))
+                toks = [tok]
                 t0 = time.perf_counter()
                 for _ in range(new):
                     llm.eval([tok])
                     tok = int(np.argmax(llama_peer.last_logits(llama_cpp, llm)))
+                    toks.append(tok)
                 dec = new / (time.perf_counter() - t0)
             else:
                 blockc.set_num_threads(th)
@@ -183,14 +186,22 @@ def worker(job: Dict[str, Any]) -> Dict[str, Any]:
                 t0 = time.perf_counter()
                 logits = m(ids, cache=cache, last_only=True)
                 pre = ctx / (time.perf_counter() - t0)
+                first = logits[0, -1, :TILE].tolist()
                 tok = np.argmax(logits[:, -1], axis=-1)[:, None]
+                toks = [int(tok[0, 0])]
                 t0 = time.perf_counter()
                 for _ in range(new):
                     tok = np.argmax(m(tok, cache=cache)[:, -1], axis=-1)[:, None]
+                    toks.append(int(tok[0, 0]))
                 dec = new / (time.perf_counter() - t0)
                 del cache
             out["runs"][f"{th},{ctx}"] = {"prefill": pre, "decode": dec}
-    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            # what agreement() compares across engines: the first run's (same prompt in each)
+            out.setdefault("check", {"logits": first, "tokens": [t % TILE for t in toks]})
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss across fork and exec, so a worker
+    # would report the bench's own size when it was forked (after writing a file) wherever
+    # that was larger
+    out["peak_rss_mb"] = rss_mb("VmHWM")
     return out
 
 
@@ -211,15 +222,127 @@ def run_worker(job: Dict[str, Any], timeout: float) -> Optional[Dict[str, Any]]:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def ensure_file(folder: str, size: str, t: str) -> str:
+def ensure_file(folder: str, size: str, t: str, cfg: Optional[blockc.GPTConfig] = None) -> str:
+    """The file ``{size}-{t}.gguf`` in ``folder`` (a model of ``cfg``, default
+    ``SHAPES[size]``), written when absent."""
     path = os.path.join(folder, f"{size}-{t}.gguf")
     if not os.path.exists(path):
         t0 = time.perf_counter()
-        cfg = SHAPES[size]
+        cfg = SHAPES[size] if cfg is None else cfg
         gm.save_streaming(path, cfg, t, weight(cfg), quantiser=quantiser)
         print(f"wrote {os.path.basename(path)} in {time.perf_counter() - t0:.0f} s "
               f"({os.path.getsize(path) / 1e9:.2f} GB)")
     return path
+
+
+def peer() -> Any:
+    """llama_cpp, or None when llama-cpp-python is not installed."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return None
+    return llama_cpp
+
+
+def preamble(llama_cpp: Any, cache: str, new: int) -> Any:
+    """Print the machine (CPU, load, steal), the peer and blockc's settings; returns the
+    CPU times :func:`epilogue` measures the steal since."""
+    t_start = cpu_times()
+    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start; "
+          f"{steal_share(None)} steal since boot; ISA {blockc.get_isa()}")
+    print("llama.cpp: " + (f"llama-cpp-python {llama_cpp.__version__}, {llama_peer.NOTE}"
+                           if llama_cpp else "not installed (pip install llama-cpp-python)"))
+    print(f"blockc: KV cache {cache}; rates the best of the rounds, load the least; "
+          f"decode {new} tokens after a prompt of the context's length\n")
+    return t_start
+
+
+def epilogue(t_start: Any) -> None:
+    print(f"\nload average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end; "
+          f"steal {steal_share(t_start)} during the run")
+
+
+def supported(types: str, folder: str) -> List[str]:
+    """The types of the comma-separated ``types`` blockc writes and reads (the others
+    printed as skipped, with why)."""
+    out = []
+    for t in types.split(","):
+        why = support(t, folder)
+        if why:
+            print(f"skipped {t}: {why}")
+        else:
+            out.append(t)
+    return out
+
+
+def best_of(path: str, engines: List[str], job: Dict[str, Any], repeats: int,
+            timeout: float) -> Dict[str, Dict[str, Any]]:
+    """engine -> its figures on the file at ``path`` over ``repeats`` rounds (engines
+    alternating, each in its own subprocess): the best rates, the least load time (the
+    first round's RSS and agreement check); an engine that failed every round is absent.
+    ``job`` holds the worker's other keys (threads, contexts, new, cache, repack)."""
+    best: Dict[str, Dict[str, Any]] = {}
+    for r in range(repeats):
+        order = engines[r % len(engines):] + engines[:r % len(engines)]
+        for e in order:
+            res = run_worker(dict(job, engine=e, path=path), timeout)
+            if res is None:
+                continue
+            b = best.setdefault(e, res)
+            b["load_s"] = min(b["load_s"], res["load_s"])
+            for k, v in res["runs"].items():
+                for f in ("prefill", "decode"):
+                    b["runs"][k][f] = max(b["runs"][k][f], v[f])
+    return best
+
+
+LOAD_HEAD = ("| file | engine | holds / llama.cpp buffers | file MB | load s | RSS after load MB | "
+             "peak RSS MB |\n|---|---|---|---|---|---|---|")
+SPEED_HEAD = ("| file | threads | context | blockc decode tok/s | integer decode | llama.cpp "
+              "decode | ratio | ratio integer | blockc prefill tok/s | integer prefill | "
+              "llama.cpp prefill | ratio | ratio integer |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def load_rows(t: str, path: str, best: Dict[str, Dict[str, Any]], engines: List[str],
+              repack: bool) -> List[str]:
+    """The rows of :data:`LOAD_HEAD` of file ``t`` (a row per engine that ran)."""
+    rows = []
+    for e in engines:
+        if e not in best:
+            continue
+        b = best[e]
+        holds = b.get("holds") or ("repacked/AMX" if repack else "plain CPU")
+        rows.append(f"| {t} | {e} | {holds} | {os.path.getsize(path) / 1e6:,.0f} | "
+                    f"{b['load_s']:.2f} | {b['rss_load_mb']:,.0f} | {b['peak_rss_mb']:,.0f} |")
+    return rows
+
+
+def speed_rows(t: str, best: Dict[str, Dict[str, Any]], threads: List[int],
+               contexts: List[int]) -> List[str]:
+    """The rows of :data:`SPEED_HEAD` of file ``t``: each engine's rates and blockc's
+    ratios to llama.cpp's, per thread count and context."""
+    rows = []
+    for th in threads:
+        for ctx in contexts:
+            k = f"{th},{ctx}"
+            cell = {e: best[e]["runs"][k] for e in best}
+            ll = cell.get("llama.cpp")
+
+            def fmt(e, f):
+                return f"{cell[e][f]:.1f}" if e in cell else "n/a"
+
+            def ratio(e, f):
+                return f"{cell[e][f] / ll[f]:.2f}" if e in cell and ll else "n/a"
+            rows.append(
+                f"| {t} | {th} | {ctx} | {fmt('blockc', 'decode')} | "
+                f"{fmt('integer', 'decode')} | {fmt('llama.cpp', 'decode')} | "
+                f"{ratio('blockc', 'decode')} | {ratio('integer', 'decode')} | "
+                f"{fmt('blockc', 'prefill')} | {fmt('integer', 'prefill')} | "
+                f"{fmt('llama.cpp', 'prefill')} | {ratio('blockc', 'prefill')} | "
+                f"{ratio('integer', 'prefill')} |")
+    return rows
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -241,89 +364,30 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
         return 0
-    try:
-        import llama_cpp
-    except ImportError:
-        llama_cpp = None
+    llama_cpp = peer()
     engines = [e for e in args.engines.split(",") if e != "llama.cpp" or llama_cpp is not None]
     threads = [int(t) for t in args.threads.split(",")]
     contexts = [int(c) for c in args.contexts.split(",")]
     os.makedirs(args.dir, exist_ok=True)
-    t_start = cpu_times()
-    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; load average "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start; "
-          f"{steal_share(None)} steal since boot; ISA {blockc.get_isa()}")
-    print("llama.cpp: " + (f"llama-cpp-python {llama_cpp.__version__}, {llama_peer.NOTE}"
-                           if llama_cpp else "not installed (pip install llama-cpp-python)"))
-    print(f"blockc: KV cache {args.cache}; rates the best of the rounds, load the least; "
-          f"decode {args.new} tokens after a prompt of the context's length\n")
-    types = []
-    for t in args.types.split(","):
-        why = support(t, args.dir)
-        if why:
-            print(f"skipped {t}: {why}")
-        else:
-            types.append(t)
+    t_start = preamble(llama_cpp, args.cache, args.new)
+    types = supported(args.types, args.dir)
     for size in args.sizes.split(","):
         cfg = SHAPES[size]
         repeats = args.big_repeats if size in BIG else args.repeats
         print(f"\n### {size} ({blockc.gpt_parameter_count(cfg) / 1e9:.2f}B parameters, "
               f"{repeats} round{'s' * (repeats > 1)})\n")
-        load_rows, speed_rows = [], []
+        loads, speeds = [], []
         for t in types:
             path = ensure_file(args.dir, size, t)
             repack = llama_peer.extra_bufts_work(path, t)[0] if llama_cpp else False
-            best: Dict[str, Dict[str, Any]] = {}
-            for r in range(repeats):
-                order = engines[r % len(engines):] + engines[:r % len(engines)]
-                for e in order:
-                    res = run_worker({"engine": e, "path": path, "threads": threads,
-                                      "contexts": contexts, "new": args.new, "cache": args.cache,
-                                      "repack": repack}, args.timeout)
-                    if res is None:
-                        continue
-                    b = best.setdefault(e, res)
-                    b["load_s"] = min(b["load_s"], res["load_s"])
-                    for k, v in res["runs"].items():
-                        for f in ("prefill", "decode"):
-                            b["runs"][k][f] = max(b["runs"][k][f], v[f])
-            for e in engines:
-                if e not in best:
-                    continue
-                b = best[e]
-                holds = b.get("holds") or ("repacked/AMX" if repack else "plain CPU")
-                load_rows.append(f"| {t} | {e} | {holds} | {os.path.getsize(path) / 1e6:,.0f} | "
-                                 f"{b['load_s']:.2f} | {b['rss_load_mb']:,.0f} | "
-                                 f"{b['peak_rss_mb']:,.0f} |")
-            for th in threads:
-                for ctx in contexts:
-                    k = f"{th},{ctx}"
-                    cell = {e: best[e]["runs"][k] for e in best}
-                    ll = cell.get("llama.cpp")
-
-                    def fmt(e, f):
-                        return f"{cell[e][f]:.1f}" if e in cell else "n/a"
-
-                    def ratio(e, f):
-                        return f"{cell[e][f] / ll[f]:.2f}" if e in cell and ll else "n/a"
-                    speed_rows.append(
-                        f"| {t} | {th} | {ctx} | {fmt('blockc', 'decode')} | "
-                        f"{fmt('integer', 'decode')} | {fmt('llama.cpp', 'decode')} | "
-                        f"{ratio('blockc', 'decode')} | {ratio('integer', 'decode')} | "
-                        f"{fmt('blockc', 'prefill')} | {fmt('integer', 'prefill')} | "
-                        f"{fmt('llama.cpp', 'prefill')} | {ratio('blockc', 'prefill')} | "
-                        f"{ratio('integer', 'prefill')} |")
-        print("| file | engine | holds / llama.cpp buffers | file MB | load s | RSS after load "
-              "MB | peak RSS MB |")
-        print("|---|---|---|---|---|---|---|")
-        print("\n".join(load_rows))
-        print("\n| file | threads | context | blockc decode tok/s | integer decode | llama.cpp "
-              "decode | ratio | ratio integer | blockc prefill tok/s | integer prefill | "
-              "llama.cpp prefill | ratio | ratio integer |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-        print("\n".join(speed_rows))
-    print(f"\nload average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end; "
-          f"steal {steal_share(t_start)} during the run")
+            best = best_of(path, engines, {"threads": threads, "contexts": contexts,
+                                           "new": args.new, "cache": args.cache,
+                                           "repack": repack}, repeats, args.timeout)
+            loads += load_rows(t, path, best, engines, repack)
+            speeds += speed_rows(t, best, threads, contexts)
+        print(LOAD_HEAD + "\n" + "\n".join(loads))
+        print("\n" + SPEED_HEAD + "\n" + "\n".join(speeds))
+    epilogue(t_start)
     return 0
 
 
