@@ -37,6 +37,13 @@ time (from a warm page cache) and RSS: after loading (the model's share: RSS aft
 before) and the peak of the whole run. Engines alternate within each round; rates are the
 best of --repeats rounds (--big-repeats for the 3B and 8B shapes), load times the least.
 
+The read bound: a decode step reads every matrix of the file once (the token embedding too
+when it is also the output matrix; an untied one is only gathered) and the KV cache up to the
+context (float16: llama.cpp's default and blockc's here); this machine's read bandwidth
+(benches/machine.py, a STREAM-style read measured before and after each shape's rounds, the
+best) over those bytes is the most tokens/s any engine can decode, and each engine's decode
+rate is printed as a share of it (issue 51's goal: the 8B shape within 85%).
+
     python benches/bench_sizes.py                          # qwen0.5b and llama1b
     python benches/bench_sizes.py --sizes llama1b --docs   # one shape, into docs/results/sizes.md
     python benches/bench_sizes.py --sizes llama8b --types Q4_0 --contexts 256
@@ -64,7 +71,8 @@ from blockc.block.ops import pack, unpack_ggml
 from blockc.checkpoint import gguf as gm
 from blockc.model import layout
 from doc_section import run as run_bench  # noqa: E402
-from machine import cpu_name, cpu_times, steal_share  # noqa: E402
+from machine import ReadBound, cpu_name, cpu_times, read_bandwidth, steal_share  # noqa: E402
+from blockc.io import gguf as gguf_io  # noqa: E402
 import llama_peer  # noqa: E402
 
 
@@ -345,6 +353,38 @@ def speed_rows(t: str, best: Dict[str, Dict[str, Any]], threads: List[int],
     return rows
 
 
+BOUND_HEAD = ("| file | threads | context | MB read a step | bound tok/s | blockc % of bound | "
+              "integer % | llama.cpp % |\n|---|---|---|---|---|---|---|---|")
+
+
+def step_bytes(path: str, cfg: blockc.GPTConfig, context: int) -> int:
+    """The bytes a decode step at depth ``context`` reads: every matrix of the file once
+    (an untied token embedding is gathered, one row), and float16 keys and values."""
+    tensors = gguf_io.read(path).tensors
+    untied = "output.weight" in tensors
+    weights = sum(t.nbytes for n, t in tensors.items() if not (untied and n == "token_embd.weight"))
+    head_dim = cfg.head_dim or cfg.width // cfg.heads
+    return int(weights + cfg.layers * 2 * (cfg.kv_heads or cfg.heads) * head_dim * context * 2)
+
+
+def bound_rows(t: str, path: str, cfg: blockc.GPTConfig, best: Dict[str, Dict[str, Any]],
+               threads: List[int], contexts: List[int], bw: Dict[int, float]) -> List[str]:
+    """The rows of :data:`BOUND_HEAD` of file ``t`` (``bw``: GB/s by thread count)."""
+    rows = []
+    for th in threads:
+        for ctx in contexts:
+            nbytes = step_bytes(path, cfg, ctx)
+            bound = bw.get(th, float("nan")) * 1e9 / nbytes
+            k = f"{th},{ctx}"
+
+            def share(e):
+                return (f"{100 * best[e]['runs'][k]['decode'] / bound:.0f}%"
+                        if e in best and bound == bound else "n/a")
+            rows.append(f"| {t} | {th} | {ctx} | {nbytes / 1e6:,.0f} | {bound:.1f} | "
+                        f"{share('blockc')} | {share('integer')} | {share('llama.cpp')} |")
+    return rows
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="qwen0.5b,llama1b", help=", ".join(SHAPES))
@@ -371,12 +411,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     os.makedirs(args.dir, exist_ok=True)
     t_start = preamble(llama_cpp, args.cache, args.new)
     types = supported(args.types, args.dir)
+    reader = ReadBound()
     for size in args.sizes.split(","):
         cfg = SHAPES[size]
         repeats = args.big_repeats if size in BIG else args.repeats
         print(f"\n### {size} ({blockc.gpt_parameter_count(cfg) / 1e9:.2f}B parameters, "
               f"{repeats} round{'s' * (repeats > 1)})\n")
-        loads, speeds = [], []
+        loads, speeds, files = [], [], []
+        bw = read_bandwidth(reader=reader)
         for t in types:
             path = ensure_file(args.dir, size, t)
             repack = llama_peer.extra_bufts_work(path, t)[0] if llama_cpp else False
@@ -385,8 +427,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                                            "repack": repack}, repeats, args.timeout)
             loads += load_rows(t, path, best, engines, repack)
             speeds += speed_rows(t, best, threads, contexts)
+            files.append((t, path, best))
+        after = read_bandwidth(reader=reader)
+        bw = {th: max(bw.get(th, 0.0), after.get(th, 0.0)) for th in set(bw) | set(after)}
         print(LOAD_HEAD + "\n" + "\n".join(loads))
         print("\n" + SPEED_HEAD + "\n" + "\n".join(speeds))
+        print("\nread bandwidth (best before and after the rounds): "
+              + ", ".join(f"{th} thread{'s' * (th > 1)} {v:.1f} GB/s" for th, v in sorted(bw.items()))
+              + "\n\n" + BOUND_HEAD)
+        print("\n".join(r for t, path, best in files
+                        for r in bound_rows(t, path, cfg, best, threads, contexts, bw)))
+    reader.close()
     epilogue(t_start)
     return 0
 
