@@ -579,6 +579,20 @@ def test_a_bad_scale_in_a_later_piece_names_its_row_and_a_file_cut_short_is_refu
     bg.write(tmp_path / "bad.gguf", dict(g.fields), tensors)
     with pytest.raises(BlockcValueError, match=r"'blk.1.ffn_up.weight': row 21, block 1 has "):
         GPT.from_pretrained(tmp_path / "bad.gguf")
+    q = tmp_path / "f32.gguf"  # an F32 matrix: its element counted in the tensor
+    write_model(q, "llama", kv_heads=2, default_type="F32")
+    h = bg.read(q)
+    tensors = []
+    for t in h.tensors.values():
+        data = np.array(t.data, np.uint8)
+        if t.name == "blk.1.ffn_up.weight":
+            data.view(np.float32)[21, 3] = np.nan
+            cols = data.view(np.float32).shape[1]
+        tensors.append((t.name, t.type, t.shape, data))
+    bg.write(tmp_path / "nan.gguf", dict(h.fields), tensors)
+    with pytest.raises(BlockcValueError, match=rf"'blk.1.ffn_up.weight' holds an infinity or a "
+                                               rf"NaN at element {21 * cols + 3} "):
+        GPT.from_pretrained(tmp_path / "nan.gguf")
     last = max(g.tensors.values(), key=lambda t: t.offset)
     cut = g.data_offset + last.offset + 10
     read = gm.fmt.read

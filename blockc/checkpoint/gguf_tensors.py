@@ -71,12 +71,13 @@ _FLOAT_BITS = {"F32": (np.dtype("<u4"), 0x7F800000), "F16": (np.dtype("<u2"), 0x
                "BF16": (np.dtype("<u2"), 0x7F80)}
 
 
-def _check_float_bits(path: str, name: str, raw: np.ndarray, typ: str) -> None:
-    """Refuse a tensor ``name`` of float ``typ`` (``raw``: its bytes, loaded as they are)
-    holding an infinity or a NaN: its weights are not numbers (read on the bits, no copy)."""
+def _check_float_bits(path: str, name: str, raw: np.ndarray, typ: str, row0: int = 0) -> None:
+    """Refuse a tensor ``name`` of float ``typ`` (``raw``: its bytes from row ``row0``, loaded
+    as they are) holding an infinity or a NaN: its weights are not numbers (read on the
+    bits, no copy); the element named is the tensor's."""
     kind, mask = _FLOAT_BITS[typ]
     bits = np.ascontiguousarray(raw).reshape(-1).view(kind)
-    bad = np.flatnonzero((bits & mask) == mask)
+    bad = np.flatnonzero((bits & mask) == mask) + row0 * (bits.size // max(1, len(raw)))
     if bad.size:
         raise fail(path, f"tensor {name!r} holds an infinity or a NaN at element {int(bad[0])} "
                           f"({bad.size} elements that are not finite): its weights are not "
@@ -93,7 +94,7 @@ def _own_blocks(f: fmt.GGUFFile, name: str, fm: str, w: np.ndarray, row0: int) -
     if fmt.TYPES[own][0] in _SCALE_FIRST:
         _check_scales(f.path, name, w, fmt.TYPES[own][0], row0)
     elif fmt.TYPES[own][0] in _FLOAT_BITS:
-        _check_float_bits(f.path, name, w, fmt.TYPES[own][0])
+        _check_float_bits(f.path, name, w, fmt.TYPES[own][0], row0)
     return w
 
 
