@@ -154,6 +154,8 @@ class CFormat(NamedTuple):
     ggml_type: int        #: the GGUF type id whose blocks its panels hold bit for bit, or -1
     integer: bool         #: products by integer dot products over 8-bit rows of x
     limit: Optional[str]  #: the weights packing refuses, in words; None: every float
+    group: int = 1        #: panels interleaved in runs of this many; 1: each panel (16
+    #:                      rows) its own bytes, as a matrix of those rows alone packs
 
 
 def c_formats() -> List[CFormat]:
@@ -172,7 +174,8 @@ def c_formats() -> List[CFormat]:
         check(lib.bc_dtype_traits_of(t, code), "dtypes")
         out.append(CFormat(code, ffi.string(name).decode(), int(t.block), int(t.block_bytes),
                            int(t.max_cols), bool(t.whole), int(t.ggml_type), bool(t.integer),
-                           ffi.string(t.limit).decode() if t.limit != ffi.NULL else None))
+                           ffi.string(t.limit).decode() if t.limit != ffi.NULL else None,
+                           int(t.group)))
     return out
 
 

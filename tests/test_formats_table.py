@@ -185,3 +185,79 @@ def test_blocks_move_the_same_at_any_thread_count():
         blockc.set_num_threads(n0)
     for dtype in ("q4_ki", "q6_k", "q8_0i", "float16"):
         assert all(np.array_equal(a, b) for a, b in zip(out[1, dtype], out[2, dtype])), dtype
+
+
+@pytest.mark.parametrize("dtype", ["q8_0", "q4_0", "iq4_nl", "q4_k", "q6_k", "q8_0i"])
+def test_blocks_of_any_bytes_move_into_panels_whole_or_not(dtype):
+    """Loading moves a file's blocks into panels 16 rows at a time (16 x 16 byte
+    transposes) where the format has that path, row by row otherwise (a short last
+    panel, the other formats): any blocks (random bytes, not made by a quantiser) read
+    back by bc_unpack_ggml (row by row) as the very bytes, on 1 and 2 threads, chunks of
+    columns beyond the first; and packed into a slice of a larger buffer (``out=``, as
+    loading packs into the model's buffer) they are the same bytes, nothing else written."""
+    f = FORMATS[dtype]
+    _, bs, bb = TYPES[f.ggml_type]
+    rows, cols = 16 * 3 + 5, 4 * 256 + (0 if f.whole else 64)
+    rng = np.random.default_rng(11)
+    blocks = rng.integers(0, 256, (rows, cols // bs * bb), dtype=np.uint8)
+    n0 = blockc.get_num_threads()
+    got = {}
+    try:
+        for n in (1, 2):
+            blockc.set_num_threads(n)
+            got[n] = ops.pack_ggml(blocks, dtype, (rows, cols))
+    finally:
+        blockc.set_num_threads(n0)
+    assert np.array_equal(got[1], got[2])
+    assert np.array_equal(ops.unpack_ggml(got[1], dtype, (rows, cols)), blocks)
+    if f.group == 1:  # each panel its own bytes: rows 16.. alone pack to the rest
+        panel = got[1].size // -(-rows // 16)
+        assert np.array_equal(ops.pack_ggml(blocks[16:], dtype, (rows - 16, cols)),
+                              got[1][panel:])
+    buf = np.full(got[1].size + 128, 7, np.uint8)
+    back = ops.pack_ggml(blocks, dtype, (rows, cols), out=buf[64:-64])
+    assert back.base is buf or np.shares_memory(back, buf)
+    assert np.array_equal(buf[64:-64], got[1])
+    assert (buf[:64] == 7).all() and (buf[-64:] == 7).all()
+
+
+def test_pack_ggml_out_refusals():
+    """``out=`` must be a writeable contiguous 1-D uint8 array of the packed size, apart
+    from the blocks; each refusal names it."""
+    blocks = np.zeros((16, 34), np.uint8)
+    n = ops.pack_ggml(blocks, "q8_0", (16, 32)).size
+    with pytest.raises(blockc.BlockcTypeError, match="out must be a 1-D numpy uint8"):
+        ops.pack_ggml(blocks, "q8_0", (16, 32), out=np.zeros(n, np.int8))
+    with pytest.raises(blockc.BlockcValueError, match=f"out must be a writeable contiguous "
+                                                      f"array of {n} bytes"):
+        ops.pack_ggml(blocks, "q8_0", (16, 32), out=np.zeros(n + 1, np.uint8))
+    ro = np.zeros(n, np.uint8)
+    ro.flags.writeable = False
+    with pytest.raises(blockc.BlockcValueError, match="writeable"):
+        ops.pack_ggml(blocks, "q8_0", (16, 32), out=ro)
+    with pytest.raises(blockc.BlockcValueError, match="writeable contiguous"):
+        ops.pack_ggml(blocks, "q8_0", (16, 32), out=np.zeros(2 * n, np.uint8)[::2])
+    both = np.zeros(n + blocks.size, np.uint8)
+    with pytest.raises(blockc.BlockcValueError, match="must not overlap"):
+        ops.pack_ggml(both[:blocks.size].reshape(16, 34), "q8_0", (16, 32), out=both[n // 2:][:n])
+
+
+def test_convert_over_the_pool_is_the_oracles_weights_at_any_thread_count():
+    """bc_ggml_convert spreads its blocks over the pool (4096 a unit): for a tensor of
+    several units and a short one, Q4_0's and Q5_0's blocks as Q8_0's dequantise to the
+    oracle's weights of the original blocks, the same bytes on 1 and 2 threads."""
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((300, 1024)) * 0.2).astype(np.float32)  # 9,600 blocks
+    n0 = blockc.get_num_threads()
+    for typ in ("Q4_0", "Q5_0"):
+        b = ggml.quantise(w, typ).reshape(300, -1)
+        got = {}
+        try:
+            for n in (1, 2):
+                blockc.set_num_threads(n)
+                got[n] = ops.convert_ggml(b, gm.fmt.TYPE_IDS[typ], gm.fmt.TYPE_IDS["Q8_0"])
+        finally:
+            blockc.set_num_threads(n0)
+        assert np.array_equal(got[1], got[2])
+        assert np.array_equal(ggml.dequantise(got[1].reshape(-1), "Q8_0").view(np.uint32),
+                              ggml.dequantise(b.reshape(-1), typ).view(np.uint32))

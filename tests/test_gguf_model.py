@@ -3,6 +3,8 @@ and untied), Qwen2 and GPT-2 files written by the gguf package in every supporte
 mixed like Q4_K_M. Peers: the gguf package's dequantize (the weights, bit for bit) and
 transformers' from_pretrained(dir, gguf_file=...) (the logits, float32 tolerance, and greedy
 tokens), both reading the same file."""
+import os
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ import blockc
 from blockc import BlockcValueError, GPT, GPTConfig, ops
 from blockc import gguf as bg
 from blockc.checkpoint import gguf as gm
+from blockc.checkpoint import gguf_tensors as gt
 from blockc.reference import ggml
 from support.gguf_files import assert_dequantised, native, permute_qk, write_model
 
@@ -534,3 +537,71 @@ def test_cli_generate_takes_the_integer_dtype(files, capsys):
     assert main(["generate", "--temperature", "0", "--model", str(d / name), "--dtype", "integer", "--prompt",
                  "The quick", "--max-new-tokens", "3"]) == 0
     assert capsys.readouterr().out.strip()
+
+
+@pytest.mark.parametrize("case", ["llama-mha-q8_0", "gpt2-q4_0-tied", "llama-q4_k_m",
+                                  "llama-q5_0", "llama-mixed-native"])
+def test_matrices_read_piece_by_piece_are_the_bytes_read_whole(files, case, monkeypatch):
+    """Loading reads a matrix whose format's panels are each their own bytes a few panels'
+    rows at a time into one reused buffer (gguf_tensors.fill_blocks): with pieces of 16
+    rows (many pieces, a short last panel, Q5_0 blocks converted piece by piece), the
+    model's buffer is byte for byte the one reading each tensor whole gives."""
+    d, name, *_ = files[case]
+    monkeypatch.setattr(gt, "_PIECE", 1)
+    used = []
+    real = gt.fill_blocks
+    monkeypatch.setattr(gm, "fill_blocks", lambda *a: used.append(a[1]) or real(*a))
+    pieces = GPT.from_pretrained(d / name)
+    assert used  # the piecewise path ran
+    monkeypatch.setattr(gm, "piecewise", lambda *a: False)
+    whole = GPT.from_pretrained(d / name)
+    assert pieces.dtypes == whole.dtypes
+    assert np.array_equal(pieces.params, whole.params)
+
+
+def test_a_bad_scale_in_a_later_piece_names_its_row_and_a_file_cut_short_is_refused(
+        tmp_path, monkeypatch):
+    """Read piece by piece, a scale that is not a number is named by its row in the
+    tensor (not in the piece); a file truncated after its header was read (another
+    process rewriting it) is refused naming the tensor, never SIGBUS."""
+    monkeypatch.setattr(gt, "_PIECE", 1)  # pieces of 16 rows
+    p = tmp_path / "m.gguf"
+    write_model(p, "llama", kv_heads=2, default_type="Q8_0")
+    g = bg.read(p)
+    tensors = []
+    for t in g.tensors.values():
+        data = np.array(t.data, np.uint8)
+        if t.name == "blk.1.ffn_up.weight":
+            assert data.shape[0] > 21
+            data.reshape(data.shape[0], -1, 34)[21, 1, :2] = np.frombuffer(
+                np.uint16(0x7C00).tobytes(), np.uint8)
+        tensors.append((t.name, t.type, t.shape, data))
+    bg.write(tmp_path / "bad.gguf", dict(g.fields), tensors)
+    with pytest.raises(BlockcValueError, match=r"'blk.1.ffn_up.weight': row 21, block 1 has "):
+        GPT.from_pretrained(tmp_path / "bad.gguf")
+    q = tmp_path / "f32.gguf"  # an F32 matrix: its element counted in the tensor
+    write_model(q, "llama", kv_heads=2, default_type="F32")
+    h = bg.read(q)
+    tensors = []
+    for t in h.tensors.values():
+        data = np.array(t.data, np.uint8)
+        if t.name == "blk.1.ffn_up.weight":
+            data.view(np.float32)[21, 3] = np.nan
+            cols = data.view(np.float32).shape[1]
+        tensors.append((t.name, t.type, t.shape, data))
+    bg.write(tmp_path / "nan.gguf", dict(h.fields), tensors)
+    with pytest.raises(BlockcValueError, match=rf"'blk.1.ffn_up.weight' holds an infinity or a "
+                                               rf"NaN at element {21 * cols + 3} "):
+        GPT.from_pretrained(tmp_path / "nan.gguf")
+    last = max(g.tensors.values(), key=lambda t: t.offset)
+    cut = g.data_offset + last.offset + 10
+    read = gm.fmt.read
+
+    def read_then_truncate(path):
+        f = read(path)
+        os.truncate(path, cut)
+        return f
+    monkeypatch.setattr(gm.fmt, "read", read_then_truncate)
+    with pytest.raises(BlockcValueError, match=rf"tensor '{last.name}'.*truncated while blockc "
+                                               "read it"):
+        GPT.from_pretrained(p)

@@ -187,7 +187,8 @@ def _bytes_of(a: Any, name: str, n: int) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1)
 
 
-def pack_ggml(blocks: np.ndarray, dtype: str, shape: Tuple[int, int]) -> np.ndarray:
+def pack_ggml(blocks: np.ndarray, dtype: str, shape: Tuple[int, int],
+              out: Optional[np.ndarray] = None) -> np.ndarray:
     """The packed bytes of a (rows, cols) matrix in format ``dtype`` holding the very blocks
     of a GGUF tensor, rearranged into panels (no weight is requantised).
 
@@ -204,19 +205,25 @@ def pack_ggml(blocks: np.ndarray, dtype: str, shape: Tuple[int, int]) -> np.ndar
         A format of :data:`DTYPES` that holds a GGUF type's blocks.
     shape : tuple of int
         (rows, cols) of the matrix; cols whole blocks of the type.
+    out : numpy.ndarray of uint8, optional
+        Where to write the packed bytes: a writeable C-contiguous 1-D uint8 array of
+        exactly their size (a model's parameter buffer's slice: loading packs each matrix
+        in place, no temporary), not overlapping ``blocks``. None: a new array.
 
     Returns
     -------
     numpy.ndarray of uint8
-        The packed matrix's bytes (``PackedWeight`` and the model's buffer hold these).
+        The packed matrix's bytes (``PackedWeight`` and the model's buffer hold these):
+        ``out`` when given.
 
     Raises
     ------
     TypeError
-        ``blocks`` not a uint8 array, a non-str dtype.
+        ``blocks`` or ``out`` not a uint8 array, a non-str dtype.
     ValueError
         An unknown dtype or one that holds no GGUF type's blocks, a shape the format or
-        the type refuses, ``blocks`` of another size.
+        the type refuses, ``blocks`` of another size, ``out`` of another size, read-only,
+        not contiguous or overlapping ``blocks``.
 
     Examples
     --------
@@ -230,7 +237,18 @@ def pack_ggml(blocks: np.ndarray, dtype: str, shape: Tuple[int, int]) -> np.ndar
     src = _bytes_of(blocks, "blocks", _ggml_bytes(typ, shape, "shape"))
     n = ffi.new("size_t *")
     check(lib.bc_pack_size(n, C_DTYPE[dtype], shape[0], shape[1]), "pack_ggml")
-    out = np.empty(int(n[0]), np.uint8)
+    if out is None:
+        out = np.empty(int(n[0]), np.uint8)
+    else:
+        if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.ndim != 1:
+            raise BlockcTypeError(f"out must be a 1-D numpy uint8 array, got "
+                                  f"{getattr(out, 'dtype', type(out).__name__)}")
+        if out.size != int(n[0]) or not out.flags.c_contiguous or not out.flags.writeable:
+            raise BlockcValueError(f"out must be a writeable contiguous array of {int(n[0])} "
+                                   f"bytes, got {out.size} bytes (contiguous "
+                                   f"{out.flags.c_contiguous}, writeable {out.flags.writeable})")
+        if np.may_share_memory(out, src):  # both contiguous: their bounds
+            raise BlockcValueError("out must not overlap blocks")
     check(lib.bc_pack_ggml(ffi.from_buffer("char[]", out), out.size, ffi.from_buffer(src),
                            src.size, C_DTYPE[dtype], shape[0], shape[1]), "pack_ggml")
     return out

@@ -67,8 +67,8 @@ from ..reference import ggml
 from ..text.tokenizer import Tokenizer
 from ..io import gguf as fmt
 from .fused import fuse_gguf, split_gguf
-from .gguf_tensors import (fail, file_blocks, file_floats, fill_part, holds,  # noqa: F401
-                           permute, unpermute)  # (holds, permute, unpermute re-exported)
+from .gguf_tensors import (fail, file_blocks, file_floats, fill_blocks, fill_part,  # noqa: F401
+                           holds, permute, piecewise, unpermute)  # (holds, permute, unpermute re-exported)
 from ..text.gguf import metadata_of, placeholder
 
 __all__ = ["load", "save", "save_streaming", "config_from_gguf", "ARCHITECTURES", "GGUF_DTYPES",
@@ -326,6 +326,10 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: Any,
                 inexact.add(ours)
             continue
         raw = fm is not None and all(holds(fm, ty) for ty in types[ours])
+        if raw and rows is None and heads is None and piecewise(f, name, fm):
+            tl = lay[ours]  # read piece by piece, packed straight into the model's buffer
+            fill_blocks(f, name, fm, params[tl.offset:tl.offset + tl.nbytes])
+            continue
         # w: (rows, row bytes) of the format's own type's blocks, or the floats
         w = file_blocks(f, name, fm) if raw else file_floats(f, name)
         if heads is not None:
@@ -341,8 +345,9 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: Any,
             w = parts.pop(ours)
         if raw:
             tl = lay[ours]
-            params[tl.offset:tl.offset + tl.nbytes] = pack_ggml(np.ascontiguousarray(w), fm,
-                                                                tl.shape)
+            # packed straight into the model's buffer (no temporary, no second copy)
+            pack_ggml(np.ascontiguousarray(w), fm, tl.shape,
+                      out=params[tl.offset:tl.offset + tl.nbytes])
             continue
         m.write_tensor(ours, np.ascontiguousarray(w))
         if ours in check_exact and lay[ours].packed and fm != "float32":

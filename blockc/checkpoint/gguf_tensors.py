@@ -14,7 +14,8 @@ from .._errors import BlockcValueError
 from ..block.ops import convert_ggml, pack_ggml
 from ..io import gguf as fmt
 
-__all__ = ["fail", "unpermute", "permute", "holds", "file_blocks", "file_floats", "fill_part"]
+__all__ = ["fail", "unpermute", "permute", "holds", "file_blocks", "file_floats", "fill_part",
+           "fill_blocks", "piecewise"]
 
 
 def fail(path: str, msg: str) -> BlockcValueError:
@@ -47,16 +48,20 @@ def holds(dtype: str, type: str) -> bool:
 _SCALE_FIRST = ("Q8_0", "Q4_0", "Q5_0")
 
 
-def _check_scales(path: str, name: str, raw: np.ndarray, typ: str) -> None:
+def _check_scales(path: str, name: str, raw: np.ndarray, typ: str, row0: int = 0) -> None:
     """Refuse a tensor ``name`` whose blocks (``raw``: rows of ``typ``'s blocks, each
     starting with its half scale) have an infinite or NaN scale: its weights are not
     numbers, and the kernels read a block's weights as fma(f, 2^e d, -(2^e + z) d) (exact
     for every finite d), so such a block would not even give the dequantised infinities."""
-    block = fmt.type_size(typ)[1]
-    d = np.ascontiguousarray(raw.reshape(raw.shape[0], -1, block)[..., :2]).view(np.uint16)
+    block = fmt.type_size(typ)[1]  # even (34, 18, 22 bytes): a block is whole half words
+    # each block's scale, a strided view (no copy); one pass: a half is an infinity or a
+    # NaN when its magnitude bits reach 0x7C00 (the exponent all ones)
+    d = np.ascontiguousarray(raw).view(np.uint16).reshape(raw.shape[0], -1, block // 2)[..., 0]
+    if int(np.bitwise_and(d, 0x7FFF).max(initial=0)) < 0x7C00:
+        return
     bad = np.argwhere((d & 0x7C00) == 0x7C00)
     if bad.size:
-        raise fail(path, f"tensor {name!r}: row {int(bad[0][0])}, block {int(bad[0][1])} has "
+        raise fail(path, f"tensor {name!r}: row {row0 + int(bad[0][0])}, block {int(bad[0][1])} has "
                           "an infinite or NaN scale; its weights are not numbers")
 
 
@@ -66,16 +71,31 @@ _FLOAT_BITS = {"F32": (np.dtype("<u4"), 0x7F800000), "F16": (np.dtype("<u2"), 0x
                "BF16": (np.dtype("<u2"), 0x7F80)}
 
 
-def _check_float_bits(path: str, name: str, raw: np.ndarray, typ: str) -> None:
-    """Refuse a tensor ``name`` of float ``typ`` (``raw``: its bytes, loaded as they are)
-    holding an infinity or a NaN: its weights are not numbers (read on the bits, no copy)."""
+def _check_float_bits(path: str, name: str, raw: np.ndarray, typ: str, row0: int = 0) -> None:
+    """Refuse a tensor ``name`` of float ``typ`` (``raw``: its bytes from row ``row0``, loaded
+    as they are) holding an infinity or a NaN: its weights are not numbers (read on the
+    bits, no copy); the element named is the tensor's."""
     kind, mask = _FLOAT_BITS[typ]
     bits = np.ascontiguousarray(raw).reshape(-1).view(kind)
-    bad = np.flatnonzero((bits & mask) == mask)
+    bad = np.flatnonzero((bits & mask) == mask) + row0 * (bits.size // max(1, len(raw)))
     if bad.size:
         raise fail(path, f"tensor {name!r} holds an infinity or a NaN at element {int(bad[0])} "
                           f"({bad.size} elements that are not finite): its weights are not "
                           "numbers")
+
+
+def _own_blocks(f: fmt.GGUFFile, name: str, fm: str, w: np.ndarray, row0: int) -> np.ndarray:
+    """Rows ``row0..`` of tensor ``name`` (``w``: its blocks as the file has them) as format
+    ``fm``'s own type's blocks (converted when another type), checked."""
+    t = f.tensors[name]
+    own = FORMATS[fm].ggml_type
+    if fmt.TYPE_IDS[t.type] != own:
+        w = convert_ggml(np.ascontiguousarray(w), fmt.TYPE_IDS[t.type], own)
+    if fmt.TYPES[own][0] in _SCALE_FIRST:
+        _check_scales(f.path, name, w, fmt.TYPES[own][0], row0)
+    elif fmt.TYPES[own][0] in _FLOAT_BITS:
+        _check_float_bits(f.path, name, w, fmt.TYPES[own][0], row0)
+    return w
 
 
 def file_blocks(f: fmt.GGUFFile, name: str, fm: str) -> Optional[np.ndarray]:
@@ -84,14 +104,41 @@ def file_blocks(f: fmt.GGUFFile, name: str, fm: str) -> Optional[np.ndarray]:
     t = f.tensors[name]
     if not holds(fm, t.type):
         return None
-    own = FORMATS[fm].ggml_type
-    w = t.data if fmt.TYPE_IDS[t.type] == own else convert_ggml(
-        np.ascontiguousarray(t.data), fmt.TYPE_IDS[t.type], own)
-    if fmt.TYPES[own][0] in _SCALE_FIRST:
-        _check_scales(f.path, name, w, fmt.TYPES[own][0])
-    elif fmt.TYPES[own][0] in _FLOAT_BITS:
-        _check_float_bits(f.path, name, w, fmt.TYPES[own][0])
-    return w
+    return _own_blocks(f, name, fm, t.data, 0)
+
+
+#: bytes of a tensor :func:`fill_blocks` reads at a time (whole panels' rows)
+_PIECE = 1 << 23
+
+
+def piecewise(f: fmt.GGUFFile, name: str, fm: str) -> bool:
+    """Whether :func:`fill_blocks` can load 2-D tensor ``name`` as format ``fm``: ``fm``
+    holds its type's blocks, its panels are each their own bytes (``group`` 1), and the
+    tensor is read from a file (not bytes in memory)."""
+    t = f.tensors[name]
+    return (len(t.shape) == 2 and holds(fm, t.type) and FORMATS[fm].group == 1
+            and t.source is not None)
+
+
+def fill_blocks(f: fmt.GGUFFile, name: str, fm: str, out: np.ndarray) -> None:
+    """Tensor ``name`` (:func:`piecewise`) packed as format ``fm`` into ``out`` (its packed
+    bytes: a slice of a model's buffer), a few panels' rows at a time through one buffer
+    of about 8 MB: each piece read from the file (a short read refused by name), converted
+    when ``fm``'s type is another, checked, packed into its panels' bytes. The bytes
+    :func:`file_blocks` then ``pack_ggml`` write, without the tensor's bytes ever in memory
+    whole: no new memory touched per tensor, the peak RSS the model's buffer's."""
+    t = f.tensors[name]
+    rows, cols = t.shape
+    row = t.nbytes // rows  # bytes
+    step = max(16, _PIECE // row // 16 * 16)  # whole panels of rows
+    buf = np.empty(min(rows, step) * row, np.uint8)
+    panel = out.size // (-(-rows // 16))  # each panel's bytes
+    reader, at = t.source
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        w = reader.read_at(at + r0 * row, (r1 - r0) * row, f"tensor {name!r}", into=buf)
+        w = _own_blocks(f, name, fm, w.reshape(r1 - r0, row), r0)
+        pack_ggml(w, fm, (r1 - r0, cols), out=out[r0 // 16 * panel:-(-r1 // 16) * panel])
 
 
 def file_floats(f: fmt.GGUFFile, name: str) -> np.ndarray:
@@ -133,8 +180,8 @@ def fill_part(m: Any, f: fmt.GGUFFile, name: str, ours: str, rows: Any, heads: A
         m.write_tensor(ours, whole)
     for p, fm, raw, w in state["parts"]:
         if raw:
-            m.params[p.offset:p.offset + p.nbytes] = pack_ggml(w, fm, (p.row1 - p.row0,
-                                                                       tl.shape[1]))
+            pack_ggml(w, fm, (p.row1 - p.row0, tl.shape[1]),
+                      out=m.params[p.offset:p.offset + p.nbytes])
     back = m.read_tensor(ours) if floats else None
     state["inexact"] = any(fm != "float32" and not np.array_equal(
         back[p.row0:p.row1].view(np.uint32), w.view(np.uint32)) for p, fm, w in floats)

@@ -233,11 +233,11 @@ class _FileReader:
     def __init__(self, fd: int, path: str, size: int):
         self.fd, self.path, self.size = fd, path, size
 
-    def read_at(self, offset: int, n: int, what: str) -> np.ndarray:
-        """A new uint8 array of the ``n`` bytes at ``offset``."""
+    def read_at(self, offset: int, n: int, what: str, into: Any = None) -> np.ndarray:
+        """The ``n`` bytes at ``offset``: a new uint8 array, or ``into``'s first n (1-D)."""
         if self.fd < 0:
             raise _fail(self.path, f"{what}: the file was closed")
-        out = np.empty(n, np.uint8)
+        out = np.empty(n, np.uint8) if into is None else into[:n]
         view, got = memoryview(out), 0
         while got < n:
             k = os.preadv(self.fd, [view[got:]], offset + got)

@@ -61,7 +61,7 @@ int bc_dtype_traits_of(bc_dtype_traits *out, int dtype)
         return BC_EOPTION;
     const bc_dtype_traits t = {f->block, f->block_bytes, f->max_cols, f->whole,
                                f->from_ggml ? f->ggml_type : BC_GGML_NONE, f->integer,
-                               f->limit};
+                               f->limit, f->group > 1 ? f->group : 1};
     *out = t;
     return BC_OK;
 }
@@ -312,9 +312,13 @@ static void ggml_in_panel(const void *arg, size_t p, int thread)
         const size_t at_k = k0 / f->block * j->file_block_bytes;
         if (grouped)
             memset(chunk, 0, sizeof chunk);
-        for (size_t l = 0; l < nl; l++)
-            f->from_ggml(grouped ? chunk : panel, j->rows_in + (r0 + l) * j->row_bytes + at_k,
-                         l, grouped ? 0 : k0, nk);
+        if (!grouped && nl == PW && f->from_ggml_panel)  /* a whole panel at once */
+            f->from_ggml_panel(panel, j->rows_in + r0 * j->row_bytes + at_k, j->row_bytes, k0,
+                               nk);
+        else
+            for (size_t l = 0; l < nl; l++)
+                f->from_ggml(grouped ? chunk : panel,
+                             j->rows_in + (r0 + l) * j->row_bytes + at_k, l, grouped ? 0 : k0, nk);
         if (grouped)
             chunk_scatter(j->panels, chunk, f, at, k0, nk);
     }
@@ -413,6 +417,26 @@ int bc_unpack_ggml(void *out, size_t out_bytes, const void *packed, size_t packe
     return BC_OK;
 }
 
+typedef struct {
+    unsigned char *out;
+    const unsigned char *src;
+    size_t blocks;
+    const bc_ggml *from, *to;
+} convert_job;
+
+#define CONVERT_UNIT 4096  /* blocks of bc_ggml_convert a unit of the pool */
+
+/* blocks CONVERT_UNIT * u .. of j->src as j->to's blocks */
+static void convert_unit(const void *arg, size_t u, int thread)
+{
+    const convert_job *j = arg;
+    const size_t b0 = u * CONVERT_UNIT,
+                 b1 = j->blocks - b0 < CONVERT_UNIT ? j->blocks : b0 + CONVERT_UNIT;
+    (void)thread;
+    for (size_t b = b0; b < b1; b++)
+        j->from->to_q8_0(j->out + b * j->to->block_bytes, j->src + b * j->from->block_bytes);
+}
+
 int bc_ggml_convert(void *out, size_t out_bytes, const void *src, size_t src_bytes, int to_type,
                     int from_type, size_t blocks)
 {
@@ -433,8 +457,12 @@ int bc_ggml_convert(void *out, size_t out_bytes, const void *src, size_t src_byt
         return BC_EWORKSPACE;
     if (overlap_bytes(out, nout, src, nin))
         return BC_EALIAS;
-    for (size_t b = 0; b < blocks; b++)
-        from->to_q8_0((unsigned char *)out + b * to->block_bytes,
-                      (const unsigned char *)src + b * from->block_bytes);
+    const convert_job j = {out, src, blocks, from, to};
+    bc_ctx cx;
+    /* load-time work over the pool, CONVERT_UNIT blocks a unit (each block's bytes
+     * depend only on its own); one thread without scratch */
+    const int threads = bc_rt_ctx(&cx, 0) ? 1 : bc_rt_threads(&cx, (double)blocks * 32.0,
+                                                              (double)(nin + nout));
+    bc_rt_run(threads, (blocks + CONVERT_UNIT - 1) / CONVERT_UNIT, convert_unit, &j);
     return BC_OK;
 }

@@ -371,6 +371,10 @@ typedef struct {
                           * quantised to 8 bits (q8_0i's family) */
     const char *limit;   /* the weights bc_pack refuses (BC_EVALUE), in words, static
                           * and NUL-terminated; NULL: it holds every float */
+    size_t group;        /* the panels whose bytes are interleaved, in runs of group
+                          * (1: panel p, rows 16p.., is the bytes [p * P, (p + 1) * P)
+                          * of the packed matrix, P its bytes, the same as a matrix of
+                          * those rows alone packs to) */
 } bc_dtype_traits;
 
 /* *out = the traits of weight format dtype. BC_ENULL for a NULL out,

@@ -304,6 +304,12 @@ typedef struct {
      * byte written) from row l of a panel */
     void (*to_ggml)(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
                     size_t nk);
+    /* optional (NULL: from_ggml row by row): a whole panel's BC_PANEL rows at once,
+     * row l's blocks of columns [k0, k0 + nk) at src + l * row_bytes; the same bytes
+     * as from_ggml for l = 0 .. BC_PANEL - 1 (an ungrouped format's, load time:
+     * the rows' bytes transposed 16 by 16 instead of one byte at a time) */
+    void (*from_ggml_panel)(unsigned char *panel, const unsigned char *src, size_t row_bytes,
+                            size_t k0, size_t nk);
 } bc_format;
 
 /* A ggml block type blockc reads or writes blocks of (bc_engine.h's BC_GGML_*):

@@ -15,6 +15,9 @@
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>  /* rows16_transpose: SSE2 is every x86-64's */
+#endif
 
 #include "bc_core.h"
 #include "bc_dispatch.h"  /* BC_ATT_BK: a quantised cache's key tiles */
@@ -1258,6 +1261,61 @@ static void q8i_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l
     }
 }
 
+/* The BC_PANEL rows' 16 bytes at src + l * row_bytes (l = 0 .. 15) transposed:
+ * out[16 * k + l] = byte k of row l (a 16 x 16 byte tile; out 256 bytes). SSE2's
+ * unpacks where the compiler has them (every x86-64), else byte by byte: the
+ * same bytes. */
+static void rows16_transpose(unsigned char *out, const unsigned char *src, size_t row_bytes)
+{
+#if defined(__SSE2__)
+    __m128i a[16], b[16];
+    for (int l = 0; l < 16; l++)
+        a[l] = _mm_loadu_si128((const __m128i *)(const void *)(src + (size_t)l * row_bytes));
+    /* rows 2i, 2i+1 interleaved by bytes: b[2i] columns 0-7, b[2i+1] 8-15 */
+    for (int i = 0; i < 8; i++) {
+        b[2 * i] = _mm_unpacklo_epi8(a[2 * i], a[2 * i + 1]);
+        b[2 * i + 1] = _mm_unpackhi_epi8(a[2 * i], a[2 * i + 1]);
+    }
+    /* rows 4j..4j+3 by 16-bit pairs: a[4j + q] columns 4q..4q+3 */
+    for (int j = 0; j < 4; j++) {
+        a[4 * j] = _mm_unpacklo_epi16(b[4 * j], b[4 * j + 2]);
+        a[4 * j + 1] = _mm_unpackhi_epi16(b[4 * j], b[4 * j + 2]);
+        a[4 * j + 2] = _mm_unpacklo_epi16(b[4 * j + 1], b[4 * j + 3]);
+        a[4 * j + 3] = _mm_unpackhi_epi16(b[4 * j + 1], b[4 * j + 3]);
+    }
+    /* rows 8h..8h+7 by 32-bit quads: b[8h + 2q] columns 4q, 4q+1, b[8h + 2q + 1] 4q+2, 4q+3 */
+    for (int h = 0; h < 2; h++)
+        for (int q = 0; q < 4; q++) {
+            b[8 * h + 2 * q] = _mm_unpacklo_epi32(a[8 * h + q], a[8 * h + 4 + q]);
+            b[8 * h + 2 * q + 1] = _mm_unpackhi_epi32(a[8 * h + q], a[8 * h + 4 + q]);
+        }
+    /* all 16 rows: column 2p from b[p]'s and b[8 + p]'s low halves, 2p + 1 the high */
+    for (int p = 0; p < 8; p++) {
+        _mm_storeu_si128((__m128i *)(void *)(out + 32 * p), _mm_unpacklo_epi64(b[p], b[8 + p]));
+        _mm_storeu_si128((__m128i *)(void *)(out + 32 * p + 16),
+                         _mm_unpackhi_epi64(b[p], b[8 + p]));
+    }
+#else
+    for (size_t k = 0; k < 16; k++)
+        for (size_t l = 0; l < 16; l++)
+            out[16 * k + l] = src[l * row_bytes + k];
+#endif
+}
+
+/* q8_0's from_ggml_panel: 16 rows of Q8_0 blocks, each block's 32 quants as two
+ * 16 x 16 transposes */
+static void q8_from_ggml_panel(unsigned char *panel, const unsigned char *src, size_t row_bytes,
+                               size_t k0, size_t nk)
+{
+    bc_q8_block *bl = (bc_q8_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, src += 34) {
+        for (size_t l = 0; l < BC_PANEL; l++)
+            bl[b].d[l] = rd16(src + l * row_bytes);
+        rows16_transpose((unsigned char *)&bl[b].q[0][0], src + 2, row_bytes);
+        rows16_transpose((unsigned char *)&bl[b].q[16][0], src + 18, row_bytes);
+    }
+}
+
 /* Q4_0 (d, qs[16]: 18 bytes) <-> q4_0 and q4_0i (qs 4 bytes by 4) */
 static void q4_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
                          size_t nk)
@@ -1267,6 +1325,18 @@ static void q4_from_ggml(unsigned char *panel, const unsigned char *src, size_t 
         bl[b].d[l] = rd16(src);
         for (size_t j = 0; j < 16; j++)
             bl[b].q[j][l] = src[2 + j];
+    }
+}
+
+/* q4_0's from_ggml_panel: each block's 16 bytes of nibbles one 16 x 16 transpose */
+static void q4_from_ggml_panel(unsigned char *panel, const unsigned char *src, size_t row_bytes,
+                               size_t k0, size_t nk)
+{
+    bc_q4_block *bl = (bc_q4_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, src += 18) {
+        for (size_t l = 0; l < BC_PANEL; l++)
+            bl[b].d[l] = rd16(src + l * row_bytes);
+        rows16_transpose(&bl[b].q[0][0], src + 2, row_bytes);
     }
 }
 
@@ -1393,6 +1463,23 @@ static void q4k_from_ggml(unsigned char *panel, const unsigned char *src, size_t
         k4_scales_in(bl + b, l, src + 4);
         for (size_t i = 0; i < 128; i++)
             bl[b].q[i][l] = src[16 + i];
+    }
+}
+
+/* q4_k's from_ggml_panel: each super-block's 128 bytes of nibbles as eight 16 x 16
+ * transposes, its scales row by row */
+static void q4k_from_ggml_panel(unsigned char *panel, const unsigned char *src, size_t row_bytes,
+                                size_t k0, size_t nk)
+{
+    bc_q4k_block *bl = (bc_q4k_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, src += 144) {
+        for (size_t l = 0; l < BC_PANEL; l++) {
+            bl[b].d[l] = rd16(src + l * row_bytes);
+            bl[b].dmin[l] = rd16(src + l * row_bytes + 2);
+            k4_scales_in(bl + b, l, src + l * row_bytes + 4);
+        }
+        for (size_t t = 0; t < 8; t++)
+            rows16_transpose(&bl[b].q[16 * t][0], src + 16 + 16 * t, row_bytes);
     }
 }
 
@@ -1762,10 +1849,12 @@ static const bc_format formats[BC_NDTYPE] = {
                        .to_ggml = half_to_ggml},
     [BC_DTYPE_Q8_0] = {.name = "q8_0", .block = 32, .block_bytes = 34, .check = q8_check,
                        .pack = q8_pack, .unpack_row = q8_unpack_row, .ggml_type = BC_GGML_Q8_0,
-                       .limit = LIMIT_Q8, .from_ggml = q8_from_ggml, .to_ggml = q8_to_ggml},
+                       .limit = LIMIT_Q8, .from_ggml = q8_from_ggml, .to_ggml = q8_to_ggml,
+                       .from_ggml_panel = q8_from_ggml_panel},
     [BC_DTYPE_Q4_0] = {.name = "q4_0", .block = 32, .block_bytes = 18, .check = q4_check,
                        .pack = q4_pack, .unpack_row = q4_unpack_row, .ggml_type = BC_GGML_Q4_0,
-                       .limit = LIMIT_Q4, .from_ggml = q4_from_ggml, .to_ggml = q4_to_ggml},
+                       .limit = LIMIT_Q4, .from_ggml = q4_from_ggml, .to_ggml = q4_to_ggml,
+                       .from_ggml_panel = q4_from_ggml_panel},
     [BC_DTYPE_F16] = {.name = "float16", .block = 1, .block_bytes = 2, .check = f16_check,
                       .pack = f16_pack, .unpack_row = f16_unpack_row, .group = BC_HALF_GROUP,
                       .ggml_type = BC_GGML_F16, .limit = LIMIT_F16, .from_ggml = half_from_ggml,
@@ -1795,7 +1884,8 @@ static const bc_format formats[BC_NDTYPE] = {
     [BC_DTYPE_Q4_K] = {.name = "q4_k", .block = 256, .block_bytes = 148, .check = q4_check,
                        .pack = q4k_pack, .unpack_row = q4k_unpack_row, .whole = 1,
                        .ggml_type = BC_GGML_Q4_K, .limit = LIMIT_K, .from_ggml = q4k_from_ggml,
-                       .to_ggml = q4k_to_ggml},
+                       .to_ggml = q4k_to_ggml,
+                       .from_ggml_panel = q4k_from_ggml_panel},
     [BC_DTYPE_Q6_K] = {.name = "q6_k", .block = 256, .block_bytes = 274, .check = q4_check,
                        .pack = q6k_pack, .unpack_row = q6k_unpack_row, .whole = 1,
                        .ggml_type = BC_GGML_Q6_K, .limit = LIMIT_K, .from_ggml = q6k_from_ggml,
@@ -1823,7 +1913,8 @@ static const bc_format formats[BC_NDTYPE] = {
     [BC_DTYPE_IQ4_NL] = {.name = "iq4_nl", .block = 32, .block_bytes = 18, .check = q8_check,
                          .pack = iq4nl_pack, .unpack_row = iq4nl_unpack_row,
                          .ggml_type = BC_GGML_IQ4_NL, .limit = LIMIT_Q8,
-                         .from_ggml = q4_from_ggml, .to_ggml = q4_to_ggml},
+                         .from_ggml = q4_from_ggml, .to_ggml = q4_to_ggml,
+                         .from_ggml_panel = q4_from_ggml_panel},
     [BC_DTYPE_IQ4_XS] = {.name = "iq4_xs", .block = 256, .block_bytes = 138, .check = q8_check,
                          .pack = iq4xs_pack, .unpack_row = iq4xs_unpack_row, .whole = 1,
                          .ggml_type = BC_GGML_IQ4_XS, .limit = LIMIT_IQ4XS,

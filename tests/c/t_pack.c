@@ -772,6 +772,7 @@ void test_pack(void)
         ggml_roundtrip_checks(gs[i][0], gs[i][1]);
     ggml_convert_checks(17, 96);
     ggml_convert_checks(70, 256);
+    ggml_convert_checks(41, 3200);  /* 4,100 blocks: two of bc_ggml_convert's pool units */
     ggml_hostile_checks();
     strided_checks(1, 1);
     strided_checks(17, 33);
