@@ -51,6 +51,43 @@ static void kv_widen(float *kf, float *vf, const uint16_t *k16, const uint16_t *
         widen(vf + j * dh, v16 + j * ldv, dh);
 }
 
+/* The vector instruction sets read a q4_0 nibble n as f = 1 + n 2^-e (vload_nibm:
+ * e = 15 for a block's low nibbles, 11 for its high ones) and the value as
+ * fma(f, 2^e d, -(2^e + 8) d): exact (fast_formats.h's q4_0 panels), so the same
+ * bits as half(d) * (n - 8); portable C reads n - 8 and multiplies by d. Floats a
+ * scale d of a q4_0 block keeps (KVQ_S of them): 2^15 d, -(2^15 + 8) d, 2^11 d,
+ * -(2^11 + 8) d; or d. */
+#if BC_SIMD
+#define KVQ_S 4
+#else
+#define KVQ_S 1
+#endif
+
+// s (KVQ_S) <- the floats a q4_0 value block's scale d keeps
+BC_INLINE void q4_scales(float *s, float d)
+{
+#if BC_SIMD
+    s[0] = d * 32768.0f;
+    s[1] = d * -32776.0f;
+    s[2] = d * 2048.0f;
+    s[3] = d * -2056.0f;
+#else
+    s[0] = d;
+#endif
+}
+
+// VL values from p (q4_0 bytes: the low or, hi, high nibbles) given q4_scales' s[hi*2..]
+// as vectors s, m (portable C: s only)
+BC_INLINE V q4_vec(const unsigned char *p, int hi, V s, V m)
+{
+#if BC_SIMD
+    return vfma(vload_nibm(p, hi), s, m);
+#else
+    (void)m;
+    return vmul(vload_nib8(p, hi), s);
+#endif
+}
+
 /* One row of a quantised cache as floats (bc_format.h's blocks): each value
  * half(d) * q, an exact product, so every instruction set reads the same bits. */
 // dst (Dh) <- src: Dh / 32 blocks of dtype (BC_DTYPE_Q8_0 or BC_DTYPE_Q4_0)
@@ -61,15 +98,20 @@ static void kvq_row(float *dst, const unsigned char *src, int dtype, size_t dh)
         uint16_t h;
         memcpy(&h, src, sizeof h);
         const float d = bc_half_to_f32(h);
-        int8_t q4[BC_KVQ_BLOCK];
-        const int8_t *q = (const int8_t *)(src + 2);
-        if (dtype == BC_DTYPE_Q4_0) {  /* the nibbles as signed bytes first */
-            for (size_t k = 0; k < BC_KVQ_BLOCK / 2; k++) {
-                q4[k] = (int8_t)((src[2 + k] & 15) - 8);
-                q4[k + 16] = (int8_t)((src[2 + k] >> 4) - 8);
+        if (dtype == BC_DTYPE_Q4_0) {  /* q4_vec: values k and k + 16 in byte k's nibbles */
+            float s[KVQ_S];
+            q4_scales(s, d);
+            for (size_t k = 0; k < BC_KVQ_BLOCK; k += VL) {
+                const int hi = k >= 16;
+#if BC_SIMD
+                vstore(dst + k, q4_vec(src + 2 + k % 16, hi, vset1(s[2 * hi]), vset1(s[2 * hi + 1])));
+#else
+                vstore(dst + k, q4_vec(src + 2 + k % 16, hi, vset1(s[0]), vzero()));
+#endif
             }
-            q = q4;
+            continue;
         }
+        const int8_t *q = (const int8_t *)(src + 2);
         const V dv = vset1(d);  /* one product per value: the scalar's bits */
         for (size_t k = 0; k < BC_KVQ_BLOCK; k += VL)
             vstore(dst + k, vmul(vload_i8(q + k), dv));
@@ -86,20 +128,25 @@ static void kq_tile(float *kf, const unsigned char *tile, int dtype, size_t nk, 
     const size_t bk = BC_ATT_BK, nb = dh / BC_KVQ_BLOCK, nl = (nk + VL - 1) / VL * VL;
     const uint16_t *sc = (const uint16_t *)(const void *)tile;  /* 2-byte aligned */
     const unsigned char *q = tile + nb * bk * sizeof(uint16_t);
-    int8_t row[BC_ATT_BK];
     for (size_t b = 0; b < nb; b++)
         for (size_t k = 0; k < BC_KVQ_BLOCK; k++) {
             const size_t d = b * BC_KVQ_BLOCK + k;
-            const int8_t *qr = (const int8_t *)(q + d * bk);
-            if (dtype == BC_DTYPE_Q4_0) {  /* the nibbles as signed bytes first */
-                const unsigned char *by = q + (b * 16 + k % 16) * bk;
-                for (size_t j = 0; j < nl; j++)
-                    row[j] = (int8_t)((k < 16 ? by[j] & 15 : by[j] >> 4) - 8);
-                qr = row;
-            }
+            const int hi = k >= 16;
             float *kd = kf + d * bk;
-            for (size_t j = 0; j < nl; j += VL)
-                vstore(kd + j, vmul(vload_i8(qr + j), vload_half(sc + b * bk + j)));
+            for (size_t j = 0; j < nl; j += VL) {
+                const V sv = vload_half(sc + b * bk + j);
+                if (dtype == BC_DTYPE_Q4_0) {  /* q4_vec: row b 16 + k % 16, nibble hi */
+                    const unsigned char *by = q + (b * 16 + k % 16) * bk + j;
+#if BC_SIMD
+                    vstore(kd + j, q4_vec(by, hi, vmul(sv, vset1(hi ? 2048.0f : 32768.0f)),
+                                          vmul(sv, vset1(hi ? -2056.0f : -32776.0f))));
+#else
+                    vstore(kd + j, q4_vec(by, hi, sv, vzero()));
+#endif
+                } else {
+                    vstore(kd + j, vmul(vload_i8((const int8_t *)(q + d * bk + j)), sv));
+                }
+            }
             if (nk < bk)
                 memset(kd + nk, 0, (bk - nk) * sizeof(float));
         }
@@ -467,43 +514,6 @@ typedef struct {
     const float *vs;
     size_t vrb;
 } kv_tile;
-
-/* The vector instruction sets read a q4_0 nibble n as f = 1 + n 2^-e (vload_nibm:
- * e = 15 for a block's low nibbles, 11 for its high ones) and the value as
- * fma(f, 2^e d, -(2^e + 8) d): exact (fast_formats.h's q4_0 panels), so the same
- * bits as half(d) * (n - 8); portable C reads n - 8 and multiplies by d. Floats a
- * scale d of a q4_0 block keeps (KVQ_S of them): 2^15 d, -(2^15 + 8) d, 2^11 d,
- * -(2^11 + 8) d; or d. */
-#if BC_SIMD
-#define KVQ_S 4
-#else
-#define KVQ_S 1
-#endif
-
-// s (KVQ_S) <- the floats a q4_0 value block's scale d keeps
-BC_INLINE void q4_scales(float *s, float d)
-{
-#if BC_SIMD
-    s[0] = d * 32768.0f;
-    s[1] = d * -32776.0f;
-    s[2] = d * 2048.0f;
-    s[3] = d * -2056.0f;
-#else
-    s[0] = d;
-#endif
-}
-
-// VL values from p (q4_0 bytes: the low or, hi, high nibbles) given q4_scales' s[hi*2..]
-// as vectors s, m (portable C: s only)
-BC_INLINE V q4_vec(const unsigned char *p, int hi, V s, V m)
-{
-#if BC_SIMD
-    return vfma(vload_nibm(p, hi), s, m);
-#else
-    (void)m;
-    return vmul(vload_nib8(p, hi), s);
-#endif
-}
 
 /* A quantised tile's value scales as floats: vs[j nb + b] (q8_0) or
  * vs[(j nb + b) KVQ_S ..] (q4_0: q4_scales) for rows j < nk, blocks b < nb. */
