@@ -18,7 +18,7 @@
  * half cache's tile widened, keys (Dh, BK) and values (BK, Dh); or
  * attn_decode's: (Dh, BK) transposed keys, (2 Dh + BK) per head, then a half
  * cache's values (BK, Dh) or a quantised tile's value scales (kv_vscales: at
- * most BK Dh / 8) */
+ * most BK Dh / 8 + BK Dh / 64 + VL) */
 static size_t attn_scratch(size_t d_head)
 {
     const size_t unit = (2 * d_head + BC_ATT_BK + 2) * BQ + 2 * d_head * BC_ATT_BK;
@@ -515,23 +515,36 @@ typedef struct {
     size_t vrb;
 } kv_tile;
 
-/* A quantised tile's value scales as floats: vs[j nb + b] (q8_0) or
- * vs[(j nb + b) KVQ_S ..] (q4_0: q4_scales) for rows j < nk, blocks b < nb. */
-// vs (nk, nb[, KVQ_S]); vq: the first row, a row every rb bytes
+/* A quantised tile's value scales as floats, in KVQ_S planes of BK nb floats (nb
+ * = Dh / 32 blocks a row): plane 0 at vs[j nb + b] the scale d of row j's block b
+ * (q8_0), or q4_scales' floats plane by plane (q4_0). The halves are gathered
+ * first, then widened VL at a time (exact conversions). */
+// vs (KVQ_S, BK nb) then BK nb + VL halves; vq: the first row, a row every rb bytes
 static void kv_vscales(float *vs, const unsigned char *vq, size_t rb, int kind, size_t nk,
                        size_t nb)
 {
-    const size_t bb = kind == KV_Q8 ? 34 : 18;
+    const size_t bb = kind == KV_Q8 ? 34 : 18, plane = BC_ATT_BK * nb, n = nk * nb;
+    uint16_t *hs = (uint16_t *)(void *)(vs + KVQ_S * plane);
     for (size_t j = 0; j < nk; j++)
-        for (size_t b = 0; b < nb; b++) {
-            uint16_t h;
-            memcpy(&h, vq + j * rb + b * bb, sizeof h);
-            const float d = bc_half_to_f32(h);
-            if (kind == KV_Q8)
-                vs[j * nb + b] = d;
-            else
-                q4_scales(vs + (j * nb + b) * KVQ_S, d);
+        for (size_t b = 0; b < nb; b++)
+            memcpy(hs + j * nb + b, vq + j * rb + b * bb, sizeof *hs);
+    for (size_t i = n; i % VL; i++)
+        hs[i] = 0;
+    for (size_t i = 0; i < n; i += VL) {
+        const V d = vload_half(hs + i);
+        if (kind == KV_Q8) {
+            vstore(vs + i, d);
+            continue;
         }
+#if BC_SIMD
+        vstore(vs + i, vmul(d, vset1(32768.0f)));
+        vstore(vs + plane + i, vmul(d, vset1(-32776.0f)));
+        vstore(vs + 2 * plane + i, vmul(d, vset1(2048.0f)));
+        vstore(vs + 3 * plane + i, vmul(d, vset1(-2056.0f)));
+#else
+        vstore(vs + i, d);
+#endif
+    }
 }
 
 // VL lanes from element i of the tile's keys (float or half kinds)
@@ -551,10 +564,11 @@ BC_INLINE V tile_v(const int kind, const kv_tile *t, size_t j, size_t c)
     if (kind == KV_Q4) {
         const size_t nb = t->ldv / BC_KVQ_BLOCK, b = c / BC_KVQ_BLOCK, k = c % BC_KVQ_BLOCK;
         const int hi = k >= 16;
-        const float *s = t->vs + (j * nb + b) * KVQ_S;
+        const float *s = t->vs + j * nb + b;  /* kv_vscales' planes */
         const unsigned char *p = t->vq + j * t->vrb + b * 18 + 2 + k % 16;
 #if BC_SIMD
-        return q4_vec(p, hi, vset1(s[2 * hi]), vset1(s[2 * hi + 1]));
+        const size_t plane = BC_ATT_BK * nb;
+        return q4_vec(p, hi, vset1(s[2 * hi * plane]), vset1(s[(2 * hi + 1) * plane]));
 #else
         return q4_vec(p, hi, vset1(s[0]), vzero());
 #endif
