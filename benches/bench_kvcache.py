@@ -9,11 +9,17 @@ positions, then decodes ``--new`` tokens one at a time, once per cache type:
   cache        the cache's bytes (KVCache.nbytes: keys and values, every layer)
   KL           mean KL of the decoded steps' next-token distributions against
                the float32 cache's (the same tokens fed to each)
+  llama.cpp KL llama.cpp's own mean KL for the same cache type (llama-cpp-python:
+               the model saved as an F32 GGUF, ``type_k`` = ``type_v`` = f32, f16,
+               q8_0 or q4_0 with flash attention, which a quantised V cache needs),
+               against its own f32 cache, on the same tokens decoded one at a time
+               (one thread, plain CPU kernels: only its logits are used, not its
+               speed); left out with --no-peer or without llama_cpp importable
 
 Prints the CPU (lscpu's model name), the load average and the steal time over the run.
 
     python benches/bench_kvcache.py
-    python benches/bench_kvcache.py --context 1024 --rounds 2
+    python benches/bench_kvcache.py --context 1024 --rounds 2 --no-peer
 
 With --docs the output also replaces the "kvcache" section of docs/results/kvcache.md.
 """
@@ -21,8 +27,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 import time
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -32,6 +39,9 @@ from doc_section import run as run_bench  # noqa: E402
 from machine import cpu_name, cpu_times, steal_share  # noqa: E402
 
 DTYPES = ("float32", "float16", "q8_0", "q4_0")
+#: llama.cpp's cache type (a ggml type: GGML_TYPE_F32, F16, Q8_0, Q4_0) for each of blockc's
+GGML_CACHE = {"float32": ("f32", 0), "float16": ("f16", 1), "q8_0": ("q8_0", 8),
+              "q4_0": ("q4_0", 2)}
 
 
 def mean_kl(p_logits: np.ndarray, q_logits: np.ndarray) -> float:
@@ -45,12 +55,47 @@ def mean_kl(p_logits: np.ndarray, q_logits: np.ndarray) -> float:
     return float(np.mean(np.sum(np.exp(lp) * (lp - lq), axis=-1)))
 
 
+def llama_cpp_logits(m: GPT, ids: np.ndarray, n0: int) -> Dict[str, np.ndarray]:
+    """llama.cpp's logits of the decode steps n0.. of ``ids`` (1, T) for each cache type
+    of GGML_CACHE: ``m`` saved as an F32 GGUF (its q8_0 weights dequantised, exactly),
+    the prompt evaluated in batches of 512, then each token alone. Empty without
+    llama_cpp (the reason printed)."""
+    try:
+        import llama_cpp
+        from llama_peer import extra_bufts_off
+    except ImportError as e:
+        print(f"llama.cpp: not importable ({e}): no llama.cpp KL column")
+        return {}
+    toks = [int(t) for t in ids[0]]
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model-f32.gguf")
+        m.save_gguf(path, "F32")
+        for d, (_, gt) in GGML_CACHE.items():
+            with extra_bufts_off():  # plain CPU kernels: logits only, no speed is taken
+                llm = llama_cpp.Llama(model_path=path, n_ctx=len(toks), n_batch=512,
+                                      n_ubatch=512, flash_attn=True, type_k=gt, type_v=gt,
+                                      logits_all=True, n_threads=1, n_threads_batch=1,
+                                      verbose=False)
+            llm.eval(toks[:n0])
+            rows = []
+            for t in range(n0, len(toks)):
+                llm.eval([toks[t]])
+                rows.append(np.array(llm.scores[t], np.float32))
+            out[d] = np.stack(rows)[None]
+            del llm
+    print(f"llama.cpp {llama_cpp.__version__} (llama-cpp-python): F32 GGUF of the same "
+          f"model, flash attention, cache types {', '.join(v[0] for v in GGML_CACHE.values())}")
+    return out
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--context", type=int, default=4096)
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--no-peer", action="store_true", help="leave out llama.cpp's KL")
     args = ap.parse_args(argv)
     if args.threads:
         blockc.set_num_threads(args.threads)
@@ -79,16 +124,23 @@ def main(argv: Optional[List[str]] = None) -> int:
                 out.append(m(ids[:, t:t + 1], cache=c))
             best[d] = min(best[d], time.perf_counter() - start)
             logits[d] = np.concatenate(out, axis=1)
+    peer = {} if args.no_peer else llama_cpp_logits(m, ids, n0)
     print(f"\nmodel: width 512, 8 heads of 64, 2 K/V heads, 4 layers, q8_0 weights; "
           f"{args.new} decode steps after {n0} positions, best of {args.rounds} rounds\n")
-    print("| cache | tokens/s | vs float32 | cache bytes | vs float32 | KL vs float32 |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    head = "| cache | tokens/s | vs float32 | cache bytes | vs float32 | KL vs float32 |"
+    if peer:
+        head += " llama.cpp KL vs its f32 |"
+    print(head)
+    print("| --- " * (head.count("|") - 1) + "|")
     f32_rate, f32_bytes = args.new / best["float32"], caches["float32"].nbytes
     for d in DTYPES:
         rate, nb = args.new / best[d], caches[d].nbytes
         kl = mean_kl(logits["float32"], logits[d])
-        print(f"| {d} | {rate:.1f} | {rate / f32_rate:.2f}x | {nb / 2**20:.2f} MiB | "
-              f"{nb / f32_bytes:.3f} | {kl:.2e} |")
+        row = (f"| {d} | {rate:.1f} | {rate / f32_rate:.2f}x | {nb / 2**20:.2f} MiB | "
+               f"{nb / f32_bytes:.3f} | {kl:.2e} |")
+        if peer:
+            row += f" {mean_kl(peer['float32'], peer[d]):.2e} ({GGML_CACHE[d][0]}) |"
+        print(row)
     print(f"\nload average {os.getloadavg()[0]:.2f} at the end; steal {steal_share(t0)} "
           f"of the run")
     return 0

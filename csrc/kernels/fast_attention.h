@@ -17,7 +17,8 @@
 /* attn_unit's: Qt (Dh, BQ), Ot (Dh, BQ), St (BK, BQ), m (BQ), l (BQ), then a
  * half cache's tile widened, keys (Dh, BK) and values (BK, Dh); or
  * attn_decode's: (Dh, BK) transposed keys, (2 Dh + BK) per head, then a half
- * cache's values (BK, Dh) */
+ * cache's values (BK, Dh) or a quantised tile's value scales (kv_vscales: at
+ * most BK Dh / 8 + BK Dh / 64 + VL) */
 static size_t attn_scratch(size_t d_head)
 {
     const size_t unit = (2 * d_head + BC_ATT_BK + 2) * BQ + 2 * d_head * BC_ATT_BK;
@@ -50,6 +51,43 @@ static void kv_widen(float *kf, float *vf, const uint16_t *k16, const uint16_t *
         widen(vf + j * dh, v16 + j * ldv, dh);
 }
 
+/* The vector instruction sets read a q4_0 nibble n as f = 1 + n 2^-e (vload_nibm:
+ * e = 15 for a block's low nibbles, 11 for its high ones) and the value as
+ * fma(f, 2^e d, -(2^e + 8) d): exact (fast_formats.h's q4_0 panels), so the same
+ * bits as half(d) * (n - 8); portable C reads n - 8 and multiplies by d. Floats a
+ * scale d of a q4_0 block keeps (KVQ_S of them): 2^15 d, -(2^15 + 8) d, 2^11 d,
+ * -(2^11 + 8) d; or d. */
+#if BC_SIMD
+#define KVQ_S 4
+#else
+#define KVQ_S 1
+#endif
+
+// s (KVQ_S) <- the floats a q4_0 value block's scale d keeps
+BC_INLINE void q4_scales(float *s, float d)
+{
+#if BC_SIMD
+    s[0] = d * 32768.0f;
+    s[1] = d * -32776.0f;
+    s[2] = d * 2048.0f;
+    s[3] = d * -2056.0f;
+#else
+    s[0] = d;
+#endif
+}
+
+// VL values from p (q4_0 bytes: the low or, hi, high nibbles) given q4_scales' s[hi*2..]
+// as vectors s, m (portable C: s only)
+BC_INLINE V q4_vec(const unsigned char *p, int hi, V s, V m)
+{
+#if BC_SIMD
+    return vfma(vload_nibm(p, hi), s, m);
+#else
+    (void)m;
+    return vmul(vload_nib8(p, hi), s);
+#endif
+}
+
 /* One row of a quantised cache as floats (bc_format.h's blocks): each value
  * half(d) * q, an exact product, so every instruction set reads the same bits. */
 // dst (Dh) <- src: Dh / 32 blocks of dtype (BC_DTYPE_Q8_0 or BC_DTYPE_Q4_0)
@@ -60,15 +98,20 @@ static void kvq_row(float *dst, const unsigned char *src, int dtype, size_t dh)
         uint16_t h;
         memcpy(&h, src, sizeof h);
         const float d = bc_half_to_f32(h);
-        int8_t q4[BC_KVQ_BLOCK];
-        const int8_t *q = (const int8_t *)(src + 2);
-        if (dtype == BC_DTYPE_Q4_0) {  /* the nibbles as signed bytes first */
-            for (size_t k = 0; k < BC_KVQ_BLOCK / 2; k++) {
-                q4[k] = (int8_t)((src[2 + k] & 15) - 8);
-                q4[k + 16] = (int8_t)((src[2 + k] >> 4) - 8);
+        if (dtype == BC_DTYPE_Q4_0) {  /* q4_vec: values k and k + 16 in byte k's nibbles */
+            float s[KVQ_S];
+            q4_scales(s, d);
+            for (size_t k = 0; k < BC_KVQ_BLOCK; k += VL) {
+                const int hi = k >= 16;
+#if BC_SIMD
+                vstore(dst + k, q4_vec(src + 2 + k % 16, hi, vset1(s[2 * hi]), vset1(s[2 * hi + 1])));
+#else
+                vstore(dst + k, q4_vec(src + 2 + k % 16, hi, vset1(s[0]), vzero()));
+#endif
             }
-            q = q4;
+            continue;
         }
+        const int8_t *q = (const int8_t *)(src + 2);
         const V dv = vset1(d);  /* one product per value: the scalar's bits */
         for (size_t k = 0; k < BC_KVQ_BLOCK; k += VL)
             vstore(dst + k, vmul(vload_i8(q + k), dv));
@@ -85,20 +128,25 @@ static void kq_tile(float *kf, const unsigned char *tile, int dtype, size_t nk, 
     const size_t bk = BC_ATT_BK, nb = dh / BC_KVQ_BLOCK, nl = (nk + VL - 1) / VL * VL;
     const uint16_t *sc = (const uint16_t *)(const void *)tile;  /* 2-byte aligned */
     const unsigned char *q = tile + nb * bk * sizeof(uint16_t);
-    int8_t row[BC_ATT_BK];
     for (size_t b = 0; b < nb; b++)
         for (size_t k = 0; k < BC_KVQ_BLOCK; k++) {
             const size_t d = b * BC_KVQ_BLOCK + k;
-            const int8_t *qr = (const int8_t *)(q + d * bk);
-            if (dtype == BC_DTYPE_Q4_0) {  /* the nibbles as signed bytes first */
-                const unsigned char *by = q + (b * 16 + k % 16) * bk;
-                for (size_t j = 0; j < nl; j++)
-                    row[j] = (int8_t)((k < 16 ? by[j] & 15 : by[j] >> 4) - 8);
-                qr = row;
-            }
+            const int hi = k >= 16;
             float *kd = kf + d * bk;
-            for (size_t j = 0; j < nl; j += VL)
-                vstore(kd + j, vmul(vload_i8(qr + j), vload_half(sc + b * bk + j)));
+            for (size_t j = 0; j < nl; j += VL) {
+                const V sv = vload_half(sc + b * bk + j);
+                if (dtype == BC_DTYPE_Q4_0) {  /* q4_vec: row b 16 + k % 16, nibble hi */
+                    const unsigned char *by = q + (b * 16 + k % 16) * bk + j;
+#if BC_SIMD
+                    vstore(kd + j, q4_vec(by, hi, vmul(sv, vset1(hi ? 2048.0f : 32768.0f)),
+                                          vmul(sv, vset1(hi ? -2056.0f : -32776.0f))));
+#else
+                    vstore(kd + j, q4_vec(by, hi, sv, vzero()));
+#endif
+                } else {
+                    vstore(kd + j, vmul(vload_i8((const int8_t *)(q + d * bk + j)), sv));
+                }
+            }
             if (nk < bk)
                 memset(kd + nk, 0, (bk - nk) * sizeof(float));
         }
@@ -106,7 +154,8 @@ static void kq_tile(float *kf, const unsigned char *tile, int dtype, size_t nk, 
 
 /* One tile of a quantised cache as floats: kf = its keys (kq_tile), vf = its nk
  * values' rows: exactly the blocks' values, so the chains that read them are a float
- * cache's (the whole cache is never widened: a tile at a time). */
+ * cache's (the whole cache is never widened: a tile at a time). attn_unit's; decoding
+ * reads the blocks in place (kq_scores, tile_v), each value the same exact product. */
 // kf (Dh, BK), vf (nk, Dh); kt: the tile of keys; vq: its first value row, a row every rb bytes
 static void kv_dequant(float *kf, float *vf, const unsigned char *kt, const unsigned char *vq,
                        size_t rb, int dtype, size_t nk, size_t dh)
@@ -437,32 +486,146 @@ static void kv_transpose(float *kt, const float *x, size_t ld, size_t nk, size_t
     }
 }
 
-/* A decoding tile's keys and values where they lie: floats (k, v) or, from a
- * half cache, IEEE halves (k16, v16) read straight into the same float
- * vectors; keys (Dh, BK) transposed, values nk rows of ldv. */
+/* query heads a decoding tile runs side by side: as many as keep their score
+ * chains (KLANES each) in 16 registers (4 on AVX-512, 1 on AVX2); HMAX bounds
+ * every instruction set's */
+#define HMAX 4
+#define HP (KLANES <= 4 ? HMAX : 1)
+
+/* How a decoding tile's keys and values lie (heads_tile's kind, a constant in
+ * each copy): floats, IEEE halves, or a quantised cache's blocks (bc_format.h). */
+#define KV_F32 0
+#define KV_F16 1
+#define KV_Q8 2
+#define KV_Q4 3
+
+/* A decoding tile's keys and values where they lie: floats (k, v), from a half
+ * cache IEEE halves (k16, v16), or from a quantised cache its tile of keys (kq)
+ * and its first value row (vq, a row every vrb bytes), each value read as the
+ * exact product half(d) * q straight into the float chains; keys (Dh, BK)
+ * transposed, values nk rows of ldv. vs: the value rows' scales as floats
+ * (kv_vscales). */
 typedef struct {
     const float *k, *v;
     const uint16_t *k16, *v16;
     size_t ldv;
     float softcap;  /* bc_attn's: 0, or the scores soft-capped */
+    const unsigned char *kq, *vq;
+    const float *vs;
+    size_t vrb;
 } kv_tile;
 
-// VL lanes from element i of the tile's keys, or of its values
-BC_INLINE V tile_k(const int half, const kv_tile *t, size_t i)
+/* A quantised tile's value scales as floats, in KVQ_S planes of BK nb floats (nb
+ * = Dh / 32 blocks a row): plane 0 at vs[j nb + b] the scale d of row j's block b
+ * (q8_0), or q4_scales' floats plane by plane (q4_0). The halves are gathered
+ * first, then widened VL at a time (exact conversions). */
+// vs (KVQ_S, BK nb) then BK nb + VL halves; vq: the first row, a row every rb bytes
+static void kv_vscales(float *vs, const unsigned char *vq, size_t rb, int kind, size_t nk,
+                       size_t nb)
 {
-    return half ? vload_half(t->k16 + i) : vload(t->k + i);
+    const size_t bb = kind == KV_Q8 ? 34 : 18, plane = BC_ATT_BK * nb, n = nk * nb;
+    uint16_t *hs = (uint16_t *)(void *)(vs + KVQ_S * plane);
+    for (size_t j = 0; j < nk; j++)
+        for (size_t b = 0; b < nb; b++)
+            memcpy(hs + j * nb + b, vq + j * rb + b * bb, sizeof *hs);
+    for (size_t i = n; i % VL; i++)
+        hs[i] = 0;
+    for (size_t i = 0; i < n; i += VL) {
+        const V d = vload_half(hs + i);
+        if (kind == KV_Q8) {
+            vstore(vs + i, d);
+            continue;
+        }
+#if BC_SIMD
+        vstore(vs + i, vmul(d, vset1(32768.0f)));
+        vstore(vs + plane + i, vmul(d, vset1(-32776.0f)));
+        vstore(vs + 2 * plane + i, vmul(d, vset1(2048.0f)));
+        vstore(vs + 3 * plane + i, vmul(d, vset1(-2056.0f)));
+#else
+        vstore(vs + i, d);
+#endif
+    }
 }
 
-BC_INLINE V tile_v(const int half, const kv_tile *t, size_t i)
+// VL lanes from element i of the tile's keys (float or half kinds)
+BC_INLINE V tile_k(const int kind, const kv_tile *t, size_t i)
 {
-    return half ? vload_half(t->v16 + i) : vload(t->v + i);
+    return kind == KV_F16 ? vload_half(t->k16 + i) : vload(t->k + i);
+}
+
+// VL lanes of value row j from column c (a multiple of VL; quantised: Dh a multiple of 32)
+BC_INLINE V tile_v(const int kind, const kv_tile *t, size_t j, size_t c)
+{
+    if (kind == KV_Q8) {
+        const size_t nb = t->ldv / BC_KVQ_BLOCK, b = c / BC_KVQ_BLOCK;
+        const unsigned char *p = t->vq + j * t->vrb + b * 34 + 2 + c % BC_KVQ_BLOCK;
+        return vmul(vload_i8((const int8_t *)p), vset1(t->vs[j * nb + b]));
+    }
+    if (kind == KV_Q4) {
+        const size_t nb = t->ldv / BC_KVQ_BLOCK, b = c / BC_KVQ_BLOCK, k = c % BC_KVQ_BLOCK;
+        const int hi = k >= 16;
+        const float *s = t->vs + j * nb + b;  /* kv_vscales' planes */
+        const unsigned char *p = t->vq + j * t->vrb + b * 18 + 2 + k % 16;
+#if BC_SIMD
+        const size_t plane = BC_ATT_BK * nb;
+        return q4_vec(p, hi, vset1(s[2 * hi * plane]), vset1(s[(2 * hi + 1) * plane]));
+#else
+        return q4_vec(p, hi, vset1(s[0]), vzero());
+#endif
+    }
+    return kind == KV_F16 ? vload_half(t->v16 + j * t->ldv + c) : vload(t->v + j * t->ldv + c);
+}
+
+/* The scores of a quantised tile: acc[g][a] = fma over d, in order from 0, of
+ * k[d] (lanes a VL..: the keys) and q[g][d], each key value the exact half(d) * q
+ * (kq_tile's, read in place: the same chains). Scales are read once per 16 rows. */
+// acc (hn, KLANES) from 0; q (hn, Dh) scaled; tl->kq: the tile of keys
+BC_INLINE void kq_scores(const int hn, const int kind, V acc[HMAX][KLANES], const float *q,
+                         const kv_tile *tl, size_t dh)
+{
+    const size_t bk = BC_ATT_BK, nb = dh / BC_KVQ_BLOCK;
+    const uint16_t *sc = (const uint16_t *)(const void *)tl->kq;  /* 2-byte aligned */
+    const unsigned char *qv = tl->kq + nb * bk * sizeof(uint16_t);
+    for (size_t d0 = 0; d0 < dh; d0 += 16) {
+        const size_t b = d0 / BC_KVQ_BLOCK;
+        const int hi = d0 % BC_KVQ_BLOCK >= 16;
+        V ks[KLANES], km[KLANES];
+        BC_UNROLL
+        for (int a = 0; a < KLANES; a++) {
+            const V sv = vload_half(sc + b * bk + (size_t)a * VL);
+#if BC_SIMD
+            if (kind == KV_Q4) {
+                ks[a] = vmul(sv, vset1(hi ? 2048.0f : 32768.0f));
+                km[a] = vmul(sv, vset1(hi ? -2056.0f : -32776.0f));
+                continue;
+            }
+#endif
+            ks[a] = sv;
+            km[a] = vzero();
+        }
+        for (size_t d = d0; d < d0 + 16; d++) {
+            const unsigned char *row = kind == KV_Q8 ? qv + d * bk : qv + (b * 16 + d % 16) * bk;
+            V kd[KLANES];
+            BC_UNROLL
+            for (int a = 0; a < KLANES; a++)
+                kd[a] = kind == KV_Q8 ? vmul(vload_i8((const int8_t *)row + (size_t)a * VL), ks[a])
+                                      : q4_vec(row + (size_t)a * VL, hi, ks[a], km[a]);
+            BC_UNROLL
+            for (int g = 0; g < hn; g++) {
+                const V qd = vset1(q[(size_t)g * dh + d]);
+                BC_UNROLL
+                for (int a = 0; a < KLANES; a++)
+                    acc[g][a] = vfma(kd[a], qd, acc[g][a]);
+            }
+        }
+    }
 }
 
 /* o[c VL..] = fma(v[j][d0 + c VL..], p[j], o) for keys j = jf..nk-1 in turn,
  * from o * alpha (rescale) or 0: nc <= DCHUNK whole head-dim vectors side by
  * side, in registers. Keys before jf (before a sliding window) are not read. */
 // o (nc VL), the tile's values (nk, ldv) from column d0, p (nk)
-BC_INLINE void pv_chains(const int nc, const int half, float *o, int rescale, float alpha,
+BC_INLINE void pv_chains(const int nc, const int kind, float *o, int rescale, float alpha,
                          const kv_tile *t, size_t d0, const float *p, size_t jf, size_t nk)
 {
     V acc[DCHUNK];
@@ -473,18 +636,12 @@ BC_INLINE void pv_chains(const int nc, const int half, float *o, int rescale, fl
         const V pj = vset1(p[j]);
         BC_UNROLL
         for (int c = 0; c < nc; c++)
-            acc[c] = vfma(tile_v(half, t, j * t->ldv + d0 + (size_t)c * VL), pj, acc[c]);
+            acc[c] = vfma(tile_v(kind, t, j, d0 + (size_t)c * VL), pj, acc[c]);
     }
     BC_UNROLL
     for (int c = 0; c < nc; c++)
         vstore(o + (size_t)c * VL, acc[c]);
 }
-
-/* query heads a decoding tile runs side by side: as many as keep their score
- * chains (KLANES each) in 16 registers (4 on AVX-512, 1 on AVX2); HMAX bounds
- * every instruction set's */
-#define HMAX 4
-#define HP (KLANES <= 4 ? HMAX : 1)
 
 /* One tile of nk keys for hn <= HP query heads of one K/V head, side by side
  * (each head's chains are attn_unit's, in the same order; the heads only
@@ -492,9 +649,9 @@ BC_INLINE void pv_chains(const int nc, const int half, float *o, int rescale, fl
  * max m[g] and sum l[g] in key order, s[g] = exp(s[g] - max), then the output
  * o[g] rescaled by exp(old max - max) (when rescale) and fma'd with v[j] *
  * s[g][j] in key order. */
-// q (hn, Dh) scaled; tl: the tile's keys (Dh, BK) transposed and values (nk, ldv), floats
-// or (half) halves with Dh whole vectors; s (hn, BK); o (hn, Dh); m, l (hn)
-BC_INLINE void heads_tile(const int hn, const int half, const float *q, const kv_tile *tl,
+// q (hn, Dh) scaled; tl: the tile's keys (Dh, BK) transposed and values (nk, ldv) as kind
+// lays them (halves and blocks: Dh whole vectors); s (hn, BK); o (hn, Dh); m, l (hn)
+BC_INLINE void heads_tile(const int hn, const int kind, const float *q, const kv_tile *tl,
                           size_t dh, size_t jf, size_t nk, int rescale, float *s, float *o,
                           float *m, float *l)
 {
@@ -505,11 +662,13 @@ BC_INLINE void heads_tile(const int hn, const int half, const float *q, const kv
         BC_UNROLL
         for (int a = 0; a < KLANES; a++)
             acc[g][a] = vzero();
-    for (size_t d = 0; d < dh; d++) {
+    if (kind == KV_Q8 || kind == KV_Q4)
+        kq_scores(hn, kind, acc, q, tl, dh);
+    else for (size_t d = 0; d < dh; d++) {
         V kd[KLANES];
         BC_UNROLL
         for (int a = 0; a < KLANES; a++)
-            kd[a] = tile_k(half, tl, d * BC_ATT_BK + (size_t)a * VL);
+            kd[a] = tile_k(kind, tl, d * BC_ATT_BK + (size_t)a * VL);
         BC_UNROLL
         for (int g = 0; g < hn; g++) {
             const V qd = vset1(q[(size_t)g * dh + d]);
@@ -580,7 +739,7 @@ BC_INLINE void heads_tile(const int hn, const int half, const float *q, const kv
             V vj[4];
             BC_UNROLL
             for (int c = 0; c < 4; c++)
-                vj[c] = tile_v(half, tl, j * tl->ldv + (size_t)c * VL);
+                vj[c] = tile_v(kind, tl, j, (size_t)c * VL);
             BC_UNROLL
             for (int g = 0; g < hn; g++) {
                 const V pj = vset1(s[(size_t)g * BC_ATT_BK + j]);
@@ -605,14 +764,14 @@ BC_INLINE void heads_tile(const int hn, const int half, const float *q, const kv
             if (last == VL) {  /* whole vectors: the accumulators stay in registers */
                 float *od = og + d0;
                 switch (nc) {
-                case 8: pv_chains(8, half, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
-                case 7: pv_chains(7, half, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
-                case 6: pv_chains(6, half, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
-                case 5: pv_chains(5, half, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
-                case 4: pv_chains(4, half, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
-                case 3: pv_chains(3, half, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
-                case 2: pv_chains(2, half, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
-                default: pv_chains(1, half, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
+                case 8: pv_chains(8, kind, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
+                case 7: pv_chains(7, kind, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
+                case 6: pv_chains(6, kind, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
+                case 5: pv_chains(5, kind, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
+                case 4: pv_chains(4, kind, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
+                case 3: pv_chains(3, kind, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
+                case 2: pv_chains(2, kind, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
+                default: pv_chains(1, kind, od, rescale, alpha[g], tl, d0, sg, jf, nk); break;
                 }
                 continue;
             }
@@ -635,16 +794,16 @@ BC_INLINE void heads_tile(const int hn, const int half, const float *q, const kv
     }
 }
 
-/* heads_tile with hn (1..HMAX) a compile-time constant; half a constant in each copy */
-BC_INLINE void heads_tile_n(size_t hn, const int half, const float *q, const kv_tile *t,
+/* heads_tile with hn (1..HMAX) a compile-time constant; kind a constant in each copy */
+BC_INLINE void heads_tile_n(size_t hn, const int kind, const float *q, const kv_tile *t,
                             size_t dh, size_t jf, size_t nk, int rescale, float *s, float *o,
                             float *m, float *l)
 {
     switch (hn) {
-    case 4: heads_tile(4, half, q, t, dh, jf, nk, rescale, s, o, m, l); break;
-    case 3: heads_tile(3, half, q, t, dh, jf, nk, rescale, s, o, m, l); break;
-    case 2: heads_tile(2, half, q, t, dh, jf, nk, rescale, s, o, m, l); break;
-    default: heads_tile(1, half, q, t, dh, jf, nk, rescale, s, o, m, l); break;
+    case 4: heads_tile(4, kind, q, t, dh, jf, nk, rescale, s, o, m, l); break;
+    case 3: heads_tile(3, kind, q, t, dh, jf, nk, rescale, s, o, m, l); break;
+    case 2: heads_tile(2, kind, q, t, dh, jf, nk, rescale, s, o, m, l); break;
+    default: heads_tile(1, kind, q, t, dh, jf, nk, rescale, s, o, m, l); break;
     }
 }
 
@@ -660,9 +819,10 @@ static void attn_decode(const bc_attn *A, size_t i, size_t h0, size_t nh, float 
     const size_t dh = A->d_head, kvh = h0 / A->kv_group;
     const int half = A->k16 != NULL;  /* a half cache */
     const int direct = half && dh % VL == 0;  /* its halves read in place */
-    const int quant = A->kq != NULL;  /* a quantised cache: each tile dequantised */
+    const int quant = A->kq != NULL;  /* a quantised cache: its blocks read in place */
     const float *kh = half || quant ? NULL : A->k + kvh * A->khs;
     const float *vh = half || quant ? NULL : A->v + kvh * A->vhs;
+    const int kind = !quant ? KV_F32 : A->kq_dtype == BC_DTYPE_Q8_0 ? KV_Q8 : KV_Q4;
     const float scale = 1.0f / sqrtf((float)dh);
     size_t kend = A->tk;
     if (A->causal)
@@ -695,13 +855,16 @@ static void attn_decode(const bc_attn *A, size_t i, size_t h0, size_t nh, float 
          * in place; else transposed here, VL x VL blocks in registers (keys
          * past nk zero). A half cache whose Dh is not whole vectors: the tile
          * widened to floats first. */
-        kv_tile tl = {kbuf, vh ? vh + jr * A->ldv : NULL, NULL, NULL, A->ldv, A->softcap};
-        if (quant) {
-            kv_dequant(kbuf, vbuf, A->kq + bc_kvq_bytes(A->kq_dtype, kvh * A->khs + jr * dh),
-                       A->vq + bc_kvq_bytes(A->kq_dtype, kvh * A->vhs + jr * dh),
-                       bc_kvq_bytes(A->kq_dtype, dh), A->kq_dtype, nk, dh);
-            tl.v = vbuf;
+        kv_tile tl = {kbuf, vh ? vh + jr * A->ldv : NULL, NULL, NULL, A->ldv, A->softcap,
+                      NULL, NULL, NULL, 0};
+        if (quant) {  /* the keys' tile in place (keys past the length: computed, never
+                       * used), the values' rows with their scales as floats in vbuf */
+            tl.kq = A->kq + bc_kvq_bytes(A->kq_dtype, kvh * A->khs + jr * dh);
+            tl.vq = A->vq + bc_kvq_bytes(A->kq_dtype, kvh * A->vhs + jr * dh);
+            tl.vrb = bc_kvq_bytes(A->kq_dtype, dh);
             tl.ldv = dh;
+            kv_vscales(vbuf, tl.vq, tl.vrb, kind, nk, dh / BC_KVQ_BLOCK);
+            tl.vs = vbuf;
         } else if (direct) {
             tl.k16 = A->k16 + kvh * A->khs + jr * dh;
             tl.v16 = A->v16 + kvh * A->vhs + jr * A->ldv;
@@ -720,10 +883,14 @@ static void attn_decode(const bc_attn *A, size_t i, size_t h0, size_t nh, float 
             const float *qg = qs + g * dh;
             float *sg = sc + g * BC_ATT_BK, *og = o + g * dh;
             const size_t hn = min_sz(HP, nh - g);
-            if (direct)
-                heads_tile_n(hn, 1, qg, &tl, dh, jf, nk, rescale, sg, og, m + g, l + g);
+            if (kind == KV_Q8)
+                heads_tile_n(hn, KV_Q8, qg, &tl, dh, jf, nk, rescale, sg, og, m + g, l + g);
+            else if (kind == KV_Q4)
+                heads_tile_n(hn, KV_Q4, qg, &tl, dh, jf, nk, rescale, sg, og, m + g, l + g);
+            else if (direct)
+                heads_tile_n(hn, KV_F16, qg, &tl, dh, jf, nk, rescale, sg, og, m + g, l + g);
             else
-                heads_tile_n(hn, 0, qg, &tl, dh, jf, nk, rescale, sg, og, m + g, l + g);
+                heads_tile_n(hn, KV_F32, qg, &tl, dh, jf, nk, rescale, sg, og, m + g, l + g);
         }
     }
     for (size_t g = 0; g < nh; g++) {
