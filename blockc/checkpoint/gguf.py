@@ -355,36 +355,36 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: Any,
 
 # ---- saving -------------------------------------------------------------------------------------
 
-#: the quantised types whose C quantiser does not write the oracle's very bytes, so saving
-#: keeps the oracle's: Q4_K (a super-block whose every sub-block's min is zero gets dmin
-#: +0 from C, as llama.cpp's quantize_row_q4_K_ref starts max_min at 0, and -0.0 from
-#: reference/ggml.py's max over the mins; the same weights, other bytes); Q5_K likewise
-#: IQ4_NL and IQ4_XS: the oracle has no quantiser of theirs, and blockc's C rule is not
-#: llama.cpp's search (saving does not offer them); Q2_K and Q3_K likewise
-_ORACLE_ONLY = ("Q4_K", "Q5_K", "IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K")
-
 #: GGUF type -> the format whose C quantiser (bc_pack, on every thread) writes that type's
-#: blocks: the plain (not integer) formats of the C table whose blocks are a quantised
-#: type's (Q8_0, Q4_0, Q5_0, Q6_K), less :data:`_ORACLE_ONLY`. Each writes the very bytes
-#: of :mod:`blockc.reference.ggml`'s quantiser (llama.cpp's reference ones), which
-#: tests/test_formats_table.py checks type by type, corner cases included.
+#: blocks: the plain (not integer) formats of the C table whose blocks are a quantised type's.
+#: Those the oracle quantises too (:data:`blockc.reference.ggml.QUANTISE`: Q8_0, Q4_0,
+#: Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) write its very bytes (llama.cpp's reference
+#: quantisers; tests/test_formats_table.py checks type by type, corner cases included: Q4_K
+#: and Q5_K since issue 51, the oracle's zero dmin now llama.cpp's +0); the others (IQ4_NL,
+#: IQ4_XS, Q2_K, Q3_K: :data:`OWN_RULE`) have blockc's own rule alone.
 _C_QUANTISED: Dict[str, str] = {
     fmt.TYPES[f.ggml_type][0]: name for name, f in FORMATS.items()
-    if f.ggml_type >= 0 and not f.integer and f.block > 1
-    and fmt.TYPES[f.ggml_type][0] not in _ORACLE_ONLY}
+    if f.ggml_type >= 0 and not f.integer and f.block > 1}
+
+#: the types save writes by blockc's own quantising rule (bc_engine.h: the nearest levels
+#: against simple scales) rather than llama.cpp's search: valid blocks any reader
+#: dequantises, with more error than llama.cpp's (docs/guide.md, "GGUF files")
+OWN_RULE = tuple(t for t in _C_QUANTISED if t not in ggml.QUANTISE)
 
 
 def quantise(w: np.ndarray, typ: str) -> np.ndarray:
     """The (rows, row bytes) blocks of ggml type ``typ`` of the float32 matrix ``w``: by the
     C quantiser where it has the type (:data:`_C_QUANTISED`: the same bytes as the oracle's,
     on every thread), else, and for weights the C format refuses (beyond what its half
-    scales hold), by :func:`blockc.reference.ggml.quantise`."""
+    scales hold), by :func:`blockc.reference.ggml.quantise` (a type of :data:`OWN_RULE`
+    has no oracle: such weights are refused, naming the bound)."""
     fm = _C_QUANTISED.get(typ)
     if fm is not None and w.ndim == 2 and w.shape[1] % FORMATS[fm].block == 0:
         try:
             return unpack_ggml(pack(w, fm))
         except BlockcValueError:
-            pass
+            if typ in OWN_RULE:
+                raise
     return ggml.quantise(w, typ)
 
 
