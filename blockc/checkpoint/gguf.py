@@ -67,12 +67,13 @@ from ..reference import ggml
 from ..text.tokenizer import Tokenizer
 from ..io import gguf as fmt
 from .fused import fuse_gguf, split_gguf
+from .gguf_mixes import FILE_TYPE, GGUF_DTYPES, MIXES, recipe  # noqa: F401 (re-exported)
 from .gguf_tensors import (fail, file_blocks, file_floats, fill_part, holds,  # noqa: F401
                            permute, unpermute)  # (holds, permute, unpermute re-exported)
 from ..text.gguf import metadata_of, placeholder
 
 __all__ = ["load", "save", "save_streaming", "config_from_gguf", "ARCHITECTURES", "GGUF_DTYPES",
-           "recipe", "DEFAULT_FORMAT", "default_formats",
+           "recipe", "MIXES", "OWN_RULE", "quantise", "DEFAULT_FORMAT", "default_formats",
            "GGUFMixin", "is_gguf", "INTEGER"]
 
 #: llama.cpp's general.architecture names blockc reads (the families' GGUF side:
@@ -388,45 +389,9 @@ def quantise(w: np.ndarray, typ: str) -> np.ndarray:
     return ggml.quantise(w, typ)
 
 
-#: dtype names save accepts: ggml type names, and llama.cpp's mixed recipes
-GGUF_DTYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K",
-               "Q6_K", "Q4_K_M", "Q5_K_M", "Q4_K_S", "Q5_K_S")
-
-# a K-quant of rows that are not whole blocks of 256 falls back, as llama.cpp's quantiser does
-_FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
-
-
-def _more_bits(i: int, n: int) -> bool:
-    """llama.cpp's use_more_bits: the first and last eighth of the layers, and every third."""
-    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
-
-
-def recipe(dtype: str, name: str, layers: int, cols: int, tied: bool = False) -> str:
-    """The ggml type of matrix ``name`` (llama.cpp's tensor name) with ``cols`` columns in a
-    file of ``dtype``: the type itself, or for the ``_M``/``_S`` mixes llama.cpp's choice
-    (Q6_K for the output, which is the token embedding of a ``tied`` model with no
-    output tensor, and, in ``_M``, for attn_v and ffn_down (ffn_down_exps too) of the layers
-    ``use_more_bits`` picks, and a fused attn_qkv one K-type up: Q5_K in Q4_K_M);
-    K-quants fall back when ``cols`` is not a multiple of 256 (the output's Q6_K to
-    Q8_0, as llama.cpp's rule for rows not whole K-blocks)."""
-    if dtype in ("Q4_K_M", "Q5_K_M", "Q4_K_S", "Q5_K_S"):
-        base = dtype[:4]
-        t = base
-        if name == "output.weight" or (tied and name == "token_embd.weight"):
-            t = "Q6_K"
-        elif dtype.endswith("_M") and (".attn_v." in name or ".ffn_down" in name):
-            i = int(name.split(".")[1])
-            t = "Q6_K" if _more_bits(i, layers) else base
-        elif dtype.endswith("_M") and ".attn_qkv." in name:  # a fused q/k/v (phi3's)
-            t = {"Q4_K": "Q5_K", "Q5_K": "Q6_K"}[base]
-    else:
-        t = dtype
-    bs = ggml.BLOCKS[t][0]
-    if cols % bs:
-        t = _FALLBACK.get(t, t)
-        if cols % ggml.BLOCKS[t][0]:
-            t = "F16" if t not in ("F32", "BF16") else t
-    return t
+def _gqa(cfg: GPTConfig) -> int:
+    """Query heads per key/value head (llama.cpp's n_gqa)."""
+    return cfg.heads // (cfg.kv_heads or cfg.heads)
 
 
 def _metadata(m: Any, arch: str, dtype: str, extra: Mapping[str, Any]) -> Dict[str, Any]:
@@ -434,7 +399,7 @@ def _metadata(m: Any, arch: str, dtype: str, extra: Mapping[str, Any]) -> Dict[s
     cfg = m.config
     md: Dict[str, Any] = {"general.architecture": V("STRING", arch),
                           "general.name": V("STRING", str(extra.get("general.name", "blockc"))),
-                          "general.file_type": V("UINT32", _FILE_TYPE.get(dtype, 0)),
+                          "general.file_type": V("UINT32", FILE_TYPE.get(dtype, 0)),
                           "general.quantization_version": V("UINT32", 2)}
     for suffix, (typ, value) in family_of_arch(arch, "GGUF").to_gguf(cfg).items():
         md[f"{arch}.{suffix}"] = V(typ, value)
@@ -442,12 +407,6 @@ def _metadata(m: Any, arch: str, dtype: str, extra: Mapping[str, Any]) -> Dict[s
         if k.startswith("tokenizer."):
             md[k] = v
     return md
-
-
-# llama.cpp's LLAMA_FTYPE_* of each file type
-_FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9,
-              "Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18, "BF16": 32,
-              "Q4_K": 15, "Q5_K": 17}
 
 
 def is_gguf(path: Any) -> bool:
@@ -558,7 +517,8 @@ def save(m: Any, path: str, dtype: str, tokenizer: Optional[Mapping[str, Any]] =
         tl = lay[ours]
         # the matrices blockc packs take dtype; the rest (norms, biases, GPT-2's position
         # table, which blockc keeps float32) stay F32
-        t = recipe(dtype, name, cfg.layers, tl.shape[-1], cfg.tie_weights) if tl.packed else "F32"
+        t = recipe(dtype, name, cfg.layers, tl.shape[-1], cfg.tie_weights, _gqa(cfg)) \
+            if tl.packed else "F32"
         # a matrix already in the type: its blocks as they are (exact, no requantising)
         fm = fmts.get(ours, "")
         part = next((p for p in tl.parts if rows is not None and (p.row0, p.row1) == tuple(rows)),
@@ -653,7 +613,8 @@ def save_streaming(path: str, cfg: GPTConfig, dtype: str,
     tensors = []
     for name, ours, rows, heads in names(arch, cfg):
         tl = lay[ours]
-        t = recipe(dtype, name, cfg.layers, tl.shape[-1], cfg.tie_weights) if tl.packed else "F32"
+        t = recipe(dtype, name, cfg.layers, tl.shape[-1], cfg.tie_weights, _gqa(cfg)) \
+            if tl.packed else "F32"
         shape = ((rows[1] - rows[0]) if rows is not None else tl.shape[0],) + tuple(tl.shape[1:])
         tensors.append((name, t, shape, later(ours, rows, heads, t)))
     tensors = fuse_gguf(tensors, family_of_arch(arch, "GGUF").gguf_parts(cfg),
