@@ -184,7 +184,8 @@ def test_k_quants_zero_dmin_is_llama_cpps_plus_zero(typ):
     assert np.all(o[12, :, 2:4].view(np.float16) > 0)
     want = ggml.dequantise(o.reshape(-1), typ)
     got = gguf.quants.dequantize(o.reshape(40, -1), gguf.GGMLQuantizationType[typ])
-    assert np.array_equal(np.asarray(got, np.float32).reshape(-1).view(np.uint32), want.view(np.uint32))
+    got = np.asarray(got, np.float32).reshape(-1)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     for n in (1, 5, 16, 17):
         assert np.array_equal(gm.quantise(w[:n], typ), o[:n].reshape(n, -1))
 

@@ -159,7 +159,8 @@ def test_quantisers_against_llama_cpps(tmp_path):
     for typ, ftype in (("IQ4_NL", "IQ4_NL"), ("IQ4_XS", "IQ4_XS"), ("Q2_K", "Q2_K"),
                        ("Q3_K", "Q3_K_S")):
         t = _llama_quantised(llama_cpp, src, tmp_path / f"{typ}.gguf",
-                             getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}"))["blk.0.ffn_up.weight"]
+                             getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}"))[
+            "blk.0.ffn_up.weight"]
         assert t.tensor_type.name == typ
         theirs = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), np.float32)[3:]
         ours = ggml.dequantise(gm.quantise(g, typ).reshape(-1), typ).reshape(g.shape)

@@ -436,14 +436,14 @@ class GGUFMixin:
 
         llama.cpp's names and conventions (a Llama's q/k rows reordered for its rotary
         pairing, GPT-2's head written out, the metadata its loader reads). Matrices
-        are stored as ``dtype``, quantised by llama.cpp's reference quantisers (the C
-        library's on every thread for Q8_0, Q4_0, Q5_0 and Q6_K,
-        :mod:`blockc.reference.ggml`'s for the others: the same bytes, and bit-identical
-        to the gguf package's where it quantises the type); vectors (norms, biases) as
-        F32. The model's own weights are what is quantised; a matrix in a format that
-        holds the type's blocks (a q8_0 or q8_0i model's saved as Q8_0, a q4_k's as
-        Q4_K, ...) is its blocks as they are (a file loaded and saved again has the
-        same bytes).
+        are stored as ``dtype``, quantised by the C library's quantisers on every
+        thread: llama.cpp's reference ones for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K
+        and Q6_K (the bytes of :mod:`blockc.reference.ggml`'s and of llama.cpp's),
+        blockc's own rule for IQ4_NL, IQ4_XS, Q2_K and Q3_K (:data:`OWN_RULE`); vectors
+        (norms, biases) as F32. The model's own weights are what is quantised; a matrix
+        in a format that holds the type's blocks (a q8_0 or q8_0i model's saved as Q8_0,
+        a q4_k's as Q4_K, ...) is its blocks as they are (a file loaded and saved again
+        has the same bytes).
 
         Parameters
         ----------
@@ -451,11 +451,14 @@ class GGUFMixin:
             The file (written atomically: whole or not at all).
         dtype : str, optional
             A ggml type (``"F32"``, ``"F16"``, ``"BF16"``, ``"Q8_0"``, ``"Q4_0"``,
-            ``"Q4_1"``, ``"Q5_0"``, ``"Q5_1"``, ``"Q4_K"``, ``"Q5_K"``, ``"Q6_K"``) or a
-            llama.cpp mix (``"Q4_K_M"``, ``"Q5_K_M"``, ``"Q4_K_S"``, ``"Q5_K_S"``: Q6_K
-            for the output, and in ``_M`` for attn_v and ffn_down of some layers);
-            lower case too. K-quants of rows that are not whole blocks of 256 fall
-            back as llama.cpp's do (Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0).
+            ``"Q4_1"``, ``"Q5_0"``, ``"Q5_1"``, ``"Q3_K"``, ``"Q4_K"``, ``"Q5_K"``,
+            ``"Q6_K"``) or a llama.cpp mix (``"Q2_K"``, ``"Q3_K_S"``, ``"Q3_K_M"``,
+            ``"Q3_K_L"``, ``"Q4_K_S"``, ``"Q4_K_M"``, ``"Q5_K_S"``, ``"Q5_K_M"``,
+            ``"IQ4_NL"``, ``"IQ4_XS"``: Q6_K for the output, attn_v, ffn_down and
+            attn_output of some layers a type up, :func:`recipe`); lower case too.
+            K-quants of rows that are not whole blocks of 256 fall back as llama.cpp's
+            do (Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, Q2_K and Q3_K to Q4_0, IQ4_XS
+            to IQ4_NL).
         tokenizer : blockc.Tokenizer or str or os.PathLike, optional
             The tokenizer to store in the file (a Tokenizer, a checkpoint directory or
             a GGUF file); None: the one of the GGUF file this model was loaded from,
