@@ -18,6 +18,10 @@
 #include "bc_kquant.h"
 
 #define NL BC_PANEL
+/* lanes of a batch: KG sub-blocks of the panel's 16 rows, whose independent chains of
+ * sums hide one another's latency */
+#define KG 4
+#define KL (KG * NL)
 #define KQ_MAGIC 12582912.0f  /* 1.5 2^23 */
 #define Q6K_GROUP_EPS 1e-15f  /* ggml's GROUP_MAX_EPS */
 
@@ -44,26 +48,26 @@ KQ_INLINE float kq_level(float v, float hi)
 /* make_qkx2_quants(32, nmax, x, w, L, &min, Laux, rmin, 0.1, nstep, false) for
  * one sub-block of every lane: scale s, -min (mn) and levels L (as floats).
  * s, mn (16), L (32, 16) <- x, w (32, 16) */
-KQ_INLINE void kq_qkx2(float s[NL], float mn[NL], float L[32][NL], const float x[32][NL],
-                       const float w[32][NL], int nmax, float rmin, int nstep)
+KQ_INLINE void kq_qkx2(float s[KL], float mn[KL], float L[32][KL], const float x[32][KL],
+                       const float w[32][KL], int nmax, float rmin, int nstep)
 {
-    float lo[NL], hi[NL], sw[NL], sx[NL], best[NL], sc[NL], flat[NL], isc0[NL];
-    float La[32][NL], sl[NL], sl2[NL], sxl[NL], ts[NL], tm[NL], mad[NL], take[NL];
+    float lo[KL], hi[KL], sw[KL], sx[KL], best[KL], sc[KL], flat[KL], isc0[KL];
+    float La[32][KL], sl[KL], sl2[KL], sxl[KL], ts[KL], tm[KL], mad[KL], take[KL];
     const float fmax = (float)nmax;
-    for (int l = 0; l < NL; l++) {
+    for (int l = 0; l < KL; l++) {
         lo[l] = x[0][l];
         hi[l] = x[0][l];
         sw[l] = 0.0f;
         sx[l] = 0.0f;
     }
     for (int i = 0; i < 32; i++)
-        for (int l = 0; l < NL; l++) {
+        for (int l = 0; l < KL; l++) {
             lo[l] = x[i][l] < lo[l] ? x[i][l] : lo[l];
             hi[l] = x[i][l] > hi[l] ? x[i][l] : hi[l];
             sw[l] += w[i][l];
             sx[l] += w[i][l] * x[i][l];
         }
-    for (int l = 0; l < NL; l++) {
+    for (int l = 0; l < KL; l++) {
         lo[l] = lo[l] > 0.0f ? 0.0f : lo[l];
         flat[l] = hi[l] == lo[l] ? 1.0f : 0.0f;  /* L 0, scale 0, the min -lo */
         isc0[l] = fmax / (flat[l] != 0.0f ? 1.0f : hi[l] - lo[l]);
@@ -71,15 +75,15 @@ KQ_INLINE void kq_qkx2(float s[NL], float mn[NL], float L[32][NL], const float x
         best[l] = 0.0f;
     }
     for (int i = 0; i < 32; i++)
-        for (int l = 0; l < NL; l++) {
+        for (int l = 0; l < KL; l++) {
             L[i][l] = kq_level(isc0[l] * (x[i][l] - lo[l]), fmax);
             const float diff = sc[l] * L[i][l] + lo[l] - x[i][l];
             best[l] += w[i][l] * (diff * diff);
         }
     for (int is = 0; is <= nstep; is++) {
         const float num = rmin + 0.1f * (float)is + fmax;
-        float isc[NL];
-        for (int l = 0; l < NL; l++) {
+        float isc[KL];
+        for (int l = 0; l < KL; l++) {
             /* llama.cpp divides by max - min with min the best so far */
             isc[l] = num / (flat[l] != 0.0f ? 1.0f : hi[l] - lo[l]);
             sl[l] = 0.0f;
@@ -87,14 +91,14 @@ KQ_INLINE void kq_qkx2(float s[NL], float mn[NL], float L[32][NL], const float x
             sxl[l] = 0.0f;
         }
         for (int i = 0; i < 32; i++)
-            for (int l = 0; l < NL; l++) {
+            for (int l = 0; l < KL; l++) {
                 La[i][l] = kq_level(isc[l] * (x[i][l] - lo[l]), fmax);
                 const float wl = w[i][l] * La[i][l];
                 sl[l] += wl;
                 sl2[l] += wl * La[i][l];
                 sxl[l] += wl * x[i][l];
             }
-        for (int l = 0; l < NL; l++) {
+        for (int l = 0; l < KL; l++) {
             const float D = sw[l] * sl2[l] - sl[l] * sl[l];
             const float Ds = D > 0.0f ? D : 1.0f;
             float a = (sw[l] * sxl[l] - sx[l] * sl[l]) / Ds;
@@ -109,12 +113,12 @@ KQ_INLINE void kq_qkx2(float s[NL], float mn[NL], float L[32][NL], const float x
             take[l] = D > 0.0f && flat[l] == 0.0f ? 1.0f : 0.0f;
         }
         for (int i = 0; i < 32; i++)
-            for (int l = 0; l < NL; l++) {
+            for (int l = 0; l < KL; l++) {
                 const float diff = ts[l] * La[i][l] + tm[l] - x[i][l];
                 mad[l] += w[i][l] * (diff * diff);
             }
         int any = 0;
-        for (int l = 0; l < NL; l++) {
+        for (int l = 0; l < KL; l++) {
             take[l] = take[l] != 0.0f && mad[l] < best[l] ? 1.0f : 0.0f;
             best[l] = take[l] != 0.0f ? mad[l] : best[l];
             sc[l] = take[l] != 0.0f ? ts[l] : sc[l];
@@ -123,26 +127,27 @@ KQ_INLINE void kq_qkx2(float s[NL], float mn[NL], float L[32][NL], const float x
         }
         if (any)
             for (int i = 0; i < 32; i++)
-                for (int l = 0; l < NL; l++)
+                for (int l = 0; l < KL; l++)
                     L[i][l] = take[l] != 0.0f ? La[i][l] : L[i][l];
     }
-    for (int l = 0; l < NL; l++) {
+    for (int l = 0; l < KL; l++) {
         s[l] = flat[l] != 0.0f ? 0.0f : sc[l];
         mn[l] = -lo[l];
     }
     for (int i = 0; i < 32; i++)
-        for (int l = 0; l < NL; l++)
+        for (int l = 0; l < KL; l++)
             L[i][l] = flat[l] != 0.0f ? 0.0f : L[i][l];
 }
 
-/* sub-block columns c0..c0+n-1 of the tile's rows as lanes (rows >= nl zero).
- * x (n, 16) <- tile (nl rows) */
-KQ_INLINE void kq_lanes(float (*x)[NL], const float *tile, size_t ld, size_t nl, size_t c0,
+/* sub-blocks g = 0..KG-1 of n columns from column c0 of the tile's rows as lanes
+ * g NL + l (rows >= nl zero). x (n, KL) <- tile (nl rows) */
+KQ_INLINE void kq_lanes(float (*x)[KL], const float *tile, size_t ld, size_t nl, size_t c0,
                         int n)
 {
     for (int i = 0; i < n; i++)
-        for (size_t l = 0; l < NL; l++)
-            x[i][l] = l < nl ? tile[l * ld + c0 + (size_t)i] : 0.0f;
+        for (size_t g = 0; g < KG; g++)
+            for (size_t l = 0; l < NL; l++)
+                x[i][g * NL + l] = l < nl ? tile[l * ld + c0 + g * (size_t)n + (size_t)i] : 0.0f;
 }
 
 /* 0..63: ggml's MIN(63, (uint8_t)nearest_int(inv * v)) (any v: rintf) */
@@ -155,25 +160,29 @@ static uint8_t kq_six(float inv, float v)
 KQ_INLINE void kq_panel_body(bc_q4k_block *b, uint8_t L[256][NL], const float *tile, size_t ld,
                              size_t nl, int nmax, float rmin, int nstep)
 {
-    float x[32][NL], w[32][NL], Lf[32][NL], scales[8][NL], mins[8][NL];
+    float x[32][KL], w[32][KL], Lf[32][KL], s[KL], mn[KL], scales[8][NL], mins[8][NL];
     const float fmax = (float)nmax;
-    for (int j = 0; j < 8; j++) {
-        kq_lanes(x, tile, ld, nl, (size_t)(32 * j), 32);
-        float sum_x2[NL], av[NL];
-        for (int l = 0; l < NL; l++)
+    for (int j0 = 0; j0 < 8; j0 += KG) {
+        kq_lanes(x, tile, ld, nl, (size_t)(32 * j0), 32);
+        float sum_x2[KL], av[KL];
+        for (int l = 0; l < KL; l++)
             sum_x2[l] = 0.0f;
         for (int i = 0; i < 32; i++)
-            for (int l = 0; l < NL; l++)
+            for (int l = 0; l < KL; l++)
                 sum_x2[l] += x[i][l] * x[i][l];
-        for (int l = 0; l < NL; l++)
+        for (int l = 0; l < KL; l++)
             av[l] = sqrtf(sum_x2[l] / 32.0f);
         for (int i = 0; i < 32; i++)
-            for (int l = 0; l < NL; l++)
+            for (int l = 0; l < KL; l++)
                 w[i][l] = av[l] + fabsf(x[i][l]);
-        kq_qkx2(scales[j], mins[j], Lf, x, w, nmax, rmin, nstep);
-        for (int i = 0; i < 32; i++)
-            for (int l = 0; l < NL; l++)
-                L[32 * j + i][l] = (uint8_t)Lf[i][l];
+        kq_qkx2(s, mn, Lf, x, w, nmax, rmin, nstep);
+        for (int g = 0; g < KG; g++)
+            for (int l = 0; l < NL; l++) {
+                scales[j0 + g][l] = s[g * NL + l];
+                mins[j0 + g][l] = mn[g * NL + l];
+                for (int i = 0; i < 32; i++)
+                    L[32 * (j0 + g) + i][l] = (uint8_t)Lf[i][g * NL + l];
+            }
     }
     float dj[8][NL], dm[8][NL];
     for (size_t l = 0; l < NL; l++) {
@@ -206,34 +215,42 @@ KQ_INLINE void kq_panel_body(bc_q4k_block *b, uint8_t L[256][NL], const float *t
         }
     }
     /* every weight again against its stored scale and min, where d sc is not 0 */
-    for (int j = 0; j < 8; j++) {
-        kq_lanes(x, tile, ld, nl, (size_t)(32 * j), 32);
-        float dd[NL];
-        for (int l = 0; l < NL; l++)
-            dd[l] = dj[j][l] != 0.0f ? dj[j][l] : 1.0f;
-        for (int i = 0; i < 32; i++)
+    for (int j0 = 0; j0 < 8; j0 += KG) {
+        kq_lanes(x, tile, ld, nl, (size_t)(32 * j0), 32);
+        float dk[KL], mk[KL], dd[KL];
+        for (int g = 0; g < KG; g++)
             for (int l = 0; l < NL; l++) {
-                const float v = (x[i][l] + dm[j][l]) / dd[l];
-                const float q = v > 0.0f ? kq_rnd(v < fmax ? v : fmax) : 0.0f;
-                Lf[i][l] = dj[j][l] != 0.0f ? q : (float)L[32 * j + i][l];
+                dk[g * NL + l] = dj[j0 + g][l];
+                mk[g * NL + l] = dm[j0 + g][l];
+                for (int i = 0; i < 32; i++)
+                    w[i][g * NL + l] = (float)L[32 * (j0 + g) + i][l];  /* (w: the levels) */
             }
+        for (int l = 0; l < KL; l++)
+            dd[l] = dk[l] != 0.0f ? dk[l] : 1.0f;
         for (int i = 0; i < 32; i++)
+            for (int l = 0; l < KL; l++) {
+                const float v = (x[i][l] + mk[l]) / dd[l];
+                const float q = v > 0.0f ? kq_rnd(v < fmax ? v : fmax) : 0.0f;
+                Lf[i][l] = dk[l] != 0.0f ? q : w[i][l];
+            }
+        for (int g = 0; g < KG; g++)
             for (int l = 0; l < NL; l++)
-                L[32 * j + i][l] = (uint8_t)Lf[i][l];
+                for (int i = 0; i < 32; i++)
+                    L[32 * (j0 + g) + i][l] = (uint8_t)Lf[i][g * NL + l];
     }
 }
 
 /* make_qx_quants(16, 32, x, L, rmse_type 1, NULL) for one sub-block of every
  * lane: the scale s and levels L (0..63, as floats) */
-KQ_INLINE void q6k_sums(float lv[16][NL], float a[NL], float b[NL], const float x[16][NL],
-                        const float isc[NL])
+KQ_INLINE void q6k_sums(float lv[16][KL], float a[KL], float b[KL], const float x[16][KL],
+                        const float isc[KL])
 {
-    for (int l = 0; l < NL; l++) {
+    for (int l = 0; l < KL; l++) {
         a[l] = 0.0f;
         b[l] = 0.0f;
     }
     for (int i = 0; i < 16; i++)
-        for (int l = 0; l < NL; l++) {
+        for (int l = 0; l < KL; l++) {
             float v = isc[l] * x[i][l];
             v = v < -32.0f ? -32.0f : v > 31.0f ? 31.0f : v;
             const float q = kq_rnd(v), w = x[i][l] * x[i][l];
@@ -243,25 +260,25 @@ KQ_INLINE void q6k_sums(float lv[16][NL], float a[NL], float b[NL], const float 
         }
 }
 
-KQ_INLINE void q6k_qx(float s[NL], float L[16][NL], const float x[16][NL])
+KQ_INLINE void q6k_qx(float s[KL], float L[16][KL], const float x[16][KL])
 {
-    float amax[NL], mx[NL], isc[NL], sumlx[NL], suml2[NL], best[NL], lv[16][NL], take[NL];
-    for (int l = 0; l < NL; l++) {
+    float amax[KL], mx[KL], isc[KL], sumlx[KL], suml2[KL], best[KL], lv[16][KL], take[KL];
+    for (int l = 0; l < KL; l++) {
         amax[l] = 0.0f;
         mx[l] = 0.0f;
     }
     for (int i = 0; i < 16; i++)
-        for (int l = 0; l < NL; l++) {
+        for (int l = 0; l < KL; l++) {
             const float a = fabsf(x[i][l]);
             mx[l] = a > amax[l] ? x[i][l] : mx[l];
             amax[l] = a > amax[l] ? a : amax[l];
         }
-    for (int l = 0; l < NL; l++) {
+    for (int l = 0; l < KL; l++) {
         mx[l] = amax[l] < Q6K_GROUP_EPS ? 1.0f : mx[l];  /* (a zero lane: its result is 0) */
         isc[l] = -32.0f / mx[l];
     }
     q6k_sums(L, sumlx, suml2, x, isc);
-    for (int l = 0; l < NL; l++) {
+    for (int l = 0; l < KL; l++) {
         s[l] = suml2[l] != 0.0f ? sumlx[l] / (suml2[l] != 0.0f ? suml2[l] : 1.0f) : 0.0f;
         best[l] = s[l] * sumlx[l];
     }
@@ -269,11 +286,11 @@ KQ_INLINE void q6k_qx(float s[NL], float L[16][NL], const float x[16][NL])
         if (is == 0)
             continue;
         const float num = -(32.0f + 0.1f * (float)is);
-        for (int l = 0; l < NL; l++)
+        for (int l = 0; l < KL; l++)
             isc[l] = num / mx[l];
         q6k_sums(lv, sumlx, suml2, x, isc);
         int any = 0;
-        for (int l = 0; l < NL; l++) {
+        for (int l = 0; l < KL; l++) {
             take[l] = suml2[l] > 0.0f && sumlx[l] * sumlx[l] > best[l] * suml2[l] ? 1.0f : 0.0f;
             const float ns = sumlx[l] / (suml2[l] > 0.0f ? suml2[l] : 1.0f);
             s[l] = take[l] != 0.0f ? ns : s[l];
@@ -282,26 +299,29 @@ KQ_INLINE void q6k_qx(float s[NL], float L[16][NL], const float x[16][NL])
         }
         if (any)
             for (int i = 0; i < 16; i++)
-                for (int l = 0; l < NL; l++)
+                for (int l = 0; l < KL; l++)
                     L[i][l] = take[l] != 0.0f ? lv[i][l] : L[i][l];
     }
-    for (int l = 0; l < NL; l++)
+    for (int l = 0; l < KL; l++)
         s[l] = amax[l] < Q6K_GROUP_EPS ? 0.0f : s[l];
     for (int i = 0; i < 16; i++)
-        for (int l = 0; l < NL; l++)
+        for (int l = 0; l < KL; l++)
             L[i][l] = amax[l] < Q6K_GROUP_EPS ? 0.0f : L[i][l] + 32.0f;
 }
 
 KQ_INLINE void q6k_panel_body(bc_q6k_block *b, const float *tile, size_t ld, size_t nl)
 {
-    float x[16][NL], Lf[16][NL], scales[16][NL], dj[16][NL];
+    float x[16][KL], Lf[16][KL], s[KL], scales[16][NL], dj[16][NL];
     uint8_t L[256][NL];
-    for (int j = 0; j < 16; j++) {
-        kq_lanes(x, tile, ld, nl, (size_t)(16 * j), 16);
-        q6k_qx(scales[j], Lf, x);
-        for (int i = 0; i < 16; i++)
-            for (int l = 0; l < NL; l++)
-                L[16 * j + i][l] = (uint8_t)Lf[i][l];
+    for (int j0 = 0; j0 < 16; j0 += KG) {
+        kq_lanes(x, tile, ld, nl, (size_t)(16 * j0), 16);
+        q6k_qx(s, Lf, x);
+        for (int g = 0; g < KG; g++)
+            for (int l = 0; l < NL; l++) {
+                scales[j0 + g][l] = s[g * NL + l];
+                for (int i = 0; i < 16; i++)
+                    L[16 * (j0 + g) + i][l] = (uint8_t)Lf[i][g * NL + l];
+            }
     }
     int zero[NL];
     for (size_t l = 0; l < NL; l++) {
@@ -326,8 +346,8 @@ KQ_INLINE void q6k_panel_body(bc_q6k_block *b, const float *tile, size_t ld, siz
         const uint16_t dh = bc_f32_to_half(1.0f / iscale);
         const float d = bc_half_to_f32(dh);
         for (int j = 0; j < 16; j++) {
-            const int s = (int)rintf(iscale * scales[j][l]);  /* |.| <= 128 */
-            const int8_t s8 = (int8_t)(s < 127 ? s : 127);
+            const int si = (int)rintf(iscale * scales[j][l]);  /* |.| <= 128 */
+            const int8_t s8 = (int8_t)(si < 127 ? si : 127);
             dj[j][l] = d * (float)s8;
             if (l < nl)
                 b->sc[j][l] = s8;
@@ -336,21 +356,28 @@ KQ_INLINE void q6k_panel_body(bc_q6k_block *b, const float *tile, size_t ld, siz
             b->d[l] = dh;
     }
     /* every weight again against its stored scale, where d sc is not 0 */
-    for (int j = 0; j < 16; j++) {
-        kq_lanes(x, tile, ld, nl, (size_t)(16 * j), 16);
-        float dd[NL];
-        for (int l = 0; l < NL; l++)
-            dd[l] = dj[j][l] != 0.0f ? dj[j][l] : 1.0f;
-        for (int i = 0; i < 16; i++)
+    for (int j0 = 0; j0 < 16; j0 += KG) {
+        kq_lanes(x, tile, ld, nl, (size_t)(16 * j0), 16);
+        float dk[KL], dd[KL], lv[16][KL];
+        for (int g = 0; g < KG; g++)
             for (int l = 0; l < NL; l++) {
+                dk[g * NL + l] = dj[j0 + g][l];
+                for (int i = 0; i < 16; i++)
+                    lv[i][g * NL + l] = (float)L[16 * (j0 + g) + i][l];
+            }
+        for (int l = 0; l < KL; l++)
+            dd[l] = dk[l] != 0.0f ? dk[l] : 1.0f;
+        for (int i = 0; i < 16; i++)
+            for (int l = 0; l < KL; l++) {
                 float v = x[i][l] / dd[l];
                 v = v < -32.0f ? -32.0f : v > 31.0f ? 31.0f : v;
                 const float q = kq_rnd(v) + 32.0f;
-                Lf[i][l] = dj[j][l] != 0.0f ? q : (float)L[16 * j + i][l];
+                Lf[i][l] = dk[l] != 0.0f ? q : lv[i][l];
             }
-        for (int i = 0; i < 16; i++)
+        for (int g = 0; g < KG; g++)
             for (int l = 0; l < NL; l++)
-                L[16 * j + i][l] = (uint8_t)Lf[i][l];
+                for (int i = 0; i < 16; i++)
+                    L[16 * (j0 + g) + i][l] = (uint8_t)Lf[i][g * NL + l];
     }
     for (size_t l = 0; l < nl; l++)
         for (int t = 0; t < 256; t++)
