@@ -3,6 +3,7 @@ Python reads what it needs from there: no Python table or list of them (issue 48
 import os
 import re
 
+import gguf
 import numpy as np
 import pytest
 
@@ -137,34 +138,56 @@ def _corner_weights(rows: int, cols: int) -> np.ndarray:
     return w
 
 
+def _k_corners(rows: int, cols: int) -> np.ndarray:
+    """:func:`_corner_weights` and the K-quants' own corners: rows whose every sub-block
+    min is zero (constant positive sub-blocks: dmin +0 in llama.cpp, issue 51), zero rows,
+    negative-only rows, a row of one sign per sub-block, a positive-only one."""
+    w = _corner_weights(rows, cols)
+    w[10] = np.float32(0.125) * (1 + np.arange(cols) // 32)  # each sub-block one positive value
+    w[11] = 0.0
+    w[12] = -np.abs(w[12])
+    w[13] = np.where(np.arange(cols) // 32 % 2 == 0, np.abs(w[13]), -np.abs(w[13]))
+    w[14, :256] = np.abs(w[14, :256]) + np.float32(1.0)  # (no negative weight)
+    return w
+
+
 @pytest.mark.parametrize("typ", ["Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q6_K", "F16", "BF16", "F32",
                                  "Q4_1", "Q5_1", "Q5_K"])
 def test_saving_quantises_as_the_oracle(typ):
     """save_gguf's quantise (the C quantiser where the C table has a plain format of the
     type, the oracle's otherwise or for weights the C format refuses) writes the oracle's
-    very bytes (reference/ggml.py, llama.cpp's reference quantisers)."""
-    w = _corner_weights(40, 512)
+    very bytes (reference/ggml.py, llama.cpp's reference quantisers), Q4_K and Q5_K too
+    (issue 51: the C quantisers' panels of 16 rows at once, on every corner)."""
+    w = _k_corners(40, 512)
     assert np.array_equal(gm.quantise(w, typ), ggml.quantise(w, typ))
-    assert set(gm._C_QUANTISED) == {"Q8_0", "Q4_0", "Q5_0", "Q6_K", "Q4_1", "Q5_1"}
-    if typ in gm._C_QUANTISED:  # beyond a half scale: the oracle's
+    assert set(gm._C_QUANTISED) == {"Q8_0", "Q4_0", "Q5_0", "Q6_K", "Q4_1", "Q5_1", "Q4_K",
+                                    "Q5_K", "IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K"}
+    assert set(gm.OWN_RULE) == {"IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K"}
+    if typ in gm._C_QUANTISED:  # the C library's own bytes, and beyond a half scale: the oracle's
+        ok = w[[i for i in range(40) if i not in (6, 7)]]  # (within every C format's bound)
+        assert np.array_equal(ops.unpack_ggml(ops.pack(ok, gm._C_QUANTISED[typ])),
+                              ggml.quantise(ok, typ))
         big = w.copy()
         big[9, 0] = np.float32(3e10)
         assert np.array_equal(gm.quantise(big, typ), ggml.quantise(big, typ))
 
 
 @pytest.mark.parametrize("typ", ["Q4_K", "Q5_K"])
-def test_k_c_quantiser_differs_from_the_oracle_only_in_a_zero_dmin_sign(typ):
-    """Why saving keeps the oracle's Q4_K and Q5_K (gguf/model._ORACLE_ONLY): where every
-    sub-block's min is zero, C (as llama.cpp) stores dmin +0 and the oracle -0.0; every
-    other byte, and every weight, is the same."""
-    w = _corner_weights(40, 512)
-    c = ops.unpack_ggml(ops.pack(w, typ.lower()))
-    o = ggml.quantise(w, typ)
-    diff = np.argwhere(c != o)
-    bb = ggml.BLOCKS[typ][1]
-    assert diff.size and set(diff[:, 1] % bb) == {3}  # dmin's high byte, super-block by super-block
-    assert np.all(c[c != o] == 0) and np.all(o[c != o] == 0x80)
-    assert np.array_equal(ggml.dequantise(c.reshape(-1), typ), ggml.dequantise(o.reshape(-1), typ))
+def test_k_quants_zero_dmin_is_llama_cpps_plus_zero(typ):
+    """A super-block whose every sub-block min is zero stores dmin +0 (llama.cpp's
+    quantize_row_q4_K_ref starts its largest min at 0), in the oracle and in C alike; a
+    negative-only row's dmin is positive; the gguf package dequantises the blocks to the
+    oracle's weights, and rows of 1..16 (a panel's short runs) quantise as whole ones."""
+    w = _k_corners(40, 512)
+    o = ggml.quantise(w, typ).reshape(40, 2, -1)
+    assert np.all(o[[10, 11], :, 2:4] == 0)  # dmin +0: both bytes zero (-0.0 has 0x80)
+    assert np.all(o[12, :, 2:4].view(np.float16) > 0)
+    want = ggml.dequantise(o.reshape(-1), typ)
+    got = gguf.quants.dequantize(o.reshape(40, -1), gguf.GGMLQuantizationType[typ])
+    got = np.asarray(got, np.float32).reshape(-1)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    for n in (1, 5, 16, 17):
+        assert np.array_equal(gm.quantise(w[:n], typ), o[:n].reshape(n, -1))
 
 
 def test_blocks_move_the_same_at_any_thread_count():
@@ -177,13 +200,13 @@ def test_blocks_move_the_same_at_any_thread_count():
     try:
         for n in (1, 2):
             blockc.set_num_threads(n)
-            for dtype in ("q4_ki", "q6_k", "q8_0i", "float16"):
+            for dtype in ("q4_ki", "q6_k", "q8_0i", "float16", "q4_k", "q5_k"):
                 p = ops.pack(w, dtype)
                 b = ops.unpack_ggml(p)
                 out[n, dtype] = (b, ops.pack_ggml(b, dtype, w.shape))
     finally:
         blockc.set_num_threads(n0)
-    for dtype in ("q4_ki", "q6_k", "q8_0i", "float16"):
+    for dtype in ("q4_ki", "q6_k", "q8_0i", "float16", "q4_k", "q5_k"):
         assert all(np.array_equal(a, b) for a, b in zip(out[1, dtype], out[2, dtype])), dtype
 
 

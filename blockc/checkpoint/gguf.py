@@ -67,12 +67,13 @@ from ..reference import ggml
 from ..text.tokenizer import Tokenizer
 from ..io import gguf as fmt
 from .fused import fuse_gguf, split_gguf
+from .gguf_mixes import FILE_TYPE, GGUF_DTYPES, MIXES, recipe  # noqa: F401 (re-exported)
 from .gguf_tensors import (fail, file_blocks, file_floats, fill_blocks, fill_part,  # noqa: F401
                            holds, permute, piecewise, unpermute)  # (holds, permute, unpermute re-exported)
 from ..text.gguf import metadata_of, placeholder
 
 __all__ = ["load", "save", "save_streaming", "config_from_gguf", "ARCHITECTURES", "GGUF_DTYPES",
-           "recipe", "DEFAULT_FORMAT", "default_formats",
+           "recipe", "MIXES", "OWN_RULE", "quantise", "DEFAULT_FORMAT", "default_formats",
            "GGUFMixin", "is_gguf", "INTEGER"]
 
 #: llama.cpp's general.architecture names blockc reads (the families' GGUF side:
@@ -360,78 +361,42 @@ def _fill(m: Any, f: fmt.GGUFFile, spec: List[Spec], check_exact: Any,
 
 # ---- saving -------------------------------------------------------------------------------------
 
-#: the quantised types whose C quantiser does not write the oracle's very bytes, so saving
-#: keeps the oracle's: Q4_K (a super-block whose every sub-block's min is zero gets dmin
-#: +0 from C, as llama.cpp's quantize_row_q4_K_ref starts max_min at 0, and -0.0 from
-#: reference/ggml.py's max over the mins; the same weights, other bytes); Q5_K likewise
-#: IQ4_NL and IQ4_XS: the oracle has no quantiser of theirs, and blockc's C rule is not
-#: llama.cpp's search (saving does not offer them); Q2_K and Q3_K likewise
-_ORACLE_ONLY = ("Q4_K", "Q5_K", "IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K")
-
 #: GGUF type -> the format whose C quantiser (bc_pack, on every thread) writes that type's
-#: blocks: the plain (not integer) formats of the C table whose blocks are a quantised
-#: type's (Q8_0, Q4_0, Q5_0, Q6_K), less :data:`_ORACLE_ONLY`. Each writes the very bytes
-#: of :mod:`blockc.reference.ggml`'s quantiser (llama.cpp's reference ones), which
-#: tests/test_formats_table.py checks type by type, corner cases included.
+#: blocks: the plain (not integer) formats of the C table whose blocks are a quantised type's.
+#: Those the oracle quantises too (:data:`blockc.reference.ggml.QUANTISE`: Q8_0, Q4_0,
+#: Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) write its very bytes (llama.cpp's reference
+#: quantisers; tests/test_formats_table.py checks type by type, corner cases included: Q4_K
+#: and Q5_K since issue 51, the oracle's zero dmin now llama.cpp's +0); the others (IQ4_NL,
+#: IQ4_XS, Q2_K, Q3_K: :data:`OWN_RULE`) have blockc's own rule alone.
 _C_QUANTISED: Dict[str, str] = {
     fmt.TYPES[f.ggml_type][0]: name for name, f in FORMATS.items()
-    if f.ggml_type >= 0 and not f.integer and f.block > 1
-    and fmt.TYPES[f.ggml_type][0] not in _ORACLE_ONLY}
+    if f.ggml_type >= 0 and not f.integer and f.block > 1}
+
+#: the types save writes by blockc's own quantising rule (bc_engine.h: the nearest levels
+#: against simple scales) rather than llama.cpp's search: valid blocks any reader
+#: dequantises, with more error than llama.cpp's (docs/guide.md, "GGUF files")
+OWN_RULE = tuple(t for t in _C_QUANTISED if t not in ggml.QUANTISE)
 
 
 def quantise(w: np.ndarray, typ: str) -> np.ndarray:
     """The (rows, row bytes) blocks of ggml type ``typ`` of the float32 matrix ``w``: by the
     C quantiser where it has the type (:data:`_C_QUANTISED`: the same bytes as the oracle's,
     on every thread), else, and for weights the C format refuses (beyond what its half
-    scales hold), by :func:`blockc.reference.ggml.quantise`."""
+    scales hold), by :func:`blockc.reference.ggml.quantise` (a type of :data:`OWN_RULE`
+    has no oracle: such weights are refused, naming the bound)."""
     fm = _C_QUANTISED.get(typ)
     if fm is not None and w.ndim == 2 and w.shape[1] % FORMATS[fm].block == 0:
         try:
             return unpack_ggml(pack(w, fm))
         except BlockcValueError:
-            pass
+            if typ in OWN_RULE:
+                raise
     return ggml.quantise(w, typ)
 
 
-#: dtype names save accepts: ggml type names, and llama.cpp's mixed recipes
-GGUF_DTYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K",
-               "Q6_K", "Q4_K_M", "Q5_K_M", "Q4_K_S", "Q5_K_S")
-
-# a K-quant of rows that are not whole blocks of 256 falls back, as llama.cpp's quantiser does
-_FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
-
-
-def _more_bits(i: int, n: int) -> bool:
-    """llama.cpp's use_more_bits: the first and last eighth of the layers, and every third."""
-    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
-
-
-def recipe(dtype: str, name: str, layers: int, cols: int, tied: bool = False) -> str:
-    """The ggml type of matrix ``name`` (llama.cpp's tensor name) with ``cols`` columns in a
-    file of ``dtype``: the type itself, or for the ``_M``/``_S`` mixes llama.cpp's choice
-    (Q6_K for the output, which is the token embedding of a ``tied`` model with no
-    output tensor, and, in ``_M``, for attn_v and ffn_down (ffn_down_exps too) of the layers
-    ``use_more_bits`` picks, and a fused attn_qkv one K-type up: Q5_K in Q4_K_M);
-    K-quants fall back when ``cols`` is not a multiple of 256 (the output's Q6_K to
-    Q8_0, as llama.cpp's rule for rows not whole K-blocks)."""
-    if dtype in ("Q4_K_M", "Q5_K_M", "Q4_K_S", "Q5_K_S"):
-        base = dtype[:4]
-        t = base
-        if name == "output.weight" or (tied and name == "token_embd.weight"):
-            t = "Q6_K"
-        elif dtype.endswith("_M") and (".attn_v." in name or ".ffn_down" in name):
-            i = int(name.split(".")[1])
-            t = "Q6_K" if _more_bits(i, layers) else base
-        elif dtype.endswith("_M") and ".attn_qkv." in name:  # a fused q/k/v (phi3's)
-            t = {"Q4_K": "Q5_K", "Q5_K": "Q6_K"}[base]
-    else:
-        t = dtype
-    bs = ggml.BLOCKS[t][0]
-    if cols % bs:
-        t = _FALLBACK.get(t, t)
-        if cols % ggml.BLOCKS[t][0]:
-            t = "F16" if t not in ("F32", "BF16") else t
-    return t
+def _gqa(cfg: GPTConfig) -> int:
+    """Query heads per key/value head (llama.cpp's n_gqa)."""
+    return cfg.heads // (cfg.kv_heads or cfg.heads)
 
 
 def _metadata(m: Any, arch: str, dtype: str, extra: Mapping[str, Any]) -> Dict[str, Any]:
@@ -439,7 +404,7 @@ def _metadata(m: Any, arch: str, dtype: str, extra: Mapping[str, Any]) -> Dict[s
     cfg = m.config
     md: Dict[str, Any] = {"general.architecture": V("STRING", arch),
                           "general.name": V("STRING", str(extra.get("general.name", "blockc"))),
-                          "general.file_type": V("UINT32", _FILE_TYPE.get(dtype, 0)),
+                          "general.file_type": V("UINT32", FILE_TYPE.get(dtype, 0)),
                           "general.quantization_version": V("UINT32", 2)}
     for suffix, (typ, value) in family_of_arch(arch, "GGUF").to_gguf(cfg).items():
         md[f"{arch}.{suffix}"] = V(typ, value)
@@ -447,12 +412,6 @@ def _metadata(m: Any, arch: str, dtype: str, extra: Mapping[str, Any]) -> Dict[s
         if k.startswith("tokenizer."):
             md[k] = v
     return md
-
-
-# llama.cpp's LLAMA_FTYPE_* of each file type
-_FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9,
-              "Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18, "BF16": 32,
-              "Q4_K": 15, "Q5_K": 17}
 
 
 def is_gguf(path: Any) -> bool:
@@ -482,14 +441,14 @@ class GGUFMixin:
 
         llama.cpp's names and conventions (a Llama's q/k rows reordered for its rotary
         pairing, GPT-2's head written out, the metadata its loader reads). Matrices
-        are stored as ``dtype``, quantised by llama.cpp's reference quantisers (the C
-        library's on every thread for Q8_0, Q4_0, Q5_0 and Q6_K,
-        :mod:`blockc.reference.ggml`'s for the others: the same bytes, and bit-identical
-        to the gguf package's where it quantises the type); vectors (norms, biases) as
-        F32. The model's own weights are what is quantised; a matrix in a format that
-        holds the type's blocks (a q8_0 or q8_0i model's saved as Q8_0, a q4_k's as
-        Q4_K, ...) is its blocks as they are (a file loaded and saved again has the
-        same bytes).
+        are stored as ``dtype``, quantised by the C library's quantisers on every
+        thread: llama.cpp's reference ones for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K
+        and Q6_K (the bytes of :mod:`blockc.reference.ggml`'s and of llama.cpp's),
+        blockc's own rule for IQ4_NL, IQ4_XS, Q2_K and Q3_K (:data:`OWN_RULE`); vectors
+        (norms, biases) as F32. The model's own weights are what is quantised; a matrix
+        in a format that holds the type's blocks (a q8_0 or q8_0i model's saved as Q8_0,
+        a q4_k's as Q4_K, ...) is its blocks as they are (a file loaded and saved again
+        has the same bytes).
 
         Parameters
         ----------
@@ -497,11 +456,14 @@ class GGUFMixin:
             The file (written atomically: whole or not at all).
         dtype : str, optional
             A ggml type (``"F32"``, ``"F16"``, ``"BF16"``, ``"Q8_0"``, ``"Q4_0"``,
-            ``"Q4_1"``, ``"Q5_0"``, ``"Q5_1"``, ``"Q4_K"``, ``"Q5_K"``, ``"Q6_K"``) or a
-            llama.cpp mix (``"Q4_K_M"``, ``"Q5_K_M"``, ``"Q4_K_S"``, ``"Q5_K_S"``: Q6_K
-            for the output, and in ``_M`` for attn_v and ffn_down of some layers);
-            lower case too. K-quants of rows that are not whole blocks of 256 fall
-            back as llama.cpp's do (Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0).
+            ``"Q4_1"``, ``"Q5_0"``, ``"Q5_1"``, ``"Q3_K"``, ``"Q4_K"``, ``"Q5_K"``,
+            ``"Q6_K"``) or a llama.cpp mix (``"Q2_K"``, ``"Q3_K_S"``, ``"Q3_K_M"``,
+            ``"Q3_K_L"``, ``"Q4_K_S"``, ``"Q4_K_M"``, ``"Q5_K_S"``, ``"Q5_K_M"``,
+            ``"IQ4_NL"``, ``"IQ4_XS"``: Q6_K for the output, attn_v, ffn_down and
+            attn_output of some layers a type up, :func:`recipe`); lower case too.
+            K-quants of rows that are not whole blocks of 256 fall back as llama.cpp's
+            do (Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, Q2_K and Q3_K to Q4_0, IQ4_XS
+            to IQ4_NL).
         tokenizer : blockc.Tokenizer or str or os.PathLike, optional
             The tokenizer to store in the file (a Tokenizer, a checkpoint directory or
             a GGUF file); None: the one of the GGUF file this model was loaded from,
@@ -563,7 +525,8 @@ def save(m: Any, path: str, dtype: str, tokenizer: Optional[Mapping[str, Any]] =
         tl = lay[ours]
         # the matrices blockc packs take dtype; the rest (norms, biases, GPT-2's position
         # table, which blockc keeps float32) stay F32
-        t = recipe(dtype, name, cfg.layers, tl.shape[-1], cfg.tie_weights) if tl.packed else "F32"
+        t = recipe(dtype, name, cfg.layers, tl.shape[-1], cfg.tie_weights, _gqa(cfg)) \
+            if tl.packed else "F32"
         # a matrix already in the type: its blocks as they are (exact, no requantising)
         fm = fmts.get(ours, "")
         part = next((p for p in tl.parts if rows is not None and (p.row0, p.row1) == tuple(rows)),
@@ -658,7 +621,8 @@ def save_streaming(path: str, cfg: GPTConfig, dtype: str,
     tensors = []
     for name, ours, rows, heads in names(arch, cfg):
         tl = lay[ours]
-        t = recipe(dtype, name, cfg.layers, tl.shape[-1], cfg.tie_weights) if tl.packed else "F32"
+        t = recipe(dtype, name, cfg.layers, tl.shape[-1], cfg.tie_weights, _gqa(cfg)) \
+            if tl.packed else "F32"
         shape = ((rows[1] - rows[0]) if rows is not None else tl.shape[0],) + tuple(tl.shape[1:])
         tensors.append((name, t, shape, later(ours, rows, heads, t)))
     tensors = fuse_gguf(tensors, family_of_arch(arch, "GGUF").gguf_parts(cfg),

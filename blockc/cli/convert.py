@@ -34,8 +34,9 @@ def register(subparsers) -> None:
                    help="file -> directory: the config.json describing the state dict")
     c.add_argument("--type", default="F32", metavar="TYPE",
                    help="-> .gguf: the matrices' ggml type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
-                        "Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) or llama.cpp mix (Q4_K_M, Q5_K_M, "
-                        "Q4_K_S, Q5_K_S); default F32")
+                        "Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K) or llama.cpp mix (Q2_K, Q3_K_S, "
+                        "Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, IQ4_NL, IQ4_XS); "
+                        "default F32")
     c.set_defaults(func=run_convert)
 
 

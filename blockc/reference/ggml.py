@@ -487,8 +487,10 @@ def _k_common(x: np.ndarray, nmax: int, rmin: float, nstep: int):
     sub = x.reshape(n * 8, 32)
     sc, mn, L = _make_qkx2(sub, _k_weights(sub), nmax, rmin, 0.1, nstep)
     sc, mn, L = sc.reshape(n, 8), mn.reshape(n, 8), L.reshape(n, 256)
-    max_scale = sc.max(axis=1)
-    max_min = mn.max(axis=1)
+    # llama.cpp's maxima start at +0 and take only larger values: a super-block whose
+    # every min is zero (or -0.0) stores dmin +0, not the -0.0 a plain max would give
+    max_scale = np.where(sc.max(axis=1) > 0, sc.max(axis=1), F32(0)).astype(F32)
+    max_min = np.where(mn.max(axis=1) > 0, mn.max(axis=1), F32(0)).astype(F32)
     inv_s = np.where(max_scale > 0, F32(63) / np.where(max_scale > 0, max_scale, 1), 0).astype(F32)
     inv_m = np.where(max_min > 0, F32(63) / np.where(max_min > 0, max_min, 1), 0).astype(F32)
     # ggml: MIN(63, (uint8_t)nearest_int(...)), the int wrapped to a byte first

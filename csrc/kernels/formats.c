@@ -23,6 +23,7 @@
 #include "bc_dispatch.h"  /* BC_ATT_BK: a quantised cache's key tiles */
 #include "bc_format.h"
 #include "bc_half.h"
+#include "bc_kquant.h"
 
 #define PW BC_PANEL
 
@@ -723,155 +724,25 @@ static void q5i_unpack_row(float *out, const unsigned char *panel, size_t l, siz
 
 /* ---- q4_k: per 256 columns a bc_q4k_block of the panel's rows ------------ */
 
-/* llama.cpp's nearest_int for the values quantising meets (|v| < 2^22):
- * round half to even, as rintf in the default rounding mode. */
-static int q4k_round(float v)
-{
-    return (int)rintf(v);
-}
+/* One super-block of a panel's rows: llama.cpp's quantize_row_q4_K_ref (nmax 15)
+ * or quantize_row_q5_K_ref (31), every row a lane of bc_kq_panel (kquant.c):
+ * each sub-block of 32 by make_qkx2_quants (weights rms + |x|), the scales and
+ * mins to 6 bits against the largest of each (d = max / 63, a half), then every
+ * weight again against the stored scale and min. Row l's d, dmin, sc and m at
+ * [.][l] (q5_k's lie where q4_k's do); the levels into L[t][l]. */
 
-static int q4k_clip(float v, int hi)
-{
-    if (!(v >= 0.0f) || isinf(v))  /* NaN, inf: what ggml's nearest_int gives, clipped */
-        return 0;
-    const int l = v < (float)hi ? q4k_round(v) : hi;
-    return l < hi ? l : hi;
-}
-
-/* llama.cpp's make_qkx2_quants(32, NMAX, x, w, L, &min, Laux, rmin, 0.1, NSTEP, false)
- * for one sub-block (Q4_K: 15, -1, 20; Q5_K: 31, -0.5, 15): a scale s and min m
- * (returned as -m in *the_min) with x ~= s L + m, L in 0..NMAX, chosen among
- * NSTEP + 1 candidate scales by the weighted
- * squared error. Every sum is accumulated in order in float32, as the C does. */
-static float q4k_qkx2(uint8_t L[32], float *the_min, const float *x, const float *w,
-                      const int NMAX, const float rmin, const int NSTEP)
-{
-    enum { N = 32 };
-    const float rdelta = 0.1f;
-    float lo = x[0], hi = x[0], sum_w = 0.0f, sum_x = 0.0f;
-    for (int i = 0; i < N; i++) {
-        lo = x[i] < lo ? x[i] : lo;
-        hi = x[i] > hi ? x[i] : hi;
-        sum_w += w[i];
-        sum_x += w[i] * x[i];
-    }
-    if (lo > 0.0f)
-        lo = 0.0f;
-    if (hi == lo) {
-        memset(L, 0, N);
-        *the_min = -lo;
-        return 0.0f;
-    }
-    float iscale = (float)NMAX / (hi - lo), scale = 1.0f / iscale, best = 0.0f;
-    for (int i = 0; i < N; i++) {
-        L[i] = (uint8_t)q4k_clip(iscale * (x[i] - lo), NMAX);
-        const float diff = scale * (float)L[i] + lo - x[i];
-        best += w[i] * (diff * diff);
-    }
-    for (int is = 0; is <= NSTEP; is++) {
-        uint8_t La[N];
-        float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
-        iscale = (rmin + rdelta * (float)is + (float)NMAX) / (hi - lo);
-        for (int i = 0; i < N; i++) {
-            La[i] = (uint8_t)q4k_clip(iscale * (x[i] - lo), NMAX);
-            const float wl = w[i] * (float)La[i];
-            sum_l += wl;
-            sum_l2 += wl * (float)La[i];
-            sum_xl += wl * x[i];
-        }
-        const float D = sum_w * sum_l2 - sum_l * sum_l;
-        if (!(D > 0.0f))
-            continue;
-        float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
-        float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
-        if (this_min > 0.0f) {
-            this_min = 0.0f;
-            this_scale = sum_xl / sum_l2;
-        }
-        float mad = 0.0f;
-        for (int i = 0; i < N; i++) {
-            const float diff = this_scale * (float)La[i] + this_min - x[i];
-            mad += w[i] * (diff * diff);
-        }
-        if (mad < best) {
-            memcpy(L, La, N);
-            best = mad;
-            scale = this_scale;
-            lo = this_min;
-        }
-    }
-    *the_min = -lo;
-    return scale;
-}
-
-/* 0..63: ggml's MIN(63, (uint8_t)nearest_int(inv * v)) */
-static uint8_t q4k_six(float inv, float v)
-{
-    const uint8_t u = (uint8_t)q4k_round(inv * v);
-    return u < 63 ? u : 63;
-}
-
-/* One row's super-block of 256 weights, llama.cpp's quantize_row_q4_K_ref
- * (nmax 15) and quantize_row_q5_K_ref (31): each sub-block of 32 by
- * make_qkx2_quants (weights rms + |x|), the scales and mins to 6 bits against
- * the largest of each (d = max / 63, a half), then every weight again against
- * the stored scale and min: L = nearest of (x + dmin m) / (d sc) in 0..nmax.
- * Row l of a panel block: d, dmin, sc and m at [.][l] (q5_k's lie where
- * q4_k's do); the levels into L. */
-static void kq_row(bc_q4k_block *b, size_t l, uint8_t L[256], const float *x, int nmax,
-                   float rmin, int nstep)
-{
-    float scales[8], mins[8], max_scale = 0.0f, max_min = 0.0f;
-    for (int j = 0; j < 8; j++) {
-        const float *xs = x + 32 * j;
-        float w[32], sum_x2 = 0.0f;
-        for (int i = 0; i < 32; i++)
-            sum_x2 += xs[i] * xs[i];
-        const float av_x = sqrtf(sum_x2 / 32.0f);
-        for (int i = 0; i < 32; i++)
-            w[i] = av_x + fabsf(xs[i]);
-        scales[j] = q4k_qkx2(L + 32 * j, &mins[j], xs, w, nmax, rmin, nstep);
-        max_scale = scales[j] > max_scale ? scales[j] : max_scale;
-        max_min = mins[j] > max_min ? mins[j] : max_min;
-    }
-    const float inv_s = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
-    const float inv_m = max_min > 0.0f ? 63.0f / max_min : 0.0f;
-    for (int j = 0; j < 8; j++) {
-        b->sc[j][l] = q4k_six(inv_s, scales[j]);
-        b->m[j][l] = q4k_six(inv_m, mins[j]);
-    }
-    b->d[l] = bc_f32_to_half(max_scale / 63.0f);
-    b->dmin[l] = bc_f32_to_half(max_min / 63.0f);
-    const float d = bc_half_to_f32(b->d[l]), dmin = bc_half_to_f32(b->dmin[l]);
-    for (int j = 0; j < 8; j++) {
-        const float dj = d * (float)b->sc[j][l], dm = dmin * (float)b->m[j][l];
-        if (dj == 0.0f)
-            continue;  /* L stays make_qkx2_quants' */
-        for (int i = 0; i < 32; i++) {
-            const float v = (x[32 * j + i] + dm) / dj;
-            const int q = v > 0.0f ? q4k_round(v < (float)nmax ? v : (float)nmax) : 0;
-            L[32 * j + i] = (uint8_t)q;
-        }
-    }
-}
-
-/* One row's Q4_K super-block (kq_row's levels 0..15, two a byte) */
-static void q4k_row(bc_q4k_block *b, size_t l, const float *x)
-{
-    uint8_t L[256];
-    kq_row(b, l, L, x, 15, -1.0f, 20);
-    for (int p = 0; p < 4; p++)
-        for (int i = 0; i < 32; i++)
-            b->q[32 * p + i][l] = (uint8_t)(L[64 * p + i] | (L[64 * p + 32 + i] << 4));
-}
-
+/* b (16 rows) <- tile (nl rows, 256 columns): kq_panel's levels 0..15, two a byte */
 static void q4k_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
                      size_t nk, size_t cols)
 {
-    bc_q4k_block *bl = (bc_q4k_block *)panel + k0 / 256;
+    bc_q4k_block *b = (bc_q4k_block *)panel + k0 / 256;
+    uint8_t L[256][PW];
     (void)nk;  /* 256: a q4_k row is whole super-blocks (bc_packed_bytes) */
-    for (size_t l = 0; l < nl; l++)
-        q4k_row(bl, l, tile + l * ld);
+    bc_kq_panel(b, L, tile, ld, nl, 15, -1.0f, 20);
+    for (int p = 0; p < 4; p++)
+        for (int i = 0; i < 32; i++)
+            for (size_t l = 0; l < nl; l++)
+                b->q[32 * p + i][l] = (uint8_t)(L[64 * p + i][l] | (L[64 * p + 32 + i][l] << 4));
 }
 
 static void q4k_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
@@ -926,31 +797,28 @@ _Static_assert(sizeof(bc_q5k_block) == 180 * PW, "bc_q5k_block: 16 rows of 180 b
 _Static_assert(offsetof(bc_q5k_block, qh) == offsetof(bc_q4k_block, q),
                "bc_q5k_block: q4_k's scales where q4_k has them");
 
-/* One row's Q5_K super-block: kq_row's levels 0..31, the low four bits two a
- * byte as Q4_K's nibbles, bit 4 of sub-block j's weight i as bit j of qh[i] */
-static void q5k_row(bc_q5k_block *b, size_t l, const float *x)
-{
-    uint8_t L[256];
-    kq_row((bc_q4k_block *)(void *)b, l, L, x, 31, -0.5f, 15);
-    for (int i = 0; i < 32; i++) {
-        unsigned h = 0;
-        for (int j = 0; j < 8; j++)
-            h |= (unsigned)(L[32 * j + i] >> 4) << j;
-        b->qh[i][l] = (uint8_t)h;
-    }
-    for (int p = 0; p < 4; p++)
-        for (int i = 0; i < 32; i++)
-            b->q[32 * p + i][l] =
-                (uint8_t)((L[64 * p + i] & 15) | (L[64 * p + 32 + i] & 15) << 4);
-}
-
+/* b (16 rows) <- tile (nl rows, 256 columns): bc_kq_panel's levels 0..31, the
+ * low four bits two a byte as Q4_K's nibbles, bit 4 of sub-block j's weight i
+ * as bit j of qh[i] */
 static void q5k_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
                      size_t nk, size_t cols)
 {
-    bc_q5k_block *bl = (bc_q5k_block *)panel + k0 / 256;
+    bc_q5k_block *b = (bc_q5k_block *)panel + k0 / 256;
+    uint8_t L[256][PW];
     (void)nk;  /* 256: a q5_k row is whole super-blocks (bc_packed_bytes) */
-    for (size_t l = 0; l < nl; l++)
-        q5k_row(bl, l, tile + l * ld);
+    bc_kq_panel((bc_q4k_block *)(void *)b, L, tile, ld, nl, 31, -0.5f, 15);
+    for (int i = 0; i < 32; i++)
+        for (size_t l = 0; l < nl; l++) {
+            unsigned h = 0;
+            for (int j = 0; j < 8; j++)
+                h |= (unsigned)(L[32 * j + i][l] >> 4) << j;
+            b->qh[i][l] = (uint8_t)h;
+        }
+    for (int p = 0; p < 4; p++)
+        for (int i = 0; i < 32; i++)
+            for (size_t l = 0; l < nl; l++)
+                b->q[32 * p + i][l] =
+                    (uint8_t)((L[64 * p + i][l] & 15) | (L[64 * p + 32 + i][l] & 15) << 4);
 }
 
 /* Weight t (0..255) of row l of a q5_k super-block: its five bits, 0..31 */
@@ -978,116 +846,16 @@ static void q5k_unpack_row(float *out, const unsigned char *panel, size_t l, siz
 
 _Static_assert(sizeof(bc_q6k_block) == 274 * PW, "bc_q6k_block: 16 rows of 274 bytes");
 
-/* ggml's GROUP_MAX_EPS: a group whose largest magnitude is below it is zero */
-#define Q6K_GROUP_EPS 1e-15f
-
-/* l = nearest(v) clipped to [-32, 31] (the clip first: the same integer, and
- * no float beyond an int's range is converted) */
-static int q6k_level(float v)
-{
-    v = v < -32.0f ? -32.0f : v > 31.0f ? 31.0f : v;
-    return q4k_round(v);
-}
-
-/* Sums of (x^2 x) l and (x^2 l) l over one sub-block of 16 for the levels of
- * iscale x, accumulated in order in float32 (make_qx_quants, rmse_type 1). */
-static void q6k_sums(int8_t lv[16], float *sumlx, float *suml2, const float *x, float iscale)
-{
-    float a = 0.0f, b = 0.0f;
-    for (int i = 0; i < 16; i++) {
-        const int l = q6k_level(iscale * x[i]);
-        const float w = x[i] * x[i], lf = (float)l;
-        lv[i] = (int8_t)l;
-        a += w * x[i] * lf;
-        b += w * lf * lf;
-    }
-    *sumlx = a;
-    *suml2 = b;
-}
-
-/* llama.cpp's make_qx_quants(16, 32, x, L, rmse_type 1, NULL) for one sub-block:
- * the scale s with x ~= s (L - 32), L in 0..63, the best of 19 candidates by
- * the x^2-weighted error (0 and L = 0 when every |x| < GROUP_MAX_EPS). */
-static float q6k_qx(uint8_t L[16], const float *x)
-{
-    float amax = 0.0f, max = 0.0f;
-    for (int i = 0; i < 16; i++)
-        if (fabsf(x[i]) > amax) {
-            amax = fabsf(x[i]);
-            max = x[i];
-        }
-    if (amax < Q6K_GROUP_EPS) {
-        memset(L, 0, 16);
-        return 0.0f;
-    }
-    int8_t lv[16], best_lv[16];
-    float sumlx, suml2;
-    q6k_sums(best_lv, &sumlx, &suml2, x, -32.0f / max);
-    float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f, best = scale * sumlx;
-    for (int is = -9; is <= 9; is++) {
-        if (is == 0)
-            continue;
-        q6k_sums(lv, &sumlx, &suml2, x, -(32.0f + 0.1f * (float)is) / max);
-        if (suml2 > 0.0f && sumlx * sumlx > best * suml2) {
-            memcpy(best_lv, lv, sizeof lv);
-            scale = sumlx / suml2;
-            best = scale * sumlx;
-        }
-    }
-    for (int i = 0; i < 16; i++)
-        L[i] = (uint8_t)(best_lv[i] + 32);
-    return scale;
-}
-
-/* One row's super-block of 256 weights, llama.cpp's quantize_row_q6_K_ref:
- * each sub-block of 16 by make_qx_quants, the scales to int8 against the one
- * of largest magnitude (d = -max / 128, a half), then every weight again
- * against its stored scale: q = nearest(x / (d sc)) + 32 in 0..63. Row l of a
- * panel block: fields at [.][l]. */
-static void q6k_row(bc_q6k_block *b, size_t l, const float *x)
-{
-    uint8_t L[256];
-    float scales[16], max_scale = 0.0f, max_abs = 0.0f;
-    for (int j = 0; j < 16; j++) {
-        scales[j] = q6k_qx(L + 16 * j, x + 16 * j);
-        if (fabsf(scales[j]) > max_abs) {
-            max_abs = fabsf(scales[j]);
-            max_scale = scales[j];
-        }
-    }
-    if (max_abs < Q6K_GROUP_EPS) {  /* the whole super-block zero, as llama.cpp's memset */
-        b->d[l] = 0;
-        for (int j = 0; j < 16; j++)
-            b->sc[j][l] = 0;
-        for (int t = 0; t < 256; t++)
-            b->q[t][l] = -32;
-        return;
-    }
-    const float iscale = -128.0f / max_scale;
-    b->d[l] = bc_f32_to_half(1.0f / iscale);
-    for (int j = 0; j < 16; j++) {
-        const int s = q4k_round(iscale * scales[j]);  /* |.| <= 128 */
-        b->sc[j][l] = (int8_t)(s < 127 ? s : 127);
-    }
-    const float d = bc_half_to_f32(b->d[l]);
-    for (int j = 0; j < 16; j++) {
-        const float dj = d * (float)b->sc[j][l];
-        if (dj == 0.0f)
-            continue;  /* L stays make_qx_quants' */
-        for (int i = 0; i < 16; i++)
-            L[16 * j + i] = (uint8_t)(q6k_level(x[16 * j + i] / dj) + 32);
-    }
-    for (int t = 0; t < 256; t++)
-        b->q[t][l] = (int8_t)(L[t] - 32);
-}
-
+/* One super-block of a panel's rows, llama.cpp's quantize_row_q6_K_ref, every
+ * row a lane of bc_q6k_panel (kquant.c): each sub-block of 16 by make_qx_quants,
+ * the scales to int8 against the one of largest magnitude (d = -max / 128, a
+ * half), then every weight again against its stored scale: q = nearest(x / (d
+ * sc)) + 32 in 0..63. b (16 rows) <- tile (nl rows, 256 columns) */
 static void q6k_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
                      size_t nk, size_t cols)
 {
-    bc_q6k_block *bl = (bc_q6k_block *)panel + k0 / 256;
     (void)nk;  /* 256: a q6_k row is whole super-blocks (bc_packed_bytes) */
-    for (size_t l = 0; l < nl; l++)
-        q6k_row(bl, l, tile + l * ld);
+    bc_q6k_panel((bc_q6k_block *)panel + k0 / 256, tile, ld, nl);
 }
 
 static void q6k_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
