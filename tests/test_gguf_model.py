@@ -483,7 +483,8 @@ def _integer(types):
     """The format dtype="integer" holds a matrix of these file types in (spelled here,
     apart from blockc.checkpoint.gguf's table): the type's integer format, Q4_0/Q5_0/Q8_0
     parts mixed as q8_0i, anything else as dtype=None does."""
-    own = {"Q8_0": "q8_0i", "Q4_0": "q4_0i", "Q5_0": "q5_0i", "Q4_K": "q4_ki", "Q6_K": "q6_ki"}
+    own = {"Q8_0": "q8_0i", "Q4_0": "q4_0i", "Q5_0": "q5_0i", "Q4_K": "q4_ki", "Q6_K": "q6_ki",
+           "Q5_K": "q5_ki"}
     if len(set(types)) == 1 and types[0] in own:
         return own[types[0]]
     if set(types) <= {"Q4_0", "Q5_0", "Q8_0"}:

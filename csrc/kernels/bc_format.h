@@ -203,6 +203,22 @@ static inline int bc_q4ki_nibble(const bc_q4ki_block *b, size_t l, size_t w)
     return w / 32 % 2 ? v >> 4 : v & 15;
 }
 
+/* One super-block of a q5_ki panel: q4_ki's super-block (the same fields at
+ * the same offsets: its kernels read them as q4_ki's), then Q5_K's fifth bits 4
+ * bytes by 4 per row as the nibbles: h[g] bytes 4g..4g+3 of the rows' Q5_K qh
+ * (bit j of byte i: the fifth bit of sub-block j's weight i). */
+typedef struct {
+    bc_q4ki_block k;            /* d, dmin, sc, m and the nibbles, as q4_ki's */
+    uint8_t h[8][BC_PANEL][4];  /* h[g][row][t] = byte 4g + t of the row's Q5_K qh */
+} bc_q5ki_block;
+
+/* Weight w (0..255) of row l of a q5_ki super-block: its five bits, 0..31 */
+static inline int bc_q5ki_quant(const bc_q5ki_block *b, size_t l, size_t w)
+{
+    const size_t i = w % 32;
+    return bc_q4ki_nibble(&b->k, l, w) | (b->h[i / 4][l][i % 4] >> (w / 32) & 1) << 4;
+}
+
 /* One super-block of a q6_ki panel: q6_k's scales and the file's own bits
  * (not widened: 210 bytes a row), its ql and qh bytes 4 by 4 per row so that
  * a 64-byte vector holds 4 bytes of each of the 16 rows (bc_engine.h says
@@ -246,7 +262,7 @@ typedef struct {
     uint16_t u[BC_PANEL][2];
 } bc_bf16i_pair;
 
-/* q8_0i's, q4_0i's, q5_0i's, q4_ki's and q6_ki's panels interleave 4 by 4, block by block
+/* q8_0i's, q4_0i's, q5_0i's, q4_ki's, q6_ki's and q5_ki's panels interleave 4 by 4, block by block
  * (bc_format_panel_at): a decoding tile takes whole runs (fast_intdot.h) and
  * reads each block of its panels in turn, one stretch of memory */
 #define BC_INTDOT_GROUP 4

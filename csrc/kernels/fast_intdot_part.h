@@ -1,4 +1,4 @@
-/* fast_intdot_part.h: q8_0i's, q4_0i's, q5_0i's, q4_ki's and q6_ki's tiles and their walk over a product
+/* fast_intdot_part.h: q8_0i's, q4_0i's, q5_0i's, q4_ki's, q6_ki's and q5_ki's tiles and their walk over a product
  * (part of fast_intdot.h, which includes it once per way of forming the
  * integer sums: Q8I_FN names the copy, Q8I_TARGET its instruction-set
  * attribute, Q8I_DP on AVX2 selects AVX-VNNI's vpdpbusd over pmaddubsw). Every
@@ -35,6 +35,7 @@ BC_INLINE Q8I_TARGET IV Q8I_FN(dot4_256)(IV acc, IV w, IV x)
 #define IV_OR(a, b) _mm512_or_si512((a), (b))
 #define IV_SLL(a, n) _mm512_slli_epi32((a), (n))
 #define IV_SRL(a, n) _mm512_srli_epi32((a), (n))
+#define IV_SRLN(a, n) _mm512_srl_epi32((a), _mm_cvtsi32_si128(n))  /* n not a constant */
 /* w + 16 in the byte lanes whose bit of the 64-bit word at bits is set (vpaddb under a mask) */
 #define IV_FIFTH(w, bits, h) q5i_fifth_512((w), (bits))
 #else
@@ -48,6 +49,7 @@ BC_INLINE Q8I_TARGET IV Q8I_FN(dot4_256)(IV acc, IV w, IV x)
 #define IV_OR(a, b) _mm256_or_si256((a), (b))
 #define IV_SLL(a, n) _mm256_slli_epi32((a), (n))
 #define IV_SRL(a, n) _mm256_srli_epi32((a), (n))
+#define IV_SRLN(a, n) _mm256_srl_epi32((a), _mm_cvtsi32_si128(n))
 /* the same for the 32 lanes of vector h (rows 8h..8h+7): bits 32h.. of the word */
 #define IV_FIFTH(w, bits, h) q5i_fifth_256((w), (bits) + 4 * (h))
 #endif
@@ -157,17 +159,19 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int fk, const int mr, const in
     }
 }
 
-/* Super-block S of NB q4_ki panels (bc_q4ki_block), rows 0..mr-1 of x: for
+/* Super-block S of NB q4_ki panels (bc_q4ki_block; fk FK_Q5K: q5_ki's, bc_q5ki_block,
+ * each weight's fifth bit added as 16), rows 0..mr-1 of x: for
  * each sub-block j (x block b = 8S + j), its integer sums (nibbles times q_x,
  * no correction: q4_k's nibbles are unsigned), then f = fma((float)isum,
  * (d sc_j) d_x, f) and f = fma(-(dmin m_j), d_x (float)sum q_x, f), per
  * panel vector as q8i_block's. */
-BC_INLINE Q8I_TARGET void Q8I_FN(q4ki_block)(const int mr, const int NB, const int spl, V *f,
+BC_INLINE Q8I_TARGET void Q8I_FN(q4ki_block)(const int fk, const int mr, const int NB,
+                                             const int spl, V *f,
                                              size_t fs, const unsigned char *const *blk,
                                              const int8_t *const *xr, const float *const *xd,
                                              const int32_t *const *xs, size_t S)
 {
-    const IV low = IV_SET1(0x0F0F0F0F);
+    const IV low = IV_SET1(0x0F0F0F0F), one = IV_SET1(0x01010101);
     V dv[QN * VPP], mv[QN * VPP];
     BC_UNROLL
     for (int t = 0; t < NB * VPP; t++) {
@@ -193,6 +197,10 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q4ki_block)(const int mr, const int NB, const i
             for (int t = 0; t < NB * VPP; t++) {
                 const IV raw = IV_LOAD(((const bc_q4ki_block *)blk[t / VPP])->u[j / 2 * 8 + g][t % VPP * VL]);
                 w[t] = IV_AND(j % 2 ? IV_SRL4(raw) : raw, low);
+                if (fk == FK_Q5K) {  /* bit j of qh byte 4g + t, to bit 4 of its lane */
+                    const IV hb = IV_LOAD(((const bc_q5ki_block *)blk[t / VPP])->h[g][t % VPP * VL]);
+                    w[t] = IV_OR(w[t], IV_SLL(IV_AND(IV_SRLN(hb, j), one), 4));
+                }
             }
             BC_UNROLL
             for (int i = 0; i < mr; i++) {
@@ -306,6 +314,7 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q6ki_block)(const int mr, const int NB, V *f, s
 #undef IV_OR
 #undef IV_SLL
 #undef IV_SRL
+#undef IV_SRLN
 #endif
 
 /* Where each of NP panels from panel p lies (np <= NP of them real; the rest
@@ -340,8 +349,8 @@ BC_INLINE Q8I_TARGET void Q8I_FN(int_block)(const int fk, const int mr, const in
         for (size_t o = 0; o < bb; o += 64)
             __builtin_prefetch((const void *)((uintptr_t)blk[0] + INT_AHEAD + o), 0, 0);
     }
-    if (fk == FK_Q4K)
-        Q8I_FN(q4ki_block)(mr, NB, spl, f, fs, blk, xr, xd, xs, b);
+    if (fk == FK_Q4K || fk == FK_Q5K)
+        Q8I_FN(q4ki_block)(fk, mr, NB, spl, f, fs, blk, xr, xd, xs, b);
     else if (fk == FK_Q6K)
         Q8I_FN(q6ki_block)(mr, NB, f, fs, blk, xr, xd, s16, b);
     else
@@ -452,13 +461,16 @@ BC_INLINE void Q8I_FN(q8i_tile)(const int fk, const int gemm, const int mr, cons
                     f[l] = acc;
                     continue;
                 }
-                if (fk == FK_Q4K) {
+                if (fk == FK_Q4K || fk == FK_Q5K) {
                     for (size_t b = 0; b < nb; b++) {  /* sub-block b % 8 of super-block b / 8 */
                         const bc_q4ki_block *k = (const bc_q4ki_block *)(org[q] + b / 8 * st[q]);
                         const size_t j = b % 8;
                         int32_t isum = 0, xsum = 0;
                         for (size_t i = 0; i < 32; i++) {
-                            isum += bc_q4ki_nibble(k, l, 32 * j + i) * xr[b * 32 + i];
+                            const int wq = fk == FK_Q5K
+                                ? bc_q5ki_quant((const bc_q5ki_block *)(const void *)k, l, 32 * j + i)
+                                : bc_q4ki_nibble(k, l, 32 * j + i);
+                            isum += wq * xr[b * 32 + i];
                             xsum += xr[b * 32 + i];
                         }
                         const float dsc = bc_half_to_f32(k->d[l]) * (float)k->sc[j][l];
@@ -538,6 +550,8 @@ static Q8I_TARGET void Q8I_FN(q8i_tile_gemm)(int fk, int mr, const bc_gemm *g, c
         Q8I_FN(q8i_tile_rows)(FK_Q4K, mr, g, x0, rb, i0, p, np, nb);
     else if (fk == FK_Q6K)
         Q8I_FN(q8i_tile_rows)(FK_Q6K, mr, g, x0, rb, i0, p, np, nb);
+    else if (fk == FK_Q5K)
+        Q8I_FN(q8i_tile_rows)(FK_Q5K, mr, g, x0, rb, i0, p, np, nb);
     else
         Q8I_FN(q8i_tile_rows)(FK_Q8, mr, g, x0, rb, i0, p, np, nb);
 }
@@ -575,6 +589,8 @@ static Q8I_TARGET void Q8I_FN(q8i_part)(int fk, const bc_gemm *g, const unsigned
             Q8I_FN(q8i_decode)(FK_Q4K, g, xq, rb, n0, n, p0, p1, nb);
         else if (fk == FK_Q6K)
             Q8I_FN(q8i_decode)(FK_Q6K, g, xq, rb, n0, n, p0, p1, nb);
+        else if (fk == FK_Q5K)
+            Q8I_FN(q8i_decode)(FK_Q5K, g, xq, rb, n0, n, p0, p1, nb);
         else
             Q8I_FN(q8i_decode)(FK_Q8, g, xq, rb, n0, n, p0, p1, nb);
         return;

@@ -9,7 +9,7 @@
  * of 32 weights of one row: d = max|w| / 127, q = round(w / d) (half away from
  * zero) computed as round(w * (1/d)), d stored as an IEEE half; the weight is
  * then half(d) * q. q8_0i holds the same d and q, laid out for integer dot
- * products; q4_0i q4_0's, q5_0i q5_0's, q4_ki q4_k's and q6_ki q6_k's likewise.
+ * products; q4_0i q4_0's, q5_0i q5_0's, q4_ki q4_k's, q6_ki q6_k's and q5_ki q5_k's likewise.
  * q4_1, q5_1 and q5_k are llama.cpp's reference quantisers too; iq4_nl, iq4_xs,
  * q2_k and q3_k blockc's simple rules (bc_engine.h), not llama.cpp's search. */
 #include <math.h>
@@ -971,6 +971,50 @@ static void q5k_unpack_row(float *out, const unsigned char *panel, size_t l, siz
     }
 }
 
+/* ---- q5_ki: q5_k's super-blocks, each row's nibble and qh bytes 4 by 4 ---- */
+
+_Static_assert(sizeof(bc_q5ki_block) == 180 * PW, "bc_q5ki_block: 16 rows of 180 bytes");
+
+/* row l of a q5_ki super-block <- row l of a q5_k one (the same bits) */
+static void q5ki_from_q5k(bc_q5ki_block *b, const bc_q5k_block *k, size_t l)
+{
+    b->k.d[l] = k->d[l];
+    b->k.dmin[l] = k->dmin[l];
+    for (size_t j = 0; j < 8; j++) {
+        b->k.sc[j][l] = k->sc[j][l];
+        b->k.m[j][l] = k->m[j][l];
+    }
+    for (size_t i = 0; i < 128; i++)
+        b->k.u[i / 4][l][i % 4] = k->q[i][l];
+    for (size_t i = 0; i < 32; i++)
+        b->h[i / 4][l][i % 4] = k->qh[i][l];
+}
+
+/* q5_k's super-block (one chunk of 256 columns: a grouped format's pack sees one) */
+static void q5ki_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                      size_t nk, size_t cols)
+{
+    bc_q5k_block k;
+    memset(&k, 0, sizeof k);
+    q5k_pack((unsigned char *)&k, tile, ld, nl, 0, nk, 256);
+    bc_q5ki_block *b = (bc_q5ki_block *)panel + k0 / 256;
+    for (size_t l = 0; l < nl; l++)
+        q5ki_from_q5k(b, &k, l);
+}
+
+/* w = (d sc) q - dmin m, as q5_k's */
+static void q5ki_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q5ki_block *bl = (const bc_q5ki_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q5ki_block *b = bl + k / 256;
+        const size_t t = k % 256, j = t / 32;
+        const float s = bc_half_to_f32(b->k.d[l]) * (float)b->k.sc[j][l];
+        const float m = bc_half_to_f32(b->k.dmin[l]) * (float)b->k.m[j][l];
+        out[k] = s * (float)bc_q5ki_quant(b, l, t) - m;
+    }
+}
+
 /* ---- q6_k: per 256 columns a bc_q6k_block of the panel's rows ------------ */
 
 _Static_assert(sizeof(bc_q6k_block) == 274 * PW, "bc_q6k_block: 16 rows of 274 bytes");
@@ -1519,6 +1563,38 @@ static void q5k_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l
     }
 }
 
+/* Q5_K <-> q5_ki (through q5_k's block of the row: the same bits) */
+static void q5ki_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                           size_t nk)
+{
+    bc_q5ki_block *bl = (bc_q5ki_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, src += 176) {
+        bc_q5k_block k;
+        q5k_from_ggml((unsigned char *)&k, src, l, 0, 256);
+        q5ki_from_q5k(bl + b, &k, l);
+    }
+}
+
+static void q5ki_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                         size_t nk)
+{
+    const bc_q5ki_block *bl = (const bc_q5ki_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, dst += 176) {
+        bc_q5k_block k;
+        k.d[l] = bl[b].k.d[l];
+        k.dmin[l] = bl[b].k.dmin[l];
+        for (size_t j = 0; j < 8; j++) {
+            k.sc[j][l] = bl[b].k.sc[j][l];
+            k.m[j][l] = bl[b].k.m[j][l];
+        }
+        for (size_t i = 0; i < 128; i++)
+            k.q[i][l] = bl[b].k.u[i / 4][l][i % 4];
+        for (size_t i = 0; i < 32; i++)
+            k.qh[i][l] = bl[b].h[i / 4][l][i % 4];
+        q5k_to_ggml(dst, (const unsigned char *)&k, l, 0, 256);
+    }
+}
+
 /* IQ4_XS (d, uint16 scales_h, scales_l[4], qs[128]: 136 bytes) <-> iq4_xs (sub-block
  * j's 6-bit scale ls, the low four bits nibble j % 2 of scales_l[j / 2], the high two
  * bits 2j, 2j + 1 of scales_h, as the signed byte ls - 32); IQ4_NL moves as Q4_0 */
@@ -1836,6 +1912,11 @@ static const bc_format formats[BC_NDTYPE] = {
                        .pack = q3k_pack, .unpack_row = q3k_unpack_row, .whole = 1,
                        .ggml_type = BC_GGML_Q3_K, .limit = LIMIT_K, .from_ggml = q3k_from_ggml,
                        .to_ggml = q3k_to_ggml},
+    [BC_DTYPE_Q5_KI] = {.name = "q5_ki", .block = 256, .block_bytes = 180, .check = q4_check,
+                        .pack = q5ki_pack, .unpack_row = q5ki_unpack_row,
+                        .max_cols = BC_Q8_0I_MAX_COLS, .whole = 1, .group = BC_INTDOT_GROUP,
+                        .ggml_type = BC_GGML_Q5_K, .integer = 1, .limit = LIMIT_K,
+                        .from_ggml = q5ki_from_ggml, .to_ggml = q5ki_to_ggml},
 };
 
 /* (a value below BC_NDTYPE may have no row yet: its name is NULL) */
