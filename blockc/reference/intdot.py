@@ -26,11 +26,12 @@ from typing import Optional, Tuple
 import numpy as np
 
 from . import ggml
+from . import quant
 from .quant import q8_0_blocks
 
 __all__ = ["quantise_rows", "fmaf", "linear_q8_0i", "linear_q4_0i", "linear_q5_0i",
            "linear_q4_ki", "linear_q6_ki", "linear_q5_ki", "q4_0_blocks", "q5_0_blocks",
-           "q4_k_blocks", "q5_k_blocks", "q6_k_blocks"]
+           "q4_k_blocks", "q5_k_blocks", "q6_k_blocks", "linear_iq4_nli"]
 
 F32 = np.float32
 _TINY = F32(1e-30)
@@ -185,6 +186,15 @@ def linear_q5_ki(x, w, b: Optional[np.ndarray] = None,
     library computes it: :func:`linear_q4_ki`'s chain on q5_k's weights (``isum`` the
     exact sum of the five-bit q times q_x)."""
     return _linear_k(x, *q5_k_blocks(w), b, r)
+
+
+def linear_iq4_nli(x, w, b: Optional[np.ndarray] = None,
+                   r: Optional[np.ndarray] = None) -> np.ndarray:
+    """y (n, out) = r + x (n, c) @ w (out, c)^T + b with w stored as iq4_nli, as the C
+    library computes it: q8_0i's chain on iq4_nl's weights (``d_w`` the block's half
+    scale, ``q_w`` the signed value ``KVALUES_IQ4NL[nibble]``, -127..113)."""
+    d, q = quant.iq4_nl_blocks(w)
+    return _linear_int(x, d, ggml.KVALUES_IQ4NL[q].astype(np.int16), b, r)
 
 
 def _linear_k(x, d, dmin, sc, m, q, b, r) -> np.ndarray:

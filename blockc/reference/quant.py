@@ -40,7 +40,7 @@ from . import ggml
 from .ggml import bfloat16  # noqa: F401 (defined beside the ggml oracle, which rounds BF16 with it)
 
 __all__ = ["bfloat16", "float16", "q8_0_blocks", "q8_0", "q4_0", "q5_0", "q4_1", "q5_1", "q4_k",
-           "q5_k", "q6_k", "iq4_nl", "iq4_xs", "q2_k", "q3_k"]
+           "q5_k", "q6_k", "iq4_nl", "iq4_xs", "q2_k", "q3_k", "iq4_nl_blocks"]
 
 
 def _round_half_away(v: np.ndarray) -> np.ndarray:
@@ -157,8 +157,10 @@ def _inv32(d: np.ndarray) -> np.ndarray:
         return np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), 0).astype(np.float32)
 
 
-def iq4_nl(w) -> np.ndarray:
-    """``w`` stored as iq4_nl (blockc's rule above), as the float32 weights it becomes."""
+def iq4_nl_blocks(w) -> Tuple[np.ndarray, np.ndarray]:
+    """(d, q) of ``w`` (rows, cols) stored as iq4_nl (blockc's rule above, rows zero-padded
+    to blocks of 32): d (rows, blocks) float32 (halves), q (rows, blocks, 32) each
+    weight's nibble, an index into ``ggml.KVALUES_IQ4NL``."""
     a = np.ascontiguousarray(w, dtype=np.float32)
     if a.ndim != 2:
         raise ValueError(f"w must be 2-D, got shape {a.shape}")
@@ -169,9 +171,14 @@ def iq4_nl(w) -> np.ndarray:
     x = x.reshape(rows, nb, 32)
     d = (_first_absmax(x) / np.float32(-127)).astype(np.float32)
     q = _iq4_nearest((x * _inv32(d)[..., None]).astype(np.float32))
-    dh = d.astype(np.float16).astype(np.float32)
+    return d.astype(np.float16).astype(np.float32), q
+
+
+def iq4_nl(w) -> np.ndarray:
+    """``w`` stored as iq4_nl (blockc's rule above), as the float32 weights it becomes."""
+    dh, q = iq4_nl_blocks(w)
     out = dh[..., None] * ggml.KVALUES_IQ4NL[q].astype(np.float32)
-    return out.reshape(rows, -1)[:, :cols]
+    return out.reshape(q.shape[0], -1)[:, :np.shape(w)[1]]
 
 
 def iq4_xs(w) -> np.ndarray:

@@ -49,7 +49,8 @@ extern "C" {
 #define BC_DTYPE_Q2_K 19
 #define BC_DTYPE_Q3_K 20
 #define BC_DTYPE_Q5_KI 21
-#define BC_NDTYPE 22     /* one past the last dtype */
+#define BC_DTYPE_IQ4_NLI 22
+#define BC_NDTYPE 23     /* one past the last dtype */
 #define BC_DTYPE_NAME_MAX 16   /* bytes a dtype's name needs, with its NUL */
 
 /* Normalisation kinds and placements of the block. */
@@ -334,6 +335,14 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  bits on every instruction set, for any number of rows and
  *                  threads. Columns a multiple of 256, at most
  *                  BC_Q8_0I_MAX_COLS.
+ *   BC_DTYPE_IQ4_NLI iq4_nl's weights (the same d and nibbles) multiplied by
+ *                  integer dot products as q8_0i's: panel p as q4_0i's
+ *                  (ceil(cols / 32) blocks of 288 bytes, d[l] then u[j][l][t] =
+ *                  byte 4j + t of row l's nibbles), in runs of 4; each
+ *                  output's chain is q8_0i's with isum_b = sum kv[nibble] q_x
+ *                  (kvalues_iq4nl, -127..113), exact: the same bits on every
+ *                  instruction set, for any number of rows and threads. At
+ *                  most BC_Q8_0I_MAX_COLS columns.
  * bc_pack_size gives the bytes. */
 
 /* Columns a q8_0i matrix can have (a quantised row of x fits a call's scratch). */
@@ -342,7 +351,7 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
 /* The weight format dtype (0 <= dtype < BC_NDTYPE): its name as Python spells it
  * ("float32", "bfloat16", "q8_0", "q4_0", "q4_k", "q6_k", "float16", "q5_0",
  * "q8_0i", "q4_0i", "bfloat16i", "q5_0i", "q4_ki", "q6_ki", "q4_1", "q5_1", "q5_k",
- * "iq4_nl", "iq4_xs", "q2_k", "q3_k", "q5_ki";
+ * "iq4_nl", "iq4_xs", "q2_k", "q3_k", "q5_ki", "iq4_nli";
  * NUL-terminated into name, name_cap >
  * its length, at most BC_DTYPE_NAME_MAX), the weights of a row per block and
  * the bytes of one block (a row of cols weights, padded to whole blocks, takes

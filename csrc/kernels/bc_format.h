@@ -105,6 +105,9 @@ typedef struct {
  * bc_kvalues_iq4nl[n] times the block's scale */
 static const int8_t bc_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
+/* the same + 128 (iq4_nli's unsigned bytes for vpdpbusd) */
+static const uint8_t bc_kvalues_iq4nl_u8[16] = {1,   24,  45,  63,  79,  93,  106, 118,
+                                                129, 141, 153, 166, 181, 197, 217, 241};
 
 /* One super-block of an iq4_xs panel: the panel's 16 rows, 256 columns (ggml's
  * block_iq4_xs for each row, its 6-bit scales a signed byte each, ls - 32; an

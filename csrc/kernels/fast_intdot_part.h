@@ -36,6 +36,8 @@ BC_INLINE Q8I_TARGET IV Q8I_FN(dot4_256)(IV acc, IV w, IV x)
 #define IV_SLL(a, n) _mm512_slli_epi32((a), (n))
 #define IV_SRL(a, n) _mm512_srli_epi32((a), (n))
 #define IV_SRLN(a, n) _mm512_srl_epi32((a), _mm_cvtsi32_si128(n))  /* n not a constant */
+#define IV_LUT(t, n) _mm512_shuffle_epi8((t), (n))  /* byte n (0..15) of t's 16-byte lane */
+#define IV_TABLE(p) _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(p)))
 /* w + 16 in the byte lanes whose bit of the 64-bit word at bits is set (vpaddb under a mask) */
 #define IV_FIFTH(w, bits, h) q5i_fifth_512((w), (bits))
 #else
@@ -50,8 +52,14 @@ BC_INLINE Q8I_TARGET IV Q8I_FN(dot4_256)(IV acc, IV w, IV x)
 #define IV_SLL(a, n) _mm256_slli_epi32((a), (n))
 #define IV_SRL(a, n) _mm256_srli_epi32((a), (n))
 #define IV_SRLN(a, n) _mm256_srl_epi32((a), _mm_cvtsi32_si128(n))
+#define IV_LUT(t, n) _mm256_shuffle_epi8((t), (n))
+#define IV_TABLE(p) _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p)))
 /* the same for the 32 lanes of vector h (rows 8h..8h+7): bits 32h.. of the word */
 #define IV_FIFTH(w, bits, h) q5i_fifth_256((w), (bits) + 4 * (h))
+/* acc + the sums of 4 products of signed bytes w (|w| <= 127) by signed bytes x
+ * (pmaddubsw's pairs at most 2 * 127 * 127: no saturation) */
+#define IV_DOTS(acc, w, x) _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16( \
+    _mm256_abs_epi8(w), _mm256_sign_epi8((x), (w))), _mm256_set1_epi16(1)))
 #endif
 
 /* Block b of NB panels, for rows 0..mr-1 of x: f[i * fs + k * VPP + h] (row i,
@@ -72,11 +80,14 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int fk, const int mr, const in
         BC_UNROLL                 /* (q5_0i) or -128 (q8_0i by vpdpbusd) times sum q_x */
         for (int t = 0; t < NB * VPP; t++) {
             acc[i][t] = IV_SET1(fk == FK_Q4 ? xs[i][b] / 16 : fk == FK_Q5 ? xs[i][b] / 8
-                                : Q8I_DP ? xs[i][b] : 0);
+                                : Q8I_DP ? xs[i][b] : 0);  /* (iq4_nli as q8_0i) */
             acc2[i][t] = IV_SET1(0);
         }
     if (fk != FK_Q8) {  /* a vector of bytes: its low nibbles weights 4j.., its high 4j + 16.. */
         const IV low = IV_SET1(0x0F0F0F0F);
+        /* iq4_nli: a nibble's value, + 128 for vpdpbusd (unsigned bytes, s corrects
+         * them as q8_0i's), signed for pmaddubsw (its magnitude and sign, as q8_0i's) */
+        const IV kv = IV_TABLE(Q8I_DP ? bc_kvalues_iq4nl_u8 : (const uint8_t *)bc_kvalues_iq4nl);
         BC_UNROLL
         for (int j = 0; j < 4; j++) {
             IV wl[QN * VPP], wh[QN * VPP];
@@ -91,6 +102,10 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int fk, const int mr, const in
                     wl[t] = IV_FIFTH(wl[t], h, t % VPP);
                     wh[t] = IV_FIFTH(wh[t], h + 8, t % VPP);
                 }
+                if (fk == FK_IQ4NL) {
+                    wl[t] = IV_LUT(kv, wl[t]);
+                    wh[t] = IV_LUT(kv, wh[t]);
+                }
             }
             BC_UNROLL
             for (int i = 0; i < mr; i++) {
@@ -98,6 +113,13 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int fk, const int mr, const in
                 const IV xh = IV_SET1(ld32(xr[i] + b * 32 + 16 + (size_t)j * 4));
                 BC_UNROLL
                 for (int t = 0; t < NB * VPP; t++) {
+#if !Q8I_DP
+                    if (fk == FK_IQ4NL) {  /* signed weights: pmaddubsw on |w|, x with w's sign */
+                        acc[i][t] = IV_DOTS(acc[i][t], wl[t], xl);
+                        acc[i][t] = IV_DOTS(acc[i][t], wh[t], xh);
+                        continue;
+                    }
+#endif
                     acc[i][t] = IV_DOT(acc[i][t], wl[t], xl);
                     if (spl)
                         acc2[i][t] = IV_DOT(acc2[i][t], wh[t], xh);
@@ -315,6 +337,11 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q6ki_block)(const int mr, const int NB, V *f, s
 #undef IV_SLL
 #undef IV_SRL
 #undef IV_SRLN
+#undef IV_LUT
+#undef IV_TABLE
+#ifdef IV_DOTS
+#undef IV_DOTS
+#endif
 #endif
 
 /* Where each of NP panels from panel p lies (np <= NP of them real; the rest
@@ -489,9 +516,10 @@ BC_INLINE void Q8I_FN(q8i_tile)(const int fk, const int gemm, const int mr, cons
                         int32_t w;
                         if (fk == FK_Q5) {
                             w = bc_q5i_quant((const bc_q5i_block *)(org[q] + b * st[q]), l, k) - 16;
-                        } else if (fk == FK_Q4) {
+                        } else if (fk == FK_Q4 || fk == FK_IQ4NL) {
                             const int byte = blk4->u[k % 16 / 4][l][k % 4];
-                            w = (k < 16 ? byte & 15 : byte >> 4) - 8;
+                            const int nib = k < 16 ? byte & 15 : byte >> 4;
+                            w = fk == FK_IQ4NL ? bc_kvalues_iq4nl[nib] : nib - 8;
                         } else {
                             w = (int32_t)blk->u[k / 4][l][k % 4] - 128;
                         }
@@ -552,6 +580,8 @@ static Q8I_TARGET void Q8I_FN(q8i_tile_gemm)(int fk, int mr, const bc_gemm *g, c
         Q8I_FN(q8i_tile_rows)(FK_Q6K, mr, g, x0, rb, i0, p, np, nb);
     else if (fk == FK_Q5K)
         Q8I_FN(q8i_tile_rows)(FK_Q5K, mr, g, x0, rb, i0, p, np, nb);
+    else if (fk == FK_IQ4NL)
+        Q8I_FN(q8i_tile_rows)(FK_IQ4NL, mr, g, x0, rb, i0, p, np, nb);
     else
         Q8I_FN(q8i_tile_rows)(FK_Q8, mr, g, x0, rb, i0, p, np, nb);
 }
@@ -591,6 +621,8 @@ static Q8I_TARGET void Q8I_FN(q8i_part)(int fk, const bc_gemm *g, const unsigned
             Q8I_FN(q8i_decode)(FK_Q6K, g, xq, rb, n0, n, p0, p1, nb);
         else if (fk == FK_Q5K)
             Q8I_FN(q8i_decode)(FK_Q5K, g, xq, rb, n0, n, p0, p1, nb);
+        else if (fk == FK_IQ4NL)
+            Q8I_FN(q8i_decode)(FK_IQ4NL, g, xq, rb, n0, n, p0, p1, nb);
         else
             Q8I_FN(q8i_decode)(FK_Q8, g, xq, rb, n0, n, p0, p1, nb);
         return;

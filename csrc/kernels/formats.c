@@ -9,7 +9,8 @@
  * of 32 weights of one row: d = max|w| / 127, q = round(w / d) (half away from
  * zero) computed as round(w * (1/d)), d stored as an IEEE half; the weight is
  * then half(d) * q. q8_0i holds the same d and q, laid out for integer dot
- * products; q4_0i q4_0's, q5_0i q5_0's, q4_ki q4_k's, q6_ki q6_k's and q5_ki q5_k's likewise.
+ * products; q4_0i q4_0's, q5_0i q5_0's, q4_ki q4_k's, q6_ki q6_k's, q5_ki q5_k's and
+ * iq4_nli iq4_nl's likewise.
  * q4_1, q5_1 and q5_k are llama.cpp's reference quantisers too; iq4_nl, iq4_xs,
  * q2_k and q3_k blockc's simple rules (bc_engine.h), not llama.cpp's search. */
 #include <math.h>
@@ -971,6 +972,37 @@ static void q5k_unpack_row(float *out, const unsigned char *panel, size_t l, siz
     }
 }
 
+/* ---- iq4_nli: iq4_nl's blocks, each row's bytes 4 by 4 (bc_q4i_block) ---- */
+
+/* iq4_nl's rule (iq4nl_block), each row's 16 bytes then 4 by 4 */
+static void iq4nli_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                        size_t nk, size_t cols)
+{
+    bc_q4i_block *bl = (bc_q4i_block *)panel + k0 / 32;
+    for (size_t b = 0; b < nk; b += 32, bl++) {
+        const size_t n = nk - b < 32 ? nk - b : 32;
+        for (size_t l = 0; l < nl; l++) {
+            uint8_t q[16];
+            iq4nl_block(&bl->d[l], q, 1, tile + l * ld + b, n);
+            for (size_t j = 0; j < 16; j++)
+                bl->u[j / 4][l][j % 4] = q[j];
+        }
+    }
+}
+
+/* w = d kv[nibble], as iq4_nl's */
+static void iq4nli_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q4i_block *bl = (const bc_q4i_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q4i_block *b = bl + k / 32;
+        const size_t j = k % 16;
+        const int byte = b->u[j / 4][l][j % 4];
+        const int nib = k % 32 < 16 ? byte & 15 : byte >> 4;
+        out[k] = bc_half_to_f32(b->d[l]) * (float)bc_kvalues_iq4nl[nib];
+    }
+}
+
 /* ---- q5_ki: q5_k's super-blocks, each row's nibble and qh bytes 4 by 4 ---- */
 
 _Static_assert(sizeof(bc_q5ki_block) == 180 * PW, "bc_q5ki_block: 16 rows of 180 bytes");
@@ -1917,6 +1949,12 @@ static const bc_format formats[BC_NDTYPE] = {
                         .max_cols = BC_Q8_0I_MAX_COLS, .whole = 1, .group = BC_INTDOT_GROUP,
                         .ggml_type = BC_GGML_Q5_K, .integer = 1, .limit = LIMIT_K,
                         .from_ggml = q5ki_from_ggml, .to_ggml = q5ki_to_ggml},
+    /* (IQ4_NL's blocks move as Q4_0's: the same bytes) */
+    [BC_DTYPE_IQ4_NLI] = {.name = "iq4_nli", .block = 32, .block_bytes = 18, .check = q8_check,
+                          .pack = iq4nli_pack, .unpack_row = iq4nli_unpack_row,
+                          .max_cols = BC_Q8_0I_MAX_COLS, .group = BC_INTDOT_GROUP,
+                          .ggml_type = BC_GGML_IQ4_NL, .integer = 1, .limit = LIMIT_Q8,
+                          .from_ggml = q4i_from_ggml, .to_ggml = q4i_to_ggml},
 };
 
 /* (a value below BC_NDTYPE may have no row yet: its name is NULL) */
