@@ -31,7 +31,8 @@ from .quant import q8_0_blocks
 
 __all__ = ["quantise_rows", "fmaf", "linear_q8_0i", "linear_q4_0i", "linear_q5_0i",
            "linear_q4_ki", "linear_q6_ki", "linear_q5_ki", "q4_0_blocks", "q5_0_blocks",
-           "q4_k_blocks", "q5_k_blocks", "q6_k_blocks", "linear_iq4_nli"]
+           "q4_k_blocks", "q5_k_blocks", "q6_k_blocks", "linear_iq4_nli",
+           "linear_iq4_xsi"]
 
 F32 = np.float32
 _TINY = F32(1e-30)
@@ -195,6 +196,18 @@ def linear_iq4_nli(x, w, b: Optional[np.ndarray] = None,
     scale, ``q_w`` the signed value ``KVALUES_IQ4NL[nibble]``, -127..113)."""
     d, q = quant.iq4_nl_blocks(w)
     return _linear_int(x, d, ggml.KVALUES_IQ4NL[q].astype(np.int16), b, r)
+
+
+def linear_iq4_xsi(x, w, b: Optional[np.ndarray] = None,
+                   r: Optional[np.ndarray] = None) -> np.ndarray:
+    """y (n, out) = r + x (n, c) @ w (out, c)^T + b with w stored as iq4_xsi, as the C
+    library computes it: q8_0i's chain with sub-block j of super-block s as x's block 8s +
+    j, its scale ``d sc_j`` (exact in float32), ``q_w`` the signed value
+    ``KVALUES_IQ4NL[nibble]``."""
+    d, ls, q = quant.iq4_xs_blocks(w)
+    out = d.shape[0]
+    dw = (d[..., None] * ls.astype(F32)).astype(F32).reshape(out, -1)
+    return _linear_int(x, dw, ggml.KVALUES_IQ4NL[q].astype(np.int16).reshape(out, -1, 32), b, r)
 
 
 def _linear_k(x, d, dmin, sc, m, q, b, r) -> np.ndarray:

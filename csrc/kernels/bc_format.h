@@ -206,6 +206,23 @@ static inline int bc_q4ki_nibble(const bc_q4ki_block *b, size_t l, size_t w)
     return w / 32 % 2 ? v >> 4 : v & 15;
 }
 
+/* One super-block of an iq4_xsi panel: iq4_xs's scales (the same fields at the
+ * same offsets as bc_iq4xs_block), then its nibbles 4 bytes by 4 per row: u[g]
+ * bytes 4g..4g+3 of the rows' qs (sub-block g / 4, as an iq4_nli block's u[g % 4]) */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' super-block scales (IEEE halves) */
+    int8_t sc[8][BC_PANEL];     /* sc[j][row]: sub-block j's scale, -32..31 */
+    uint8_t u[32][BC_PANEL][4]; /* u[g][row][t] = byte 4g + t of the row's qs */
+} bc_iq4xsi_block;
+
+/* Weight w (0..255) of row l of an iq4_xsi super-block: its nibble, 0..15 */
+static inline int bc_iq4xsi_nibble(const bc_iq4xsi_block *b, size_t l, size_t w)
+{
+    const size_t byte = 16 * (w / 32) + w % 16;
+    const int v = b->u[byte / 4][l][byte % 4];
+    return w % 32 < 16 ? v & 15 : v >> 4;
+}
+
 /* One super-block of a q5_ki panel: q4_ki's super-block (the same fields at
  * the same offsets: its kernels read them as q4_ki's), then Q5_K's fifth bits 4
  * bytes by 4 per row as the nibbles: h[g] bytes 4g..4g+3 of the rows' Q5_K qh

@@ -192,6 +192,7 @@ typedef __m256i IV;
 #define FK_Q6K 4 /* q6_ki: q6_k's six bits (unsigned, q + 32) by sub-blocks of 16 */
 #define FK_Q5K 5 /* q5_ki: q4_ki's nibbles with q5_k's fifth bits (unsigned, 0..31) */
 #define FK_IQ4NL 6 /* iq4_nli: q4_0i's nibbles, each an index into kvalues_iq4nl (a byte shuffle) */
+#define FK_IQ4XS 7 /* iq4_xsi: iq4_nli's by sub-blocks of a super-block */
 
 /* Decoding prefetches each block's bytes this far ahead (a run's blocks lie in
  * the order the tile reads them, so the bytes ahead are the next ones it
@@ -204,14 +205,15 @@ static inline int fk_dtype(int fk)
 {
     return fk == FK_Q4 ? BC_DTYPE_Q4_0I : fk == FK_Q5 ? BC_DTYPE_Q5_0I
          : fk == FK_Q4K ? BC_DTYPE_Q4_KI : fk == FK_Q6K ? BC_DTYPE_Q6_KI
-         : fk == FK_Q5K ? BC_DTYPE_Q5_KI : fk == FK_IQ4NL ? BC_DTYPE_IQ4_NLI : BC_DTYPE_Q8_0I;
+         : fk == FK_Q5K ? BC_DTYPE_Q5_KI : fk == FK_IQ4NL ? BC_DTYPE_IQ4_NLI
+         : fk == FK_IQ4XS ? BC_DTYPE_IQ4_XSI : BC_DTYPE_Q8_0I;
 }
 
 /* x's blocks of 32 per block of the format: 8 for the super-blocks of 256
  * (q4_ki, q6_ki, q5_ki: a block function of their own, a run's panels one at a time) */
 static inline size_t fk_x_blocks(int fk)
 {
-    return fk == FK_Q4K || fk == FK_Q6K || fk == FK_Q5K ? 8 : 1;
+    return fk == FK_Q4K || fk == FK_Q6K || fk == FK_Q5K || fk == FK_IQ4XS ? 8 : 1;
 }
 
 /* bytes of one block of a panel (its 16 rows) */
@@ -219,7 +221,8 @@ static inline size_t fk_block_bytes(int fk)
 {
     return fk == FK_Q4 || fk == FK_IQ4NL ? sizeof(bc_q4i_block) : fk == FK_Q5 ? sizeof(bc_q5i_block)
          : fk == FK_Q4K ? sizeof(bc_q4ki_block) : fk == FK_Q6K ? sizeof(bc_q6ki_block)
-         : fk == FK_Q5K ? sizeof(bc_q5ki_block) : sizeof(bc_q8i_block);
+         : fk == FK_Q5K ? sizeof(bc_q5ki_block) : fk == FK_IQ4XS ? sizeof(bc_iq4xsi_block)
+         : sizeof(bc_q8i_block);
 }
 
 #if BC_SIMD == 512
@@ -346,6 +349,13 @@ static void xq_part_iq4_nli(const bc_gemm *g, const unsigned char *xq, size_t n0
                             size_t o0, size_t o1)
 {
     xq_part_int(FK_IQ4NL, g, xq, n0, n1, o0, o1);
+}
+
+// y (N,OC) rows [n0,n1), columns [o0,o1); xq rows n0.. quantised; w (OC,C) iq4_xsi panels
+static void xq_part_iq4_xsi(const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1,
+                            size_t o0, size_t o1)
+{
+    xq_part_int(FK_IQ4XS, g, xq, n0, n1, o0, o1);
 }
 
 // y (N,OC) rows [n0,n1), columns [o0,o1); xq rows n0.. quantised; w (OC,C) q5_ki panels

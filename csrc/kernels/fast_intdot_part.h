@@ -256,6 +256,75 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q4ki_block)(const int fk, const int mr, const i
     }
 }
 
+/* Super-block S of NB iq4_xsi panels (bc_iq4xsi_block), rows 0..mr-1 of x: for
+ * each sub-block j (x block b = 8S + j), its integer sums as iq4_nli's (each
+ * nibble's value by a byte shuffle: + 128 and corrected by s for vpdpbusd,
+ * signed for pmaddubsw), then f = fma((float)isum, (d sc_j) d_x, f), per panel
+ * vector as q8i_block's. */
+BC_INLINE Q8I_TARGET void Q8I_FN(iq4xsi_block)(const int mr, const int NB, const int spl, V *f,
+                                               size_t fs, const unsigned char *const *blk,
+                                               const int8_t *const *xr, const float *const *xd,
+                                               const int32_t *const *xs, size_t S)
+{
+    const IV low = IV_SET1(0x0F0F0F0F);
+    const IV kv = IV_TABLE(Q8I_DP ? bc_kvalues_iq4nl_u8 : (const uint8_t *)bc_kvalues_iq4nl);
+    V dv[QN * VPP];
+    BC_UNROLL
+    for (int t = 0; t < NB * VPP; t++)
+        dv[t] = vload_half(((const bc_iq4xsi_block *)blk[t / VPP])->d + t % VPP * VL);
+    BC_NO_UNROLL
+    for (int j = 0; j < 8; j++) {
+        const size_t b = 8 * S + (size_t)j;
+        IV acc[QR][QN * VPP], acc2[QR][QN * VPP];
+        BC_UNROLL
+        for (int i = 0; i < mr; i++)
+            BC_UNROLL
+            for (int t = 0; t < NB * VPP; t++) {
+                acc[i][t] = IV_SET1(Q8I_DP ? xs[i][b] : 0);
+                acc2[i][t] = IV_SET1(0);
+            }
+        BC_UNROLL
+        for (int g = 0; g < 4; g++) {
+            IV wl[QN * VPP], wh[QN * VPP];
+            BC_UNROLL
+            for (int t = 0; t < NB * VPP; t++) {
+                const IV raw = IV_LOAD(((const bc_iq4xsi_block *)blk[t / VPP])->u[4 * j + g][t % VPP * VL]);
+                wl[t] = IV_LUT(kv, IV_AND(raw, low));
+                wh[t] = IV_LUT(kv, IV_AND(IV_SRL4(raw), low));
+            }
+            BC_UNROLL
+            for (int i = 0; i < mr; i++) {
+                const IV xl = IV_SET1(ld32(xr[i] + b * 32 + (size_t)g * 4));
+                const IV xh = IV_SET1(ld32(xr[i] + b * 32 + 16 + (size_t)g * 4));
+                BC_UNROLL
+                for (int t = 0; t < NB * VPP; t++) {
+#if Q8I_DP
+                    acc[i][t] = IV_DOT(acc[i][t], wl[t], xl);
+                    if (spl)
+                        acc2[i][t] = IV_DOT(acc2[i][t], wh[t], xh);
+                    else
+                        acc[i][t] = IV_DOT(acc[i][t], wh[t], xh);
+#else
+                    acc[i][t] = IV_DOTS(acc[i][t], wl[t], xl);
+                    acc[i][t] = IV_DOTS(acc[i][t], wh[t], xh);
+#endif
+                }
+            }
+        }
+        BC_UNROLL
+        for (int t = 0; t < NB * VPP; t++) {
+            const bc_iq4xsi_block *k = (const bc_iq4xsi_block *)blk[t / VPP];
+            const V dsc = vmul(dv[t], vload_i8(k->sc[j] + t % VPP * VL));  /* exact */
+            BC_UNROLL
+            for (int i = 0; i < mr; i++) {
+                V *fi = &f[(size_t)i * fs + (size_t)t];
+                const IV a = spl ? IV_ADD(acc[i][t], acc2[i][t]) : acc[i][t];
+                *fi = vfma(IV_FLOAT(a), vmul(dsc, vset1(xd[i][b])), *fi);
+            }
+        }
+    }
+}
+
 /* Super-block S of NB q6_ki panels (bc_q6ki_block), rows 0..mr-1 of x: x block
  * b = 8S + k holds sub-blocks 2k and 2k + 1 (16 weights each); each weight's
  * six bits (0..63) made in integer lanes from its nibble of ql and its two
@@ -380,6 +449,8 @@ BC_INLINE Q8I_TARGET void Q8I_FN(int_block)(const int fk, const int mr, const in
         Q8I_FN(q4ki_block)(fk, mr, NB, spl, f, fs, blk, xr, xd, xs, b);
     else if (fk == FK_Q6K)
         Q8I_FN(q6ki_block)(mr, NB, f, fs, blk, xr, xd, s16, b);
+    else if (fk == FK_IQ4XS)
+        Q8I_FN(iq4xsi_block)(mr, NB, spl, f, fs, blk, xr, xd, xs, b);
     else
         Q8I_FN(q8i_block)(fk, mr, NB, spl, f, fs, blk, xr, xd, xs, b);
 }
@@ -488,6 +559,19 @@ BC_INLINE void Q8I_FN(q8i_tile)(const int fk, const int gemm, const int mr, cons
                     f[l] = acc;
                     continue;
                 }
+                if (fk == FK_IQ4XS) {
+                    for (size_t b = 0; b < nb; b++) {  /* sub-block b % 8 of super-block b / 8 */
+                        const bc_iq4xsi_block *k = (const bc_iq4xsi_block *)(org[q] + b / 8 * st[q]);
+                        const size_t j = b % 8;
+                        int32_t isum = 0;
+                        for (size_t i = 0; i < 32; i++)
+                            isum += bc_kvalues_iq4nl[bc_iq4xsi_nibble(k, l, 32 * j + i)] * xr[b * 32 + i];
+                        const float dsc = bc_half_to_f32(k->d[l]) * (float)k->sc[j][l];
+                        acc = fmaf((float)isum, dsc * xd[b], acc);
+                    }
+                    f[l] = acc;
+                    continue;
+                }
                 if (fk == FK_Q4K || fk == FK_Q5K) {
                     for (size_t b = 0; b < nb; b++) {  /* sub-block b % 8 of super-block b / 8 */
                         const bc_q4ki_block *k = (const bc_q4ki_block *)(org[q] + b / 8 * st[q]);
@@ -582,6 +666,8 @@ static Q8I_TARGET void Q8I_FN(q8i_tile_gemm)(int fk, int mr, const bc_gemm *g, c
         Q8I_FN(q8i_tile_rows)(FK_Q5K, mr, g, x0, rb, i0, p, np, nb);
     else if (fk == FK_IQ4NL)
         Q8I_FN(q8i_tile_rows)(FK_IQ4NL, mr, g, x0, rb, i0, p, np, nb);
+    else if (fk == FK_IQ4XS)
+        Q8I_FN(q8i_tile_rows)(FK_IQ4XS, mr, g, x0, rb, i0, p, np, nb);
     else
         Q8I_FN(q8i_tile_rows)(FK_Q8, mr, g, x0, rb, i0, p, np, nb);
 }
@@ -623,6 +709,8 @@ static Q8I_TARGET void Q8I_FN(q8i_part)(int fk, const bc_gemm *g, const unsigned
             Q8I_FN(q8i_decode)(FK_Q5K, g, xq, rb, n0, n, p0, p1, nb);
         else if (fk == FK_IQ4NL)
             Q8I_FN(q8i_decode)(FK_IQ4NL, g, xq, rb, n0, n, p0, p1, nb);
+        else if (fk == FK_IQ4XS)
+            Q8I_FN(q8i_decode)(FK_IQ4XS, g, xq, rb, n0, n, p0, p1, nb);
         else
             Q8I_FN(q8i_decode)(FK_Q8, g, xq, rb, n0, n, p0, p1, nb);
         return;

@@ -9,8 +9,8 @@
  * of 32 weights of one row: d = max|w| / 127, q = round(w / d) (half away from
  * zero) computed as round(w * (1/d)), d stored as an IEEE half; the weight is
  * then half(d) * q. q8_0i holds the same d and q, laid out for integer dot
- * products; q4_0i q4_0's, q5_0i q5_0's, q4_ki q4_k's, q6_ki q6_k's, q5_ki q5_k's and
- * iq4_nli iq4_nl's likewise.
+ * products; q4_0i q4_0's, q5_0i q5_0's, q4_ki q4_k's, q6_ki q6_k's, q5_ki q5_k's,
+ * iq4_nli iq4_nl's and iq4_xsi iq4_xs's likewise.
  * q4_1, q5_1 and q5_k are llama.cpp's reference quantisers too; iq4_nl, iq4_xs,
  * q2_k and q3_k blockc's simple rules (bc_engine.h), not llama.cpp's search. */
 #include <math.h>
@@ -1003,6 +1003,38 @@ static void iq4nli_unpack_row(float *out, const unsigned char *panel, size_t l, 
     }
 }
 
+/* ---- iq4_xsi: iq4_xs's super-blocks, each row's qs bytes 4 by 4 ---------- */
+
+_Static_assert(sizeof(bc_iq4xsi_block) == 138 * PW, "bc_iq4xsi_block: 16 rows of 138 bytes");
+_Static_assert(offsetof(bc_iq4xsi_block, u) == offsetof(bc_iq4xs_block, q),
+               "bc_iq4xsi_block: iq4_xs's scales where iq4_xs has them");
+
+/* iq4_xs's super-block (one chunk of 256 columns: a grouped format's pack sees one) */
+static void iq4xsi_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                        size_t nk, size_t cols)
+{
+    bc_iq4xs_block k;
+    memset(&k, 0, sizeof k);
+    iq4xs_pack((unsigned char *)&k, tile, ld, nl, 0, nk, 256);
+    bc_iq4xsi_block *b = (bc_iq4xsi_block *)panel + k0 / 256;
+    memcpy(b, &k, offsetof(bc_iq4xs_block, q));
+    for (size_t l = 0; l < nl; l++)
+        for (size_t i = 0; i < 128; i++)
+            b->u[i / 4][l][i % 4] = k.q[i][l];
+}
+
+/* w = (d sc) kv[nibble], as iq4_xs's */
+static void iq4xsi_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_iq4xsi_block *bl = (const bc_iq4xsi_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_iq4xsi_block *b = bl + k / 256;
+        const size_t t = k % 256;
+        const float s = bc_half_to_f32(b->d[l]) * (float)b->sc[t / 32][l];
+        out[k] = s * (float)bc_kvalues_iq4nl[bc_iq4xsi_nibble(b, l, t)];
+    }
+}
+
 /* ---- q5_ki: q5_k's super-blocks, each row's nibble and qh bytes 4 by 4 ---- */
 
 _Static_assert(sizeof(bc_q5ki_block) == 180 * PW, "bc_q5ki_block: 16 rows of 180 bytes");
@@ -1666,6 +1698,37 @@ static void iq4xs_to_ggml(unsigned char *dst, const unsigned char *panel, size_t
     }
 }
 
+/* IQ4_XS <-> iq4_xsi (through iq4_xs's block of the row: the same bits) */
+static void iq4xsi_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                             size_t nk)
+{
+    bc_iq4xsi_block *bl = (bc_iq4xsi_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, src += 136) {
+        bc_iq4xs_block k;
+        iq4xs_from_ggml((unsigned char *)&k, src, l, 0, 256);
+        bl[b].d[l] = k.d[l];
+        for (size_t j = 0; j < 8; j++)
+            bl[b].sc[j][l] = k.sc[j][l];
+        for (size_t i = 0; i < 128; i++)
+            bl[b].u[i / 4][l][i % 4] = k.q[i][l];
+    }
+}
+
+static void iq4xsi_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                           size_t nk)
+{
+    const bc_iq4xsi_block *bl = (const bc_iq4xsi_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, dst += 136) {
+        bc_iq4xs_block k;
+        k.d[l] = bl[b].d[l];
+        for (size_t j = 0; j < 8; j++)
+            k.sc[j][l] = bl[b].sc[j][l];
+        for (size_t i = 0; i < 128; i++)
+            k.q[i][l] = bl[b].u[i / 4][l][i % 4];
+        iq4xs_to_ggml(dst, (const unsigned char *)&k, l, 0, 256);
+    }
+}
+
 /* Q6_K (ql[128], qh[64], int8 scales[16], d: 210 bytes) <-> q6_k (each six-bit
  * value widened to a byte, less 32: bc_q6k_where says where its bits lie) and
  * q6_ki (the file's ql and qh 4 bytes by 4) */
@@ -1955,6 +2018,12 @@ static const bc_format formats[BC_NDTYPE] = {
                           .max_cols = BC_Q8_0I_MAX_COLS, .group = BC_INTDOT_GROUP,
                           .ggml_type = BC_GGML_IQ4_NL, .integer = 1, .limit = LIMIT_Q8,
                           .from_ggml = q4i_from_ggml, .to_ggml = q4i_to_ggml},
+    [BC_DTYPE_IQ4_XSI] = {.name = "iq4_xsi", .block = 256, .block_bytes = 138,
+                          .check = q8_check, .pack = iq4xsi_pack,
+                          .unpack_row = iq4xsi_unpack_row, .max_cols = BC_Q8_0I_MAX_COLS,
+                          .whole = 1, .group = BC_INTDOT_GROUP, .ggml_type = BC_GGML_IQ4_XS,
+                          .integer = 1, .limit = LIMIT_IQ4XS, .from_ggml = iq4xsi_from_ggml,
+                          .to_ggml = iq4xsi_to_ggml},
 };
 
 /* (a value below BC_NDTYPE may have no row yet: its name is NULL) */
