@@ -348,11 +348,11 @@ static void linear_checks(size_t n, size_t c, size_t oc)
         const int dt = DTYPES[k];
         if (!fits(dt, c))
             continue;
-        /* q8_0i's 8-bit activations: about 1e-2 of each product's magnitude;
-         * bfloat16i's rounded ones 2^-9 */
-        const float tol = dt == BC_DTYPE_Q8_0I || dt == BC_DTYPE_Q4_0I || dt == BC_DTYPE_Q5_0I ||
-                          dt == BC_DTYPE_Q4_KI || dt == BC_DTYPE_Q6_KI ? 2e-2f
-                        : dt == BC_DTYPE_BF16I ? 4e-3f : 1e-4f;
+        /* the integer formats' (q8_0i's, ...) 8-bit activations: about 1e-2 of each
+         * product's magnitude; bfloat16i's rounded ones 2^-9 */
+        bc_dtype_traits tr;
+        EXPECT_STATUS(BC_OK, bc_dtype_traits_of(&tr, dt));
+        const float tol = tr.integer ? 2e-2f : dt == BC_DTYPE_BF16I ? 4e-3f : 1e-4f;
         const size_t nb = packed(dt, oc, c);
         unsigned char *p = h_alloc_bytes(nb);
         EXPECT_STATUS(BC_OK, bc_pack(p, nb, w, dt, oc, c));
