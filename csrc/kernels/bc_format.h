@@ -282,7 +282,7 @@ typedef struct {
     uint16_t u[BC_PANEL][2];
 } bc_bf16i_pair;
 
-/* q8_0i's, q4_0i's, q5_0i's, q4_ki's, q6_ki's and q5_ki's panels interleave 4 by 4, block by block
+/* the integer formats' panels (q8_0i's ... iq4_xsi's) interleave 4 by 4, block by block
  * (bc_format_panel_at): a decoding tile takes whole runs (fast_intdot.h) and
  * reads each block of its panels in turn, one stretch of memory */
 #define BC_INTDOT_GROUP 4

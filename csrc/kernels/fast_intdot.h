@@ -1,5 +1,5 @@
-/* fast_intdot.h: q8_0i, q4_0i, q5_0i, q4_ki, q6_ki and q5_ki: q8_0's, q4_0's, q5_0's, q4_k's,
- * q6_k's and q5_k's weights multiplied by integer dot products
+/* fast_intdot.h: q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki, iq4_nli and iq4_xsi: q8_0's, q4_0's,
+ * q5_0's, q4_k's, q6_k's, q5_k's, iq4_nl's and iq4_xs's weights multiplied by integer dot products
  * (part of the kernel template, fast_tmpl.h: included once per instruction
  * set, after fast_linear.h; its entry of the kernel table's wf is in
  * fast_formats.h). A product quantises each row of x once (xq_rows_q8: 8 bits

@@ -1,4 +1,5 @@
-/* fast_intdot_part.h: q8_0i's, q4_0i's, q5_0i's, q4_ki's, q6_ki's and q5_ki's tiles and their walk over a product
+/* fast_intdot_part.h: the integer formats' tiles (q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki,
+ * iq4_nli, iq4_xsi) and their walk over a product
  * (part of fast_intdot.h, which includes it once per way of forming the
  * integer sums: Q8I_FN names the copy, Q8I_TARGET its instruction-set
  * attribute, Q8I_DP on AVX2 selects AVX-VNNI's vpdpbusd over pmaddubsw). Every
