@@ -1,4 +1,5 @@
-"""Benchmark: q8_0i's integer products against q8_0's float ones, one thread.
+"""Benchmark: an integer format's products against its exact twin's (q8_0i against q8_0 by
+default; --pair q5_k,q5_ki ...), one thread.
 
 blockc.ops.linear on packed weights of SmolLM2-135M's MLP shapes (576 -> 1536,
 1536 -> 576) and its tied head (576 -> 49,152), q8_0 (every int8 weight
@@ -14,9 +15,11 @@ AVX-512 VNNI, pmaddubsw on AVX2), each instruction set forced in turn:
 Times are the calling thread's CPU time (time.thread_time: a neighbour taking
 the core does not count), best of --rounds, the engines alternating. The
 relative RMS error of each against the exact product (float64, the same int8
-weights, the exact activation) says what q8_0i trades.
+weights, the exact activation) says what q8_0i trades. --pair names another exact
+format and its integer twin (the same weights: q5_k,q5_ki, iq4_nl,iq4_nli, ...);
+formats of whole super-blocks of 256 run on 768 -> 2048, 2048 -> 768 and 768 -> 49,152.
 
-    python benches/bench_intdot.py [--rounds 5] [--copies 8]
+    python benches/bench_intdot.py [--rounds 5] [--copies 8] [--pair q5_k,q5_ki]
 """
 from __future__ import annotations
 
@@ -29,10 +32,12 @@ import numpy as np
 
 import blockc
 from blockc import ops
-from blockc.reference import quant
+from blockc._enums import FORMATS
 from machine import cpu_info  # noqa: E402
 
 SHAPES = ((576, 1536), (1536, 576), (576, 49152))
+#: the same roles for formats whose rows are whole super-blocks of 256
+SHAPES_256 = ((768, 2048), (2048, 768), (768, 49152))
 
 
 def _time(fn, reps: int) -> float:
@@ -47,7 +52,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--copies", type=int, default=8, help="MLP matrices streamed in turn (8)")
+    ap.add_argument("--pair", default="q8_0,q8_0i",
+                    help="an exact format and its integer twin (q8_0,q8_0i)")
     args = ap.parse_args(argv)
+    plain, integer = args.pair.split(",")
+    if FORMATS[integer].ggml_type != FORMATS[plain].ggml_type or not FORMATS[integer].integer:
+        ap.error(f"--pair: {integer} is not the integer twin of {plain}")
+    shapes = SHAPES_256 if FORMATS[integer].whole else SHAPES
+    wbytes = FORMATS[plain].block_bytes / FORMATS[plain].block  # the file's bytes: the same
     blockc.set_num_threads(1)
     have = blockc.runtime.ISAS.index(blockc.best_isa())
     isas = [i for i in ("avx2", "avx512") if blockc.runtime.ISAS.index(i) <= have] or ["generic"]
@@ -57,13 +69,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     rng = np.random.default_rng(0)
     best: Dict[Tuple, float] = {}
     err: Dict[Tuple, float] = {}
-    for c, oc in SHAPES:
+    for c, oc in shapes:
         n = args.copies if oc * c < 4_000_000 else 1
         ws = [(rng.standard_normal((oc, c)) * 0.05).astype(np.float32) for _ in range(n)]
-        packs = {dt: [ops.pack(w, dt) for w in ws] for dt in ("q8_0", "q8_0i")}
+        packs = {dt: [ops.pack(w, dt) for w in ws] for dt in (plain, integer)}
         x1 = rng.standard_normal((1, c)).astype(np.float32)
         xp = rng.standard_normal((128, c)).astype(np.float32)
-        exact = xp.astype(np.float64) @ quant.q8_0(ws[0]).T.astype(np.float64)
+        exact = xp.astype(np.float64) @ packs[plain][0].unpack().T.astype(np.float64)
         for dt in packs:
             got = ops.linear(xp, packs[dt][0]).astype(np.float64)
             err[(c, oc, dt)] = float(np.sqrt(np.mean((got - exact) ** 2) / np.mean(exact ** 2)))
@@ -80,23 +92,24 @@ def main(argv: Optional[List[str]] = None) -> int:
     blockc.set_num_threads(0)
     print(f"one thread, best of {args.rounds} rounds (thread CPU time); decode: GB/s of "
           f"weights ({args.copies} MLP matrices in turn), prefill: Gop/s at M = 128")
-    print("| shape | M | ISA | q8_0 | q8_0i | q8_0i / q8_0 |")
+    print(f"| shape | M | ISA | {plain} | {integer} | {integer} / {plain} |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for c, oc in SHAPES:
+    for c, oc in shapes:
         for m in (1, 128):
             for isa in isas:
-                a, b = best[(c, oc, m, isa, "q8_0")], best[(c, oc, m, isa, "q8_0i")]
+                a, b = best[(c, oc, m, isa, plain)], best[(c, oc, m, isa, integer)]
                 if m == 1:
-                    fa, fb = (oc * c * 34 / 32 / t / 1e9 for t in (a, b))
+                    fa, fb = (oc * c * wbytes / t / 1e9 for t in (a, b))
                     unit = "GB/s"
                 else:
                     fa, fb = (2 * m * c * oc / t / 1e9 for t in (a, b))
                     unit = "Gop/s"
                 print(f"| {c} -> {oc} | {m} | {isa} | {fa:.1f} {unit} | {fb:.1f} {unit} | {a / b:.2f}x |")
     print()
-    print("relative RMS error against the exact product (float64, same int8 weights, exact x):")
-    for c, oc in SHAPES:
-        print(f"  {c} -> {oc}: q8_0 {err[(c, oc, 'q8_0')]:.1e}, q8_0i {err[(c, oc, 'q8_0i')]:.1e}")
+    print("relative RMS error against the exact product (float64, same weights, exact x):")
+    for c, oc in shapes:
+        print(f"  {c} -> {oc}: {plain} {err[(c, oc, plain)]:.1e}, "
+              f"{integer} {err[(c, oc, integer)]:.1e}")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
     return 0
 

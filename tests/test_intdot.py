@@ -1,5 +1,5 @@
-"""q8_0i, q4_0i, q5_0i, q4_ki and q6_ki: q8_0's, q4_0's, q5_0's, q4_k's and q6_k's weights
-multiplied by integer dot products on 8-bit activations (the model tests also bfloat16i's, test_bf16dot.py).
+"""q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki, iq4_nli and iq4_xsi: q8_0's, q4_0's, q5_0's,
+q4_k's, q6_k's, q5_k's, iq4_nl's and iq4_xs's weights multiplied by integer dot products on 8-bit activations (the model tests also bfloat16i's, test_bf16dot.py).
 
 The C kernels against the NumPy oracle (blockc.reference.intdot) bit for bit on
 every instruction set; the same bits for any number of rows, threads, cached or
@@ -14,15 +14,17 @@ from helpers import bits, mean_kl, rnd
 
 import blockc
 from blockc import GPT, GPTConfig, ops
-from blockc.reference import intdot, quant
+from blockc.checkpoint.gguf import GGUF_DTYPES
+from blockc.reference import ggml, intdot, quant
 
 ISAS = ("generic", "avx2", "avx512")
 #: each integer format, its oracle product and the float format of its weights
 INT = {"q8_0i": (intdot.linear_q8_0i, "q8_0"), "q4_0i": (intdot.linear_q4_0i, "q4_0"),
        "q5_0i": (intdot.linear_q5_0i, "q5_0"), "q4_ki": (intdot.linear_q4_ki, "q4_k"),
-       "q6_ki": (intdot.linear_q6_ki, "q6_k")}
-#: the formats whose rows are whole blocks (q4_ki, q6_ki: super-blocks of 256)
-WHOLE = {"q4_ki": 256, "q6_ki": 256}
+       "q6_ki": (intdot.linear_q6_ki, "q6_k"), "q5_ki": (intdot.linear_q5_ki, "q5_k"),
+       "iq4_nli": (intdot.linear_iq4_nli, "iq4_nl"), "iq4_xsi": (intdot.linear_iq4_xsi, "iq4_xs")}
+#: the formats whose rows are whole blocks (q4_ki, q6_ki, q5_ki, iq4_xsi: super-blocks of 256)
+WHOLE = {"q4_ki": 256, "q6_ki": 256, "q5_ki": 256, "iq4_xsi": 256}
 #: every format on x rounded once per product (bfloat16i: test_bf16dot.py), and the format
 #: of its weights
 ROUNDED = {**{fmt: plain for fmt, (_, plain) in INT.items()}, "bfloat16i": "bfloat16"}
@@ -156,6 +158,45 @@ def test_q4_kis_weights_are_q4_ks_and_its_blocks_the_oracles():
     np.testing.assert_array_equal(bits(got), bits(quant.q4_k(w)))
 
 
+def test_q5_kis_weights_are_q5_ks_and_its_blocks_the_oracles():
+    w = rnd(40, 512, seed=16)
+    w[3, :32] = 0.0
+    w[5, 256:288] *= np.float32(1e-30)
+    np.testing.assert_array_equal(bits(ops.pack(w, "q5_ki").unpack()), bits(quant.q5_k(w)))
+    np.testing.assert_array_equal(ops.pack(w, "q5_ki").unpack(), ops.pack(w, "q5_k").unpack())
+    d, dmin, sc, m, q = intdot.q5_k_blocks(w)  # the oracle's blocks: the weights it multiplies
+    assert q.max() > 15  # (fifth bits set: the test sees them)
+    ds = (d[..., None] * sc.astype(np.float32)).astype(np.float32)[..., None]
+    dm = (dmin[..., None] * m.astype(np.float32)).astype(np.float32)[..., None]
+    got = ((ds * q.astype(np.float32)).astype(np.float32) - dm).reshape(40, 512)
+    np.testing.assert_array_equal(bits(got), bits(quant.q5_k(w)))
+
+
+def test_iq4_nlis_weights_are_iq4_nls_and_its_blocks_the_oracles():
+    w = rnd(40, 300, seed=17)
+    w[3, :32] = 0.0
+    w[5, 32:64] *= np.float32(1e-30)
+    np.testing.assert_array_equal(bits(ops.pack(w, "iq4_nli").unpack()), bits(quant.iq4_nl(w)))
+    np.testing.assert_array_equal(ops.pack(w, "iq4_nli").unpack(), ops.pack(w, "iq4_nl").unpack())
+    d, q = quant.iq4_nl_blocks(w)  # the oracle's blocks: the weights it multiplies
+    assert q.min() == 0 and q.max() == 15  # (every end of the codebook)
+    got = (d[..., None] * ggml.KVALUES_IQ4NL[q].astype(np.float32)).reshape(40, -1)[:, :300]
+    np.testing.assert_array_equal(bits(got), bits(quant.iq4_nl(w)))
+
+
+def test_iq4_xsis_weights_are_iq4_xss_and_its_blocks_the_oracles():
+    w = rnd(40, 512, seed=18)
+    w[3, :32] = 0.0
+    w[5, 256:288] *= np.float32(1e-30)
+    np.testing.assert_array_equal(bits(ops.pack(w, "iq4_xsi").unpack()), bits(quant.iq4_xs(w)))
+    np.testing.assert_array_equal(ops.pack(w, "iq4_xsi").unpack(), ops.pack(w, "iq4_xs").unpack())
+    d, ls, q = quant.iq4_xs_blocks(w)  # the oracle's blocks: the weights it multiplies
+    assert ls.min() < 0 < ls.max()
+    dl = (d[..., None] * ls.astype(np.float32)).astype(np.float32)[..., None]
+    got = (dl * ggml.KVALUES_IQ4NL[q].astype(np.float32)).astype(np.float32).reshape(40, 512)
+    np.testing.assert_array_equal(bits(got), bits(quant.iq4_xs(w)))
+
+
 def test_q6_kis_weights_are_q6_ks_and_its_blocks_the_oracles():
     w = rnd(40, 512, seed=15)
     w[3, :16] = 0.0
@@ -229,39 +270,46 @@ def test_accuracy_budget_mean_kl_from_float32():
     (bfloat16 2.5e-5). Budget: q8_0 <= 5e-4, q8_0i <= 1e-3 and at most 3x q8_0's
     (what the 8-bit activations trade), and more than q8_0's (they do cost); q4_0i
     within 10% of q4_0's (its 4-bit weights dominate the error: measured 0.0634 and
-    0.0636), q5_0i of q5_0's likewise (0.0181 and 0.0183)."""
+    0.0636), q5_0i of q5_0's likewise (0.0181 and 0.0183), iq4_nli of iq4_nl's likewise
+    (0.0652 and 0.0651)."""
     base = GPT.random(LLAMA, seed=11)
     sd = {k: (v * np.float32(5.0) if v.ndim == 2 else v) for k, v in base.state_dict().items()}
     m = GPT.from_state_dict(sd, LLAMA)
     ids = np.random.default_rng(12).integers(0, LLAMA.vocab, size=(3, 48))
     ref = m(ids)
     kl = {dt: mean_kl(ref, m.astype(dt)(ids))
-          for dt in ("q8_0", "q8_0i", "q4_0", "q4_0i", "q5_0", "q5_0i")}
+          for dt in ("q8_0", "q8_0i", "q4_0", "q4_0i", "q5_0", "q5_0i", "iq4_nl", "iq4_nli")}
     assert kl["q8_0"] <= 5e-4, kl
     assert kl["q8_0i"] <= 1e-3, kl
     assert kl["q8_0"] < kl["q8_0i"] <= 3 * kl["q8_0"], kl
     assert kl["q4_0i"] <= 1.1 * kl["q4_0"], kl
     assert kl["q5_0i"] <= 1.1 * kl["q5_0"], kl
+    assert kl["iq4_nli"] <= 1.1 * kl["iq4_nl"], kl
 
 
 def test_k_quant_integer_formats_accuracy_budget():
-    """q4_ki (q6_ki) multiplies q4_k's (q6_k's) weights by 8-bit activations: on the
-    widened small Llama (weights of std 0.1, 3 x 48 tokens) mean KL from float32: q4_ki
-    within 10% of q4_k's (measured 0.2454 and 0.2458: the 4-bit weights dominate), q6_ki
-    above q6_k's and at most twice it (measured 0.0191 and 0.0179; q8_0 0.0018, q8_0i
-    0.0024 on this model)."""
+    """q4_ki (q6_ki, q5_ki) multiplies q4_k's (q6_k's, q5_k's) weights by 8-bit
+    activations: on the widened small Llama (weights of std 0.1, 3 x 48 tokens) mean KL
+    from float32: q4_ki within 10% of q4_k's (measured 0.2454 and 0.2458: the 4-bit
+    weights dominate), q6_ki above q6_k's and at most twice it (measured 0.0191 and
+    0.0179; q8_0 0.0018, q8_0i 0.0024 on this model), q5_ki within 10% of q5_k's
+    (measured 0.0640 and 0.0643), iq4_xsi of iq4_xs's (0.3087 and 0.3078)."""
     cfg = WIDE[id(LLAMA)]
     base = GPT.random(cfg, seed=11)
     sd = {k: (v * np.float32(5.0) if v.ndim == 2 else v) for k, v in base.state_dict().items()}
     m = GPT.from_state_dict(sd, cfg)
     ids = np.random.default_rng(12).integers(0, cfg.vocab, size=(3, 48))
     ref = m(ids)
-    kl = {dt: mean_kl(ref, m.astype(dt)(ids)) for dt in ("q4_k", "q4_ki", "q6_k", "q6_ki")}
+    kl = {dt: mean_kl(ref, m.astype(dt)(ids))
+          for dt in ("q4_k", "q4_ki", "q6_k", "q6_ki", "q5_k", "q5_ki", "iq4_xs", "iq4_xsi")}
     assert kl["q4_ki"] <= 1.1 * kl["q4_k"], kl
     assert kl["q6_k"] < kl["q6_ki"] <= 2 * kl["q6_k"], kl
+    assert kl["q5_ki"] <= 1.1 * kl["q5_k"], kl
+    assert kl["iq4_xsi"] <= 1.1 * kl["iq4_xs"], kl
 
 
-@pytest.mark.parametrize("fmt", list(INT))
+# (the formats whose GGUF type save_gguf writes; IQ4_NL and IQ4_XS files: test_gguf_model.py)
+@pytest.mark.parametrize("fmt", [f for f in INT if INT[f][1].upper() in GGUF_DTYPES])
 def test_gguf_files_load_as_the_integer_format_with_their_very_blocks(tmp_path, fmt):
     plain_fmt = INT[fmt][1]
     m = GPT.random(_cfg(LLAMA, fmt), seed=5, dtype=fmt)

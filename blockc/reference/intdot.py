@@ -1,6 +1,6 @@
-"""The NumPy oracle of q8_0i, q4_0i, q5_0i, q4_ki and q6_ki: q8_0's (q4_0's, q5_0's, q4_k's,
-q6_k's) weights multiplied by integer dot products (q4_ki's and q6_ki's chains:
-:func:`linear_q4_ki`, :func:`linear_q6_ki`).
+"""The NumPy oracle of q8_0i, q4_0i, q5_0i, q4_ki, q6_ki and q5_ki: q8_0's (q4_0's, q5_0's,
+q4_k's, q6_k's, q5_k's) weights multiplied by integer dot products (q4_ki's, q5_ki's and
+q6_ki's chains: :func:`linear_q4_ki`, :func:`linear_q5_ki`, :func:`linear_q6_ki`).
 
 A product quantises each row of x per block of 32 columns (the last one
 zero-padded): ``a = max|x|`` (float32), ``d_x = a / 127`` and
@@ -26,11 +26,13 @@ from typing import Optional, Tuple
 import numpy as np
 
 from . import ggml
+from . import quant
 from .quant import q8_0_blocks
 
 __all__ = ["quantise_rows", "fmaf", "linear_q8_0i", "linear_q4_0i", "linear_q5_0i",
-           "linear_q4_ki", "linear_q6_ki", "q4_0_blocks", "q5_0_blocks", "q4_k_blocks",
-           "q6_k_blocks"]
+           "linear_q4_ki", "linear_q6_ki", "linear_q5_ki", "q4_0_blocks", "q5_0_blocks",
+           "q4_k_blocks", "q5_k_blocks", "q6_k_blocks", "linear_iq4_nli",
+           "linear_iq4_xsi"]
 
 F32 = np.float32
 _TINY = F32(1e-30)
@@ -158,7 +160,57 @@ def linear_q4_ki(x, w, b: Optional[np.ndarray] = None,
     order, ``acc = fmaf(isum, (d sc) d_x, acc)`` and ``acc = fmaf(-(dmin m), d_x
     sum(q_x), acc)`` (``isum`` the exact sum of nibble times q_x; ``d sc`` and ``dmin m``
     exact in float32; ``d_x sum(q_x)`` rounded to float32)."""
-    d, dmin, sc, m, q = q4_k_blocks(w)
+    return _linear_k(x, *q4_k_blocks(w), b, r)
+
+
+def q5_k_blocks(w) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(d, dmin, sc, m, q) of ``w`` (out, c) stored as q5_k (llama.cpp's
+    ``quantize_row_q5_K_ref``; c a multiple of 256): as :func:`q4_k_blocks`, q the five
+    bits of each weight (its nibble, and bit j of qh byte i for weight i of sub-block j)."""
+    a = np.ascontiguousarray(w, dtype=F32)
+    if a.ndim != 2 or a.shape[1] % 256:
+        raise ValueError(f"w must be 2-D with columns a multiple of 256, got shape {a.shape}")
+    out, c = a.shape
+    raw = ggml.quantise(a, "Q5_K").reshape(-1, 176)
+    half = lambda b: np.ascontiguousarray(b).view(np.float16)[:, 0].astype(F32)  # noqa: E731
+    sc, m = ggml.scale_min_k4(raw[:, 4:16])
+    high = (raw[:, None, 16:48] >> np.arange(8, dtype=np.uint8)[None, :, None]) & 1
+    q = ggml.k_nibbles(raw[:, 48:176]) | (high << 4)
+    ns = c // 256
+    return (half(raw[:, 0:2]).reshape(out, ns), half(raw[:, 2:4]).reshape(out, ns),
+            sc.reshape(out, ns, 8), m.reshape(out, ns, 8), q.reshape(out, ns, 8, 32))
+
+
+def linear_q5_ki(x, w, b: Optional[np.ndarray] = None,
+                 r: Optional[np.ndarray] = None) -> np.ndarray:
+    """y (n, out) = r + x (n, c) @ w (out, c)^T + b with w stored as q5_ki, as the C
+    library computes it: :func:`linear_q4_ki`'s chain on q5_k's weights (``isum`` the
+    exact sum of the five-bit q times q_x)."""
+    return _linear_k(x, *q5_k_blocks(w), b, r)
+
+
+def linear_iq4_nli(x, w, b: Optional[np.ndarray] = None,
+                   r: Optional[np.ndarray] = None) -> np.ndarray:
+    """y (n, out) = r + x (n, c) @ w (out, c)^T + b with w stored as iq4_nli, as the C
+    library computes it: q8_0i's chain on iq4_nl's weights (``d_w`` the block's half
+    scale, ``q_w`` the signed value ``KVALUES_IQ4NL[nibble]``, -127..113)."""
+    d, q = quant.iq4_nl_blocks(w)
+    return _linear_int(x, d, ggml.KVALUES_IQ4NL[q].astype(np.int16), b, r)
+
+
+def linear_iq4_xsi(x, w, b: Optional[np.ndarray] = None,
+                   r: Optional[np.ndarray] = None) -> np.ndarray:
+    """y (n, out) = r + x (n, c) @ w (out, c)^T + b with w stored as iq4_xsi, as the C
+    library computes it: q8_0i's chain with sub-block j of super-block s as x's block 8s +
+    j, its scale ``d sc_j`` (exact in float32), ``q_w`` the signed value
+    ``KVALUES_IQ4NL[nibble]``."""
+    d, ls, q = quant.iq4_xs_blocks(w)
+    out = d.shape[0]
+    dw = (d[..., None] * ls.astype(F32)).astype(F32).reshape(out, -1)
+    return _linear_int(x, dw, ggml.KVALUES_IQ4NL[q].astype(np.int16).reshape(out, -1, 32), b, r)
+
+
+def _linear_k(x, d, dmin, sc, m, q, b, r) -> np.ndarray:
     xq, dx = quantise_rows(x)
     n, nb = dx.shape
     out, ns = d.shape

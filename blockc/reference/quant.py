@@ -40,7 +40,8 @@ from . import ggml
 from .ggml import bfloat16  # noqa: F401 (defined beside the ggml oracle, which rounds BF16 with it)
 
 __all__ = ["bfloat16", "float16", "q8_0_blocks", "q8_0", "q4_0", "q5_0", "q4_1", "q5_1", "q4_k",
-           "q5_k", "q6_k", "iq4_nl", "iq4_xs", "q2_k", "q3_k"]
+           "q5_k", "q6_k", "iq4_nl", "iq4_xs", "q2_k", "q3_k", "iq4_nl_blocks",
+           "iq4_xs_blocks"]
 
 
 def _round_half_away(v: np.ndarray) -> np.ndarray:
@@ -157,8 +158,10 @@ def _inv32(d: np.ndarray) -> np.ndarray:
         return np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), 0).astype(np.float32)
 
 
-def iq4_nl(w) -> np.ndarray:
-    """``w`` stored as iq4_nl (blockc's rule above), as the float32 weights it becomes."""
+def iq4_nl_blocks(w) -> Tuple[np.ndarray, np.ndarray]:
+    """(d, q) of ``w`` (rows, cols) stored as iq4_nl (blockc's rule above, rows zero-padded
+    to blocks of 32): d (rows, blocks) float32 (halves), q (rows, blocks, 32) each
+    weight's nibble, an index into ``ggml.KVALUES_IQ4NL``."""
     a = np.ascontiguousarray(w, dtype=np.float32)
     if a.ndim != 2:
         raise ValueError(f"w must be 2-D, got shape {a.shape}")
@@ -169,14 +172,30 @@ def iq4_nl(w) -> np.ndarray:
     x = x.reshape(rows, nb, 32)
     d = (_first_absmax(x) / np.float32(-127)).astype(np.float32)
     q = _iq4_nearest((x * _inv32(d)[..., None]).astype(np.float32))
-    dh = d.astype(np.float16).astype(np.float32)
+    return d.astype(np.float16).astype(np.float32), q
+
+
+def iq4_nl(w) -> np.ndarray:
+    """``w`` stored as iq4_nl (blockc's rule above), as the float32 weights it becomes."""
+    dh, q = iq4_nl_blocks(w)
     out = dh[..., None] * ggml.KVALUES_IQ4NL[q].astype(np.float32)
-    return out.reshape(rows, -1)[:, :cols]
+    return out.reshape(q.shape[0], -1)[:, :np.shape(w)[1]]
 
 
 def iq4_xs(w) -> np.ndarray:
     """``w`` stored as iq4_xs (blockc's rule above), as the float32 weights it becomes;
     the columns a multiple of 256."""
+    d, ls, q = iq4_xs_blocks(w)
+    dl = (d[..., None] * ls.astype(np.float32)).astype(np.float32)
+    out = dl[..., None] * ggml.KVALUES_IQ4NL[q].astype(np.float32)
+    return out.reshape(q.shape[0], -1)
+
+
+def iq4_xs_blocks(w) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(d, ls, q) of ``w`` (rows, cols) stored as iq4_xs (blockc's rule above; cols a
+    multiple of 256): d (rows, super-blocks) float32 (halves), ls (rows, super-blocks, 8)
+    int8 the sub-blocks' scales (-32..31), q (rows, super-blocks, 8, 32) each weight's
+    nibble, an index into ``ggml.KVALUES_IQ4NL``."""
     a = np.ascontiguousarray(w, dtype=np.float32)
     if a.ndim != 2 or a.shape[1] % 256:
         raise ValueError(f"w must be 2-D with columns a multiple of 256, got shape {a.shape}")
@@ -188,8 +207,7 @@ def iq4_xs(w) -> np.ndarray:
     ls = np.clip(np.rint((_inv32(dd)[..., None] * s).astype(np.float32)), -32, 31).astype(np.int8)
     dl = (d[..., None] * ls.astype(np.float32)).astype(np.float32)
     q = _iq4_nearest((x * _inv32(dl)[..., None]).astype(np.float32))
-    out = dl[..., None] * ggml.KVALUES_IQ4NL[q].astype(np.float32)
-    return out.reshape(rows, cols)
+    return d, ls, q
 
 
 def _k_rows(w) -> np.ndarray:

@@ -48,7 +48,10 @@ extern "C" {
 #define BC_DTYPE_IQ4_XS 18
 #define BC_DTYPE_Q2_K 19
 #define BC_DTYPE_Q3_K 20
-#define BC_NDTYPE 21     /* one past the last dtype */
+#define BC_DTYPE_Q5_KI 21
+#define BC_DTYPE_IQ4_NLI 22
+#define BC_DTYPE_IQ4_XSI 23
+#define BC_NDTYPE 24     /* one past the last dtype */
 #define BC_DTYPE_NAME_MAX 16   /* bytes a dtype's name needs, with its NUL */
 
 /* Normalisation kinds and placements of the block. */
@@ -321,6 +324,39 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  (d[l] sc[j][l]) (low + 4 high - 4), exact. Packed by a simple
  *                  rule (each sub-block's scale m / -4, those against -max / 32
  *                  as IQ4_XS's), not llama.cpp's search.
+ *   BC_DTYPE_Q5_KI q5_k's weights (the same super-blocks) multiplied by
+ *                  integer dot products as q4_ki's: panel p is cols / 256
+ *                  blocks of 2880 bytes, q4_ki's block (d, dmin, sc, m, then
+ *                  u[g][l][t] = byte 4g + t of row l's Q5_K qs), then
+ *                  h[g][l][t] (8 x 16 x 4) = byte 4g + t of row l's Q5_K qh
+ *                  (bit j: the fifth bit of sub-block j's weight 4g + t); in
+ *                  runs of 4 as q8_0i's. x is quantised as q8_0i's; each
+ *                  output's chain is q4_ki's with isum_j the exact int32 sum
+ *                  of q q_x, q = nibble | fifth bit << 4 (0..31): the same
+ *                  bits on every instruction set, for any number of rows and
+ *                  threads. Columns a multiple of 256, at most
+ *                  BC_Q8_0I_MAX_COLS.
+ *   BC_DTYPE_IQ4_NLI iq4_nl's weights (the same d and nibbles) multiplied by
+ *                  integer dot products as q8_0i's: panel p as q4_0i's
+ *                  (ceil(cols / 32) blocks of 288 bytes, d[l] then u[j][l][t] =
+ *                  byte 4j + t of row l's nibbles), in runs of 4; each
+ *                  output's chain is q8_0i's with isum_b = sum kv[nibble] q_x
+ *                  (kvalues_iq4nl, -127..113), exact: the same bits on every
+ *                  instruction set, for any number of rows and threads. At
+ *                  most BC_Q8_0I_MAX_COLS columns.
+ *   BC_DTYPE_IQ4_XSI iq4_xs's weights (the same super-blocks) multiplied by
+ *                  integer dot products: panel p is cols / 256 blocks of 2208
+ *                  bytes, iq4_xs's d[l] and sc[j][l] as they lie in
+ *                  BC_DTYPE_IQ4_XS, then u[g][l][t] (32 x 16 x 4) = byte 4g +
+ *                  t of row l's qs (sub-block g / 4 as an iq4_nli block's
+ *                  nibbles); in runs of 4 as q8_0i's. x is quantised as
+ *                  q8_0i's (sub-block j of super-block S is x block 8S + j);
+ *                  each output's chain: acc = 0, then for each sub-block in
+ *                  order acc = fma((float)isum_j, (d[l] sc[j][l]) d_x[b], acc),
+ *                  isum_j the exact int32 sum of kv[nibble] q_x (d sc exact in
+ *                  float): the same bits on every instruction set, for any
+ *                  number of rows and threads. Columns a multiple of 256, at
+ *                  most BC_Q8_0I_MAX_COLS.
  * bc_pack_size gives the bytes. */
 
 /* Columns a q8_0i matrix can have (a quantised row of x fits a call's scratch). */
@@ -329,7 +365,7 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
 /* The weight format dtype (0 <= dtype < BC_NDTYPE): its name as Python spells it
  * ("float32", "bfloat16", "q8_0", "q4_0", "q4_k", "q6_k", "float16", "q5_0",
  * "q8_0i", "q4_0i", "bfloat16i", "q5_0i", "q4_ki", "q6_ki", "q4_1", "q5_1", "q5_k",
- * "iq4_nl", "iq4_xs", "q2_k", "q3_k";
+ * "iq4_nl", "iq4_xs", "q2_k", "q3_k", "q5_ki", "iq4_nli", "iq4_xsi";
  * NUL-terminated into name, name_cap >
  * its length, at most BC_DTYPE_NAME_MAX), the weights of a row per block and
  * the bytes of one block (a row of cols weights, padded to whole blocks, takes

@@ -167,7 +167,7 @@ typedef struct {
 
 /* Rows of x rounded once per product for the formats that multiply them so
  * (bc_wf_kernels.xq_part), each row of c columns padded to 64 bytes:
- *   q8_0i, q4_0i, q5_0i, q4_ki, q6_ki (bc_engine.h says how): nb = ceil(c / 32) blocks:
+ *   q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki (bc_engine.h says how): nb = ceil(c / 32) blocks:
  *     q (nb * 32 int8, zero past c), then d (nb floats: the blocks' scales), then s
  *     (nb int32: -128 * the block's sum of q, the correction of the weights' +128
  *     bytes); q6_ki then s16 (2 nb int32: the sums of q of each block's halves);

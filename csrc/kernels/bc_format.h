@@ -105,6 +105,9 @@ typedef struct {
  * bc_kvalues_iq4nl[n] times the block's scale */
 static const int8_t bc_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
+/* the same + 128 (iq4_nli's unsigned bytes for vpdpbusd) */
+static const uint8_t bc_kvalues_iq4nl_u8[16] = {1,   24,  45,  63,  79,  93,  106, 118,
+                                                129, 141, 153, 166, 181, 197, 217, 241};
 
 /* One super-block of an iq4_xs panel: the panel's 16 rows, 256 columns (ggml's
  * block_iq4_xs for each row, its 6-bit scales a signed byte each, ls - 32; an
@@ -203,6 +206,39 @@ static inline int bc_q4ki_nibble(const bc_q4ki_block *b, size_t l, size_t w)
     return w / 32 % 2 ? v >> 4 : v & 15;
 }
 
+/* One super-block of an iq4_xsi panel: iq4_xs's scales (the same fields at the
+ * same offsets as bc_iq4xs_block), then its nibbles 4 bytes by 4 per row: u[g]
+ * bytes 4g..4g+3 of the rows' qs (sub-block g / 4, as an iq4_nli block's u[g % 4]) */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' super-block scales (IEEE halves) */
+    int8_t sc[8][BC_PANEL];     /* sc[j][row]: sub-block j's scale, -32..31 */
+    uint8_t u[32][BC_PANEL][4]; /* u[g][row][t] = byte 4g + t of the row's qs */
+} bc_iq4xsi_block;
+
+/* Weight w (0..255) of row l of an iq4_xsi super-block: its nibble, 0..15 */
+static inline int bc_iq4xsi_nibble(const bc_iq4xsi_block *b, size_t l, size_t w)
+{
+    const size_t byte = 16 * (w / 32) + w % 16;
+    const int v = b->u[byte / 4][l][byte % 4];
+    return w % 32 < 16 ? v & 15 : v >> 4;
+}
+
+/* One super-block of a q5_ki panel: q4_ki's super-block (the same fields at
+ * the same offsets: its kernels read them as q4_ki's), then Q5_K's fifth bits 4
+ * bytes by 4 per row as the nibbles: h[g] bytes 4g..4g+3 of the rows' Q5_K qh
+ * (bit j of byte i: the fifth bit of sub-block j's weight i). */
+typedef struct {
+    bc_q4ki_block k;            /* d, dmin, sc, m and the nibbles, as q4_ki's */
+    uint8_t h[8][BC_PANEL][4];  /* h[g][row][t] = byte 4g + t of the row's Q5_K qh */
+} bc_q5ki_block;
+
+/* Weight w (0..255) of row l of a q5_ki super-block: its five bits, 0..31 */
+static inline int bc_q5ki_quant(const bc_q5ki_block *b, size_t l, size_t w)
+{
+    const size_t i = w % 32;
+    return bc_q4ki_nibble(&b->k, l, w) | (b->h[i / 4][l][i % 4] >> (w / 32) & 1) << 4;
+}
+
 /* One super-block of a q6_ki panel: q6_k's scales and the file's own bits
  * (not widened: 210 bytes a row), its ql and qh bytes 4 by 4 per row so that
  * a 64-byte vector holds 4 bytes of each of the 16 rows (bc_engine.h says
@@ -246,7 +282,7 @@ typedef struct {
     uint16_t u[BC_PANEL][2];
 } bc_bf16i_pair;
 
-/* q8_0i's, q4_0i's, q5_0i's, q4_ki's and q6_ki's panels interleave 4 by 4, block by block
+/* the integer formats' panels (q8_0i's ... iq4_xsi's) interleave 4 by 4, block by block
  * (bc_format_panel_at): a decoding tile takes whole runs (fast_intdot.h) and
  * reads each block of its panels in turn, one stretch of memory */
 #define BC_INTDOT_GROUP 4

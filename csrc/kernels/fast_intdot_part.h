@@ -1,4 +1,5 @@
-/* fast_intdot_part.h: q8_0i's, q4_0i's, q5_0i's, q4_ki's and q6_ki's tiles and their walk over a product
+/* fast_intdot_part.h: the integer formats' tiles (q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki,
+ * iq4_nli, iq4_xsi) and their walk over a product
  * (part of fast_intdot.h, which includes it once per way of forming the
  * integer sums: Q8I_FN names the copy, Q8I_TARGET its instruction-set
  * attribute, Q8I_DP on AVX2 selects AVX-VNNI's vpdpbusd over pmaddubsw). Every
@@ -35,6 +36,9 @@ BC_INLINE Q8I_TARGET IV Q8I_FN(dot4_256)(IV acc, IV w, IV x)
 #define IV_OR(a, b) _mm512_or_si512((a), (b))
 #define IV_SLL(a, n) _mm512_slli_epi32((a), (n))
 #define IV_SRL(a, n) _mm512_srli_epi32((a), (n))
+#define IV_SRLN(a, n) _mm512_srl_epi32((a), _mm_cvtsi32_si128(n))  /* n not a constant */
+#define IV_LUT(t, n) _mm512_shuffle_epi8((t), (n))  /* byte n (0..15) of t's 16-byte lane */
+#define IV_TABLE(p) _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(p)))
 /* w + 16 in the byte lanes whose bit of the 64-bit word at bits is set (vpaddb under a mask) */
 #define IV_FIFTH(w, bits, h) q5i_fifth_512((w), (bits))
 #else
@@ -48,8 +52,15 @@ BC_INLINE Q8I_TARGET IV Q8I_FN(dot4_256)(IV acc, IV w, IV x)
 #define IV_OR(a, b) _mm256_or_si256((a), (b))
 #define IV_SLL(a, n) _mm256_slli_epi32((a), (n))
 #define IV_SRL(a, n) _mm256_srli_epi32((a), (n))
+#define IV_SRLN(a, n) _mm256_srl_epi32((a), _mm_cvtsi32_si128(n))
+#define IV_LUT(t, n) _mm256_shuffle_epi8((t), (n))
+#define IV_TABLE(p) _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p)))
 /* the same for the 32 lanes of vector h (rows 8h..8h+7): bits 32h.. of the word */
 #define IV_FIFTH(w, bits, h) q5i_fifth_256((w), (bits) + 4 * (h))
+/* acc + the sums of 4 products of signed bytes w (|w| <= 127) by signed bytes x
+ * (pmaddubsw's pairs at most 2 * 127 * 127: no saturation) */
+#define IV_DOTS(acc, w, x) _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16( \
+    _mm256_abs_epi8(w), _mm256_sign_epi8((x), (w))), _mm256_set1_epi16(1)))
 #endif
 
 /* Block b of NB panels, for rows 0..mr-1 of x: f[i * fs + k * VPP + h] (row i,
@@ -70,11 +81,14 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int fk, const int mr, const in
         BC_UNROLL                 /* (q5_0i) or -128 (q8_0i by vpdpbusd) times sum q_x */
         for (int t = 0; t < NB * VPP; t++) {
             acc[i][t] = IV_SET1(fk == FK_Q4 ? xs[i][b] / 16 : fk == FK_Q5 ? xs[i][b] / 8
-                                : Q8I_DP ? xs[i][b] : 0);
+                                : Q8I_DP ? xs[i][b] : 0);  /* (iq4_nli as q8_0i) */
             acc2[i][t] = IV_SET1(0);
         }
     if (fk != FK_Q8) {  /* a vector of bytes: its low nibbles weights 4j.., its high 4j + 16.. */
         const IV low = IV_SET1(0x0F0F0F0F);
+        /* iq4_nli: a nibble's value, + 128 for vpdpbusd (unsigned bytes, s corrects
+         * them as q8_0i's), signed for pmaddubsw (its magnitude and sign, as q8_0i's) */
+        const IV kv = IV_TABLE(Q8I_DP ? bc_kvalues_iq4nl_u8 : (const uint8_t *)bc_kvalues_iq4nl);
         BC_UNROLL
         for (int j = 0; j < 4; j++) {
             IV wl[QN * VPP], wh[QN * VPP];
@@ -89,6 +103,10 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int fk, const int mr, const in
                     wl[t] = IV_FIFTH(wl[t], h, t % VPP);
                     wh[t] = IV_FIFTH(wh[t], h + 8, t % VPP);
                 }
+                if (fk == FK_IQ4NL) {
+                    wl[t] = IV_LUT(kv, wl[t]);
+                    wh[t] = IV_LUT(kv, wh[t]);
+                }
             }
             BC_UNROLL
             for (int i = 0; i < mr; i++) {
@@ -96,6 +114,13 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int fk, const int mr, const in
                 const IV xh = IV_SET1(ld32(xr[i] + b * 32 + 16 + (size_t)j * 4));
                 BC_UNROLL
                 for (int t = 0; t < NB * VPP; t++) {
+#if !Q8I_DP
+                    if (fk == FK_IQ4NL) {  /* signed weights: pmaddubsw on |w|, x with w's sign */
+                        acc[i][t] = IV_DOTS(acc[i][t], wl[t], xl);
+                        acc[i][t] = IV_DOTS(acc[i][t], wh[t], xh);
+                        continue;
+                    }
+#endif
                     acc[i][t] = IV_DOT(acc[i][t], wl[t], xl);
                     if (spl)
                         acc2[i][t] = IV_DOT(acc2[i][t], wh[t], xh);
@@ -157,17 +182,19 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int fk, const int mr, const in
     }
 }
 
-/* Super-block S of NB q4_ki panels (bc_q4ki_block), rows 0..mr-1 of x: for
+/* Super-block S of NB q4_ki panels (bc_q4ki_block; fk FK_Q5K: q5_ki's, bc_q5ki_block,
+ * each weight's fifth bit added as 16), rows 0..mr-1 of x: for
  * each sub-block j (x block b = 8S + j), its integer sums (nibbles times q_x,
  * no correction: q4_k's nibbles are unsigned), then f = fma((float)isum,
  * (d sc_j) d_x, f) and f = fma(-(dmin m_j), d_x (float)sum q_x, f), per
  * panel vector as q8i_block's. */
-BC_INLINE Q8I_TARGET void Q8I_FN(q4ki_block)(const int mr, const int NB, const int spl, V *f,
+BC_INLINE Q8I_TARGET void Q8I_FN(q4ki_block)(const int fk, const int mr, const int NB,
+                                             const int spl, V *f,
                                              size_t fs, const unsigned char *const *blk,
                                              const int8_t *const *xr, const float *const *xd,
                                              const int32_t *const *xs, size_t S)
 {
-    const IV low = IV_SET1(0x0F0F0F0F);
+    const IV low = IV_SET1(0x0F0F0F0F), one = IV_SET1(0x01010101);
     V dv[QN * VPP], mv[QN * VPP];
     BC_UNROLL
     for (int t = 0; t < NB * VPP; t++) {
@@ -193,6 +220,10 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q4ki_block)(const int mr, const int NB, const i
             for (int t = 0; t < NB * VPP; t++) {
                 const IV raw = IV_LOAD(((const bc_q4ki_block *)blk[t / VPP])->u[j / 2 * 8 + g][t % VPP * VL]);
                 w[t] = IV_AND(j % 2 ? IV_SRL4(raw) : raw, low);
+                if (fk == FK_Q5K) {  /* bit j of qh byte 4g + t, to bit 4 of its lane */
+                    const IV hb = IV_LOAD(((const bc_q5ki_block *)blk[t / VPP])->h[g][t % VPP * VL]);
+                    w[t] = IV_OR(w[t], IV_SLL(IV_AND(IV_SRLN(hb, j), one), 4));
+                }
             }
             BC_UNROLL
             for (int i = 0; i < mr; i++) {
@@ -221,6 +252,75 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q4ki_block)(const int mr, const int NB, const i
                 const IV a = spl ? IV_ADD(acc[i][t], acc2[i][t]) : acc[i][t];
                 *fi = vfma(IV_FLOAT(a), vmul(dsc, vset1(xd[i][b])), *fi);
                 *fi = vfnma(dm, xm[i], *fi);
+            }
+        }
+    }
+}
+
+/* Super-block S of NB iq4_xsi panels (bc_iq4xsi_block), rows 0..mr-1 of x: for
+ * each sub-block j (x block b = 8S + j), its integer sums as iq4_nli's (each
+ * nibble's value by a byte shuffle: + 128 and corrected by s for vpdpbusd,
+ * signed for pmaddubsw), then f = fma((float)isum, (d sc_j) d_x, f), per panel
+ * vector as q8i_block's. */
+BC_INLINE Q8I_TARGET void Q8I_FN(iq4xsi_block)(const int mr, const int NB, const int spl, V *f,
+                                               size_t fs, const unsigned char *const *blk,
+                                               const int8_t *const *xr, const float *const *xd,
+                                               const int32_t *const *xs, size_t S)
+{
+    const IV low = IV_SET1(0x0F0F0F0F);
+    const IV kv = IV_TABLE(Q8I_DP ? bc_kvalues_iq4nl_u8 : (const uint8_t *)bc_kvalues_iq4nl);
+    V dv[QN * VPP];
+    BC_UNROLL
+    for (int t = 0; t < NB * VPP; t++)
+        dv[t] = vload_half(((const bc_iq4xsi_block *)blk[t / VPP])->d + t % VPP * VL);
+    BC_NO_UNROLL
+    for (int j = 0; j < 8; j++) {
+        const size_t b = 8 * S + (size_t)j;
+        IV acc[QR][QN * VPP], acc2[QR][QN * VPP];
+        BC_UNROLL
+        for (int i = 0; i < mr; i++)
+            BC_UNROLL
+            for (int t = 0; t < NB * VPP; t++) {
+                acc[i][t] = IV_SET1(Q8I_DP ? xs[i][b] : 0);
+                acc2[i][t] = IV_SET1(0);
+            }
+        BC_UNROLL
+        for (int g = 0; g < 4; g++) {
+            IV wl[QN * VPP], wh[QN * VPP];
+            BC_UNROLL
+            for (int t = 0; t < NB * VPP; t++) {
+                const IV raw = IV_LOAD(((const bc_iq4xsi_block *)blk[t / VPP])->u[4 * j + g][t % VPP * VL]);
+                wl[t] = IV_LUT(kv, IV_AND(raw, low));
+                wh[t] = IV_LUT(kv, IV_AND(IV_SRL4(raw), low));
+            }
+            BC_UNROLL
+            for (int i = 0; i < mr; i++) {
+                const IV xl = IV_SET1(ld32(xr[i] + b * 32 + (size_t)g * 4));
+                const IV xh = IV_SET1(ld32(xr[i] + b * 32 + 16 + (size_t)g * 4));
+                BC_UNROLL
+                for (int t = 0; t < NB * VPP; t++) {
+#if Q8I_DP
+                    acc[i][t] = IV_DOT(acc[i][t], wl[t], xl);
+                    if (spl)
+                        acc2[i][t] = IV_DOT(acc2[i][t], wh[t], xh);
+                    else
+                        acc[i][t] = IV_DOT(acc[i][t], wh[t], xh);
+#else
+                    acc[i][t] = IV_DOTS(acc[i][t], wl[t], xl);
+                    acc[i][t] = IV_DOTS(acc[i][t], wh[t], xh);
+#endif
+                }
+            }
+        }
+        BC_UNROLL
+        for (int t = 0; t < NB * VPP; t++) {
+            const bc_iq4xsi_block *k = (const bc_iq4xsi_block *)blk[t / VPP];
+            const V dsc = vmul(dv[t], vload_i8(k->sc[j] + t % VPP * VL));  /* exact */
+            BC_UNROLL
+            for (int i = 0; i < mr; i++) {
+                V *fi = &f[(size_t)i * fs + (size_t)t];
+                const IV a = spl ? IV_ADD(acc[i][t], acc2[i][t]) : acc[i][t];
+                *fi = vfma(IV_FLOAT(a), vmul(dsc, vset1(xd[i][b])), *fi);
             }
         }
     }
@@ -306,6 +406,12 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q6ki_block)(const int mr, const int NB, V *f, s
 #undef IV_OR
 #undef IV_SLL
 #undef IV_SRL
+#undef IV_SRLN
+#undef IV_LUT
+#undef IV_TABLE
+#ifdef IV_DOTS
+#undef IV_DOTS
+#endif
 #endif
 
 /* Where each of NP panels from panel p lies (np <= NP of them real; the rest
@@ -340,10 +446,12 @@ BC_INLINE Q8I_TARGET void Q8I_FN(int_block)(const int fk, const int mr, const in
         for (size_t o = 0; o < bb; o += 64)
             __builtin_prefetch((const void *)((uintptr_t)blk[0] + INT_AHEAD + o), 0, 0);
     }
-    if (fk == FK_Q4K)
-        Q8I_FN(q4ki_block)(mr, NB, spl, f, fs, blk, xr, xd, xs, b);
+    if (fk == FK_Q4K || fk == FK_Q5K)
+        Q8I_FN(q4ki_block)(fk, mr, NB, spl, f, fs, blk, xr, xd, xs, b);
     else if (fk == FK_Q6K)
         Q8I_FN(q6ki_block)(mr, NB, f, fs, blk, xr, xd, s16, b);
+    else if (fk == FK_IQ4XS)
+        Q8I_FN(iq4xsi_block)(mr, NB, spl, f, fs, blk, xr, xd, xs, b);
     else
         Q8I_FN(q8i_block)(fk, mr, NB, spl, f, fs, blk, xr, xd, xs, b);
 }
@@ -452,13 +560,29 @@ BC_INLINE void Q8I_FN(q8i_tile)(const int fk, const int gemm, const int mr, cons
                     f[l] = acc;
                     continue;
                 }
-                if (fk == FK_Q4K) {
+                if (fk == FK_IQ4XS) {
+                    for (size_t b = 0; b < nb; b++) {  /* sub-block b % 8 of super-block b / 8 */
+                        const bc_iq4xsi_block *k = (const bc_iq4xsi_block *)(org[q] + b / 8 * st[q]);
+                        const size_t j = b % 8;
+                        int32_t isum = 0;
+                        for (size_t i = 0; i < 32; i++)
+                            isum += bc_kvalues_iq4nl[bc_iq4xsi_nibble(k, l, 32 * j + i)] * xr[b * 32 + i];
+                        const float dsc = bc_half_to_f32(k->d[l]) * (float)k->sc[j][l];
+                        acc = fmaf((float)isum, dsc * xd[b], acc);
+                    }
+                    f[l] = acc;
+                    continue;
+                }
+                if (fk == FK_Q4K || fk == FK_Q5K) {
                     for (size_t b = 0; b < nb; b++) {  /* sub-block b % 8 of super-block b / 8 */
                         const bc_q4ki_block *k = (const bc_q4ki_block *)(org[q] + b / 8 * st[q]);
                         const size_t j = b % 8;
                         int32_t isum = 0, xsum = 0;
                         for (size_t i = 0; i < 32; i++) {
-                            isum += bc_q4ki_nibble(k, l, 32 * j + i) * xr[b * 32 + i];
+                            const int wq = fk == FK_Q5K
+                                ? bc_q5ki_quant((const bc_q5ki_block *)(const void *)k, l, 32 * j + i)
+                                : bc_q4ki_nibble(k, l, 32 * j + i);
+                            isum += wq * xr[b * 32 + i];
                             xsum += xr[b * 32 + i];
                         }
                         const float dsc = bc_half_to_f32(k->d[l]) * (float)k->sc[j][l];
@@ -477,9 +601,10 @@ BC_INLINE void Q8I_FN(q8i_tile)(const int fk, const int gemm, const int mr, cons
                         int32_t w;
                         if (fk == FK_Q5) {
                             w = bc_q5i_quant((const bc_q5i_block *)(org[q] + b * st[q]), l, k) - 16;
-                        } else if (fk == FK_Q4) {
+                        } else if (fk == FK_Q4 || fk == FK_IQ4NL) {
                             const int byte = blk4->u[k % 16 / 4][l][k % 4];
-                            w = (k < 16 ? byte & 15 : byte >> 4) - 8;
+                            const int nib = k < 16 ? byte & 15 : byte >> 4;
+                            w = fk == FK_IQ4NL ? bc_kvalues_iq4nl[nib] : nib - 8;
                         } else {
                             w = (int32_t)blk->u[k / 4][l][k % 4] - 128;
                         }
@@ -538,6 +663,12 @@ static Q8I_TARGET void Q8I_FN(q8i_tile_gemm)(int fk, int mr, const bc_gemm *g, c
         Q8I_FN(q8i_tile_rows)(FK_Q4K, mr, g, x0, rb, i0, p, np, nb);
     else if (fk == FK_Q6K)
         Q8I_FN(q8i_tile_rows)(FK_Q6K, mr, g, x0, rb, i0, p, np, nb);
+    else if (fk == FK_Q5K)
+        Q8I_FN(q8i_tile_rows)(FK_Q5K, mr, g, x0, rb, i0, p, np, nb);
+    else if (fk == FK_IQ4NL)
+        Q8I_FN(q8i_tile_rows)(FK_IQ4NL, mr, g, x0, rb, i0, p, np, nb);
+    else if (fk == FK_IQ4XS)
+        Q8I_FN(q8i_tile_rows)(FK_IQ4XS, mr, g, x0, rb, i0, p, np, nb);
     else
         Q8I_FN(q8i_tile_rows)(FK_Q8, mr, g, x0, rb, i0, p, np, nb);
 }
@@ -575,6 +706,12 @@ static Q8I_TARGET void Q8I_FN(q8i_part)(int fk, const bc_gemm *g, const unsigned
             Q8I_FN(q8i_decode)(FK_Q4K, g, xq, rb, n0, n, p0, p1, nb);
         else if (fk == FK_Q6K)
             Q8I_FN(q8i_decode)(FK_Q6K, g, xq, rb, n0, n, p0, p1, nb);
+        else if (fk == FK_Q5K)
+            Q8I_FN(q8i_decode)(FK_Q5K, g, xq, rb, n0, n, p0, p1, nb);
+        else if (fk == FK_IQ4NL)
+            Q8I_FN(q8i_decode)(FK_IQ4NL, g, xq, rb, n0, n, p0, p1, nb);
+        else if (fk == FK_IQ4XS)
+            Q8I_FN(q8i_decode)(FK_IQ4XS, g, xq, rb, n0, n, p0, p1, nb);
         else
             Q8I_FN(q8i_decode)(FK_Q8, g, xq, rb, n0, n, p0, p1, nb);
         return;

@@ -9,7 +9,8 @@
  * of 32 weights of one row: d = max|w| / 127, q = round(w / d) (half away from
  * zero) computed as round(w * (1/d)), d stored as an IEEE half; the weight is
  * then half(d) * q. q8_0i holds the same d and q, laid out for integer dot
- * products; q4_0i q4_0's, q5_0i q5_0's, q4_ki q4_k's and q6_ki q6_k's likewise.
+ * products; q4_0i q4_0's, q5_0i q5_0's, q4_ki q4_k's, q6_ki q6_k's, q5_ki q5_k's,
+ * iq4_nli iq4_nl's and iq4_xsi iq4_xs's likewise.
  * q4_1, q5_1 and q5_k are llama.cpp's reference quantisers too; iq4_nl, iq4_xs,
  * q2_k and q3_k blockc's simple rules (bc_engine.h), not llama.cpp's search. */
 #include <math.h>
@@ -842,6 +843,113 @@ static void q5k_unpack_row(float *out, const unsigned char *panel, size_t l, siz
     }
 }
 
+/* ---- iq4_nli: iq4_nl's blocks, each row's bytes 4 by 4 (bc_q4i_block) ---- */
+
+/* iq4_nl's rule (iq4nl_block), each row's 16 bytes then 4 by 4 */
+static void iq4nli_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                        size_t nk, size_t cols)
+{
+    bc_q4i_block *bl = (bc_q4i_block *)panel + k0 / 32;
+    for (size_t b = 0; b < nk; b += 32, bl++) {
+        const size_t n = nk - b < 32 ? nk - b : 32;
+        for (size_t l = 0; l < nl; l++) {
+            uint8_t q[16];
+            iq4nl_block(&bl->d[l], q, 1, tile + l * ld + b, n);
+            for (size_t j = 0; j < 16; j++)
+                bl->u[j / 4][l][j % 4] = q[j];
+        }
+    }
+}
+
+/* w = d kv[nibble], as iq4_nl's */
+static void iq4nli_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q4i_block *bl = (const bc_q4i_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q4i_block *b = bl + k / 32;
+        const size_t j = k % 16;
+        const int byte = b->u[j / 4][l][j % 4];
+        const int nib = k % 32 < 16 ? byte & 15 : byte >> 4;
+        out[k] = bc_half_to_f32(b->d[l]) * (float)bc_kvalues_iq4nl[nib];
+    }
+}
+
+/* ---- iq4_xsi: iq4_xs's super-blocks, each row's qs bytes 4 by 4 ---------- */
+
+_Static_assert(sizeof(bc_iq4xsi_block) == 138 * PW, "bc_iq4xsi_block: 16 rows of 138 bytes");
+_Static_assert(offsetof(bc_iq4xsi_block, u) == offsetof(bc_iq4xs_block, q),
+               "bc_iq4xsi_block: iq4_xs's scales where iq4_xs has them");
+
+/* iq4_xs's super-block (one chunk of 256 columns: a grouped format's pack sees one) */
+static void iq4xsi_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                        size_t nk, size_t cols)
+{
+    bc_iq4xs_block k;
+    memset(&k, 0, sizeof k);
+    iq4xs_pack((unsigned char *)&k, tile, ld, nl, 0, nk, 256);
+    bc_iq4xsi_block *b = (bc_iq4xsi_block *)panel + k0 / 256;
+    memcpy(b, &k, offsetof(bc_iq4xs_block, q));
+    for (size_t l = 0; l < nl; l++)
+        for (size_t i = 0; i < 128; i++)
+            b->u[i / 4][l][i % 4] = k.q[i][l];
+}
+
+/* w = (d sc) kv[nibble], as iq4_xs's */
+static void iq4xsi_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_iq4xsi_block *bl = (const bc_iq4xsi_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_iq4xsi_block *b = bl + k / 256;
+        const size_t t = k % 256;
+        const float s = bc_half_to_f32(b->d[l]) * (float)b->sc[t / 32][l];
+        out[k] = s * (float)bc_kvalues_iq4nl[bc_iq4xsi_nibble(b, l, t)];
+    }
+}
+
+/* ---- q5_ki: q5_k's super-blocks, each row's nibble and qh bytes 4 by 4 ---- */
+
+_Static_assert(sizeof(bc_q5ki_block) == 180 * PW, "bc_q5ki_block: 16 rows of 180 bytes");
+
+/* row l of a q5_ki super-block <- row l of a q5_k one (the same bits) */
+static void q5ki_from_q5k(bc_q5ki_block *b, const bc_q5k_block *k, size_t l)
+{
+    b->k.d[l] = k->d[l];
+    b->k.dmin[l] = k->dmin[l];
+    for (size_t j = 0; j < 8; j++) {
+        b->k.sc[j][l] = k->sc[j][l];
+        b->k.m[j][l] = k->m[j][l];
+    }
+    for (size_t i = 0; i < 128; i++)
+        b->k.u[i / 4][l][i % 4] = k->q[i][l];
+    for (size_t i = 0; i < 32; i++)
+        b->h[i / 4][l][i % 4] = k->qh[i][l];
+}
+
+/* q5_k's super-block (one chunk of 256 columns: a grouped format's pack sees one) */
+static void q5ki_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                      size_t nk, size_t cols)
+{
+    bc_q5k_block k;
+    memset(&k, 0, sizeof k);
+    q5k_pack((unsigned char *)&k, tile, ld, nl, 0, nk, 256);
+    bc_q5ki_block *b = (bc_q5ki_block *)panel + k0 / 256;
+    for (size_t l = 0; l < nl; l++)
+        q5ki_from_q5k(b, &k, l);
+}
+
+/* w = (d sc) q - dmin m, as q5_k's */
+static void q5ki_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q5ki_block *bl = (const bc_q5ki_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q5ki_block *b = bl + k / 256;
+        const size_t t = k % 256, j = t / 32;
+        const float s = bc_half_to_f32(b->k.d[l]) * (float)b->k.sc[j][l];
+        const float m = bc_half_to_f32(b->k.dmin[l]) * (float)b->k.m[j][l];
+        out[k] = s * (float)bc_q5ki_quant(b, l, t) - m;
+    }
+}
+
 /* ---- q6_k: per 256 columns a bc_q6k_block of the panel's rows ------------ */
 
 _Static_assert(sizeof(bc_q6k_block) == 274 * PW, "bc_q6k_block: 16 rows of 274 bytes");
@@ -1374,6 +1482,38 @@ static void q5k_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l
     }
 }
 
+/* Q5_K <-> q5_ki (through q5_k's block of the row: the same bits) */
+static void q5ki_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                           size_t nk)
+{
+    bc_q5ki_block *bl = (bc_q5ki_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, src += 176) {
+        bc_q5k_block k;
+        q5k_from_ggml((unsigned char *)&k, src, l, 0, 256);
+        q5ki_from_q5k(bl + b, &k, l);
+    }
+}
+
+static void q5ki_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                         size_t nk)
+{
+    const bc_q5ki_block *bl = (const bc_q5ki_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, dst += 176) {
+        bc_q5k_block k;
+        k.d[l] = bl[b].k.d[l];
+        k.dmin[l] = bl[b].k.dmin[l];
+        for (size_t j = 0; j < 8; j++) {
+            k.sc[j][l] = bl[b].k.sc[j][l];
+            k.m[j][l] = bl[b].k.m[j][l];
+        }
+        for (size_t i = 0; i < 128; i++)
+            k.q[i][l] = bl[b].k.u[i / 4][l][i % 4];
+        for (size_t i = 0; i < 32; i++)
+            k.qh[i][l] = bl[b].h[i / 4][l][i % 4];
+        q5k_to_ggml(dst, (const unsigned char *)&k, l, 0, 256);
+    }
+}
+
 /* IQ4_XS (d, uint16 scales_h, scales_l[4], qs[128]: 136 bytes) <-> iq4_xs (sub-block
  * j's 6-bit scale ls, the low four bits nibble j % 2 of scales_l[j / 2], the high two
  * bits 2j, 2j + 1 of scales_h, as the signed byte ls - 32); IQ4_NL moves as Q4_0 */
@@ -1410,6 +1550,37 @@ static void iq4xs_to_ggml(unsigned char *dst, const unsigned char *panel, size_t
         wr16(dst + 2, (uint16_t)sh);
         for (size_t i = 0; i < 128; i++)
             dst[8 + i] = bl[b].q[i][l];
+    }
+}
+
+/* IQ4_XS <-> iq4_xsi (through iq4_xs's block of the row: the same bits) */
+static void iq4xsi_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                             size_t nk)
+{
+    bc_iq4xsi_block *bl = (bc_iq4xsi_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, src += 136) {
+        bc_iq4xs_block k;
+        iq4xs_from_ggml((unsigned char *)&k, src, l, 0, 256);
+        bl[b].d[l] = k.d[l];
+        for (size_t j = 0; j < 8; j++)
+            bl[b].sc[j][l] = k.sc[j][l];
+        for (size_t i = 0; i < 128; i++)
+            bl[b].u[i / 4][l][i % 4] = k.q[i][l];
+    }
+}
+
+static void iq4xsi_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                           size_t nk)
+{
+    const bc_iq4xsi_block *bl = (const bc_iq4xsi_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, dst += 136) {
+        bc_iq4xs_block k;
+        k.d[l] = bl[b].d[l];
+        for (size_t j = 0; j < 8; j++)
+            k.sc[j][l] = bl[b].sc[j][l];
+        for (size_t i = 0; i < 128; i++)
+            k.q[i][l] = bl[b].u[i / 4][l][i % 4];
+        iq4xs_to_ggml(dst, (const unsigned char *)&k, l, 0, 256);
     }
 }
 
@@ -1695,6 +1866,23 @@ static const bc_format formats[BC_NDTYPE] = {
                        .pack = q3k_pack, .unpack_row = q3k_unpack_row, .whole = 1,
                        .ggml_type = BC_GGML_Q3_K, .limit = LIMIT_K, .from_ggml = q3k_from_ggml,
                        .to_ggml = q3k_to_ggml},
+    [BC_DTYPE_Q5_KI] = {.name = "q5_ki", .block = 256, .block_bytes = 180, .check = q4_check,
+                        .pack = q5ki_pack, .unpack_row = q5ki_unpack_row,
+                        .max_cols = BC_Q8_0I_MAX_COLS, .whole = 1, .group = BC_INTDOT_GROUP,
+                        .ggml_type = BC_GGML_Q5_K, .integer = 1, .limit = LIMIT_K,
+                        .from_ggml = q5ki_from_ggml, .to_ggml = q5ki_to_ggml},
+    /* (IQ4_NL's blocks move as Q4_0's: the same bytes) */
+    [BC_DTYPE_IQ4_NLI] = {.name = "iq4_nli", .block = 32, .block_bytes = 18, .check = q8_check,
+                          .pack = iq4nli_pack, .unpack_row = iq4nli_unpack_row,
+                          .max_cols = BC_Q8_0I_MAX_COLS, .group = BC_INTDOT_GROUP,
+                          .ggml_type = BC_GGML_IQ4_NL, .integer = 1, .limit = LIMIT_Q8,
+                          .from_ggml = q4i_from_ggml, .to_ggml = q4i_to_ggml},
+    [BC_DTYPE_IQ4_XSI] = {.name = "iq4_xsi", .block = 256, .block_bytes = 138,
+                          .check = q8_check, .pack = iq4xsi_pack,
+                          .unpack_row = iq4xsi_unpack_row, .max_cols = BC_Q8_0I_MAX_COLS,
+                          .whole = 1, .group = BC_INTDOT_GROUP, .ggml_type = BC_GGML_IQ4_XS,
+                          .integer = 1, .limit = LIMIT_IQ4XS, .from_ggml = iq4xsi_from_ggml,
+                          .to_ggml = iq4xsi_to_ggml},
 };
 
 /* (a value below BC_NDTYPE may have no row yet: its name is NULL) */

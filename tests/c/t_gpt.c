@@ -675,9 +675,9 @@ static void variant_checks(bc_gpt_config c)
      * wider the model (whole super-blocks: 256) and without norms (logits to
      * 2500): at width 256 measured up to 0.065 (q6_ki) with norms, 0.11 (q8_0i),
      * 0.13 (q4_0i) and 0.26 (q4_ki) without */
-    const int rounds_x = c.dtype == BC_DTYPE_Q8_0I || c.dtype == BC_DTYPE_Q4_0I ||
-                         c.dtype == BC_DTYPE_Q5_0I || c.dtype == BC_DTYPE_Q4_KI ||
-                         c.dtype == BC_DTYPE_Q6_KI;
+    bc_dtype_traits tr;
+    EXPECT_STATUS(BC_OK, bc_dtype_traits_of(&tr, c.dtype));
+    const int rounds_x = tr.integer;  /* (q8_0i, q4_0i, ..., q5_ki) */
     const float drift = !rounds_x ? 5e-2f : c.norm == BC_NORM_NONE ? 0.4f : 0.1f;
     EXPECT(worst <= drift * (top > 1.0f ? top : 1.0f));
     for (int threads = 1; threads <= 3; threads += 2) {
@@ -1162,13 +1162,14 @@ static void mixed_checks(void)
                 ids[i] = (i * 3 + 1) % (int64_t)c.vocab;
             EXPECT_STATUS(BC_OK, bc_gpt_forward(lm, NULL, NULL, p, &c, ids, BC_IDS_INT64, B, T, 0, work, nw));
             EXPECT_STATUS(BC_OK, bc_gpt_forward(lf, NULL, NULL, q, &fc, ids, BC_IDS_INT64, B, T, 0, work, nw));
-            /* (q8_0i, q4_0i, q5_0i, q4_ki and q6_ki multiply 8-bit activations, bfloat16i bfloat16
-             * ones: close to their weights' float32 model, not equal) */
+            /* (the integer formats, q8_0i ... q5_ki, multiply 8-bit activations, bfloat16i
+             * bfloat16 ones: close to their weights' float32 model, not equal) */
             int integer = 0;
-            for (size_t i = 0; i < BC_GPT_NFMT(c.layers); i++)
-                integer |= f[i] == BC_DTYPE_Q8_0I || f[i] == BC_DTYPE_Q4_0I ||
-                           f[i] == BC_DTYPE_Q5_0I || f[i] == BC_DTYPE_Q4_KI || f[i] == BC_DTYPE_Q6_KI ||
-                           f[i] == BC_DTYPE_BF16I;
+            for (size_t i = 0; i < BC_GPT_NFMT(c.layers); i++) {
+                bc_dtype_traits tr;
+                EXPECT_STATUS(BC_OK, bc_dtype_traits_of(&tr, f[i]));
+                integer |= tr.integer || f[i] == BC_DTYPE_BF16I;
+            }
             if (!integer) {
                 EXPECT(memcmp(lm, lf, NB(B * T * c.vocab)) == 0);
             } else {

@@ -12,16 +12,17 @@ static const int DTYPES[] = {BC_DTYPE_F32, BC_DTYPE_BF16, BC_DTYPE_Q8_0, BC_DTYP
                              BC_DTYPE_Q6_K, BC_DTYPE_Q4_0I, BC_DTYPE_BF16I, BC_DTYPE_Q5_0I,
                              BC_DTYPE_Q4_KI, BC_DTYPE_Q6_KI, BC_DTYPE_Q4_1, BC_DTYPE_Q5_1,
                              BC_DTYPE_Q5_K, BC_DTYPE_IQ4_NL, BC_DTYPE_IQ4_XS, BC_DTYPE_Q2_K,
-                             BC_DTYPE_Q3_K};
+                             BC_DTYPE_Q3_K, BC_DTYPE_Q5_KI, BC_DTYPE_IQ4_NLI, BC_DTYPE_IQ4_XSI};
 #define ND ((int)(sizeof DTYPES / sizeof DTYPES[0]))
 
-/* the K-quants' rows (q4_k, q6_k, q4_ki, q6_ki, q5_k, iq4_xs, q2_k, q3_k) are whole
- * super-blocks of 256 */
+/* the K-quants' rows (q4_k, q6_k, q4_ki, q6_ki, q5_k, iq4_xs, q2_k, q3_k, q5_ki,
+ * iq4_xsi) are whole super-blocks of 256 */
 static int whole_k(int dtype)
 {
     return dtype == BC_DTYPE_Q4_K || dtype == BC_DTYPE_Q6_K || dtype == BC_DTYPE_Q4_KI ||
            dtype == BC_DTYPE_Q6_KI || dtype == BC_DTYPE_Q5_K || dtype == BC_DTYPE_IQ4_XS ||
-           dtype == BC_DTYPE_Q2_K || dtype == BC_DTYPE_Q3_K;
+           dtype == BC_DTYPE_Q2_K || dtype == BC_DTYPE_Q3_K || dtype == BC_DTYPE_Q5_KI ||
+           dtype == BC_DTYPE_IQ4_XSI;
 }
 
 static int fits(int dtype, size_t cols)
@@ -85,21 +86,24 @@ static void dtype_info_checks(void)
         [BC_DTYPE_Q4_0I] = "q4_0i", [BC_DTYPE_BF16I] = "bfloat16i", [BC_DTYPE_Q5_0I] = "q5_0i",
         [BC_DTYPE_Q4_KI] = "q4_ki", [BC_DTYPE_Q6_KI] = "q6_ki", [BC_DTYPE_Q4_1] = "q4_1",
         [BC_DTYPE_Q5_1] = "q5_1", [BC_DTYPE_Q5_K] = "q5_k", [BC_DTYPE_IQ4_NL] = "iq4_nl",
-        [BC_DTYPE_IQ4_XS] = "iq4_xs", [BC_DTYPE_Q2_K] = "q2_k", [BC_DTYPE_Q3_K] = "q3_k"};
+        [BC_DTYPE_IQ4_XS] = "iq4_xs", [BC_DTYPE_Q2_K] = "q2_k", [BC_DTYPE_Q3_K] = "q3_k",
+        [BC_DTYPE_Q5_KI] = "q5_ki", [BC_DTYPE_IQ4_NLI] = "iq4_nli", [BC_DTYPE_IQ4_XSI] = "iq4_xsi"};
     static const size_t blocks[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 1, [BC_DTYPE_BF16] = 1, [BC_DTYPE_Q8_0] = 32, [BC_DTYPE_Q4_0] = 32,
         [BC_DTYPE_F16] = 1, [BC_DTYPE_Q5_0] = 32, [BC_DTYPE_Q8_0I] = 32, [BC_DTYPE_Q4_K] = 256,
         [BC_DTYPE_Q6_K] = 256, [BC_DTYPE_Q4_0I] = 32, [BC_DTYPE_BF16I] = 2, [BC_DTYPE_Q5_0I] = 32,
         [BC_DTYPE_Q4_KI] = 256, [BC_DTYPE_Q6_KI] = 256, [BC_DTYPE_Q4_1] = 32,
         [BC_DTYPE_Q5_1] = 32, [BC_DTYPE_Q5_K] = 256, [BC_DTYPE_IQ4_NL] = 32,
-        [BC_DTYPE_IQ4_XS] = 256, [BC_DTYPE_Q2_K] = 256, [BC_DTYPE_Q3_K] = 256};
+        [BC_DTYPE_IQ4_XS] = 256, [BC_DTYPE_Q2_K] = 256, [BC_DTYPE_Q3_K] = 256,
+        [BC_DTYPE_Q5_KI] = 256, [BC_DTYPE_IQ4_NLI] = 32, [BC_DTYPE_IQ4_XSI] = 256};
     static const size_t bytes[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 4, [BC_DTYPE_BF16] = 2, [BC_DTYPE_Q8_0] = 34, [BC_DTYPE_Q4_0] = 18,
         [BC_DTYPE_F16] = 2, [BC_DTYPE_Q5_0] = 22, [BC_DTYPE_Q8_0I] = 34, [BC_DTYPE_Q4_K] = 148,
         [BC_DTYPE_Q6_K] = 274, [BC_DTYPE_Q4_0I] = 18, [BC_DTYPE_BF16I] = 4, [BC_DTYPE_Q5_0I] = 22,
         [BC_DTYPE_Q4_KI] = 148, [BC_DTYPE_Q6_KI] = 210, [BC_DTYPE_Q4_1] = 20,
         [BC_DTYPE_Q5_1] = 24, [BC_DTYPE_Q5_K] = 180, [BC_DTYPE_IQ4_NL] = 18,
-        [BC_DTYPE_IQ4_XS] = 138, [BC_DTYPE_Q2_K] = 84, [BC_DTYPE_Q3_K] = 114};
+        [BC_DTYPE_IQ4_XS] = 138, [BC_DTYPE_Q2_K] = 84, [BC_DTYPE_Q3_K] = 114,
+        [BC_DTYPE_Q5_KI] = 180, [BC_DTYPE_IQ4_NLI] = 18, [BC_DTYPE_IQ4_XSI] = 138};
     for (int dt = 0; dt < BC_NDTYPE; dt++) {
         if (!names[dt]) {
             size_t *n = h_alloc_bytes(sizeof *n);
@@ -187,12 +191,13 @@ static void roundtrip_checks(size_t rows, size_t cols)
                      * scale and minimum rounded to halves: loosely 2 amax / 15 (31) */
                     EXPECT(fabsf(a - b) <= amax * (dt == BC_DTYPE_Q4_1 ? 2.0f / 15.0f
                                                                        : 2.0f / 31.0f) + 1e-7f);
-                } else if (j < 32 && dt == BC_DTYPE_IQ4_NL) {
+                } else if (j < 32 && (dt == BC_DTYPE_IQ4_NL || dt == BC_DTYPE_IQ4_NLI)) {
                     /* iq4_nl: half the widest gap of its values (24 d, d = amax / 127),
                      * or 14 d where 113 d stands for amax: loosely amax / 8 */
                     EXPECT(fabsf(a - b) <= amax / 8.0f + 1e-7f);
                 } else if (j < 256 && (dt == BC_DTYPE_Q4_K || dt == BC_DTYPE_Q4_KI ||
-                                       dt == BC_DTYPE_Q5_K || dt == BC_DTYPE_IQ4_XS)) {
+                                       dt == BC_DTYPE_Q5_K || dt == BC_DTYPE_Q5_KI ||
+                                       dt == BC_DTYPE_IQ4_XS || dt == BC_DTYPE_IQ4_XSI)) {
                     /* q4_k: a loose bound (a sub-block's 6-bit scale and min are
                      * steps of the super-block's largest); Python checks the bits */
                     EXPECT(fabsf(a - b) <= amax / 4.0f + 1e-7f);
@@ -343,11 +348,11 @@ static void linear_checks(size_t n, size_t c, size_t oc)
         const int dt = DTYPES[k];
         if (!fits(dt, c))
             continue;
-        /* q8_0i's 8-bit activations: about 1e-2 of each product's magnitude;
-         * bfloat16i's rounded ones 2^-9 */
-        const float tol = dt == BC_DTYPE_Q8_0I || dt == BC_DTYPE_Q4_0I || dt == BC_DTYPE_Q5_0I ||
-                          dt == BC_DTYPE_Q4_KI || dt == BC_DTYPE_Q6_KI ? 2e-2f
-                        : dt == BC_DTYPE_BF16I ? 4e-3f : 1e-4f;
+        /* the integer formats' (q8_0i's, ...) 8-bit activations: about 1e-2 of each
+         * product's magnitude; bfloat16i's rounded ones 2^-9 */
+        bc_dtype_traits tr;
+        EXPECT_STATUS(BC_OK, bc_dtype_traits_of(&tr, dt));
+        const float tol = tr.integer ? 2e-2f : dt == BC_DTYPE_BF16I ? 4e-3f : 1e-4f;
         const size_t nb = packed(dt, oc, c);
         unsigned char *p = h_alloc_bytes(nb);
         EXPECT_STATUS(BC_OK, bc_pack(p, nb, w, dt, oc, c));
@@ -445,9 +450,12 @@ static void q8i_checks(size_t n, size_t c, size_t oc)
     intdot_checks(BC_DTYPE_Q8_0I, BC_DTYPE_Q8_0, n, c, oc);
     intdot_checks(BC_DTYPE_Q4_0I, BC_DTYPE_Q4_0, n, c, oc);
     intdot_checks(BC_DTYPE_Q5_0I, BC_DTYPE_Q5_0, n, c, oc);
-    if (c % 256 == 0) {  /* q4_ki, q6_ki: whole super-blocks */
+    intdot_checks(BC_DTYPE_IQ4_NLI, BC_DTYPE_IQ4_NL, n, c, oc);
+    if (c % 256 == 0) {  /* q4_ki, q6_ki, q5_ki, iq4_xsi: whole super-blocks */
         intdot_checks(BC_DTYPE_Q4_KI, BC_DTYPE_Q4_K, n, c, oc);
         intdot_checks(BC_DTYPE_Q6_KI, BC_DTYPE_Q6_K, n, c, oc);
+        intdot_checks(BC_DTYPE_Q5_KI, BC_DTYPE_Q5_K, n, c, oc);
+        intdot_checks(BC_DTYPE_IQ4_XSI, BC_DTYPE_IQ4_XS, n, c, oc);
     }
     intdot_checks(BC_DTYPE_BF16I, BC_DTYPE_BF16, n, c, oc);
 }
@@ -526,7 +534,7 @@ static void half_layout_checks(int dt, size_t rows, size_t cols)
     EXPECT(bad == 0);
 }
 
-/* q8_0i's, q4_0i's, q5_0i's, q4_ki's and q6_ki's blocks lie where bc_engine.h says: block b of panel p at
+/* the integer formats' blocks (q8_0i's, ..., iq4_xsi's) lie where bc_engine.h says: block b of panel p at
  * byte B (nb (p - p % 4) + b n + p % 4), B a block's bytes (its 16 rows'), nb
  * the blocks of a row, n the panels of p's run of 4; each block as the panel
  * packed alone holds it (whose bytes the round trips check). */
@@ -534,10 +542,13 @@ static void intdot_layout_checks(int dt, size_t rows, size_t cols)
 {
     float *w = h_alloc(rows * cols);
     h_fill(w, rows * cols, (uint32_t)(rows + 3 * cols), 1.0f);
-    const size_t blk = dt == BC_DTYPE_Q4_KI || dt == BC_DTYPE_Q6_KI ? 256 : 32;
+    const size_t blk = dt == BC_DTYPE_Q4_KI || dt == BC_DTYPE_Q6_KI || dt == BC_DTYPE_Q5_KI
+                       || dt == BC_DTYPE_IQ4_XSI ? 256 : 32;
     const size_t bytes = packed(dt, rows, cols), panels = (rows + 15) / 16, nb = (cols + blk - 1) / blk;
     const size_t bb = dt == BC_DTYPE_Q8_0I ? 544 : dt == BC_DTYPE_Q5_0I ? 352
-                    : dt == BC_DTYPE_Q4_KI ? 2368 : dt == BC_DTYPE_Q6_KI ? 3360 : 288;  /* (bc_engine.h) */
+                    : dt == BC_DTYPE_Q4_KI ? 2368 : dt == BC_DTYPE_Q6_KI ? 3360
+                    : dt == BC_DTYPE_Q5_KI ? 2880 : dt == BC_DTYPE_IQ4_XSI ? 2208
+                    : 288;  /* (bc_engine.h; q4_0i's and iq4_nli's 288) */
     unsigned char *m = h_alloc_bytes(bytes), *one = h_alloc_bytes(nb * bb);
     EXPECT_STATUS(BC_OK, bc_pack(m, bytes, w, dt, rows, cols));
     EXPECT(bytes == panels * nb * bb);
@@ -609,7 +620,9 @@ static void traits_checks(void)
         EXPECT((t->max_cols != 0) == (bc_pack_size(n, dt, 1, BC_Q8_0I_MAX_COLS + 256 * blk)
                                       == BC_ESIZE));
         EXPECT(t->integer == (dt == BC_DTYPE_Q8_0I || dt == BC_DTYPE_Q4_0I || dt == BC_DTYPE_Q5_0I
-                              || dt == BC_DTYPE_Q4_KI || dt == BC_DTYPE_Q6_KI));
+                              || dt == BC_DTYPE_Q4_KI || dt == BC_DTYPE_Q6_KI
+                              || dt == BC_DTYPE_Q5_KI || dt == BC_DTYPE_IQ4_NLI
+                              || dt == BC_DTYPE_IQ4_XSI));
         /* a limit exactly where packing refuses weights: every format but the float ones */
         EXPECT((t->limit != NULL) == (dt != BC_DTYPE_F32 && dt != BC_DTYPE_BF16
                                       && dt != BC_DTYPE_BF16I));
@@ -820,5 +833,8 @@ void test_pack(void)
         intdot_layout_checks(BC_DTYPE_Q5_0I, lay[i][0], lay[i][1]);
         intdot_layout_checks(BC_DTYPE_Q4_KI, lay[i][0], 256 * (i % 3 + 1));
         intdot_layout_checks(BC_DTYPE_Q6_KI, lay[i][0], 256 * (i % 3 + 1));
+        intdot_layout_checks(BC_DTYPE_Q5_KI, lay[i][0], 256 * (i % 3 + 1));
+        intdot_layout_checks(BC_DTYPE_IQ4_NLI, lay[i][0], lay[i][1]);
+        intdot_layout_checks(BC_DTYPE_IQ4_XSI, lay[i][0], 256 * (i % 3 + 1));
     }
 }
