@@ -14,7 +14,7 @@ from helpers import bits, mean_kl, rnd
 
 import blockc
 from blockc import GPT, GPTConfig, ops
-from blockc.checkpoint.gguf import GGUF_DTYPES
+from blockc.checkpoint.gguf import GGUF_DTYPES, MIXES
 from blockc.reference import ggml, intdot, quant
 
 ISAS = ("generic", "avx2", "avx512")
@@ -308,8 +308,10 @@ def test_k_quant_integer_formats_accuracy_budget():
     assert kl["iq4_xsi"] <= 1.1 * kl["iq4_xs"], kl
 
 
-# (the formats whose GGUF type save_gguf writes; IQ4_NL and IQ4_XS files: test_gguf_model.py)
-@pytest.mark.parametrize("fmt", [f for f in INT if INT[f][1].upper() in GGUF_DTYPES])
+# (the formats whose GGUF type save_gguf writes in every matrix: IQ4_NL and IQ4_XS are
+# llama.cpp's mixes of that name, whose files test_gguf_model.py loads)
+@pytest.mark.parametrize("fmt", [f for f in INT if INT[f][1].upper() in GGUF_DTYPES
+                                 and INT[f][1].upper() not in MIXES])
 def test_gguf_files_load_as_the_integer_format_with_their_very_blocks(tmp_path, fmt):
     plain_fmt = INT[fmt][1]
     m = GPT.random(_cfg(LLAMA, fmt), seed=5, dtype=fmt)
