@@ -172,15 +172,12 @@ def _converter_names(name):
     return f"blk.{i}.{table[part]}.weight"
 
 
-@pytest.mark.parametrize("name", sorted(GGUF_CASES))
-def test_a_converter_shaped_file_matches_transformers(tmp_path, name):
-    """A file written by the gguf package as llama.cpp's converter lays one out (its keys;
-    gemma2's without rope.freq_base; every gain ending in norm.weight plus 1), not by blockc."""
-    model_type, kw = GGUF_CASES[name]
-    hm = hf_model(model_type, seed=7, **kw)
+def write_converter_file(path, hm, arch, keys, names):
+    """A GGUF file of transformers model ``hm`` written by the gguf package as llama.cpp's
+    converter lays a Gemma one out: its size keys, ``keys(writer)`` for the architecture's
+    own, no lm_head (tied), every gain ending in norm.weight plus 1, ``names(hf_name)``."""
     hc = hm.config
-    path = tmp_path / "peer.gguf"
-    w = gguf.GGUFWriter(str(path), name)
+    w = gguf.GGUFWriter(str(path), arch)
     w.add_context_length(hc.max_position_embeddings)
     w.add_embedding_length(hc.hidden_size)
     w.add_block_count(hc.num_hidden_layers)
@@ -190,25 +187,39 @@ def test_a_converter_shaped_file_matches_transformers(tmp_path, name):
     w.add_layer_norm_rms_eps(hc.rms_norm_eps)
     w.add_key_length(hc.head_dim)
     w.add_value_length(hc.head_dim)
-    w.add_sliding_window(hc.sliding_window)
-    if name == "gemma2":
-        w.add_attn_logit_softcapping(hc.attn_logit_softcapping)
-        w.add_final_logit_softcapping(hc.final_logit_softcapping)
-    else:
-        w.add_rope_freq_base(100000.0)
-        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
-        w.add_rope_scaling_factor(2.0)
+    keys(w)
     for n, t in hm.state_dict().items():
         if n == "lm_head.weight":
             continue
         a = t.detach().float().numpy()
         if n.endswith("norm.weight"):
             a = a + np.float32(1.0)
-        w.add_tensor(_converter_names(n), np.ascontiguousarray(a, np.float32))
+        w.add_tensor(names(n), np.ascontiguousarray(a, np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(GGUF_CASES))
+def test_a_converter_shaped_file_matches_transformers(tmp_path, name):
+    """A file written by the gguf package as llama.cpp's converter lays one out (its keys;
+    gemma2's without rope.freq_base; every gain ending in norm.weight plus 1), not by blockc."""
+    model_type, kw = GGUF_CASES[name]
+    hm = hf_model(model_type, seed=7, **kw)
+    hc = hm.config
+
+    def keys(w):
+        w.add_sliding_window(hc.sliding_window)
+        if name == "gemma2":
+            w.add_attn_logit_softcapping(hc.attn_logit_softcapping)
+            w.add_final_logit_softcapping(hc.final_logit_softcapping)
+        else:
+            w.add_rope_freq_base(100000.0)
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(2.0)
+    path = write_converter_file(tmp_path / "peer.gguf", hm, name, keys, _converter_names)
     g = GPT.from_pretrained(path)
     ids = np.random.default_rng(3).integers(0, V, size=(1, 40))
     ref = hf_logits(hm, ids)

@@ -16,7 +16,7 @@ from blockc import GPT  # noqa: E402
 from blockc.reference.gpt import gpt_forward  # noqa: E402
 from support.gguf_files import assert_dequantised  # noqa: E402
 from test_families_new import V, check_against, close, hf_greedy, hf_logits  # noqa: E402
-from test_gemma import _converter_names, _peer_read, hf_model  # noqa: E402
+from test_gemma import _converter_names, _peer_read, hf_model, write_converter_file  # noqa: E402
 
 # the legacy "gelu" of Gemma's releases: transformers reads it as the tanh GELU
 GEMMA = dict(head_dim=16, hidden_act="gelu")
@@ -62,30 +62,10 @@ def test_gemma_gguf_written_read_and_dequantised(tmp_path):
 
 def test_a_converter_shaped_gemma_file_matches_transformers(tmp_path):
     hm = hf_model("gemma", seed=7, **GEMMA)
-    hc = hm.config
-    path = tmp_path / "peer.gguf"
-    w = gguf.GGUFWriter(str(path), "gemma")
-    w.add_context_length(hc.max_position_embeddings)
-    w.add_embedding_length(hc.hidden_size)
-    w.add_block_count(hc.num_hidden_layers)
-    w.add_feed_forward_length(hc.intermediate_size)
-    w.add_head_count(hc.num_attention_heads)
-    w.add_head_count_kv(hc.num_key_value_heads)
-    w.add_layer_norm_rms_eps(hc.rms_norm_eps)
-    w.add_key_length(hc.head_dim)
-    w.add_value_length(hc.head_dim)
-    for n, t in hm.state_dict().items():
-        if n == "lm_head.weight":
-            continue
-        a = t.detach().float().numpy()
-        if n.endswith("norm.weight"):  # the converter adds Gemma's 1 to every gain
-            a = a + np.float32(1.0)
-        gn = _converter_names(n).replace("post_attention_norm", "ffn_norm")  # pre-norm Gemma
-        w.add_tensor(gn, np.ascontiguousarray(a, np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    # pre-norm Gemma: the norm before its MLP is llama.cpp's ffn_norm
+    path = write_converter_file(tmp_path / "peer.gguf", hm, "gemma", lambda w: None,
+                                lambda n: _converter_names(n).replace("post_attention_norm",
+                                                                      "ffn_norm"))
     g = GPT.from_pretrained(path)
     ids = np.random.default_rng(3).integers(0, V, size=(1, 40))
     close(g(ids), hf_logits(hm, ids))
