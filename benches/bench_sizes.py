@@ -50,7 +50,8 @@ rate is printed as a share of it (issue 51's goal: the 8B shape within 85%).
     python benches/bench_sizes.py --sizes qwen0.5b --types Q4_0 --contexts 64 --new 8 --repeats 1
 
 Files are kept in --dir (reused when present). With --docs (and one --sizes) the output
-also replaces that shape's section ("sizes-llama1b", ...) of docs/results/sizes.md.
+also replaces that shape's section ("sizes-llama1b", ...) of docs/results/sizes.md, or,
+when every context is long, its "-long" section ("sizes-qwen0.5b-long").
 """
 from __future__ import annotations
 
@@ -444,14 +445,22 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def _section() -> str:
     """The docs section of this run: one per shape ("sizes-llama1b"), so each shape's table
-    is recorded by its own run (--docs takes one --sizes)."""
+    is recorded by its own run (--docs takes one --sizes); a run whose every context is long
+    (LONG tokens or more) records beside it ("sizes-qwen0.5b-long"), so the short contexts'
+    table of every type and a long context's of a few are separate runs."""
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--sizes", default="")
+    ap.add_argument("--contexts", default="256,4096")
     ap.add_argument("--worker")
     a, _ = ap.parse_known_args()
     if "--docs" in sys.argv and (a.sizes not in SHAPES):
         raise SystemExit(f"--docs records one shape's table: give --sizes one of {', '.join(SHAPES)}")
-    return a.sizes
+    long = min(int(c) for c in a.contexts.split(",")) >= LONG
+    return a.sizes + ("-long" if long else "")
+
+
+#: the shortest context whose run is recorded in a shape's "-long" section
+LONG = 2048
 
 
 if __name__ == "__main__":
