@@ -18,9 +18,9 @@ each file:
 llama.cpp runs through llama-cpp-python when it is installed (it is not in CI); its column
 is then filled. blockc holds each matrix in the native format of its file type (F16, Q8_0,
 Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K as float16, q8_0, q4_0, ..., q6_k: the file's blocks,
-streamed by their kernels; blockc.checkpoint.gguf.EXACT) and a matrix whose parts differ (a
-fused q, k, v of Q4_K and Q6_K) as its dequantised float32 weights, so a Q4_K_M file is a
-model of mixed formats ("blockc holds": mixed). The Q8_0,
+streamed by their kernels; blockc.checkpoint.gguf.EXACT), each part of a fused q, k, v in
+its own (Q4_K_M's Q4_K q and k beside a Q6_K v), so a Q4_K_M file is a model of mixed
+formats ("blockc holds": mixed). The Q8_0,
 Q4_0, Q5_0 and Q4_K_M files are run once more with dtype="integer" (from_pretrained(file,
 dtype="integer"): each matrix's very blocks as q8_0i, q4_0i, q5_0i or q4_ki, multiplied by
 integer dot products on 8-bit activations, as llama.cpp does; Q6_K and others as without it).
