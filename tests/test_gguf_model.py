@@ -487,7 +487,8 @@ def _integer(types):
     apart from blockc.checkpoint.gguf's table): the type's integer format, Q4_0/Q5_0/Q8_0
     parts mixed as q8_0i, anything else as dtype=None does."""
     own = {"Q8_0": "q8_0i", "Q4_0": "q4_0i", "Q5_0": "q5_0i", "Q4_K": "q4_ki", "Q6_K": "q6_ki",
-           "Q5_K": "q5_ki", "IQ4_NL": "iq4_nli", "IQ4_XS": "iq4_xsi"}
+           "Q5_K": "q5_ki", "IQ4_NL": "iq4_nli", "IQ4_XS": "iq4_xsi", "Q2_K": "q2_ki",
+           "Q3_K": "q3_ki"}
     if len(set(types)) == 1 and types[0] in own:
         return own[types[0]]
     if set(types) <= {"Q4_0", "Q5_0", "Q8_0"}:
