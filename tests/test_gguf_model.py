@@ -500,7 +500,8 @@ def _integer(types):
 
 @pytest.mark.parametrize("case", ["llama-q4_k_m", "llama-q5_0", "llama-mixed-native",
                                   "llama-q4_k", "llama-q6_k", "gpt2-q4_0-tied", "llama-mha-q8_0",
-                                  "llama-q5_k", "llama-iq4", "llama-k-quants"])
+                                  "llama-q5_k", "llama-iq4", "llama-k-quants", "llama-q3_k_m",
+                                  "llama-q2_k"])
 def test_integer_dtype_holds_each_matrix_in_its_types_integer_format(files, tmp_path, case):
     """from_pretrained(file, dtype="integer"): each matrix in the integer format of its
     file type (8-bit activations, as llama.cpp multiplies them), holding the dequantised
