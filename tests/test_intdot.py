@@ -1,5 +1,5 @@
-"""q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki, iq4_nli and iq4_xsi: q8_0's, q4_0's, q5_0's,
-q4_k's, q6_k's, q5_k's, iq4_nl's and iq4_xs's weights multiplied by integer dot products on 8-bit activations (the model tests also bfloat16i's, test_bf16dot.py).
+"""q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki, iq4_nli, iq4_xsi, q2_ki and q3_ki: q8_0's,
+q4_0's, q5_0's, q4_k's, q6_k's, q5_k's, iq4_nl's, iq4_xs's, q2_k's and q3_k's weights multiplied by integer dot products on 8-bit activations (the model tests also bfloat16i's, test_bf16dot.py).
 
 The C kernels against the NumPy oracle (blockc.reference.intdot) bit for bit on
 every instruction set; the same bits for any number of rows, threads, cached or
@@ -22,9 +22,11 @@ ISAS = ("generic", "avx2", "avx512")
 INT = {"q8_0i": (intdot.linear_q8_0i, "q8_0"), "q4_0i": (intdot.linear_q4_0i, "q4_0"),
        "q5_0i": (intdot.linear_q5_0i, "q5_0"), "q4_ki": (intdot.linear_q4_ki, "q4_k"),
        "q6_ki": (intdot.linear_q6_ki, "q6_k"), "q5_ki": (intdot.linear_q5_ki, "q5_k"),
-       "iq4_nli": (intdot.linear_iq4_nli, "iq4_nl"), "iq4_xsi": (intdot.linear_iq4_xsi, "iq4_xs")}
-#: the formats whose rows are whole blocks (q4_ki, q6_ki, q5_ki, iq4_xsi: super-blocks of 256)
-WHOLE = {"q4_ki": 256, "q6_ki": 256, "q5_ki": 256, "iq4_xsi": 256}
+       "iq4_nli": (intdot.linear_iq4_nli, "iq4_nl"), "iq4_xsi": (intdot.linear_iq4_xsi, "iq4_xs"),
+       "q2_ki": (intdot.linear_q2_ki, "q2_k"), "q3_ki": (intdot.linear_q3_ki, "q3_k")}
+#: the formats whose rows are whole blocks (q4_ki, q6_ki, q5_ki, iq4_xsi, q2_ki, q3_ki:
+#: super-blocks of 256)
+WHOLE = {"q4_ki": 256, "q6_ki": 256, "q5_ki": 256, "iq4_xsi": 256, "q2_ki": 256, "q3_ki": 256}
 #: every format on x rounded once per product (bfloat16i: test_bf16dot.py), and the format
 #: of its weights
 ROUNDED = {**{fmt: plain for fmt, (_, plain) in INT.items()}, "bfloat16i": "bfloat16"}
@@ -197,6 +199,46 @@ def test_iq4_xsis_weights_are_iq4_xss_and_its_blocks_the_oracles():
     np.testing.assert_array_equal(bits(got), bits(quant.iq4_xs(w)))
 
 
+def test_q2_kis_and_q3_kis_weights_are_q2_ks_and_q3_ks_and_their_blocks_the_oracles():
+    w = rnd(40, 512, seed=19)
+    w[3, :16] = 0.0
+    w[5, 256:272] *= np.float32(1e-30)
+    w[6, 16:32] = np.abs(w[6, 16:32])  # a sub-block of no negative weight: min 0
+    for fmt, plain in (("q2_ki", quant.q2_k), ("q3_ki", quant.q3_k)):
+        got = ops.pack(w, fmt).unpack()
+        np.testing.assert_array_equal(bits(got), bits(plain(w)), err_msg=fmt)
+        np.testing.assert_array_equal(got, ops.pack(w, fmt[:-1]).unpack(), err_msg=fmt)
+    d, dmin, sc, m, q = quant.q2_k_blocks(w)  # the oracle's blocks: the weights it multiplies
+    assert q.min() == 0 and q.max() == 3 and sc.max() == 15 and m.max() == 15 and m.min() == 0
+    ds = (d[..., None] * sc.astype(np.float32)).astype(np.float32)[..., None]
+    dm = (dmin[..., None] * m.astype(np.float32)).astype(np.float32)[..., None]
+    got = ((ds * q.astype(np.float32)).astype(np.float32) - dm).reshape(40, 512)
+    np.testing.assert_array_equal(bits(got), bits(quant.q2_k(w)))
+    d, ls, q = quant.q3_k_blocks(w)
+    assert q.min() == -4 and q.max() == 3 and ls.min() < 0 < ls.max()  # (the -4 offset seen)
+    dl = (d[..., None] * ls.astype(np.float32)).astype(np.float32)[..., None]
+    got = (dl * q.astype(np.float32)).astype(np.float32).reshape(40, 512)
+    np.testing.assert_array_equal(bits(got), bits(quant.q3_k(w)))
+
+
+def test_q2_ki_and_q3_ki_hold_their_gguf_types_very_blocks():
+    """q2_ki (q3_ki) holds the Q2_K (Q3_K) blocks q2_k (q3_k) holds: the same file rows both
+    ways, astype moves them untouched, and the gguf package dequantises them to the
+    weights the integer product multiplies."""
+    gguf = pytest.importorskip("gguf")
+    w = rnd(35, 768, seed=21) * np.float32(0.1)
+    for fmt, typ in (("q2_ki", "Q2_K"), ("q3_ki", "Q3_K")):
+        p, twin = ops.pack(w, fmt), ops.pack(w, fmt[:-1])
+        blocks = ops.unpack_ggml(p)
+        np.testing.assert_array_equal(blocks, ops.unpack_ggml(twin))
+        np.testing.assert_array_equal(ops.pack_ggml(blocks, fmt, (35, 768)), np.array(p._buf))
+        deq = gguf.dequantize(blocks, gguf.GGMLQuantizationType[typ]).reshape(35, 768)
+        np.testing.assert_array_equal(bits(deq.astype(np.float32)), bits(p.unpack()))
+        m = GPT.random(WIDE[id(LLAMA)], seed=7, dtype=fmt)
+        np.testing.assert_array_equal(m.astype(fmt[:-1]).astype(fmt).params, m.params)
+        assert m.astype(fmt[:-1]).dtype == fmt[:-1]
+
+
 def test_q6_kis_weights_are_q6_ks_and_its_blocks_the_oracles():
     w = rnd(40, 512, seed=15)
     w[3, :16] = 0.0
@@ -293,7 +335,9 @@ def test_k_quant_integer_formats_accuracy_budget():
     from float32: q4_ki within 10% of q4_k's (measured 0.2454 and 0.2458: the 4-bit
     weights dominate), q6_ki above q6_k's and at most twice it (measured 0.0191 and
     0.0179; q8_0 0.0018, q8_0i 0.0024 on this model), q5_ki within 10% of q5_k's
-    (measured 0.0640 and 0.0643), iq4_xsi of iq4_xs's (0.3087 and 0.3078)."""
+    (measured 0.0640 and 0.0643), iq4_xsi of iq4_xs's (0.3087 and 0.3078), q2_ki of
+    q2_k's (1.9287 and 1.9292: the 2-bit weights dominate) and q3_ki of q3_k's (0.8470 and
+    0.8464)."""
     cfg = WIDE[id(LLAMA)]
     base = GPT.random(cfg, seed=11)
     sd = {k: (v * np.float32(5.0) if v.ndim == 2 else v) for k, v in base.state_dict().items()}
@@ -301,11 +345,14 @@ def test_k_quant_integer_formats_accuracy_budget():
     ids = np.random.default_rng(12).integers(0, cfg.vocab, size=(3, 48))
     ref = m(ids)
     kl = {dt: mean_kl(ref, m.astype(dt)(ids))
-          for dt in ("q4_k", "q4_ki", "q6_k", "q6_ki", "q5_k", "q5_ki", "iq4_xs", "iq4_xsi")}
+          for dt in ("q4_k", "q4_ki", "q6_k", "q6_ki", "q5_k", "q5_ki", "iq4_xs", "iq4_xsi",
+                     "q2_k", "q2_ki", "q3_k", "q3_ki")}
     assert kl["q4_ki"] <= 1.1 * kl["q4_k"], kl
     assert kl["q6_k"] < kl["q6_ki"] <= 2 * kl["q6_k"], kl
     assert kl["q5_ki"] <= 1.1 * kl["q5_k"], kl
     assert kl["iq4_xsi"] <= 1.1 * kl["iq4_xs"], kl
+    assert kl["q2_ki"] <= 1.1 * kl["q2_k"], kl
+    assert kl["q3_ki"] <= 1.1 * kl["q3_k"], kl
 
 
 # (the formats whose GGUF type save_gguf writes in every matrix: IQ4_NL and IQ4_XS are

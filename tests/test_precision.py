@@ -16,15 +16,16 @@ ORACLE = {"float32": lambda w: np.asarray(w, np.float32), "bfloat16": quant.bflo
           "iq4_xsi": quant.iq4_xs, "q4_k": quant.q4_k, "q6_k": quant.q6_k,
           "bfloat16i": bf16dot.round_bf16, "q4_1": quant.q4_1, "q5_1": quant.q5_1,
           "q5_k": quant.q5_k, "iq4_nl": quant.iq4_nl, "iq4_xs": quant.iq4_xs,
-          "q2_k": quant.q2_k, "q3_k": quant.q3_k}
+          "q2_k": quant.q2_k, "q3_k": quant.q3_k, "q2_ki": quant.q2_k, "q3_ki": quant.q3_k}
 WHOLE = {"q4_k": 256, "q6_k": 256, "q4_ki": 256, "q6_ki": 256, "q5_ki": 256, "iq4_xsi": 256,
          "q5_k": 256, "iq4_xs": 256,
-         "q2_k": 256, "q3_k": 256}  # formats whose rows are whole blocks
+         "q2_k": 256, "q3_k": 256, "q2_ki": 256, "q3_ki": 256}  # formats whose rows are whole blocks
 #: the formats that multiply x rounded once per product, and their oracles
 ROUNDED_X = {"q8_0i": intdot.linear_q8_0i, "q4_0i": intdot.linear_q4_0i,
              "q5_0i": intdot.linear_q5_0i, "q4_ki": intdot.linear_q4_ki,
              "q6_ki": intdot.linear_q6_ki, "q5_ki": intdot.linear_q5_ki,
              "iq4_nli": intdot.linear_iq4_nli, "iq4_xsi": intdot.linear_iq4_xsi,
+             "q2_ki": intdot.linear_q2_ki, "q3_ki": intdot.linear_q3_ki,
              "bfloat16i": bf16dot.linear_bfloat16i}
 
 

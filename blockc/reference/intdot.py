@@ -1,6 +1,7 @@
-"""The NumPy oracle of q8_0i, q4_0i, q5_0i, q4_ki, q6_ki and q5_ki: q8_0's (q4_0's, q5_0's,
-q4_k's, q6_k's, q5_k's) weights multiplied by integer dot products (q4_ki's, q5_ki's and
-q6_ki's chains: :func:`linear_q4_ki`, :func:`linear_q5_ki`, :func:`linear_q6_ki`).
+"""The NumPy oracle of q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki, iq4_nli, iq4_xsi, q2_ki and
+q3_ki: q8_0's (q4_0's, q5_0's, q4_k's, q6_k's, q5_k's, iq4_nl's, iq4_xs's, q2_k's, q3_k's)
+weights multiplied by integer dot products (the super-blocks' chains: :func:`linear_q4_ki`,
+:func:`linear_q5_ki`, :func:`linear_q6_ki`, :func:`linear_q2_ki`, :func:`linear_q3_ki`).
 
 A product quantises each row of x per block of 32 columns (the last one
 zero-padded): ``a = max|x|`` (float32), ``d_x = a / 127`` and
@@ -32,7 +33,7 @@ from .quant import q8_0_blocks
 __all__ = ["quantise_rows", "fmaf", "linear_q8_0i", "linear_q4_0i", "linear_q5_0i",
            "linear_q4_ki", "linear_q6_ki", "linear_q5_ki", "q4_0_blocks", "q5_0_blocks",
            "q4_k_blocks", "q5_k_blocks", "q6_k_blocks", "linear_iq4_nli",
-           "linear_iq4_xsi"]
+           "linear_iq4_xsi", "linear_q2_ki", "linear_q3_ki"]
 
 F32 = np.float32
 _TINY = F32(1e-30)
@@ -208,6 +209,59 @@ def linear_iq4_xsi(x, w, b: Optional[np.ndarray] = None,
     out = d.shape[0]
     dw = (d[..., None] * ls.astype(F32)).astype(F32).reshape(out, -1)
     return _linear_int(x, dw, ggml.KVALUES_IQ4NL[q].astype(np.int16).reshape(out, -1, 32), b, r)
+
+
+def linear_q2_ki(x, w, b: Optional[np.ndarray] = None,
+                 r: Optional[np.ndarray] = None) -> np.ndarray:
+    """y (n, out) = r + x (n, c) @ w (out, c)^T + b with w stored as q2_ki, as the C
+    library computes it: x quantised as for q8_0i, then per output, for each super-block
+    and each of its sub-blocks of 16 in order (x block j / 2), ``acc = fmaf(isum, (d sc)
+    d_x, acc)`` and ``acc = fmaf(-(dmin m), d_x sum16(q_x), acc)`` (``isum`` the exact sum
+    of the two-bit q times q_x, ``sum16(q_x)`` the sub-block's sum of q_x, llama.cpp's
+    ``bsums``; ``d sc`` and ``dmin m`` exact in float32, ``d_x sum16`` rounded to
+    float32)."""
+    d, dmin, sc, m, q = quant.q2_k_blocks(w)
+    out = d.shape[0]
+    ds = (d[..., None] * sc.astype(F32)).astype(F32).reshape(out, -1)
+    dm = (dmin[..., None] * m.astype(F32)).astype(F32).reshape(out, -1)
+    return _linear_16(x, ds, dm, q, b, r)
+
+
+def linear_q3_ki(x, w, b: Optional[np.ndarray] = None,
+                 r: Optional[np.ndarray] = None) -> np.ndarray:
+    """y (n, out) = r + x (n, c) @ w (out, c)^T + b with w stored as q3_ki, as the C
+    library computes it: :func:`linear_q2_ki`'s chain without the min term, ``q`` the
+    signed value -4..3 (the high bit clear: the two low bits less 4), ``sc`` the signed
+    6-bit scale."""
+    d, ls, q = quant.q3_k_blocks(w)
+    ds = (d[..., None] * ls.astype(F32)).astype(F32).reshape(d.shape[0], -1)
+    return _linear_16(x, ds, None, q, b, r)
+
+
+def _linear_16(x, ds, dm, q, b, r) -> np.ndarray:
+    """The chain over sub-blocks of 16: ds, dm (out, sub-blocks) exact float32 products,
+    dm None for no min term; q (out, super-blocks, 16, 16)."""
+    xq, dx = quantise_rows(x)
+    n, nb = dx.shape
+    out = ds.shape[0]
+    if nb * 2 != ds.shape[1]:
+        raise ValueError(f"x has {x.shape[1]} columns, w {ds.shape[1] * 16}")
+    x16 = xq.reshape(n, 2 * nb, 16).astype(np.int64)
+    isum = np.einsum("njk,ojk->noj", x16, q.reshape(out, 2 * nb, 16).astype(np.int64))
+    bsum = x16.sum(axis=-1).astype(F32)  # (n, sub-blocks): exact
+    acc = np.zeros((n, out), F32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for j in range(2 * nb):
+            scale = (ds[None, :, j] * dx[:, None, j // 2]).astype(F32)
+            acc = fmaf(isum[:, :, j].astype(F32), scale, acc)
+            if dm is not None:
+                xm = (dx[:, j // 2] * bsum[:, j]).astype(F32)
+                acc = fmaf(np.broadcast_to(-dm[None, :, j], acc.shape),
+                           np.broadcast_to(xm[:, None], acc.shape), acc)
+        y = acc if r is None else (np.asarray(r, F32) + acc).astype(F32)
+        if b is not None:
+            y = (y + np.asarray(b, F32)).astype(F32)
+    return y
 
 
 def _linear_k(x, d, dmin, sc, m, q, b, r) -> np.ndarray:

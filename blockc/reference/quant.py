@@ -41,7 +41,7 @@ from .ggml import bfloat16  # noqa: F401 (defined beside the ggml oracle, which 
 
 __all__ = ["bfloat16", "float16", "q8_0_blocks", "q8_0", "q4_0", "q5_0", "q4_1", "q5_1", "q4_k",
            "q5_k", "q6_k", "iq4_nl", "iq4_xs", "q2_k", "q3_k", "iq4_nl_blocks",
-           "iq4_xs_blocks"]
+           "iq4_xs_blocks", "q2_k_blocks", "q3_k_blocks"]
 
 
 def _round_half_away(v: np.ndarray) -> np.ndarray:
@@ -226,6 +226,18 @@ def _rint_clip(v: np.ndarray, lo: int, hi: int) -> np.ndarray:
 def q2_k(w) -> np.ndarray:
     """``w`` stored as q2_k (blockc's rule above), as the float32 weights it becomes;
     the columns a multiple of 256."""
+    d, dmin, sc, m, q = q2_k_blocks(w)
+    dj = (d[..., None] * sc.astype(np.float32)).astype(np.float32)
+    dm = (dmin[..., None] * m.astype(np.float32)).astype(np.float32)
+    out = (dj[..., None] * q.astype(np.float32)).astype(np.float32) - dm[..., None]
+    return out.astype(np.float32).reshape(q.shape[0], -1)
+
+
+def q2_k_blocks(w) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(d, dmin, sc, m, q) of ``w`` (rows, cols) stored as q2_k (blockc's rule above; cols
+    a multiple of 256): d, dmin (rows, super-blocks) float32 (halves), sc, m (rows,
+    super-blocks, 16) the sub-blocks' 4-bit scales and mins, q (rows, super-blocks, 16, 16)
+    each weight's two bits (0..3)."""
     a = _k_rows(w)
     rows, cols = a.shape
     x = a.reshape(rows, cols // 256, 16, 16)
@@ -248,8 +260,7 @@ def q2_k(w) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         v = ((x + dm[..., None]).astype(np.float32) / np.where(dj != 0, dj, 1)[..., None])
     q = np.where(dj[..., None] != 0, _rint_clip(v.astype(np.float32), 0, 3), 0)
-    out = (dj[..., None] * q.astype(np.float32)).astype(np.float32) - dm[..., None]
-    return out.astype(np.float32).reshape(rows, cols)
+    return d, dmin, sc, m, q.astype(np.int32)
 
 
 def _c_absmax(x: np.ndarray) -> np.ndarray:
@@ -261,6 +272,16 @@ def _c_absmax(x: np.ndarray) -> np.ndarray:
 def q3_k(w) -> np.ndarray:
     """``w`` stored as q3_k (blockc's rule above), as the float32 weights it becomes;
     the columns a multiple of 256."""
+    d, ls, q = q3_k_blocks(w)
+    dl = (d[..., None] * ls.astype(np.float32)).astype(np.float32)
+    return (dl[..., None] * q.astype(np.float32)).astype(np.float32).reshape(q.shape[0], -1)
+
+
+def q3_k_blocks(w) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(d, ls, q) of ``w`` (rows, cols) stored as q3_k (blockc's rule above; cols a
+    multiple of 256): d (rows, super-blocks) float32 (halves), ls (rows, super-blocks, 16)
+    the sub-blocks' scales (-32..31), q (rows, super-blocks, 16, 16) each weight's value
+    (-4..3: its two low bits, less 4 where its high bit is clear)."""
     a = _k_rows(w)
     rows, cols = a.shape
     x = a.reshape(rows, cols // 256, 16, 16)
@@ -270,4 +291,4 @@ def q3_k(w) -> np.ndarray:
     ls = _rint_clip((_inv32(dd)[..., None] * s).astype(np.float32), -32, 31)
     dl = (d[..., None] * ls.astype(np.float32)).astype(np.float32)
     q = _rint_clip((x * _inv32(dl)[..., None]).astype(np.float32), -4, 3)
-    return (dl[..., None] * q.astype(np.float32)).astype(np.float32).reshape(rows, cols)
+    return d, ls, q

@@ -51,7 +51,9 @@ extern "C" {
 #define BC_DTYPE_Q5_KI 21
 #define BC_DTYPE_IQ4_NLI 22
 #define BC_DTYPE_IQ4_XSI 23
-#define BC_NDTYPE 24     /* one past the last dtype */
+#define BC_DTYPE_Q2_KI 26
+#define BC_DTYPE_Q3_KI 27
+#define BC_NDTYPE 28     /* one past the last dtype (24, 25: reserved, no format yet) */
 #define BC_DTYPE_NAME_MAX 16   /* bytes a dtype's name needs, with its NUL */
 
 /* Normalisation kinds and placements of the block. */
@@ -357,6 +359,33 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  float): the same bits on every instruction set, for any
  *                  number of rows and threads. Columns a multiple of 256, at
  *                  most BC_Q8_0I_MAX_COLS.
+ *   BC_DTYPE_Q2_KI q2_k's weights (the same super-blocks) multiplied by
+ *                  integer dot products: panel p is cols / 256 blocks of 1344
+ *                  bytes (84 a row, the file's), q2_k's d[l], dmin[l] and
+ *                  sc[j][l] at q2_k's offsets, then u[g][l][t] (16 x 16 x 4) =
+ *                  byte 4g + t of row l's qs; in runs of 4 as q8_0i's. x is
+ *                  quantised as q6_ki's (q8_0i's blocks of 32 and the sums of
+ *                  q_x of their halves, s16: sub-block j of super-block S lies
+ *                  in x block 8S + j / 2); each output's chain: acc = 0, then
+ *                  for each sub-block of 16 in order acc = fma((float)isum_j,
+ *                  (d[l] sc_j) d_x, acc) and acc = fma(-(dmin[l] m_j), d_x
+ *                  (float)s16_j, acc), isum_j the exact int32 sum of q q_x (q
+ *                  0..3; d sc and dmin m exact in float, d_x s16 rounded): the
+ *                  same bits on every instruction set, for any number of rows
+ *                  and threads. Columns a multiple of 256, at most
+ *                  BC_Q8_0I_MAX_COLS.
+ *   BC_DTYPE_Q3_KI q3_k's weights (the same super-blocks) multiplied by
+ *                  integer dot products: panel p is cols / 256 blocks of 1824
+ *                  bytes (114 a row, as q3_k), q3_k's d[l] and sc[j][l], then
+ *                  h[g][l][t] (8 x 16 x 4) = byte 4g + t of row l's hmask, then
+ *                  u[g][l][t] (16 x 16 x 4) = byte 4g + t of its qs; in runs of
+ *                  4 as q8_0i's. x is quantised as q6_ki's; each output's
+ *                  chain: acc = 0, then for each sub-block of 16 in order acc =
+ *                  fma((float)isum_j, (d[l] sc_j) d_x, acc), isum_j the exact
+ *                  int32 sum of q q_x (q = low + 4 high - 4, -4..3: formed as
+ *                  the unsigned low + 4 high less 4 s16_j): the same bits on
+ *                  every instruction set, for any number of rows and threads.
+ *                  Columns a multiple of 256, at most BC_Q8_0I_MAX_COLS.
  * bc_pack_size gives the bytes. */
 
 /* Columns a q8_0i matrix can have (a quantised row of x fits a call's scratch). */
@@ -366,6 +395,7 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  * ("float32", "bfloat16", "q8_0", "q4_0", "q4_k", "q6_k", "float16", "q5_0",
  * "q8_0i", "q4_0i", "bfloat16i", "q5_0i", "q4_ki", "q6_ki", "q4_1", "q5_1", "q5_k",
  * "iq4_nl", "iq4_xs", "q2_k", "q3_k", "q5_ki", "iq4_nli", "iq4_xsi";
+ * "q2_ki" (26), "q3_ki" (27);
  * NUL-terminated into name, name_cap >
  * its length, at most BC_DTYPE_NAME_MAX), the weights of a row per block and
  * the bytes of one block (a row of cols weights, padded to whole blocks, takes

@@ -223,6 +223,43 @@ static inline int bc_iq4xsi_nibble(const bc_iq4xsi_block *b, size_t l, size_t w)
     return w % 32 < 16 ? v & 15 : v >> 4;
 }
 
+/* One super-block of a q2_ki panel: q2_k's scales (the same fields at the same
+ * offsets as bc_q2k_block), then its 2-bit quants 4 bytes by 4 per row: u[g]
+ * bytes 4g..4g+3 of the rows' qs (byte i, bits 2s..2s+1: weight 128 (i / 32) +
+ * 32 s + i % 32, bc_k2_byte and bc_k2_shift) */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' super-block scales (IEEE halves) */
+    uint16_t dmin[BC_PANEL];    /* and their scales of the mins */
+    uint8_t sc[16][BC_PANEL];   /* sc[j][row]: sub-block j's scale (low 4 bits), min (high) */
+    uint8_t u[16][BC_PANEL][4]; /* u[g][row][t] = byte 4g + t of the row's qs */
+} bc_q2ki_block;
+
+/* Weight w (0..255) of row l of a q2_ki super-block: its two bits, 0..3 */
+static inline int bc_q2ki_quant(const bc_q2ki_block *b, size_t l, size_t w)
+{
+    const size_t byte = bc_k2_byte(w);
+    return b->u[byte / 4][l][byte % 4] >> bc_k2_shift(w) & 3;
+}
+
+/* One super-block of a q3_ki panel: q3_k's scales (the same fields at the same
+ * offsets as bc_q3k_block), then its hmask and qs 4 bytes by 4 per row: h[g]
+ * bytes 4g..4g+3 of the rows' hmask (bit k of byte i: the high bit of weight 32 k
+ * + i), u[g] bytes 4g..4g+3 of their qs (as q2_ki's) */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' super-block scales (IEEE halves) */
+    int8_t sc[16][BC_PANEL];    /* sc[j][row]: sub-block j's (16 weights) scale, -32..31 */
+    uint8_t h[8][BC_PANEL][4];  /* h[g][row][t] = byte 4g + t of the row's hmask */
+    uint8_t u[16][BC_PANEL][4]; /* u[g][row][t] = byte 4g + t of the row's qs */
+} bc_q3ki_block;
+
+/* Weight w (0..255) of row l of a q3_ki super-block: low + 4 high, 0..7 (its value + 4) */
+static inline int bc_q3ki_quant(const bc_q3ki_block *b, size_t l, size_t w)
+{
+    const size_t byte = bc_k2_byte(w), i = w % 32;
+    return (b->u[byte / 4][l][byte % 4] >> bc_k2_shift(w) & 3)
+           | (b->h[i / 4][l][i % 4] >> (w / 32) & 1) << 2;
+}
+
 /* One super-block of a q5_ki panel: q4_ki's super-block (the same fields at
  * the same offsets: its kernels read them as q4_ki's), then Q5_K's fifth bits 4
  * bytes by 4 per row as the nibbles: h[g] bytes 4g..4g+3 of the rows' Q5_K qh

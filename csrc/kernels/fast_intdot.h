@@ -1,5 +1,6 @@
-/* fast_intdot.h: q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki, iq4_nli and iq4_xsi: q8_0's, q4_0's,
- * q5_0's, q4_k's, q6_k's, q5_k's, iq4_nl's and iq4_xs's weights multiplied by integer dot products
+/* fast_intdot.h: q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki, iq4_nli, iq4_xsi, q2_ki and q3_ki:
+ * q8_0's, q4_0's, q5_0's, q4_k's, q6_k's, q5_k's, iq4_nl's, iq4_xs's, q2_k's and q3_k's weights
+ * multiplied by integer dot products
  * (part of the kernel template, fast_tmpl.h: included once per instruction
  * set, after fast_linear.h; its entry of the kernel table's wf is in
  * fast_formats.h). A product quantises each row of x once (xq_rows_q8: 8 bits
@@ -193,6 +194,8 @@ typedef __m256i IV;
 #define FK_Q5K 5 /* q5_ki: q4_ki's nibbles with q5_k's fifth bits (unsigned, 0..31) */
 #define FK_IQ4NL 6 /* iq4_nli: q4_0i's nibbles, each an index into kvalues_iq4nl (a byte shuffle) */
 #define FK_IQ4XS 7 /* iq4_xsi: iq4_nli's by sub-blocks of a super-block */
+#define FK_Q2K 8 /* q2_ki: q2_k's two bits (unsigned, 0..3) by sub-blocks of 16, mins by s16 */
+#define FK_Q3K 9 /* q3_ki: q3_k's three bits (unsigned, q + 4) by sub-blocks of 16 */
 
 /* Decoding prefetches each block's bytes this far ahead (a run's blocks lie in
  * the order the tile reads them, so the bytes ahead are the next ones it
@@ -206,14 +209,16 @@ static inline int fk_dtype(int fk)
     return fk == FK_Q4 ? BC_DTYPE_Q4_0I : fk == FK_Q5 ? BC_DTYPE_Q5_0I
          : fk == FK_Q4K ? BC_DTYPE_Q4_KI : fk == FK_Q6K ? BC_DTYPE_Q6_KI
          : fk == FK_Q5K ? BC_DTYPE_Q5_KI : fk == FK_IQ4NL ? BC_DTYPE_IQ4_NLI
-         : fk == FK_IQ4XS ? BC_DTYPE_IQ4_XSI : BC_DTYPE_Q8_0I;
+         : fk == FK_IQ4XS ? BC_DTYPE_IQ4_XSI : fk == FK_Q2K ? BC_DTYPE_Q2_KI
+         : fk == FK_Q3K ? BC_DTYPE_Q3_KI : BC_DTYPE_Q8_0I;
 }
 
 /* x's blocks of 32 per block of the format: 8 for the super-blocks of 256
  * (q4_ki, q6_ki, q5_ki: a block function of their own, a run's panels one at a time) */
 static inline size_t fk_x_blocks(int fk)
 {
-    return fk == FK_Q4K || fk == FK_Q6K || fk == FK_Q5K || fk == FK_IQ4XS ? 8 : 1;
+    return fk == FK_Q4K || fk == FK_Q6K || fk == FK_Q5K || fk == FK_IQ4XS || fk == FK_Q2K
+           || fk == FK_Q3K ? 8 : 1;
 }
 
 /* bytes of one block of a panel (its 16 rows) */
@@ -222,6 +227,7 @@ static inline size_t fk_block_bytes(int fk)
     return fk == FK_Q4 || fk == FK_IQ4NL ? sizeof(bc_q4i_block) : fk == FK_Q5 ? sizeof(bc_q5i_block)
          : fk == FK_Q4K ? sizeof(bc_q4ki_block) : fk == FK_Q6K ? sizeof(bc_q6ki_block)
          : fk == FK_Q5K ? sizeof(bc_q5ki_block) : fk == FK_IQ4XS ? sizeof(bc_iq4xsi_block)
+         : fk == FK_Q2K ? sizeof(bc_q2ki_block) : fk == FK_Q3K ? sizeof(bc_q3ki_block)
          : sizeof(bc_q8i_block);
 }
 
@@ -356,6 +362,20 @@ static void xq_part_iq4_xsi(const bc_gemm *g, const unsigned char *xq, size_t n0
                             size_t o0, size_t o1)
 {
     xq_part_int(FK_IQ4XS, g, xq, n0, n1, o0, o1);
+}
+
+// y (N,OC) rows [n0,n1), columns [o0,o1); xq rows n0.. quantised (with s16); w (OC,C) q2_ki panels
+static void xq_part_q2_ki(const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1,
+                          size_t o0, size_t o1)
+{
+    xq_part_int(FK_Q2K, g, xq, n0, n1, o0, o1);
+}
+
+// y (N,OC) rows [n0,n1), columns [o0,o1); xq rows n0.. quantised (with s16); w (OC,C) q3_ki panels
+static void xq_part_q3_ki(const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1,
+                          size_t o0, size_t o1)
+{
+    xq_part_int(FK_Q3K, g, xq, n0, n1, o0, o1);
 }
 
 // y (N,OC) rows [n0,n1), columns [o0,o1); xq rows n0.. quantised; w (OC,C) q5_ki panels

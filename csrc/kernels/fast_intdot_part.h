@@ -1,5 +1,5 @@
 /* fast_intdot_part.h: the integer formats' tiles (q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki,
- * iq4_nli, iq4_xsi) and their walk over a product
+ * iq4_nli, iq4_xsi, q2_ki, q3_ki) and their walk over a product
  * (part of fast_intdot.h, which includes it once per way of forming the
  * integer sums: Q8I_FN names the copy, Q8I_TARGET its instruction-set
  * attribute, Q8I_DP on AVX2 selects AVX-VNNI's vpdpbusd over pmaddubsw). Every
@@ -395,6 +395,100 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q6ki_block)(const int mr, const int NB, V *f, s
     }
 }
 
+/* Super-block S of NB q2_ki or q3_ki panels (fk FK_Q2K: bc_q2ki_block, FK_Q3K:
+ * bc_q3ki_block), rows 0..mr-1 of x: x block b = 8S + k holds sub-blocks 2k and
+ * 2k + 1 (weights 32k.., bits 2 (k % 4) of qs bytes 32 (k / 4) + 0..15, then
+ * 16..31). q2_ki's two bits as they lie (unsigned: no correction), then per
+ * sub-block f = fma((float)isum, (d sc_j) d_x, f) and f = fma(-(dmin m_j), d_x
+ * (float)s16_j, f); q3_ki's low + 4 high (0..7: the high bit k of hmask byte
+ * 32k + i's i), the sums corrected by -4 s16_j, then per sub-block f =
+ * fma((float)isum, (d sc_j) d_x, f), as q6ki_block's. */
+BC_INLINE Q8I_TARGET void Q8I_FN(k2ki_block)(const int fk, const int mr, const int NB, V *f,
+                                             size_t fs, const unsigned char *const *blk,
+                                             const int8_t *const *xr, const float *const *xd,
+                                             const int32_t *const *s16, size_t S)
+{
+    const IV three = IV_SET1(0x03030303), four = IV_SET1(0x04040404);
+    V dv[QN * VPP], mv[QN * VPP];
+    BC_UNROLL
+    for (int t = 0; t < NB * VPP; t++) {
+        if (fk == FK_Q2K) {
+            const bc_q2ki_block *K = (const bc_q2ki_block *)blk[t / VPP];
+            dv[t] = vload_half(K->d + t % VPP * VL);
+            mv[t] = vload_half(K->dmin + t % VPP * VL);
+        } else {
+            dv[t] = vload_half(((const bc_q3ki_block *)blk[t / VPP])->d + t % VPP * VL);
+            mv[t] = vzero();
+        }
+    }
+    BC_UNROLL
+    for (int k = 0; k < 8; k++) {
+        const int hh = k / 4, sh = 2 * (k % 4);
+        const size_t b = 8 * S + (size_t)k;
+        IV acc[QR][QN * VPP], acc2[QR][QN * VPP];  /* sub-blocks 2k and 2k + 1 */
+        BC_UNROLL
+        for (int i = 0; i < mr; i++)
+            BC_UNROLL
+            for (int t = 0; t < NB * VPP; t++) {
+                acc[i][t] = IV_SET1(fk == FK_Q3K ? -4 * s16[i][2 * b] : 0);
+                acc2[i][t] = IV_SET1(fk == FK_Q3K ? -4 * s16[i][2 * b + 1] : 0);
+            }
+        BC_UNROLL
+        for (int g = 0; g < 8; g++) {
+            IV w[QN * VPP];
+            BC_UNROLL
+            for (int t = 0; t < NB * VPP; t++) {
+                if (fk == FK_Q2K) {
+                    const bc_q2ki_block *K = (const bc_q2ki_block *)blk[t / VPP];
+                    w[t] = IV_AND(IV_SRLN(IV_LOAD(K->u[8 * hh + g][t % VPP * VL]), sh), three);
+                } else {  /* bit k of each hmask byte to bit 2 of its lane */
+                    const bc_q3ki_block *K = (const bc_q3ki_block *)blk[t / VPP];
+                    const IV lo = IV_AND(IV_SRLN(IV_LOAD(K->u[8 * hh + g][t % VPP * VL]), sh), three);
+                    const IV hb = IV_LOAD(K->h[g][t % VPP * VL]);
+                    w[t] = IV_OR(lo, IV_AND(IV_SLL(IV_SRLN(hb, k), 2), four));
+                }
+            }
+            BC_UNROLL
+            for (int i = 0; i < mr; i++) {
+                const IV xb = IV_SET1(ld32(xr[i] + b * 32 + (size_t)g * 4));
+                BC_UNROLL
+                for (int t = 0; t < NB * VPP; t++) {
+                    if (g < 4)
+                        acc[i][t] = IV_DOT(acc[i][t], w[t], xb);
+                    else
+                        acc2[i][t] = IV_DOT(acc2[i][t], w[t], xb);
+                }
+            }
+        }
+        BC_UNROLL
+        for (int t = 0; t < NB * VPP; t++) {
+            V ds0, ds1, dm0 = vzero(), dm1 = vzero();
+            if (fk == FK_Q2K) {  /* (d sc), (dmin m): exact */
+                const bc_q2ki_block *K = (const bc_q2ki_block *)blk[t / VPP];
+                ds0 = vmul(dv[t], vload_bits(K->sc[2 * k] + t % VPP * VL, 0, 15));
+                ds1 = vmul(dv[t], vload_bits(K->sc[2 * k + 1] + t % VPP * VL, 0, 15));
+                dm0 = vmul(mv[t], vload_bits(K->sc[2 * k] + t % VPP * VL, 4, 15));
+                dm1 = vmul(mv[t], vload_bits(K->sc[2 * k + 1] + t % VPP * VL, 4, 15));
+            } else {
+                const bc_q3ki_block *K = (const bc_q3ki_block *)blk[t / VPP];
+                ds0 = vmul(dv[t], vload_i8(K->sc[2 * k] + t % VPP * VL));
+                ds1 = vmul(dv[t], vload_i8(K->sc[2 * k + 1] + t % VPP * VL));
+            }
+            BC_UNROLL
+            for (int i = 0; i < mr; i++) {
+                V *fi = &f[(size_t)i * fs + (size_t)t];
+                const V dx = vset1(xd[i][b]);
+                *fi = vfma(IV_FLOAT(acc[i][t]), vmul(ds0, dx), *fi);
+                if (fk == FK_Q2K)
+                    *fi = vfnma(dm0, vset1(xd[i][b] * (float)s16[i][2 * b]), *fi);
+                *fi = vfma(IV_FLOAT(acc2[i][t]), vmul(ds1, dx), *fi);
+                if (fk == FK_Q2K)
+                    *fi = vfnma(dm1, vset1(xd[i][b] * (float)s16[i][2 * b + 1]), *fi);
+            }
+        }
+    }
+}
+
 #undef IV_DOT
 #undef IV_LOAD
 #undef IV_SET1
@@ -452,6 +546,8 @@ BC_INLINE Q8I_TARGET void Q8I_FN(int_block)(const int fk, const int mr, const in
         Q8I_FN(q6ki_block)(mr, NB, f, fs, blk, xr, xd, s16, b);
     else if (fk == FK_IQ4XS)
         Q8I_FN(iq4xsi_block)(mr, NB, spl, f, fs, blk, xr, xd, xs, b);
+    else if (fk == FK_Q2K || fk == FK_Q3K)
+        Q8I_FN(k2ki_block)(fk, mr, NB, f, fs, blk, xr, xd, s16, b);
     else
         Q8I_FN(q8i_block)(fk, mr, NB, spl, f, fs, blk, xr, xd, xs, b);
 }
@@ -487,7 +583,7 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int fk, const int gemm, const i
         xr[i] = (const int8_t *)(x0 + (size_t)i * rb);
         xd[i] = (const float *)(x0 + (size_t)i * rb + nb * 32);
         xs[i] = (const int32_t *)(x0 + (size_t)i * rb + nb * 36);
-        s16[i] = (const int32_t *)(x0 + (size_t)i * rb + nb * 40);  /* (q6_ki's rows only) */
+        s16[i] = (const int32_t *)(x0 + (size_t)i * rb + nb * 40);  /* (q6_ki's, q2_ki's, q3_ki's rows only) */
     }
     V f[QR * QP * VPP];  /* row i, panel q, vector h at f[i * QP * VPP + q * VPP + h] */
     BC_UNROLL
@@ -556,6 +652,35 @@ BC_INLINE void Q8I_FN(q8i_tile)(const int fk, const int gemm, const int mr, cons
                             isum += (bc_q6ki_quant(k, l, j % 16 * 16 + e) - 32) * xr[j * 16 + e];
                         const float ds = bc_half_to_f32(k->d[l]) * (float)k->sc[j % 16][l];
                         acc = fmaf((float)isum, ds * xd[b], acc);
+                    }
+                    f[l] = acc;
+                    continue;
+                }
+                if (fk == FK_Q2K || fk == FK_Q3K) {
+                    for (size_t j = 0; j < 2 * nb; j++) {  /* sub-block j % 16 of super-block j / 16 */
+                        const unsigned char *K = org[q] + j / 16 * st[q];
+                        const size_t b = j / 2;
+                        int32_t isum = 0, xsum = 0;
+                        for (size_t e = 0; e < 16; e++) {
+                            const size_t w = j % 16 * 16 + e;
+                            const int wq = fk == FK_Q2K
+                                ? bc_q2ki_quant((const bc_q2ki_block *)(const void *)K, l, w)
+                                : bc_q3ki_quant((const bc_q3ki_block *)(const void *)K, l, w) - 4;
+                            isum += wq * xr[j * 16 + e];
+                            xsum += xr[j * 16 + e];
+                        }
+                        if (fk == FK_Q2K) {
+                            const bc_q2ki_block *k2 = (const bc_q2ki_block *)(const void *)K;
+                            const unsigned sc = k2->sc[j % 16][l];
+                            const float ds = bc_half_to_f32(k2->d[l]) * (float)(sc & 15u);
+                            const float dm = bc_half_to_f32(k2->dmin[l]) * (float)(sc >> 4);
+                            acc = fmaf((float)isum, ds * xd[b], acc);
+                            acc = fmaf(-dm, xd[b] * (float)xsum, acc);
+                        } else {
+                            const bc_q3ki_block *k3 = (const bc_q3ki_block *)(const void *)K;
+                            const float ds = bc_half_to_f32(k3->d[l]) * (float)k3->sc[j % 16][l];
+                            acc = fmaf((float)isum, ds * xd[b], acc);
+                        }
                     }
                     f[l] = acc;
                     continue;
@@ -669,6 +794,10 @@ static Q8I_TARGET void Q8I_FN(q8i_tile_gemm)(int fk, int mr, const bc_gemm *g, c
         Q8I_FN(q8i_tile_rows)(FK_IQ4NL, mr, g, x0, rb, i0, p, np, nb);
     else if (fk == FK_IQ4XS)
         Q8I_FN(q8i_tile_rows)(FK_IQ4XS, mr, g, x0, rb, i0, p, np, nb);
+    else if (fk == FK_Q2K)
+        Q8I_FN(q8i_tile_rows)(FK_Q2K, mr, g, x0, rb, i0, p, np, nb);
+    else if (fk == FK_Q3K)
+        Q8I_FN(q8i_tile_rows)(FK_Q3K, mr, g, x0, rb, i0, p, np, nb);
     else
         Q8I_FN(q8i_tile_rows)(FK_Q8, mr, g, x0, rb, i0, p, np, nb);
 }
@@ -712,6 +841,10 @@ static Q8I_TARGET void Q8I_FN(q8i_part)(int fk, const bc_gemm *g, const unsigned
             Q8I_FN(q8i_decode)(FK_IQ4NL, g, xq, rb, n0, n, p0, p1, nb);
         else if (fk == FK_IQ4XS)
             Q8I_FN(q8i_decode)(FK_IQ4XS, g, xq, rb, n0, n, p0, p1, nb);
+        else if (fk == FK_Q2K)
+            Q8I_FN(q8i_decode)(FK_Q2K, g, xq, rb, n0, n, p0, p1, nb);
+        else if (fk == FK_Q3K)
+            Q8I_FN(q8i_decode)(FK_Q3K, g, xq, rb, n0, n, p0, p1, nb);
         else
             Q8I_FN(q8i_decode)(FK_Q8, g, xq, rb, n0, n, p0, p1, nb);
         return;

@@ -10,7 +10,7 @@
  * zero) computed as round(w * (1/d)), d stored as an IEEE half; the weight is
  * then half(d) * q. q8_0i holds the same d and q, laid out for integer dot
  * products; q4_0i q4_0's, q5_0i q5_0's, q4_ki q4_k's, q6_ki q6_k's, q5_ki q5_k's,
- * iq4_nli iq4_nl's and iq4_xsi iq4_xs's likewise.
+ * iq4_nli iq4_nl's, iq4_xsi iq4_xs's, q2_ki q2_k's and q3_ki q3_k's likewise.
  * q4_1, q5_1 and q5_k are llama.cpp's reference quantisers too; iq4_nl, iq4_xs,
  * q2_k and q3_k blockc's simple rules (bc_engine.h), not llama.cpp's search. */
 #include <math.h>
@@ -906,6 +906,107 @@ static void iq4xsi_unpack_row(float *out, const unsigned char *panel, size_t l, 
     }
 }
 
+/* ---- q2_ki, q3_ki: q2_k's and q3_k's super-blocks, each row's bytes 4 by 4 -- */
+
+_Static_assert(sizeof(bc_q2ki_block) == 84 * PW, "bc_q2ki_block: 16 rows of 84 bytes");
+_Static_assert(offsetof(bc_q2ki_block, u) == offsetof(bc_q2k_block, q),
+               "bc_q2ki_block: q2_k's scales where q2_k has them");
+_Static_assert(sizeof(bc_q3ki_block) == 114 * PW, "bc_q3ki_block: 16 rows of 114 bytes");
+_Static_assert(offsetof(bc_q3ki_block, h) == offsetof(bc_q3k_block, hm),
+               "bc_q3ki_block: q3_k's scales where q3_k has them");
+
+/* row l of q2_k's super-block k into q2_ki's b (the same bits) */
+static void q2ki_from_q2k(bc_q2ki_block *b, const bc_q2k_block *k, size_t l)
+{
+    b->d[l] = k->d[l];
+    b->dmin[l] = k->dmin[l];
+    for (size_t j = 0; j < 16; j++)
+        b->sc[j][l] = k->sc[j][l];
+    for (size_t i = 0; i < 64; i++)
+        b->u[i / 4][l][i % 4] = k->q[i][l];
+}
+
+static void q2k_from_q2ki(bc_q2k_block *k, const bc_q2ki_block *b, size_t l)
+{
+    k->d[l] = b->d[l];
+    k->dmin[l] = b->dmin[l];
+    for (size_t j = 0; j < 16; j++)
+        k->sc[j][l] = b->sc[j][l];
+    for (size_t i = 0; i < 64; i++)
+        k->q[i][l] = b->u[i / 4][l][i % 4];
+}
+
+static void q3ki_from_q3k(bc_q3ki_block *b, const bc_q3k_block *k, size_t l)
+{
+    b->d[l] = k->d[l];
+    for (size_t j = 0; j < 16; j++)
+        b->sc[j][l] = k->sc[j][l];
+    for (size_t i = 0; i < 32; i++)
+        b->h[i / 4][l][i % 4] = k->hm[i][l];
+    for (size_t i = 0; i < 64; i++)
+        b->u[i / 4][l][i % 4] = k->q[i][l];
+}
+
+static void q3k_from_q3ki(bc_q3k_block *k, const bc_q3ki_block *b, size_t l)
+{
+    k->d[l] = b->d[l];
+    for (size_t j = 0; j < 16; j++)
+        k->sc[j][l] = b->sc[j][l];
+    for (size_t i = 0; i < 32; i++)
+        k->hm[i][l] = b->h[i / 4][l][i % 4];
+    for (size_t i = 0; i < 64; i++)
+        k->q[i][l] = b->u[i / 4][l][i % 4];
+}
+
+/* q2_k's super-block (one chunk of 256 columns: a grouped format's pack sees one) */
+static void q2ki_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                      size_t nk, size_t cols)
+{
+    bc_q2k_block k;
+    memset(&k, 0, sizeof k);
+    q2k_pack((unsigned char *)&k, tile, ld, nl, 0, nk, 256);
+    bc_q2ki_block *b = (bc_q2ki_block *)panel + k0 / 256;
+    for (size_t l = 0; l < nl; l++)
+        q2ki_from_q2k(b, &k, l);
+}
+
+/* w = (d sc) q - dmin m, as q2_k's */
+static void q2ki_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q2ki_block *bl = (const bc_q2ki_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q2ki_block *b = bl + k / 256;
+        const size_t t = k % 256;
+        const unsigned sc = b->sc[t / 16][l];
+        const float s = bc_half_to_f32(b->d[l]) * (float)(sc & 15u);
+        const float m = bc_half_to_f32(b->dmin[l]) * (float)(sc >> 4);
+        out[k] = s * (float)bc_q2ki_quant(b, l, t) - m;
+    }
+}
+
+static void q3ki_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                      size_t nk, size_t cols)
+{
+    bc_q3k_block k;
+    memset(&k, 0, sizeof k);
+    q3k_pack((unsigned char *)&k, tile, ld, nl, 0, nk, 256);
+    bc_q3ki_block *b = (bc_q3ki_block *)panel + k0 / 256;
+    for (size_t l = 0; l < nl; l++)
+        q3ki_from_q3k(b, &k, l);
+}
+
+/* w = (d sc) (q - 4), as q3_k's */
+static void q3ki_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q3ki_block *bl = (const bc_q3ki_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q3ki_block *b = bl + k / 256;
+        const size_t t = k % 256;
+        const float s = bc_half_to_f32(b->d[l]) * (float)b->sc[t / 16][l];
+        out[k] = s * (float)(bc_q3ki_quant(b, l, t) - 4);
+    }
+}
+
 /* ---- q5_ki: q5_k's super-blocks, each row's nibble and qh bytes 4 by 4 ---- */
 
 _Static_assert(sizeof(bc_q5ki_block) == 180 * PW, "bc_q5ki_block: 16 rows of 180 bytes");
@@ -1746,6 +1847,51 @@ static void q3k_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l
     }
 }
 
+/* Q2_K <-> q2_ki and Q3_K <-> q3_ki (through q2_k's / q3_k's block of the row: the same bits) */
+static void q2ki_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                           size_t nk)
+{
+    bc_q2ki_block *bl = (bc_q2ki_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, src += 84) {
+        bc_q2k_block k;
+        q2k_from_ggml((unsigned char *)&k, src, l, 0, 256);
+        q2ki_from_q2k(bl + b, &k, l);
+    }
+}
+
+static void q2ki_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                         size_t nk)
+{
+    const bc_q2ki_block *bl = (const bc_q2ki_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, dst += 84) {
+        bc_q2k_block k;
+        q2k_from_q2ki(&k, bl + b, l);
+        q2k_to_ggml(dst, (const unsigned char *)&k, l, 0, 256);
+    }
+}
+
+static void q3ki_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                           size_t nk)
+{
+    bc_q3ki_block *bl = (bc_q3ki_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, src += 110) {
+        bc_q3k_block k;
+        q3k_from_ggml((unsigned char *)&k, src, l, 0, 256);
+        q3ki_from_q3k(bl + b, &k, l);
+    }
+}
+
+static void q3ki_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                         size_t nk)
+{
+    const bc_q3ki_block *bl = (const bc_q3ki_block *)panel + k0 / 256;
+    for (size_t b = 0; b < nk / 256; b++, dst += 110) {
+        bc_q3k_block k;
+        q3k_from_q3ki(&k, bl + b, l);
+        q3k_to_ggml(dst, (const unsigned char *)&k, l, 0, 256);
+    }
+}
+
 static const bc_ggml ggml_types[] = {
     {BC_GGML_F32, 1, 4, NULL},        {BC_GGML_F16, 1, 2, NULL},
     {BC_GGML_Q4_0, 32, 18, q4_0_to_q8_0}, {BC_GGML_Q5_0, 32, 22, q5_0_to_q8_0},
@@ -1883,6 +2029,16 @@ static const bc_format formats[BC_NDTYPE] = {
                           .whole = 1, .group = BC_INTDOT_GROUP, .ggml_type = BC_GGML_IQ4_XS,
                           .integer = 1, .limit = LIMIT_IQ4XS, .from_ggml = iq4xsi_from_ggml,
                           .to_ggml = iq4xsi_to_ggml},
+    [BC_DTYPE_Q2_KI] = {.name = "q2_ki", .block = 256, .block_bytes = 84, .check = q4_check,
+                        .pack = q2ki_pack, .unpack_row = q2ki_unpack_row,
+                        .max_cols = BC_Q8_0I_MAX_COLS, .whole = 1, .group = BC_INTDOT_GROUP,
+                        .ggml_type = BC_GGML_Q2_K, .integer = 1, .limit = LIMIT_K,
+                        .from_ggml = q2ki_from_ggml, .to_ggml = q2ki_to_ggml},
+    [BC_DTYPE_Q3_KI] = {.name = "q3_ki", .block = 256, .block_bytes = 114, .check = q4_check,
+                        .pack = q3ki_pack, .unpack_row = q3ki_unpack_row,
+                        .max_cols = BC_Q8_0I_MAX_COLS, .whole = 1, .group = BC_INTDOT_GROUP,
+                        .ggml_type = BC_GGML_Q3_K, .integer = 1, .limit = LIMIT_K,
+                        .from_ggml = q3ki_from_ggml, .to_ggml = q3ki_to_ggml},
 };
 
 /* (a value below BC_NDTYPE may have no row yet: its name is NULL) */
