@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from blockc import BlockcValueError
 from blockc import gguf as bg
-from blockc.io import gguf_strings
+from blockc.io import gguf as fmt, gguf_strings
 from blockc.reference import ggml
 
 gguf = pytest.importorskip("gguf")
@@ -449,7 +449,9 @@ def test_string_arrays_one_pass_is_the_careful_parse(items, cut):
     limit = len(buf) - cut
     got = gguf_strings.strings(buf, 3, len(raw), limit)
     want = _careful(raw)
-    if got is not None:
+    if isinstance(got, int):  # the bytes up to got needed (past limit, within the array)
+        assert limit < got <= 3 + len(body)
+    elif got is not None:
         assert want is not None and got == (want, 3 + len(body)) and 3 + len(body) <= limit
     blob = gguf_bytes([kv("a", 9, struct.pack("<IQ", 8, len(raw)) + body)])
     if want is None:
@@ -459,10 +461,11 @@ def test_string_arrays_one_pass_is_the_careful_parse(items, cut):
         assert bg.parse_bytes(blob).get("a") == want
 
 
-def test_a_vocabulary_takes_the_one_pass_and_reads_as_the_peer_does(tmp_path):
+def test_a_vocabulary_takes_the_one_pass_and_reads_as_the_peer_does(tmp_path, monkeypatch):
     """A BPE-like vocabulary of 5,000 tokens (byte-level marks, CJK, a 256-byte token, an
-    empty one, a NUL: the last three sent down the careful path) read through a header
-    prefix of 64 bytes and whole, the peer's strings; the typical one takes the one pass."""
+    empty one, a NUL: the last three sent down the careful path) read whole and through a
+    header prefix of 1,000 bytes (grown as the one pass asks), the peer's strings; the
+    typical one takes the one pass."""
     rng = np.random.default_rng(4)
     alpha = list("abcdefghijklmnopqrstuvwxyzĠĊéü中文 ")
     toks = ["".join(rng.choice(alpha, rng.integers(1, 9))) for _ in range(5000)]
@@ -481,3 +484,6 @@ def test_a_vocabulary_takes_the_one_pass_and_reads_as_the_peer_does(tmp_path):
     field = f.fields["tokenizer.ggml.tokens"]
     peer = [bytes(field.parts[i]).decode() for i in field.data]
     assert bg.read(p).get("tokenizer.ggml.tokens") == peer == toks
+    assert 1000 < gguf_strings.strings(buf, 0, len(toks), 1000) <= 1000 + 8 + 255
+    monkeypatch.setattr(fmt, "_HEADER_PREFIX", 1000)
+    assert bg.read(p).get("tokenizer.ggml.tokens") == toks

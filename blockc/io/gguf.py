@@ -14,18 +14,18 @@ count and the elements. ``ne[0]`` is the fastest-varying dimension: a (rows, col
 stored with ``ne = [cols, rows]`` and rows of whole quantisation blocks.
 
 :func:`read` reads the header (a prefix of the file, grown until the header fits) and keeps the
-file open; a tensor's ``data`` are read from it when asked for (``os.preadv`` into a new array,
-one copy from the page cache), never mapped: a file truncated or rewritten under a mapping
-kills the reader with SIGBUS, while a short read here is a :class:`blockc.BlockcValueError`
-naming the tensor (the policy of issue 19, as for safetensors). Before anything is read into an
-array, every field is checked against the file's size: every count (a count is bounded by the
-bytes left: a lying count cannot make it loop or allocate), every string length, every array,
-each tensor's dimensions (1 to 4 of them, each >= 1, the product below 2**40, the row a whole
-number of blocks), its type, its offset (aligned, its bytes inside the data, no two tensors
-overlapping); duplicate keys and tensor names, nested arrays and invalid UTF-8 are refused.
-Every error is a :class:`blockc.BlockcValueError` naming the file and the key or tensor. Pure
-Python and NumPy: no C code reads the header (every slice is bounds-checked; a string array, a
-vocabulary, in one pass: :mod:`blockc.io.gguf_strings`).
+file open; a tensor's ``data`` are read from it when asked for (``os.preadv`` into a new array, one
+copy from the page cache), never mapped: a file truncated or rewritten under a mapping kills the
+reader with SIGBUS, while a short read here is a :class:`blockc.BlockcValueError` naming the tensor
+(the policy of issue 19, as for safetensors). Before anything is read into an array, every field is
+checked against the file's size: every count (a count is bounded by the bytes left: a lying count
+cannot make it loop or allocate), every string length, every array, each tensor's dimensions (1 to
+4 of them, each >= 1, the product below 2**40, the row a whole number of blocks), its type, its
+offset (aligned, its bytes inside the data, no two tensors overlapping); duplicate keys and tensor
+names, nested arrays and invalid UTF-8 are refused. Every error is a
+:class:`blockc.BlockcValueError` naming the file and the key or tensor. Pure Python and NumPy: no C
+code reads the header (every slice is bounds-checked; a string array, a vocabulary, in one pass:
+:mod:`blockc.io.gguf_strings`).
 
 :func:`write` writes a file atomically (a unique temporary name in the same directory, flushed
 and fsynced, then renamed over the target), so a file blockc writes appears whole or not at
@@ -180,8 +180,8 @@ class GGUFFile:
     def __init__(self, path: str, version: int, alignment: int, fields: Dict[str, Value],
                  tensors: Dict[str, GGUFTensor], data_offset: int, reader: Any = None):
         self.path, self.version, self.alignment = path, version, alignment
-        self.fields, self.tensors, self.data_offset = fields, tensors, data_offset
-        self._reader = reader
+        self.fields, self.tensors = fields, tensors
+        self.data_offset, self._reader = data_offset, reader
 
     def close(self) -> None:
         """Close the file (a tensor's ``data`` can no longer be read); also at exit of a
@@ -313,14 +313,15 @@ class _Cursor:
                                            f"{self.size - self.pos} bytes left")
                 buf, pos, size, have = self.buf, self.pos, self.size, self.have
                 fast = gguf_strings.strings(buf, pos, n, min(size, have))  # in one pass, or
-                if fast is not None:  # (None) one by one, naming the string at fault
+                if isinstance(fast, int) and fast <= size:  # (past the prefix read so far)
+                    raise _More(fast)
+                if isinstance(fast, tuple):  # (None) one by one, naming the string at fault
                     self.pos = fast[1]
                     return Value("ARRAY", fast[0], "STRING")
                 out: List[str] = []
                 unpack = struct.Struct("<Q").unpack_from
                 for i in range(n):
                     if 8 > size - pos:
-                        self.pos = pos
                         raise _fail(self.path, f"{where}[{i}]: truncated at offset {pos}")
                     if pos + 8 > have:
                         raise _More(pos + 8)

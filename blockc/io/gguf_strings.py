@@ -9,30 +9,34 @@ one before). Then the length fields are zeroed and the whole decoded as UTF-8 at
 split at the fields (a character cannot span a NUL: the whole decodes iff every string does).
 
 Only the fast path: :func:`strings` returns None whenever it cannot prove the array whole and
-valid (a length of 256 or more, an empty string or a NUL making the places ambiguous, the
-array past the bytes at hand, invalid UTF-8), and :mod:`blockc.io.gguf` then parses the array
+valid (a length of 256 or more, an empty string or a NUL making the places ambiguous,
+invalid UTF-8), and :mod:`blockc.io.gguf` then parses the array
 string by string, every length checked, naming the string at fault. Whatever it returns is
-what that parse returns.
+what that parse returns; where the strings proven so far run past the bytes at hand (a
+header read as a prefix of the file) it says how far, as that parse would.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Tuple, Union
 
 import numpy as np
 
 __all__ = ["strings"]
 
 
-def strings(buf: Any, pos: int, n: int, limit: int) -> Optional[Tuple[List[str], int]]:
+def strings(buf: Any, pos: int, n: int,
+            limit: int) -> Union[None, int, Tuple[List[str], int]]:
     """The ``n`` strings (each a uint64 length and its UTF-8 bytes) of ``buf`` at ``pos``
     and the offset past them, if found as the module says, whole before ``limit`` (at most
-    ``len(buf)``) and each valid UTF-8; else None. Reads nothing past ``limit``."""
+    ``len(buf)``) and each valid UTF-8; an offset (an int) when the strings proven so far
+    run past ``limit``: the bytes needed up to there (the careful parse would ask for them
+    too); else None. Reads nothing past ``limit``."""
     if n == 0:
         return [], pos
     # the array's bytes lie in its first 8 + 255 bytes a string, and within limit
     w = min(limit, len(buf)) - pos
     w = min(w, n * 263)
-    if w < 8 * n:
+    if w < 8:
         return None
     region = np.frombuffer(buf, np.uint8, count=w, offset=pos)
     z = region == 0
@@ -40,15 +44,17 @@ def strings(buf: Any, pos: int, n: int, limit: int) -> Optional[Tuple[List[str],
     z4 = z2[:-2] & z2[2:]  # q .. q+3
     z7 = z4[:-3] & z4[3:]  # q .. q+6
     c = np.flatnonzero(z7[1:])  # c: bytes c+1 .. c+7 zero
-    if c.size < n or c[0] != 0:
+    if c.size == 0 or c[0] != 0:
         return None
     c = c[:n]
     step = 8 + region[c].astype(np.int64)  # 8 + the length (below 256)
     if np.any(c[1:] != c[:-1] + step[:-1]):
         return None
-    end = int(c[-1] + step[-1])
-    if end > w:
-        return None
+    end = int(c[-1] + step[-1])  # (c: the first c.size strings' length fields, proven)
+    if c.size < n:  # the next length field runs past the bytes at hand?
+        return pos + end + 8 if end + 8 > w else None
+    if end > w:  # the last string does
+        return pos + end
     r = region[:end].copy()
     for k in range(8):  # the length fields zeroed: 8 NULs part the strings
         r[c + k] = 0
