@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from blockc import BlockcValueError
 from blockc import gguf as bg
+from blockc.io import gguf as fmt, gguf_strings
 from blockc.reference import ggml
 
 gguf = pytest.importorskip("gguf")
@@ -124,7 +125,7 @@ def peer_file(path, tensors, extra=None, arch="llama"):
     w.add_array("t.ints", [1, 2, 3])
     w.add_array("t.floats", [0.5, 1.5])
     for k, v in (extra or {}).items():
-        w.add_string(k, v)
+        w.add_array(k, v) if isinstance(v, list) else w.add_string(k, v)
     for name, (tname, x) in tensors.items():
         if tname == "F32":
             w.add_tensor(name, x.astype(np.float32))
@@ -273,6 +274,13 @@ HOSTILE = [
     (gguf_bytes([kv("a", 9, struct.pack("<IQ", 8, 2 ** 61))]), "cannot fit"),
     (gguf_bytes([kv("a", 9, struct.pack("<IQ", 8, 2) + s("ok") + struct.pack("<Q", 999))]), r"'a'\[1\].*longer"),
     (gguf_bytes([kv("a", 9, struct.pack("<IQ", 77, 1))]), "unknown value type 77"),
+    # the string arrays' one-pass parse (blockc.io.gguf_strings) gives way to the careful one
+    (gguf_bytes([kv("a", 9, struct.pack("<IQ", 8, 3) + s("ok") + s("fine") + s(b"\xff"))]),
+     r"'a'\[2\]: not valid UTF-8"),
+    (gguf_bytes([kv("a", 9, struct.pack("<IQ", 8, 2) + s(b"\xc3") + s(b"\xa9"))]),
+     r"'a'\[0\]: not valid UTF-8"),
+    (gguf_bytes([kv("a", 9, struct.pack("<IQ", 8, 3) + s("ok") + struct.pack("<Q", 2 ** 63)
+                    + s("x"))]), r"'a'\[1\].*longer"),
     (gguf_bytes([kv("a", 7, b"\x02")]), "BOOL"),
     (gguf_bytes([kv("general.alignment", 4, struct.pack("<I", 24))]), "power of two"),
     (gguf_bytes([kv("general.alignment", 4, struct.pack("<I", 0))]), "power of two"),
@@ -409,3 +417,73 @@ def test_fuzz_mutated_files(edits, cut):
             assert t.name in str(e)
             continue
         assert v.shape == t.shape
+
+
+# ---- string arrays: the one-pass parse is the careful one's ----------------------------------------
+
+def _careful(raw):
+    """The strings of an array's items one by one: the decoded list, or None if one is not
+    valid UTF-8."""
+    try:
+        return [x.decode("utf-8") for x in raw]
+    except UnicodeDecodeError:
+        return None
+
+
+_ITEM = st.one_of(st.text(max_size=10), st.text(max_size=3).map(lambda t: t.encode()),
+                  st.binary(max_size=6), st.just(b""), st.just(b"a\0b"),
+                  st.text(min_size=256, max_size=300), st.sampled_from([b"\xc3", b"\xa9"]))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(_ITEM, min_size=1, max_size=30), st.integers(0, 12))
+def test_string_arrays_one_pass_is_the_careful_parse(items, cut):
+    """blockc.io.gguf_strings.strings on arrays of every kind of string (empty, NUL,
+    multi-byte, 256+ bytes, invalid or split UTF-8) and cut anywhere: whatever it returns
+    is the strings one by one and the offset past them; None where it cannot prove them
+    (it never returns what is not there); and the file's parse gives the careful result
+    or refuses naming the array."""
+    raw = [x.encode() if isinstance(x, str) else x for x in items]
+    body = b"".join(s(x) for x in raw)
+    buf = b"\x07\x07\x07" + body + s("after")
+    limit = len(buf) - cut
+    got = gguf_strings.strings(buf, 3, len(raw), limit)
+    want = _careful(raw)
+    if isinstance(got, int):  # the bytes up to got needed (past limit, within the array)
+        assert limit < got <= 3 + len(body)
+    elif got is not None:
+        assert want is not None and got == (want, 3 + len(body)) and 3 + len(body) <= limit
+    blob = gguf_bytes([kv("a", 9, struct.pack("<IQ", 8, len(raw)) + body)])
+    if want is None:
+        with pytest.raises(BlockcValueError, match=r"'a'\[\d+\]: not valid UTF-8"):
+            bg.parse_bytes(blob)
+    else:
+        assert bg.parse_bytes(blob).get("a") == want
+
+
+def test_a_vocabulary_takes_the_one_pass_and_reads_as_the_peer_does(tmp_path, monkeypatch):
+    """A BPE-like vocabulary of 5,000 tokens (byte-level marks, CJK, a 256-byte token, an
+    empty one, a NUL: the last three sent down the careful path) read whole and through a
+    header prefix of 1,000 bytes (grown as the one pass asks), the peer's strings; the
+    typical one takes the one pass."""
+    rng = np.random.default_rng(4)
+    alpha = list("abcdefghijklmnopqrstuvwxyzĠĊéü中文 ")
+    toks = ["".join(rng.choice(alpha, rng.integers(1, 9))) for _ in range(5000)]
+    buf = b"".join(s(t) for t in toks)
+    assert gguf_strings.strings(buf, 0, len(toks), len(buf)) == (toks, len(buf))
+    for odd in ("x" * 256, "", "a\0b"):
+        t2 = toks[:100] + [odd] + toks[100:]
+        b2 = b"".join(s(t) for t in t2)
+        assert gguf_strings.strings(b2, 0, len(t2), len(b2)) is None  # the careful path
+        p = peer_file(tmp_path / "v.gguf", {"w": ("F32", np.ones((2, 32), np.float32))},
+                      extra={"tokenizer.ggml.tokens": t2})
+        assert bg.read(p).get("tokenizer.ggml.tokens") == t2
+    p = peer_file(tmp_path / "v.gguf", {"w": ("F32", np.ones((2, 32), np.float32))},
+                  extra={"tokenizer.ggml.tokens": toks})
+    f = gguf.GGUFReader(str(p))
+    field = f.fields["tokenizer.ggml.tokens"]
+    peer = [bytes(field.parts[i]).decode() for i in field.data]
+    assert bg.read(p).get("tokenizer.ggml.tokens") == peer == toks
+    assert 1000 < gguf_strings.strings(buf, 0, len(toks), 1000) <= 1000 + 8 + 255
+    monkeypatch.setattr(fmt, "_HEADER_PREFIX", 1000)
+    assert bg.read(p).get("tokenizer.ggml.tokens") == toks

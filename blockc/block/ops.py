@@ -27,11 +27,12 @@ from .._args import as_f32, as_flag, check_eps
 from .._native import check, cptr, ffi, fptr, lib, output_empty
 from .._enums import C_DTYPE, DTYPES
 from .._errors import BlockcValueError
-from .packed import PackedWeight, convert_ggml, pack, pack_ggml, unpack_ggml
+from .packed import PackedWeight, convert_ggml, pack, pack_ggml, round_ggml16, unpack_ggml
 
 __all__ = [
     "linear", "pack", "PackedWeight", "DTYPES", "rmsnorm", "layernorm", "attention", "gelu_tanh",
     "gelu", "relu", "silu", "swiglu", "residual_add", "pack_ggml", "unpack_ggml", "convert_ggml",
+    "round_ggml16",
 ]
 
 

@@ -1,7 +1,7 @@
 """Packed weights: a matrix in one of the C table's weight formats (:func:`pack`,
 :class:`PackedWeight`), and a GGUF tensor's rows of blocks moved into a format's panels and
 back by the C library (:func:`pack_ggml`, :func:`unpack_ggml`, :func:`convert_ggml`: no
-layout is written in Python). :mod:`blockc.block.ops` re-exports them.
+layout is written in Python), and float32 rounded to GGUF's F16 and BF16 (:func:`round_ggml16`). :mod:`blockc.block.ops` re-exports them.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from .._enums import C_DTYPE, DTYPES, FORMATS, GGML_CONVERTS, MAX_COLS, VALUE_LI
 from .._errors import BlockcTypeError, BlockcValueError
 from ..reference.ggml import TYPES as GGML_TYPES
 
-__all__ = ["pack", "PackedWeight", "pack_ggml", "unpack_ggml", "convert_ggml"]
+__all__ = ["pack", "PackedWeight", "pack_ggml", "unpack_ggml", "convert_ggml", "round_ggml16"]
 
 
 class PackedWeight:
@@ -341,3 +341,47 @@ def convert_ggml(blocks: np.ndarray, from_type: int, to_type: int) -> np.ndarray
     check(lib.bc_ggml_convert(ffi.from_buffer("char[]", out), out.size, ffi.from_buffer(src),
                               src.size, to_type, from_type, nb), "convert_ggml")
     return out.reshape(blocks.shape[0], -1)
+
+
+#: GGUF type name -> id of the 2-byte types :func:`round_ggml16` writes
+_ROUND16 = {"F16": 1, "BF16": 30}
+
+
+def round_ggml16(w: npt.ArrayLike, type: str) -> np.ndarray:
+    """The bytes of a GGUF ``F16`` or ``BF16`` tensor of the float32 weights ``w``, rounded
+    by the C library on every thread (F16C / AVX-512 where the CPU has them).
+
+    Rounded to nearest even. F16: NumPy's ``astype(np.float16)`` bits (overflow to
+    infinity, subnormals, a NaN keeping its sign and its payload's top bits); BF16:
+    :func:`blockc.reference.ggml.bfloat16`'s (a NaN made quiet). The same bytes on any
+    instruction set and thread count.
+
+    Parameters
+    ----------
+    w : array_like
+        Converted to float32 (C order).
+    type : {"F16", "BF16"}
+
+    Returns
+    -------
+    numpy.ndarray of uint8, shape (..., 2 * last dimension)
+        Little-endian, as a GGUF file stores them.
+
+    Raises
+    ------
+    ValueError
+        Another type, or no weights.
+
+    Examples
+    --------
+    >>> round_ggml16(np.array([1.0, -2.5], np.float32), "F16").view("<f2")
+    array([ 1. , -2.5], dtype=float16)
+    """
+    type = as_choice(type, "type", tuple(_ROUND16))
+    x = np.ascontiguousarray(w, dtype=F32)
+    if x.ndim < 1 or x.size == 0:
+        raise BlockcValueError(f"w must have at least one weight, got shape {x.shape}")
+    out = np.empty(x.shape[:-1] + (2 * x.shape[-1],), np.uint8)
+    check(lib.bc_ggml_from_f32(ffi.from_buffer("char[]", out), out.size, cptr(x), x.size,
+                               _ROUND16[type]), "round_ggml16")
+    return out

@@ -62,7 +62,7 @@ from .families import (GGUF_FAMILIES, GGUFMetadata, Spec,  # noqa: F401 (Spec re
 from ..generation.config import GenerationConfig
 from ..model import QKV, GPTConfig, layout
 from .._enums import FORMATS
-from ..block.ops import pack, pack_ggml, unpack_ggml
+from ..block.ops import pack, pack_ggml, round_ggml16, unpack_ggml
 from ..reference import ggml
 from ..text.tokenizer import Tokenizer
 from ..io import gguf as fmt
@@ -383,7 +383,10 @@ def quantise(w: np.ndarray, typ: str) -> np.ndarray:
     C quantiser where it has the type (:data:`_C_QUANTISED`: the same bytes as the oracle's,
     on every thread), else, and for weights the C format refuses (beyond what its half
     scales hold), by :func:`blockc.reference.ggml.quantise` (a type of :data:`OWN_RULE`
-    has no oracle: such weights are refused, naming the bound)."""
+    has no oracle: such weights are refused, naming the bound). F16 and BF16 are rounded
+    in C on every thread (:func:`blockc.block.packed.round_ggml16`: the oracle's bits)."""
+    if typ in ("F16", "BF16") and w.size:  # rounded in C, the oracle's very bits
+        return round_ggml16(w, typ)
     fm = _C_QUANTISED.get(typ)
     if fm is not None and w.ndim == 2 and w.shape[1] % FORMATS[fm].block == 0:
         try:

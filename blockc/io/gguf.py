@@ -9,29 +9,27 @@ The format (versions 2 and 3, little-endian)::
     padding to general.alignment (default 32)
     tensor data: each tensor at data start + offset, offsets multiples of the alignment
 
-A string is a uint64 length and that many UTF-8 bytes; an array a uint32 element
-type, a uint64 count and the elements. ``ne[0]`` is the fastest-varying
-dimension: a (rows, cols) matrix is stored with ``ne = [cols, rows]`` and
-rows of whole quantisation blocks.
+A string is a uint64 length and that many UTF-8 bytes; an array a uint32 element type, a uint64
+count and the elements. ``ne[0]`` is the fastest-varying dimension: a (rows, cols) matrix is
+stored with ``ne = [cols, rows]`` and rows of whole quantisation blocks.
 
-:func:`read` reads the header (a prefix of the file, grown until the header
-fits) and keeps the file open; a tensor's ``data`` are read from it when asked
-for (``os.preadv`` into a new array, one copy from the page cache), never
-mapped: a file truncated or rewritten under a mapping kills the reader with
-SIGBUS, while a short read here is a :class:`blockc.BlockcValueError` naming
-the tensor (the policy of issue 19, as for safetensors). Before anything is
-read into an array, every field is checked against the file's size: every count (a count is bounded
-by the bytes left: a lying count cannot make it loop or allocate), every string
-length, every array, each tensor's dimensions (1 to 4 of them, each >= 1, the
-product below 2**40, the row a whole number of blocks), its type, its offset
-(aligned, its bytes inside the data, no two tensors overlapping); duplicate keys
-and tensor names, nested arrays and invalid UTF-8 are refused. Every error is a
-:class:`blockc.BlockcValueError` naming the file and the key or tensor. Pure
-Python and NumPy: no C code reads the header (every slice is bounds-checked).
+:func:`read` reads the header (a prefix of the file, grown until the header fits) and keeps the
+file open; a tensor's ``data`` are read from it when asked for (``os.preadv`` into a new array, one
+copy from the page cache), never mapped: a file truncated or rewritten under a mapping kills the
+reader with SIGBUS, while a short read here is a :class:`blockc.BlockcValueError` naming the tensor
+(the policy of issue 19, as for safetensors). Before anything is read into an array, every field is
+checked against the file's size: every count (a count is bounded by the bytes left: a lying count
+cannot make it loop or allocate), every string length, every array, each tensor's dimensions (1 to
+4 of them, each >= 1, the product below 2**40, the row a whole number of blocks), its type, its
+offset (aligned, its bytes inside the data, no two tensors overlapping); duplicate keys and tensor
+names, nested arrays and invalid UTF-8 are refused. Every error is a
+:class:`blockc.BlockcValueError` naming the file and the key or tensor. Pure Python and NumPy: no C
+code reads the header (every slice is bounds-checked; a string array, a vocabulary, in one pass:
+:mod:`blockc.io.gguf_strings`).
 
-:func:`write` writes a file atomically (a unique temporary name in the same
-directory, flushed and fsynced, then renamed over the target), so a file blockc
-writes appears whole or not at all.
+:func:`write` writes a file atomically (a unique temporary name in the same directory, flushed
+and fsynced, then renamed over the target), so a file blockc writes appears whole or not at
+all.
 """
 from __future__ import annotations
 
@@ -44,6 +42,7 @@ import numpy as np
 from .._errors import BlockcTypeError, BlockcValueError
 from .._files import atomic_write, open_regular
 from ..reference import ggml
+from . import gguf_strings
 
 __all__ = ["read", "write", "GGUFFile", "GGUFTensor", "Value", "TYPES", "TYPE_IDS",
            "VALUE_TYPES", "MAGIC", "DEFAULT_ALIGNMENT", "type_size", "row_bytes"]
@@ -61,13 +60,10 @@ VALUE_TYPES: Dict[int, str] = {0: "UINT8", 1: "INT8", 2: "UINT16", 3: "INT16", 4
                                5: "INT32", 6: "FLOAT32", 7: "BOOL", 8: "STRING", 9: "ARRAY",
                                10: "UINT64", 11: "INT64", 12: "FLOAT64"}
 _VT = {v: k for k, v in VALUE_TYPES.items()}
-# the fixed-size scalar types: id -> NumPy dtype
-_SCALAR: Dict[int, np.dtype] = {0: np.dtype("u1"), 1: np.dtype("i1"), 2: np.dtype("<u2"),
-                                3: np.dtype("<i2"), 4: np.dtype("<u4"), 5: np.dtype("<i4"),
-                                6: np.dtype("<f4"), 7: np.dtype("u1"), 10: np.dtype("<u8"),
-                                11: np.dtype("<i8"), 12: np.dtype("<f8")}
+# the fixed-size scalar types: id -> struct format, NumPy dtype
 _STRUCT = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<B", 10: "<Q",
            11: "<q", 12: "<d"}
+_SCALAR: Dict[int, np.dtype] = {k: np.dtype(f) for k, f in _STRUCT.items()}
 
 # ---- the tensor (ggml) types ---------------------------------------------------------------------
 
@@ -184,8 +180,8 @@ class GGUFFile:
     def __init__(self, path: str, version: int, alignment: int, fields: Dict[str, Value],
                  tensors: Dict[str, GGUFTensor], data_offset: int, reader: Any = None):
         self.path, self.version, self.alignment = path, version, alignment
-        self.fields, self.tensors, self.data_offset = fields, tensors, data_offset
-        self._reader = reader
+        self.fields, self.tensors = fields, tensors
+        self.data_offset, self._reader = data_offset, reader
 
     def close(self) -> None:
         """Close the file (a tensor's ``data`` can no longer be read); also at exit of a
@@ -315,13 +311,17 @@ class _Cursor:
                 if n > (self.size - self.pos) // 8:
                     raise _fail(self.path, f"{where}: an array of {n} strings cannot fit in the "
                                            f"{self.size - self.pos} bytes left")
-                # the strings one by one, every length checked (vocabularies: ~1e5 of them)
-                out: List[str] = []
                 buf, pos, size, have = self.buf, self.pos, self.size, self.have
+                fast = gguf_strings.strings(buf, pos, n, min(size, have))  # in one pass, or
+                if isinstance(fast, int) and fast <= size:  # (past the prefix read so far)
+                    raise _More(fast)
+                if isinstance(fast, tuple):  # (None) one by one, naming the string at fault
+                    self.pos = fast[1]
+                    return Value("ARRAY", fast[0], "STRING")
+                out: List[str] = []
                 unpack = struct.Struct("<Q").unpack_from
                 for i in range(n):
                     if 8 > size - pos:
-                        self.pos = pos
                         raise _fail(self.path, f"{where}[{i}]: truncated at offset {pos}")
                     if pos + 8 > have:
                         raise _More(pos + 8)

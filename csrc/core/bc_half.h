@@ -63,6 +63,19 @@ static inline uint16_t bc_f32_to_half(float f)
     return (uint16_t)(sign | (r >> 13));
 }
 
+/* bc_f32_to_half, but a NaN keeps its sign and its payload's top 10 bits (a zero
+ * top making 1: still a NaN), as NumPy's astype(float16) does: GGUF F16 writing
+ * (bc_ggml_from_f32) gives NumPy's very bits. */
+static inline uint16_t bc_f32_to_half_numpy(float f)
+{
+    const uint32_t u = bc_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        const uint32_t top = (u & 0x007fffffu) >> 13;
+        return (uint16_t)(((u >> 16) & 0x8000u) | 0x7c00u | (top ? top : 1u));
+    }
+    return bc_f32_to_half(f);
+}
+
 /* IEEE half bits -> float, exactly. */
 static inline float bc_half_to_f32(uint16_t h)
 {

@@ -466,3 +466,50 @@ int bc_ggml_convert(void *out, size_t out_bytes, const void *src, size_t src_byt
     bc_rt_run(threads, (blocks + CONVERT_UNIT - 1) / CONVERT_UNIT, convert_unit, &j);
     return BC_OK;
 }
+
+typedef struct {
+    unsigned char *out;
+    const float *x;
+    size_t n;
+    int to_type;
+    const bc_kernel_table *kt;
+} round16_job;
+
+#define ROUND16_UNIT 65536  /* floats of bc_ggml_from_f32 a unit of the pool */
+
+/* floats ROUND16_UNIT * u .. of j->x as 2-byte values */
+static void round16_unit(const void *arg, size_t u, int thread)
+{
+    const round16_job *j = arg;
+    const size_t i0 = u * ROUND16_UNIT, m = j->n - i0 < ROUND16_UNIT ? j->n - i0 : ROUND16_UNIT;
+    (void)thread;
+    j->kt->round16(j->out + 2 * i0, j->x + i0, m, j->to_type);
+}
+
+// out (2 n bytes), x (n)
+int bc_ggml_from_f32(void *out, size_t out_bytes, const float *x, size_t n, int to_type)
+{
+    size_t nin, nout;
+    int st;
+    if (!out || !x)
+        return BC_ENULL;
+    if (to_type != BC_GGML_F16 && to_type != BC_GGML_BF16)
+        return BC_EOPTION;
+    if (!n)
+        return BC_ESIZE;
+    if (n > (size_t)BC_MAX_ELEMENTS)
+        return BC_EOVERFLOW;
+    if ((st = bc_mul(&nin, n, sizeof(float))) || (st = bc_mul(&nout, n, 2)))
+        return st;
+    if (out_bytes < nout)
+        return BC_EWORKSPACE;
+    if (overlap_bytes(out, nout, x, nin))
+        return BC_EALIAS;
+    bc_ctx cx;
+    if ((st = bc_rt_ctx(&cx, 0)))
+        return st;
+    const round16_job j = {out, x, n, to_type, cx.kt};
+    const int threads = bc_rt_threads(&cx, (double)n * 4.0, (double)(nin + nout));
+    bc_rt_run(threads, (n + ROUND16_UNIT - 1) / ROUND16_UNIT, round16_unit, &j);
+    return BC_OK;
+}

@@ -479,6 +479,15 @@ int bc_unpack_ggml(void *out, size_t out_bytes, const void *packed, size_t packe
 int bc_ggml_convert(void *out, size_t out_bytes, const void *src, size_t src_bytes, int to_type,
                     int from_type, size_t blocks);
 
+/* out (out_bytes >= 2 n) = x (n floats) as to_type's 2-byte values, little-endian,
+ * rounded to nearest even: BC_GGML_F16 IEEE halves (NumPy's astype(float16) bits:
+ * overflow to infinity, subnormals, a NaN keeping its sign and its payload's top
+ * bits), BC_GGML_BF16 bfloat16s (a NaN quiet, its sign and top bits kept), on the
+ * pool, F16C / AVX-512 where the CPU has them: the same bytes everywhere.
+ * BC_EOPTION for another type, BC_ESIZE for n == 0, BC_EOVERFLOW past
+ * BC_MAX_ELEMENTS, BC_EWORKSPACE, BC_EALIAS as above. */
+int bc_ggml_from_f32(void *out, size_t out_bytes, const float *x, size_t n, int to_type);
+
 /* *bytes: the size of a packed (rows, cols) matrix of dtype. BC_ESIZE for a zero
  * size (or more columns than the format holds: q8_0i; or columns not whole
  * blocks of a format that needs them: q4_k, q6_k), BC_EOPTION for an unknown dtype,

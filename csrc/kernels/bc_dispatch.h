@@ -260,6 +260,12 @@ typedef struct {
     /* AdamW on p, m, v (n) in place from the gradient g (n): bc_adamw_args */
     void (*adamw)(float *p, float *m, float *v, const float *g, size_t n,
                   const bc_adamw_args *a);
+    /* ---- load and save time ---- */
+    /* y (2 n bytes, little-endian) = x (n) rounded to nearest even as IEEE halves
+     * (to_type BC_GGML_F16: bc_f32_to_half_numpy, NumPy's bits) or bfloat16s
+     * (BC_GGML_BF16: bc_f32_to_bf16); the same bits on every instruction set
+     * (fast_convert.h) */
+    void (*round16)(unsigned char *y, const float *x, size_t n, int to_type);
 } bc_kernel_table;
 
 /* Column blocks of the backward's products: a multiple of every NR and of BC_PANEL. */

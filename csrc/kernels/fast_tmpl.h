@@ -14,6 +14,7 @@
  *   fast_attention.h    attention: prefill, decoding, backward
  *   fast_elementwise.h  activations, the gated MLP, the residual addition, AdamW
  *   fast_loss.h         the cross-entropy and its gradient
+ *   fast_convert.h      float32 -> GGUF's F16 and BF16 (writing files)
  * Every output element is computed by one fixed sequence of operations that
  * does not depend on how the work is split between threads. */
 #include <string.h>
@@ -35,6 +36,7 @@
 #include "fast_attention.h"
 #include "fast_elementwise.h"
 #include "fast_loss.h"
+#include "fast_convert.h"
 
 /* ======================================================================== */
 /* The table: the one symbol this copy exports                              */
@@ -62,4 +64,5 @@ const bc_kernel_table BC_KERNEL_TABLE = {
     .colsum = colsum,
     .xent_row = xent_row,
     .adamw = adamw,
+    .round16 = round16,
 };

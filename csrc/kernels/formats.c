@@ -1705,6 +1705,35 @@ static void q6k_from_ggml(unsigned char *panel, const unsigned char *src, size_t
     }
 }
 
+/* q6_k's from_ggml_panel: each super-block's 128 bytes of ql, 64 of qh and 16
+ * scales as 16 x 16 transposes (the 16 rows' bytes side by side), then each
+ * weight's six bits put together for the 16 rows at once (its place in ql and
+ * qh found once, not once a row): from_ggml's bytes */
+static void q6k_from_ggml_panel(unsigned char *panel, const unsigned char *src, size_t row_bytes,
+                                size_t k0, size_t nk)
+{
+    bc_q6k_block *bl = (bc_q6k_block *)panel + k0 / 256;
+    unsigned char ql[128][BC_PANEL], qh[64][BC_PANEL];
+    for (size_t b = 0; b < nk / 256; b++, src += 210) {
+        for (size_t l = 0; l < BC_PANEL; l++)
+            bl[b].d[l] = rd16(src + l * row_bytes + 208);
+        rows16_transpose((unsigned char *)&bl[b].sc[0][0], src + 192, row_bytes);
+        for (size_t t = 0; t < 8; t++)
+            rows16_transpose(&ql[16 * t][0], src + 16 * t, row_bytes);
+        for (size_t t = 0; t < 4; t++)
+            rows16_transpose(&qh[16 * t][0], src + 128 + 16 * t, row_bytes);
+        for (size_t w = 0; w < 256; w++) {
+            const bc_q6k_at at = bc_q6k_where(w);
+            const unsigned char *lo = ql[at.ql], *hi = qh[at.qh];
+            for (size_t l = 0; l < BC_PANEL; l++) {
+                const unsigned v = (unsigned)(lo[l] >> at.ls & 15u)
+                                   | (unsigned)(hi[l] >> at.hs & 3u) << 4;
+                bl[b].q[w][l] = (int8_t)((int)v - 32);
+            }
+        }
+    }
+}
+
 static void q6k_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
                         size_t nk)
 {
@@ -1974,7 +2003,7 @@ static const bc_format formats[BC_NDTYPE] = {
     [BC_DTYPE_Q6_K] = {.name = "q6_k", .block = 256, .block_bytes = 274, .check = q4_check,
                        .pack = q6k_pack, .unpack_row = q6k_unpack_row, .whole = 1,
                        .ggml_type = BC_GGML_Q6_K, .limit = LIMIT_K, .from_ggml = q6k_from_ggml,
-                       .to_ggml = q6k_to_ggml},
+                       .to_ggml = q6k_to_ggml, .from_ggml_panel = q6k_from_ggml_panel},
     [BC_DTYPE_Q4_KI] = {.name = "q4_ki", .block = 256, .block_bytes = 148, .check = q4_check,
                         .pack = q4ki_pack, .unpack_row = q4ki_unpack_row,
                         .max_cols = BC_Q8_0I_MAX_COLS, .whole = 1, .group = BC_INTDOT_GROUP,

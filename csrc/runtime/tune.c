@@ -171,6 +171,7 @@ static void take(bc_kernel_table *t, const bc_kernel_table *src, int f)
         t->swiglu_bwd = src->swiglu_bwd;
         t->xent_row = src->xent_row;
         t->adamw = src->adamw;
+        t->round16 = src->round16;
         break;
     }
 }

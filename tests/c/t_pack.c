@@ -785,6 +785,76 @@ static void ggml_hostile_checks(void)
     EXPECT(h_untouched(o, np + nf));
 }
 
+/* bc_ggml_from_f32: NumPy's float16 bits and bfloat16's for values whose answer is known
+ * (NaN payloads, overflow, ties, subnormals), then pseudo-random bit patterns (NaNs and
+ * infinities among them) in a length leaving vector tails and spanning two pool units:
+ * the same bytes on every instruction set and thread count; and the refusals. */
+static void round16_checks(void)
+{
+    static const uint32_t in[] = {0x7f800001u, 0x7fc00000u, 0xff800001u, 0x7fffffffu,
+                                  0x7f800000u, 0x477ff000u, 0x477fefffu, 0x33000000u,
+                                  0x33000001u, 0x387fffffu, 0x00000001u, 0x80000001u,
+                                  0x3f800000u, 0x3f801000u, 0x3f803000u, 0xc0200000u};
+    static const uint16_t f16[] = {0x7c01, 0x7e00, 0xfc01, 0x7fff, 0x7c00, 0x7c00, 0x7bff,
+                                   0x0000, 0x0001, 0x0400, 0x0000, 0x8000, 0x3c00, 0x3c00,
+                                   0x3c02, 0xc100};
+    static const uint16_t bf16[] = {0x7fc0, 0x7fc0, 0xffc0, 0x7fff, 0x7f80, 0x4780, 0x4780,
+                                    0x3300, 0x3300, 0x3880, 0x0000, 0x8000, 0x3f80, 0x3f80,
+                                    0x3f80, 0xc020};
+    const size_t nk = sizeof in / sizeof in[0], n = 2 * 65536 + 37;
+    float *x = h_alloc(n);
+    unsigned char *o = h_alloc_bytes(2 * n), *ref = h_alloc_bytes(2 * n);
+    memcpy(x, in, sizeof in);
+    int best = 0, start = 0;
+    EXPECT_STATUS(BC_OK, bc_best_isa(&best));
+    EXPECT_STATUS(BC_OK, bc_get_isa(&start));
+    for (int isa = BC_ISA_GENERIC; isa <= best; isa++) {
+        EXPECT_STATUS(BC_OK, bc_set_isa(isa));
+        EXPECT_STATUS(BC_OK, bc_ggml_from_f32(o, 2 * nk, x, nk, BC_GGML_F16));
+        for (size_t i = 0; i < nk; i++)
+            EXPECT((o[2 * i] | o[2 * i + 1] << 8) == f16[i]);
+        EXPECT_STATUS(BC_OK, bc_ggml_from_f32(o, 2 * nk, x, nk, BC_GGML_BF16));
+        for (size_t i = 0; i < nk; i++)
+            EXPECT((o[2 * i] | o[2 * i + 1] << 8) == bf16[i]);
+    }
+    uint32_t r = 12345u;
+    for (size_t i = 0; i < n; i++) {
+        r = r * 1664525u + 1013904223u;
+        const uint32_t u = (i % 3) ? r : (r & 0x807fffffu) | ((100u + (r >> 24) % 50u) << 23);
+        memcpy(x + i, &u, 4);
+    }
+    for (int ty = 0; ty < 2; ty++) {
+        const int t16 = ty ? BC_GGML_BF16 : BC_GGML_F16;
+        EXPECT_STATUS(BC_OK, bc_set_isa(BC_ISA_GENERIC));
+        EXPECT_STATUS(BC_OK, bc_set_num_threads(1));
+        EXPECT_STATUS(BC_OK, bc_ggml_from_f32(ref, 2 * n, x, n, t16));
+        EXPECT(h_guard_ok(ref, 2 * n));
+        for (int isa = BC_ISA_GENERIC; isa <= best; isa++)
+            for (int t = 1; t <= 2; t++) {
+                EXPECT_STATUS(BC_OK, bc_set_isa(isa));
+                EXPECT_STATUS(BC_OK, bc_set_num_threads(t));
+                h_refill(o, 2 * n);
+                EXPECT_STATUS(BC_OK, bc_ggml_from_f32(o, 2 * n, x, n, t16));
+                EXPECT(memcmp(o, ref, 2 * n) == 0);
+                EXPECT(h_guard_ok(o, 2 * n));
+            }
+    }
+    EXPECT_STATUS(BC_OK, bc_set_num_threads(0));
+    EXPECT_STATUS(BC_OK, bc_set_isa(start));
+    h_refill(o, 2 * n);
+    EXPECT_STATUS(BC_ENULL, bc_ggml_from_f32(NULL, 2 * n, x, n, BC_GGML_F16));
+    EXPECT_STATUS(BC_ENULL, bc_ggml_from_f32(o, 2 * n, NULL, n, BC_GGML_F16));
+    EXPECT_STATUS(BC_EOPTION, bc_ggml_from_f32(o, 2 * n, x, n, BC_GGML_F32));
+    EXPECT_STATUS(BC_EOPTION, bc_ggml_from_f32(o, 2 * n, x, n, BC_GGML_Q8_0));
+    EXPECT_STATUS(BC_EOPTION, bc_ggml_from_f32(o, 2 * n, x, n, -1));
+    EXPECT_STATUS(BC_ESIZE, bc_ggml_from_f32(o, 2 * n, x, 0, BC_GGML_F16));
+    EXPECT_STATUS(BC_EOVERFLOW, bc_ggml_from_f32(o, 2 * n, x, H_NEG, BC_GGML_F16));
+    EXPECT_STATUS(BC_EOVERFLOW, bc_ggml_from_f32(o, 2 * n, x, H_HALF, BC_GGML_BF16));
+    EXPECT_STATUS(BC_EWORKSPACE, bc_ggml_from_f32(o, 2 * n - 1, x, n, BC_GGML_F16));
+    EXPECT_STATUS(BC_EALIAS, bc_ggml_from_f32((unsigned char *)x + 2, 2 * n, x, n, BC_GGML_F16));
+    EXPECT(h_untouched(o, 2 * n));
+}
+
 void test_pack(void)
 {
     traits_checks();
@@ -796,6 +866,7 @@ void test_pack(void)
     ggml_convert_checks(70, 256);
     ggml_convert_checks(41, 3200);  /* 4,100 blocks: two of bc_ggml_convert's pool units */
     ggml_hostile_checks();
+    round16_checks();
     strided_checks(1, 1);
     strided_checks(17, 33);
     strided_checks(40, 100);

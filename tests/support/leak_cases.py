@@ -345,6 +345,12 @@ def _cases():
                          lambda: lib.bc_ggml_convert(char(q8), q8.size, char(q4), q4.size,
                                                      lib.BC_GGML_Q4_0, lib.BC_GGML_Q8_0, 8))
 
+    @case("bc_ggml_from_f32")
+    def _():
+        x, h = np.zeros(40, np.float32), np.zeros(80, np.uint8)
+        return alternate(lambda: lib.bc_ggml_from_f32(char(h), h.size, cptr(x), 40, lib.BC_GGML_F16),
+                         lambda: lib.bc_ggml_from_f32(char(h), h.size, cptr(x), 40, lib.BC_GGML_Q8_0))
+
     @case("bc_pack")
     def _():
         q = pk[lib.BC_DTYPE_Q8_0]
