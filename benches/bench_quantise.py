@@ -142,5 +142,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0
 
 
+#: the types a float file holds
+FLOAT_TYPES = ("F32", "F16", "BF16")
+
+
+def _float_run() -> bool:
+    """Whether every type asked for is a float type: that quick table of rounding alone is
+    recorded in its own section, "quantise-float", beside the quantised types' "quantise"."""
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--types", default=",".join(TYPES))
+    a, _ = ap.parse_known_args()
+    return all(t in FLOAT_TYPES for t in a.types.split(","))
+
+
 if __name__ == "__main__":
-    run_bench(main, "results/quantise.md", "quantise")
+    run_bench(main, "results/quantise.md", "quantise-float" if _float_run() else "quantise")
