@@ -170,8 +170,10 @@ typedef struct {
  *   q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki (bc_engine.h says how): nb = ceil(c / 32) blocks:
  *     q (nb * 32 int8, zero past c), then d (nb floats: the blocks' scales), then s
  *     (nb int32: -128 * the block's sum of q, the correction of the weights' +128
- *     bytes); q6_ki, q2_ki and q3_ki then s16 (2 nb int32: the sums of q of each
- *     block's halves);
+ *     bytes); q6_ki then s16 (2 nb int32: -32 times the sums of q of each block's
+ *     halves, the correction of its weights' + 32); q2_ki and q3_ki then s16 (2 nb
+ *     int32: the sums of q of each block's halves themselves); q4_ki and q5_ki then m
+ *     (nb floats: d * the block's sum of q, rounded once: their minimums' factor);
  *   bfloat16i: ceil(c / 2) pairs, uint16 [2j + t] the bfloat16 of x[2j + t]
  *     (zero past c). */
 static inline size_t bc_xq_row_bytes(int dtype, size_t c)
@@ -181,6 +183,8 @@ static inline size_t bc_xq_row_bytes(int dtype, size_t c)
     const size_t nb = (c + 31) / 32;
     if (dtype == BC_DTYPE_Q6_KI || dtype == BC_DTYPE_Q2_KI || dtype == BC_DTYPE_Q3_KI)  /* and s16 */
         return (nb * 48 + 63) / 64 * 64;
+    if (dtype == BC_DTYPE_Q4_KI || dtype == BC_DTYPE_Q5_KI)  /* and m */
+        return (nb * 44 + 63) / 64 * 64;
     return (nb * 40 + 63) / 64 * 64;
 }
 

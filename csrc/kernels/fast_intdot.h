@@ -142,10 +142,11 @@ static void xq_rows_q8(unsigned char *xq, const float *x, size_t n, size_t c)
     xq_rows_at(xq, bc_xq_row_bytes(BC_DTYPE_Q8_0I, c), x, n, c);
 }
 
-// xq (N rows of bc_xq_row_bytes(BC_DTYPE_Q6_KI, C)) <- x (N,C): q8_0i's, then each block's half sums
-static void xq_rows_q6(unsigned char *xq, const float *x, size_t n, size_t c)
+// xq (N rows of rb bytes) <- x (N,C): q8_0i's, then factor times each block's half sums (s16)
+static void xq_rows_halves(unsigned char *xq, size_t rb, const float *x, size_t n, size_t c,
+                           int32_t factor)
 {
-    const size_t nb = (c + 31) / 32, rb = bc_xq_row_bytes(BC_DTYPE_Q6_KI, c);
+    const size_t nb = (c + 31) / 32;
     xq_rows_at(xq, rb, x, n, c);
     for (size_t i = 0; i < n; i++) {
         const int8_t *q = (const int8_t *)(xq + i * rb);
@@ -154,8 +155,37 @@ static void xq_rows_q6(unsigned char *xq, const float *x, size_t n, size_t c)
             int32_t sum = 0;
             for (size_t k = 0; k < 16; k++)
                 sum += q[16 * h + k];
-            s16[h] = sum;
+            s16[h] = factor * sum;  /* |sum| <= 16 * 127: exact */
         }
+    }
+}
+
+// xq (N rows of bc_xq_row_bytes(BC_DTYPE_Q6_KI, C)) <- x (N,C): q8_0i's, then -32 times each block's half sums
+static void xq_rows_q6(unsigned char *xq, const float *x, size_t n, size_t c)
+{
+    xq_rows_halves(xq, bc_xq_row_bytes(BC_DTYPE_Q6_KI, c), x, n, c, -32);  /* the weights' + 32 */
+}
+
+// xq (N rows of bc_xq_row_bytes(BC_DTYPE_Q2_KI, C), q3_ki's the same) <- x (N,C): q8_0i's, then each block's half sums
+static void xq_rows_k2(unsigned char *xq, const float *x, size_t n, size_t c)
+{
+    xq_rows_halves(xq, bc_xq_row_bytes(BC_DTYPE_Q2_KI, c), x, n, c, 1);
+}
+
+/* xq (N rows of bc_xq_row_bytes(BC_DTYPE_Q4_KI, C), q5_ki's the same) <- x (N,C): q8_0i's,
+ * then each block's m = d * (float)sum q (the factor of its minimums: every
+ * output's chain takes this one rounding, computed once a row instead of once
+ * a tile) */
+static void xq_rows_q4k(unsigned char *xq, const float *x, size_t n, size_t c)
+{
+    const size_t nb = (c + 31) / 32, rb = bc_xq_row_bytes(BC_DTYPE_Q4_KI, c);
+    xq_rows_at(xq, rb, x, n, c);
+    for (size_t i = 0; i < n; i++) {
+        const float *d = (const float *)(xq + i * rb + nb * 32);
+        const int32_t *s = (const int32_t *)(xq + i * rb + nb * 36);
+        float *m = (float *)(xq + i * rb + nb * 40);
+        for (size_t b = 0; b < nb; b++)
+            m[b] = d[b] * (float)(-s[b] / 128);  /* s = -128 sum: exact */
     }
 }
 

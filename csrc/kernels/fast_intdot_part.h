@@ -186,13 +186,13 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int fk, const int mr, const in
  * each weight's fifth bit added as 16), rows 0..mr-1 of x: for
  * each sub-block j (x block b = 8S + j), its integer sums (nibbles times q_x,
  * no correction: q4_k's nibbles are unsigned), then f = fma((float)isum,
- * (d sc_j) d_x, f) and f = fma(-(dmin m_j), d_x (float)sum q_x, f), per
- * panel vector as q8i_block's. */
+ * (d sc_j) d_x, f) and f = fma(-(dmin m_j), xm, f), xm = d_x (float)sum q_x
+ * (the row's m, xq_rows_q4k), per panel vector as q8i_block's. */
 BC_INLINE Q8I_TARGET void Q8I_FN(q4ki_block)(const int fk, const int mr, const int NB,
                                              const int spl, V *f,
                                              size_t fs, const unsigned char *const *blk,
                                              const int8_t *const *xr, const float *const *xd,
-                                             const int32_t *const *xs, size_t S)
+                                             const float *const *xm, size_t S)
 {
     const IV low = IV_SET1(0x0F0F0F0F), one = IV_SET1(0x01010101);
     V dv[QN * VPP], mv[QN * VPP];
@@ -237,10 +237,6 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q4ki_block)(const int fk, const int mr, const i
                 }
             }
         }
-        V xm[QR];  /* d_x sum q_x of each row (s = -128 sum q_x) */
-        BC_UNROLL
-        for (int i = 0; i < mr; i++)
-            xm[i] = vset1(xd[i][b] * (float)(-xs[i][b] / 128));
         BC_UNROLL
         for (int t = 0; t < NB * VPP; t++) {
             const bc_q4ki_block *k = (const bc_q4ki_block *)blk[t / VPP];
@@ -251,7 +247,7 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q4ki_block)(const int fk, const int mr, const i
                 V *fi = &f[(size_t)i * fs + (size_t)t];
                 const IV a = spl ? IV_ADD(acc[i][t], acc2[i][t]) : acc[i][t];
                 *fi = vfma(IV_FLOAT(a), vmul(dsc, vset1(xd[i][b])), *fi);
-                *fi = vfnma(dm, xm[i], *fi);
+                *fi = vfnma(dm, vset1(xm[i][b]), *fi);
             }
         }
     }
@@ -330,7 +326,7 @@ BC_INLINE Q8I_TARGET void Q8I_FN(iq4xsi_block)(const int mr, const int NB, const
  * b = 8S + k holds sub-blocks 2k and 2k + 1 (16 weights each); each weight's
  * six bits (0..63) made in integer lanes from its nibble of ql and its two
  * bits of qh, the sums corrected by -32 times the half's sum of q_x (s16, after
- * s in the row), then f = fma((float)isum, (d sc_j) d_x, f) per sub-block. */
+ * s in the row, holds the products), then f = fma((float)isum, (d sc_j) d_x, f) per sub-block. */
 BC_INLINE Q8I_TARGET void Q8I_FN(q6ki_block)(const int mr, const int NB, V *f, size_t fs,
                                              const unsigned char *const *blk,
                                              const int8_t *const *xr, const float *const *xd,
@@ -350,8 +346,8 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q6ki_block)(const int mr, const int NB, V *f, s
         for (int i = 0; i < mr; i++)
             BC_UNROLL
             for (int t = 0; t < NB * VPP; t++) {
-                acc[i][t] = IV_SET1(-32 * s16[i][2 * b]);
-                acc2[i][t] = IV_SET1(-32 * s16[i][2 * b + 1]);
+                acc[i][t] = IV_SET1(s16[i][2 * b]);  /* -32 times the half's sum */
+                acc2[i][t] = IV_SET1(s16[i][2 * b + 1]);
             }
         BC_UNROLL
         for (int g = 0; g < 8; g++) {
@@ -526,13 +522,15 @@ BC_INLINE void Q8I_FN(q8i_where)(const int fk, const int NP, const bc_gemm *g, s
 
 #if BC_SIMD == 512 || BC_SIMD == 256
 /* Block b of the format fk (q4_ki, q6_ki: super-block b) into f, as q8i_block
- * (s16: q6_ki's half sums of the rows of x) */
+ * (s16: q6_ki's half sums of the rows of x, times -32; xm: q4_ki's and q5_ki's
+ * m, both after s in a row) */
 BC_INLINE Q8I_TARGET void Q8I_FN(int_block)(const int fk, const int mr, const int NB,
                                             const int spl, V *f, size_t fs,
                                             const unsigned char *const *blk,
                                             const int8_t *const *xr, const float *const *xd,
                                             const int32_t *const *xs,
-                                            const int32_t *const *s16, size_t b)
+                                            const int32_t *const *s16,
+                                            const float *const *xm, size_t b)
 {
     if (NB == 1) {  /* decoding: a block's bytes INT_AHEAD on (the tile reads memory in order;
                      * an address, not a pointer: past the matrix's end it names nothing) */
@@ -541,7 +539,7 @@ BC_INLINE Q8I_TARGET void Q8I_FN(int_block)(const int fk, const int mr, const in
             __builtin_prefetch((const void *)((uintptr_t)blk[0] + INT_AHEAD + o), 0, 0);
     }
     if (fk == FK_Q4K || fk == FK_Q5K)
-        Q8I_FN(q4ki_block)(fk, mr, NB, spl, f, fs, blk, xr, xd, xs, b);
+        Q8I_FN(q4ki_block)(fk, mr, NB, spl, f, fs, blk, xr, xd, xm, b);
     else if (fk == FK_Q6K)
         Q8I_FN(q6ki_block)(mr, NB, f, fs, blk, xr, xd, s16, b);
     else if (fk == FK_IQ4XS)
@@ -578,12 +576,14 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int fk, const int gemm, const i
     const int8_t *xr[QR];
     const float *xd[QR];
     const int32_t *xs[QR], *s16[QR];  /* the corrections of the unsigned weights */
+    const float *xm[QR];
     BC_UNROLL
     for (int i = 0; i < mr; i++) {
         xr[i] = (const int8_t *)(x0 + (size_t)i * rb);
         xd[i] = (const float *)(x0 + (size_t)i * rb + nb * 32);
         xs[i] = (const int32_t *)(x0 + (size_t)i * rb + nb * 36);
         s16[i] = (const int32_t *)(x0 + (size_t)i * rb + nb * 40);  /* (q6_ki's, q2_ki's, q3_ki's rows only) */
+        xm[i] = (const float *)(x0 + (size_t)i * rb + nb * 40);     /* (q4_ki's, q5_ki's) */
     }
     V f[QR * QP * VPP];  /* row i, panel q, vector h at f[i * QP * VPP + q * VPP + h] */
     BC_UNROLL
@@ -597,18 +597,18 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int fk, const int gemm, const i
             BC_UNROLL
             for (int q = 0; q < NP; q++)
                 blk[q] = org[q] + b * st[q];
-            Q8I_FN(int_block)(fk, mr, NP, 0, f, QP * VPP, blk, xr, xd, xs, s16, b);
+            Q8I_FN(int_block)(fk, mr, NP, 0, f, QP * VPP, blk, xr, xd, xs, s16, xm, b);
         } else if (mr == 1 && fk_x_blocks(fk) == 1) {
             BC_UNROLL
             for (int q = 0; q < NP; q++) {
                 const unsigned char *blk = org[q] + b * st[q];
-                Q8I_FN(int_block)(fk, mr, 1, Q8I_SPLIT, f + q * VPP, QP * VPP, &blk, xr, xd, xs, s16, b);
+                Q8I_FN(int_block)(fk, mr, 1, Q8I_SPLIT, f + q * VPP, QP * VPP, &blk, xr, xd, xs, s16, xm, b);
             }
         } else {  /* the panels of one run: their blocks b side by side */
             const unsigned char *blk = org[0] + b * st[0];
             BC_NO_UNROLL
             for (size_t q = 0; q < np; q++, blk += bb)
-                Q8I_FN(int_block)(fk, mr, 1, Q8I_SPLIT, f + q * VPP, QP * VPP, &blk, xr, xd, xs, s16, b);
+                Q8I_FN(int_block)(fk, mr, 1, Q8I_SPLIT, f + q * VPP, QP * VPP, &blk, xr, xd, xs, s16, xm, b);
         }
     }
     for (int i = 0; i < mr; i++)
