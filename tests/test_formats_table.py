@@ -51,7 +51,7 @@ def test_gguf_tables_come_from_the_c_table():
     assert gm.EXACT["IQ4_NL"] == ("iq4_nl",) and gm.EXACT["IQ4_XS"] == ("iq4_xs",)
     assert gm.EXACT["Q2_K"] == ("q2_k",) and gm.EXACT["Q3_K"] == ("q3_k",)
     assert set(gm.INTEGER) == {"Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q6_K", "Q5_K", "IQ4_NL",
-                               "IQ4_XS", "Q2_K", "Q3_K"}
+                               "IQ4_XS", "Q4_1", "Q5_1", "Q2_K", "Q3_K"}
     for typ, fm in gm.INTEGER.items():
         assert FORMATS[fm].integer and TYPES[FORMATS[fm].ggml_type][0] == typ
     assert gm.integer_formats(["Q4_0", "Q8_0"])[0] == gm.INTEGER["Q8_0"]

@@ -487,8 +487,8 @@ def _integer(types):
     apart from blockc.checkpoint.gguf's table): the type's integer format, Q4_0/Q5_0/Q8_0
     parts mixed as q8_0i, anything else as dtype=None does."""
     own = {"Q8_0": "q8_0i", "Q4_0": "q4_0i", "Q5_0": "q5_0i", "Q4_K": "q4_ki", "Q6_K": "q6_ki",
-           "Q5_K": "q5_ki", "IQ4_NL": "iq4_nli", "IQ4_XS": "iq4_xsi", "Q2_K": "q2_ki",
-           "Q3_K": "q3_ki"}
+           "Q5_K": "q5_ki", "IQ4_NL": "iq4_nli", "IQ4_XS": "iq4_xsi", "Q4_1": "q4_1i",
+           "Q5_1": "q5_1i", "Q2_K": "q2_ki", "Q3_K": "q3_ki"}
     if len(set(types)) == 1 and types[0] in own:
         return own[types[0]]
     if set(types) <= {"Q4_0", "Q5_0", "Q8_0"}:
@@ -500,8 +500,8 @@ def _integer(types):
 
 @pytest.mark.parametrize("case", ["llama-q4_k_m", "llama-q5_0", "llama-mixed-native",
                                   "llama-q4_k", "llama-q6_k", "gpt2-q4_0-tied", "llama-mha-q8_0",
-                                  "llama-q5_k", "llama-iq4", "llama-k-quants", "llama-q3_k_m",
-                                  "llama-q2_k"])
+                                  "llama-q5_k", "llama-iq4", "llama-k-quants", "qwen2-q5",
+                                  "llama-q3_k_m", "llama-q2_k"])
 def test_integer_dtype_holds_each_matrix_in_its_types_integer_format(files, tmp_path, case):
     """from_pretrained(file, dtype="integer"): each matrix in the integer format of its
     file type (8-bit activations, as llama.cpp multiplies them), holding the dequantised

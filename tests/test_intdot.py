@@ -1,5 +1,7 @@
-"""q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki, iq4_nli, iq4_xsi, q2_ki and q3_ki: q8_0's,
-q4_0's, q5_0's, q4_k's, q6_k's, q5_k's, iq4_nl's, iq4_xs's, q2_k's and q3_k's weights multiplied by integer dot products on 8-bit activations (the model tests also bfloat16i's, test_bf16dot.py).
+"""q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki, iq4_nli, iq4_xsi, q4_1i, q5_1i, q2_ki and q3_ki:
+q8_0's, q4_0's, q5_0's, q4_k's, q6_k's, q5_k's, iq4_nl's, iq4_xs's, q4_1's, q5_1's, q2_k's and
+q3_k's weights multiplied by integer dot products on 8-bit activations (the model tests also
+bfloat16i's, test_bf16dot.py).
 
 The C kernels against the NumPy oracle (blockc.reference.intdot) bit for bit on
 every instruction set; the same bits for any number of rows, threads, cached or
@@ -7,6 +9,7 @@ not; the model's accuracy budget (mean KL from float32) beside q8_0's; GGUF."""
 import dataclasses
 import os
 
+import gguf
 import numpy as np
 import pytest
 
@@ -23,6 +26,7 @@ INT = {"q8_0i": (intdot.linear_q8_0i, "q8_0"), "q4_0i": (intdot.linear_q4_0i, "q
        "q5_0i": (intdot.linear_q5_0i, "q5_0"), "q4_ki": (intdot.linear_q4_ki, "q4_k"),
        "q6_ki": (intdot.linear_q6_ki, "q6_k"), "q5_ki": (intdot.linear_q5_ki, "q5_k"),
        "iq4_nli": (intdot.linear_iq4_nli, "iq4_nl"), "iq4_xsi": (intdot.linear_iq4_xsi, "iq4_xs"),
+       "q4_1i": (intdot.linear_q4_1i, "q4_1"), "q5_1i": (intdot.linear_q5_1i, "q5_1"),
        "q2_ki": (intdot.linear_q2_ki, "q2_k"), "q3_ki": (intdot.linear_q3_ki, "q3_k")}
 #: the formats whose rows are whole blocks (q4_ki, q6_ki, q5_ki, iq4_xsi, q2_ki, q3_ki:
 #: super-blocks of 256)
@@ -239,6 +243,33 @@ def test_q2_ki_and_q3_ki_hold_their_gguf_types_very_blocks():
         assert m.astype(fmt[:-1]).dtype == fmt[:-1]
 
 
+@pytest.mark.parametrize("fmt", ["q4_1i", "q5_1i"])
+def test_the_minimum_formats_weights_are_their_twins_and_the_gguf_packages(fmt):
+    """q4_1i (q5_1i) holds q4_1's (q5_1's) very blocks: the same weights, the oracle's
+    blocks (d q + m) those weights, and the blocks moved out (bc_unpack_ggml) dequantise
+    in the gguf package to the same bits."""
+    plain = INT[fmt][1]
+    w = rnd(40, 300, seed=18)
+    w[3, :32] = 0.0
+    w[5, 32:64] *= np.float32(1e-30)
+    w[6, 64:96] = np.abs(w[6, 64:96]) + np.float32(2.0)  # a block of positive minimum
+    p = ops.pack(w, fmt)
+    np.testing.assert_array_equal(bits(p.unpack()), bits(getattr(quant, plain)(w)))
+    np.testing.assert_array_equal(p.unpack(), ops.pack(w, plain).unpack())
+    d, m, q = getattr(intdot, plain + "_blocks")(w)
+    assert q.min() == 0 and q.max() == (15 if fmt == "q4_1i" else 31)
+    got = (d[..., None] * q.astype(np.float32) + m[..., None]).astype(np.float32)
+    np.testing.assert_array_equal(bits(got.reshape(40, -1)[:, :300]), bits(p.unpack()))
+    w2 = w[:, :288]  # whole blocks: the file's bytes, each way
+    p2 = ops.pack(w2, fmt)
+    raw = ops.unpack_ggml(p2)
+    assert np.array_equal(raw, ops.unpack_ggml(ops.pack(w2, plain)))
+    assert np.array_equal(ops.unpack_ggml(ops.pack_ggml(raw, fmt, (40, 288)), fmt, (40, 288)), raw)
+    peer = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[plain.upper()])
+    np.testing.assert_array_equal(bits(np.asarray(peer, np.float32).reshape(40, 288)),
+                                  bits(p2.unpack()))
+
+
 def test_q6_kis_weights_are_q6_ks_and_its_blocks_the_oracles():
     w = rnd(40, 512, seed=15)
     w[3, :16] = 0.0
@@ -313,20 +344,24 @@ def test_accuracy_budget_mean_kl_from_float32():
     (what the 8-bit activations trade), and more than q8_0's (they do cost); q4_0i
     within 10% of q4_0's (its 4-bit weights dominate the error: measured 0.0634 and
     0.0636), q5_0i of q5_0's likewise (0.0181 and 0.0183), iq4_nli of iq4_nl's likewise
-    (0.0652 and 0.0651)."""
+    (0.0652 and 0.0651), q4_1i of q4_1's and q5_1i of q5_1's likewise (0.0582 and 0.0577,
+    0.0133 and 0.0130)."""
     base = GPT.random(LLAMA, seed=11)
     sd = {k: (v * np.float32(5.0) if v.ndim == 2 else v) for k, v in base.state_dict().items()}
     m = GPT.from_state_dict(sd, LLAMA)
     ids = np.random.default_rng(12).integers(0, LLAMA.vocab, size=(3, 48))
     ref = m(ids)
     kl = {dt: mean_kl(ref, m.astype(dt)(ids))
-          for dt in ("q8_0", "q8_0i", "q4_0", "q4_0i", "q5_0", "q5_0i", "iq4_nl", "iq4_nli")}
+          for dt in ("q8_0", "q8_0i", "q4_0", "q4_0i", "q5_0", "q5_0i", "iq4_nl", "iq4_nli",
+                     "q4_1", "q4_1i", "q5_1", "q5_1i")}
     assert kl["q8_0"] <= 5e-4, kl
     assert kl["q8_0i"] <= 1e-3, kl
     assert kl["q8_0"] < kl["q8_0i"] <= 3 * kl["q8_0"], kl
     assert kl["q4_0i"] <= 1.1 * kl["q4_0"], kl
     assert kl["q5_0i"] <= 1.1 * kl["q5_0"], kl
     assert kl["iq4_nli"] <= 1.1 * kl["iq4_nl"], kl
+    assert kl["q4_1i"] <= 1.1 * kl["q4_1"], kl
+    assert kl["q5_1i"] <= 1.1 * kl["q5_1"], kl
 
 
 def test_k_quant_integer_formats_accuracy_budget():

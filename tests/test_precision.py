@@ -13,7 +13,8 @@ from blockc.reference import bf16dot, gpt_forward, intdot, quant
 ORACLE = {"float32": lambda w: np.asarray(w, np.float32), "bfloat16": quant.bfloat16,
           "q8_0": quant.q8_0, "q4_0": quant.q4_0, "q5_0": quant.q5_0, "float16": quant.float16,
           "q8_0i": quant.q8_0, "q4_0i": quant.q4_0, "q5_0i": quant.q5_0, "q4_ki": quant.q4_k, "q6_ki": quant.q6_k, "q5_ki": quant.q5_k, "iq4_nli": quant.iq4_nl,
-          "iq4_xsi": quant.iq4_xs, "q4_k": quant.q4_k, "q6_k": quant.q6_k,
+          "iq4_xsi": quant.iq4_xs, "q4_1i": quant.q4_1, "q5_1i": quant.q5_1,
+          "q4_k": quant.q4_k, "q6_k": quant.q6_k,
           "bfloat16i": bf16dot.round_bf16, "q4_1": quant.q4_1, "q5_1": quant.q5_1,
           "q5_k": quant.q5_k, "iq4_nl": quant.iq4_nl, "iq4_xs": quant.iq4_xs,
           "q2_k": quant.q2_k, "q3_k": quant.q3_k, "q2_ki": quant.q2_k, "q3_ki": quant.q3_k}
@@ -25,6 +26,7 @@ ROUNDED_X = {"q8_0i": intdot.linear_q8_0i, "q4_0i": intdot.linear_q4_0i,
              "q5_0i": intdot.linear_q5_0i, "q4_ki": intdot.linear_q4_ki,
              "q6_ki": intdot.linear_q6_ki, "q5_ki": intdot.linear_q5_ki,
              "iq4_nli": intdot.linear_iq4_nli, "iq4_xsi": intdot.linear_iq4_xsi,
+             "q4_1i": intdot.linear_q4_1i, "q5_1i": intdot.linear_q5_1i,
              "q2_ki": intdot.linear_q2_ki, "q3_ki": intdot.linear_q3_ki,
              "bfloat16i": bf16dot.linear_bfloat16i}
 

@@ -1,7 +1,8 @@
-"""The NumPy oracle of q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki, iq4_nli, iq4_xsi, q2_ki and
-q3_ki: q8_0's (q4_0's, q5_0's, q4_k's, q6_k's, q5_k's, iq4_nl's, iq4_xs's, q2_k's, q3_k's)
-weights multiplied by integer dot products (the super-blocks' chains: :func:`linear_q4_ki`,
-:func:`linear_q5_ki`, :func:`linear_q6_ki`, :func:`linear_q2_ki`, :func:`linear_q3_ki`).
+"""The NumPy oracle of q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki, iq4_nli, iq4_xsi, q4_1i,
+q5_1i, q2_ki and q3_ki: q8_0's (q4_0's, q5_0's, q4_k's, q6_k's, q5_k's, iq4_nl's, iq4_xs's,
+q4_1's, q5_1's, q2_k's, q3_k's) weights multiplied by integer dot products (the chains with
+more than one step a block: :func:`linear_q4_ki`, :func:`linear_q5_ki`, :func:`linear_q6_ki`,
+:func:`linear_q4_1i`, :func:`linear_q2_ki`, :func:`linear_q3_ki`).
 
 A product quantises each row of x per block of 32 columns (the last one
 zero-padded): ``a = max|x|`` (float32), ``d_x = a / 127`` and
@@ -33,7 +34,8 @@ from .quant import q8_0_blocks
 __all__ = ["quantise_rows", "fmaf", "linear_q8_0i", "linear_q4_0i", "linear_q5_0i",
            "linear_q4_ki", "linear_q6_ki", "linear_q5_ki", "q4_0_blocks", "q5_0_blocks",
            "q4_k_blocks", "q5_k_blocks", "q6_k_blocks", "linear_iq4_nli",
-           "linear_iq4_xsi", "linear_q2_ki", "linear_q3_ki"]
+           "linear_iq4_xsi", "linear_q4_1i", "linear_q5_1i", "q4_1_blocks", "q5_1_blocks",
+           "linear_q2_ki", "linear_q3_ki"]
 
 F32 = np.float32
 _TINY = F32(1e-30)
@@ -258,6 +260,70 @@ def _linear_16(x, ds, dm, q, b, r) -> np.ndarray:
                 xm = (dx[:, j // 2] * bsum[:, j]).astype(F32)
                 acc = fmaf(np.broadcast_to(-dm[None, :, j], acc.shape),
                            np.broadcast_to(xm[:, None], acc.shape), acc)
+        y = acc if r is None else (np.asarray(r, F32) + acc).astype(F32)
+        if b is not None:
+            y = (y + np.asarray(b, F32)).astype(F32)
+    return y
+
+
+def q4_1_blocks(w) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(d, m, q) of ``w`` (out, c) stored as q4_1 (llama.cpp's ``quantize_row_q4_1_ref``,
+    rows zero-padded to blocks of 32): d, m (out, blocks) float32 (halves: the scale and
+    the minimum), q (out, blocks, 32) int16, the nibbles (0..15)."""
+    raw = _ggml_blocks(w, "Q4_1")
+    d = np.ascontiguousarray(raw[..., 0:2]).view(np.float16)[..., 0].astype(F32)
+    m = np.ascontiguousarray(raw[..., 2:4]).view(np.float16)[..., 0].astype(F32)
+    qs = raw[..., 4:]
+    return d, m, np.concatenate([qs & 15, qs >> 4], axis=-1).astype(np.int16)
+
+
+def q5_1_blocks(w) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(d, m, q) of ``w`` (out, c) stored as q5_1 (llama.cpp's ``quantize_row_q5_1_ref``):
+    as :func:`q4_1_blocks`, q the five bits (nibble and bit k of the block's qh, 0..31)."""
+    raw = _ggml_blocks(w, "Q5_1")
+    d = np.ascontiguousarray(raw[..., 0:2]).view(np.float16)[..., 0].astype(F32)
+    m = np.ascontiguousarray(raw[..., 2:4]).view(np.float16)[..., 0].astype(F32)
+    qh = np.ascontiguousarray(raw[..., 4:8]).view("<u4")[..., 0]
+    bits = ((qh[..., None] >> np.arange(32, dtype=np.uint32)) & 1).astype(np.int16)
+    qs = raw[..., 8:]
+    nib = np.concatenate([qs & 15, qs >> 4], axis=-1).astype(np.int16)
+    return d, m, (nib | bits << 4).astype(np.int16)
+
+
+def linear_q4_1i(x, w, b: Optional[np.ndarray] = None,
+                 r: Optional[np.ndarray] = None) -> np.ndarray:
+    """y (n, out) = r + x (n, c) @ w (out, c)^T + b with w stored as q4_1i, as the C
+    library computes it (llama.cpp's q4_1 x q8_1 product): x quantised as for q8_0i, then
+    per output, for each block in order, ``acc = fmaf(isum, d_w d_x, acc)`` and ``acc =
+    fmaf(m_w, d_x sum(q_x), acc)`` (``isum`` the exact sum of nibble times q_x; ``d_w
+    d_x`` and ``d_x sum(q_x)`` rounded to float32: q8_1's block sum ``s``, kept in
+    float32 where llama.cpp rounds it and ``d_x`` to halves)."""
+    return _linear_min(x, *q4_1_blocks(w), b, r)
+
+
+def linear_q5_1i(x, w, b: Optional[np.ndarray] = None,
+                 r: Optional[np.ndarray] = None) -> np.ndarray:
+    """y (n, out) = r + x (n, c) @ w (out, c)^T + b with w stored as q5_1i, as the C
+    library computes it: :func:`linear_q4_1i`'s chain on q5_1's weights (``isum`` the
+    exact sum of the five-bit q times q_x)."""
+    return _linear_min(x, *q5_1_blocks(w), b, r)
+
+
+def _linear_min(x, dw, mw, qw, b, r) -> np.ndarray:
+    xq, dx = quantise_rows(x)
+    n, nb = dx.shape
+    out = dw.shape[0]
+    if dw.shape[1] != nb:
+        raise ValueError(f"x has {x.shape[1]} columns, w {dw.shape[1] * 32}")
+    isum = np.einsum("nbk,obk->nob", xq.astype(np.int64), qw.astype(np.int64))
+    xm = (dx * xq.astype(np.int64).sum(axis=-1).astype(F32)).astype(F32)  # (n, nb)
+    acc = np.zeros((n, out), F32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for blk in range(nb):
+            scale = (dw[None, :, blk] * dx[:, None, blk]).astype(F32)
+            acc = fmaf(isum[:, :, blk].astype(F32), scale, acc)
+            acc = fmaf(np.broadcast_to(mw[None, :, blk], acc.shape),
+                       np.broadcast_to(xm[:, None, blk], acc.shape), acc)
         y = acc if r is None else (np.asarray(r, F32) + acc).astype(F32)
         if b is not None:
             y = (y + np.asarray(b, F32)).astype(F32)

@@ -51,9 +51,11 @@ extern "C" {
 #define BC_DTYPE_Q5_KI 21
 #define BC_DTYPE_IQ4_NLI 22
 #define BC_DTYPE_IQ4_XSI 23
+#define BC_DTYPE_Q4_1I 24
+#define BC_DTYPE_Q5_1I 25
 #define BC_DTYPE_Q2_KI 26
 #define BC_DTYPE_Q3_KI 27
-#define BC_NDTYPE 28     /* one past the last dtype (24, 25: reserved, no format yet) */
+#define BC_NDTYPE 28     /* one past the last dtype */
 #define BC_DTYPE_NAME_MAX 16   /* bytes a dtype's name needs, with its NUL */
 
 /* Normalisation kinds and placements of the block. */
@@ -359,6 +361,22 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
  *                  float): the same bits on every instruction set, for any
  *                  number of rows and threads. Columns a multiple of 256, at
  *                  most BC_Q8_0I_MAX_COLS.
+ *   BC_DTYPE_Q4_1I q4_1's weights (the same d, m and nibbles) multiplied by
+ *                  integer dot products: panel p is ceil(cols / 32) blocks of
+ *                  320 bytes, q4_0i's d[l] and u[j][l][t] (byte 4j + t of row
+ *                  l's nibbles) at q4_0i's offsets, then the minima m[l]
+ *                  (halves); in runs of 4 as q8_0i's. x is quantised as
+ *                  q8_0i's; each output's chain: acc = 0, then for each block
+ *                  in order acc = fma((float)isum_b, d[l] d_x[b], acc) and acc =
+ *                  fma(m[l], d_x[b] (float)sum q_x, acc), isum_b the exact
+ *                  int32 sum of nibble q_x (llama.cpp's q4_1 x q8_1 product,
+ *                  with d_x and its block sum d_x sum q_x kept in float32, not
+ *                  halves): the same bits on every instruction set, for any
+ *                  number of rows and threads. At most BC_Q8_0I_MAX_COLS columns.
+ *   BC_DTYPE_Q5_1I q5_1's weights likewise: blocks of 384 bytes, q5_0i's d[l],
+ *                  u and h (the fifth bits) at q5_0i's offsets, then m[l];
+ *                  q4_1i's chain with isum_b the exact sum of the five-bit q
+ *                  (0..31) times q_x. At most BC_Q8_0I_MAX_COLS columns.
  *   BC_DTYPE_Q2_KI q2_k's weights (the same super-blocks) multiplied by
  *                  integer dot products: panel p is cols / 256 blocks of 1344
  *                  bytes (84 a row, the file's), q2_k's d[l], dmin[l] and
@@ -394,8 +412,8 @@ int bc_residual_add(float *y, const float *a, const float *b, size_t n);
 /* The weight format dtype (0 <= dtype < BC_NDTYPE): its name as Python spells it
  * ("float32", "bfloat16", "q8_0", "q4_0", "q4_k", "q6_k", "float16", "q5_0",
  * "q8_0i", "q4_0i", "bfloat16i", "q5_0i", "q4_ki", "q6_ki", "q4_1", "q5_1", "q5_k",
- * "iq4_nl", "iq4_xs", "q2_k", "q3_k", "q5_ki", "iq4_nli", "iq4_xsi";
- * "q2_ki" (26), "q3_ki" (27);
+ * "iq4_nl", "iq4_xs", "q2_k", "q3_k", "q5_ki", "iq4_nli", "iq4_xsi",
+ * "q4_1i", "q5_1i", "q2_ki", "q3_ki";
  * NUL-terminated into name, name_cap >
  * its length, at most BC_DTYPE_NAME_MAX), the weights of a row per block and
  * the bytes of one block (a row of cols weights, padded to whole blocks, takes

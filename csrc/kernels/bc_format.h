@@ -184,6 +184,25 @@ static inline int bc_q5i_quant(const bc_q5i_block *b, size_t l, size_t k)
     return (k < 16 ? byte & 15 : byte >> 4) | (int)((b->h[i / 4][k / 16] >> (4 * l + i % 4)) & 1u) << 4;
 }
 
+/* One block of a q4_1i panel: q4_0i's scales and nibbles (the same fields at
+ * the same offsets as bc_q4i_block: its kernels read them as q4_0i's; the
+ * nibbles unsigned, 0..15), then q4_1's minima: 20 bytes a row, the file's. */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' scales (IEEE halves) */
+    uint8_t u[4][BC_PANEL][4];  /* u[j][row][t] = byte 4j + t of the row's q4_1 nibbles */
+    uint16_t m[BC_PANEL];       /* the rows' minima (IEEE halves) */
+} bc_q41i_block;
+
+/* One block of a q5_1i panel: q5_0i's scales, nibbles and fifth bits (the same
+ * fields at the same offsets as bc_q5i_block; q = nibble | bit << 4, 0..31),
+ * then q5_1's minima: 24 bytes a row, the file's. */
+typedef struct {
+    uint16_t d[BC_PANEL];       /* the rows' scales (IEEE halves) */
+    uint8_t u[4][BC_PANEL][4];  /* u[j][row][t] = byte 4j + t of the row's q5_1 nibbles */
+    uint64_t h[4][2];           /* h[j][s]: bit 4 row + t the fifth bit of weight 4j + t + 16s */
+    uint16_t m[BC_PANEL];       /* the rows' minima (IEEE halves) */
+} bc_q51i_block;
+
 /* One super-block of a q4_ki panel: q4_k's scales (the same fields at the
  * same offsets as bc_q4k_block), then its nibbles laid out for integer dot
  * products as q4_0i's: a 64-byte vector holds 4 bytes of each of the 16 rows,
@@ -319,9 +338,9 @@ typedef struct {
     uint16_t u[BC_PANEL][2];
 } bc_bf16i_pair;
 
-/* the integer formats' panels (q8_0i's ... iq4_xsi's) interleave 4 by 4, block by block
- * (bc_format_panel_at): a decoding tile takes whole runs (fast_intdot.h) and
- * reads each block of its panels in turn, one stretch of memory */
+/* the integer formats' panels (q8_0i's ... iq4_xsi's, q4_1i's, q5_1i's) interleave 4
+ * by 4, block by block (bc_format_panel_at): a decoding tile takes whole runs
+ * (fast_intdot.h) and reads each block of its panels in turn, one stretch of memory */
 #define BC_INTDOT_GROUP 4
 
 /* bfloat16i's panels interleave 4 by 4 (bc_format_panel_at): the panels its

@@ -576,6 +576,21 @@ BC_INLINE V tile_v(const int kind, const kv_tile *t, size_t j, size_t c)
     return kind == KV_F16 ? vload_half(t->v16 + j * t->ldv + c) : vload(t->v + j * t->ldv + c);
 }
 
+/* One step d of the score chains (kq_scores' and heads_tile's): acc[g][a] =
+ * fma(kd[a], q[g][d], acc[g][a]) for the hn heads and the tile's KLANES key vectors. */
+// acc (hn, KLANES); kd (KLANES): the keys' values at d; q (hn, Dh) scaled
+BC_INLINE void kq_step(const int hn, V acc[HMAX][KLANES], const V *kd, const float *q, size_t dh,
+                       size_t d)
+{
+    BC_UNROLL
+    for (int g = 0; g < hn; g++) {
+        const V qd = vset1(q[(size_t)g * dh + d]);
+        BC_UNROLL
+        for (int a = 0; a < KLANES; a++)
+            acc[g][a] = vfma(kd[a], qd, acc[g][a]);
+    }
+}
+
 /* The scores of a quantised tile: acc[g][a] = fma over d, in order from 0, of
  * k[d] (lanes a VL..: the keys) and q[g][d], each key value the exact half(d) * q
  * (kq_tile's, read in place: the same chains). Scales are read once per 16 rows. */
@@ -610,13 +625,7 @@ BC_INLINE void kq_scores(const int hn, const int kind, V acc[HMAX][KLANES], cons
             for (int a = 0; a < KLANES; a++)
                 kd[a] = kind == KV_Q8 ? vmul(vload_i8((const int8_t *)row + (size_t)a * VL), ks[a])
                                       : q4_vec(row + (size_t)a * VL, hi, ks[a], km[a]);
-            BC_UNROLL
-            for (int g = 0; g < hn; g++) {
-                const V qd = vset1(q[(size_t)g * dh + d]);
-                BC_UNROLL
-                for (int a = 0; a < KLANES; a++)
-                    acc[g][a] = vfma(kd[a], qd, acc[g][a]);
-            }
+            kq_step(hn, acc, kd, q, dh, d);
         }
     }
 }
@@ -669,13 +678,7 @@ BC_INLINE void heads_tile(const int hn, const int kind, const float *q, const kv
         BC_UNROLL
         for (int a = 0; a < KLANES; a++)
             kd[a] = tile_k(kind, tl, d * BC_ATT_BK + (size_t)a * VL);
-        BC_UNROLL
-        for (int g = 0; g < hn; g++) {
-            const V qd = vset1(q[(size_t)g * dh + d]);
-            BC_UNROLL
-            for (int a = 0; a < KLANES; a++)
-                acc[g][a] = vfma(kd[a], qd, acc[g][a]);
-        }
+        kq_step(hn, acc, kd, q, dh, d);
     }
     BC_UNROLL
     for (int g = 0; g < hn; g++)

@@ -590,6 +590,8 @@ static void panels_q3_k(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_
     [BC_WF_PANEL(BC_DTYPE_Q5_KI)] = {NULL, NULL, xq_part_q5_ki, xq_rows_q4k, xq_part_q5_ki},    \
     [BC_WF_PANEL(BC_DTYPE_IQ4_NLI)] = {NULL, NULL, xq_part_iq4_nli, xq_rows_q8, xq_part_iq4_nli}, \
     [BC_WF_PANEL(BC_DTYPE_IQ4_XSI)] = {NULL, NULL, xq_part_iq4_xsi, xq_rows_q8, xq_part_iq4_xsi}, \
+    [BC_WF_PANEL(BC_DTYPE_Q4_1I)] = {NULL, NULL, xq_part_q4_1i, xq_rows_q8, xq_part_q4_1i},     \
+    [BC_WF_PANEL(BC_DTYPE_Q5_1I)] = {NULL, NULL, xq_part_q5_1i, xq_rows_q8, xq_part_q5_1i},     \
     [BC_WF_PANEL(BC_DTYPE_Q2_KI)] = {NULL, NULL, xq_part_q2_ki, xq_rows_k2, xq_part_q2_ki},     \
     [BC_WF_PANEL(BC_DTYPE_Q3_KI)] = {NULL, NULL, xq_part_q3_ki, xq_rows_k2, xq_part_q3_ki},     \
     [BC_WF_PANEL(BC_DTYPE_BF16I)] = {NULL, NULL, xq_part_bf16i, xq_rows_bf16, xq_part_bf16i},

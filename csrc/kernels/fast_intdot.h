@@ -1,12 +1,14 @@
-/* fast_intdot.h: q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki, iq4_nli, iq4_xsi, q2_ki and q3_ki:
- * q8_0's, q4_0's, q5_0's, q4_k's, q6_k's, q5_k's, iq4_nl's, iq4_xs's, q2_k's and q3_k's weights
- * multiplied by integer dot products
+/* fast_intdot.h: q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki, iq4_nli, iq4_xsi, q4_1i, q5_1i,
+ * q2_ki and q3_ki: q8_0's, q4_0's, q5_0's, q4_k's, q6_k's, q5_k's, iq4_nl's, iq4_xs's, q4_1's,
+ * q5_1's, q2_k's and q3_k's weights multiplied by integer dot products
  * (part of the kernel template, fast_tmpl.h: included once per instruction
  * set, after fast_linear.h; its entry of the kernel table's wf is in
  * fast_formats.h). A product quantises each row of x once (xq_rows_q8: 8 bits
  * per block of 32, one float scale), then every output runs one chain, the
  * same on every instruction set and for any number of rows:
  *     acc = 0;  for each block b in order:  acc = fma((float)isum_b, d_w * d_x, acc)
+ * (q4_1i and q5_1i, whose weights are d q + m, then acc = fma(m, d_x (float)sum q_x, acc):
+ * llama.cpp's q4_1 x q8_1 product, the block sum of x kept in float32)
  * isum_b = sum_k q_w[k] q_x[k] is exact in int32 (|isum| <= 32 * 127 * 127
  * < 2^24, so the float conversion is exact too), so each instruction set may
  * form it as it likes: AVX-512 VNNI's vpdpbusd on the stored bytes q_w + 128
@@ -226,6 +228,8 @@ typedef __m256i IV;
 #define FK_IQ4XS 7 /* iq4_xsi: iq4_nli's by sub-blocks of a super-block */
 #define FK_Q2K 8 /* q2_ki: q2_k's two bits (unsigned, 0..3) by sub-blocks of 16, mins by s16 */
 #define FK_Q3K 9 /* q3_ki: q3_k's three bits (unsigned, q + 4) by sub-blocks of 16 */
+#define FK_Q41 10 /* q4_1i: q4_0i's nibbles (unsigned, 0..15), the block's minimum times x's sum */
+#define FK_Q51 11 /* q5_1i: q5_0i's nibbles and fifth bits (unsigned, 0..31), likewise */
 
 /* Decoding prefetches each block's bytes this far ahead (a run's blocks lie in
  * the order the tile reads them, so the bytes ahead are the next ones it
@@ -240,7 +244,8 @@ static inline int fk_dtype(int fk)
          : fk == FK_Q4K ? BC_DTYPE_Q4_KI : fk == FK_Q6K ? BC_DTYPE_Q6_KI
          : fk == FK_Q5K ? BC_DTYPE_Q5_KI : fk == FK_IQ4NL ? BC_DTYPE_IQ4_NLI
          : fk == FK_IQ4XS ? BC_DTYPE_IQ4_XSI : fk == FK_Q2K ? BC_DTYPE_Q2_KI
-         : fk == FK_Q3K ? BC_DTYPE_Q3_KI : BC_DTYPE_Q8_0I;
+         : fk == FK_Q3K ? BC_DTYPE_Q3_KI : fk == FK_Q41 ? BC_DTYPE_Q4_1I
+         : fk == FK_Q51 ? BC_DTYPE_Q5_1I : BC_DTYPE_Q8_0I;
 }
 
 /* x's blocks of 32 per block of the format: 8 for the super-blocks of 256
@@ -258,6 +263,7 @@ static inline size_t fk_block_bytes(int fk)
          : fk == FK_Q4K ? sizeof(bc_q4ki_block) : fk == FK_Q6K ? sizeof(bc_q6ki_block)
          : fk == FK_Q5K ? sizeof(bc_q5ki_block) : fk == FK_IQ4XS ? sizeof(bc_iq4xsi_block)
          : fk == FK_Q2K ? sizeof(bc_q2ki_block) : fk == FK_Q3K ? sizeof(bc_q3ki_block)
+         : fk == FK_Q41 ? sizeof(bc_q41i_block) : fk == FK_Q51 ? sizeof(bc_q51i_block)
          : sizeof(bc_q8i_block);
 }
 
@@ -406,6 +412,20 @@ static void xq_part_q3_ki(const bc_gemm *g, const unsigned char *xq, size_t n0, 
                           size_t o0, size_t o1)
 {
     xq_part_int(FK_Q3K, g, xq, n0, n1, o0, o1);
+}
+
+// y (N,OC) rows [n0,n1), columns [o0,o1); xq rows n0.. quantised; w (OC,C) q4_1i panels
+static void xq_part_q4_1i(const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1,
+                          size_t o0, size_t o1)
+{
+    xq_part_int(FK_Q41, g, xq, n0, n1, o0, o1);
+}
+
+// y (N,OC) rows [n0,n1), columns [o0,o1); xq rows n0.. quantised; w (OC,C) q5_1i panels
+static void xq_part_q5_1i(const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1,
+                          size_t o0, size_t o1)
+{
+    xq_part_int(FK_Q51, g, xq, n0, n1, o0, o1);
 }
 
 // y (N,OC) rows [n0,n1), columns [o0,o1); xq rows n0.. quantised; w (OC,C) q5_ki panels

@@ -1,5 +1,5 @@
 /* fast_intdot_part.h: the integer formats' tiles (q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki,
- * iq4_nli, iq4_xsi, q2_ki, q3_ki) and their walk over a product
+ * iq4_nli, iq4_xsi, q4_1i, q5_1i, q2_ki, q3_ki) and their walk over a product
  * (part of fast_intdot.h, which includes it once per way of forming the
  * integer sums: Q8I_FN names the copy, Q8I_TARGET its instruction-set
  * attribute, Q8I_DP on AVX2 selects AVX-VNNI's vpdpbusd over pmaddubsw). Every
@@ -81,6 +81,7 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int fk, const int mr, const in
         BC_UNROLL                 /* (q5_0i) or -128 (q8_0i by vpdpbusd) times sum q_x */
         for (int t = 0; t < NB * VPP; t++) {
             acc[i][t] = IV_SET1(fk == FK_Q4 ? xs[i][b] / 16 : fk == FK_Q5 ? xs[i][b] / 8
+                                : fk == FK_Q41 || fk == FK_Q51 ? 0  /* (unsigned: no correction) */
                                 : Q8I_DP ? xs[i][b] : 0);  /* (iq4_nli as q8_0i) */
             acc2[i][t] = IV_SET1(0);
         }
@@ -93,11 +94,13 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int fk, const int mr, const in
         for (int j = 0; j < 4; j++) {
             IV wl[QN * VPP], wh[QN * VPP];
             BC_UNROLL
-            for (int t = 0; t < NB * VPP; t++) {  /* (q5_0i's nibbles lie where q4_0i's do) */
+            /* (q5_0i's, q4_1i's and q5_1i's nibbles lie where q4_0i's do, q5_1i's fifth
+             * bits where q5_0i's) */
+            for (int t = 0; t < NB * VPP; t++) {
                 const IV raw = IV_LOAD(((const bc_q4i_block *)blk[t / VPP])->u[j][t % VPP * VL]);
                 wl[t] = IV_AND(raw, low);
                 wh[t] = IV_AND(IV_SRL4(raw), low);
-                if (fk == FK_Q5) {
+                if (fk == FK_Q5 || fk == FK_Q51) {
                     const unsigned char *h =
                         (const unsigned char *)((const bc_q5i_block *)blk[t / VPP])->h[j];
                     wl[t] = IV_FIFTH(wl[t], h, t % VPP);
@@ -179,6 +182,15 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int fk, const int mr, const in
         for (int i = 0; i < mr; i++)
             f[(size_t)i * fs + (size_t)t] = vfma(IV_FLOAT(acc[i][t]), vmul(dw, vset1(xd[i][b])),
                                                  f[(size_t)i * fs + (size_t)t]);
+        if (fk == FK_Q41 || fk == FK_Q51) {  /* + m (d_x sum q_x): s = -128 sum q_x */
+            const V mw = vload_half((fk == FK_Q41 ? ((const bc_q41i_block *)blk[t / VPP])->m
+                                                  : ((const bc_q51i_block *)blk[t / VPP])->m)
+                                    + t % VPP * VL);
+            BC_UNROLL
+            for (int i = 0; i < mr; i++)
+                f[(size_t)i * fs + (size_t)t] = vfma(mw, vset1(xd[i][b] * (float)(-xs[i][b] / 128)),
+                                                     f[(size_t)i * fs + (size_t)t]);
+        }
     }
 }
 
@@ -718,6 +730,28 @@ BC_INLINE void Q8I_FN(q8i_tile)(const int fk, const int gemm, const int mr, cons
                     f[l] = acc;
                     continue;
                 }
+                if (fk == FK_Q41 || fk == FK_Q51) {
+                    for (size_t b = 0; b < nb; b++) {  /* w = d q + m, q unsigned */
+                        const unsigned char *bk = org[q] + b * st[q];
+                        const bc_q41i_block *k4 = (const bc_q41i_block *)(const void *)bk;
+                        const bc_q51i_block *k5 = (const bc_q51i_block *)(const void *)bk;
+                        int32_t isum = 0, xsum = 0;
+                        for (size_t k = 0; k < 32; k++) {
+                            const int byte = k4->u[k % 16 / 4][l][k % 4];
+                            const int wq = fk == FK_Q51
+                                ? bc_q5i_quant((const bc_q5i_block *)(const void *)bk, l, k)
+                                : k < 16 ? byte & 15 : byte >> 4;
+                            isum += wq * xr[b * 32 + k];
+                            xsum += xr[b * 32 + k];
+                        }
+                        const float dw = bc_half_to_f32(k4->d[l]);
+                        const float mw = bc_half_to_f32(fk == FK_Q51 ? k5->m[l] : k4->m[l]);
+                        acc = fmaf((float)isum, dw * xd[b], acc);
+                        acc = fmaf(mw, xd[b] * (float)xsum, acc);
+                    }
+                    f[l] = acc;
+                    continue;
+                }
                 for (size_t b = 0; b < nb; b++) {
                     const bc_q8i_block *blk = (const bc_q8i_block *)(org[q] + b * st[q]);
                     const bc_q4i_block *blk4 = (const bc_q4i_block *)(org[q] + b * st[q]);
@@ -794,6 +828,10 @@ static Q8I_TARGET void Q8I_FN(q8i_tile_gemm)(int fk, int mr, const bc_gemm *g, c
         Q8I_FN(q8i_tile_rows)(FK_IQ4NL, mr, g, x0, rb, i0, p, np, nb);
     else if (fk == FK_IQ4XS)
         Q8I_FN(q8i_tile_rows)(FK_IQ4XS, mr, g, x0, rb, i0, p, np, nb);
+    else if (fk == FK_Q41)
+        Q8I_FN(q8i_tile_rows)(FK_Q41, mr, g, x0, rb, i0, p, np, nb);
+    else if (fk == FK_Q51)
+        Q8I_FN(q8i_tile_rows)(FK_Q51, mr, g, x0, rb, i0, p, np, nb);
     else if (fk == FK_Q2K)
         Q8I_FN(q8i_tile_rows)(FK_Q2K, mr, g, x0, rb, i0, p, np, nb);
     else if (fk == FK_Q3K)
@@ -841,6 +879,10 @@ static Q8I_TARGET void Q8I_FN(q8i_part)(int fk, const bc_gemm *g, const unsigned
             Q8I_FN(q8i_decode)(FK_IQ4NL, g, xq, rb, n0, n, p0, p1, nb);
         else if (fk == FK_IQ4XS)
             Q8I_FN(q8i_decode)(FK_IQ4XS, g, xq, rb, n0, n, p0, p1, nb);
+        else if (fk == FK_Q41)
+            Q8I_FN(q8i_decode)(FK_Q41, g, xq, rb, n0, n, p0, p1, nb);
+        else if (fk == FK_Q51)
+            Q8I_FN(q8i_decode)(FK_Q51, g, xq, rb, n0, n, p0, p1, nb);
         else if (fk == FK_Q2K)
             Q8I_FN(q8i_decode)(FK_Q2K, g, xq, rb, n0, n, p0, p1, nb);
         else if (fk == FK_Q3K)

@@ -10,7 +10,8 @@
  * zero) computed as round(w * (1/d)), d stored as an IEEE half; the weight is
  * then half(d) * q. q8_0i holds the same d and q, laid out for integer dot
  * products; q4_0i q4_0's, q5_0i q5_0's, q4_ki q4_k's, q6_ki q6_k's, q5_ki q5_k's,
- * iq4_nli iq4_nl's, iq4_xsi iq4_xs's, q2_ki q2_k's and q3_ki q3_k's likewise.
+ * iq4_nli iq4_nl's, iq4_xsi iq4_xs's, q4_1i q4_1's, q5_1i q5_1's, q2_ki q2_k's and
+ * q3_ki q3_k's likewise.
  * q4_1, q5_1 and q5_k are llama.cpp's reference quantisers too; iq4_nl, iq4_xs,
  * q2_k and q3_k blockc's simple rules (bc_engine.h), not llama.cpp's search. */
 #include <math.h>
@@ -720,6 +721,74 @@ static void q5i_unpack_row(float *out, const unsigned char *panel, size_t l, siz
     for (size_t k = 0; k < cols; k++) {
         const bc_q5i_block *b = bl + k / 32;
         out[k] = bc_half_to_f32(b->d[l]) * (float)(bc_q5i_quant(b, l, k % 32) - 16);
+    }
+}
+
+/* ---- q4_1i, q5_1i: q4_1's and q5_1's blocks, q4_0i's and q5_0i's layouts --- */
+
+_Static_assert(sizeof(bc_q41i_block) == 20 * PW, "bc_q41i_block: 16 rows of 20 bytes");
+_Static_assert(sizeof(bc_q51i_block) == 24 * PW, "bc_q51i_block: 16 rows of 24 bytes");
+_Static_assert(offsetof(bc_q41i_block, u) == offsetof(bc_q4i_block, u),
+               "bc_q41i_block: q4_0i's nibbles at q4_0i's offset");
+_Static_assert(offsetof(bc_q51i_block, u) == offsetof(bc_q5i_block, u) &&
+               offsetof(bc_q51i_block, h) == offsetof(bc_q5i_block, h),
+               "bc_q51i_block: q5_0i's nibbles and fifth bits at q5_0i's offsets");
+
+/* q4_1's rule (q1_block, nmax 15), each row's 16 nibble bytes 4 by 4 */
+static void q41i_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                      size_t nk, size_t cols)
+{
+    bc_q41i_block *bl = (bc_q41i_block *)panel + k0 / 32;
+    for (size_t b = 0; b < nk; b += 32, bl++) {
+        const size_t n = nk - b < 32 ? nk - b : 32;
+        for (size_t l = 0; l < nl; l++) {
+            int q[32];
+            q1_block(&bl->d[l], &bl->m[l], q, tile + l * ld + b, n, 15);
+            for (size_t j = 0; j < 16; j++)
+                bl->u[j / 4][l][j % 4] = (uint8_t)(q[j] | q[j + 16] << 4);
+        }
+    }
+}
+
+/* w = d nibble + m, as q4_1's (d nibble exact, one rounding) */
+static void q41i_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q41i_block *bl = (const bc_q41i_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q41i_block *b = bl + k / 32;
+        const size_t j = k % 16;
+        const int byte = b->u[j / 4][l][j % 4];
+        const int nib = k % 32 < 16 ? byte & 15 : byte >> 4;
+        out[k] = bc_half_to_f32(b->d[l]) * (float)nib + bc_half_to_f32(b->m[l]);
+    }
+}
+
+/* q5_1's rule (q1_block, nmax 31), the nibbles as q4_1i's, the fifth bits as q5_0i's */
+static void q51i_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                      size_t nk, size_t cols)
+{
+    bc_q51i_block *bl = (bc_q51i_block *)panel + k0 / 32;
+    for (size_t b = 0; b < nk; b += 32, bl++) {
+        const size_t n = nk - b < 32 ? nk - b : 32;
+        for (size_t l = 0; l < nl; l++) {
+            int q[32];
+            q1_block(&bl->d[l], &bl->m[l], q, tile + l * ld + b, n, 31);
+            for (size_t j = 0; j < 16; j++)
+                bl->u[j / 4][l][j % 4] = (uint8_t)((q[j] & 15) | (q[j + 16] & 15) << 4);
+            for (size_t k = 0; k < 32; k++)
+                bl->h[k % 16 / 4][k / 16] |= (uint64_t)(q[k] >> 4) << (4 * l + k % 4);
+        }
+    }
+}
+
+/* w = d q + m, as q5_1's (d q exact, one rounding) */
+static void q51i_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    const bc_q51i_block *bl = (const bc_q51i_block *)panel;
+    for (size_t k = 0; k < cols; k++) {
+        const bc_q51i_block *b = bl + k / 32;
+        const int q = bc_q5i_quant((const bc_q5i_block *)(const void *)b, l, k % 32);
+        out[k] = bc_half_to_f32(b->d[l]) * (float)q + bc_half_to_f32(b->m[l]);
     }
 }
 
@@ -1551,6 +1620,63 @@ static void q51_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l
     }
 }
 
+/* Q4_1 <-> q4_1i (qs 4 bytes by 4); Q5_1 <-> q5_1i (qs likewise, bit k of qh to
+ * bit 4 l + k % 4 of h[k % 16 / 4][k / 16], as q5_0i's) */
+static void q41i_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                           size_t nk)
+{
+    bc_q41i_block *bl = (bc_q41i_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, src += 20) {
+        bl[b].d[l] = rd16(src);
+        bl[b].m[l] = rd16(src + 2);
+        for (size_t j = 0; j < 16; j++)
+            bl[b].u[j / 4][l][j % 4] = src[4 + j];
+    }
+}
+
+static void q41i_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                         size_t nk)
+{
+    const bc_q41i_block *bl = (const bc_q41i_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, dst += 20) {
+        wr16(dst, bl[b].d[l]);
+        wr16(dst + 2, bl[b].m[l]);
+        for (size_t j = 0; j < 16; j++)
+            dst[4 + j] = bl[b].u[j / 4][l][j % 4];
+    }
+}
+
+static void q51i_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
+                           size_t nk)
+{
+    bc_q51i_block *bl = (bc_q51i_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, src += 24) {
+        const uint32_t qh = rd32(src + 4);
+        bl[b].d[l] = rd16(src);
+        bl[b].m[l] = rd16(src + 2);
+        for (size_t j = 0; j < 16; j++)
+            bl[b].u[j / 4][l][j % 4] = src[8 + j];
+        for (size_t k = 0; k < 32; k++)  /* (the panel zeroed: or) */
+            bl[b].h[k % 16 / 4][k / 16] |= (uint64_t)((qh >> k) & 1u) << (4 * l + k % 4);
+    }
+}
+
+static void q51i_to_ggml(unsigned char *dst, const unsigned char *panel, size_t l, size_t k0,
+                         size_t nk)
+{
+    const bc_q51i_block *bl = (const bc_q51i_block *)panel + k0 / 32;
+    for (size_t b = 0; b < (nk + 31) / 32; b++, dst += 24) {
+        uint32_t qh = 0;
+        for (size_t k = 0; k < 32; k++)
+            qh |= (uint32_t)((bl[b].h[k % 16 / 4][k / 16] >> (4 * l + k % 4)) & 1u) << k;
+        wr16(dst, bl[b].d[l]);
+        wr16(dst + 2, bl[b].m[l]);
+        wr32(dst + 4, qh);
+        for (size_t j = 0; j < 16; j++)
+            dst[8 + j] = bl[b].u[j / 4][l][j % 4];
+    }
+}
+
 /* Q5_K (d, dmin, scales[12], qh[32], qs[128]: 176 bytes) <-> q5_k (q4_k's scales
  * and mins a byte each, qh and qs as they are) */
 static void q5k_from_ggml(unsigned char *panel, const unsigned char *src, size_t l, size_t k0,
@@ -2058,6 +2184,16 @@ static const bc_format formats[BC_NDTYPE] = {
                           .whole = 1, .group = BC_INTDOT_GROUP, .ggml_type = BC_GGML_IQ4_XS,
                           .integer = 1, .limit = LIMIT_IQ4XS, .from_ggml = iq4xsi_from_ggml,
                           .to_ggml = iq4xsi_to_ggml},
+    [BC_DTYPE_Q4_1I] = {.name = "q4_1i", .block = 32, .block_bytes = 20, .check = f16_check,
+                         .pack = q41i_pack, .unpack_row = q41i_unpack_row,
+                         .max_cols = BC_Q8_0I_MAX_COLS, .group = BC_INTDOT_GROUP,
+                         .ggml_type = BC_GGML_Q4_1, .integer = 1, .limit = LIMIT_Q1,
+                         .from_ggml = q41i_from_ggml, .to_ggml = q41i_to_ggml},
+    [BC_DTYPE_Q5_1I] = {.name = "q5_1i", .block = 32, .block_bytes = 24, .check = f16_check,
+                         .pack = q51i_pack, .unpack_row = q51i_unpack_row,
+                         .max_cols = BC_Q8_0I_MAX_COLS, .group = BC_INTDOT_GROUP,
+                         .ggml_type = BC_GGML_Q5_1, .integer = 1, .limit = LIMIT_Q1,
+                         .from_ggml = q51i_from_ggml, .to_ggml = q51i_to_ggml},
     [BC_DTYPE_Q2_KI] = {.name = "q2_ki", .block = 256, .block_bytes = 84, .check = q4_check,
                         .pack = q2ki_pack, .unpack_row = q2ki_unpack_row,
                         .max_cols = BC_Q8_0I_MAX_COLS, .whole = 1, .group = BC_INTDOT_GROUP,

@@ -142,7 +142,7 @@ static void take(bc_kernel_table *t, const bc_kernel_table *src, int f)
         static const int integer[] = {BC_DTYPE_Q8_0I, BC_DTYPE_Q4_0I, BC_DTYPE_Q5_0I,
                                       BC_DTYPE_Q4_KI, BC_DTYPE_Q6_KI, BC_DTYPE_Q5_KI,
                                       BC_DTYPE_IQ4_NLI, BC_DTYPE_IQ4_XSI,
-                                      BC_DTYPE_Q2_KI, BC_DTYPE_Q3_KI};
+                                      BC_DTYPE_Q4_1I, BC_DTYPE_Q5_1I, BC_DTYPE_Q2_KI, BC_DTYPE_Q3_KI};
         static const int bf16[] = {BC_DTYPE_BF16I};
         const int bf = f == BC_FAMILY_DECODE_BF16I;
         const int *dts = bf ? bf16 : integer;

@@ -13,7 +13,7 @@ static const int DTYPES[] = {BC_DTYPE_F32, BC_DTYPE_BF16, BC_DTYPE_Q8_0, BC_DTYP
                              BC_DTYPE_Q4_KI, BC_DTYPE_Q6_KI, BC_DTYPE_Q4_1, BC_DTYPE_Q5_1,
                              BC_DTYPE_Q5_K, BC_DTYPE_IQ4_NL, BC_DTYPE_IQ4_XS, BC_DTYPE_Q2_K,
                              BC_DTYPE_Q3_K, BC_DTYPE_Q5_KI, BC_DTYPE_IQ4_NLI, BC_DTYPE_IQ4_XSI,
-                             BC_DTYPE_Q2_KI, BC_DTYPE_Q3_KI};
+                             BC_DTYPE_Q4_1I, BC_DTYPE_Q5_1I, BC_DTYPE_Q2_KI, BC_DTYPE_Q3_KI};
 #define ND ((int)(sizeof DTYPES / sizeof DTYPES[0]))
 
 /* the K-quants' rows (q4_k, q6_k, q4_ki, q6_ki, q5_k, iq4_xs, q2_k, q3_k, q5_ki,
@@ -89,6 +89,7 @@ static void dtype_info_checks(void)
         [BC_DTYPE_Q5_1] = "q5_1", [BC_DTYPE_Q5_K] = "q5_k", [BC_DTYPE_IQ4_NL] = "iq4_nl",
         [BC_DTYPE_IQ4_XS] = "iq4_xs", [BC_DTYPE_Q2_K] = "q2_k", [BC_DTYPE_Q3_K] = "q3_k",
         [BC_DTYPE_Q5_KI] = "q5_ki", [BC_DTYPE_IQ4_NLI] = "iq4_nli", [BC_DTYPE_IQ4_XSI] = "iq4_xsi",
+        [BC_DTYPE_Q4_1I] = "q4_1i", [BC_DTYPE_Q5_1I] = "q5_1i",
         [BC_DTYPE_Q2_KI] = "q2_ki", [BC_DTYPE_Q3_KI] = "q3_ki"};
     static const size_t blocks[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 1, [BC_DTYPE_BF16] = 1, [BC_DTYPE_Q8_0] = 32, [BC_DTYPE_Q4_0] = 32,
@@ -98,6 +99,7 @@ static void dtype_info_checks(void)
         [BC_DTYPE_Q5_1] = 32, [BC_DTYPE_Q5_K] = 256, [BC_DTYPE_IQ4_NL] = 32,
         [BC_DTYPE_IQ4_XS] = 256, [BC_DTYPE_Q2_K] = 256, [BC_DTYPE_Q3_K] = 256,
         [BC_DTYPE_Q5_KI] = 256, [BC_DTYPE_IQ4_NLI] = 32, [BC_DTYPE_IQ4_XSI] = 256,
+        [BC_DTYPE_Q4_1I] = 32, [BC_DTYPE_Q5_1I] = 32,
         [BC_DTYPE_Q2_KI] = 256, [BC_DTYPE_Q3_KI] = 256};
     static const size_t bytes[BC_NDTYPE] = {
         [BC_DTYPE_F32] = 4, [BC_DTYPE_BF16] = 2, [BC_DTYPE_Q8_0] = 34, [BC_DTYPE_Q4_0] = 18,
@@ -107,6 +109,7 @@ static void dtype_info_checks(void)
         [BC_DTYPE_Q5_1] = 24, [BC_DTYPE_Q5_K] = 180, [BC_DTYPE_IQ4_NL] = 18,
         [BC_DTYPE_IQ4_XS] = 138, [BC_DTYPE_Q2_K] = 84, [BC_DTYPE_Q3_K] = 114,
         [BC_DTYPE_Q5_KI] = 180, [BC_DTYPE_IQ4_NLI] = 18, [BC_DTYPE_IQ4_XSI] = 138,
+        [BC_DTYPE_Q4_1I] = 20, [BC_DTYPE_Q5_1I] = 24,
         [BC_DTYPE_Q2_KI] = 84, [BC_DTYPE_Q3_KI] = 114};
     for (int dt = 0; dt < BC_NDTYPE; dt++) {
         if (!names[dt]) {
@@ -190,11 +193,12 @@ static void roundtrip_checks(size_t rows, size_t cols)
                 } else if (j < 32 && (dt == BC_DTYPE_Q8_0 || dt == BC_DTYPE_Q8_0I)) {
                     /* half a step, plus the scale rounded to a half: 127 d 2^-11 */
                     EXPECT(fabsf(a - b) <= amax / 127.0f * (0.5f + 127.0f / 2048.0f) + 1e-7f);
-                } else if (j < 32 && (dt == BC_DTYPE_Q4_1 || dt == BC_DTYPE_Q5_1)) {
+                } else if (j < 32 && (dt == BC_DTYPE_Q4_1 || dt == BC_DTYPE_Q5_1 ||
+                                      dt == BC_DTYPE_Q4_1I || dt == BC_DTYPE_Q5_1I)) {
                     /* q4_1 (q5_1): half a step of (max - min) / 15 (31) at most, the
                      * scale and minimum rounded to halves: loosely 2 amax / 15 (31) */
-                    EXPECT(fabsf(a - b) <= amax * (dt == BC_DTYPE_Q4_1 ? 2.0f / 15.0f
-                                                                       : 2.0f / 31.0f) + 1e-7f);
+                    const int four = dt == BC_DTYPE_Q4_1 || dt == BC_DTYPE_Q4_1I;
+                    EXPECT(fabsf(a - b) <= amax * (four ? 2.0f / 15.0f : 2.0f / 31.0f) + 1e-7f);
                 } else if (j < 32 && (dt == BC_DTYPE_IQ4_NL || dt == BC_DTYPE_IQ4_NLI)) {
                     /* iq4_nl: half the widest gap of its values (24 d, d = amax / 127),
                      * or 14 d where 113 d stands for amax: loosely amax / 8 */
@@ -455,6 +459,8 @@ static void q8i_checks(size_t n, size_t c, size_t oc)
     intdot_checks(BC_DTYPE_Q4_0I, BC_DTYPE_Q4_0, n, c, oc);
     intdot_checks(BC_DTYPE_Q5_0I, BC_DTYPE_Q5_0, n, c, oc);
     intdot_checks(BC_DTYPE_IQ4_NLI, BC_DTYPE_IQ4_NL, n, c, oc);
+    intdot_checks(BC_DTYPE_Q4_1I, BC_DTYPE_Q4_1, n, c, oc);
+    intdot_checks(BC_DTYPE_Q5_1I, BC_DTYPE_Q5_1, n, c, oc);
     if (c % 256 == 0) {  /* q4_ki, q6_ki, q5_ki, iq4_xsi: whole super-blocks */
         intdot_checks(BC_DTYPE_Q4_KI, BC_DTYPE_Q4_K, n, c, oc);
         intdot_checks(BC_DTYPE_Q6_KI, BC_DTYPE_Q6_K, n, c, oc);
@@ -555,6 +561,7 @@ static void intdot_layout_checks(int dt, size_t rows, size_t cols)
     const size_t bb = dt == BC_DTYPE_Q8_0I ? 544 : dt == BC_DTYPE_Q5_0I ? 352
                     : dt == BC_DTYPE_Q4_KI ? 2368 : dt == BC_DTYPE_Q6_KI ? 3360
                     : dt == BC_DTYPE_Q5_KI ? 2880 : dt == BC_DTYPE_IQ4_XSI ? 2208
+                    : dt == BC_DTYPE_Q4_1I ? 320 : dt == BC_DTYPE_Q5_1I ? 384
                     : dt == BC_DTYPE_Q2_KI ? 1344 : dt == BC_DTYPE_Q3_KI ? 1824
                     : 288;  /* (bc_engine.h; q4_0i's and iq4_nli's 288) */
     unsigned char *m = h_alloc_bytes(bytes), *one = h_alloc_bytes(nb * bb);
@@ -630,7 +637,8 @@ static void traits_checks(void)
         EXPECT(t->integer == (dt == BC_DTYPE_Q8_0I || dt == BC_DTYPE_Q4_0I || dt == BC_DTYPE_Q5_0I
                               || dt == BC_DTYPE_Q4_KI || dt == BC_DTYPE_Q6_KI
                               || dt == BC_DTYPE_Q5_KI || dt == BC_DTYPE_IQ4_NLI
-                              || dt == BC_DTYPE_IQ4_XSI || dt == BC_DTYPE_Q2_KI
+                              || dt == BC_DTYPE_IQ4_XSI || dt == BC_DTYPE_Q4_1I
+                              || dt == BC_DTYPE_Q5_1I || dt == BC_DTYPE_Q2_KI
                               || dt == BC_DTYPE_Q3_KI));
         /* a limit exactly where packing refuses weights: every format but the float ones */
         EXPECT((t->limit != NULL) == (dt != BC_DTYPE_F32 && dt != BC_DTYPE_BF16
@@ -916,6 +924,8 @@ void test_pack(void)
         intdot_layout_checks(BC_DTYPE_Q5_KI, lay[i][0], 256 * (i % 3 + 1));
         intdot_layout_checks(BC_DTYPE_IQ4_NLI, lay[i][0], lay[i][1]);
         intdot_layout_checks(BC_DTYPE_IQ4_XSI, lay[i][0], 256 * (i % 3 + 1));
+        intdot_layout_checks(BC_DTYPE_Q4_1I, lay[i][0], lay[i][1]);
+        intdot_layout_checks(BC_DTYPE_Q5_1I, lay[i][0], lay[i][1]);
         intdot_layout_checks(BC_DTYPE_Q2_KI, lay[i][0], 256 * (i % 3 + 1));
         intdot_layout_checks(BC_DTYPE_Q3_KI, lay[i][0], 256 * (i % 3 + 1));
     }
