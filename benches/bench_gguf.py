@@ -20,10 +20,10 @@ is then filled. blockc holds each matrix in the native format of its file type (
 Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K as float16, q8_0, q4_0, ..., q6_k: the file's blocks,
 streamed by their kernels; blockc.checkpoint.gguf.EXACT), each part of a fused q, k, v in
 its own (Q4_K_M's Q4_K q and k beside a Q6_K v), so a Q4_K_M file is a model of mixed
-formats ("blockc holds": mixed). The Q8_0,
-Q4_0, Q5_0 and Q4_K_M files are run once more with dtype="integer" (from_pretrained(file,
-dtype="integer"): each matrix's very blocks as q8_0i, q4_0i, q5_0i or q4_ki, multiplied by
-integer dot products on 8-bit activations, as llama.cpp does; Q6_K and others as without it).
+formats ("blockc holds": mixed). Every
+quantised file is run once more with dtype="integer" (from_pretrained(file,
+dtype="integer"): each matrix's very blocks as q8_0i, q4_0i, q5_0i, q4_1i, q5_1i, q4_ki,
+q5_ki or q6_ki, multiplied by integer dot products on 8-bit activations, as llama.cpp does).
 Engines alternate within each round; the figures are medians of --repeats rounds.
 
     python benches/bench_gguf.py                      # the tables (long: quantising is NumPy)
@@ -48,6 +48,8 @@ from machine import cpu_name, steal_share  # noqa: E402
 from llama_peer import NOTE, last_logits, open_model  # noqa: E402
 
 TYPES = ("F16", "Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q4_K_M", "Q5_K_M")
+#: the files run once more with dtype="integer" (every quantised type: each has integer formats)
+INTEGER_TYPES = ("Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q5_1", "Q4_K_M", "Q5_K_M")
 
 
 def config(name: str, layers: Optional[int]) -> "blockc.GPTConfig":
@@ -158,8 +160,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             # the quantised files once more with dtype="integer" (integer dot products, as
             # llama.cpp multiplies them)
             rows_of = [(t, t, None) for t in ["F32"] + types]
-            rows_of += [(f"{t} as integer", t, "integer") for t in ("Q8_0", "Q4_0", "Q5_0", "Q4_K_M")
-                        if t in types]
+            rows_of += [(f"{t} as integer", t, "integer") for t in INTEGER_TYPES if t in types]
             for label, t, dt in rows_of:
                 loads = []
                 for _ in range(3):
