@@ -22,8 +22,11 @@
 #include "bc_dispatch.h"  /* BC_ACT_*, BC_ACT_NONE */
 
 /* Forced inlining: the register tricks below (a transpose through arrays of
- * vectors) only stay in registers when inlined into their caller. */
-#if defined(__GNUC__) || defined(__clang__)
+ * vectors) only stay in registers when inlined into their caller. Not without
+ * optimisation (-O0, the C driver's --debug build): there a kernel template's
+ * state and vector functions, passed as pointers, stay indirect calls, which
+ * always_inline refuses. */
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__OPTIMIZE__)
 #define BC_INLINE static inline __attribute__((always_inline))
 #elif defined(_MSC_VER)
 #define BC_INLINE static __forceinline
