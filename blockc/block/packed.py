@@ -344,7 +344,8 @@ def convert_ggml(blocks: np.ndarray, from_type: int, to_type: int) -> np.ndarray
 
 
 #: GGUF type name -> id of the 2-byte types :func:`round_ggml16` writes
-_ROUND16 = {"F16": 1, "BF16": 30}
+#: the GGUF half types round_ggml16 writes -> their ggml type ids (of the one type table)
+_ROUND16 = {name: tid for tid, (name, _, _) in GGML_TYPES.items() if name in ("F16", "BF16")}
 
 
 def round_ggml16(w: npt.ArrayLike, type: str) -> np.ndarray:
