@@ -192,16 +192,17 @@ def test_every_mix_of_variants_gives_the_same_bits(restore_choices):
     """GEMM, decoding, attention and elementwise variants in any mix: the logits of a
     prompt, of its KV-cache steps (== the full pass), at 1 and 2 threads, equal
     the all-AVX-512 ones bit for bit, for float32, bfloat16, float16, q8_0, q4_0, q5_0,
-    q8_0i and bfloat16i weights (whose prompts run the GEMM family's variant and whose
-    decoding their own family's)."""
+    q8_0i and bfloat16i weights (whose prompts and decoding run their own family's
+    variant, the float GEMM's on the other instruction set in the last two mixes)."""
     ids = np.random.default_rng(0).integers(0, 300, size=(2, 40))
     rng = np.random.default_rng(5)
     nf = lib.BC_NFAMILIES
     mixes = [[1] * nf, [2] * nf] + [list(rng.integers(1, 3, size=nf)) for _ in range(4)]
     gemm, bf16i = runtime.FAMILIES.index("gemm"), runtime.FAMILIES.index("decode_bf16i")
-    for a, b in ((1, 2), (2, 1)):  # prompts on one instruction set, decoding on the other
+    q8i = runtime.FAMILIES.index("decode_q8_0i")
+    for a, b in ((1, 2), (2, 1)):  # float GEMM on one instruction set, rounded x on the other
         mixes.append([2] * nf)
-        mixes[-1][gemm], mixes[-1][bf16i] = a, b
+        mixes[-1][gemm], mixes[-1][bf16i], mixes[-1][q8i] = a, b, b
     for m32 in _small_models():
         for dtype in ("float32", "bfloat16", "float16", "q8_0", "q4_0", "q5_0", "q8_0i",
                       "bfloat16i"):
@@ -222,3 +223,36 @@ def test_every_mix_of_variants_gives_the_same_bits(restore_choices):
                         assert np.array_equal(steps, ref_steps), (dtype, mix, th)
             finally:
                 blockc.set_num_threads(0)
+
+
+@two_candidates
+def test_k_quant_integer_prompts_give_the_same_bits_on_either_family_variant(restore_choices):
+    """q4_ki and q6_ki prompts (xq_gemm) run decode_q8_0i's variant, the float GEMM's
+    apart (issue 51): every pair of the two families' variants, at 1 and 2 threads,
+    gives the all-AVX-512 logits of a prompt and of its KV-cache steps bit for bit."""
+    cfg = blockc.GPTConfig(vocab=300, context=64, width=256, heads=2, layers=1, kv_heads=1,
+                           d_ff=256, tie_weights=True, norm="rms", activation="swiglu",
+                           positions="rope", qkv_bias=False, out_bias=False, mlp_bias=False)
+    ids = np.random.default_rng(3).integers(0, 300, size=(2, 24))
+    gemm, q8i = runtime.FAMILIES.index("gemm"), runtime.FAMILIES.index("decode_q8_0i")
+    for dtype in ("q4_ki", "q6_ki"):
+        m = blockc.GPT.random(cfg, seed=4, dtype=dtype)
+        runtime.set_isa("avx512")
+        blockc.set_num_threads(1)
+        ref_full, ref_steps = _prompt_and_steps(m, ids)
+        assert np.array_equal(ref_full[:, -4:], ref_steps), dtype
+        runtime.set_isa("auto")
+        try:
+            for a in (1, 2):
+                for b in (1, 2):
+                    for f in range(lib.BC_NFAMILIES):
+                        assert lib.bc_set_kernel_choice(f, 2) == 0
+                    assert lib.bc_set_kernel_choice(gemm, a) == 0
+                    assert lib.bc_set_kernel_choice(q8i, b) == 0
+                    for th in (1, 2):
+                        blockc.set_num_threads(th)
+                        full, steps = _prompt_and_steps(m, ids)
+                        assert np.array_equal(full, ref_full), (dtype, a, b, th)
+                        assert np.array_equal(steps, ref_steps), (dtype, a, b, th)
+        finally:
+            blockc.set_num_threads(0)

@@ -28,15 +28,15 @@ extern "C" {
  * changing any result of a GPT (prompt, KV-cache step, any thread count).
  * Only DECODE_ROWS (dot products on a caller's row-major weights, at most 3
  * rows) differs in the last bits between its variants. */
-#define BC_FAMILY_GEMM 0         /* prompts: the GEMM tile of every layout, the backward's products */
+#define BC_FAMILY_GEMM 0         /* prompts: the GEMM tile of every layout (rounded x's: its family below), the backward's products */
 #define BC_FAMILY_DECODE_F32 1   /* up to 3 rows on float32 panels (decoding) */
 #define BC_FAMILY_DECODE_BF16 2  /* ... on bfloat16 and float16 panels */
 #define BC_FAMILY_DECODE_Q8_0 3  /* ... on q8_0 panels */
 #define BC_FAMILY_DECODE_ROWS 4  /* ... on a caller's row-major float32 weights */
 #define BC_FAMILY_ATTENTION 5    /* attention: prompts, decoding, backward */
 #define BC_FAMILY_ELEMENTWISE 6  /* activations, SwiGLU, additions, their backward, cross-entropy, AdamW */
-#define BC_FAMILY_DECODE_Q8_0I 7 /* up to 3 rows on q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki, iq4_nli, iq4_xsi, q2_ki, q3_ki (integer dot products) */
-#define BC_FAMILY_DECODE_BF16I 8 /* ... on bfloat16i (bfloat16 dot products) */
+#define BC_FAMILY_DECODE_Q8_0I 7 /* up to 3 rows on q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki, iq4_nli, iq4_xsi, q2_ki, q3_ki (integer dot products), and their prompts */
+#define BC_FAMILY_DECODE_BF16I 8 /* ... on bfloat16i (bfloat16 dot products), and its prompts */
 #define BC_NFAMILIES 9
 
 /* Why a family runs the variant it runs (bc_kernel_choice). */

@@ -209,9 +209,11 @@ typedef struct {
      * same bytes on every instruction set */
     void (*xq_rows)(unsigned char *xq, const float *x, size_t n, size_t c);
     /* xq_part again, called for more than BC_ROWS_MAX rows (prompts): a field of
-     * its own so that prompts run the GEMM family's choice of instruction set and
-     * decoding its format's (on a Zen 4, AVX2's bfloat16i decoded as fast as
-     * AVX-512's from memory and ran prompts at a third of its speed) */
+     * its own so that its family's probe times a prompt's product beside the
+     * decoding (tune.c's probe_prompt: on a Zen 4, AVX2's bfloat16i decoded as
+     * fast as AVX-512's from memory and ran prompts at a third of its speed; the
+     * float32 GEMM's probe, which chose for prompts before, timed AVX2 and
+     * AVX-512 within 2% where AVX2's q4_ki prompts ran at 0.43 times the speed) */
     void (*xq_gemm)(const bc_gemm *g, const unsigned char *xq, size_t n0, size_t n1, size_t o0,
                     size_t o1);
 } bc_wf_kernels;

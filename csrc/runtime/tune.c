@@ -121,10 +121,8 @@ static void take(bc_kernel_table *t, const bc_kernel_table *src, int f)
         t->gemm_mr = src->gemm_mr;
         t->gemm_nr = src->gemm_nr;
         t->gemm_part = src->gemm_part;
-        for (int wf = 0; wf < BC_NWF; wf++) {  /* the GEMM's copies of each layout's blocks */
+        for (int wf = 0; wf < BC_NWF; wf++)  /* the GEMM's copies of each layout's blocks */
             t->wf[wf].panels = src->wf[wf].panels;
-            t->wf[wf].xq_gemm = src->wf[wf].xq_gemm;  /* and the prompts on rounded x */
-        }
         t->mm_part = src->mm_part;  /* shares the tile and its MR */
         break;
     case BC_FAMILY_DECODE_F32: case BC_FAMILY_DECODE_BF16: case BC_FAMILY_DECODE_Q8_0:
@@ -137,8 +135,9 @@ static void take(bc_kernel_table *t, const bc_kernel_table *src, int f)
         break;
     }
     case BC_FAMILY_DECODE_Q8_0I: case BC_FAMILY_DECODE_BF16I: {
-        /* their formats' decoding and rounding of x (prompts: the GEMM family's);
-         * the integer formats share one tile source, other blocks */
+        /* their formats' decoding, prompts and rounding of x (the family's probe
+         * times a prompt's product too); the integer formats share one tile
+         * source, other blocks */
         static const int integer[] = {BC_DTYPE_Q8_0I, BC_DTYPE_Q4_0I, BC_DTYPE_Q5_0I,
                                       BC_DTYPE_Q4_KI, BC_DTYPE_Q6_KI, BC_DTYPE_Q5_KI,
                                       BC_DTYPE_IQ4_NLI, BC_DTYPE_IQ4_XSI,
@@ -150,6 +149,7 @@ static void take(bc_kernel_table *t, const bc_kernel_table *src, int f)
         for (size_t k = 0; k < n; k++) {
             const int wf = BC_WF_PANEL(dts[k]);
             t->wf[wf].xq_part = src->wf[wf].xq_part;
+            t->wf[wf].xq_gemm = src->wf[wf].xq_gemm;
             t->wf[wf].xq_rows = src->wf[wf].xq_rows;
         }
         break;
@@ -331,6 +331,28 @@ static void probe_evict(const probe_mem *p, size_t regions)
 #endif
 }
 
+/* A prompt's product on rounded x: P_GN rows of P_PC values rounded (xq_rows),
+ * then their product by P_GC rows of dtype's weights (xq_gemm, the weights from
+ * the first region: each panel is reused by every row, so the arithmetic
+ * decides, not where the weights come from). Timed with the decoding of the
+ * format's family, so that prompts and decoding run the variant that did the
+ * two faster: on an AMD Zen 4 (KVM) AVX2's q4_ki prompts ran at 0.43 times
+ * AVX-512's speed (an 8B-shaped layer, 128 tokens) while the float32 GEMM's
+ * probe, which chose for them before, timed the two within 2%. */
+#define P_PC 1024
+_Static_assert(P_GN * P_PC <= P_XF, "a prompt probe's rows of x fit p->x");
+_Static_assert(P_GN * P_GC <= P_XF, "a prompt probe's outputs fit p->y");
+_Static_assert(P_GN * (P_PC / 32) * 48 <= BC_GEMM_SCRATCH * sizeof(float),
+               "a prompt probe's rounded rows (at most 48 bytes per 32 values) fit the scratch");
+static void probe_prompt(const bc_kernel_table *kt, int dtype, probe_mem *p)
+{
+    const int wf = BC_WF_PANEL(dtype);
+    const bc_gemm g = {p->y, p->x, p->w, NULL, NULL, P_GN, P_PC, P_GC, wf, BC_ACT_NONE};
+    unsigned char *xq = (unsigned char *)p->scratch;
+    kt->wf[wf].xq_rows(xq, p->x, P_GN, P_PC);
+    kt->wf[wf].xq_gemm(&g, xq, 0, P_GN, 0, P_GC);
+}
+
 /* One probe of family f on kt. */
 static void probe(int f, const bc_kernel_table *kt, probe_mem *p)
 {
@@ -390,6 +412,7 @@ static void probe(int f, const bc_kernel_table *kt, probe_mem *p)
         kt->wf[w8].xq_rows(xq, p->x, 1, 2048);
         kt->wf[w8].xq_part(&g8, xq, 0, 1, 0, 2048);
         kt->wf[w4].xq_part(&g4, xq, 0, 1, 0, 2048);
+        probe_prompt(kt, BC_DTYPE_Q4_KI, p);
         break;
     }
     case BC_FAMILY_DECODE_BF16I: {
@@ -400,6 +423,7 @@ static void probe(int f, const bc_kernel_table *kt, probe_mem *p)
         unsigned char *xq = (unsigned char *)p->scratch;
         kt->wf[wf].xq_rows(xq, p->x, 1, 2048);
         kt->wf[wf].xq_part(&g, xq, 0, 1, 0, 1024);
+        probe_prompt(kt, BC_DTYPE_BF16I, p);
         break;
     }
     case BC_FAMILY_ATTENTION: {
