@@ -85,11 +85,32 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int fk, const int mr, const in
                                 : Q8I_DP ? xs[i][b] : 0);  /* (iq4_nli as q8_0i) */
             acc2[i][t] = IV_SET1(0);
         }
+#if !Q8I_DP
+    if (fk == FK_IQ4NL) {  /* signed weights: pmaddubsw on |w|, x with w's sign (as q8_0i's),
+                            * a vector of weights at a time, decoded once for the mr rows */
+        const IV low = IV_SET1(0x0F0F0F0F);
+        const IV kv = IV_TABLE((const uint8_t *)bc_kvalues_iq4nl);
+        BC_UNROLL
+        for (int j = 0; j < 4; j++)
+            BC_UNROLL
+            for (int t = 0; t < NB * VPP; t++) {
+                const IV raw = IV_LOAD(((const bc_q4i_block *)blk[t / VPP])->u[j][t % VPP * VL]);
+                const IV wl = IV_LUT(kv, IV_AND(raw, low));
+                const IV wh = IV_LUT(kv, IV_AND(IV_SRL4(raw), low));
+                BC_UNROLL
+                for (int i = 0; i < mr; i++) {
+                    acc[i][t] = IV_DOTS(acc[i][t], wl, IV_SET1(ld32(xr[i] + b * 32 + (size_t)j * 4)));
+                    acc[i][t] = IV_DOTS(acc[i][t], wh,
+                                        IV_SET1(ld32(xr[i] + b * 32 + 16 + (size_t)j * 4)));
+                }
+            }
+    } else
+#endif
     if (fk != FK_Q8) {  /* a vector of bytes: its low nibbles weights 4j.., its high 4j + 16.. */
         const IV low = IV_SET1(0x0F0F0F0F);
-        /* iq4_nli: a nibble's value, + 128 for vpdpbusd (unsigned bytes, s corrects
-         * them as q8_0i's), signed for pmaddubsw (its magnitude and sign, as q8_0i's) */
-        const IV kv = IV_TABLE(Q8I_DP ? bc_kvalues_iq4nl_u8 : (const uint8_t *)bc_kvalues_iq4nl);
+        /* iq4_nli by vpdpbusd: a nibble's value + 128 (unsigned bytes, s corrects
+         * them as q8_0i's) */
+        const IV kv = IV_TABLE(bc_kvalues_iq4nl_u8);
         BC_UNROLL
         for (int j = 0; j < 4; j++) {
             IV wl[QN * VPP], wh[QN * VPP];
@@ -117,13 +138,6 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int fk, const int mr, const in
                 const IV xh = IV_SET1(ld32(xr[i] + b * 32 + 16 + (size_t)j * 4));
                 BC_UNROLL
                 for (int t = 0; t < NB * VPP; t++) {
-#if !Q8I_DP
-                    if (fk == FK_IQ4NL) {  /* signed weights: pmaddubsw on |w|, x with w's sign */
-                        acc[i][t] = IV_DOTS(acc[i][t], wl[t], xl);
-                        acc[i][t] = IV_DOTS(acc[i][t], wh[t], xh);
-                        continue;
-                    }
-#endif
                     acc[i][t] = IV_DOT(acc[i][t], wl[t], xl);
                     if (spl)
                         acc2[i][t] = IV_DOT(acc2[i][t], wh[t], xh);
@@ -292,6 +306,7 @@ BC_INLINE Q8I_TARGET void Q8I_FN(iq4xsi_block)(const int mr, const int NB, const
                 acc[i][t] = IV_SET1(Q8I_DP ? xs[i][b] : 0);
                 acc2[i][t] = IV_SET1(0);
             }
+#if Q8I_DP
         BC_UNROLL
         for (int g = 0; g < 4; g++) {
             IV wl[QN * VPP], wh[QN * VPP];
@@ -307,19 +322,30 @@ BC_INLINE Q8I_TARGET void Q8I_FN(iq4xsi_block)(const int mr, const int NB, const
                 const IV xh = IV_SET1(ld32(xr[i] + b * 32 + 16 + (size_t)g * 4));
                 BC_UNROLL
                 for (int t = 0; t < NB * VPP; t++) {
-#if Q8I_DP
                     acc[i][t] = IV_DOT(acc[i][t], wl[t], xl);
                     if (spl)
                         acc2[i][t] = IV_DOT(acc2[i][t], wh[t], xh);
                     else
                         acc[i][t] = IV_DOT(acc[i][t], wh[t], xh);
-#else
-                    acc[i][t] = IV_DOTS(acc[i][t], wl[t], xl);
-                    acc[i][t] = IV_DOTS(acc[i][t], wh[t], xh);
-#endif
                 }
             }
         }
+#else
+        BC_UNROLL  /* pmaddubsw: a vector of weights at a time, decoded once for the mr rows */
+        for (int g = 0; g < 4; g++)
+            BC_UNROLL
+            for (int t = 0; t < NB * VPP; t++) {
+                const IV raw = IV_LOAD(((const bc_iq4xsi_block *)blk[t / VPP])->u[4 * j + g][t % VPP * VL]);
+                const IV wl = IV_LUT(kv, IV_AND(raw, low));
+                const IV wh = IV_LUT(kv, IV_AND(IV_SRL4(raw), low));
+                BC_UNROLL
+                for (int i = 0; i < mr; i++) {
+                    acc[i][t] = IV_DOTS(acc[i][t], wl, IV_SET1(ld32(xr[i] + b * 32 + (size_t)g * 4)));
+                    acc[i][t] = IV_DOTS(acc[i][t], wh,
+                                        IV_SET1(ld32(xr[i] + b * 32 + 16 + (size_t)g * 4)));
+                }
+            }
+#endif
         BC_UNROLL
         for (int t = 0; t < NB * VPP; t++) {
             const bc_iq4xsi_block *k = (const bc_iq4xsi_block *)blk[t / VPP];
@@ -790,7 +816,15 @@ BC_INLINE void Q8I_FN(q8i_tile)(const int fk, const int gemm, const int mr, cons
 }
 #endif
 
-/* q8i_tile with its row count (1..QM) a constant, NP panels (fk a constant too) */
+/* The GEMM tile's rows for the format fk: QM, but 3 for iq4_nli's and iq4_xsi's
+ * pmaddubsw (their weights' decoding, a shuffle and an abs a vector, shared by
+ * one more row; QR >= 3 holds them) */
+static inline int Q8I_FN(q8i_rows)(int fk)
+{
+    return BC_SIMD == 256 && !Q8I_DP && (fk == FK_IQ4NL || fk == FK_IQ4XS) ? 3 : QM;
+}
+
+/* q8i_tile with its row count (1..q8i_rows(fk)) a constant, NP panels (fk a constant too) */
 BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile_rows)(const int fk, int mr, const bc_gemm *g,
                                         const unsigned char *x0, size_t rb, size_t i0, size_t p,
                                         size_t np, size_t nb)
@@ -798,8 +832,11 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile_rows)(const int fk, int mr, const bc_g
     switch (mr) {
     case 1: Q8I_FN(q8i_tile)(fk, 1, 1, QN, g, x0, rb, i0, p, np, nb); break;
     case 2: Q8I_FN(q8i_tile)(fk, 1, 2, QN, g, x0, rb, i0, p, np, nb); break;
+    case 3:
+        if (Q8I_FN(q8i_rows)(fk) >= 3)
+            Q8I_FN(q8i_tile)(fk, 1, 3, QN, g, x0, rb, i0, p, np, nb);
+        break;
 #if QM >= 4
-    case 3: Q8I_FN(q8i_tile)(fk, 1, 3, QN, g, x0, rb, i0, p, np, nb); break;
     case 4: Q8I_FN(q8i_tile)(fk, 1, 4, QN, g, x0, rb, i0, p, np, nb); break;
 #endif
 #if QM >= 6
@@ -893,8 +930,9 @@ static Q8I_TARGET void Q8I_FN(q8i_part)(int fk, const bc_gemm *g, const unsigned
     }
     for (size_t pc = p0, pe; pc < p1; pc = pe) {  /* a run at a time (its panels in L1/L2) */
         pe = min_sz(p1, pc - pc % BC_INTDOT_GROUP + BC_INTDOT_GROUP);
-        for (size_t i = n0; i < n1; i += QM) {
-            const int mr = (int)min_sz(QM, n1 - i);
+        const size_t qm = (size_t)Q8I_FN(q8i_rows)(fk);
+        for (size_t i = n0; i < n1; i += qm) {
+            const int mr = (int)min_sz(qm, n1 - i);
             for (size_t p = pc; p < pe; p += QN)
                 Q8I_FN(q8i_tile_gemm)(fk, mr, g, xq + (i - n0) * rb, rb, i, p, min_sz(QN, pe - p), nb);
         }

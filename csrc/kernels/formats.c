@@ -662,23 +662,32 @@ static void q8i_unpack_row(float *out, const unsigned char *panel, size_t l, siz
 
 _Static_assert(sizeof(bc_q4i_block) == 18 * PW, "bc_q4i_block: 16 rows of 18 bytes");
 
-/* q4_0's rule (q4_block), each row's 16 bytes then 4 by 4 */
-static void q4i_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
-                     size_t nk, size_t cols)
+/* q4_0's or iq4_nl's rule of one block of n <= 32 weights: d, 16 bytes of nibbles */
+typedef void (*q4i_rule)(uint16_t *d, uint8_t *q, size_t stride, const float *w, size_t n);
+
+/* nibble n's value: q4_0's n - 8 (iq4_nl's: bc_kvalues_iq4nl) */
+static const int8_t q4i_values[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+
+/* the blocks of a q4_0i or iq4_nli panel (bc_q4i_block) by rule: each row's
+ * 16 bytes then 4 by 4 */
+static void q4i_pack_by(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                        size_t nk, q4i_rule rule)
 {
     bc_q4i_block *bl = (bc_q4i_block *)panel + k0 / 32;
     for (size_t b = 0; b < nk; b += 32, bl++) {
         const size_t n = nk - b < 32 ? nk - b : 32;
         for (size_t l = 0; l < nl; l++) {
             uint8_t q[16];
-            q4_block(&bl->d[l], q, 1, tile + l * ld + b, n);
+            rule(&bl->d[l], q, 1, tile + l * ld + b, n);
             for (size_t j = 0; j < 16; j++)
                 bl->u[j / 4][l][j % 4] = q[j];
         }
     }
 }
 
-static void q4i_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+/* row l of a q4_0i or iq4_nli panel: w = d value[nibble] */
+static void q4i_unpack_by(float *out, const unsigned char *panel, size_t l, size_t cols,
+                          const int8_t *value)
 {
     const bc_q4i_block *bl = (const bc_q4i_block *)panel;
     for (size_t k = 0; k < cols; k++) {
@@ -686,8 +695,21 @@ static void q4i_unpack_row(float *out, const unsigned char *panel, size_t l, siz
         const size_t j = k % 16;
         const int byte = b->u[j / 4][l][j % 4];
         const int nib = k % 32 < 16 ? byte & 15 : byte >> 4;
-        out[k] = bc_half_to_f32(b->d[l]) * (float)(nib - 8);
+        out[k] = bc_half_to_f32(b->d[l]) * (float)value[nib];
     }
+}
+
+/* q4_0's rule (q4_block) */
+static void q4i_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
+                     size_t nk, size_t cols)
+{
+    q4i_pack_by(panel, tile, ld, nl, k0, nk, q4_block);
+}
+
+/* w = d (nibble - 8), as q4_0's */
+static void q4i_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
+{
+    q4i_unpack_by(out, panel, l, cols, q4i_values);
 }
 
 /* ---- q5_0i: q5_0's blocks, each row's bytes 4 by 4, its fifth bits as masks */
@@ -914,33 +936,17 @@ static void q5k_unpack_row(float *out, const unsigned char *panel, size_t l, siz
 
 /* ---- iq4_nli: iq4_nl's blocks, each row's bytes 4 by 4 (bc_q4i_block) ---- */
 
-/* iq4_nl's rule (iq4nl_block), each row's 16 bytes then 4 by 4 */
+/* iq4_nl's rule (iq4nl_block), as q4_0i's */
 static void iq4nli_pack(unsigned char *panel, const float *tile, size_t ld, size_t nl, size_t k0,
                         size_t nk, size_t cols)
 {
-    bc_q4i_block *bl = (bc_q4i_block *)panel + k0 / 32;
-    for (size_t b = 0; b < nk; b += 32, bl++) {
-        const size_t n = nk - b < 32 ? nk - b : 32;
-        for (size_t l = 0; l < nl; l++) {
-            uint8_t q[16];
-            iq4nl_block(&bl->d[l], q, 1, tile + l * ld + b, n);
-            for (size_t j = 0; j < 16; j++)
-                bl->u[j / 4][l][j % 4] = q[j];
-        }
-    }
+    q4i_pack_by(panel, tile, ld, nl, k0, nk, iq4nl_block);
 }
 
 /* w = d kv[nibble], as iq4_nl's */
 static void iq4nli_unpack_row(float *out, const unsigned char *panel, size_t l, size_t cols)
 {
-    const bc_q4i_block *bl = (const bc_q4i_block *)panel;
-    for (size_t k = 0; k < cols; k++) {
-        const bc_q4i_block *b = bl + k / 32;
-        const size_t j = k % 16;
-        const int byte = b->u[j / 4][l][j % 4];
-        const int nib = k % 32 < 16 ? byte & 15 : byte >> 4;
-        out[k] = bc_half_to_f32(b->d[l]) * (float)bc_kvalues_iq4nl[nib];
-    }
+    q4i_unpack_by(out, panel, l, cols, bc_kvalues_iq4nl);
 }
 
 /* ---- iq4_xsi: iq4_xs's super-blocks, each row's qs bytes 4 by 4 ---------- */
