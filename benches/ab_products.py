@@ -38,6 +38,9 @@ from machine import _compile, cpu_name, cpu_times, steal_share
 SHAPES = {
     "smollm2": ([(960, 576), (576, 576), (1536, 576), (1536, 576), (576, 1536)], 30),
     "gpt2": ([(2304, 768), (768, 768), (3072, 768), (768, 3072)], 12),
+    # Llama-3.2-1B: q, k, v, o, gate, up, down (16 layers)
+    "llama1b": ([(2048, 2048), (512, 2048), (512, 2048), (2048, 2048), (8192, 2048),
+                 (8192, 2048), (2048, 8192)], 16),
 }
 
 SOURCE = r"""
@@ -57,10 +60,12 @@ typedef int (*lin_fn)(float *, const float *, const void *, size_t, int, const f
 typedef int (*threads_fn)(int);
 typedef int (*info_fn)(char *, size_t, size_t *, size_t *, int);
 
+static clockid_t clock_id = CLOCK_MONOTONIC;  /* CLOCK_PROCESS_CPUTIME_ID: --clock cpu */
+
 static double now(void)
 {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(clock_id, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -79,7 +84,7 @@ static void read_all(const unsigned char *p, size_t n)
     sink = _mm256_cvtss_f32(_mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)));
 }
 
-/* argv: dtype-name threads rows passes layers nshapes (oc c)... lib_old lib_new;
+/* argv: dtype-name threads rows passes layers nshapes (oc c)... lib_old lib_new [cpu];
  * prints "pass build seconds bytes" lines (build 2: the read, its time scaled
  * to the weights' bytes); exit status 3: a build has no such dtype */
 int main(int argc, char **argv)
@@ -87,6 +92,8 @@ int main(int argc, char **argv)
     int dt = -1;
     const int th = atoi(argv[2]), rows = atoi(argv[3]), passes = atoi(argv[4]);
     const int layers = atoi(argv[5]), ns = atoi(argv[6]);
+    if (argc > 9 + 2 * ns && !strcmp(argv[9 + 2 * ns], "cpu"))
+        clock_id = CLOCK_PROCESS_CPUTIME_ID;
     size_t oc[16], c[16], wmax = 0;
     for (int s = 0; s < ns; s++) {
         oc[s] = strtoull(argv[7 + 2 * s], NULL, 10);
@@ -243,6 +250,13 @@ def main(argv=None) -> int:
                     help="rows of x a product takes (decoding 1-3 sequences at once; 1-4), "
                          "comma-separated")
     ap.add_argument("--passes", type=int, default=40)
+    ap.add_argument("--shapes", default="",
+                    help="products OUTxIN, comma-separated, in place of --model's (e.g. 512x2048)")
+    ap.add_argument("--layers", type=int, default=0,
+                    help="copies of the shapes streamed in turn (0: the model's layers)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="wall time, or the process's CPU time (with --threads 1: the one "
+                         "thread's, what a neighbour on the core does not add to)")
     ap.add_argument("--tag", default="", help="with --docs: the section ab-products-<dtype>-<tag>")
     a = ap.parse_args(argv)
     ways, rows = a.ways.split(","), a.rows.split(",")
@@ -252,13 +266,23 @@ def main(argv=None) -> int:
         if w not in WAYS:
             sys.exit(f"--ways: {w!r} is not one of {', '.join(WAYS)}")
     shapes, layers = SHAPES[a.model]
+    if a.shapes:
+        try:
+            shapes = [tuple(int(n) for n in sh.split("x")) for sh in a.shapes.split(",")]
+        except ValueError:
+            sys.exit(f"--shapes: {a.shapes!r} is not a list of OUTxIN")
+        if any(len(sh) != 2 or min(sh) < 1 for sh in shapes) or len(shapes) > 16:
+            sys.exit(f"--shapes: {a.shapes!r} is not a list of at most 16 OUTxIN")
+    if a.layers > 0:
+        layers = a.layers
     libs = [extension(a.old), extension(a.new)]
     names = {0: f"old ({commit(a.old)})", 1: f"new ({commit(a.new)})",
              2: "read of the same bytes"}
     print(f"CPU: {cpu_name()}")
-    print(f"{a.model}: {layers} layers of {', '.join(f'{o}x{c}' for o, c in shapes)} "
-          f"products on {a.rows} row(s) of x, {a.dtype}, {a.passes} passes a run, the builds "
-          "and the read in turn within each pass")
+    print(f"{a.shapes and 'shapes' or a.model}: {layers} layers of "
+          f"{', '.join(f'{o}x{c}' for o, c in shapes)} products on {a.rows} row(s) of x, "
+          f"{a.dtype}, {a.passes} passes a run, the builds and the read in turn within each "
+          f"pass, {a.clock} time")
     with tempfile.TemporaryDirectory() as tmp:
         exe = _compile(SOURCE, ["-O2", "-mavx2"], tmp, ["-ldl"])
         if exe is None:
@@ -270,7 +294,7 @@ def main(argv=None) -> int:
         t0 = cpu_times()
         for way, th, r in ((w, t, r) for w in ways for t in a.threads.split(",") for r in rows):
             args = [a.dtype, th, r, str(a.passes), str(layers), str(len(shapes))]
-            args += [str(n) for s in shapes for n in s] + libs
+            args += [str(n) for s in shapes for n in s] + libs + [a.clock]
             secs, nbytes = measure(exe, args, way)
             for v in (0, 1, 2):
                 order = sorted(secs[v])

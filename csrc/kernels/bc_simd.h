@@ -163,6 +163,37 @@ static inline V vdeq_q5(const uint8_t *p, const uint32_t *h, int hi, unsigned j,
                                                     _mm512_set1_epi32((int)bit[j]));
     return _mm512_mask_sub_ps(nd, clear, nd, d16);
 }
+/* lane i = the float p[i] & 15 (hi = 0) or p[i] & 0xF0 (hi = 1: 16 times the high
+ * nibble, so a reader scales by 1/16 instead of shifting): the nibbles masked on the
+ * 16 bytes (one 128-bit and) before they are widened, where vload_nib masks 16 widened
+ * lanes (on an AMD Zen 4 a 512-bit and costs as much as the conversion). Exact. */
+static inline V vload_nibx(const uint8_t *p, int hi)
+{
+    const __m128i u = _mm_and_si128(_mm_loadu_si128((const __m128i *)p),
+                                    _mm_set1_epi8((char)(hi ? 0xF0 : 0x0F)));
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u));
+}
+/* The 16 bytes of a q5_k weight's five bits, q[i] = the low (hi = 0) or high nibble of
+ * p[i] with bit j of h[i] as its fifth bit, 0..31, computed on the bytes (128-bit
+ * operations before widening: a word shift brings bits in from the word's other byte
+ * only where the masks do not look), where widening first computed on 16 lanes */
+static inline __m128i vq5k_bytes(const uint8_t *p, const uint8_t *h, int hi, unsigned j)
+{
+    const __m128i m4 = _mm_set1_epi8(0x0F), q = _mm_loadu_si128((const __m128i *)p);
+    const __m128i b = _mm_loadu_si128((const __m128i *)h);
+    const __m128i n = hi ? _mm_and_si128(_mm_srli_epi16(q, 4), m4) : _mm_and_si128(q, m4);
+    /* bit j of each byte to bit 4 (a word shift: the bits it brings in from the other
+     * byte of the word land outside bit 4) */
+    const __m128i t = j <= 4 ? _mm_sll_epi16(b, _mm_cvtsi32_si128((int)(4 - j)))
+                             : _mm_srl_epi16(b, _mm_cvtsi32_si128((int)(j - 4)));
+    return _mm_or_si128(n, _mm_and_si128(t, _mm_set1_epi8(0x10)));
+}
+/* lane i = the q5_k weight's five bits q[lane0 + i] (vq5k_bytes of the panel's 16 rows
+ * p, h), 0..31 */
+static inline V vload_q5k(const uint8_t *p, const uint8_t *h, size_t lane0, int hi, unsigned j)
+{
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(vq5k_bytes(p, h, hi, j)));
+}
 /* lane i = p[i] (unsigned); the low (hi = 0) or high nibble of p[i] */
 static inline V vload_u8(const uint8_t *p)
 {
@@ -182,8 +213,8 @@ static inline V vload_nib(const uint8_t *p, int hi)
     u = hi ? _mm512_srli_epi32(u, 4) : _mm512_and_si512(u, _mm512_set1_epi32(15));
     return _mm512_cvtepi32_ps(u);
 }
-/* lane i = the low (hi = 0) or high nibble of p[i] with bit j of h[i] (a uint32:
- * vload_q5w; a byte: vload_q5b) as its fifth bit, 0..31 */
+/* lane i = the low (hi = 0) or high nibble of p[i] with bit j of h[i] (a uint32) as
+ * its fifth bit, 0..31 */
 static inline V vload_q5w(const uint8_t *p, int hi, const uint32_t *h, unsigned j)
 {
     __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
@@ -198,15 +229,6 @@ static inline V vload_lut16(const uint8_t *p, int hi, const float *lut)
     __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
     u = hi ? _mm512_srli_epi32(u, 4) : _mm512_and_si512(u, _mm512_set1_epi32(15));
     return _mm512_permutexvar_ps(u, _mm512_loadu_ps(lut));
-}
-static inline V vload_q5b(const uint8_t *p, int hi, const uint8_t *h, unsigned j)
-{
-    __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-    u = hi ? _mm512_srli_epi32(u, 4) : _mm512_and_si512(u, _mm512_set1_epi32(15));
-    const __m512i b = _mm512_srl_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)h)),
-                                       _mm_cvtsi32_si128((int)j));
-    u = _mm512_or_si512(u, _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(1)), 4));
-    return _mm512_cvtepi32_ps(u);
 }
 /* -a, the sign flipped (-0 for +0) */
 static inline V vneg(V a)
@@ -350,6 +372,33 @@ static inline V vload_nib16(const uint8_t *p, const uint32_t *h, int hi, unsigne
     const __m256i clear = _mm256_cmpeq_epi32(bit, _mm256_setzero_si256());
     return _mm256_cvtepi32_ps(_mm256_add_epi32(u, _mm256_slli_epi32(clear, 4)));
 }
+/* lane i = the float p[i] & 15 (hi = 0) or p[i] & 0xF0 (hi = 1: 16 times the high
+ * nibble), as the AVX-512 vload_nibx (here the mask is on the widened lanes: on 8 bytes
+ * a 128-bit and before widening saved nothing on an AMD Zen 4) */
+static inline V vload_nibx(const uint8_t *p, int hi)
+{
+    const __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    return _mm256_cvtepi32_ps(_mm256_and_si256(u, _mm256_set1_epi32(hi ? 0xF0 : 0x0F)));
+}
+/* the 16 bytes of q5_k's five bits, as the AVX-512 vq5k_bytes */
+static inline __m128i vq5k_bytes(const uint8_t *p, const uint8_t *h, int hi, unsigned j)
+{
+    const __m128i m4 = _mm_set1_epi8(0x0F), q = _mm_loadu_si128((const __m128i *)p);
+    const __m128i b = _mm_loadu_si128((const __m128i *)h);
+    const __m128i n = hi ? _mm_and_si128(_mm_srli_epi16(q, 4), m4) : _mm_and_si128(q, m4);
+    const __m128i t = j <= 4 ? _mm_sll_epi16(b, _mm_cvtsi32_si128((int)(4 - j)))
+                             : _mm_srl_epi16(b, _mm_cvtsi32_si128((int)(j - 4)));
+    return _mm_or_si128(n, _mm_and_si128(t, _mm_set1_epi8(0x10)));
+}
+/* lane i = q[lane0 + i] of vq5k_bytes (lane0 0 or 8: the two calls of a panel compute
+ * the same 16 bytes once, the compiler sees, and widen one half each) */
+static inline V vload_q5k(const uint8_t *p, const uint8_t *h, size_t lane0, int hi, unsigned j)
+{
+    __m128i u = vq5k_bytes(p, h, hi, j);
+    if (lane0)
+        u = _mm_unpackhi_epi64(u, u);
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(u));
+}
 /* lane i = p[i] (unsigned); the low (hi = 0) or high nibble of p[i] */
 static inline V vload_u8(const uint8_t *p)
 {
@@ -384,15 +433,6 @@ static inline V vload_lut16(const uint8_t *p, int hi, const float *lut)
     const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(lut), u);
     const __m256 up = _mm256_permutevar8x32_ps(_mm256_loadu_ps(lut + 8), u);
     return _mm256_blendv_ps(lo, up, _mm256_castsi256_ps(_mm256_slli_epi32(u, 28)));
-}
-static inline V vload_q5b(const uint8_t *p, int hi, const uint8_t *h, unsigned j)
-{
-    __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
-    u = hi ? _mm256_srli_epi32(u, 4) : _mm256_and_si256(u, _mm256_set1_epi32(15));
-    const __m256i b = _mm256_srl_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)h)),
-                                       _mm_cvtsi32_si128((int)j));
-    u = _mm256_or_si256(u, _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(1)), 4));
-    return _mm256_cvtepi32_ps(u);
 }
 /* -a, the sign flipped (-0 for +0) */
 static inline V vneg(V a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
@@ -460,6 +500,24 @@ static inline V vload_nib16(const uint8_t *p, const uint32_t *h, int hi, unsigne
         r.f[i] = (float)(((hi ? p[i] >> 4 : p[i] & 15) | (int)((h[i] >> j) & 1u) << 4) - 16);
     return r;
 }
+/* lane i = p[i] & 15 (hi = 0) or p[i] & 0xF0 (hi = 1) */
+static inline V vload_nibx(const uint8_t *p, int hi)
+{
+    V r;
+    for (int i = 0; i < 4; i++)
+        r.f[i] = (float)(p[i] & (hi ? 0xF0 : 0x0F));
+    return r;
+}
+/* lane i = the low (hi = 0) or high nibble of p[lane0 + i] with bit j of h[lane0 + i]
+ * as its fifth bit, 0..31 (p, h: the panel's 16 rows) */
+static inline V vload_q5k(const uint8_t *p, const uint8_t *h, size_t lane0, int hi, unsigned j)
+{
+    V r;
+    for (size_t i = 0; i < 4; i++)
+        r.f[i] = (float)((hi ? p[lane0 + i] >> 4 : p[lane0 + i] & 15)
+                         | (h[lane0 + i] >> j & 1) << 4);
+    return r;
+}
 /* lane i = p[i] (unsigned); the low (hi = 0) or high nibble of p[i] */
 static inline V vload_u8(const uint8_t *p) { V r; for (int i = 0; i < 4; i++) r.f[i] = (float)p[i]; return r; }
 static inline V vload_bits(const uint8_t *p, unsigned sh, unsigned mask)
@@ -488,13 +546,6 @@ static inline V vload_lut16(const uint8_t *p, int hi, const float *lut)
     V r;
     for (int i = 0; i < 4; i++)
         r.f[i] = lut[hi ? p[i] >> 4 : p[i] & 15];
-    return r;
-}
-static inline V vload_q5b(const uint8_t *p, int hi, const uint8_t *h, unsigned j)
-{
-    V r;
-    for (int i = 0; i < 4; i++)
-        r.f[i] = (float)((hi ? p[i] >> 4 : p[i] & 15) | (h[i] >> j & 1) << 4);
     return r;
 }
 /* -a, the sign flipped (-0 for +0) */

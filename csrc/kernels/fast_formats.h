@@ -252,7 +252,7 @@ static void panels_q5_0(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_
 
 /* sub-block (k0 % 256) / 32's s = d sc and -(dmin m): both products exact
  * (an 11-bit half times a 6-bit integer) */
-BC_INLINE wf_st q4_k_state(const unsigned char *panel, size_t st, size_t k0, size_t lane0)
+BC_INLINE wf_st k_state(const unsigned char *panel, size_t st, size_t k0, size_t lane0)
 {
     const bc_q4k_block *bl = (const bc_q4k_block *)(panel + k0 / 256 * st);
     const size_t j = k0 % 256 / 32;
@@ -262,28 +262,54 @@ BC_INLINE wf_st q4_k_state(const unsigned char *panel, size_t st, size_t k0, siz
     return r;
 }
 
-/* s * nibble - dmin m: s * nibble is exact (21 bits), so the FMA rounds once,
- * as the file's dequantisation (d sc) q - dmin m does */
-BC_INLINE V q4_k_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+/* k_state, s / 16 for the odd sub-blocks (the high nibbles, which q4_k_hi reads as 16
+ * times themselves): exact (a power of two; at least 2^-28, a normal float) */
+BC_INLINE wf_st q4_k_state(const unsigned char *panel, size_t st, size_t k0, size_t lane0)
+{
+    wf_st r = k_state(panel, st, k0, lane0);
+    if (k0 % 64 >= 32)
+        r.s = vmul(r.s, vset1(0.0625f));
+    return r;
+}
+
+/* s * nibble - dmin m (the low nibbles, even sub-blocks) and s / 16 * (16 nibble) -
+ * dmin m (the high ones): the product n s is exact (21 bits) either way, so the FMA
+ * rounds once, as the file's dequantisation (d sc) q - dmin m does. Decoding reads
+ * each half of 64 rows with its reader (prows_split), so that no k chooses. */
+BC_INLINE V q4_k_lo(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
 {
     const bc_q4k_block *bl = (const bc_q4k_block *)(panel + k / 256 * st);
     const size_t t = k % 256;
-    return vfma(vload_nib(bl->q[32 * (t / 64) + t % 32] + lane0, (int)(t / 32 % 2)), state.s,
-                state.m);
+    return vfma(vload_nibx(bl->q[32 * (t / 64) + t % 32] + lane0, 0), state.s, state.m);
+}
+
+BC_INLINE V q4_k_hi(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q4k_block *bl = (const bc_q4k_block *)(panel + k / 256 * st);
+    const size_t t = k % 256;
+    return vfma(vload_nibx(bl->q[32 * (t / 64) + t % 32] + lane0, 1), state.s, state.m);
+}
+
+/* q4_k_lo or q4_k_hi by the row (the GEMM's copy) */
+BC_INLINE V q4_k_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    return k % 64 < 32 ? q4_k_lo(panel, st, k, lane0, state) : q4_k_hi(panel, st, k, lane0, state);
 }
 
 /* q4_k decodes at most 8 panels at a time on every instruction set (AVX2's RACC;
  * AVX-512 would take 16 for one row): on an AMD Zen 5 one row read 28-30 G weights
  * a second on 8 against 25-26 on 16 (3072 x 768 products), and a GPT-2 held in
  * q4_k decoded 199-211 tokens/s against 156-173 on one thread; two and three rows
- * take 8 and 5 either way. On 8, q6_k read slower and q5_0 within a few percent. */
+ * take 8 and 5 either way. On 8, q6_k read slower and q5_0 within a few percent. On
+ * an AMD Zen 4 with AVX2 (4 panels: their states do not fit in its 16 registers) 2
+ * panels (which fit) and 3 took 1.05 and 1.25 times the time of 4 (2048 x 2048). */
 #define Q4K_PANELS 8
 
 // y (N,OC), x (N,C), w (OC,C) q4_k panels; N <= BC_ROWS_MAX
 static void prows_q4_k(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_part(BC_DTYPE_Q4_K, sizeof(bc_q4k_block), Q4K_PANELS, 32, q4_k_state, q4_k_vec, g,
-               o0, o1);
+    prows_split(BC_DTYPE_Q4_K, sizeof(bc_q4k_block), Q4K_PANELS, 64, 32, q4_k_state, q4_k_lo,
+                q4_k_hi, g, o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) q4_k panels, columns o0.., rows p0..
@@ -400,28 +426,45 @@ static void panels_q5_1(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_
 
 /* ---- q5_k panels: q4_k's with a fifth bit a weight ----------------------- */
 
-/* (q4_k_state: q5_k's d, dmin, sc and m lie where q4_k's do) s * q - dmin m: s * q
- * exact (22 bits), so the FMA rounds once, as the file's dequantisation does */
-BC_INLINE V q5_k_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+/* (k_state: q5_k's d, dmin, sc and m lie where q4_k's do) s * q - dmin m: s * q
+ * exact (22 bits), so the FMA rounds once, as the file's dequantisation does. The
+ * five bits are put together on the panel's 16 bytes before widening (vload_q5k);
+ * decoding reads each half of 64 rows with its reader (prows_split). */
+BC_INLINE V q5_k_lo(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
 {
     const bc_q5k_block *bl = (const bc_q5k_block *)(panel + k / 256 * st);
-    const size_t t = k % 256, j = t / 32;
-    return vfma(vload_q5b(bl->q[32 * (t / 64) + t % 32] + lane0, (int)(j % 2),
-                          bl->qh[t % 32] + lane0, (unsigned)j),
+    const size_t t = k % 256;
+    return vfma(vload_q5k(bl->q[32 * (t / 64) + t % 32], bl->qh[t % 32], lane0, 0,
+                          (unsigned)(t / 32)),
                 state.s, state.m);
+}
+
+BC_INLINE V q5_k_hi(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    const bc_q5k_block *bl = (const bc_q5k_block *)(panel + k / 256 * st);
+    const size_t t = k % 256;
+    return vfma(vload_q5k(bl->q[32 * (t / 64) + t % 32], bl->qh[t % 32], lane0, 1,
+                          (unsigned)(t / 32)),
+                state.s, state.m);
+}
+
+/* q5_k_lo or q5_k_hi by the row (the GEMM's copy) */
+BC_INLINE V q5_k_vec(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    return k % 64 < 32 ? q5_k_lo(panel, st, k, lane0, state) : q5_k_hi(panel, st, k, lane0, state);
 }
 
 // y (N,OC), x (N,C), w (OC,C) q5_k panels; N <= BC_ROWS_MAX
 static void prows_q5_k(const bc_gemm *g, size_t o0, size_t o1)
 {
-    prows_part(BC_DTYPE_Q5_K, sizeof(bc_q5k_block), Q4K_PANELS, 32, q4_k_state, q5_k_vec, g,
-               o0, o1);
+    prows_split(BC_DTYPE_Q5_K, sizeof(bc_q5k_block), Q4K_PANELS, 64, 32, k_state, q5_k_lo,
+                q5_k_hi, g, o0, o1);
 }
 
 // bp (kc, nc) float32 panels <- w (OC,C) q5_k panels, columns o0.., rows p0..
 static void panels_q5_k(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_t p0, size_t kc)
 {
-    load_panels(BC_DTYPE_Q5_K, 32, q4_k_state, q5_k_vec, bp, g, o0, nc, p0, kc);
+    load_panels(BC_DTYPE_Q5_K, 32, k_state, q5_k_vec, bp, g, o0, nc, p0, kc);
 }
 
 /* ---- iq4_nl and iq4_xs panels: nibbles index IQ4_NL's 16 values ---------- */
