@@ -9,12 +9,18 @@ builds -O0 -g (for valgrind). The library's sources are compiled to objects
 first, one compiler per CPU (objects(): the tests build them once per session
 and link every C program of theirs against them), then linked with the tests.
 Prints the commands, exits with the compiler's status.
+
+With BLOCKC_C_OBJECT_CACHE set to a directory, objects() keeps each build's
+objects there under a key of everything that makes them (the compiler's
+version, the flags, every source and header's bytes) and reuses them: CI's
+suite and its valgrind driver compile the same objects once.
 """
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
 import glob
+import hashlib
 import os
 import shlex
 import shutil
@@ -54,13 +60,44 @@ def _library(sanitize, debug):
     return cflags + ([] if "-g" in cflags else ["-g"]), ldflags, srcs, incs
 
 
-def objects(outdir, sanitize=False, debug=False, env=None, jobs=None):
+CACHE_ENV = "BLOCKC_C_OBJECT_CACHE"
+
+
+def _key(cflags, incs, srcs, env=None):
+    """A name for the objects these flags make of these sources: the compiler's version,
+    the flags, and the bytes of every source and of every header they can include."""
+    h = hashlib.sha256()
+    version = subprocess.run(compiler() + ["--version"], env=env, capture_output=True)
+    for part in (version.stdout, "\0".join(compiler() + cflags + incs).encode()):
+        h.update(b"%d:" % len(part) + part)
+    dirs = sorted({os.path.dirname(f) for f in srcs} | {incs[i + 1] for i in range(0, len(incs), 2)})
+    files = sorted({os.path.join(d, f) for d in dirs for f in os.listdir(d) if f.endswith((".c", ".h"))}
+                   | set(srcs))
+    for f in files:
+        with open(f, "rb") as fh:
+            data = fh.read()
+        name = f.encode()
+        h.update(b"%d:" % len(name) + name + b"%d:" % len(data) + data)
+    return h.hexdigest()[:40]
+
+
+def objects(outdir, sanitize=False, debug=False, env=None, jobs=None, cache=None):
     """Compile the library's sources into ``outdir``, one object each, ``jobs``
     compilers at once (default: one per CPU); return the objects' paths in
-    source order. Raises RuntimeError with the compiler's output if one fails."""
+    source order. Raises RuntimeError with the compiler's output if one fails.
+
+    ``cache`` (default: the BLOCKC_C_OBJECT_CACHE directory, if set) keeps the objects
+    under :func:`_key`'s name: found there whole, they are returned from there and
+    nothing is compiled; compiled, they are copied there under a temporary name that
+    is then renamed, so a reader sees a whole set or none."""
     cflags, _, srcs, incs = _library(sanitize, debug)
-    outs = [os.path.join(outdir, "%02d_%s.o" % (i, os.path.basename(f)[:-2]))
-            for i, f in enumerate(srcs)]
+    names = ["%02d_%s.o" % (i, os.path.basename(f)[:-2]) for i, f in enumerate(srcs)]
+    cache = cache if cache is not None else os.environ.get(CACHE_ENV) or None
+    if cache:
+        kept = os.path.join(cache, _key(cflags, incs, srcs, env))
+        if all(os.path.isfile(os.path.join(kept, n)) for n in names):
+            return [os.path.join(kept, n) for n in names]
+    outs = [os.path.join(outdir, n) for n in names]
 
     def one(src_out):
         cmd = compiler() + cflags + incs + ["-c", src_out[0], "-o", src_out[1]]
@@ -70,6 +107,15 @@ def objects(outdir, sanitize=False, debug=False, env=None, jobs=None):
         for cmd, r in pool.map(one, zip(srcs, outs)):
             if r.returncode:
                 raise RuntimeError("+ " + " ".join(map(shlex.quote, cmd)) + "\n" + r.stderr)
+    if cache:
+        os.makedirs(cache, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=cache)
+        for n, o in zip(names, outs):
+            shutil.copyfile(o, os.path.join(tmp, n))
+        try:
+            os.rename(tmp, kept)  # whole or not at all; a set another build kept stays
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
     return outs
 
 
