@@ -56,6 +56,25 @@
 #define BC_LN2_LO -2.12194440e-4f
 #define BC_LOG2E 1.44269504088896341f
 
+#if BC_SIMD == 512 || BC_SIMD == 256
+#include <immintrin.h>
+/* The 16 bytes of a q5_k weight's five bits, q[i] = the low (hi = 0) or high nibble of
+ * p[i] with bit j of h[i] as its fifth bit, 0..31, computed on the bytes before widening
+ * (a word shift brings bits in from the word's other byte only where the masks do not
+ * look): SSE2 byte operations, the one function of the AVX-512 and AVX2 readers */
+static inline __m128i vq5k_bytes(const uint8_t *p, const uint8_t *h, int hi, unsigned j)
+{
+    const __m128i m4 = _mm_set1_epi8(0x0F), q = _mm_loadu_si128((const __m128i *)p);
+    const __m128i b = _mm_loadu_si128((const __m128i *)h);
+    const __m128i n = hi ? _mm_and_si128(_mm_srli_epi16(q, 4), m4) : _mm_and_si128(q, m4);
+    /* bit j of each byte to bit 4 (a word shift: the bits it brings in from the other
+     * byte of the word land outside bit 4) */
+    const __m128i t = j <= 4 ? _mm_sll_epi16(b, _mm_cvtsi32_si128((int)(4 - j)))
+                             : _mm_srl_epi16(b, _mm_cvtsi32_si128((int)(j - 4)));
+    return _mm_or_si128(n, _mm_and_si128(t, _mm_set1_epi8(0x10)));
+}
+#endif
+
 #if BC_SIMD == 512
 #include <immintrin.h>
 typedef __m512 V;
@@ -172,21 +191,6 @@ static inline V vload_nibx(const uint8_t *p, int hi)
     const __m128i u = _mm_and_si128(_mm_loadu_si128((const __m128i *)p),
                                     _mm_set1_epi8((char)(hi ? 0xF0 : 0x0F)));
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(u));
-}
-/* The 16 bytes of a q5_k weight's five bits, q[i] = the low (hi = 0) or high nibble of
- * p[i] with bit j of h[i] as its fifth bit, 0..31, computed on the bytes (128-bit
- * operations before widening: a word shift brings bits in from the word's other byte
- * only where the masks do not look), where widening first computed on 16 lanes */
-static inline __m128i vq5k_bytes(const uint8_t *p, const uint8_t *h, int hi, unsigned j)
-{
-    const __m128i m4 = _mm_set1_epi8(0x0F), q = _mm_loadu_si128((const __m128i *)p);
-    const __m128i b = _mm_loadu_si128((const __m128i *)h);
-    const __m128i n = hi ? _mm_and_si128(_mm_srli_epi16(q, 4), m4) : _mm_and_si128(q, m4);
-    /* bit j of each byte to bit 4 (a word shift: the bits it brings in from the other
-     * byte of the word land outside bit 4) */
-    const __m128i t = j <= 4 ? _mm_sll_epi16(b, _mm_cvtsi32_si128((int)(4 - j)))
-                             : _mm_srl_epi16(b, _mm_cvtsi32_si128((int)(j - 4)));
-    return _mm_or_si128(n, _mm_and_si128(t, _mm_set1_epi8(0x10)));
 }
 /* lane i = the q5_k weight's five bits q[lane0 + i] (vq5k_bytes of the panel's 16 rows
  * p, h), 0..31 */
@@ -379,16 +383,6 @@ static inline V vload_nibx(const uint8_t *p, int hi)
 {
     const __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
     return _mm256_cvtepi32_ps(_mm256_and_si256(u, _mm256_set1_epi32(hi ? 0xF0 : 0x0F)));
-}
-/* the 16 bytes of q5_k's five bits, as the AVX-512 vq5k_bytes */
-static inline __m128i vq5k_bytes(const uint8_t *p, const uint8_t *h, int hi, unsigned j)
-{
-    const __m128i m4 = _mm_set1_epi8(0x0F), q = _mm_loadu_si128((const __m128i *)p);
-    const __m128i b = _mm_loadu_si128((const __m128i *)h);
-    const __m128i n = hi ? _mm_and_si128(_mm_srli_epi16(q, 4), m4) : _mm_and_si128(q, m4);
-    const __m128i t = j <= 4 ? _mm_sll_epi16(b, _mm_cvtsi32_si128((int)(4 - j)))
-                             : _mm_srl_epi16(b, _mm_cvtsi32_si128((int)(j - 4)));
-    return _mm_or_si128(n, _mm_and_si128(t, _mm_set1_epi8(0x10)));
 }
 /* lane i = q[lane0 + i] of vq5k_bytes (lane0 0 or 8: the two calls of a panel compute
  * the same 16 bytes once, the compiler sees, and widen one half each) */

@@ -276,18 +276,22 @@ BC_INLINE wf_st q4_k_state(const unsigned char *panel, size_t st, size_t k0, siz
  * dmin m (the high ones): the product n s is exact (21 bits) either way, so the FMA
  * rounds once, as the file's dequantisation (d sc) q - dmin m does. Decoding reads
  * each half of 64 rows with its reader (prows_split), so that no k chooses. */
-BC_INLINE V q4_k_lo(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+BC_INLINE V q4_k_half(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state,
+                      int hi)
 {
     const bc_q4k_block *bl = (const bc_q4k_block *)(panel + k / 256 * st);
     const size_t t = k % 256;
-    return vfma(vload_nibx(bl->q[32 * (t / 64) + t % 32] + lane0, 0), state.s, state.m);
+    return vfma(vload_nibx(bl->q[32 * (t / 64) + t % 32] + lane0, hi), state.s, state.m);
+}
+
+BC_INLINE V q4_k_lo(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    return q4_k_half(panel, st, k, lane0, state, 0);
 }
 
 BC_INLINE V q4_k_hi(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
 {
-    const bc_q4k_block *bl = (const bc_q4k_block *)(panel + k / 256 * st);
-    const size_t t = k % 256;
-    return vfma(vload_nibx(bl->q[32 * (t / 64) + t % 32] + lane0, 1), state.s, state.m);
+    return q4_k_half(panel, st, k, lane0, state, 1);
 }
 
 /* q4_k_lo or q4_k_hi by the row (the GEMM's copy) */
@@ -430,22 +434,24 @@ static void panels_q5_1(float *bp, const bc_gemm *g, size_t o0, size_t nc, size_
  * exact (22 bits), so the FMA rounds once, as the file's dequantisation does. The
  * five bits are put together on the panel's 16 bytes before widening (vload_q5k);
  * decoding reads each half of 64 rows with its reader (prows_split). */
-BC_INLINE V q5_k_lo(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+BC_INLINE V q5_k_half(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state,
+                      int hi)
 {
     const bc_q5k_block *bl = (const bc_q5k_block *)(panel + k / 256 * st);
     const size_t t = k % 256;
-    return vfma(vload_q5k(bl->q[32 * (t / 64) + t % 32], bl->qh[t % 32], lane0, 0,
+    return vfma(vload_q5k(bl->q[32 * (t / 64) + t % 32], bl->qh[t % 32], lane0, hi,
                           (unsigned)(t / 32)),
                 state.s, state.m);
 }
 
+BC_INLINE V q5_k_lo(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
+{
+    return q5_k_half(panel, st, k, lane0, state, 0);
+}
+
 BC_INLINE V q5_k_hi(const unsigned char *panel, size_t st, size_t k, size_t lane0, wf_st state)
 {
-    const bc_q5k_block *bl = (const bc_q5k_block *)(panel + k / 256 * st);
-    const size_t t = k % 256;
-    return vfma(vload_q5k(bl->q[32 * (t / 64) + t % 32], bl->qh[t % 32], lane0, 1,
-                          (unsigned)(t / 32)),
-                state.s, state.m);
+    return q5_k_half(panel, st, k, lane0, state, 1);
 }
 
 /* q5_k_lo or q5_k_hi by the row (the GEMM's copy) */
