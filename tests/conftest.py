@@ -2,6 +2,7 @@
 cases, the GIL probe) is importable from every test module, and from the benches,
 which add it to their path the same way. Tests never import from benches/."""
 import os
+import signal
 import sys
 
 SUPPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "support")
@@ -13,6 +14,12 @@ import pytest  # noqa: E402
 
 import blockc  # noqa: E402
 from blockc.runtime import ISAS  # noqa: E402
+
+# A suite started in the background by a non-interactive shell (`pytest ... &`) inherits SIGINT
+# ignored, and so would every process it starts: the Ctrl-C tests (the CLI, the chat on a
+# terminal, the train step) send SIGINT and need it delivered, as it is to a user's terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # every instruction set this CPU has, or only the one BLOCKC_ISA forces (test_isa_forced
 # runs the kernel tests a second time with BLOCKC_ISA=generic: the portable path alone)
