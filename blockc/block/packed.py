@@ -343,8 +343,7 @@ def convert_ggml(blocks: np.ndarray, from_type: int, to_type: int) -> np.ndarray
     return out.reshape(blocks.shape[0], -1)
 
 
-#: GGUF type name -> id of the 2-byte types :func:`round_ggml16` writes
-#: the GGUF half types round_ggml16 writes -> their ggml type ids (of the one type table)
+#: GGUF type name -> id of the 2-byte types :func:`round_ggml16` writes (from ggml's one type table)
 _ROUND16 = {name: tid for tid, (name, _, _) in GGML_TYPES.items() if name in ("F16", "BF16")}
 
 
