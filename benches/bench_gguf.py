@@ -16,13 +16,14 @@ each file:
             sequence, blockc's and llama.cpp's (each against blockc's float32 model)
 
 llama.cpp runs through llama-cpp-python when it is installed (it is not in CI); its column
-is then filled. blockc holds each matrix in the native format of its file type (F16, Q8_0,
+is then filled. The plain rows load each file with dtype="exact": blockc holds each matrix in
+the native format of its file type (F16, Q8_0,
 Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K as float16, q8_0, q4_0, ..., q6_k: the file's blocks,
 streamed by their kernels; blockc.checkpoint.gguf.EXACT), each part of a fused q, k, v in
 its own (Q4_K_M's Q4_K q and k beside a Q6_K v), so a Q4_K_M file is a model of mixed
 formats ("blockc holds": mixed). Every
-quantised file is run once more with dtype="integer" (from_pretrained(file,
-dtype="integer"): each matrix's very blocks as q8_0i, q4_0i, q5_0i, q4_1i, q5_1i, q4_ki,
+quantised file is run once more with dtype="integer" (what it loads as by default,
+blockc.checkpoint.gguf.DEFAULT_FORMAT: each matrix's very blocks as q8_0i, q4_0i, q5_0i, q4_1i, q5_1i, q4_ki,
 q5_ki or q6_ki, multiplied by integer dot products on 8-bit activations, as llama.cpp does).
 Engines alternate within each round; the figures are medians of --repeats rounds.
 
@@ -156,10 +157,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             print("| file | blockc holds | load s | KL blockc | KL llama.cpp |")
             print("|---|---|---|---|---|")
             models = {}
-            # each row: (label, the file's type, blockc's dtype: None for the file's own);
-            # the quantised files once more with dtype="integer" (integer dot products, as
-            # llama.cpp multiplies them)
-            rows_of = [(t, t, None) for t in ["F32"] + types]
+            # each row: (label, the file's type, blockc's dtype: "exact", the file's own
+            # weights with float activations); the quantised files once more with
+            # dtype="integer" (their default: integer dot products, as llama.cpp multiplies them)
+            rows_of = [(t, t, "exact") for t in ["F32"] + types]
             rows_of += [(f"{t} as integer", t, "integer") for t in INTEGER_TYPES if t in types]
             for label, t, dt in rows_of:
                 loads = []

@@ -23,10 +23,12 @@ memory, and the files are written in seconds. Types Q8_0, Q4_0, Q4_K_M, Q5_K_M a
 
 Each engine runs in its own subprocess per round (so its peak RSS is its own, VmHWM):
 
-  blockc    GPT.from_pretrained(file): each matrix in its file type's own blocks (exact
-            activations), a float16 KV cache (llama.cpp's default F16 keys and values)
-  integer   GPT.from_pretrained(file, dtype="integer"): integer dot products on 8-bit
+  exact     GPT.from_pretrained(file, dtype="exact"): each matrix in its file type's own
+            blocks, float activations
+  integer   GPT.from_pretrained(file): the default (DEFAULT_FORMAT: dtype="integer" for every
+            quantised type), the file's own blocks by integer dot products on 8-bit
             activations, as llama.cpp multiplies quantised matrices
+  (both with a float16 KV cache: llama.cpp's default F16 keys and values)
   llama.cpp llama-cpp-python, with its repacked/AMX weight buffers where a probe in a
             subprocess finds they work for the file on this machine (benches/llama_peer.py),
             the plain CPU kernels where they crash; the "buffers" column says which
@@ -92,7 +94,7 @@ SHAPES = {
 }
 BIG = ("llama3b", "llama8b")
 TYPES = ("Q8_0", "Q4_0", "Q4_K_M", "Q5_K_M", "IQ4_XS")
-ENGINES = ("blockc", "integer", "llama.cpp")
+ENGINES = ("exact", "integer", "llama.cpp")
 TILE = 64
 
 
@@ -164,7 +166,7 @@ def worker(job: Dict[str, Any]) -> Dict[str, Any]:
                                   n_threads_batch=job["threads"][0], verbose=False)
         vocab = llm.n_vocab()
     else:
-        m = blockc.GPT.from_pretrained(path, dtype="integer" if engine == "integer" else None)
+        m = blockc.GPT.from_pretrained(path, dtype=None if engine == "integer" else "exact")
         vocab = m.config.vocab
         wide = sum(1 for d in m.dtypes.values() if d == "float32")
         out["holds"] = m.dtype + (f" ({wide} of {len(m.dtypes)} matrices float32)" if wide else "")
@@ -308,9 +310,9 @@ def best_of(path: str, engines: List[str], job: Dict[str, Any], repeats: int,
 
 LOAD_HEAD = ("| file | engine | holds / llama.cpp buffers | file MB | load s | RSS after load MB | "
              "peak RSS MB |\n|---|---|---|---|---|---|---|")
-SPEED_HEAD = ("| file | threads | context | blockc decode tok/s | integer decode | llama.cpp "
-              "decode | ratio | ratio integer | blockc prefill tok/s | integer prefill | "
-              "llama.cpp prefill | ratio | ratio integer |\n"
+SPEED_HEAD = ("| file | threads | context | exact decode tok/s | integer (default) decode | "
+              "llama.cpp decode | ratio exact | ratio integer | exact prefill tok/s | integer "
+              "(default) prefill | llama.cpp prefill | ratio exact | ratio integer |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
@@ -345,16 +347,16 @@ def speed_rows(t: str, best: Dict[str, Dict[str, Any]], threads: List[int],
             def ratio(e, f):
                 return f"{cell[e][f] / ll[f]:.2f}" if e in cell and ll else "n/a"
             rows.append(
-                f"| {t} | {th} | {ctx} | {fmt('blockc', 'decode')} | "
+                f"| {t} | {th} | {ctx} | {fmt('exact', 'decode')} | "
                 f"{fmt('integer', 'decode')} | {fmt('llama.cpp', 'decode')} | "
-                f"{ratio('blockc', 'decode')} | {ratio('integer', 'decode')} | "
-                f"{fmt('blockc', 'prefill')} | {fmt('integer', 'prefill')} | "
-                f"{fmt('llama.cpp', 'prefill')} | {ratio('blockc', 'prefill')} | "
+                f"{ratio('exact', 'decode')} | {ratio('integer', 'decode')} | "
+                f"{fmt('exact', 'prefill')} | {fmt('integer', 'prefill')} | "
+                f"{fmt('llama.cpp', 'prefill')} | {ratio('exact', 'prefill')} | "
                 f"{ratio('integer', 'prefill')} |")
     return rows
 
 
-BOUND_HEAD = ("| file | threads | context | MB read a step | bound tok/s | blockc % of bound | "
+BOUND_HEAD = ("| file | threads | context | MB read a step | bound tok/s | exact % of bound | "
               "integer % | llama.cpp % |\n|---|---|---|---|---|---|---|---|")
 
 
@@ -382,7 +384,7 @@ def bound_rows(t: str, path: str, cfg: blockc.GPTConfig, best: Dict[str, Dict[st
                 return (f"{100 * best[e]['runs'][k]['decode'] / bound:.0f}%"
                         if e in best and bound == bound else "n/a")
             rows.append(f"| {t} | {th} | {ctx} | {nbytes / 1e6:,.0f} | {bound:.1f} | "
-                        f"{share('blockc')} | {share('integer')} | {share('llama.cpp')} |")
+                        f"{share('exact')} | {share('integer')} | {share('llama.cpp')} |")
     return rows
 
 
