@@ -38,7 +38,7 @@ holds it.
     python benches/bench_formats.py                   # the table (--detail: every choice)
     python benches/bench_formats.py --repeats 1 --new 16 --types Q4_1   # a look
 
-With --docs the output also replaces the "formats" section of docs/speed.md.
+With --docs the output also replaces the "formats" section of docs/results/sizes.md.
 """
 from __future__ import annotations
 
@@ -233,4 +233,4 @@ def _has_integer(types: set) -> bool:
 
 
 if __name__ == "__main__":
-    run_bench(main, "speed.md", "formats")
+    run_bench(main, "results/sizes.md", "formats")

@@ -122,7 +122,7 @@ def test_llama3_gguf_carries_rope_freqs(tmp_path):
     for dtype in ("F32", "Q8_0"):
         path = tmp_path / f"m-{dtype}.gguf"
         m.save_gguf(path, dtype)
-        g = GPT.from_pretrained(path)
+        g = GPT.from_pretrained(path, dtype="exact")
         assert g.config.rope_kind == "factors"
         f = blockc.io.gguf.read(str(path))
         assert f.tensors["rope_freqs.weight"].shape == (4,)
@@ -223,7 +223,7 @@ def test_qwen3_hf_and_gguf_match_transformers(tmp_path, bias):
         assert f.get("general.architecture") == "qwen3"
         assert f.tensors["blk.1.attn_q_norm.weight"].shape == (16,)
         assert f.get("qwen3.attention.key_length") == 16
-        g = GPT.from_pretrained(path)
+        g = GPT.from_pretrained(path, dtype="exact")
         assert g.config == m.config
         close(g(ids), ref if dtype == "F32" else gpt_forward(g.state_dict(), g.config, ids))
 
@@ -260,7 +260,7 @@ def test_families_match_transformers_from_hf_and_gguf(tmp_path, name):
         path = tmp_path / f"{name}-{dtype}.gguf"
         m.save_gguf(path, dtype)
         assert blockc.io.gguf.read(str(path)).get("general.architecture") == name
-        g = GPT.from_pretrained(path)
+        g = GPT.from_pretrained(path, dtype="exact")
         assert g.config == m.config
         close(g(ids), ref if dtype == "F32" else gpt_forward(g.state_dict(), g.config, ids))
 

@@ -33,9 +33,8 @@ def _packed_bytes(fm: str, rows: int, cols: int) -> int:
     return -(-rows // 16) * 16 * (-(-cols // f.block)) * f.block_bytes
 
 
-@pytest.mark.parametrize("dtype", [None, "exact"])
-def test_q4_k_m_qkv_keeps_each_part_in_its_own_format(q4_k_m, dtype):
-    m = GPT.from_pretrained(q4_k_m, dtype=dtype)
+def test_q4_k_m_qkv_keeps_each_part_in_its_own_format(q4_k_m):
+    m = GPT.from_pretrained(q4_k_m, dtype="exact")
     assert m.dtype == "mixed"
     assert m.dtypes[QKV] == ("q4_k", "q4_k", "q6_k")
     t = m.layout[QKV]
@@ -56,6 +55,17 @@ def test_q4_k_m_qkv_keeps_each_part_in_its_own_format(q4_k_m, dtype):
     ids = np.random.default_rng(0).integers(0, cfg.vocab, (2, 9))
     got = m(ids)
     np.testing.assert_array_equal(got.view(np.uint32), f32(ids).view(np.uint32))
+
+
+def test_q4_k_m_qkv_by_default_is_each_parts_integer_format(q4_k_m):
+    """dtype=None (DEFAULT_FORMAT: every quantised type "integer"): q, k and v each in their
+    own type's integer format, the file's very weights; the logits those of
+    dtype="integer"."""
+    m = GPT.from_pretrained(q4_k_m)
+    assert m.dtypes[QKV] == ("q4_ki", "q4_ki", "q6_ki")
+    assert_dequantised(m, q4_k_m, "llama")
+    ids = np.random.default_rng(0).integers(0, m.config.vocab, (2, 9))
+    np.testing.assert_array_equal(m(ids), GPT.from_pretrained(q4_k_m, dtype="integer")(ids))
 
 
 def test_split_qkv_same_bits_at_any_thread_count_batch_and_cache(q4_k_m):
@@ -105,7 +115,7 @@ def test_split_qkv_from_dtypes_writes_and_reads_each_part():
 def test_q4_k_m_save_round_trip_keeps_the_file_blocks(q4_k_m, tmp_path):
     """save_gguf of a split q/k/v writes each part's very blocks (the source file's bytes)
     and loads back split the same."""
-    m = GPT.from_pretrained(q4_k_m)
+    m = GPT.from_pretrained(q4_k_m, dtype="exact")
     p = tmp_path / "again.gguf"
     m.save_gguf(p, dtype="Q4_K_M")
     src = {t.name: t for t in gguf.GGUFReader(str(q4_k_m)).tensors}
@@ -118,7 +128,7 @@ def test_q4_k_m_save_round_trip_keeps_the_file_blocks(q4_k_m, tmp_path):
             assert np.array_equal(np.asarray(got[name].data), np.asarray(src[name].data)), name
             same += 1
     assert same == 5
-    back = GPT.from_pretrained(p)
+    back = GPT.from_pretrained(p, dtype="exact")
     assert back.dtypes["blocks.1.attn.qkv.weight"] == ("q4_k", "q4_k", "q6_k")
     assert back.dtypes[QKV] == "q4_k"  # layer 0 now all Q4_K: one matrix
     for name in ("blocks.1.attn.qkv.weight", "blocks.0.attn.qkv.weight"):

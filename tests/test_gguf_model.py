@@ -191,7 +191,7 @@ def test_save_gguf_round_trip(files, tmp_path, dtype):
         fm = m.dtypes.get(ours, "")
         if isinstance(fm, tuple):  # a split q/k/v: the format of these rows
             fm = fm[[(p.row0, p.row1) for p in m.layout[ours].parts].index(tuple(rows))]
-        if want_type in ("Q4_K", "Q6_K") and fm == want_type.lower():
+        if want_type in ("Q4_K", "Q6_K") and fm in (want_type.lower(), want_type.lower() + "i"):
             blob = np.asarray(src[theirs].data).reshape(blob.shape)
         assert np.array_equal(np.asarray(t.data).view(np.uint8).reshape(blob.shape), blob), theirs
     back = GPT.from_pretrained(p, dtype="exact")  # the exact path (None: DEFAULT_FORMAT's)
@@ -228,7 +228,7 @@ def test_blockc_to_gguf_to_blockc_same_bits(tmp_path):
         assert back.config == cfg and np.array_equal(back.params, m.params)
         q = m.astype("q8_0")
         q.save_gguf(tmp_path / "b.gguf", dtype="Q8_0")
-        qb = GPT.from_pretrained(tmp_path / "b.gguf")
+        qb = GPT.from_pretrained(tmp_path / "b.gguf", dtype="exact")
         assert qb.dtype == "q8_0" and np.array_equal(qb.params, q.params)
 
 
@@ -285,7 +285,7 @@ def test_cli_convert_both_ways_and_generate(files, tmp_path, capsys):
     src = d / name
     out_dir = tmp_path / "hf"
     assert main(["convert", str(src), str(out_dir)]) == 0
-    m = GPT.from_pretrained(src)
+    m = GPT.from_pretrained(src, dtype="exact")
     back = GPT.from_pretrained(out_dir)
     assert np.array_equal(back.params, m.params)
     text = "naïve café 🙂 1234"
@@ -293,7 +293,7 @@ def test_cli_convert_both_ways_and_generate(files, tmp_path, capsys):
     assert blockc.Tokenizer.from_pretrained(out_dir).encode(text).tolist() == want
     q = tmp_path / "q.gguf"
     assert main(["convert", str(out_dir), str(q), "--type", "Q8_0"]) == 0
-    mq = GPT.from_pretrained(q)
+    mq = GPT.from_pretrained(q, dtype="exact")
     assert mq.dtype == "q8_0" and np.array_equal(mq.params, m.astype("q8_0").params)
     assert blockc.Tokenizer.from_pretrained(q).encode(text).tolist() == want
     capsys.readouterr()
@@ -399,7 +399,7 @@ def test_k_quant_native_kernels(files, tmp_path, fmt):
     from blockc import get_isa, get_num_threads, set_isa, set_num_threads
     typ = fmt.upper()
     d, name, arch, kw, _ = files[f"llama-{fmt}"]
-    q = GPT.from_pretrained(d / name)
+    q = GPT.from_pretrained(d / name, dtype="exact")
     assert q.dtype == fmt and q.nbytes < GPT.random(q.config).nbytes / {"q4_k": 6, "q5_k": 5, "q6_k": 3.5}[fmt]
     peer = {t.name: t for t in gguf.GGUFReader(str(d / name)).tensors}
     cfg = q.config
@@ -452,7 +452,7 @@ def test_k_quant_native_kernels(files, tmp_path, fmt):
     back = {t.name: t for t in gguf.GGUFReader(str(tmp_path / "k.gguf")).tensors}
     for n, t in peer.items():
         assert back[n].tensor_type == t.tensor_type and np.array_equal(back[n].data, t.data), n
-    assert np.array_equal(GPT.from_pretrained(tmp_path / "k.gguf").params, q.params)
+    assert np.array_equal(GPT.from_pretrained(tmp_path / "k.gguf", dtype="exact").params, q.params)
 
 
 @pytest.mark.parametrize("typ", ["Q8_0", "Q4_0", "Q5_0"])
@@ -511,7 +511,7 @@ def test_integer_dtype_holds_each_matrix_in_its_types_integer_format(files, tmp_
     again); a directory, which
     has no blocks, is refused by name."""
     d, name, arch, kw, _ = files[case]
-    plain = GPT.from_pretrained(d / name)
+    plain = GPT.from_pretrained(d / name, dtype="exact")
     m = GPT.from_pretrained(d / name, dtype="integer")
     assert_dequantised(m, d / name, arch)
     types = {}
@@ -547,7 +547,8 @@ def test_cli_generate_takes_the_integer_dtype(files, capsys):
                                   "llama-q5_0", "llama-mixed-native"])
 def test_matrices_read_piece_by_piece_are_the_bytes_read_whole(files, case, monkeypatch):
     """Loading reads a matrix whose format's panels are each their own bytes a few panels'
-    rows at a time into one reused buffer (gguf_tensors.fill_blocks): with pieces of 16
+    rows at a time into one reused buffer (gguf_tensors.fill_blocks; dtype="exact": the integer
+    formats interleave rows across panels and are read whole): with pieces of 16
     rows (many pieces, a short last panel, Q5_0 blocks converted piece by piece), the
     model's buffer is byte for byte the one reading each tensor whole gives."""
     d, name, *_ = files[case]
@@ -555,10 +556,10 @@ def test_matrices_read_piece_by_piece_are_the_bytes_read_whole(files, case, monk
     used = []
     real = gt.fill_blocks
     monkeypatch.setattr(gm, "fill_blocks", lambda *a: used.append(a[1]) or real(*a))
-    pieces = GPT.from_pretrained(d / name)
+    pieces = GPT.from_pretrained(d / name, dtype="exact")
     assert used  # the piecewise path ran
     monkeypatch.setattr(gm, "piecewise", lambda *a: False)
-    whole = GPT.from_pretrained(d / name)
+    whole = GPT.from_pretrained(d / name, dtype="exact")
     assert pieces.dtypes == whole.dtypes
     assert np.array_equal(pieces.params, whole.params)
 

@@ -288,7 +288,7 @@ def test_mixed_file_logits_match_transformers(gguf_files, name):
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
     transformers.logging.set_verbosity_error()
-    m = GPT.from_pretrained(gguf_files / name)
+    m = GPT.from_pretrained(gguf_files / name, dtype="exact")
     assert m.dtype == MIXED
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(gguf_files), gguf_file=name,
                                                            dtype=torch.float32)
@@ -304,7 +304,7 @@ def test_a_format_that_would_store_other_weights_gives_way_to_the_next(gguf_file
     back bit for bit (bfloat16 for Q8_0's d * q: more than 8 significant bits) is checked
     tensor by tensor and replaced by the next (q8_0, the file's blocks)."""
     monkeypatch.setitem(gm.EXACT, "Q8_0", ("bfloat16", "q8_0"))
-    m = GPT.from_pretrained(gguf_files / "mixed.gguf")
+    m = GPT.from_pretrained(gguf_files / "mixed.gguf", dtype="exact")
     assert m.dtypes["blocks.0.down.weight"] == "q8_0" and m.dtypes["token.weight"] == "q8_0"
     ref = GPT.from_pretrained(gguf_files / "mixed.gguf", dtype="float32")
     for name in m.layout:

@@ -87,7 +87,7 @@ def test_save_gguf_f32_q8_0_q4_k_m_reload_as_their_dequantised_weights(pair, tmp
         # back to Q5_0 (rows not whole 256-blocks), as llama.cpp's quantiser does
         exps = {t.type for n, t in f.tensors.items() if "_gate_exps." in n or "_up_exps." in n}
         assert exps == {"F32": {"F32"}, "Q8_0": {"Q8_0"}, "Q4_K_M": {"Q5_0"}}[dtype], exps
-        g = GPT.from_pretrained(path)
+        g = GPT.from_pretrained(path, dtype="exact")
         assert g.config == m.config
         assert_experts_dequantised(g, path)
         got = g(ids)
@@ -260,7 +260,7 @@ def test_k_quant_stacks_hold_whole_blocks(tmp_path):
     assert {types["blk.0.ffn_down_exps.weight"], types["blk.1.ffn_down_exps.weight"]} <= {
         "Q4_K", "Q6_K"} and "Q6_K" in types.values()
     assert f.tensors["blk.0.ffn_down_exps.weight"].shape == (4, 256, 256)
-    g = GPT.from_pretrained(path)
+    g = GPT.from_pretrained(path, dtype="exact")
     assert g.dtypes["blocks.0.experts.3.up.weight"] == "q4_k"
     assert_experts_dequantised(g, path)
     ids = _ids(4, 9)
