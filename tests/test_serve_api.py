@@ -184,8 +184,8 @@ def test_one_log_line_per_request_and_timings(server, caplog):
     server.post("/v1/embeddings", {"input": "x y"})
     deadline = time.monotonic() + 5
 
-    def posts():  # this test's two requests (another client's line may land in the capture:
-        # the shared server's readiness GET /v1/models was seen to, once)
+    def posts():  # this test's two requests (the shared server logs a request after its
+        # response is sent: the previous test's GET /v1/models landed in this capture once)
         return [rec.getMessage() for rec in caplog.records
                 if rec.name == "blockc.serve" and rec.getMessage().startswith("POST ")]
     while time.monotonic() < deadline and len(posts()) < 2:
