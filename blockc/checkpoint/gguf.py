@@ -256,18 +256,19 @@ def integer_formats(types: List[str]) -> List[str]:
 
 
 #: GGUF type -> what a matrix of that type loads as by default (``dtype=None``), chosen by
-#: measurement (benches/bench_formats.py, its table in docs/results/sizes.md): the fastest choice
-#: whose mean KL from the float32 model is within llama.cpp's arithmetic's on the same file.
+#: measurement (benches/bench_formats.py, its table in docs/results/sizes.md): the fastest
+#: choice whose mean KL from the float32 model is within llama.cpp's arithmetic's on the same file.
 #: "exact": the format holding the file's very weights, float activations
 #: (:func:`exact_formats`, ``dtype="exact"``); "integer": its very blocks by integer dot
 #: products on 8-bit activations (:func:`integer_formats`: llama.cpp's arithmetic, so its KL
 #: is the budget); a format's name: requantised to it. A type not listed: "exact".
 #: Every quantised type loads as "integer": on AMD Zen 4 (family 25 model 17, 1 thread; the
 #: bench's 4-layer model of width 512, every type and mix it writes) its decoding is 1.9-5.1x
-#: the exact path's with AVX-512 and 1.7-3.7x with AVX2 forced, and at real sizes (benches/bench_sizes.py, Llama-3.2-1B and
-#: Qwen2.5-0.5B shapes, docs/results/sizes.md) decoding 1.0-2.6x and prompts 1.9-2.7x the exact
-#: path's. (An Intel Xeon family 6 model 207 measured the integer path slower than the exact
-#: one when decoding, faster on prompts; not explained, and not the CPUs blockc targets.)
+#: the exact path's with AVX-512 and 1.7-3.7x with AVX2 forced, and at real sizes
+#: (benches/bench_sizes.py, Llama-3.2-1B and Qwen2.5-0.5B shapes, docs/results/sizes.md)
+#: decoding 1.0-2.6x and prompts 1.9-2.7x the exact path's. (An Intel Xeon family 6 model 207
+#: measured the integer path slower than the exact one when decoding, faster on prompts; not
+#: explained, and not the CPUs blockc targets.)
 #: ``dtype="exact"`` keeps the file's weights and float activations.
 DEFAULT_FORMAT: Dict[str, str] = dict.fromkeys(INTEGER, "integer")
 
