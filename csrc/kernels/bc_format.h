@@ -279,20 +279,28 @@ static inline int bc_q3ki_quant(const bc_q3ki_block *b, size_t l, size_t w)
            | (b->h[i / 4][l][i % 4] >> (w / 32) & 1) << 2;
 }
 
-/* One super-block of a q5_ki panel: q4_ki's super-block (the same fields at
- * the same offsets: its kernels read them as q4_ki's), then Q5_K's fifth bits 4
- * bytes by 4 per row as the nibbles: h[g] bytes 4g..4g+3 of the rows' Q5_K qh
- * (bit j of byte i: the fifth bit of sub-block j's weight i). */
+/* One super-block of a q5_ki panel: q4_ki's scales (d, dmin, sc, m: the same
+ * fields at the same offsets as bc_q4ki_block), then Q5_K's fifth bits 4 bytes
+ * by 4 per row: h[g] bytes 4g..4g+3 of the rows' Q5_K qh (bit j of byte i: the
+ * fifth bit of sub-block j's weight i), then the nibbles as q4_ki's u. The
+ * fifth bits come before the nibbles so that a decoding step, which reads h[g]
+ * and u[j / 2 * 8 + g] together for every sub-block j, first touches the
+ * block's bytes in increasing order (the hardware prefetcher's streams). */
 typedef struct {
-    bc_q4ki_block k;            /* d, dmin, sc, m and the nibbles, as q4_ki's */
+    uint16_t d[BC_PANEL];       /* the rows' super-block scales (IEEE halves) */
+    uint16_t dmin[BC_PANEL];    /* and their scales of the mins */
+    uint8_t sc[8][BC_PANEL];    /* sc[j][row]: sub-block j's scale, 0..63 */
+    uint8_t m[8][BC_PANEL];     /* m[j][row]: its min, 0..63 */
     uint8_t h[8][BC_PANEL][4];  /* h[g][row][t] = byte 4g + t of the row's Q5_K qh */
+    uint8_t u[32][BC_PANEL][4]; /* u[g][row][t] = byte 4g + t of the row's Q5_K qs */
 } bc_q5ki_block;
 
 /* Weight w (0..255) of row l of a q5_ki super-block: its five bits, 0..31 */
 static inline int bc_q5ki_quant(const bc_q5ki_block *b, size_t l, size_t w)
 {
-    const size_t i = w % 32;
-    return bc_q4ki_nibble(&b->k, l, w) | (b->h[i / 4][l][i % 4] >> (w / 32) & 1) << 4;
+    const size_t byte = 32 * (w / 64) + w % 32, i = w % 32;
+    const int v = b->u[byte / 4][l][byte % 4];
+    return (w / 32 % 2 ? v >> 4 : v & 15) | (b->h[i / 4][l][i % 4] >> (w / 32) & 1) << 4;
 }
 
 /* One super-block of a q6_ki panel: q6_k's scales and the file's own bits

@@ -1085,18 +1085,23 @@ static void q3ki_unpack_row(float *out, const unsigned char *panel, size_t l, si
 /* ---- q5_ki: q5_k's super-blocks, each row's nibble and qh bytes 4 by 4 ---- */
 
 _Static_assert(sizeof(bc_q5ki_block) == 180 * PW, "bc_q5ki_block: 16 rows of 180 bytes");
+_Static_assert(offsetof(bc_q5ki_block, d) == offsetof(bc_q4ki_block, d)
+                   && offsetof(bc_q5ki_block, dmin) == offsetof(bc_q4ki_block, dmin)
+                   && offsetof(bc_q5ki_block, sc) == offsetof(bc_q4ki_block, sc)
+                   && offsetof(bc_q5ki_block, m) == offsetof(bc_q4ki_block, m),
+               "bc_q5ki_block: q4_ki's scales where q4_ki has them (its kernels read them so)");
 
 /* row l of a q5_ki super-block <- row l of a q5_k one (the same bits) */
 static void q5ki_from_q5k(bc_q5ki_block *b, const bc_q5k_block *k, size_t l)
 {
-    b->k.d[l] = k->d[l];
-    b->k.dmin[l] = k->dmin[l];
+    b->d[l] = k->d[l];
+    b->dmin[l] = k->dmin[l];
     for (size_t j = 0; j < 8; j++) {
-        b->k.sc[j][l] = k->sc[j][l];
-        b->k.m[j][l] = k->m[j][l];
+        b->sc[j][l] = k->sc[j][l];
+        b->m[j][l] = k->m[j][l];
     }
     for (size_t i = 0; i < 128; i++)
-        b->k.u[i / 4][l][i % 4] = k->q[i][l];
+        b->u[i / 4][l][i % 4] = k->q[i][l];
     for (size_t i = 0; i < 32; i++)
         b->h[i / 4][l][i % 4] = k->qh[i][l];
 }
@@ -1120,8 +1125,8 @@ static void q5ki_unpack_row(float *out, const unsigned char *panel, size_t l, si
     for (size_t k = 0; k < cols; k++) {
         const bc_q5ki_block *b = bl + k / 256;
         const size_t t = k % 256, j = t / 32;
-        const float s = bc_half_to_f32(b->k.d[l]) * (float)b->k.sc[j][l];
-        const float m = bc_half_to_f32(b->k.dmin[l]) * (float)b->k.m[j][l];
+        const float s = bc_half_to_f32(b->d[l]) * (float)b->sc[j][l];
+        const float m = bc_half_to_f32(b->dmin[l]) * (float)b->m[j][l];
         out[k] = s * (float)bc_q5ki_quant(b, l, t) - m;
     }
 }
@@ -1733,14 +1738,14 @@ static void q5ki_to_ggml(unsigned char *dst, const unsigned char *panel, size_t 
     const bc_q5ki_block *bl = (const bc_q5ki_block *)panel + k0 / 256;
     for (size_t b = 0; b < nk / 256; b++, dst += 176) {
         bc_q5k_block k;
-        k.d[l] = bl[b].k.d[l];
-        k.dmin[l] = bl[b].k.dmin[l];
+        k.d[l] = bl[b].d[l];
+        k.dmin[l] = bl[b].dmin[l];
         for (size_t j = 0; j < 8; j++) {
-            k.sc[j][l] = bl[b].k.sc[j][l];
-            k.m[j][l] = bl[b].k.m[j][l];
+            k.sc[j][l] = bl[b].sc[j][l];
+            k.m[j][l] = bl[b].m[j][l];
         }
         for (size_t i = 0; i < 128; i++)
-            k.q[i][l] = bl[b].k.u[i / 4][l][i % 4];
+            k.q[i][l] = bl[b].u[i / 4][l][i % 4];
         for (size_t i = 0; i < 32; i++)
             k.qh[i][l] = bl[b].h[i / 4][l][i % 4];
         q5k_to_ggml(dst, (const unsigned char *)&k, l, 0, 256);
