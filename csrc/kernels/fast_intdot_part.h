@@ -574,10 +574,11 @@ BC_INLINE Q8I_TARGET void Q8I_FN(int_block)(const int fk, const int mr, const in
                                             const float *const *xm, size_t b)
 {
     /* decoding: a block's bytes INT_AHEAD on (the tile reads memory in order; an
-     * address, not a pointer: past the matrix's end it names nothing). Not q5_ki's:
-     * its blocks read forward (h before u), the hardware prefetcher alone streams
-     * them at 2.2x the rate it reaches with these (issue 51, AMD Zen 4). */
-    if (NB == 1 && fk != FK_Q5K) {
+     * address, not a pointer: past the matrix's end it names nothing). Not the
+     * formats whose blocks are read forward (fk_prefetches): q5_ki (h before u),
+     * for one, the hardware prefetcher alone streams at 2.2x the rate it reaches
+     * with these (issue 51, AMD Zen 4). */
+    if (NB == 1 && fk_prefetches(fk)) {
         const size_t bb = fk_block_bytes(fk);
         for (size_t o = 0; o < bb; o += 64)
             __builtin_prefetch((const void *)((uintptr_t)blk[0] + INT_AHEAD + o), 0, 0);
