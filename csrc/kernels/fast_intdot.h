@@ -240,17 +240,18 @@ typedef __m256i IV;
 
 /* Whether decoding prefetches format fk's blocks (INT_AHEAD on), or leaves
  * them to the hardware's prefetchers: the super-blocks whose kernels read a
- * block forward (q4_ki, q5_ki, iq4_xsi) stream faster without. AMD Zen 4
+ * block forward (q4_ki, q5_ki, q6_ki, iq4_xsi) stream faster without. AMD Zen 4
  * (family 25 model 17, KVM), Llama-3.2-1B's products, one row from memory,
  * GB/s with / without, one thread: AVX-512 q4_ki 14-17 / 21-27, iq4_xsi
  * 21 / 30; AVX2 q4_ki 14-17 / 26, iq4_xsi 13 / 21; two threads AVX-512
- * q4_ki 29 / 35, iq4_xsi 32 / 35 (q5_ki: its commit, 767ed0c). q2_ki and
+ * q4_ki 29 / 35, iq4_xsi 32 / 35 (q5_ki: its commit, 767ed0c; q6_ki, its qh
+ * before its ql by halves: AVX-512 15 / 20, AVX2 11.7 / 12.9, issue 51). q2_ki and
  * q3_ki keep them (without: q2_ki within 3%, q3_ki AVX-512 1.27x, AVX2
  * 0.84x). The Zen 5 figures above (prefetch 1.6x faster for q4_ki) were
  * measured before the runs' layout; not remeasured there. */
 static inline int fk_prefetches(int fk)
 {
-    return !(fk == FK_Q4K || fk == FK_Q5K || fk == FK_IQ4XS);
+    return !(fk == FK_Q4K || fk == FK_Q5K || fk == FK_Q6K || fk == FK_IQ4XS);
 }
 
 static inline int fk_dtype(int fk)

@@ -363,11 +363,12 @@ BC_INLINE Q8I_TARGET void Q8I_FN(iq4xsi_block)(const int mr, const int NB, const
     }
 }
 
-/* Super-block S of NB q6_ki panels (bc_q6ki_block), rows 0..mr-1 of x: x block
- * b = 8S + k holds sub-blocks 2k and 2k + 1 (16 weights each); each weight's
- * six bits (0..63) made in integer lanes from its nibble of ql and its two
- * bits of qh, the sums corrected by -32 times the half's sum of q_x (s16, after
- * s in the row, holds the products), then f = fma((float)isum, (d sc_j) d_x, f) per sub-block. */
+/* Super-block S of NB q6_ki panels (bc_q6ki_block: half h's qh, then its ql),
+ * rows 0..mr-1 of x: x block b = 8S + k holds sub-blocks 2k and 2k + 1 (16
+ * weights each); each weight's six bits (0..63) made in integer lanes from its
+ * nibble of ql and its two bits of qh, the sums corrected by -32 times the
+ * half's sum of q_x (s16, after s in the row, holds the products), then
+ * f = fma((float)isum, (d sc_j) d_x, f) per sub-block. */
 BC_INLINE Q8I_TARGET void Q8I_FN(q6ki_block)(const int mr, const int NB, V *f, size_t fs,
                                              const unsigned char *const *blk,
                                              const int8_t *const *xr, const float *const *xd,
@@ -396,8 +397,8 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q6ki_block)(const int mr, const int NB, V *f, s
             BC_UNROLL
             for (int t = 0; t < NB * VPP; t++) {
                 const bc_q6ki_block *K = (const bc_q6ki_block *)blk[t / VPP];
-                const IV raw = IV_LOAD(K->ql[16 * h + 8 * (q % 2) + g][t % VPP * VL]);
-                const IV hb = IV_LOAD(K->qh[8 * h + g][t % VPP * VL]);
+                const IV raw = IV_LOAD(K->half[h].ql[8 * (q % 2) + g][t % VPP * VL]);
+                const IV hb = IV_LOAD(K->half[h].qh[g][t % VPP * VL]);
                 /* bits 2q, 2q + 1 of each byte to bits 4, 5 (shifts within 32-bit
                  * lanes: the mask keeps each byte's own bits) */
                 const IV hi = q == 0 ? IV_SLL(hb, 4) : q == 1 ? IV_SLL(hb, 2) : q == 2 ? hb

@@ -1177,8 +1177,8 @@ static void q6ki_pack(unsigned char *panel, const float *tile, size_t ld, size_t
         for (size_t w = 0; w < 256; w++) {
             const unsigned v = (unsigned)(k.q[w][l] + 32);  /* 0..63 */
             const bc_q6k_at at = bc_q6k_where(w);
-            b->ql[at.ql / 4][l][at.ql % 4] |= (uint8_t)((v & 15u) << at.ls);
-            b->qh[at.qh / 4][l][at.qh % 4] |= (uint8_t)((v >> 4) << at.hs);
+            BC_Q6KI_QL(b, at.ql / 4)[l][at.ql % 4] |= (uint8_t)((v & 15u) << at.ls);
+            BC_Q6KI_QH(b, at.qh / 4)[l][at.qh % 4] |= (uint8_t)((v >> 4) << at.hs);
         }
 }
 
@@ -1895,9 +1895,9 @@ static void q6ki_from_ggml(unsigned char *panel, const unsigned char *src, size_
     bc_q6ki_block *bl = (bc_q6ki_block *)panel + k0 / 256;
     for (size_t b = 0; b < nk / 256; b++, src += 210) {
         for (size_t i = 0; i < 128; i++)
-            bl[b].ql[i / 4][l][i % 4] = src[i];
+            BC_Q6KI_QL(&bl[b], i / 4)[l][i % 4] = src[i];
         for (size_t i = 0; i < 64; i++)
-            bl[b].qh[i / 4][l][i % 4] = src[128 + i];
+            BC_Q6KI_QH(&bl[b], i / 4)[l][i % 4] = src[128 + i];
         for (size_t j = 0; j < 16; j++)
             bl[b].sc[j][l] = (int8_t)src[192 + j];
         bl[b].d[l] = rd16(src + 208);
@@ -1910,9 +1910,9 @@ static void q6ki_to_ggml(unsigned char *dst, const unsigned char *panel, size_t 
     const bc_q6ki_block *bl = (const bc_q6ki_block *)panel + k0 / 256;
     for (size_t b = 0; b < nk / 256; b++, dst += 210) {
         for (size_t i = 0; i < 128; i++)
-            dst[i] = bl[b].ql[i / 4][l][i % 4];
+            dst[i] = BC_Q6KI_QL(&bl[b], i / 4)[l][i % 4];
         for (size_t i = 0; i < 64; i++)
-            dst[128 + i] = bl[b].qh[i / 4][l][i % 4];
+            dst[128 + i] = BC_Q6KI_QH(&bl[b], i / 4)[l][i % 4];
         for (size_t j = 0; j < 16; j++)
             dst[192 + j] = (unsigned char)bl[b].sc[j][l];
         wr16(dst + 208, bl[b].d[l]);
