@@ -216,13 +216,20 @@ typedef struct {
     uint8_t u[32][BC_PANEL][4]; /* u[g][row][t] = byte 4g + t of the row's Q4_K qs */
 } bc_q4ki_block;
 
-/* Weight w (0..255) of row l of a q4_ki super-block: its nibble, 0..15 (sub-block
- * w / 32 of the pair w / 64: the low nibbles of the pair's 32 bytes, then the high) */
-static inline int bc_q4ki_nibble(const bc_q4ki_block *b, size_t l, size_t w)
+/* Weight w (0..255) of row l of Q4_K's qs laid 4 bytes by 4 per row (u, as
+ * q4_ki's and q5_ki's): its nibble, 0..15 (sub-block w / 32 of the pair w / 64:
+ * the low nibbles of the pair's 32 bytes, then the high) */
+static inline int bc_qk_nibble(const uint8_t u[32][BC_PANEL][4], size_t l, size_t w)
 {
     const size_t byte = 32 * (w / 64) + w % 32;
-    const int v = b->u[byte / 4][l][byte % 4];
+    const int v = u[byte / 4][l][byte % 4];
     return w / 32 % 2 ? v >> 4 : v & 15;
+}
+
+/* Weight w (0..255) of row l of a q4_ki super-block: its nibble, 0..15 */
+static inline int bc_q4ki_nibble(const bc_q4ki_block *b, size_t l, size_t w)
+{
+    return bc_qk_nibble(b->u, l, w);
 }
 
 /* One super-block of an iq4_xsi panel: iq4_xs's scales (the same fields at the
@@ -298,9 +305,8 @@ typedef struct {
 /* Weight w (0..255) of row l of a q5_ki super-block: its five bits, 0..31 */
 static inline int bc_q5ki_quant(const bc_q5ki_block *b, size_t l, size_t w)
 {
-    const size_t byte = 32 * (w / 64) + w % 32, i = w % 32;
-    const int v = b->u[byte / 4][l][byte % 4];
-    return (w / 32 % 2 ? v >> 4 : v & 15) | (b->h[i / 4][l][i % 4] >> (w / 32) & 1) << 4;
+    const size_t i = w % 32;
+    return bc_qk_nibble(b->u, l, w) | (b->h[i / 4][l][i % 4] >> (w / 32) & 1) << 4;
 }
 
 /* One super-block of a q6_ki panel: q6_k's scales and the file's own bits
