@@ -18,7 +18,9 @@ old build), the CPU, the load average and the hypervisor's steal.
         --ways auto,avx2,avx512-fma --threads 1,2
 
 ``--ways`` runs each build as the environment asks it to (BLOCKC_ISA forces an
-instruction set; avx512-fma is AVX-512 without vdpbf16ps); ``--docs`` writes the
+instruction set; avx512-fma is AVX-512 without vdpbf16ps; a ``-pf-on`` or ``-pf-off``
+suffix, or ``pf-on``/``pf-off`` alone, forces the integer formats' software prefetch,
+BLOCKC_PREFETCH); ``--docs`` writes the
 table into docs/results/panels.md, section ab-products-<dtype> (ab-products-<dtype>-<tag> with
 ``--tag``, for a second change to the same format).
 """
@@ -188,6 +190,10 @@ WAYS = {
     "avx512": {"BLOCKC_ISA": "avx512"},
     "avx512-fma": {"BLOCKC_ISA": "avx512", "BLOCKC_AVX512BF16": "0"},  # no vdpbf16ps
 }
+# integer decoding's software prefetch forced on every format, or off (BLOCKC_PREFETCH; a
+# build older than the setting ignores it), on each way above: e.g. avx2-pf-off
+WAYS.update({f"{w}-pf-{m}" if w != "auto" else f"pf-{m}": dict(env, BLOCKC_PREFETCH=m)
+             for w, env in list(WAYS.items()) for m in ("on", "off")})
 
 
 def extension(root: str) -> str:

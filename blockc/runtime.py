@@ -20,6 +20,13 @@
   flags and build, written whole or not at all; a file that does not parse or
   does not match is ignored and replaced. ``BLOCKC_KERNEL_CACHE=path`` puts it
   elsewhere, ``BLOCKC_KERNEL_CACHE=`` (empty) turns it off.
+- ``get_prefetch()`` / ``set_prefetch(mode)``: whether integer decoding
+  prefetches its weights in software, per group of formats
+  (:data:`PREFETCH_GROUPS`). By default (``"auto"``) each group runs the mode a
+  probe on this CPU measured faster, keeping the compiled default unless the
+  other is 5% faster (the probe is timed with the kernel choices, and cached
+  with them); ``BLOCKC_PREFETCH=default|on|off`` in the environment, or
+  ``set_prefetch(mode)``, forces one. Prefetching changes no bit of a result.
 
 The GIL is released during every C call, so Python threads can run kernels
 side by side; each call then uses up to ``get_num_threads()`` threads itself.
@@ -37,7 +44,8 @@ from ._args import as_choice, as_int
 from ._errors import BlockcValueError
 
 __all__ = ["set_num_threads", "get_num_threads", "get_isa", "set_isa", "best_isa", "ISAS",
-           "FAMILIES", "kernel_choices", "describe_choices", "tune_kernels", "kernel_cache_path"]
+           "FAMILIES", "kernel_choices", "describe_choices", "tune_kernels", "kernel_cache_path",
+           "get_prefetch", "set_prefetch", "PREFETCH_MODES", "PREFETCH_GROUPS"]
 
 ISAS = ("generic", "avx2", "avx512")
 """The instruction sets, in the order of the C library's BC_ISA_* numbers."""
@@ -46,6 +54,15 @@ FAMILIES = ("gemm", "decode_f32", "decode_bf16", "decode_q8_0", "decode_rows", "
             "elementwise", "decode_q8_0i", "decode_bf16i")
 """The kernel families whose variants are chosen by timing, in BC_FAMILY_* order."""
 _HOW = ("only candidate", "timed", "cached", "forced")
+PREFETCH_MODES = ("auto", "default", "on", "off")
+"""The software prefetch modes of integer decoding, in BC_PREFETCH_* order: each group's
+measured mode, the compiled split, on for every format, off for every format."""
+PREFETCH_GROUPS = ("prefetch_forward", "prefetch_blocks")
+"""The groups of integer formats whose decoding prefetches or not, in BC_PF_GROUP_* order:
+q4_ki, q5_ki, q6_ki, iq4_xsi (super-blocks read forward; compiled default off), and
+q8_0i, q4_0i, q5_0i, iq4_nli, q4_1i, q5_1i, q2_ki, q3_ki (compiled default on)."""
+_PF_HOW = ("default", "timed", "cached", "forced")  # BC_CHOSEN_WIDEST: nothing to time
+_ON_OFF = ("off", "on")
 _CANDIDATES = ("avx2", "avx512")  # the variants a family chooses between (with FMA)
 
 
@@ -161,6 +178,53 @@ def set_isa(name: str) -> None:
     check(lib.bc_set_isa(ISAS.index(name)), "set_isa")
 
 
+def get_prefetch() -> str:
+    """The software prefetch mode forced on integer decoding now, or ``"auto"``.
+
+    Returns
+    -------
+    str
+        One of :data:`PREFETCH_MODES`: ``"default"``, ``"on"`` or ``"off"`` when forced
+        (``BLOCKC_PREFETCH``, :func:`set_prefetch`), else ``"auto"``: each group of
+        formats its measured mode (:func:`kernel_choices`).
+
+    Examples
+    --------
+    >>> get_prefetch() in PREFETCH_MODES
+    True
+    """
+    out = ffi.new("int *")
+    check(lib.bc_get_prefetch(out), "get_prefetch")
+    return PREFETCH_MODES[out[0]]
+
+
+def set_prefetch(mode: str) -> None:
+    """Force whether integer decoding prefetches its weights in software, or go back
+    to ``"auto"`` (each call uses the setting in force when it starts).
+
+    Parameters
+    ----------
+    mode : {"auto", "default", "on", "off"}
+        ``"auto"``: each group of formats (:data:`PREFETCH_GROUPS`) its measured
+        mode; ``"default"``: the compiled split (the forward-read K-quants off, the
+        other integer formats on), never measured; ``"on"``, ``"off"``: every
+        integer format. The results are the same bits in every mode.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Not a str; not one of the modes.
+
+    Examples
+    --------
+    >>> old = get_prefetch(); set_prefetch("off"); get_prefetch()
+    'off'
+    >>> set_prefetch(old)
+    """
+    as_choice(mode, "mode", PREFETCH_MODES)
+    check(lib.bc_set_prefetch(PREFETCH_MODES.index(mode)), "set_prefetch")
+
+
 # ---------------------------------------------------------------- kernel choices
 
 def kernel_choices() -> Dict[str, dict]:
@@ -172,11 +236,15 @@ def kernel_choices() -> Dict[str, dict]:
         family name (:data:`FAMILIES`) -> ``{"variant": isa name, "why": one of
         "timed", "cached", "forced", "only candidate", "seconds": {isa name: the
         least time of its probe}}`` (seconds of the measurement behind the
-        choice, this process's or the cached one's; empty when none was made).
+        choice, this process's or the cached one's; empty when none was made);
+        then each group of integer formats (:data:`PREFETCH_GROUPS`) ->
+        ``{"variant": "on" or "off", "why": "timed", "cached", "forced" or
+        "default" (nothing to time on this CPU), "seconds": {"off": s, "on": s}}``:
+        whether its decoding prefetches in software.
 
     Examples
     --------
-    >>> sorted(kernel_choices()) == sorted(FAMILIES)
+    >>> list(kernel_choices()) == list(FAMILIES + PREFETCH_GROUPS)
     True
     """
     isa, how = ffi.new("int *"), ffi.new("int *")
@@ -188,6 +256,12 @@ def kernel_choices() -> Dict[str, dict]:
         if how[0] == lib.BC_CHOSEN_GIVEN and _cached_seconds.get(name):
             seconds = dict(_cached_seconds[name])
         out[name] = {"variant": ISAS[isa[0]], "why": _HOW[how[0]], "seconds": seconds}
+    for g, name in enumerate(PREFETCH_GROUPS):
+        check(lib.bc_prefetch_choice(isa, how, sec, g, 2), "kernel_choices")
+        seconds = {_ON_OFF[i]: float(sec[i]) for i in range(2) if sec[i] > 0}
+        if how[0] == lib.BC_CHOSEN_GIVEN and _cached_seconds.get(name):
+            seconds = dict(_cached_seconds[name])
+        out[name] = {"variant": _ON_OFF[isa[0]], "why": _PF_HOW[how[0]], "seconds": seconds}
     return out
 
 
@@ -197,11 +271,12 @@ def describe_choices() -> str:
     Returns
     -------
     str
-        e.g. ``"decode_bf16 avx2 (timed: avx2 140 us, avx512 151 us)"`` lines.
+        e.g. ``"decode_bf16 avx2 (timed: avx2 140 us, avx512 151 us)"`` lines, then
+        ``"prefetch_forward off (timed: off 1210 us, on 1850 us)"`` lines.
 
     Examples
     --------
-    >>> len(describe_choices().splitlines()) == len(FAMILIES)
+    >>> len(describe_choices().splitlines()) == len(FAMILIES + PREFETCH_GROUPS)
     True
     """
     lines = []
@@ -212,8 +287,8 @@ def describe_choices() -> str:
 
 
 def tune_kernels(save: bool = True) -> Dict[str, dict]:
-    """Measure every family's variants again now, run the fastest from now on
-    (unless an instruction set is forced), and keep the result in the cache.
+    """Measure every family's variants and every prefetch group's modes again now,
+    run the fastest from now on (unless forced), and keep the result in the cache.
 
     Parameters
     ----------
@@ -232,10 +307,11 @@ def tune_kernels(save: bool = True) -> Dict[str, dict]:
 
     Examples
     --------
-    >>> sorted(tune_kernels(save=False)) == sorted(FAMILIES)
+    >>> list(tune_kernels(save=False)) == list(FAMILIES + PREFETCH_GROUPS)
     True
     """
     check(lib.bc_tune_kernels(), "tune_kernels")
+    check(lib.bc_tune_prefetch(), "tune_kernels")
     _cached_seconds.clear()
     if save:
         _save_cache()
@@ -244,7 +320,7 @@ def tune_kernels(save: bool = True) -> Dict[str, dict]:
 
 _cached_seconds: Dict[str, Dict[str, float]] = {}
 _CACHE_MAX = 65536
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2  # 2: the prefetch groups' modes beside the families' variants
 
 
 def _cpu_identity() -> str:
@@ -275,7 +351,8 @@ def _cache_key() -> str:
         build = f"{st.st_size}:{st.st_mtime_ns}"
     except (AttributeError, KeyError, OSError, TypeError):
         build = "?"
-    return "|".join([_cpu_identity(), build, ",".join(FAMILIES), ",".join(ISAS)])
+    return "|".join([_cpu_identity(), build, ",".join(FAMILIES), ",".join(ISAS),
+                     ",".join(PREFETCH_GROUPS)])
 
 
 def kernel_cache_path() -> Optional[str]:
@@ -306,9 +383,19 @@ def kernel_cache_path() -> Optional[str]:
     return os.path.join(base, "blockc", f"kernels-{digest}.json")
 
 
+def _section_ok(choices, seconds, names, values) -> bool:
+    """A cache's section: choices either empty (nothing measured) or one of ``values``
+    for every one of ``names``; seconds a dict."""
+    return (isinstance(choices, dict) and isinstance(seconds, dict)
+            and (not choices or (set(choices) == set(names)
+                                 and all(v in values for v in choices.values()))))
+
+
 def _read_cache(path: str) -> Optional[dict]:
     """The cache's choices, or None when the file is missing, not a regular file,
-    too large, not JSON, or not for this CPU and build."""
+    too large, not JSON, or not for this CPU and build. Its "choices" (the
+    families' variants) and "prefetch" (the groups' modes) may each be empty:
+    not measured."""
     try:
         data = _files.read_json(path, "the kernel cache", limit=_CACHE_MAX, depth=4)
     except (OSError, ValueError):
@@ -316,58 +403,102 @@ def _read_cache(path: str) -> Optional[dict]:
     if (not isinstance(data, dict) or data.get("format") != _CACHE_FORMAT
             or data.get("key") != _cache_key()):
         return None
-    choices, seconds = data.get("choices"), data.get("seconds")
-    if (not isinstance(choices, dict) or set(choices) != set(FAMILIES)
-            or any(v not in _CANDIDATES for v in choices.values())
-            or not isinstance(seconds, dict)):
+    if not (_section_ok(data.get("choices"), data.get("seconds"), FAMILIES, _CANDIDATES)
+            and _section_ok(data.get("prefetch"), data.get("prefetch_seconds"),
+                            PREFETCH_GROUPS, _ON_OFF)):
+        return None
+    if not data["choices"] and not data["prefetch"]:
         return None
     return data
 
 
+def _timed(entry, names, n, values):
+    """({name: value}, {name: {value: seconds}}) of what entry(out, how, sec, i, n)
+    reports for each of names, or None unless every one was timed by this process."""
+    out, how = ffi.new("int *"), ffi.new("int *")
+    sec = ffi.new("double[]", n)
+    choices, seconds = {}, {}
+    for i, name in enumerate(names):
+        check(entry(out, how, sec, i, n), "kernel_choices")
+        if how[0] != lib.BC_CHOSEN_TIMED:
+            return None  # forced, one candidate, or cached: nothing measured worth keeping
+        choices[name] = values[out[0]]
+        seconds[name] = {values[k]: float(sec[k]) for k in range(n) if sec[k] > 0}
+    return choices, seconds
+
+
 def _save_cache() -> None:
     """Write this process's measured choices to the cache (quietly skipped when the
-    directory cannot be written: the cache only saves the next process a few ms)."""
+    directory cannot be written: the cache only saves the next process a few ms).
+    A section this process did not measure keeps the file's (when valid)."""
     path = kernel_cache_path()
     if path is None:
         return
-    isa, how = ffi.new("int *"), ffi.new("int *")
-    sec = ffi.new("double[]", len(ISAS))
-    choices, seconds = {}, {}
-    for f, name in enumerate(FAMILIES):
-        check(lib.bc_kernel_choice(isa, how, sec, f, len(ISAS)), "kernel_choices")
-        if how[0] != lib.BC_CHOSEN_TIMED:
-            return  # forced, or one candidate: nothing measured worth keeping
-        choices[name] = ISAS[isa[0]]
-        seconds[name] = {ISAS[i]: float(sec[i]) for i in range(len(ISAS)) if sec[i] > 0}
+    families = _timed(lib.bc_kernel_choice, FAMILIES, len(ISAS), ISAS)
+    prefetch = _timed(lib.bc_prefetch_choice, PREFETCH_GROUPS, 2, _ON_OFF)
+    if families is None and prefetch is None:
+        return
+    old = _read_cache(path) or {}
+    if families is None:
+        families = old.get("choices", {}), old.get("seconds", {})
+    if prefetch is None:
+        prefetch = old.get("prefetch", {}), old.get("prefetch_seconds", {})
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         _files.write_json(path, {"format": _CACHE_FORMAT, "key": _cache_key(),
-                                 "choices": choices, "seconds": seconds}, indent=1)
+                                 "choices": families[0], "seconds": families[1],
+                                 "prefetch": prefetch[0], "prefetch_seconds": prefetch[1]},
+                          indent=1)
     except (OSError, ValueError):
         pass
 
 
+def _keep_seconds(data: dict, key: str, names, values) -> None:
+    """The cached probe times of names (data[key]: {name: {one of values: seconds}})
+    for kernel_choices to report."""
+    for name in names:
+        s = data[key].get(name)
+        if isinstance(s, dict):
+            _cached_seconds[name] = {k: float(v) for k, v in s.items()
+                                     if k in values and isinstance(v, (int, float))}
+
+
 def _load_choices() -> None:
     """At import: install the cached choices when the cache is valid; else measure
-    now (unless an instruction set is forced or there is one candidate) and save."""
+    now what is to be chosen (the families' variants unless an instruction set is
+    forced or there is one candidate; the prefetch groups' modes unless a mode is
+    forced or the CPU has no FMA kernels) and save."""
     out = ffi.new("int *")
     check(lib.bc_get_isa(out), "get_isa")
-    if out[0] != lib.BC_ISA_AUTO or best_isa() != "avx512":
-        return  # forced (nothing to choose), or at most one FMA instruction set
+    isa_todo = out[0] == lib.BC_ISA_AUTO and best_isa() == "avx512"
+    check(lib.bc_get_prefetch(out), "get_prefetch")
+    pf_todo = out[0] == lib.BC_PREFETCH_AUTO and best_isa() != "generic"
+    if not isa_todo and not pf_todo:
+        return  # forced, or nothing to choose between
     path = kernel_cache_path()
     data = _read_cache(path) if path else None
-    if data is not None:
-        ok = all(lib.bc_set_kernel_choice(f, ISAS.index(data["choices"][name])) == 0
-                 for f, name in enumerate(FAMILIES))
-        if ok:
-            for name in FAMILIES:
-                s = data["seconds"].get(name)
-                if isinstance(s, dict):
-                    _cached_seconds[name] = {k: float(v) for k, v in s.items()
-                                             if k in ISAS and isinstance(v, (int, float))}
-            return
-        check(lib.bc_tune_kernels(), "tune_kernels")  # a half-installed cache: measure all
-    _save_cache()  # bc_kernel_choice measures what is not chosen yet
+    measure = False
+    if isa_todo:
+        if data is not None and data["choices"]:
+            ok = all(lib.bc_set_kernel_choice(f, ISAS.index(data["choices"][name])) == 0
+                     for f, name in enumerate(FAMILIES))
+            if ok:
+                _keep_seconds(data, "seconds", FAMILIES, ISAS)
+            else:
+                check(lib.bc_tune_kernels(), "tune_kernels")  # a half-installed cache
+                measure = True
+        else:
+            measure = True
+    if pf_todo:
+        if data is not None and data["prefetch"]:
+            for g, name in enumerate(PREFETCH_GROUPS):
+                check(lib.bc_set_prefetch_choice(g, _ON_OFF.index(data["prefetch"][name])),
+                      "set_prefetch_choice")
+            _keep_seconds(data, "prefetch_seconds", PREFETCH_GROUPS, _ON_OFF)
+        else:
+            measure = True
+    if measure:
+        _save_cache()  # bc_kernel_choice, bc_prefetch_choice measure what is not chosen yet
 
 
 _load_choices()

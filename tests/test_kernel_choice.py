@@ -30,27 +30,35 @@ def restore_choices():
     runtime.set_isa(before)
 
 
+def _families():
+    """kernel_choices() of the kernel families (its prefetch groups: test_prefetch.py)."""
+    c = runtime.kernel_choices()
+    return {f: c[f] for f in runtime.FAMILIES}
+
+
 def test_every_family_reports_a_variant_and_why():
     c = runtime.kernel_choices()
-    assert list(c) == list(runtime.FAMILIES)
+    assert list(c) == list(runtime.FAMILIES + runtime.PREFETCH_GROUPS)
     assert len(runtime.FAMILIES) == lib.BC_NFAMILIES
+    c = _families()
     for name, v in c.items():
         assert v["variant"] in runtime.ISAS, name
         assert v["why"] in ("timed", "cached", "forced", "only candidate"), name
         if HAS_TWO and v["why"] in ("timed", "cached"):
             assert set(v["seconds"]) == {"avx2", "avx512"}, name
             assert all(0 < s < 0.1 for s in v["seconds"].values()), name
-    assert runtime.describe_choices().count("\n") == len(runtime.FAMILIES) - 1
+    assert (runtime.describe_choices().count("\n")
+            == len(runtime.FAMILIES) + len(runtime.PREFETCH_GROUPS) - 1)
 
 
 def test_forcing_an_isa_reports_it_for_every_family(restore_choices):
     runtime.set_isa("generic")
     assert runtime.get_isa() == "generic"
-    assert {v["variant"] for v in runtime.kernel_choices().values()} == {"generic"}
-    assert {v["why"] for v in runtime.kernel_choices().values()} == {"forced"}
+    assert {v["variant"] for v in _families().values()} == {"generic"}
+    assert {v["why"] for v in _families().values()} == {"forced"}
     runtime.set_isa("auto")
     assert runtime.get_isa() == "auto"
-    assert "forced" not in {v["why"] for v in runtime.kernel_choices().values()}
+    assert "forced" not in {v["why"] for v in _families().values()}
 
 
 @two_candidates
@@ -100,14 +108,14 @@ def cache_file(tmp_path, monkeypatch, restore_choices):
 def test_the_cache_is_written_whole_and_read_back(cache_file):
     runtime.tune_kernels()
     data = json.loads(cache_file.read_text())
-    assert data["format"] == 1 and data["key"] == runtime._cache_key()
+    assert data["format"] == 2 and data["key"] == runtime._cache_key()
     assert set(data["choices"]) == set(runtime.FAMILIES)
     assert not [p for p in os.listdir(cache_file.parent) if p != cache_file.name]  # no temp left
     # a cache that says avx2 everywhere is obeyed, and reported as cached
     data["choices"] = {f: "avx2" for f in runtime.FAMILIES}
     cache_file.write_text(json.dumps(data))
     runtime._load_choices()
-    c = runtime.kernel_choices()
+    c = _families()
     assert {v["variant"] for v in c.values()} == {"avx2"}
     assert {v["why"] for v in c.values()} == {"cached"}
 
@@ -117,11 +125,11 @@ def _corruptions(good):
     wrong_isa = dict(good, choices=dict(good["choices"], gemm="sse9"))
     generic = dict(good, choices=dict(good["choices"], gemm="generic"))  # never a candidate
     missing = dict(good, choices={k: v for k, v in good["choices"].items() if k != "gemm"})
-    return {"not json": b"{\"format\": 1, ", "binary": bytes(range(256)) * 4,
+    return {"not json": b"{\"format\": 2, ", "binary": bytes(range(256)) * 4,
             "a list": b"[1, 2, 3]", "wrong key": json.dumps(wrong_key).encode(),
             "wrong isa": json.dumps(wrong_isa).encode(), "generic": json.dumps(generic).encode(),
             "missing family": json.dumps(missing).encode(),
-            "old format": json.dumps(dict(good, format=0)).encode(),
+            "old format": json.dumps(dict(good, format=1)).encode(),
             "too large": b" " * 70000 + json.dumps(good).encode()}
 
 
@@ -134,7 +142,7 @@ def test_a_corrupt_cache_is_ignored_and_replaced(cache_file):
         assert runtime._read_cache(str(cache_file)) is None, what
         runtime._load_choices()  # measures again and rewrites the file
         assert runtime._read_cache(str(cache_file)) is not None, what
-        assert {v["why"] for v in runtime.kernel_choices().values()} == {"timed"}, what
+        assert {v["why"] for v in _families().values()} == {"timed"}, what
 
 
 @two_candidates
@@ -142,7 +150,7 @@ def test_a_cache_that_is_not_a_regular_file_is_ignored(cache_file):
     cache_file.mkdir()
     assert runtime._read_cache(str(cache_file)) is None
     runtime._load_choices()  # cannot write over a directory: quietly measured only
-    assert {v["why"] for v in runtime.kernel_choices().values()} == {"timed"}
+    assert {v["why"] for v in _families().values()} == {"timed"}
 
 
 def test_an_empty_setting_turns_the_cache_off(monkeypatch):
@@ -158,6 +166,7 @@ def test_a_fresh_process_uses_the_cache(tmp_path):
     path = tmp_path / "k.json"
     env = dict(os.environ, BLOCKC_KERNEL_CACHE=str(path))
     env.pop("BLOCKC_ISA", None)
+    env.pop("BLOCKC_PREFETCH", None)
     code = ("import blockc.runtime as r; import json; "
             "print(json.dumps({k: v['why'] for k, v in r.kernel_choices().items()}))")
     whys = []

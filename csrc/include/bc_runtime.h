@@ -89,6 +89,62 @@ int bc_tune_kernels(void);
  * (family, isa; seconds < 0, > 1 or NaN). */
 int bc_tune_handicap(int family, int isa, double seconds);
 
+/* Software prefetch in integer decoding (up to 3 rows of x on the integer
+ * formats). Prefetching a block's bytes 8 KiB ahead (prefetchnta) speeds
+ * some formats up on some CPUs and slows others down (AMD Zen 4, one thread
+ * from memory: q4_ki 1.55x faster without; AMD Zen 5: 1.6x faster with), and
+ * changes no bit of any result. The formats are in two groups, each with the
+ * mode compiled as its default:
+ *   BC_PF_GROUP_FORWARD  q4_ki, q5_ki, q6_ki, iq4_xsi (super-blocks read
+ *                        forward): no prefetch by default;
+ *   BC_PF_GROUP_BLOCKS   q8_0i, q4_0i, q5_0i, iq4_nli, q4_1i, q5_1i, q2_ki,
+ *                        q3_ki: prefetch by default.
+ * BC_PREFETCH_AUTO (the default) runs each group's measured mode: at the
+ * first integer decoding (or bc_prefetch_choice) a group not chosen yet is
+ * timed once, a decoding product from memory with prefetch on and off in
+ * alternating rounds, and keeps its default unless the other mode is at
+ * least 5% faster. BLOCKC_PREFETCH=auto|default|on|off in the environment
+ * (read once, at the first use) or bc_set_prefetch forces a mode on every
+ * group: default (the compiled split, never timed), on, off. */
+#define BC_PREFETCH_AUTO 0
+#define BC_PREFETCH_DEFAULT 1
+#define BC_PREFETCH_ON 2
+#define BC_PREFETCH_OFF 3
+#define BC_PF_GROUP_FORWARD 0
+#define BC_PF_GROUP_BLOCKS 1
+#define BC_NPF_GROUPS 2
+
+/* Force a prefetch mode (BC_PREFETCH_*) on integer decoding from now on, or
+ * BC_PREFETCH_AUTO: each group its measured mode. BC_EOPTION if unknown. */
+int bc_set_prefetch(int mode);
+
+/* *mode = the prefetch mode forced now (BC_PREFETCH_*), or BC_PREFETCH_AUTO. */
+int bc_get_prefetch(int *mode);
+
+/* Whether group `group` (BC_PF_GROUP_*) prefetches now: *on (1 or 0), *how
+ * (BC_CHOSEN_*: TIMED, GIVEN, FORCED, or WIDEST: the default kept, nothing to
+ * time on this CPU and build), and seconds[0], seconds[1] (n_seconds >= 2; or
+ * seconds NULL) the time its probe took without and with prefetch when last
+ * measured (0: not measured). Asking measures the group when it is not
+ * chosen yet and no mode is forced (tens of milliseconds, once per process).
+ * BC_ENULL, BC_EOPTION (group), BC_ESIZE (n_seconds). */
+int bc_prefetch_choice(int *on, int *how, double *seconds, int group, size_t n_seconds);
+
+/* Run group `group` with prefetch on (1) or off (0) from now on when no mode
+ * is forced (how: BC_CHOSEN_GIVEN): a choice measured before, e.g. cached.
+ * BC_EOPTION (group, on). */
+int bc_set_prefetch_choice(int group, int on);
+
+/* Measure every group again now and keep the faster mode (how:
+ * BC_CHOSEN_TIMED). BC_ENOMEM when the probe's memory cannot be had (the
+ * choices are then unchanged). */
+int bc_tune_prefetch(void);
+
+/* A test's handle on the prefetch choice: from now on the probe of group
+ * `group` with prefetch `on` (1 or 0) takes `seconds` longer (spinning; 0
+ * removes it). BC_EOPTION (group, on; seconds < 0, > 1 or NaN). */
+int bc_prefetch_handicap(int group, int on, double seconds);
+
 /* Advise the system that the whole pages inside [p, p + bytes) (memory a
  * caller has allocated and not written yet: an output about to be written
  * once) be backed by small pages rather than transparent huge pages. Linux:

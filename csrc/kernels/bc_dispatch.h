@@ -55,7 +55,15 @@ typedef struct {
     size_t n, c, oc;
     int wf;                      /* BC_WF_* */
     int act;                     /* BC_ACT_* or BC_ACT_NONE */
+    int pf;                      /* integer decoding's software prefetch: BC_GEMM_PF_* */
 } bc_gemm;
+
+/* bc_gemm's pf: what the integer formats' decoding (up to BC_ROWS_MAX rows:
+ * xq_part) does about software prefetch (bc_runtime.h's BC_PREFETCH_*; the
+ * same bits either way). Prompts (more rows) and other layouts ignore it. */
+#define BC_GEMM_PF_DEFAULT 0     /* the format's compiled default (fast_intdot.h's fk_prefetches) */
+#define BC_GEMM_PF_ON 1
+#define BC_GEMM_PF_OFF 2
 
 /* Rows of A the backward's product packs at once when A's rows are columns of
  * a (dw = dy^T x): a multiple of MR is used, at least MR on every ISA. */

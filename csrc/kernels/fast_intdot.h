@@ -254,6 +254,15 @@ static inline int fk_prefetches(int fk)
     return !(fk == FK_Q4K || fk == FK_Q5K || fk == FK_Q6K || fk == FK_IQ4XS);
 }
 
+/* Whether decoding prefetches format fk's blocks in a product whose bc_gemm
+ * asks pf (BC_GEMM_PF_*): the mode the runtime chose for the format's group
+ * (csrc/runtime/prefetch.c: timed per CPU, since the split above is Zen 4's
+ * and Zen 5 wants the opposite for q4_ki), or the default above. */
+static inline int fk_decode_prefetches(int fk, int pf)
+{
+    return pf == BC_GEMM_PF_ON ? 1 : pf == BC_GEMM_PF_OFF ? 0 : fk_prefetches(fk);
+}
+
 static inline int fk_dtype(int fk)
 {
     return fk == FK_Q4 ? BC_DTYPE_Q4_0I : fk == FK_Q5 ? BC_DTYPE_Q5_0I

@@ -565,9 +565,9 @@ BC_INLINE void Q8I_FN(q8i_where)(const int fk, const int NP, const bc_gemm *g, s
 #if BC_SIMD == 512 || BC_SIMD == 256
 /* Block b of the format fk (q4_ki, q6_ki: super-block b) into f, as q8i_block
  * (s16: q6_ki's half sums of the rows of x, times -32; xm: q4_ki's and q5_ki's
- * m, both after s in a row) */
+ * m, both after s in a row; pf: prefetch ahead, with NB == 1) */
 BC_INLINE Q8I_TARGET void Q8I_FN(int_block)(const int fk, const int mr, const int NB,
-                                            const int spl, V *f, size_t fs,
+                                            const int spl, const int pf, V *f, size_t fs,
                                             const unsigned char *const *blk,
                                             const int8_t *const *xr, const float *const *xd,
                                             const int32_t *const *xs,
@@ -575,11 +575,12 @@ BC_INLINE Q8I_TARGET void Q8I_FN(int_block)(const int fk, const int mr, const in
                                             const float *const *xm, size_t b)
 {
     /* decoding: a block's bytes INT_AHEAD on (the tile reads memory in order; an
-     * address, not a pointer: past the matrix's end it names nothing). Not the
-     * formats whose blocks are read forward (fk_prefetches): q5_ki (h before u),
-     * for one, the hardware prefetcher alone streams at 2.2x the rate it reaches
-     * with these (issue 51, AMD Zen 4). */
-    if (NB == 1 && fk_prefetches(fk)) {
+     * address, not a pointer: past the matrix's end it names nothing), when pf
+     * says so (fk_decode_prefetches): by default not the formats whose blocks
+     * are read forward (fk_prefetches): q5_ki (h before u), for one, the
+     * hardware prefetcher alone streams at 2.2x the rate it reaches with these
+     * (issue 51, AMD Zen 4). */
+    if (NB == 1 && pf) {
         const size_t bb = fk_block_bytes(fk);
         for (size_t o = 0; o < bb; o += 64)
             __builtin_prefetch((const void *)((uintptr_t)blk[0] + INT_AHEAD + o), 0, 0);
@@ -631,6 +632,8 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int fk, const int gemm, const i
         s16[i] = (const int32_t *)(x0 + (size_t)i * rb + nb * 40);  /* (q6_ki's, q2_ki's, q3_ki's rows only) */
         xm[i] = (const float *)(x0 + (size_t)i * rb + nb * 40);     /* (q4_ki's, q5_ki's) */
     }
+    /* the GEMM's tile keeps the format's default; decoding's is the product's */
+    const int pf = gemm ? fk_prefetches(fk) : fk_decode_prefetches(fk, g->pf);
     V f[QR * QP * VPP];  /* row i, panel q, vector h at f[i * QP * VPP + q * VPP + h] */
     BC_UNROLL
     for (int i = 0; i < mr; i++)
@@ -643,18 +646,20 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int fk, const int gemm, const i
             BC_UNROLL
             for (int q = 0; q < NP; q++)
                 blk[q] = org[q] + b * st[q];
-            Q8I_FN(int_block)(fk, mr, NP, 0, f, QP * VPP, blk, xr, xd, xs, s16, xm, b);
+            Q8I_FN(int_block)(fk, mr, NP, 0, pf, f, QP * VPP, blk, xr, xd, xs, s16, xm, b);
         } else if (mr == 1 && fk_x_blocks(fk) == 1) {
             BC_UNROLL
             for (int q = 0; q < NP; q++) {
                 const unsigned char *blk = org[q] + b * st[q];
-                Q8I_FN(int_block)(fk, mr, 1, Q8I_SPLIT, f + q * VPP, QP * VPP, &blk, xr, xd, xs, s16, xm, b);
+                Q8I_FN(int_block)(fk, mr, 1, Q8I_SPLIT, pf, f + q * VPP, QP * VPP, &blk, xr, xd,
+                                  xs, s16, xm, b);
             }
         } else {  /* the panels of one run: their blocks b side by side */
             const unsigned char *blk = org[0] + b * st[0];
             BC_NO_UNROLL
             for (size_t q = 0; q < np; q++, blk += bb)
-                Q8I_FN(int_block)(fk, mr, 1, Q8I_SPLIT, f + q * VPP, QP * VPP, &blk, xr, xd, xs, s16, xm, b);
+                Q8I_FN(int_block)(fk, mr, 1, Q8I_SPLIT, pf, f + q * VPP, QP * VPP, &blk, xr, xd,
+                                  xs, s16, xm, b);
         }
     }
     for (int i = 0; i < mr; i++)

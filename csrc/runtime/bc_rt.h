@@ -84,4 +84,22 @@ const bc_kernel_table *bc_rt_table_of(int isa);
  * table, measuring the families not chosen yet first (tune.c). Never NULL. */
 const bc_kernel_table *bc_rt_auto_table(void);
 
+/* Evict [p, p + bytes) from every cache level (x86's clflush; elsewhere
+ * nothing), so that the next reads come from memory, as a model's weights
+ * do (tune.c). */
+void bc_rt_evict(const void *p, size_t bytes);
+
+/* The calling thread's CPU time in seconds (else a monotonic clock): what a
+ * probe takes, not what a neighbour on the core takes from it (tune.c). */
+double bc_rt_cpu_seconds(void);
+
+/* ---- integer decoding's software prefetch (prefetch.c) ---- */
+
+/* The bc_gemm pf (BC_GEMM_PF_*) a decoding product of dtype's weights on kt's
+ * kernels runs with now: the forced mode (bc_set_prefetch, BLOCKC_PREFETCH),
+ * else its group's choice, timed first (once) if not chosen yet;
+ * BC_GEMM_PF_DEFAULT for a format outside the groups. Call it before a
+ * product's threads start (it may time a probe on the calling thread). */
+int bc_rt_prefetch(const bc_kernel_table *kt, int dtype);
+
 #endif

@@ -317,11 +317,86 @@ static void outbuf_checks(void)
     EXPECT(blocks == 0 && bytes == 0);
 }
 
+/* Integer decoding's software prefetch (prefetch.c): arguments refused,
+ * forced modes reported for every group, a given choice installed, a timed
+ * one, and a deliberately slow mode not chosen. */
+static void prefetch_checks(void)
+{
+    int start = -1, mode = -1, on = -1, how = -1, best = 0;
+    double sec[2];
+    EXPECT_STATUS(BC_OK, bc_best_isa(&best));
+    EXPECT_STATUS(BC_ENULL, bc_get_prefetch(NULL));
+    EXPECT_STATUS(BC_OK, bc_get_prefetch(&start));
+    EXPECT(start >= BC_PREFETCH_AUTO && start <= BC_PREFETCH_OFF);
+    const int bad[] = {-1, 4, 99, INT_MIN, INT_MAX};
+    for (int i = 0; i < 5; i++)
+        EXPECT_STATUS(BC_EOPTION, bc_set_prefetch(bad[i]));
+    EXPECT_STATUS(BC_OK, bc_get_prefetch(&mode));
+    EXPECT(mode == start);  /* a refused setting changes nothing */
+    EXPECT_STATUS(BC_ENULL, bc_prefetch_choice(NULL, &how, sec, 0, 2));
+    EXPECT_STATUS(BC_ENULL, bc_prefetch_choice(&on, NULL, sec, 0, 2));
+    EXPECT_STATUS(BC_EOPTION, bc_prefetch_choice(&on, &how, sec, -1, 2));
+    EXPECT_STATUS(BC_EOPTION, bc_prefetch_choice(&on, &how, sec, BC_NPF_GROUPS, 2));
+    EXPECT_STATUS(BC_ESIZE, bc_prefetch_choice(&on, &how, sec, 0, 1));
+    EXPECT_STATUS(BC_EOPTION, bc_set_prefetch_choice(-1, 1));
+    EXPECT_STATUS(BC_EOPTION, bc_set_prefetch_choice(BC_NPF_GROUPS, 1));
+    EXPECT_STATUS(BC_EOPTION, bc_set_prefetch_choice(0, 2));
+    EXPECT_STATUS(BC_EOPTION, bc_set_prefetch_choice(0, -1));
+    EXPECT_STATUS(BC_EOPTION, bc_prefetch_handicap(BC_NPF_GROUPS, 0, 0.0));
+    EXPECT_STATUS(BC_EOPTION, bc_prefetch_handicap(-1, 0, 0.0));
+    EXPECT_STATUS(BC_EOPTION, bc_prefetch_handicap(0, 2, 0.0));
+    EXPECT_STATUS(BC_EOPTION, bc_prefetch_handicap(0, 0, -1.0));
+    EXPECT_STATUS(BC_EOPTION, bc_prefetch_handicap(0, 0, 2.0));
+    EXPECT_STATUS(BC_EOPTION, bc_prefetch_handicap(0, 0, NAN));
+
+    for (int m = BC_PREFETCH_DEFAULT; m <= BC_PREFETCH_OFF; m++) {  /* forced: every group */
+        EXPECT_STATUS(BC_OK, bc_set_prefetch(m));
+        EXPECT_STATUS(BC_OK, bc_get_prefetch(&mode));
+        EXPECT(mode == m);
+        for (int g = 0; g < BC_NPF_GROUPS; g++) {
+            EXPECT_STATUS(BC_OK, bc_prefetch_choice(&on, &how, NULL, g, 0));
+            const int want = m == BC_PREFETCH_ON ? 1 : m == BC_PREFETCH_OFF ? 0
+                           : g == BC_PF_GROUP_BLOCKS;  /* the compiled split */
+            EXPECT(on == want && how == BC_CHOSEN_FORCED);
+        }
+    }
+    EXPECT_STATUS(BC_OK, bc_set_prefetch(BC_PREFETCH_AUTO));
+    for (int g = 0; g < BC_NPF_GROUPS; g++) {
+        EXPECT_STATUS(BC_OK, bc_prefetch_choice(&on, &how, sec, g, 2));
+        EXPECT(on == 0 || on == 1);
+        EXPECT(how == BC_CHOSEN_TIMED || how == BC_CHOSEN_WIDEST || how == BC_CHOSEN_GIVEN);
+        for (int v = 0; v < 2; v++) {
+            EXPECT_STATUS(BC_OK, bc_set_prefetch_choice(g, v));
+            EXPECT_STATUS(BC_OK, bc_prefetch_choice(&on, &how, NULL, g, 0));
+            EXPECT(on == v && how == BC_CHOSEN_GIVEN);
+        }
+    }
+    EXPECT_STATUS(BC_OK, bc_tune_prefetch());
+    if (best >= BC_ISA_AVX2) {  /* something to time: the probe decides */
+        const int g = BC_PF_GROUP_FORWARD;
+        EXPECT_STATUS(BC_OK, bc_prefetch_choice(&on, &how, sec, g, 2));
+        EXPECT(how == BC_CHOSEN_TIMED && sec[0] > 0.0 && sec[1] > 0.0);
+        /* a floor on the slow mode's time well above either's (see choice_checks) */
+        double h = (sec[0] > sec[1] ? sec[0] : sec[1]) * 8.0 + 0.002;
+        if (h > 1.0)
+            h = 1.0;
+        for (int slow = 0; slow < 2; slow++) {
+            EXPECT_STATUS(BC_OK, bc_prefetch_handicap(g, slow, h));
+            EXPECT_STATUS(BC_OK, bc_tune_prefetch());
+            EXPECT_STATUS(BC_OK, bc_prefetch_choice(&on, &how, sec, g, 2));
+            EXPECT(on != slow && how == BC_CHOSEN_TIMED && sec[slow] >= h && sec[on] < h);
+            EXPECT_STATUS(BC_OK, bc_prefetch_handicap(g, slow, 0.0));
+        }
+    }
+    EXPECT_STATUS(BC_OK, bc_set_prefetch(start));
+}
+
 void test_runtime(void)
 {
     settings_checks();
     pages_checks();
     outbuf_checks();
     choice_checks();
+    prefetch_checks();
     determinism_checks();
 }

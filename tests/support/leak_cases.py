@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 
 # cases that take milliseconds a call (bc_tune_kernels times every kernel
 # family): at most this many calls, in the test and in benches/leaks.py
-CALL_CAP = {"bc_tune_kernels": 40}
+CALL_CAP = {"bc_tune_kernels": 40, "bc_tune_prefetch": 20}
 
 
 def c_entry_points():
@@ -172,6 +172,42 @@ def _cases():
     @case("bc_tune_kernels")
     def _():
         return alternate(lambda: lib.bc_tune_kernels(), lambda: lib.bc_tune_handicap(0, 1, -1.0))
+
+    @case("bc_set_prefetch")
+    def _():
+        out = ffi.new("int *")
+        lib.bc_get_prefetch(out)
+        mode = out[0]
+        return alternate(lambda: lib.bc_set_prefetch(mode), lambda: lib.bc_set_prefetch(99))
+
+    @case("bc_get_prefetch")
+    def _():
+        out = ffi.new("int *")
+        return alternate(lambda: lib.bc_get_prefetch(out), lambda: lib.bc_get_prefetch(ffi.NULL))
+
+    @case("bc_prefetch_choice")
+    def _():
+        on, how, sec = ffi.new("int *"), ffi.new("int *"), ffi.new("double[2]")
+        return alternate(lambda: lib.bc_prefetch_choice(on, how, sec, 0, 2),
+                         lambda: lib.bc_prefetch_choice(on, how, sec, 99, 2))
+
+    @case("bc_set_prefetch_choice")
+    def _():
+        on, how = ffi.new("int *"), ffi.new("int *")
+        lib.bc_prefetch_choice(on, how, ffi.NULL, 0, 0)
+        chosen = on[0]
+        return alternate(lambda: lib.bc_set_prefetch_choice(0, chosen),
+                         lambda: lib.bc_set_prefetch_choice(0, 99))
+
+    @case("bc_tune_prefetch")
+    def _():
+        return alternate(lambda: lib.bc_tune_prefetch(),
+                         lambda: lib.bc_prefetch_handicap(0, 1, -1.0))
+
+    @case("bc_prefetch_handicap")
+    def _():
+        return alternate(lambda: lib.bc_prefetch_handicap(0, 1, 0.0),
+                         lambda: lib.bc_prefetch_handicap(99, 1, 0.0))
 
     @case("bc_tune_handicap")
     def _():
