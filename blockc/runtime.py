@@ -51,7 +51,7 @@ ISAS = ("generic", "avx2", "avx512")
 """The instruction sets, in the order of the C library's BC_ISA_* numbers."""
 AUTO = "auto"
 FAMILIES = ("gemm", "decode_f32", "decode_bf16", "decode_q8_0", "decode_rows", "attention",
-            "elementwise", "decode_q8_0i", "decode_bf16i")
+            "elementwise", "decode_q8_0i", "decode_bf16i", "decode_q4_ki")
 """The kernel families whose variants are chosen by timing, in BC_FAMILY_* order."""
 _HOW = ("only candidate", "timed", "cached", "forced")
 PREFETCH_MODES = ("auto", "default", "on", "off")

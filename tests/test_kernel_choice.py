@@ -1,6 +1,7 @@
 """Kernel variants chosen by timing (blockc.runtime.kernel_choices, csrc/runtime/tune.c):
 the slower variant is not chosen, the cache is validated, and every choice gives the
 same bits."""
+import itertools
 import json
 import os
 import subprocess
@@ -63,8 +64,8 @@ def test_forcing_an_isa_reports_it_for_every_family(restore_choices):
 
 @two_candidates
 @pytest.mark.parametrize("slow", ["avx512", "avx2"])
-@pytest.mark.parametrize("family", ["decode_q8_0", "decode_q8_0i", "decode_bf16i", "gemm",
-                                    "attention"])
+@pytest.mark.parametrize("family", ["decode_q8_0", "decode_q8_0i", "decode_bf16i", "decode_q4_ki",
+                                    "gemm", "attention"])
 def test_a_deliberately_slow_variant_is_not_chosen(restore_choices, family, slow):
     runtime.set_isa("auto")
     f = runtime.FAMILIES.index(family)
@@ -237,13 +238,15 @@ def test_every_mix_of_variants_gives_the_same_bits(restore_choices):
 @two_candidates
 def test_k_quant_integer_prompts_give_the_same_bits_on_either_family_variant(restore_choices):
     """q4_ki and q6_ki prompts (xq_gemm) run decode_q8_0i's variant, the float GEMM's
-    apart (issue 51): every pair of the two families' variants, at 1 and 2 threads,
-    gives the all-AVX-512 logits of a prompt and of its KV-cache steps bit for bit."""
+    apart, and q4_ki's decoding decode_q4_ki's (issue 51): every triple of the three
+    families' variants, at 1 and 2 threads, gives the all-AVX-512 logits of a prompt and
+    of its KV-cache steps bit for bit (a row rounded by one variant, multiplied by another)."""
     cfg = blockc.GPTConfig(vocab=300, context=64, width=256, heads=2, layers=1, kv_heads=1,
                            d_ff=256, tie_weights=True, norm="rms", activation="swiglu",
                            positions="rope", qkv_bias=False, out_bias=False, mlp_bias=False)
     ids = np.random.default_rng(3).integers(0, 300, size=(2, 24))
     gemm, q8i = runtime.FAMILIES.index("gemm"), runtime.FAMILIES.index("decode_q8_0i")
+    q4k = runtime.FAMILIES.index("decode_q4_ki")
     for dtype in ("q4_ki", "q6_ki"):
         m = blockc.GPT.random(cfg, seed=4, dtype=dtype)
         runtime.set_isa("avx512")
@@ -252,16 +255,16 @@ def test_k_quant_integer_prompts_give_the_same_bits_on_either_family_variant(res
         assert np.array_equal(ref_full[:, -4:], ref_steps), dtype
         runtime.set_isa("auto")
         try:
-            for a in (1, 2):
-                for b in (1, 2):
-                    for f in range(lib.BC_NFAMILIES):
-                        assert lib.bc_set_kernel_choice(f, 2) == 0
-                    assert lib.bc_set_kernel_choice(gemm, a) == 0
-                    assert lib.bc_set_kernel_choice(q8i, b) == 0
-                    for th in (1, 2):
-                        blockc.set_num_threads(th)
-                        full, steps = _prompt_and_steps(m, ids)
-                        assert np.array_equal(full, ref_full), (dtype, a, b, th)
-                        assert np.array_equal(steps, ref_steps), (dtype, a, b, th)
+            for a, b, c in itertools.product((1, 2), repeat=3):
+                for f in range(lib.BC_NFAMILIES):
+                    assert lib.bc_set_kernel_choice(f, 2) == 0
+                assert lib.bc_set_kernel_choice(gemm, a) == 0
+                assert lib.bc_set_kernel_choice(q8i, b) == 0
+                assert lib.bc_set_kernel_choice(q4k, c) == 0
+                for th in (1, 2):
+                    blockc.set_num_threads(th)
+                    full, steps = _prompt_and_steps(m, ids)
+                    assert np.array_equal(full, ref_full), (dtype, a, b, c, th)
+                    assert np.array_equal(steps, ref_steps), (dtype, a, b, c, th)
         finally:
             blockc.set_num_threads(0)

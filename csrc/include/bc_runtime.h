@@ -35,9 +35,10 @@ extern "C" {
 #define BC_FAMILY_DECODE_ROWS 4  /* ... on a caller's row-major float32 weights */
 #define BC_FAMILY_ATTENTION 5    /* attention: prompts, decoding, backward */
 #define BC_FAMILY_ELEMENTWISE 6  /* activations, SwiGLU, additions, their backward, cross-entropy, AdamW */
-#define BC_FAMILY_DECODE_Q8_0I 7 /* up to 3 rows on q8_0i, q4_0i, q5_0i, q4_ki, q6_ki, q5_ki, iq4_nli, iq4_xsi, q2_ki, q3_ki (integer dot products), and their prompts */
+#define BC_FAMILY_DECODE_Q8_0I 7 /* up to 3 rows on q8_0i, q4_0i, q5_0i, q6_ki, q5_ki, iq4_nli, iq4_xsi, q2_ki, q3_ki (integer dot products), and the prompts of these and q4_ki */
 #define BC_FAMILY_DECODE_BF16I 8 /* ... on bfloat16i (bfloat16 dot products), and its prompts */
-#define BC_NFAMILIES 9
+#define BC_FAMILY_DECODE_Q4_KI 9 /* up to 3 rows on q4_ki (its prompts: DECODE_Q8_0I's) */
+#define BC_NFAMILIES 10
 
 /* Why a family runs the variant it runs (bc_kernel_choice). */
 #define BC_CHOSEN_WIDEST 0  /* one candidate only (or timing impossible): the widest */

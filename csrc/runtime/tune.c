@@ -62,8 +62,8 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- state (guarded by g_mu; g_auto published for the fast path) -------- */
 
-static int g_choice[BC_NFAMILIES] = {-1, -1, -1, -1, -1, -1, -1, -1, -1};  /* -1: not chosen yet */
-_Static_assert(BC_NFAMILIES == 9, "g_choice: one -1 per family");
+static int g_choice[BC_NFAMILIES] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1};  /* -1: not chosen yet */
+_Static_assert(BC_NFAMILIES == 10, "g_choice: one -1 per family");
 static int g_how[BC_NFAMILIES];
 static double g_sec[BC_NFAMILIES][BC_NISAS];
 static double g_handicap[BC_NFAMILIES][BC_NISAS];
@@ -148,10 +148,21 @@ static void take(bc_kernel_table *t, const bc_kernel_table *src, int f)
         const size_t n = bf ? 1 : sizeof integer / sizeof integer[0];
         for (size_t k = 0; k < n; k++) {
             const int wf = BC_WF_PANEL(dts[k]);
-            t->wf[wf].xq_part = src->wf[wf].xq_part;
+            if (dts[k] != BC_DTYPE_Q4_KI)  /* q4_ki's decoding: a family of its own */
+                t->wf[wf].xq_part = src->wf[wf].xq_part;
             t->wf[wf].xq_gemm = src->wf[wf].xq_gemm;
             t->wf[wf].xq_rows = src->wf[wf].xq_rows;
         }
+        break;
+    }
+    case BC_FAMILY_DECODE_Q4_KI: {
+        /* q4_ki's decoding alone (its x rounded as every variant rounds it: the
+         * bytes of bc_xq_row_bytes are the format's, not the instruction set's).
+         * On an AMD Zen 4 its AVX2 decoder streams a model from memory 1.28x
+         * as fast as its AVX-512 one, where q5_ki's, q6_ki's and iq4_xsi's are
+         * faster on AVX-512 (benches/ab_products.py, issue 51) */
+        const int wf = BC_WF_PANEL(BC_DTYPE_Q4_KI);
+        t->wf[wf].xq_part = src->wf[wf].xq_part;
         break;
     }
     case BC_FAMILY_ATTENTION:
@@ -240,6 +251,8 @@ typedef struct {
 _Static_assert((P_QN / 32) * (P_QNO / BC_PANEL) + (2048 / 32) * (1024 / BC_PANEL) <=
                    (2048 / 32) * (2048 / BC_PANEL),
                "q8_0's two probe matrices fit one region");
+_Static_assert((size_t)2048 * (2048 / 256) * 160 <= P_WBYTES,
+               "q4_ki's probe matrix (144 bytes a 256-value block, with room) fits one region");
 #define P_XF ((size_t)P_EW > 3 * (size_t)P_TK * P_DH ? (size_t)P_EW : 3 * (size_t)P_TK * P_DH)
 
 static size_t probe_scratch(int nc, const int *c)
@@ -300,7 +313,7 @@ static size_t family_regions(int f)
 {
     switch (f) {
     case BC_FAMILY_DECODE_F32: case BC_FAMILY_DECODE_BF16: case BC_FAMILY_DECODE_Q8_0:
-    case BC_FAMILY_DECODE_ROWS: case BC_FAMILY_DECODE_BF16I:
+    case BC_FAMILY_DECODE_ROWS: case BC_FAMILY_DECODE_BF16I: case BC_FAMILY_DECODE_Q4_KI:
         return 1;
     case BC_FAMILY_DECODE_Q8_0I:
         return 2;
@@ -422,6 +435,16 @@ static void probe(int f, const bc_kernel_table *kt, probe_mem *p)
         kt->wf[w8].xq_part(&g8, xq, 0, 1, 0, 2048);
         kt->wf[w4].xq_part(&g4, xq, 0, 1, 0, 2048);
         probe_prompt(kt, BC_DTYPE_Q4_KI, p);
+        break;
+    }
+    case BC_FAMILY_DECODE_Q4_KI: {
+        /* one row rounded, then a 2048 x 2048 product (2.25 MiB of the region) */
+        const int wf = BC_WF_PANEL(BC_DTYPE_Q4_KI);
+        const bc_gemm g = {p->y, p->x, probe_weights(p), NULL, NULL, 1, 2048, 2048, wf,
+                           BC_ACT_NONE, BC_GEMM_PF_DEFAULT};
+        unsigned char *xq = (unsigned char *)p->scratch;
+        kt->wf[wf].xq_rows(xq, p->x, 1, 2048);
+        kt->wf[wf].xq_part(&g, xq, 0, 1, 0, 2048);
         break;
     }
     case BC_FAMILY_DECODE_BF16I: {
