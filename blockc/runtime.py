@@ -59,8 +59,8 @@ PREFETCH_MODES = ("auto", "default", "on", "off")
 measured mode, the compiled split, on for every format, off for every format."""
 PREFETCH_GROUPS = ("prefetch_forward", "prefetch_blocks")
 """The groups of integer formats whose decoding prefetches or not, in BC_PF_GROUP_* order:
-q4_ki, q5_ki, q6_ki, iq4_xsi (super-blocks read forward; compiled default off), and
-q8_0i, q4_0i, q5_0i, iq4_nli, q4_1i, q5_1i, q2_ki, q3_ki (compiled default on)."""
+the K-quant super-blocks read forward (compiled default off), and the other integer
+formats (compiled default on); csrc/runtime/prefetch.c's group_of names the members."""
 _PF_HOW = ("default", "timed", "cached", "forced")  # BC_CHOSEN_WIDEST: nothing to time
 _ON_OFF = ("off", "on")
 _CANDIDATES = ("avx2", "avx512")  # the variants a family chooses between (with FMA)

@@ -376,6 +376,18 @@ static void probe_prompt(const bc_kernel_table *kt, int dtype, probe_mem *p)
 }
 
 /* One probe of family f on kt. */
+/* A decoding product on rounded x: one row of 2048 values rounded (xq_rows),
+ * then its product by oc rows of dtype's weights from the next region. */
+static void probe_decode_xq(const bc_kernel_table *kt, int dtype, size_t oc, probe_mem *p)
+{
+    const int wf = BC_WF_PANEL(dtype);
+    const bc_gemm g = {p->y, p->x, probe_weights(p), NULL, NULL, 1, 2048, oc, wf, BC_ACT_NONE,
+                       BC_GEMM_PF_DEFAULT};
+    unsigned char *xq = (unsigned char *)p->scratch;
+    kt->wf[wf].xq_rows(xq, p->x, 1, 2048);
+    kt->wf[wf].xq_part(&g, xq, 0, 1, 0, oc);
+}
+
 static void probe(int f, const bc_kernel_table *kt, probe_mem *p)
 {
     switch (f) {
@@ -437,27 +449,13 @@ static void probe(int f, const bc_kernel_table *kt, probe_mem *p)
         probe_prompt(kt, BC_DTYPE_Q4_KI, p);
         break;
     }
-    case BC_FAMILY_DECODE_Q4_KI: {
-        /* one row rounded, then a 2048 x 2048 product (2.25 MiB of the region) */
-        const int wf = BC_WF_PANEL(BC_DTYPE_Q4_KI);
-        const bc_gemm g = {p->y, p->x, probe_weights(p), NULL, NULL, 1, 2048, 2048, wf,
-                           BC_ACT_NONE, BC_GEMM_PF_DEFAULT};
-        unsigned char *xq = (unsigned char *)p->scratch;
-        kt->wf[wf].xq_rows(xq, p->x, 1, 2048);
-        kt->wf[wf].xq_part(&g, xq, 0, 1, 0, 2048);
+    case BC_FAMILY_DECODE_Q4_KI:  /* 2.25 MiB of the region */
+        probe_decode_xq(kt, BC_DTYPE_Q4_KI, 2048, p);
         break;
-    }
-    case BC_FAMILY_DECODE_BF16I: {
-        /* one row rounded, then a 2048 x 1024 product (bfloat16's probe) */
-        const int wf = BC_WF_PANEL(BC_DTYPE_BF16I);
-        const bc_gemm g = {p->y, p->x, probe_weights(p), NULL, NULL, 1, 2048, 1024, wf,
-                           BC_ACT_NONE, BC_GEMM_PF_DEFAULT};
-        unsigned char *xq = (unsigned char *)p->scratch;
-        kt->wf[wf].xq_rows(xq, p->x, 1, 2048);
-        kt->wf[wf].xq_part(&g, xq, 0, 1, 0, 1024);
+    case BC_FAMILY_DECODE_BF16I:  /* bfloat16's product */
+        probe_decode_xq(kt, BC_DTYPE_BF16I, 1024, p);
         probe_prompt(kt, BC_DTYPE_BF16I, p);
         break;
-    }
     case BC_FAMILY_ATTENTION: {
         /* a KV cache of P_TK keys as decoding sees it (keys in transposed
          * tiles, values in rows): one query of P_NH heads, then a prompt's
