@@ -201,7 +201,7 @@ static void linear(float *y, const float *x, const void *w, int wf, const float 
     const bc_kernel_table *kt = cx->kt;
     /* decoding on an integer format: the software prefetch its group runs
      * (chosen here, before any thread starts: the first may time a probe) */
-    const int pf = kt->wf[wf].xq_part && n <= BC_ROWS_MAX && wf != BC_WF_ROWS
+    const int pf = kt->wf[wf].xq_part && n <= BC_ROWS_MAX  /* (never a caller's rows) */
                    ? bc_rt_prefetch(kt, BC_WF_DTYPE(wf)) : BC_GEMM_PF_DEFAULT;
     const bc_gemm g = {y, x, w, b, r, n, c, oc, wf, act, pf};
     const int nt = bc_rt_threads(cx, 2.0 * (double)n * (double)c * (double)oc,

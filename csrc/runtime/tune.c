@@ -158,9 +158,10 @@ static void take(bc_kernel_table *t, const bc_kernel_table *src, int f)
     case BC_FAMILY_DECODE_Q4_KI: {
         /* q4_ki's decoding alone (its x rounded as every variant rounds it: the
          * bytes of bc_xq_row_bytes are the format's, not the instruction set's).
-         * On an AMD Zen 4 its AVX2 decoder streams a model from memory 1.28x
-         * as fast as its AVX-512 one, where q5_ki's, q6_ki's and iq4_xsi's are
-         * faster on AVX-512 (benches/ab_products.py, issue 51) */
+         * On an AMD Zen 4 its AVX2 decoder streams a model from memory 1.5x
+         * as fast as its AVX-512 one on one thread, 1.3x on two, where q5_ki's,
+         * q6_ki's and iq4_xsi's are faster on AVX-512 (benches/ab_products.py,
+         * issue 51) */
         const int wf = BC_WF_PANEL(BC_DTYPE_Q4_KI);
         t->wf[wf].xq_part = src->wf[wf].xq_part;
         break;
@@ -375,7 +376,6 @@ static void probe_prompt(const bc_kernel_table *kt, int dtype, probe_mem *p)
     kt->wf[wf].xq_gemm(&g, xq, 0, P_GN, 0, P_GC);
 }
 
-/* One probe of family f on kt. */
 /* A decoding product on rounded x: one row of 2048 values rounded (xq_rows),
  * then its product by oc rows of dtype's weights from the next region. */
 static void probe_decode_xq(const bc_kernel_table *kt, int dtype, size_t oc, probe_mem *p)
@@ -388,6 +388,7 @@ static void probe_decode_xq(const bc_kernel_table *kt, int dtype, size_t oc, pro
     kt->wf[wf].xq_part(&g, xq, 0, 1, 0, oc);
 }
 
+/* One probe of family f on kt. */
 static void probe(int f, const bc_kernel_table *kt, probe_mem *p)
 {
     switch (f) {
