@@ -32,6 +32,12 @@ int bc_rt_ctx(bc_ctx *cx, size_t d_head);
  * context's count. */
 int bc_rt_threads(const bc_ctx *cx, double flops, double bytes);
 
+/* The calling thread's buffer for a prompt's quantised rows (linear.c), at
+ * least bytes, 64-byte aligned, or NULL: its own, apart from the scratch (a
+ * context's scratch stays where it is), grown when needed and kept (freed at
+ * thread exit). */
+void *bc_rt_xq_buffer(size_t bytes);
+
 /* Thread t's scratch (t < cx->threads). */
 static inline float *bc_rt_slice(const bc_ctx *cx, int t)
 {

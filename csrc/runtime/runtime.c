@@ -167,10 +167,10 @@ typedef struct {
     size_t n;
 } scratch_t;
 
-static BC_TLS scratch_t t_scratch;
+static BC_TLS scratch_t t_scratch, t_xq;  /* the kernels' scratch; a prompt's quantised rows */
 
 #ifdef BC_HAVE_PTHREAD
-static pthread_key_t g_key;
+static pthread_key_t g_key, g_xq_key;
 static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 
 static void scratch_free(void *arg)
@@ -181,7 +181,11 @@ static void scratch_free(void *arg)
     s->n = 0;
 }
 
-static void key_init(void) { (void)pthread_key_create(&g_key, scratch_free); }
+static void key_init(void)
+{
+    (void)pthread_key_create(&g_key, scratch_free);
+    (void)pthread_key_create(&g_xq_key, scratch_free);
+}
 #endif
 
 void *bc_rt_alloc64(size_t bytes)
@@ -220,10 +224,9 @@ int bc_advise_small_pages(void *p, size_t bytes)
     return BC_OK;
 }
 
-/* The calling thread's scratch, at least n floats, or NULL. */
-static float *scratch_get(size_t n)
+/* The calling thread's buffer s (t_scratch or t_xq), at least n floats, or NULL. */
+static float *buffer_get(scratch_t *s, size_t n)
 {
-    scratch_t *s = &t_scratch;
     if (s->n >= n && s->p)
         return s->p;
     if (n > SIZE_MAX / sizeof(float) / 2)
@@ -237,9 +240,16 @@ static float *scratch_get(size_t n)
     s->n = want;
 #ifdef BC_HAVE_PTHREAD
     pthread_once(&g_key_once, key_init);
-    pthread_setspecific(g_key, s);  /* frees the buffer at thread exit */
+    pthread_setspecific(s == &t_xq ? g_xq_key : g_key, s);  /* frees the buffer at thread exit */
 #endif
     return p;
+}
+
+static float *scratch_get(size_t n) { return buffer_get(&t_scratch, n); }
+
+void *bc_rt_xq_buffer(size_t bytes)
+{
+    return buffer_get(&t_xq, bytes / sizeof(float) + 1);
 }
 
 int bc_rt_ctx(bc_ctx *cx, size_t d_head)
