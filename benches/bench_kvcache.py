@@ -104,13 +104,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--no-peer", action="store_true", help="leave out llama.cpp's KL")
     args = ap.parse_args(argv)
+    if args.kv_heads < 1 or 8 % args.kv_heads or args.layers < 1:
+        ap.error("--kv-heads: a divisor of 8; --layers: at least 1")
     if args.threads:
         blockc.set_num_threads(args.threads)
     t0 = cpu_times()
     print(f"CPU: {cpu_name()}; load average {os.getloadavg()[0]:.2f} at the start; "
           f"blockc ISA {blockc.get_isa()}, {blockc.get_num_threads()} threads")
-    if args.kv_heads < 1 or 8 % args.kv_heads or args.layers < 1:
-        ap.error("--kv-heads: a divisor of 8; --layers: at least 1")
     cfg = GPTConfig(vocab=1024, context=args.context, width=512, heads=8, kv_heads=args.kv_heads,
                     layers=args.layers, d_ff=1024, norm="rms", activation="swiglu", positions="rope",
                     qkv_bias=False, out_bias=False, mlp_bias=False, tie_weights=False)
@@ -134,11 +134,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             best[d] = min(best[d], time.perf_counter() - start)
             logits[d] = np.concatenate(out, axis=1)
     peer = {} if args.no_peer else llama_cpp_logits(m, ids, n0)
-    wbytes = m.nbytes  # the parameter buffer: every packed matrix and vector
     print(f"\nmodel: width {cfg.width}, {cfg.heads} heads of {cfg.width // cfg.heads}, "
-          f"{cfg.kv_heads} K/V heads, {cfg.layers} layers, q8_0 weights"
-          + f" ({wbytes / 2**20:.1f} MiB)"
-          + f"; {args.new} decode steps after {n0} positions, best of {args.rounds} rounds\n")
+          f"{cfg.kv_heads} K/V heads, {cfg.layers} layers, q8_0 weights ({m.nbytes / 2**20:.1f} "
+          f"MiB); {args.new} decode steps after {n0} positions, best of {args.rounds} rounds\n")
     head = "| cache | tokens/s | vs float32 | cache bytes | vs float32 | KL vs float32 |"
     if peer:
         head += " llama.cpp KL vs its f32 |"

@@ -147,8 +147,9 @@ static void xq_row(const void *arg, size_t i)
 /* A prompt's rows quantised at once (at most XQ_BYTES of them): each chunk of
  * rows streams every weight of the product once more, and in the GEMM's
  * scratch alone long rows made small chunks (AMD Zen 4, one thread, 512 rows
- * by 14,336 columns to 8,192 outputs, chunks of 20 rows: q8_0i 148 GOPS,
- * q4_0i 184, q5_ki 170; whole: 307, 331, 242; issue 51) */
+ * by 8,192 columns to 8,192 outputs, the two builds in separate runs: q8_0i in
+ * chunks of 36 rows 199 GOPS, whole 304; q4_0i 228, 309; q5_ki 201, 234; at
+ * 14,336 columns, chunks of 21 rows, q8_0i 149, whole 232-270; issue 51) */
 #define XQ_ROWS 512
 #define XQ_BYTES ((size_t)32 << 20)
 
