@@ -56,6 +56,10 @@ typedef struct {
     int wf;                      /* BC_WF_* */
     int act;                     /* BC_ACT_* or BC_ACT_NONE */
     int pf;                      /* integer decoding's software prefetch: BC_GEMM_PF_* */
+    /* the calling thread's buffer of at least bytes (64-byte aligned; NULL when
+     * it cannot be had): where a prompt's product expands its weights once
+     * (the integer K-quants); NULL: none, the kernels decode as they go */
+    void *(*ws)(size_t bytes);
 } bc_gemm;
 
 /* bc_gemm's pf: what the integer formats' decoding (up to BC_ROWS_MAX rows:

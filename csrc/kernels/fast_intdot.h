@@ -316,6 +316,14 @@ BC_INLINE IV q5i_fifth_256(IV w, const unsigned char *bits)
 #endif
 #define QP (BC_INTDOT_GROUP > QN ? BC_INTDOT_GROUP : QN)  /* panels a tile may have */
 
+/* The GEMM's expanded weights (fast_intdot_part.h's wx_expand): a record of
+ * WX_VECS vectors (WX_BYTES) for each block of 32 inputs of QN panels, made
+ * for a part of at least WX_ROWS rows */
+#define WX_T (QN * VPP)
+#define WX_VECS (10 * WX_T)
+#define WX_BYTES ((size_t)WX_VECS * VL * 4)
+#define WX_ROWS 16
+
 static inline int32_t ld32(const int8_t *p)
 {
     int32_t v;

@@ -28,6 +28,7 @@ BC_INLINE Q8I_TARGET IV Q8I_FN(dot4_256)(IV acc, IV w, IV x)
 #if BC_SIMD == 512
 #define IV_DOT(acc, w, x) _mm512_dpbusd_epi32((acc), (w), (x))
 #define IV_LOAD(p) _mm512_loadu_si512((const void *)(p))
+#define IV_STORE(p, v) _mm512_storeu_si512((void *)(p), (v))
 #define IV_SET1(v) _mm512_set1_epi32(v)
 #define IV_AND(a, b) _mm512_and_si512((a), (b))
 #define IV_SRL4(a) _mm512_srli_epi32((a), 4)
@@ -44,6 +45,7 @@ BC_INLINE Q8I_TARGET IV Q8I_FN(dot4_256)(IV acc, IV w, IV x)
 #else
 #define IV_DOT(acc, w, x) Q8I_FN(dot4_256)((acc), (w), (x))
 #define IV_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
+#define IV_STORE(p, v) _mm256_storeu_si256((__m256i *)(p), (v))
 #define IV_SET1(v) _mm256_set1_epi32(v)
 #define IV_AND(a, b) _mm256_and_si256((a), (b))
 #define IV_SRL4(a) _mm256_srli_epi32((a), 4)
@@ -527,8 +529,146 @@ BC_INLINE Q8I_TARGET void Q8I_FN(k2ki_block)(const int fk, const int mr, const i
     }
 }
 
+/* ---- a prompt's weights expanded once (the GEMM on q5_ki, q6_ki, iq4_xsi) ----
+ * The GEMM's tile decodes its QN panels' weights again for every QM rows of a
+ * prompt (q5_ki's fifth bits, q6_ki's two planes: about as many operations as
+ * the products). Expanded once per QN panels into the thread's buffer
+ * (bc_gemm's ws), as the bytes the tile multiplies, the tiles only multiply.
+ * x block b (32 inputs) of the QN panels has a record of WX_VECS vectors: for
+ * g = 0..7 the T = QN VPP vectors of weights by inputs 4g..4g+3 (the tile's
+ * w[t]), then T float vectors of the block's first scale and T of its second:
+ *   q5_ki: d sc_j and dmin m_j (sums and chain as q4ki_block's);
+ *   q6_ki: d sc_2k and d sc_2k+1 (g < 4 and g >= 4, as q6ki_block's);
+ *   iq4_xsi: d sc_j (the second unused), each nibble's value + 128 at g and
+ *   g + 4 as iq4xsi_block's wl and wh (vpdpbusd only: pmaddubsw takes them signed).
+ * The same integer sums, the same float chain: the same bits. AMD Zen 4, one
+ * thread, 512 rows by 3,072 / 8,192 columns to 4,096 outputs, GOPS decoding as
+ * it went / expanded: AVX-512 q5_ki 246 / 289, 248 / 301; q6_ki 246 / 268,
+ * 249 / 275; iq4_xsi 307 / 317, 316 / 334; AVX2 (pmaddubsw, 3,072) q5_ki 93 /
+ * 129, q6_ki 93 / 122. q4_ki's nibbles cost two operations a vector: expanded,
+ * AVX-512 the same, AVX2 0.93x, so it decodes as it goes (issue 51). */
+static inline int Q8I_FN(wx_expands)(int fk)
+{
+    return fk == FK_Q5K || fk == FK_Q6K || (fk == FK_IQ4XS && Q8I_DP);
+}
+
+/* ex (nfb * 8 records) = the expanded super-blocks 0..nfb-1 of the QN panels
+ * whose block S lies at org[q] + S * st[q] */
+BC_INLINE Q8I_TARGET void Q8I_FN(wx_expand)(const int fk, unsigned char *ex,
+                                            const unsigned char *const *org, const size_t *st,
+                                            size_t nfb)
+{
+    const IV low = IV_SET1(0x0F0F0F0F), one = IV_SET1(0x01010101), top = IV_SET1(0x30303030);
+    const IV kv = IV_TABLE(bc_kvalues_iq4nl_u8);
+    const size_t vb = sizeof(IV);
+    for (size_t S = 0; S < nfb; S++)
+        BC_UNROLL
+        for (int t = 0; t < WX_T; t++) {
+            const unsigned char *blk = org[t / VPP] + S * st[t / VPP];
+            const int c = t % VPP * VL;
+            BC_NO_UNROLL
+            for (int j = 0; j < 8; j++) {
+                unsigned char *rec = ex + (S * 8 + (size_t)j) * WX_VECS * vb;
+                float *sc0 = (float *)(void *)(rec + (size_t)(8 * WX_T + t) * vb);
+                float *sc1 = (float *)(void *)(rec + (size_t)(9 * WX_T + t) * vb);
+                if (fk == FK_Q5K) {  /* (its scales where q4_ki's are) */
+                    const bc_q5ki_block *k5 = (const bc_q5ki_block *)blk;
+                    const bc_q4ki_block *k = (const bc_q4ki_block *)blk;
+                    BC_UNROLL
+                    for (int g = 0; g < 8; g++) {
+                        const IV raw = IV_LOAD(k5->u[j / 2 * 8 + g][c]);
+                        const IV hb = IV_LOAD(k5->h[g][c]);
+                        const IV w = IV_AND(j % 2 ? IV_SRL4(raw) : raw, low);
+                        IV_STORE(rec + (size_t)(g * WX_T + t) * vb,
+                                 IV_OR(w, IV_SLL(IV_AND(IV_SRLN(hb, j), one), 4)));
+                    }
+                    vstore(sc0, vmul(vload_half(k->d + c), vload_u8(k->sc[j] + c)));
+                    vstore(sc1, vmul(vload_half(k->dmin + c), vload_u8(k->m[j] + c)));
+                } else if (fk == FK_Q6K) {
+                    const bc_q6ki_block *K = (const bc_q6ki_block *)blk;
+                    const int h = j / 4, q = j % 4;
+                    BC_UNROLL
+                    for (int g = 0; g < 8; g++) {
+                        const IV raw = IV_LOAD(K->half[h].ql[8 * (q % 2) + g][c]);
+                        const IV hb = IV_LOAD(K->half[h].qh[g][c]);
+                        const IV hi = q == 0 ? IV_SLL(hb, 4) : q == 1 ? IV_SLL(hb, 2) : q == 2 ? hb
+                                    : IV_SRL(hb, 2);
+                        IV_STORE(rec + (size_t)(g * WX_T + t) * vb,
+                                 IV_OR(IV_AND(q < 2 ? raw : IV_SRL4(raw), low), IV_AND(hi, top)));
+                    }
+                    vstore(sc0, vmul(vload_half(K->d + c), vload_i8(K->sc[2 * j] + c)));
+                    vstore(sc1, vmul(vload_half(K->d + c), vload_i8(K->sc[2 * j + 1] + c)));
+                } else {
+                    const bc_iq4xsi_block *k = (const bc_iq4xsi_block *)blk;
+                    BC_UNROLL
+                    for (int g = 0; g < 4; g++) {
+                        const IV raw = IV_LOAD(k->u[4 * j + g][c]);
+                        IV_STORE(rec + (size_t)(g * WX_T + t) * vb, IV_LUT(kv, IV_AND(raw, low)));
+                        IV_STORE(rec + (size_t)((g + 4) * WX_T + t) * vb,
+                                 IV_LUT(kv, IV_AND(IV_SRL4(raw), low)));
+                    }
+                    vstore(sc0, vmul(vload_half(k->d + c), vload_i8(k->sc[j] + c)));
+                    vstore(sc1, vzero());
+                }
+            }
+        }
+}
+
+/* x block b of the QN panels from their expanded record rec, rows 0..mr-1 of
+ * x, into f as the format's block function (see wx_expand) */
+BC_INLINE Q8I_TARGET void Q8I_FN(wx_block)(const int fk, const int mr, V *f, size_t fs,
+                                           const unsigned char *rec, const int8_t *const *xr,
+                                           const float *const *xd, const int32_t *const *xs,
+                                           const int32_t *const *s16, const float *const *xm,
+                                           size_t b)
+{
+    const size_t vb = sizeof(IV);
+    IV acc[QR][WX_T], acc2[QR][WX_T];  /* acc2: q6_ki's second sub-block */
+    BC_UNROLL
+    for (int i = 0; i < mr; i++)
+        BC_UNROLL
+        for (int t = 0; t < WX_T; t++) {
+            acc[i][t] = IV_SET1(fk == FK_Q6K ? s16[i][2 * b] : fk == FK_IQ4XS ? xs[i][b] : 0);
+            acc2[i][t] = IV_SET1(fk == FK_Q6K ? s16[i][2 * b + 1] : 0);
+        }
+    BC_UNROLL
+    for (int g = 0; g < 8; g++) {
+        IV w[WX_T];
+        BC_UNROLL
+        for (int t = 0; t < WX_T; t++)
+            w[t] = IV_LOAD(rec + (size_t)(g * WX_T + t) * vb);
+        BC_UNROLL
+        for (int i = 0; i < mr; i++) {
+            const IV xb = IV_SET1(ld32(xr[i] + b * 32 + (size_t)g * 4));
+            BC_UNROLL
+            for (int t = 0; t < WX_T; t++) {
+                if (fk == FK_Q6K && g >= 4)
+                    acc2[i][t] = IV_DOT(acc2[i][t], w[t], xb);
+                else
+                    acc[i][t] = IV_DOT(acc[i][t], w[t], xb);
+            }
+        }
+    }
+    BC_UNROLL
+    for (int t = 0; t < WX_T; t++) {
+        const V s0 = vload((const float *)(const void *)(rec + (size_t)(8 * WX_T + t) * vb));
+        const V s1 = vload((const float *)(const void *)(rec + (size_t)(9 * WX_T + t) * vb));
+        BC_UNROLL
+        for (int i = 0; i < mr; i++) {
+            V *fi = &f[(size_t)i * fs + (size_t)t];
+            const V dx = vset1(xd[i][b]);
+            *fi = vfma(IV_FLOAT(acc[i][t]), vmul(s0, dx), *fi);
+            if (fk == FK_Q5K)
+                *fi = vfnma(s1, vset1(xm[i][b]), *fi);
+            else if (fk == FK_Q6K)
+                *fi = vfma(IV_FLOAT(acc2[i][t]), vmul(s1, dx), *fi);
+        }
+    }
+}
+
 #undef IV_DOT
 #undef IV_LOAD
+#undef IV_STORE
 #undef IV_SET1
 #undef IV_AND
 #undef IV_SRL4
@@ -612,8 +752,9 @@ BC_INLINE Q8I_TARGET void Q8I_FN(int_block)(const int fk, const int mr, const in
  * takes its NP <= QN panels together, sharing each broadcast of x. */
 #if BC_SIMD == 512 || BC_SIMD == 256
 BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int fk, const int gemm, const int mr, const int NP,
-                                   const bc_gemm *g, const unsigned char *x0, size_t rb,
-                                   size_t i0, size_t p, size_t np, size_t nb)
+                                   const bc_gemm *g, const unsigned char *ex,
+                                   const unsigned char *x0, size_t rb, size_t i0, size_t p,
+                                   size_t np, size_t nb)
 {
     const size_t oc = g->oc, bb = fk_block_bytes(fk);
     const size_t nfb = nb / fk_x_blocks(fk);  /* the format's blocks */
@@ -641,7 +782,12 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int fk, const int gemm, const i
         for (int t = 0; t < NP * VPP; t++)
             f[i * QP * VPP + t] = vzero();
     for (size_t b = 0; b < nfb; b++) {
-        if (gemm) {  /* NP <= QN panels side by side */
+        if (gemm && ex && Q8I_FN(wx_expands)(fk)) {  /* the QN panels expanded (wx_expand) */
+            BC_NO_UNROLL
+            for (size_t j = 0; j < 8; j++)
+                Q8I_FN(wx_block)(fk, mr, f, QP * VPP, ex + (8 * b + j) * WX_BYTES, xr, xd, xs,
+                                 s16, xm, 8 * b + j);
+        } else if (gemm) {  /* NP <= QN panels side by side */
             const unsigned char *blk[QN];
             BC_UNROLL
             for (int q = 0; q < NP; q++)
@@ -678,13 +824,14 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int fk, const int gemm, const i
 #else
 /* portable C: one product at a time, the chain with fmaf */
 BC_INLINE void Q8I_FN(q8i_tile)(const int fk, const int gemm, const int mr, const int NP, const bc_gemm *g,
-                        const unsigned char *x0, size_t rb, size_t i0, size_t p, size_t np,
-                        size_t nb)
+                        const unsigned char *ex, const unsigned char *x0, size_t rb, size_t i0,
+                        size_t p, size_t np, size_t nb)
 {
     const size_t oc = g->oc;
     const unsigned char *org[QP];
     size_t st[QP];
     (void)gemm;
+    (void)ex;
     Q8I_FN(q8i_where)(fk, NP, g, p, np, org, st);
     for (int i = 0; i < mr; i++) {
         const int8_t *xr = (const int8_t *)(x0 + (size_t)i * rb);
@@ -840,56 +987,72 @@ static inline int Q8I_FN(q8i_rows)(int fk)
 
 /* q8i_tile with its row count (1..q8i_rows(fk)) a constant, NP panels (fk a constant too) */
 BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile_rows)(const int fk, int mr, const bc_gemm *g,
-                                        const unsigned char *x0, size_t rb, size_t i0, size_t p,
-                                        size_t np, size_t nb)
+                                        const unsigned char *ex, const unsigned char *x0,
+                                        size_t rb, size_t i0, size_t p, size_t np, size_t nb)
 {
     switch (mr) {
-    case 1: Q8I_FN(q8i_tile)(fk, 1, 1, QN, g, x0, rb, i0, p, np, nb); break;
-    case 2: Q8I_FN(q8i_tile)(fk, 1, 2, QN, g, x0, rb, i0, p, np, nb); break;
+    case 1: Q8I_FN(q8i_tile)(fk, 1, 1, QN, g, ex, x0, rb, i0, p, np, nb); break;
+    case 2: Q8I_FN(q8i_tile)(fk, 1, 2, QN, g, ex, x0, rb, i0, p, np, nb); break;
     case 3:
         if (Q8I_FN(q8i_rows)(fk) >= 3)
-            Q8I_FN(q8i_tile)(fk, 1, 3, QN, g, x0, rb, i0, p, np, nb);
+            Q8I_FN(q8i_tile)(fk, 1, 3, QN, g, ex, x0, rb, i0, p, np, nb);
         break;
 #if QM >= 4
-    case 4: Q8I_FN(q8i_tile)(fk, 1, 4, QN, g, x0, rb, i0, p, np, nb); break;
+    case 4: Q8I_FN(q8i_tile)(fk, 1, 4, QN, g, ex, x0, rb, i0, p, np, nb); break;
 #endif
 #if QM >= 6
-    case 5: Q8I_FN(q8i_tile)(fk, 1, 5, QN, g, x0, rb, i0, p, np, nb); break;
-    case 6: Q8I_FN(q8i_tile)(fk, 1, 6, QN, g, x0, rb, i0, p, np, nb); break;
+    case 5: Q8I_FN(q8i_tile)(fk, 1, 5, QN, g, ex, x0, rb, i0, p, np, nb); break;
+    case 6: Q8I_FN(q8i_tile)(fk, 1, 6, QN, g, ex, x0, rb, i0, p, np, nb); break;
 #endif
     default: break;
     }
 }
 
 /* The GEMM's tile, one copy per format (kept out of line) */
-static Q8I_TARGET void Q8I_FN(q8i_tile_gemm)(int fk, int mr, const bc_gemm *g, const unsigned char *x0,
-                                     size_t rb, size_t i0, size_t p, size_t np, size_t nb)
+static Q8I_TARGET void Q8I_FN(q8i_tile_gemm)(int fk, int mr, const bc_gemm *g,
+                                             const unsigned char *ex, const unsigned char *x0,
+                                             size_t rb, size_t i0, size_t p, size_t np, size_t nb)
 {
     if (fk == FK_Q4)
-        Q8I_FN(q8i_tile_rows)(FK_Q4, mr, g, x0, rb, i0, p, np, nb);
+        Q8I_FN(q8i_tile_rows)(FK_Q4, mr, g, ex, x0, rb, i0, p, np, nb);
     else if (fk == FK_Q5)
-        Q8I_FN(q8i_tile_rows)(FK_Q5, mr, g, x0, rb, i0, p, np, nb);
+        Q8I_FN(q8i_tile_rows)(FK_Q5, mr, g, ex, x0, rb, i0, p, np, nb);
     else if (fk == FK_Q4K)
-        Q8I_FN(q8i_tile_rows)(FK_Q4K, mr, g, x0, rb, i0, p, np, nb);
+        Q8I_FN(q8i_tile_rows)(FK_Q4K, mr, g, ex, x0, rb, i0, p, np, nb);
     else if (fk == FK_Q6K)
-        Q8I_FN(q8i_tile_rows)(FK_Q6K, mr, g, x0, rb, i0, p, np, nb);
+        Q8I_FN(q8i_tile_rows)(FK_Q6K, mr, g, ex, x0, rb, i0, p, np, nb);
     else if (fk == FK_Q5K)
-        Q8I_FN(q8i_tile_rows)(FK_Q5K, mr, g, x0, rb, i0, p, np, nb);
+        Q8I_FN(q8i_tile_rows)(FK_Q5K, mr, g, ex, x0, rb, i0, p, np, nb);
     else if (fk == FK_IQ4NL)
-        Q8I_FN(q8i_tile_rows)(FK_IQ4NL, mr, g, x0, rb, i0, p, np, nb);
+        Q8I_FN(q8i_tile_rows)(FK_IQ4NL, mr, g, ex, x0, rb, i0, p, np, nb);
     else if (fk == FK_IQ4XS)
-        Q8I_FN(q8i_tile_rows)(FK_IQ4XS, mr, g, x0, rb, i0, p, np, nb);
+        Q8I_FN(q8i_tile_rows)(FK_IQ4XS, mr, g, ex, x0, rb, i0, p, np, nb);
     else if (fk == FK_Q41)
-        Q8I_FN(q8i_tile_rows)(FK_Q41, mr, g, x0, rb, i0, p, np, nb);
+        Q8I_FN(q8i_tile_rows)(FK_Q41, mr, g, ex, x0, rb, i0, p, np, nb);
     else if (fk == FK_Q51)
-        Q8I_FN(q8i_tile_rows)(FK_Q51, mr, g, x0, rb, i0, p, np, nb);
+        Q8I_FN(q8i_tile_rows)(FK_Q51, mr, g, ex, x0, rb, i0, p, np, nb);
     else if (fk == FK_Q2K)
-        Q8I_FN(q8i_tile_rows)(FK_Q2K, mr, g, x0, rb, i0, p, np, nb);
+        Q8I_FN(q8i_tile_rows)(FK_Q2K, mr, g, ex, x0, rb, i0, p, np, nb);
     else if (fk == FK_Q3K)
-        Q8I_FN(q8i_tile_rows)(FK_Q3K, mr, g, x0, rb, i0, p, np, nb);
+        Q8I_FN(q8i_tile_rows)(FK_Q3K, mr, g, ex, x0, rb, i0, p, np, nb);
     else
-        Q8I_FN(q8i_tile_rows)(FK_Q8, mr, g, x0, rb, i0, p, np, nb);
+        Q8I_FN(q8i_tile_rows)(FK_Q8, mr, g, ex, x0, rb, i0, p, np, nb);
 }
+
+#if BC_SIMD == 512 || BC_SIMD == 256
+/* wx_expand with fk a constant (the formats wx_expands names) */
+static Q8I_TARGET void Q8I_FN(wx_expand_fk)(int fk, unsigned char *ex,
+                                            const unsigned char *const *org, const size_t *st,
+                                            size_t nfb)
+{
+    if (fk == FK_Q5K)
+        Q8I_FN(wx_expand)(FK_Q5K, ex, org, st, nfb);
+    else if (fk == FK_Q6K)
+        Q8I_FN(wx_expand)(FK_Q6K, ex, org, st, nfb);
+    else
+        Q8I_FN(wx_expand)(FK_IQ4XS, ex, org, st, nfb);
+}
+#endif
 
 /* Decoding: n <= BC_ROWS_MAX rows, a run of panels at a time (its panels'
  * blocks side by side: a tile reads one stretch of memory), or what is left of
@@ -902,9 +1065,9 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_decode)(const int fk, const bc_gemm *g, con
     for (size_t p = p0, np; p < p1; p += np) {
         np = bc_format_run_take(G, panels, p, p1, G);
         switch (n) {
-        case 1: Q8I_FN(q8i_tile)(fk, 0, 1, G, g, xq, rb, n0, p, np, nb); break;
-        case 2: Q8I_FN(q8i_tile)(fk, 0, 2, G, g, xq, rb, n0, p, np, nb); break;
-        default: Q8I_FN(q8i_tile)(fk, 0, 3, G, g, xq, rb, n0, p, np, nb); break;
+        case 1: Q8I_FN(q8i_tile)(fk, 0, 1, G, g, NULL, xq, rb, n0, p, np, nb); break;
+        case 2: Q8I_FN(q8i_tile)(fk, 0, 2, G, g, NULL, xq, rb, n0, p, np, nb); break;
+        default: Q8I_FN(q8i_tile)(fk, 0, 3, G, g, NULL, xq, rb, n0, p, np, nb); break;
         }
     }
 }
@@ -942,13 +1105,33 @@ static Q8I_TARGET void Q8I_FN(q8i_part)(int fk, const bc_gemm *g, const unsigned
             Q8I_FN(q8i_decode)(FK_Q8, g, xq, rb, n0, n, p0, p1, nb);
         return;
     }
+    const size_t qm = (size_t)Q8I_FN(q8i_rows)(fk);
+#if BC_SIMD == 512 || BC_SIMD == 256
+    /* enough rows: QN panels at a time, their weights expanded once (wx_expand) */
+    unsigned char *ex = NULL;
+    if (Q8I_FN(wx_expands)(fk) && g->ws && n >= WX_ROWS && nb % 8 == 0)
+        ex = g->ws(nb * WX_BYTES);
+    if (ex) {
+        for (size_t p = p0; p < p1; p += QN) {
+            const size_t np = min_sz(QN, p1 - p);
+            const unsigned char *org[QP];
+            size_t st[QP];
+            Q8I_FN(q8i_where)(fk, QN, g, p, np, org, st);
+            Q8I_FN(wx_expand_fk)(fk, ex, org, st, nb / 8);
+            for (size_t i = n0; i < n1; i += qm)
+                Q8I_FN(q8i_tile_gemm)(fk, (int)min_sz(qm, n1 - i), g, ex, xq + (i - n0) * rb, rb,
+                                      i, p, np, nb);
+        }
+        return;
+    }
+#endif
     for (size_t pc = p0, pe; pc < p1; pc = pe) {  /* a run at a time (its panels in L1/L2) */
         pe = min_sz(p1, pc - pc % BC_INTDOT_GROUP + BC_INTDOT_GROUP);
-        const size_t qm = (size_t)Q8I_FN(q8i_rows)(fk);
         for (size_t i = n0; i < n1; i += qm) {
             const int mr = (int)min_sz(qm, n1 - i);
             for (size_t p = pc; p < pe; p += QN)
-                Q8I_FN(q8i_tile_gemm)(fk, mr, g, xq + (i - n0) * rb, rb, i, p, min_sz(QN, pe - p), nb);
+                Q8I_FN(q8i_tile_gemm)(fk, mr, g, NULL, xq + (i - n0) * rb, rb, i, p,
+                                      min_sz(QN, pe - p), nb);
         }
     }
 }

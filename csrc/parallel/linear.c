@@ -224,7 +224,7 @@ static void linear(float *y, const float *x, const void *w, int wf, const float 
      * (chosen here, before any thread starts: the first may time a probe) */
     const int pf = kt->wf[wf].xq_part && n <= BC_ROWS_MAX  /* (never a caller's rows) */
                    ? bc_rt_prefetch(kt, BC_WF_DTYPE(wf)) : BC_GEMM_PF_DEFAULT;
-    const bc_gemm g = {y, x, w, b, r, n, c, oc, wf, act, pf};
+    const bc_gemm g = {y, x, w, b, r, n, c, oc, wf, act, pf, bc_rt_wx_buffer};
     const int nt = bc_rt_threads(cx, 2.0 * (double)n * (double)c * (double)oc,
                                  weight_bytes(wf, c, oc));
     if (kt->wf[wf].xq_part) {

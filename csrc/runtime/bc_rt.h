@@ -38,6 +38,12 @@ int bc_rt_threads(const bc_ctx *cx, double flops, double bytes);
  * thread exit). */
 void *bc_rt_xq_buffer(size_t bytes);
 
+/* The calling thread's buffer for a prompt's expanded weights (bc_gemm's ws:
+ * the integer GEMM's, one per thread that runs it), as bc_rt_xq_buffer's, at
+ * most BC_RT_WX_MAX bytes (more: NULL, and the kernel decodes as it goes). */
+#define BC_RT_WX_MAX ((size_t)8 << 20)
+void *bc_rt_wx_buffer(size_t bytes);
+
 /* Thread t's scratch (t < cx->threads). */
 static inline float *bc_rt_slice(const bc_ctx *cx, int t)
 {

@@ -129,7 +129,7 @@ static void probe_pass(const bc_kernel_table *kt, int dtype, const unsigned char
     const int wf = BC_WF_PANEL(dtype);
     for (size_t k = 0; k < nmat; k++) {
         const bc_gemm g = {y, x, w + k * mbytes, NULL, NULL, 1, PF_C, PF_OC, wf, BC_ACT_NONE,
-                           on ? BC_GEMM_PF_ON : BC_GEMM_PF_OFF};
+                           on ? BC_GEMM_PF_ON : BC_GEMM_PF_OFF, NULL};
         kt->wf[wf].xq_part(&g, xq, 0, 1, 0, PF_OC);
     }
 }

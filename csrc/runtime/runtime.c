@@ -167,10 +167,11 @@ typedef struct {
     size_t n;
 } scratch_t;
 
-static BC_TLS scratch_t t_scratch, t_xq;  /* the kernels' scratch; a prompt's quantised rows */
+/* the kernels' scratch; a prompt's quantised rows; a prompt's expanded weights */
+static BC_TLS scratch_t t_scratch, t_xq, t_wx;
 
 #ifdef BC_HAVE_PTHREAD
-static pthread_key_t g_key, g_xq_key;
+static pthread_key_t g_key, g_xq_key, g_wx_key;
 static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 
 static void scratch_free(void *arg)
@@ -185,6 +186,7 @@ static void key_init(void)
 {
     (void)pthread_key_create(&g_key, scratch_free);
     (void)pthread_key_create(&g_xq_key, scratch_free);
+    (void)pthread_key_create(&g_wx_key, scratch_free);
 }
 #endif
 
@@ -224,7 +226,7 @@ int bc_advise_small_pages(void *p, size_t bytes)
     return BC_OK;
 }
 
-/* The calling thread's buffer s (t_scratch or t_xq), at least n floats, or NULL. */
+/* The calling thread's buffer s (t_scratch, t_xq or t_wx), at least n floats, or NULL. */
 static float *buffer_get(scratch_t *s, size_t n)
 {
     if (s->n >= n && s->p)
@@ -240,7 +242,8 @@ static float *buffer_get(scratch_t *s, size_t n)
     s->n = want;
 #ifdef BC_HAVE_PTHREAD
     pthread_once(&g_key_once, key_init);
-    pthread_setspecific(s == &t_xq ? g_xq_key : g_key, s);  /* frees the buffer at thread exit */
+    /* frees the buffer at thread exit */
+    pthread_setspecific(s == &t_xq ? g_xq_key : s == &t_wx ? g_wx_key : g_key, s);
 #endif
     return p;
 }
@@ -250,6 +253,13 @@ static float *scratch_get(size_t n) { return buffer_get(&t_scratch, n); }
 void *bc_rt_xq_buffer(size_t bytes)
 {
     return buffer_get(&t_xq, bytes / sizeof(float) + 1);
+}
+
+void *bc_rt_wx_buffer(size_t bytes)
+{
+    if (bytes > BC_RT_WX_MAX)
+        return NULL;
+    return buffer_get(&t_wx, bytes / sizeof(float) + 1);
 }
 
 int bc_rt_ctx(bc_ctx *cx, size_t d_head)

@@ -370,7 +370,7 @@ _Static_assert(P_GN * (P_PC / 32) * 48 <= BC_GEMM_SCRATCH * sizeof(float),
 static void probe_prompt(const bc_kernel_table *kt, int dtype, probe_mem *p)
 {
     const int wf = BC_WF_PANEL(dtype);
-    const bc_gemm g = {p->y, p->x, p->w, NULL, NULL, P_GN, P_PC, P_GC, wf, BC_ACT_NONE, BC_GEMM_PF_DEFAULT};
+    const bc_gemm g = {p->y, p->x, p->w, NULL, NULL, P_GN, P_PC, P_GC, wf, BC_ACT_NONE, BC_GEMM_PF_DEFAULT, NULL};
     unsigned char *xq = (unsigned char *)p->scratch;
     kt->wf[wf].xq_rows(xq, p->x, P_GN, P_PC);
     kt->wf[wf].xq_gemm(&g, xq, 0, P_GN, 0, P_GC);
@@ -382,7 +382,7 @@ static void probe_decode_xq(const bc_kernel_table *kt, int dtype, size_t oc, pro
 {
     const int wf = BC_WF_PANEL(dtype);
     const bc_gemm g = {p->y, p->x, probe_weights(p), NULL, NULL, 1, 2048, oc, wf, BC_ACT_NONE,
-                       BC_GEMM_PF_DEFAULT};
+                       BC_GEMM_PF_DEFAULT, NULL};
     unsigned char *xq = (unsigned char *)p->scratch;
     kt->wf[wf].xq_rows(xq, p->x, 1, 2048);
     kt->wf[wf].xq_part(&g, xq, 0, 1, 0, oc);
@@ -394,9 +394,9 @@ static void probe(int f, const bc_kernel_table *kt, probe_mem *p)
     switch (f) {
     case BC_FAMILY_GEMM: {
         const bc_gemm g32 = {p->y, p->x, p->w, NULL, NULL, P_GN, P_GC, P_GC,
-                             BC_WF_PANEL(BC_DTYPE_F32), BC_ACT_NONE, BC_GEMM_PF_DEFAULT};
+                             BC_WF_PANEL(BC_DTYPE_F32), BC_ACT_NONE, BC_GEMM_PF_DEFAULT, NULL};
         const bc_gemm g16 = {p->y, p->x, p->w, NULL, NULL, P_GN, P_GC, P_GC,
-                             BC_WF_PANEL(BC_DTYPE_BF16), BC_ACT_NONE, BC_GEMM_PF_DEFAULT};
+                             BC_WF_PANEL(BC_DTYPE_BF16), BC_ACT_NONE, BC_GEMM_PF_DEFAULT, NULL};
         kt->gemm_part(&g32, 0, P_GN, 0, P_GC, p->scratch);
         kt->gemm_part(&g16, 0, P_GN, 0, P_GC, p->scratch);
         break;
@@ -404,14 +404,14 @@ static void probe(int f, const bc_kernel_table *kt, probe_mem *p)
     case BC_FAMILY_DECODE_F32: case BC_FAMILY_DECODE_ROWS: {
         const int wf = family_wf(f);
         const bc_gemm g = {p->y, p->x, probe_weights(p), NULL, NULL, 1, P_DC, P_DC, wf,
-                           BC_ACT_NONE, BC_GEMM_PF_DEFAULT};
+                           BC_ACT_NONE, BC_GEMM_PF_DEFAULT, NULL};
         kt->wf[wf].rows_part(&g, 0, P_DC);
         break;
     }
     case BC_FAMILY_DECODE_BF16: {
         const int wf = family_wf(f);
         const bc_gemm g = {p->y, p->x, probe_weights(p), NULL, NULL, 1, 2048, 1024, wf,
-                           BC_ACT_NONE, BC_GEMM_PF_DEFAULT};
+                           BC_ACT_NONE, BC_GEMM_PF_DEFAULT, NULL};
         kt->wf[wf].rows_part(&g, 0, 1024);
         break;
     }
@@ -426,9 +426,9 @@ static void probe(int f, const bc_kernel_table *kt, probe_mem *p)
         const unsigned char *w = probe_weights(p);
         const size_t narrow = bc_format_panel_bytes(bc_format_of(BC_DTYPE_Q8_0), P_QN) *
                               (P_QNO / BC_PANEL);
-        const bc_gemm gn = {p->y, p->x, w, NULL, NULL, 1, P_QN, P_QNO, wf, BC_ACT_NONE, BC_GEMM_PF_DEFAULT};
+        const bc_gemm gn = {p->y, p->x, w, NULL, NULL, 1, P_QN, P_QNO, wf, BC_ACT_NONE, BC_GEMM_PF_DEFAULT, NULL};
         const bc_gemm gw = {p->y, p->x, w + narrow, NULL, NULL, 1, 2048, 1024, wf,
-                            BC_ACT_NONE, BC_GEMM_PF_DEFAULT};
+                            BC_ACT_NONE, BC_GEMM_PF_DEFAULT, NULL};
         kt->wf[wf].rows_part(&gn, 0, P_QNO);
         kt->wf[wf].rows_part(&gw, 0, 1024);
         break;
@@ -440,9 +440,9 @@ static void probe(int f, const bc_kernel_table *kt, probe_mem *p)
          * product was as fast as AVX-512's from memory, its q4_0i one 25% slower) */
         const int w8 = BC_WF_PANEL(BC_DTYPE_Q8_0I), w4 = BC_WF_PANEL(BC_DTYPE_Q4_0I);
         const bc_gemm g8 = {p->y, p->x, probe_weights(p), NULL, NULL, 1, 2048, 2048, w8,
-                            BC_ACT_NONE, BC_GEMM_PF_DEFAULT};
+                            BC_ACT_NONE, BC_GEMM_PF_DEFAULT, NULL};
         const bc_gemm g4 = {p->y, p->x, probe_weights(p), NULL, NULL, 1, 2048, 2048, w4,
-                            BC_ACT_NONE, BC_GEMM_PF_DEFAULT};
+                            BC_ACT_NONE, BC_GEMM_PF_DEFAULT, NULL};
         unsigned char *xq = (unsigned char *)p->scratch;
         kt->wf[w8].xq_rows(xq, p->x, 1, 2048);
         kt->wf[w8].xq_part(&g8, xq, 0, 1, 0, 2048);
