@@ -749,7 +749,8 @@ BC_INLINE Q8I_TARGET void Q8I_FN(int_block)(const int fk, const int mr, const in
  * panels unrolled (their sums in registers), more rows one panel at a time
  * (every row's and panel's sums would not fit), the partial outputs in memory.
  * The GEMM's tile (gemm: its panels from L1/L2, the rows streaming past)
- * takes its NP <= QN panels together, sharing each broadcast of x. */
+ * takes its NP <= QN panels together, sharing each broadcast of x; from ex,
+ * their weights expanded (wx_expand, NP == QN), where ex is not NULL. */
 #if BC_SIMD == 512 || BC_SIMD == 256
 BC_INLINE Q8I_TARGET void Q8I_FN(q8i_tile)(const int fk, const int gemm, const int mr, const int NP,
                                    const bc_gemm *g, const unsigned char *ex,
