@@ -25,7 +25,7 @@ import subprocess
 import sys
 from typing import Dict, List, Optional
 
-from machine import cpu_name, cpu_times, steal_share
+from machine import cpu_name, cpu_times, run_footer
 
 PROBE = r"""
 import json, sys, time
@@ -100,8 +100,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         fmt, k = key.split()
         print(f"| {fmt} | {int(k):,} | {o:.0f} | {n:.0f} | {n / o:.3f} |")
     print()
-    print(f"steal {steal_share(t0)} of CPU time during the run; "
-          f"load average {os.getloadavg()[0]:.2f} at the end")
+    print(run_footer(t0))
     return 0
 
 

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 
-from machine import _compile, cpu_name, cpu_times, steal_share
+from machine import _compile, cpu_name, cpu_times, run_footer
 
 #: one layer's products (outputs, inputs) and the layers, by model shape
 SHAPES = {
@@ -309,8 +309,7 @@ def main(argv=None) -> int:
                 print(f"| {way} | {th} | {r} | {names[v]} | {statistics.median(gb):.1f} "
                       f"| {max(gb):.1f} | {q1:.3f}, {q2:.3f}, {q3:.3f} |")
     print()
-    print(f"steal {steal_share(t0)} of CPU time during the run; "
-          f"load average {os.getloadavg()[0]:.2f} at the end")
+    print(run_footer(t0))
     return 0
 
 

@@ -62,7 +62,7 @@ import blockc
 import support_path  # noqa: F401  (tests/support: the PyTorch reference)
 from doc_section import run as run_bench  # noqa: E402
 from bench_linear import burst  # noqa: E402
-from machine import ReadBound, cpu_info, cpu_times, read_bandwidth, steal_share  # noqa: E402
+from machine import ReadBound, cpu_info, cpu_times, read_bandwidth, run_footer  # noqa: E402
 from llama_peer import NOTE, open_model  # noqa: E402
 
 PRECISIONS = ("float32", "bfloat16", "bfloat16i", "float16", "q8_0", "q5_0", "q8_0i", "q4_0",
@@ -130,12 +130,7 @@ class Machine:
         return f"CPU: {self.cpu()}\n{load}\nblockc auto kernels: {choices}"
 
     def footer(self) -> str:
-        try:
-            load = f"{os.getloadavg()[0]:.2f}"
-        except (AttributeError, OSError):
-            load = "n/a"
-        return (f"steal {steal_share(self.t0)} of CPU time during the run; "
-                f"load average {load} at the end")
+        return run_footer(self.t0)
 
 
 def blockc_runner(m: "blockc.GPT", prompt: np.ndarray, new: int) -> Callable[[], float]:

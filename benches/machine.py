@@ -76,6 +76,16 @@ def steal_share(t0, t1=None) -> str:
     return f"{100 * (t1[0] - s0) / max(1, t1[1] - n0):.1f}%"
 
 
+def run_footer(t0) -> str:
+    """The line a bench's table ends with: the hypervisor's share of CPU time since the
+    :func:`cpu_times` reading ``t0`` and the load average now ("n/a" where unknown)."""
+    try:
+        load = f"{os.getloadavg()[0]:.2f}"
+    except (AttributeError, OSError):
+        load = "n/a"
+    return f"steal {steal_share(t0)} of CPU time during the run; load average {load} at the end"
+
+
 SOURCE = r"""
 #define _GNU_SOURCE
 #include <pthread.h>
