@@ -427,11 +427,12 @@ def test_gguf_files_load_as_the_integer_format_with_their_very_blocks(tmp_path, 
 def test_avx2s_pmaddubsw_and_avx_vnni_copies_give_the_oracles_bits(tmp_path):
     """The AVX2 kernels form the integer sums with AVX-VNNI where the CPU has it and
     with pmaddubsw elsewhere (BLOCKC_AVXVNNI=0 asks for it): both the oracle's bits,
-    decoding and GEMM."""
+    decoding and GEMM (20 rows: the GEMM expands q5_ki's, q6_ki's and, with VNNI,
+    iq4_xsi's weights once, from 16 rows)."""
     import subprocess
     import sys
     # 300 columns (a short last block) for the formats of blocks of 32, 512 for q4_ki
-    x, w = _hard_x(9, 512, seed=3), rnd(70, 512, seed=4) * np.float32(0.1)
+    x, w = _hard_x(20, 512, seed=3), rnd(70, 512, seed=4) * np.float32(0.1)
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "w.npy", w)
     cols = {fmt: 512 if fmt in WHOLE else 300 for fmt in INT}
