@@ -42,8 +42,8 @@ best of --repeats rounds (--big-repeats for the 3B and 8B shapes), load times th
 The read bound: a decode step reads every matrix of the file once (the token embedding too
 when it is also the output matrix; an untied one is only gathered) and the KV cache up to the
 context (float16: llama.cpp's default and blockc's here); this machine's read bandwidth
-(benches/machine.py, a STREAM-style read measured before and after each shape's rounds, the
-best) over those bytes is the most tokens/s any engine can decode, and each engine's decode
+(benches/machine.py, a STREAM-style read measured before each shape's rounds and after each
+file's, the best: a shared host's bandwidth swings by half within a minute) over those bytes is the most tokens/s any engine can decode, and each engine's decode
 rate is printed as a share of it (issue 51's goal: the 8B shape within 85%).
 
     python benches/bench_sizes.py                          # qwen0.5b and llama1b
@@ -431,11 +431,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             loads += load_rows(t, path, best, engines, repack)
             speeds += speed_rows(t, best, threads, contexts)
             files.append((t, path, best))
-        after = read_bandwidth(reader=reader)
-        bw = {th: max(bw.get(th, 0.0), after.get(th, 0.0)) for th in set(bw) | set(after)}
+            after = read_bandwidth(reader=reader)
+            bw = {th: max(bw.get(th, 0.0), after.get(th, 0.0)) for th in set(bw) | set(after)}
         print(LOAD_HEAD + "\n" + "\n".join(loads))
         print("\n" + SPEED_HEAD + "\n" + "\n".join(speeds))
-        print("\nread bandwidth (best before and after the rounds): "
+        print("\nread bandwidth (best before the rounds and after each file's): "
               + ", ".join(f"{th} thread{'s' * (th > 1)} {v:.1f} GB/s" for th, v in sorted(bw.items()))
               + "\n\n" + BOUND_HEAD)
         print("\n".join(r for t, path, best in files
