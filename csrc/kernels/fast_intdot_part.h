@@ -210,6 +210,40 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int fk, const int mr, const in
     }
 }
 
+/* The weights of sub-block j, inputs 4g..4g+3, lanes c.. of a q4_ki super-block
+ * (fk FK_Q5K: q5_ki's, its nibbles after its fifth bits, each weight's fifth
+ * bit added as 16): unsigned bytes, as the tile multiplies them. */
+BC_INLINE Q8I_TARGET IV Q8I_FN(k45_weights)(const int fk, const unsigned char *blk, int j,
+                                            int g, int c)
+{
+    const IV low = IV_SET1(0x0F0F0F0F), one = IV_SET1(0x01010101);
+    const int r = j / 2 * 8 + g;  /* u row r */
+    const IV raw = IV_LOAD(fk == FK_Q5K ? ((const bc_q5ki_block *)blk)->u[r][c]
+                                        : ((const bc_q4ki_block *)blk)->u[r][c]);
+    const IV w = IV_AND(j % 2 ? IV_SRL4(raw) : raw, low);
+    if (fk != FK_Q5K)
+        return w;
+    /* bit j of qh byte 4g + lane, to bit 4 of its lane */
+    const IV hb = IV_LOAD(((const bc_q5ki_block *)blk)->h[g][c]);
+    return IV_OR(w, IV_SLL(IV_AND(IV_SRLN(hb, j), one), 4));
+}
+
+/* The six-bit weights (0..63) of x block k (sub-blocks 2k, 2k + 1), inputs
+ * 4g..4g+3, lanes c.. of a q6_ki super-block: its nibble of ql and its two
+ * bits of qh (half k / 4), made in integer lanes. */
+BC_INLINE Q8I_TARGET IV Q8I_FN(k6_weights)(const unsigned char *blk, int k, int g, int c)
+{
+    const IV low = IV_SET1(0x0F0F0F0F), top = IV_SET1(0x30303030);
+    const bc_q6ki_block *K = (const bc_q6ki_block *)blk;
+    const int h = k / 4, q = k % 4;
+    const IV raw = IV_LOAD(K->half[h].ql[8 * (q % 2) + g][c]);
+    const IV hb = IV_LOAD(K->half[h].qh[g][c]);
+    /* bits 2q, 2q + 1 of each byte to bits 4, 5 (shifts within 32-bit lanes: the
+     * mask keeps each byte's own bits) */
+    const IV hi = q == 0 ? IV_SLL(hb, 4) : q == 1 ? IV_SLL(hb, 2) : q == 2 ? hb : IV_SRL(hb, 2);
+    return IV_OR(IV_AND(q < 2 ? raw : IV_SRL4(raw), low), IV_AND(hi, top));
+}
+
 /* Super-block S of NB q4_ki panels (bc_q4ki_block; fk FK_Q5K: q5_ki's, bc_q5ki_block,
  * its scales where q4_ki's are, its nibbles after its fifth bits, each weight's
  * fifth bit added as 16), rows 0..mr-1 of x: for
@@ -223,7 +257,6 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q4ki_block)(const int fk, const int mr, const i
                                              const int8_t *const *xr, const float *const *xd,
                                              const float *const *xm, size_t S)
 {
-    const IV low = IV_SET1(0x0F0F0F0F), one = IV_SET1(0x01010101);
     V dv[QN * VPP], mv[QN * VPP];
     BC_UNROLL
     for (int t = 0; t < NB * VPP; t++) {
@@ -246,16 +279,8 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q4ki_block)(const int fk, const int mr, const i
         for (int g = 0; g < 8; g++) {
             IV w[QN * VPP];
             BC_UNROLL
-            for (int t = 0; t < NB * VPP; t++) {
-                const int r = j / 2 * 8 + g, c = t % VPP * VL;  /* u row r, lanes from row c */
-                const IV raw = IV_LOAD(fk == FK_Q5K ? ((const bc_q5ki_block *)blk[t / VPP])->u[r][c]
-                                                    : ((const bc_q4ki_block *)blk[t / VPP])->u[r][c]);
-                w[t] = IV_AND(j % 2 ? IV_SRL4(raw) : raw, low);
-                if (fk == FK_Q5K) {  /* bit j of qh byte 4g + t, to bit 4 of its lane */
-                    const IV hb = IV_LOAD(((const bc_q5ki_block *)blk[t / VPP])->h[g][c]);
-                    w[t] = IV_OR(w[t], IV_SLL(IV_AND(IV_SRLN(hb, j), one), 4));
-                }
-            }
+            for (int t = 0; t < NB * VPP; t++)
+                w[t] = Q8I_FN(k45_weights)(fk, blk[t / VPP], j, g, t % VPP * VL);
             BC_UNROLL
             for (int i = 0; i < mr; i++) {
                 const IV xb = IV_SET1(ld32(xr[i] + b * 32 + (size_t)g * 4));
@@ -376,14 +401,12 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q6ki_block)(const int mr, const int NB, V *f, s
                                              const int8_t *const *xr, const float *const *xd,
                                              const int32_t *const *s16, size_t S)
 {
-    const IV low = IV_SET1(0x0F0F0F0F), top = IV_SET1(0x30303030);
     V dv[QN * VPP];
     BC_UNROLL
     for (int t = 0; t < NB * VPP; t++)
         dv[t] = vload_half(((const bc_q6ki_block *)blk[t / VPP])->d + t % VPP * VL);
     BC_UNROLL
     for (int k = 0; k < 8; k++) {
-        const int h = k / 4, q = k % 4;
         const size_t b = 8 * S + (size_t)k;
         IV acc[QR][QN * VPP], acc2[QR][QN * VPP];  /* sub-blocks 2k and 2k + 1 */
         BC_UNROLL
@@ -397,16 +420,8 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q6ki_block)(const int mr, const int NB, V *f, s
         for (int g = 0; g < 8; g++) {
             IV w[QN * VPP];
             BC_UNROLL
-            for (int t = 0; t < NB * VPP; t++) {
-                const bc_q6ki_block *K = (const bc_q6ki_block *)blk[t / VPP];
-                const IV raw = IV_LOAD(K->half[h].ql[8 * (q % 2) + g][t % VPP * VL]);
-                const IV hb = IV_LOAD(K->half[h].qh[g][t % VPP * VL]);
-                /* bits 2q, 2q + 1 of each byte to bits 4, 5 (shifts within 32-bit
-                 * lanes: the mask keeps each byte's own bits) */
-                const IV hi = q == 0 ? IV_SLL(hb, 4) : q == 1 ? IV_SLL(hb, 2) : q == 2 ? hb
-                            : IV_SRL(hb, 2);
-                w[t] = IV_OR(IV_AND(q < 2 ? raw : IV_SRL4(raw), low), IV_AND(hi, top));
-            }
+            for (int t = 0; t < NB * VPP; t++)
+                w[t] = Q8I_FN(k6_weights)(blk[t / VPP], k, g, t % VPP * VL);
             BC_UNROLL
             for (int i = 0; i < mr; i++) {
                 const IV xb = IV_SET1(ld32(xr[i] + b * 32 + (size_t)g * 4));
@@ -558,7 +573,7 @@ BC_INLINE Q8I_TARGET void Q8I_FN(wx_expand)(const int fk, unsigned char *ex,
                                             const unsigned char *const *org, const size_t *st,
                                             size_t nfb)
 {
-    const IV low = IV_SET1(0x0F0F0F0F), one = IV_SET1(0x01010101), top = IV_SET1(0x30303030);
+    const IV low = IV_SET1(0x0F0F0F0F);
     const IV kv = IV_TABLE(bc_kvalues_iq4nl_u8);
     const size_t vb = sizeof(IV);
     for (size_t S = 0; S < nfb; S++)
@@ -572,30 +587,18 @@ BC_INLINE Q8I_TARGET void Q8I_FN(wx_expand)(const int fk, unsigned char *ex,
                 float *sc0 = (float *)(void *)(rec + (size_t)(8 * WX_T + t) * vb);
                 float *sc1 = (float *)(void *)(rec + (size_t)(9 * WX_T + t) * vb);
                 if (fk == FK_Q5K) {  /* (its scales where q4_ki's are) */
-                    const bc_q5ki_block *k5 = (const bc_q5ki_block *)blk;
                     const bc_q4ki_block *k = (const bc_q4ki_block *)blk;
                     BC_UNROLL
-                    for (int g = 0; g < 8; g++) {
-                        const IV raw = IV_LOAD(k5->u[j / 2 * 8 + g][c]);
-                        const IV hb = IV_LOAD(k5->h[g][c]);
-                        const IV w = IV_AND(j % 2 ? IV_SRL4(raw) : raw, low);
+                    for (int g = 0; g < 8; g++)
                         IV_STORE(rec + (size_t)(g * WX_T + t) * vb,
-                                 IV_OR(w, IV_SLL(IV_AND(IV_SRLN(hb, j), one), 4)));
-                    }
+                                 Q8I_FN(k45_weights)(FK_Q5K, blk, j, g, c));
                     vstore(sc0, vmul(vload_half(k->d + c), vload_u8(k->sc[j] + c)));
                     vstore(sc1, vmul(vload_half(k->dmin + c), vload_u8(k->m[j] + c)));
                 } else if (fk == FK_Q6K) {
                     const bc_q6ki_block *K = (const bc_q6ki_block *)blk;
-                    const int h = j / 4, q = j % 4;
                     BC_UNROLL
-                    for (int g = 0; g < 8; g++) {
-                        const IV raw = IV_LOAD(K->half[h].ql[8 * (q % 2) + g][c]);
-                        const IV hb = IV_LOAD(K->half[h].qh[g][c]);
-                        const IV hi = q == 0 ? IV_SLL(hb, 4) : q == 1 ? IV_SLL(hb, 2) : q == 2 ? hb
-                                    : IV_SRL(hb, 2);
-                        IV_STORE(rec + (size_t)(g * WX_T + t) * vb,
-                                 IV_OR(IV_AND(q < 2 ? raw : IV_SRL4(raw), low), IV_AND(hi, top)));
-                    }
+                    for (int g = 0; g < 8; g++)
+                        IV_STORE(rec + (size_t)(g * WX_T + t) * vb, Q8I_FN(k6_weights)(blk, j, g, c));
                     vstore(sc0, vmul(vload_half(K->d + c), vload_i8(K->sc[2 * j] + c)));
                     vstore(sc1, vmul(vload_half(K->d + c), vload_i8(K->sc[2 * j + 1] + c)));
                 } else {
