@@ -312,24 +312,25 @@ static inline int bc_q5ki_quant(const bc_q5ki_block *b, size_t l, size_t w)
 /* One super-block of a q6_ki panel: q6_k's scales and the file's own bits
  * (not widened: 210 bytes a row), its ql and qh bytes 4 by 4 per row so that
  * a 64-byte vector holds 4 bytes of each of the 16 rows (bc_engine.h says
- * which weight each bit is). The bits by halves (weights 128h..128h+127): the
- * half's qh rows, then its ql rows, so that a decoding step, which reads qh
- * row 8h + g with ql rows 16h + g and 16h + 8 + g, first touches the block's
- * bytes in increasing order (the hardware prefetcher's streams). Row g of the
- * file's ql (qh) is BC_Q6KI_QL(b, g) (BC_Q6KI_QH(b, g)). */
+ * which weight each bit is). The bits by halves (weights 128h..128h+127) and,
+ * in a half, by the groups that make the same inputs' weights: qh row 8h + g
+ * with ql rows 16h + g and 16h + 8 + g (g = 0..7), side by side, so that a
+ * decoding step, which reads a group at a time (q6ki_rows), reads the block's
+ * bytes once, in increasing order (the hardware prefetcher's one stream). Row g
+ * of the file's ql (qh) is BC_Q6KI_QL(b, g) (BC_Q6KI_QH(b, g)). */
 typedef struct {
     uint16_t d[BC_PANEL];        /* the rows' super-block scales (IEEE halves) */
     int8_t sc[16][BC_PANEL];     /* sc[j][row]: sub-block j's (16 weights) scale */
     struct {
-        uint8_t qh[8][BC_PANEL][4];  /* qh[g][row][t] = byte 32h + 4g + t of the row's Q6_K qh */
-        uint8_t ql[16][BC_PANEL][4]; /* ql[g][row][t] = byte 64h + 4g + t of its ql */
-    } half[2];
+        uint8_t qh[BC_PANEL][4];     /* qh[row][t] = byte 32h + 4g + t of the row's Q6_K qh */
+        uint8_t ql[2][BC_PANEL][4];  /* ql[p][row][t] = byte 64h + 32p + 4g + t of its ql */
+    } grp[2][8];                     /* grp[h][g] */
 } bc_q6ki_block;
 
 /* ql (qh) row g (0..31; 0..15) of a q6_ki super-block b: [row][t] = byte 4g + t
  * of the row's Q6_K ql (qh) */
-#define BC_Q6KI_QL(b, g) ((b)->half[(g) / 16].ql[(g) % 16])
-#define BC_Q6KI_QH(b, g) ((b)->half[(g) / 8].qh[(g) % 8])
+#define BC_Q6KI_QL(b, g) ((b)->grp[(g) / 16][(g) % 8].ql[(g) % 16 / 8])
+#define BC_Q6KI_QH(b, g) ((b)->grp[(g) / 8][(g) % 8].qh)
 
 /* Where weight w (0..255) of a q6_ki (Q6_K) super-block keeps its bits: byte ql
  * of ql, its low four bits from bit ls (0 or 4), and byte qh of qh, its two high

@@ -236,8 +236,8 @@ BC_INLINE Q8I_TARGET IV Q8I_FN(k6_weights)(const unsigned char *blk, int k, int 
     const IV low = IV_SET1(0x0F0F0F0F), top = IV_SET1(0x30303030);
     const bc_q6ki_block *K = (const bc_q6ki_block *)blk;
     const int h = k / 4, q = k % 4;
-    const IV raw = IV_LOAD(K->half[h].ql[8 * (q % 2) + g][c]);
-    const IV hb = IV_LOAD(K->half[h].qh[g][c]);
+    const IV raw = IV_LOAD(K->grp[h][g].ql[q % 2][c]);
+    const IV hb = IV_LOAD(K->grp[h][g].qh[c]);
     /* bits 2q, 2q + 1 of each byte to bits 4, 5 (shifts within 32-bit lanes: the
      * mask keeps each byte's own bits) */
     const IV hi = q == 0 ? IV_SLL(hb, 4) : q == 1 ? IV_SLL(hb, 2) : q == 2 ? hb : IV_SRL(hb, 2);
@@ -304,6 +304,76 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q4ki_block)(const int fk, const int mr, const i
                 const IV a = spl ? IV_ADD(acc[i][t], acc2[i][t]) : acc[i][t];
                 *fi = vfma(IV_FLOAT(a), vmul(dsc, vset1(xd[i][b])), *fi);
                 *fi = vfnma(dm, vset1(xm[i][b]), *fi);
+            }
+        }
+    }
+}
+
+/* Decoding's q4ki_block for q4_ki (one panel, rows 0..mr-1, mr VPP <= 2):
+ * the same integer sums and float chain, the sub-blocks two at a time: u row
+ * 8p + g holds inputs 4g..4g+3 of sub-blocks 2p (its low nibbles) and 2p + 1
+ * (its high), so each row is loaded once, not once a sub-block, and no
+ * sub-block's parity is a branch; then f's chain for 2p, then 2p + 1, as
+ * q4ki_block's. AMD Zen 4, Llama-3.2-1B's products from memory
+ * (benches/ab_products.py, BLOCKC_PREFETCH off), one thread, GB/s before /
+ * after: 1 row 22.7 / 25.0, 2 rows 13.7 / 24.3. q5_ki in this form (its qh
+ * row loaded once a pair) ran 0.89x of q4ki_block on one thread, 1.09x on two:
+ * left as it was (issue 51). */
+BC_INLINE Q8I_TARGET void Q8I_FN(q4ki_rows)(const int mr, const int spl, V *f,
+                                            size_t fs, const unsigned char *blk,
+                                            const int8_t *const *xr, const float *const *xd,
+                                            const float *const *xm, size_t S)
+{
+    const bc_q4ki_block *K = (const bc_q4ki_block *)blk;
+    V dv[VPP], mv[VPP];
+    BC_UNROLL
+    for (int t = 0; t < VPP; t++) {
+        dv[t] = vload_half(K->d + t * VL);
+        mv[t] = vload_half(K->dmin + t * VL);
+    }
+    BC_NO_UNROLL
+    for (int p = 0; p < 4; p++) {
+        IV acc[2][2][2][VPP];  /* [row][sub-block 2p + e][chain][vector] */
+        BC_UNROLL
+        for (int i = 0; i < mr; i++)
+            BC_UNROLL
+            for (int e = 0; e < 2; e++)
+                BC_UNROLL
+                for (int t = 0; t < VPP; t++)
+                    acc[i][e][0][t] = acc[i][e][1][t] = IV_SET1(0);
+        BC_UNROLL
+        for (int g = 0; g < 8; g++)
+            BC_UNROLL
+            for (int t = 0; t < VPP; t++) {
+                IV w[2];
+                BC_UNROLL
+                for (int e = 0; e < 2; e++)
+                    w[e] = Q8I_FN(k45_weights)(FK_Q4K, blk, 2 * p + e, g, t * VL);
+                BC_UNROLL
+                for (int i = 0; i < mr; i++)
+                    BC_UNROLL
+                    for (int e = 0; e < 2; e++) {
+                        const size_t b = 8 * S + 2 * (size_t)p + (size_t)e;
+                        const IV xb = IV_SET1(ld32(xr[i] + b * 32 + (size_t)g * 4));
+                        const int c = spl && g % 2;
+                        acc[i][e][c][t] = IV_DOT(acc[i][e][c][t], w[e], xb);
+                    }
+            }
+        BC_UNROLL
+        for (int e = 0; e < 2; e++) {
+            const int j = 2 * p + e;
+            const size_t b = 8 * S + (size_t)j;
+            BC_UNROLL
+            for (int t = 0; t < VPP; t++) {
+                const V dsc = vmul(dv[t], vload_u8(K->sc[j] + t * VL));  /* exact */
+                const V dm = vmul(mv[t], vload_u8(K->m[j] + t * VL));    /* exact */
+                BC_UNROLL
+                for (int i = 0; i < mr; i++) {
+                    V *fi = &f[(size_t)i * fs + (size_t)t];
+                    const IV a = spl ? IV_ADD(acc[i][e][0][t], acc[i][e][1][t]) : acc[i][e][0][t];
+                    *fi = vfma(IV_FLOAT(a), vmul(dsc, vset1(xd[i][b])), *fi);
+                    *fi = vfnma(dm, vset1(xm[i][b]), *fi);
+                }
             }
         }
     }
@@ -396,6 +466,79 @@ BC_INLINE Q8I_TARGET void Q8I_FN(iq4xsi_block)(const int mr, const int NB, const
  * nibble of ql and its two bits of qh, the sums corrected by -32 times the
  * half's sum of q_x (s16, after s in the row, holds the products), then
  * f = fma((float)isum, (d sc_j) d_x, f) per sub-block. */
+/* Decoding's q6ki_block (one panel, rows 0..mr-1, mr VPP <= 2: the sums in
+ * registers): the same integer sums and float chain, the super-block read once
+ * and in memory order. Half h's group g (qh row 8h + g, ql rows 16h + g and
+ * 16h + 8 + g, side by side: bc_q6ki_block) holds inputs 4g..4g+3 of x blocks
+ * 4h..4h+3, so the eight sums of the half (sub-blocks 2k, 2k + 1 of its four x
+ * blocks k) are formed together, a group at a time; then f's chain, block by
+ * block, as q6ki_block's. q6ki_block reads qh row g four times and ql rows
+ * twice, between its other rows: AMD Zen 4, Llama-3.2-1B's products from memory
+ * (benches/ab_products.py), one thread, GB/s before (q6ki_block, the old
+ * layout: half's qh rows, then its ql rows) / after: AVX-512 1 row 17.0 / 27.2
+ * (the read of the same bytes 31.4), 2 rows 13.6 / 20.0; AVX2 (q6ki_rows too)
+ * 1 row 10.8 / 17.9; AVX2's 2 rows, q6ki_block in the new layout, 9.2 / 10.0
+ * (issue 51). */
+BC_INLINE Q8I_TARGET void Q8I_FN(q6ki_rows)(const int mr, V *f, size_t fs,
+                                            const unsigned char *blk, const int8_t *const *xr,
+                                            const float *const *xd, const int32_t *const *s16,
+                                            size_t S)
+{
+    const bc_q6ki_block *K = (const bc_q6ki_block *)blk;
+    V dv[VPP];
+    BC_UNROLL
+    for (int t = 0; t < VPP; t++)
+        dv[t] = vload_half(K->d + t * VL);
+    BC_NO_UNROLL
+    for (int h = 0; h < 2; h++) {
+        IV acc[2][4][2][VPP];  /* [row][x block 4h + q][sub-block][vector] */
+        BC_UNROLL
+        for (int i = 0; i < mr; i++)
+            BC_UNROLL
+            for (int q = 0; q < 4; q++)
+                BC_UNROLL
+                for (int t = 0; t < VPP; t++) {
+                    const size_t b = 8 * S + 4 * (size_t)h + (size_t)q;
+                    acc[i][q][0][t] = IV_SET1(s16[i][2 * b]);  /* -32 times the half's sum */
+                    acc[i][q][1][t] = IV_SET1(s16[i][2 * b + 1]);
+                }
+        BC_UNROLL
+        for (int g = 0; g < 8; g++)
+            BC_UNROLL
+            for (int t = 0; t < VPP; t++) {
+                IV w[4];
+                BC_UNROLL
+                for (int q = 0; q < 4; q++)
+                    w[q] = Q8I_FN(k6_weights)(blk, 4 * h + q, g, t * VL);
+                BC_UNROLL
+                for (int i = 0; i < mr; i++)
+                    BC_UNROLL
+                    for (int q = 0; q < 4; q++) {
+                        const size_t b = 8 * S + 4 * (size_t)h + (size_t)q;
+                        const IV xb = IV_SET1(ld32(xr[i] + b * 32 + (size_t)g * 4));
+                        acc[i][q][g / 4][t] = IV_DOT(acc[i][q][g / 4][t], w[q], xb);
+                    }
+            }
+        BC_UNROLL
+        for (int q = 0; q < 4; q++) {
+            const int k = 4 * h + q;
+            const size_t b = 8 * S + (size_t)k;
+            BC_UNROLL
+            for (int t = 0; t < VPP; t++) {
+                const V ds0 = vmul(dv[t], vload_i8(K->sc[2 * k] + t * VL));      /* exact */
+                const V ds1 = vmul(dv[t], vload_i8(K->sc[2 * k + 1] + t * VL));
+                BC_UNROLL
+                for (int i = 0; i < mr; i++) {
+                    V *fi = &f[(size_t)i * fs + (size_t)t];
+                    const V dx = vset1(xd[i][b]);
+                    *fi = vfma(IV_FLOAT(acc[i][q][0][t]), vmul(ds0, dx), *fi);
+                    *fi = vfma(IV_FLOAT(acc[i][q][1][t]), vmul(ds1, dx), *fi);
+                }
+            }
+        }
+    }
+}
+
 BC_INLINE Q8I_TARGET void Q8I_FN(q6ki_block)(const int mr, const int NB, V *f, size_t fs,
                                              const unsigned char *const *blk,
                                              const int8_t *const *xr, const float *const *xd,
@@ -728,8 +871,12 @@ BC_INLINE Q8I_TARGET void Q8I_FN(int_block)(const int fk, const int mr, const in
         for (size_t o = 0; o < bb; o += 64)
             __builtin_prefetch((const void *)((uintptr_t)blk[0] + INT_AHEAD + o), 0, 0);
     }
-    if (fk == FK_Q4K || fk == FK_Q5K)
+    if (fk == FK_Q4K && NB == 1 && mr * VPP <= 2)
+        Q8I_FN(q4ki_rows)(mr, spl, f, fs, blk[0], xr, xd, xm, b);
+    else if (fk == FK_Q4K || fk == FK_Q5K)
         Q8I_FN(q4ki_block)(fk, mr, NB, spl, f, fs, blk, xr, xd, xm, b);
+    else if (fk == FK_Q6K && NB == 1 && mr * VPP <= 2)
+        Q8I_FN(q6ki_rows)(mr, f, fs, blk[0], xr, xd, s16, b);
     else if (fk == FK_Q6K)
         Q8I_FN(q6ki_block)(mr, NB, f, fs, blk, xr, xd, s16, b);
     else if (fk == FK_IQ4XS)
