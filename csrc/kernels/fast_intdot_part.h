@@ -210,6 +210,23 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q8i_block)(const int fk, const int mr, const in
     }
 }
 
+/* f's chain for one sub-block of q4_ki or q5_ki (isum a, the block's d sc and
+ * dmin m, x's d and m: f + a (d sc d_x) - (dmin m) m_x) and for one x block of
+ * q6_ki (its two sub-blocks' sums and d sc): written once for the tiles, the
+ * decoders and the expanded weights, which must give the same bits. */
+BC_INLINE Q8I_TARGET V Q8I_FN(k4_chain)(V f, IV a, V dsc, V dm, float xd, float xm)
+{
+    f = vfma(IV_FLOAT(a), vmul(dsc, vset1(xd)), f);
+    return vfnma(dm, vset1(xm), f);
+}
+
+BC_INLINE Q8I_TARGET V Q8I_FN(k6_chain)(V f, IV a0, IV a1, V ds0, V ds1, float xd)
+{
+    const V dx = vset1(xd);
+    f = vfma(IV_FLOAT(a0), vmul(ds0, dx), f);
+    return vfma(IV_FLOAT(a1), vmul(ds1, dx), f);
+}
+
 /* The weights of sub-block j, inputs 4g..4g+3, lanes c.. of a q4_ki super-block
  * (fk FK_Q5K: q5_ki's, its nibbles after its fifth bits, each weight's fifth
  * bit added as 16): unsigned bytes, as the tile multiplies them. */
@@ -302,8 +319,7 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q4ki_block)(const int fk, const int mr, const i
             for (int i = 0; i < mr; i++) {
                 V *fi = &f[(size_t)i * fs + (size_t)t];
                 const IV a = spl ? IV_ADD(acc[i][t], acc2[i][t]) : acc[i][t];
-                *fi = vfma(IV_FLOAT(a), vmul(dsc, vset1(xd[i][b])), *fi);
-                *fi = vfnma(dm, vset1(xm[i][b]), *fi);
+                *fi = Q8I_FN(k4_chain)(*fi, a, dsc, dm, xd[i][b], xm[i][b]);
             }
         }
     }
@@ -371,8 +387,7 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q4ki_rows)(const int mr, const int spl, V *f,
                 for (int i = 0; i < mr; i++) {
                     V *fi = &f[(size_t)i * fs + (size_t)t];
                     const IV a = spl ? IV_ADD(acc[i][e][0][t], acc[i][e][1][t]) : acc[i][e][0][t];
-                    *fi = vfma(IV_FLOAT(a), vmul(dsc, vset1(xd[i][b])), *fi);
-                    *fi = vfnma(dm, vset1(xm[i][b]), *fi);
+                    *fi = Q8I_FN(k4_chain)(*fi, a, dsc, dm, xd[i][b], xm[i][b]);
                 }
             }
         }
@@ -460,7 +475,7 @@ BC_INLINE Q8I_TARGET void Q8I_FN(iq4xsi_block)(const int mr, const int NB, const
     }
 }
 
-/* Super-block S of NB q6_ki panels (bc_q6ki_block: half h's qh, then its ql),
+/* Super-block S of NB q6_ki panels (bc_q6ki_block: half h's groups of qh and ql rows),
  * rows 0..mr-1 of x: x block b = 8S + k holds sub-blocks 2k and 2k + 1 (16
  * weights each); each weight's six bits (0..63) made in integer lanes from its
  * nibble of ql and its two bits of qh, the sums corrected by -32 times the
@@ -530,9 +545,8 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q6ki_rows)(const int mr, V *f, size_t fs,
                 BC_UNROLL
                 for (int i = 0; i < mr; i++) {
                     V *fi = &f[(size_t)i * fs + (size_t)t];
-                    const V dx = vset1(xd[i][b]);
-                    *fi = vfma(IV_FLOAT(acc[i][q][0][t]), vmul(ds0, dx), *fi);
-                    *fi = vfma(IV_FLOAT(acc[i][q][1][t]), vmul(ds1, dx), *fi);
+                    *fi = Q8I_FN(k6_chain)(*fi, acc[i][q][0][t], acc[i][q][1][t], ds0, ds1,
+                                           xd[i][b]);
                 }
             }
         }
@@ -585,9 +599,7 @@ BC_INLINE Q8I_TARGET void Q8I_FN(q6ki_block)(const int mr, const int NB, V *f, s
             BC_UNROLL
             for (int i = 0; i < mr; i++) {
                 V *fi = &f[(size_t)i * fs + (size_t)t];
-                const V dx = vset1(xd[i][b]);
-                *fi = vfma(IV_FLOAT(acc[i][t]), vmul(ds0, dx), *fi);
-                *fi = vfma(IV_FLOAT(acc2[i][t]), vmul(ds1, dx), *fi);
+                *fi = Q8I_FN(k6_chain)(*fi, acc[i][t], acc2[i][t], ds0, ds1, xd[i][b]);
             }
         }
     }
@@ -802,12 +814,12 @@ BC_INLINE Q8I_TARGET void Q8I_FN(wx_block)(const int fk, const int mr, V *f, siz
         BC_UNROLL
         for (int i = 0; i < mr; i++) {
             V *fi = &f[(size_t)i * fs + (size_t)t];
-            const V dx = vset1(xd[i][b]);
-            *fi = vfma(IV_FLOAT(acc[i][t]), vmul(s0, dx), *fi);
             if (fk == FK_Q5K)
-                *fi = vfnma(s1, vset1(xm[i][b]), *fi);
+                *fi = Q8I_FN(k4_chain)(*fi, acc[i][t], s0, s1, xd[i][b], xm[i][b]);
             else if (fk == FK_Q6K)
-                *fi = vfma(IV_FLOAT(acc2[i][t]), vmul(s1, dx), *fi);
+                *fi = Q8I_FN(k6_chain)(*fi, acc[i][t], acc2[i][t], s0, s1, xd[i][b]);
+            else  /* iq4_xsi: iq4xsi_block's one term */
+                *fi = vfma(IV_FLOAT(acc[i][t]), vmul(s0, vset1(xd[i][b])), *fi);
         }
     }
 }
